@@ -1,0 +1,43 @@
+# Thin targets; each works from a fresh clone. See README.md.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROFILE ?= auto
+OUT ?= _build/gpu-check
+# Pinned where the project installs torch itself (CPU machines, CI): torch 2.13's own Triton pin.
+TORCH_SPEC ?= torch==2.13.0
+TRITON_SPEC ?= triton==3.7.1
+# Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
+TORCH_INDEX_URL ?=
+
+.PHONY: setup test book gpu-check clean
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "setup: keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "setup: a GPU is visible: installing the CUDA build of $(TORCH_SPEC) (it brings its own Triton)"; \
+	  $(PY) -m pip install "$(TORCH_SPEC)"; \
+	else \
+	  echo "setup: no GPU: installing $(TORCH_SPEC) (CPU) and $(TRITON_SPEC) first"; \
+	  $(PY) -m pip install $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)" && \
+	  $(PY) -m pip install "$(TRITON_SPEC)"; \
+	fi
+	$(PY) -m pip install -r requirements.txt -r requirements-test.txt -e .
+	@touch $@
+
+test: setup
+	$(PY) -m pytest
+
+book: setup
+	$(PY) -m kernels.execute --profile $(PROFILE) --build
+
+# One command for a machine with a GPU: GPU tests, the book with the cuda profile, a short
+# benchmark; everything it produces lands in $(OUT). Budget: under 8 minutes on one GPU.
+gpu-check: setup
+	bash .ci/gpu-check "$(OUT)"
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,596 @@
+"""The benchmark harness: time every implementation over a sweep, and say what it achieved.
+
+One *point* is one implementation at one shape (batch, heads, sequence length, head dim),
+dtype, causal flag and mode (forward, or forward+backward). For each point:
+
+1. **Warm up** a few calls: first calls pay for kernel selection, compilation, caches.
+2. **Time many calls** and keep the median (robust to the odd slow run) and the 10th and
+   90th percentiles (the spread). On a GPU each call is bracketed by CUDA events, which
+   time the GPU's own work; on a CPU by ``time.perf_counter``.
+3. **Rotate the inputs** among pre-made sets (up to 256, together larger than the caches
+   where that many allow): calling the same small q, k, v over and over would serve them
+   from cache and flatter small shapes.
+4. **Convert** the median into TFLOP/s (FLOPs from ``reference.flops``: causal halved,
+   backward 2.5x forward) and GB/s (bytes from ``reference.io_bytes``; implementations that
+   write the S×S scores to memory are charged for them).
+5. **Measure peak memory** of one more call, apart from the timed ones (see MEMORY_METHODS).
+
+Nothing stops the sweep: a point that cannot run records why (``status`` and ``reason``)
+and the sweep goes on. Results save to JSON (with where, when and how they were made) and
+CSV, and ``load_results`` reads either back.
+
+    python -m kernels.bench --out bench_cpu                 # the CPU sweep, < 2 min on 2 cores
+    python -m kernels.bench --device cuda --backward --out bench_gpu
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import gc
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from . import devices, reference
+from .registry import available, implementation, names
+
+FORWARD, FORWARD_BACKWARD = "forward", "forward+backward"
+
+# Implementations that write the S×S score matrix to memory: io_bytes charges them for it.
+MATERIALIZED = {"naive", "inplace", "sdpa_math"}
+
+# Registered but left out of a CPU sweep unless named: the Triton interpreter runs the
+# kernel in NumPy, seconds per call at the sweep's sizes.
+SLOW_ON_CPU = {"triton"}
+
+# Input sets are rotated until together they exceed this: more than the last-level cache
+# (tens of MB on CPUs, 40-50 MB of L2 on A100/H100/H200), so each call reads cold data.
+# At most MAX_SETS sets, so tiny shapes do not spend longer making inputs than timing.
+ROTATE_BYTES = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
+MAX_SETS = 256
+
+MEMORY_METHODS = {
+    "cuda.max_memory_allocated": (
+        "torch.cuda.max_memory_allocated() during one call, minus torch.cuda.memory_allocated() "
+        "before it: the peak of what the call itself allocated (caching allocator, GPU)"),
+    "profiler memory events": (
+        "torch.profiler with profile_memory=True around one call: the peak of 'Total Allocated' "
+        "in the trace's [memory] events minus its value before the call's first allocation "
+        "(CPU allocations made through PyTorch's allocator)"),
+}
+
+STATUSES = {
+    "ok": "measured",
+    "unavailable": "the implementation cannot run on this device (registry's reason)",
+    "unsupported": "the implementation refuses these inputs (head dim, dtype, ...)",
+    "skipped": "left out on purpose (e.g. the Triton interpreter on CPU)",
+    "no backward": "forward+backward asked, but the implementation has no autograd",
+    "oom": "out of memory",
+    "error": "anything else went wrong; the reason holds the exception",
+}
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+          "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp64": torch.float64, "float64": torch.float64}
+
+
+@dataclass
+class BenchResult:
+    """One point of a sweep. Times in milliseconds; ``None`` where nothing was measured."""
+
+    impl: str
+    device: str
+    dtype: str
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    mode: str
+    status: str = "ok"
+    reason: str = ""
+    reps: int = 0
+    median_ms: Optional[float] = None
+    p10_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    flops: float = 0.0
+    bytes: float = 0.0
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    memory_method: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte that must cross memory."""
+        return self.flops / self.bytes if self.bytes else float("nan")
+
+    @property
+    def backward(self) -> bool:
+        return self.mode == FORWARD_BACKWARD
+
+
+class BenchResults(list):
+    """A list of BenchResult rows plus ``meta``: device, versions, date, command."""
+
+    def __init__(self, rows: Iterable[BenchResult] = (), meta: Optional[dict] = None):
+        super().__init__(rows)
+        self.meta = dict(meta or {})
+
+    def ok(self) -> "BenchResults":
+        return BenchResults((r for r in self if r.ok), self.meta)
+
+    def to_frame(self):
+        """The rows as a pandas DataFrame (pandas imported only when asked)."""
+        import pandas as pd
+
+        return pd.DataFrame([dataclasses.asdict(r) for r in self])
+
+
+# --------------------------------------------------------------------------- inputs
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(text) -> torch.dtype:
+    if isinstance(text, torch.dtype):
+        return text
+    try:
+        return DTYPES[str(text).lower().replace("torch.", "")]
+    except KeyError:
+        raise ValueError(f"unknown dtype {text!r}; use one of {', '.join(DTYPES)}") from None
+
+
+class InputPool:
+    """Random input sets for one shape, carved out of one buffer and used in turn."""
+
+    def __init__(self, shape, dtype, device, backward: bool, seed: int = 0):
+        numel = math.prod(shape)
+        per_set = 4 * numel  # q, k, v and the gradient fed to backward
+        budget = ROTATE_BYTES.get(torch.device(device).type, ROTATE_BYTES["cuda"])
+        bytes_per_set = per_set * torch.empty((), dtype=dtype).element_size()
+        count = min(MAX_SETS, max(2, budget // bytes_per_set))
+        g = torch.Generator(device=device).manual_seed(seed)
+        # Random, never zeros: some kernels are faster on zeros (and softmax of zeros is flat).
+        buffer = torch.randn(count * per_set, generator=g, device=device, dtype=dtype)
+        self.sets = []
+        for i in range(count):
+            chunk = buffer[i * per_set:(i + 1) * per_set].view(4, *shape)
+            q, k, v, grad = (t.detach() for t in chunk.unbind(0))
+            if backward:
+                q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+            self.sets.append((q, k, v, grad))
+        self.turn = 0
+
+    def next(self):
+        chosen = self.sets[self.turn % len(self.sets)]
+        self.turn += 1
+        return chosen
+
+
+# --------------------------------------------------------------------------- one point
+
+class NoBackward(Exception):
+    """The implementation's output cannot be differentiated."""
+
+
+def make_step(fn, pool: InputPool, causal: bool, backward: bool):
+    """One benchmarked call: a forward (under no_grad), or a forward and its backward."""
+
+    def forward():
+        q, k, v, _ = pool.next()
+        with torch.no_grad():
+            return fn(q, k, v, causal=causal)
+
+    def forward_backward():
+        q, k, v, grad = pool.next()
+        out = fn(q, k, v, causal=causal)
+        if not out.requires_grad:
+            raise NoBackward("its output does not require grad: it has no autograd support")
+        try:
+            # autograd.grad, not .backward(): no .grad accumulates on the inputs between calls.
+            return torch.autograd.grad(out, (q, k, v), grad)
+        except (RuntimeError, NotImplementedError) as err:
+            if is_oom(err):
+                raise
+            raise NoBackward(f"its backward failed: {err}") from err
+
+    return forward_backward if backward else forward
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(step, device: torch.device, reps: int) -> list[float]:
+    """Milliseconds of each of ``reps`` calls: CUDA events on a GPU, perf_counter on a CPU."""
+    synchronize(device)
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(reps)]
+        for start, end in events:
+            start.record()
+            step()
+            end.record()
+        synchronize(device)
+        return [start.elapsed_time(end) for start, end in events]
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def warm_up(step, device: torch.device, calls: int, budget_ms: float) -> float:
+    """Up to ``calls`` calls kept out of the record (at least one, fewer once they have
+    used ``budget_ms``: a slow call is warm after one run); return the fastest's ms."""
+    best, spent = float("inf"), 0.0
+    for _ in range(max(1, calls)):
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        took = (time.perf_counter() - start) * 1e3
+        best, spent = min(best, took), spent + took
+        if spent > budget_ms:
+            break
+    return best
+
+
+def spread(times: Sequence[float]) -> tuple[float, float, float]:
+    """(median, p10, p90) of the timed calls."""
+    if len(times) == 1:
+        return times[0], times[0], times[0]
+    deciles = statistics.quantiles(times, n=10, method="inclusive")
+    return statistics.median(times), deciles[0], deciles[-1]
+
+
+def peak_memory(step, device: torch.device) -> tuple[int, str]:
+    """Bytes allocated at the peak of one call, above what was allocated before it."""
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before, "cuda.max_memory_allocated"
+    return profiler_peak_memory(step), "profiler memory events"
+
+
+def profiler_peak_memory(step) -> int:
+    """Peak of 'Total Allocated' in the [memory] events of one profiled call, minus its start."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"])
+    if not memory:
+        return 0
+    first = memory[0]["args"]
+    # Before the first event, the total was its value minus the bytes it added.
+    start = first["Total Allocated"] - first["Bytes"]
+    return max(0, max(e["args"]["Total Allocated"] for e in memory) - start)
+
+
+OOM_WORDS = ("out of memory", "can't allocate", "cannot allocate", "failed to allocate")
+
+
+def is_oom(err: BaseException) -> bool:
+    """Out of memory, whichever way the allocator said it."""
+    if isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(err, RuntimeError) and any(w in str(err).lower() for w in OOM_WORDS)
+
+
+def classify(name: str, err: BaseException) -> tuple[str, str]:
+    """(status, reason) for an exception raised while benchmarking ``name``."""
+    if is_oom(err):
+        return "oom", first_line(err)
+    if isinstance(err, NoBackward):
+        return "no backward", str(err)
+    # The implementation contract: a refusal is a ValueError/TypeError, or a RuntimeError
+    # that starts with the implementation's name ("sdpa_flash: takes float16 ...").
+    if isinstance(err, (ValueError, TypeError)) or str(err).startswith(f"{name}:"):
+        return "unsupported", first_line(err)
+    return "error", f"{type(err).__name__}: {first_line(err)}"
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
+def input_refusal(name: str, head_dim: int, dtype: torch.dtype) -> Optional[str]:
+    """The registry's own head-dim/dtype limits, checked before any input is made."""
+    impl = implementation(name)
+    if impl.head_dims is not None and head_dim not in impl.head_dims:
+        return f"{name}: head_dim {head_dim} is not supported; supported: {impl.head_dims}"
+    if impl.dtypes is not None and dtype not in impl.dtypes:
+        return f"{name}: dtype {dtype_name(dtype)} is not supported"
+    return None
+
+
+def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, reps: int,
+            warmup: int, min_reps: int, max_seconds: float, memory: bool) -> BenchResult:
+    """Fill in one point's timings, rates and memory, or its failure status."""
+    fn = implementation(point.impl).call
+    shape = (point.batch, point.heads, point.seq, point.head_dim)
+    pool = None
+    try:
+        pool = InputPool(shape, dtype, device, point.backward)
+        step = make_step(fn, pool, point.causal, point.backward)
+        estimate_ms = warm_up(step, device, warmup, budget_ms=max_seconds * 1e3 / 2)
+        # As many timed calls as fit the time budget, within [min_reps, reps].
+        n = max(min_reps, min(reps, int(max_seconds * 1e3 / max(estimate_ms, 1e-3))))
+        point.median_ms, point.p10_ms, point.p90_ms = spread(time_calls(step, device, n))
+        point.reps = n
+        if memory:
+            point.peak_memory_bytes, point.memory_method = peak_memory(step, device)
+    except Exception as err:  # the sweep goes on; the row says what happened
+        point.status, point.reason = classify(point.impl, err)
+    finally:
+        del pool
+        if device.type == "cuda" and point.status == "oom":
+            gc.collect()
+            torch.cuda.empty_cache()
+    if point.ok:
+        point.tflops = point.flops / (point.median_ms * 1e-3) / 1e12
+        point.gbps = point.bytes / (point.median_ms * 1e-3) / 1e9
+    return point
+
+
+# --------------------------------------------------------------------------- the sweep
+
+def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256, 512, 1024, 2048),
+          head_dims: Sequence[int] = (64,), dtypes: Sequence = (torch.float32,),
+          causal: Sequence[bool] = (True,), modes: Sequence[str] = (FORWARD,), *,
+          batch: int = 1, heads: int = 8, device="cpu", reps: int = 30, warmup: int = 3,
+          min_reps: int = 5, max_seconds: float = 2.0, memory: bool = True,
+          progress=sys.stderr, command: Optional[str] = None) -> BenchResults:
+    """Benchmark implementations x seqs x head_dims x dtypes x causal x modes.
+
+    ``impls=None`` means every registered name; on a CPU the ones in SLOW_ON_CPU are then
+    recorded as skipped (name them to include them). Each point takes at most about
+    ``max_seconds`` of timed calls (at least ``min_reps``, at most ``reps`` of them).
+    A progress line per point goes to ``progress`` (None for silence).
+    """
+    device = torch.device(device)
+    dtypes = [parse_dtype(d) for d in dtypes]
+    check_sweep_args(seqs, head_dims, modes, batch, heads, reps, min_reps)
+    chosen = list(impls) if impls is not None else names()
+    unknown = [n for n in chosen if n not in names()]
+    if unknown:
+        raise KeyError(f"unknown implementation(s) {', '.join(unknown)}; registered: {', '.join(names())}")
+    reasons = available(device)
+    results = BenchResults(meta=run_meta(device, command or call_text(locals_for_command(
+        chosen, seqs, head_dims, dtypes, causal, modes, batch, heads, device, reps))))
+    points = [(n, s, d, t, c, m) for n in chosen for m in modes for t in dtypes for d in head_dims
+              for c in causal for s in seqs]
+    for i, (name, seq, head_dim, dtype, is_causal, mode) in enumerate(points, 1):
+        point = new_point(name, device, dtype, batch, heads, seq, head_dim, is_causal, mode)
+        why_not = reasons[name] or input_refusal(name, head_dim, dtype)
+        if impls is None and device.type == "cpu" and name in SLOW_ON_CPU:
+            point.status, point.reason = "skipped", (
+                f"{name}: left out of CPU sweeps by default (the Triton interpreter takes seconds "
+                "per call); name it in impls / --impls to include it")
+        elif why_not:
+            point.status = "unavailable" if reasons[name] else "unsupported"
+            point.reason = why_not
+        else:
+            measure(point, device, dtype, reps=reps, warmup=warmup, min_reps=min_reps,
+                    max_seconds=max_seconds, memory=memory)
+        results.append(point)
+        if progress is not None:
+            print(progress_line(i, len(points), point), file=progress, flush=True)
+    return results
+
+
+def check_sweep_args(seqs, head_dims, modes, batch, heads, reps, min_reps) -> None:
+    for label, values in (("seqs", seqs), ("head_dims", head_dims), ("batch", [batch]),
+                          ("heads", [heads]), ("reps", [reps]), ("min_reps", [min_reps])):
+        if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise ValueError(f"{label} must be positive integers, got {values!r}")
+    bad = [m for m in modes if m not in (FORWARD, FORWARD_BACKWARD)]
+    if bad or not modes:
+        raise ValueError(f"modes must be {FORWARD!r} and/or {FORWARD_BACKWARD!r}, got {modes!r}")
+
+
+def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode) -> BenchResult:
+    backward = mode == FORWARD_BACKWARD
+    return BenchResult(
+        impl=name, device=device.type, dtype=dtype_name(dtype), batch=batch, heads=heads,
+        seq=seq, head_dim=head_dim, causal=causal, mode=mode,
+        flops=reference.flops(batch, heads, seq, head_dim, causal=causal, backward=backward),
+        bytes=reference.io_bytes(batch, heads, seq, head_dim, dtype=dtype,
+                                 materialized=name in MATERIALIZED, backward=backward))
+
+
+def progress_line(i: int, total: int, r: BenchResult) -> str:
+    where = (f"[{i:>{len(str(total))}}/{total}] {r.impl:<15} S={r.seq:<6} D={r.head_dim:<4} "
+             f"{r.dtype:<8} {'causal' if r.causal else 'full':<6} {'fwd+bwd' if r.backward else 'fwd':<7}")
+    if not r.ok:
+        return f"{where} {r.status}: {r.reason}"
+    mem = "" if r.peak_memory_bytes is None else f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB"
+    return (f"{where} {r.median_ms:9.3f} ms (p10 {r.p10_ms:.3f}, p90 {r.p90_ms:.3f}, n={r.reps})"
+            f"  {r.tflops:7.3f} TFLOP/s  {r.gbps:7.1f} GB/s{mem}")
+
+
+def locals_for_command(impls, seqs, head_dims, dtypes, causal, modes, batch, heads, device, reps):
+    return dict(impls=list(impls), seqs=list(seqs), head_dims=list(head_dims),
+                dtypes=[dtype_name(d) for d in dtypes], causal=list(causal), modes=list(modes),
+                batch=batch, heads=heads, device=str(device), reps=reps)
+
+
+def call_text(kwargs: dict) -> str:
+    return "kernels.bench.sweep(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+
+
+def run_meta(device: torch.device, command: str) -> dict:
+    description = devices.describe_device(device)
+    return {
+        "device": description,
+        "versions": description["versions"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "timing": ("CUDA events around each call" if device.type == "cuda"
+                   else "time.perf_counter around each call"),
+        "memory_methods": MEMORY_METHODS,
+        "statuses": STATUSES,
+        "flops": "reference.flops: 4·B·H·S²·D per forward, halved when causal; backward 2.5x forward",
+        "bytes": ("reference.io_bytes: q, k, v, o once (plus dO, dQ, dK, dV for backward); "
+                  f"S×S scores written and read once for {', '.join(sorted(MATERIALIZED))}"),
+    }
+
+
+# --------------------------------------------------------------------------- files
+
+def output_paths(out) -> tuple[Path, Path]:
+    """``out`` as a stem (``bench`` -> bench.json, bench.csv), a .json/.csv name, or a folder."""
+    out = Path(out)
+    if out.is_dir() or str(out).endswith(os.sep):
+        out = out / "bench"
+    elif out.suffix in (".json", ".csv"):
+        out = out.with_suffix("")
+    return out.with_name(out.name + ".json"), out.with_name(out.name + ".csv")
+
+
+def save_results(results: BenchResults, out) -> tuple[Path, Path]:
+    """Write ``results`` as JSON (rows + meta) and CSV (rows); return both paths."""
+    json_path, csv_path = output_paths(out)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [dataclasses.asdict(r) for r in results]
+    json_path.write_text(json.dumps({"meta": getattr(results, "meta", {}), "results": rows},
+                                    indent=1, allow_nan=False) + "\n")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[fl.name for fl in dataclasses.fields(BenchResult)])
+        writer.writeheader()
+        writer.writerows(rows)
+    return json_path, csv_path
+
+
+def load_results(path) -> BenchResults:
+    """Read back a JSON (rows and meta) or CSV (rows only) file that save_results wrote."""
+    path = Path(path)
+    if path.suffix not in (".json", ".csv") and not path.exists():
+        path = output_paths(path)[0]  # a stem, as --out was given
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            return BenchResults(row_from_text(row) for row in csv.DictReader(f))
+    data = json.loads(path.read_text())
+    return BenchResults((BenchResult(**row) for row in data["results"]), data.get("meta", {}))
+
+
+def row_from_text(row: dict) -> BenchResult:
+    """A CSV row (all strings) back into typed fields; empty cells are None."""
+    values = {}
+    for field in dataclasses.fields(BenchResult):
+        text = row[field.name]
+        kind = str(field.type)
+        if text == "" and "Optional" in kind:
+            values[field.name] = None
+        elif "bool" in kind:
+            values[field.name] = text == "True"
+        elif "int" in kind:
+            values[field.name] = int(text)
+        elif "float" in kind:
+            values[field.name] = float(text)
+        else:
+            values[field.name] = text
+    return BenchResult(**values)
+
+
+# --------------------------------------------------------------------------- CLI
+
+# Defaults per device: the CPU sweep stays under two minutes on two cores; the GPU one
+# follows the FlashAttention papers' scale (16-bit, long sequences).
+PROFILES = {
+    "cpu": dict(seq=[128, 256, 512, 1024, 2048], head_dim=[64], dtype=["fp32"], batch=1, heads=8),
+    "cuda": dict(seq=[512, 1024, 2048, 4096, 8192], head_dim=[64, 128], dtype=["bf16"],
+                 batch=4, heads=16),
+}
+
+
+def split_list(values, kind=str) -> list:
+    """``--seq 128 256`` and ``--seq 128,256`` both mean [128, 256]."""
+    if values is None:
+        return None
+    return [kind(v) for text in values for v in str(text).split(",") if v]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kernels.bench",
+        description="Benchmark attention implementations: latency, TFLOP/s, GB/s, peak memory.",
+        epilog="Without options: the CPU sweep (S 128..2048, D 64, B 1, H 8, fp32, causal, forward).")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--impls", nargs="+", help=f"implementations (default: all; registered: {', '.join(names())})")
+    p.add_argument("--seq", nargs="+", help="sequence lengths (default per device)")
+    p.add_argument("--head-dim", nargs="+", help="head dims (default 64 on CPU)")
+    p.add_argument("--dtype", nargs="+", help="fp32, fp16, bf16 (default fp32 on CPU, bf16 on GPU)")
+    p.add_argument("--batch", type=int, help="batch size (default 1 on CPU)")
+    p.add_argument("--heads", type=int, help="number of heads (default 8 on CPU)")
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                   help="causal mask (default) or --no-causal")
+    p.add_argument("--backward", action="store_true", help="also time forward+backward")
+    p.add_argument("--reps", type=int, default=30, help="timed calls per point, at most (default 30)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per point (default 3)")
+    p.add_argument("--max-seconds", type=float, default=2.0,
+                   help="time budget of a point's timed calls (default 2 s; at least 5 calls)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    p.add_argument("--out", default="bench_results",
+                   help="output stem: writes OUT.json and OUT.csv (default: bench_results)")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        cli.error("--device cuda needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
+    profile = PROFILES["cuda" if device.type == "cuda" else "cpu"]
+    results = sweep(
+        impls=split_list(args.impls),
+        seqs=split_list(args.seq, int) or profile["seq"],
+        head_dims=split_list(args.head_dim, int) or profile["head_dim"],
+        dtypes=split_list(args.dtype) or profile["dtype"],
+        causal=(args.causal,),
+        modes=(FORWARD, FORWARD_BACKWARD) if args.backward else (FORWARD,),
+        batch=args.batch or profile["batch"], heads=args.heads or profile["heads"],
+        device=device, reps=args.reps, warmup=args.warmup, max_seconds=args.max_seconds,
+        memory=not args.no_memory,
+        command=shlex.join(["python", "-m", "kernels.bench", *argv]))
+    json_path, csv_path = save_results(results, args.out)
+    counts = {s: sum(r.status == s for r in results) for s in STATUSES}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"{len(results)} points ({summary}); wrote {json_path} and {csv_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

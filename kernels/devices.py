@@ -1,0 +1,183 @@
+"""What a device can do at best: the two ceilings a roofline is drawn from.
+
+Every benchmark number means more next to the ceiling it could have reached. A GPU has
+two: how fast it multiplies (peak FLOP/s on its tensor cores) and how fast it moves bytes
+to and from its memory (HBM bandwidth). Their ratio, the *ridge point* in FLOP per byte,
+says how much work a kernel must do per byte it moves before the arithmetic, not the
+memory, becomes the limit.
+
+GPU peaks are the vendors' datasheet figures (dense, no sparsity) as collected in the
+project's REFERENCE.md. A CPU has no datasheet row here, so its ceilings are *measured*
+once per process: a matmul for FLOP/s and a tensor copy for bytes/s. Measured ceilings
+are lower than a CPU's theoretical ones, which is the honest comparison for PyTorch code.
+"""
+from __future__ import annotations
+
+import functools
+import platform
+import time
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+
+TERA = 1e12
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Ceilings of one device: FLOP/s of the fastest matmul, bytes/s of its memory."""
+
+    name: str
+    flops: float          # FLOP/s
+    bandwidth: float      # bytes/s
+    flops_dtype: str      # the dtype the FLOP/s ceiling is for
+    source: str           # where the numbers come from ("datasheet ..." or "measured ...")
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where the two ceilings meet."""
+        return self.flops / self.bandwidth
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ridge": self.ridge}
+
+
+# (words the name must have, words it must not have, peaks), matched against the words of
+# torch.cuda.get_device_name(). The first matching row wins. PCIe and 40 GB variants have
+# other ceilings (lower clocks, slower memory) and are left out rather than guessed.
+GPU_TABLE: list[tuple[tuple[str, ...], tuple[str, ...], Peaks]] = [
+    # REFERENCE.md, Performance anchors: H200 989 TFLOP/s dense bf16, 4.8 TB/s HBM (ridge 206).
+    (("h200",), (), Peaks("NVIDIA H200", 989 * TERA, 4.8e12, "bfloat16", "datasheet, dense (no sparsity)")),
+    # REFERENCE.md: H100 SXM 989 TFLOP/s dense bf16, 3.35 TB/s HBM (ridge 295).
+    (("h100",), ("pcie", "nvl"),
+     Peaks("NVIDIA H100 SXM", 989 * TERA, 3.35e12, "bfloat16", "datasheet, dense (no sparsity)")),
+    # REFERENCE.md: A100 80GB SXM 312 TFLOP/s dense bf16, 2.04 TB/s HBM (ridge 153).
+    (("a100",), ("pcie", "40gb"),
+     Peaks("NVIDIA A100 80GB SXM", 312 * TERA, 2.04e12, "bfloat16", "datasheet, dense (no sparsity)")),
+    # T4 (sm75) has no bf16 tensor cores: its ceiling is 65 TFLOP/s of fp16 tensor-core
+    # math, and 320 GB/s of GDDR6 (NVIDIA T4 datasheet).
+    (("t4",), (), Peaks("NVIDIA T4", 65 * TERA, 0.32e12, "float16", "datasheet, fp16 tensor cores")),
+]
+
+
+def match_gpu(device_name: str) -> Optional[Peaks]:
+    """The table's peaks for a ``torch.cuda.get_device_name()`` string, or None if unknown.
+
+    >>> match_gpu("NVIDIA A100-SXM4-80GB").name
+    'NVIDIA A100 80GB SXM'
+    """
+    # Whole words, so "t4" matches "Tesla T4" but not a name that merely contains "t4".
+    words = set(device_name.lower().replace("-", " ").replace("_", " ").split())
+    for required, forbidden, found in GPU_TABLE:
+        if words.issuperset(required) and not words.intersection(forbidden):
+            return found
+    return None
+
+
+def _best_seconds(fn, repeats: int, sync) -> float:
+    """Fastest of ``repeats`` timed calls: the ceiling, not the typical case."""
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.lru_cache(maxsize=None)
+def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
+    """Measure a device once per process: matmul FLOP/s and copy bytes/s (well under 2 s).
+
+    A square matmul of n does 2·n³ FLOPs. A copy of N bytes reads N and writes N, so it
+    moves 2·N bytes. Both take the best of a few runs, after one warm-up run. CPUs are
+    measured in fp32 (what the CPU profile of the course runs); a GPU missing from the
+    table in 16-bit, on its tensor cores.
+    """
+    device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    n, copy_mib = (4096, 256) if on_gpu else (768, 32)
+    # bf16 tensor cores start at sm80 (Ampere); older GPUs get fp16.
+    if on_gpu:
+        dtype = torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+    else:
+        dtype = torch.float32
+    sync = (lambda: torch.cuda.synchronize(device)) if on_gpu else (lambda: None)
+    a, b, out = (torch.randn(n, n, device=device).to(dtype) for _ in range(3))
+    src = torch.ones(copy_mib * 2**20 // 4, device=device)
+    dst = torch.empty_like(src)
+    torch.mm(a, b, out=out)  # warm-up: thread pool or cuBLAS start, first touch of pages
+    dst.copy_(src)
+    matmul_s = _best_seconds(lambda: torch.mm(a, b, out=out), repeats, sync)
+    copy_s = _best_seconds(lambda: dst.copy_(src), repeats, sync)
+    what = f"{n}³ {str(dtype).replace('torch.', '')} matmul, {copy_mib} MiB copy, best of {repeats}"
+    if not on_gpu:
+        what += f", {torch.get_num_threads()} threads"
+    return Peaks(name=device_name(device), flops=2 * n**3 / matmul_s,
+                 bandwidth=2 * src.numel() * src.element_size() / copy_s,
+                 flops_dtype=str(dtype).replace("torch.", ""),
+                 source=f"{'GPU' if on_gpu else 'CPU'}: measured ({what})")
+
+
+def cpu_name() -> str:
+    """The CPU's model name where Linux tells it, else the machine type."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return "CPU: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()}"
+
+
+def device_name(device) -> str:
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def peaks(device="cpu") -> Optional[Peaks]:
+    """Ceilings of ``device``: the table's row for a known GPU, else measured; None if unusable."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return measured_peaks("cpu")
+    if device.type == "cuda" and torch.cuda.is_available():
+        return match_gpu(torch.cuda.get_device_name(device)) or measured_peaks(str(device))
+    return None
+
+
+def _versions() -> dict:
+    try:
+        import triton  # optional: not every environment has it
+        triton_version = triton.__version__
+    except Exception:  # ImportError, or a broken install: report, never fail
+        triton_version = None
+    return {"torch": torch.__version__, "triton": triton_version,
+            "cuda": torch.version.cuda, "python": platform.python_version()}
+
+
+def describe_device(device="cpu") -> dict:
+    """Everything a benchmark result should carry about where it ran, as plain data."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("describe_device('cuda') needs a CUDA GPU; none is visible "
+                               "(torch.cuda.is_available() is False)")
+        major, minor = torch.cuda.get_device_capability(device)
+        extra = {"capability": f"sm_{major}{minor}",
+                 "memory_bytes": torch.cuda.get_device_properties(device).total_memory}
+    else:
+        extra = {"threads": torch.get_num_threads()}
+    found = peaks(device)
+    return {"name": device_name(device), "kind": device.type, **extra,
+            "peaks": found.as_dict() if found else None, "versions": _versions()}
+
+
+def peaks_from_description(description: dict) -> Optional[Peaks]:
+    """The Peaks stored in a ``describe_device`` dict (e.g. read back from a JSON file)."""
+    data = description.get("peaks") if description else None
+    if not data:
+        return None
+    return Peaks(data["name"], data["flops"], data["bandwidth"], data["flops_dtype"], data["source"])

@@ -1,0 +1,216 @@
+"""Execute the book: every notebook of ``_toc.yml``, in order, with papermill.
+
+    python -m kernels.execute                   # profile "auto": cuda if a GPU is visible, else cpu
+    python -m kernels.execute --profile cpu --only 01 02
+    python -m kernels.execute --build           # then build the HTML with Jupyter Book
+
+The source tree is never written to. The runner copies the book into ``--out``
+(default ``_build/executed``), executes each notebook there with the parameters of a
+device profile from ``book/params.yml``, and writes a report (``report.json`` and
+``report.md``: device, versions, seconds and status per notebook, the failing cell's
+error). Jupyter Book then builds that executed copy with execution off, so the HTML
+shows exactly what this run computed. Exit status is non-zero if any notebook failed.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("_config.yml", "_toc.yml", "book")
+
+
+# ---------------------------------------------------------------------- the table of contents
+
+def toc_files(toc_path: Path) -> list[str]:
+    """Every ``file:`` entry of a Jupyter Book ``_toc.yml``, in reading order."""
+    toc = yaml.safe_load(toc_path.read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    walk(toc.get("chapters"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return files
+
+
+def notebooks(root: Path = ROOT) -> list[Path]:
+    """The notebooks of the book, relative to ``root``, in the order of ``_toc.yml``."""
+    return [Path(f).with_suffix(".ipynb") for f in toc_files(root / "_toc.yml")
+            if (root / f).with_suffix(".ipynb").exists()]
+
+
+def select(paths: list[Path], only: list[str] | None) -> list[Path]:
+    """Keep notebooks whose file name contains any of ``only`` (e.g. ``01`` or ``naive``)."""
+    if not only:
+        return paths
+    chosen = [p for p in paths if any(o in p.name for o in only)]
+    if not chosen:
+        raise SystemExit(f"--only {' '.join(only)} matches none of: {', '.join(p.name for p in paths)}")
+    return chosen
+
+
+# --------------------------------------------------------------------------------- profiles
+
+def load_profiles(root: Path = ROOT) -> dict:
+    return yaml.safe_load((root / "book" / "params.yml").read_text())
+
+
+def resolve_profile(name: str, profiles: dict, cuda_available: bool | None = None) -> tuple[str, dict]:
+    """The profile's name and parameters; ``auto`` means ``cuda`` where a GPU is visible."""
+    if name == "auto":
+        if cuda_available is None:
+            import torch
+            cuda_available = torch.cuda.is_available()
+        name = "cuda" if cuda_available else "cpu"
+    if name not in profiles:
+        raise SystemExit(f"unknown profile {name!r}; book/params.yml has: {', '.join(profiles)}, auto")
+    return name, dict(profiles[name])
+
+
+def environment() -> dict:
+    """What executed the book: recorded in the report and shown on the book's build page."""
+    import torch
+    info = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        "torch_threads": torch.get_num_threads(),
+    }
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    return info
+
+
+# -------------------------------------------------------------------------------- execution
+
+def stage(root: Path, out: Path) -> None:
+    """Copy the book's sources into ``out`` (fresh), where notebooks will be executed."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        src, dst = root / name, out / name
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "traces"))
+        else:
+            shutil.copy2(src, dst)
+
+
+def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
+    """Run one staged notebook in place; return its row of the report."""
+    import papermill as pm
+
+    nb = out / path
+    start = time.perf_counter()
+    row = {"notebook": str(path), "status": "ok", "seconds": None, "error": None}
+    try:
+        pm.execute_notebook(str(nb), str(nb), parameters=params, cwd=str(nb.parent),
+                            progress_bar=progress, log_output=False, report_mode=False)
+    except pm.PapermillExecutionError as err:
+        row.update(status="failed", error=f"cell {err.exec_count}: {err.ename}: {err.evalue}")
+    except Exception as err:  # a kernel that died, a missing kernel spec...: still a report row
+        row.update(status="failed", error=f"{type(err).__name__}: {err}")
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def write_report(out: Path, report: dict) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    env = report["environment"]
+    lines = [
+        f"This copy of the book was executed on **{env['device']}** with the `{report['profile']}` profile, "
+        f"on {env['date']}: torch {env['torch']}, Triton {env['triton'] or 'not installed'}, "
+        f"CUDA {env['cuda'] or 'none (CPU build)'}, Python {env['python']}.",
+        "",
+        "| notebook | status | seconds |",
+        "|---|---|---|",
+    ]
+    for r in report["notebooks"]:
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error']}"
+        lines.append(f"| `{r['notebook']}` | {status} | {r['seconds']} |")
+    lines += ["", "Parameters of the profile:", "", "```yaml", yaml.safe_dump(report["parameters"]).strip(), "```"]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    (out / "book" / "execution_report.md").write_text(text)
+
+
+def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "executed",
+        root: Path = ROOT, progress: bool | None = None, overrides: dict | None = None) -> dict:
+    """Stage, execute and report; returns the report (also written to ``out``)."""
+    name, params = resolve_profile(profile, load_profiles(root))
+    params.update(overrides or {})
+    chosen = select(notebooks(root), only)
+    progress = sys.stderr.isatty() if progress is None else progress
+    stage(root, out)
+    report = {"profile": name, "parameters": params, "environment": environment(), "notebooks": []}
+    print(f"Executing {len(chosen)} notebook(s) with the {name!r} profile on {report['environment']['device']}",
+          flush=True)
+    for i, path in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {path}", flush=True)
+        row = execute_one(path, out, params, progress)
+        report["notebooks"].append(row)
+        print(f"      {row['status']} in {row['seconds']} s" + (f": {row['error']}" if row["error"] else ""), flush=True)
+    write_report(out, report)
+    failed = [r for r in report["notebooks"] if r["status"] != "ok"]
+    print(f"{len(chosen) - len(failed)} ok, {len(failed)} failed; report: {out / 'report.md'}", flush=True)
+    return report
+
+
+def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) -> Path:
+    """Build the executed copy with Jupyter Book (execution off, warnings as errors)."""
+    import subprocess
+
+    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+           "build", str(out), "--path-output", str(html_parent), "-W", "-n", "--keep-going"]
+    print("Building HTML: jupyter-book", " ".join(cmd[3:]), flush=True)
+    subprocess.run(cmd, check=True)
+    return html_parent / "_build" / "html"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernels.execute", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="auto", help="device profile from book/params.yml: cpu, cuda or auto")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="execute only notebooks whose name contains NAME")
+    ap.add_argument("--out", type=Path, default=ROOT / "_build" / "executed", help="where executed copies go")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="override a profile parameter (YAML value), e.g. --set seq=256")
+    ap.add_argument("--build", action="store_true", help="then build the HTML into _build/html")
+    args = ap.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set takes KEY=VALUE, got {item!r}")
+        overrides[key] = yaml.safe_load(value)
+    report = run(args.profile, args.only, args.out.resolve(), overrides=overrides)
+    if any(r["status"] != "ok" for r in report["notebooks"]):
+        return 1
+    if args.build:
+        html = build(args.out.resolve())
+        print(f"HTML: {html / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

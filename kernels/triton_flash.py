@@ -1,0 +1,528 @@
+"""Chapter 4: FlashAttention-2 in Triton, forward and backward.
+
+Naive attention writes the S×S score matrix to memory, reads it back for the softmax,
+writes the probabilities, and reads them again for the second matmul. FlashAttention
+never materializes it. One program owns a tile of queries, keeps it on-chip, and
+streams the keys and values past it in tiles. The softmax is computed *online*: the
+program keeps a running row maximum ``m`` and a running row sum ``l``. When a new tile
+raises the maximum, what has been accumulated so far is rescaled by
+``exp(m_old - m_new)``. ``tiled_softmax`` below shows the idea in plain PyTorch.
+
+The file reads top to bottom like the Triton tutorials:
+
+1. ``tiled_softmax``: the online softmax in PyTorch, one tile at a time.
+2. The forward kernel ``_attn_fwd``: the output is written once, and the log-sum-exp of
+   each row is saved for the backward pass. A causal program first visits the key tiles
+   that lie entirely left of the diagonal, with no mask, and then the diagonal tiles,
+   with a mask. It skips the tiles above the diagonal, so causal attention does about
+   half the work.
+3. The backward kernels: ``_attn_bwd_preprocess`` (Delta = rowsum(O·dO)),
+   ``_attn_bwd_dkdv`` (one program per key tile) and ``_attn_bwd_dq`` (one program per
+   query tile).
+4. Tile sizes: ``@triton.autotune`` picks them on a GPU; the interpreter uses fixed ones.
+5. The launchers, which pass every tensor's strides to the kernels, so that
+   non-contiguous inputs (a transposed [B, S, H, D] view) need no copy.
+6. The ``torch.autograd.Function`` and the registry entry ``triton``.
+
+Without a CUDA GPU, the same kernels run in Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1``, set here when nothing else has set it). The interpreter gives
+the same numbers, only slower, so the chapter can be read and tested on a laptop.
+Exponentials are base 2 (``exp2``): ``exp(x) = exp2(x · log2 e)``, and the factor
+``log2 e`` is folded into the softmax scale once, so the kernel pays no extra multiply.
+"""
+# No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
+# keeping them real objects rather than strings is the form every Triton version expects.
+import math
+import os
+
+import torch
+
+from .registry import Reason, needs_cuda, register
+
+# Triton reads TRITON_INTERPRET when @triton.jit decorates a kernel, so the choice must be
+# made before the definitions below. We only turn the interpreter on when there is no GPU
+# and the user has not decided either way.
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+class _NoTriton:
+    """Stands in for ``triton`` and ``triton.language`` when Triton is missing.
+
+    The kernel definitions below still execute (as plain, never-called Python functions),
+    so ``import kernels`` works and ``available()`` can say what is missing.
+    """
+
+    constexpr = None
+
+    @staticmethod
+    def jit(fn):
+        return fn
+
+
+try:
+    import triton
+    import triton.language as tl
+    TRITON_MISSING: Reason = None
+except Exception as err:  # ImportError, or a broken install failing in its own way
+    triton = tl = _NoTriton()
+    TRITON_MISSING = f"needs the triton package, which failed to import ({type(err).__name__}: {err})"
+
+HEAD_DIMS = (16, 32, 64, 128)  # 256 would need more shared memory than many GPUs have
+LOG2E = 1.4426950408889634     # log2(e): exp(x) == exp2(x * LOG2E)
+
+
+# --------------------------------------------------------------------------------------
+# 1. The online softmax, in PyTorch
+# --------------------------------------------------------------------------------------
+
+def tiled_softmax(x: torch.Tensor, block: int):
+    """Softmax over the last dimension of ``x``, reading ``block`` columns at a time.
+
+    Returns ``(softmax, history)``. ``history[i]`` is the pair ``(running_max, running_sum)``
+    after tile ``i``. The kernel keeps the same two numbers per row, but never stores
+    its history.
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    running_max = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype, device=x.device)
+    running_sum = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+    history = []
+    for start in range(0, x.shape[-1], block):
+        tile = x[..., start:start + block]
+        new_max = torch.maximum(running_max, tile.amax(dim=-1))
+        # The old sum was taken relative to the old maximum: rescale it to the new one.
+        running_sum = running_sum * torch.exp(running_max - new_max) \
+            + torch.exp(tile - new_max[..., None]).sum(dim=-1)
+        running_max = new_max
+        history.append((running_max.clone(), running_sum.clone()))
+    softmax = torch.exp(x - running_max[..., None]) / running_sum[..., None]
+    return softmax, history
+
+
+# --------------------------------------------------------------------------------------
+# 2. The forward kernel
+# --------------------------------------------------------------------------------------
+
+@triton.jit
+def _tile(base, b, h, rows, cols, stride_b, stride_h, stride_s, stride_d):
+    """Pointers to the [rows, cols] tile of head (b, h) of a [B, H, S, D] tensor with any strides."""
+    return base + b * stride_b + h * stride_h + rows[:, None] * stride_s + cols[None, :] * stride_d
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                    offs_m, offs_d, lo, hi, S, qk_scale,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
+        kt_ptrs = k_base + cols[None, :] * stride_ks + offs_d[:, None] * stride_kd
+        v_ptrs = v_base + cols[:, None] * stride_vs + offs_d[None, :] * stride_vd
+        if MASKED:  # the diagonal tile or the ragged tail: columns past S read as zeros
+            kt = tl.load(kt_ptrs, mask=cols[None, :] < S, other=0.0)
+            v = tl.load(v_ptrs, mask=cols[:, None] < S, other=0.0)
+        else:       # a tile known to be fully inside the sequence: no mask to compute
+            kt = tl.load(kt_ptrs)
+            v = tl.load(v_ptrs)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+            v = v.to(tl.float32)
+
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale   # scores, in log2 units
+        if MASKED:
+            keep = cols[None, :] < S
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            s = tl.where(keep, s, float("-inf"))
+
+        # The online softmax. Every row already has a finite m_i, or gets one from this tile
+        # (the first tile a row visits always holds column 0 or its own diagonal), so
+        # m_new is never -inf and "-inf - -inf" (NaN) cannot happen.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)          # rescales what was summed under the old max
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, qk_scale,
+              sqb, sqh, sqs, sqd, skb, skh, sks, skd,
+              svb, svh, svs, svd, sob, soh, sos, sod,
+              H, S,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head). Grid: (cdiv(S, BLOCK_M), B*H)."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)  # int64: b * stride can pass 2**31 on large inputs
+    h = (bh % H).to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < S
+
+    # The query tile is loaded once and stays on-chip for the whole loop.
+    q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqs, sqd), mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)   # running row max (log2 units)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)                 # running row sum
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
+
+    # Stage 1 covers key tiles every row may see in full. Stage 2 covers the rest, masked.
+    if CAUSAL:
+        full_hi = start_m * BLOCK_M                          # tiles left of the diagonal
+        masked_hi = tl.minimum((start_m + 1) * BLOCK_M, S)   # the diagonal; nothing beyond
+    else:
+        full_hi = (S // BLOCK_N) * BLOCK_N                   # tiles inside the sequence
+        masked_hi = S                                        # the ragged tail, if any
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
+                                    offs_m, offs_d, 0, full_hi, S, qk_scale,
+                                    False, CAUSAL, BLOCK_N, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
+                                    offs_m, offs_d, full_hi, masked_hi, S, qk_scale,
+                                    True, CAUSAL, BLOCK_N, UPCAST, DOT_PRECISION)
+
+    # Normalize once at the end, not once per tile.
+    acc = acc / l_i[:, None]
+    tl.store(_tile(O, b, h, offs_m, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty),
+             mask=row_ok[:, None])
+    # log2 of each row's softmax denominator: the backward rebuilds P = exp2(s - lse) from it.
+    tl.store(LSE + bh * S + offs_m, m_i + tl.log2(l_i), mask=row_ok)
+
+
+# --------------------------------------------------------------------------------------
+# 3. The backward kernels
+# --------------------------------------------------------------------------------------
+# With P = softmax(S), dP = dO·Vᵀ and dS = P ∘ (dP - Delta) where Delta = rowsum(dO ∘ O):
+#     dV = Pᵀ·dO,   dK = scale · dSᵀ·Q,   dQ = scale · dS·K.
+# P is rebuilt from the saved log-sum-exp, never stored. dK/dV and dQ run as two kernels:
+# dK/dV sums over query rows and dQ sums over key columns, so one program per key tile
+# and one per query tile each own what they write. A single kernel would have to add
+# dQ from many programs with atomics, which is harder to follow and gives results that
+# change in the last bits from run to run (the order of the additions varies).
+# Unlike the forward, these loops apply the mask on every tile. That is one compare and
+# select per score, small next to five matmuls, and the loops stay simple. Tiles above the
+# diagonal are still skipped, so causal does half the work here too.
+
+@triton.jit
+def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, S,
+                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Delta = rowsum(O ∘ dO), in float32. Grid: (cdiv(S, BLOCK_M), B*H)."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = rows < S
+    o = tl.load(_tile(O, b, h, rows, offs_d, sob, soh, sos, sod), mask=row_ok[:, None], other=0.0)
+    do = tl.load(_tile(DO, b, h, rows, offs_d, sdb, sdh, sds, sdd), mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(DELTA + bh * S + rows, delta, mask=row_ok)
+
+
+@triton.jit
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
+                   sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
+                   sdob, sdoh, sdos, sdod, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd,
+                   H, S,
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_N key rows of one (batch, head); loops over query tiles."""
+    start_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    col_ok = cols < S
+    k = tl.load(_tile(K, b, h, cols, offs_d, skb, skh, sks, skd), mask=col_ok[:, None], other=0.0)
+    v = tl.load(_tile(V, b, h, cols, offs_d, svb, svh, svs, svd), mask=col_ok[:, None], other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+
+    # Causal: queries before this key tile never see it, so start at its diagonal.
+    if CAUSAL:
+        lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    else:
+        lo = 0
+    for start_m in range(lo, S, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        row_ok = rows < S
+        q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=row_ok[:, None], other=0.0)
+        do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=row_ok[:, None], other=0.0)
+        if UPCAST:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        lse = tl.load(LSE + bh * S + rows, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + bh * S + rows, mask=row_ok, other=0.0)
+
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale   # [BLOCK_M, BLOCK_N]
+        keep = row_ok[:, None] & col_ok[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])
+        p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])   # masked scores -> p = 0
+        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=DOT_PRECISION)
+
+    dk = dk * sm_scale   # the scores were q·kᵀ·scale, so the chain rule brings the scale out
+    tl.store(_tile(DK, b, h, cols, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty),
+             mask=col_ok[:, None])
+    tl.store(_tile(DV, b, h, cols, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty),
+             mask=col_ok[:, None])
+
+
+@triton.jit
+def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
+                 sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
+                 sdob, sdoh, sdos, sdod, sdqb, sdqh, sdqs, sdqd,
+                 H, S,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head); loops over key tiles."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = rows < S
+    q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=row_ok[:, None], other=0.0)
+    do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse = tl.load(LSE + bh * S + rows, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * S + rows, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    # Causal: keys after this query tile are never seen, so stop at its diagonal.
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M, S)
+    else:
+        hi = S
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        col_ok = cols < S
+        k = tl.load(_tile(K, b, h, cols, offs_d, skb, skh, sks, skd), mask=col_ok[:, None], other=0.0)
+        v = tl.load(_tile(V, b, h, cols, offs_d, svb, svh, svs, svd), mask=col_ok[:, None], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        keep = row_ok[:, None] & col_ok[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])
+        p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+
+    dq = dq * sm_scale
+    tl.store(_tile(DQ, b, h, rows, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty),
+             mask=row_ok[:, None])
+
+
+# --------------------------------------------------------------------------------------
+# 4. Tile sizes: autotuned on a GPU, fixed in the interpreter
+# --------------------------------------------------------------------------------------
+# (BLOCK_M, BLOCK_N, num_warps, num_stages). BLOCK_M is a multiple of BLOCK_N, so the
+# forward's diagonal starts on a key-tile boundary.
+GPU_CONFIGS = [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
+# The interpreter runs one program at a time, each tile operation one NumPy call, so fewer,
+# larger tiles run faster (64x32 is about 3x quicker than 32x16). BLOCK_M = 2·BLOCK_N
+# makes the causal diagonal span two key tiles, the case that needs care.
+INTERPRETER_BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 32}
+PREPROCESS_BLOCK_M = 64
+
+
+def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim: int,
+                           element_size: int) -> int:
+    """Bytes of shared memory a config roughly needs.
+
+    The Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads. This
+    is a rough estimate, enough to drop configs that cannot fit.
+    """
+    return (block_m + 2 * num_stages * block_n) * head_dim * element_size
+
+
+def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int):
+    """The configs whose tiles fit in shared memory and are not much longer than the sequence.
+
+    Always returns at least one config: if nothing passes, the smallest one.
+    """
+    longest_useful = max(16, _next_power_of_2(seq))
+    kept = [c for c in configs
+            if shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size) <= smem_limit
+            and c[0] <= longest_useful]
+    if kept:
+        return kept
+    return [min(configs, key=lambda c: shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size))]
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _prune(configs, named_args, **kwargs):
+    """early_config_prune hook: keep the triton.Config objects that `fitting_configs` keeps."""
+    args = {**named_args, **kwargs}
+    q = args["Q"]
+    props = torch.cuda.get_device_properties(q.device)
+    limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
+    as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
+    kept = fitting_configs(list(as_tuple), args["S"], args["HEAD_DIM"], q.element_size(), limit)
+    return [as_tuple[t] for t in kept]
+
+
+def _autotuned(kernel):
+    """On a GPU, wrap ``kernel`` in @triton.autotune; in the interpreter (where autotune
+    fails) return it unchanged and launch it with INTERPRETER_BLOCKS."""
+    if INTERPRETED or TRITON_MISSING:
+        return kernel
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in GPU_CONFIGS]
+    return triton.autotune(configs=configs, key=["S", "HEAD_DIM", "CAUSAL"],
+                           prune_configs_by={"early_config_prune": _prune})(kernel)
+
+
+attn_fwd = _autotuned(_attn_fwd)
+attn_bwd_dkdv = _autotuned(_attn_bwd_dkdv)
+attn_bwd_dq = _autotuned(_attn_bwd_dq)
+_FIXED_BLOCKS = INTERPRETER_BLOCKS if INTERPRETED else {}
+
+
+# --------------------------------------------------------------------------------------
+# 5. Launchers
+# --------------------------------------------------------------------------------------
+
+def _new_output(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Memory for O, dQ, dK or dV, with ``like``'s shape and (when dense) strides.
+
+    Uninitialized, because the kernels write every element. Tests replace this function
+    with one that fills NaN, to prove it.
+    """
+    return torch.empty_like(like, dtype=dtype)
+
+
+def _kernel_target(out: torch.Tensor) -> torch.Tensor:
+    """The tensor a kernel should write ``out`` through.
+
+    Usually ``out`` itself. The exception is bfloat16 in the interpreter: its float32 to
+    bfloat16 conversion truncates instead of rounding to nearest, so there the kernel
+    writes float32 and PyTorch rounds it into ``out`` (see `_finish`).
+    """
+    if INTERPRETED and out.dtype == torch.bfloat16:
+        return _new_output(out, torch.float32)
+    return out
+
+
+def _finish(out: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+    if written is not out:
+        out.copy_(written)
+    return out
+
+
+def _kernel_options(q: torch.Tensor) -> dict:
+    # The interpreter does bfloat16 arithmetic on raw bits (silently wrong), so there
+    # every tile is upcast to float32 right after its load. On a GPU, float32 matmuls
+    # would default to TF32 (about 1e-3 error). "ieee" keeps them exact to the course's
+    # 1e-5 tolerance, at the price of not using tensor cores.
+    return dict(UPCAST=INTERPRETED,
+                DOT_PRECISION="ieee" if q.dtype == torch.float32 or INTERPRETED else "tf32")
+
+
+def flash_forward(q, k, v, causal: bool, scale: float):
+    """Launch the forward kernel. Returns (O, LSE); LSE is [B·H, S] float32, in log2 units."""
+    batch, heads, seq, head_dim = q.shape
+    o = _new_output(q)
+    o_target = _kernel_target(o)
+    lse = torch.empty(batch * heads, seq, device=q.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+    attn_fwd[grid](q, k, v, o_target, lse, scale * LOG2E,
+                   *q.stride(), *k.stride(), *v.stride(), *o_target.stride(),
+                   heads, seq, HEAD_DIM=head_dim, CAUSAL=causal,
+                   **_kernel_options(q), **_FIXED_BLOCKS)
+    return _finish(o, o_target), lse
+
+
+def flash_backward(q, k, v, o, lse, do, causal: bool, scale: float):
+    """Launch the three backward kernels. Returns (dQ, dK, dV)."""
+    batch, heads, seq, head_dim = q.shape
+    delta = torch.empty_like(lse)
+    pre_grid = (triton.cdiv(seq, PREPROCESS_BLOCK_M), batch * heads)
+    _attn_bwd_preprocess[pre_grid](o, do, delta, *o.stride(), *do.stride(), heads, seq,
+                                   HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M)
+
+    dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
+    dq_t, dk_t, dv_t = _kernel_target(dq), _kernel_target(dk), _kernel_target(dv)
+    options = _kernel_options(q)
+    kv_grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_N"]), batch * heads)  # noqa: E731
+    attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * LOG2E,
+                           *q.stride(), *k.stride(), *v.stride(),
+                           *do.stride(), *dk_t.stride(), *dv_t.stride(),
+                           heads, seq, HEAD_DIM=head_dim, CAUSAL=causal, **options, **_FIXED_BLOCKS)
+    q_grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+    attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * LOG2E,
+                        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
+                        heads, seq, HEAD_DIM=head_dim, CAUSAL=causal, **options, **_FIXED_BLOCKS)
+    return _finish(dq, dq_t), _finish(dk, dk_t), _finish(dv, dv_t)
+
+
+# --------------------------------------------------------------------------------------
+# 6. Autograd, and the registry entry
+# --------------------------------------------------------------------------------------
+
+class FlashAttention(torch.autograd.Function):
+    """Autograd wrapper: the forward saves O and the log-sum-exp, not the S×S probabilities."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float):
+        o, lse = flash_forward(q, k, v, causal, scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None
+
+
+def requirement(device: torch.device) -> Reason:
+    """Why the Triton kernels cannot run on ``device`` (None if they can)."""
+    if TRITON_MISSING:
+        return TRITON_MISSING
+    if device.type == "cpu":
+        if INTERPRETED:
+            return None
+        return ("runs CPU tensors only in Triton's interpreter, which is off "
+                "(set TRITON_INTERPRET=1 before importing kernels)")
+    if device.type == "cuda":
+        return needs_cuda(device)
+    return f"runs on CUDA GPUs (or on the CPU in Triton's interpreter), not on {device.type}"
+
+
+@register("triton", order=60, requires=requirement, head_dims=HEAD_DIMS,
+          dtypes=(torch.float16, torch.bfloat16, torch.float32))
+def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
+    """FlashAttention-2 written in Triton (forward and backward; the interpreter on CPU)."""
+    if scale is None:  # the registry always passes a float; this is for direct calls
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return FlashAttention.apply(q, k, v, causal, scale)

@@ -1,0 +1,272 @@
+"""The benchmark harness (kernels.bench) and the device ceilings it reports (kernels.devices)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernels
+from kernels import bench, devices
+from kernels.bench import FORWARD, FORWARD_BACKWARD
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+
+
+def point(name, b, h, s, d, causal, backward, dtype=torch.float32):
+    mode = FORWARD_BACKWARD if backward else FORWARD
+    return bench.new_point(name, CPU, dtype, b, h, s, d, causal, mode)
+
+
+# ----------------------------------------------------------------------------- counts
+
+def test_flops_causal_forward_by_hand():
+    # 4·B·H·S²·D, halved when causal: 4 * 1 * 8 * 1024**2 * 64 / 2 = 1,073,741,824
+    assert point("sdpa_flash", 1, 8, 1024, 64, True, False).flops == 1_073_741_824
+
+
+def test_flops_full_forward_backward_by_hand():
+    # non-causal forward: 4 * 2 * 4 * 256**2 * 32 = 67,108,864; forward+backward is
+    # forward + 2.5x forward = 3.5x: 67,108,864 * 3.5 = 234,881,024
+    assert point("sdpa_flash", 2, 4, 256, 32, False, True).flops == 234_881_024
+
+
+def test_bytes_fused_vs_materialized_by_hand():
+    # fused (sdpa_flash): q, k, v, o once = 4 * B*H*S*D elements * 4 bytes (fp32)
+    #   = 4 * 1*8*1024*64 * 4 = 8,388,608 bytes
+    assert point("sdpa_flash", 1, 8, 1024, 64, True, False).bytes == 8_388_608
+    # naive writes and reads the S×S scores: + 4 * B*H*S² elements * 4 bytes
+    #   = 4 * 8 * 1024**2 * 4 = 134,217,728; total 142,606,336
+    for name in ("naive", "inplace", "sdpa_math"):
+        assert point(name, 1, 8, 1024, 64, True, False).bytes == 142_606_336
+
+
+def test_bytes_backward_bf16_by_hand():
+    # backward adds dO read and dQ, dK, dV written (+4) and re-reads q, k, v, o (+4):
+    # (4 + 8) * B*H*S*D elements * 2 bytes = 12 * 1*2*128*64 * 2 = 393,216 bytes
+    assert point("sdpa_flash", 1, 2, 128, 64, True, True, torch.bfloat16).bytes == 393_216
+
+
+# ----------------------------------------------------------------------------- devices
+
+@pytest.mark.parametrize("reported, table_name, tflops, tbps", [
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 312, 2.04),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 989, 3.35),
+    ("NVIDIA H200", "NVIDIA H200", 989, 4.8),
+    ("Tesla T4", "NVIDIA T4", 65, 0.32),
+])
+def test_gpu_names_match_their_peaks(reported, table_name, tflops, tbps):
+    found = devices.match_gpu(reported)
+    assert found.name == table_name
+    assert found.flops == pytest.approx(tflops * 1e12)
+    assert found.bandwidth == pytest.approx(tbps * 1e12)
+
+
+def test_ridge_points_match_reference():
+    # REFERENCE.md: 312/2.04 = 152.9 -> 153; 989/3.35 = 295.2 -> 295; 989/4.8 = 206.0 -> 206
+    for name, ridge in (("NVIDIA A100-SXM4-80GB", 153), ("NVIDIA H100 80GB HBM3", 295), ("NVIDIA H200", 206)):
+        assert round(devices.match_gpu(name).ridge) == ridge
+
+
+@pytest.mark.parametrize("other", ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 PCIe", "NVIDIA GH200 480GB",
+                                   "NVIDIA GeForce RTX 4090"])
+def test_gpus_not_in_table_are_not_guessed(other):
+    assert devices.match_gpu(other) is None
+
+
+def test_cpu_is_measured_once_and_described():
+    first = devices.peaks("cpu")
+    assert first is devices.peaks("cpu")  # cached per process
+    assert first.source.startswith("CPU: measured")
+    assert first.flops > 1e8 and first.bandwidth > 1e8
+    info = devices.describe_device("cpu")
+    assert info["kind"] == "cpu"
+    assert info["peaks"]["flops"] == first.flops
+    assert info["versions"]["torch"] == torch.__version__
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_describe_cuda_without_gpu_says_what_it_needs():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        devices.describe_device("cuda")
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+QUICK = dict(batch=1, heads=2, warmup=1, reps=5, min_reps=3, max_seconds=0.2, progress=None)
+
+
+@pytest.fixture(scope="module")
+def small_sweep():
+    """A real CPU sweep: 2 implementations x 2 sequence lengths, memory measured."""
+    return bench.sweep(["inplace", "sdpa_flash"], seqs=(32, 128), head_dims=(16,), **QUICK)
+
+
+def test_small_sweep_measures_every_point(small_sweep):
+    assert [(r.impl, r.seq) for r in small_sweep] == [
+        ("inplace", 32), ("inplace", 128), ("sdpa_flash", 32), ("sdpa_flash", 128)]
+    for r in small_sweep:
+        assert r.status == "ok", r.reason
+        assert 3 <= r.reps <= 5
+        assert 0 < r.p10_ms <= r.median_ms <= r.p90_ms
+        assert r.tflops == pytest.approx(r.flops / (r.median_ms * 1e-3) / 1e12)
+        assert r.gbps == pytest.approx(r.bytes / (r.median_ms * 1e-3) / 1e9)
+        assert r.memory_method == "profiler memory events"
+
+
+def test_materializing_implementation_peaks_above_its_scores(small_sweep):
+    # inplace holds the S×S scores: B*H*S*S*4 bytes = 1*2*128*128*4 = 131,072 at least
+    inplace_128 = next(r for r in small_sweep if r.impl == "inplace" and r.seq == 128)
+    assert inplace_128.peak_memory_bytes >= 131_072
+    inplace_32 = next(r for r in small_sweep if r.impl == "inplace" and r.seq == 32)
+    assert inplace_32.peak_memory_bytes < inplace_128.peak_memory_bytes
+
+
+def test_results_round_trip_through_json_and_csv(small_sweep, tmp_path):
+    json_path, csv_path = bench.save_results(small_sweep, tmp_path / "run")
+    assert (json_path.name, csv_path.name) == ("run.json", "run.csv")
+    data = json.loads(json_path.read_text())  # valid JSON, no NaN
+    assert {"device", "versions", "date", "command", "memory_methods"} <= set(data["meta"])
+    for path in (json_path, csv_path, tmp_path / "run"):
+        back = bench.load_results(path)
+        assert list(back) == list(small_sweep)
+    assert bench.load_results(json_path).meta["device"]["kind"] == "cpu"
+
+
+def test_backward_is_timed_with_its_flops():
+    rows = bench.sweep(["inplace"], seqs=(32,), head_dims=(16,), modes=(FORWARD, FORWARD_BACKWARD),
+                       memory=False, **QUICK)
+    fwd, both = rows
+    assert (fwd.status, both.status) == ("ok", "ok")
+    assert both.flops == 3.5 * fwd.flops
+
+
+def test_unavailable_implementation_is_recorded_and_sweep_goes_on():
+    rows = bench.sweep(["sdpa_efficient", "inplace"], seqs=(16,), head_dims=(16,), memory=False, **QUICK)
+    assert rows[0].status == "unavailable"
+    assert rows[0].reason == kernels.available("cpu")["sdpa_efficient"]
+    assert "CUDA" in rows[0].reason
+    assert rows[0].median_ms is None and rows[0].tflops is None
+    assert rows[1].status == "ok"
+
+
+def test_slow_cpu_implementations_skipped_unless_named(monkeypatch):
+    monkeypatch.setattr(bench, "SLOW_ON_CPU", {"sdpa_math"})
+    by_default = bench.sweep(None, seqs=(16,), head_dims=(16,), memory=False, **QUICK)
+    status = {r.impl: r.status for r in by_default}
+    assert status["sdpa_math"] == "skipped"
+    assert set(status) == set(kernels.names())
+    named = bench.sweep(["sdpa_math"], seqs=(16,), head_dims=(16,), memory=False, **QUICK)
+    assert named[0].status == "ok"
+
+
+def failing_at(min_seq, error):
+    """An implementation that runs below ``min_seq`` and raises ``error`` from there on."""
+    real = kernels.get("inplace")
+
+    def fn(q, k, v, causal=True, scale=None):
+        if q.shape[-2] >= min_seq:
+            raise error
+        return real(q, k, v, causal=causal, scale=scale)
+
+    return fn
+
+
+@pytest.mark.parametrize("error", [
+    torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB"),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                 "you tried to allocate 68719476736 bytes"),
+    MemoryError(),
+])
+def test_out_of_memory_is_recorded_and_sweep_goes_on(monkeypatch, error):
+    monkeypatch.setattr(kernels.implementation("inplace"), "call", failing_at(64, error))
+    rows = bench.sweep(["inplace", "sdpa_flash"], seqs=(32, 64), head_dims=(16,), memory=False, **QUICK)
+    assert [r.status for r in rows] == ["ok", "oom", "ok", "ok"]
+    assert rows[1].median_ms is None and rows[1].tflops is None and rows[1].reason
+
+
+def test_other_failures_are_classified(monkeypatch):
+    cases = {"inplace": RuntimeError("inplace: needs something this machine lacks"),
+             "sdpa_flash": ZeroDivisionError("a bug")}
+    for name, error in cases.items():
+        monkeypatch.setattr(kernels.implementation(name), "call", failing_at(1, error))
+    rows = bench.sweep(["inplace", "sdpa_flash", "sdpa_math"], seqs=(16,), head_dims=(16,),
+                       memory=False, **QUICK)
+    assert [r.status for r in rows] == ["unsupported", "error", "ok"]
+    assert rows[1].reason == "ZeroDivisionError: a bug"
+
+
+def test_implementation_without_autograd_records_no_backward(monkeypatch):
+    real = kernels.get("sdpa_flash")
+
+    def detached(q, k, v, causal=True, scale=None):
+        return real(q, k, v, causal=causal, scale=scale).detach()  # like a kernel with no backward
+
+    monkeypatch.setattr(kernels.implementation("sdpa_flash"), "call", detached)
+    rows = bench.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), modes=(FORWARD, FORWARD_BACKWARD),
+                       memory=False, **QUICK)
+    assert [r.status for r in rows] == ["ok", "no backward"]
+    assert "autograd" in rows[1].reason
+
+
+def test_inputs_rotate_through_sets_larger_than_the_cache():
+    pool = bench.InputPool((1, 2, 64, 16), torch.float32, CPU, backward=False)
+    # one set: 4 tensors (q, k, v, grad) of 1*2*64*16 fp32 = 4 * 2048 * 4 = 32,768 bytes
+    # 64 MiB / 32,768 bytes = 2048 sets would beat the cache; capped at MAX_SETS
+    assert len(pool.sets) == min(bench.MAX_SETS, bench.ROTATE_BYTES["cpu"] // 32_768)
+    big = bench.InputPool((1, 8, 1024, 64), torch.float32, CPU, backward=True)
+    # one set: 4 * 1*8*1024*64 * 4 bytes = 8 MiB -> 64 MiB / 8 MiB = 8 sets
+    assert len(big.sets) == bench.ROTATE_BYTES["cpu"] // (8 * 2**20)
+    assert big.sets[0][0].requires_grad and not big.sets[0][3].requires_grad
+    seen = {id(pool.next()[0]) for _ in range(len(pool.sets))}
+    assert len(seen) == len(pool.sets)
+    assert all(not torch.equal(pool.sets[0][0], s[0]) for s in pool.sets[1:3])
+
+
+def test_bad_sweep_arguments_are_refused():
+    with pytest.raises(KeyError, match="registered"):
+        bench.sweep(["no_such_impl"], progress=None)
+    with pytest.raises(ValueError, match="seqs"):
+        bench.sweep(["inplace"], seqs=(0,), progress=None)
+    with pytest.raises(ValueError, match="modes"):
+        bench.sweep(["inplace"], modes=("backward",), progress=None)
+    with pytest.raises(ValueError, match="dtype"):
+        bench.sweep(["inplace"], dtypes=("fp8",), progress=None)
+
+
+def test_output_paths():
+    assert bench.output_paths("out/run") == (Path("out/run.json"), Path("out/run.csv"))
+    assert bench.output_paths("out/run.json") == (Path("out/run.json"), Path("out/run.csv"))
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_cli_runs_a_tiny_sweep_and_writes_json(tmp_path):
+    out = tmp_path / "tiny"
+    args = ["--impls", "inplace", "sdpa_efficient", "--seq", "16,32", "--head-dim", "16",
+            "--heads", "2", "--reps", "3", "--warmup", "1", "--max-seconds", "0.1", "--no-memory",
+            "--out", str(out)]
+    done = subprocess.run([sys.executable, "-m", "kernels.bench", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert len(progress) == 4  # 2 implementations x 2 sequence lengths, one line each
+    back = bench.load_results(out.with_suffix(".json"))
+    assert [(r.impl, r.seq, r.status) for r in back] == [
+        ("inplace", 16, "ok"), ("inplace", 32, "ok"),
+        ("sdpa_efficient", 16, "unavailable"), ("sdpa_efficient", 32, "unavailable")]
+    assert back.meta["command"].split()[:3] == ["python", "-m", "kernels.bench"]
+    assert back.meta["command"].endswith(str(out))
+    assert all(r.heads == 2 and r.head_dim == 16 and r.causal for r in back)
+    assert out.with_suffix(".csv").exists()
+
+
+def test_cli_help_lists_the_options():
+    text = bench.parser().format_help()
+    for option in ("--impls", "--seq", "--head-dim", "--dtype", "--batch", "--heads",
+                   "--causal", "--no-causal", "--backward", "--reps", "--out"):
+        assert option in text

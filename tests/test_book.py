@@ -1,0 +1,126 @@
+"""The runner and the book: notebooks are clean sources, execute with the cpu profile, build with -W."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from kernels import execute
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = execute.notebooks(ROOT)
+REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+
+
+def test_toc_lists_the_chapters_in_order():
+    names = [p.stem for p in NOTEBOOKS]
+    assert names[:3] == ["00_profiler_primer", "01_naive", "02_inplace"]
+    for f in execute.toc_files(ROOT / "_toc.yml"):
+        assert any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb")), f
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_source_notebooks_are_clean(path):
+    nb = nbformat.read(ROOT / path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "commit notebooks without outputs"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
+    install = next(c for c in nb.cells if c.cell_type == "code")
+    assert "import kernels" in install.source and f"git+{REPO_URL}" in install.source, \
+        "the first code cell installs the course from the repository URL in _config.yml"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_cover_every_profile(path):
+    nb = nbformat.read(ROOT / path, as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    names = set(re.findall(r"^(\w+)\s*=", params.source, flags=re.M))
+    for profile, values in execute.load_profiles(ROOT).items():
+        assert set(values) <= names, f"{path.name} lacks parameters {set(values) - names} of profile {profile}"
+
+
+def test_profiles_resolve():
+    profiles = execute.load_profiles(ROOT)
+    assert execute.resolve_profile("auto", profiles, cuda_available=False)[0] == "cpu"
+    assert execute.resolve_profile("auto", profiles, cuda_available=True)[0] == "cuda"
+    assert execute.resolve_profile("cuda", profiles)[1]["dtype"] == "bfloat16"
+    with pytest.raises(SystemExit, match="unknown profile"):
+        execute.resolve_profile("tpu", profiles)
+
+
+def test_only_selects_by_name():
+    assert [p.stem for p in execute.select(NOTEBOOKS, ["01"])] == ["01_naive"]
+    with pytest.raises(SystemExit, match="matches none"):
+        execute.select(NOTEBOOKS, ["zzz"])
+
+
+def _broken_book(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    (root / "book").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/boom\n")
+    (root / "book" / "intro.md").write_text("# t\n")
+    (root / "book" / "params.yml").write_text("cpu:\n  seq: 4\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("seq = 1", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("assert seq == 4\nraise ValueError('the planted failure')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "book" / "boom.ipynb")
+    return root
+
+
+@pytest.mark.slow
+def test_runner_reports_a_failing_notebook(tmp_path, capsys):
+    root = _broken_book(tmp_path)
+    out = tmp_path / "out"
+    report = execute.run("cpu", out=out, root=root)
+    row = report["notebooks"][0]
+    assert row["status"] == "failed" and "ValueError: the planted failure" in row["error"]
+    assert "failed" in (out / "report.md").read_text()
+    assert not (root / "book" / "boom.ipynb").read_text().count('"outputs": [\n     {'), "source left untouched"
+    printed = capsys.readouterr().out
+    assert "[1/1] book/boom.ipynb" in printed and "0 ok, 1 failed" in printed
+
+
+@pytest.fixture(scope="module")
+def built_book(tmp_path_factory):
+    """Execute every chapter with the cpu profile, then build the HTML with -W."""
+    tmp = tmp_path_factory.mktemp("book")
+    out = tmp / "executed"
+    report = execute.run("cpu", out=out, root=ROOT)
+    html = execute.build(out, html_parent=tmp)
+    return report, out, html
+
+
+@pytest.mark.slow
+def test_every_chapter_executes_on_cpu(built_book):
+    report, out, _ = built_book
+    failed = [r for r in report["notebooks"] if r["status"] != "ok"]
+    assert not failed, failed
+    assert report["profile"] == "cpu" and report["environment"]["torch"]
+    assert json.loads((out / "report.json").read_text())["notebooks"] == report["notebooks"]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(out / path, as_version=4)
+        text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        assert "✔" in text, f"{path.name} asserted no lesson"
+        assert "USDT" not in text, "profiler noise leaked into the book"
+
+
+@pytest.mark.slow
+def test_book_builds_with_glued_numbers_and_figures(built_book):
+    _, _, html = built_book
+    for f in execute.toc_files(ROOT / "_toc.yml"):
+        page = html / Path(f).with_suffix(".html")
+        assert page.exists(), page
+    naive = (html / "book" / "01_naive.html").read_text()
+    assert re.search(r"The copy moves\s*(<[^>]+>\s*)*[\d.]+", naive), "glued numbers are rendered"
+    assert naive.count("<img") >= 1 and list((html / "_images").glob("*.png"))
+    info = (html / "book" / "build_info.html").read_text()
+    assert "CPU" in info and "cpu" in info and "torch" in info
+    assert (html / "index.html").exists()

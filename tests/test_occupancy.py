@@ -1,0 +1,312 @@
+"""Theoretical occupancy: hand-computed cases, the article's numbers, and NVIDIA's own header.
+
+Every expected number below is worked out in the comment above it from the rules in
+kernels/occupancy.py's docstring (registers per warp rounded up to 256; 16,384 registers
+per scheduler, 4 schedulers; shared memory + 1 KB reserved on sm_80+, rounded to 128 B,
+256 B on sm_75). The last test compiles cuda_occupancy.h (the CUDA toolkit's header-only
+calculator, also bundled with Triton) and compares a sweep, where a C++ compiler exists.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from kernels.occupancy import ARCHES, LIMITS, arch_of, occupancy, occupancy_from_trace
+
+
+# --------------------------------------------------------------------------- the article
+
+def test_article_flash_kernel_128_threads_255_registers():
+    # 128 threads = 4 warps. 255 x 32 = 8,160 registers per warp -> rounded up to 8,192.
+    # 16,384 // 8,192 = 2 warps per scheduler -> 8 warps per SM -> 8 // 4 = 2 blocks.
+    # (The article's shortcut agrees: 128 x 255 = 32,640; 65,536 // 32,640 = 2.)
+    # 2 blocks x 4 warps = 8 warps of 64 = 12.5%.
+    occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.max_warps_per_sm) == (2, 8, 64)
+    assert occ.fraction == pytest.approx(0.125)
+    assert occ.limited_by == "registers"
+    assert occ.registers_per_warp == 8192
+    # the other limits, each on its own: warps 64 // 4 = 16; block slots 32;
+    # shared memory: only the reserved 1,024 B -> 167,936 // 1,024 = 164.
+    assert occ.blocks_by == {"registers": 2, "shared_memory": 164, "warps": 16, "blocks": 32}
+
+
+def test_article_cudnn_kernel_256_threads_240_registers():
+    # 256 threads = 8 warps. 240 x 32 = 7,680 per warp (already a multiple of 256).
+    # 16,384 // 7,680 = 2 warps per scheduler -> 8 warps -> 8 // 8 = 1 block = 8 warps = 12.5%.
+    occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
+    assert (occ.blocks_per_sm, occ.warps_per_sm) == (1, 8)
+    assert occ.fraction == pytest.approx(0.125)
+    assert occ.limited_by == "registers"
+
+
+def test_explain_shows_the_article_arithmetic():
+    text = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80").explain()
+    for piece in ("128 threads x 255 registers = 32,640", "65,536 // 32,640 = 2 blocks",
+                  "8,160 per warp, rounded up to 8,192", "8 warps of 64", "12.5%",
+                  "limited by registers"):
+        assert piece in text, piece
+
+
+# --------------------------------------------------------------------------- each limit
+
+def test_register_rounding_changes_the_answer():
+    # 100 registers x 32 = 3,200 per warp -> rounded up to 3,328 (13 x 256).
+    # 16,384 // 3,328 = 4 warps per scheduler -> 16 warps -> 16 // 4 = 4 blocks.
+    # Without the rounding: 16,384 // 3,200 = 5 -> 20 warps -> 5 blocks.
+    occ = occupancy(threads_per_block=128, registers_per_thread=100, arch="sm_80")
+    assert occ.registers_per_warp == 3328
+    assert (occ.blocks_per_sm, occ.warps_per_sm) == (4, 16)
+    assert occ.fraction == pytest.approx(0.25)
+
+
+def test_scheduler_split_changes_the_answer():
+    # 192 x 32 = 6,144 per warp. Per scheduler 16,384 // 6,144 = 2 warps -> 8 warps per SM
+    # -> 64 threads = 2 warps -> 4 blocks. The whole file would say 65,536 // 6,144 = 10
+    # warps = 5 blocks, but a warp cannot straddle two schedulers' register files.
+    occ = occupancy(threads_per_block=64, registers_per_thread=192, arch="sm_80")
+    assert occ.blocks_by_registers == 4
+    assert (occ.blocks_per_sm, occ.warps_per_sm) == (4, 8)
+    assert occ.limited_by == "registers"
+
+
+def test_shared_memory_limited_with_the_reserved_kilobyte():
+    # 32 KB = 32,768 B + 1,024 reserved = 33,792 B (a multiple of 128) per block;
+    # 167,936 // 33,792 = 4 blocks (without the reserved KB it would be 5).
+    # Registers: 32 x 32 = 1,024 per warp -> 16 per scheduler -> 64 warps -> 16 blocks.
+    # 4 blocks x 4 warps = 16 of 64 = 25%.
+    occ = occupancy(threads_per_block=128, registers_per_thread=32,
+                    shared_mem_per_block=32 * 1024, arch="sm_80")
+    assert occ.shared_mem_allocated_per_block == 33792
+    assert occ.blocks_by_shared_memory == 4
+    assert (occ.blocks_per_sm, occ.warps_per_sm) == (4, 16)
+    assert occ.fraction == pytest.approx(0.25)
+    assert occ.limited_by == "shared_memory"
+
+
+def test_shared_memory_granularity_on_turing():
+    # sm_75 rounds shared memory to 256 B and reserves nothing: 10,800 -> 11,008 B
+    # (43 x 256); 65,536 // 11,008 = 5 blocks (with 128-B units it would be 10,880 -> 6).
+    # 5 blocks x 4 warps = 20 warps of 32 = 62.5%.
+    occ = occupancy(threads_per_block=128, registers_per_thread=32,
+                    shared_mem_per_block=10_800, arch="sm_75")
+    assert occ.shared_mem_allocated_per_block == 11008
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.max_warps_per_sm) == (5, 20, 32)
+    assert occ.fraction == pytest.approx(0.625)
+    assert occ.limited_by == "shared_memory"
+
+
+def test_block_slot_limited_on_sm86():
+    # 32 threads = 1 warp, 16 registers (512 per warp -> 32 per scheduler -> 128 blocks),
+    # shared memory 102,400 // 1,024 = 100, warp slots 48 // 1 = 48, block slots 16.
+    # 16 blocks x 1 warp = 16 warps of 48 = 1/3.
+    occ = occupancy(threads_per_block=32, registers_per_thread=16, arch="sm_86")
+    assert occ.blocks_by == {"registers": 128, "shared_memory": 100, "warps": 48, "blocks": 16}
+    assert (occ.blocks_per_sm, occ.warps_per_sm) == (16, 16)
+    assert occ.fraction == pytest.approx(16 / 48)
+    assert occ.limited_by == "blocks"
+
+
+def test_block_slots_differ_between_ada_and_ampere():
+    # Same tiny block on sm_89: 24 block slots -> 24 warps of 48 = 50%.
+    occ = occupancy(threads_per_block=32, registers_per_thread=16, arch="sm_89")
+    assert (occ.blocks_per_sm, occ.fraction) == (24, pytest.approx(0.5))
+
+
+def test_warp_slot_limited_full_occupancy():
+    # 1,024 threads = 32 warps, 16 registers (512 per warp -> 128 warps -> 4 blocks):
+    # warp slots 64 // 32 = 2 blocks -> 64 warps of 64 = 100%.
+    occ = occupancy(threads_per_block=1024, registers_per_thread=16, arch="sm_80")
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.fraction) == (2, 64, 1.0)
+    assert occ.limited_by == "warps"
+
+
+def test_ties_name_every_limit():
+    # 64 threads x 32 registers: warp slots 64 // 2 = 32, block slots 32, registers
+    # 1,024 per warp -> 64 warps -> 32 blocks. Three limits allow exactly 32 blocks.
+    occ = occupancy(threads_per_block=64, registers_per_thread=32, arch="sm_80")
+    assert occ.blocks_per_sm == 32
+    assert occ.limiters == ("registers", "warps", "blocks")
+    assert occ.limited_by == "registers"  # the first, in LIMITS order
+    assert set(occ.limiters) <= set(LIMITS)
+
+
+def test_partial_warp_counts_as_a_whole_warp():
+    # 33 threads occupy 2 warps: warp slots 64 // 2 = 32 blocks; 32 x 2 = 64 warps = 100%.
+    occ = occupancy(threads_per_block=33, registers_per_thread=32, arch="sm_80")
+    assert (occ.warps_per_block, occ.warps_per_sm) == (2, 64)
+
+
+def test_registers_that_cannot_fit_one_block_give_zero():
+    # 1,024 threads x 255 registers: 8,192 per warp x 32 warps = 262,144 > 65,536 per
+    # block, so the launch would fail; the calculator reports 0 blocks, not an error.
+    occ = occupancy(threads_per_block=1024, registers_per_thread=255, arch="sm_80")
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.fraction) == (0, 0, 0.0)
+    assert occ.limited_by == "registers"
+    assert "the launch fails" in occ.explain()
+
+
+def test_largest_hopper_block_fits_once():
+    # 227 KB = 232,448 B + 1,024 = 233,472 B = 228 KB: exactly one block per SM.
+    occ = occupancy(threads_per_block=128, registers_per_thread=32,
+                    shared_mem_per_block=227 * 1024, arch="sm_90")
+    assert occ.blocks_per_sm == 1 and occ.limited_by == "shared_memory"
+
+
+# --------------------------------------------------------------------------- inputs
+
+@pytest.mark.parametrize("spelling", ["sm_80", "sm80", "SM_80", "8.0", (8, 0), [8, 0], "sm_80a",
+                                      "compute_80"])
+def test_arch_spellings_agree(spelling):
+    assert occupancy(128, 255, arch=spelling) == occupancy(128, 255, arch="sm_80")
+
+
+def test_unknown_arch_lists_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        occupancy(128, 32, arch="sm_70")
+    for name in ARCHES:
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(threads_per_block=0, registers_per_thread=32), "threads_per_block"),
+    (dict(threads_per_block=1025, registers_per_thread=32), "threads_per_block"),
+    (dict(threads_per_block=128, registers_per_thread=256), "registers_per_thread"),
+    (dict(threads_per_block=128, registers_per_thread=-1), "registers_per_thread"),
+    (dict(threads_per_block=128, registers_per_thread=32, shared_mem_per_block=163 * 1024 + 1),
+     "shared_mem_per_block"),
+    (dict(threads_per_block=128, registers_per_thread=32, shared_mem_per_block=-4),
+     "shared_mem_per_block"),
+])
+def test_bad_footprints_raise_value_error_naming_the_problem(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        occupancy(arch="sm_80", **kwargs)
+
+
+def test_shared_memory_limit_depends_on_arch():
+    # 100 KB fits a block on sm_80 (max 163 KB) but not on sm_86 (max 99 KB).
+    assert occupancy(128, 32, 100 * 1024, arch="sm_80").blocks_per_sm == 1
+    with pytest.raises(ValueError, match="101,376"):
+        occupancy(128, 32, 100 * 1024, arch="sm_86")
+
+
+def test_non_integers_raise_type_error():
+    with pytest.raises(TypeError):
+        occupancy(128.0, 32)
+    with pytest.raises(TypeError):
+        occupancy(128, True)
+
+
+def test_result_is_frozen():
+    occ = occupancy(128, 32)
+    with pytest.raises(AttributeError):
+        occ.blocks_per_sm = 5
+
+
+@pytest.mark.parametrize("device, arch", [
+    ("NVIDIA A100-SXM4-80GB", "sm_80"), ("NVIDIA A100 80GB PCIe", "sm_80"),
+    ("NVIDIA H100 80GB HBM3", "sm_90"), ("NVIDIA H200", "sm_90"), ("NVIDIA GH200 480GB", "sm_90"),
+    ("NVIDIA A10G", "sm_86"), ("NVIDIA GeForce RTX 3090", "sm_86"), ("NVIDIA RTX A6000", "sm_86"),
+    ("NVIDIA L4", "sm_89"), ("NVIDIA L40S", "sm_89"), ("NVIDIA GeForce RTX 4090", "sm_89"),
+    ("NVIDIA RTX 6000 Ada Generation", "sm_89"), ("Tesla T4", "sm_75"), ("Quadro RTX 6000", "sm_75"),
+    ((8, 6), "sm_86"), ("9.0", "sm_90"), ("sm_90a", "sm_90"),
+])
+def test_arch_of(device, arch):
+    assert arch_of(device) == arch
+
+
+def test_arch_of_device_properties_and_unknowns():
+    class Props:  # the shape of torch.cuda.get_device_properties(i)
+        major, minor, name = 8, 9, "NVIDIA L4"
+
+    assert arch_of(Props()) == "sm_89"
+    for unknown in ("AMD Instinct MI300X", "Tesla V100-SXM2-16GB", (7, 0)):
+        with pytest.raises(ValueError, match="sm_80"):
+            arch_of(unknown)
+
+
+def test_from_trace_event():
+    # Kineto kernel events carry "block" [x, y, z], "registers per thread", "shared memory".
+    event = {"cat": "kernel", "name": "void pytorch_flash::flash_fwd_kernel<...>",
+             "args": {"block": [128, 1, 1], "registers per thread": 255, "shared memory": 49152}}
+    occ = occupancy_from_trace(event, arch="sm_80")
+    # registers give 2 blocks; shared memory (49,152 + 1,024) = 50,176 -> 167,936 // 50,176 = 3.
+    assert (occ.blocks_per_sm, occ.blocks_by_shared_memory, occ.limited_by) == (2, 3, "registers")
+    assert occupancy_from_trace(event["args"], arch="sm_80") == occ
+    with pytest.raises(ValueError, match="registers per thread"):
+        occupancy_from_trace({"args": {"block": [128, 1, 1], "shared memory": 0}}, arch="sm_80")
+
+
+# --------------------------------------------------------------------------- NVIDIA's header
+
+_HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "cuda_occupancy.h"
+int main(int argc, char** argv) {
+  cudaOccDeviceProp p;
+  p.computeMajor = atoi(argv[1]); p.computeMinor = atoi(argv[2]);
+  p.sharedMemPerMultiprocessor = atol(argv[3]); p.sharedMemPerBlockOptin = atol(argv[4]);
+  p.reservedSharedMemPerBlock = atol(argv[5]); p.maxThreadsPerMultiprocessor = atoi(argv[6]);
+  p.maxThreadsPerBlock = 1024; p.regsPerBlock = 65536; p.regsPerMultiprocessor = 65536;
+  p.warpSize = 32; p.sharedMemPerBlock = 48 * 1024; p.numSms = 1;
+  int t, r; long s;
+  while (scanf("%d %d %ld", &t, &r, &s) == 3) {
+    cudaOccFuncAttributes a;
+    a.maxThreadsPerBlock = 1024; a.numRegs = r; a.sharedSizeBytes = 0; a.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
+    a.maxDynamicSharedSizeBytes = p.sharedMemPerBlockOptin;
+    cudaOccDeviceState st; cudaOccResult res;
+    int err = cudaOccMaxActiveBlocksPerMultiprocessor(&res, &p, &a, &st, t, s);
+    printf("%d %d\n", err, res.activeBlocksPerMultiprocessor);
+  }
+}
+"""
+
+
+def _occupancy_header():
+    spec = importlib.util.find_spec("triton")  # its NVIDIA backend bundles the header
+    if spec is not None and spec.origin:
+        yield pathlib.Path(spec.origin).parent / "backends" / "nvidia" / "include"
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+        if root:
+            yield pathlib.Path(root) / "include"
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        yield pathlib.Path(nvcc).resolve().parent.parent / "include"
+
+
+def test_matches_cuda_occupancy_header(tmp_path):
+    include = next((d for d in _occupancy_header() if (d / "cuda_occupancy.h").exists()), None)
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if include is None or compiler is None:
+        pytest.skip("needs a C++ compiler and cuda_occupancy.h (from triton or a CUDA toolkit)")
+    (tmp_path / "occ.cpp").write_text(_HARNESS)
+    built = subprocess.run([compiler, "-O0", f"-I{include}", str(tmp_path / "occ.cpp"),
+                            "-o", str(tmp_path / "occ")], capture_output=True, text=True)
+    if built.returncode != 0:
+        pytest.skip(f"cuda_occupancy.h did not compile here: {built.stderr[:300]}")
+    checked = 0
+    for lim in ARCHES.values():
+        cases = [(t, r, s) for t, r, s in itertools.product(
+            (1, 32, 33, 96, 128, 192, 256, 384, 640, 1024),
+            (0, 16, 32, 40, 64, 72, 100, 128, 168, 192, 232, 240, 255),
+            (0, 1, 10_800, 32 * 1024, 49_152, 100_000, lim.max_shared_mem_per_block))
+            if s <= lim.max_shared_mem_per_block]
+        out = subprocess.run(
+            [str(tmp_path / "occ"), str(lim.capability[0]), str(lim.capability[1]),
+             str(lim.shared_mem_per_sm), str(lim.max_shared_mem_per_block),
+             # the driver's reserved KB per block, from Ampere on (cuda_occupancy.h's comment)
+             str(1024 if lim.capability >= (8, 0) else 0), str(lim.max_warps_per_sm * lim.warp_size)],
+            input="".join(f"{t} {r} {s}\n" for t, r, s in cases),
+            capture_output=True, text=True, check=True).stdout.split()
+        for (t, r, s), err, blocks in zip(cases, out[0::2], out[1::2]):
+            assert err == "0", (lim.name, t, r, s)
+            assert occupancy(t, r, s, arch=lim.name).blocks_per_sm == int(blocks), (lim.name, t, r, s)
+            checked += 1
+    assert checked > 2000

@@ -1,0 +1,141 @@
+"""Figures of kernels.plots, drawn from a synthetic result set whose numbers follow formulas."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from matplotlib.figure import Figure
+
+from kernels import plots
+from kernels.bench import FORWARD, FORWARD_BACKWARD, BenchResult, BenchResults
+from kernels.devices import Peaks
+
+SEQS = (256, 512, 1024)
+# A made-up device: 100 TFLOP/s and 1 TB/s, so the ridge is 100e12 / 1e12 = 100 FLOP/byte.
+DEVICE = Peaks("Test GPU", 100e12, 1e12, "bfloat16", "made up for the test")
+
+
+def row(impl, seq, mode, status="ok"):
+    """A measured point: time ∝ S² for 'naive', ∝ S for 'fused'; memory ∝ S² and ∝ S."""
+    quadratic = impl == "naive"
+    ms = (1e-5 * seq**2 if quadratic else 1e-3 * seq) * (3.5 if mode == FORWARD_BACKWARD else 1)
+    flops = 4.0 * 8 * seq**2 * 64 / 2 * (3.5 if mode == FORWARD_BACKWARD else 1)
+    nbytes = 4.0 * 8 * seq * 64 * 2 + (4.0 * 8 * seq**2 * 2 if quadratic else 0)
+    ok = status == "ok"
+    return BenchResult(
+        impl=impl, device="cuda", dtype="bfloat16", batch=1, heads=8, seq=seq, head_dim=64,
+        causal=True, mode=mode, status=status, reps=10 if ok else 0,
+        median_ms=ms if ok else None, p10_ms=0.9 * ms if ok else None, p90_ms=1.2 * ms if ok else None,
+        flops=flops, bytes=nbytes, tflops=flops / (ms * 1e-3) / 1e12 if ok else None,
+        gbps=nbytes / (ms * 1e-3) / 1e9 if ok else None,
+        peak_memory_bytes=(8 * seq**2 * 2 if quadratic else 8 * seq * 64 * 2 * 4) if ok else None,
+        memory_method="cuda.max_memory_allocated" if ok else "")
+
+
+@pytest.fixture
+def results():
+    rows = [row(impl, s, mode) for impl in ("naive", "fused") for mode in (FORWARD, FORWARD_BACKWARD)
+            for s in SEQS]
+    rows.append(row("naive", 2048, FORWARD, status="oom"))  # failed points are not drawn
+    rows.append(row("cuda_v1", 256, FORWARD, status="unavailable"))
+    return BenchResults(rows, meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
+
+
+SERIES = 4  # 2 implementations x 2 modes; the failed rows add none
+
+
+def only_axes(fig):
+    assert isinstance(fig, Figure)
+    (ax,) = fig.axes
+    return ax
+
+
+def test_every_figure_renders_without_a_gui(results):
+    for fig in (plots.time_vs_seq(results), plots.tflops_vs_seq(results), plots.memory_vs_seq(results),
+                plots.roofline(results)):
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=40)  # Figure() needs no pyplot backend
+        assert png.getvalue()[:4] == b"\x89PNG"
+
+
+def labels(ax):
+    return [line.get_label() for line in ax.lines]
+
+
+def test_series_are_labelled_by_what_varies(results):
+    groups = plots.series(results)
+    assert sorted(groups) == ["fused fwd", "fused fwd+bwd", "naive fwd", "naive fwd+bwd"]
+    assert all([r.seq for r in rs] == list(SEQS) for rs in groups.values())
+
+
+def test_time_vs_seq(results):
+    ax = only_axes(plots.time_vs_seq(results))
+    assert ax.get_xlabel() == "sequence length S (tokens)"
+    assert ax.get_ylabel() == "time per call (ms)"
+    assert len(ax.lines) == SERIES
+    assert len(ax.collections) == SERIES  # one p10-p90 band per series
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    naive = ax.lines[labels(ax).index("naive fwd")]
+    assert list(naive.get_xdata()) == list(SEQS)
+    assert list(naive.get_ydata()) == pytest.approx([1e-5 * s**2 for s in SEQS])
+
+
+def test_tflops_vs_seq_with_a_given_peak(results):
+    ax = only_axes(plots.tflops_vs_seq(results, peak=312))
+    assert ax.get_ylabel() == "achieved TFLOP/s"
+    assert "sequence length" in ax.get_xlabel()
+    assert len(ax.lines) == SERIES + 1
+    peak = ax.lines[-1]
+    assert set(peak.get_ydata()) == {312}
+    assert "312" in peak.get_label()
+
+
+def test_tflops_vs_seq_takes_the_peak_stored_with_the_results(results):
+    ax = only_axes(plots.tflops_vs_seq(results))
+    assert set(ax.lines[-1].get_ydata()) == {100}  # DEVICE: 100e12 FLOP/s = 100 TFLOP/s
+
+
+def test_memory_vs_seq_is_log_log_with_s_and_s2_guides(results):
+    ax = only_axes(plots.memory_vs_seq(results))
+    assert ax.get_ylabel() == "peak memory (MiB)"
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert len(ax.lines) == SERIES + 2
+    assert {"∝ S", "∝ S²"} <= set(labels(ax))
+    naive = ax.lines[labels(ax).index("naive fwd")]
+    # 8 * S² * 2 bytes in MiB: S=256 -> 8 * 65,536 * 2 / 1,048,576 = 1.0
+    assert naive.get_ydata()[0] == pytest.approx(1.0)
+
+
+def test_roofline_has_both_ceilings_and_the_ridge(results):
+    ax = only_axes(plots.roofline(results, DEVICE))
+    assert ax.get_xlabel() == "arithmetic intensity (FLOP/byte)"
+    assert ax.get_ylabel() == "achieved TFLOP/s"
+    assert len(ax.lines) == SERIES + 1
+    roof = ax.lines[-1]
+    xs, ys = roof.get_xdata(), roof.get_ydata()
+    assert xs[1] == pytest.approx(100)           # the ridge: 100e12 / 1e12 FLOP/byte
+    assert ys[1] == ys[2] == pytest.approx(100)  # flat at 100 TFLOP/s from the ridge on
+    assert ys[0] == pytest.approx(1e12 * xs[0] / 1e12)  # bandwidth slope: 1 TB/s x intensity
+    (note,) = ax.texts
+    assert "ridge 100 FLOP/byte" in note.get_text()
+    fused = ax.lines[labels(ax).index("fused fwd")]
+    # fused, S=256: flops 4*8*256²*64/2 = 67,108,864; bytes 4*8*256*64*2 = 1,048,576 -> 64 FLOP/byte
+    assert fused.get_xdata()[0] == pytest.approx(64)
+
+
+def test_roofline_accepts_a_device_description(results):
+    ax = only_axes(plots.roofline(results, {"peaks": DEVICE.as_dict()}))
+    assert ax.lines[-1].get_xdata()[1] == pytest.approx(100)
+    ax = only_axes(plots.roofline(results))  # the device stored with the results
+    assert ax.lines[-1].get_xdata()[1] == pytest.approx(100)
+
+
+def test_roofline_without_peaks_says_so():
+    with pytest.raises(ValueError, match="no peaks"):
+        plots.roofline([row("naive", 256, FORWARD)], {"peaks": None})
+
+
+def test_nothing_measured_still_gives_a_figure():
+    ax = only_axes(plots.time_vs_seq([row("naive", 256, FORWARD, status="oom")]))
+    assert len(ax.lines) == 0
+    assert "no successful" in ax.texts[0].get_text()

@@ -1,0 +1,145 @@
+"""kernels.profiling on real CPU traces and on a synthetic (A100-shaped) GPU trace."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import matplotlib
+import pytest
+import torch
+
+import kernels
+from kernels import profiling
+from tests.conftest import make_qkv
+from tests.gpu_trace import NAIVE_A100, naive_a100_trace
+
+matplotlib.use("Agg")
+B, H, S, D = 1, 4, 96, 32
+SCORES = [B, H, S, S]
+SCORES_BYTES = B * H * S * S * 4
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory):
+    q, k, v = make_qkv(B, H, S, D)
+    out = tmp_path_factory.mktemp("traces")
+    return {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=3, trace_dir=out)
+            for name in ("naive", "inplace", "sdpa_math", "sdpa_flash")}
+
+
+def test_trace_file_is_exported_and_parses(cpu_runs):
+    run = cpu_runs["naive"]
+    assert run.trace_path.name == "naive.json.gz" and run.trace_path.exists()
+    with gzip.open(run.trace_path, "rt") as f:
+        raw = json.load(f)
+    assert any(e.get("name") == "naive" for e in raw["traceEvents"])
+    assert run.trace.labels() == ["naive"]
+    assert len(run.steps()) == 3 and not run.trace.has_gpu
+
+
+def test_ops_are_nested_in_call_order(cpu_runs):
+    step = cpu_runs["naive"].step(0)
+    top = step.top_level()["name"].tolist()
+    assert top == ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]
+    bmm = step.find("aten::bmm")
+    assert len(bmm) == 2 and all(step.ops.at[p, "name"] == "aten::matmul" for p in bmm["parent"])
+    assert (step.ops["start_us"].diff().dropna() >= 0).all()
+    # children lie inside their parents
+    for i, p in enumerate(step.ops["parent"]):
+        if p >= 0:
+            assert step.ops.at[p, "ts"] <= step.ops.at[i, "ts"] and step.ops.at[i, "end"] <= step.ops.at[p, "end"]
+
+
+def test_naive_has_one_scores_copy_inplace_none(cpu_runs):
+    naive, inplace = cpu_runs["naive"].step(), cpu_runs["inplace"].step()
+    big = naive.copies(min_bytes=SCORES_BYTES)
+    assert len(big) == 1 and big.iloc[0]["input_dims"][0] == SCORES and big.iloc[0]["called_from"] == "aten::clone"
+    assert inplace.copies(min_bytes=SCORES_BYTES).empty
+    # both have the tiny scalar copy under mul: counting copy_ by name alone would mislead
+    assert len(naive.copies()) == 2 and len(inplace.copies()) == 1
+    assert inplace.copies().iloc[0]["bytes"] == 4
+
+
+def test_memory_accounting(cpu_runs):
+    naive, inplace = cpu_runs["naive"].step(), cpu_runs["inplace"].step()
+    assert naive.allocated_bytes - inplace.allocated_bytes == SCORES_BYTES
+    assert naive.peak_bytes == inplace.peak_bytes >= 2 * SCORES_BYTES
+    clone = naive.find("aten::clone", shape=SCORES)
+    assert naive.ops.at[clone.index[0], "alloc_bytes"] == SCORES_BYTES
+    flash = cpu_runs["sdpa_flash"].step()
+    assert flash.peak_bytes < SCORES_BYTES  # the fused CPU kernel never holds S×S
+
+
+def test_sdpa_math_rebuilds_the_mask_and_flash_is_one_op(cpu_runs):
+    math_ops = set(cpu_runs["sdpa_math"].step().ops["name"])
+    assert {"aten::_safe_softmax", "aten::where"} & math_ops
+    flash = cpu_runs["sdpa_flash"].step()
+    work = flash.ops[~flash.ops["is_view"] & (flash.ops["depth"] > 0)]["name"].tolist()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in work
+
+
+def test_tables_counts_and_timeline(cpu_runs):
+    steps = cpu_runs["naive"].steps()
+    counts = profiling.counts(steps)
+    assert len(counts) == 3 and counts["ops"].nunique() == 1
+    table = profiling.op_table(steps[0])
+    assert table["op"].str.contains("clone").any()
+    fig = profiling.timeline(profiling.median_step(steps))
+    ax = fig.axes[0]
+    assert "CPU depth 0" in [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ax.collections) >= len(steps[0].ops[~steps[0].ops["is_view"]])
+
+
+def test_unknown_label_is_a_clear_error(cpu_runs):
+    with pytest.raises(KeyError, match="labels: \\['naive'\\]"):
+        cpu_runs["naive"].trace.steps("nope")
+
+
+def test_profile_keeps_kineto_noise_out_of_stderr(capfd, tmp_path):
+    profiling.profile(torch.relu, torch.randn(8), trace_dir=tmp_path, active=1)
+    assert "USDT" not in capfd.readouterr().err
+
+
+# ------------------------------------------------------------------- synthetic GPU trace
+
+@pytest.fixture
+def gpu_trace(tmp_path):
+    path = tmp_path / "naive_a100.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(naive_a100_trace(steps=2), f)
+    return profiling.load_trace(path)
+
+
+def test_gpu_kernels_linked_to_their_launch(gpu_trace):
+    assert gpu_trace.has_gpu
+    steps = gpu_trace.steps("naive")
+    assert len(steps) == 2
+    k = steps[1].kernels
+    assert k["name"].tolist() == [row[2] for row in NAIVE_A100]
+    assert k["op"].tolist() == [row[0] for row in NAIVE_A100]
+    assert k["launcher"].tolist()[2] == "cudaMemcpyAsync"
+    gemm = k.iloc[0]
+    assert gemm["grid"] == [8, 8, 8] and gemm["registers_per_thread"] == 238 and gemm["occupancy_pct"] == 25.0
+    assert (k["start_us"] >= k["launch_start_us"]).all()  # a kernel never starts before its launch
+
+
+def test_gpu_step_summary(gpu_trace):
+    step = gpu_trace.steps("naive")[0]
+    s = step.summary()
+    assert s["kernels"] == 5 and s["memcpy/memset"] == 1
+    assert s["gpu_time_ms"] == pytest.approx((2 * 25 + 4 * 12) / 1e3)
+    # the label ends when the CPU finished launching, long before the GPU finished
+    assert step.kernels["start_us"].add(step.kernels["dur_us"]).max() > step.cpu_time_us
+    table = profiling.kernel_table(step)
+    assert table["launched by"].tolist()[2] == "aten::masked_fill"
+
+
+def test_gpu_timeline_has_a_gpu_lane(gpu_trace):
+    fig = profiling.timeline(gpu_trace.steps("naive")[0])
+    assert "GPU stream" in [t.get_text() for t in fig.axes[0].get_yticklabels()]
+
+
+def test_kernels_of_other_steps_are_not_mixed_in(gpu_trace):
+    a, b = gpu_trace.steps("naive")
+    assert len(a.kernels) == len(b.kernels) == 6
+    assert a.kernels["start_us"].max() < b.range["ts"] - a.range["ts"]

@@ -1,0 +1,308 @@
+"""The GitHub Actions workflows are code too: these tests hold them to the project's rules.
+
+What they check, and why:
+
+- Each workflow validates against GitHub's workflow schema (``check-jsonschema``), so a typo
+  fails here rather than on GitHub after a push.
+- ``zizmor --offline`` (a static security linter for workflows) reports nothing at its default
+  severity. The only finding we silence is listed in ``DELIBERATE_IGNORES`` with its reason.
+- The GPU workflow runs on our own machine, and the repository is public: its triggers must be
+  exactly push-to-main, a schedule and manual dispatch. A pull request trigger would run a
+  stranger's code on that machine.
+- Least privilege: every workflow starts from no permissions; a job asks for what it needs, and
+  only the Pages deployment may write. Every action is pinned to a commit SHA, checkout never
+  leaves the token on disk, and no ``${{ }}`` expression is pasted into a shell script (values
+  travel through ``env:``, where the shell cannot mistake them for code).
+- Every job has a timeout, so a hung GPU kernel cannot hold a runner for the default six hours.
+
+Both tools are test requirements; a missing one fails the test with the command to install it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW_DIR = ROOT / ".github" / "workflows"
+DEPENDABOT = ROOT / ".github" / "dependabot.yml"
+WORKFLOW_FILES = sorted(WORKFLOW_DIR.glob("*.yml")) + sorted(WORKFLOW_DIR.glob("*.yaml"))
+
+INSTALL_HINT = (
+    "install the workflow test tools into this environment: "
+    "python -m pip install 'check-jsonschema==0.39.0' 'zizmor==1.32.0'"
+)
+
+# Triggers that never run code from a fork: the only ones a self-hosted runner may serve.
+TRUSTED_TRIGGERS = {"push", "schedule", "workflow_dispatch"}
+
+# (workflow file, job id) -> the write scopes that job may hold. Nothing else writes.
+WRITE_ALLOWED = {("pages.yml", "deploy"): {"pages", "id-token"}}
+
+# (workflow file, zizmor audit) silenced inline with "# zizmor: ignore[...]", and why.
+DELIBERATE_IGNORES = {
+    ("pages.yml", "dangerous-triggers"): (
+        "workflow_run from gpu.yml, which has no pull request triggers; the job accepts only "
+        "successful runs on main of this repository and publishes, never executes, the artifact"
+    ),
+}
+
+# A pinned reference: owner/repo[/path]@<40 hex digits> followed by "# v<version>".
+PINNED_USES = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+VERSION_COMMENT = re.compile(r"#\s*v\d+(\.\d+)*\b")
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def workflow(name: str) -> dict:
+    return load(WORKFLOW_DIR / name)
+
+
+def triggers(wf: dict) -> dict:
+    """The ``on:`` block as a dict. PyYAML (YAML 1.1) reads the bare key ``on`` as True."""
+    on = wf["on"] if "on" in wf else wf[True]
+    if isinstance(on, str):
+        return {on: None}
+    if isinstance(on, list):
+        return dict.fromkeys(on)
+    return dict(on)
+
+
+def steps(wf: dict):
+    for job_id, job in wf["jobs"].items():
+        for step in job.get("steps", []):
+            yield job_id, step
+
+
+def runs_on_labels(job: dict) -> list[str]:
+    labels = job.get("runs-on", [])
+    if isinstance(labels, dict):  # {group: ..., labels: ...}
+        labels = labels.get("labels", [])
+    return [labels] if isinstance(labels, str) else list(labels)
+
+
+def run_commands(wf: dict) -> str:
+    return "\n".join(step["run"] for _, step in steps(wf) if "run" in step)
+
+
+def uploaded_paths(wf: dict) -> list[str]:
+    return [
+        str(step["with"]["path"])
+        for _, step in steps(wf)
+        if step.get("uses", "").startswith("actions/upload-artifact@")
+    ]
+
+
+def tool(name: str) -> str:
+    """Path of a console script, preferring the running interpreter's environment.
+
+    pytest may run as ``.venv/bin/python -m pytest`` without the venv on PATH, so look
+    next to sys.executable before PATH.
+    """
+    beside_python = Path(sys.executable).parent / name
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed; {INSTALL_HINT}")
+    return found
+
+
+def run_tool(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+# --- the files are there and well-formed --------------------------------------------------
+
+
+def test_the_three_workflows_exist():
+    names = {path.name for path in WORKFLOW_FILES}
+    assert {"ci.yml", "gpu.yml", "pages.yml"} <= names, names
+
+
+def test_workflows_match_githubs_schema():
+    result = run_tool(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows"]
+        + [str(path) for path in WORKFLOW_FILES]
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dependabot_config_matches_its_schema():
+    if not DEPENDABOT.exists():
+        pytest.skip("no .github/dependabot.yml")  # optional file
+    result = run_tool([tool("check-jsonschema"), "--builtin-schema", "vendor.dependabot", str(DEPENDABOT)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_zizmor_finds_nothing():
+    # Input .github (workflows and dependabot.yml), not the whole tree: a checkout without .git
+    # would otherwise have zizmor walk .venv. --strict-collection: a file zizmor cannot parse is
+    # an error, not a silent skip. zizmor exits 0 with no findings and 10 + severity with some.
+    result = run_tool([tool("zizmor"), "--offline", "--strict-collection", "--no-progress", ".github"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_zizmor_ignores_are_the_deliberate_ones():
+    found = set()
+    for path in WORKFLOW_FILES:
+        for audits in re.findall(r"zizmor:\s*ignore\[([^\]]*)\]", path.read_text(encoding="utf-8")):
+            found |= {(path.name, audit.strip()) for audit in audits.split(",")}
+    assert found <= set(DELIBERATE_IGNORES), f"undocumented zizmor ignores: {found - set(DELIBERATE_IGNORES)}"
+    assert not (ROOT / "zizmor.yml").exists() and not (ROOT / ".github" / "zizmor.yml").exists(), (
+        "a zizmor config can disable audits wholesale; record each exception in DELIBERATE_IGNORES"
+    )
+
+
+# --- the self-hosted GPU runner only ever runs our own code -------------------------------
+
+
+def test_gpu_workflow_triggers_are_exactly_push_to_main_schedule_dispatch():
+    on = triggers(workflow("gpu.yml"))
+    assert set(on) == TRUSTED_TRIGGERS, sorted(on)
+    assert on["push"] == {"branches": ["main"]}, on["push"]
+    crons = on["schedule"]
+    assert crons and all(set(entry) == {"cron"} for entry in crons), crons
+
+
+def test_self_hosted_jobs_never_serve_untrusted_triggers():
+    for path in WORKFLOW_FILES:
+        wf = load(path)
+        self_hosted = [job_id for job_id, job in wf["jobs"].items() if "self-hosted" in runs_on_labels(job)]
+        if self_hosted:
+            untrusted = set(triggers(wf)) - TRUSTED_TRIGGERS
+            assert not untrusted, f"{path.name} runs {self_hosted} on our machine for {sorted(untrusted)}"
+
+
+def test_no_workflow_uses_pull_request_target():
+    for path in WORKFLOW_FILES:
+        assert "pull_request_target" not in triggers(load(path)), path.name
+
+
+def test_gpu_runner_labels_are_documented_at_the_top():
+    text = (WORKFLOW_DIR / "gpu.yml").read_text(encoding="utf-8")
+    header = text.split("\nname:", 1)[0]
+    (job,) = workflow("gpu.yml")["jobs"].values()
+    labels = runs_on_labels(job)
+    assert {"self-hosted", "gpu", "a100"} <= set(labels), labels
+    assert ", ".join(labels) in header, f"document the runner labels {labels} in gpu.yml's header comment"
+
+
+# --- least privilege and hygiene, every workflow -------------------------------------------
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_every_job_has_a_timeout(path):
+    for job_id, job in load(path)["jobs"].items():
+        minutes = job.get("timeout-minutes")
+        assert isinstance(minutes, int) and 0 < minutes <= 120, f"{path.name}:{job_id} timeout-minutes={minutes!r}"
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_permissions_start_empty_and_only_pages_deploy_writes(path):
+    wf = load(path)
+    assert wf.get("permissions") == {}, f"{path.name}: set top-level 'permissions: {{}}'"
+    for job_id, job in wf["jobs"].items():
+        granted = job.get("permissions")
+        assert isinstance(granted, dict), f"{path.name}:{job_id} must list its permissions"
+        writes = {scope for scope, level in granted.items() if level == "write"}
+        allowed = WRITE_ALLOWED.get((path.name, job_id), set())
+        assert writes <= allowed, f"{path.name}:{job_id} may not write {sorted(writes - allowed)}"
+        assert set(granted.values()) <= {"read", "write", "none"}, granted
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_actions_are_pinned_to_commit_shas(path):
+    uses_in_yaml = [step["uses"] for _, step in steps(load(path)) if "uses" in step]
+    unpinned = [ref for ref in uses_in_yaml if not ref.startswith("./") and not PINNED_USES.match(ref)]
+    assert not unpinned, f"{path.name}: pin to a full commit SHA: {unpinned}"
+    # The version comment is what Dependabot updates alongside the SHA and what a reader checks.
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if re.match(r"\s*(- )?uses:", line)]
+    assert len(lines) == len(uses_in_yaml)
+    uncommented = [line.strip() for line in lines if "@" in line and not VERSION_COMMENT.search(line)]
+    assert not uncommented, f"{path.name}: add '# vX.Y.Z' after the SHA: {uncommented}"
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_checkout_does_not_keep_the_token(path):
+    for job_id, step in steps(load(path)):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, f"{path.name}:{job_id}"
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_no_expressions_inside_run_scripts(path):
+    # ${{ }} is substituted into the script text before the shell parses it; pass values via env.
+    for job_id, step in steps(load(path)):
+        assert "${{" not in step.get("run", ""), f"{path.name}:{job_id} step {step.get('name')!r}"
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_workflow_has_a_concurrency_group(path):
+    concurrency = load(path).get("concurrency")
+    assert isinstance(concurrency, dict) and concurrency.get("group"), path.name
+
+
+def test_gpu_and_pages_runs_queue_instead_of_cancelling():
+    # Cancelling a GPU run wastes the machine's time; cancelling a deploy can leave Pages half-done.
+    for name in ("gpu.yml", "pages.yml"):
+        assert workflow(name)["concurrency"]["cancel-in-progress"] is False, name
+
+
+# --- each workflow does its job ------------------------------------------------------------
+
+
+def python_versions(wf: dict) -> set[str]:
+    return {
+        str(step["with"]["python-version"])
+        for _, step in steps(wf)
+        if step.get("uses", "").startswith("actions/setup-python@")
+    }
+
+
+def test_ci_runs_the_readme_test_command_and_the_cpu_book():
+    ci = workflow("ci.yml")
+    assert {"push", "pull_request"} <= set(triggers(ci))
+    assert python_versions(ci) == {"3.11"}
+    for job in ci["jobs"].values():
+        assert "self-hosted" not in runs_on_labels(job)
+    commands = run_commands(ci)
+    assert "make test" in commands and "make book PROFILE=cpu" in commands, commands
+    assert {"_build/html", "_build/executed/report.*"} <= set(uploaded_paths(ci))
+
+
+def test_gpu_workflow_runs_gpu_check_and_cuda_book_and_keeps_the_results():
+    gpu = workflow("gpu.yml")
+    assert python_versions(gpu) == {"3.11"}
+    commands = run_commands(gpu)
+    assert "make gpu-check OUT=gpu-results" in commands and "make book PROFILE=cuda" in commands, commands
+    assert {"gpu-results", "_build/executed", "_build/html"} <= set(uploaded_paths(gpu))
+
+
+def test_pages_deploys_the_gpu_book_or_falls_back_to_cpu():
+    gpu, pages = workflow("gpu.yml"), workflow("pages.yml")
+    on = triggers(pages)
+    assert set(on) == {"workflow_run", "workflow_dispatch"}, sorted(on)
+    assert on["workflow_run"]["workflows"] == [gpu["name"]], "workflow_run must name gpu.yml's 'name:'"
+    assert on["workflow_run"]["types"] == ["completed"] and on["workflow_run"]["branches"] == ["main"]
+
+    build, deploy = pages["jobs"]["build"], pages["jobs"]["deploy"]
+    assert "conclusion == 'success'" in build["if"], "deploy only after a successful GPU run"
+    # The artifact gpu.yml uploads is the one pages.yml downloads.
+    assert pages["env"]["GPU_BOOK_ARTIFACT"] == gpu["env"]["GPU_BOOK_ARTIFACT"]
+    gpu_book = [s for _, s in steps(gpu) if s.get("with", {}).get("path") == "_build/html"]
+    assert [s["with"]["name"] for s in gpu_book] == ["${{ env.GPU_BOOK_ARTIFACT }}"]
+    assert "make book PROFILE=cpu" in run_commands(pages)
+
+    used = {step["uses"].split("@")[0] for _, step in steps(pages) if "uses" in step}
+    assert {"actions/configure-pages", "actions/upload-pages-artifact", "actions/deploy-pages"} <= used
+    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
