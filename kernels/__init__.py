@@ -12,6 +12,6 @@ from . import reference
 from .registry import available, check_inputs, get, implementation, names, register
 
 # Each module registers its implementations on import, in the order of the chapters.
-from . import naive, inplace, sdpa, triton_flash  # noqa: E402,F401  (imported for their registrations)
+from . import naive, inplace, sdpa, triton_flash, cuda_flash  # noqa: E402,F401  (imported for their registrations)
 
 __all__ = ["available", "check_inputs", "get", "implementation", "names", "reference", "register"]

@@ -9,25 +9,68 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
 
 
-def setup(device: str = "cpu", dtype: str = "float32") -> tuple[torch.device, torch.dtype]:
-    """Resolve the chapter's parameters into a torch device and dtype, saying what changed."""
+@dataclass(frozen=True)
+class GPU:
+    """What the tier logic needs to know about a GPU (from torch, or written by hand in tests)."""
+
+    name: str
+    capability: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The device and dtype a chapter will run with, and why, in words."""
+
+    device: str
+    dtype: str
+    tier: str
+    notes: tuple[str, ...] = ()
+
+
+def plan(device: str, dtype: str, gpu: GPU | None) -> Plan:
+    """Decide device and dtype from what was asked and what this machine has (a pure function).
+
+    Tiers (README): CPU only; T4-class (sm_75: no bfloat16 tensor cores, no SDPA flash or
+    cuDNN backend, so float16); Ampere and newer (sm_80+: everything, bfloat16).
+    """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    want = torch.device(device)
-    if want.type == "cuda" and not torch.cuda.is_available():
-        print("This chapter asked for a CUDA GPU, but none is visible: running on the CPU in float32 instead.")
-        return torch.device("cpu"), torch.float32
-    chosen = DTYPES[dtype]
-    if want.type == "cuda" and chosen == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        print(f"{torch.cuda.get_device_name(want)} has no bfloat16 tensor cores: using float16 instead.")
-        chosen = torch.float16
-    return want, chosen
+    if device.startswith("cuda") and gpu is None:
+        return Plan("cpu", "float32", "cpu", ("This chapter asked for a CUDA GPU, but none is visible: "
+                                              "running on the CPU in float32 instead.",))
+    if not device.startswith("cuda"):
+        return Plan(device, dtype, "cpu")
+    major, minor = gpu.capability
+    if major >= 8:
+        return Plan(device, dtype, "ampere+")
+    notes = [f"{gpu.name} is sm_{major}{minor}: SDPA's flash and cuDNN backends need sm_80 or newer, "
+             "so this chapter skips them."]
+    if dtype == "bfloat16":
+        notes.append(f"{gpu.name} has no bfloat16 tensor cores: using float16 instead.")
+        dtype = "float16"
+    return Plan(device, dtype, "t4-class" if (major, minor) >= (7, 5) else "older-gpu", tuple(notes))
+
+
+def this_gpu() -> GPU | None:
+    if not torch.cuda.is_available():
+        return None
+    return GPU(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
+
+
+def setup(device: str = "cpu", dtype: str = "float32") -> tuple[torch.device, torch.dtype]:
+    """Resolve the chapter's parameters into a torch device and dtype, saying what changed."""
+    chosen = plan(str(device), dtype, this_gpu())
+    for note in chosen.notes:
+        print(note)
+    return torch.device(chosen.device), DTYPES[chosen.dtype]
 
 
 def inputs(batch: int, heads: int, seq: int, head_dim: int, dtype=torch.float32, device="cpu",

