@@ -280,7 +280,9 @@ def profiler_peak_memory(step) -> int:
     """Peak of 'Total Allocated' in the [memory] events of one profiled call, minus its start."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    from .profiling import _quiet_kineto  # Kineto's start/stop lines would land in notebooks
+
+    with _quiet_kineto(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")

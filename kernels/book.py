@@ -89,22 +89,24 @@ class _Text(str):
 
 
 def glue(name: str, value, display: bool = False):
-    """Record ``value`` under ``name`` for ``{glue:text}`` in the prose; returns the value.
+    """Record ``value`` under ``name`` for ``{glue:text}`` in the prose (returns nothing, so a
+    glue on a cell's last line adds no output).
 
     Strings are glued as they read (no quotes); numbers can be formatted in the prose,
     e.g. ``{glue:text}`name:.2f```.
     """
     if isinstance(value, str):
         value = _Text(value)
+    elif hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # numpy/torch scalars -> Python numbers, so `:.2f` formats work
     try:
         from myst_nb import glue as myst_glue
     except ImportError:  # outside the book build (Colab, plain Jupyter): just show it
         if display:
             from IPython.display import display as show
             show(value)
-        return value
+        return
     myst_glue(name, value, display=display)
-    return value
 
 
 class LessonFailed(AssertionError):
@@ -128,4 +130,5 @@ def show_source(obj):
 
     from IPython.display import Markdown
 
+    obj = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
     return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")

@@ -10,6 +10,10 @@ device profile from ``book/params.yml``, and writes a report (``report.json`` an
 ``report.md``: device, versions, seconds and status per notebook, the failing cell's
 error). Jupyter Book then builds that executed copy with execution off, so the HTML
 shows exactly what this run computed. Exit status is non-zero if any notebook failed.
+
+Each notebook records its profiler traces in its own folder (``trace_dir`` =
+``traces/<notebook>``); a trace over its size budget fails the notebook, and the build
+publishes every trace beside the pages (see ``kernels.traces``).
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from . import traces
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIED = ("_config.yml", "_toc.yml", "book")
@@ -56,10 +62,10 @@ def notebooks(root: Path = ROOT) -> list[Path]:
 
 
 def select(paths: list[Path], only: list[str] | None) -> list[Path]:
-    """Keep notebooks whose file name contains any of ``only`` (e.g. ``01`` or ``naive``)."""
+    """Keep notebooks whose path contains any of ``only`` (``01``, ``naive``, ``exercises/01``)."""
     if not only:
         return paths
-    chosen = [p for p in paths if any(o in p.name for o in only)]
+    chosen = [p for p in paths if any(o in p.as_posix() for o in only)]
     if not chosen:
         raise SystemExit(f"--only {' '.join(only)} matches none of: {', '.join(p.name for p in paths)}")
     return chosen
@@ -117,6 +123,14 @@ def stage(root: Path, out: Path) -> None:
             shutil.copy2(src, dst)
 
 
+def notebook_parameters(path: Path, params: dict) -> dict:
+    """The profile's parameters, plus ``solutions=True`` for exercise notebooks: the book is
+    built with every exercise solved, so the checks themselves are executed and tested."""
+    if "exercises" in path.parts:
+        return {**params, "solutions": True}
+    return params
+
+
 def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     """Run one staged notebook in place; return its row of the report."""
     import papermill as pm
@@ -132,7 +146,20 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     except Exception as err:  # a kernel that died, a missing kernel spec...: still a report row
         row.update(status="failed", error=f"{type(err).__name__}: {err}")
     row["seconds"] = round(time.perf_counter() - start, 1)
+    collapse_injected_parameters(nb)
     return row
+
+
+def collapse_injected_parameters(nb_path: Path) -> None:
+    """Fold papermill's injected-parameters cell behind a toggle in the built page."""
+    import nbformat
+
+    nb = nbformat.read(nb_path, as_version=4)
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "hide-cell" not in tags:
+            tags.append("hide-cell")
+    nbformat.write(nb, nb_path)
 
 
 def write_report(out: Path, report: dict) -> None:
@@ -156,23 +183,48 @@ def write_report(out: Path, report: dict) -> None:
 
 
 def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "executed",
-        root: Path = ROOT, progress: bool | None = None, overrides: dict | None = None) -> dict:
-    """Stage, execute and report; returns the report (also written to ``out``)."""
+        root: Path = ROOT, progress: bool | None = None, overrides: dict | None = None,
+        jobs: int = 1) -> dict:
+    """Stage, execute and report; returns the report (also written to ``out``).
+
+    ``jobs > 1`` executes that many notebooks at once: faster, but the timings the chapters
+    quote then share the machine, so the published book is executed with ``jobs=1``.
+    """
     name, params = resolve_profile(profile, load_profiles(root))
     params.update(overrides or {})
     chosen = select(notebooks(root), only)
-    progress = sys.stderr.isatty() if progress is None else progress
+    progress = sys.stderr.isatty() if progress is None and jobs == 1 else bool(progress)
     stage(root, out)
-    report = {"profile": name, "parameters": params, "environment": environment(), "notebooks": []}
-    print(f"Executing {len(chosen)} notebook(s) with the {name!r} profile on {report['environment']['device']}",
-          flush=True)
-    for i, path in enumerate(chosen, 1):
-        print(f"[{i}/{len(chosen)}] {path}", flush=True)
-        row = execute_one(path, out, params, progress)
-        report["notebooks"].append(row)
-        print(f"      {row['status']} in {row['seconds']} s" + (f": {row['error']}" if row["error"] else ""), flush=True)
+    traces.stage_recorded(root, out)
+    report = {"profile": name, "parameters": params, "jobs": jobs, "environment": environment(), "notebooks": []}
+    print(f"Executing {len(chosen)} notebook(s) with the {name!r} profile on {report['environment']['device']}"
+          + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
+
+    def execute(path: Path) -> dict:
+        nb_params = {**notebook_parameters(path, params), "trace_dir": traces.trace_dir_for(path)}
+        return traces.enforce_budget(execute_one(path, out, nb_params, progress), out, path)
+
+    def show(i: int, row: dict) -> None:
+        print(f"[{i}/{len(chosen)}] {row['notebook']}: {row['status']} in {row['seconds']} s"
+              + (f": {row['error']}" if row["error"] else ""), flush=True)
+
+    if jobs <= 1:
+        rows = []
+        for i, path in enumerate(chosen, 1):
+            print(f"[{i}/{len(chosen)}] {path} ...", flush=True)
+            rows.append(execute(path))
+            show(i, rows[-1])
+    else:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(execute, path) for path in chosen]
+            for i, done in enumerate(as_completed(futures), 1):
+                show(i, done.result())
+        rows = [f.result() for f in futures]  # back in reading order for the report
+    report["notebooks"] = rows
     write_report(out, report)
-    failed = [r for r in report["notebooks"] if r["status"] != "ok"]
+    failed = [r for r in rows if r["status"] != "ok"]
     print(f"{len(chosen) - len(failed)} ok, {len(failed)} failed; report: {out / 'report.md'}", flush=True)
     return report
 
@@ -185,7 +237,9 @@ def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) ->
            "build", str(out), "--path-output", str(html_parent), "-W", "-n", "--keep-going"]
     print("Building HTML: jupyter-book", " ".join(cmd[3:]), flush=True)
     subprocess.run(cmd, check=True)
-    return html_parent / "_build" / "html"
+    html = html_parent / "_build" / "html"
+    print(f"Published {len(traces.publish(out, html))} trace(s) with the HTML", flush=True)
+    return html
 
 
 def main(argv=None) -> int:
@@ -196,6 +250,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="override a profile parameter (YAML value), e.g. --set seq=256")
     ap.add_argument("--build", action="store_true", help="then build the HTML into _build/html")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="notebooks executed at once (default 1: timings in the book then have the machine to themselves)")
     args = ap.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -203,7 +259,7 @@ def main(argv=None) -> int:
         if not sep:
             ap.error(f"--set takes KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value)
-    report = run(args.profile, args.only, args.out.resolve(), overrides=overrides)
+    report = run(args.profile, args.only, args.out.resolve(), overrides=overrides, jobs=args.jobs)
     if any(r["status"] != "ok" for r in report["notebooks"]):
         return 1
     if args.build:

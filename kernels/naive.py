@@ -24,7 +24,7 @@ class NaiveAttention(nn.Module):
         super().__init__()
         self.causal = causal
         self.scale = scale
-        self.register_buffer("future", torch.empty(0, 0, dtype=torch.bool), persistent=False)
+        self.masks: dict[tuple, torch.Tensor] = {}
 
     def forward(self, q, k, v):
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
@@ -41,10 +41,15 @@ class NaiveAttention(nn.Module):
         return scores.masked_fill(future, float("-inf"))
 
     def mask_for(self, seq: int, device) -> torch.Tensor:
-        """The cached mask, grown (once) when a longer sequence arrives."""
-        if self.future.shape[0] < seq or self.future.device != torch.device(device):
-            self.future = future_mask(seq, device)
-        return self.future[:seq, :seq]
+        """The [seq, seq] mask, built on the first call at this length and device, then reused.
+
+        One mask per length (rather than slicing one big mask) keeps every forward's trace
+        identical whatever lengths ran before it.
+        """
+        key = (seq, str(device))
+        if key not in self.masks:
+            self.masks[key] = future_mask(seq, device)
+        return self.masks[key]
 
 
 _modules: dict[tuple, NaiveAttention] = {}

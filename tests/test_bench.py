@@ -126,6 +126,16 @@ def test_materializing_implementation_peaks_above_its_scores(small_sweep):
     assert inplace_32.peak_memory_bytes < inplace_128.peak_memory_bytes
 
 
+def test_cpu_peak_memory_keeps_profiler_noise_out_of_stderr(capfd):
+    # Kineto prints start/stop lines ("USDT: ... SyncActivityProfilerHandler") straight to
+    # file descriptor 2; a notebook calling the sweep would show them in every cell.
+    q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
+    peak, method = bench.peak_memory(lambda: kernels.get("inplace")(q, k, v), torch.device("cpu"))
+    # the 64x64 scores of 2 heads in fp32: 2*64*64*4 = 32,768 bytes are alive at the peak
+    assert peak >= 32_768 and method == "profiler memory events"
+    assert "SyncActivityProfilerHandler" not in capfd.readouterr().err
+
+
 def test_results_round_trip_through_json_and_csv(small_sweep, tmp_path):
     json_path, csv_path = bench.save_results(small_sweep, tmp_path / "run")
     assert (json_path.name, csv_path.name) == ("run.json", "run.csv")

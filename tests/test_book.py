@@ -55,7 +55,8 @@ def test_profiles_resolve():
 
 
 def test_only_selects_by_name():
-    assert [p.stem for p in execute.select(NOTEBOOKS, ["01"])] == ["01_naive"]
+    assert [p.as_posix() for p in execute.select(NOTEBOOKS, ["book/01"])] == ["book/01_naive.ipynb"]
+    assert [p.as_posix() for p in execute.select(NOTEBOOKS, ["exercises/01"])] == ["book/exercises/01_naive.ipynb"]
     with pytest.raises(SystemExit, match="matches none"):
         execute.select(NOTEBOOKS, ["zzz"])
 
@@ -93,7 +94,7 @@ def built_book(tmp_path_factory):
     """Execute every chapter with the cpu profile, then build the HTML with -W."""
     tmp = tmp_path_factory.mktemp("book")
     out = tmp / "executed"
-    report = execute.run("cpu", out=out, root=ROOT)
+    report = execute.run("cpu", out=out, root=ROOT, jobs=2)
     html = execute.build(out, html_parent=tmp)
     return report, out, html
 

@@ -1,0 +1,261 @@
+"""Exercise notebooks: blank stubs fail with the intended words, solutions pass, and each check
+recognizes at least one realistic wrong answer per task.
+
+The tests run the notebooks' own cells (book/exercises/*.ipynb, by tag): "setup", "stub" and
+"solution" cells become one module (written to a file, so Triton can read a kernel's source),
+then each "check" cell runs in that module with ``solutions`` off and on.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels import exercises as ex
+from kernels.exercises import ExerciseFailed
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book" / "exercises"
+SMALL = "seq = 64\nheads = 2\nhead_dim = 16\nsteps = 2\n"  # cheap shapes for the notebook's own inputs
+
+# What each notebook's checks say, in order, when run on the blank stubs.
+STUB_MESSAGES = {
+    "00_profiler_primer": [r"write your guess first", r"hottest_op\(step\) returned nothing"],
+    "01_naive": [r"my_attention returned None", r"you returned None, but the trace of naive attention has a copy"],
+    "02_inplace": [r"my_mask_ returned None", r"lean_attention returned None"],
+    "03_sdpa": [r"write your guesses first", r"sdpa_with_mask returned None", r"safe_softmax returned None"],
+    "04_triton": [r"online_update returned None",
+                  r"mask is off by one: `cols < row` hides the diagonal, so row 0 .* NaN",
+                  r"my_occupancy must return \(blocks_per_sm, fraction\); it returned None"],
+    "06_showdown": [r"my_tflops returned None; return a number", r"my_intensity returned None"],
+}
+
+
+def _cells(name: str) -> list:
+    return nbformat.read(BOOK / f"{name}.ipynb", as_version=4).cells
+
+
+def _tagged(cells, tag):
+    return [c.source for c in cells if tag in c.metadata.get("tags", [])]
+
+
+_modules: dict = {}
+
+
+def notebook_module(name: str, tmp_dir: Path):
+    """The notebook's parameters, setup, stubs and solutions as an imported module (cached)."""
+    if name in _modules:
+        return _modules[name]
+    cells = _cells(name)
+    source = "\n\n".join(_tagged(cells, "parameters") + [SMALL] + _tagged(cells, "setup")
+                         + _tagged(cells, "stub") + _tagged(cells, "solution"))
+    path = tmp_dir / f"exercise_{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"exercise_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    _modules[name] = module
+    return module
+
+
+@pytest.fixture(scope="module")
+def nb_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("exercise_modules")
+
+
+def run_check(module, cell: str, solutions: bool):
+    module.solutions = solutions
+    exec(compile(cell, f"<check of {module.__name__}>", "exec"), module.__dict__)
+
+
+def test_every_notebook_has_the_parts(nb_dir):
+    for name in STUB_MESSAGES:
+        cells = _cells(name)
+        params = _tagged(cells, "parameters")
+        assert len(params) == 1 and re.search(r"^solutions = False$", params[0], flags=re.M), name
+        checks, solutions, stubs = (_tagged(cells, t) for t in ("check", "solution", "stub"))
+        assert len(checks) == len(STUB_MESSAGES[name]) == len(solutions), name
+        assert 2 <= len(checks) <= 4 and stubs, name
+        for c in cells:
+            if "solution" in c.metadata.get("tags", []):
+                assert "hide-input" in c.metadata["tags"], f"{name}: solutions are hidden in the book"
+        text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+        assert ":::{dropdown}" in text, f"{name}: hints are dropdowns"
+        assert f"](../{name}.ipynb)" in text, f"{name} links back to its chapter"
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the planted NaN bug
+@pytest.mark.parametrize("name", list(STUB_MESSAGES))
+def test_stubs_fail_with_their_message_and_solutions_pass(name, nb_dir, capsys):
+    module = notebook_module(name, nb_dir)
+    for cell, message in zip(_tagged(_cells(name), "check"), STUB_MESSAGES[name]):
+        with pytest.raises(ExerciseFailed, match=message):
+            run_check(module, cell, solutions=False)
+        run_check(module, cell, solutions=True)
+    printed = capsys.readouterr().out
+    assert printed.count("✔") >= len(STUB_MESSAGES[name]), printed
+
+
+# ------------------------------------------------------------------ realistic wrong answers
+
+def _fails(message, check, *args, **kwargs):
+    with pytest.raises(ExerciseFailed, match=message):
+        check(*args, **kwargs)
+
+
+def _attention_with(scale_fn=lambda d: d ** -0.5, diagonal=1, dim=-1):
+    def attention(q, k, v, causal=True, scale=None):
+        scale = scale_fn(q.shape[-1]) if scale is None else scale
+        s = (q @ k.transpose(-2, -1)) * scale
+        if causal:
+            n = s.shape[-1]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), -math.inf)
+        return torch.softmax(s, dim=dim) @ v
+    return attention
+
+
+def layer(x, w, b):
+    return F.gelu(x @ w + b)
+
+
+def test_chapter0_wrong_answers():
+    # Large enough that the matmul dominates: its total time then beats every self time.
+    x, w, b = torch.randn(1024, 256), torch.randn(256, 256), torch.randn(256)
+    _fails(r"aten::mm is not at the top level \(it is one level down", ex.check_top_level_guess,
+           ["aten::mm", "aten::add", "aten::gelu"], layer, x, w, b)
+    _fails(r"right ops, wrong order", ex.check_top_level_guess, ["aten::add", "aten::matmul", "aten::gelu"],
+           layer, x, w, b)
+    by_total = lambda step: step.ops.loc[step.ops["dur_us"].idxmax(), "name"]
+    _fails(r"longest \*total\* time \(dur_us\)", ex.check_hottest_op, by_total, layer, x, w, b)
+
+
+def test_chapter1_wrong_answers():
+    right = _attention_with()
+    assert ex.check_attention(right)
+    _fails(r"the scale is missing", ex.check_attention, _attention_with(scale_fn=lambda d: 1.0))
+    _fails(r"off by one: it hides the diagonal too", ex.check_attention, _attention_with(diagonal=0))
+    _fails(r"each query also sees the next key", ex.check_attention, _attention_with(diagonal=2))
+    _fails(r"softmax runs over the wrong dimension", ex.check_attention, _attention_with(dim=-2))
+    _fails(r"wrong shape", ex.check_attention, lambda q, k, v, causal=True, scale=None: right(q, k, v, causal, scale)[..., 0])
+
+    def first_copy_by_name(step, min_bytes):
+        c = step.copies()
+        return None if c.empty else ex.top_level_ancestor(step, int(c.index[0]))
+
+    _fails(r"only made a small copy .* by the bytes they move", ex.check_hidden_copy, first_copy_by_name)
+    _fails(r"aten::clone does the copying", ex.check_hidden_copy, lambda step, n: "aten::clone")
+    _fails(r"no copy moves .* the answer is None", ex.check_hidden_copy, lambda step, n: "aten::masked_fill")
+
+
+def test_chapter2_wrong_answers():
+    _fails(r"not in place: the result is right, but it is a new tensor", ex.check_inplace_mask,
+           lambda scores, future: scores.masked_fill(future, -math.inf))
+    _fails(r"hidden scores are 0, not -inf", ex.check_inplace_mask,
+           lambda scores, future: scores.masked_fill_(future, 0.0))
+
+    def forgot_return(scores, future):
+        scores.masked_fill_(future, -math.inf)
+
+    _fails(r"filled in place, but my_mask_ returned None", ex.check_inplace_mask, forgot_return)
+    inplace = kernels.get("inplace")
+    _fails(r"right values, but one call allocated [\d.]+ S×S buffers .*aten::mul.*aten::softmax",
+           ex.check_lean_attention, lambda q, k, v: inplace(q, k, v))
+
+
+def test_chapter3_wrong_answers():
+    guesses = {"sdpa_math": 10, "sdpa_flash": 2}
+    _fails(r"you counted every op .* views and allocations included", ex.check_work_op_count,
+           lambda step: len(step.ops), guesses)
+    _fails(r"parents and children both", ex.check_work_op_count,
+           lambda step: int((~step.ops["is_view"]).sum()), guesses)
+    _fails(r"the mask is inverted: SDPA's boolean attn_mask marks what to KEEP", ex.check_sdpa_mask,
+           lambda q, k, v, future: F.scaled_dot_product_attention(q, k, v, attn_mask=future))
+    _fails(r"a float attn_mask is ADDED", ex.check_sdpa_mask,
+           lambda q, k, v, future: F.scaled_dot_product_attention(q, k, v, attn_mask=future.float()))
+    _fails(r"every score is -inf came out NaN", ex.check_safe_softmax, lambda x: torch.softmax(x, -1))
+    _fails(r"changed its input", ex.check_safe_softmax,
+           lambda x: torch.softmax(x.nan_to_num_(neginf=-1e30), -1))
+
+
+def _online(rescale_l=True, tile_max=False):
+    def update(m, l, acc, s, v):
+        m_new = s.amax(-1) if tile_max else torch.maximum(m, s.amax(-1))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(s - m_new[:, None])
+        return m_new, (l * alpha if rescale_l else l) + p.sum(-1), acc * alpha[:, None] + p @ v
+    return update
+
+
+def _occupancy(reserve=1024, round_registers=True):
+    def occ(threads, registers, shared):
+        warps = -(-threads // 32)
+        if round_registers:
+            by_regs = (16384 // (-(-registers * 32 // 256) * 256)) * 4 // warps
+        else:
+            by_regs = 65536 // (threads * registers)
+        by_smem = 167936 // (-(-(shared + reserve) // 128) * 128) if shared + reserve else 32
+        blocks = min(by_regs, by_smem, 64 // warps, 32)
+        return blocks, blocks * warps / 64
+    return occ
+
+
+def test_chapter4_wrong_answers():
+    assert ex.check_online_update(_online())
+    _fails(r"l \(the running sum\) is not rescaled", ex.check_online_update, _online(rescale_l=False))
+    _fails(r"m_new is the tile's maximum only", ex.check_online_update, _online(tile_max=True))
+    assert ex.check_occupancy(_occupancy())
+    _fails(r"reserves 1 KB of shared memory", ex.check_occupancy, _occupancy(reserve=0))
+    _fails(r"registers are handed out per warp", ex.check_occupancy, _occupancy(round_registers=False))
+    _fails(r"you returned a percentage", ex.check_occupancy,
+           lambda *a: (_occupancy()(*a)[0], 100 * _occupancy()(*a)[1]))
+    # The Triton kernel's planted bug (the notebook's stub) is covered by the stub test.
+
+
+def _tflops(causal_halved=True, unit=1e12):
+    def tflops(b, h, s, d, causal, backward, ms):
+        f = 4 * b * h * s * s * d / (2 if causal and causal_halved else 1) * (3.5 if backward else 1)
+        return f / (ms * 1e-3) / unit
+    return tflops
+
+
+def test_chapter6_wrong_answers():
+    assert ex.check_tflops(_tflops())
+    _fails(r"causal attention is counted at full price", ex.check_tflops, _tflops(causal_halved=False))
+    _fails(r"1000x high", ex.check_tflops, _tflops(unit=1e9))
+
+    def intensity(b, h, s, d, causal, elem, tensors=4, per_element=False):
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        return flops / (tensors * b * h * s * d * (1 if per_element else elem))
+
+    assert ex.check_intensity(intensity)
+    _fails(r"elements, not bytes", ex.check_intensity, lambda *a: intensity(*a, per_element=True))
+    _fails(r"four tensors", ex.check_intensity, lambda *a: intensity(*a, tensors=3))
+
+
+def test_learner_exceptions_become_sentences():
+    def broken(q, k, v, causal=True, scale=None):
+        return q @ k  # forgot the transpose: a shape error
+    _fails(r"my_attention\(q, k, v, causal, scale\) raised RuntimeError", ex.check_attention, broken)
+
+
+@pytest.mark.slow
+def test_exercise_notebook_executes_with_solutions(tmp_path):
+    """The Triton notebook, end to end with papermill, as the runner executes it."""
+    import papermill as pm
+
+    out = tmp_path / "04_triton.out.ipynb"
+    pm.execute_notebook(str(BOOK / "04_triton.ipynb"), str(out), cwd=str(BOOK), progress_bar=False,
+                        parameters=dict(device="cpu", dtype="float32", batch=1, heads=8, seq=512, head_dim=64,
+                                        steps=5, trace_dir=str(tmp_path / "traces"), solutions=True))
+    nb = nbformat.read(out, as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert text.count("✔") == 3, text

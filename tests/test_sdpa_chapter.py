@@ -1,0 +1,65 @@
+"""The helpers chapter 3 shows: the math backend written out, its safe softmax, the article's kernels."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import reference
+from kernels.fingerprints import fingerprint
+from kernels.sdpa import ARTICLE_A100_KERNELS, math_decomposed, safe_softmax
+
+from conftest import make_qkv
+
+NEG_INF = float("-inf")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("s, layout", [(1, "bhsd"), (17, "bshd"), (113, "bhsd"), (203, "bshd")])
+def test_math_decomposed_is_the_math_backend_bit_for_bit(dtype, causal, s, layout):
+    q, k, v = make_qkv(2, 3, s, 16, dtype=dtype, layout=layout, seed=s)
+    ours = math_decomposed(q, k, v, causal=causal)
+    theirs = kernels.get("sdpa_math")(q, k, v, causal=causal)
+    assert ours.dtype == dtype and ours.shape == q.shape
+    assert torch.equal(ours, theirs)
+    err = reference.max_rel_error(ours, reference.attention(q, k, v, causal=causal))
+    assert err <= reference.tolerance(dtype)
+
+
+def test_math_decomposed_honours_an_explicit_scale():
+    q, k, v = make_qkv(1, 2, 17, 16, seed=3)
+    ours = math_decomposed(q, k, v, causal=True, scale=0.3)
+    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=0.3))
+    # A different scale must change the result, or the argument would be ignored silently.
+    assert not torch.equal(ours, math_decomposed(q, k, v, causal=True))
+
+
+def test_math_decomposed_rejects_bad_input():
+    q, k, v = make_qkv(1, 2, 8, 16)
+    with pytest.raises(ValueError, match="rank 4"):
+        math_decomposed(q[0], k[0], v[0])
+    with pytest.raises(TypeError, match="dtype"):
+        math_decomposed(q, k.double(), v)
+
+
+def test_safe_softmax_zeroes_fully_masked_rows_where_softmax_gives_nan():
+    scores = torch.randn(2, 3, 5)
+    scores[0, 1] = NEG_INF                  # a fully masked row
+    scores[1, 2, 3:] = NEG_INF              # a partly masked row
+    plain, safe = torch.softmax(scores, -1), safe_softmax(scores)
+    assert torch.isnan(plain[0, 1]).all()   # 0 / 0: the case the guard exists for
+    assert torch.equal(safe[0, 1], torch.zeros(5))
+    rows = torch.ones(2, 3, dtype=torch.bool)
+    rows[0, 1] = False
+    assert torch.equal(safe[rows], plain[rows])  # every other row is the plain softmax
+    assert torch.equal(safe, torch._safe_softmax(scores, -1))
+
+
+def test_the_articles_kernels_decode_as_one_fused_attention_each():
+    families = {"sdpa_efficient": "cutlass_fmha", "sdpa_flash": "flash", "sdpa_cudnn": "cudnn"}
+    assert set(ARTICLE_A100_KERNELS) == set(families)
+    for backend, name in ARTICLE_A100_KERNELS.items():
+        fp = fingerprint(name)
+        assert fp.kind == "fused_attention" and fp.family == families[backend], (backend, fp)
+        assert fp.tensor_cores is True

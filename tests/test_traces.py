@@ -1,0 +1,289 @@
+"""Traces as reader artifacts (kernels.traces) and the step diff (kernels.profiling.diff).
+
+The book-level tests build a tiny fake book through the real runner and build code path
+(``kernels.execute.run`` then ``build``, with the real ``_config.yml`` and ``book/_static``):
+one notebook that profiles a matmul and shows ``traces.links`` for it and for a recorded GPU
+trace. The fake book is built once per session, on disk, and test_browser.py reuses it.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import matplotlib
+import nbformat
+import pytest
+import torch
+
+import kernels
+from kernels import execute, profiling, traces
+from tests.conftest import make_qkv
+from tests.gpu_trace import naive_a100_trace
+
+matplotlib.use("Agg")
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_CHAPTER = "01_fake"
+RECORDED = "a100_fake.json.gz"
+
+
+# --------------------------------------------------------------------------- the fake book
+
+def _fake_source(root: Path) -> None:
+    (root / "book").mkdir(parents=True)
+    shutil.copy2(ROOT / "_config.yml", root / "_config.yml")
+    shutil.copytree(ROOT / "book" / "_static", root / "book" / "_static")
+    (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/{FAKE_CHAPTER}\n")
+    (root / "book" / "intro.md").write_text("# A fake book\n\nOne chapter that records a trace.\n")
+    (root / "book" / "params.yml").write_text("cpu:\n  device: cpu\n  steps: 2\n")
+    (root / "recorded").mkdir()
+    with gzip.open(root / "recorded" / RECORDED, "wt") as f:
+        json.dump(naive_a100_trace(steps=1), f)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A fake chapter"),
+        nbformat.v4.new_code_cell('device = "cpu"\nsteps = 1\ntrace_dir = "traces"', metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(
+            "import torch\nfrom kernels import profiling, traces\n"
+            "x = torch.randn(32, 32)\n"
+            'run = profiling.profile(torch.mm, x, x, label="mm", active=steps, trace_dir=trace_dir)\n'
+            "traces.links(run)"),
+        nbformat.v4.new_markdown_cell("A recorded GPU trace:"),
+        nbformat.v4.new_code_cell(f'traces.links("../recorded/{RECORDED}")'),
+    ]
+    nbformat.write(nb, root / "book" / f"{FAKE_CHAPTER}.ipynb")
+
+
+def build_fake_book(tmp_path_factory) -> SimpleNamespace:
+    """Execute and build the fake book once per session (a marker file says it is done)."""
+    base = tmp_path_factory.getbasetemp() / "fake_book"
+    done = base / "built.json"
+    if not done.exists():
+        shutil.rmtree(base, ignore_errors=True)
+        _fake_source(base / "src")
+        report = execute.run("cpu", out=base / "executed", root=base / "src", progress=False)
+        execute.build(base / "executed", html_parent=base)
+        done.write_text(json.dumps(report))
+    return SimpleNamespace(src=base / "src", out=base / "executed", html=base / "_build" / "html",
+                           report=json.loads(done.read_text()))
+
+
+@pytest.fixture(scope="session")
+def fake_book(tmp_path_factory):
+    return build_fake_book(tmp_path_factory)
+
+
+class TraceBoxes(HTMLParser):
+    """The ``.ap-trace`` boxes of a page: their data attributes and their links' attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.boxes, self.scripts = [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "script" and a.get("src"):
+            self.scripts.append(a["src"])
+        if tag == "div" and "ap-trace" in (a.get("class") or "").split():
+            self.boxes.append({"box": a, "links": {}})
+        if tag == "a" and self.boxes and (a.get("class") or "").startswith("ap-trace-"):
+            self.boxes[-1]["links"][a["class"]] = a
+
+
+def page_boxes(html_dir: Path, page: str) -> TraceBoxes:
+    parser = TraceBoxes()
+    parser.feed((html_dir / page).read_text())
+    return parser
+
+
+# ------------------------------------------------------------------- runner and published book
+
+@pytest.mark.slow
+def test_runner_keeps_each_notebooks_traces_in_its_own_folder(fake_book):
+    row = fake_book.report["notebooks"][0]
+    assert row["status"] == "ok", row
+    assert [t["path"] for t in row["traces"]] == [f"book/traces/{FAKE_CHAPTER}/mm.json.gz"]
+    trace = fake_book.out / row["traces"][0]["path"]
+    assert row["traces"][0]["bytes"] == trace.stat().st_size
+    active = fake_book.report["parameters"]["steps"]  # the fake book's cpu profile: 2
+    assert len(profiling.load_trace(trace).steps("mm")) == active, "only the active steps are exported"
+
+
+@pytest.mark.slow
+def test_pages_link_to_published_traces_that_exist_and_parse(fake_book):
+    page = page_boxes(fake_book.html, f"book/{FAKE_CHAPTER}.html")
+    assert len(page.boxes) == 2, "one box per traces.links() output"
+    own, recorded = page.boxes
+    for box in page.boxes:
+        href = box["links"]["ap-trace-download"]["href"]
+        assert href == box["box"]["data-trace-url"] and "ap-trace-perfetto" in box["links"]
+        published = (fake_book.html / "book" / href).resolve()
+        assert published.is_file(), f"{href} is not published"
+        assert profiling.read_events(published)["traceEvents"], f"{href} does not parse"
+    own_href = own["links"]["ap-trace-download"]["href"]
+    assert own_href == f"traces/{FAKE_CHAPTER}/mm.json.gz"
+    executed = fake_book.out / "book" / own_href
+    assert (fake_book.html / "book" / own_href).read_bytes() == executed.read_bytes()
+    assert profiling.load_trace(fake_book.html / "book" / own_href).labels() == ["mm"]
+    assert own["box"]["data-trace-title"] == f"{FAKE_CHAPTER} · mm · CPU"
+    # the recorded GPU trace is published at the repository's layout, one level up
+    assert recorded["links"]["ap-trace-download"]["href"] == f"../recorded/{RECORDED}"
+    assert (fake_book.html / "recorded" / RECORDED).read_bytes() == (fake_book.src / "recorded" / RECORDED).read_bytes()
+    assert "NVIDIA A100-SXM4-80GB" in recorded["box"]["data-trace-title"]
+    # the page loads the script that drives "Open in Perfetto", and the build ships it
+    assert any(src.split("?")[0].endswith("_static/perfetto.js") for src in page.scripts), page.scripts
+    assert (fake_book.html / "_static" / "perfetto.js").read_text() == (ROOT / "book/_static/perfetto.js").read_text()
+
+
+def _over_budget_run(monkeypatch, tmp_path, sizes: dict[str, int]) -> dict:
+    """Run the real runner on a book whose notebooks "write" traces of the given sizes
+    (execute_one is replaced: papermill is not what is tested here)."""
+    root = tmp_path / "src"
+    (root / "book").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    chapters = "".join(f"  - file: book/{name}\n" for name in sizes)
+    (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{chapters}")
+    (root / "book" / "intro.md").write_text("# t\n")
+    (root / "book" / "params.yml").write_text("cpu:\n  steps: 1\n")
+    for name in sizes:
+        nbformat.write(nbformat.v4.new_notebook(), root / "book" / f"{name}.ipynb")
+
+    def fake_execute(path, out, params, progress):
+        trace = out / path.parent / params["trace_dir"] / "big.json.gz"
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        trace.write_bytes(os.urandom(sizes[path.stem]))
+        return {"notebook": str(path), "status": "ok", "seconds": 0.0, "error": None}
+
+    monkeypatch.setattr(execute, "execute_one", fake_execute)
+    return execute.run("cpu", out=tmp_path / "out", root=root, progress=False)
+
+
+def test_runner_fails_a_notebook_whose_trace_is_over_budget(monkeypatch, tmp_path):
+    report = _over_budget_run(monkeypatch, tmp_path, {"01_small": 1000, "02_big": traces.PER_TRACE_BUDGET + 1})
+    small, big = report["notebooks"]
+    assert small["status"] == "ok"
+    assert big["status"] == "failed"
+    message = big["error"]
+    assert "book/traces/02_big/big.json.gz" in message, "names the trace"
+    assert f"{(traces.PER_TRACE_BUDGET + 1) / 2**20:.2f} MiB" in message, "says its size"
+    assert f"per-trace budget of {traces.PER_TRACE_BUDGET / 2**20:.2f} MiB" in message, "says the budget"
+    assert "fewer active steps" in message, "says how to shrink it"
+    assert "02_big" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_runner_fails_the_notebook_that_takes_the_book_over_its_budget(monkeypatch, tmp_path):
+    monkeypatch.setattr(traces, "BOOK_BUDGET", 5000)  # each trace is fine; together they are not
+    report = _over_budget_run(monkeypatch, tmp_path, {"01_a": 3000, "02_b": 3000})
+    first, second = report["notebooks"]
+    assert first["status"] == "ok" and second["status"] == "failed"
+    assert "the book's traces total" in second["error"] and "book/traces/02_b/big.json.gz" in second["error"]
+
+
+def test_budget_leaves_small_traces_alone(tmp_path):
+    trace = tmp_path / "book" / "traces" / "01_x" / "t.json.gz"
+    trace.parent.mkdir(parents=True)
+    trace.write_bytes(b"x" * 100)
+    row = traces.enforce_budget({"status": "ok", "error": None}, tmp_path, Path("book/01_x.ipynb"))
+    assert row["status"] == "ok" and row["traces"] == [{"path": "book/traces/01_x/t.json.gz", "bytes": 100}]
+    assert traces.budget_problems([trace], tmp_path, 100, per_trace=99)  # one byte over fails
+
+
+def test_links_point_at_the_trace_relative_to_the_notebook(tmp_path, monkeypatch):
+    folder = tmp_path / "traces" / "03_demo"
+    folder.mkdir(parents=True)
+    x = torch.randn(8, 8)
+    run = profiling.profile(torch.mm, x, x, label="mm", active=1, trace_dir=folder)
+    monkeypatch.chdir(tmp_path)
+    for source in (run, run.step(0), run.trace_path, str(run.trace_path)):
+        link = traces.links(source)
+        assert link.url == "traces/03_demo/mm.json.gz" and link.title == "03_demo · mm · CPU"
+    html = link._repr_html_()
+    assert 'href="traces/03_demo/mm.json.gz"' in html and 'class="ap-trace-perfetto"' in html
+    assert traces.links(run, title='a "quoted" <title>')._repr_html_().count("&quot;quoted&quot; &lt;title&gt;") == 2
+    assert "traces/03_demo/mm.json.gz" in repr(link)
+    with pytest.raises(FileNotFoundError, match="no trace"):
+        traces.links("traces/none.json.gz")
+    with pytest.raises(TypeError, match="Profile"):
+        traces.links(42)
+
+
+def test_publish_copies_traces_at_their_relative_paths(tmp_path):
+    executed, html = tmp_path / "executed", tmp_path / "html"
+    for rel in ("book/traces/01/a.json.gz", "recorded/g.json.gz", "_build/stale.json.gz"):
+        (executed / rel).parent.mkdir(parents=True, exist_ok=True)
+        (executed / rel).write_bytes(rel.encode())
+    published = traces.publish(executed, html)
+    assert sorted(p.relative_to(html).as_posix() for p in published) == ["book/traces/01/a.json.gz", "recorded/g.json.gz"]
+    assert (html / "recorded/g.json.gz").read_bytes() == b"recorded/g.json.gz"
+
+
+# --------------------------------------------------------------------------------- the diff
+
+B, H, S, D = 1, 2, 48, 16
+SCORES_BYTES = B * H * S * S * 4  # one fp32 S×S scores tensor
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory):
+    q, k, v = make_qkv(B, H, S, D)
+    out = tmp_path_factory.mktemp("diff_traces")
+    runs = {n: profiling.profile(kernels.get(n), q, k, v, label=n, active=2, trace_dir=out) for n in ("naive", "inplace")}
+    return {n: r.steps() for n, r in runs.items()}
+
+
+def test_diff_of_inplace_is_the_removed_scores_copy_and_nothing_else(steps):
+    d = profiling.diff(steps["naive"][0], steps["inplace"][0])
+    changed = d.changed()
+    scores = str(tuple([B, H, S, S]))
+    assert set(changed["name"]) == {"aten::masked_fill", "aten::clone", "aten::copy_"}, changed
+    assert (changed["only_in"] == "a").all() and d.only_in("inplace").empty
+    assert (changed["count_change"] == -1).all()
+    copy = changed[changed["name"] == "aten::copy_"]
+    assert len(copy) == 1 and copy.iloc[0]["shapes"].startswith(f"{scores} {scores}"), "the S×S copy, not the 4-byte one"
+    # the clone owns the buffer its empty_like allocated: exactly one scores tensor
+    assert changed["alloc_bytes_change"].sum() == -SCORES_BYTES
+    assert changed.loc[changed["name"] == "aten::clone", "alloc_bytes_change"].item() == -SCORES_BYTES
+    assert d.totals().loc["allocated_MiB", "change"] * 2**20 == pytest.approx(-SCORES_BYTES)
+    # everything else is matched one to one, including the tiny scalar copy_ under mul
+    rest = d.ops[~d.ops["_substance"]]
+    assert (rest["count_a"] == rest["count_b"]).all() and (rest["only_in"] == "").all()
+    assert ((rest["name"] == "aten::copy_") & (rest["count_a"] == 1)).sum() == 1
+
+
+def test_diff_of_two_steps_of_one_run_has_no_substance(steps):
+    a, b = steps["naive"]
+    d = profiling.diff(a, b)
+    assert d.changed().empty and d.table().empty and len(d.table(everything=True)) == len(d.ops) > 5
+    assert d.label_a != d.label_b
+
+
+def test_diff_table_and_figure(steps):
+    d = profiling.diff(steps["naive"][0], steps["inplace"][0])
+    table = d.table()
+    assert list(table["only in"]) == ["naive"] * 3 and "count change" in table and "allocated change (KiB)" in table
+    assert table["allocated change (KiB)"].sum() == -SCORES_BYTES / 1024
+    fig = d.figure()
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2 * 3 and any("clone" in t.get_text() for t in ax.get_yticklabels())
+    with pytest.raises(TypeError, match="two Steps"):
+        profiling.diff(steps["naive"][0], "inplace")
+    with pytest.raises(ValueError, match="side"):
+        d.only_in("sdpa")
+
+
+def test_diff_matches_gpu_kernels_by_name_and_launch_shape():
+    raw = naive_a100_trace(steps=2)
+    # drop the second step's device-to-device copy: what the in-place version does on a GPU
+    memcpys = [e for e in raw["traceEvents"] if e.get("cat") == "gpu_memcpy"]
+    assert len(memcpys) == 2
+    raw["traceEvents"].remove(max(memcpys, key=lambda e: e["ts"]))
+    first, second = profiling.load_trace(raw).steps("naive")
+    d = profiling.diff(first, second)
+    gone = d.changed()
+    assert list(gone["kind"]) == ["GPU"] and gone.iloc[0]["name"].startswith("Memcpy DtoD")
+    assert gone.iloc[0]["only_in"] == "a" and (d.kernels["count_a"].sum(), d.kernels["count_b"].sum()) == (6, 5)
