@@ -98,6 +98,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        "capability": list(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None,
         "torch_threads": torch.get_num_threads(),
     }
     try:
@@ -253,6 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1,
                     help="notebooks executed at once (default 1: timings in the book then have the machine to themselves)")
     args = ap.parse_args(argv)
+    if args.build and args.only:
+        ap.error("--build publishes the whole book, so every notebook must be executed: drop --only")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")

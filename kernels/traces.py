@@ -40,7 +40,7 @@ BOOK_BUDGET = 25 * 2**20
 PERFETTO_UI = "https://ui.perfetto.dev"
 TRACE_PATTERN = "*.json.gz"
 TRACES_FOLDER = "traces"    # under each notebook's folder: traces/<notebook name>/<label>.json.gz
-RECORDED_FOLDER = "recorded"  # recorded GPU traces at the repository root, published as they are
+RECORDED_FOLDER = "book/data/recorded"  # recorded GPU runs (kernels.recorded), published as they are
 
 HOW_TO_SHRINK = ("record fewer active steps (the chapter's `steps` parameter, or `active=` of "
                  "kernels.profiling.profile), profile a smaller shape, or pass record_shapes=False / "
@@ -120,7 +120,7 @@ def links(source, title: Optional[str] = None, chapter: Optional[str] = None,
     """The links to show beside a trace's figure or table, e.g. ``traces.links(run)``.
 
     ``source`` is what ``profiling.profile`` returned, one of its steps, or a trace path
-    (a recorded trace: ``"../recorded/a100_naive.json.gz"``). The title Perfetto shows names
+    (a recorded trace: ``"data/recorded/nvidia-a100-sxm4-80gb/01_naive/naive.json.gz"``). The title Perfetto shows names
     the chapter (by default the trace's folder, which the runner names after the notebook),
     the variant (the file name) and the device the trace was recorded on.
     """
@@ -187,8 +187,8 @@ def enforce_budget(row: dict, out: Path, notebook: Path) -> dict:
 
 
 def stage_recorded(root: Path, out: Path) -> list[Path]:
-    """Copy the repository's recorded traces (``recorded/``, if any) into the executed tree,
-    so notebooks reach them as ``../recorded/<name>`` and the build publishes them."""
+    """Copy the repository's recorded traces (``book/data/recorded/``, if any) into the executed
+    tree, so notebooks reach them as ``data/recorded/<gpu>/...`` and the build publishes them."""
     src, dst = Path(root) / RECORDED_FOLDER, Path(out) / RECORDED_FOLDER
     if dst.is_dir():
         shutil.rmtree(dst)

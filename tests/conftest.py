@@ -1,8 +1,12 @@
 """Shared test helpers: random inputs (never zeros), poisoned outputs, the GPU marker."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def has_cuda() -> bool:
@@ -39,3 +43,19 @@ def make_qkv(b, h, s, d, dtype=torch.float32, device="cpu", layout="bhsd", seed=
 @pytest.fixture
 def qkv_factory():
     return make_qkv
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """Every chapter executed with the cpu profile (two at a time), then built with -W.
+
+    Session-scoped: the book tests and the browser tests read the same build.
+    Returns (report, executed folder, html folder).
+    """
+    from kernels import execute
+
+    tmp = tmp_path_factory.mktemp("book")
+    out = tmp / "executed"
+    report = execute.run("cpu", out=out, root=ROOT, jobs=2)
+    html = execute.build(out, html_parent=tmp)
+    return report, out, html

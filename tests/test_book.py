@@ -89,16 +89,6 @@ def test_runner_reports_a_failing_notebook(tmp_path, capsys):
     assert "[1/1] book/boom.ipynb" in printed and "0 ok, 1 failed" in printed
 
 
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory):
-    """Execute every chapter with the cpu profile, then build the HTML with -W."""
-    tmp = tmp_path_factory.mktemp("book")
-    out = tmp / "executed"
-    report = execute.run("cpu", out=out, root=ROOT, jobs=2)
-    html = execute.build(out, html_parent=tmp)
-    return report, out, html
-
-
 @pytest.mark.slow
 def test_every_chapter_executes_on_cpu(built_book):
     report, out, _ = built_book
@@ -125,3 +115,18 @@ def test_book_builds_with_glued_numbers_and_figures(built_book):
     info = (html / "book" / "build_info.html").read_text()
     assert "CPU" in info and "cpu" in info and "torch" in info
     assert (html / "index.html").exists()
+
+
+def test_build_refuses_a_partial_execution():
+    with pytest.raises(SystemExit):
+        execute.main(["--only", "01", "--build"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message given without a GPU")
+def test_gpu_check_says_what_it_needs(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-check"), str(tmp_path / "out")], cwd=ROOT,
+                          env={"PY": sys.executable, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr

