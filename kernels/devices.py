@@ -39,6 +39,10 @@ class Peaks:
         """Arithmetic intensity (FLOP/byte) where the two ceilings meet."""
         return self.flops / self.bandwidth
 
+    def attainable(self, intensity: float) -> float:
+        """The roofline: FLOP/s reachable at ``intensity`` FLOP/byte (bandwidth-bound below the ridge)."""
+        return min(self.flops, self.bandwidth * intensity)
+
     def as_dict(self) -> dict:
         return {**asdict(self), "ridge": self.ridge}
 

@@ -347,6 +347,25 @@ class Step:
             hits = hits[[shape in dims for dims in hits["input_dims"]]]
         return hits
 
+    def work_ops(self) -> list[str]:
+        """Names of the ops that do arithmetic themselves, in call order.
+
+        Views and bare allocations are left out. Of the rest, an op counts when no other
+        such op runs below it (``matmul`` only wraps its ``bmm``), or when it allocates its
+        own result (``mul`` computes into a buffer it allocates, even though it first turns
+        the Python scale into a tensor with a small ``copy_`` below it).
+        """
+        ops = self.ops
+        working = ops.index[~ops["is_view"]]
+        wrappers = set()
+        for i in working:
+            parent = ops.at[i, "parent"]
+            while parent >= 0:  # every ancestor of a working op wraps work
+                wrappers.add(parent)
+                parent = ops.at[parent, "parent"]
+        return [ops.at[i, "name"] for i in working
+                if i not in wrappers or ops.at[i, "self_alloc_bytes"] > 0]
+
     def copies(self, min_bytes: int = 1) -> pd.DataFrame:
         """Every ``aten::copy_`` with its size: copies are found by what they move, not by name."""
         c = self.find("aten::copy_").copy()

@@ -280,3 +280,11 @@ def test_cli_help_lists_the_options():
     for option in ("--impls", "--seq", "--head-dim", "--dtype", "--batch", "--heads",
                    "--causal", "--no-causal", "--backward", "--reps", "--out"):
         assert option in text
+
+
+def test_roofline_is_bandwidth_bound_below_the_ridge():
+    from kernels.devices import Peaks
+    p = Peaks("toy", flops=100.0, bandwidth=10.0, flops_dtype="fp32", source="by hand")
+    assert p.ridge == 10.0
+    assert p.attainable(5.0) == 50.0      # 10 bytes/s x 5 FLOP/byte, under the ridge
+    assert p.attainable(20.0) == 100.0    # past the ridge: the compute ceiling

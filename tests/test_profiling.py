@@ -143,3 +143,15 @@ def test_kernels_of_other_steps_are_not_mixed_in(gpu_trace):
     a, b = gpu_trace.steps("naive")
     assert len(a.kernels) == len(b.kernels) == 6
     assert a.kernels["start_us"].max() < b.range["ts"] - a.range["ts"]
+
+
+def test_work_ops_are_the_ops_that_compute(cpu_runs):
+    from collections import Counter
+    naive = Counter(cpu_runs["naive"].step().work_ops())
+    inplace = Counter(cpu_runs["inplace"].step().work_ops())
+    # naive: two bmm (under matmul), the scale mul, the scalar's copy_ and the clone's copy_,
+    # the fill on the clone, and softmax's _softmax; matmul/softmax/clone only wrap work
+    assert naive == Counter({"aten::bmm": 2, "aten::mul": 1, "aten::copy_": 2, "aten::masked_fill_": 1,
+                             "aten::_softmax": 1})
+    assert naive - inplace == Counter({"aten::copy_": 1})
+    assert cpu_runs["sdpa_flash"].step().work_ops() == ["aten::_scaled_dot_product_flash_attention_for_cpu"]
