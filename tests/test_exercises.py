@@ -35,6 +35,8 @@ STUB_MESSAGES = {
     "04_triton": [r"online_update returned None",
                   r"mask is off by one: `cols < row` hides the diagonal, so row 0 .* NaN",
                   r"my_occupancy must return \(blocks_per_sm, fraction\); it returned None"],
+    "05_cuda": [r"read_ptxas returned None", r"my_occupancy must return \(blocks_per_sm, fraction\); it returned None",
+                r"lane_elements returned None"],
     "06_showdown": [r"my_tflops returned None; return a number", r"my_intensity returned None"],
 }
 
@@ -259,3 +261,63 @@ def test_exercise_notebook_executes_with_solutions(tmp_path):
     nb = nbformat.read(out, as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert text.count("✔") == 3, text
+
+
+def _read_ptxas(first_match=False, stores_only=False):
+    """read_ptxas as a learner might write it: first_match ignores the arch."""
+    def read(text, kernel, arch):
+        start = text.index(f"Compiling entry function '{kernel}'" + ("" if first_match else f" for '{arch}'"))
+        used = re.compile(r"Used (\d+) registers.*").search(text, start)
+        block = text[start:used.end()]
+        stores, loads = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block).groups()
+        smem = re.search(r"(\d+) bytes smem", used.group(0))
+        return int(used.group(1)), int(smem.group(1)) if smem else 0, int(stores) + (0 if stores_only else int(loads))
+    return read
+
+
+def _arch_occupancy(arch_limits=None):
+    """Occupancy from ARCHES; arch_limits pins one architecture's limits whatever is asked."""
+    from kernels.occupancy import ARCHES
+
+    def occ(threads, registers, shared, arch):
+        lim = ARCHES[arch_limits or arch]
+        warps = -(-threads // 32)
+        by_regs = (16384 // (-(-registers * 32 // 256) * 256)) * 4 // warps
+        by_smem = lim.shared_mem_per_sm // (-(-(shared + 1024) // 128) * 128)
+        blocks = min(by_regs, by_smem, 64 // warps, 32)
+        return blocks, blocks * warps / 64
+    return occ
+
+
+def test_chapter5_wrong_answers():
+    assert ex.check_read_ptxas(_read_ptxas())
+    _fails(r"numbers of the same kernel compiled for sm_80", ex.check_read_ptxas, _read_ptxas(first_match=True))
+    _fails(r"spill stores plus spill loads", ex.check_read_ptxas, _read_ptxas(stores_only=True))
+    assert ex.check_arch_occupancy(_arch_occupancy())
+    _fails(r"you used sm_80's limits for sm_90", ex.check_arch_occupancy, _arch_occupancy(arch_limits="sm_80"))
+
+    def lane(tid, warp_offset=True, second=8):
+        warp, ln = divmod(tid, 32)
+        g, t = divmod(ln, 4)
+        base = 16 * warp if warp_offset else 0
+        return [base + g, base + g + second], [2 * t, 2 * t + 1]
+
+    assert ex.check_v2_lane(lane)
+    _fails(r"those are warp 0's rows", ex.check_v2_lane, lambda tid: lane(tid, warp_offset=False))
+    _fails(r"the second row is g \+ 8, not g \+ 1", ex.check_v2_lane, lambda tid: lane(tid, second=1))
+    swapped = lambda tid: ([16 * (tid // 32) + tid % 4, 16 * (tid // 32) + tid % 4 + 8],
+                           [2 * (tid % 32 // 4), 2 * (tid % 32 // 4) + 1])
+    _fails(r"g and t are swapped", ex.check_v2_lane, swapped)
+
+
+def test_fresh_ptxas_reports_read_back_as_written():
+    """The generated reports are judged by kernels.ptxas.parse_ptxas: every kernel once per arch,
+    the device function skipped, spills only where written."""
+    found = ex._ptxas_numbers(ex.fresh_ptxas_report(7))
+    assert sorted(found) == [(k, a) for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for a in ("sm_80", "sm_90")]
+    assert all(found["_Z4manyILi64EEvPKfPfi", a].spills and not found["_Z8tile_sumPKfPf", a].spills for a in ("sm_80", "sm_90"))
+    assert all(found["_Z8tile_sumPKfPf", a].shared_bytes > 0 and found["_Z4manyILi64EEvPKfPfi", a].shared_bytes == 0
+               for a in ("sm_80", "sm_90"))
+    # A kernel's registers differ between the two archs, so reading the wrong arch cannot pass.
+    assert all(found[k, "sm_80"].registers != found[k, "sm_90"].registers
+               for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf"))
