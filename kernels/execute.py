@@ -1,7 +1,8 @@
 """Execute the book: every notebook of ``_toc.yml``, in order, with papermill.
 
     python -m kernels.execute                   # profile "auto": cuda if a GPU is visible, else cpu
-    python -m kernels.execute --profile cpu --only 01 02
+    python -m kernels.execute --profile cpu --only book/01 book/02   # some chapters
+    python -m kernels.execute --jobs 2      # two notebooks at a time (timings then share the machine)
     python -m kernels.execute --build           # then build the HTML with Jupyter Book
 
 The source tree is never written to. The runner copies the book into ``--out``

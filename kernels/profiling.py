@@ -47,7 +47,6 @@ VIEW_OPS = frozenset({
     "aten::slice", "aten::select", "aten::unsqueeze", "aten::squeeze", "aten::resolve_conj",
     "aten::resolve_neg", "aten::detach", "aten::lift_fresh", "aten::empty", "aten::empty_like",
     "aten::empty_strided", "aten::contiguous", "aten::split", "aten::unbind",
-    "aten::_nested_tensor_from_mask_left_aligned",
 })
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1,
                "long int": 8, "int": 4, "unsigned char": 1, "signed char": 1, "short int": 2}
