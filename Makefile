@@ -10,7 +10,7 @@ TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test book gpu-check clean
+.PHONY: setup test book notebooks gpu-check clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -30,6 +30,10 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 
 test: setup
 	$(PY) -m pytest
+
+# Write book/**/*.ipynb from their sources in notebooks/ (edit the .py files, not the .ipynb).
+notebooks: setup
+	$(PY) notebooks/convert.py
 
 book: setup
 	$(PY) -m kernels.execute --profile $(PROFILE) --build

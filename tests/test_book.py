@@ -130,3 +130,17 @@ def test_gpu_check_says_what_it_needs(tmp_path):
     done = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-check"), str(tmp_path / "out")], cwd=ROOT,
                           env={"PY": sys.executable, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr
+
+
+def test_notebooks_match_their_sources():
+    """book/**/*.ipynb are written from notebooks/**/*.py; an edit to one alone is caught here."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "notebooks" / "convert.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sources = {p.relative_to(ROOT / "notebooks").with_suffix(".ipynb").as_posix()
+               for p in (ROOT / "notebooks").rglob("*.py") if p.name != "convert.py"}
+    in_toc = {p.relative_to("book").as_posix() for p in NOTEBOOKS}
+    assert in_toc <= sources, f"notebooks without a source: {in_toc - sources}"

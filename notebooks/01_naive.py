@@ -1,0 +1,172 @@
+# %% [markdown]
+# # 1. Attention by hand
+#
+# Causal self-attention in five steps, one PyTorch op each: scores $= QK^\top$, scale by
+# $1/\sqrt{d}$, hide the future with $-\infty$, softmax, multiply by $V$. This is the version
+# most of us write first, and the first trace we read. We will guess its ops, profile it,
+# and find one op we did not write: a full copy of the attention scores.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+
+# %%
+import torch
+
+import kernels
+from kernels import profiling, recorded, reference, traces
+from kernels.book import glue, inputs, lesson, mib, setup, show_source
+from kernels.naive import NaiveAttention
+
+device, dtype = setup(device, dtype)
+q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
+print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
+
+# %% [markdown]
+# ## The module
+#
+# This is the course library's implementation, shown from its source. The causal mask is
+# built once and cached, so what we profile is attention itself, not mask construction.
+# Note the mask step: `masked_fill`, without a trailing underscore.
+
+# %%
+show_source(NaiveAttention)
+
+# %% [markdown]
+# First, is it right? Every implementation in the course is judged against the same
+# float64 reference (`kernels.reference.attention`).
+
+# %%
+naive = kernels.get("naive")
+out = naive(q, k, v, causal=True)
+err = reference.max_rel_error(out, reference.attention(q, k, v, causal=True))
+tol = reference.tolerance(dtype)
+lesson(err <= tol, f"naive attention matches the float64 reference within {tol:g}", f"max relative error {err:.1e}")
+glue("naive_err", err)
+
+# %% [markdown]
+# ## Guess, then profile
+#
+# Reading `forward`, the guess is five ops: **matmul, mul, masked_fill, softmax, matmul**.
+# Write it down before looking.
+
+# %%
+guess = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]
+run = profiling.profile(naive, q, k, v, label="naive", active=steps, trace_dir=trace_dir)
+step = profiling.median_step(run.steps())
+top = step.top_level()["name"].tolist()
+print("guess:", guess)
+print("trace:", top)
+lesson(top == guess, "the ops we called appear in the trace exactly as written")
+
+# %% [markdown]
+# The top level agrees. The story is one level down. Here is every op of one recorded
+# forward that does work (views hidden), indented under the op that called it:
+
+# %%
+profiling.op_table(step)
+
+# %% [markdown]
+# ## The op we did not write
+#
+# Under `masked_fill` sit `clone` and `copy_`. An out-of-place `masked_fill` must return a
+# *new* tensor, so PyTorch clones the whole scores tensor, then fills the clone in place.
+#
+# Copies hide in plain sight: there is a second `copy_` in this trace, under `mul`. That one
+# converts the Python float `scale` into a one-element tensor and moves 4 bytes. So we never
+# count copies by name; we count them by **what they move**:
+
+# %%
+copies = step.copies()
+display(copies[["name", "called_from", "input_dims", "bytes"]])
+scores_shape = [batch, heads, seq, seq]
+scores_bytes = batch * heads * seq * seq * q.element_size()
+big = step.copies(min_bytes=scores_bytes)
+lesson(len(big) == 1 and big.iloc[0]["input_dims"][0] == scores_shape,
+       f"exactly one copy of the full {batch}×{heads}×{seq}×{seq} scores tensor per forward",
+       f"{len(big)} copy of {mib(scores_bytes):.1f} MiB")
+clone = step.find("aten::clone", shape=scores_shape)
+lesson(len(clone) == 1 and step.ops.at[clone.index[0], "parent"] in step.find("aten::masked_fill").index,
+       "the copy comes from aten::clone, called by the out-of-place aten::masked_fill")
+copy_ms = float(big["dur_us"].iloc[0]) / 1e3
+glue("naive_copy_mib", f"{mib(scores_bytes):.1f}")
+glue("naive_copy_ms", f"{copy_ms:.2f}")
+glue("naive_copy_share", f"{100 * copy_ms / (step.cpu_time_us / 1e3):.0f}")
+glue("naive_step_ms", f"{step.cpu_time_us / 1e3:.2f}")
+
+# %% [markdown]
+# The copy moves {glue:text}`naive_copy_mib` MiB and took {glue:text}`naive_copy_ms` ms, about
+# {glue:text}`naive_copy_share`% of this {glue:text}`naive_step_ms` ms forward. Here is the
+# same step as a timeline; copies are drawn in red:
+
+# %%
+fig = profiling.timeline(step, title=f"naive attention, one forward ({device.type})")
+
+# %%
+# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
+traces.links(run)
+
+# %% [markdown]
+# ## Memory
+#
+# The trace also records every allocation. The forward holds two S×S buffers at its peak
+# (the scores and the softmax probabilities, or the scores and their clone), and allocates
+# more than that in total, because the clone is one more S×S buffer:
+
+# %%
+peak, total = step.peak_bytes, step.allocated_bytes
+print(f"peak {mib(peak):.1f} MiB, allocated in total {mib(total):.1f} MiB, one S×S buffer = {mib(scores_bytes):.1f} MiB")
+lesson(peak >= 2 * scores_bytes, "at its peak the forward holds at least two S×S buffers")
+glue("naive_peak_mib", f"{mib(peak):.1f}")
+glue("naive_total_mib", f"{mib(total):.1f}")
+
+# %% [markdown]
+# Peak {glue:text}`naive_peak_mib` MiB, {glue:text}`naive_total_mib` MiB allocated in all.
+# Both grow with $S^2$: double the sequence and the scores take four times the memory.
+#
+# ## On a GPU
+#
+# On a GPU the same forward becomes a row of kernels, one per op that does work. The
+# source article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts
+# **6 kernels** per forward: matmul, mul, a **Memcpy** for the clone, the mask, softmax,
+# matmul. The cell below reads a GPU lane: this run's own when it ran on a GPU, else the
+# repository's recorded GPU run (labelled as such), and checks the copy on it.
+
+# %%
+gpu_step, source = recorded.gpu_step(device, step, "01_naive", "naive")
+if gpu_step is None:
+    print(source)
+else:
+    print(f"GPU lane: {source}")
+    gpu = gpu_step.kernels
+    display(profiling.kernel_table(gpu_step))
+    copy_kernels = gpu[gpu["name"].str.contains("copy|Memcpy", case=False)]
+    lesson(len(copy_kernels) >= 1, f"the GPU lane ({source}) shows the clone as a copy kernel",
+           ", ".join(copy_kernels["name"].str.slice(0, 40)))
+
+# %% [markdown]
+# ## What to remember
+#
+# - The top level of a trace is what you wrote; the lessons are one level down.
+# - Out-of-place ops allocate and copy. `masked_fill` on a {glue:text}`naive_copy_mib` MiB
+#   tensor means a {glue:text}`naive_copy_mib` MiB copy.
+# - Count copies by their shape and bytes, not by name.
+#
+# Next: make the mask in place, and prove the copy is gone.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/01_naive.ipynb), with automatic checks, hints and hidden solutions.

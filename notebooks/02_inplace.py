@@ -1,0 +1,212 @@
+# %% [markdown]
+# # 2. In place
+#
+# The previous chapter found a full copy of the attention scores inside `masked_fill`.
+# The fix is one character: `masked_fill_`, the in-place version, writes $-\infty$ into the
+# scores tensor we already have. This chapter proves three things on the device that ran it:
+# the output is the same, the copy is gone (and nothing else changed), and one S×S
+# allocation fewer is made. Then it shows when in-place is *not* allowed.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+import kernels
+from kernels import profiling, recorded, reference, traces
+from kernels.book import glue, inputs, lesson, mib, setup, show_source
+from kernels.inplace import InplaceAttention
+
+device, dtype = setup(device, dtype)
+q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
+naive, inplace = kernels.get("naive"), kernels.get("inplace")
+
+# %% [markdown]
+# ## The change
+#
+# `InplaceAttention` is `NaiveAttention` with one method overridden. This is all of it:
+
+# %%
+show_source(InplaceAttention)
+
+# %% [markdown]
+# ## Same output
+#
+# The in-place version runs the same arithmetic in the same order, so its output is not
+# just close to the naive one: it is bit for bit the same.
+
+# %%
+same = torch.equal(naive(q, k, v), inplace(q, k, v))
+lesson(same, "naive and in-place attention return bit-identical outputs")
+err = reference.max_rel_error(inplace(q, k, v), reference.attention(q, k, v))
+lesson(err <= reference.tolerance(dtype), "in-place attention matches the float64 reference", f"max relative error {err:.1e}")
+
+# %% [markdown]
+# ## The copy is gone
+#
+# Profile both with the same schedule and compare the ops of one forward each.
+
+# %%
+runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
+        for name in ("naive", "inplace")}
+step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
+scores_shape = [batch, heads, seq, seq]
+scores_bytes = batch * heads * seq * seq * q.element_size()
+
+big_copies = {name: len(s.copies(min_bytes=scores_bytes)) for name, s in step.items()}
+lesson(big_copies["naive"] == 1 and big_copies["inplace"] == 0,
+       "the naive forward copies the S×S scores once; the in-place forward never does", str(big_copies))
+lesson(step["inplace"].find("aten::clone").empty, "no aten::clone is left in the in-place trace")
+
+# %% [markdown]
+# What exactly changed? `profiling.diff` matches every op of one forward with the other's by
+# name *and* input shapes (a view or a bare allocation counts towards the op that called it)
+# and keeps the rows whose count or allocated bytes differ:
+
+# %%
+changes = profiling.diff(step["naive"], step["inplace"])
+changes.table()
+
+# %% [markdown]
+# The out-of-place `masked_fill`, its `clone` and the clone's S×S `copy_` are gone. Both
+# forwards run one `masked_fill_` on the same shapes (the naive one runs it on the clone), so
+# it is matched, not changed; so is the 4-byte `copy_` under `mul`. Every other op that does
+# work is the same in both traces:
+
+# %%
+changed = changes.changed().query("kind == 'op'")  # CPU ops here; the GPU section below checks kernels
+expected = {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"}
+lesson(set(changed["name"]) <= expected, "the only ops that differ are the mask step and its clone",
+       ", ".join(changed["name"]))
+copy_rows = changes.ops[changes.ops["name"] == "aten::copy_"]
+gone = changed[changed["name"] == "aten::copy_"]
+lesson(copy_rows["count_change"].sum() == -1 and gone["shapes"].str.startswith(str(tuple(scores_shape))).all(),
+       "the in-place forward runs exactly one copy_ fewer", f"the {batch}×{heads}×{seq}×{seq} one")
+fig = changes.figure()
+
+# %% [markdown]
+# ## One S×S allocation fewer, same peak
+#
+# Removing the clone removes an allocation of exactly one scores tensor. The *peak*,
+# though, does not move: at the busiest moment of either forward two S×S buffers are alive
+# (the scores and the softmax output), and the clone was never alive at that moment.
+
+# %%
+mem = pd.DataFrame({name: {"peak (MiB)": mib(s.peak_bytes), "allocated (MiB)": mib(s.allocated_bytes),
+                           "CPU time (ms)": s.cpu_time_us / 1e3, "ops": len(s.ops)}
+                    for name, s in step.items()}).T.round(2)
+display(mem)
+saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
+lesson(saved == scores_bytes, "the in-place forward allocates exactly one S×S scores tensor less",
+       f"{mib(saved):.2f} MiB = {batch}×{heads}×{seq}×{seq}×{q.element_size()} bytes")
+lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory is the same for both")
+glue("inplace_saved_mib", mib(saved))
+glue("naive_ms", step["naive"].cpu_time_us / 1e3)
+glue("inplace_ms", step["inplace"].cpu_time_us / 1e3)
+glue("inplace_ops_fewer", len(step["naive"].ops) - len(step["inplace"].ops))
+
+# %% [markdown]
+# The in-place forward allocates {glue:text}`inplace_saved_mib:.1f` MiB less and dispatches
+# {glue:text}`inplace_ops_fewer` fewer ops. On this run one forward took
+# {glue:text}`naive_ms:.2f` ms naive and {glue:text}`inplace_ms:.2f` ms in place (the median
+# of the recorded steps; a single profiled step is not a benchmark, see the showdown chapter
+# for timings you can quote). Side by side:
+
+# %%
+fig, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
+for ax, name in zip(axes, ("naive", "inplace")):
+    profiling.timeline(step[name], ax=ax, title=f"{name}: one forward")
+for ax in axes[:-1]:
+    ax.get_legend().remove()
+fig.tight_layout()
+
+# %%
+# The two traces behind this figure: download them, or open them in Perfetto.
+display(traces.links(runs["naive"]), traces.links(runs["inplace"]))
+
+# %% [markdown]
+# ## When in place breaks autograd
+#
+# In-place is safe here because nothing needs the old scores later: `mul` by a Python
+# number saves nothing for the backward pass. Autograd keeps a version counter on every
+# tensor it saved, and refuses to differentiate through a saved tensor that was modified
+# afterwards. Softmax saves its *output*, so writing into the probabilities (say, an
+# in-place dropout) breaks the backward pass:
+
+# %%
+qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
+
+def attention_with_inplace_dropout(q, k, v):
+    probs = torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
+    probs.mul_(torch.rand_like(probs) > 0.1)  # in-place dropout on what softmax saved
+    return probs @ v
+
+try:
+    attention_with_inplace_dropout(qg, kg, vg).sum().backward()
+    error = None
+except RuntimeError as err:
+    error = str(err)
+print(error)
+lesson(error is not None and "modified by an inplace operation" in error,
+       "autograd refuses to backpropagate through a saved tensor that was modified in place")
+
+# %% [markdown]
+# Our `masked_fill_` is not in that situation: the in-place attention trains, and its
+# gradients equal the naive version's.
+
+# %%
+grads = {}
+for name in ("naive", "inplace"):
+    qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
+    kernels.get(name)(qg, kg, vg).square().sum().backward()
+    grads[name] = (qg.grad, kg.grad, vg.grad)
+lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
+       "in-place masking gives the same gradients as the out-of-place version")
+
+# %% [markdown]
+# ## On a GPU
+#
+# The source article's A100 trace goes from 6 kernels to **5**: the Memcpy disappears, and
+# the mask step dispatches fewer CPU ops. The cell below checks the same on a GPU lane: this
+# run's own when it ran on a GPU, else the repository's recorded GPU run, labelled as such.
+
+# %%
+lanes = {n: recorded.gpu_step(device, step[n], "02_inplace", n) for n in ("naive", "inplace")}
+if any(s is None for s, _ in lanes.values()):
+    print(next(why for s, why in lanes.values() if s is None))
+else:
+    source = lanes["naive"][1]
+    names = {n: set(s.kernels["name"]) for n, (s, _) in lanes.items()}
+    gone = names["naive"] - names["inplace"]
+    lesson(len(lanes["naive"][0].kernels) - len(lanes["inplace"][0].kernels) == 1,
+           f"the in-place forward launches exactly one GPU activity fewer ({source})", ", ".join(n[:40] for n in gone))
+    lesson(any("copy" in n.lower() or "memcpy" in n.lower() for n in gone), "the activity that disappeared is the copy")
+
+# %% [markdown]
+# ## What to remember
+#
+# - An in-place op removes an allocation and a copy; check in the trace that it did.
+# - A smaller total allocation is not a smaller peak: what matters for the peak is what is
+#   alive at the same time.
+# - In-place is unsafe on a tensor autograd saved; PyTorch tells you at backward time.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/02_inplace.ipynb), with automatic checks, hints and hidden solutions.

@@ -1,0 +1,625 @@
+# %% [markdown]
+# # 4. FlashAttention-2 in Triton
+#
+# The SDPA chapter ended on a single fused kernel, `pytorch_flash`, that beats the hand-written
+# ops while keeping the S×S scores out of memory. This chapter writes that kind of kernel
+# ourselves, in Triton, and reads it like any other trace. We go from the math to the kernel:
+# the *online softmax* that makes tiling possible, the tiles one program touches (and the ones
+# causal attention never touches), the kernel's source line by line, a check against the
+# float64 reference, and finally its profile next to SDPA's flash backend.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+
+# %%
+%matplotlib inline
+import math
+import os
+import warnings
+
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+import kernels
+import kernels.triton_flash as tf
+from kernels import bench, occupancy, plots, profiling, reference, sdpa, tiling
+from kernels.book import glue, inputs, lesson, setup, show_source
+
+device, dtype = setup(device, dtype)
+on_gpu = device.type == "cuda"
+triton_attention = kernels.get("triton")
+
+# The interpreter runs every tile operation as a NumPy call: seconds per forward at the
+# profile's size. On the CPU we keep the chapter's shapes small; on a GPU we use the profile's.
+INTERPRETER_MAX_HEADS, INTERPRETER_MAX_SEQ = 2, 256
+if on_gpu:
+    run_batch, run_heads, run_seq = batch, heads, seq
+else:
+    run_batch, run_heads, run_seq = 1, min(heads, INTERPRETER_MAX_HEADS), min(seq, INTERPRETER_MAX_SEQ)
+q, k, v = inputs(run_batch, run_heads, run_seq, head_dim, dtype=dtype, device=device)
+print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
+glue("run_shape", f"B={run_batch} H={run_heads} S={run_seq} D={head_dim}")
+glue("profile_shape", f"B={batch} H={heads} S={seq} D={head_dim}")
+glue("dtype", str(dtype).replace("torch.", ""))
+glue("max_heads", INTERPRETER_MAX_HEADS)
+glue("max_seq", INTERPRETER_MAX_SEQ)
+
+# %% [markdown]
+# This run uses {glue:text}`run_shape` in {glue:text}`dtype`. The device profile asked for
+# {glue:text}`profile_shape`; on a CPU the chapter keeps a single batch element, at most
+# {glue:text}`max_heads` heads and at most {glue:text}`max_seq` tokens, because there the
+# kernel runs in Triton's *interpreter* (more on that below), which is far slower than a
+# compiled kernel. On a GPU the two shapes are the same.
+#
+# ## The online softmax
+#
+# Softmax needs the whole row before it can write anything: the maximum (for numerical
+# safety, $e^{x - m}$ never overflows) and the sum of exponentials (the denominator). A
+# FlashAttention program sees the row one tile of keys at a time, so it keeps two running
+# numbers per row instead, the maximum $m$ and the sum $\ell$ so far, and corrects $\ell$
+# whenever a new tile raises the maximum:
+#
+# $$m_{\text{new}} = \max(m, \max_j x_j), \qquad
+#   \ell_{\text{new}} = \ell \cdot e^{m - m_{\text{new}}} + \sum_j e^{x_j - m_{\text{new}}}.$$
+#
+# `kernels.triton_flash.tiled_softmax` is exactly this, in plain PyTorch, and it records
+# $(m, \ell)$ after every tile so that we can watch it:
+
+# %%
+show_source(tf.tiled_softmax)
+
+# %% [markdown]
+# Run it on a real row: the scaled scores of the last query of head 0 against its first keys,
+# read in {glue:text}`softmax_tiles` tiles of {glue:text}`softmax_block` keys.
+
+# %%
+softmax_block = tf.INTERPRETER_BLOCKS["BLOCK_N"]
+demo_keys = min(run_seq, 8 * softmax_block)  # at most eight tiles: a table, not a wall
+row = (q[0, 0, -1].double() @ k[0, 0, :demo_keys].double().T) / math.sqrt(head_dim)
+soft, history = tf.tiled_softmax(row, softmax_block)
+pd.DataFrame([{"tile": i, "keys": f"{i * softmax_block}..{min((i + 1) * softmax_block, demo_keys) - 1}",
+               "tile max": float(row[i * softmax_block:(i + 1) * softmax_block].max()),
+               "running max m": float(m), "running sum ℓ": float(l)}
+              for i, (m, l) in enumerate(history)]).round(4)
+
+# %%
+err = (soft - torch.softmax(row, dim=-1)).abs().max().item()
+lesson(err < 1e-12, "the tiled softmax equals torch.softmax", f"max abs difference {err:.1e} in float64")
+lesson(float(history[-1][0]) == float(row.max()), "the final running max is the row's max")
+glue("softmax_block", softmax_block)
+glue("softmax_tiles", len(history))
+
+# %% [markdown]
+# Whenever the running max rises, the sum so far is first multiplied by
+# $e^{m - m_\text{new}} < 1$ and only then are the new tile's terms added: the old terms were
+# counted relative to a smaller maximum, so they shrink when re-expressed relative to the new one.
+#
+# ### The rescaling step, by hand
+#
+# Take the row $x = [1, 2, 5, 0]$ in two tiles of two.
+#
+# - Tile 1, $[1, 2]$: $m = 2$ and $\ell = e^{1-2} + e^{2-2}$ = {glue:text}`hand_l1:.4f`.
+# - Tile 2, $[5, 0]$: the maximum rises to $m = 5$. The old sum was relative to 2, so it is
+#   multiplied by $e^{2-5}$, giving {glue:text}`hand_rescaled:.4f`; the new terms add
+#   $e^{5-5} + e^{0-5}$ = {glue:text}`hand_new:.4f`; $\ell$ = {glue:text}`hand_l2:.4f`.
+#
+# That is the sum of $e^{x_j - 5}$ over the whole row, as if we had known the maximum from the start:
+
+# %%
+x = torch.tensor([1.0, 2.0, 5.0, 0.0], dtype=torch.float64)
+_, ((m1, l1), (m2, l2)) = tf.tiled_softmax(x, 2)
+rescaled = l1 * torch.exp(m1 - m2)
+new_terms = torch.exp(x[2:] - m2).sum()
+lesson(float(m1) == 2.0 and float(m2) == 5.0, "the running max goes 2, then 5")
+lesson(torch.isclose(l2, rescaled + new_terms) and torch.isclose(l2, torch.exp(x - 5).sum()),
+       "rescaled old sum + new terms = the sum over the whole row relative to its max",
+       f"{float(rescaled):.4f} + {float(new_terms):.4f} = {float(l2):.4f}")
+glue("hand_l1", float(l1))
+glue("hand_rescaled", float(rescaled))
+glue("hand_new", float(new_terms))
+glue("hand_l2", float(l2))
+
+# %% [markdown]
+# ### From softmax to attention
+#
+# Attention needs $\sum_j \mathrm{softmax}(s)_j\, v_j$, not the probabilities themselves. The
+# same trick carries over: keep an unnormalized output `acc` $=\sum_j e^{s_j - m} v_j$,
+# rescale it by the same factor $\alpha = e^{m - m_\text{new}}$ when the maximum moves, and
+# divide by $\ell$ once at the very end. Here it is for one query row, in a few lines of
+# PyTorch; this loop *is* the kernel's inner loop, minus the tiles of queries:
+
+# %%
+def online_attention_row(q_row, k, v, block):
+    """One query row against all keys, reading `block` keys at a time (causal not applied)."""
+    m, l = torch.tensor(float("-inf"), dtype=q_row.dtype), torch.tensor(0.0, dtype=q_row.dtype)
+    acc = torch.zeros(v.shape[-1], dtype=q_row.dtype)
+    for start in range(0, k.shape[0], block):
+        s = k[start:start + block] @ q_row / math.sqrt(q_row.shape[-1])
+        m_new = torch.maximum(m, s.max())
+        alpha = torch.exp(m - m_new)          # how much the old max overstated the new one
+        p = torch.exp(s - m_new)
+        l = l * alpha + p.sum()
+        acc = acc * alpha + p @ v[start:start + block]
+        m = m_new
+    return acc / l
+
+q64, k64, v64 = (t[0, 0].detach().to("cpu", torch.float64) for t in (q, k, v))
+online = online_attention_row(q64[-1], k64, v64, softmax_block)
+exact = reference.attention(q64[None, None, -1:], k64[None, None], v64[None, None], causal=False)[0, 0, 0]
+lesson(torch.allclose(online, exact, rtol=1e-12, atol=1e-12),
+       "online attention of one row equals the float64 reference row")
+
+# %% [markdown]
+# Two more details before the kernel. **exp2**: GPUs compute $2^x$ natively, and
+# $e^x = 2^{x \log_2 e}$. The kernel multiplies the softmax scale $1/\sqrt{d}$ by
+# $\log_2 e$ = {glue:text}`log2e:.6f` once, on the host, and then works in base 2
+# throughout, so the change of base costs nothing per score:
+
+# %%
+s = torch.randn(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 10
+scale = 1 / math.sqrt(head_dim)
+base_e = torch.exp(s * scale - (s * scale).max())
+base_2 = torch.exp2(s * (scale * tf.LOG2E) - (s * (scale * tf.LOG2E)).max())
+lesson(torch.allclose(base_e, base_2, rtol=1e-12), "exp(s·scale - m) = exp2(s·scale·log2 e - m·log2 e)")
+glue("log2e", tf.LOG2E)
+
+# %% [markdown]
+# **The log-sum-exp**: at the end of a row the forward knows $m$ and $\ell$, and
+# $\mathrm{LSE} = m + \log \ell$ (in base 2 in the kernel) is all the backward pass needs to
+# rebuild any probability, $P_{ij} = 2^{s_{ij} - \mathrm{LSE}_i}$, without storing $P$. The
+# forward saves one float per row for that, S numbers per head instead of S².
+#
+# ## Tiles: what one program touches
+#
+# One *program* (a CUDA block, on a GPU) owns `BLOCK_M` query rows. It loads its Q tile once,
+# then streams the K and V tiles past it, `BLOCK_N` keys at a time. Each tile of the score
+# matrix is then **full** (no mask needed), **masked** (crosses the causal diagonal, or hangs
+# past the end of the sequence) or, with a causal mask, **skipped** (entirely in the
+# future: the program never loads it). `kernels.tiling` classifies the tiles from the geometry:
+
+# %%
+show_source(tiling.tile_map)
+
+# %% [markdown]
+# Drawn for a {glue:text}`fig_seq`-token sequence (not a multiple of the tile sizes, so the
+# last tiles are ragged) with the interpreter's tiles, `BLOCK_M` = {glue:text}`block_m` and
+# `BLOCK_N` = {glue:text}`block_n`, with program {glue:text}`fig_program` picked out: its Q
+# tile on the right, the K/V tiles it streams along the top.
+
+# %%
+block_m, block_n = tf.INTERPRETER_BLOCKS["BLOCK_M"], tf.INTERPRETER_BLOCKS["BLOCK_N"]
+fig_seq, fig_program = 200, 2
+fig = Figure(figsize=(12, 5.8), layout="constrained")
+left, right = fig.subplots(1, 2)
+tiling.draw_tiles(fig_seq, block_m, block_n, causal=True, program=fig_program, ax=left)
+tiling.draw_tiles(fig_seq, block_m, block_n, causal=False, program=fig_program, ax=right)
+glue("fig_seq", fig_seq)
+glue("fig_program", fig_program)
+glue("block_m", block_m)
+glue("block_n", block_n)
+fig
+
+# %% [markdown]
+# In the causal panel each program walks left to right: full tiles first, with no mask to
+# compute, then the tiles on the diagonal, with a mask, then it stops. Everything right of
+# its diagonal is skipped. Without the mask (right panel) every program reads every K/V tile
+# and only the ragged last column needs a mask. Because `BLOCK_M` = 2 × `BLOCK_N` here, the
+# diagonal of a Q tile crosses two key tiles, and both need a mask.
+#
+# ### Causal does half the work, plus the diagonal
+#
+# With `seq` $= n \cdot$ `BLOCK_M`, query tile $i$ computes all tiles left of its diagonal and
+# its diagonal tiles: summed over the $n$ query tiles, that is a fraction $(n+1)/(2n)$ of what
+# the non-causal kernel computes. It approaches one half from above. The FLOP count the
+# course uses (`kernels.reference.flops`) counts causal as exactly half, the useful work; the
+# gap is the masked half of the diagonal tiles, computed and thrown away. Here for the first
+# GPU tile configuration, `BLOCK_M` = {glue:text}`gpu_block_m` and `BLOCK_N` = {glue:text}`gpu_block_n`:
+
+# %%
+gpu_block_m, gpu_block_n = tf.GPU_CONFIGS[0][:2]
+lengths = [256, 512, 1024, 2048, 4096, 8192, 16384]
+fractions = pd.DataFrame([{
+    "S": s,
+    "n (query tiles)": math.ceil(s / gpu_block_m),
+    "tiles: causal / full": tiling.computed_fraction(s, gpu_block_m, gpu_block_n),
+    "(n+1)/(2n)": tiling.expected_fraction(math.ceil(s / gpu_block_m)),
+    "flops(): causal / full": reference.flops(1, 1, s, 64, causal=True) / reference.flops(1, 1, s, 64, causal=False),
+    "tiles done / causal FLOPs": tiling.diagonal_overhead(s, gpu_block_m, gpu_block_n),
+} for s in lengths]).set_index("S")
+display(fractions.round(4))
+col = fractions["tiles: causal / full"]
+lesson(bool((col.diff().dropna() < 0).all()) and col.iloc[-1] - 0.5 < 0.005,
+       "the causal share of tiles falls towards one half as S grows",
+       f"{col.iloc[0]:.3f} at S={lengths[0]}, {col.iloc[-1]:.4f} at S={lengths[-1]}")
+lesson(bool(((col - fractions["(n+1)/(2n)"]).abs() < 1e-12).all()), "it equals (n+1)/(2n) at every S")
+lesson(bool((fractions["flops(): causal / full"] == 0.5).all()),
+       "kernels.reference.flops counts causal attention as exactly half the FLOPs")
+overhead_here = tiling.diagonal_overhead(seq, gpu_block_m, gpu_block_n)
+glue("gpu_block_m", gpu_block_m)
+glue("gpu_block_n", gpu_block_n)
+glue("profile_seq", seq)
+glue("overhead_pct", 100 * (overhead_here - 1))
+
+# %% [markdown]
+# At the profile's {glue:text}`profile_seq` tokens, a causal kernel with these tiles computes
+# {glue:text}`overhead_pct:.1f`% more than the causal FLOP count. TFLOP/s figures in this
+# course divide the *useful* FLOPs (causal halved) by the time, so that waste shows up as a
+# lower TFLOP/s, not as extra credit.
+#
+# ### The skipping is real: a poison test
+#
+# A claim about which tiles a kernel loads can be checked from the outside. Fill V with NaN
+# for every key from position {glue:text}`poison_from` on (a multiple of every `BLOCK_M` the
+# kernel may use). A kernel that skips the tiles above the diagonal never reads those rows
+# for queries before {glue:text}`poison_from`, so their outputs stay finite. A kernel that
+# reads everything and masks afterwards multiplies a probability of exactly 0 by NaN, and
+# $0 \times \text{NaN} = \text{NaN}$: the naive attention of chapter 1 is such a kernel.
+
+# %%
+unit = max(c[0] for c in tf.GPU_CONFIGS) if on_gpu else tf.INTERPRETER_BLOCKS["BLOCK_M"]
+poison_from = unit * max(1, (run_seq // unit) // 2)
+if poison_from < run_seq:
+    v_poisoned = v.clone()
+    v_poisoned[:, :, poison_from:] = float("nan")
+    rows_nan = {name: kernels.get(name)(q, k, v_poisoned, causal=True).isnan().any(dim=-1)[0, 0]
+                for name in ("triton", "naive")}
+    lesson(not rows_nan["triton"][:poison_from].any() and bool(rows_nan["triton"][poison_from:].all()),
+           f"Triton: rows before {poison_from} stay finite, so no tile holding a later key was loaded for them")
+    lesson(bool(rows_nan["naive"].all()), "naive attention reads every key for every row: all rows are NaN")
+else:
+    print(f"S={run_seq} is too short for this demo (it needs more than {unit} tokens)")
+glue("poison_from", poison_from)
+
+# %% [markdown]
+# ## The kernel
+#
+# Here is the forward kernel, shown from the library's source (`@triton.jit` wraps the
+# function; `.fn` is the Python function underneath). One *program* computes `BLOCK_M` rows
+# of the output of one (batch, head):
+
+# %%
+display(show_source(tf._tile.fn))   # the pointer helper the kernels share
+show_source(tf._attn_fwd.fn)
+
+# %% [markdown]
+# Reading it top to bottom:
+#
+# - **Program ids.** The launch grid is `(cdiv(S, BLOCK_M), B·H)`. `tl.program_id(0)` says
+#   which query tile this program owns, `tl.program_id(1)` which (batch, head); integer
+#   division and remainder by `H` split the latter. Every program runs the same code on
+#   different data, and nothing is shared between programs.
+# - **Pointer arithmetic with strides.** Triton has no tensors in the kernel, only pointers.
+#   `_tile` builds a `[rows, cols]` block of addresses: the base pointer plus
+#   `b·stride_b + h·stride_h + row·stride_s + col·stride_d`. Because every stride is passed
+#   in (`*q.stride()` in the launcher), a transposed `[B, S, H, D]` view works without a copy.
+#   The offsets are cast to int64 first: `b·stride_b` passes $2^{31}$ on large inputs.
+# - **Masks on loads.** `row_ok = offs_m < S` keeps the ragged last tile from reading past the
+#   end; masked-off lanes read 0 and are never stored.
+# - **Two causal stages.** Stage 1 loops over the key tiles left of the diagonal
+#   (`0 .. start_m·BLOCK_M`) with `MASKED=False`: no comparison is computed at all. Stage 2
+#   covers the diagonal (`start_m·BLOCK_M .. (start_m+1)·BLOCK_M`) with the mask. The loop
+#   never goes further, which is the skipping of the figure above. `CAUSAL`, `MASKED` and the
+#   block sizes are `tl.constexpr`: Triton compiles a separate, branch-free version for each value.
+# - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`, so
+#   scores come out of `tl.dot` in base-2 units and the inner loop calls `tl.exp2` directly.
+# - **The saved log-sum-exp.** After the loop, `acc / l_i` normalizes once, and
+#   `m_i + log2(l_i)` is stored per row for the backward.
+#
+# The loop itself lives in `_attn_fwd_inner`. Compare it with `online_attention_row` above:
+# the same four lines, on a `[BLOCK_M, BLOCK_N]` tile instead of one row.
+
+# %%
+show_source(tf._attn_fwd_inner.fn)
+
+# %% [markdown]
+# The launcher and the autograd wrapper are ordinary Python. The forward allocates the output
+# and the LSE, builds the grid from the tile size, passes every stride, and returns both; the
+# `torch.autograd.Function` saves Q, K, V, O and the LSE (not the S×S probabilities):
+
+# %%
+show_source(tf.flash_forward)
+
+# %%
+show_source(tf.FlashAttention)
+
+# %% [markdown]
+# ### The backward pass: three kernels, no atomics
+#
+# With $P = \mathrm{softmax}(S)$ rebuilt from the LSE, the gradients are
+# $dV = P^\top dO$, $dP = dO\,V^\top$, $dS = P \circ (dP - \Delta)$ with
+# $\Delta_i = \sum_d O_{id}\, dO_{id}$, then $dK = \text{scale}\cdot dS^\top Q$ and
+# $dQ = \text{scale}\cdot dS\,K$. The launcher runs three kernels:
+
+# %%
+show_source(tf.flash_backward)
+
+# %% [markdown]
+# 1. **`_attn_bwd_preprocess`** computes $\Delta$, one number per row, from O and dO. It is
+#    the row sum of $P \circ dP$ computed the cheap way (O already holds $P V$), so the main
+#    kernels need not form a whole row of $P$ to get it.
+# 2. **`_attn_bwd_dkdv`**: one program per *key* tile. It holds its K and V tiles and loops
+#    over the query tiles that can see them (causal: from its diagonal downwards, the mirror
+#    image of the forward's skipping), rebuilding $P$ tile by tile and accumulating $dK$ and
+#    $dV$ in registers.
+# 3. **`_attn_bwd_dq`**: one program per *query* tile, looping over key tiles up to its diagonal.
+#
+# Why two kernels, when one loop could produce $dK$, $dV$ and $dQ$ together? $dK$ and $dV$
+# are sums over query rows, $dQ$ is a sum over key columns. A program that owns a key tile
+# contributes only part of the sum for every $dQ$ row, so a single kernel would have to add
+# partial $dQ$ rows from many programs into the same memory with atomic adds: a zero-filled float32 buffer, a
+# conversion at the end, and results whose last bits change from run to run because the
+# order of the additions varies. Splitting the work so that every program owns what it
+# writes costs a second pass over $P$ and buys determinism and simpler code. Here is the
+# dK/dV kernel; the dQ kernel is its transpose:
+
+# %%
+show_source(tf._attn_bwd_dkdv.fn)
+
+# %% [markdown]
+# ## Run it
+#
+# Without a CUDA GPU, `kernels.triton_flash` switches on Triton's interpreter
+# (`TRITON_INTERPRET=1`) before the kernels are defined, and the same kernels run on CPU
+# tensors, with NumPy doing the arithmetic tile by tile. Nothing in the notebook changes.
+
+# %%
+print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED)
+print("triton on", device, "->", kernels.available(device)["triton"] or "runs here")
+lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
+if not on_gpu:
+    lesson(tf.INTERPRETED, "on a machine without a GPU, the kernels run in Triton's interpreter")
+
+# %% [markdown]
+# Forward and backward against the float64 reference, in both causal modes. The non-causal
+# case uses a ragged length, {glue:text}`ragged_seq` tokens, so the last tiles hang past the
+# end. The reference judges batch 0 and the first two heads (every (batch, head) is
+# independent, so a slice is a fair sample and keeps the float64 work small on a GPU). In
+# low precision the backward sums S terms per element, so gradients get twice the forward's tolerance.
+
+# %%
+def check_against_reference(causal: bool, seq_len: int) -> dict:
+    qg, kg, vg = inputs(run_batch, run_heads, seq_len, head_dim, dtype=dtype, device=device,
+                        seed=seq_len, requires_grad=True)
+    grad_out = torch.randn(qg.shape, generator=torch.Generator().manual_seed(1)).to(device, dtype)
+    out = triton_attention(qg, kg, vg, causal=causal)
+    out.backward(grad_out)
+    judged = (slice(0, 1), slice(0, 2))
+    q64, k64, v64 = (t.detach()[judged].to("cpu", torch.float64).requires_grad_() for t in (qg, kg, vg))
+    ref = reference.attention(q64, k64, v64, causal=causal)
+    ref.backward(grad_out[judged].to("cpu", torch.float64))
+    pairs = {"O": (out, ref), "dQ": (qg.grad, q64.grad), "dK": (kg.grad, k64.grad), "dV": (vg.grad, v64.grad)}
+    return {name: reference.max_rel_error(got[judged], want) for name, (got, want) in pairs.items()}
+
+ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # e.g. 113: not a multiple of any tile
+errors = pd.DataFrame({f"causal, S={run_seq}": check_against_reference(True, run_seq),
+                       f"full, S={ragged_seq}": check_against_reference(False, ragged_seq)}).T
+display(errors.map(lambda e: f"{e:.1e}"))
+tol = reference.tolerance(dtype)
+grad_tol = tol if dtype == torch.float32 else 2 * tol
+lesson(bool((errors["O"] < tol).all()), f"the forward matches the float64 reference within {tol:g}")
+lesson(bool((errors[["dQ", "dK", "dV"]] < grad_tol).all().all()),
+       f"dQ, dK and dV match the float64 reference within {grad_tol:g}")
+glue("ragged_seq", ragged_seq)
+glue("worst_err", float(errors.max().max()))
+
+# %% [markdown]
+# The worst relative error over the output and the three gradients is
+# {glue:text}`worst_err:.1e`.
+#
+# ## Profile it
+#
+# Guess first. On a GPU the forward should be **one kernel**, `_attn_fwd`: the launcher
+# allocates O and the LSE (no kernel for that) and launches once. On a CPU there is no
+# kernel at all; the interesting question is what the profiler sees of the interpreter.
+
+# %%
+# On the CPU one interpreted forward is enough: there is nothing to warm up (no compilation,
+# no autotuning), and each call takes a while. Torch warns about a schedule without warm-up.
+profile_args = dict(active=steps) if on_gpu else dict(wait=0, warmup=0, active=1)
+warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+def runs_here(name: str) -> bool:
+    """The registry's device check, plus SDPA's own rules for these inputs (dtype, head dim)."""
+    return kernels.available(device)[name] is None and (name == "triton" or sdpa.input_reason(name, q) is None)
+
+runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, trace_dir=trace_dir, **profile_args)
+        for name in ("triton", "sdpa_flash") if runs_here(name)}
+step = {name: profiling.median_step(run.steps()) for name, run in runs.items()}
+profiling.op_table(step["triton"], views=True)
+
+# %%
+ops = step["triton"].ops
+top = step["triton"].top_level()
+# Any aten op that could be doing attention's arithmetic (exp, not expand; mm, not empty).
+compute_pattern = r"aten::(.*attention.*|matmul|mm|bmm|addmm|baddbmm|_?softmax|_softmax_backward_data|exp2?_?)"
+aten_compute = ops[ops["name"].str.fullmatch(compute_pattern)]
+lesson(top["name"].tolist() == ["FlashAttention"], "one op at the top of the triton step: our autograd Function")
+lesson(aten_compute.empty, "no aten attention, matmul or softmax op runs inside the triton label",
+       "the work is not done by PyTorch")
+glue("triton_ops", len(ops))
+
+# %% [markdown]
+# The trace holds {glue:text}`triton_ops` ops, and none of them computes anything. The
+# `FlashAttention` span (the name of our `torch.autograd.Function`) wraps the allocations of
+# O and the LSE and, on a GPU, one kernel launch. In the interpreter it also wraps the
+# interpreter's bookkeeping: a `new_empty` + `set_` host view of every tensor argument, and
+# one `copy_` per storage when a kernel returns. That copy is how the interpreter hands
+# results back to device memory; on a CPU "device" and host are the same memory, so it
+# copies a buffer onto itself (its input shape is the storage's size in bytes). The
+# arithmetic happens in NumPy, which the profiler does not see: in the interpreter nearly all
+# of the time is the span's *self* time.
+
+# %%
+if not on_gpu:
+    flash_span = top.iloc[0]
+    self_share = float(ops.loc[top.index[0], "self_us"] / flash_span["dur_us"])
+    lesson(self_share > 0.9, "almost all of the FlashAttention span is its own time: NumPy work the profiler cannot see",
+           f"{100 * self_share:.1f}% self time")
+    copies = step["triton"].copies()
+    display(copies[["name", "called_from", "input_dims", "bytes"]])
+else:
+    print("On a GPU the kernels are compiled; the interpreter's traces are a CPU-only story.")
+
+# %% [markdown]
+# Compare SDPA's flash backend on the same inputs. On the CPU it is one op as well,
+# `aten::_scaled_dot_product_flash_attention_for_cpu`, PyTorch's own C++ FlashAttention, and
+# it gives the same numbers:
+
+# %%
+sdpa_ok = "sdpa_flash" in step
+if sdpa_ok:
+    display(profiling.op_table(step["sdpa_flash"]))
+    out_triton = triton_attention(q, k, v, causal=True)
+    out_sdpa = kernels.get("sdpa_flash")(q, k, v, causal=True)
+    gap = reference.max_rel_error(out_triton, out_sdpa.to("cpu", torch.float64))
+    lesson(gap <= 2 * tol, "Triton and SDPA flash give the same output within twice the tolerance", f"{gap:.1e}")
+    if not on_gpu:
+        flash_ops = step["sdpa_flash"].find("aten::_scaled_dot_product_flash_attention_for_cpu")
+        lesson(len(flash_ops) == 1, "SDPA flash on the CPU is one fused op")
+else:
+    print("sdpa_flash cannot run here:", kernels.available(device)["sdpa_flash"] or sdpa.input_reason("sdpa_flash", q))
+
+# %% [markdown]
+# {glue:text}`speed_note` On a CPU we do not benchmark Triton: the interpreter's time
+# measures Python walking over tiles, one NumPy call per tile operation, not the kernel. The
+# bench CLI leaves Triton out of CPU sweeps for the same reason.
+
+# %%
+triton_ms = step["triton"].cpu_time_us / 1e3
+if on_gpu:
+    speed_note = (f"This run used the compiled kernel: {triton_ms:.2f} ms of CPU time per profiled forward, "
+                  "launch included (the GPU's own time is in the benchmark below).")
+else:
+    speed_note = (f"This run's profiled forward took {triton_ms:.0f} ms in the interpreter, for "
+                  f"{run_heads} heads of {run_seq} tokens.")
+glue("speed_note", speed_note)
+
+# %% [markdown]
+# ### On a GPU: one kernel, its footprint, its occupancy
+#
+# On a GPU run the cells below check the guess on the GPU lane: exactly one kernel per
+# forward, launched with the grid and block size the autotuner chose, and they turn the
+# footprint the trace records (threads per block, registers per thread, shared memory) into a
+# theoretical occupancy with `kernels.occupancy`. Triton 3.x launches its kernels through `cuLaunchKernelEx`;
+# the source article saw CUPTI report 0% estimated occupancy for cuDNN's kernel launched that
+# way, so we compute occupancy from the footprint rather than trust the trace's estimate.
+# For SDPA's flash kernel the source article measured about 13% estimated occupancy on an
+# A100, by design: registers go to keeping tiles on-chip.
+
+# %%
+def footprint(kernel_row) -> dict:
+    """The launch footprint of one trace kernel, and the occupancy it allows on this GPU."""
+    event = {"block": kernel_row["block"], "registers per thread": kernel_row["registers_per_thread"],
+             "shared memory": kernel_row["shared_memory"]}
+    occ = occupancy.occupancy_from_trace(event, occupancy.arch_of(torch.cuda.get_device_properties(device)))
+    return {"kernel": kernel_row["name"][:60], "grid": kernel_row["grid"], "block": kernel_row["block"],
+            "registers/thread": kernel_row["registers_per_thread"], "shared memory (B)": kernel_row["shared_memory"],
+            "occupancy (ours) %": round(occ.percent, 1), "limited by": occ.limited_by,
+            "trace's estimate %": kernel_row["occupancy_pct"], "explain": occ.explain()}
+
+if on_gpu:
+    forward_kernels = step["triton"].kernels
+    display(profiling.kernel_table(step["triton"]))
+    lesson(len(forward_kernels) == 1 and "_attn_fwd" in forward_kernels["name"].iloc[0],
+           "one Triton forward is exactly one GPU kernel, _attn_fwd, and no copy or memset")
+    config = tf.attn_fwd.best_config  # what the autotuner picked for this (S, D, causal)
+    row = forward_kernels.iloc[0]
+    want_grid = [math.ceil(run_seq / config.kwargs["BLOCK_M"]), run_batch * run_heads, 1]
+    lesson(list(row["grid"]) == want_grid and list(row["block"]) == [32 * config.num_warps, 1, 1],
+           "the trace's grid is (cdiv(S, BLOCK_M), B·H) and its block is num_warps × 32 threads",
+           f"config {config}")
+    try:
+        table = {"triton": footprint(row)}
+        if sdpa_ok:
+            sdpa_kernels = step["sdpa_flash"].kernels
+            display(profiling.kernel_table(step["sdpa_flash"]))
+            lesson((sdpa_kernels["cat"] == "kernel").sum() == 1,
+                   "SDPA flash is also a single kernel per forward: the same shape of trace")
+            table["sdpa_flash"] = footprint(sdpa_kernels[sdpa_kernels["cat"] == "kernel"].iloc[0])
+        for name, f in table.items():
+            print(f"{name}:\n{f['explain']}\n")
+        display(pd.DataFrame(table).drop(index="explain"))
+    except ValueError as err:  # a GPU the occupancy tables do not know yet
+        print("occupancy not computed:", err)
+else:
+    print("This run is CPU-only: no GPU lane, no kernels, no footprint. A GPU run checks all of this here.")
+
+# %% [markdown]
+# The backward, on a GPU, is three more kernels: the Δ preprocessing, dK/dV and dQ, and no
+# memset, because nothing is accumulated with atomics into a zero-filled buffer.
+
+# %%
+if on_gpu:
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    grad_out = torch.randn_like(q)
+
+    def forward_backward(q, k, v):
+        return torch.autograd.grad(triton_attention(q, k, v, causal=True), (q, k, v), grad_out)
+
+    fb = profiling.median_step(profiling.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
+                                                 active=steps, trace_dir=trace_dir).steps())
+    display(profiling.kernel_table(fb))
+    names = [n for n, c in zip(fb.kernels["name"], fb.kernels["cat"]) if c == "kernel"]
+    lesson(sorted(names) == sorted(["_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]),
+           "forward + backward is four kernels: forward, Δ, dK/dV, dQ", ", ".join(names))
+    lesson(not (fb.kernels["cat"] == "gpu_memset").any(), "no memset: no buffer is zeroed for atomic adds")
+else:
+    print("CPU-only run: the backward's kernels are checked on a GPU run.")
+
+# %% [markdown]
+# ## Speed (GPU only)
+#
+# On a GPU, `kernels.bench` times Triton against SDPA's flash backend, forward and
+# forward+backward, over sequence lengths around the profile's, and converts each median time
+# into TFLOP/s with the causal FLOP count halved (`kernels.reference.flops`). For scale, the
+# FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measured on an H100, forward, causal,
+# head dim 128, S from 512 to 16k: the Triton tutorial's kernel 146 to 378 TFLOP/s, and
+# FlashAttention-2 191 to 335. Our kernel is simpler than the tutorial's (plain
+# pointer arithmetic, no TMA tensor descriptors, a short autotune list), so read its numbers
+# next to SDPA's on the same GPU rather than against those.
+
+# %%
+if on_gpu:
+    sweep_seqs = sorted({max(128, seq // 2), seq, 2 * seq})   # small: each new length re-runs the autotuner
+    results = bench.sweep(["triton", "sdpa_flash"], seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
+                          causal=(True,), modes=(bench.FORWARD, bench.FORWARD_BACKWARD),
+                          batch=batch, heads=heads, device=device, max_seconds=0.5, memory=False, progress=None)
+    frame = results.to_frame()
+    display(frame[["impl", "mode", "seq", "status", "median_ms", "tflops"]].round(3))
+    lesson(bool((frame.loc[frame["impl"] == "triton", "status"] == "ok").all()),
+           "the Triton kernel ran at every point of the sweep, forward and forward+backward")
+    display(plots.tflops_vs_seq(results))
+else:
+    print("CPU-only run: no benchmark. The interpreter's speed says nothing about the kernel.")
+
+# %% [markdown]
+# ## What to remember
+#
+# - The online softmax keeps a running max and sum per row and rescales what it has summed
+#   whenever the max rises; that is what lets a program see the keys one tile at a time.
+# - One program owns a Q tile and streams K/V tiles past it. Causal programs skip every tile
+#   above the diagonal and mask only the diagonal ones, so they do $(n+1)/(2n)$ of the
+#   non-causal work, which tends to one half; the FLOP count we divide by is exactly one half.
+# - The forward saves one log-sum-exp per row; the backward rebuilds P from it in three
+#   kernels, arranged so that every program owns what it writes: no atomics, no memset.
+# - In the interpreter the profiler sees a single opaque span: the work is NumPy, not
+#   PyTorch. On a GPU the same code is one kernel per forward, like SDPA's flash backend, and
+#   its footprint (grid, block, registers, shared memory) decides its occupancy.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/04_triton.ipynb), with automatic checks, hints and hidden solutions.

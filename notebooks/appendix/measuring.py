@@ -1,0 +1,303 @@
+# %% [markdown]
+# # Measuring honestly
+#
+# A benchmark number is a claim about a machine, and most wrong claims come from a handful of
+# well-known traps. This appendix walks through the ones the course guards against, and
+# shows where `kernels.bench` deals with each. Every demonstration runs on a CPU in a few
+# seconds; the GPU-only effects are described, and demonstrated in the cells that run
+# only when the book is built on a GPU.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+
+# %%
+%matplotlib inline
+import math
+import statistics
+import time
+
+import torch
+
+import kernels
+from kernels import bench, devices, reference
+from kernels.book import glue, inputs, lesson, setup, show_source
+
+device, dtype = setup(device, dtype)
+on_gpu = device.type == "cuda"
+where = devices.describe_device(device)
+print(f"Measured on {where['name']}, torch {where['versions']['torch']}")
+# Small shapes: this page demonstrates effects, it does not benchmark.
+small = dict(batch=1, heads=4, seq=256, head_dim=head_dim)
+
+# %% [markdown]
+# ## 1. Warm up first
+#
+# The first call of anything does work the later ones do not: the allocator asks the
+# operating system for fresh pages and touches them, libraries pick an algorithm (cuBLAS and
+# cuDNN choose among kernels, Triton compiles), thread pools start, caches are cold. Timing
+# the first call measures all of that. `kernels.bench` runs a few untimed calls first and
+# uses the fastest of them to decide how many timed calls fit its time budget. Here are the
+# first calls of a function this process has never run at this shape:
+
+# %%
+def timed(fn, *args):
+    bench.synchronize(device)
+    start = time.perf_counter()
+    fn(*args)
+    bench.synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+q, k, v = inputs(2, 4, 384, head_dim, dtype=dtype, device=device, seed=1)
+first_calls = [timed(kernels.get("sdpa_math"), q, k, v) for _ in range(6)]
+print("first six calls (ms):", ", ".join(f"{t:.2f}" for t in first_calls))
+glue("first_call_ms", first_calls[0])
+glue("later_call_ms", statistics.median(first_calls[1:]))
+
+# %% [markdown]
+# On this run the very first call took {glue:text}`first_call_ms:.2f` ms and the later ones
+# {glue:text}`later_call_ms:.2f` ms (median). On a busy two-core machine the difference can
+# drown in noise; on a GPU, where the first call may compile or autotune a kernel, it is
+# often a factor of a hundred or more.
+#
+# ## 2. Asynchronous launches: synchronise before you read a clock
+#
+# A CUDA call returns as soon as the kernel is *queued*. The CPU runs ahead while the GPU
+# works. So `perf_counter()` around a kernel launch measures the launch (microseconds), not
+# the kernel, unless the code waits for the GPU with `torch.cuda.synchronize()` before
+# reading the clock. A CPU op, by contrast, returns when its work is done: on a CPU the
+# synchronisation is a no-op, which is why `bench.synchronize` only acts on a GPU.
+
+# %%
+show_source(bench.synchronize)
+
+# %%
+if on_gpu:
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    torch.mm(a, a)  # warm up cuBLAS
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    torch.mm(a, a)
+    launch_ms = (time.perf_counter() - start) * 1e3
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    torch.mm(a, a)
+    torch.cuda.synchronize()
+    synced_ms = (time.perf_counter() - start) * 1e3
+    print(f"8192³ bf16 matmul: {launch_ms:.3f} ms without synchronising, {synced_ms:.3f} ms with")
+    lesson(launch_ms < synced_ms, "without a synchronize, perf_counter times the launch, not the kernel",
+           f"{launch_ms:.3f} vs {synced_ms:.3f} ms")
+else:
+    print("CPU run: CPU ops finish before they return, so there is no launch/finish gap to show here.")
+
+# %% [markdown]
+# ## 3. Clocks: CUDA events or perf_counter
+#
+# On a CPU, `time.perf_counter()` is the right clock: monotonic (it never jumps back when the
+# system clock is adjusted, unlike `time.time()`) and with sub-microsecond resolution.
+# On a GPU, a pair of CUDA events recorded on the stream before and after the work time the
+# GPU's own execution, without the CPU's launch overhead and without a synchronize between
+# every call: `kernels.bench` records all the event pairs, synchronises once, then reads them.
+
+# %%
+show_source(bench.time_calls)
+
+# %%
+info = time.get_clock_info("perf_counter")
+print(f"perf_counter: monotonic={info.monotonic}, resolution {info.resolution * 1e9:.0f} ns ({info.implementation})")
+lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic with at most microsecond resolution",
+       f"resolution {info.resolution:g} s")
+
+# %% [markdown]
+# ## 4. Medians and spread
+#
+# Timed calls are not all equal: another process wakes up, the operating system moves a
+# thread, a GPU changes its clock. The distribution has a long tail on the slow side. The
+# **mean** follows the tail; the **median** does not. The course quotes medians, with the
+# 10th and 90th percentiles as the spread. Here are 25 calls of in-place attention, and what
+# one late call (a pause of 50x the median, as a context switch would cause) does to each
+# statistic:
+
+# %%
+pool = bench.InputPool((small["batch"], small["heads"], small["seq"], small["head_dim"]), dtype, device, backward=False)
+step = bench.make_step(kernels.get("inplace"), pool, causal=True, backward=False)
+bench.warm_up(step, device, calls=2, budget_ms=500)
+times = bench.time_calls(step, device, reps=25)
+median, p10, p90 = bench.spread(times)
+with_outlier = times + [50 * median]
+moved_mean = statistics.mean(with_outlier) / statistics.mean(times) - 1
+moved_median = statistics.median(with_outlier) / median - 1
+print(f"median {median:.3f} ms, p10 {p10:.3f}, p90 {p90:.3f}, mean {statistics.mean(times):.3f}")
+print(f"one slow call moves the mean by {100 * moved_mean:+.0f}% and the median by {100 * moved_median:+.1f}%")
+ordered = sorted(times)
+lesson(ordered[12] <= statistics.median(with_outlier) <= ordered[13] and moved_mean > moved_median,
+       "one slow call moves the mean, while the median stays between its two middle neighbours",
+       f"mean {100 * moved_mean:+.0f}%, median {100 * moved_median:+.1f}%")
+glue("mean_moved", 100 * moved_mean)
+glue("median_moved", 100 * moved_median)
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.hist(times, bins=12, color="tab:blue", alpha=0.7)
+for value, label, style in ((median, "median", "-"), (p10, "p10", ":"), (p90, "p90", ":"),
+                            (statistics.mean(times), "mean", "--")):
+    ax.axvline(value, color="black", linestyle=style, label=f"{label} {value:.3f} ms")
+ax.set_xlabel("time per call (ms)")
+ax.set_ylabel("calls")
+ax.set_title(f"25 calls of inplace, S={small['seq']} ({where['name']})")
+ax.legend(fontsize="small");
+
+# %% [markdown]
+# One slow call out of 26 moved the mean by {glue:text}`mean_moved:.0f`% and the median by
+# {glue:text}`median_moved:.1f`%.
+#
+# ## 5. Zeros are not data
+#
+# Two separate reasons keep zeros out of every input the course makes.
+#
+# **Correctness.** Attention of all-zero inputs is all zeros: the scores are 0, the softmax is
+# uniform, and the average of zero values is zero. So a kernel that writes *nothing* into a
+# zero-initialised output passes a test on zeros perfectly. The same goes for a kernel that
+# forgets the ragged last tile. That is why the course's inputs are random, and why its tests
+# allocate outputs filled with NaN ("poisoned") before a kernel writes them: a region the
+# kernel never wrote stays NaN and fails loudly. Here is such a kernel: it handles query
+# rows in tiles of 64 and forgets the last, partial tile.
+
+# %%
+def forgetful_attention(q, k, v, out, tile=64):
+    """Correct attention for every full tile of query rows; the ragged tail is never written."""
+    full = (q.shape[-2] // tile) * tile
+    out[..., :full, :] = reference.attention(q, k, v)[..., :full, :].to(out.dtype)
+    return out
+
+def passes(q, k, v, out):
+    got = forgetful_attention(q, k, v, out)
+    return bool(torch.isfinite(got).all()) and reference.max_rel_error(got, reference.attention(q, k, v)) <= 1e-5
+
+shape = (1, 2, 100, 16)  # S=100: one full tile of 64 rows, then 36 rows the kernel forgets
+zeros = [torch.zeros(shape) for _ in range(3)]
+rand = inputs(*shape, seed=2)
+verdicts = {
+    "zero inputs, zero-filled output": passes(*zeros, torch.zeros(shape)),
+    "zero inputs, NaN-poisoned output": passes(*zeros, torch.full(shape, float("nan"))),
+    "random inputs, zero-filled output": passes(*rand, torch.zeros(shape)),
+    "random inputs, NaN-poisoned output": passes(*rand, torch.full(shape, float("nan"))),
+}
+for case, ok in verdicts.items():
+    print(f"{case:<38} {'passes (the bug hides)' if ok else 'fails (the bug shows)'}")
+lesson(verdicts["zero inputs, zero-filled output"], "a kernel that skips its last tile passes a test on zeros")
+lesson(not any(ok for case, ok in verdicts.items() if "random" in case or "NaN" in case),
+       "random inputs or a NaN-poisoned output each expose the skipped tile")
+
+# %% [markdown]
+# **Speed.** On a GPU, zeros are also *fast*. A multiply of zeros toggles almost no
+# transistors, so the chip draws less power, stays further below its power limit and holds
+# a higher clock. The same matmul on random data can run measurably slower. A benchmark on
+# `torch.zeros` (or on `torch.ones`, or on tensors full of one repeated value) can therefore
+# flatter a kernel. `kernels.bench` fills every input set with `torch.randn`:
+
+# %%
+show_source(bench.InputPool)
+
+# %%
+if on_gpu:
+    n = 8192
+    rates = {}
+    for label, make in (("zeros", torch.zeros), ("random", torch.randn)):
+        a = make(n, n, device=device, dtype=torch.bfloat16)
+        b = make(n, n, device=device, dtype=torch.bfloat16)
+        mm = lambda: torch.mm(a, b)  # noqa: E731 (one call to time)
+        bench.warm_up(mm, device, calls=3, budget_ms=2000)
+        rates[label] = 2 * n**3 / (statistics.median(bench.time_calls(mm, device, reps=20)) * 1e-3) / 1e12
+    print(", ".join(f"{k}: {v:.0f} TFLOP/s" for k, v in rates.items()), f"({where['name']}, {n}³ bf16 matmul)")
+else:
+    print("CPU run: the data-dependent power and clock effect is a GPU effect; nothing to measure here.")
+
+# %% [markdown]
+# ## 6. Counting FLOPs: causal is half
+#
+# TFLOP/s is FLOPs divided by time, so it is only as right as the FLOP count. A forward pass
+# of attention does two matmuls of $2 S^2 D$ FLOPs per head: $4BHS^2D$. With a causal mask,
+# each query attends only to the keys before it, the lower triangle of the score matrix,
+# $S(S+1)/2$ of its $S^2$ entries. A fused kernel skips the masked tiles, so the work really
+# done is half, and the course counts $2BHS^2D$ (`kernels.reference.flops`). Count the full
+# square instead and every TFLOP/s figure doubles, without the kernel getting any faster.
+#
+# This has happened in public: in July 2023, in the discussion of Triton's pull request
+# #1849 (new benchmarks for its fused-attention tutorial), the FlashAttention baseline turned
+# out to run causal attention while its FLOPs were counted as for the full matrix, inflating
+# its TFLOP/s by 2x; the maintainers fixed the count.
+
+# %%
+S = 1024
+kept = int(torch.ones(S, S).tril().sum())
+lesson(kept == S * (S + 1) // 2, "a causal mask keeps S(S+1)/2 of the S² scores", f"{kept:,} of {S * S:,} at S={S}")
+causal = reference.flops(1, 8, S, 64, causal=True)
+full = reference.flops(1, 8, S, 64, causal=False)
+lesson(causal == full / 2 == 2 * 1 * 8 * S**2 * 64, "kernels.reference.flops counts causal attention at half of full, 2·B·H·S²·D")
+# Any measured time will do: the error is in the numerator, not in the clock.
+print(f"a causal forward of 1 ms at B1 H8 S{S} D64: {causal / 1e-3 / 1e12:.3f} TFLOP/s counted right, "
+      f"{full / 1e-3 / 1e12:.3f} TFLOP/s counted at full price")
+
+# %% [markdown]
+# ## 7. Rotate the inputs past the caches
+#
+# Calling a kernel on the same small tensors over and over serves them from cache: the last
+# level cache of a CPU holds tens of MB, and an A100's L2 holds 40 MB (50 MB on an H100), as
+# much as several full q, k, v sets at small shapes. A real model never reads the same
+# activations twice in a row, so such a benchmark flatters small shapes. `kernels.bench`
+# makes enough random input sets (carved from one buffer) that together they exceed the
+# caches, and uses them in turn:
+
+# %%
+shape = (small["batch"], small["heads"], small["seq"], small["head_dim"])
+rotated = bench.InputPool(shape, dtype, device, backward=False)
+per_set = 4 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+total = per_set * len(rotated.sets)
+print(f"{len(rotated.sets)} input sets of {per_set / 2**20:.2f} MiB: {total / 2**20:.0f} MiB in turn "
+      f"(rotation target {bench.ROTATE_BYTES[device.type] / 2**20:.0f} MiB)")
+lesson(total >= bench.ROTATE_BYTES[device.type] or len(rotated.sets) == bench.MAX_SETS,
+       "the input sets together exceed the cache-busting target (or reach the set limit)")
+sets_used = {id(rotated.next()[0]) for _ in range(2 * len(rotated.sets))}
+lesson(len(sets_used) == len(rotated.sets), "consecutive calls cycle through every input set")
+
+# %%
+one_set = bench.InputPool(shape, dtype, device, backward=False)
+one_set.sets = one_set.sets[:1]  # the same q, k, v every call: always warm in cache
+for label, pool in (("same inputs every call", one_set), ("rotated inputs", rotated)):
+    step = bench.make_step(kernels.get("sdpa_flash"), pool, causal=True, backward=False)
+    bench.warm_up(step, device, calls=3, budget_ms=500)
+    print(f"{label:<24} median {bench.spread(bench.time_calls(step, device, reps=40))[0]:.3f} ms")
+
+# %% [markdown]
+# On a CPU at this size the two are often within noise of each other (the flash kernel's
+# tiles fit in cache either way, and the CPU's prefetchers are good at streaming); the rule
+# matters most for small shapes on GPUs, where a whole input set fits in L2. The course
+# rotates everywhere, so no number depends on whether it happened to matter.
+#
+# ## The checklist
+#
+# - Warm up; never time the first call.
+# - On a GPU, synchronise before reading a CPU clock, or use CUDA events.
+# - Quote the median and the spread of many calls, not the mean, and not one call.
+# - Random inputs, never zeros; poison outputs in tests.
+# - Count causal attention at half the FLOPs of full attention.
+# - Rotate inputs past the caches.
+# - Say where the number came from: device, versions, date, command (`kernels.bench` stores
+#   all of it with every result).

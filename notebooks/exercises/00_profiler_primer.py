@@ -1,0 +1,112 @@
+# %% [markdown]
+# # Exercises 0: reading a trace
+#
+# Practice for [chapter 0, the profiler in one page](../00_profiler_primer.ipynb). Each task
+# has a cell for your answer, hints that open when you click them, and a check that runs your
+# code on fresh inputs and tells you in words what is wrong. A hidden solution follows each
+# task: try first, then compare.
+#
+# Run the cells from the top. If a check says what is wrong, fix your cell and run the check again.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+solutions = False
+
+# %% tags=["setup"]
+import torch
+import torch.nn.functional as F
+
+from kernels import profiling
+from kernels.book import setup
+from kernels.exercises import check_hottest_op, check_top_level_guess
+
+device, dtype = setup(device, dtype)
+
+
+def layer(x, w, b):
+    """The subject of this page: one linear layer and its activation."""
+    return F.gelu(x @ w + b)
+
+
+x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
+w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
+b = torch.randn(4 * head_dim, device=device, dtype=dtype)
+
+# %% [markdown]
+# ## Task 1: guess the top level, then look
+#
+# Read `layer` above. Before profiling it, write down the ops you expect at the **top level**
+# of its trace (depth 0: the ops your code called), in order, with their `aten::` names.
+
+# %% tags=["stub"]
+my_guess = []  # your guess, e.g. ["aten::...", ...]
+
+# %% [markdown]
+# :::{dropdown} Hint 1
+# Every Python operator is one op: `@` is `aten::matmul`, `+` is `aten::add`.
+# :::
+#
+# :::{dropdown} Hint 2
+# `F.gelu` is `aten::gelu`. The concrete matrix kernel (`aten::mm` or `aten::addmm`) runs
+# one level *under* `aten::matmul`, so it is not part of the top level.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: one op per Python operation, in the order they run.
+solution_guess = ["aten::matmul", "aten::add", "aten::gelu"]
+
+# %% tags=["check"]
+check_top_level_guess(solution_guess if solutions else my_guess, layer, x, w, b)
+
+# %% [markdown]
+# ## Task 2: where did the time go?
+#
+# Write `hottest_op(step)`: the name of the op that spent the most time **in itself** in
+# one profiled step. `step.ops` is a pandas DataFrame with one row per op: `name`, `depth`,
+# `parent`, `dur_us` (the op's whole duration, children included), `self_us` (its duration
+# minus its children's).
+
+# %% tags=["stub"]
+def hottest_op(step):
+    # your code here: return a string such as "aten::mm"
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1
+# `aten::matmul` lasts as long as the `aten::mm` inside it, plus a little. Which column
+# tells them apart?
+# :::
+#
+# :::{dropdown} Hint 2
+# `step.ops["self_us"].idxmax()` is the row label of the largest self time;
+# `step.ops.loc[row, "name"]` is its name.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: self time, not total time; a parent's total always includes its children.
+def solution_hottest_op(step):
+    ops = step.ops
+    return ops.loc[ops["self_us"].idxmax(), "name"]
+
+# %% tags=["check"]
+check_hottest_op(solution_hottest_op if solutions else hottest_op, layer, x, w, b)
+
+# %% [markdown]
+# Back to [chapter 0](../00_profiler_primer.ipynb), or on to the
+# [exercises of chapter 1](01_naive.ipynb).

@@ -1,0 +1,134 @@
+# %% [markdown]
+# # Exercises 1: attention by hand
+#
+# Practice for [chapter 1, attention by hand](../01_naive.ipynb). You will write causal
+# attention from PyTorch primitives, then hunt the hidden copy in a trace with code instead
+# of eyes. Each check runs your code on inputs it has never seen (odd lengths,
+# non-contiguous views, both causal modes) against the float64 reference, and names the
+# mistake when it recognizes one.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+solutions = False
+
+# %% tags=["setup"]
+import torch
+
+from kernels import profiling
+from kernels.book import setup
+from kernels.exercises import check_attention, check_hidden_copy
+
+device, dtype = setup(device, dtype)
+
+# %% [markdown]
+# ## Task 1: causal attention from primitives
+#
+# Write `my_attention(q, k, v, causal=True, scale=None)` for inputs of shape
+# `[batch, heads, seq, head_dim]`:
+#
+# $$\operatorname{softmax}\!\left(\operatorname{mask}\!\left(q k^\top \cdot \text{scale}\right)\right) v,
+# \qquad \text{scale} = 1/\sqrt{d} \text{ unless given.}$$
+#
+# With `causal=True`, query $i$ may look at keys $j \le i$ only. Use `@`, `transpose`,
+# `torch.ones(...).triu(...)`, `masked_fill` and `torch.softmax`; no `scaled_dot_product_attention`.
+
+# %% tags=["stub"]
+def my_attention(q, k, v, causal=True, scale=None):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1: the scores
+# `q @ k.transpose(-2, -1)` is `[batch, heads, seq, seq]`: row $i$ holds query $i$'s score
+# for every key. Multiply by `scale`, which defaults to `q.shape[-1] ** -0.5`.
+# :::
+#
+# :::{dropdown} Hint 2: the mask
+# `torch.ones(S, S, dtype=torch.bool).triu(1)` is True strictly above the diagonal: the keys
+# in a query's future. `triu(0)` would also hide the diagonal, and query 0 would see nothing.
+# Fill with `float("-inf")` so that the softmax gives exactly 0 there. Create the mask on
+# `q.device`.
+# :::
+#
+# :::{dropdown} Hint 3: the softmax
+# Each query's weights over the keys must sum to 1: `torch.softmax(scores, dim=-1)`.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: the chapter's five steps, one op each.
+def solution_attention(q, k, v, causal=True, scale=None):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        s_q, s_k = scores.shape[-2:]
+        future = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+# %% tags=["check"]
+check_attention(solution_attention if solutions else my_attention, device=device)
+
+# %% [markdown]
+# ## Task 2: find the hidden copy with code
+#
+# In the chapter we found the copy by reading the op table. Now make it a function, so it
+# works on traces you have not read. Write `find_hidden_copy(step, min_bytes)`: among the
+# copies in `step` that move at least `min_bytes`, take the largest, and return the name of
+# the **top-level op** (depth 0, a line of your code) that caused it. Return `None` if no
+# copy is that large.
+#
+# The check runs it on three traces: naive attention, in-place attention, and a third
+# variant you have not seen.
+
+# %% tags=["stub"]
+def find_hidden_copy(step, min_bytes):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1: the copies
+# `step.copies(min_bytes=...)` lists every `aten::copy_` with a `bytes` column: filter by
+# what a copy moves, not by its name (naive attention has a 4-byte copy under `aten::mul`).
+# :::
+#
+# :::{dropdown} Hint 2: up to the top
+# `step.ops.at[i, "parent"]` is the row of op `i`'s caller, `-1` at the top level. Walk up
+# from the copy's row until the parent is `-1`; that op's `name` is the answer.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: the largest copy by bytes, then up the parent chain to depth 0.
+def solution_hidden_copy(step, min_bytes):
+    copies = step.copies(min_bytes=min_bytes)
+    if copies.empty:
+        return None
+    row = copies["bytes"].idxmax()
+    while step.ops.at[row, "parent"] >= 0:
+        row = step.ops.at[row, "parent"]
+    return step.ops.at[row, "name"]
+
+# %% tags=["check"]
+check_hidden_copy(solution_hidden_copy if solutions else find_hidden_copy, device=device)
+
+# %% [markdown]
+# The third trace was attention that upcasts its scores to float64 before the softmax: a
+# habit from mixed-precision code, and one more full-size copy (`aten::to`) a trace shows
+# and the source hides.
+#
+# Back to [chapter 1](../01_naive.ipynb), or on to the [exercises of chapter 2](02_inplace.ipynb).

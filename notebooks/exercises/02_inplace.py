@@ -1,0 +1,113 @@
+# %% [markdown]
+# # Exercises 2: in place
+#
+# Practice for [chapter 2, in place](../02_inplace.ipynb). First the one-character fix, then
+# the same idea pushed as far as it goes: attention that allocates a single S×S buffer. The
+# second check profiles your function and counts what it allocates.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+solutions = False
+
+# %% tags=["setup"]
+import torch
+
+from kernels.book import setup
+from kernels.exercises import check_inplace_mask, check_lean_attention
+
+device, dtype = setup(device, dtype)
+
+# %% [markdown]
+# ## Task 1: mask in place
+#
+# Write `my_mask_(scores, future)`: set `scores` to $-\infty$ where the boolean mask `future`
+# is True, **in the scores tensor itself**, and return it. (The trailing underscore is
+# PyTorch's naming for in-place functions.) The check verifies that the returned tensor
+# shares the storage of `scores`.
+
+# %% tags=["stub"]
+def my_mask_(scores, future):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint
+# `masked_fill` returns a new tensor (a clone, then a fill). Its in-place twin writes into
+# the tensor it is called on and returns that same tensor.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: masked_fill_ fills in place and returns the tensor it filled.
+def solution_mask_(scores, future):
+    return scores.masked_fill_(future, float("-inf"))
+
+# %% tags=["check"]
+check_inplace_mask(solution_mask_ if solutions else my_mask_, device=device)
+
+# %% [markdown]
+# ## Task 2: one S×S buffer
+#
+# Naive attention allocates four S×S buffers per call (scores, scaled scores, the clone,
+# the probabilities), the in-place version three. Write `lean_attention(q, k, v)` (causal,
+# scale $1/\sqrt{d}$) that allocates **one**: the matmul's output, which every later step
+# overwrites. The check first compares your result with the float64 reference, then
+# profiles one call and adds up the memory it allocated.
+
+# %% tags=["stub"]
+def lean_attention(q, k, v):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1
+# `scores * scale` allocates; `scores.mul_(scale)` does not. The same goes for `masked_fill_`.
+# :::
+#
+# :::{dropdown} Hint 2: a softmax in place
+# $\operatorname{softmax}(x) = e^{x - \max x} / \sum e^{x - \max x}$, row by row. Each step has an
+# in-place form: `sub_`, `exp_`, `div_`. The row maximum and the row sum (`keepdim=True`)
+# are `[.., S, 1]`: small.
+# :::
+#
+# :::{dropdown} Hint 3
+# If the check names an op that allocated a large buffer, find it in
+# `profiling.op_table(step)` for a `profiling.profile(lean_attention, q, k, v)` of your own.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: every step after the first matmul writes into `scores`.
+def solution_lean_attention(q, k, v):
+    s = q.shape[-2]
+    scores = q @ k.transpose(-2, -1)                    # the one S×S buffer
+    scores.mul_(q.shape[-1] ** -0.5)
+    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu_(1)
+    scores.masked_fill_(future, float("-inf"))
+    scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+    scores.div_(scores.sum(dim=-1, keepdim=True))
+    return scores @ v
+
+# %% tags=["check"]
+check_lean_attention(solution_lean_attention if solutions else lean_attention, device=device)
+
+# %% [markdown]
+# Why does PyTorch not do this for you? Autograd: the softmax's backward needs its output,
+# and the mask's backward needs to know what was masked. In-place tricks like these belong
+# in inference code, or inside one fused kernel, which is where chapters 3 and 4 go.
+#
+# Back to [chapter 2](../02_inplace.ipynb), or on to the [exercises of chapter 3](03_sdpa.ipynb).

@@ -1,0 +1,148 @@
+# %% [markdown]
+# # Exercises 3: one call, many backends
+#
+# Practice for [chapter 3, scaled_dot_product_attention](../03_sdpa.ipynb). Three tasks:
+# predict how much work each backend's trace holds and then count it, give SDPA your own
+# mask (and meet its convention), and write the NaN-proof softmax SDPA's math backend uses.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+solutions = False
+
+# %% tags=["setup"]
+import torch
+import torch.nn.functional as F
+
+from kernels import profiling
+from kernels.book import setup
+from kernels.exercises import check_safe_softmax, check_sdpa_mask, check_work_op_count
+
+device, dtype = setup(device, dtype)
+
+# %% [markdown]
+# ## Task 1: guess the work, then count it
+#
+# An op **does work** when it is not a view or an allocation (`step.ops["is_view"]` is
+# False) and no such op runs under it: `aten::matmul` dispatches to `aten::bmm`, and the
+# work is the `bmm`. First write down how many ops doing work you expect in one forward of
+# two backends on this machine, before looking: `sdpa_math` (SDPA written with ordinary
+# ops) and `sdpa_flash` (on a CPU: PyTorch's fused CPU kernel). Then write
+# `count_work_ops(step)`, which the check runs on each backend's trace. A wrong guess
+# passes; a missing guess does not. The difference is the lesson.
+
+# %% tags=["stub"]
+my_guesses = {"sdpa_math": None, "sdpa_flash": None}  # your numbers, before profiling
+
+
+def count_work_ops(step):
+    # your code here: return an int
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1: the guess
+# Chapter 1's attention does five things: matmul, scale, mask, softmax, matmul. The math
+# backend does them too, and more: it scales q and k separately, builds the causal mask
+# on every call, and guards its softmax against NaN. A fused backend does everything in one op.
+# :::
+#
+# :::{dropdown} Hint 2: the count
+# Drop the views: `work = step.ops[~step.ops["is_view"]]`. An op with work under it appears
+# as the `parent` of some row of `work`; count the rows of `work` whose index is nobody's
+# parent (`work.index.isin(work["parent"])`).
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution. The guesses, reasoned before profiling: math = 2 matmuls + 2 scalings + mask
+# (ones, tril, where) + add + softmax with its guard (softmax, isneginf, all, where) ≈ 13;
+# flash = 1 fused op. The check prints how far off these were.
+solution_guesses = {"sdpa_math": 13, "sdpa_flash": 1}
+
+
+def solution_count_work_ops(step):
+    work = step.ops[~step.ops["is_view"]]
+    return int((~work.index.isin(work["parent"])).sum())
+
+# %% tags=["check"]
+if solutions:
+    check_work_op_count(solution_count_work_ops, solution_guesses, device=device)
+else:
+    check_work_op_count(count_work_ops, my_guesses, device=device)
+
+# %% [markdown]
+# ## Task 2: SDPA with your own mask
+#
+# `is_causal=True` covers the causal case, but real models pass masks (padding, sliding
+# windows). Write `sdpa_with_mask(q, k, v, future)` that calls
+# `F.scaled_dot_product_attention` with an explicit boolean `attn_mask` built from
+# chapter 1's `future` mask (True = a key in the query's future, to be hidden), and returns
+# causal attention.
+
+# %% tags=["stub"]
+def sdpa_with_mask(q, k, v, future):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint
+# Read the `attn_mask` entry of `help(F.scaled_dot_product_attention)`: for a boolean
+# mask, does True mean "hide" or "take part in attention"? `masked_fill` and SDPA disagree.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: SDPA's boolean mask marks the keys a query may attend to, so invert `future`.
+def solution_sdpa_with_mask(q, k, v, future):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~future)
+
+# %% tags=["check"]
+check_sdpa_mask(solution_sdpa_with_mask if solutions else sdpa_with_mask, device=device)
+
+# %% [markdown]
+# ## Task 3: a softmax that survives a fully masked row
+#
+# With padding, a query can have **every** key masked. A plain softmax over a row of
+# $-\infty$ computes $0/0$: NaN, which then spreads through every later layer. SDPA's math
+# backend calls `_safe_softmax`, which returns zeros for such rows. Write
+# `safe_softmax(x)` (softmax over the last dimension) that does the same, without
+# changing `x`.
+
+# %% tags=["stub"]
+def safe_softmax(x):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint
+# `torch.isneginf(x).all(dim=-1, keepdim=True)` finds the fully masked rows; an
+# out-of-place `masked_fill` on the softmax's output zeroes them.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: an ordinary softmax, then zeros where every score was -inf.
+def solution_safe_softmax(x):
+    dead = torch.isneginf(x).all(dim=-1, keepdim=True)
+    return torch.softmax(x, dim=-1).masked_fill(dead, 0.0)
+
+# %% tags=["check"]
+check_safe_softmax(solution_safe_softmax if solutions else safe_softmax, device=device)
+
+# %% [markdown]
+# Those extra ops (`isneginf`, `all`, `where`) are the NaN-guard kernels the chapter found
+# in the math backend's trace.
+#
+# Back to [chapter 3](../03_sdpa.ipynb), or on to the [exercises of chapter 4](04_triton.ipynb).

@@ -1,0 +1,248 @@
+# %% [markdown]
+# # Exercises 5: FlashAttention in CUDA, by hand
+#
+# Practice for [chapter 5, FlashAttention in CUDA](../05_cuda.ipynb). Three tasks, none of
+# which needs a GPU or even `nvcc`: read what the compiler says a kernel costs, turn that
+# into occupancy on an A100 (sm_80) and an H100/H200 (sm_90), and place every thread of
+# v2's block on the elements it computes.
+
+# %%
+# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+
+# %% tags=["parameters"]
+# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
+device = "cpu"
+dtype = "float32"
+batch = 1
+heads = 8
+seq = 512
+head_dim = 64
+steps = 5
+trace_dir = "traces"
+solutions = False
+
+# %% tags=["setup"]
+import re
+
+import pandas as pd
+
+from kernels import cuda_flash, cuda_report
+from kernels.book import setup
+from kernels.exercises import check_arch_occupancy, check_read_ptxas, check_v2_lane
+from kernels.occupancy import ARCHES
+
+device, dtype = setup(device, dtype)
+
+# %% [markdown]
+# ## Task 1: read the compiler's report
+#
+# `nvcc -Xptxas -v` makes the assembler print, for every kernel and every architecture it
+# compiles for, what one thread and one block will use. Below is real output of nvcc 13.0
+# for a small file from the course's tests, compiled for sm_80 and sm_90 with at most 32
+# registers per thread: `many<64>` (mangled `_Z4manyILi64EEvPKfPfi`) indexes 64 floats
+# dynamically and has to spill, `tile_sum` has a 256-float `__shared__` array, and
+# `helper` is a device function, not a kernel.
+
+# %% tags=["setup"]
+report_text = """\
+ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_80'
+ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
+    1072 bytes stack frame, 880 bytes spill stores, 924 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 1072 bytes cumulative stack size, 372 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_80'
+ptxas info    : Function properties for _Z8tile_sumPKfPf
+    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem, 368 bytes cmem[0]
+ptxas info    : Function properties for _Z6helperPKfi
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_90'
+ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
+    1056 bytes stack frame, 880 bytes spill stores, 948 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 1056 bytes cumulative stack size
+ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_90'
+ptxas info    : Function properties for _Z8tile_sumPKfPf
+    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem
+ptxas info    : Function properties for _Z6helperPKfi
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""
+
+# %% [markdown]
+# Write `read_ptxas(text, kernel, arch)` that returns `(registers, shared_bytes,
+# spilled_bytes)` for one kernel (by its mangled name) on one architecture: registers per
+# thread, static shared memory per block (0 when the report does not mention `smem`), and
+# the bytes spilled to local memory, stores plus loads. The check feeds your function
+# fresh reports in the same format with other numbers.
+
+# %% tags=["stub"]
+def read_ptxas(text, kernel, arch):
+    # your code here: return registers, shared_bytes, spilled_bytes
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1: find the right block
+# A kernel's report starts at `Compiling entry function '<kernel>' for '<arch>'` and ends
+# at the next `Used ... registers` line. The same kernel appears again for the other
+# architecture, with other numbers: search for the name *and* the arch.
+# :::
+#
+# :::{dropdown} Hint 2: which number is which
+# In that block, `N bytes spill stores, M bytes spill loads` gives the spills (N + M), and
+# the `Used` line gives `R registers` and, if the kernel has any, `S bytes smem`. The
+# `bytes cumulative stack size` on the same line is local memory, not shared memory.
+# `re.search(r"(\d+) bytes smem", line)` is `None` when there is none.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: cut out the kernel's block for that arch, then read three numbers from it.
+def solution_read_ptxas(text, kernel, arch):
+    start = text.index(f"Compiling entry function '{kernel}' for '{arch}'")
+    used = re.compile(r"Used (\d+) registers.*").search(text, start)
+    block = text[start:used.end()]
+    stores, loads = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block).groups()
+    smem = re.search(r"(\d+) bytes smem", used.group(0))
+    return int(used.group(1)), int(smem.group(1)) if smem else 0, int(stores) + int(loads)
+
+# %% tags=["check"]
+read = solution_read_ptxas if solutions else read_ptxas
+check_read_ptxas(read)
+pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), read(report_text, kernel, arch)))
+              for kernel in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for arch in ("sm_80", "sm_90")})
+
+# %% [markdown]
+# Capped at 32 registers, `many<64>` spills on both architectures, to local memory, which
+# lives in DRAM behind the caches. The chapter's kernels spill nothing: their
+# `__launch_bounds__(128, 2)` lets ptxas use up to 255 registers instead.
+#
+# ## Task 2: occupancy on sm_80 and sm_90
+#
+# Write `my_occupancy(threads, registers, shared_bytes, arch)` returning
+# `(blocks_per_sm, fraction)`, where `fraction` is resident warps over the SM's warp slots.
+# Take each architecture's limits from `ARCHES[arch]` (`kernels.occupancy.ARCHES`): the
+# fields `registers_per_sm`, `sub_partitions`, `register_granularity`, `shared_mem_per_sm`,
+# `reserved_shared_mem_per_block`, `shared_mem_granularity`, `max_warps_per_sm` and
+# `max_blocks_per_sm`. The rules are the ones of chapter 5's hand check; what differs
+# between the two architectures is in the table:
+
+# %% tags=["setup"]
+fields = ["gpus", "registers_per_sm", "sub_partitions", "register_granularity", "shared_mem_per_sm",
+          "reserved_shared_mem_per_block", "shared_mem_granularity", "max_warps_per_sm", "max_blocks_per_sm"]
+pd.DataFrame({arch: {f: getattr(ARCHES[arch], f) for f in fields} for arch in ("sm_80", "sm_90")})
+
+# %% tags=["stub"]
+def my_occupancy(threads, registers, shared_bytes, arch):
+    # your code here: return blocks_per_sm, fraction
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1: the four limits
+# blocks = min(by registers, by shared memory, max warps // warps per block, max blocks),
+# with warps per block = ceil(threads / 32) and fraction = blocks × warps per block / max
+# warps. A limit that does not apply (no shared memory, say) is left out of the `min`.
+# :::
+#
+# :::{dropdown} Hint 2: the two roundings
+# Registers: a warp gets `registers × 32` rounded **up** to a multiple of 256, from one
+# scheduler's quarter of the register file, so by registers =
+# `(registers_per_sm // 4 // per_warp) × 4 // warps per block`. Shared memory: add the
+# reserved 1 KB per block, round up to 128 bytes, and divide `shared_mem_per_sm` by that.
+# `kernels.occupancy.occupancy(...).explain()` prints the whole calculation.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: the occupancy calculator's rules, with the limits of the architecture asked for.
+def solution_occupancy(threads, registers, shared_bytes, arch):
+    lim = ARCHES[arch]
+
+    def round_up(x, unit):
+        return -(-x // unit) * unit
+
+    warps = -(-threads // 32)
+    limits = [lim.max_warps_per_sm // warps, lim.max_blocks_per_sm]
+    if registers:
+        per_warp = round_up(registers * 32, lim.register_granularity)
+        per_scheduler = lim.registers_per_sm // lim.sub_partitions // per_warp
+        limits.append(per_scheduler * lim.sub_partitions // warps)
+    allocated = round_up(shared_bytes + lim.reserved_shared_mem_per_block, lim.shared_mem_granularity)
+    if allocated:
+        limits.append(lim.shared_mem_per_sm // allocated)
+    blocks = min(limits)
+    return blocks, blocks * warps / lim.max_warps_per_sm
+
+# %% tags=["check"]
+occupancy_fn = solution_occupancy if solutions else my_occupancy
+check_arch_occupancy(occupancy_fn)
+# v2 at bf16, D = 64, from the chapter's recorded compiler report. ptxas reports 0 bytes of
+# static shared memory: the launcher's dynamic shared memory is the block's whole share.
+recorded = cuda_report.recorded_report()
+dynamic = cuda_flash.launch_config("v2", 64).dynamic_shared_bytes
+rows = {}
+for arch in ("sm_80", "sm_90"):
+    k = cuda_report.find(recorded, arch, "v2", "bf16", 64)
+    blocks, fraction = occupancy_fn(k.threads_per_block, k.registers, k.shared_bytes + dynamic, arch)
+    rows[arch] = {"registers": k.registers, "shared B": k.shared_bytes + dynamic, "blocks/SM": blocks,
+                  "occupancy %": 100 * fraction,
+                  "chapter's table %": cuda_report.occupancy_of(k).percent}
+pd.DataFrame(rows).T
+
+# %% [markdown]
+# sm_90 has more shared memory per SM than sm_80, but v2 is limited by registers on both,
+# so the extra room buys it nothing: the same blocks per SM, the same occupancy.
+#
+# ## Task 3: which thread holds which element in v2
+#
+# v2's block has 128 threads, 4 warps, and 64 query rows. Warp `w` owns rows `16w` to
+# `16w + 15`; inside the warp, lane `4g + t` holds rows `g` and `g + 8` of those 16, and
+# columns `2t` and `2t + 1` of every 8-column tile (the accumulator layout of
+# `mma.m16n8k16`). Write `lane_elements(tid)` that returns `(rows, cols)` for thread
+# `tid` (0 to 127): its two query rows within the block, and its two columns within an
+# 8-column tile. The check tries all 128 threads against `kernels.cuda_report.owners_v2`,
+# the chapter's figure.
+
+# %% tags=["stub"]
+def lane_elements(tid):
+    # your code here: return rows, cols (two integers each)
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1
+# `warp, lane = divmod(tid, 32)`, then `g, t = divmod(lane, 4)`.
+# :::
+#
+# :::{dropdown} Hint 2
+# The rows are counted in the whole block, so warp `w`'s start, `16 * w`, goes in front of
+# `g` and `g + 8`.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: split the thread index twice, into (warp, lane) and the lane into (g, t).
+def solution_lane_elements(tid):
+    warp, lane = divmod(tid, 32)
+    g, t = divmod(lane, 4)
+    return [16 * warp + g, 16 * warp + g + 8], [2 * t, 2 * t + 1]
+
+# %% tags=["check"]
+place = solution_lane_elements if solutions else lane_elements
+check_v2_lane(place)
+rows_of_warp = {w: sorted({r for tid in range(32 * w, 32 * w + 32) for r in place(tid)[0]}) for w in range(4)}
+pd.DataFrame({f"warp {w}": [f"{rows[0]}..{rows[-1]}", len(rows)] for w, rows in rows_of_warp.items()},
+             index=["query rows", "how many"])
+
+# %% [markdown]
+# Each warp's 32 lanes cover exactly its 16 rows, two per lane and four lanes per row. A
+# row's maximum and sum therefore need only a shuffle among 4 lanes of one warp
+# (`__shfl_xor_sync`), never shared memory or a barrier: the reason v2 gives each warp
+# whole rows.
+#
+# Back to [chapter 5](../05_cuda.ipynb), or on to the [exercises of chapter 6](06_showdown.ipynb).
