@@ -41,7 +41,7 @@ book: setup
 # One command for a machine with a GPU: GPU tests, the book with the cuda profile, a short
 # benchmark; everything it produces lands in $(OUT). Budget: under 8 minutes on one GPU.
 gpu-check: setup
-	bash .ci/gpu-check "$(OUT)"
+	PY=$(PY) bash .ci/gpu-check "$(OUT)"
 
 clean:
 	rm -rf _build .pytest_cache
