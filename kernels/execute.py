@@ -152,6 +152,13 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     return row
 
 
+def execute_staged(path: Path, out: Path, params: dict, progress: bool) -> dict:
+    """Execute one staged notebook with its own parameters and trace folder, then check the
+    traces it wrote against the budgets; returns its report row."""
+    nb_params = {**notebook_parameters(path, params), "trace_dir": traces.trace_dir_for(path)}
+    return traces.enforce_budget(execute_one(path, out, nb_params, progress), out, path)
+
+
 def collapse_injected_parameters(nb_path: Path) -> None:
     """Fold papermill's injected-parameters cell behind a toggle in the built page."""
     import nbformat
@@ -202,10 +209,6 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     print(f"Executing {len(chosen)} notebook(s) with the {name!r} profile on {report['environment']['device']}"
           + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
 
-    def execute(path: Path) -> dict:
-        nb_params = {**notebook_parameters(path, params), "trace_dir": traces.trace_dir_for(path)}
-        return traces.enforce_budget(execute_one(path, out, nb_params, progress), out, path)
-
     def show(i: int, row: dict) -> None:
         print(f"[{i}/{len(chosen)}] {row['notebook']}: {row['status']} in {row['seconds']} s"
               + (f": {row['error']}" if row["error"] else ""), flush=True)
@@ -214,13 +217,16 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
         rows = []
         for i, path in enumerate(chosen, 1):
             print(f"[{i}/{len(chosen)}] {path} ...", flush=True)
-            rows.append(execute(path))
+            rows.append(execute_staged(path, out, params, progress))
             show(i, rows[-1])
     else:
-        from concurrent.futures import ThreadPoolExecutor, as_completed
+        # Processes, not threads: papermill runs each kernel from the notebook's folder by
+        # changing the *process's* working directory, which threads would share and race on.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(execute, path) for path in chosen]
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(execute_staged, path, out, params, False) for path in chosen]
             for i, done in enumerate(as_completed(futures), 1):
                 show(i, done.result())
         rows = [f.result() for f in futures]  # back in reading order for the report

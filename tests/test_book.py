@@ -96,6 +96,12 @@ def test_every_chapter_executes_on_cpu(built_book):
     assert not failed, failed
     assert report["profile"] == "cpu" and report["environment"]["torch"]
     assert json.loads((out / "report.json").read_text())["notebooks"] == report["notebooks"]
+    # traces land beside their notebook even when notebooks run two at a time (a shared
+    # working directory once sent a chapter's traces elsewhere)
+    rows = {r["notebook"]: r for r in report["notebooks"]}
+    for chapter in ("book/00_profiler_primer.ipynb", "book/01_naive.ipynb", "book/02_inplace.ipynb"):
+        assert rows[chapter]["traces"], f"{chapter} recorded no trace in its own folder"
+        assert all((out / t["path"]).exists() for t in rows[chapter]["traces"])
     for path in NOTEBOOKS:
         nb = nbformat.read(out / path, as_version=4)
         text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
