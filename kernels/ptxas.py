@@ -163,3 +163,39 @@ def compile_report(source: Union[str, Path], arch: Union[str, Iterable[str]] = "
 def with_launch(kernel: KernelResources, threads_per_block: int, dynamic_shared_bytes: int) -> KernelResources:
     """The same report, completed with what only the launcher knows."""
     return replace(kernel, threads_per_block=threads_per_block, dynamic_shared_bytes=dynamic_shared_bytes)
+
+
+# A real report, for the tests and the chapter 5 exercise: output of nvcc 13.0
+# (`nvcc -c -gencode ...sm_80 -gencode ...sm_90 -maxrregcount=32 -Xptxas -v`, compile-time
+# lines removed) for a file with a kernel that spills (`many<64>`,
+# 64 floats indexed dynamically with only 32 registers allowed), a kernel with a 256-float
+# __shared__ array (`tile_sum`), and a non-inlined device function (`helper`), which is not
+# a kernel and must not be reported as one.
+SAMPLE_REPORT = """\
+ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_80'
+ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
+    1072 bytes stack frame, 880 bytes spill stores, 924 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 1072 bytes cumulative stack size, 372 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_80'
+ptxas info    : Function properties for _Z8tile_sumPKfPf
+    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem, 368 bytes cmem[0]
+ptxas info    : Function properties for _Z6helperPKfi
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_90'
+ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
+    1056 bytes stack frame, 880 bytes spill stores, 948 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 1056 bytes cumulative stack size
+ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_90'
+ptxas info    : Function properties for _Z8tile_sumPKfPf
+    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem
+ptxas info    : Function properties for _Z6helperPKfi
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""

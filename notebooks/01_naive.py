@@ -6,23 +6,9 @@
 # most of us write first, and the first trace we read. We will guess its ops, profile it,
 # and find one op we did not write: a full copy of the attention scores.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
+# %% [parameters]
 
 # %%
 import torch
@@ -136,7 +122,8 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 
 # %% [markdown]
 # Peak {glue:text}`naive_peak_mib` MiB, {glue:text}`naive_total_mib` MiB allocated in all.
-# Both grow with $S^2$: double the sequence and the scores take four times the memory.
+# Both grow with $S^2$: double the sequence and the scores take four times the memory
+# ([chapter 3](03_sdpa.ipynb) measures that growth and checks it).
 #
 # ## On a GPU
 #

@@ -7,23 +7,9 @@
 # the output is the same, the copy is gone (and nothing else changed), and one S×S
 # allocation fewer is made. Then it shows when in-place is *not* allowed.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
+# %% [parameters]
 
 # %%
 import matplotlib.pyplot as plt

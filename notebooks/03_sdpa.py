@@ -14,23 +14,9 @@
 # math and PyTorch's CPU flash kernel; the GPU-only backends are decoded from the source
 # article's A100 traces and, when this notebook runs on a GPU, checked on its own.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
+# %% [parameters]
 
 # %%
 import math

@@ -8,7 +8,13 @@ notebook shares (Colab asks for a GPU runtime; the install and parameters cells 
 toggle in the book). Edit the .py, then convert; `make test` fails if the two disagree.
 
 Format: ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell whose lines start
-with ``# ``, and ``tags=["parameters"]`` (or other tags) after ``# %%`` tags the cell.
+with ``# ``, and ``tags=[...]`` after ``# %%`` tags the cell. Two cells every notebook shares
+are written here, not in each source:
+
+- ``# %% [install]``: installs the course in Colab, from the repository URL of ``_config.yml``.
+- ``# %% [parameters]``: the cell papermill replaces, with the defaults of the ``cpu`` profile
+  of ``book/params.yml`` and ``trace_dir``; lines under the marker are added to it (an
+  exercise's ``solutions = False``).
 """
 from __future__ import annotations
 
@@ -17,9 +23,16 @@ import sys
 from pathlib import Path
 
 import nbformat
+import yaml
 
 HERE = Path(__file__).resolve().parent
 BOOK = HERE.parent / "book"
+REPOSITORY = yaml.safe_load((HERE.parent / "_config.yml").read_text())["repository"]["url"]
+INSTALL = f"""# In Colab, or anywhere the course is not installed yet, install it from the repository.
+try:
+    import kernels.profiling
+except ImportError:
+    %pip install --quiet "attention-profiled @ git+{REPOSITORY}\""""
 METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
@@ -29,8 +42,21 @@ METADATA = {
 }
 
 
+def parameters(extra: str) -> str:
+    """The parameters cell: the cpu profile's values, as the runner would inject them."""
+    defaults = yaml.safe_load((BOOK / "params.yml").read_text())["cpu"]
+    lines = ["# Parameters: the runner (python -m kernels.execute) replaces these with a device profile."]
+    lines += [f"{name} = {value!r}".replace("'", '"') for name, value in defaults.items()]
+    lines += ['trace_dir = "traces"'] + ([extra] if extra else [])
+    return "\n".join(lines)
+
+
 def cell_from(header: str, body: str):
     body = body.strip("\n")
+    if "[install]" in header:
+        body = INSTALL
+    elif "[parameters]" in header:
+        body, header = parameters(body), header + ' tags=["parameters"]'
     found = re.findall(r"tags=\[([^\]]*)\]", header)
     tags = [t.strip().strip("\"'") for t in found[0].split(",")] if found else []
     if "[markdown]" in header:

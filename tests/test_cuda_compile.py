@@ -21,43 +21,10 @@ from kernels import ptxas
 ARCHS = ("sm_80", "sm_90")
 needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CUDA compiler nvcc (not on PATH)")
 
-# Real output of nvcc 13.0 (`nvcc -c -gencode ...sm_80 -gencode ...sm_90 -maxrregcount=32
-# -Xptxas -v`, compile-time lines removed) for a file with a kernel that spills (`many<64>`,
-# 64 floats indexed dynamically with only 32 registers allowed), a kernel with a 256-float
-# __shared__ array (`tile_sum`), and a non-inlined device function (`helper`), which is not
-# a kernel and must not be reported as one.
-PTXAS_SAMPLE = textwrap.dedent("""\
-    ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
-    ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
-    ptxas info    : 0 bytes gmem
-    ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_80'
-    ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
-        1072 bytes stack frame, 880 bytes spill stores, 924 bytes spill loads
-    ptxas info    : Used 32 registers, used 0 barriers, 1072 bytes cumulative stack size, 372 bytes cmem[0]
-    ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_80'
-    ptxas info    : Function properties for _Z8tile_sumPKfPf
-        32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-    ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem, 368 bytes cmem[0]
-    ptxas info    : Function properties for _Z6helperPKfi
-        0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-    ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
-    ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
-    ptxas info    : 0 bytes gmem
-    ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_90'
-    ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
-        1056 bytes stack frame, 880 bytes spill stores, 948 bytes spill loads
-    ptxas info    : Used 32 registers, used 0 barriers, 1056 bytes cumulative stack size
-    ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_90'
-    ptxas info    : Function properties for _Z8tile_sumPKfPf
-        32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-    ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem
-    ptxas info    : Function properties for _Z6helperPKfi
-        0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-    """)
 
 
 def test_parse_ptxas_reads_every_kernel_once_per_arch():
-    found = ptxas.parse_ptxas(PTXAS_SAMPLE, demangle=False)
+    found = ptxas.parse_ptxas(ptxas.SAMPLE_REPORT, demangle=False)
     assert [(k.mangled, k.arch) for k in found] == [
         ("_Z4manyILi64EEvPKfPfi", "sm_80"), ("_Z8tile_sumPKfPf", "sm_80"),
         ("_Z4manyILi64EEvPKfPfi", "sm_90"), ("_Z8tile_sumPKfPf", "sm_90")]
@@ -77,7 +44,7 @@ def test_parse_ptxas_reads_every_kernel_once_per_arch():
 
 @pytest.mark.skipif(shutil.which("c++filt") is None, reason="needs c++filt to demangle")
 def test_parse_ptxas_demangles_names_and_keeps_the_mangled_ones():
-    found = ptxas.parse_ptxas(PTXAS_SAMPLE)
+    found = ptxas.parse_ptxas(ptxas.SAMPLE_REPORT)
     assert found[0].name == "void many<64>(float const*, float*, int)"
     assert found[0].mangled == "_Z4manyILi64EEvPKfPfi"
     assert found[1].name == "tile_sum(float const*, float*)"

@@ -7,23 +7,9 @@
 # seconds; the GPU-only effects are described, and demonstrated in the cells that run
 # only when the book is built on a GPU.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
+# %% [parameters]
 
 # %%
 %matplotlib inline

@@ -7,24 +7,10 @@
 # non-contiguous views, both causal modes) against the float64 reference, and names the
 # mistake when it recognizes one.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# %% [parameters]
 # `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
 solutions = False
 
 # %% tags=["setup"]

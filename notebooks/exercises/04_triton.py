@@ -9,24 +9,10 @@
 # Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors: importing
 # `kernels.triton_flash` first turns it on (it must be on before any `@triton.jit`).
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# %% [parameters]
 # `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
 solutions = False
 
 # %% tags=["setup"]

@@ -6,24 +6,10 @@
 # into occupancy on an A100 (sm_80) and an H100/H200 (sm_90), and place every thread of
 # v2's block on the elements it computes.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# %% [parameters]
 # `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
 solutions = False
 
 # %% tags=["setup"]
@@ -49,34 +35,9 @@ device, dtype = setup(device, dtype)
 # `helper` is a device function, not a kernel.
 
 # %% tags=["setup"]
-report_text = """\
-ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
-ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
-ptxas info    : 0 bytes gmem
-ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_80'
-ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
-    1072 bytes stack frame, 880 bytes spill stores, 924 bytes spill loads
-ptxas info    : Used 32 registers, used 0 barriers, 1072 bytes cumulative stack size, 372 bytes cmem[0]
-ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_80'
-ptxas info    : Function properties for _Z8tile_sumPKfPf
-    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem, 368 bytes cmem[0]
-ptxas info    : Function properties for _Z6helperPKfi
-    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
-ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
-ptxas info    : 0 bytes gmem
-ptxas info    : Compiling entry function '_Z4manyILi64EEvPKfPfi' for 'sm_90'
-ptxas info    : Function properties for _Z4manyILi64EEvPKfPfi
-    1056 bytes stack frame, 880 bytes spill stores, 948 bytes spill loads
-ptxas info    : Used 32 registers, used 0 barriers, 1056 bytes cumulative stack size
-ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_90'
-ptxas info    : Function properties for _Z8tile_sumPKfPf
-    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 18 registers, used 1 barriers, 32 bytes cumulative stack size, 1024 bytes smem
-ptxas info    : Function properties for _Z6helperPKfi
-    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-"""
+from kernels.ptxas import SAMPLE_REPORT as report_text
+
+print(report_text)
 
 # %% [markdown]
 # Write `read_ptxas(text, kernel, arch)` that returns `(registers, shared_bytes,

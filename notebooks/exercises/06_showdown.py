@@ -7,24 +7,10 @@
 # this mistake has been made in public (triton PR #1849). Two tasks: TFLOP/s, then
 # arithmetic intensity, which says whether a kernel can hope to be limited by compute at all.
 
-# %%
-# In Colab, or anywhere the course is not installed yet, install it from the repository.
-try:
-    import kernels.profiling
-except ImportError:
-    %pip install --quiet "attention-profiled @ git+https://github.com/attention-profiled/attention-profiled"
+# %% [install]
 
-# %% tags=["parameters"]
-# Parameters: the runner (python -m kernels.execute) replaces these with a device profile.
+# %% [parameters]
 # `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
-device = "cpu"
-dtype = "float32"
-batch = 1
-heads = 8
-seq = 512
-head_dim = 64
-steps = 5
-trace_dir = "traces"
 solutions = False
 
 # %% tags=["setup"]
