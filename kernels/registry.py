@@ -26,7 +26,6 @@ class Implementation:
     requires: Callable[[torch.device], Reason]
     head_dims: Optional[tuple] = None
     dtypes: Optional[tuple] = None
-    doc: str = ""
     call: Callable = field(init=False, repr=False)
 
 
@@ -50,8 +49,7 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
     def wrap(fn: Callable) -> Callable:
         impl = Implementation(name, fn, order, requires,
                               tuple(head_dims) if head_dims is not None else None,
-                              tuple(dtypes) if dtypes is not None else None,
-                              (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
+                              tuple(dtypes) if dtypes is not None else None)
 
         @functools.wraps(fn)
         def call(q, k, v, causal: bool = True, scale: Optional[float] = None):
