@@ -33,7 +33,7 @@ from typing import Iterable, Union
 import torch
 
 from .ptxas import KernelResources, compile_report, nvcc_available, with_launch
-from .registry import Reason, needs_cuda, register, resolve_scale
+from .registry import CannotRun, Reason, needs_cuda, register, resolve_scale
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 KERNEL_SOURCES = ("flash_v1.cu", "flash_v2.cu")  # torch-free: nvcc compiles them alone
@@ -153,11 +153,13 @@ def allocate_output(q: torch.Tensor) -> torch.Tensor:
 def _reason_or_raise(name: str, reason: Reason) -> None:
     # The registry checks this before calling; checked again for direct calls of the functions.
     if reason is not None:
-        raise RuntimeError(f"{name}: {reason}")
+        raise CannotRun(f"{name}: {reason}")
 
 
+# The kernels take one shape for q, k and v: no grouped-query heads, no Sq != Sk. The registry
+# refuses those up front, in words, before anything is built.
 @register("cuda_v1", order=70, requires=requires_v1, head_dims=HEAD_DIMS,
-          dtypes=(torch.float16, torch.bfloat16, torch.float32))
+          dtypes=(torch.float16, torch.bfloat16, torch.float32), gqa=False, unequal_lengths=False)
 def cuda_v1(q, k, v, causal=True, scale=None):
     """Hand-written tiled FlashAttention forward in CUDA (CUDA cores, fp32 math)."""
     _reason_or_raise("cuda_v1", requires_v1(q.device))
@@ -167,7 +169,7 @@ def cuda_v1(q, k, v, causal=True, scale=None):
 
 
 @register("cuda_v2", order=71, requires=requires_v2, head_dims=HEAD_DIMS,
-          dtypes=(torch.float16, torch.bfloat16))
+          dtypes=(torch.float16, torch.bfloat16), gqa=False, unequal_lengths=False)
 def cuda_v2(q, k, v, causal=True, scale=None):
     """Hand-written FlashAttention-2 forward in CUDA on tensor cores (mma.sync, fp16/bf16)."""
     _reason_or_raise("cuda_v2", requires_v2(q.device))

@@ -4,11 +4,18 @@
 registry owns what every implementation would otherwise repeat: input validation,
 the default scale, and the "can this run here?" question, so that an implementation
 module only holds the attention it teaches.
+
+Shapes: q is ``[B, Hq, Sq, D]``, k and v are ``[B, Hkv, Sk, D]``. ``Hq`` is a multiple of
+``Hkv`` (grouped-query attention: query head ``h`` reads key/value head ``h // (Hq // Hkv)``),
+and ``Sq`` may differ from ``Sk`` (decoding against a KV cache). ``causal=True`` is aligned
+bottom-right: query ``i`` sees keys ``j <= i + Sk - Sq``, so the last query sees every key.
 """
 from __future__ import annotations
 
 import functools
 import math
+import numbers
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
@@ -18,14 +25,40 @@ import torch
 Reason = Optional[str]
 
 
+class CannotRun(RuntimeError):
+    """This implementation cannot run here (device, toolchain, backend); the message says why.
+
+    A RuntimeError, so code written against the first version (``except RuntimeError``) still
+    catches it. Input that is wrong everywhere is a ValueError or TypeError instead.
+    """
+
+
+@dataclass(frozen=True)
+class Span:
+    """The inclusive range ``lo..hi`` of head dims an implementation takes (``d in Span(1, 256)``)."""
+
+    lo: int
+    hi: int
+
+    def __contains__(self, d) -> bool:
+        return isinstance(d, int) and self.lo <= d <= self.hi
+
+    def __str__(self) -> str:
+        return f"{self.lo}..{self.hi}"
+
+    __repr__ = __str__
+
+
 @dataclass
 class Implementation:
     name: str
     fn: Callable
     order: int
     requires: Callable[[torch.device], Reason]
-    head_dims: Optional[tuple] = None
+    head_dims: Optional[tuple | Span] = None
     dtypes: Optional[tuple] = None
+    gqa: bool = True                # takes Hkv < Hq
+    unequal_lengths: bool = True    # takes Sq != Sk
     call: Callable = field(init=False, repr=False)
 
 
@@ -37,29 +70,32 @@ def _runs_anywhere(device: torch.device) -> Reason:
 
 
 def register(name: str, *, order: int, requires: Callable[[torch.device], Reason] = _runs_anywhere,
-             head_dims: Optional[Iterable[int]] = None, dtypes: Optional[Iterable[torch.dtype]] = None):
+             head_dims: Optional[Iterable[int] | Span] = None, dtypes: Optional[Iterable[torch.dtype]] = None,
+             gqa: bool = True, unequal_lengths: bool = True):
     """Decorator: add ``fn(q, k, v, causal, scale)`` to the registry under ``name``.
 
     ``order`` places it in teaching order, ``requires(device)`` returns why it cannot
-    run on ``device`` (or None), ``head_dims``/``dtypes`` restrict what it accepts.
+    run on ``device`` (or None), ``head_dims``/``dtypes`` restrict what it accepts, and
+    ``gqa=False`` / ``unequal_lengths=False`` refuse Hkv < Hq / Sq != Sk up front.
     The registered callable validates its inputs before ``fn`` sees them, and ``fn``
-    always receives a float ``scale``.
+    always receives a bool ``causal`` and a float ``scale``.
     """
 
     def wrap(fn: Callable) -> Callable:
-        impl = Implementation(name, fn, order, requires,
-                              tuple(head_dims) if head_dims is not None else None,
-                              tuple(dtypes) if dtypes is not None else None)
+        dims = head_dims if head_dims is None or isinstance(head_dims, Span) else tuple(head_dims)
+        impl = Implementation(name, fn, order, requires, dims,
+                              tuple(dtypes) if dtypes is not None else None, gqa, unequal_lengths)
 
         @functools.wraps(fn)
         def call(q, k, v, causal: bool = True, scale: Optional[float] = None):
-            check_inputs(q, k, v, name=name, head_dims=impl.head_dims, dtypes=impl.dtypes)
+            check_inputs(q, k, v, name=name, head_dims=impl.head_dims, dtypes=impl.dtypes,
+                         gqa=impl.gqa, unequal_lengths=impl.unequal_lengths)
+            causal = resolve_causal(causal, name)
+            scale = resolve_scale(scale, q.shape[-1], name)
             reason = _why_not(impl, q.device)
             if reason is not None:
-                raise RuntimeError(f"{name}: {reason}")
-            if not isinstance(causal, bool):
-                raise TypeError(f"{name}: causal must be a bool, got {type(causal).__name__}")
-            return fn(q, k, v, causal=causal, scale=resolve_scale(scale, q.shape[-1]))
+                raise CannotRun(f"{name}: {reason}")
+            return fn(q, k, v, causal=causal, scale=scale)
 
         impl.call = call
         _REGISTRY[name] = impl
@@ -89,9 +125,31 @@ def available(device="cpu") -> dict[str, Reason]:
 
 
 def _why_not(impl: Implementation, device: torch.device) -> Reason:
-    if device.type == "cuda" and not torch.cuda.is_available():
-        return "needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)"
-    return impl.requires(device)
+    return device_missing(device) or impl.requires(device)
+
+
+def device_missing(device: torch.device) -> Reason:
+    """Why no tensor can live on ``device`` in this process (None if it can).
+
+    Checked for every implementation, so that even one that "runs anywhere" (naive) is not
+    reported as running on an accelerator the machine does not have.
+    """
+    kind = device.type
+    if kind in ("cpu", "meta"):
+        return None
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)"
+        return None
+    if kind == "mps":
+        if not torch.backends.mps.is_available():
+            return "needs an Apple MPS device; none is available (torch.backends.mps.is_available() is False)"
+        return None
+    module = getattr(torch, kind, None)
+    is_available = getattr(module, "is_available", None)
+    if callable(is_available) and not is_available():
+        return f"needs a {kind} device; none is available (torch.{kind}.is_available() is False)"
+    return None
 
 
 def implementation(name: str) -> Implementation:
@@ -100,44 +158,101 @@ def implementation(name: str) -> Implementation:
     return _REGISTRY[name]
 
 
-def resolve_scale(scale: Optional[float], head_dim: int) -> float:
+def _prefix(name: Optional[str]) -> str:
+    return f"{name}: " if name else ""
+
+
+def resolve_scale(scale, head_dim: int, name: Optional[str] = None) -> float:
+    """``scale`` as a float (``1/sqrt(head_dim)`` for None). Any real number is taken
+    (Python, NumPy or a one-element tensor's ``.item()``), bools are not."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
+    if isinstance(scale, (bool, torch.Tensor)) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{_prefix(name)}scale must be a real number or None, got "
+                        f"{_type_name(scale)} {scale!r}")
+    value = float(scale)
+    if not math.isfinite(value):
+        raise ValueError(f"{_prefix(name)}scale must be finite, got {value}")
+    return value
+
+
+def resolve_causal(causal, name: Optional[str] = None) -> bool:
+    """``causal`` as a Python bool; NumPy's bool is taken, anything else (1, "yes") is refused."""
+    if isinstance(causal, bool):
+        return causal
+    if type(causal).__module__ == "numpy" and type(causal).__name__ in ("bool", "bool_"):
+        return bool(causal)
+    raise TypeError(f"{_prefix(name)}causal must be True or False, got {_type_name(causal)} {causal!r}")
+
+
+def _type_name(x) -> str:
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
 
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def check_inputs(q, k, v, *, name: str = "attention", head_dims=None, dtypes=None) -> None:
-    """Raise a clear TypeError/ValueError unless q, k, v are valid [B, H, S, D] inputs."""
+def check_inputs(q, k, v, *, name: str = "attention", head_dims=None, dtypes=None,
+                 gqa: bool = True, unequal_lengths: bool = True) -> None:
+    """Raise a clear TypeError/ValueError unless q ``[B, Hq, Sq, D]``, k and v ``[B, Hkv, Sk, D]``
+    are valid inputs (and within what this implementation takes)."""
     for label, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {label} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name}: {label} must have rank 4 [batch, heads, seq, head_dim], "
-                             f"got rank {t.dim()} with shape {tuple(t.shape)}")
-        if t.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{name}: {label} must be a floating-point tensor, got {t.dtype}")
+        _check_tensor(t, label, name)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"{name}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"{name}: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"{name}: q, k, v must have the same shape [batch, heads, seq, head_dim], "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    b, h, s, d = q.shape
-    if min(b, h, s, d) < 1:
-        raise ValueError(f"{name}: every dimension must be >= 1, got shape {tuple(q.shape)}")
+    _check_shapes(q, k, v, name)
+    _check_limits(q, k, name, head_dims, dtypes, gqa, unequal_lengths)
+
+
+def _check_tensor(t, label: str, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: {label} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:  # asking a nested tensor for its sizes crashes deep inside: refuse first
+        raise TypeError(f"{name}: {label} is a nested tensor; the course's attention takes dense "
+                        "[batch, heads, seq, head_dim] tensors (pad the sequences, or call "
+                        "F.scaled_dot_product_attention directly)")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name}: {label} must be a dense (strided) tensor, got layout {t.layout}")
+    if t.dim() != 4:
+        raise ValueError(f"{name}: {label} must have rank 4 [batch, heads, seq, head_dim], "
+                         f"got rank {t.dim()} with shape {tuple(t.shape)}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: {label} must be a floating-point tensor, got {t.dtype}")
+
+
+def _check_shapes(q, k, v, name: str) -> None:
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if k.shape != v.shape:
+        raise ValueError(f"{name}: k and v must have the same shape [batch, kv_heads, seq_k, head_dim], "
+                         f"got {shapes}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"{name}: q, k, v must have the same batch size, got {shapes}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"{name}: q, k, v must have the same head_dim, got {shapes}")
+    if min(*q.shape, *k.shape) < 1:
+        raise ValueError(f"{name}: every dimension must be >= 1, got {shapes}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"{name}: the number of query heads ({q.shape[1]}) must be a multiple of "
+                         f"the number of key/value heads ({k.shape[1]}), got {shapes}")
+
+
+def _check_limits(q, k, name, head_dims, dtypes, gqa, unequal_lengths) -> None:
+    d = q.shape[-1]
     if head_dims is not None and d not in head_dims:
-        raise ValueError(f"{name}: head_dim {d} is not supported; supported: {', '.join(map(str, head_dims))}")
+        listed = str(head_dims) if isinstance(head_dims, Span) else ", ".join(map(str, head_dims))
+        raise ValueError(f"{name}: head_dim {d} is not supported; supported: {listed}")
     if dtypes is not None and q.dtype not in dtypes:
         raise TypeError(f"{name}: dtype {q.dtype} is not supported; supported: "
                         f"{', '.join(str(t).replace('torch.', '') for t in dtypes)}")
+    if not gqa and q.shape[1] != k.shape[1]:
+        raise ValueError(f"{name}: grouped-query attention is not supported (q has {q.shape[1]} heads, "
+                         f"k and v {k.shape[1]}); it needs as many key/value heads as query heads")
+    if not unequal_lengths and q.shape[2] != k.shape[2]:
+        raise ValueError(f"{name}: Sq != Sk is not supported (q has {q.shape[2]} positions, k and v "
+                         f"{k.shape[2]}); it needs queries and keys of one length")
 
 
 def needs_cuda(device: torch.device) -> Reason:
@@ -147,3 +262,24 @@ def needs_cuda(device: torch.device) -> Reason:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)"
     return None
+
+
+class LRU(OrderedDict):
+    """A dict that keeps only its ``maxsize`` most recently used entries.
+
+    The naive modules cache masks and modules per configuration; a plain dict would grow
+    with every new sequence length or scale a caller tries.
+    """
+
+    def __init__(self, maxsize: int):
+        super().__init__()
+        self.maxsize = maxsize
+
+    def get_or_make(self, key, make: Callable):
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = self[key] = make()
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+        return value

@@ -17,12 +17,14 @@ Two more things chapter 3 reads from here:
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .registry import Reason, check_inputs, needs_cuda, register, resolve_scale
+from .registry import CannotRun, Reason, check_inputs, needs_cuda, register, resolve_scale
 
 BACKENDS = {
     "sdpa_math": SDPBackend.MATH,
@@ -31,11 +33,81 @@ BACKENDS = {
     "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
 }
 HALF = (torch.float16, torch.bfloat16)
+# PyTorch builds its flash kernels for sm_80 through sm_121 (torch 2.11-2.13).
+FLASH_CAPABILITIES = ((8, 0), (12, 1))
+# cuDNN takes head_dim 256 only on capability 9.x with a runtime cuDNN of 9.10 or newer.
+CUDNN_D256_VERSION = 91000
 
 
 def capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 
+
+def _sm(cap: tuple[int, int]) -> str:
+    return f"sm_{cap[0]}{cap[1]}"
+
+
+# ---- PyTorch's backend rules (aten sdp_utils, torch 2.11-2.13), as pure functions ------------
+# They take a capability tuple rather than a device, so tests can ask about GPUs CI never sees.
+
+def capability_reason(name: str, cap: tuple[int, int]) -> Reason:
+    """Why backend ``name`` cannot run on a GPU of compute capability ``cap`` at all."""
+    if name in ("sdpa_flash", "sdpa_cudnn") and cap < (8, 0):
+        return f"needs compute capability 8.0 (Ampere) or newer; this GPU is {_sm(cap)}"
+    if name == "sdpa_flash" and cap > FLASH_CAPABILITIES[1]:
+        return (f"PyTorch builds its flash kernels for sm_80 to sm_121; this GPU is {_sm(cap)}")
+    if name == "sdpa_efficient" and cap < (5, 0):
+        return f"needs compute capability 5.0 or newer; this GPU is {_sm(cap)}"
+    return None
+
+
+def gpu_input_reason(name: str, cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
+                     deterministic: bool = False, cudnn_version: Optional[int] = None) -> Reason:
+    """Why backend ``name`` refuses inputs of ``dtype`` and ``head_dim`` on a GPU of capability ``cap``."""
+    rule = {"sdpa_flash": _flash_rule, "sdpa_efficient": _efficient_rule,
+            "sdpa_cudnn": _cudnn_rule}.get(name)
+    if rule is None:
+        return None
+    return capability_reason(name, cap) or rule(cap, dtype, head_dim, deterministic, cudnn_version)
+
+
+def _flash_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+    if dtype not in HALF:
+        return f"takes float16 or bfloat16 on a GPU, got {dtype}"
+    if d > 256:
+        return f"supports head_dim <= 256, got {d}"
+    return None
+
+
+def _efficient_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+    if dtype not in (torch.float32, *HALF):
+        return f"takes float32, float16 or bfloat16, got {dtype}"
+    if dtype == torch.bfloat16 and cap < (8, 0):
+        return f"takes bfloat16 only on compute capability 8.0 or newer; this GPU is {_sm(cap)}"
+    # The GEMMs' alignment: 16-bit on tensor cores (sm_70+) needs 8 elements, fp32 on sm_80+ 4.
+    align = 8 if dtype in HALF and cap >= (7, 0) else 4 if cap >= (8, 0) else 1
+    if d % align:
+        return f"needs head_dim to be a multiple of {align} for {dtype} on {_sm(cap)}, got {d}"
+    return None
+
+
+def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+    if dtype not in HALF:
+        return f"takes float16 or bfloat16, got {dtype}"
+    if deterministic:
+        return "is not used while torch.use_deterministic_algorithms(True) is on"
+    if d % 8:
+        return f"needs head_dim to be a multiple of 8, got {d}"
+    wide = cap[0] == 9 and cudnn_version is not None and cudnn_version >= CUDNN_D256_VERSION
+    limit = 256 if wide else 128
+    if d > limit:
+        why = ("" if wide else " (256 needs compute capability 9.x and cuDNN 9.10 or newer; this is "
+               f"{_sm(cap)} with cuDNN {cudnn_version})")
+        return f"supports head_dim <= {limit} here, got {d}{why}"
+    return None
+
+
+# ---- the same rules, asked about this machine ------------------------------------------------
 
 def device_reason(name: str, device: torch.device) -> Reason:
     """Why backend ``name`` cannot run on ``device`` at all (None if it can)."""
@@ -47,33 +119,72 @@ def device_reason(name: str, device: torch.device) -> Reason:
         label = {"sdpa_efficient": "memory-efficient", "sdpa_cudnn": "cuDNN"}[name]
         return (f"PyTorch has no CPU kernel for the {label} backend "
                 "(on CPU, SDPA raises 'No viable backend'); it needs a CUDA GPU")
-    reason = needs_cuda(device)
-    if reason:
-        return reason
-    major, minor = capability(device)
-    if name in ("sdpa_flash", "sdpa_cudnn") and major < 8:
-        return (f"needs compute capability 8.0 (Ampere) or newer; this GPU is sm_{major}{minor}")
-    if name == "sdpa_efficient" and major < 5:
-        return f"needs compute capability 5.0 or newer; this GPU is sm_{major}{minor}"
-    return None
+    return needs_cuda(device) or capability_reason(name, capability(device))
 
 
-def input_reason(name: str, q: torch.Tensor) -> Reason:
-    """Why backend ``name`` cannot take these particular inputs on a GPU (None if it can)."""
+def input_reason(name: str, q: torch.Tensor, k: Optional[torch.Tensor] = None, causal: bool = True) -> Reason:
+    """Why backend ``name`` cannot take these particular inputs on their device (None if it can)."""
     if q.device.type != "cuda" or name == "sdpa_math":
         return None
-    d = q.shape[-1]
-    if name in ("sdpa_flash", "sdpa_cudnn") and q.dtype not in HALF:
-        return f"takes float16 or bfloat16 on a GPU, got {q.dtype}"
-    if name == "sdpa_flash" and d > 256:
-        return f"supports head_dim <= 256, got {d}"
-    if name == "sdpa_cudnn":
-        limit = 256 if capability(q.device)[0] >= 9 else 128
-        if d > limit:
-            return f"supports head_dim <= {limit} on this GPU, got {d}"
-    if name == "sdpa_efficient" and q.dtype in HALF and d % 8:
-        return f"needs head_dim to be a multiple of 8 for 16-bit inputs, got {d}"
-    return None
+    return gpu_input_reason(name, capability(q.device), q.dtype, q.shape[-1],
+                            deterministic=torch.are_deterministic_algorithms_enabled(),
+                            cudnn_version=torch.backends.cudnn.version())
+
+
+# ---- the call ----------------------------------------------------------------------------------
+
+def allowed_mask(s_q: int, s_k: int, device) -> torch.Tensor:
+    """[s_q, s_k] bool, True where query i may see key j <= i + s_k - s_q (SDPA's "keep" sense)."""
+    return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril(s_k - s_q)
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    # Every fused backend needs stride 1 along head_dim ("All fused kernels require the last
+    # dimension of the input to have stride 1"); any other stride is made here, with a copy.
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def _causal_args(name: str, q, k, causal: bool, scale: float) -> dict:
+    """``is_causal``/``attn_mask`` for SDPA that give bottom-right causal attention.
+
+    SDPA's ``is_causal`` is top-left: right only when Sq == Sk. With one query (decoding) the
+    bottom-right mask hides nothing, so the call is simply not causal. Otherwise flash on a GPU
+    gets ``causal_lower_right`` (PyTorch then runs its flash kernel with its native bottom-right
+    causal); every other backend gets the explicit boolean mask.
+    """
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    if not causal or (s_q == 1 and s_k > 1):
+        return dict(is_causal=False)
+    # PyTorch's CPU flash kernel returns NaN for is_causal with scale <= 0 (torch 2.13: most rows
+    # of a causal B1 H2 S31 D64 call); given the same causal pattern as a mask it is right.
+    cpu_flash_bug = name == "sdpa_flash" and q.device.type == "cpu" and scale <= 0
+    if s_q == s_k and not cpu_flash_bug:
+        return dict(is_causal=True)
+    if name == "sdpa_flash" and q.device.type == "cuda":
+        from torch.nn.attention.bias import causal_lower_right
+        return dict(is_causal=False, attn_mask=causal_lower_right(s_q, s_k))
+    return dict(is_causal=False, attn_mask=allowed_mask(s_q, s_k, q.device))
+
+
+def _flash_lower_right_reason(q, k, v) -> Reason:
+    """Why PyTorch's flash kernel cannot take these inputs for ``causal_lower_right``.
+
+    ``causal_lower_right`` falls back to another kernel when flash cannot run, which would
+    run a different backend under the name ``sdpa_flash``: ask first, and refuse instead.
+    """
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+    params = SDPAParams(q, k, v, None, 0.0, False, q.shape[1] != k.shape[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = can_use_flash_attention(params, debug=True)
+    return None if ok else "PyTorch's flash kernel refused these inputs: " + _warning_text(caught)
+
+
+def _warning_text(caught) -> str:
+    # PyTorch explains a refused backend in warnings ("Flash attention kernel not used because:",
+    # then the reason); keep their first lines, without the "(Triggered internally at ...)" tail.
+    lines = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
+    return " ".join(line for line in lines if line) or "no reason given"
 
 
 def pinned(name: str):
@@ -81,19 +192,39 @@ def pinned(name: str):
     backend = BACKENDS[name]
 
     def attention(q, k, v, causal=True, scale=None):
-        reason = input_reason(name, q)
+        scale = resolve_scale(scale, q.shape[-1], name)
+        reason = input_reason(name, q, k, causal)
         if reason:
-            raise RuntimeError(f"{name}: {reason}")
-        try:
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-        except RuntimeError as err:
-            # PyTorch's own refusal; keep its words but say which pinned backend refused.
-            raise RuntimeError(f"{name}: PyTorch refused these inputs: {err}") from err
+            raise CannotRun(f"{name}: {reason}")
+        if name != "sdpa_math":
+            q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        args = _causal_args(name, q, k, causal, scale)
+        if "attn_mask" in args and not isinstance(args["attn_mask"], torch.Tensor):
+            reason = _flash_lower_right_reason(q, k, v)
+            if reason:
+                raise CannotRun(f"{name}: {reason}")
+        return _run(name, backend, q, k, v, scale, args)
 
     attention.__name__ = name
-    attention.__doc__ = f"F.scaled_dot_product_attention pinned to SDPBackend.{backend.name}."
+    attention.__doc__ = (f"F.scaled_dot_product_attention pinned to SDPBackend.{backend.name}, with "
+                         "bottom-right causal alignment and enable_gqa when Hkv < Hq.")
     return attention
+
+
+def _run(name, backend, q, k, v, scale, args):
+    gqa = q.shape[1] != k.shape[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa, **args)
+        except RuntimeError as err:
+            # PyTorch's own refusal; keep its words and reasons, and say which pinned backend refused.
+            why = f" ({_warning_text(caught)})" if caught else ""
+            raise CannotRun(f"{name}: PyTorch refused these inputs: {err}{why}") from err
+    for w in caught:  # a call that worked keeps its warnings
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out
 
 
 for _order, _name in enumerate(BACKENDS):
@@ -155,14 +286,22 @@ def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
         # Accuracy first: 16-bit inputs are upcast to fp32, so on a GPU both matmuls run as
         # fp32 GEMMs on CUDA cores ("sgemm") instead of bf16 tensor-core ones ("s16816").
         q, k, v = q.float(), k.float(), v.float()
-    # The scale is split in two square roots, one on q and one on k, to keep the products small.
-    root = math.sqrt(resolve_scale(scale, q.shape[-1]))
-    q = q * root
+    # The scale is split in two square roots, one on q and one on k, to keep the products small
+    # (a negative scale keeps its sign on q's root).
+    scale = resolve_scale(scale, q.shape[-1])
+    root = math.sqrt(abs(scale))
+    q = q * (-root if scale < 0 else root)
     bias = None
     if causal:
         # Rebuilt on every call: ones -> tril -> where (0 where allowed, -inf above the diagonal).
-        allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        # The diagonal is shifted by Sk - Sq: bottom-right alignment, as the registry passes it.
+        s_q, s_k = q.shape[-2], k.shape[-2]
+        allowed = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)
         bias = torch.where(allowed, 0.0, float("-inf")).to(q.dtype)
+    if q.shape[1] != k.shape[1]:
+        # Grouped-query attention: the math backend repeats each K/V head for its query heads.
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     scores = q @ (k.transpose(-2, -1) * root)
     if bias is not None:
         scores.add_(bias)

@@ -520,7 +520,7 @@ def requirement(device: torch.device) -> Reason:
 
 
 @register("triton", order=60, requires=requirement, head_dims=HEAD_DIMS,
-          dtypes=(torch.float16, torch.bfloat16, torch.float32))
+          dtypes=(torch.float16, torch.bfloat16, torch.float32), gqa=False, unequal_lengths=False)
 def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
     """FlashAttention-2 written in Triton (forward and backward; the interpreter on CPU)."""
     if scale is None:  # the registry always passes a float; this is for direct calls
