@@ -24,6 +24,12 @@ The file reads top to bottom like the Triton tutorials:
    non-contiguous inputs (a transposed [B, S, H, D] view) need no copy.
 6. The ``torch.autograd.Function`` and the registry entry ``triton``.
 
+The kernels take the whole contract of the registry: any head dim up to 256 (padded to a
+power of two inside, with masked loads), Sq != Sk with causal aligned bottom-right (query i
+sees keys j <= i + Sk - Sq; a query that sees no key outputs 0), and grouped-query attention
+(query head h reads key/value head h // (Hq // Hkv) through its pointers, so K and V are
+never repeated in memory).
+
 Without a CUDA GPU, the same kernels run in Triton's interpreter on CPU tensors
 (``TRITON_INTERPRET=1``, set here when nothing else has set it). The interpreter gives
 the same numbers, only slower, so the chapter can be read and tested on a laptop.
@@ -37,7 +43,7 @@ import os
 
 import torch
 
-from .registry import Reason, needs_cuda, register
+from .registry import Reason, Span, needs_cuda, register
 
 # Triton reads TRITON_INTERPRET when @triton.jit decorates a kernel, so the choice must be
 # made before the definitions below. We only turn the interpreter on when there is no GPU
@@ -69,7 +75,7 @@ except Exception as err:  # ImportError, or a broken install failing in its own 
     triton = tl = _NoTriton()
     TRITON_MISSING = f"needs the triton package, which failed to import ({type(err).__name__}: {err})"
 
-HEAD_DIMS = (16, 32, 64, 128)  # 256 would need more shared memory than many GPUs have
+HEAD_DIMS = Span(1, 256)       # any head dim up to 256, padded to a power of two inside
 LOG2E = 1.4426950408889634     # log2(e): exp(x) == exp2(x * LOG2E)
 
 
@@ -104,6 +110,12 @@ def tiled_softmax(x: torch.Tensor, block: int):
 # --------------------------------------------------------------------------------------
 # 2. The forward kernel
 # --------------------------------------------------------------------------------------
+# Shapes the kernels take: q [B, H, SQ, D], k and v [B, H // GROUP, SK, D]. Query head h reads
+# key/value head h // GROUP (grouped-query attention), through its pointers: K and V are never
+# copied per query head. Causal is aligned bottom-right: query row r sees key columns
+# c <= r + OFFSET with OFFSET = SK - SQ. The head dim D is padded to HEAD_DIM, a power of two
+# (tl.arange needs one, tl.dot at least 16): the padded lanes load as 0 and are never stored,
+# and zeros add nothing to q·k or to p·v.
 
 @triton.jit
 def _tile(base, b, h, rows, cols, stride_b, stride_h, stride_s, stride_d):
@@ -113,9 +125,9 @@ def _tile(base, b, h, rows, cols, stride_b, stride_h, stride_s, stride_d):
 
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-                    offs_m, offs_d, lo, hi, S, qk_scale,
+                    offs_m, offs_d, d_ok, lo, hi, SK, OFFSET, qk_scale,
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
-                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                    PAD_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
@@ -123,10 +135,13 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stri
         # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
         kt_ptrs = k_base + cols[None, :] * stride_ks + offs_d[:, None] * stride_kd
         v_ptrs = v_base + cols[:, None] * stride_vs + offs_d[None, :] * stride_vd
-        if MASKED:  # the diagonal tile or the ragged tail: columns past S read as zeros
-            kt = tl.load(kt_ptrs, mask=cols[None, :] < S, other=0.0)
-            v = tl.load(v_ptrs, mask=cols[:, None] < S, other=0.0)
-        else:       # a tile known to be fully inside the sequence: no mask to compute
+        if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
+            kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
+        elif PAD_D:   # a tile inside the sequence, but the head dim is padded
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        else:         # a tile known to be fully inside: no mask to compute
             kt = tl.load(kt_ptrs)
             v = tl.load(v_ptrs)
         if UPCAST:
@@ -135,17 +150,18 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stri
 
         s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale   # scores, in log2 units
         if MASKED:
-            keep = cols[None, :] < S
+            keep = cols[None, :] < SK
             if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None])
+                keep = keep & (cols[None, :] <= offs_m[:, None] + OFFSET)
             s = tl.where(keep, s, float("-inf"))
 
-        # The online softmax. Every row already has a finite m_i, or gets one from this tile
-        # (the first tile a row visits always holds column 0 or its own diagonal), so
-        # m_new is never -inf and "-inf - -inf" (NaN) cannot happen.
+        # The online softmax. A row that has seen no key yet (all its scores -inf: a query
+        # before the first key when SQ > SK, or a padded row) takes 0 as its reference instead
+        # of -inf, so that exp2(-inf - -inf) = NaN cannot happen.
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)          # rescales what was summed under the old max
-        p = tl.exp2(s - m_new[:, None])
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)          # rescales what was summed under the old max
+        p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -153,51 +169,65 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stri
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, qk_scale,
+def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
               sqb, sqh, sqs, sqd, skb, skh, sks, skd,
-              svb, svh, svs, svd, sob, soh, sos, sod,
-              H, S,
+              svb, svh, svs, svd, sob, soh, sos, sod, s32b, s32h, s32s, s32d,
+              H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One program: BLOCK_M query rows of one (batch, head). Grid: (cdiv(S, BLOCK_M), B*H)."""
+              CAUSAL: tl.constexpr, PAD_D: tl.constexpr, STORE_O32: tl.constexpr,
+              UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head). Grid: (cdiv(SQ, BLOCK_M), B*H).
+
+    SQ_BUCKET and SK_BUCKET (the lengths rounded up to powers of two) are not used here: they
+    are the autotuner's key, so that decoding step by step does not re-tune at every length.
+    """
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # int64: b * stride can pass 2**31 on large inputs
     h = (bh % H).to(tl.int64)
+    kvh = h // GROUP            # the key/value head this query head shares
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < S
+    row_ok = offs_m < SQ
+    d_ok = offs_d < D
 
     # The query tile is loaded once and stays on-chip for the whole loop.
-    q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqs, sqd), mask=row_ok[:, None], other=0.0)
+    q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqs, sqd),
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)   # running row max (log2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)                 # running row sum
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
 
-    # Stage 1 covers key tiles every row may see in full. Stage 2 covers the rest, masked.
+    # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
     if CAUSAL:
-        full_hi = start_m * BLOCK_M                          # tiles left of the diagonal
-        masked_hi = tl.minimum((start_m + 1) * BLOCK_M, S)   # the diagonal; nothing beyond
+        # The tile's first row sees keys c <= first row + OFFSET; its last row one more per row.
+        full_hi = tl.maximum(tl.minimum(start_m * BLOCK_M + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
+        masked_hi = tl.maximum(tl.minimum((start_m + 1) * BLOCK_M + OFFSET, SK), full_hi)
     else:
-        full_hi = (S // BLOCK_N) * BLOCK_N                   # tiles inside the sequence
-        masked_hi = S                                        # the ragged tail, if any
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
+        full_hi = (SK // BLOCK_N) * BLOCK_N                  # tiles inside the sequence
+        masked_hi = SK                                       # the ragged tail, if any
+    k_base = K + b * skb + kvh * skh
+    v_base = V + b * svb + kvh * svh
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
-                                    offs_m, offs_d, 0, full_hi, S, qk_scale,
-                                    False, CAUSAL, BLOCK_N, UPCAST, DOT_PRECISION)
+                                    offs_m, offs_d, d_ok, 0, full_hi, SK, OFFSET, qk_scale,
+                                    False, CAUSAL, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
-                                    offs_m, offs_d, full_hi, masked_hi, S, qk_scale,
-                                    True, CAUSAL, BLOCK_N, UPCAST, DOT_PRECISION)
+                                    offs_m, offs_d, d_ok, full_hi, masked_hi, SK, OFFSET, qk_scale,
+                                    True, CAUSAL, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
 
-    # Normalize once at the end, not once per tile.
-    acc = acc / l_i[:, None]
-    tl.store(_tile(O, b, h, offs_m, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty),
-             mask=row_ok[:, None])
+    # Normalize once at the end, not once per tile. A query that saw no key outputs 0.
+    seen = l_i > 0
+    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
+    out_ok = row_ok[:, None] & d_ok[None, :]
+    tl.store(_tile(O, b, h, offs_m, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty), mask=out_ok)
+    if STORE_O32:  # training in 16 bits: the backward's Delta needs O before it was rounded
+        tl.store(_tile(O32, b, h, offs_m, offs_d, s32b, s32h, s32s, s32d), acc, mask=out_ok)
     # log2 of each row's softmax denominator: the backward rebuilds P = exp2(s - lse) from it.
-    tl.store(LSE + bh * S + offs_m, m_i + tl.log2(l_i), mask=row_ok)
+    # +inf for a row that saw no key, so that its P is exp2(-inf) = 0 there too.
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+    tl.store(LSE + bh * SQ + offs_m, lse, mask=row_ok)
 
 
 # --------------------------------------------------------------------------------------
@@ -210,88 +240,101 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
 # and one per query tile each own what they write. A single kernel would have to add
 # dQ from many programs with atomics, which is harder to follow and gives results that
 # change in the last bits from run to run (the order of the additions varies).
+# With grouped-query attention a key/value head serves GROUP query heads, so its dK/dV
+# program also loops over those heads: it still owns what it writes, and K/V stay shared.
 # Unlike the forward, these loops apply the mask on every tile. That is one compare and
 # select per score, small next to five matmuls, and the loops stay simple. Tiles above the
 # diagonal are still skipped, so causal does half the work here too.
+# Delta must come from O as the forward computed it, before rounding to 16 bits: dP - Delta
+# is a small difference of two large numbers when a row's P is nearly uniform (short rows),
+# and the rounding of O would dominate it. The forward keeps an fp32 O for this (STORE_O32).
 
 @triton.jit
-def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, S,
+def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, SQ, D,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Delta = rowsum(O ∘ dO), in float32. Grid: (cdiv(S, BLOCK_M), B*H)."""
+    """Delta = rowsum(O ∘ dO), in float32. Grid: (cdiv(SQ, BLOCK_M), B*H)."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = rows < S
-    o = tl.load(_tile(O, b, h, rows, offs_d, sob, soh, sos, sod), mask=row_ok[:, None], other=0.0)
-    do = tl.load(_tile(DO, b, h, rows, offs_d, sdb, sdh, sds, sdd), mask=row_ok[:, None], other=0.0)
+    row_ok = rows < SQ
+    ok = row_ok[:, None] & (offs_d[None, :] < D)
+    o = tl.load(_tile(O, b, h, rows, offs_d, sob, soh, sos, sod), mask=ok, other=0.0)
+    do = tl.load(_tile(DO, b, h, rows, offs_d, sdb, sdh, sds, sdd), mask=ok, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(DELTA + bh * S + rows, delta, mask=row_ok)
+    tl.store(DELTA + bh * SQ + rows, delta, mask=row_ok)
 
 
 @triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
                    sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                    sdob, sdoh, sdos, sdod, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd,
-                   H, S,
+                   H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One program: BLOCK_N key rows of one (batch, head); loops over query tiles."""
+    """One program: BLOCK_N key rows of one (batch, key/value head); loops over its query
+    heads and their query tiles. Grid: (cdiv(SK, BLOCK_N), B*H // GROUP)."""
     start_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bkv = tl.program_id(1)
+    kv_heads = H // GROUP
+    b = (bkv // kv_heads).to(tl.int64)
+    kvh = (bkv % kv_heads).to(tl.int64)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    col_ok = cols < S
-    k = tl.load(_tile(K, b, h, cols, offs_d, skb, skh, sks, skd), mask=col_ok[:, None], other=0.0)
-    v = tl.load(_tile(V, b, h, cols, offs_d, svb, svh, svs, svd), mask=col_ok[:, None], other=0.0)
+    col_ok = cols < SK
+    d_ok = offs_d < D
+    kv_ok = col_ok[:, None] & d_ok[None, :]
+    k = tl.load(_tile(K, b, kvh, cols, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
+    v = tl.load(_tile(V, b, kvh, cols, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
 
-    # Causal: queries before this key tile never see it, so start at its diagonal.
+    # Causal: query rows r < c - OFFSET never see key c, so start at the tile holding the first
+    # row that sees this key tile's first key.
     if CAUSAL:
-        lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
+        lo = tl.maximum(start_n * BLOCK_N - OFFSET, 0) // BLOCK_M * BLOCK_M
     else:
         lo = 0
-    for start_m in range(lo, S, BLOCK_M):
-        rows = start_m + tl.arange(0, BLOCK_M)
-        row_ok = rows < S
-        q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=row_ok[:, None], other=0.0)
-        do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=row_ok[:, None], other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
-        lse = tl.load(LSE + bh * S + rows, mask=row_ok, other=0.0)
-        delta = tl.load(DELTA + bh * S + rows, mask=row_ok, other=0.0)
+    for g in range(0, GROUP):
+        h = kvh * GROUP + g
+        bh = b * H + h
+        for start_m in range(lo, SQ, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            row_ok = rows < SQ
+            q_ok = row_ok[:, None] & d_ok[None, :]
+            q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
+            do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
+            if UPCAST:
+                q = q.to(tl.float32)
+                do = do.to(tl.float32)
+            lse = tl.load(LSE + bh * SQ + rows, mask=row_ok, other=0.0)
+            delta = tl.load(DELTA + bh * SQ + rows, mask=row_ok, other=0.0)
 
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale   # [BLOCK_M, BLOCK_N]
-        keep = row_ok[:, None] & col_ok[None, :]
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None])
-        p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])   # masked scores -> p = 0
-        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=DOT_PRECISION)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale   # [BLOCK_M, BLOCK_N]
+            keep = row_ok[:, None] & col_ok[None, :]
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
+            p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])   # masked scores -> p = 0
+            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            ds = p * (dp - delta[:, None])
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=DOT_PRECISION)
 
     dk = dk * sm_scale   # the scores were q·kᵀ·scale, so the chain rule brings the scale out
-    tl.store(_tile(DK, b, h, cols, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty),
-             mask=col_ok[:, None])
-    tl.store(_tile(DV, b, h, cols, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty),
-             mask=col_ok[:, None])
+    tl.store(_tile(DK, b, kvh, cols, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty), mask=kv_ok)
+    tl.store(_tile(DV, b, kvh, cols, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty), mask=kv_ok)
 
 
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
                  sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                  sdob, sdoh, sdos, sdod, sdqb, sdqh, sdqs, sdqd,
-                 H, S,
+                 H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head); loops over key tiles."""
@@ -299,50 +342,53 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
+    kvh = h // GROUP
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = rows < S
-    q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=row_ok[:, None], other=0.0)
-    do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=row_ok[:, None], other=0.0)
+    row_ok = rows < SQ
+    d_ok = offs_d < D
+    q_ok = row_ok[:, None] & d_ok[None, :]
+    q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
+    do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
-    lse = tl.load(LSE + bh * S + rows, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + bh * S + rows, mask=row_ok, other=0.0)
+    lse = tl.load(LSE + bh * SQ + rows, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * SQ + rows, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    # Causal: keys after this query tile are never seen, so stop at its diagonal.
+    # Causal: keys after this query tile's last row's last key are never seen, so stop there.
     if CAUSAL:
-        hi = tl.minimum((start_m + 1) * BLOCK_M, S)
+        hi = tl.maximum(tl.minimum((start_m + 1) * BLOCK_M + OFFSET, SK), 0)
     else:
-        hi = S
+        hi = SK
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
-        col_ok = cols < S
-        k = tl.load(_tile(K, b, h, cols, offs_d, skb, skh, sks, skd), mask=col_ok[:, None], other=0.0)
-        v = tl.load(_tile(V, b, h, cols, offs_d, svb, svh, svs, svd), mask=col_ok[:, None], other=0.0)
+        col_ok = cols < SK
+        kv_ok = col_ok[:, None] & d_ok[None, :]
+        k = tl.load(_tile(K, b, kvh, cols, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
+        v = tl.load(_tile(V, b, kvh, cols, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         keep = row_ok[:, None] & col_ok[None, :]
         if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None])
+            keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
         p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
 
     dq = dq * sm_scale
-    tl.store(_tile(DQ, b, h, rows, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty),
-             mask=row_ok[:, None])
+    tl.store(_tile(DQ, b, h, rows, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty), mask=q_ok)
 
 
 # --------------------------------------------------------------------------------------
 # 4. Tile sizes: autotuned on a GPU, fixed in the interpreter
 # --------------------------------------------------------------------------------------
-# (BLOCK_M, BLOCK_N, num_warps, num_stages). BLOCK_M is a multiple of BLOCK_N, so the
-# forward's diagonal starts on a key-tile boundary.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages). Any pair of powers of two works: the causal
+# stages are computed from the tile sizes, rounding down to a key-tile boundary.
 GPU_CONFIGS = [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
 # The interpreter runs one program at a time, each tile operation one NumPy call, so fewer,
 # larger tiles run faster (64x32 is about 3x quicker than 32x16). BLOCK_M = 2·BLOCK_N
@@ -386,7 +432,7 @@ def _prune(configs, named_args, **kwargs):
     props = torch.cuda.get_device_properties(q.device)
     limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
     as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
-    kept = fitting_configs(list(as_tuple), args["S"], args["HEAD_DIM"], q.element_size(), limit)
+    kept = fitting_configs(list(as_tuple), args["SQ"], args["HEAD_DIM"], q.element_size(), limit)
     return [as_tuple[t] for t in kept]
 
 
@@ -397,7 +443,7 @@ def _autotuned(kernel):
         return kernel
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in GPU_CONFIGS]
-    return triton.autotune(configs=configs, key=["S", "HEAD_DIM", "CAUSAL"],
+    return triton.autotune(configs=configs, key=["SQ_BUCKET", "SK_BUCKET", "GROUP", "HEAD_DIM", "CAUSAL"],
                            prune_configs_by={"early_config_prune": _prune})(kernel)
 
 
@@ -447,40 +493,67 @@ def _kernel_options(q: torch.Tensor) -> dict:
                 DOT_PRECISION="ieee" if q.dtype == torch.float32 or INTERPRETED else "tf32")
 
 
-def flash_forward(q, k, v, causal: bool, scale: float):
-    """Launch the forward kernel. Returns (O, LSE); LSE is [B·H, S] float32, in log2 units."""
-    batch, heads, seq, head_dim = q.shape
+def padded_head_dim(head_dim: int) -> int:
+    """The power of two >= head_dim (and >= 16, tl.dot's smallest size) the kernels work in."""
+    return max(16, _next_power_of_2(head_dim))
+
+
+def _sizes(q, k) -> dict:
+    """The size arguments every kernel takes, after its tensors and strides."""
+    s_q, s_k = q.shape[2], k.shape[2]
+    return dict(H=q.shape[1], GROUP=q.shape[1] // k.shape[1], SQ=s_q, SK=s_k, D=q.shape[3],
+                OFFSET=s_k - s_q, SQ_BUCKET=_next_power_of_2(s_q), SK_BUCKET=_next_power_of_2(s_k))
+
+
+def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False):
+    """Launch the forward kernel. Returns (O, LSE, O32).
+
+    q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D]. LSE is [B·Hq, Sq] float32, in log2 units. O32 is
+    O in float32 before rounding, kept when ``keep_fp32_o`` (for the backward), else None.
+    """
+    batch, heads, s_q, head_dim = q.shape
     o = _new_output(q)
     o_target = _kernel_target(o)
-    lse = torch.empty(batch * heads, seq, device=q.device, dtype=torch.float32)
-    grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)  # noqa: E731
-    attn_fwd[grid](q, k, v, o_target, lse, scale * LOG2E,
-                   *q.stride(), *k.stride(), *v.stride(), *o_target.stride(),
-                   heads, seq, HEAD_DIM=head_dim, CAUSAL=causal,
-                   **_kernel_options(q), **_FIXED_BLOCKS)
-    return _finish(o, o_target), lse
+    o32 = None
+    if keep_fp32_o:
+        o32 = o_target if o_target.dtype == torch.float32 else _new_output(q, torch.float32)
+    store_o32 = o32 is not None and o32 is not o_target
+    o32_ptr = o32 if store_o32 else o_target   # not written unless STORE_O32
+    lse = torch.empty(batch * heads, s_q, device=q.device, dtype=torch.float32)
+    pad = padded_head_dim(head_dim)
+    grid = lambda meta: (triton.cdiv(s_q, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+    attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, scale * LOG2E,
+                   *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
+                   **_sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, PAD_D=pad != head_dim,
+                   STORE_O32=store_o32, **_kernel_options(q), **_FIXED_BLOCKS)
+    return _finish(o, o_target), lse, o32
 
 
-def flash_backward(q, k, v, o, lse, do, causal: bool, scale: float):
-    """Launch the three backward kernels. Returns (dQ, dK, dV)."""
-    batch, heads, seq, head_dim = q.shape
+def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
+    """Launch the three backward kernels. Returns (dQ, dK, dV); dK, dV have k's and v's shape.
+
+    ``o32`` is the forward's output before rounding (float32), from which Delta is exact.
+    """
+    batch, heads, s_q, head_dim = q.shape
+    kv_heads, s_k = k.shape[1], k.shape[2]
+    pad = padded_head_dim(head_dim)
+    sizes = _sizes(q, k)
     delta = torch.empty_like(lse)
-    pre_grid = (triton.cdiv(seq, PREPROCESS_BLOCK_M), batch * heads)
-    _attn_bwd_preprocess[pre_grid](o, do, delta, *o.stride(), *do.stride(), heads, seq,
-                                   HEAD_DIM=head_dim, BLOCK_M=PREPROCESS_BLOCK_M)
+    pre_grid = (triton.cdiv(s_q, PREPROCESS_BLOCK_M), batch * heads)
+    _attn_bwd_preprocess[pre_grid](o32, do, delta, *o32.stride(), *do.stride(), heads, s_q, head_dim,
+                                   HEAD_DIM=pad, BLOCK_M=PREPROCESS_BLOCK_M)
 
     dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
     dq_t, dk_t, dv_t = _kernel_target(dq), _kernel_target(dk), _kernel_target(dv)
-    options = _kernel_options(q)
-    kv_grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_N"]), batch * heads)  # noqa: E731
+    options = dict(HEAD_DIM=pad, CAUSAL=causal, **_kernel_options(q), **_FIXED_BLOCKS)
+    kv_grid = lambda meta: (triton.cdiv(s_k, meta["BLOCK_N"]), batch * kv_heads)  # noqa: E731
     attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * LOG2E,
                            *q.stride(), *k.stride(), *v.stride(),
-                           *do.stride(), *dk_t.stride(), *dv_t.stride(),
-                           heads, seq, HEAD_DIM=head_dim, CAUSAL=causal, **options, **_FIXED_BLOCKS)
-    q_grid = lambda meta: (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+                           *do.stride(), *dk_t.stride(), *dv_t.stride(), **sizes, **options)
+    q_grid = lambda meta: (triton.cdiv(s_q, meta["BLOCK_M"]), batch * heads)  # noqa: E731
     attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * LOG2E,
                         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
-                        heads, seq, HEAD_DIM=head_dim, CAUSAL=causal, **options, **_FIXED_BLOCKS)
+                        **sizes, **options)
     return _finish(dq, dq_t), _finish(dk, dk_t), _finish(dv, dv_t)
 
 
@@ -489,20 +562,26 @@ def flash_backward(q, k, v, o, lse, do, causal: bool, scale: float):
 # --------------------------------------------------------------------------------------
 
 class FlashAttention(torch.autograd.Function):
-    """Autograd wrapper: the forward saves O and the log-sum-exp, not the S×S probabilities."""
+    """Autograd wrapper: the forward saves O and the log-sum-exp, not the S×S probabilities.
+
+    In 16 bits it saves O in float32 (the value before rounding), so that the backward's
+    Delta = rowsum(dO·O) is exact; ``for_backward`` is False when no gradient will be asked
+    for (no_grad, inference), and then nothing extra is written or kept.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale: float):
-        o, lse = flash_forward(q, k, v, causal, scale)
-        ctx.save_for_backward(q, k, v, o, lse)
+    def forward(ctx, q, k, v, causal: bool, scale: float, for_backward: bool = True):
+        o, lse, o32 = flash_forward(q, k, v, causal, scale, keep_fp32_o=for_backward)
+        if for_backward:
+            ctx.save_for_backward(q, k, v, o32, lse)
         ctx.causal, ctx.scale = causal, scale
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None
+        q, k, v, o32, lse = ctx.saved_tensors
+        dq, dk, dv = flash_backward(q, k, v, o32, lse, do, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None, None
 
 
 def requirement(device: torch.device) -> Reason:
@@ -520,9 +599,10 @@ def requirement(device: torch.device) -> Reason:
 
 
 @register("triton", order=60, requires=requirement, head_dims=HEAD_DIMS,
-          dtypes=(torch.float16, torch.bfloat16, torch.float32), gqa=False, unequal_lengths=False)
+          dtypes=(torch.float16, torch.bfloat16, torch.float32))
 def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
     """FlashAttention-2 written in Triton (forward and backward; the interpreter on CPU)."""
     if scale is None:  # the registry always passes a float; this is for direct calls
         scale = 1.0 / math.sqrt(q.shape[-1])
-    return FlashAttention.apply(q, k, v, causal, scale)
+    for_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return FlashAttention.apply(q, k, v, causal, scale, for_backward)
