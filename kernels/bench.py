@@ -431,6 +431,22 @@ def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode) ->
                                  materialized=name in MATERIALIZED, backward=backward))
 
 
+def warm_gpu(seconds: float, device="cuda") -> int:
+    """Keep the GPU busy with bf16 matmuls for ``seconds``; returns the matmuls run.
+
+    An idle GPU sits at a low clock (an idle H200 reads 345 MHz) and ramps up only under
+    load, so the first points of a sweep would otherwise be timed at a lower clock.
+    """
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    done, deadline = 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize(device)
+        done += 10
+    return done
+
+
 def progress_line(i: int, total: int, r: BenchResult) -> str:
     where = (f"[{i:>{len(str(total))}}/{total}] {r.impl:<15} S={r.seq:<6} D={r.head_dim:<4} "
              f"{r.dtype:<8} {'causal' if r.causal else 'full':<6} {'fwd+bwd' if r.backward else 'fwd':<7}")
@@ -563,6 +579,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, default=2.0,
                    help="time budget of a point's timed calls (default 2 s; at least 5 calls)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    p.add_argument("--warm-gpu", type=float, default=0.0, metavar="SECONDS",
+                   help="on a GPU, run matmuls this long first so the clocks leave their idle state")
     p.add_argument("--out", default="bench_results",
                    help="output stem: writes OUT.json and OUT.csv (default: bench_results)")
     return p
@@ -576,6 +594,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         cli.error("--device cuda needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
     profile = PROFILES["cuda" if device.type == "cuda" else "cpu"]
+    if device.type == "cuda" and args.warm_gpu > 0:
+        print(f"warming the GPU for {args.warm_gpu:g} s", file=sys.stderr, flush=True)
+        warm_gpu(args.warm_gpu, device)
     results = sweep(
         impls=split_list(args.impls),
         seqs=split_list(args.seq, int) or profile["seq"],

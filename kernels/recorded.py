@@ -1,42 +1,44 @@
-"""Recorded GPU runs: traces a real GPU produced, kept in the repository for CPU readers.
+"""Recorded GPU runs: traces a real GPU produced, kept for readers without one.
 
 A chapter executed without a GPU cannot show a GPU lane of its own. What it can show,
 clearly labelled, is the GPU lane of a run recorded earlier on real hardware. This module
-is that record's format, its loader, and the step that makes one from an executed book.
+reads those recordings; ``.ci/device-run`` makes the run and ``make gpu-import`` (in
+``tools/gpu_run.py``) writes it here. Nothing here is ever synthesised: no recording, no
+recorded lane.
 
 Layout, one folder per recorded GPU::
 
-    book/data/recorded/<gpu-slug>/
-        meta.json                    GPU name and capability, torch/CUDA/Triton versions,
-                                     date, the profile's parameters
-        <notebook>/<variant>.json.gz the traces that notebook recorded, as it recorded them
+    <recordings>/<gpu-slug>/
+        meta.json                      GPU, capability, torch / CUDA / cuDNN / Triton, date, commit
+        <notebook>/<variant>.json.gz   the traces that notebook recorded (its labelled steps)
 
-``make gpu-check`` writes one under its output folder (``python -m kernels.recorded``);
-a maintainer copies it into ``book/data/recorded/`` and commits it. The traces obey the
-same size budgets as every published trace (``kernels.traces``), and are published with
-the book. Nothing here is ever synthesised: no recording, no recorded lane.
+Where ``<recordings>`` is, first match wins:
+
+1. the folder named by the environment variable ``ATTENTION_PROFILED_RECORDINGS``;
+2. ``book/data/recorded`` of the checkout this package was imported from;
+3. ``kernels/data/recorded`` inside an installed package (the wheel carries book/data).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import re
-import shutil
-import sys
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import profiling, traces
+from . import profiling
 
-ROOT = Path(__file__).resolve().parent.parent
-RECORDED = ROOT / "book" / "data" / "recorded"
-CHAPTERS = ("01_naive", "02_inplace", "03_sdpa")
+ENV_VAR = "ATTENTION_PROFILED_RECORDINGS"
+PACKAGE = Path(__file__).resolve().parent
 
 
-def slug(gpu_name: str) -> str:
-    """A folder name for a GPU: "NVIDIA H200" -> "nvidia-h200"."""
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+def default_root() -> Path:
+    """Where recordings are read from (see the module's docstring for the order)."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    if (PACKAGE.parent / "_toc.yml").exists():  # imported from a checkout of the course
+        return PACKAGE.parent / "book" / "data" / "recorded"
+    return PACKAGE / "data" / "recorded"
 
 
 @dataclass(frozen=True)
@@ -48,85 +50,59 @@ class Recording:
     def label(self) -> str:
         m = self.meta
         return (f"recorded on {m['gpu']} on {m['date']} (torch {m['torch']}, CUDA {m['cuda']}, "
-                f"Triton {m.get('triton') or 'none'})")
+                f"Triton {m.get('triton') or 'none'}, commit {str(m.get('commit', 'unknown'))[:10]})")
+
+    @property
+    def capability(self) -> Optional[tuple]:
+        return tuple(self.meta["capability"]) if self.meta.get("capability") else None
 
     def trace_path(self, notebook: str, variant: str) -> Path:
         return self.folder / notebook / f"{variant}.json.gz"
 
+    def has(self, notebook: str, variant: str) -> bool:
+        return self.trace_path(notebook, variant).exists()
+
     def trace(self, notebook: str, variant: str) -> profiling.Trace:
         path = self.trace_path(notebook, variant)
         if not path.exists():
-            have = sorted(p.relative_to(self.folder).as_posix() for p in traces.find(self.folder))
+            have = sorted(p.relative_to(self.folder).as_posix() for p in self.folder.rglob("*.json.gz"))
             raise FileNotFoundError(f"this recording ({self.label}) has no {notebook}/{variant}; it has: {have}")
         return profiling.load_trace(path)
 
 
-def recordings(root: Path = RECORDED) -> list[Recording]:
-    """Every recording under ``root``, newest first."""
-    found = [Recording(m.parent, json.loads(m.read_text())) for m in Path(root).glob("*/meta.json")]
+def recordings(root: Optional[Path] = None) -> list[Recording]:
+    """Every recording under ``root`` (default: ``default_root()``), newest first."""
+    root = Path(root) if root is not None else default_root()
+    found = [Recording(m.parent, json.loads(m.read_text())) for m in root.glob("*/meta.json")]
     return sorted(found, key=lambda r: r.meta.get("date", ""), reverse=True)
 
 
-def latest(root: Path = RECORDED) -> Optional[Recording]:
-    """The newest recording, or None while the repository holds none."""
+def latest(root: Optional[Path] = None) -> Optional[Recording]:
+    """The newest recording, or None while there is none."""
     found = recordings(root)
     return found[0] if found else None
 
 
-NO_RECORDING = ("This run is CPU-only, and the repository holds no recorded GPU run yet, so there is "
-                "no GPU lane to show: run `make gpu-check` on a GPU machine to record one.")
+NO_RECORDING = ("This run is CPU-only, and there is no recorded GPU run yet, so there is no GPU lane "
+                "to show: `.ci/device-run` on a GPU machine records one (see the README).")
 
 
-def gpu_step(device, live: "profiling.Step", notebook: str, variant: str, root: Path = RECORDED):
-    """The GPU step a chapter should read, and where it comes from, in words.
+def gpu_lanes(device, live: dict, notebook: str, variants, root: Optional[Path] = None):
+    """The GPU steps a chapter should read: ``({variant: Step}, source, capability)``.
 
-    On a GPU: this run's own ``live`` step. On a CPU: the median step of the newest recorded
-    GPU run, labelled as recorded; or ``(None, why)`` when there is nothing to show.
+    On a GPU: this run's own steps (``live``). On a CPU: the median step of each variant in
+    the newest recording. Variants with no lane (not recorded, or not run) are left out;
+    ``source`` says where the lanes come from, or why there are none; ``capability`` is
+    the GPU's (major, minor).
     """
     if str(device).startswith("cuda"):
-        return live, "this run"
+        import torch
+        lanes = {v: live[v] for v in variants if live.get(v) is not None}
+        return lanes, "this run", tuple(torch.cuda.get_device_capability(device))
     rec = latest(root)
     if rec is None:
-        return None, NO_RECORDING
-    try:
-        trace = rec.trace(notebook, variant)
-    except FileNotFoundError as err:
-        return None, str(err)
-    return profiling.median_step(trace.steps(variant)), rec.label
-
-
-def record(executed: Path, dest_root: Path, chapters=CHAPTERS) -> Path:
-    """Make a recording from a book executed on a GPU (``python -m kernels.execute --profile cuda``)."""
-    executed = Path(executed)
-    report = json.loads((executed / "report.json").read_text())
-    env = report["environment"]
-    if not env.get("cuda") or env["device"].startswith("CPU"):
-        raise ValueError(f"{executed} was executed on {env['device']}, not on a GPU: nothing to record")
-    folder = Path(dest_root) / slug(env["device"])
-    if folder.exists():
-        shutil.rmtree(folder)
-    for chapter in chapters:
-        for trace in traces.find(executed / "book" / traces.trace_dir_for(chapter)):
-            target = folder / chapter / trace.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(trace, target)
-    meta = {"gpu": env["device"], "capability": env.get("capability"), "torch": env["torch"],
-            "cuda": env["cuda"], "triton": env.get("triton"), "date": env["date"],
-            "profile": report["profile"], "parameters": report["parameters"], "source": "make gpu-check"}
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return folder
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.recorded", description=record.__doc__)
-    ap.add_argument("--from", dest="executed", type=Path, default=ROOT / "_build" / "executed")
-    ap.add_argument("--to", dest="dest", type=Path, required=True, help="folder to write <gpu-slug>/ into")
-    args = ap.parse_args(argv)
-    folder = record(args.executed, args.dest)
-    print(f"recorded {len(traces.find(folder))} trace(s) in {folder}; copy it into book/data/recorded/ to publish it")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return {}, NO_RECORDING, None
+    lanes = {v: profiling.median_step(rec.trace(notebook, v).steps(v)) for v in variants if rec.has(notebook, v)}
+    if not lanes:
+        return {}, f"the recording ({rec.label}) has no trace of {', '.join(variants)} from {notebook}", None
+    return lanes, rec.label, rec.capability

@@ -131,19 +131,24 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 # source article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts
 # **6 kernels** per forward: matmul, mul, a **Memcpy** for the clone, the mask, softmax,
 # matmul. The cell below reads a GPU lane: this run's own when it ran on a GPU, else the
-# repository's recorded GPU run (labelled as such), and checks the copy on it.
+# newest recorded GPU run (labelled as such), and checks both counts on it.
 
 # %%
-gpu_step, source = recorded.gpu_step(device, step, "01_naive", "naive")
-if gpu_step is None:
+lanes, source, _ = recorded.gpu_lanes(device, {"naive": step}, "01_naive", ["naive"])
+if not lanes:
     print(source)
 else:
     print(f"GPU lane: {source}")
-    gpu = gpu_step.kernels
-    display(profiling.kernel_table(gpu_step))
-    copy_kernels = gpu[gpu["name"].str.contains("copy|Memcpy", case=False)]
-    lesson(len(copy_kernels) >= 1, f"the GPU lane ({source}) shows the clone as a copy kernel",
-           ", ".join(copy_kernels["name"].str.slice(0, 40)))
+    gpu = lanes["naive"].kernels
+    display(profiling.kernel_table(lanes["naive"]))
+    copies = gpu[gpu["cat"] == "gpu_memcpy"]
+    fills = lanes["naive"].find("aten::masked_fill")
+    in_fill = [any(f.start_us <= t <= f.start_us + f.dur_us for f in fills.itertuples())
+               for t in copies["launch_start_us"]]
+    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100",
+           f"{len(gpu)} on this lane: {int((gpu['cat'] == 'kernel').sum())} kernels, {len(copies)} copies")
+    lesson(len(copies) == 1 and all(in_fill), "exactly one of them is a copy, launched inside masked_fill (its clone)",
+           ", ".join(copies["name"].str.slice(0, 40)))
 
 # %% [markdown]
 # ## What to remember

@@ -33,6 +33,8 @@ from kernels.book import glue, inputs, lesson, mib, setup, show_source
 from kernels.fingerprints import classify_many, fingerprint
 from kernels.occupancy import arch_of, occupancy
 
+KINETO_SHMEM_LIMIT_KIB = 48  # the per-block default Kineto's occupancy estimate assumes
+
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
@@ -111,6 +113,10 @@ runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=s
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: int((~s.ops["is_view"]).sum()) for name, s in step.items()}
 print({name: f"{n} ops doing work" for name, n in work_ops.items()})
+# The GPU lanes this chapter reads: this run's own on a GPU, else the newest recording's.
+lanes, lane_source, lane_capability = recorded.gpu_lanes(
+    device, step, "03_sdpa", ["inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"])
+print(f"GPU lanes: {lane_source}" if lanes else lane_source)
 
 # %% [markdown]
 # ## The math backend: one line, more work
@@ -126,12 +132,12 @@ glue("inplace_ops", work_ops["inplace"])
 lesson(work_ops["sdpa_math"] > work_ops["inplace"],
        "the math backend dispatches more ops per forward than the hand-written in-place module",
        f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
-if device.type == "cuda":
-    n_kernels = {n: int((s.kernels["cat"] == "kernel").sum()) for n, s in step.items()}
-    print("kernels per forward:", n_kernels)
+if {"sdpa_math", "inplace"} <= set(lanes):
+    n_kernels = {n: int((lanes[n].kernels["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
+    print(f"kernels per forward ({lane_source}):", n_kernels)
     lesson(n_kernels["sdpa_math"] > n_kernels["inplace"],
            "the math backend launches more GPU kernels per forward than the in-place module",
-           f"{n_kernels['sdpa_math']} vs {n_kernels['inplace']}")
+           f"{n_kernels['sdpa_math']} vs {n_kernels['inplace']}, {lane_source}")
 
 # %% [markdown]
 # {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. To see what they
@@ -237,13 +243,13 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
 # leaves the tensor cores idle.
 
 # %%
-if device.type == "cuda":
-    mk = step["sdpa_math"].kernels
-    fps = classify_many(mk["name"])
+if "sdpa_math" in lanes:
+    fps = classify_many(lanes["sdpa_math"].kernels["name"])
     display(fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70)))
     gemm_dtypes = set(fps.loc[fps["kind"] == "gemm", "dtype"])
-    lesson(not gemm_dtypes & {"bf16", "fp16"}, "no GEMM of the math backend runs in 16 bits on this GPU",
-           f"GEMM dtypes from the names: {gemm_dtypes}")
+    lesson(bool(gemm_dtypes) and not gemm_dtypes & {"bf16", "fp16"},
+           "no GEMM of the math backend runs in 16 bits on the GPU lane",
+           f"GEMM dtypes from the names: {gemm_dtypes}, {lane_source}")
 
 # %% [markdown]
 # ### 2. The causal mask, rebuilt on every call
@@ -269,9 +275,9 @@ lesson(all(m["ones"] < m["tril"] < m["where"] for m in per_step), "in the order 
 lesson(not step["sdpa_math"].find("aten::add_").empty, "and adds it to the scores with add_")
 
 # %%
-if device.type == "cuda":
-    tril_kernels = step["sdpa_math"].kernels["name"].str.contains("triu_tril")
-    lesson(tril_kernels.any(), "on the GPU lane the mask shows up as a triu_tril kernel")
+if "sdpa_math" in lanes:
+    tril_kernels = lanes["sdpa_math"].kernels["name"].str.contains("triu_tril")
+    lesson(tril_kernels.any(), "on the GPU lane the mask shows up as a triu_tril kernel", lane_source)
 
 # %% [markdown]
 # ### 3. The safe softmax
@@ -419,12 +425,15 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 #
 # ### cuDNN: a 0% that is not real
 #
-# The article's cuDNN kernel reported 0% achieved occupancy (its Figure 23). cuDNN
-# launches its kernels with the driver API's extended launch, `cuLaunchKernelEx`, where
-# every other kernel in the series went through the runtime's `cudaLaunchKernel`, and the
-# profiler (CUPTI) does not attribute an occupancy estimate to that launch path. The field
-# reads 0 for lack of a measurement. The footprint it does report, 256 threads at 240
-# registers, gives the real figure:
+# The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
+# not a measurement: Kineto, the profiler's tracing library, computes it itself from the
+# kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
+# assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
+# `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
+# as cuDNN's flash kernels do, gets zero resident blocks in that calculation and reads 0%,
+# whichever API launched it. The GPU-lane cell below checks exactly that rule on every fused
+# kernel it sees. The footprint the article's trace does report, 256 threads at 240
+# registers, gives the register-limited figure:
 
 # %%
 cudnn_occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
@@ -448,25 +457,17 @@ glue("cudnn_occ", cudnn_occ.percent)
 # (labelled as such), else there is none to read and the cell says so.
 
 # %%
-if device.type == "cuda":
-    gpu_steps, source = {n: step[n] for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in step}, "this run"
-    capability = torch.cuda.get_device_properties(device)
-else:
-    lanes = {n: recorded.gpu_step(device, None, "03_sdpa", n) for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")}
-    gpu_steps = {n: s for n, (s, _) in lanes.items() if s is not None}
-    source = next(why for _, why in lanes.values())
-    capability = tuple(recorded.latest().meta["capability"]) if gpu_steps else None
-fused = list(gpu_steps)
-if gpu_steps:
-    print(f"GPU lane: {source}")
+fused = [n for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in lanes]
+if fused:
+    print(f"GPU lane: {lane_source}")
     arch = None
     try:
-        arch = arch_of(capability)
+        arch = arch_of(lane_capability)
     except ValueError as err:
         print(f"no occupancy table for this GPU: {err}")
     rows = []
     for name in fused:
-        s = gpu_steps[name]
+        s = lanes[name]
         ks = s.kernels[s.kernels["cat"] == "kernel"]
         lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
         kern = ks.iloc[0]
@@ -474,25 +475,35 @@ if gpu_steps:
         lesson(fp.kind == "fused_attention", f"{name}'s kernel decodes as fused attention", fp.note)
         computed = None
         footprint = isinstance(kern["block"], (list, tuple)) and pd.notna(kern["registers_per_thread"])
+        smem = int(kern["shared_memory"]) if pd.notna(kern["shared_memory"]) else None
         if arch and footprint:
-            smem = int(kern["shared_memory"]) if pd.notna(kern["shared_memory"]) else 0
             computed = occupancy(threads_per_block=math.prod(int(x) for x in kern["block"]),
                                  registers_per_thread=int(kern["registers_per_thread"]),
-                                 shared_mem_per_block=smem, arch=arch).percent
+                                 shared_mem_per_block=smem or 0, arch=arch).percent
         rows.append({"backend": name, "kernel": kern["name"][:60], "launched by": kern["launcher"],
                      "regs/thread": kern["registers_per_thread"], "block": kern["block"],
+                     "shared KiB": None if smem is None else round(smem / 1024, 1),
                      "reported occupancy %": kern["occupancy_pct"], "computed occupancy %": computed,
                      "transposes (CPU)": len(s.find("aten::transpose")),
                      "GPU us": s.gpu_time_us, "CPU us": s.cpu_time_us})
-    display(pd.DataFrame(rows))
-    if "sdpa_flash" in gpu_steps and rows[fused.index("sdpa_flash")]["computed occupancy %"] is not None:
-        lesson(rows[fused.index("sdpa_flash")]["computed occupancy %"] < 50,
+    table = pd.DataFrame(rows)
+    display(table)
+    if "sdpa_flash" in fused and table.loc[fused.index("sdpa_flash"), "computed occupancy %"] is not None:
+        lesson(table.loc[fused.index("sdpa_flash"), "computed occupancy %"] < 50,
                "flash's footprint gives low theoretical occupancy on this GPU too")
-    if "sdpa_cudnn" in gpu_steps:
-        launcher = rows[fused.index("sdpa_cudnn")]["launched by"]
+    # Kineto's estimate assumes the 48 KiB default per-block shared-memory limit: a kernel
+    # that opts into more reads 0%, whatever launched it.
+    known = table.dropna(subset=["shared KiB", "reported occupancy %"])
+    over = known["shared KiB"] > KINETO_SHMEM_LIMIT_KIB
+    lesson(((known["reported occupancy %"] == 0) == over).all(),
+           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
+           "; ".join(f"{b}: {kib} KiB, {pct}%" for b, kib, pct in
+                     zip(known["backend"], known["shared KiB"], known["reported occupancy %"])) or "no footprint recorded")
+    if "sdpa_cudnn" in fused:
+        launcher = table.loc[fused.index("sdpa_cudnn"), "launched by"]
         lesson(launcher != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel", launcher)
 else:
-    print(f"{source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
+    print(f"{lane_source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
           f"(kernels.available says: {avail['sdpa_cudnn']}).")
 
 # %% [markdown]

@@ -1,54 +1,140 @@
-"""The recorded-GPU-run format: made from an executed book, loaded back, never faked."""
+"""Recorded GPU runs: found wherever the library is, read as lanes, asserted by the chapters."""
 from __future__ import annotations
 
-import gzip
 import json
+import shutil
+import subprocess
+import sys
+import zipfile
 
 import pytest
 
 from kernels import recorded
-from tests.gpu_trace import naive_a100_trace
+from tests.conftest import ROOT
+from tests.gpu_trace import NAIVE_A100, fixture_archive
+from tools import gpu_run
+
+GPU = "nvidia-a100-sxm4-80gb"
 
 
-def executed_book(tmp_path, device="NVIDIA A100-SXM4-80GB", cuda="12.8"):
-    out = tmp_path / "executed"
-    traces = out / "book" / "traces" / "01_naive"
-    traces.mkdir(parents=True)
-    with gzip.open(traces / "naive.json.gz", "wt") as f:
-        json.dump(naive_a100_trace(steps=2), f)
-    env = {"device": device, "cuda": cuda, "capability": [8, 0], "torch": "2.13.0", "triton": "3.7.1",
-           "date": "2026-11-30 04:00 UTC"}
-    (out / "report.json").write_text(json.dumps({"profile": "cuda", "parameters": {"seq": 2048},
-                                                 "environment": env, "notebooks": []}))
-    return out
+@pytest.fixture
+def recording(tmp_path):
+    """A fixture GPU run imported the way `make gpu-import` does; returns its recordings root."""
+    gpu_run.import_archive(fixture_archive(tmp_path), tmp_path / "data")
+    return tmp_path / "data" / "recorded"
 
 
-def test_record_then_load(tmp_path):
-    folder = recorded.record(executed_book(tmp_path), tmp_path / "recorded")
-    assert folder.name == "nvidia-a100-sxm4-80gb"
-    rec = recorded.latest(tmp_path / "recorded")
-    assert rec.meta["gpu"] == "NVIDIA A100-SXM4-80GB" and rec.meta["capability"] == [8, 0]
-    assert rec.label.startswith("recorded on NVIDIA A100-SXM4-80GB on 2026-11-30")
+def test_the_import_is_what_the_loader_reads(recording):
+    rec = recorded.latest(recording)
+    assert rec.folder.name == GPU and rec.capability == (8, 0)
+    assert rec.label.startswith("recorded on NVIDIA A100-SXM4-80GB on 2026-11-30 04:00 UTC")
+    assert "commit 0123456789" in rec.label, "a recorded lane is labelled with its commit"
     step = rec.trace("01_naive", "naive").steps("naive")[0]
     assert len(step.kernels) == 6 and step.kernels["cat"].eq("gpu_memcpy").sum() == 1
 
 
-def test_missing_variant_names_what_is_there(tmp_path):
-    recorded.record(executed_book(tmp_path), tmp_path / "recorded")
-    with pytest.raises(FileNotFoundError, match="01_naive/naive.json.gz"):
-        recorded.latest(tmp_path / "recorded").trace("03_sdpa", "sdpa_flash")
+def test_lanes_on_a_cpu_come_from_the_recording(recording):
+    lanes, source, capability = recorded.gpu_lanes("cpu", {}, "03_sdpa", ["sdpa_flash", "sdpa_cudnn", "no_such"],
+                                                   root=recording)
+    assert sorted(lanes) == ["sdpa_cudnn", "sdpa_flash"], "variants the recording lacks are left out"
+    assert source.startswith("recorded on NVIDIA A100") and capability == (8, 0)
+    assert lanes["sdpa_cudnn"].kernels.iloc[0]["launcher"] == "cuLaunchKernelEx"
 
 
-def test_a_cpu_run_is_not_recorded(tmp_path):
-    with pytest.raises(ValueError, match="not on a GPU"):
-        recorded.record(executed_book(tmp_path, device="CPU (x86_64, 2 cores)", cuda=None), tmp_path / "r")
-
-
-def test_no_recording_means_none(tmp_path):
+def test_no_recording_says_so(tmp_path):
     assert recorded.latest(tmp_path) is None and recorded.recordings(tmp_path) == []
+    lanes, source, capability = recorded.gpu_lanes("cpu", {}, "01_naive", ["naive"], root=tmp_path)
+    assert lanes == {} and source == recorded.NO_RECORDING and capability is None
+
+
+def test_a_recording_without_the_chapter_names_what_it_has(recording):
+    lanes, source, _ = recorded.gpu_lanes("cpu", {}, "04_triton", ["triton"], root=recording)
+    assert lanes == {} and "has no trace of triton from 04_triton" in source
+    with pytest.raises(FileNotFoundError, match="01_naive/naive.json.gz"):
+        recorded.latest(recording).trace("04_triton", "triton")
+
+
+def test_the_environment_variable_names_the_root(recording, monkeypatch):
+    monkeypatch.setenv(recorded.ENV_VAR, str(recording))
+    assert recorded.default_root() == recording and recorded.latest().folder.name == GPU
+
+
+def test_a_checkout_reads_book_data_recorded(monkeypatch):
+    monkeypatch.delenv(recorded.ENV_VAR, raising=False)
+    assert recorded.default_root() == ROOT / "book" / "data" / "recorded"
 
 
 def test_recordings_in_the_repository_are_well_formed():
-    for rec in recorded.recordings():
-        assert {"gpu", "torch", "cuda", "date"} <= set(rec.meta)
-        assert list(rec.folder.rglob("*.json.gz")), f"{rec.folder} holds no traces"
+    root = ROOT / "book" / "data" / "recorded"
+    for meta in root.glob("*/meta.json"):
+        m = json.loads(meta.read_text())
+        assert {"gpu", "capability", "torch", "cuda", "date", "commit"} <= set(m), f"{meta} lacks labels"
+        assert list(meta.parent.rglob("*.json.gz")), f"{meta.parent} holds no traces"
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
+    """The wheel carries book/data as kernels/data; a reader's pip or Colab install reads it."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "kernels", src / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "pyproject.toml", src)
+    shutil.copy2(ROOT / "README.md", src)
+    gpu_run.import_archive(fixture_archive(tmp_path), src / "book" / "data")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(src),
+                           "-w", str(tmp_path / "dist")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path / "site")
+    probe = ("import kernels.recorded as r; rec = r.latest(); "
+             "print(r.default_root()); print(rec.folder.name); print(len(rec.trace('01_naive', 'naive').steps('naive')))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    root, name, steps = done.stdout.split()
+    assert root == str(tmp_path / "site" / "kernels" / "data" / "recorded") and name == GPU and steps == "2"
+
+
+def printed(notebook) -> str:
+    """Everything a notebook's code cells printed."""
+    cells = json.loads(notebook.read_text())["cells"]
+    return "".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code" for o in c["outputs"])
+
+
+def execute_with_recording(tmp_path, only):
+    from kernels import execute
+
+    return execute.run("cpu", only=only, out=tmp_path / "executed", root=ROOT, progress=False,
+                       overrides={"seq": 128, "steps": 2})
+
+
+@pytest.mark.slow
+def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, monkeypatch):
+    monkeypatch.setenv(recorded.ENV_VAR, str(recording))
+    report = execute_with_recording(tmp_path, ["book/01_naive", "book/02_inplace", "book/03_sdpa"])
+    assert [r["status"] for r in report["notebooks"]] == ["ok"] * 3, report["notebooks"]
+    text = {r["notebook"]: printed(tmp_path / "executed" / r["notebook"]) for r in report["notebooks"]}
+    expected = {
+        "book/01_naive.ipynb": ["the naive forward runs six GPU activities", "exactly one of them is a copy"],
+        "book/02_inplace.ipynb": ["the GPU lane goes from 6 activities to 5", "the activity that disappeared is the copy"],
+        "book/03_sdpa.ipynb": ["the math backend launches more GPU kernels per forward",
+                               "on the GPU lane the mask shows up as a triu_tril kernel",
+                               "sdpa_cudnn launches exactly one kernel per forward",
+                               "no GEMM of the math backend runs in 16 bits on the GPU lane",
+                               "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB",
+                               "cuDNN does not launch through cudaLaunchKernel"],
+    }
+    for notebook, claims in expected.items():
+        for claim in claims:
+            assert f"\u2714 {claim}" in text[notebook], f"{notebook} asserts on the recorded lane: {claim!r}"
+        assert "recorded on NVIDIA A100-SXM4-80GB" in text[notebook], f"{notebook} labels the recorded lane"
+
+
+@pytest.mark.slow
+def test_a_recording_that_disagrees_fails_the_chapter(tmp_path, monkeypatch):
+    wrong = {"02_inplace": {"inplace": NAIVE_A100}}  # an "in-place" lane that still copies
+    gpu_run.import_archive(fixture_archive(tmp_path, variants=wrong), tmp_path / "data")
+    monkeypatch.setenv(recorded.ENV_VAR, str(tmp_path / "data" / "recorded"))
+    report = execute_with_recording(tmp_path, ["book/02_inplace"])
+    row = report["notebooks"][0]
+    assert row["status"] == "failed" and "6 activities to 5" in row["error"], row

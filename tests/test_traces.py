@@ -16,7 +16,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib
-import nbformat
 import pytest
 import torch
 
@@ -34,6 +33,7 @@ RECORDED = "a100_fake.json.gz"
 # --------------------------------------------------------------------------- the fake book
 
 def _fake_source(root: Path) -> None:
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
     (root / "book").mkdir(parents=True)
     shutil.copy2(ROOT / "_config.yml", root / "_config.yml")
     shutil.copytree(ROOT / "book" / "_static", root / "book" / "_static")
@@ -144,6 +144,7 @@ def test_pages_link_to_published_traces_that_exist_and_parse(fake_book):
 def _over_budget_run(monkeypatch, tmp_path, sizes: dict[str, int]) -> dict:
     """Run the real runner on a book whose notebooks "write" traces of the given sizes
     (execute_one is replaced: papermill is not what is tested here)."""
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
     root = tmp_path / "src"
     (root / "book").mkdir(parents=True)
     (root / "_config.yml").write_text("title: t\n")

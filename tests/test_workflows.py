@@ -279,13 +279,14 @@ def test_ci_runs_the_readme_test_command_and_the_cpu_book():
     assert {"_build/html", "_build/executed/report.*"} <= set(uploaded_paths(ci))
 
 
-def test_gpu_workflow_runs_gpu_check_and_cuda_book_and_keeps_the_results():
+def test_gpu_workflow_runs_the_device_run_and_the_cuda_book_and_keeps_the_results():
     gpu = workflow("gpu.yml")
     assert python_versions(gpu) == {"3.11"}
     commands = run_commands(gpu)
-    # gpu-check executes and builds the book with the cuda profile itself (.ci/gpu-check)
-    assert "make gpu-check OUT=gpu-results" in commands, commands
-    assert "--profile cuda" in (ROOT / ".ci" / "gpu-check").read_text()
+    # the same one-call run a lent GPU machine gets, then its import and the CUDA book
+    expected = ["make setup", "bash .ci/device-run gpu-results",
+                "make gpu-import ARCHIVE=gpu-results/gpu-run.tar.gz", "make book PROFILE=cuda"]
+    assert [c for c in commands.splitlines() if c in expected] == expected, commands
     assert {"gpu-results", "_build/executed", "_build/html"} <= set(uploaded_paths(gpu))
 
 
