@@ -1,0 +1,127 @@
+"""SDPA's backend rules (torch 2.11-2.13, aten sdp_utils), asked about GPUs this CI never sees.
+
+The rules are pure functions of a capability tuple, a dtype and a head dim, so each row of
+REFERENCE.md's "Backend rules" is checked here on a CPU; a GPU test checks them against what
+PyTorch itself does on the GPU at hand.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import reference, sdpa
+from kernels.sdpa import capability_reason, gpu_input_reason
+from tests.conftest import make_attention_inputs
+
+BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
+T4, V100, A100, H100, B200, RTX5090, NEXT = (7, 5), (7, 0), (8, 0), (9, 0), (10, 0), (12, 0), (13, 0)
+
+
+@pytest.mark.parametrize("cap, ok", [(T4, False), (A100, True), ((8, 6), True), (H100, True),
+                                     (B200, True), (RTX5090, True), ((12, 1), True), (NEXT, False)])
+def test_flash_runs_on_sm80_to_sm121(cap, ok):
+    reason = capability_reason("sdpa_flash", cap)
+    assert (reason is None) is ok, reason
+    if not ok:
+        assert f"sm_{cap[0]}{cap[1]}" in reason
+
+
+def test_flash_inputs():
+    assert gpu_input_reason("sdpa_flash", A100, BF16, 256) is None
+    assert gpu_input_reason("sdpa_flash", A100, FP16, 59) is None     # odd head dims are padded by PyTorch
+    assert "head_dim <= 256" in gpu_input_reason("sdpa_flash", H100, BF16, 264)
+    assert "float16 or bfloat16" in gpu_input_reason("sdpa_flash", H100, FP32, 64)
+
+
+def test_efficient_dtypes_and_alignment():
+    assert gpu_input_reason("sdpa_efficient", A100, BF16, 64) is None
+    assert "bfloat16 only on compute capability 8.0" in gpu_input_reason("sdpa_efficient", T4, BF16, 64)
+    assert gpu_input_reason("sdpa_efficient", T4, FP16, 64) is None
+    # 16-bit on tensor cores (sm_70+): a multiple of 8; fp32 on sm_80+: a multiple of 4.
+    assert "multiple of 8" in gpu_input_reason("sdpa_efficient", V100, FP16, 60)
+    assert "multiple of 4" in gpu_input_reason("sdpa_efficient", A100, FP32, 62)
+    assert gpu_input_reason("sdpa_efficient", A100, FP32, 60) is None
+    assert gpu_input_reason("sdpa_efficient", T4, FP32, 62) is None    # fp32 before sm_80: any
+    assert gpu_input_reason("sdpa_efficient", H100, FP16, 512) is None  # no upper bound
+    assert "float32, float16 or bfloat16" in gpu_input_reason("sdpa_efficient", H100, FP64, 64)
+    assert "5.0" in capability_reason("sdpa_efficient", (3, 7))
+
+
+def test_cudnn_head_dims_depend_on_capability_and_cudnn_version():
+    assert gpu_input_reason("sdpa_cudnn", A100, BF16, 128) is None
+    assert "multiple of 8" in gpu_input_reason("sdpa_cudnn", H100, BF16, 100)
+    assert "<= 128" in gpu_input_reason("sdpa_cudnn", A100, BF16, 256, cudnn_version=91002)
+    # 256 only on capability 9.x with cuDNN >= 9.10: not on sm_100 or sm_120 (the first version's bug).
+    assert gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=91002) is None
+    assert "<= 128" in gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=90800)
+    assert "<= 128" in gpu_input_reason("sdpa_cudnn", B200, BF16, 256, cudnn_version=92000)
+    assert "<= 128" in gpu_input_reason("sdpa_cudnn", RTX5090, BF16, 192, cudnn_version=92000)
+    assert "float16 or bfloat16" in gpu_input_reason("sdpa_cudnn", H100, FP32, 64)
+    assert "deterministic" in gpu_input_reason("sdpa_cudnn", H100, BF16, 64, deterministic=True)
+    assert "8.0" in capability_reason("sdpa_cudnn", T4)
+
+
+def test_math_has_no_rules():
+    for cap in (T4, A100, NEXT):
+        assert gpu_input_reason("sdpa_math", cap, FP64, 1000) is None
+
+
+def test_bottom_right_causal_arguments():
+    # Sq == Sk: SDPA's own is_causal. One query: nothing to hide. Otherwise an explicit mask.
+    q, k, _ = make_attention_inputs(1, 2, 2, 5, 5, 8)
+    assert sdpa._causal_args("sdpa_math", q, k, True, 0.3) == {"is_causal": True}
+    q1, k9, _ = make_attention_inputs(1, 2, 2, 1, 9, 8)
+    assert sdpa._causal_args("sdpa_math", q1, k9, True, 0.3) == {"is_causal": False}
+    q3, _, _ = make_attention_inputs(1, 2, 2, 3, 9, 8)
+    args = sdpa._causal_args("sdpa_math", q3, k9, True, 0.3)
+    assert args["is_causal"] is False
+    assert torch.equal(args["attn_mask"], ~reference.future_mask(3, 9))
+    # CPU flash with scale <= 0: the mask, not is_causal (whose CPU kernel returns NaN there).
+    assert "attn_mask" in sdpa._causal_args("sdpa_flash", q, k, True, -0.5)
+    assert sdpa._causal_args("sdpa_flash", q, k, True, 0.5) == {"is_causal": True}
+
+
+def test_cpu_flash_refusal_keeps_pytorchs_reasons(monkeypatch):
+    # If PyTorch refuses, the error names the pinned backend and PyTorch's own reasons.
+    def refuse(*args, **kwargs):
+        import warnings
+        warnings.warn("Flash attention kernel not used because: (Triggered internally at x.cpp)")
+        warnings.warn("Because of a made-up reason")
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(sdpa.F, "scaled_dot_product_attention", refuse)
+    q, k, v = make_attention_inputs(1, 2, 2, 5, 5, 8)
+    with pytest.raises(kernels.CannotRun, match=r"^sdpa_flash: PyTorch refused these inputs: No available "
+                                                r"kernel.*Because of a made-up reason"):
+        kernels.get("sdpa_flash")(q, k, v)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn"])
+@pytest.mark.parametrize("dtype, d", [(BF16, 64), (FP16, 96), (FP32, 64), (BF16, 256), (FP16, 60)])
+def test_rules_agree_with_pytorch_on_this_gpu(name, dtype, d):
+    """Where the rules say a backend runs, it runs and is right; where they refuse, PyTorch does too."""
+    q, k, v = make_attention_inputs(1, 2, 2, 65, 65, d, dtype=dtype, device="cuda")
+    reason = sdpa.input_reason(name, q) or kernels.available("cuda")[name]
+    with torch.nn.attention.sdpa_kernel(sdpa.BACKENDS[name]):
+        try:
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            pytorch_ran = True
+        except RuntimeError:
+            pytorch_ran = False
+    assert pytorch_ran is (reason is None), f"{name} {dtype} d={d}: rules say {reason!r}"
+    if reason is None:
+        reference.judge(kernels.get(name)(q, k, v), q, k, v).assert_ok(name)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16], ids=str)
+@pytest.mark.parametrize("hq, hkv, sq, sk", [(4, 2, 5, 9), (8, 1, 9, 5), (2, 2, 1, 7)])
+@pytest.mark.parametrize("scale", [None, -0.3])
+def test_math_decomposed_follows_the_contract_bit_for_bit(dtype, hq, hkv, sq, sk, scale):
+    # GQA (K/V repeated per query head, as the math backend does), bottom-right causal, a
+    # negative scale (its sign kept on q's root): still the math backend's output, bit for bit.
+    q, k, v = make_attention_inputs(2, hq, hkv, sq, sk, 16, dtype=dtype, seed=sq)
+    ours = sdpa.math_decomposed(q, k, v, causal=True, scale=scale)
+    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=scale))
+    reference.judge(ours, q, k, v, True, scale).assert_ok("math_decomposed")
