@@ -87,6 +87,8 @@ def test_dry_run_manifest_lists_every_file_with_its_hash(dry_run):
     assert {"environment.json", "bench.json", "chapters.json", "traces/01_naive/naive.json.gz"} <= set(members)
     env = manifest["environment"]
     assert {"torch", "triton", "python", "commit", "date"} <= set(env) and env["commit"] != "unknown"
+    bench = json.loads(members["bench.json"])
+    assert sorted(r["impl"] for r in bench["results"]) == ["naive", "sdpa_flash"], "one process per impl, merged"
     trace = profiling.Trace(json.loads(gzip.decompress(members["traces/01_naive/naive.json.gz"])))
     assert trace.labels() == ["naive"] and len(trace.steps("naive")) == 1, "the trace keeps its labelled step"
 
