@@ -1,0 +1,145 @@
+"""The timeline figure: one step drawn as Perfetto draws it.
+
+Lanes from top to bottom: the label itself; the CPU ops of each thread that ran in the step,
+one lane per nesting depth (the label's own thread first, then e.g. the autograd thread of a
+training step); then one lane per GPU stream, so kernels that overlap on different streams
+are seen overlapping. Grey lines are Perfetto's flow arrows, from each launch to its GPU work.
+
+Drawn on matplotlib ``Figure``/``Axes`` objects, never through pyplot's global state: pass
+``ax`` to draw into a figure of your own, or get a new ``Figure`` back.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Optional
+
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from .trace import Step
+
+LEGEND = [("matmul / GEMM", "#1f77b4"), ("copy", "#d62728"), ("mask / fill", "#ff7f0e"),
+          ("softmax", "#2ca02c"), ("fused attention", "#9467bd"), ("other", "#8c8c8c")]
+
+
+def color(name: str) -> str:
+    """The colour a bar gets from what its name says it does."""
+    n = name.lower()
+    if "copy" in n or "clone" in n or "memcpy" in n:
+        return "#d62728"  # copies in red: they are what chapter 1 hunts
+    if "mm" in n or "gemm" in n or "matmul" in n or "linear" in n:
+        return "#1f77b4"
+    if "softmax" in n:
+        return "#2ca02c"
+    if "attention" in n or "flash" in n or "fmha" in n or "attn" in n:
+        return "#9467bd"
+    if "fill" in n or "where" in n or "tril" in n or "triu" in n or "mask" in n:
+        return "#ff7f0e"
+    return "#8c8c8c"
+
+
+def lanes(step: Step, views: bool = False) -> list[tuple]:
+    """The figure's rows in order: ``("label",)``, ``("cpu", pid, tid, depth)`` and
+    ``("gpu", device, stream)``."""
+    ops = step.ops if views else step.ops[~step.ops["is_view"]]
+    rows = [("label",)]
+    own = step.thread
+    threads = sorted({(p, t) for p, t in zip(ops["pid"], ops["tid"])} | {own},
+                     key=lambda th: (th != own, _first_ts(ops, th)))
+    for pid, tid in threads:
+        mine = ops[(ops["pid"] == pid) & (ops["tid"] == tid)]
+        depth = int(mine["depth"].max()) + 1 if not mine.empty else (1 if (pid, tid) == own else 0)
+        rows += [("cpu", pid, tid, d) for d in range(depth)]
+    k = step.kernels
+    streams = sorted({(str(d), str(s)) for d, s in zip(k["device"], k["stream"])}, key=_natural)
+    return rows + [("gpu", d, s) for d, s in streams]
+
+
+def _first_ts(ops, thread) -> float:
+    mine = ops[(ops["pid"] == thread[0]) & (ops["tid"] == thread[1])]
+    return float(mine["ts"].min()) if not mine.empty else 0.0
+
+
+def _natural(key):
+    return tuple((0, int(x)) if str(x).lstrip("-").isdigit() else (1, str(x)) for x in key)
+
+
+def lane_name(lane: tuple, step: Step, several_devices: bool) -> str:
+    if lane[0] == "label":
+        return f"label: {step.label}"
+    if lane[0] == "cpu":
+        _, pid, tid, depth = lane
+        return f"CPU depth {depth}" if (pid, tid) == step.thread else f"thread {tid} depth {depth}"
+    _, device, stream = lane
+    return f"GPU {device} stream {stream}" if several_devices else f"GPU stream {stream}"
+
+
+def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: float = 0.06,
+             views: bool = False) -> Figure:
+    """Draw one step; returns the Figure (a new one unless ``ax`` is given).
+
+    Time is in milliseconds from the start of the label. Bars of one lane and colour are
+    drawn as one collection, so a training step's thousands of ops draw quickly.
+    """
+    rows = lanes(step, views)
+    if ax is None:
+        fig = Figure(figsize=(11, 0.45 * len(rows) + 1.4))
+        ax = fig.add_subplot()
+        owns_figure = True
+    else:
+        fig, owns_figure = ax.figure, False
+    ops = step.ops if views else step.ops[~step.ops["is_view"]]
+    k = step.kernels
+    y_of = {lane: i for i, lane in enumerate(rows)}
+    ends = (k["start_us"] + k["dur_us"]).tolist() + (ops["start_us"] + ops["dur_us"]).tolist()
+    span_ms = max([step.cpu_time_us] + ends) / 1e3 or 1.0
+    bars = defaultdict(list)  # (y, colour) -> [(start, width)]
+    texts = []
+
+    def bar(y, start_us, dur_us, name):
+        bars[(y, color(name))].append((start_us / 1e3, max(dur_us / 1e3, span_ms * 0.002)))
+        if dur_us / 1e3 >= min_label_frac * span_ms:
+            texts.append(((start_us + dur_us / 2) / 1e3, y, name.replace("aten::", "")[:28]))
+
+    bar(0, 0, step.cpu_time_us, step.label)
+    for name, pid, tid, depth, start, dur in zip(ops["name"], ops["pid"], ops["tid"], ops["depth"],
+                                                 ops["start_us"], ops["dur_us"]):
+        bar(y_of[("cpu", pid, tid, depth)], start, dur, name)
+    arrows = []
+    launch_y = _launch_rows(rows, y_of)
+    for name, dev, stream, start, dur, launched, thread in zip(
+            k["name"], k["device"], k["stream"], k["start_us"], k["dur_us"], k["launch_start_us"], k["thread"]):
+        gy = y_of[("gpu", str(dev), str(stream))]
+        bar(gy, start, dur, name)
+        # The flow arrow Perfetto draws: from the CPU launch call to the GPU work it queued.
+        ly = launch_y.get(str(thread), launch_y.get(None, 0))
+        arrows.append([(launched / 1e3, ly + 0.4), (start / 1e3, gy - 0.4)])
+    for (y, c), spans in bars.items():
+        ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=c, edgecolors="white", linewidth=0.5)
+    for x, y, text in texts:
+        ax.text(x, y, text, ha="center", va="center", fontsize=7, color="white", clip_on=True)
+    if arrows:
+        ax.add_collection(LineCollection(arrows, colors="#bbbbbb", linewidths=0.6, zorder=0))
+    several = len({lane[1] for lane in rows if lane[0] == "gpu"}) > 1
+    ax.set_yticks(range(len(rows)), [lane_name(lane, step, several) for lane in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # top lane first, as in Perfetto
+    ax.set_xlabel("time since the labelled call began (ms)")
+    ax.set_xlim(0, span_ms * 1.02)
+    ax.set_title(title or f"{step.label}: one step ({'CPU + GPU' if not k.empty else 'CPU only'})")
+    ax.legend(handles=[Patch(color=c, label=l) for l, c in LEGEND], loc="upper center",
+              bbox_to_anchor=(0.5, -0.25 if len(rows) < 6 else -0.12), ncol=6, fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    if owns_figure:
+        fig.tight_layout()
+    return fig
+
+
+def _launch_rows(rows: list, y_of: dict) -> dict:
+    """Per launching thread (tid), the row its arrows start from: its deepest CPU lane."""
+    deepest = {}
+    for lane in rows:
+        if lane[0] == "cpu":
+            deepest[lane[2]] = y_of[lane]
+            deepest.setdefault(None, y_of[lane])
+    return deepest
