@@ -70,14 +70,22 @@ class ArchLimits:
 #   0, 8, 16, 32, 64 or 100 KB ... a single thread block [may] address up to 99 KB ...
 #   The 1 KB of shared memory not made available to a thread block is reserved for
 #   system use."
-# * cuda_occupancy.h (CUDA 13.0): max blocks per SM 16 on 7.5, 32 on 8.0, 16 on 8.6,
-#   24 on 8.9, 32 on 9.0; shared-memory allocation unit 256 B on 7.x and 128 B on 8.x
-#   and 9.x; register allocation unit 256; 4 sub-partitions; "Starting Ampere, CUDA
-#   driver reserves additional shared memory per block" (1 KB, reservedSharedMemPerBlock).
+# * cuda_occupancy.h (CUDA 13.0): max blocks per SM 32 on 7.0, 16 on 7.5, 32 on 8.0,
+#   16 on 8.6 and 8.7, 24 on 8.9, 32 on 9.0 and 10.0, 24 on 12.x; shared-memory carveouts
+#   up to 96 KB on 7.0, 164 KB on 8.0 and 8.7, 228 KB on 9.0 and 10.x, 100 KB on 12.x;
+#   shared-memory allocation unit 256 B on 7.x and 128 B from 8.x on; register
+#   allocation unit 256; 4 sub-partitions; "Starting Ampere, CUDA driver reserves
+#   additional shared memory per block" (1 KB, reservedSharedMemPerBlock).
+# * Resident warps per SM (the Programming Guide's table): 64 on 7.0, 8.0, 9.0 and 10.0;
+#   32 on 7.5; 48 on 8.6, 8.7, 8.9 and 12.0.
 # * The CUDA Occupancy Calculator spreadsheet (as ported to JavaScript by the
 #   cuda-calculator web page): 167,936 B per SM on 8.0, 102,400 on 8.6, 65,536 on 7.5.
 ARCHES: dict[str, ArchLimits] = {
     a.name: a for a in (
+        ArchLimits("sm_70", (7, 0), "V100, Titan V", max_warps_per_sm=64,
+                   max_blocks_per_sm=32, shared_mem_per_sm=96 * KB,
+                   max_shared_mem_per_block=96 * KB, reserved_shared_mem_per_block=0,
+                   shared_mem_granularity=256),
         ArchLimits("sm_75", (7, 5), "T4, RTX 20xx, Quadro RTX", max_warps_per_sm=32,
                    max_blocks_per_sm=16, shared_mem_per_sm=64 * KB,
                    max_shared_mem_per_block=64 * KB, reserved_shared_mem_per_block=0,
@@ -90,6 +98,10 @@ ARCHES: dict[str, ArchLimits] = {
                    max_blocks_per_sm=16, shared_mem_per_sm=100 * KB,
                    max_shared_mem_per_block=99 * KB, reserved_shared_mem_per_block=KB,
                    shared_mem_granularity=128),
+        ArchLimits("sm_87", (8, 7), "Jetson AGX Orin, Orin NX", max_warps_per_sm=48,
+                   max_blocks_per_sm=16, shared_mem_per_sm=164 * KB,
+                   max_shared_mem_per_block=163 * KB, reserved_shared_mem_per_block=KB,
+                   shared_mem_granularity=128),
         ArchLimits("sm_89", (8, 9), "L4, L40S, RTX 40xx", max_warps_per_sm=48,
                    max_blocks_per_sm=24, shared_mem_per_sm=100 * KB,
                    max_shared_mem_per_block=99 * KB, reserved_shared_mem_per_block=KB,
@@ -97,6 +109,14 @@ ARCHES: dict[str, ArchLimits] = {
         ArchLimits("sm_90", (9, 0), "H100, H200, GH200", max_warps_per_sm=64,
                    max_blocks_per_sm=32, shared_mem_per_sm=228 * KB,
                    max_shared_mem_per_block=227 * KB, reserved_shared_mem_per_block=KB,
+                   shared_mem_granularity=128),
+        ArchLimits("sm_100", (10, 0), "B200, B100, GB200", max_warps_per_sm=64,
+                   max_blocks_per_sm=32, shared_mem_per_sm=228 * KB,
+                   max_shared_mem_per_block=227 * KB, reserved_shared_mem_per_block=KB,
+                   shared_mem_granularity=128),
+        ArchLimits("sm_120", (12, 0), "RTX 50xx, RTX PRO Blackwell", max_warps_per_sm=48,
+                   max_blocks_per_sm=24, shared_mem_per_sm=100 * KB,
+                   max_shared_mem_per_block=99 * KB, reserved_shared_mem_per_block=KB,
                    shared_mem_granularity=128),
     )
 }
@@ -139,11 +159,15 @@ def _parse_capability(arch) -> Optional[tuple]:
 # Marketing names -> architecture, most specific first ("A100" before "A10", "Ada" before
 # "RTX 6000", "L40" before "L4"). Word boundaries keep "A10" from matching "A100".
 _GPU_NAMES = (
+    (r"\bG?B(100|200)\b", "sm_100"),
+    (r"RTX 50\d\d|RTX PRO \d{4} Blackwell", "sm_120"),
     (r"\bG?H(100|200|800|20)\b", "sm_90"),
     (r"\bAda\b|\bL40S?\b|\bL4\b|RTX 40\d\d", "sm_89"),
     (r"\bA(100|30|800)\b", "sm_80"),
     (r"\bA(10G?|16|40|2)\b|RTX 30\d\d|RTX A\d{4}", "sm_86"),
+    (r"\bOrin\b", "sm_87"),
     (r"\bT4\b|RTX 20\d\d|Quadro RTX|TITAN RTX|GTX 16\d\d", "sm_75"),
+    (r"\bV100\b|TITAN V\b|Quadro GV100", "sm_70"),
 )
 
 

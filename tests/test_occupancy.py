@@ -169,7 +169,7 @@ def test_arch_spellings_agree(spelling):
 
 def test_unknown_arch_lists_the_known_ones():
     with pytest.raises(ValueError) as err:
-        occupancy(128, 32, arch="sm_70")
+        occupancy(128, 32, arch="sm_60")
     for name in ARCHES:
         assert name in str(err.value)
 
@@ -216,6 +216,11 @@ def test_result_is_frozen():
     ("NVIDIA L4", "sm_89"), ("NVIDIA L40S", "sm_89"), ("NVIDIA GeForce RTX 4090", "sm_89"),
     ("NVIDIA RTX 6000 Ada Generation", "sm_89"), ("Tesla T4", "sm_75"), ("Quadro RTX 6000", "sm_75"),
     ((8, 6), "sm_86"), ("9.0", "sm_90"), ("sm_90a", "sm_90"),
+    ("Tesla V100-SXM2-16GB", "sm_70"), ("NVIDIA TITAN V", "sm_70"), ((7, 0), "sm_70"),
+    ("Orin", "sm_87"), ("NVIDIA Jetson AGX Orin", "sm_87"), ((8, 7), "sm_87"),
+    ("NVIDIA B200", "sm_100"), ("NVIDIA GB200", "sm_100"), ("sm_100a", "sm_100"), ((10, 0), "sm_100"),
+    ("NVIDIA GeForce RTX 5090", "sm_120"), ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "sm_120"),
+    ("12.0", "sm_120"),
 ])
 def test_arch_of(device, arch):
     assert arch_of(device) == arch
@@ -226,7 +231,7 @@ def test_arch_of_device_properties_and_unknowns():
         major, minor, name = 8, 9, "NVIDIA L4"
 
     assert arch_of(Props()) == "sm_89"
-    for unknown in ("AMD Instinct MI300X", "Tesla V100-SXM2-16GB", (7, 0)):
+    for unknown in ("AMD Instinct MI300X", "Tesla P100-PCIE-16GB", (6, 0), (10, 3)):
         with pytest.raises(ValueError, match="sm_80"):
             arch_of(unknown)
 
@@ -310,3 +315,35 @@ def test_matches_cuda_occupancy_header(tmp_path):
             assert occupancy(t, r, s, arch=lim.name).blocks_per_sm == int(blocks), (lim.name, t, r, s)
             checked += 1
     assert checked > 2000
+
+
+# --------------------------------------------------------------------------- the newer tables
+# Each by hand, where the architectures differ from Ampere: warp slots, block slots, carveout.
+
+def test_volta_has_ampere_warps_but_turing_rounding():
+    # sm_70: 64 warp slots, 96 KB, 256 B units and no reserved KB: 10,800 B -> 11,008 B per
+    # block -> 98,304 // 11,008 = 8 blocks of 4 warps = 32 of 64 warps -> 50%.
+    occ = occupancy(threads_per_block=128, registers_per_thread=32, shared_mem_per_block=10_800, arch="sm_70")
+    assert (occ.shared_mem_allocated_per_block, occ.blocks_per_sm, occ.fraction) == (11_008, 8, 0.5)
+
+
+def test_orin_has_a100_shared_memory_and_ga10x_warps():
+    # sm_87: 164 KB like sm_80, but 48 warps and 16 blocks: 32-thread blocks -> 16 of 48 warps.
+    occ = occupancy(threads_per_block=32, registers_per_thread=16, arch="sm_87")
+    assert (occ.blocks_per_sm, occ.limited_by, occ.max_warps_per_sm) == (16, "blocks", 48)
+    assert occupancy(128, 32, 160 * 1024, arch="sm_87").blocks_per_sm == 1
+
+
+def test_blackwell_datacenter_matches_hopper_limits():
+    # sm_100: the article's flash footprint (128 threads x 255 registers) -> 2 blocks, 12.5%.
+    occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_100")
+    assert (occ.blocks_per_sm, occ.fraction) == (2, 0.125)
+    assert occupancy(128, 32, 227 * 1024, arch="sm_100").blocks_per_sm == 1
+
+
+def test_blackwell_consumer_has_small_shared_memory():
+    # sm_120: 99 KB per block at most, 24 block slots of 48 warps.
+    with pytest.raises(ValueError, match="101,376"):
+        occupancy(128, 32, 100 * 1024, arch="sm_120")
+    occ = occupancy(threads_per_block=32, registers_per_thread=16, arch="sm_120")
+    assert (occ.blocks_per_sm, occ.fraction) == (24, 0.5)
