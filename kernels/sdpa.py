@@ -246,8 +246,13 @@ def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
 
 
 def default_backend_name(q, k, v, causal: bool = True) -> str:
-    """Which backend SDPA picks unpinned, as the first in its priority order that works here."""
-    order = torch._fused_sdp_choice(q, k, v, is_causal=causal)
+    """Which backend SDPA picks unpinned, as the first in its priority order that works here.
+
+    Asked with the arguments the registry passes: ``enable_gqa`` when Hkv < Hq, and bottom-right
+    causal (``is_causal`` when Sq == Sk, nothing to hide for one query, else an explicit mask).
+    """
+    args = _causal_args("sdpa_math", q, k, causal, 1.0)
+    order = torch._fused_sdp_choice(q, k, v, enable_gqa=q.shape[1] != k.shape[1], **args)
     return {b.value: n for n, b in BACKENDS.items()}.get(order, f"backend #{order}")
 
 

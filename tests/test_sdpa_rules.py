@@ -125,3 +125,25 @@ def test_math_decomposed_follows_the_contract_bit_for_bit(dtype, hq, hkv, sq, sk
     ours = sdpa.math_decomposed(q, k, v, causal=True, scale=scale)
     assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=scale))
     reference.judge(ours, q, k, v, True, scale).assert_ok("math_decomposed")
+
+
+def test_default_backend_is_asked_with_the_registrys_arguments():
+    # Without enable_gqa, SDPA would answer "math" for grouped-query inputs on a CPU.
+    q, k, v = make_attention_inputs(1, 4, 2, 5, 5, 8)
+    assert sdpa.default_backend_name(q, k, v) == "sdpa_flash"
+    q1, k9, v9 = make_attention_inputs(1, 4, 2, 1, 9, 8)
+    assert sdpa.default_backend_name(q1, k9, v9) == "sdpa_flash"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"])
+@pytest.mark.parametrize("hq, hkv, sq, sk", [(8, 2, 128, 128), (8, 8, 1, 239), (8, 1, 113, 203), (8, 8, 203, 113)])
+def test_every_backend_is_right_or_refuses_in_words(name, hq, hkv, sq, sk):
+    """GQA, decoding and Sq != Sk both ways on each backend: a right answer, or CannotRun, never a wrong one."""
+    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, 64, dtype=BF16, device="cuda", seed=sq)
+    try:
+        judgement = reference.check(kernels.get(name), q, k, v, causal=True, backward=True)
+    except kernels.CannotRun as err:
+        assert str(err).startswith(f"{name}: ") and len(str(err)) > len(name) + 10
+        return
+    judgement.assert_ok(f"{name} q{sq} k{sk} h{hq}/{hkv}")
