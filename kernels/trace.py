@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -160,46 +161,56 @@ class Trace:
         where = str(path) if path is not None else "trace"
         events = _trace_events(raw)
         self.device_properties = _device_properties(raw)
-        spans, flows, mem = [], [], []
-        for e in events:
-            ph = e.get("ph")
-            if ph == "X":
-                spans.append(e)
-            elif ph in ("s", "f") and e.get("cat") in FLOW_CATEGORIES:
-                flows.append(e)
-            elif e.get("name") == "[memory]":
-                mem.append(e)
-        cats = Counter(e.get("cat", "") for e in spans)
+        cols, flows, mem = self._columns(events)
+        cats = Counter(cols["cat"])
         self.unread = _check_categories(cats, where)
         # The old format has no cpu_op or kernel category at all; a modern one never has "Kernel".
         self.legacy = bool(set(cats) & set(LEGACY_CATEGORIES)) and "cpu_op" not in cats and "kernel" not in cats
-        cols = self._columns(spans)
-        self.spans = pd.DataFrame(cols)
-        self.spans["end"] = self.spans["ts"] + self.spans["dur"]
+        if self.legacy:  # old names; the profiler's steps were Operators then
+            cols["cat"] = ["user_annotation" if c == "Operator" and n.startswith(PROFILER_STEP)
+                           else LEGACY_CATEGORIES.get(c, c) for c, n in zip(cols["cat"], cols["name"])]
+        self.gpu = self._link_gpu(cols, flows)
+        cpu = [i for i, c in enumerate(cols["cat"]) if c == "cpu_op"]
+        ts, dur = np.asarray(cols["ts"]), np.asarray(cols["dur"])
+        cpu = [cpu[j] for j in np.lexsort((-dur[cpu], ts[cpu]))] if cpu else []  # a parent before its children
+        self._cpu_ops = self._rows(cols, cpu)
+        self._cpu_ts = ts[cpu].tolist()
+        self._cols = cols
+        self._annotations = self._rows(cols, [i for i, c in enumerate(cols["cat"]) if c == "user_annotation"])
         self.memory = self._memory_table(mem)
         self._mem_ts = self.memory["ts"].tolist()
-        cpu = [i for i, c in enumerate(cols["cat"]) if c == "cpu_op"]
-        cpu.sort(key=lambda i: (cols["ts"][i], -cols["dur"][i]))  # a parent before its children
-        self._cpu_ops = self._rows(cols, cpu)
-        self._cpu_ts = [cols["ts"][i] for i in cpu]
-        self.gpu = self._link_gpu(cols, flows)
-
-    def _columns(self, spans: list[dict]) -> dict:
-        """Plain lists, one per column: the reader works on lists and builds frames once
-        (iterating pandas columns element by element is what makes a big trace slow)."""
-        cat = [e.get("cat", "") for e in spans]
-        name = [e.get("name", "") for e in spans]
-        if self.legacy:  # old names; the profiler's steps were Operators then
-            cat = ["user_annotation" if c == "Operator" and n.startswith(PROFILER_STEP) else LEGACY_CATEGORIES.get(c, c)
-                   for c, n in zip(cat, name)]
-        return {"name": name, "cat": cat,
-                "pid": [str(e.get("pid")) for e in spans], "tid": [str(e.get("tid")) for e in spans],
-                "ts": [float(e.get("ts", 0.0)) for e in spans], "dur": [float(e.get("dur", 0.0)) for e in spans],
-                "args": [e.get("args") or {} for e in spans]}
 
     @staticmethod
-    def _rows(cols: dict, rows: list) -> pd.DataFrame:
-        table = pd.DataFrame({k: [v[i] for i in rows] for k, v in cols.items()})
+    def _columns(events: list[dict]) -> tuple[dict, list, list]:
+        """One pass over the events: complete events as plain column lists, flow ends, memory
+        events. The reader works on lists and builds frames once (element-wise access to
+        pandas columns is what makes a big trace slow)."""
+        name, cat, pid, tid, ts, dur, args = [], [], [], [], [], [], []
+        flows, mem = [], []
+        for e in events:
+            ph = e.get("ph")
+            if ph == "X":
+                name.append(e.get("name", ""))
+                cat.append(e.get("cat", ""))
+                pid.append(e.get("pid"))
+                tid.append(e.get("tid"))
+                ts.append(float(e.get("ts", 0.0)))
+                dur.append(float(e.get("dur", 0.0)))
+                args.append(e.get("args") or {})
+            elif ph == "s" or ph == "f":
+                if e.get("cat") in FLOW_CATEGORIES:
+                    flows.append(e)
+            elif e.get("name") == "[memory]":
+                mem.append(e)
+        return {"name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}, flows, mem
+
+    @staticmethod
+    def _rows(cols: dict, rows) -> pd.DataFrame:
+        rows = list(rows)
+        table = pd.DataFrame({k: [str(v[i]) for i in rows] if k in ("pid", "tid") else [v[i] for i in rows]
+                              for k, v in cols.items()})
+        table["ts"] = table["ts"].astype(float)
+        table["dur"] = table["dur"].astype(float)
         table["end"] = table["ts"] + table["dur"]
         return table
 
@@ -222,9 +233,9 @@ class Trace:
         launches = [i for i, c in enumerate(cat) if c in LAUNCH_CATEGORIES]
         at = {(pid[i], tid[i], ts[i]): i for i in launches}
         by_corr = {args[i]["correlation"]: i for i in launches if "correlation" in args[i]}
-        flow_start = {f.get("id"): (str(f.get("pid")), str(f.get("tid")), float(f.get("ts", 0.0)))
+        flow_start = {f.get("id"): (f.get("pid"), f.get("tid"), float(f.get("ts", 0.0)))
                       for f in flows if f.get("ph") == "s"}
-        flow_end = {(str(f.get("pid")), str(f.get("tid")), float(f.get("ts", 0.0))): f.get("id")
+        flow_end = {(f.get("pid"), f.get("tid"), float(f.get("ts", 0.0))): f.get("id")
                     for f in flows if f.get("ph") == "f"}
         gpu = sorted((i for i, c in enumerate(cat) if c in GPU_CATEGORIES), key=lambda i: ts[i])
         link, how = [], []
@@ -240,12 +251,19 @@ class Trace:
         table = self._rows(cols, gpu)
         table["launch"] = [-1 if j is None else j for j in link]
         table["linked_by"] = how
-        for col, src in (("launcher", "name"), ("launch_pid", "pid"), ("launch_tid", "tid")):
-            table[col] = [None if j is None else cols[src][j] for j in link]
+        table["launcher"] = [None if j is None else cols["name"][j] for j in link]
+        for col, src in (("launch_pid", "pid"), ("launch_tid", "tid")):
+            table[col] = [None if j is None else str(cols[src][j]) for j in link]
         table["launch_ts"] = [float("nan") if j is None else ts[j] for j in link]
-        table["stream"] = [args[i].get("stream", tid[i]) for i in gpu]
-        table["device"] = [args[i].get("device", pid[i]) for i in gpu]
+        table["stream"] = [args[i].get("stream", str(tid[i])) for i in gpu]
+        table["device"] = [args[i].get("device", str(pid[i])) for i in gpu]
         return table
+
+    @cached_property
+    def spans(self) -> pd.DataFrame:
+        """Every complete event (``ph: X``) as one table, built when first asked for: the
+        reader's own work does not need it, and on a big trace it is the largest table."""
+        return self._rows(self._cols, range(len(self._cols["ts"])))
 
     @property
     def has_gpu(self) -> bool:
@@ -253,7 +271,7 @@ class Trace:
 
     def _ranges(self) -> pd.DataFrame:
         """The labelled ranges: record_function labels and ProfilerStep#N."""
-        return self.spans[self.spans["cat"] == "user_annotation"]
+        return self._annotations
 
     def labels(self, profiler_steps: bool = False) -> list[str]:
         """The record_function labels in the trace, sorted; with ``profiler_steps=True`` also
@@ -270,16 +288,17 @@ class Trace:
                            + (f"; profiler steps: {self._profiler_step_names()}" if self._profiler_step_names() else ""))
         return [Step(self, label, i, r) for i, (_, r) in enumerate(ranges.sort_values("ts", kind="stable").iterrows())]
 
+    def _profiler_step_ranges(self) -> pd.DataFrame:
+        ranges = self._ranges()
+        mask = np.array([n.startswith(PROFILER_STEP) for n in ranges["name"]], dtype=bool)
+        return ranges[mask].sort_values("ts", kind="stable")
+
     def _profiler_step_names(self) -> list[str]:
-        steps = self._ranges()
-        steps = steps[steps["name"].str.startswith(PROFILER_STEP)].sort_values("ts", kind="stable")
-        return steps["name"].tolist()
+        return self._profiler_step_ranges()["name"].tolist()
 
     def profiler_steps(self) -> list["Step"]:
         """The profiler's own steps (``ProfilerStep#N``, one per ``prof.step()``) in time order."""
-        ranges = self._ranges()
-        ranges = ranges[ranges["name"].str.startswith(PROFILER_STEP)].sort_values("ts", kind="stable")
-        return [Step(self, r["name"], i, r) for i, (_, r) in enumerate(ranges.iterrows())]
+        return [Step(self, r["name"], i, r) for i, (_, r) in enumerate(self._profiler_step_ranges().iterrows())]
 
     def whole(self) -> "Step":
         """The whole trace as one step, from its first CPU event to its last: for traces with
@@ -297,7 +316,7 @@ class Trace:
 
     def __repr__(self) -> str:
         where = self.path.name if self.path is not None else "in memory"
-        return (f"Trace({where}: {len(self.spans)} spans, labels {self.labels()}, "
+        return (f"Trace({where}: {len(self._cols['ts'])} spans, labels {self.labels()}, "
                 f"{len(self._profiler_step_names())} profiler steps, {len(self.gpu)} GPU events)")
 
     # --- what Step slices out of the trace (sorted arrays: a step costs its own size)
@@ -428,7 +447,7 @@ class Step:
         _, parent = _nest(keys, ops["ts"].tolist(), ops["end"].tolist())
         folded = _self_nested(ops["name"].tolist(), parent)
         if folded:
-            ops = ops[[i not in folded for i in range(len(ops))]]
+            ops = ops[np.array([i not in folded for i in range(len(ops))], dtype=bool)]
             keys = list(zip(ops["pid"], ops["tid"]))
         ops = ops.reset_index(drop=True)
         depth, parent = _nest(keys, ops["ts"].tolist(), ops["end"].tolist())
@@ -525,7 +544,7 @@ class Step:
         hits = self.ops if name is None else self.ops[self.ops["name"] == name]
         if shape is not None:
             shape = list(shape)
-            hits = hits[[shape in dims for dims in hits["input_dims"]]]
+            hits = hits[np.array([shape in dims for dims in hits["input_dims"]], dtype=bool)]
         return hits
 
     def work_ops(self) -> list[str]:
@@ -574,8 +593,9 @@ class Step:
 # ----------------------------------------------------------------------------- tables
 
 def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None) -> pd.DataFrame:
-    """The step's ops in call order, indented by depth, for display. When ops of more than
-    one thread ran in the step (a training step's backward), a ``thread`` column says whose."""
+    """The step's ops in call order, indented by depth, for display. When ops of threads
+    other than the label's ran in the step (a training step's backward), a ``thread`` column
+    says whose."""
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
     if max_depth is not None:
         ops = ops[ops["depth"] <= max_depth]
@@ -585,7 +605,7 @@ def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None) -
         "time (us)": ops["dur_us"].round(1),
         "allocated (KiB, incl. children)": (ops["alloc_bytes"] / 1024).round(1),
     })
-    if step.ops["tid"].nunique() > 1:
+    if (step.ops["tid"] != step.thread[1]).any():
         table.insert(0, "thread", ops["tid"].values)
     return table.reset_index(drop=True)
 
