@@ -3,7 +3,21 @@
 SDPA picks a backend per call (flash, memory-efficient, cuDNN, or the math fallback).
 Pinning one with ``sdpa_kernel`` makes each backend its own registry entry, so the
 profiler can show what each one really launches. The support rules below mirror
-PyTorch's own checks (aten sdp_utils) so a reader is told *why* before a call fails.
+PyTorch's own checks (aten sdp_utils) so a reader is told *why* before a call fails;
+they are pure functions of a compute capability, so they can be checked without the GPU.
+
+The registry's contract needs three things SDPA does not do by itself:
+
+- causal aligned bottom-right when Sq != Sk (SDPA's ``is_causal`` is top-left): a single
+  query needs no mask at all, flash on a GPU gets ``causal_lower_right``, the rest an
+  explicit boolean mask;
+- grouped-query attention: ``enable_gqa=True`` when K/V have fewer heads than q;
+- layouts: every fused backend needs stride 1 along head_dim, so a tensor without it is
+  copied first (the one layout copy these entries make).
+
+And one guard: PyTorch's CPU flash kernel returns NaN for causal attention with a scale
+<= 0 (torch 2.13), so that case gets the same causal pattern as an explicit mask, with
+which the same kernel is right.
 
 Two more things chapter 3 reads from here:
 
