@@ -120,6 +120,44 @@ def lesson(condition: bool, claim: str, evidence: str = "") -> None:
     print(f"✔ {claim}" + (f" ({evidence})" if evidence else ""))
 
 
+def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
+    """Compare the reader's guess with what the trace shows, item by item, and say each difference.
+
+    ``guess`` and ``seen`` are both lists (of op names, kernel names...) or both numbers. A
+    guess left as ``None`` is reported as missing, never as right. Returns the comparison
+    table for lists, the difference for numbers. Nothing here asserts the guess: lessons
+    assert what the trace shows.
+    """
+    if guess is None or guess is ...:
+        print(f"No guess written: edit the guess cell above before running this one. {source.capitalize()} shows {what}: {seen}")
+        return None
+    if isinstance(seen, (int, float)) and not isinstance(seen, bool):
+        off = seen - guess
+        print(f"{what}: you guessed {guess:g}, {source} shows {seen:g}: "
+              + ("exactly right" if off == 0 else f"the answer is {abs(off):g} {'higher' if off > 0 else 'lower'}"))
+        return off
+    import difflib
+
+    import pandas as pd
+
+    guess, seen = list(guess), list(seen)
+    rows = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=guess, b=seen, autojunk=False).get_opcodes():
+        if tag == "equal":
+            rows += [{"you guessed": g, "the trace shows": g, "": "✔"} for g in guess[i1:i2]]
+            continue
+        a, b = guess[i1:i2], seen[j1:j2]
+        for n in range(max(len(a), len(b))):
+            rows.append({"you guessed": a[n] if n < len(a) else "",
+                         "the trace shows": b[n] if n < len(b) else "",
+                         "": {"replace": "differs", "delete": "not in the trace", "insert": "not guessed"}[tag]})
+    table = pd.DataFrame(rows)
+    misses = int((table[""] != "✔").sum()) if rows else 0
+    print(f"{what}: {len(guess)} guessed, {len(seen)} in {source}, "
+          + ("every one as guessed" if misses == 0 else f"{misses} difference(s), listed below"))
+    return table
+
+
 def mib(nbytes: float) -> float:
     return nbytes / 2**20
 

@@ -91,6 +91,11 @@ def _best_seconds(fn, repeats: int, sync) -> float:
     return best
 
 
+# The size of the copy that measures bandwidth: larger than a CPU's caches, so the roof is
+# main memory's; it reads and writes this much (2x bytes move).
+COPY_MIB = {"cpu": 32, "cuda": 256}
+
+
 @functools.lru_cache(maxsize=None)
 def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
     """Measure a device once per process: matmul FLOP/s and copy bytes/s (well under 2 s).
@@ -102,7 +107,7 @@ def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
     """
     device = torch.device(device)
     on_gpu = device.type == "cuda"
-    n, copy_mib = (4096, 256) if on_gpu else (768, 32)
+    n, copy_mib = (4096, COPY_MIB["cuda"]) if on_gpu else (768, COPY_MIB["cpu"])
     # bf16 tensor cores start at sm80 (Ampere); older GPUs get fp16.
     if on_gpu:
         dtype = torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16

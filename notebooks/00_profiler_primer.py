@@ -20,8 +20,8 @@ import inspect
 import torch
 
 import kernels
-from kernels import profiling
-from kernels.book import glue, inputs, lesson, setup
+from kernels import profiling, recorded
+from kernels.book import glue, inputs, lesson, reveal, setup
 
 device, dtype = setup(device, dtype)
 print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
@@ -55,9 +55,14 @@ print(src[src.index("    with _quiet_kineto()"):src.index("    return Profile")]
 #     return torch.relu(x @ w)
 # ```
 #
-# Before profiling, write the guess down: **two ops, a matmul and a relu**. The trace will
-# agree at the top level, and show more underneath: PyTorch's `matmul` is a dispatcher
-# that picks a concrete kernel (`mm` for 2-D inputs) for the work.
+# Before profiling, write your guess down in the cell below: which ops will the trace show
+# at its top level, in order? (The list there is one reader's guess; make it yours.)
+
+# %%
+guess = ["aten::matmul", "aten::relu"]  # edit me before running the next cell
+
+# %% [markdown]
+# Now profile it, and compare:
 
 # %%
 def mlp_step(x, w):
@@ -68,12 +73,15 @@ w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
 run = profiling.profile(mlp_step, x, w, label="mlp_step", active=steps, trace_dir=trace_dir)
 step = profiling.median_step(run.steps())
 
-guess = ["aten::matmul", "aten::relu"]
 seen = step.top_level()["name"].tolist()
-print("guess:", guess)
-print("trace:", seen)
-lesson(seen == guess, "the top level of the trace is exactly the two ops we wrote: matmul, then relu")
+display(reveal(guess, seen, "top-level ops"))
+lesson(seen == ["aten::matmul", "aten::relu"], "the top level of the trace is exactly the two ops mlp_step calls: matmul, then relu")
 lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kernel aten::mm underneath")
+
+# %% [markdown]
+# The top level is what the code wrote. Underneath, PyTorch's `matmul` is a dispatcher that
+# picks a concrete kernel for the work (`mm` for 2-D inputs): a trace always has more
+# levels than the code you read.
 
 # %% [markdown]
 # ## Three ways to read the same trace
@@ -84,6 +92,34 @@ lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kerne
 
 # %%
 print(run.table(sort_by="cpu_time_total", row_limit=8))
+
+# %% [markdown]
+# How to read its columns, checked on this table:
+#
+# - **CPU total** is the wall time from an op's start to its end, children included; **Self
+#   CPU** leaves the children out. `aten::matmul` has a large total and a tiny self time: it
+#   dispatches, and its child `aten::mm` does the work. Total = self + the children's totals.
+# - **# of Calls** counts every recorded step: the averages divide by it.
+# - Self times never overlap, so the Self CPU column adds up to the outermost row, the
+#   `ProfilerStep*` that wraps each recorded step.
+# - On a GPU the table grows **Self CUDA** and **CUDA total** columns (time the GPU spent in
+#   kernels an op launched) and a "Self CUDA time total" line under it. The labelled op's
+#   **CUDA time avg** is the GPU time of one forward, the number the source series quotes
+#   for each variant. When a label's CPU time is far above its CUDA time, the GPU spent the
+#   step waiting for launches: the code is overhead-bound, and a faster kernel will not help;
+#   when CUDA time dominates, it is compute- or memory-bound, and kernels are what to work on.
+
+# %%
+rows = {e.key: e for e in run.averages}
+matmul, mm, outer = rows["aten::matmul"], rows["aten::mm"], rows["ProfilerStep*"]
+lesson(abs(matmul.cpu_time_total - (matmul.self_cpu_time_total + mm.cpu_time_total)) <= 0.01 * matmul.cpu_time_total,
+       "matmul's CPU total is its self time plus its child mm's total",
+       f"{matmul.cpu_time_total:.0f} = {matmul.self_cpu_time_total:.0f} + {mm.cpu_time_total:.0f} µs")
+lesson(matmul.count == steps, "# of Calls counts every recorded step", f"{matmul.count} calls over {steps} steps")
+self_sum = sum(e.self_cpu_time_total for e in run.averages)
+lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
+       "the Self CPU column adds up to the outermost row (ProfilerStep*)",
+       f"{self_sum:.0f} vs {outer.cpu_time_total:.0f} µs")
 
 # %% [markdown]
 # **2. A per-step op table.** The course parses the exported trace file itself
@@ -139,9 +175,33 @@ glue("primer_ops", len(step.ops))
 if device.type == "cuda":
     lesson(run.trace.has_gpu, "a GPU run records a GPU lane of kernels",
            f"{len(step.kernels)} GPU activities in one step")
-    display(profiling.kernel_table(step))
 else:
     lesson(not run.trace.has_gpu, "a CPU-only run records no GPU lane: ops run where they are dispatched")
+lanes, lane_source, _ = recorded.gpu_lanes(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
+if lanes:
+    gpu_step = lanes["mlp_step"]
+    print(f"GPU lane: {lane_source}")
+    display(profiling.kernel_table(gpu_step))
+    spans = gpu_step.trace.spans
+    runtime = spans[spans["cat"].isin(["cuda_runtime", "cuda_driver"]) & (spans["ts"] >= gpu_step.range["ts"])
+                    & (spans["end"] <= gpu_step.range["end"])]
+    display(runtime.groupby("name")["dur"].agg(["count", "sum"]).rename(
+        columns={"count": "calls", "sum": "CPU µs"}).sort_values("CPU µs", ascending=False))
+    bound = "overhead-bound" if gpu_step.cpu_time_us > gpu_step.gpu_time_us else "GPU-bound"
+    print(f"CPU {gpu_step.cpu_time_us:.0f} µs vs GPU {gpu_step.gpu_time_us:.0f} µs for one step: {bound}")
+    launches = int(runtime["name"].str.contains("LaunchKernel").sum())
+    n_kernels = int((gpu_step.kernels["cat"] == "kernel").sum())
+    lesson(launches >= n_kernels, "each kernel on the GPU lane has its launch call on the CPU lane",
+           f"{launches} launch calls, {n_kernels} kernels")
+else:
+    print(lane_source)
+
+# %% [markdown]
+# On a GPU lane the CPU side holds more than launches: the runtime rows of a step typically
+# include `cudaLaunchKernel` (or the driver's `cuLaunchKernelEx`) once per kernel, a
+# `cudaOccupancyMaxActiveBlocksPerMultiprocessor` query that cuBLAS makes before some GEMMs,
+# and the `cudaDeviceSynchronize` that ends each profiled step; outside the steps, the
+# profiler's own requests for activity buffers. Where a lane is shown above, its table counts them.
 
 # %% [markdown]
 # ## The trace file

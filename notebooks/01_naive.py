@@ -15,7 +15,7 @@ import torch
 
 import kernels
 from kernels import profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, mib, setup, show_source
+from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.naive import NaiveAttention
 
 device, dtype = setup(device, dtype)
@@ -47,17 +47,19 @@ glue("naive_err", err)
 # %% [markdown]
 # ## Guess, then profile
 #
-# Reading `forward`, the guess is five ops: **matmul, mul, masked_fill, softmax, matmul**.
-# Write it down before looking.
+# Read `forward` above and write down, in the cell below, the ops you expect at the top of
+# the trace, in order, before looking.
 
 # %%
-guess = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]
+guess = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # edit me
+
+# %%
 run = profiling.profile(naive, q, k, v, label="naive", active=steps, trace_dir=trace_dir)
 step = profiling.median_step(run.steps())
 top = step.top_level()["name"].tolist()
-print("guess:", guess)
-print("trace:", top)
-lesson(top == guess, "the ops we called appear in the trace exactly as written")
+display(reveal(guess, top, "top-level ops"))
+called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # forward's five calls
+lesson(top == called, "the ops forward calls appear at the top of the trace exactly as written", ", ".join(top))
 
 # %% [markdown]
 # The top level agrees. The story is one level down. Here is every op of one recorded
@@ -154,8 +156,9 @@ else:
 # ## What to remember
 #
 # - The top level of a trace is what you wrote; the lessons are one level down.
-# - Out-of-place ops allocate and copy. `masked_fill` on a {glue:text}`naive_copy_mib` MiB
-#   tensor means a {glue:text}`naive_copy_mib` MiB copy.
+# - Out-of-place ops allocate an output; most copy nothing into it. `masked_fill` is the
+#   exception here: it is `clone` followed by `masked_fill_`, so on a
+#   {glue:text}`naive_copy_mib` MiB tensor it also makes a {glue:text}`naive_copy_mib` MiB copy.
 # - Count copies by their shape and bytes, not by name.
 #
 # Next: make the mask in place, and prove the copy is gone.

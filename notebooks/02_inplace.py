@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, mib, setup, show_source
+from kernels import bench, profiling, recorded, reference, traces
+from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.inplace import InplaceAttention
 
 device, dtype = setup(device, dtype)
@@ -91,9 +91,18 @@ fig = changes.figure()
 # %% [markdown]
 # ## One S×S allocation fewer, same peak
 #
-# Removing the clone removes an allocation of exactly one scores tensor. The *peak*,
-# though, does not move: at the busiest moment of either forward two S×S buffers are alive
-# (the scores and the softmax output), and the clone was never alive at that moment.
+# Removing the clone removes an allocation of exactly one scores tensor. Will the *peak*
+# move too? Guess, in S×S buffers, before reading on:
+
+# %%
+guess_peak_drop = 1  # how many S×S buffers lower will the in-place forward's peak be? edit me
+
+# %% [markdown]
+# Each step of the forward replaces the tensor before it: in the naive version the
+# clone takes the place of the scaled scores (freed as soon as `scores` is rebound), and the
+# softmax reads the clone and writes its own output. So at the busiest moment two S×S
+# tensors are alive in either version: the softmax's input and its output. The memory
+# events say how many S×S tensors were alive at once:
 
 # %%
 mem = pd.DataFrame({name: {"peak (MiB)": mib(s.peak_bytes), "allocated (MiB)": mib(s.allocated_bytes),
@@ -104,17 +113,40 @@ saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
 lesson(saved == scores_bytes, "the in-place forward allocates exactly one S×S scores tensor less",
        f"{mib(saved):.2f} MiB = {batch}×{heads}×{seq}×{seq}×{q.element_size()} bytes")
 lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory is the same for both")
+
+
+def most_scores_alive(s) -> int:
+    """The most S×S scores-sized tensors alive at once, from the step's allocation events."""
+    events = s.memory[s.memory["bytes"].abs() == scores_bytes].sort_values("ts")
+    return int(events["bytes"].gt(0).map({True: 1, False: -1}).cumsum().max()) if not events.empty else 0
+
+
+alive = {name: most_scores_alive(s) for name, s in step.items()}
+reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
+       "the peak's drop, in S×S buffers")
+lesson(alive == {"naive": 2, "inplace": 2}, "at most two S×S tensors are alive at once, in either version",
+       f"most alive at once: {alive}")
 glue("inplace_saved_mib", mib(saved))
-glue("naive_ms", step["naive"].cpu_time_us / 1e3)
-glue("inplace_ms", step["inplace"].cpu_time_us / 1e3)
 glue("inplace_ops_fewer", len(step["naive"].ops) - len(step["inplace"].ops))
 
 # %% [markdown]
 # The in-place forward allocates {glue:text}`inplace_saved_mib:.1f` MiB less and dispatches
-# {glue:text}`inplace_ops_fewer` fewer ops. On this run one forward took
-# {glue:text}`naive_ms:.2f` ms naive and {glue:text}`inplace_ms:.2f` ms in place (the median
-# of the recorded steps; a single profiled step is not a benchmark, see the showdown chapter
-# for timings you can quote). Side by side:
+# {glue:text}`inplace_ops_fewer` fewer ops. Is it faster? Profiled steps are a poor clock
+# (the profiler adds its own overhead to every op), so the cell below times both forwards
+# apart from the profiler, alternating them call by call, and calls one faster only when
+# its slowest tenth of calls beats the other's fastest tenth (`kernels.bench.compare`):
+
+# %%
+timing = bench.compare({"naive": lambda: naive(q, k, v), "inplace": lambda: inplace(q, k, v)},
+                       device=device, rounds=15)
+print(timing.verdict())
+glue("timing_verdict", timing.verdict())
+
+# %% [markdown]
+# On this run: {glue:text}`timing_verdict`. One S×S copy less is a small share of a forward
+# whose matmuls and softmax each touch the same S×S data, so the difference is small next to
+# a busy machine's noise. The showdown chapter benchmarks every variant. Side by side, one
+# profiled forward of each:
 
 # %%
 fig, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 import kernels
 import kernels.sdpa
 from kernels import profiling, recorded, reference
-from kernels.book import glue, inputs, lesson, mib, setup, show_source
+from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.fingerprints import classify_many, fingerprint
 from kernels.occupancy import arch_of, occupancy
 
@@ -105,13 +105,19 @@ if device.type == "cpu":
 #
 # Same schedule as before, same inputs, one label per variant; chapters 1 and 2's
 # modules are profiled again so that the table at the end compares like with like.
+# Before the reveal: the hand-written module does five things (matmul, scale, mask,
+# softmax, matmul). How many ops doing work (`Step.work_ops`: no views or bare
+# allocations) do you expect one forward of SDPA's math backend to run on this machine?
+
+# %%
+guess_math_work_ops = 8  # edit me before running on
 
 # %%
 variants = ["naive", "inplace"] + [n for n in kernels.sdpa.BACKENDS if n in runnable]
 runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
         for name in variants}
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
-work_ops = {name: int((~s.ops["is_view"]).sum()) for name, s in step.items()}
+work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition
 print({name: f"{n} ops doing work" for name, n in work_ops.items()})
 # The GPU lanes this chapter reads: this run's own on a GPU, else the newest recording's.
 lanes, lane_source, lane_capability = recorded.gpu_lanes(
@@ -129,6 +135,7 @@ print(f"GPU lanes: {lane_source}" if lanes else lane_source)
 # %%
 glue("math_ops", work_ops["sdpa_math"])
 glue("inplace_ops", work_ops["inplace"])
+reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
 lesson(work_ops["sdpa_math"] > work_ops["inplace"],
        "the math backend dispatches more ops per forward than the hand-written in-place module",
        f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
@@ -220,9 +227,11 @@ lesson([seq16, seq16] in [d[0][-2:] for d in downcasts["input_dims"]],
        "it also converts the S×S probabilities back to bfloat16", "a copy_ of a [..., 64, 64] tensor")
 
 # %% [markdown]
-# Besides the output, the last list shows a second conversion back: the math backend also
-# returns the S×S probabilities (used by the backward pass elsewhere) and converts them to
-# bfloat16, even though SDPA's forward throws them away.
+# Besides the output, the last list shows a second conversion back: the math backend
+# returns the S×S probabilities as well as the output, and converts both to bfloat16.
+# `scaled_dot_product_attention` keeps only the output; nothing reads the probabilities, not
+# even the backward pass, for which autograd differentiates the decomposed ops themselves
+# (the softmax's backward saves its own result).
 #
 # On a GPU the float32 matmul is what makes the math backend slow. Kernel names say which
 # hardware a GEMM ran on; the article reads them as fingerprints (its Figures 10 and 11).
@@ -418,10 +427,11 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # {glue:text}`flash_blocks` blocks of {glue:text}`flash_warps_per_block` warps make
 # {glue:text}`flash_warps` resident warps of {glue:text}`max_warps`: {glue:text}`flash_occ:.1f`%.
 # That is not a flaw.
-# High occupancy hides memory latency by having other warps to switch to; flash instead
-# spends its registers and shared memory on keeping Q, K and V tiles on-chip and reusing
-# them, so it has little latency to hide. Low occupancy is the price of never writing the
-# scores to memory, and it is paid willingly.
+# High occupancy hides memory latency by having other warps to switch to. Flash still streams
+# every K and V tile from HBM, but it hides that latency another way: while the tensor cores
+# work on the current tile, the next one is already on its way into shared memory
+# (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
+# running softmax, and low occupancy is the price of never writing the scores to memory.
 #
 # ### cuDNN: a 0% that is not real
 #
@@ -444,12 +454,16 @@ glue("cudnn_occ", cudnn_occ.percent)
 
 # %% [markdown]
 # One block of 61,440 registers fits in the SM's 65,536, a second does not:
-# {glue:text}`cudnn_occ:.1f`%, in line with flash. Generating a kernel per problem has a
-# CPU-side cost too. The article measured, per forward on its A100 (GPU / CPU time):
-# efficient 277.9 / 117 µs, flash 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no
-# transposes at all, spends the most CPU time, inside one opaque
-# `_cudnn_attention_forward` bar: that is its engine selecting and preparing a plan. A
-# cleaner trace did not mean less work; the work moved where the profiler cannot split it.
+# {glue:text}`cudnn_occ:.1f`%, in line with flash. cuDNN has a CPU-side cost too. The article
+# measured, per forward on its A100 (GPU / CPU time): efficient 277.9 / 117 µs, flash
+# 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no transposes at all, spends the most
+# CPU time, inside one opaque `_cudnn_attention_forward` bar. That is not a plan being chosen
+# on every call: PyTorch builds the cuDNN graph for a shape once and caches it
+# (`aten/src/ATen/native/cudnn/MHA.cpp`, a per-thread graph cache), so a steady-state call pays
+# for looking the graph up, filling in the tensors' addresses, a workspace allocation and the
+# execute call. The first call at a new shape is the expensive one, and if it falls inside
+# the profiled window it inflates the average. A cleaner trace did not mean less work; the
+# work moved where the profiler cannot split it.
 #
 # The cell below checks the one-kernel shape of every fused backend on a GPU lane, decodes
 # each kernel's name, and recomputes its occupancy from the footprint the trace carries.
@@ -614,10 +628,11 @@ if device.type == "cpu" and "sdpa_flash" in step:
 
 # %%
 table = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")
-columns = {"ops": "ops", "ops (no views)": "ops doing work", "cpu_time_ms": "CPU time (ms)",
+table["work"] = [len(s.work_ops()) for s in step.values()]
+columns = {"ops": "ops", "work": "ops doing work", "cpu_time_ms": "CPU time (ms)",
            "peak_MiB": "peak (MiB)"}
 if device.type == "cuda":
-    columns = {"ops": "ops", "ops (no views)": "ops doing work", "kernels": "kernels",
+    columns = {"ops": "ops", "work": "ops doing work", "kernels": "kernels",
                "cpu_time_ms": "CPU time (ms)", "gpu_time_ms": "GPU time (ms)", "peak_MiB": "peak (MiB)"}
 so_far = table[list(columns)].rename(columns=columns).round(2)
 time_col = "CPU time (ms)"

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 import kernels
 import kernels.triton_flash as tf
 from kernels import bench, occupancy, plots, profiling, reference, sdpa, tiling
-from kernels.book import glue, inputs, lesson, setup, show_source
+from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -214,8 +214,16 @@ fig
 # its diagonal tiles: summed over the $n$ query tiles, that is a fraction $(n+1)/(2n)$ of what
 # the non-causal kernel computes. It approaches one half from above. The FLOP count the
 # course uses (`kernels.reference.flops`) counts causal as exactly half, the useful work; the
-# gap is the masked half of the diagonal tiles, computed and thrown away. Here for the first
-# GPU tile configuration, `BLOCK_M` = {glue:text}`gpu_block_m` and `BLOCK_N` = {glue:text}`gpu_block_n`:
+# gap is the masked half of the diagonal tiles, computed and thrown away. Before the table:
+# what share of the non-causal kernel's tiles do you expect a causal kernel to compute at
+# S = 256 (a handful of query tiles)?
+
+# %%
+guess_causal_share_at_256 = 0.5  # edit me before running on
+
+# %% [markdown]
+# Here for the first GPU tile configuration, `BLOCK_M` = {glue:text}`gpu_block_m` and
+# `BLOCK_N` = {glue:text}`gpu_block_n`:
 
 # %%
 gpu_block_m, gpu_block_n = tf.GPU_CONFIGS[0][:2]
@@ -230,6 +238,7 @@ fractions = pd.DataFrame([{
 } for s in lengths]).set_index("S")
 display(fractions.round(4))
 col = fractions["tiles: causal / full"]
+reveal(guess_causal_share_at_256, float(col.loc[256]), "the causal share of tiles at S=256")
 lesson(bool((col.diff().dropna() < 0).all()) and col.iloc[-1] - 0.5 < 0.005,
        "the causal share of tiles falls towards one half as S grows",
        f"{col.iloc[0]:.3f} at S={lengths[0]}, {col.iloc[-1]:.4f} at S={lengths[-1]}")
@@ -345,13 +354,16 @@ show_source(tf.flash_backward)
 #    $dV$ in registers.
 # 3. **`_attn_bwd_dq`**: one program per *query* tile, looping over key tiles up to its diagonal.
 #
-# Why two kernels, when one loop could produce $dK$, $dV$ and $dQ$ together? $dK$ and $dV$
-# are sums over query rows, $dQ$ is a sum over key columns. A program that owns a key tile
-# contributes only part of the sum for every $dQ$ row, so a single kernel would have to add
-# partial $dQ$ rows from many programs into the same memory with atomic adds: a zero-filled float32 buffer, a
-# conversion at the end, and results whose last bits change from run to run because the
-# order of the additions varies. Splitting the work so that every program owns what it
-# writes costs a second pass over $P$ and buys determinism and simpler code. Here is the
+# Why two passes, when one loop over key tiles could produce $dK$, $dV$ and $dQ$ together?
+# $dK$ and $dV$ are sums over query rows, $dQ$ is a sum over key columns. In a single pass
+# over key tiles, a program that owns a key tile contributes only part of the sum for every
+# $dQ$ row, so the programs would have to add partial $dQ$ rows into the same memory with
+# atomic adds (FlashAttention-2's CUDA backward does this): a zero-filled float32 buffer, a
+# conversion at the end, and last bits that change from run to run because the order of the
+# additions varies. It is the single *pass* that needs atomics, not the single kernel: the
+# Triton tutorial runs the dK/dV loop and then the dQ loop inside one kernel, without atomics.
+# We use two kernels for the two passes, so that every program owns what it writes; it costs
+# a second pass over $P$ and buys determinism and simpler code. Here is the
 # dK/dV kernel; the dQ kernel is its transpose:
 
 # %%
@@ -501,10 +513,12 @@ glue("speed_note", speed_note)
 # On a GPU run the cells below check the guess on the GPU lane: exactly one kernel per
 # forward, launched with the grid and block size the autotuner chose, and they turn the
 # footprint the trace records (threads per block, registers per thread, shared memory) into a
-# theoretical occupancy with `kernels.occupancy`. Triton 3.x launches its kernels through `cuLaunchKernelEx`;
-# the source article saw CUPTI report 0% estimated occupancy for cuDNN's kernel launched that
-# way, so we compute occupancy from the footprint rather than trust the trace's estimate.
-# For SDPA's flash kernel the source article measured about 13% estimated occupancy on an
+# theoretical occupancy with `kernels.occupancy`. The trace's own "est. achieved occupancy %"
+# is not a measurement: Kineto computes it from the same footprint, assuming the 48 KiB default
+# limit of shared memory per block, so a Triton config that uses more shared memory (most
+# multi-stage configs at D = 128 do) reads 0% whatever its real occupancy. We therefore
+# compute occupancy from the footprint with the real limits, and show Kineto's number beside
+# it. For SDPA's flash kernel the source article saw about 13% estimated occupancy on an
 # A100, by design: registers go to keeping tiles on-chip.
 
 # %%
@@ -572,12 +586,12 @@ else:
 #
 # On a GPU, `kernels.bench` times Triton against SDPA's flash backend, forward and
 # forward+backward, over sequence lengths around the profile's, and converts each median time
-# into TFLOP/s with the causal FLOP count halved (`kernels.reference.flops`). For scale, the
-# FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measured on an H100, forward, causal,
-# head dim 128, S from 512 to 16k: the Triton tutorial's kernel 146 to 378 TFLOP/s, and
-# FlashAttention-2 191 to 335. Our kernel is simpler than the tutorial's (plain
-# pointer arithmetic, no TMA tensor descriptors, a short autotune list), so read its numbers
-# next to SDPA's on the same GPU rather than against those.
+# into TFLOP/s with the causal FLOP count halved (`kernels.reference.flops`). For published
+# H100 numbers of the Triton tutorial's kernel next to FlashAttention-2, cuDNN and
+# FlashAttention-3, see the FlashAttention-3 paper's forward-speed benchmarks (arXiv
+# 2407.08608, section 4.1), which state their head dims, masks and batch sizes. Our kernel is
+# simpler than the tutorial's (plain pointer arithmetic, no TMA tensor descriptors, a short
+# autotune list), so read its numbers next to SDPA's on the same GPU rather than against those.
 
 # %%
 if on_gpu:

@@ -30,7 +30,7 @@ import torch
 
 import kernels
 from kernels import bench, cuda_flash, cuda_report, occupancy, profiling, ptxas, reference
-from kernels.book import glue, inputs, lesson, setup, show_source
+from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 from kernels.cuda_report import cuda_excerpt, cuda_markdown
 
 device, dtype = setup(device, dtype)
@@ -165,6 +165,13 @@ cuda_markdown(cuda_excerpt(V1, "// Phase 3: O = alpha", "template <typename T, i
 # the same device compile with the same flags that also keeps the PTX for the next section.
 # Both need `nvcc` and no GPU. Where there is no `nvcc` (Colab's default runtime, most
 # laptops), the chapter reads a report recorded by a real `nvcc` run instead, and says so.
+#
+# Guess before the report: v1 keeps its tiles in shared memory, v2 keeps Q fragments, scores
+# and the output in registers. What share of an sm_80 SM's warp slots (its occupancy) do you
+# expect v2 to fill?
+
+# %%
+guess_v2_occupancy_sm_80 = 50.0  # percent; edit me before running on
 
 # %%
 archs = ("sm_80", "sm_90")
@@ -251,6 +258,7 @@ agree = []
 for k in report:
     hand, o = by_hand(k), cuda_report.occupancy_of(k)
     agree.append(o.blocks_per_sm == min(hand.values()) and hand[o.limited_by] == o.blocks_per_sm)
+reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's report")
 lesson(all(agree), "kernels.occupancy agrees with the hand arithmetic on every kernel: blocks per SM "
        "and which resource limits them", f"{len(agree)} kernels")
 lesson(all(occ[a, "v2"].limited_by == "registers" for a in archs),
@@ -267,7 +275,8 @@ lesson(all(occ[a, "v2"].percent <= occ[a, "v1"].percent for a in archs),
 # {glue:text}`v2_occ_sm_90:.1f`%. The kernel built for speed is the one with fewer warps
 # per SM, as the source article found for PyTorch's own flash kernel on an A100 (about 13%
 # estimated occupancy, and the fastest kernel in its trace). Occupancy hides memory latency with more
-# warps; FlashAttention hides it with data already on chip, in registers and shared memory.
+# warps; FlashAttention hides it by reusing tiles already on chip and by loading the next K/V
+# tile (v2 uses `cp.async`) while the tensor cores work on the current one.
 #
 # ## Why v1 is slow, and v2's fingerprint
 #
@@ -276,10 +285,11 @@ lesson(all(occ[a, "v2"].percent <= occ[a, "v1"].percent for a in archs),
 # Every product of the two matmuls goes through that, on the SM's general-purpose *CUDA
 # cores*, in fp32 even when the inputs are bf16. And the softmax runs on one warp in four.
 #
-# GPUs since Volta have **tensor cores** for exactly this: `mma.sync.aligned.m16n8k16`
-# multiplies a 16×16 tile by a 16×8 tile, 16 · 8 · 16 = {glue:text}`mma_macs` multiply-adds, as
-# *one* instruction of a warp, with 16-bit inputs and fp32 accumulators. v2 issues them from
-# inline PTX:
+# GPUs have had **tensor cores** for exactly this since Volta (whose instructions are
+# `mma.m8n8k4` and WMMA). The one v2 uses, `mma.sync.aligned.m16n8k16` with f16/bf16 inputs,
+# needs sm_80 (Ampere) or newer; ptxas rejects it for sm_75. It multiplies a 16×16 tile by a
+# 16×8 tile, 16 · 8 · 16 = {glue:text}`mma_macs` multiply-adds, as *one* instruction of a warp,
+# with 16-bit inputs and fp32 accumulators. v2 issues them from inline PTX:
 
 # %%
 mma_macs = cuda_report.MMA_M * cuda_report.MMA_N * cuda_report.MMA_K

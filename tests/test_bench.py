@@ -288,3 +288,22 @@ def test_roofline_is_bandwidth_bound_below_the_ridge():
     assert p.ridge == 10.0
     assert p.attainable(5.0) == 50.0      # 10 bytes/s x 5 FLOP/byte, under the ridge
     assert p.attainable(20.0) == 100.0    # past the ridge: the compute ceiling
+
+
+def test_compare_names_the_faster_only_when_the_ranges_are_apart():
+    import time
+
+    calls = {"fast": 0, "slow": 0}
+
+    def sleeper(name, seconds):
+        def call():
+            calls[name] += 1
+            time.sleep(seconds)
+        return call
+
+    result = bench.compare({"fast": sleeper("fast", 0.001), "slow": sleeper("slow", 0.03)}, rounds=7, warmup=1)
+    assert result.faster() == "fast" and "fast is faster" in result.verdict()
+    assert calls == {"fast": 8, "slow": 8}, "every function is called once per round, after the warm-up"
+    tied = bench.Comparison(median_ms={"a": 1.0, "b": 1.1}, p10_ms={"a": 0.9, "b": 0.95},
+                            p90_ms={"a": 1.2, "b": 1.3}, rounds=7)
+    assert tied.faster() is None and "too noisy" in tied.verdict(), "overlapping ranges name no winner"

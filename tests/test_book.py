@@ -143,3 +143,12 @@ def test_notebooks_match_their_sources():
                for p in (ROOT / "notebooks").rglob("*.py") if p.name != "convert.py"}
     in_toc = {p.relative_to("book").as_posix() for p in NOTEBOOKS}
     assert in_toc <= sources, f"notebooks without a source: {in_toc - sources}"
+
+
+def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(capsys):
+    from kernels.book import reveal
+
+    table = reveal(["aten::matmul", "aten::relu"], ["aten::matmul", "aten::mm", "aten::relu"])
+    assert table[""].tolist() == ["✔", "not guessed", "✔"], "the extra op in the trace is named"
+    assert reveal(None, ["aten::matmul"]) is None and "No guess written" in capsys.readouterr().out
+    assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out

@@ -93,7 +93,10 @@ check_lean_attention(solution_lean_attention if solutions else lean_attention, d
 
 # %% [markdown]
 # Why does PyTorch not do this for you? Autograd: the softmax's backward needs its output,
-# and the mask's backward needs to know what was masked. In-place tricks like these belong
-# in inference code, or inside one fused kernel, which is where chapters 3 and 4 go.
+# so overwriting it in place (as the division above does) breaks training, while the
+# in-place mask of chapter 2 is safe because nothing saved the scores it overwrites. Whether an
+# in-place op is safe depends on what autograd saved, which is why PyTorch leaves the choice
+# to you; tricks like these belong in inference code, or inside one fused kernel, which is
+# where chapters 3 and 4 go.
 #
 # Back to [chapter 2](../02_inplace.ipynb), or on to the [exercises of chapter 3](03_sdpa.ipynb).

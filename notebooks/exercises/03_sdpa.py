@@ -25,8 +25,10 @@ device, dtype = setup(device, dtype)
 # ## Task 1: guess the work, then count it
 #
 # An op **does work** when it is not a view or an allocation (`step.ops["is_view"]` is
-# False) and no such op runs under it: `aten::matmul` dispatches to `aten::bmm`, and the
-# work is the `bmm`. First write down how many ops doing work you expect in one forward of
+# False) and either no such op runs under it, or it allocates its own result:
+# `aten::matmul` dispatches to `aten::bmm`, and the work is the `bmm`; `aten::mul` computes
+# into a buffer it allocates, even though a tiny `copy_` of the Python scale runs under it.
+# This is the course's one definition, `Step.work_ops()`, used by every chapter. First write down how many ops doing work you expect in one forward of
 # two backends on this machine, before looking: `sdpa_math` (SDPA written with ordinary
 # ops) and `sdpa_flash` (on a CPU: PyTorch's fused CPU kernel). Then write
 # `count_work_ops(step)`, which the check runs on each backend's trace. A wrong guess
@@ -49,8 +51,8 @@ def count_work_ops(step):
 #
 # :::{dropdown} Hint 2: the count
 # Drop the views: `work = step.ops[~step.ops["is_view"]]`. An op with work under it appears
-# as the `parent` of some row of `work`; count the rows of `work` whose index is nobody's
-# parent (`work.index.isin(work["parent"])`).
+# as the `parent` of some row of `work` (`work.index.isin(work["parent"])`); count the rows
+# that are nobody's parent, plus the parents whose `self_alloc_bytes` is above zero.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -62,7 +64,8 @@ solution_guesses = {"sdpa_math": 13, "sdpa_flash": 1}
 
 def solution_count_work_ops(step):
     work = step.ops[~step.ops["is_view"]]
-    return int((~work.index.isin(work["parent"])).sum())
+    wraps_work = work.index.isin(work["parent"])
+    return int((~wraps_work | (work["self_alloc_bytes"] > 0)).sum())
 
 # %% tags=["check"]
 if solutions:
