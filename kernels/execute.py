@@ -34,6 +34,8 @@ from . import traces
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIED = ("_config.yml", "_toc.yml", "book")
+# Exercise notebooks as a learner should download them: unsolved (solutions = False), no outputs.
+UNSOLVED = "unsolved"
 
 
 # ---------------------------------------------------------------------- the table of contents
@@ -123,6 +125,13 @@ def stage(root: Path, out: Path) -> None:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "traces"))
         else:
             shutil.copy2(src, dst)
+    # The executed exercise notebooks carry `solutions = True`; keep the sources for downloads.
+    if (out / UNSOLVED).is_dir():
+        shutil.rmtree(out / UNSOLVED)
+    for notebook in (root / "book" / "exercises").glob("*.ipynb"):
+        target = out / UNSOLVED / notebook.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(notebook, target)
 
 
 def notebook_parameters(path: Path, params: dict) -> dict:
@@ -247,7 +256,23 @@ def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) ->
     subprocess.run(cmd, check=True)
     html = html_parent / "_build" / "html"
     print(f"Published {len(traces.publish(out, html))} trace(s) with the HTML", flush=True)
+    print(f"Exercise downloads: {len(serve_unsolved(out, html))} unsolved notebook(s)", flush=True)
     return html
+
+
+def serve_unsolved(out: Path, html: Path) -> list[Path]:
+    """Make each exercise page's download button serve the unsolved notebook.
+
+    The page shows the book as executed, with the hidden solutions run; a learner who
+    downloads it should get the exercise itself, where an empty answer fails its check.
+    """
+    served = []
+    for unsolved in sorted((out / UNSOLVED).rglob("*.ipynb")):
+        target = html / "_sources" / unsolved.relative_to(out / UNSOLVED)
+        if target.exists():
+            shutil.copy2(unsolved, target)
+            served.append(target)
+    return served
 
 
 def main(argv=None) -> int:

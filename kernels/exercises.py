@@ -35,9 +35,41 @@ class ExerciseFailed(AssertionError):
     """Your answer is not right yet; the message says how."""
 
 
-def _passed(message: str) -> bool:
-    print(f"✔ {message}")
-    return True
+class Passed:
+    """What a check returns when the answer is right: true, and silent as a cell's last value.
+
+    The check has already printed its verdict; a bare ``True`` under it would only be noise.
+    """
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"Passed({self.message!r})"
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+_SOLUTIONS_SHOWN = False
+
+
+def showing_solutions(shown: bool) -> None:
+    """Say whether this copy runs the course's hidden solutions (the built book does): each ✔
+    then names them, so an empty answer cell above a ✔ cannot read as the learner's success."""
+    global _SOLUTIONS_SHOWN
+    _SOLUTIONS_SHOWN = bool(shown)
+    if shown:
+        print("This copy runs the course's hidden solutions, so every check below passes with theirs. "
+              "Download the notebook (it comes unsolved) to answer yourself.")
+
+
+def _passed(message: str) -> Passed:
+    print(f"✔ {'the course solution: ' if _SOLUTIONS_SHOWN else ''}{message}")
+    return Passed(message)
 
 
 def _fail(message: str):
@@ -115,7 +147,7 @@ def _not_finite(out: torch.Tensor, what: str) -> Optional[str]:
 
 # ============================================================================ chapter 0
 
-def check_top_level_guess(guess, fn: Callable, *args) -> bool:
+def check_top_level_guess(guess, fn: Callable, *args) -> Passed:
     """Your guess of the ops at the top level of ``fn(*args)``'s trace, then the trace."""
     if _blank(guess):
         _fail("write your guess first: a list of op names such as [\"aten::matmul\", ...]. "
@@ -144,7 +176,7 @@ def hottest_op_reference(step) -> str:
     return str(ops.loc[ops["self_us"].idxmax(), "name"])
 
 
-def check_hottest_op(hottest_op: Callable, fn: Callable, *args) -> bool:
+def check_hottest_op(hottest_op: Callable, fn: Callable, *args) -> Passed:
     """``hottest_op(step)`` must name the op with the most *self* time in a profiled step."""
     run = _profile(fn, *args, label="hot", active=3)
     for step in run.steps():
@@ -253,7 +285,7 @@ def _judge_attention(out, q, k, v, causal, scale, case, what, mistakes=None):
           f"to reference.attention(q, k, v) on a small input (S=4) and compare row by row.")
 
 
-def check_attention(my_attention: Callable, device="cpu") -> bool:
+def check_attention(my_attention: Callable, device="cpu") -> Passed:
     """``my_attention(q, k, v, causal=True, scale=None)`` against the float64 reference."""
     cases = _attention_cases(device)
     for case, (q, k, v), causal, scale in cases:
@@ -296,7 +328,7 @@ def _upcast_attention(q, k, v):
     return (scores.softmax(-1).to(q.dtype)) @ v
 
 
-def check_hidden_copy(find_hidden_copy: Callable, device="cpu") -> bool:
+def check_hidden_copy(find_hidden_copy: Callable, device="cpu") -> Passed:
     """``find_hidden_copy(step, min_bytes)`` names the top-level op that made the largest copy."""
     from . import get
 
@@ -341,7 +373,7 @@ def _fresh_scores(b, h, s, device, seed=None):
     return torch.randn(b, h, s, s, generator=g).to(device)
 
 
-def check_inplace_mask(my_mask_: Callable, device="cpu") -> bool:
+def check_inplace_mask(my_mask_: Callable, device="cpu") -> Passed:
     """``my_mask_(scores, future)`` must write -inf where ``future`` is True, into ``scores`` itself."""
     from .naive import future_mask
 
@@ -383,7 +415,7 @@ def check_inplace_mask(my_mask_: Callable, device="cpu") -> bool:
     return _passed("my_mask_ fills -inf into the scores tensor itself: same storage, no copy")
 
 
-def check_lean_attention(lean_attention: Callable, device="cpu") -> bool:
+def check_lean_attention(lean_attention: Callable, device="cpu") -> Passed:
     """Causal attention, right, that allocates at most one S×S buffer's worth of memory per call."""
     cases = _attention_cases(device)
     for case, (q, k, v), causal, scale in cases:
@@ -419,7 +451,7 @@ def work_op_count(step) -> int:
     return len(step.work_ops())
 
 
-def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu") -> bool:
+def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu") -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
     from . import get
 
@@ -466,7 +498,7 @@ def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu") -
     return _passed("count_work_ops counts the work in each backend's trace. " + "; ".join(lines))
 
 
-def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu") -> bool:
+def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu") -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
     from .naive import future_mask
 
@@ -497,7 +529,7 @@ def _masked_scores(b, h, s, device):
     return x.masked_fill(dead[:, None], -math.inf), dead
 
 
-def check_safe_softmax(safe_softmax: Callable, device="cpu") -> bool:
+def check_safe_softmax(safe_softmax: Callable, device="cpu") -> Passed:
     """``safe_softmax(x)``: softmax over the last dim, but a row of all -inf gives zeros, not NaN."""
     x, dead = _masked_scores(2, 2, 11, device)
     before = x.clone()
@@ -548,7 +580,7 @@ def _stream(update, s, v, block):
     return m, l, acc
 
 
-def check_online_update(online_update: Callable) -> bool:
+def check_online_update(online_update: Callable) -> Passed:
     """``online_update(m, l, acc, s, v)`` -> (m, l, acc) after one tile of scores ``s`` and values ``v``."""
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     rows, n, d, block = 5, 13, 8, 4
@@ -603,7 +635,7 @@ def _causal_softmax64(x, diagonal=1, hide="future"):
     return x.masked_fill(hidden, -math.inf).softmax(-1)
 
 
-def check_causal_softmax(causal_softmax: Callable, device="cpu") -> bool:
+def check_causal_softmax(causal_softmax: Callable, device="cpu") -> Passed:
     """``causal_softmax(x)`` on an [S, S] float32 matrix: softmax of each row over keys j <= i."""
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     for s in (13, 32, 1):
@@ -665,7 +697,7 @@ OCCUPANCY_CASES = ((128, 255, 0), (128, 100, 0), (256, 32, 41 * 1024), (1024, 16
                    (64, 24, 0), (32, 40, 2048))
 
 
-def check_occupancy(my_occupancy: Callable) -> bool:
+def check_occupancy(my_occupancy: Callable) -> Passed:
     """``my_occupancy(threads_per_block, registers_per_thread, shared_bytes)`` -> (blocks per SM,
     occupancy as a fraction 0..1) on an A100 (sm_80), checked against ``kernels.occupancy``."""
     from .occupancy import occupancy
@@ -696,7 +728,7 @@ def check_occupancy(my_occupancy: Callable) -> bool:
 
 # ============================================================================ chapter 6
 
-def check_tflops(my_tflops: Callable) -> bool:
+def check_tflops(my_tflops: Callable) -> Passed:
     """``my_tflops(batch, heads, seq, head_dim, causal, backward, ms)`` -> TFLOP/s achieved."""
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     cases = []
@@ -748,7 +780,7 @@ def check_tflops(my_tflops: Callable) -> bool:
           "causal, ×3.5 with backward; TFLOP/s = FLOPs / (ms · 1e-3) / 1e12.")
 
 
-def check_intensity(my_intensity: Callable) -> bool:
+def check_intensity(my_intensity: Callable) -> Passed:
     """``my_intensity(batch, heads, seq, head_dim, causal, bytes_per_element)`` -> FLOP per byte of a
     fused forward that reads q, k, v and writes o once."""
     cases = [(1, 8, 1024, 64, True, 2), (2, 16, 4096, 128, False, 2), (1, 4, 333, 64, True, 4),
@@ -829,7 +861,7 @@ def _ptxas_numbers(text: str) -> dict:
     return {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}
 
 
-def check_read_ptxas(read_ptxas: Callable) -> bool:
+def check_read_ptxas(read_ptxas: Callable) -> Passed:
     """``read_ptxas(text, kernel, arch)`` -> (registers, static shared memory bytes, spilled bytes)
     of one kernel on one architecture, judged by ``kernels.ptxas.parse_ptxas``."""
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
@@ -925,7 +957,7 @@ ARCH_OCCUPANCY_CASES = ((128, 190, 27648, "sm_80"), (128, 200, 27648, "sm_90"), 
                         (128, 32, 16 * 1024, "sm_80"), (128, 32, 16 * 1024 - 1024, "sm_90"))
 
 
-def check_arch_occupancy(my_occupancy: Callable) -> bool:
+def check_arch_occupancy(my_occupancy: Callable) -> Passed:
     """``my_occupancy(threads, registers, shared_bytes, arch)`` -> (blocks per SM, fraction 0..1) on
     sm_80 and sm_90, checked against ``kernels.occupancy``."""
     from .occupancy import occupancy
@@ -952,7 +984,7 @@ def check_arch_occupancy(my_occupancy: Callable) -> bool:
                    "on sm_80 and sm_90")
 
 
-def check_v2_lane(lane_elements: Callable) -> bool:
+def check_v2_lane(lane_elements: Callable) -> Passed:
     """``lane_elements(tid)`` -> (rows, cols): the two query rows of v2's 64-row block whose
     accumulators thread ``tid`` holds, and its two columns in every 8-column tile, judged by
     ``kernels.cuda_report.owners_v2``."""

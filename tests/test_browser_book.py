@@ -100,8 +100,13 @@ def test_notebook_page_has_launch_and_download_links(site, page):
         f"no Colab launch link for {notebook} on {page}: {colab}"
     downloads = [f for h in seen["links"] if h.endswith(".ipynb") and (f := local_file(html, base, h)) is not None]
     assert downloads and all(f.exists() for f in downloads), f"no working .ipynb download on {page}: {downloads}"
-    executed = json.loads(downloads[0].read_text())
-    assert any(c.get("outputs") for c in executed["cells"] if c["cell_type"] == "code"), \
-        "the download is the executed notebook, with its outputs"
+    downloaded = json.loads(downloads[0].read_text())
+    code = [c for c in downloaded["cells"] if c["cell_type"] == "code"]
+    if "/exercises/" in page:
+        assert not any(c.get("outputs") for c in code) and "solutions = False" in "".join(
+            "".join(c["source"]) for c in code) and not any("solutions = True" in "".join(c["source"]) for c in code), \
+            "an exercise's download is the unsolved exercise: solutions = False, no outputs"
+    else:
+        assert any(c.get("outputs") for c in code), "a chapter's download is the executed notebook, with its outputs"
     source = [h for h in seen["links"] if h.startswith(f"https://github.com/{REPO}/blob/main/{notebook}")]
     assert source, f"no link to the source notebook {notebook} in the repository on {page}"

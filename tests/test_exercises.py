@@ -322,3 +322,18 @@ def test_fresh_ptxas_reports_read_back_as_written():
     # A kernel's registers differ between the two archs, so reading the wrong arch cannot pass.
     assert all(found[k, "sm_80"].registers != found[k, "sm_90"].registers
                for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf"))
+
+
+def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(capsys):
+    result = ex._passed("right")
+    assert result and repr(result) == "Passed('right')" and result._ipython_display_() is None
+    ex.showing_solutions(True)
+    try:
+        ex._passed("right")
+        out = capsys.readouterr().out
+        assert "runs the course's hidden solutions" in out and "✔ the course solution: right" in out, \
+            "a built page's ✔ says it is the course's solution that passed, not the learner's empty cell"
+    finally:
+        ex.showing_solutions(False)
+    ex._passed("right")
+    assert capsys.readouterr().out == "✔ right\n"

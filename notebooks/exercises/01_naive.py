@@ -18,9 +18,10 @@ import torch
 
 from kernels import profiling
 from kernels.book import setup
-from kernels.exercises import check_attention, check_hidden_copy
+from kernels.exercises import check_attention, check_hidden_copy, showing_solutions
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: causal attention from primitives

@@ -15,9 +15,10 @@ solutions = False
 import torch
 
 from kernels.book import setup
-from kernels.exercises import check_inplace_mask, check_lean_attention
+from kernels.exercises import check_inplace_mask, check_lean_attention, showing_solutions
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: mask in place

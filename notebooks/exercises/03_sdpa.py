@@ -17,9 +17,10 @@ import torch.nn.functional as F
 
 from kernels import profiling
 from kernels.book import setup
-from kernels.exercises import check_safe_softmax, check_sdpa_mask, check_work_op_count
+from kernels.exercises import check_safe_softmax, check_sdpa_mask, check_work_op_count, showing_solutions
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: guess the work, then count it

@@ -26,9 +26,10 @@ import triton
 import triton.language as tl
 
 from kernels.book import setup
-from kernels.exercises import check_causal_softmax, check_occupancy, check_online_update
+from kernels.exercises import check_causal_softmax, check_occupancy, check_online_update, showing_solutions
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 print("Triton interpreter:", kernels.triton_flash.INTERPRETED)
 
 # %% [markdown]

@@ -19,10 +19,11 @@ import pandas as pd
 
 from kernels import cuda_flash, cuda_report
 from kernels.book import setup
-from kernels.exercises import check_arch_occupancy, check_read_ptxas, check_v2_lane
+from kernels.exercises import check_arch_occupancy, check_read_ptxas, check_v2_lane, showing_solutions
 from kernels.occupancy import ARCHES
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: read the compiler's report

@@ -20,9 +20,10 @@ import torch
 
 import kernels
 from kernels.book import inputs, setup
-from kernels.exercises import check_intensity, check_tflops
+from kernels.exercises import check_intensity, check_tflops, showing_solutions
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: TFLOP/s
