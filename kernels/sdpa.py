@@ -236,8 +236,8 @@ def _run(name, backend, q, k, v, scale, args):
             # PyTorch's own refusal; keep its words and reasons, and say which pinned backend refused.
             why = f" ({_warning_text(caught)})" if caught else ""
             raise CannotRun(f"{name}: PyTorch refused these inputs: {err}{why}") from err
-    for w in caught:  # a call that worked keeps its warnings
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for w in caught:  # a call that worked keeps its warnings (shown once per caller, as usual)
+        warnings.warn(w.message, stacklevel=4)
     return out
 
 
