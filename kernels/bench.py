@@ -635,8 +635,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--warm-gpu", type=float, default=0.0, metavar="SECONDS",
                    help="on a GPU, run matmuls this long first so the clocks leave their idle state")
-    p.add_argument("--out", default="bench_results",
-                   help="output stem: writes OUT.json and OUT.csv (default: bench_results)")
+    p.add_argument("--out", default=str(Path("_build") / "bench" / "bench_results"),
+                   help="output stem: writes OUT.json and OUT.csv (default: _build/bench/bench_results)")
     return p
 
 
@@ -648,6 +648,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         cli.error("--device cuda needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
     profile = PROFILES["cuda" if device.type == "cuda" else "cpu"]
+    unknown = [n for n in split_list(args.impls) or [] if n not in names()]
+    if unknown:
+        cli.error(f"unknown implementation(s) {', '.join(unknown)}; registered: {', '.join(names())}")
     if device.type == "cuda" and args.warm_gpu > 0:
         print(f"warming the GPU for {args.warm_gpu:g} s", file=sys.stderr, flush=True)
         warm_gpu(args.warm_gpu, device)

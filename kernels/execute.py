@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -142,6 +144,86 @@ def notebook_parameters(path: Path, params: dict) -> dict:
     return params
 
 
+# ------------------------------------------------------------------------- the execution cache
+
+def library_digest(root: Path) -> str:
+    """One hash of everything a chapter's result depends on besides its own source: the
+    library, its CUDA sources, and the recorded GPU runs chapters read."""
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    files = sorted([*package.rglob("*.py"), *package.glob("csrc/*"), *(Path(root) / "book" / "data").rglob("*.*")])
+    for f in files:
+        if f.is_file() and "__pycache__" not in f.parts:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(root: Path, path: Path, params: dict, library: str, env: dict) -> str:
+    """What decides a notebook's executed result: its source, its parameters, the library,
+    and the machine's torch, Triton and device."""
+    h = hashlib.sha256((Path(root) / path).read_bytes())
+    what = {"params": params, "library": library,
+            "env": {k: env.get(k) for k in ("torch", "triton", "cuda", "device", "python")}}
+    h.update(json.dumps(what, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:24]
+
+
+def notebook_outputs(out: Path, path: Path) -> list[Path]:
+    """The executed notebook and the folder of traces it wrote, relative to ``out``."""
+    return [path, path.parent / traces.trace_dir_for(path)]
+
+
+def cache_store(cache: Path, key: str, out: Path, path: Path, row: dict) -> None:
+    entry = cache / key
+    if entry.exists():
+        shutil.rmtree(entry)
+    for rel in notebook_outputs(out, path):
+        src = out / rel
+        if src.is_dir():
+            shutil.copytree(src, entry / rel)
+        elif src.exists():
+            (entry / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, entry / rel)
+    (entry / "row.json").write_text(json.dumps(row, indent=2))
+
+
+def cache_restore(cache: Path, key: str, out: Path, path: Path) -> Optional[dict]:
+    """Put a cached result back in ``out``; its report row, or None on a miss."""
+    entry = cache / key
+    if not (entry / "row.json").exists():
+        return None
+    for rel in notebook_outputs(out, path):
+        src, dst = entry / rel, out / rel
+        if src.is_dir():
+            if dst.exists():
+                shutil.rmtree(dst)
+            shutil.copytree(src, dst)
+        elif src.exists():
+            shutil.copy2(src, dst)
+    return {**json.loads((entry / "row.json").read_text()), "cached": True}
+
+
+def ipc_kernel_manager():
+    """A kernel manager whose kernel talks over local sockets in a temporary folder.
+
+    ipykernel warns on every start that TCP carries the session unencrypted; a kernel that
+    only this process talks to needs no network at all, and the warning (15 per build) goes.
+    """
+    import tempfile
+    import uuid
+
+    from jupyter_client.manager import KernelManager
+
+    class IPCKernelManager(KernelManager):
+        def __init__(self, **kwargs):
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", str(Path(tempfile.gettempdir()) / f"ap-kernel-{uuid.uuid4().hex[:12]}"))
+            super().__init__(**kwargs)
+
+    return IPCKernelManager
+
+
 def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     """Run one staged notebook in place; return its row of the report."""
     import papermill as pm
@@ -151,7 +233,8 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     row = {"notebook": str(path), "status": "ok", "seconds": None, "error": None}
     try:
         pm.execute_notebook(str(nb), str(nb), parameters=params, cwd=str(nb.parent),
-                            progress_bar=progress, log_output=False, report_mode=False)
+                            progress_bar=progress, log_output=False, report_mode=False,
+                            kernel_manager_class=ipc_kernel_manager())
     except pm.PapermillExecutionError as err:
         row.update(status="failed", error=f"cell {err.exec_count}: {err.ename}: {err.evalue}")
     except Exception as err:  # a kernel that died, a missing kernel spec...: still a report row
@@ -161,11 +244,15 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     return row
 
 
+def staged_parameters(path: Path, params: dict) -> dict:
+    """Everything papermill injects into one notebook: the profile, its own trace folder."""
+    return {**notebook_parameters(path, params), "trace_dir": traces.trace_dir_for(path)}
+
+
 def execute_staged(path: Path, out: Path, params: dict, progress: bool) -> dict:
     """Execute one staged notebook with its own parameters and trace folder, then check the
     traces it wrote against the budgets; returns its report row."""
-    nb_params = {**notebook_parameters(path, params), "trace_dir": traces.trace_dir_for(path)}
-    return traces.enforce_budget(execute_one(path, out, nb_params, progress), out, path)
+    return traces.enforce_budget(execute_one(path, out, staged_parameters(path, params), progress), out, path)
 
 
 def collapse_injected_parameters(nb_path: Path) -> None:
@@ -193,6 +280,8 @@ def write_report(out: Path, report: dict) -> None:
     ]
     for r in report["notebooks"]:
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['error']}"
+        if r.get("cached"):
+            status += " (unchanged: restored from the execution cache)"
         lines.append(f"| `{r['notebook']}` | {status} | {r['seconds']} |")
     lines += ["", "Parameters of the profile:", "", "```yaml", yaml.safe_dump(report["parameters"]).strip(), "```"]
     text = "\n".join(lines) + "\n"
@@ -200,34 +289,66 @@ def write_report(out: Path, report: dict) -> None:
     (out / "book" / "execution_report.md").write_text(text)
 
 
+def check_overrides(overrides: dict, params: dict, profile: str) -> dict:
+    """``--set`` values, checked against the profile before anything runs: known keys only,
+    each of the type the profile gives it (an int may stand for a float)."""
+    for key, value in overrides.items():
+        if key not in params:
+            raise SystemExit(f"--set {key}=...: the {profile!r} profile has no parameter {key!r}; "
+                             f"it has: {', '.join(params)}")
+        want = type(params[key])
+        ok = isinstance(value, want) and not (isinstance(value, bool) and want is not bool)
+        if not ok and not (want is float and isinstance(value, int) and not isinstance(value, bool)):
+            raise SystemExit(f"--set {key}={value!r}: {key} is a {want.__name__} in the {profile!r} profile "
+                             f"(there it is {params[key]!r}), not a {type(value).__name__}")
+    return overrides
+
+
 def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "executed",
         root: Path = ROOT, progress: bool | None = None, overrides: dict | None = None,
-        jobs: int = 1) -> dict:
+        jobs: int = 1, cache: Optional[Path] = None, force: bool = False) -> dict:
     """Stage, execute and report; returns the report (also written to ``out``).
 
     ``jobs > 1`` executes that many notebooks at once: faster, but the timings the chapters
     quote then share the machine, so the published book is executed with ``jobs=1``.
+
+    ``cache`` (a folder; ``make book`` uses ``_build/cache``) keeps each executed notebook
+    with its traces under a key of its source, its parameters, the library's source, the
+    recordings and the machine's versions: a notebook whose key is unchanged is restored
+    instead of executed (``force=True`` executes the chosen ones anyway), and with ``only``
+    the others keep their cached results instead of becoming unexecuted copies.
     """
     name, params = resolve_profile(profile, load_profiles(root))
-    params.update(overrides or {})
-    chosen = select(notebooks(root), only)
+    params.update(check_overrides(overrides or {}, params, name))
+    every = notebooks(root)
+    chosen = select(every, only)
     progress = sys.stderr.isatty() if progress is None and jobs == 1 else bool(progress)
     stage(root, out)
     traces.stage_recorded(root, out)
     report = {"profile": name, "parameters": params, "jobs": jobs, "environment": environment(), "notebooks": []}
-    print(f"Executing {len(chosen)} notebook(s) with the {name!r} profile on {report['environment']['device']}"
-          + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
+    library = library_digest(root) if cache else None
+    keys = {path: cache_key(root, path, staged_parameters(path, params), library, report["environment"])
+            for path in every} if cache else {}
+    rows = {}
+    for path in every if cache else []:
+        if path not in chosen or not force:
+            row = cache_restore(Path(cache), keys[path], out, path)
+            if row is not None:
+                rows[path] = row
+    todo = [path for path in chosen if path not in rows]
+    print(f"Executing {len(todo)} notebook(s) with the {name!r} profile on {report['environment']['device']}"
+          + (f", {jobs} at a time" if jobs > 1 else "")
+          + (f"; {len(rows)} unchanged since a cached run, restored" if rows else ""), flush=True)
 
     def show(i: int, row: dict) -> None:
-        print(f"[{i}/{len(chosen)}] {row['notebook']}: {row['status']} in {row['seconds']} s"
+        print(f"[{i}/{len(todo)}] {row['notebook']}: {row['status']} in {row['seconds']} s"
               + (f": {row['error']}" if row["error"] else ""), flush=True)
 
     if jobs <= 1:
-        rows = []
-        for i, path in enumerate(chosen, 1):
-            print(f"[{i}/{len(chosen)}] {path} ...", flush=True)
-            rows.append(execute_staged(path, out, params, progress))
-            show(i, rows[-1])
+        for i, path in enumerate(todo, 1):
+            print(f"[{i}/{len(todo)}] {path} ...", flush=True)
+            rows[path] = execute_staged(path, out, params, progress)
+            show(i, rows[path])
     else:
         # Processes, not threads: papermill runs each kernel from the notebook's folder by
         # changing the *process's* working directory, which threads would share and race on.
@@ -235,14 +356,19 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(execute_staged, path, out, params, False) for path in chosen]
+            futures = {pool.submit(execute_staged, path, out, params, False): path for path in todo}
             for i, done in enumerate(as_completed(futures), 1):
-                show(i, done.result())
-        rows = [f.result() for f in futures]  # back in reading order for the report
-    report["notebooks"] = rows
+                rows[futures[done]] = done.result()
+                show(i, rows[futures[done]])
+    for path in todo:
+        if cache and rows[path]["status"] == "ok":
+            cache_store(Path(cache), keys[path], out, path, rows[path])
+    report["notebooks"] = [rows.get(path) or {"notebook": str(path), "status": "not executed", "seconds": None,
+                                               "error": "not chosen by --only, and no cached result"}
+                           for path in every if path in rows or path in chosen or cache]
     write_report(out, report)
-    failed = [r for r in rows if r["status"] != "ok"]
-    print(f"{len(chosen) - len(failed)} ok, {len(failed)} failed; report: {out / 'report.md'}", flush=True)
+    failed = [r for r in report["notebooks"] if r["status"] == "failed"]
+    print(f"{len(todo) - len(failed)} executed ok, {len(failed)} failed; report: {out / 'report.md'}", flush=True)
     return report
 
 
@@ -275,30 +401,39 @@ def serve_unsolved(out: Path, html: Path) -> list[Path]:
     return served
 
 
-def main(argv=None) -> int:
+def main(argv=None, root: Path = ROOT) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.execute", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="auto", help="device profile from book/params.yml: cpu, cuda or auto")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="execute only notebooks whose name contains NAME")
-    ap.add_argument("--out", type=Path, default=ROOT / "_build" / "executed", help="where executed copies go")
+    ap.add_argument("--out", type=Path, default=root / "_build" / "executed", help="where executed copies go")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="override a profile parameter (YAML value), e.g. --set seq=256")
     ap.add_argument("--build", action="store_true", help="then build the HTML into _build/html")
     ap.add_argument("--jobs", type=int, default=1,
                     help="notebooks executed at once (default 1: timings in the book then have the machine to themselves)")
+    ap.add_argument("--cache", type=Path, default=root / "_build" / "cache",
+                    help="the execution cache (default _build/cache): unchanged notebooks are restored, not re-run")
+    ap.add_argument("--no-cache", action="store_true", help="execute without reading or writing the cache")
+    ap.add_argument("--force", action="store_true", help="execute the chosen notebooks even if the cache has them")
     args = ap.parse_args(argv)
-    if args.build and args.only:
-        ap.error("--build publishes the whole book, so every notebook must be executed: drop --only")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             ap.error(f"--set takes KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value)
-    report = run(args.profile, args.only, args.out.resolve(), overrides=overrides, jobs=args.jobs)
-    if any(r["status"] != "ok" for r in report["notebooks"]):
+    report = run(args.profile, args.only, args.out.resolve(), root=root, overrides=overrides, jobs=args.jobs,
+                 cache=None if args.no_cache else args.cache.resolve(), force=args.force)
+    if any(r["status"] == "failed" for r in report["notebooks"]):
         return 1
     if args.build:
-        html = build(args.out.resolve())
+        missing = [r["notebook"] for r in report["notebooks"] if r["status"] != "ok"]
+        if missing or len(report["notebooks"]) < len(notebooks(root)):
+            print(f"--build publishes the whole book, and {len(missing) or 'some'} notebook(s) have no executed "
+                  f"result ({', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}): run without --only, "
+                  "or with the cache", file=sys.stderr)
+            return 1
+        html = build(args.out.resolve(), html_parent=root)
         print(f"HTML: {html / 'index.html'}")
     return 0
 

@@ -307,3 +307,9 @@ def test_compare_names_the_faster_only_when_the_ranges_are_apart():
     tied = bench.Comparison(median_ms={"a": 1.0, "b": 1.1}, p10_ms={"a": 0.9, "b": 0.95},
                             p90_ms={"a": 1.2, "b": 1.3}, rounds=7)
     assert tied.faster() is None and "too noisy" in tied.verdict(), "overlapping ranges name no winner"
+
+
+def test_cli_names_an_unknown_implementation_in_one_line():
+    done = subprocess.run([sys.executable, "-m", "kernels.bench", "--impls", "naiv"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown implementation(s) naiv; registered: naive" in done.stderr
+    assert "Traceback" not in done.stderr, "a typo gets a sentence, not a traceback"

@@ -126,9 +126,60 @@ def test_book_builds_with_glued_numbers_and_figures(built_book):
     assert (html / "index.html").exists()
 
 
-def test_build_refuses_a_partial_execution():
-    with pytest.raises(SystemExit):
-        execute.main(["--only", "01", "--build"])
+def _two_notebook_book(tmp_path: Path) -> Path:
+    """A book of two quick notebooks (no torch), each printing its seq, for the runner's cache."""
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+    root = tmp_path / "src"
+    (root / "book").mkdir(parents=True)
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/a\nchapters:\n  - file: book/b\n")
+    (root / "_config.yml").write_text("title: two notebooks\n")
+    (root / "book" / "params.yml").write_text("cpu:\n  seq: 4\n  dtype: float32\n")
+    for name in ("a", "b"):
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell("seq = 1\ndtype = 'x'\ntrace_dir = 't'", metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(f"print('{name}', seq)")]
+        nbformat.write(nb, root / "book" / f"{name}.ipynb")
+    return root
+
+
+def _executed(report) -> list[str]:
+    return [r["notebook"] for r in report["notebooks"] if r["status"] == "ok" and not r.get("cached")]
+
+
+@pytest.mark.slow
+def test_a_second_run_with_nothing_changed_executes_nothing(tmp_path):
+    root, out, cache = _two_notebook_book(tmp_path), tmp_path / "out", tmp_path / "cache"
+    first = execute.run("cpu", out=out, root=root, cache=cache, progress=False)
+    assert _executed(first) == ["book/a.ipynb", "book/b.ipynb"]
+    second = execute.run("cpu", out=out, root=root, cache=cache, progress=False)
+    assert _executed(second) == [] and all(r["cached"] for r in second["notebooks"]), \
+        "a notebook whose source, parameters and library are unchanged is restored, not executed"
+    assert "b 4" in (out / "book" / "b.ipynb").read_text(), "the restored notebook holds its outputs"
+    (root / "book" / "b.ipynb").write_text((root / "book" / "b.ipynb").read_text().replace("print('b', seq)", "print('b!', seq)"))
+    assert _executed(execute.run("cpu", out=out, root=root, cache=cache, progress=False)) == ["book/b.ipynb"]
+    assert _executed(execute.run("cpu", out=out, root=root, cache=cache, overrides={"seq": 8}, progress=False)) == \
+        ["book/a.ipynb", "book/b.ipynb"], "other parameters are another result"
+    forced = execute.run("cpu", only=["book/a"], out=out, root=root, cache=cache, force=True, progress=False)
+    assert _executed(forced) == ["book/a.ipynb"] and [r["notebook"] for r in forced["notebooks"]] == \
+        ["book/a.ipynb", "book/b.ipynb"], "--only re-runs its notebook and keeps the others' cached results"
+    assert "b! 4" in (out / "book" / "b.ipynb").read_text(), "the kept result is the one for these parameters"
+
+
+def test_set_is_checked_against_the_profile_before_anything_runs(tmp_path):
+    root = _two_notebook_book(tmp_path)
+    with pytest.raises(SystemExit, match="has no parameter 'sequence'; it has: seq, dtype"):
+        execute.run("cpu", out=tmp_path / "out", root=root, overrides={"sequence": 1024})
+    with pytest.raises(SystemExit, match="seq is a int in the 'cpu' profile .* not a str"):
+        execute.run("cpu", out=tmp_path / "out", root=root, overrides={"seq": "abc"})
+    assert not (tmp_path / "out").exists(), "nothing was staged or executed"
+
+
+def test_build_refuses_a_partial_execution(tmp_path, capsys):
+    root = _two_notebook_book(tmp_path)
+    assert execute.main(["--profile", "cpu", "--only", "book/a", "--build", "--no-cache", "--out", str(tmp_path / "o")],
+                        root=root) == 1
+    assert "publishes the whole book" in capsys.readouterr().err
 
 
 def test_notebooks_match_their_sources():
