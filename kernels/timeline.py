@@ -83,44 +83,14 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     drawn as one collection, so a training step's thousands of ops draw quickly.
     """
     rows = lanes(step, views)
-    if ax is None:
-        fig = Figure(figsize=(11, 0.45 * len(rows) + 1.4))
-        ax = fig.add_subplot()
-        owns_figure = True
-    else:
-        fig, owns_figure = ax.figure, False
+    owns_figure = ax is None
+    if owns_figure:
+        ax = Figure(figsize=(11, 0.45 * len(rows) + 1.4)).add_subplot()
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
     k = step.kernels
-    y_of = {lane: i for i, lane in enumerate(rows)}
     ends = (k["start_us"] + k["dur_us"]).tolist() + (ops["start_us"] + ops["dur_us"]).tolist()
     span_ms = max([step.cpu_time_us] + ends) / 1e3 or 1.0
-    bars = defaultdict(list)  # (y, colour) -> [(start, width)]
-    texts = []
-
-    def bar(y, start_us, dur_us, name):
-        bars[(y, color(name))].append((start_us / 1e3, max(dur_us / 1e3, span_ms * 0.002)))
-        if dur_us / 1e3 >= min_label_frac * span_ms:
-            texts.append(((start_us + dur_us / 2) / 1e3, y, name.replace("aten::", "")[:28]))
-
-    bar(0, 0, step.cpu_time_us, step.label)
-    for name, pid, tid, depth, start, dur in zip(ops["name"], ops["pid"], ops["tid"], ops["depth"],
-                                                 ops["start_us"], ops["dur_us"]):
-        bar(y_of[("cpu", pid, tid, depth)], start, dur, name)
-    arrows = []
-    launch_y = _launch_rows(rows, y_of)
-    for name, dev, stream, start, dur, launched, thread in zip(
-            k["name"], k["device"], k["stream"], k["start_us"], k["dur_us"], k["launch_start_us"], k["thread"]):
-        gy = y_of[("gpu", str(dev), str(stream))]
-        bar(gy, start, dur, name)
-        # The flow arrow Perfetto draws: from the CPU launch call to the GPU work it queued.
-        ly = launch_y.get(str(thread), launch_y.get(None, 0))
-        arrows.append([(launched / 1e3, ly + 0.4), (start / 1e3, gy - 0.4)])
-    for (y, c), spans in bars.items():
-        ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=c, edgecolors="white", linewidth=0.5)
-    for x, y, text in texts:
-        ax.text(x, y, text, ha="center", va="center", fontsize=7, color="white", clip_on=True)
-    if arrows:
-        ax.add_collection(LineCollection(arrows, colors="#bbbbbb", linewidths=0.6, zorder=0))
+    _Bars(ax, span_ms, min_label_frac).draw(step, ops, rows)
     several = len({lane[1] for lane in rows if lane[0] == "gpu"}) > 1
     ax.set_yticks(range(len(rows)), [lane_name(lane, step, several) for lane in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)  # top lane first, as in Perfetto
@@ -131,8 +101,43 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
               bbox_to_anchor=(0.5, -0.25 if len(rows) < 6 else -0.12), ncol=6, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     if owns_figure:
-        fig.tight_layout()
-    return fig
+        ax.figure.tight_layout()
+    return ax.figure
+
+
+class _Bars:
+    """Collects bars by (lane, colour) and labels for the wide ones, then draws them at once."""
+
+    def __init__(self, ax, span_ms: float, min_label_frac: float):
+        self.ax, self.span_ms, self.min_label_frac = ax, span_ms, min_label_frac
+        self.bars = defaultdict(list)  # (y, colour) -> [(start, width)]
+        self.texts = []
+
+    def add(self, y, start_us, dur_us, name):
+        self.bars[(y, color(name))].append((start_us / 1e3, max(dur_us / 1e3, self.span_ms * 0.002)))
+        if dur_us / 1e3 >= self.min_label_frac * self.span_ms:
+            self.texts.append(((start_us + dur_us / 2) / 1e3, y, name.replace("aten::", "")[:28]))
+
+    def draw(self, step: Step, ops, rows: list) -> None:
+        y_of = {lane: i for i, lane in enumerate(rows)}
+        self.add(0, 0, step.cpu_time_us, step.label)
+        for name, pid, tid, depth, start, dur in zip(ops["name"], ops["pid"], ops["tid"], ops["depth"],
+                                                     ops["start_us"], ops["dur_us"]):
+            self.add(y_of[("cpu", pid, tid, depth)], start, dur, name)
+        k, launch_y, arrows = step.kernels, _launch_rows(rows, y_of), []
+        for name, dev, stream, start, dur, launched, thread in zip(
+                k["name"], k["device"], k["stream"], k["start_us"], k["dur_us"], k["launch_start_us"], k["thread"]):
+            gy = y_of[("gpu", str(dev), str(stream))]
+            self.add(gy, start, dur, name)
+            # The flow arrow Perfetto draws: from the CPU launch call to the GPU work it queued.
+            ly = launch_y.get(str(thread), launch_y.get(None, 0))
+            arrows.append([(launched / 1e3, ly + 0.4), (start / 1e3, gy - 0.4)])
+        for (y, c), spans in self.bars.items():
+            self.ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=c, edgecolors="white", linewidth=0.5)
+        for x, y, text in self.texts:
+            self.ax.text(x, y, text, ha="center", va="center", fontsize=7, color="white", clip_on=True)
+        if arrows:
+            self.ax.add_collection(LineCollection(arrows, colors="#bbbbbb", linewidths=0.6, zorder=0))
 
 
 def _launch_rows(rows: list, y_of: dict) -> dict:

@@ -150,9 +150,12 @@ def _inclusive(values: list, parent: list) -> list:
 class Trace:
     """A parsed trace: durations (``dur``) and timestamps (``ts``) in microseconds.
 
-    ``spans`` holds every complete event; ``gpu`` every kernel, memcpy and memset with the
-    launch it was linked to (``launch_ts``, ``launcher``, ``launch_pid``/``launch_tid``,
-    ``linked_by``: ``"flow"``, ``"correlation"`` or None when no launch is in the trace).
+    ``gpu`` holds every kernel, memcpy and memset with the launch it was linked to
+    (``launcher``, ``launch_ts``, ``launch_pid``/``launch_tid``, and ``linked_by``: ``"flow"``,
+    ``"correlation"``, or None when its launch is not in the trace); ``memory`` the ``[memory]``
+    events; ``spans`` every complete event; ``legacy`` says the file is in Kineto's older
+    format; ``unread`` counts the events of categories the reader does not read.
+    Steps: ``steps(label)``, ``profiler_steps()``, ``whole()``.
     """
 
     def __init__(self, raw, path: Optional[Path] = None):
