@@ -186,15 +186,17 @@ def test_16bit_by_flashattentions_rule(name, case):
     judgement.assert_ok(f"{name} {dtype} q{sq} k{sk} d{d}")
 
 
+# Every pair of layouts meets on some two of q, k, v (a Latin square: 16 mixes, not 64).
+LAYOUT_MIXES = [(lq, lk, LAYOUTS[(i + j) % 4]) for i, lq in enumerate(LAYOUTS) for j, lk in enumerate(LAYOUTS)]
+
+
 @pytest.mark.parametrize("name", FAST_CPU)
-def test_every_mix_of_layouts(name):
-    """Each of q, k, v in any of the layouts, independently (64 mixes, at a tiny size)."""
-    for lq in LAYOUTS:
-        for lk in LAYOUTS:
-            for lv in LAYOUTS:
-                q, k, v = make_attention_inputs(1, 4, 2, 7, 11, 16, layouts=(lq, lk, lv), seed=1)
-                out = kernels.get(name)(q, k, v, causal=True)
-                reference.judge(out, q, k, v).assert_ok(f"{name} layouts q={lq} k={lk} v={lv}")
+def test_every_pair_of_layouts(name):
+    """q, k, v each in its own layout, contiguous or not, at a tiny size."""
+    for layouts in LAYOUT_MIXES:
+        q, k, v = make_attention_inputs(1, 4, 2, 7, 11, 16, layouts=layouts, seed=1)
+        out = kernels.get(name)(q, k, v, causal=True)
+        reference.judge(out, q, k, v).assert_ok(f"{name} layouts q, k, v = {layouts}")
 
 
 @pytest.mark.parametrize("name", FAST_CPU)
