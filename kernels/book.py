@@ -40,7 +40,13 @@ def plan(device: str, dtype: str, gpu: GPU | None) -> Plan:
 
     Tiers (README): CPU only; T4-class (sm_75: no bfloat16 tensor cores, no SDPA flash or
     cuDNN backend, so float16); Ampere and newer (sm_80+: everything, bfloat16).
+    ``device="auto"`` takes the GPU when there is one (a notebook opened in Colab), and
+    ``dtype="auto"`` then means bfloat16 (float16 where the GPU lacks it), float32 on a CPU.
     """
+    if device == "auto":
+        device = "cuda" if gpu is not None else "cpu"
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if device.startswith("cuda") and gpu is None:
@@ -65,7 +71,7 @@ def this_gpu() -> GPU | None:
     return GPU(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
 
 
-def setup(device: str = "cpu", dtype: str = "float32") -> tuple[torch.device, torch.dtype]:
+def setup(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
     """Resolve the chapter's parameters into a torch device and dtype, saying what changed."""
     chosen = plan(str(device), dtype, this_gpu())
     for note in chosen.notes:

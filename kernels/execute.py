@@ -264,6 +264,8 @@ def collapse_injected_parameters(nb_path: Path) -> None:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "hide-cell" not in tags:
             tags.append("hide-cell")
+            cell.metadata["mystnb"] = {"code_prompt_show": "Show the parameters this build ran with",
+                                       "code_prompt_hide": "Hide"}
     nbformat.write(nb, nb_path)
 
 

@@ -28,11 +28,17 @@ import yaml
 HERE = Path(__file__).resolve().parent
 BOOK = HERE.parent / "book"
 REPOSITORY = yaml.safe_load((HERE.parent / "_config.yml").read_text())["repository"]["url"]
-INSTALL = f"""# In Colab, or anywhere the course is not installed yet, install it from the repository.
+VERSION = re.search(r'^version = "([^"]+)"', (HERE.parent / "pyproject.toml").read_text(), re.M).group(1)
+RELEASE = f"v{VERSION}"  # the tag of this version's release: what a reader's install gets, not main
+INSTALL = f"""# In Colab, or anywhere the course is not installed yet, install its release {RELEASE}.
 try:
     import kernels.profiling
 except ImportError:
-    %pip install --quiet "attention-profiled @ git+{REPOSITORY}\""""
+    %pip install --quiet "attention-profiled @ git+{REPOSITORY}@{RELEASE}\""""
+# The parameters a reader gets outside the runner: the GPU when there is one (Colab), else the CPU.
+READER_DEFAULTS = {"device": "auto", "dtype": "auto"}
+# How the book labels the shared cells it folds away (myst-nb's code_prompt_show).
+PROMPTS = {"install": "Show how this page installs the course", "parameters": "Show this page's parameters"}
 METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
@@ -44,8 +50,9 @@ METADATA = {
 
 def parameters(extra: str) -> str:
     """The parameters cell: the cpu profile's values, as the runner would inject them."""
-    defaults = yaml.safe_load((BOOK / "params.yml").read_text())["cpu"]
-    lines = ["# Parameters: the runner (python -m kernels.execute) replaces these with a device profile."]
+    defaults = {**yaml.safe_load((BOOK / "params.yml").read_text())["cpu"], **READER_DEFAULTS}
+    lines = ["# Parameters: the runner (python -m kernels.execute) replaces these with a device profile;",
+             '# run by hand, "auto" takes the GPU when there is one.']
     lines += [f"{name} = {value!r}".replace("'", '"') for name, value in defaults.items()]
     lines += ['trace_dir = "traces"'] + ([extra] if extra else [])
     return "\n".join(lines)
@@ -64,9 +71,15 @@ def cell_from(header: str, body: str):
                  for line in body.splitlines())
         cell = nbformat.v4.new_markdown_cell("\n".join(lines))
     else:
+        if "solution" in tags:  # Colab ignores hide-input but folds a form cell to its title
+            body = "#@title A solution (double-click to show it)\n" + body
         cell = nbformat.v4.new_code_cell(body)
-        if "%pip install" in body or "parameters" in tags:
-            tags.append("hide-cell")  # collapsed behind a toggle in the book; as is in Jupyter
+        if "solution" in tags:
+            cell.metadata["cellView"] = "form"
+        shared = "install" if "%pip install" in body else "parameters" if "parameters" in tags else None
+        if shared:
+            tags.append("hide-cell")  # collapsed behind a labelled toggle in the book; as is in Jupyter
+            cell.metadata["mystnb"] = {"code_prompt_show": PROMPTS[shared], "code_prompt_hide": "Hide"}
     if tags:
         cell.metadata["tags"] = tags
     return cell

@@ -203,3 +203,25 @@ def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(caps
     assert table[""].tolist() == ["✔", "not guessed", "✔"], "the extra op in the trace is named"
     assert reveal(None, ["aten::matmul"]) is None and "No guess written" in capsys.readouterr().out
     assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out
+
+
+def test_a_reader_outside_the_runner_gets_the_gpu_and_the_release():
+    """Opened in Colab, a notebook's own defaults apply: device and dtype "auto", and the
+    install cell pins this version's release tag rather than whatever main holds."""
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    for path in NOTEBOOKS:
+        cells = nbformat.read(ROOT / path, as_version=4).cells
+        params = next(c for c in cells if "parameters" in c.metadata.get("tags", []))
+        assert 'device = "auto"' in params.source and 'dtype = "auto"' in params.source, path
+        install = next(c for c in cells if c.cell_type == "code")
+        assert f"git+{REPO_URL}@v{version}" in install.source, f"{path} installs release v{version}"
+        assert install.metadata["mystnb"]["code_prompt_show"], f"{path}: the folded install cell has a label"
+
+
+def test_solutions_fold_in_colab_too():
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+    solutions = [c for path in NOTEBOOKS if "exercises" in str(path)
+                 for c in nbformat.read(ROOT / path, as_version=4).cells if "solution" in c.metadata.get("tags", [])]
+    assert solutions and all(c.metadata.get("cellView") == "form" and c.source.startswith("#@title") for c in solutions), \
+        "Colab does not honour hide-input; a solution cell is a form that shows only its title"

@@ -32,10 +32,25 @@ def test_space_card_matches_the_dockerfile():
     card = yaml.safe_load(text.split("---")[1])
     assert card["sdk"] == "docker"
     dockerfile = (ROOT / "spaces" / "Dockerfile").read_text()
-    assert f"--port={card['app_port']}" in dockerfile and f"EXPOSE {card['app_port']}" in dockerfile
+    start = (ROOT / "spaces" / "start.sh").read_text()
+    assert f"--port={card['app_port']}" in start and f"EXPOSE {card['app_port']}" in dockerfile
+    assert 'CMD ["bash", "spaces/start.sh"]' in dockerfile
     assert "torch==2.13.0" in dockerfile
 
 
 def test_jobs_command_uses_the_configured_repository():
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     assert f"git clone {url}" in (ROOT / "book" / "appendix" / "spaces.md").read_text()
+
+
+def test_the_space_refuses_to_start_without_a_token(tmp_path):
+    done = subprocess.run(["bash", str(ROOT / "spaces" / "start.sh")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1 and "JUPYTER_TOKEN is not set" in done.stderr, \
+        "a public Space never serves JupyterLab without a token"
+
+
+def test_the_space_is_embeddable_and_token_protected():
+    start = (ROOT / "spaces" / "start.sh").read_text()
+    assert '--ServerApp.token="$JUPYTER_TOKEN"' in start and "frame-ancestors" in start
+    assert "--ServerApp.token=''" not in start and '--ServerApp.token= ' not in start

@@ -39,3 +39,10 @@ def test_ampere_and_newer_run_everything_in_bfloat16(gpu):
 def test_unknown_dtype_is_a_clear_error():
     with pytest.raises(ValueError, match="dtype must be one of"):
         plan("cpu", "float8", None)
+
+
+def test_auto_takes_the_gpu_when_there_is_one():
+    a100 = GPU("NVIDIA A100-SXM4-80GB", (8, 0))
+    assert (plan("auto", "auto", a100).device, plan("auto", "auto", a100).dtype) == ("cuda", "bfloat16")
+    assert (plan("auto", "auto", None).device, plan("auto", "auto", None).dtype) == ("cpu", "float32")
+    assert plan("auto", "auto", T4).dtype == "float16", "a T4 has no bfloat16 tensor cores"
