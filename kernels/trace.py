@@ -406,11 +406,14 @@ class Step:
 
     - CPU ops that start inside the range, on any thread of the process (the autograd
       engine's thread runs the backward ops of a training step); ``ops["tid"]`` says which
-      thread, and ``depth``/``parent`` nest ops on their own thread.
+      thread, and ``depth``/``parent`` nest ops on their own thread. A Kineto trace records
+      one process, so every CPU pid in it counts (HTA's Triton example writes its
+      ``ProfilerStep#1`` under a different pid from its ops and launches).
     - Self-nested ops are counted as ``prof.key_averages()`` counts them: an op that is the
       only child of an op of the same name is folded into it (see ``_self_nested``).
     - GPU work (kernels, memcpys, memsets) whose launching runtime or driver call, on any
-      thread, starts inside the range, wherever and whenever the GPU ran it.
+      thread, starts inside the range, wherever and whenever the GPU ran it (on a GPU the
+      label closes when the CPU has queued the work, long before the GPU has run it).
     - ``[memory]`` events inside the range, on any thread.
     """
 

@@ -156,3 +156,23 @@ def test_work_ops_are_the_ops_that_compute(cpu_runs):
                              "aten::_softmax": 1})
     assert naive - inplace == Counter({"aten::copy_": 1})
     assert cpu_runs["sdpa_flash"].step().work_ops() == ["aten::_scaled_dot_product_flash_attention_for_cpu"]
+
+
+def test_profiling_still_offers_every_name_the_chapters_use():
+    from kernels import timeline, trace, tracediff
+
+    names = ["profile", "Profile", "load_trace", "read_events", "Trace", "Step", "median_step", "op_table",
+             "kernel_table", "counts", "timeline", "diff", "StepDiff", "VIEW_OPS", "GPU_CATEGORIES",
+             "LAUNCH_CATEGORIES", "DTYPE_BYTES"]
+    missing = [n for n in names if not hasattr(profiling, n)]
+    assert not missing, f"kernels.profiling re-exports what it held before the split: {missing}"
+    assert profiling.Trace is trace.Trace and profiling.Step is trace.Step, "one class, reached two ways"
+    assert issubclass(profiling.StepDiff, tracediff.StepDiff) and callable(timeline.timeline)
+
+
+def test_diff_marks_its_rows_of_substance_in_a_public_column(cpu_runs):
+    d = profiling.diff(cpu_runs["naive"].step(0), cpu_runs["inplace"].step(0))
+    changed = d.ops[d.ops["substance"]]
+    assert set(changed["name"]) == set(d.changed()["name"][d.changed()["kind"] == "op"]), \
+        "substance is what changed() lists: count or bytes moved"
+
