@@ -283,9 +283,13 @@ class Trace:
         return sorted(n for n in names if profiler_steps or not n.startswith(PROFILER_STEP))
 
     def steps(self, label: str) -> list["Step"]:
-        """Every range labelled ``label``, in time order (a KeyError lists the labels)."""
+        """Every range labelled ``label``, in time order (a KeyError lists the labels). In the
+        old format a ``record_function`` range was an ``Operator`` like any op: ask for it by
+        name (``labels()`` cannot tell it from an op there)."""
         ranges = self._ranges()
         ranges = ranges[ranges["name"] == label]
+        if ranges.empty and self.legacy:  # before user_annotation, a record_function was an Operator
+            ranges = self._cpu_ops[self._cpu_ops["name"] == label]
         if ranges.empty:
             raise KeyError(f"no step labelled {label!r} in this trace; labels: {self.labels()}"
                            + (f"; profiler steps: {self._profiler_step_names()}" if self._profiler_step_names() else ""))
@@ -448,7 +452,9 @@ class Step:
     # --- CPU side
     def _ops(self, ops: pd.DataFrame) -> pd.DataFrame:
         own = (ops["pid"] == self.range["pid"]) & (ops["tid"] == self.range["tid"])
-        ops = ops[~own | (ops["end"] <= self.range["end"])]  # on the label's thread: inside it
+        itself = own & (ops["ts"] == self.range["ts"]) & (ops["dur"] == self.range["dur"]) & \
+            (ops["name"] == self.range["name"])  # an old-format label is an op of its own range
+        ops = ops[(~own | (ops["end"] <= self.range["end"])) & ~itself]  # on the label's thread: inside it
         keys = list(zip(ops["pid"], ops["tid"]))
         _, parent = _nest(keys, ops["ts"].tolist(), ops["end"].tolist())
         folded = _self_nested(ops["name"].tolist(), parent)

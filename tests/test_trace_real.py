@@ -209,6 +209,15 @@ def test_the_older_kineto_format_reads_the_same():
         assert len(a.ops) == len(b.ops)
 
 
+def test_an_old_format_record_function_range_is_a_step():
+    raw = raw_events(BACKWARD)
+    label = next(e for e in raw if e["name"] == "## backward ##")
+    events = as_legacy(raw) + [{**label, "cat": "Operator"}]  # what a user_annotation was then
+    (step,) = load_trace({"traceEvents": events}).steps("## backward ##")
+    assert len(step.kernels) == 1 and "## backward ##" not in set(step.ops["name"]), \
+        "the range is the step, not one of its own ops"
+
+
 @pytest.mark.parametrize("raw, words", [
     ({"schema": "1.0.1", "pid": 1, "nodes": []}, "execution trace"),
     ({"something": 1}, "no 'traceEvents'"),
