@@ -127,10 +127,12 @@ def test_work_launched_by_another_thread_is_counted():
         own = step.thread[1]
         launched_elsewhere = step.kernels[step.kernels["thread"] != own]
         assert len(launched_elsewhere) > 100, "the autograd thread launches the backward's kernels"
-        assert set(step.ops["tid"]) == {own, "1262"}, "the autograd thread's ops are kept, with their thread"
+        r = step.range
+        threads = {str(e["tid"]) for e in events if e.get("cat") == "cpu_op" and r["ts"] <= e["ts"] <= r["end"]}
+        assert len(threads) == 2 and set(step.ops["tid"]) == threads, \
+            "the autograd thread's ops are kept, with their thread"
         # the raw count of kernels launched from threads other than the step's own
         launched = {e["args"]["correlation"]: e for e in events if e.get("cat") in LAUNCHES}
-        r = step.range
         raw = sum(1 for e in events if e.get("cat") in GPU_WORK
                   and (lc := launched.get(e["args"].get("correlation"))) is not None
                   and r["ts"] <= lc["ts"] <= r["ts"] + r["dur"] and str(lc["tid"]) != own)
