@@ -1,0 +1,168 @@
+"""The compiled implementations (kernels/compiled.py) under the contract, and the helpers chapter 7
+reads traces with.
+
+Every compile costs seconds on a CPU (a C++ compile per new shape), so the fast grid is three
+shapes per implementation that together use S = 1, 17 and 113, both causal modes, GQA, Sq != Sk
+and a non-contiguous layout; the rest of the grid is marked slow.
+
+``kernels.compiled`` is imported inside the tests, not at collection, so that the other test
+modules (which list the registered implementations when they are collected) see the registry
+as ``import kernels`` leaves it.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import kernels
+from kernels import reference
+from tests.conftest import make_attention_inputs
+
+COMPILED = ("compiled_naive", "flex")
+
+# (hq, hkv, sq, sk, d, causal, scale, layouts). Each new shape is a compile (seconds), so the
+# fast grid is two calls per implementation that between them take S = 1, 17 and 113, both
+# causal modes, GQA, Sq != Sk, a given scale and non-contiguous views.
+FAST = [
+    (4, 2, 17, 113, 16, True, None, "bshd"),   # causal bottom-right, GQA, Sq < Sk, [B,S,H,D] views
+    (2, 2, 1, 17, 16, False, 0.3, "bhsd"),     # decoding one query, not causal, a given scale
+]
+SLOW = [
+    (2, 1, 113, 17, 16, True, None, "bhsd"),   # Sq > Sk: the first 96 queries see no key (zeros)
+    (2, 2, 1, 1, 8, True, None, "bhsd"),
+    (4, 4, 113, 113, 80, True, None, ("bhsd", "bshd", "bshd")),
+]
+IDS = lambda c: f"hq{c[0]}-hkv{c[1]}-sq{c[2]}-sk{c[3]}-d{c[4]}-causal{c[5]}-scale{c[6]}"  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    from kernels import compiled as module  # registers compiled_naive and flex
+
+    with torch.no_grad():  # one grad mode for every call, as Dynamo guards on it
+        yield module
+
+
+def _check(name, case):
+    hq, hkv, sq, sk, d, causal, scale, layouts = case
+    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, d, layouts=layouts, seed=sq * 7 + sk)
+    out = kernels.get(name)(q, k, v, causal=causal, scale=scale)
+    assert out.shape == q.shape and out.dtype == q.dtype, f"{name}: the output must have q's shape and dtype"
+    reference.judge(out, q, k, v, causal=causal, scale=scale).assert_ok(f"{name} {case}")
+    return out, (q, k, v, causal, scale)
+
+
+@pytest.mark.parametrize("case", FAST, ids=IDS)
+@pytest.mark.parametrize("name", COMPILED)
+def test_matches_the_float64_reference(compiled, name, case):
+    _check(name, case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLOW, ids=IDS)
+@pytest.mark.parametrize("name", COMPILED)
+def test_matches_the_float64_reference_more_shapes(compiled, name, case):
+    out, (q, k, v, causal, _) = _check(name, case)
+    if causal and q.shape[-2] > k.shape[-2]:
+        blind = q.shape[-2] - k.shape[-2]
+        assert torch.equal(out[..., :blind, :], torch.zeros_like(out[..., :blind, :])), \
+            f"{name}: queries that see no key must output zeros"
+
+
+@pytest.mark.parametrize("name", COMPILED)
+def test_a_poisoned_output_fails_the_judge(compiled, name):
+    # The check above can fail: one wrong element, or one NaN, in a real output is caught.
+    out, (q, k, v, causal, scale) = _check(name, FAST[0])   # the same shape: no new compile
+    for poison in (float("nan"), 1.0):
+        bad = out.clone()
+        bad[0, 1, 5, 3] = poison if math.isnan(poison) else bad[0, 1, 5, 3] + poison
+        assert not reference.judge(bad, q, k, v, causal=causal, scale=scale).ok, \
+            f"{name}: a poisoned output ({poison}) must fail"
+    ignored_scale = kernels.get(name)(q, k, v, causal=causal, scale=None)
+    assert not reference.judge(ignored_scale, q, k, v, causal=causal, scale=0.5).ok, \
+        "the judge tells a wrong scale apart"
+
+
+def test_refusals_in_words(compiled, monkeypatch):
+    q, k, v = make_attention_inputs(1, 2, 2, 17, 17, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match="flex: dtype torch.float64 is not supported"):
+        kernels.get("flex")(q, k, v)
+    assert kernels.available("cpu")["flex"] is None and kernels.available("cpu")["compiled_naive"] is None
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    why = compiled.compiler_reason(torch.device("cpu"))
+    assert why and "C++ compiler" in why, "without a C++ compiler the compiled entries must say so"
+    assert "mps" in compiled.compiler_reason(torch.device("mps"))
+
+
+def test_names_come_after_the_rest(compiled):
+    names = kernels.names()
+    assert names[-2:] == ["compiled_naive", "flex"], "the compiled entries are taught last (chapter 7)"
+
+
+# ------------------------------------------------------------------ helpers (no compile)
+
+@pytest.mark.parametrize("seq", [1, 113, 300, 512])
+def test_block_counts_agree_with_the_dense_mask(compiled, seq):
+    from torch.nn.attention.flex_attention import create_mask
+
+    mask = compiled.causal_block_mask(seq, seq, "cpu")
+    counts = compiled.block_counts(mask)
+    dense = create_mask(compiled.causal_mod(0), None, None, seq, seq, device="cpu")[0, 0]
+    bq, bk = counts.block
+    full = partial = empty = 0
+    for i in range(0, seq, bq):
+        for j in range(0, seq, bk):
+            tile = dense[i:i + bq, j:j + bk]
+            full += bool(tile.all())
+            partial += bool(tile.any() and not tile.all())
+            empty += bool(not tile.any())
+    # A tile cut short by the end of the sequence counts as masked (its padding is masked out).
+    assert counts.skipped == empty, f"S={seq}: skipped tiles are those the mask hides entirely"
+    assert counts.full + counts.partial == full + partial, f"S={seq}: every other tile is computed"
+    assert counts.total == math.ceil(seq / bq) * math.ceil(seq / bk)
+
+
+def test_fused_ops_reads_inductor_names(compiled):
+    assert compiled.fused_ops("graph_1_cpp_fused__softmax_masked_fill_mul_view_0") == \
+        ["softmax", "masked_fill", "mul", "view"]
+    assert compiled.fused_ops("triton_per_fused__softmax_masked_fill_mul_0") == ["softmax", "masked_fill", "mul"]
+    assert compiled.fused_ops("aten::bmm") == []
+
+
+def test_alibi_reference_by_loops(compiled):
+    q, k, v = make_attention_inputs(1, 4, 2, 5, 7, 3, seed=2)
+    got = compiled.alibi_reference(q, k, v, causal=True)
+    slopes = compiled.alibi_slopes(4)
+    want = torch.zeros(1, 4, 5, 3, dtype=torch.float64)
+    for h in range(4):
+        for i in range(5):
+            logits = []
+            for j in range(7):
+                s = float(q[0, h, i].double() @ k[0, h // 2, j].double()) / math.sqrt(3) + slopes[h] * (j - i)
+                logits.append(s if j <= i + 2 else -math.inf)
+            w = torch.tensor(logits, dtype=torch.float64).softmax(0)
+            want[0, h, i] = w @ v[0, h // 2].double()
+    assert torch.allclose(got, want, atol=1e-12), "alibi_reference must be ALiBi, bottom-right causal"
+    with pytest.raises(ValueError, match="power-of-two"):
+        compiled.alibi_slopes(6)
+
+
+def test_broken_attention_is_naive_attention_eager(compiled):
+    from kernels.naive import NaiveAttention
+
+    q, k, v = make_attention_inputs(1, 2, 2, 17, 17, 16)
+    assert torch.equal(compiled.BrokenAttention()(q, k, v), NaiveAttention()(q, k, v)), \
+        "the graph break changes nothing eager"
+
+
+def test_inductor_cache_goes_under_build(compiled, monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    inside = tmp_path / "_build" / "executed" / "book"
+    inside.mkdir(parents=True)
+    assert compiled.keep_inductor_cache_in_build(inside) == str((tmp_path / "_build" / "inductor-cache").resolve())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "mine")
+    assert compiled.keep_inductor_cache_in_build(inside) == "mine", "a reader's own setting wins"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    assert compiled.keep_inductor_cache_in_build(tmp_path) is None, "outside _build, Inductor's default stays"
