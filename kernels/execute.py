@@ -374,9 +374,27 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     return report
 
 
+def stage_mathjax(out: Path) -> Path:
+    """Copy MathJax (from the jupyter-server-mathjax package) into the book's static files,
+    where ``mathjax_path`` in _config.yml finds it: pages then typeset math offline."""
+    try:
+        import jupyter_server_mathjax
+    except ImportError as err:
+        raise SystemExit("building the book needs MathJax from the jupyter-server-mathjax package: "
+                         "pip install -r requirements.txt") from err
+    src = Path(jupyter_server_mathjax.__file__).parent / "static"
+    dst = Path(out) / "book" / "_static" / "mathjax"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("localization", "*.py"))
+    return dst
+
+
 def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) -> Path:
     """Build the executed copy with Jupyter Book (execution off, warnings as errors)."""
     import subprocess
+
+    stage_mathjax(out)
 
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
            "build", str(out), "--path-output", str(html_parent), "-W", "-n", "--keep-going"]

@@ -20,7 +20,7 @@ import inspect
 import torch
 
 import kernels
-from kernels import profiling, recorded
+from kernels import profiling, recorded, traces
 from kernels.book import glue, inputs, lesson, reveal, setup
 
 device, dtype = setup(device, dtype)
@@ -151,6 +151,10 @@ per_step
 fig = profiling.timeline(step, title="mlp_step: one recorded step")
 glue("primer_step_ms", round(step.cpu_time_us / 1e3, 3))
 glue("primer_ops", len(step.ops))
+
+# %%
+# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
+traces.links(run)
 
 # %% [markdown]
 # That step took {glue:text}`primer_step_ms` ms of CPU time and dispatched

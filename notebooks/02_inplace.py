@@ -88,6 +88,10 @@ lesson(copy_rows["count_change"].sum() == -1 and gone["shapes"].str.startswith(s
        "the in-place forward runs exactly one copy_ fewer", f"the {batch}×{heads}×{seq}×{seq} one")
 fig = changes.figure()
 
+# %%
+# The two traces behind this figure: download them, or open them in Perfetto.
+display(traces.links(runs["naive"]), traces.links(runs["inplace"]))
+
 # %% [markdown]
 # ## One S×S allocation fewer, same peak
 #

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 import kernels
 import kernels.sdpa
-from kernels import profiling, recorded, reference
+from kernels import profiling, recorded, reference, traces
 from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.fingerprints import classify_many, fingerprint
 from kernels.occupancy import arch_of, occupancy
@@ -191,6 +191,10 @@ else:
     lesson("aten::bmm" in changed_names, "at 16 bits even the matmuls differ: the math backend's are float32")
 fig = changes.figure()
 
+# %%
+# The two traces behind this figure: download them, or open them in Perfetto.
+display(traces.links(runs["inplace"]), traces.links(runs["sdpa_math"]))
+
 # %% [markdown]
 # Only in the in-place forward: the cached mask, applied with `masked_fill_`, and the scale,
 # multiplied into the S×S scores. Only in the math backend: the mask built anew (`ones`,
@@ -343,6 +347,10 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
 # %%
 fig = profiling.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
 
+# %%
+# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
+traces.links(runs["sdpa_math"])
+
 # %% [markdown]
 # ## The fused backends: one kernel each
 #
@@ -402,6 +410,10 @@ glue("flash_transposes", len(transposes))
 # %%
 if "sdpa_flash" in step:
     fig = profiling.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})")
+
+# %%
+# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
+traces.links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 
 # %% [markdown]
 # ### Low occupancy, on purpose
@@ -565,6 +577,10 @@ ax.xaxis.set_minor_locator(plt.NullLocator())  # log axes label minor ticks othe
 ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
 ax.legend()
 fig.tight_layout()
+
+# %%
+# The traces behind each point: download them, or open them in Perfetto.
+display(*(traces.links(st) for st in sweep_steps.values()))
 
 # %%
 math_growth = growth["sdpa_math x per doubling"].dropna()

@@ -89,6 +89,40 @@ def test_page_renders_with_its_images_and_links(site, page):
         (SCREENSHOTS / page.replace("/", "_").replace(".html", ".png")).write_bytes(base64.b64decode(shot["data"]))
 
 
+FIT_AND_MATH = """(() => {
+  const main = document.querySelector("article.bd-article") || document.querySelector("main");
+  const right = main.getBoundingClientRect().right;
+  const wide = Array.from(main.querySelectorAll("table, img, svg:not(.MathJax_SVG svg)"))
+    .filter(e => e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().right > right + 1)
+    .map(e => `${e.tagName.toLowerCase()} (${Math.round(e.getBoundingClientRect().right - right)} px over)`);
+  const visible = e => e.offsetWidth > 0 && e.offsetHeight > 0;
+  return {
+    wide,
+    math: main.querySelectorAll("span.math, div.math").length,
+    typeset: main.querySelectorAll("span.MathJax, div.MathJax_Display").length,
+    raw_tex: Array.from(main.querySelectorAll("span.math, div.math")).filter(e => /\\\(|\\\[/.test(e.textContent)).length,
+    searches: Array.from(document.querySelectorAll(".search-button__button, .search-button-field")).filter(visible).length,
+  };
+})()"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_page_fits_its_column_typesets_math_and_has_one_search_box(site, page):
+    tools, base, _ = site
+    session, _ = load(tools, f"{base}/{page}")
+    deadline = time.monotonic() + 20
+    while True:  # MathJax typesets after the load event
+        seen = tools.evaluate(session, FIT_AND_MATH)
+        if seen["raw_tex"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not seen["wide"], f"{page}: tables or figures run past the main column at 1280 px: {seen['wide']}"
+    assert seen["raw_tex"] == 0 and seen["typeset"] >= seen["math"], \
+        f"{page}: {seen['raw_tex']} of {seen['math']} formulas left as raw TeX (MathJax is served by the book)"
+    assert seen["searches"] == 1, f"{page} shows {seen['searches']} search boxes"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", NOTEBOOK_PAGES)
 def test_notebook_page_has_launch_and_download_links(site, page):
