@@ -121,6 +121,43 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
     return None
 
 
+# ---- which backend SDPA tries first (torch 2.11-2.13, sdp_utils) ------------------------------
+
+DEFAULT_PRIORITY = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn")
+# torch 2.11-2.13 move cuDNN to the front on these capabilities with a runtime cuDNN newer than 9.15.0.
+CUDNN_FIRST_MAJORS = (9, 10)
+CUDNN_FIRST_AFTER = 91500
+
+
+def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,
+             deterministic: bool = False, order=DEFAULT_PRIORITY) -> list[str]:
+    """The order an unpinned SDPA call on a GPU of capability ``cap`` tries its backends.
+
+    ``order`` is the base order (``sdpa_kernel([...], set_priority=True)`` changes it). On
+    capability 9.x and 10.x with cuDNN newer than 9.15.0, cuDNN goes first, unless
+    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``) or deterministic algorithms are on.
+    """
+    order = list(order)
+    cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and cudnn_version is not None
+                   and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized and not deterministic)
+    if cudnn_first and "sdpa_cudnn" in order:
+        order.remove("sdpa_cudnn")
+        order.insert(0, "sdpa_cudnn")
+    return order
+
+
+def predicted_backend(cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
+                      cudnn_version: Optional[int] = None, deprioritized: bool = False,
+                      deterministic: bool = False, order=DEFAULT_PRIORITY) -> str:
+    """The backend an unpinned causal SDPA call (Sq == Sk, no mask) should pick on that GPU:
+    the first in ``priority`` whose rules accept the inputs. Math accepts everything."""
+    for name in priority(cap, cudnn_version, deprioritized=deprioritized, deterministic=deterministic, order=order):
+        if name == "sdpa_math" or gpu_input_reason(name, cap, dtype, head_dim, deterministic=deterministic,
+                                                   cudnn_version=cudnn_version) is None:
+            return name
+    return "sdpa_math"
+
+
 # ---- the same rules, asked about this machine ------------------------------------------------
 
 def device_reason(name: str, device: torch.device) -> Reason:

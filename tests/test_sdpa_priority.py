@@ -1,0 +1,52 @@
+"""Which backend unpinned SDPA picks: the priority order and its exceptions (torch 2.11-2.13).
+
+Checked as a table on capability tuples here; a GPU test checks the prediction against what
+PyTorch itself chooses on the machine it runs on.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import sdpa
+from tests.conftest import make_qkv
+
+A100, H200, T4, B200 = (8, 0), (9, 0), (7, 5), (10, 0)
+CUDNN_9_20, CUDNN_9_8 = 92000, 90800
+
+
+@pytest.mark.parametrize("cap, dtype, d, cudnn, extra, want", [
+    (A100, torch.bfloat16, 64, CUDNN_9_20, {}, "sdpa_flash"),          # the default order: flash first
+    (H200, torch.bfloat16, 64, CUDNN_9_20, {}, "sdpa_cudnn"),          # sm_90 with cuDNN > 9.15: cuDNN first
+    (B200, torch.bfloat16, 128, CUDNN_9_20, {}, "sdpa_cudnn"),         # sm_100 too
+    (H200, torch.bfloat16, 64, CUDNN_9_8, {}, "sdpa_flash"),           # an older cuDNN keeps the default
+    (H200, torch.bfloat16, 64, CUDNN_9_20, {"deprioritized": True}, "sdpa_flash"),   # TORCH_CUDNN_SDPA_DEPRIORITIZED=1
+    (H200, torch.bfloat16, 64, CUDNN_9_20, {"deterministic": True}, "sdpa_flash"),   # deterministic algorithms
+    (H200, torch.float32, 64, CUDNN_9_20, {}, "sdpa_efficient"),       # 16-bit only for flash and cuDNN
+    (T4, torch.float16, 64, CUDNN_9_20, {}, "sdpa_efficient"),         # no flash before sm_80
+    (T4, torch.float16, 60, CUDNN_9_20, {}, "sdpa_math"),              # efficient needs head_dim % 8 in 16 bits
+    (H200, torch.bfloat16, 200, CUDNN_9_20, {}, "sdpa_cudnn"),         # sm_90 + cuDNN >= 9.10: head_dim up to 256
+    (B200, torch.bfloat16, 256, CUDNN_9_20, {}, "sdpa_flash"),         # sm_100: cuDNN stops at 128, flash takes it
+    (H200, torch.bfloat16, 100, CUDNN_9_20, {}, "sdpa_flash"),         # cuDNN needs a multiple of 8
+], ids=["a100", "h200", "b200", "old-cudnn", "deprioritized", "deterministic", "fp32", "t4", "t4-d60", "h200-d200",
+        "b200-d256", "h200-d100"])
+def test_predicted_backend(cap, dtype, d, cudnn, extra, want):
+    assert sdpa.predicted_backend(cap, dtype, d, cudnn_version=cudnn, **extra) == want
+
+
+def test_cudnn_first_only_moves_cudnn():
+    assert sdpa.priority(H200, CUDNN_9_20) == ["sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math"]
+    assert sdpa.priority(A100, CUDNN_9_20) == list(sdpa.DEFAULT_PRIORITY)
+    custom = ("sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn")   # sdpa_kernel(..., set_priority=True)
+    assert sdpa.priority(A100, CUDNN_9_20, order=custom) == list(custom)
+
+
+@pytest.mark.gpu
+def test_the_prediction_is_what_pytorch_picks_on_this_gpu():
+    cap = torch.cuda.get_device_capability()
+    for dtype in (torch.bfloat16, torch.float16):
+        for d in (64, 128):
+            q, k, v = make_qkv(2, 4, 256, d, dtype=dtype, device="cuda")
+            want = sdpa.predicted_backend(cap, dtype, d, cudnn_version=torch.backends.cudnn.version(),
+                                          deterministic=torch.are_deterministic_algorithms_enabled())
+            assert sdpa.default_backend_name(q, k, v) == want, f"{dtype}, D={d} on sm_{cap[0]}{cap[1]}"
