@@ -88,7 +88,7 @@ def test_runner_reports_a_failing_notebook(tmp_path, capsys):
     assert "failed" in (out / "report.md").read_text()
     assert not (root / "book" / "boom.ipynb").read_text().count('"outputs": [\n     {'), "source left untouched"
     printed = capsys.readouterr().out
-    assert "[1/1] book/boom.ipynb" in printed and "0 ok, 1 failed" in printed
+    assert "[1/1] book/boom.ipynb" in printed and "0 executed ok, 1 failed" in printed
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_page_renders_with_its_images_and_links(site, page):
         (SCREENSHOTS / page.replace("/", "_").replace(".html", ".png")).write_bytes(base64.b64decode(shot["data"]))
 
 
-FIT_AND_MATH = """(() => {
+FIT_AND_MATH = r"""(() => {
   const main = document.querySelector("article.bd-article") || document.querySelector("main");
   const right = main.getBoundingClientRect().right;
   const wide = Array.from(main.querySelectorAll("table, img, svg:not(.MathJax_SVG svg)"))
