@@ -498,6 +498,42 @@ def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu") -
     return _passed("count_work_ops counts the work in each backend's trace. " + "; ".join(lines))
 
 
+# Calls to predict: (GPU, capability, dtype, head_dim, runtime cuDNN, deprioritized, deterministic).
+BACKEND_SCENARIOS = {
+    "A100, bf16, D=64": ((8, 0), torch.bfloat16, 64, 92000, False, False),
+    "H200, bf16, D=64": ((9, 0), torch.bfloat16, 64, 92000, False, False),
+    "H200, bf16, D=64, TORCH_CUDNN_SDPA_DEPRIORITIZED=1": ((9, 0), torch.bfloat16, 64, 92000, True, False),
+    "H200, bf16, D=64, deterministic algorithms on": ((9, 0), torch.bfloat16, 64, 92000, False, True),
+    "H200, fp32, D=64": ((9, 0), torch.float32, 64, 92000, False, False),
+    "T4, fp16, D=64": ((7, 5), torch.float16, 64, 92000, False, False),
+    "T4, fp16, D=60": ((7, 5), torch.float16, 60, 92000, False, False),
+}
+
+
+def check_backend_predictions(predictions: dict) -> Passed:
+    """Your prediction of the backend an unpinned causal SDPA call picks, per scenario, against
+    PyTorch's rules (``kernels.sdpa.predicted_backend``); a wrong one is told the rule that decides."""
+    from . import sdpa
+
+    missing = [name for name in BACKEND_SCENARIOS if _blank(predictions.get(name))]
+    if missing:
+        _fail(f"predict a backend for every scenario first (one of {', '.join(sdpa.BACKENDS)}); missing: "
+              f"{'; '.join(missing)}")
+    for name, (cap, dtype, d, cudnn, deprioritized, deterministic) in BACKEND_SCENARIOS.items():
+        want = sdpa.predicted_backend(cap, dtype, d, cudnn_version=cudnn, deprioritized=deprioritized,
+                                      deterministic=deterministic)
+        got = predictions[name]
+        if got == want:
+            continue
+        order = sdpa.priority(cap, cudnn, deprioritized=deprioritized, deterministic=deterministic)
+        refused = [f"{b} ({sdpa.gpu_input_reason(b, cap, dtype, d, deterministic=deterministic, cudnn_version=cudnn)})"
+                   for b in order[:order.index(want)]]
+        _fail(f"{name}: SDPA tries {' -> '.join(order)} here and takes {want}"
+              + (f", after refusing {'; '.join(refused)}" if refused else ", the first it tries")
+              + f"; you predicted {got!r}.")
+    return _passed(f"all {len(BACKEND_SCENARIOS)} predictions match PyTorch's rules")
+
+
 def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu") -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
     from .naive import future_mask

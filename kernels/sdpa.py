@@ -158,6 +158,16 @@ def predicted_backend(cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *
     return "sdpa_math"
 
 
+def predicted_backend_here(device: torch.device, dtype: torch.dtype, head_dim: int) -> str:
+    """``predicted_backend`` for this machine's GPU, cuDNN, environment and deterministic mode."""
+    import os
+
+    return predicted_backend(torch.cuda.get_device_capability(device), dtype, head_dim,
+                             cudnn_version=torch.backends.cudnn.version(),
+                             deprioritized=os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED") == "1",
+                             deterministic=torch.are_deterministic_algorithms_enabled())
+
+
 # ---- the same rules, asked about this machine ------------------------------------------------
 
 def device_reason(name: str, device: torch.device) -> Reason:

@@ -58,11 +58,39 @@ lesson(gap <= 2 * tol, "SDPA and the hand-written in-place module agree", f"max 
 # %% [markdown]
 # ## Which backend ran?
 #
-# SDPA walks its backends in a fixed priority order and takes the first whose checks
-# pass for these inputs (device, dtype, head dim, mask, sequence lengths). PyTorch
-# exposes that decision as `torch._fused_sdp_choice`; `kernels.sdpa.default_backend_name`
-# translates it into the course's names, and `kernels.sdpa.probe` simply tries every
-# backend pinned on its own:
+# SDPA walks its backends in a priority order and takes the first whose checks pass for
+# these inputs (device, dtype, head dim, mask, sequence lengths). The order is not fixed.
+# By default it is flash, memory-efficient, math, cuDNN; but torch 2.11 to 2.13 move cuDNN
+# to the front on compute capability 9.x and 10.x (H100, H200, B200) when the runtime cuDNN
+# is newer than 9.15.0, unless the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1`,
+# deterministic algorithms are on, or `torch.backends.cuda.enable_cudnn_sdp(False)` turns it
+# off; and `sdpa_kernel([...], set_priority=True)` imposes an order of your own. So the same
+# unpinned bf16 causal call picks flash on an A100 and cuDNN on an H200.
+# `kernels.sdpa.predicted_backend` writes those rules down as a pure function of the GPU:
+
+# %%
+predictions = pd.DataFrame([{"GPU": gpu, "dtype": str(dt).replace("torch.", ""), "head_dim": d,
+                             "unpinned SDPA picks": kernels.sdpa.predicted_backend(cap, dt, d, cudnn_version=92000, **kw),
+                             "note": note}
+                            for gpu, cap, dt, d, kw, note in [
+                                ("A100 (sm_80)", (8, 0), torch.bfloat16, 64, {}, "the default order"),
+                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, {}, "cuDNN first"),
+                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, {"deprioritized": True},
+                                 "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
+                                ("H200 (sm_90)", (9, 0), torch.float32, 64, {}, "flash and cuDNN take 16 bits only"),
+                                ("T4 (sm_75)", (7, 5), torch.float16, 64, {}, "no flash before sm_80")]])
+display(predictions.set_index("GPU"))
+lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
+       "by PyTorch's rules the same bf16 call picks flash on an A100 and cuDNN on an H200 (cuDNN 9.20)")
+
+# %% [markdown]
+# To ask PyTorch itself why a backend was refused, build the call's parameters and ask each
+# backend's check with `debug=True`: it warns with the reason, e.g.
+# `torch.backends.cuda.can_use_flash_attention(torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, True, False), debug=True)`
+# (`can_use_efficient_attention` and `can_use_cudnn_attention` likewise; on a CPU-only build
+# they simply return False). PyTorch exposes the final decision as `torch._fused_sdp_choice`;
+# `kernels.sdpa.default_backend_name` translates it into the course's names, and
+# `kernels.sdpa.probe` simply tries every backend pinned on its own:
 
 # %%
 chosen = kernels.sdpa.default_backend_name(q, k, v)
@@ -74,6 +102,9 @@ runnable = [n for n, r in probed.items() if r is None]
 pinned_out = kernels.get(chosen)(q, k, v)
 lesson(torch.equal(out, pinned_out), f"unpinned SDPA is exactly the {chosen} backend pinned",
        "bit-identical outputs")
+if device.type == "cuda":
+    predicted = kernels.sdpa.predicted_backend_here(device, dtype, head_dim)
+    lesson(chosen == predicted, "on this GPU, SDPA picked the backend its priority rules predict", chosen)
 glue("default_backend", chosen)
 
 # %% [markdown]

@@ -30,7 +30,8 @@ STUB_MESSAGES = {
     "00_profiler_primer": [r"write your guess first", r"hottest_op\(step\) returned nothing"],
     "01_naive": [r"my_attention returned None", r"you returned None, but the trace of naive attention has a copy"],
     "02_inplace": [r"my_mask_ returned None", r"lean_attention returned None"],
-    "03_sdpa": [r"write your guesses first", r"sdpa_with_mask returned None", r"safe_softmax returned None"],
+    "03_sdpa": [r"write your guesses first", r"sdpa_with_mask returned None", r"safe_softmax returned None",
+                r"predict a backend for every scenario first"],
     "04_triton": [r"online_update returned None",
                   r"mask is off by one: `cols < row` hides the diagonal, so row 0 .* NaN",
                   r"my_occupancy must return \(blocks_per_sm, fraction\); it returned None"],
@@ -337,3 +338,16 @@ def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(cap
         ex.showing_solutions(False)
     ex._passed("right")
     assert capsys.readouterr().out == "✔ right\n"
+
+
+def test_backend_predictions_name_the_rule_that_decides(nb_dir):
+    solution = notebook_module("03_sdpa", nb_dir).solution_predictions
+    assert ex.check_backend_predictions(solution)
+    with pytest.raises(ExerciseFailed, match="missing"):
+        ex.check_backend_predictions({})
+    wrong = {**solution, "H200, bf16, D=64": "sdpa_flash"}  # the usual guess: flash everywhere
+    with pytest.raises(ExerciseFailed, match=r"H200, bf16, D=64: SDPA tries sdpa_cudnn -> .* takes sdpa_cudnn"):
+        ex.check_backend_predictions(wrong)
+    wrong = {**solution, "T4, fp16, D=60": "sdpa_efficient"}
+    with pytest.raises(ExerciseFailed, match="multiple of 8"):
+        ex.check_backend_predictions(wrong)

@@ -47,6 +47,5 @@ def test_the_prediction_is_what_pytorch_picks_on_this_gpu():
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128):
             q, k, v = make_qkv(2, 4, 256, d, dtype=dtype, device="cuda")
-            want = sdpa.predicted_backend(cap, dtype, d, cudnn_version=torch.backends.cudnn.version(),
-                                          deterministic=torch.are_deterministic_algorithms_enabled())
+            want = sdpa.predicted_backend_here(torch.device("cuda"), dtype, d)
             assert sdpa.default_backend_name(q, k, v) == want, f"{dtype}, D={d} on sm_{cap[0]}{cap[1]}"

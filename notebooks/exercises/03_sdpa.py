@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from kernels import profiling
 from kernels.book import setup
-from kernels.exercises import check_safe_softmax, check_sdpa_mask, check_work_op_count, showing_solutions
+from kernels.exercises import (BACKEND_SCENARIOS, check_backend_predictions, check_safe_softmax, check_sdpa_mask,
+                               check_work_op_count, showing_solutions)
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -134,5 +135,41 @@ check_safe_softmax(solution_safe_softmax if solutions else safe_softmax, device=
 # %% [markdown]
 # Those extra ops (`isneginf`, `all`, `where`) are the NaN-guard kernels the chapter found
 # in the math backend's trace.
+#
+# ## Task 4: predict the backend
+#
+# Chapter 3 gave SDPA's rules: a priority order (flash, memory-efficient, math, cuDNN by
+# default; cuDNN first on sm_90 and sm_100 with a cuDNN newer than 9.15, unless deprioritized
+# or in deterministic mode), and each backend's own checks (dtype, head dim, GPU). For each
+# unpinned, causal call below (runtime cuDNN 9.20), which backend runs? Write one of
+# `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`, `sdpa_math`.
+
+# %%
+print("\n".join(BACKEND_SCENARIOS))
+
+# %% tags=["stub"]
+my_predictions = {name: None for name in BACKEND_SCENARIOS}  # fill in each
+
+# %% [markdown]
+# :::{dropdown} Hint
+# Walk the order for that GPU and stop at the first backend that accepts the call. Flash and
+# cuDNN take only 16-bit inputs and need sm_80; on a T4 in 16 bits the memory-efficient
+# kernel needs a head dim that is a multiple of 8. Math accepts everything.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: the order first, then each backend's checks.
+solution_predictions = {
+    "A100, bf16, D=64": "sdpa_flash",
+    "H200, bf16, D=64": "sdpa_cudnn",
+    "H200, bf16, D=64, TORCH_CUDNN_SDPA_DEPRIORITIZED=1": "sdpa_flash",
+    "H200, bf16, D=64, deterministic algorithms on": "sdpa_flash",
+    "H200, fp32, D=64": "sdpa_efficient",
+    "T4, fp16, D=64": "sdpa_efficient",
+    "T4, fp16, D=60": "sdpa_math",
+}
+
+# %% tags=["check"]
+check_backend_predictions(solution_predictions if solutions else my_predictions)
 #
 # Back to [chapter 3](../03_sdpa.ipynb), or on to the [exercises of chapter 4](04_triton.ipynb).
