@@ -34,13 +34,6 @@ def expected(q, k, v, causal, scale=None):
         return reference.attention(q, k, v, causal, scale)
 
 
-def reference_grads(q, k, v, grad_out, causal, scale=None):
-    """dq, dk, dv of the float64 reference attention, by autograd."""
-    q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_() for t in (q, k, v))
-    reference.attention(q64, k64, v64, causal, scale).backward(grad_out.to("cpu", torch.float64))
-    return q64.grad, k64.grad, v64.grad
-
-
 # --- the online softmax in PyTorch ------------------------------------------------------
 
 @pytest.mark.parametrize("block", [1, 3, 16, 100])
