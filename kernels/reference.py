@@ -236,33 +236,50 @@ def _dt(dtype: torch.dtype) -> str:
 # --------------------------------------------------------------------------- counts
 
 def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True,
-          backward: bool = False) -> float:
-    """FLOPs of attention: 2 matmuls of 2·S²·D each per head, halved when causal.
+          backward: bool = False, *, seq_k: int | None = None) -> float:
+    """FLOPs of attention: 2 matmuls of 2·Sq·Sk·D each per query head, causal counting only
+    what is seen.
 
     Backward does 2.5x the forward's work (five matmuls to the forward's two), so
-    forward+backward is 3.5x. The convention of FlashAttention's benchmarks; counting
-    causal at full price would report TFLOP/s twice too high.
+    forward+backward is 3.5x. With Sq == Sk (``seq_k`` None or equal), causal is halved: the
+    convention of FlashAttention's benchmarks; counting causal at full price would report
+    TFLOP/s twice too high. With Sq != Sk, causal counts the (query, key) pairs the bottom-right
+    mask leaves visible, so a decoding step (Sq = 1) costs its full Sk. K/V heads shared by
+    grouped-query attention do not change the count: every query head does its own matmuls.
     """
-    f = 4.0 * batch * heads * seq * seq * head_dim
+    seq_k = seq if seq_k is None else seq_k
+    pairs = float(seq * seq_k)
     if causal:
-        f /= 2
+        pairs = pairs / 2 if seq_k == seq else float(visible_pairs(seq, seq_k))
+    f = 4.0 * batch * heads * pairs * head_dim
     return f * 3.5 if backward else f
 
 
+def visible_pairs(s_q: int, s_k: int) -> int:
+    """(query, key) pairs bottom-right causal attention computes: sum over i of min(Sk, max(0, i + Sk - Sq + 1))."""
+    return int((~future_mask(s_q, s_k)).sum())
+
+
 def io_bytes(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype = torch.float32,
-             materialized: bool = False, backward: bool = False) -> float:
+             materialized: bool = False, backward: bool = False, *, seq_k: int | None = None,
+             kv_heads: int | None = None) -> float:
     """Bytes that must cross HBM at least once.
 
-    A fused kernel reads q, k, v and writes o (4·B·H·S·D elements). An implementation
-    that materializes the S×S scores also writes them and reads them back for each of
-    its passes (scale, mask, softmax, second matmul): we count one write and one read of
-    the scores and probabilities (4·B·H·S² more elements), a lower bound for it.
-    Backward reads q, k, v, o, dO and writes dQ, dK, dV (8·B·H·S·D more).
+    A fused kernel reads q, k, v and writes o: 2·B·Hq·Sq·D + 2·B·Hkv·Sk·D elements (4·B·H·S·D
+    when the shapes agree; grouped-query attention reads each shared K/V head once). An
+    implementation that materializes the scores also writes them and reads them back for
+    each of its passes (scale, mask, softmax, second matmul): we count one write and one read
+    of the scores and probabilities (4·B·Hq·Sq·Sk more elements), a lower bound for it.
+    Backward reads q, k, v, o, dO and writes dQ, dK, dV (4 q-sized and 4 k-sized more).
     """
     elem = torch.empty((), dtype=dtype).element_size()
-    n = 4 * batch * heads * seq * head_dim
+    seq_k = seq if seq_k is None else seq_k
+    kv_heads = heads if kv_heads is None else kv_heads
+    q_side = batch * heads * seq * head_dim
+    kv_side = batch * kv_heads * seq_k * head_dim
+    n = 2 * q_side + 2 * kv_side
     if materialized:
-        n += 4 * batch * heads * seq * seq
+        n += 4 * batch * heads * seq * seq_k
     if backward:
-        n += 8 * batch * heads * seq * head_dim
+        n += 4 * q_side + 4 * kv_side
     return float(n * elem)

@@ -381,3 +381,21 @@ def test_flop_and_byte_counts_by_hand():
     assert reference.io_bytes(1, 8, 1024, 64, torch.float16) == 4_194_304
     # materialized adds 4 * 8 * 1024^2 elements
     assert reference.io_bytes(1, 8, 1024, 64, torch.float16, materialized=True) == 4_194_304 + 4 * 8 * 1024**2 * 2
+
+
+def test_flops_and_bytes_for_decoding_and_gqa_by_hand():
+    # Sq = Sk: the arguments default to the square case, exactly as before.
+    assert reference.flops(1, 8, 1024, 64, seq_k=1024) == reference.flops(1, 8, 1024, 64)
+    # A decode step, Sq = 1 against Sk = 4096: the one query sees every key, causal or not.
+    # 4 * 1 * 32 heads * 1 * 4096 * 128 = 67,108,864.
+    assert reference.flops(1, 32, 1, 128, causal=True, seq_k=4096) == 67_108_864
+    assert reference.flops(1, 32, 1, 128, causal=False, seq_k=4096) == 67_108_864
+    # Sq = 2, Sk = 5 causal: the queries see 4 and 5 keys, 9 pairs of 10.
+    assert reference.visible_pairs(2, 5) == 9
+    assert reference.flops(1, 1, 2, 1, causal=True, seq_k=5) == 4 * 9
+    # Sq = 4 > Sk = 2: queries see 0, 0, 1 and 2 keys.
+    assert reference.visible_pairs(4, 2) == 3
+    # GQA bytes, fp16 decode, 32 query heads sharing 8 K/V heads, D 128, Sk 4096:
+    # q and o: 2 * 32 * 1 * 128 = 8,192; k and v: 2 * 8 * 4096 * 128 = 8,388,608 elements.
+    assert reference.io_bytes(1, 32, 1, 128, torch.float16, seq_k=4096, kv_heads=8) == (8_192 + 8_388_608) * 2
+    assert reference.io_bytes(1, 8, 1024, 64, torch.float16, backward=True) == 12 * 8 * 1024 * 64 * 2
