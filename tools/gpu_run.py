@@ -239,8 +239,9 @@ def phase_chapters(run: Run, chapters: list[str], overrides: list[str]) -> tuple
             continue
         run.say(f"  chapter {chapter} ({left:.0f} s left in this phase)")
         out = run.work / "executed" / chapter
+        # A GPU run executes every chapter afresh: no execution cache.
         argv = [run.python, "-m", "kernels.execute", "--profile", profile, "--only", f"book/{chapter}.ipynb",
-                "--out", str(out)] + (["--set", *overrides] if overrides else [])
+                "--out", str(out), "--no-cache"] + (["--set", *overrides] if overrides else [])
         code = run.command(phase, argv, left, f"chapter-{chapter}.log")
         report = out / "report.json"
         if report.exists():
