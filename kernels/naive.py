@@ -11,8 +11,9 @@ the causal mask aligned bottom-right (query i sees keys j <= i + Sk - Sq).
 
 One trap is kept on purpose, because the article's code has it: the scale is applied
 *after* the 16-bit ``q @ kᵀ``. In float16, scores beyond 65504 overflow to inf before the
-scale could shrink them (q and k ~ 40·N(0, 1) at head_dim 256 do it on some rows), and the softmax of a
-row holding inf is NaN. SDPA's backends scale first (or compute in fp32) and stay finite.
+scale could shrink them (q and k ~ 40·N(0, 1) at head_dim 256 do it on some rows), and the
+softmax of a row holding inf is NaN. SDPA's backends scale first (or compute in fp32) and
+stay finite.
 """
 from __future__ import annotations
 
