@@ -145,9 +145,10 @@ def device_missing(device: torch.device) -> Reason:
         if not torch.backends.mps.is_available():
             return "needs an Apple MPS device; none is available (torch.backends.mps.is_available() is False)"
         return None
-    module = getattr(torch, kind, None)
-    is_available = getattr(module, "is_available", None)
-    if callable(is_available) and not is_available():
+    is_available = getattr(getattr(torch, kind, None), "is_available", None)
+    if not callable(is_available):
+        return f"cannot tell whether a {kind} device is present (this PyTorch has no torch.{kind}.is_available)"
+    if not is_available():
         return f"needs a {kind} device; none is available (torch.{kind}.is_available() is False)"
     return None
 

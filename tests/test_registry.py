@@ -64,6 +64,13 @@ def test_mps_availability_without_an_mps_device():
     assert all(why and "MPS" in why for why in avail.values()), avail
 
 
+@pytest.mark.parametrize("device", ["xpu", "hpu"])
+def test_other_accelerators_are_not_claimed_blindly(device):
+    if getattr(getattr(torch, device, None), "is_available", lambda: False)():
+        pytest.skip(f"this machine has a {device} device")
+    assert all(why for why in kernels.available(device).values())
+
+
 # ------------------------------------------------------------------------------ the reference
 
 def test_future_mask_is_bottom_right_by_hand():
