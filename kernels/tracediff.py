@@ -82,8 +82,6 @@ def _compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     both["substance"] = (both["count_change"] != 0) | (both["alloc_bytes_change"] != 0)
     both["_weight"] = both["time_us_change"].abs() + both[["time_us_a", "time_us_b"]].max(axis=1) * 1e-6
     both = both.sort_values(["substance", "_weight"], ascending=False).drop(columns="_weight")
-    # The column's old private name, still read by tests/test_traces.py; goes once it reads "substance".
-    both["_substance"] = both["substance"]
     return both.reset_index(drop=True)
 
 
@@ -108,7 +106,7 @@ class StepDiff:
         """Ops and kernels whose count or allocated bytes differ: the substance of the diff.
         (Time alone always differs a little; it is reported, never a reason to list a row.)"""
         rows = pd.concat([self.ops.assign(kind="op"), self.kernels.assign(kind="GPU")], ignore_index=True)
-        return rows[rows["substance"]].drop(columns=["substance", "_substance"]).reset_index(drop=True)
+        return rows[rows["substance"]].drop(columns=["substance"]).reset_index(drop=True)
 
     def only_in(self, side: str) -> pd.DataFrame:
         """Rows found in only one step: ``side`` is ``"a"``, ``"b"`` or that step's label."""

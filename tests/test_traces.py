@@ -252,7 +252,7 @@ def test_diff_of_inplace_is_the_removed_scores_copy_and_nothing_else(steps):
     assert changed.loc[changed["name"] == "aten::clone", "alloc_bytes_change"].item() == -SCORES_BYTES
     assert d.totals().loc["allocated_MiB", "change"] * 2**20 == pytest.approx(-SCORES_BYTES)
     # everything else is matched one to one, including the tiny scalar copy_ under mul
-    rest = d.ops[~d.ops["_substance"]]
+    rest = d.ops[~d.ops["substance"]]
     assert (rest["count_a"] == rest["count_b"]).all() and (rest["only_in"] == "").all()
     assert ((rest["name"] == "aten::copy_") & (rest["count_a"] == 1)).sum() == 1
 
