@@ -147,9 +147,9 @@ def device_missing(device: torch.device) -> Reason:
         return None
     is_available = getattr(getattr(torch, kind, None), "is_available", None)
     if not callable(is_available):
-        return f"cannot tell whether a {kind} device is present (this PyTorch has no torch.{kind}.is_available)"
+        return f"cannot tell whether a '{kind}' device is present (this PyTorch has no torch.{kind}.is_available)"
     if not is_available():
-        return f"needs a {kind} device; none is available (torch.{kind}.is_available() is False)"
+        return f"needs a '{kind}' device; none is available (torch.{kind}.is_available() is False)"
     return None
 
 
