@@ -323,6 +323,31 @@ def occupancy_from_trace(event: Mapping, arch: ArchLike) -> Occupancy:
                      shared_mem_per_block=int(args["shared memory"]), arch=arch)
 
 
+# ------------------------------------------------------------------- what Kineto writes
+
+# The per-block shared-memory limit Kineto's estimate assumes: CUDA's default, without the
+# opt-in to more that big kernels use (FUNC_SHMEM_LIMIT_DEFAULT, maxDynamicSharedSizeBytes 0).
+KINETO_SHARED_MEM_LIMIT = 48 * KB
+
+
+def kineto_estimate(threads_per_block: int, registers_per_thread: int, shared_mem_per_block: int,
+                    grid_blocks: int, sm_count: int, arch: ArchLike) -> float:
+    """The trace's "est. achieved occupancy %" as Kineto computes it, from the same footprint.
+
+    Kineto (pytorch/kineto, ``libkineto/src/CudaDeviceProperties.cpp``, ``kernelOccupancy``)
+    asks CUDA's occupancy calculator how many blocks fit one SM with the *default* 48 KiB of
+    shared memory per block, caps that at the grid's blocks per SM (grid / SMs, an average),
+    and divides the threads by the SM's maximum. So a kernel that opts into more than 48 KiB
+    reads 0% whatever its real occupancy, and a small grid reads low because it is small.
+    """
+    if shared_mem_per_block > KINETO_SHARED_MEM_LIMIT:
+        return 0.0
+    lim = _limits(arch)
+    fits = occupancy(threads_per_block, registers_per_thread, shared_mem_per_block, arch).blocks_per_sm
+    blocks = min(fits, grid_blocks / sm_count)
+    return 100.0 * blocks * threads_per_block / (lim.max_warps_per_sm * lim.warp_size)
+
+
 # --------------------------------------------------------------------------- the words
 
 def _explain(o: Occupancy, lim: ArchLimits) -> list:

@@ -31,9 +31,7 @@ import kernels.sdpa
 from kernels import profiling, recorded, reference, traces
 from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.fingerprints import classify_many, fingerprint
-from kernels.occupancy import arch_of, occupancy
-
-KINETO_SHMEM_LIMIT_KIB = 48  # the per-block default Kineto's occupancy estimate assumes
+from kernels.occupancy import KINETO_SHARED_MEM_LIMIT, arch_of, occupancy
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
@@ -551,7 +549,7 @@ if fused:
     # Kineto's estimate assumes the 48 KiB default per-block shared-memory limit: a kernel
     # that opts into more reads 0%, whatever launched it.
     known = table.dropna(subset=["shared KiB", "reported occupancy %"])
-    over = known["shared KiB"] > KINETO_SHMEM_LIMIT_KIB
+    over = known["shared KiB"] * 1024 > KINETO_SHARED_MEM_LIMIT
     lesson(((known["reported occupancy %"] == 0) == over).all(),
            "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
            "; ".join(f"{b}: {kib} KiB, {pct}%" for b, kib, pct in

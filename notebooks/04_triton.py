@@ -554,6 +554,12 @@ if on_gpu:
         for name, f in table.items():
             print(f"{name}:\n{f['explain']}\n")
         display(pd.DataFrame(table).drop(index="explain"))
+        # Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%.
+        for name, f in table.items():
+            smem, reported, ours = int(f["shared memory (B)"]), f["trace's estimate %"], f["occupancy (ours) %"]
+            lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
+                   f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
+                   f"{smem:,} B, trace {reported}%, ours {ours}%")
     except ValueError as err:  # a GPU the occupancy tables do not know yet
         print("occupancy not computed:", err)
 else:

@@ -347,3 +347,16 @@ def test_blackwell_consumer_has_small_shared_memory():
         occupancy(128, 32, 100 * 1024, arch="sm_120")
     occ = occupancy(threads_per_block=32, registers_per_thread=16, arch="sm_120")
     assert (occ.blocks_per_sm, occ.fraction) == (24, 0.5)
+
+
+def test_kineto_estimate_reads_zero_above_the_default_shared_memory_limit():
+    from kernels.occupancy import KINETO_SHARED_MEM_LIMIT, kineto_estimate
+
+    big_grid = dict(grid_blocks=10_000, sm_count=108, arch="sm_80")
+    # The article's flash footprint: 128 threads x 255 registers -> 2 blocks -> 12.5%, as its trace said.
+    assert kineto_estimate(128, 255, 32 * 1024, **big_grid) == occupancy(128, 255, 32 * 1024, "sm_80").percent == 12.5
+    # One byte over 48 KiB and Kineto's calculator fits no block: 0%, though the real kernel runs.
+    assert kineto_estimate(128, 128, KINETO_SHARED_MEM_LIMIT + 1, **big_grid) == 0.0
+    assert occupancy(128, 128, KINETO_SHARED_MEM_LIMIT + 1, "sm_80").blocks_per_sm > 0
+    # A grid smaller than the SMs can hold caps the estimate: 54 blocks on 108 SMs is half a block per SM.
+    assert kineto_estimate(128, 32, 0, grid_blocks=54, sm_count=108, arch="sm_80") == pytest.approx(100 * 0.5 * 128 / 2048)
