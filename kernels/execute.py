@@ -34,7 +34,27 @@ import yaml
 
 from . import traces
 
-ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_root(start: Optional[Path] = None) -> Path:
+    """The course checkout to build: the first folder holding ``_toc.yml`` from ``start``
+    (default: the working directory) upwards, else the checkout this package sits in.
+
+    Installed from a wheel, the package has no book around it: run the runner from a
+    checkout (or pass ``--root``), and it says so when there is none.
+    """
+    start = Path(start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "_toc.yml").exists():
+            return folder
+    beside = Path(__file__).resolve().parent.parent
+    if (beside / "_toc.yml").exists():
+        return beside
+    raise SystemExit(f"no course checkout here: no _toc.yml in {start} or above it. The runner builds the book "
+                     "from a checkout of the repository; run it there, or pass --root PATH")
+
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout, when the package is used from one
 COPIED = ("_config.yml", "_toc.yml", "book")
 # Exercise notebooks as a learner should download them: unsolved (solutions = False), no outputs.
 UNSOLVED = "unsolved"
@@ -72,7 +92,7 @@ def select(paths: list[Path], only: list[str] | None) -> list[Path]:
         return paths
     chosen = [p for p in paths if any(o in p.as_posix() for o in only)]
     if not chosen:
-        raise SystemExit(f"--only {' '.join(only)} matches none of: {', '.join(p.name for p in paths)}")
+        raise SystemExit(f"--only {' '.join(only)} matches none of: {', '.join(p.as_posix() for p in paths)}")
     return chosen
 
 
@@ -421,8 +441,13 @@ def serve_unsolved(out: Path, html: Path) -> list[Path]:
     return served
 
 
-def main(argv=None, root: Path = ROOT) -> int:
+def main(argv=None, root: Optional[Path] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if root is None:
+        given = argv[argv.index("--root") + 1] if "--root" in argv[:-1] else None
+        root = find_root(Path(given) if given else None)
     ap = argparse.ArgumentParser(prog="python -m kernels.execute", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, help="the course checkout (default: found from the working directory up)")
     ap.add_argument("--profile", default="auto", help="device profile from book/params.yml: cpu, cuda or auto")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="execute only notebooks whose name contains NAME")
     ap.add_argument("--out", type=Path, default=root / "_build" / "executed", help="where executed copies go")

@@ -225,3 +225,12 @@ def test_solutions_fold_in_colab_too():
                  for c in nbformat.read(ROOT / path, as_version=4).cells if "solution" in c.metadata.get("tags", [])]
     assert solutions and all(c.metadata.get("cellView") == "form" and c.source.startswith("#@title") for c in solutions), \
         "Colab does not honour hide-input; a solution cell is a form that shows only its title"
+
+
+def test_the_runner_finds_its_checkout_or_says_it_needs_one(tmp_path, monkeypatch):
+    (tmp_path / "course" / "book").mkdir(parents=True)
+    (tmp_path / "course" / "_toc.yml").write_text("format: jb-book\nroot: book/intro\n")
+    assert execute.find_root(tmp_path / "course" / "book") == tmp_path / "course"
+    monkeypatch.setattr(execute, "__file__", str(tmp_path / "site-packages" / "kernels" / "execute.py"))
+    with pytest.raises(SystemExit, match="no course checkout here: no _toc.yml in"):
+        execute.find_root(tmp_path / "elsewhere")
