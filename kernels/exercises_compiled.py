@@ -1,0 +1,179 @@
+"""Checks for the exercises of chapter 7 (compiled attention, FlexAttention).
+
+Same contract as ``kernels.exercises``: each ``check_*`` runs your function on inputs it has
+never seen (the seed is printed, so a failure can be replayed with ``seed=``), compares with
+a judge computed here, and either prints one ``✔`` line or raises ``ExerciseFailed`` with a
+sentence saying what is wrong: the known mistake your answer reproduces, or where it differs.
+
+None of these checks compiles anything: masks are evaluated with ``create_mask`` and
+``create_block_mask``, and score_mods run through FlexAttention's eager path (slow, exact).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable, Optional
+
+import torch
+
+from .exercises import ExerciseFailed, _blank, _passed, _run
+
+__all__ = ["ExerciseFailed", "check_window_mask", "check_skipped_tiles", "check_softcap"]
+
+
+def _seed(seed: Optional[int]) -> int:
+    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
+    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
+    return seed
+
+
+def _fail(message: str):
+    raise ExerciseFailed(message)
+
+
+# ============================================================================ task 1: a mask_mod
+
+def window_reference(seq: int, window: int) -> torch.Tensor:
+    """[seq, seq] bool: query i sees key j when i - window < j <= i (causal, the last ``window`` keys)."""
+    i = torch.arange(seq).view(-1, 1)
+    j = torch.arange(seq).view(1, -1)
+    return (j <= i) & (j > i - window)
+
+
+def _dense(mask_mod: Callable, seq: int) -> torch.Tensor:
+    from torch.nn.attention.flex_attention import create_mask
+
+    return create_mask(mask_mod, None, None, seq, seq, device="cpu")[0, 0].bool()
+
+
+def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> bool:
+    """``sliding_window(window)`` must return a mask_mod: query i sees keys j with i - window < j <= i."""
+    g = torch.Generator().manual_seed(_seed(seed))
+    cases = [(int(torch.randint(20, 90, (), generator=g)), int(torch.randint(2, 12, (), generator=g))) for _ in range(3)]
+    cases.append((9, 1))   # a window of one: each query sees only itself
+    for seq, window in cases:
+        mod = _run(sliding_window, window, what=f"sliding_window({window})")
+        if _blank(mod) or not callable(mod):
+            _fail(f"sliding_window({window}) must return a function mask_mod(b, h, q_idx, kv_idx); "
+                  f"it returned {mod!r}.")
+        got = _run(_dense, mod, seq, what="your mask_mod (evaluated by create_mask)")
+        want = window_reference(seq, window)
+        if torch.equal(got, want):
+            continue
+        case = f"[S={seq}, window={window}]"
+        mistakes = [
+            (window_reference(seq, window + 1), "each query sees one key too many: with window w it sees "
+             "itself and the w - 1 keys before it (j > i - w, not j >= i - w)."),
+            (window_reference(seq, window - 1) if window > 1 else None, "each query sees one key too few: "
+             "it should see itself and the w - 1 keys before it (j > i - w)."),
+            (window_reference(seq, seq), "the window is missing: this is plain causal attention; also "
+             "require j > i - window."),
+            (window_reference(seq, window) | ~torch.ones(seq, seq, dtype=torch.bool).tril(),
+             "the causal bound is missing: queries see future keys. Require kv_idx <= q_idx too."),
+            (window_reference(seq, window).T, "the mask points the wrong way (keys after the query): "
+             "compare kv_idx <= q_idx, not q_idx <= kv_idx."),
+        ]
+        for mask, words in mistakes:
+            if mask is not None and torch.equal(got, mask):
+                _fail(f"{case} {words}")
+        bad = (got != want).nonzero()[0].tolist()
+        _fail(f"{case} the mask differs from the sliding window at query {bad[0]}, key {bad[1]}: you say "
+              f"{'visible' if got[bad[0], bad[1]] else 'hidden'}, it should be "
+              f"{'visible' if want[bad[0], bad[1]] else 'hidden'}.")
+    return _passed(f"sliding_window gives the right mask on {len(cases)} fresh (length, window) pairs")
+
+
+# ============================================================================ task 2: tiles
+
+def skipped_tiles_reference(seq: int, block: int) -> int:
+    """Tiles of a causal [seq, seq] score matrix, cut into block × block tiles, that hold no visible score."""
+    n = math.ceil(seq / block)
+    return n * (n - 1) // 2
+
+
+def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> bool:
+    """``skipped_tiles(seq, block)``: how many tiles a causal block mask skips (checked against
+    ``create_block_mask`` itself)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from .compiled import block_counts, causal_mod
+
+    g = torch.Generator().manual_seed(_seed(seed))
+    cases = [(128 * int(torch.randint(2, 6, (), generator=g)), 128),
+             (int(torch.randint(130, 700, (), generator=g)), 128),
+             (int(torch.randint(40, 200, (), generator=g)), 32), (100, 128)]
+    for seq, block in cases:
+        want = block_counts(create_block_mask(causal_mod(0), None, None, seq, seq, device="cpu",
+                                              BLOCK_SIZE=block)).skipped
+        got = _run(skipped_tiles, seq, block, what=f"skipped_tiles({seq}, {block})")
+        if _blank(got):
+            _fail(f"skipped_tiles({seq}, {block}) returned {got!r}; return a number of tiles.")
+        if got == want:
+            continue
+        n_ceil, n_floor = math.ceil(seq / block), seq // block
+        case = f"[S={seq}, block={block}: {n_ceil} tiles per row]"
+        if got == n_ceil * (n_ceil + 1) // 2:
+            _fail(f"{case} you counted the tiles on the diagonal as skipped: they hold visible scores "
+                  "(the query sees itself), so they are computed, with a mask.")
+        if got == n_ceil * n_ceil / 2 or got == n_ceil * n_ceil // 2:
+            _fail(f"{case} half of all tiles is the area above the diagonal, but tiles are whole: the n "
+                  "diagonal tiles are computed, so n(n-1)/2 are skipped, not n²/2.")
+        if got == n_floor * (n_floor - 1) // 2 and n_floor != n_ceil:
+            _fail(f"{case} the last, shorter tile row counts too: use ceil(S / block) tiles, not S // block.")
+        _fail(f"{case} create_block_mask skips {want} tiles; you said {got!r}.")
+    return _passed(f"skipped_tiles matches create_block_mask on {len(cases)} fresh lengths and tile sizes")
+
+
+# ============================================================================ task 3: a score_mod
+
+def softcap_reference(q, k, v, cap: float, causal: bool = True) -> torch.Tensor:
+    """Attention with soft-capped scores, cap · tanh(score / cap), in float64 (scale 1/sqrt(d) first)."""
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    s = cap * torch.tanh(s / cap)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    return s.softmax(-1) @ v
+
+
+def _eager_flex(q, k, v, score_mod, causal: bool):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from .compiled import causal_mod
+
+    mask = create_block_mask(causal_mod(0), None, None, q.shape[-2], k.shape[-2], device="cpu") if causal else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "called without torch.compile": on purpose, exact and slow
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask)
+
+
+def check_softcap(softcap: Callable, seed: Optional[int] = None) -> bool:
+    """``softcap(cap)`` must return a score_mod that maps each score to cap · tanh(score / cap)."""
+    g = torch.Generator().manual_seed(_seed(seed))
+    s = int(torch.randint(9, 40, (), generator=g))
+    q, k, v = (t * 3 for t in torch.randn(3, 1, 2, s, 16, generator=g).unbind(0))   # large scores: the cap bites
+    for cap, causal in ((float(torch.randint(2, 6, (), generator=g)), True), (1.5, False)):
+        mod = _run(softcap, cap, what=f"softcap({cap})")
+        if _blank(mod) or not callable(mod):
+            _fail(f"softcap({cap}) must return a function score_mod(score, b, h, q_idx, kv_idx); it returned {mod!r}.")
+        out = _run(_eager_flex, q, k, v, mod, causal, what="flex_attention with your score_mod")
+        want = softcap_reference(q, k, v, cap, causal)
+        err = lambda o: float((o.double() - want).abs().max() / want.abs().max())  # noqa: E731
+        if err(out) <= 1e-4:
+            continue
+        case = f"[S={s}, cap={cap}, causal={causal}]"
+        tries = {
+            "the scores are not capped at all: return cap * tanh(score / cap).": lambda sc, *a: sc,
+            "tanh(score / cap) lies in (-1, 1): multiply it by cap again.": lambda sc, *a: torch.tanh(sc / cap),
+            "divide the score by cap inside the tanh: cap * tanh(score) saturates far too early.":
+                lambda sc, *a: cap * torch.tanh(sc),
+            "clamping is a hard cap; soft-capping is smooth: cap * tanh(score / cap).":
+                lambda sc, *a: sc.clamp(-cap, cap),
+        }
+        for words, wrong in tries.items():
+            theirs = _eager_flex(q, k, v, wrong, causal).double()
+            if float((out.double() - theirs).abs().max() / theirs.abs().max()) <= 1e-4:
+                _fail(f"{case} {words}")
+        _fail(f"{case} the output differs from soft-capped attention by {err(out):.2e} (relative): print "
+              "your score_mod(torch.tensor([0.5, 5.0, 50.0]), 0, 0, 0, 0) and compare with cap·tanh(x/cap).")
+    return _passed("softcap's score_mod gives soft-capped attention (checked against float64, causal and not)")

@@ -1,0 +1,437 @@
+# %% [markdown]
+# # 7. Compiled attention
+#
+# So far every trace showed the ops we wrote, one after the other, each reading and writing
+# a whole tensor. `torch.compile` changes that contract: TorchDynamo captures the Python
+# code as a graph, and Inductor, its default backend, writes new code for that graph, fusing
+# neighbouring ops into one loop (C++ on a CPU, Triton kernels on a GPU). What is left for
+# the profiler to show is one *compiled region* with the library calls Inductor kept and the
+# kernels it wrote. This chapter reads such traces: the naive and in-place modules compiled,
+# what a graph break does, and then FlexAttention, which compiles a whole attention with a
+# mask of our choice into one kernel.
+#
+# Sources: the PyTorch documentation of
+# [`torch.compile`](https://pytorch.org/docs/stable/generated/torch.compile.html) and of
+# [FlexAttention](https://pytorch.org/docs/stable/nn.attention.flex_attention.html), and the
+# PyTorch blog post "FlexAttention: The Flexibility of PyTorch with the Performance of
+# FlashAttention" (2024-08-07).
+
+# %% [install]
+
+# %% [parameters]
+
+# %%
+from kernels.compiled import keep_inductor_cache_in_build
+
+# Inductor keeps what it compiled on disk; when the book's runner executes this copy inside
+# _build/, the cache goes there too, so a rebuild of the book loads instead of recompiling.
+print("Inductor cache:", keep_inductor_cache_in_build() or "Inductor's default folder")
+
+import pandas as pd
+import torch
+import torch._inductor.config as inductor_config
+from torch._dynamo.utils import counters
+
+import kernels
+from kernels import bench, compiled, fingerprints, profiling, reference, traces
+from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.inplace import InplaceAttention
+from kernels.naive import NaiveAttention
+
+# Name each generated C++ kernel in the profiler trace (off by default: a GPU trace names
+# Triton kernels anyway). Part of Inductor's cache key, so it changes no cached kernel.
+inductor_config.cpp.enable_kernel_profile = True
+# Every call of this chapter runs without autograd. Dynamo guards on the grad mode, so mixing
+# modes would compile each function twice.
+torch.set_grad_enabled(False)
+
+device, dtype = setup(device, dtype)
+q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
+scores_bytes = batch * heads * seq * seq * q.element_size()
+print(f"q, k, v: {tuple(q.shape)}, {dtype}, on {device}; one S×S buffer = {mib(scores_bytes):.1f} MiB")
+
+# %% [markdown]
+# ## Compile the naive module
+#
+# `torch.compile(module)` returns a wrapper; nothing is compiled until the first call. We
+# compile chapter 1's `NaiveAttention` and chapter 2's `InplaceAttention` with
+# `dynamic=False` (one shape, compiled for exactly that shape) and time the first call apart
+# from the calls after it: the first one pays for tracing, code generation and the C++ (or
+# Triton) compiler, unless Inductor finds the same graph in its cache.
+
+# %%
+eager = {"naive": NaiveAttention(causal=True), "inplace": InplaceAttention(causal=True)}
+compiled_mod = {name: torch.compile(m, dynamic=False) for name, m in eager.items()}
+
+first_s, steady_s = {}, {}
+for name, fn in compiled_mod.items():
+    hits_before = counters["inductor"]["fxgraph_cache_hit"]
+    first_s[name], steady_s[name] = compiled.first_and_steady(fn, q, k, v)
+    hit = counters["inductor"]["fxgraph_cache_hit"] > hits_before
+    print(f"{name}: first call {first_s[name]:.2f} s ({'graph found in the cache' if hit else 'compiled'}), "
+          f"then {1e3 * steady_s[name]:.1f} ms per call")
+eager_steady = {name: compiled.first_and_steady(m, q, k, v)[1] for name, m in eager.items()}
+
+for name in compiled_mod:
+    out = compiled_mod[name](q, k, v)
+    err = reference.max_rel_error(out, reference.attention(q, k, v, causal=True))
+    lesson(err <= reference.tolerance(dtype), f"compiled {name} attention matches the float64 reference",
+           f"max relative error {err:.1e}")
+lesson(all(first_s[n] > 2 * steady_s[n] for n in compiled_mod),
+       "the first call of a compiled module costs more than two steady-state calls (compile or cache load)",
+       ", ".join(f"{n}: {first_s[n]:.2f} s vs {1e3 * steady_s[n]:.1f} ms" for n in compiled_mod))
+glue("c_first_s", f"{first_s['naive']:.1f}")
+glue("c_steady_ms", f"{1e3 * steady_s['naive']:.1f}")
+glue("c_eager_ms", f"{1e3 * eager_steady['naive']:.1f}")
+
+# %% [markdown]
+# Compile time and steady-state time are different currencies. The first call of the
+# compiled naive module took {glue:text}`c_first_s` s; after that, a call takes
+# {glue:text}`c_steady_ms` ms, against {glue:text}`c_eager_ms` ms eager. Whether the
+# compile pays off depends on how many calls share it:
+
+# %%
+saving = eager_steady["naive"] - steady_s["naive"]
+table = pd.DataFrame({"eager (ms)": {n: 1e3 * eager_steady[n] for n in eager},
+                      "compiled, steady (ms)": {n: 1e3 * steady_s[n] for n in eager},
+                      "compiled, first call (s)": first_s}).round(2)
+display(table)
+if saving > 0:
+    calls = first_s["naive"] / saving
+    print(f"naive: the first call costs as much as {calls:,.0f} calls' worth of the time compiling saves per call")
+else:
+    print("naive: at this shape, on this machine, the compiled module was not faster per call than eager, "
+          "so its compile never pays off here")
+
+# %% [markdown]
+# (Timings on a shared two-core machine move from run to run; the table shows this run's,
+# and no lesson rests on which one was faster.)
+#
+# ## Guess, then look
+#
+# Eager, the naive forward ran five ops at the top level, and `masked_fill` cloned the
+# scores. What will the compiled forward's trace hold? Write down which ATen ops you expect
+# to still see by name (one list), before reading on.
+
+# %%
+guess_compiled_ops = ["aten::bmm", "aten::masked_fill", "aten::bmm"]  # edit me before running on
+
+# %%
+runs = {name: profiling.profile(fn, q, k, v, label=f"compiled_{name}", active=steps, trace_dir=trace_dir)
+        for name, fn in compiled_mod.items()}
+step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
+eager_step = profiling.median_step(profiling.profile(eager["naive"], q, k, v, label="eager_naive",
+                                                     active=steps, trace_dir=trace_dir).steps())
+seen_aten = [n for n in step["naive"].ops["name"] if n.startswith("aten::") and n != "aten::resolve_conj"]
+display(reveal(guess_compiled_ops, seen_aten, "ATen ops in the compiled forward"))
+profiling.op_table(step["naive"])
+
+# %% [markdown]
+# The top level is no longer our code. `TorchDynamo Cache Lookup` checks the guards (same
+# shapes, dtypes, grad mode...) that decide whether the compiled code fits this call; the
+# `Torch-Compiled Region` is the compiled graph running. Inside it: two `aten::bmm` (the
+# matmuls, which Inductor hands to the same library as eager PyTorch does) and one kernel
+# Inductor wrote, named after the ops it fused.
+
+# %%
+gen = {name: compiled.generated_kernels(s) for name, s in step.items()}
+display(gen["naive"][["name", "fused", "dur_us"]])
+naive_gen = gen["naive"]
+lesson(len(compiled.regions(step["naive"])) == 1, "the compiled naive forward runs as one compiled region")
+lesson(len(step["naive"].find("aten::bmm")) == 2, "the two matmuls stay: two aten::bmm calls per forward")
+lesson(all(step["naive"].find(op).empty for op in ("aten::mul", "aten::masked_fill", "aten::softmax", "aten::clone")),
+       "scale, mask and softmax no longer run as ATen ops, and nothing is cloned")
+lesson(len(naive_gen) == 1 and {"softmax", "masked_fill", "mul"} <= set(naive_gen["fused"].iloc[0]),
+       "one generated kernel fuses the scale (mul), the mask (masked_fill) and the softmax",
+       naive_gen["name"].iloc[0] if len(naive_gen) else "no generated kernel found")
+glue("c_kernel", naive_gen["name"].iloc[0])
+
+# %% [markdown]
+# The kernel Inductor wrote is {glue:text}`c_kernel`: its name lists the ops it took over,
+# and between the two matmuls nothing else runs. Scale, mask and softmax became one pass
+# over the scores instead of three.
+#
+# ## masked_fill or masked_fill_: the compiler does not care
+#
+# Chapter 2 removed a clone by writing `masked_fill_`. Under `torch.compile`, both modules
+# are *functionalized* first (in-place ops rewritten as out-of-place ones on a graph with no
+# aliasing), and Inductor then decides itself which buffers to reuse. So the two modules
+# should compile to the same code:
+
+# %%
+lesson(gen["naive"]["fused"].tolist() == gen["inplace"]["fused"].tolist()
+       and len(step["naive"].ops) == len(step["inplace"].ops),
+       "compiled, the naive and in-place modules run the same kernels and the same number of ops",
+       f"{gen['naive']['fused'].tolist()} vs {gen['inplace']['fused'].tolist()}")
+
+# %% [markdown]
+# ## What happens to the S×S copy and to memory
+#
+# Eager, the naive forward allocated the scores, the scaled scores, the clone and the
+# softmax output: four S×S buffers, two alive at once. Compiled, Inductor writes the softmax
+# into the buffer the first matmul produced (it knows nothing else reads it), so one S×S
+# buffer is all the forward allocates:
+
+# %%
+def scores_allocations(s) -> int:
+    """How many buffers of exactly one S×S scores tensor the step allocated."""
+    return int((s.memory["bytes"] == scores_bytes).sum())
+
+
+mem = pd.DataFrame({label: {"S×S buffers allocated": scores_allocations(s), "peak (MiB)": mib(s.peak_bytes),
+                            "allocated (MiB)": mib(s.allocated_bytes), "copies of S×S": len(s.copies(min_bytes=scores_bytes))}
+                    for label, s in (("eager naive", eager_step), ("compiled naive", step["naive"]),
+                                     ("compiled in-place", step["inplace"]))}).T
+display(mem.round(2))
+lesson(scores_allocations(eager_step) == 4 and len(eager_step.copies(min_bytes=scores_bytes)) == 1,
+       "eager, the naive forward allocates four S×S buffers and copies one")
+lesson(all(scores_allocations(step[n]) == 1 and step[n].copies(min_bytes=scores_bytes).empty for n in step),
+       "compiled, each forward allocates one S×S buffer and copies none")
+lesson(step["naive"].peak_bytes < 2 * scores_bytes <= eager_step.peak_bytes,
+       "the compiled peak stays under two S×S buffers; the eager peak reaches two",
+       f"{mib(step['naive'].peak_bytes):.1f} vs {mib(eager_step.peak_bytes):.1f} MiB")
+glue("c_peak_mib", f"{mib(step['naive'].peak_bytes):.1f}")
+glue("e_peak_mib", f"{mib(eager_step.peak_bytes):.1f}")
+
+# %% [markdown]
+# Peak memory falls from {glue:text}`e_peak_mib` MiB to {glue:text}`c_peak_mib` MiB. The S×S
+# buffer is still there: fusion removed the *extra* passes over the scores, not the scores.
+# Removing those takes a kernel that never writes them out, which is where the second half
+# of this chapter goes.
+
+# %%
+fig = profiling.timeline(step["naive"], title=f"compiled naive attention, one forward ({device.type})")
+
+# %%
+traces.links(runs["naive"])
+
+# %% [markdown]
+# ## On a GPU
+#
+# On a GPU the same compiled forward is two cuBLAS GEMMs and one Triton kernel,
+# `triton_per_fused_...` or `triton_red_fused_...` (Inductor's names: `per` keeps a whole
+# row in one block, `red` loops over it). `kernels.fingerprints` reads those names:
+
+# %%
+if device.type == "cuda":
+    gpu = step["naive"].kernels
+    display(fingerprints.classify_many(gpu["name"]))
+    triton_kernels = gpu[gpu["name"].str.startswith("triton_")]
+    lesson(len(triton_kernels) >= 1 and (gpu["cat"] != "gpu_memcpy").all(),
+           "on the GPU the compiled forward runs Inductor's Triton kernels and no copy",
+           ", ".join(gpu["name"].str.slice(0, 50)))
+else:
+    print(f"This run is on {device.type}: no GPU lane here, and no recorded GPU run of this chapter yet. "
+          "A name such as these is what the lane would hold:")
+    display(fingerprints.classify_many(["triton_per_fused__softmax_masked_fill_mul_0"])[["name", "kind", "family", "note"]])
+
+# %% [markdown]
+# ## A graph break
+#
+# Dynamo captures what it can trace. When it meets something it cannot (a `print`, an
+# unsupported library call, Python branching on a tensor's value), it ends the graph, runs
+# that line in plain Python, and starts a new graph after it: a *graph break*. Here is the
+# naive module with an explicit break just before the mask:
+
+# %%
+show_source(compiled.BrokenAttention)
+
+# %%
+broken = torch.compile(compiled.BrokenAttention(causal=True), dynamic=False)
+broken(q, k, v)
+explained = torch._dynamo.explain(compiled.BrokenAttention(causal=True))(q, k, v)
+print(f"graphs: {explained.graph_count}, graph breaks: {explained.graph_break_count}")
+print("reason:", explained.break_reasons[0].reason if explained.break_reasons else "none")
+broken_run = profiling.profile(broken, q, k, v, label="broken", active=steps, trace_dir=trace_dir)
+broken_step = profiling.median_step(broken_run.steps())
+profiling.op_table(broken_step)
+
+# %% [markdown]
+# The trace shows a break as more than one `Torch-Compiled Region` per forward (with a
+# `TorchDynamo Cache Lookup` before each), and fusion stops at the break: every tensor that
+# crosses it has to exist in memory, and the kernels on either side cannot be merged.
+
+# %%
+broken_gen = compiled.generated_kernels(broken_step)
+display(broken_gen[["name", "fused"]])
+lesson(explained.graph_break_count >= 1 and len(compiled.regions(broken_step)) > explained.graph_count - 1 > 0,
+       "Dynamo's explain finds the break, and the trace shows it as more than one compiled region per forward",
+       f"{explained.graph_count} graphs, {explained.graph_break_count} breaks, "
+       f"{len(compiled.regions(broken_step))} regions in one forward")
+lesson(not any(len({"mul", "masked_fill", "softmax"} & set(f)) > 1 for f in broken_gen["fused"]),
+       "across the break, no generated kernel fuses two of scale, mask and softmax",
+       ", ".join(broken_gen["name"]))
+lesson(scores_allocations(broken_step) > scores_allocations(step["naive"]),
+       "the break costs S×S allocations the unbroken compile avoids",
+       f"{scores_allocations(broken_step)} vs {scores_allocations(step['naive'])}")
+glue("gb_graphs", explained.graph_count)
+glue("gb_regions", len(compiled.regions(broken_step)))
+glue("gb_allocs", scores_allocations(broken_step))
+
+# %% [markdown]
+# One break in our code became {glue:text}`gb_graphs` graphs and {glue:text}`gb_regions`
+# compiled regions in the trace: the break sits in `mask_scores`, called from `attend`,
+# called from `forward`, and Dynamo splits every frame on that call stack at the break (each
+# resumes in a graph of its own). With the break the forward allocates
+# {glue:text}`gb_allocs` S×S buffers instead of one.
+# `torch._dynamo.explain(fn)(*args)` lists the breaks and their reasons without a profiler;
+# the trace shows what they cost.
+#
+# ## FlexAttention: a mask, compiled into the kernel
+#
+# FlexAttention takes attention's two customization points as Python functions: a
+# `score_mod(score, b, h, q_idx, kv_idx)` that changes a score, and a
+# `mask_mod(b, h, q_idx, kv_idx)` that says whether a query may see a key. Compiled, it
+# becomes one fused kernel in the style of FlashAttention (tiles of queries against tiles of
+# keys, an online softmax, no S×S buffer). The course registers it as `flex` (library code
+# in `kernels/compiled.py`):
+
+# %%
+show_source(compiled.flex)
+
+# %%
+show_source(compiled.causal_block_mask)
+
+# %% [markdown]
+# `create_block_mask` evaluates the `mask_mod` ahead of time and records, per tile of
+# 128 queries × 128 keys, whether the tile is full (compute without masking), partial
+# (compute and mask each score) or empty (skip it). Before looking: at this chapter's
+# length, how many tiles per head will the causal mask let the kernel skip?
+
+# %%
+guess_skipped_tiles = 8  # edit me before running on
+
+# %%
+block_mask = compiled.causal_block_mask(seq, seq, device)
+print(block_mask)
+counts = compiled.block_counts(block_mask)
+n = -(-seq // counts.block[1])   # tiles per row of the score matrix
+display(pd.Series({"tile (queries × keys)": f"{counts.block[0]} × {counts.block[1]}", "tiles": counts.total,
+                   "full": counts.full, "partial (masked)": counts.partial, "skipped": counts.skipped,
+                   "skipped share": f"{counts.skipped_share:.1%}"}).to_frame("causal block mask"))
+reveal(guess_skipped_tiles, counts.skipped, "tiles skipped per head")
+if seq % counts.block[1] == 0:
+    lesson(counts.skipped == n * (n - 1) // 2 and counts.partial == n,
+           f"with S a multiple of the tile size, the causal mask skips the n(n-1)/2 tiles above the "
+           f"diagonal and masks only the n on it (n = {n})", f"{counts.skipped} skipped, {counts.partial} masked")
+glue("flex_tiles", counts.total)
+glue("flex_skipped", counts.skipped)
+glue("flex_skip_share", f"{100 * counts.skipped_share:.1f}")
+
+# %% [markdown]
+# Of {glue:text}`flex_tiles` tiles, {glue:text}`flex_skipped`
+# ({glue:text}`flex_skip_share`%) are never computed. The share tends to one half as S grows
+# (the diagonal's tiles are a smaller and smaller part); at short lengths it is well below.
+#
+# Is it right, and what does its trace hold?
+
+# %%
+flex = kernels.get("flex")
+flex_first, flex_steady = compiled.first_and_steady(flex, q, k, v)
+err = reference.max_rel_error(flex(q, k, v), reference.attention(q, k, v, causal=True))
+lesson(err <= reference.tolerance(dtype), "flex with the causal block mask matches the float64 reference",
+       f"max relative error {err:.1e}")
+flex_run = profiling.profile(flex, q, k, v, label="flex", active=steps, trace_dir=trace_dir)
+flex_step = profiling.median_step(flex_run.steps())
+display(profiling.op_table(flex_step))
+lesson(flex_step.find("aten::bmm").empty and flex_step.find("aten::softmax").empty,
+       "flex runs no matmul or softmax op of its own: the whole attention is inside the compiled region")
+lesson(flex_step.allocated_bytes < scores_bytes,
+       "a flex forward allocates less than one S×S buffer in total",
+       f"{mib(flex_step.allocated_bytes):.2f} MiB vs {mib(scores_bytes):.1f} MiB")
+glue("flex_first_s", f"{flex_first:.1f}")
+glue("flex_alloc_mib", f"{mib(flex_step.allocated_bytes):.2f}")
+
+# %% [markdown]
+# A flex forward allocates {glue:text}`flex_alloc_mib` MiB in all: the output and small
+# per-row statistics, never the scores. (Its first call here took {glue:text}`flex_first_s` s.)
+#
+# ### Its kernel on a GPU
+#
+# On a GPU, compiled flex runs Inductor's FlexAttention template, a Triton kernel named
+# `triton_tem_fused_...`: one kernel per forward, like SDPA's fused backends.
+
+# %%
+if device.type == "cuda":
+    gpu = flex_step.kernels
+    display(fingerprints.classify_many(gpu["name"])[["name", "kind", "family", "note"]])
+    lesson(gpu["name"].str.startswith("triton_tem_").sum() == 1,
+           "on the GPU, a flex forward runs one FlexAttention template kernel", ", ".join(gpu["name"].str.slice(0, 50)))
+else:
+    print(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
+          "the compiled region; no GPU lane here, and no recorded GPU run of this chapter yet.")
+
+# %% [markdown]
+# ### Its cost against SDPA's flash backend
+#
+# Both skip the work above the diagonal and keep the scores in tiles. `kernels.bench`
+# times them at this chapter's shape (flex is already compiled for it, so no compile is
+# timed):
+
+# %%
+rows = bench.sweep(["flex", "sdpa_flash"], seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,),
+                   batch=batch, heads=heads, device=device, reps=20, max_seconds=2.0, memory=False, progress=None)
+cost = pd.DataFrame([{"impl": r.impl, "median (ms)": r.median_ms, "p10 (ms)": r.p10_ms, "p90 (ms)": r.p90_ms,
+                      "status": r.status} for r in rows]).set_index("impl")
+display(cost.round(3))
+fx, sf = cost.loc["flex"], cost.loc["sdpa_flash"]
+if fx["p10 (ms)"] > sf["p90 (ms)"] or sf["p10 (ms)"] > fx["p90 (ms)"]:
+    faster = "flex" if fx["median (ms)"] < sf["median (ms)"] else "sdpa_flash"
+    verdict = f"{faster} was faster here, and the p10-p90 ranges do not overlap"
+else:
+    verdict = "the p10-p90 ranges overlap: this machine was too noisy to say which is faster"
+print(verdict)
+glue("flex_ratio", f"{fx['median (ms)'] / sf['median (ms)']:.1f}")
+glue("flex_verdict", verdict)
+
+# %% [markdown]
+# Here flex took {glue:text}`flex_ratio`× SDPA flash's median time ({glue:text}`flex_verdict`).
+# On a CPU the comparison says little about GPUs: the PyTorch blog reports FlexAttention at
+# about 90% of FlashAttention-2's forward speed on an A100. What flex buys is the mask: any
+# `mask_mod` or `score_mod`, at a fused kernel's memory.
+#
+# ## A score_mod no SDPA backend has: ALiBi
+#
+# ALiBi (Press et al., "Train Short, Test Long", 2021) adds no position embedding; it adds
+# a per-head linear penalty to each score, slope_h · (j − i), so distant keys weigh less.
+# SDPA can only take that as an explicit `attn_mask` of S×S biases built in memory (and its
+# flash backends on a GPU refuse any mask). With flex it is a three-line function of the
+# indices:
+
+# %%
+show_source(compiled.alibi)
+
+# %%
+alibi = compiled.alibi(heads, device)
+alibi_out = compiled.flex_call(q, k, v, block_mask=block_mask, score_mod=alibi)
+want = compiled.alibi_reference(q, k, v, causal=True)
+err = reference.max_rel_error(alibi_out, want)
+lesson(err <= reference.tolerance(dtype), "flex with ALiBi matches the float64 ALiBi attention computed here",
+       f"max relative error {err:.1e}")
+lesson(reference.max_rel_error(alibi_out, reference.attention(q, k, v, causal=True)) > 100 * reference.tolerance(dtype),
+       "and it is not plain causal attention: the bias changes the output")
+alibi_step = profiling.median_step(profiling.profile(
+    lambda *a: compiled.flex_call(*a, block_mask=block_mask, score_mod=alibi), q, k, v,
+    label="flex_alibi", active=steps, trace_dir=trace_dir).steps())
+lesson(alibi_step.allocated_bytes < scores_bytes,
+       "flex with ALiBi still allocates less than one S×S buffer: the bias is computed in the kernel",
+       f"{mib(alibi_step.allocated_bytes):.2f} MiB")
+
+# %% [markdown]
+# ## What to remember
+#
+# - A compiled forward shows one `Torch-Compiled Region` per graph, holding the library calls
+#   Inductor kept (the two matmuls) and the kernels it wrote, named after what they fused.
+# - Fusion removed the S×S clone and the passes between the matmuls; the in-place trick
+#   stops mattering, because the compiler picks buffers itself. The scores buffer stays.
+# - The first call pays for compiling ({glue:text}`c_first_s` s here); count it apart from
+#   steady-state time, and keep it out of profiled windows.
+# - A graph break shows as a second region, and fusion stops at it.
+# - FlexAttention compiles the mask into a fused kernel: causal tiles above the diagonal
+#   are skipped ({glue:text}`flex_skip_share`% here), and score_mods like ALiBi cost no
+#   S×S memory.
+#
+# Next: attention inside a whole transformer block, and how much of the block it is.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/07_compiled.ipynb), with automatic checks, hints and hidden solutions.

@@ -1,0 +1,347 @@
+# %% [markdown]
+# # 8. One transformer block
+#
+# Attention never runs alone. In a model it sits in a block: a layer norm, the projection
+# that makes q, k and v, attention, an output projection, a residual add, a second norm, an
+# MLP and a second residual add. This chapter profiles one such block and asks how much of
+# it attention is: of the arithmetic, of the time, of the memory, and how that share moves
+# as the sequence grows. Then it compiles the block and asks what a fused MLP would change.
+#
+# The block follows nanoGPT's `Block` (Andrej Karpathy, `model.py`): pre-norm, GELU MLP
+# four times the width, biases on. Its attention is any implementation the registry holds.
+
+# %% [install]
+
+# %% [parameters]
+
+# %%
+from kernels.compiled import keep_inductor_cache_in_build
+
+print("Inductor cache:", keep_inductor_cache_in_build() or "Inductor's default folder")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+import torch._inductor.config as inductor_config
+
+import kernels
+from kernels import block as blocks
+from kernels import compiled, profiling, traces
+from kernels.block import Block
+from kernels.book import glue, lesson, mib, reveal, setup, show_source
+
+inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
+torch.set_grad_enabled(False)                      # inference only; one grad mode for Dynamo's guards
+
+device, dtype = setup(device, dtype)
+width = heads * head_dim
+torch.manual_seed(0)
+
+
+def tokens(seq_len: int) -> torch.Tensor:
+    """The block's input: [batch, seq_len, width] activations, standard normal, seeded."""
+    g = torch.Generator().manual_seed(seq_len)
+    return torch.randn(batch, seq_len, width, generator=g).to(device=device, dtype=dtype)
+
+
+def make_block(attention, labels: bool = True) -> Block:
+    """A block with the chapter's width and heads and the same weights for every attention."""
+    torch.manual_seed(0)
+    return Block(width, heads, attention, labels=labels).to(device=device, dtype=dtype).eval()
+
+
+x = tokens(seq)
+print(f"x: {tuple(x.shape)} [batch, seq, width], width = {heads} heads × {head_dim}, {dtype} on {device}")
+
+# %% [markdown]
+# ## The module
+#
+# Each part runs inside a `record_function` label, so a profiled forward can be split by
+# part; the shape comments mark where tensors change shape.
+
+# %%
+show_source(Block)
+
+# %% [markdown]
+# Every attention in the registry takes the same q, k, v, so swapping it changes nothing
+# else. First a check that they agree inside the block:
+
+# %%
+runnable = [n for n, why in kernels.available(device).items() if why is None]
+# Left out: Triton's interpreter on a CPU (seconds per call, not a performance number) and
+# the compiled entries, which compile once per shape (the compiled block below covers them).
+plugged = [n for n in runnable if n not in ("compiled_naive", "flex")
+           and not (n == "triton" and device.type == "cpu")]
+outs = {name: make_block(name)(x) for name in plugged}
+base = outs[plugged[0]]
+worst = max((o - base).abs().max().item() for o in outs.values()) / base.abs().max().item()
+lesson(worst <= 1e-4 if dtype == torch.float32 else worst <= 5e-2,
+       f"the block gives the same output with every attention plugged in ({', '.join(plugged)})",
+       f"largest relative difference {worst:.1e}")
+
+# %% [markdown]
+# ## Where the arithmetic goes
+#
+# The matmuls do nearly all of a block's arithmetic. Per token, the four linear layers cost
+# 2·W·(3W + W + 4W + 4W) = 24·W² FLOPs; attention costs 4·S·W per token (q kᵀ and
+# probs · v over all S keys), so its share is S / (S + 6W) for an attention that computes
+# every score, and it grows with S at a fixed width. PyTorch's `FlopCounterMode` counts what
+# actually ran; we count the block with hand-written `naive` attention (which computes the
+# full S×S scores, masked or not) at a few lengths and compare with the formula.
+#
+# Before looking: at what sequence length do you think attention becomes half of this
+# block's arithmetic (width {glue:text}`b_width`)?
+
+# %%
+guess_half_at_seq = 1024  # edit me before running on
+glue("b_width", width)
+
+# %%
+seqs = [64, 128, 256, 512, 1024]
+naive_block = make_block("naive")
+rows = []
+for s in seqs:
+    counted = blocks.counted_flops(naive_block, tokens(s))
+    formula = blocks.flops(s, width, batch)
+    rows.append({"seq": s, "linear (GFLOP)": counted.get("addmm", 0) / 1e9, "attention (GFLOP)": counted.get("bmm", 0) / 1e9,
+                 "formula linear": (formula["qkv"] + formula["proj"] + formula["mlp"]) / 1e9,
+                 "formula attention": formula["attention"] / 1e9})
+fl = pd.DataFrame(rows).set_index("seq")
+fl["attention share"] = fl["attention (GFLOP)"] / (fl["attention (GFLOP)"] + fl["linear (GFLOP)"])
+display(fl.round(4))
+lesson(((fl["linear (GFLOP)"] - fl["formula linear"]).abs() < 1e-9).all()
+       and ((fl["attention (GFLOP)"] - fl["formula attention"]).abs() < 1e-9).all(),
+       "FlopCounterMode counts exactly the formula's FLOPs: 24·B·S·W² in the linear layers, 4·B·S²·W in attention")
+lesson(fl["attention share"].is_monotonic_increasing and fl["attention share"].iloc[-1] > fl["attention share"].iloc[0],
+       "attention's share of the block's FLOPs grows with the sequence length at fixed width",
+       " -> ".join(f"{s:.1%}" for s in fl["attention share"]))
+# Where attention (∝ S²) equals the rest (∝ S), from the counts at one length.
+s0 = seqs[-1]
+half_at = s0 * fl.loc[s0, "linear (GFLOP)"] / fl.loc[s0, "attention (GFLOP)"]
+reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs")
+glue("b_half_at", f"{half_at:.0f}")
+glue("b_share_first", f"{100 * fl['attention share'].iloc[0]:.1f}")
+glue("b_share_last", f"{100 * fl['attention share'].iloc[-1]:.1f}")
+glue("b_seq_first", seqs[0])
+glue("b_seq_last", seqs[-1])
+
+# %% [markdown]
+# Attention's share of the arithmetic grows from {glue:text}`b_share_first`% at
+# S={glue:text}`b_seq_first` to {glue:text}`b_share_last`% at S={glue:text}`b_seq_last`,
+# and passes one half at S = {glue:text}`b_half_at` (6·W). A causal kernel that skips the
+# tiles above the diagonal (SDPA flash, chapter 4's Triton kernel, flex) does about half of
+# that attention work, which moves the crossing to about 12·W.
+
+# %%
+grid = [32 * 2**i for i in range(9)]
+fig, ax = plt.subplots(figsize=(7, 3.4))
+ax.plot(fl.index, fl["attention share"], "o", label="counted (FlopCounterMode, naive attention)")
+ax.plot(grid, [blocks.attention_share(s, width) for s in grid], "-", label="S / (S + 6W): all scores computed")
+ax.plot(grid, [blocks.attention_share(s, width, causal_skip=True) for s in grid], "--",
+        label="S / (S + 12W): causal tiles skipped")
+ax.axhline(0.5, color="grey", lw=0.6)
+ax.set(xscale="log", xlabel="sequence length S", ylabel="attention's share of block FLOPs",
+       title=f"one block, width {width}", ylim=(0, 1))
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ## Where the time and memory go
+#
+# Now the block as it runs, with each attention implementation that runs here plugged in.
+# The profiler's labelled ranges give each part's time; the memory events give what each
+# part allocates.
+
+# %%
+scores_bytes = batch * heads * seq * seq * x.element_size()
+part_ms, memory, block_steps = {}, {}, {}
+for name in plugged:
+    run = profiling.profile(make_block(name), x, label="block", wait=0, warmup=1, active=min(steps, 3),
+                            trace_dir=trace_dir, trace_name=f"block_{name}")
+    block_steps[name] = profiling.median_step(run.steps())
+    part_ms[name] = {p: pd.Series([s.cpu_time_us for s in run.trace.steps(f"block.{p}")]).median() / 1e3
+                     for p in blocks.PARTS}
+    att = run.trace.steps("block.attention")[-1]
+    memory[name] = {"block peak (MiB)": mib(block_steps[name].peak_bytes),
+                    "block allocated (MiB)": mib(block_steps[name].allocated_bytes),
+                    "attention allocated (MiB)": mib(att.allocated_bytes),
+                    "largest allocation (MiB)": mib(block_steps[name].memory["bytes"].max())}
+times = pd.DataFrame(part_ms).T
+times["block (ms)"] = times.sum(axis=1)
+shares = times[list(blocks.PARTS)].div(times["block (ms)"], axis=0)
+display(times.round(2))
+display(pd.DataFrame(memory).T.round(2))
+ax = shares.plot.barh(stacked=True, figsize=(7, 0.5 + 0.45 * len(shares)), width=0.7)
+ax.set(xlabel="share of the block's CPU time", title=f"one block at S={seq}, width {width}")
+ax.legend(ncol=6, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+plt.show()
+
+# %%
+largest = {n: block_steps[n].memory["bytes"].max() for n in plugged}
+hand = [n for n in plugged if n in ("naive", "inplace", "sdpa_math")]
+fused = [n for n in plugged if n == "sdpa_flash"]
+lesson(all(largest[n] >= scores_bytes for n in hand),
+       "with hand-written or math attention, the block's largest allocation is an S×S buffer (or more)",
+       ", ".join(f"{n}: {mib(largest[n]):.1f} MiB" for n in hand))
+if fused:
+    lesson(largest["sdpa_flash"] < scores_bytes,
+           "with SDPA flash, no allocation in the whole block is as large as one S×S buffer",
+           f"{mib(largest['sdpa_flash']):.2f} MiB < {mib(scores_bytes):.1f} MiB")
+    lesson(block_steps["sdpa_flash"].peak_bytes < min(block_steps[n].peak_bytes for n in hand),
+           "and the block's peak memory is lowest with SDPA flash")
+glue("b_seq", seq)
+glue("b_att_share_naive", f"{100 * shares.loc[plugged[0], 'attention']:.0f}")
+glue("b_mlp_share_naive", f"{100 * shares.loc[plugged[0], 'mlp']:.0f}")
+
+# %% [markdown]
+# At S={glue:text}`b_seq`, attention took {glue:text}`b_att_share_naive`% of the block's CPU
+# time with `naive` plugged in, and the MLP {glue:text}`b_mlp_share_naive`%. Memory is where
+# attention's choice shows without any noise: the hand-written versions allocate S×S
+# buffers inside the block, SDPA flash never does.
+#
+# ## Attention's share of the time as S grows
+#
+# The FLOP share was certain from the shapes. The time share is a measurement, on a shared
+# two-core machine. We measure the naive block's attention share at three lengths, twice,
+# and state the trend only if both repeats agree and the ranges do not overlap:
+
+# %%
+trend_seqs = [seq // 4, seq // 2, seq]
+repeats = []
+for r in range(2):
+    share = {}
+    for s in trend_seqs:
+        run = profiling.profile(naive_block, tokens(s), label="block", wait=0, warmup=1, active=2,
+                                trace_dir=trace_dir, trace_name=f"trend_{s}_{r}")
+        att = sum(st.cpu_time_us for st in run.trace.steps("block.attention"))
+        total = sum(st.cpu_time_us for st in run.steps())
+        share[s] = att / total
+    repeats.append(share)
+trend = pd.DataFrame(repeats, index=["repeat 1", "repeat 2"]).T
+display(trend.style.format("{:.1%}"))
+lo, hi = trend.min(axis=1), trend.max(axis=1)
+robust = all(lo.iloc[i + 1] > hi.iloc[i] for i in range(len(trend_seqs) - 1))
+if robust:
+    lesson(robust, "attention's share of the block's time grows with S (both repeats agree, ranges apart)",
+           " -> ".join(f"{v:.0%}" for v in trend.mean(axis=1)))
+else:
+    print("Too noisy to state a trend in time: at some length the two repeats' ranges overlap the next "
+          "length's (the FLOP share above is the certain statement).")
+glue("b_trend_verdict", "both repeats agree that it grows" if robust else "this run was too noisy to say")
+
+# %% [markdown]
+# Measured: {glue:text}`b_trend_verdict`. Whatever the timings say on a given day, the FLOP
+# counts above fix the direction: at a fixed width the linear layers grow with S and
+# attention with S², so a long enough sequence is dominated by attention.
+#
+# ## The block compiled
+#
+# `torch.compile` takes the whole block. With SDPA as its attention (not a registry entry
+# that pins a backend: entering `sdpa_kernel` on every call breaks Dynamo's graph) the block
+# is one graph:
+
+# %%
+show_source(blocks.sdpa_causal)
+
+# %%
+compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dynamic=False)
+first, steady = compiled.first_and_steady(compiled_block, x, steady_calls=3)
+eager_sdpa = make_block(blocks.sdpa_causal)
+_, eager_steady = compiled.first_and_steady(eager_sdpa, x, steady_calls=3)
+err = (compiled_block(x) - eager_sdpa(x)).abs().max().item() / eager_sdpa(x).abs().max().item()
+lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled block computes what the eager block does",
+       f"relative difference {err:.1e}")
+crun = profiling.profile(compiled_block, x, label="compiled_block", wait=0, warmup=1, active=min(steps, 3),
+                         trace_dir=trace_dir)
+cstep = profiling.median_step(crun.steps())
+estep = profiling.median_step(profiling.profile(eager_sdpa, x, label="block", wait=0, warmup=1, active=min(steps, 3),
+                                                trace_dir=trace_dir, trace_name="block_sdpa_eager").steps())
+profiling.op_table(cstep)
+
+# %%
+gen = compiled.generated_kernels(cstep)
+display(gen[["name", "fused", "dur_us"]])
+matmuls = [n for n in cstep.ops["name"] if n in ("aten::addmm", "aten::mm")]
+lesson(len(compiled.regions(cstep)) == 1, "the compiled block runs as one compiled region")
+lesson(len(matmuls) == 4, "the four linear layers stay library matmuls (qkv, proj, fc_in, fc_out)",
+       f"{len(matmuls)} × {sorted(set(matmuls))}")
+lesson(cstep.find("aten::gelu").empty and cstep.find("aten::layer_norm").empty and cstep.find("aten::add").empty,
+       "GELU, the layer norms and the residual adds no longer run as ATen ops")
+fused_all = [set(f) for f in gen["fused"]]
+lesson(any("gelu" in f for f in fused_all) and any({"add", "native_layer_norm"} <= f for f in fused_all),
+       "Inductor wrote a GELU kernel and fused the first residual add into the second layer norm",
+       ", ".join(gen["name"]))
+table = pd.DataFrame({"eager": {"steady (ms)": 1e3 * eager_steady, "allocated (MiB)": mib(estep.allocated_bytes),
+                                "peak (MiB)": mib(estep.peak_bytes), "ops": len(estep.ops)},
+                      "compiled": {"steady (ms)": 1e3 * steady, "allocated (MiB)": mib(cstep.allocated_bytes),
+                                   "peak (MiB)": mib(cstep.peak_bytes), "ops": len(cstep.ops)}}).T
+display(table.round(2))
+lesson(cstep.allocated_bytes < estep.allocated_bytes,
+       "the compiled block allocates less than the eager one (fused ops write no intermediates)",
+       f"{mib(cstep.allocated_bytes):.1f} vs {mib(estep.allocated_bytes):.1f} MiB")
+glue("b_compile_s", f"{first:.1f}")
+glue("b_c_alloc", f"{mib(cstep.allocated_bytes):.1f}")
+glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
+
+# %% [markdown]
+# Compiling took {glue:text}`b_compile_s` s on the first call (counted apart from the
+# steady-state times above). The compiled block allocates {glue:text}`b_c_alloc` MiB per
+# forward against {glue:text}`b_e_alloc` MiB eager: the fused kernels do not write the
+# intermediates the eager ops did.
+#
+# ## What a fused MLP would change
+#
+# The MLP is the block's largest matmul work at these lengths. Eager, `fc_in` writes a
+# [B, S, 4W] tensor, GELU reads it and writes another, and `fc_out` reads that. A fused MLP
+# (the subject of Part 2 of the Hugging Face blog series "Profiling in PyTorch" that this
+# course follows: GELU applied in the first GEMM's epilogue) writes the tensor once, already
+# activated, and `fc_out` reads it once. Counting the [B, S, 4W] buffers each forward
+# allocates, and finding where the GELU ran:
+
+# %%
+hidden_bytes = batch * seq * 4 * width * x.element_size()
+
+
+def hidden_buffers(s) -> int:
+    """How many [B, S, 4W] buffers a step allocated."""
+    return int((s.memory["bytes"] == hidden_bytes).sum())
+
+
+hid = {"eager": hidden_buffers(estep), "compiled": hidden_buffers(cstep)}
+display(pd.Series(hid, name="[B, S, 4W] buffers per forward").to_frame())
+lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
+lesson(hidden_buffers(cstep) < hidden_buffers(estep),
+       "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
+order = cstep.ops[cstep.ops["name"].isin(["aten::addmm", "aten::mm"]) | cstep.ops["name"].str.contains("gelu")]
+names = order.sort_values("start_us")["name"].tolist()
+gelu_at = next(i for i, n in enumerate(names) if "gelu" in n)
+lesson(0 < gelu_at < len(names) - 1 and "gelu" not in names[gelu_at - 1] and "gelu" not in names[gelu_at + 1],
+       "but GELU is still a pass of its own between two library matmuls (fc_in's and fc_out's)",
+       " -> ".join(n.removeprefix("aten::") for n in names))
+passes = {"eager or compiled": 4, "fused MLP": 2}   # writes + reads of the [B, S, 4W] tensor per forward
+saved = (passes["eager or compiled"] - passes["fused MLP"]) * hidden_bytes
+glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
+glue("b_saved_mib", f"{mib(saved):.1f}")
+
+# %% [markdown]
+# Each [B, S, 4W] buffer is {glue:text}`b_hidden_mib` MiB here. Compiled or not, it makes
+# four trips through memory: written by `fc_in`, read and written again by the GELU pass,
+# read by `fc_out`. With GELU in the first GEMM's epilogue it would make two, saving
+# {glue:text}`b_saved_mib` MiB of memory traffic per forward. Attention is untouched by it:
+# as S grows, attention's share of the block grows whatever the MLP does.
+#
+# ## What to remember
+#
+# - At a fixed width, attention's share of a block's arithmetic is S / (S + 6W) (or
+#   S / (S + 12W) when causal tiles are skipped): small for short sequences, dominant for
+#   long ones.
+# - The choice of attention shows first in memory: hand-written attention allocates S×S
+#   buffers inside the block; a fused kernel never does.
+# - Compiling the block fuses the norms, residual adds and GELU; the matmuls stay library
+#   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
+
+# %%
+traces.links(crun)
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/08_block.ipynb), with automatic checks, hints and hidden solutions.
