@@ -79,6 +79,7 @@ def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
     shutil.copytree(ROOT / "kernels", src / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "pyproject.toml", src)
     shutil.copy2(ROOT / "README.md", src)
+    shutil.copy2(ROOT / "LICENSE", src)
     gpu_run.import_archive(fixture_archive(tmp_path), src / "book" / "data")
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(src),
                            "-w", str(tmp_path / "dist")], capture_output=True, text=True)
@@ -86,6 +87,9 @@ def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
     wheel = next((tmp_path / "dist").glob("*.whl"))
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path / "site")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "kernels/csrc/flash_v2.cu" in names and any(n.endswith("licenses/LICENSE") for n in names), \
+        "the wheel carries the CUDA sources and the licence"
     probe = ("import kernels.recorded as r; rec = r.latest(); "
              "print(r.default_root()); print(rec.folder.name); print(len(rec.trace('01_naive', 'naive').steps('naive')))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
