@@ -1,0 +1,131 @@
+"""The transformer block of chapter 8 (kernels/block.py), its FLOP counts, and the exercise checks
+of chapters 7 and 8 (kernels/exercises_compiled.py, kernels/exercises_block.py): blank answers
+fail with their words, solutions pass, and each check names at least one realistic mistake."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import kernels
+from kernels import block as blocks
+from kernels import exercises_block as exb
+from kernels import exercises_compiled as exc
+from kernels.exercises import ExerciseFailed
+
+
+def _block(attention="naive", width=64, heads=4):
+    torch.manual_seed(0)
+    return blocks.Block(width, heads, attention).eval()
+
+
+def test_block_keeps_the_shape_and_agrees_across_attentions():
+    x = torch.randn(2, 19, 64)
+    with torch.no_grad():
+        outs = {n: _block(n)(x) for n in ("naive", "inplace", "sdpa_math", "sdpa_flash")}
+    for name, out in outs.items():
+        assert out.shape == x.shape, f"{name}: a block keeps x's shape"
+        assert torch.allclose(out, outs["naive"], atol=1e-5), f"{name}: the attention choice must not change the block"
+
+
+def test_block_is_causal():
+    # Changing a later token must not change an earlier token's output.
+    x = torch.randn(1, 12, 64)
+    y = x.clone()
+    y[0, 7:] += 1.0
+    with torch.no_grad():
+        a, b = _block()(x), _block()(y)
+    assert torch.allclose(a[0, :7], b[0, :7], atol=1e-6), "tokens before the change must be unaffected"
+    assert not torch.allclose(a[0, 7:], b[0, 7:]), "tokens from the change on must move"
+
+
+def test_block_refuses_in_words():
+    with pytest.raises(ValueError, match="multiple of heads"):
+        blocks.Block(50, 4)
+    with pytest.raises(KeyError, match="registered"):
+        blocks.Block(64, 4, "flash9")
+
+
+@pytest.mark.parametrize("seq,width", [(17, 64), (113, 96)])
+def test_flop_counter_counts_the_formula(seq, width):
+    counted = blocks.counted_flops(blocks.Block(width, 4, "naive").eval(), torch.randn(2, seq, width))
+    f = blocks.flops(seq, width, batch=2)
+    assert counted["addmm"] == f["qkv"] + f["proj"] + f["mlp"], "linear layers: 24·B·S·W² FLOPs"
+    assert counted["bmm"] == f["attention"], "naive attention computes all S×S scores: 4·B·S²·W"
+
+
+def test_attention_share_grows_and_crosses_half_at_6w():
+    w = 256
+    shares = [blocks.attention_share(s, w) for s in (64, 256, 1024, 4096)]
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+    assert math.isclose(blocks.attention_share(6 * w, w), 0.5)
+    assert math.isclose(blocks.attention_share(12 * w, w, causal_skip=True), 0.5)
+
+
+def test_record_function_labels_split_the_forward(tmp_path):
+    from kernels import profiling
+
+    run = profiling.profile(_block(), torch.randn(1, 32, 64), label="block", wait=0, warmup=1, active=1,
+                            trace_dir=tmp_path)
+    assert {f"block.{p}" for p in blocks.PARTS} <= set(run.trace.labels()), "every part is labelled"
+
+
+# ------------------------------------------------------------------ exercise checks, chapter 8
+
+def _solution_forward(block, x):
+    b, s, w = x.shape
+    h = block.heads
+    q, k, v = block.qkv(block.norm1(x)).split(w, dim=-1)
+    q, k, v = (t.view(b, s, h, w // h).transpose(1, 2) for t in (q, k, v))
+    x = x + block.proj(block.attend(q, k, v, causal=True).transpose(1, 2).reshape(b, s, w))
+    return x + block.fc_out(F.gelu(block.fc_in(block.norm2(x))))
+
+
+def _post_norm(block, x):
+    b, s, w = x.shape
+    h = block.heads
+    q, k, v = block.qkv(x).split(w, dim=-1)
+    q, k, v = (t.view(b, s, h, w // h).transpose(1, 2) for t in (q, k, v))
+    x = block.norm1(x + block.proj(block.attend(q, k, v, causal=True).transpose(1, 2).reshape(b, s, w)))
+    return block.norm2(x + block.fc_out(F.gelu(block.fc_in(x))))
+
+
+def test_block_checks():
+    exb.check_block_flops(lambda s, w, b, r: blocks.flops(s, w, b, r), seed=1)
+    with pytest.raises(ExerciseFailed, match="a multiply-add is 2 FLOPs"):
+        exb.check_block_flops(lambda s, w, b, r: {k: v / 2 for k, v in blocks.flops(s, w, b, r).items()}, seed=1)
+    with pytest.raises(ExerciseFailed, match="computes all S×S scores"):
+        exb.check_block_flops(lambda s, w, b, r: blocks.flops(s, w, b, r, causal_skip=True), seed=1)
+    with pytest.raises(ExerciseFailed, match="must return a dict"):
+        exb.check_block_flops(lambda s, w, b, r: None, seed=1)
+    exb.check_crossover(lambda w, r, c: 2 * w * (4 + 2 * r) / (2 if c else 4), seed=2)
+    with pytest.raises(ExerciseFailed, match="6·W holds for mlp_ratio 4"):
+        exb.check_crossover(lambda w, r, c: 6 * w, seed=2)
+    exb.check_block_forward(_solution_forward, seed=3)
+    with pytest.raises(ExerciseFailed, match="post-norm"):
+        exb.check_block_forward(_post_norm, seed=3)
+    with pytest.raises(ExerciseFailed, match="returned None"):
+        exb.check_block_forward(lambda b, x: None, seed=3)
+
+
+# ------------------------------------------------------------------ exercise checks, chapter 7
+
+def test_compiled_checks(capsys):
+    exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv <= q) & (kv > q - w)), seed=4)
+    with pytest.raises(ExerciseFailed, match="one key too many"):
+        exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv <= q) & (kv >= q - w)), seed=4)
+    with pytest.raises(ExerciseFailed, match="causal bound is missing"):
+        exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv > q - w)), seed=4)
+    with pytest.raises(ExerciseFailed, match="must return a function"):
+        exc.check_window_mask(lambda w: None, seed=4)
+    exc.check_skipped_tiles(lambda s, b: math.ceil(s / b) * (math.ceil(s / b) - 1) // 2, seed=5)
+    with pytest.raises(ExerciseFailed, match="diagonal as skipped"):
+        exc.check_skipped_tiles(lambda s, b: math.ceil(s / b) * (math.ceil(s / b) + 1) // 2, seed=5)
+    with pytest.raises(ExerciseFailed, match="returned None"):
+        exc.check_skipped_tiles(lambda s, b: None, seed=5)
+    exc.check_softcap(lambda cap: (lambda s, b, h, q, kv: cap * torch.tanh(s / cap)), seed=6)
+    with pytest.raises(ExerciseFailed, match="multiply it by cap again"):
+        exc.check_softcap(lambda cap: (lambda s, b, h, q, kv: torch.tanh(s / cap)), seed=6)
+    assert "seed 6" in capsys.readouterr().out, "the checks print their seed"
