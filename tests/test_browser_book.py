@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from functools import partial
 from http.server import ThreadingHTTPServer
@@ -137,9 +138,11 @@ def test_notebook_page_has_launch_and_download_links(site, page):
     downloaded = json.loads(downloads[0].read_text())
     code = [c for c in downloaded["cells"] if c["cell_type"] == "code"]
     if "/exercises/" in page:
-        assert not any(c.get("outputs") for c in code) and "solutions = False" in "".join(
-            "".join(c["source"]) for c in code) and not any("solutions = True" in "".join(c["source"]) for c in code), \
-            "an exercise's download is the unsolved exercise: solutions = False, no outputs"
+        params = ["".join(c["source"]) for c in code if "parameters" in c["metadata"].get("tags", [])]
+        injected = [c for c in code if "injected-parameters" in c["metadata"].get("tags", [])]
+        assert not any(c.get("outputs") for c in code) and not injected and \
+            re.search(r"^solutions = False$", params[0], re.M), \
+            "an exercise's download is the unsolved exercise: solutions = False, nothing injected, no outputs"
     else:
         assert any(c.get("outputs") for c in code), "a chapter's download is the executed notebook, with its outputs"
     source = [h for h in seen["links"] if h.startswith(f"https://github.com/{REPO}/blob/main/{notebook}")]
