@@ -308,9 +308,13 @@ def regions(step) -> "pandas.DataFrame":  # noqa: F821
 def first_and_steady(fn: Callable, *args, steady_calls: int = 5, **kwargs) -> tuple[float, float]:
     """Seconds of the first call (which compiles, if nothing is cached for it) and the median
     seconds of ``steady_calls`` calls after it, counted apart."""
+    on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
     def one() -> float:
         t0 = time.perf_counter()
         fn(*args, **kwargs)
+        if on_gpu:  # GPU work is asynchronous: time it to the end of its kernels
+            torch.cuda.synchronize()
         return time.perf_counter() - t0
     with torch.no_grad():
         first = one()

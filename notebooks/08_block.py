@@ -312,12 +312,16 @@ display(pd.Series(hid, name="[B, S, 4W] buffers per forward").to_frame())
 lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
 lesson(hidden_buffers(cstep) < hidden_buffers(estep),
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
-order = cstep.ops[cstep.ops["name"].isin(["aten::addmm", "aten::mm"]) | cstep.ops["name"].str.contains("gelu")]
+# The order of matmuls and generated kernels: CPU ops on a CPU, the GPU lane's kernels on a GPU.
+lane = cstep.kernels if len(cstep.kernels) else cstep.ops
+is_mm = lane["name"].isin(["aten::addmm", "aten::mm"]) | lane["name"].str.contains("gemm|sgemm|cutlass", case=False)
+order = lane[is_mm | lane["name"].str.contains("gelu")]
 names = order.sort_values("start_us")["name"].tolist()
-gelu_at = next(i for i, n in enumerate(names) if "gelu" in n)
-lesson(0 < gelu_at < len(names) - 1 and "gelu" not in names[gelu_at - 1] and "gelu" not in names[gelu_at + 1],
+gelu_at = next((i for i, n in enumerate(names) if "gelu" in n), None)
+lesson(gelu_at is not None and 0 < gelu_at < len(names) - 1
+       and "gelu" not in names[gelu_at - 1] and "gelu" not in names[gelu_at + 1],
        "but GELU is still a pass of its own between two library matmuls (fc_in's and fc_out's)",
-       " -> ".join(n.removeprefix("aten::") for n in names))
+       " -> ".join(n.removeprefix("aten::")[:40] for n in names))
 passes = {"eager or compiled": 4, "fused MLP": 2}   # writes + reads of the [B, S, 4W] tensor per forward
 saved = (passes["eager or compiled"] - passes["fused MLP"]) * hidden_bytes
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
