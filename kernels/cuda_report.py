@@ -301,33 +301,52 @@ def owners_v2(cols: int, block_m: int = 64, threads: int = 128) -> np.ndarray:
 def thread_map(head_dim: int = 64, lane: int = 5):
     """Four panels: which warp computes which element in v1's three phases and in v2.
 
-    Colours are warps; in the v2 panel the elements of one lane of warp 0 are outlined.
+    Colours are warps; in the v2 panel the elements of one lane of warp 0 are outlined. The
+    figure is about as wide as the book's column (so it is shown unscaled), its text keeps
+    the font floor (``plots.font_floor``) and the key to the colours sits in the empty cell
+    beside v2, never over the data.
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
+    from .plots import COLUMN_PX, apply_font_floor
+
     colours = ListedColormap(["#f2f2f2", "#4c72b0", "#dd8452", "#55a868", "#c44e52"])
-    panels = [
-        ("v1 phase 1: scores S (32 x 32)", owners_v1_scores()),
-        ("v1 phase 2: softmax, one thread per row", owners_v1_softmax()),
-        (f"v1 phase 3: output O (32 x {head_dim})", owners_v1_output(head_dim)),
-        ("v2: S and O accumulators (64 x 64)", owners_v2(64)),
-    ]
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.6), gridspec_kw={"width_ratios": [1, 1, head_dim / 32, 1]})
-    for ax, (title, owner) in zip(axes, panels):
+    panels = {
+        "p1": ("v1 phase 1\nscores S", owners_v1_scores()),
+        "p2": ("v1 phase 2\nsoftmax", owners_v1_softmax()),
+        "p3": (f"v1 phase 3\noutput O (32 × {head_dim})", owners_v1_output(head_dim)),
+        "v2": ("v2: S and O accumulators (64 × 64)", owners_v2(64)),
+    }
+    fig, axes = plt.subplot_mosaic([["p1", "p2", "p3", "p3"], ["v2", "v2", ".", "."]],
+                                   figsize=(0.98 * COLUMN_PX / 100, 5.9), dpi=100,
+                                   height_ratios=[1, 2], layout="constrained")
+    for name, (title, owner) in panels.items():
+        ax = axes[name]
         warp = np.where(owner >= 0, owner // WARP + 1, 0)
         ax.imshow(warp, cmap=colours, vmin=0, vmax=4, interpolation="nearest", aspect="equal")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("column (key or d)", fontsize=8)
-        ax.set_ylabel("query row", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(title, loc="left")
+        rows, cols = owner.shape
+        step = 16 if cols <= 64 else 32
+        ax.set_xticks(list(range(0, cols - step // 2, step)) + [cols - 1])
+        ax.set_yticks(list(range(0, rows - 8, 16)) + [rows - 1])
+        if name in ("p2", "p3"):  # the same 32 rows as phase 1, labelled there
+            ax.tick_params(axis="y", labelleft=False)
+        ax.set_xlim(-0.5, cols - 0.5)
+        ax.set_ylim(rows - 0.5, -0.5)
+    axes["p1"].set_ylabel("query row")
+    axes["v2"].set_ylabel("query row")
+    axes["v2"].set_xlabel("column (key, or d of the output)")
     rows, cols = np.nonzero(owners_v2(64) == lane)
-    axes[3].scatter(cols, rows, s=6, marker="s", facecolors="none", edgecolors="black", linewidths=0.6)
+    axes["v2"].scatter(cols, rows, s=10, marker="s", facecolors="none", edgecolors="black", linewidths=0.8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i + 1)) for i in range(4)]
-    fig.legend(handles, [f"warp {i}" for i in range(4)], loc="lower center", ncol=4, fontsize=8,
-               frameon=False)
-    fig.text(0.99, 0.02, f"v2: squares outline lane {lane} of warp 0", ha="right", fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    handles.append(plt.Line2D([], [], ls="", marker="s", markerfacecolor="none", markeredgecolor="black"))
+    apply_font_floor(fig)
+    # In the empty cell right of v2 (the mosaic's "."), level with v2's middle.
+    fig.legend(handles, [f"warp {i} (threads {32 * i}-{32 * i + 31})" for i in range(4)]
+               + [f"lane {lane} of warp 0 (v2)"], loc="center left", bbox_to_anchor=(0.53, 0.36),
+               frameon=False, title="who computes each element", fontsize=axes["v2"].xaxis.label.get_fontsize(),
+               title_fontsize=axes["v2"].xaxis.label.get_fontsize())
     return fig
 
 

@@ -32,6 +32,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from .plots import apply_font_floor, font_floor
+
 SKIPPED, MASKED, FULL = 0, 1, 2
 CLASS_NAMES = {SKIPPED: "skipped", MASKED: "masked", FULL: "full"}
 # Skipped tiles pale (nothing happens there), masked orange and full blue, as the
@@ -101,8 +103,9 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
     Axes are in tokens (keys across, queries down), so a ragged last tile is drawn
     narrower. With ``program = i``, the strip left of the grid marks the Q tile the
     program loads once, the strip above marks the K/V tiles it streams (in their class
-    colour; the ones it skips stay pale), and its row of score tiles is outlined.
-    Returns the Figure (``ax``'s when one is given).
+    colour; the ones it skips stay pale), and its row of score tiles is outlined. Text keeps
+    the book's font floor for the figure's width (``plots.font_floor``); the legend sits
+    under the axis label, outside the grid. Returns the Figure (``ax``'s when one is given).
     """
     tiles = tile_map(seq, block_m, block_n, causal)
     if program is not None:
@@ -114,6 +117,7 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
         fig = Figure(figsize=(5.2, 5.2), layout="constrained")
         ax = fig.add_subplot()
     fig = ax.figure
+    size = font_floor(fig)
     rows, cols = _tile_edges(seq, block_m), _tile_edges(seq, block_n)
     cmap = ListedColormap([CLASS_COLORS[c] for c in (SKIPPED, MASKED, FULL)])
     ax.pcolormesh(cols, rows, tiles, cmap=cmap, vmin=-0.5, vmax=2.5, edgecolors="white", linewidth=1.0)
@@ -126,12 +130,12 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
         # The Q tile, right of the grid: loaded once, kept on-chip for the whole loop.
         ax.add_patch(Rectangle((seq + 0.5 * strip, y0), strip, y1 - y0, color=PROGRAM_COLOR, clip_on=False))
         ax.text(seq + 1.8 * strip, (y0 + y1) / 2, f"Q tile of\nprogram {program}", va="center",
-                fontsize=8, color=PROGRAM_COLOR, clip_on=False)
+                fontsize=size, color=PROGRAM_COLOR, clip_on=False)
         # The K/V tiles, above the grid, coloured by what the program does with each.
         for j, cls in enumerate(tiles[program]):
             ax.add_patch(Rectangle((cols[j], -1.5 * strip), cols[j + 1] - cols[j], strip,
                                    color=CLASS_COLORS[cls], ec="white", clip_on=False))
-        ax.text(seq + 0.5 * strip, -strip, "K, V tiles it\nstreams", va="center", fontsize=8,
+        ax.text(seq + 0.5 * strip, -strip, "K, V tiles it\nstreams", va="center", fontsize=size,
                 clip_on=False)
     ax.set_xlim(0, seq)
     ax.set_ylim(seq, 0)  # query 0 at the top, as the matrix is written
@@ -141,11 +145,15 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
     counts = tile_counts(tiles)
     handles = [Patch(color=CLASS_COLORS[c], label=f"{CLASS_NAMES[c]} ({counts[CLASS_NAMES[c]]})")
                for c in (FULL, MASKED, SKIPPED)]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8,
-              frameon=False)
     ax.set_title(title or (f"{'causal' if causal else 'full'}: S={seq}, "
-                           f"BLOCK_M={block_m}, BLOCK_N={block_n}"), fontsize=10,
+                           f"BLOCK_M={block_m}, BLOCK_N={block_n}"), fontsize=max(10, size),
                  pad=24 if program is not None else 6)  # room for the K/V strip above the grid
+    apply_font_floor(fig)
+    # Below the tick labels and the axis label, outside the grid: ticks (3.5 pt) and their pad
+    # (3.5 pt), a line of tick labels, the label's pad (4 pt), a line of label, 4 pt of air.
+    below_pt = 15 + 1.25 * (ax.xaxis.get_major_ticks()[0].label1.get_fontsize() + ax.xaxis.label.get_fontsize())
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=size,
+              frameon=False, borderaxespad=below_pt / size, handlelength=1.2, columnspacing=1.2)
     return fig
 
 

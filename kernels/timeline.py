@@ -6,7 +6,11 @@ training step); then one lane per GPU stream, so kernels that overlap on differe
 are seen overlapping. Grey lines are Perfetto's flow arrows, from each launch to its GPU work.
 
 Drawn on matplotlib ``Figure``/``Axes`` objects, never through pyplot's global state: pass
-``ax`` to draw into a figure of your own, or get a new ``Figure`` back.
+``ax`` to draw into a figure of your own, or get a new ``Figure`` back. Text keeps the book's
+font floor (``kernels.plots.font_floor``: about 10.5 pt on an 11-inch figure), a bar is
+labelled only where its name (or a shortened one) fits inside it, and the legend lists the
+categories this figure draws. Axes that share their x axis (two steps one above the other)
+all span the longest step drawn on them.
 """
 from __future__ import annotations
 
@@ -16,11 +20,18 @@ from typing import Optional
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 
+from .plots import apply_font_floor, font_floor
 from .trace import Step
 
 LEGEND = [("matmul / GEMM", "#1f77b4"), ("copy", "#d62728"), ("mask / fill", "#ff7f0e"),
           ("softmax", "#2ca02c"), ("fused attention", "#9467bd"), ("other", "#8c8c8c")]
+
+
+def category(colour: str) -> str:
+    """The legend's name for a bar colour of ``color``."""
+    return {c: label for label, c in LEGEND}[colour]
 
 
 def color(name: str) -> str:
@@ -86,37 +97,59 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     owns_figure = ax is None
     if owns_figure:
         ax = Figure(figsize=(11, 0.45 * len(rows) + 1.4)).add_subplot()
+    fig = ax.figure
+    size = font_floor(fig)
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
     k = step.kernels
     ends = (k["start_us"] + k["dur_us"]).tolist() + (ops["start_us"] + ops["dur_us"]).tolist()
     span_ms = max([step.cpu_time_us] + ends) / 1e3 or 1.0
-    _Bars(ax, span_ms, min_label_frac).draw(step, ops, rows)
+    bars = _Bars(ax, span_ms, min_label_frac, size)
+    bars.draw(step, ops, rows)
     several = len({lane[1] for lane in rows if lane[0] == "gpu"}) > 1
     ax.set_yticks(range(len(rows)), [lane_name(lane, step, several) for lane in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)  # top lane first, as in Perfetto
     ax.set_xlabel("time since the labelled call began (ms)")
-    ax.set_xlim(0, span_ms * 1.02)
+    _span_shared_x(ax, span_ms)
     ax.set_title(title or f"{step.label}: one step ({'CPU + GPU' if not k.empty else 'CPU only'})")
-    ax.legend(handles=[Patch(color=c, label=l) for l, c in LEGEND], loc="upper center",
-              bbox_to_anchor=(0.5, -0.25 if len(rows) < 6 else -0.12), ncol=6, fontsize=8, frameon=False)
+    drawn = [(label, c) for label, c in LEGEND if c in bars.colours()]
+    # Above the lanes, right-aligned under nothing but the title's line: outside the data.
+    ax.legend(handles=[Patch(color=c, label=label) for label, c in drawn], loc="lower right",
+              bbox_to_anchor=(1.0, 1.0), ncol=len(drawn), fontsize=size, frameon=False,
+              borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)
+    ax.title.set_horizontalalignment("left")
+    ax.title.set_position((0.0, 1.0))
     ax.grid(axis="x", alpha=0.3)
+    apply_font_floor(fig)
     if owns_figure:
-        ax.figure.tight_layout()
-    return ax.figure
+        fig.tight_layout()
+    return fig
+
+
+def _span_shared_x(ax, span_ms: float) -> None:
+    """Set the x limit to this step's span, or to the longest span drawn on any axes sharing
+    this x axis: one shared axis, every step shown whole."""
+    ax._timeline_span_ms = span_ms
+    siblings = ax.get_shared_x_axes().get_siblings(ax)
+    longest = max(getattr(a, "_timeline_span_ms", 0.0) for a in siblings)
+    ax.set_xlim(0, longest * 1.02)
 
 
 class _Bars:
     """Collects bars by (lane, colour) and labels for the wide ones, then draws them at once."""
 
-    def __init__(self, ax, span_ms: float, min_label_frac: float):
-        self.ax, self.span_ms, self.min_label_frac = ax, span_ms, min_label_frac
+    def __init__(self, ax, span_ms: float, min_label_frac: float, fontsize: float):
+        self.ax, self.span_ms, self.min_label_frac, self.fontsize = ax, span_ms, min_label_frac, fontsize
         self.bars = defaultdict(list)  # (y, colour) -> [(start, width)]
         self.texts = []
+
+    def colours(self) -> set:
+        """The colours of the bars drawn: the legend's categories."""
+        return {c for _, c in self.bars}
 
     def add(self, y, start_us, dur_us, name):
         self.bars[(y, color(name))].append((start_us / 1e3, max(dur_us / 1e3, self.span_ms * 0.002)))
         if dur_us / 1e3 >= self.min_label_frac * self.span_ms:
-            self.texts.append(((start_us + dur_us / 2) / 1e3, y, name.replace("aten::", "")[:28]))
+            self.texts.append((start_us / 1e3, (start_us + dur_us) / 1e3, y, name.replace("aten::", "")))
 
     def draw(self, step: Step, ops, rows: list) -> None:
         y_of = {lane: i for i, lane in enumerate(rows)}
@@ -134,10 +167,39 @@ class _Bars:
             arrows.append([(launched / 1e3, ly + 0.4), (start / 1e3, gy - 0.4)])
         for (y, c), spans in self.bars.items():
             self.ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=c, edgecolors="white", linewidth=0.5)
-        for x, y, text in self.texts:
-            self.ax.text(x, y, text, ha="center", va="center", fontsize=7, color="white", clip_on=True)
+        for x0, x1, y, text in self.texts:
+            self.ax.add_artist(_BarLabel(x0, x1, y, text, fontsize=self.fontsize))
         if arrows:
             self.ax.add_collection(LineCollection(arrows, colors="#bbbbbb", linewidths=0.6, zorder=0))
+
+
+class _BarLabel(Text):
+    """A bar's name, centred in it: shortened with "…" to fit the bar's width as drawn, and
+    not drawn at all where not even a few letters fit (so labels never spill over bars)."""
+
+    def __init__(self, x0: float, x1: float, y: float, name: str, **kwargs):
+        super().__init__((x0 + x1) / 2, y, name, ha="center", va="center", color="white",
+                         clip_on=True, **kwargs)
+        self.x0, self.x1, self.name = x0, x1, name
+
+    def fitted(self, renderer) -> str:
+        """The longest prefix of the name (with "…" when cut) that fits inside the bar."""
+        left, right = self.axes.transData.transform([(self.x0, 0), (self.x1, 0)])[:, 0]
+        room = abs(right - left) - 0.8 * self.get_fontsize() * renderer.points_to_pixels(1)
+        for n in range(len(self.name), 2, -1):
+            text = self.name if n == len(self.name) else self.name[:n - 1] + "…"
+            super().set_text(text)
+            if self.get_window_extent(renderer).width <= room:
+                return text
+        return ""
+
+    def draw(self, renderer):
+        if not self.get_visible():
+            return
+        text = self.fitted(renderer)
+        if text:
+            super().draw(renderer)
+        super().set_text(text)  # what was drawn, for whoever reads the figure afterwards
 
 
 def _launch_rows(rows: list, y_of: dict) -> dict:

@@ -17,6 +17,7 @@ from typing import Optional
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .plots import apply_font_floor, font_floor
 from .trace import Step
 
 
@@ -140,7 +141,9 @@ class StepDiff:
         """Self time of every changed row in both steps; the unchanged rest as a note.
 
         A row found in one step only has a single bar; its label says the count (a → b)
-        and the allocation change. Returns the Figure (a new one unless ``ax`` is given).
+        and the allocation change. Text keeps the book's font floor (``plots.font_floor``) and
+        the legend sits above the bars, outside them. Returns the Figure (a new one unless
+        ``ax`` is given).
         """
         changed = self.changed().head(max_rows)
         rest = pd.concat([self.ops, self.kernels])
@@ -153,21 +156,25 @@ class StepDiff:
         if owns_figure:
             ax = Figure(figsize=(10, 0.7 * max(len(labels), 1) + 1.8)).add_subplot()
         fig = ax.figure
+        size = font_floor(fig)
         y = list(range(len(labels)))
         ax.barh([i - 0.2 for i in y], changed["time_us_a"] / 1e3, height=0.38, color="#d62728", label=self.label_a)
         ax.barh([i + 0.2 for i in y], changed["time_us_b"] / 1e3, height=0.38, color="#1f77b4", label=self.label_b)
-        ax.set_yticks(y, labels, fontsize=8)
+        ax.set_yticks(y, labels, fontsize=size)
         ax.invert_yaxis()
         if not labels:
             ax.text(0.5, 0.5, "no op or kernel changed its count or allocation", ha="center",
                     va="center", transform=ax.transAxes)
         ax.set_xlabel("self time in one step (ms)\n"
-                      f"everything else: {len(rest)} matched rows with the same counts and bytes, "
+                      f"everything else: {len(rest)} matched rows with the same counts and bytes,\n"
                       f"{rest['time_us_a'].sum() / 1e3:.2f} ms ({self.label_a}) vs "
                       f"{rest['time_us_b'].sum() / 1e3:.2f} ms ({self.label_b})")
-        ax.set_title(f"what changed from {self.label_a} to {self.label_b}")
-        ax.legend(loc="best", fontsize=8)
+        ax.set_title(f"what changed from {self.label_a} to {self.label_b}", loc="left")
+        if labels:  # above the bars, right of the title: never over a row
+            ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=size,
+                      frameon=False, borderaxespad=0.2)
         ax.grid(axis="x", alpha=0.3)
+        apply_font_floor(fig)
         fig.tight_layout()
         return fig
 
