@@ -586,6 +586,11 @@ class Step:
         c["called_from"] = [self.ops.at[p, "name"] if p >= 0 else None for p in c["parent"]]
         return c[c["bytes"] >= min_bytes]
 
+    def copy_table(self, min_bytes: int = 1) -> pd.DataFrame:
+        """``copies()`` for display: who copied, the shape as ``1×8×512×512``, the dtype and
+        the size in one unit for the whole table (MiB, KiB or bytes, named in the header)."""
+        return copy_table(self, min_bytes)
+
     def summary(self) -> dict:
         """One row for a "so far" table."""
         return {
@@ -604,15 +609,50 @@ class Step:
 
 # ----------------------------------------------------------------------------- tables
 
+# One per level of nesting in op_table: a visible dot and a no-break space, so the depth reads
+# in any HTML (leading spaces collapse, and Jupyter right-aligns table cells).
+NESTING = "·\u00a0"
+
+
+def shape_text(dims) -> str:
+    """A tensor shape as the prose writes it: ``1×8×512×512``; ``scalar`` for a 0-d tensor."""
+    return "×".join(str(d) for d in dims) if dims else "scalar"
+
+
+def _size_unit(largest: float) -> tuple[str, float]:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if largest >= scale:
+            return unit, scale
+    return "bytes", 1
+
+
+def copy_table(step: Step, min_bytes: int = 1) -> pd.DataFrame:
+    """The step's ``aten::copy_`` calls for display (``Step.copies`` holds the raw columns):
+    the op that called each, what it copied (shape, dtype) and its size in the unit of the
+    largest copy. A size too small to show in that unit reads ``< 0.01``."""
+    c = step.copies(min_bytes)
+    unit, scale = _size_unit(float(c["bytes"].max()) if len(c) else 0.0)
+    sizes = [f"{b / scale:,.2f}" if unit != "bytes" else f"{b:,d}" for b in c["bytes"]]
+    sizes = ["< 0.01" if b and text == "0.00" else text for b, text in zip(c["bytes"], sizes)]
+    return pd.DataFrame({
+        "op": c["name"].values,
+        "called from": [n if n else "(your code)" for n in c["called_from"]],
+        "shape": [shape_text(d[0] if d else []) for d in c["input_dims"]],
+        "dtype": [t[0] if t else "" for t in c["input_types"]],
+        f"size ({unit})": sizes,
+        "time (us)": c["dur_us"].round(1).values,
+    })
+
+
 def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None) -> pd.DataFrame:
-    """The step's ops in call order, indented by depth, for display. When ops of threads
-    other than the label's ran in the step (a training step's backward), a ``thread`` column
-    says whose."""
+    """The step's ops in call order, one ``NESTING`` marker (``· ``) per level below the top,
+    for display. When ops of threads other than the label's ran in the step (a training
+    step's backward), a ``thread`` column says whose."""
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
     if max_depth is not None:
         ops = ops[ops["depth"] <= max_depth]
     table = pd.DataFrame({
-        "op": ["  " * d + n for d, n in zip(ops["depth"], ops["name"])],
+        "op": [NESTING * d + n for d, n in zip(ops["depth"], ops["name"])],
         "input shapes": [" ".join(str(tuple(x)) for x in dims if x) for dims in ops["input_dims"]],
         "time (us)": ops["dur_us"].round(1),
         "allocated (KiB, incl. children)": (ops["alloc_bytes"] / 1024).round(1),
