@@ -1,0 +1,273 @@
+"""The course's figures as a reader sees them in the book's main column.
+
+The book shows a figure's PNG (saved at the figure's dpi, cropped to its drawn extent as the
+notebook's inline backend does) at its natural width, or scaled down to the column's width
+when it is wider. Every text must then be at least ``plots.MIN_FONT_PX`` pixels; legends
+list only what the figure draws and sit outside the data; timelines on a shared x axis show
+every step whole. Tables: op_table's nesting and the copies table read in any HTML.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import io
+import json
+import struct
+
+import matplotlib
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+from kernels import cuda_report, plots, profiling, tiling
+from kernels import timeline as tl
+from kernels import tracediff, trace
+from tests.gpu_trace import forward_trace
+
+matplotlib.use("Agg")
+
+COLUMN_PX = plots.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
+
+
+def png_width(fig) -> int:
+    """Width in pixels of the PNG the notebook would show (dpi of the figure, tight bbox)."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=fig.dpi, bbox_inches="tight")
+    return struct.unpack(">I", png.getvalue()[16:20])[0]
+
+
+def too_small(fig) -> list[str]:
+    """Texts drawn smaller than the floor once the page scales the PNG to the column."""
+    width = png_width(fig)  # draws the figure: bar labels now hold what was drawn
+    scale = plots.rendered_scale(width)
+    small = []
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip():
+            px = t.get_fontsize() * fig.dpi / 72 * scale
+            if px < plots.MIN_FONT_PX - 1e-6:
+                small.append(f"{t.get_text()[:30]!r}: {px:.1f} px")
+    return small
+
+
+def load(tmp_path, data: dict, name: str = "t.json.gz"):
+    path = tmp_path / name
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    return profiling.load_trace(path)
+
+
+def stretched(data: dict, factor: float) -> dict:
+    """The same trace with every time and duration multiplied by ``factor`` (a slower step)."""
+    out = copy.deepcopy(data)
+    for e in out["traceEvents"]:
+        for key in ("ts", "dur"):
+            if isinstance(e.get(key), (int, float)):
+                e[key] = e[key] * factor
+    return out
+
+
+@pytest.fixture
+def naive_step(tmp_path):
+    return load(tmp_path, forward_trace("naive")).steps("naive")[0]
+
+
+def renderer_of(fig):
+    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure: give it an Agg canvas
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
+def overlaps(a, b) -> bool:
+    return a.x0 < b.x1 - 0.5 and b.x0 < a.x1 - 0.5 and a.y0 < b.y1 - 0.5 and b.y0 < a.y1 - 0.5
+
+
+def legend_clear_of_data(fig, ax, legend) -> bool:
+    renderer = renderer_of(fig)
+    return not overlaps(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+
+
+# ------------------------------------------------------------------------------------ the floor
+
+def test_font_floor_is_what_the_column_scale_needs():
+    # 11 in drawn to its edges saves as 11.2 in (0.1 in padding each side) = 1120 px at 100 dpi,
+    # shown at 676 px: 9 px needs 9 / (100/72 · 676/1120) = 10.74 pt, rounded up to 10.8.
+    assert plots.font_floor(Figure(figsize=(11, 3), dpi=100)) == pytest.approx(10.8, abs=0.05)
+    # A figure narrower than the column is shown unscaled: 9 px = 6.48 pt at 100 dpi.
+    assert plots.font_floor(Figure(figsize=(5, 5), dpi=100)) == pytest.approx(6.5, abs=0.1)
+
+
+@pytest.mark.parametrize("pyplot", [False, True], ids=["Figure", "profiling.timeline"])
+def test_timeline_text_is_at_least_9px_in_the_column(naive_step, pyplot):
+    fig = profiling.timeline(naive_step) if pyplot else tl.timeline(naive_step)
+    assert not too_small(fig), f"timeline text below {plots.MIN_FONT_PX} px at {COLUMN_PX} px: {too_small(fig)}"
+    labels = [t for t in fig.axes[0].texts if isinstance(t, tl._BarLabel) and t.get_text()]
+    assert labels, "wide bars keep a label"
+
+
+def test_bar_labels_fit_inside_their_bars(naive_step):
+    fig = tl.timeline(naive_step)
+    png_width(fig)
+    renderer = renderer_of(fig)
+    ax = fig.axes[0]
+    for t in ax.texts:
+        if isinstance(t, tl._BarLabel) and t.get_text():
+            left, right = ax.transData.transform([(t.x0, 0), (t.x1, 0)])[:, 0]
+            assert t.get_window_extent(renderer).width <= right - left, \
+                f"the label {t.get_text()!r} spills out of its bar"
+
+
+def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
+    for step in (naive_step, load(tmp_path, forward_trace("sdpa_flash"), "f.json.gz").steps("sdpa_flash")[0]):
+        fig = tl.timeline(step)
+        ax = fig.axes[0]
+        drawn = {tl.category(matplotlib.colors.to_hex(c.get_facecolor()[0])) for c in ax.collections
+                 if len(c.get_facecolor())}
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert set(legend) == drawn and len(legend) == len(drawn), \
+            f"the legend names exactly the categories drawn: legend {legend}, drawn {sorted(drawn)}"
+        png_width(fig)
+        assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend sits outside the lanes"
+
+
+def test_naive_timeline_has_no_fused_attention_in_its_legend(naive_step):
+    legend = [t.get_text() for t in tl.timeline(naive_step).axes[0].get_legend().get_texts()]
+    assert "fused attention" not in legend and "copy" in legend, legend
+
+
+@pytest.mark.parametrize("order", ["long first", "short first"])
+def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
+    data = forward_trace("naive")
+    short = load(tmp_path, data, "short.json.gz").steps("naive")[0]
+    long = load(tmp_path, stretched(data, 1.5), "long.json.gz").steps("naive")[0]
+
+    def span_ms(step):
+        k, ops = step.kernels, step.ops
+        return max([step.cpu_time_us] + (k["start_us"] + k["dur_us"]).tolist()
+                   + (ops["start_us"] + ops["dur_us"]).tolist()) / 1e3
+
+    assert span_ms(long) > 1.4 * span_ms(short)
+    fig = Figure(figsize=(11, 6.5))
+    axes = fig.subplots(2, 1, sharex=True)
+    steps = (long, short) if order == "long first" else (short, long)
+    for ax, step in zip(axes, steps):
+        tl.timeline(step, ax=ax)
+    for ax in axes:
+        assert ax.get_xlim()[1] >= span_ms(long), \
+            f"a shared x axis shows the longer step whole: limit {ax.get_xlim()[1]:.3f} ms, step {span_ms(long):.3f} ms"
+
+
+# --------------------------------------------------------------------------- diff, tiles, threads
+
+def test_diff_figure_text_and_legend(tmp_path):
+    a = load(tmp_path, forward_trace("naive"), "a.json.gz").steps("naive")[0]
+    b = load(tmp_path, forward_trace("inplace"), "b.json.gz").steps("inplace")[0]
+    for d in (tracediff.diff(a, b), profiling.diff(a, b)):
+        fig = d.figure()
+        assert not too_small(fig), f"diff figure text below the floor: {too_small(fig)}"
+        ax = fig.axes[0]
+        assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend covers none of the rows"
+
+
+@pytest.mark.parametrize("layout", ["alone", "two panels, 12 in (chapter 4)"])
+def test_tiling_text_and_legend(layout):
+    if layout == "alone":
+        fig = tiling.draw_tiles(200, 32, 16, causal=True, program=2)
+    else:
+        fig = Figure(figsize=(12, 5.8), layout="constrained")
+        left, right = fig.subplots(1, 2)
+        tiling.draw_tiles(200, 32, 16, causal=True, program=2, ax=left)
+        tiling.draw_tiles(200, 32, 16, causal=False, program=2, ax=right)
+    assert not too_small(fig), f"tiling text below the floor: {too_small(fig)}"
+    for ax in fig.axes:
+        assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend sits outside the grid"
+        assert not overlaps(ax.get_legend().get_window_extent(), ax.xaxis.label.get_window_extent()), \
+            "the legend clears the axis label"
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_thread_map_text_and_key(head_dim):
+    fig = cuda_report.thread_map(head_dim=head_dim)
+    try:
+        assert not too_small(fig), f"thread map text below the floor: {too_small(fig)}"
+        assert png_width(fig) <= COLUMN_PX, "the thread map is drawn at the column's width, shown unscaled"
+        assert len(fig.axes) == 4, "four panels, no more"
+        legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+        assert len(legends) == 1, "one key to the warps' colours"
+        for ax in fig.axes:
+            if ax.images:
+                assert legend_clear_of_data(fig, ax, legends[0]), "the key covers no panel"
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+
+def test_bench_figures_keep_the_floor():
+    from tests.test_plots import DEVICE, SEQS, row
+    from kernels.bench import FORWARD, BenchResults
+    results = BenchResults([row(i, s, FORWARD) for i in ("naive", "fused") for s in SEQS],
+                           meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
+    for fig in (plots.time_vs_seq(results), plots.memory_vs_seq(results), plots.roofline(results)):
+        assert not too_small(fig), f"{fig.axes[0].get_title()}: {too_small(fig)}"
+
+
+# ------------------------------------------------------------------------------------ tables
+
+@pytest.fixture(scope="module")
+def cpu_naive(tmp_path_factory):
+    """One recorded CPU forward of the naive attention: [1, 2, 64, 64] scores, nested ops."""
+    import torch
+
+    import kernels
+    q = k = v = torch.randn(1, 2, 64, 16)
+    return profiling.profile(kernels.get("naive"), q, k, v, label="naive", active=1,
+                             trace_dir=tmp_path_factory.mktemp("traces")).step()
+
+
+def test_op_table_nesting_survives_html(cpu_naive):
+    table = trace.op_table(cpu_naive)
+    ops = cpu_naive.ops[~cpu_naive.ops["is_view"]]
+    assert (ops["depth"] >= 2).any(), "the naive forward nests (clone under masked_fill, copy_ under clone)"
+    for op, name, depth in zip(table["op"], ops["name"], ops["depth"]):
+        assert op == trace.NESTING * depth + name, f"one marker per level of nesting: {op!r} at depth {depth}"
+    html = table.to_html()
+    assert (trace.NESTING * 2 + "aten::copy_") in html, \
+        "the nesting is in the HTML as visible characters (leading spaces would collapse there)"
+    assert not any(op.startswith(" ") for op in table["op"]), "no leading spaces, which HTML collapses"
+
+
+def test_copy_table_columns(cpu_naive):
+    table = cpu_naive.copy_table()
+    assert list(table.columns) == ["op", "called from", "shape", "dtype", "size (KiB)", "time (us)"], \
+        "the unit is the header's (KiB: the largest copy, 1×2×64×64 floats, is 32 KiB)"
+    assert set(table["shape"]) == {"1×2×64×64", "scalar"}, table
+    assert table.loc[table["shape"] == "1×2×64×64", "size (KiB)"].item() == "32.00"
+    assert table.loc[table["shape"] == "scalar", "size (KiB)"].item() == "< 0.01", \
+        "a 4-byte copy next to a 32 KiB one reads as too small for the unit, not as 0"
+    assert list(cpu_naive.copy_table(min_bytes=2 * 64 * 64 * 4)["called from"]) == ["aten::clone"]
+    assert not any(isinstance(v, list) for v in table.to_numpy().ravel()), "no raw lists in the table"
+
+
+# ------------------------------------------------------------------------ the column, measured
+
+COLUMN_WIDTH = """(() => {
+  const out = document.querySelector("article.bd-article .cell_output");
+  const img = document.querySelector("article.bd-article .cell_output img");
+  return {column: out ? out.getBoundingClientRect().width : null,
+          img: img ? [img.naturalWidth, img.getBoundingClientRect().width] : null};
+})()"""
+
+
+@pytest.mark.slow
+def test_the_assumed_column_width_is_the_books(site):
+    from tests.test_browser_book import load as load_page
+    tools, base, _ = site
+    session, _ = load_page(tools, f"{base}/book/02_inplace.html")
+    seen = tools.evaluate(session, COLUMN_WIDTH)
+    assert seen["column"] == pytest.approx(COLUMN_PX, abs=2), \
+        f"figures are sized for a {COLUMN_PX} px column; the book's is {seen['column']} px at 1280 px"
+    natural, shown = seen["img"]
+    assert shown <= natural + 0.5, "a figure is never shown wider than its PNG (upscaled, blurred)"
+
+
+from tests.test_browser_book import site  # noqa: E402,F401  (the built book, in headless Chromium)
