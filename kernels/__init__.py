@@ -9,13 +9,18 @@ Causal attention is aligned bottom-right (query i sees keys j <= i + Sk - Sq); H
 multiple of Hkv (grouped-query attention). Calling an implementation that cannot run here
 raises ``kernels.CannotRun`` (a RuntimeError) with the same words ``available`` gives.
 
-Importing never needs a GPU, a compiler or a particular SDPA backend: each
-implementation says what it lacks only when asked (``available``) or called.
+Importing never needs a GPU, a compiler or a particular SDPA backend, and changes nothing in
+the process: each implementation says what it lacks only when asked (``available``) or called.
 """
 from . import reference
-from .registry import CannotRun, available, check_inputs, get, implementation, names, register
+from .registry import CannotRun, available, check_inputs, get, implementation, names, register, register_later
 
 # Each module registers its implementations on import, in the order of the chapters.
-from . import naive, inplace, sdpa, triton_flash, cuda_flash  # noqa: E402,F401  (imported for their registrations)
+from . import naive, inplace, sdpa, cuda_flash  # noqa: E402,F401  (imported for their registrations)
+
+# Triton's module registers when the registry is first asked (names, get, available): importing
+# it imports Triton, and on a machine without a GPU turns on Triton's interpreter for the
+# process (kernels.triton_flash says why), which a bare `import kernels` should not do.
+register_later("kernels.triton_flash")
 
 __all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register"]
