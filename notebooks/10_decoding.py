@@ -1,0 +1,298 @@
+# %% [markdown]
+# # 10. Decoding: one query against a long cache
+#
+# A language model generates in two phases. **Prefill** runs the whole prompt through
+# attention at once: as many queries as keys (Sq = Sk), the case every chapter so far has
+# profiled. **Decode** then makes one token per step: one new query (Sq = 1) against the
+# keys and values of every token so far, which the model keeps in a **KV cache** instead of
+# recomputing them. This chapter builds the cache, checks that decoding through it gives what
+# a full causal pass gives, counts what one decode step computes and what it moves, and
+# shows on a roofline why decode is limited by memory, not arithmetic, and what grouped-query
+# attention (GQA) saves. Last, which SDPA backend takes a decode step, and how fast it runs here.
+
+# %% [install]
+
+# %% [parameters]
+
+# %%
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+import kernels
+import kernels.sdpa
+from kernels import bench, decoding, devices, plots, reference
+from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.decoding import KVCache
+
+device, dtype = setup(device, dtype)
+print(f"batch {batch}, heads {heads}, head_dim {head_dim}, {dtype}, on {device}; prompt + generated tokens up to {seq}")
+
+# %% [markdown]
+# ## A KV cache
+#
+# One layer's cache is two buffers, keys and values, allocated once for the longest
+# sequence, and filled as tokens arrive. `append` writes the new tokens' keys and values and
+# returns views of everything filled so far; nothing is copied when reading.
+
+# %%
+show_source(KVCache)
+
+# %% [markdown]
+# Prefill a prompt, then decode token by token. Through the registry, each call is
+# `kernels.get(name)(q, k, v, causal=True)` with the cache's keys and values: causal
+# attention is aligned bottom-right (query i sees keys j ≤ i + Sk − Sq), so a single query
+# sees every cached key, and a chunk of queries sees what its positions may see. Does that
+# give the same rows as one causal pass over the whole sequence? It should, and here is the check:
+
+# %%
+prompt, generated = seq // 2, 8
+total = prompt + generated
+q_all, k_all, v_all = inputs(batch, heads, total, head_dim, dtype=dtype, device=device)
+full = kernels.get("sdpa_math")(q_all, k_all, v_all, causal=True)        # one causal pass, [B, H, total, D]
+
+cache = KVCache(batch, heads, total, head_dim, dtype=dtype, device=device)
+attend = kernels.get("sdpa_flash") if kernels.available(device)["sdpa_flash"] is None else kernels.get("sdpa_math")
+keys, values = cache.append(k_all[:, :, :prompt], v_all[:, :, :prompt])
+rows = [attend(q_all[:, :, :prompt], keys, values, causal=True)]       # prefill: Sq = Sk = prompt
+for t in range(prompt, total):                                          # decode: Sq = 1, Sk = t + 1
+    keys, values = cache.append(k_all[:, :, t:t + 1], v_all[:, :, t:t + 1])
+    rows.append(attend(q_all[:, :, t:t + 1], keys, values, causal=True))
+decoded = torch.cat(rows, dim=2)
+err = reference.max_rel_error(decoded, full)
+tol = 2 * reference.tolerance(dtype)
+lesson(cache.length == total and err <= tol,
+       f"prefill + {generated} decode steps through the cache give the rows of one causal pass",
+       f"max relative difference {err:.1e}, {attend.__name__}")
+glue("prompt", prompt)
+glue("generated", generated)
+
+# %% [markdown]
+# ### A trap: SDPA's own `is_causal` with one query
+#
+# `F.scaled_dot_product_attention(..., is_causal=True)` aligns its mask to the **top left**:
+# query i sees keys j ≤ i (PyTorch's documentation of the function says so, and offers
+# `torch.nn.attention.bias.causal_lower_right` for the other alignment). With Sq = Sk the two
+# alignments agree. With one query and a long cache, guess what the top-left mask lets that
+# query see:
+
+# %%
+guess_keys_seen = 1024  # edit me: how many of the cached keys does the query attend to?
+
+# %%
+q1 = q_all[:, :, -1:]
+top_left = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
+only_first = torch.allclose(top_left, v_all[:, :, :1])  # attending to key 0 alone returns v[0]
+reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True")
+lesson(torch.allclose(top_left, v_all[:, :, :1]),
+       "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
+right = kernels.get("sdpa_math")(q1, k_all, v_all, causal=True)
+lesson(reference.max_rel_error(right, full[:, :, -1:]) <= tol,
+       "the registry's bottom-right causal gives the last row of the full causal pass")
+
+# %% [markdown]
+# That is why the course's SDPA entries never pass `is_causal=True` when Sq ≠ Sk: one query
+# needs no mask at all (it may see everything before it), and longer chunks get a
+# bottom-right mask (`kernels.sdpa`'s `_causal_args`).
+#
+# ## What one step computes, and what it moves
+#
+# Count both for a fused kernel (`kernels.reference.flops` and `io_bytes`, which take
+# Sq ≠ Sk and shared K/V heads). A prefill of S tokens computes about 2·H·S²·D FLOPs (causal)
+# and moves q, k, v and o, 4·H·S·D elements. A decode step against a cache of S tokens
+# computes 4·H·S·D FLOPs and moves the whole cache, 2·Hkv·S·D elements, to do it. Before
+# looking: at S = 4096 in bfloat16 with as many K/V heads as query heads, how many FLOPs does
+# one decode step do per byte it moves?
+
+# %%
+guess_decode_intensity = 64  # edit me: FLOP per byte
+
+# %%
+gpu_peaks = devices.match_gpu("NVIDIA H200")
+count_rows = []
+for s in (512, 1024, 2048, 4096, 8192):
+    for phase, s_q in (("prefill", s), ("decode", 1)):
+        count_rows.append({"S (keys)": s, "phase": phase,
+                           "FLOPs": decoding.step_flops(1, 32, s_q, s, 128),
+                           "bytes (bf16)": decoding.step_bytes(1, 32, s_q, s, 128, dtype=torch.bfloat16),
+                           "FLOP/byte": decoding.intensity(1, 32, s_q, s, 128, dtype=torch.bfloat16)})
+counts = pd.DataFrame(count_rows).pivot(index="S (keys)", columns="phase")
+display(counts.round(1))
+decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
+reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode step at S = 4096")
+lesson(abs(decoding.step_flops(1, 32, 1, 4096, 128) - 4 * 32 * 4096 * 128) < 1e-6,
+       "a decode step counts every key: 4·H·S·D FLOPs, no causal half")
+lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
+       "decode does about one FLOP per byte in bfloat16, at every cache length", f"{decode_4k:.3f}")
+lesson(counts[("FLOP/byte", "prefill")].is_monotonic_increasing and
+       counts[("FLOP/byte", "prefill")].loc[4096] > gpu_peaks.ridge,
+       f"prefill's intensity grows with S and passes the H200's ridge ({gpu_peaks.ridge:.0f} FLOP/byte)",
+       f"{counts[('FLOP/byte', 'prefill')].loc[4096]:.0f} at S = 4096")
+glue("decode_4k", decode_4k)
+glue("prefill_4k", float(counts[("FLOP/byte", "prefill")].loc[4096]))
+glue("h200_ridge", gpu_peaks.ridge)
+
+# %% [markdown]
+# (The table uses a model-sized head count, H = 32 and D = 128; the ratios do not depend on
+# it.) A decode step reads each cached element once and uses it in one multiply-add, two
+# FLOPs per two bytes: {glue:text}`decode_4k:.2f` FLOP per byte, however long the cache. A
+# prefill reuses each key for every query, so its intensity grows with S:
+# {glue:text}`prefill_4k:.0f` at S = 4096. An H200 needs {glue:text}`h200_ridge:.0f` FLOPs per
+# byte to keep its tensor cores busy (989 TFLOP/s dense bf16 over 4.8 TB/s, NVIDIA's
+# datasheet). Below that ridge, a kernel waits on memory: decode sits two orders of magnitude
+# below it.
+#
+# ## On a roofline, measured here
+#
+# `kernels.decoding.bench_steps` times prefill and decode steps with `kernels.bench`'s timer,
+# carrying the FLOP and byte counts above; `kernels.plots.roofline` draws them under this
+# machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.devices`).
+
+# %%
+bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
+impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
+rows = decoding.bench_steps([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
+                            device=device, reps=7)
+peaks_here = devices.peaks(device)
+display(rows.to_frame()[["impl", "seq", "median_ms", "p10_ms", "p90_ms", "flops", "bytes", "tflops"]]
+        .assign(intensity=[r.intensity for r in rows]).round(4))
+plots.roofline(rows, device=peaks_here)
+
+# %%
+by = {(r.impl.split()[-1], r.seq): r for r in rows if r.ok}
+longest = bench_seqs[-1]
+per_token = {p: by[p, longest].median_ms / (longest if p == "prefill" else 1) for p in ("prefill", "decode")}
+lesson(all(by["decode", s].intensity < peaks_here.ridge for s in bench_seqs),
+       f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte)")
+lesson(by["decode", longest].tflops < by["prefill", longest].tflops,
+       "decode achieves fewer FLOP/s than prefill at the same cache length",
+       f"{by['decode', longest].tflops * 1e3:.2f} vs {by['prefill', longest].tflops * 1e3:.2f} GFLOP/s at S = {longest}")
+lesson(per_token["decode"] > 2 * per_token["prefill"],
+       "a token costs more than twice as much to decode as to prefill",
+       f"{per_token['decode']:.3f} ms vs {per_token['prefill']:.4f} ms per token at S = {longest}")
+glue("decode_ms_token", per_token["decode"])
+glue("prefill_ms_token", per_token["prefill"])
+glue("bench_longest", longest)
+
+# %% [markdown]
+# At S = {glue:text}`bench_longest`, a prefill spent {glue:text}`prefill_ms_token:.4f` ms per
+# token, a decode step {glue:text}`decode_ms_token:.3f` ms for its one token. On a CPU part of
+# that gap is fixed cost per call (a small call spends more of its time getting started); on a
+# GPU the intensity above is the whole story once S is long: the step takes as long as reading
+# the cache takes. Either way, the cure is the same: move fewer bytes per token.
+#
+# ## What grouped-query attention saves
+#
+# GQA lets a group of query heads share one K/V head (Ainslie et al., *GQA*, arXiv 2305.13245).
+# The FLOPs do not change (every query head still does its own dot products), but the cache,
+# and so the bytes a decode step must read, shrink by the group size. Count it for a
+# Llama-3-8B-like layer stack (32 layers, 32 query heads, 8 K/V heads, D = 128, bf16) and a
+# 8192-token context:
+
+# %%
+layers, hq, hkv, d_model_head, ctx = 32, 32, 8, 128, 8192
+gqa_rows = pd.DataFrame([
+    {"attention": name, "K/V heads": kv,
+     "KV cache (MiB)": mib(decoding.cache_bytes(ctx, kv, d_model_head, torch.bfloat16, layers=layers)),
+     "bytes per decode step, one layer (MiB)": mib(decoding.step_bytes(1, hq, 1, ctx, d_model_head, kv)),
+     "FLOP/byte": decoding.intensity(1, hq, 1, ctx, d_model_head, kv)}
+    for name, kv in (("multi-head (MHA)", hq), ("grouped-query (GQA)", hkv), ("multi-query (MQA)", 1))]).set_index("attention")
+display(gqa_rows.round(2))
+saving = gqa_rows.iloc[0]["KV cache (MiB)"] / gqa_rows.iloc[1]["KV cache (MiB)"]
+step_saving = gqa_rows.iloc[0]["bytes per decode step, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode step, one layer (MiB)"]
+lesson(saving == hq // hkv, f"sharing each K/V head among {hq // hkv} query heads makes the cache {hq // hkv}x smaller")
+lesson(0.9 * (hq // hkv) < step_saving <= hq // hkv, "and a decode step moves almost that many times fewer bytes",
+       f"{step_saving:.2f}x (q and o are not shared)")
+glue("gqa_cache_mha", float(gqa_rows.iloc[0]["KV cache (MiB)"]) / 1024)
+glue("gqa_cache_gqa", float(gqa_rows.iloc[1]["KV cache (MiB)"]) / 1024)
+glue("gqa_step_saving", float(step_saving))
+
+# %% [markdown]
+# The whole cache for one 8192-token sequence is {glue:text}`gqa_cache_mha:.1f` GiB with
+# multi-head attention and {glue:text}`gqa_cache_gqa:.1f` GiB with 8 K/V heads, and a decode
+# step reads {glue:text}`gqa_step_saving:.2f`x fewer bytes, so at the same bandwidth it can
+# take that much less time. The registry runs GQA without repeating K and V in memory where
+# the implementation can avoid it; every implementation that runs here gives the float64
+# reference's answer for a GQA decode step:
+
+# %%
+kv_heads = max(1, heads // 4)
+q_dec = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
+_, k_c, v_c = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
+want = reference.attention(q_dec, k_c, v_c, causal=True)
+runnable = [n for n, r in kernels.available(device).items() if r is None]
+gqa_err = {n: reference.max_rel_error(kernels.get(n)(q_dec, k_c, v_c, causal=True), want) for n in runnable}
+print({n: f"{e:.1e}" for n, e in gqa_err.items()})
+lesson(all(e <= tol for e in gqa_err.values()),
+       f"a GQA decode step ({heads} query heads, {kv_heads} K/V heads, {seq} cached tokens) is right for every implementation here",
+       ", ".join(runnable))
+
+# %% [markdown]
+# ## Which SDPA backend takes a decode step?
+#
+# Through the registry a decode step is an SDPA call with one query, no mask and
+# `is_causal=False` (nothing to hide), and `enable_gqa=True` when K/V heads are shared. None
+# of PyTorch's backend checks (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses
+# a single query there: flash refuses `is_causal` with Sq ≠ Sk, which this call does not
+# pass, and cuDNN refuses a *key* length of 1. So the backend order of chapter 3 decides, as for
+# prefill (`kernels.sdpa.predicted_backend`):
+
+# %%
+decode_predictions = pd.DataFrame([
+    {"GPU": gpu, "unpinned decode step picks": kernels.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
+    for gpu, cap in (("A100 (sm_80)", (8, 0)), ("H200 (sm_90)", (9, 0)), ("T4 (sm_75), fp16", (7, 5)))]).set_index("GPU")
+display(decode_predictions)
+lesson(decode_predictions["unpinned decode step picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
+       "by PyTorch's rules a bf16 decode step goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
+
+# %%
+chosen = kernels.sdpa.default_backend_name(q_dec, k_c, v_c)
+probed = kernels.sdpa.probe(q_dec, k_c, v_c)
+display(pd.DataFrame({"runs a GQA decode step": {n: r is None for n, r in probed.items()},
+                      "why not": {n: r or "" for n, r in probed.items()}}))
+print("here, unpinned SDPA picks:", chosen)
+if device.type == "cuda":
+    predicted = kernels.sdpa.predicted_backend_here(device, dtype, head_dim)
+    lesson(chosen == predicted, "on this GPU the decode step goes to the backend the priority rules predict", chosen)
+else:
+    lesson(chosen == "sdpa_flash", "on a CPU the decode step goes to PyTorch's CPU flash kernel, as prefill does")
+    print("No GPU here: the GPU rows above are PyTorch's rules, not a measurement; a GPU run of this notebook checks them.")
+glue("decode_backend", chosen)
+
+# %% [markdown]
+# Here the decode step went to **{glue:text}`decode_backend`**.
+#
+# ## Decode steps, measured where they run
+#
+# Last, the implementations that run here, one decode step each against the same GQA cache,
+# timed in interleaved rounds (`kernels.bench.compare`), so a burst of load from elsewhere hits
+# them all alike. Guess the fastest first:
+
+# %%
+guess_fastest = "naive"  # edit me: one of the implementations that run here
+
+# %%
+timed = [n for n in runnable if n != "triton"] if device.type == "cpu" else runnable
+calls = {n: (lambda f=kernels.get(n): f(q_dec, k_c, v_c, causal=True)) for n in timed}
+with torch.no_grad():
+    result = bench.compare(calls, device=device, rounds=9)
+print(result.verdict())
+winner = result.faster()
+print(f"you guessed {guess_fastest}; " + (f"this run says {winner}" if winner else "this run cannot tell them apart"))
+glue("decode_verdict", result.verdict())
+
+# %% [markdown]
+# On this run: {glue:text}`decode_verdict`. (On a CPU the Triton interpreter is left out: it
+# runs the kernel in NumPy, one program at a time, and measures the interpreter, not the kernel.)
+#
+# ## What to remember
+#
+# - A KV cache turns generation into prefill (Sq = Sk) and decode steps (Sq = 1, Sk long);
+#   causal attention must be aligned bottom-right for both to agree, and SDPA's own
+#   `is_causal` is not.
+# - A decode step moves its whole cache to do two FLOPs per element: about one FLOP per byte
+#   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
+# - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/10_decoding.ipynb), with automatic checks, hints and hidden solutions.

@@ -1,0 +1,92 @@
+# %% [markdown]
+# # Exercises 10: decoding
+#
+# Practice for [chapter 10, decoding](../10_decoding.ipynb). Two tasks: one decode step
+# through a KV cache, and the arithmetic intensity of a decode step with shared K/V heads.
+# Each check runs your code on fresh shapes (it prints the seed, so a failure can be replayed
+# with `seed=`) and names the mistake when it recognizes one.
+
+# %% [install]
+
+# %% [parameters]
+# `solutions = True` runs the hidden solutions instead of your answers (the book is built that way).
+solutions = False
+
+# %% tags=["setup"]
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.book import setup
+from kernels.exercises import showing_solutions
+from kernels.exercises_training import check_decode_intensity, check_decode_step
+
+device, dtype = setup(device, dtype)
+showing_solutions(solutions)
+
+# %% [markdown]
+# ## Task 1: one decode step
+#
+# Write `decode_step(cache, q, k_new, v_new)`: `cache` is a `kernels.decoding.KVCache`
+# already holding some tokens, `q` the new token's query `[B, H, 1, D]`, `k_new` and `v_new`
+# its key and value `[B, Hkv, 1, D]` (Hkv may be smaller than H). Add the new token to the
+# cache, then return the query's attention over every cached token, `[B, H, 1, D]`.
+
+# %% tags=["stub"]
+def decode_step(cache, q, k_new, v_new):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1: the cache
+# `cache.append(k_new, v_new)` writes the token and returns the filled keys and values.
+# `cache.k` is the whole preallocated buffer, empty slots included.
+# :::
+#
+# :::{dropdown} Hint 2: the mask
+# `F.scaled_dot_product_attention(..., is_causal=True)` aligns its mask top-left. What does
+# that let a single query see? The registry's `causal=True` aligns bottom-right.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: append first (the new query sees its own key), then bottom-right causal attention.
+def solution_decode_step(cache, q, k_new, v_new):
+    keys, values = cache.append(k_new, v_new)
+    return kernels.get("sdpa_math")(q, keys, values, causal=True)
+
+# %% tags=["check"]
+check_decode_step(solution_decode_step if solutions else decode_step)
+
+# %% [markdown]
+# ## Task 2: FLOPs per byte of a decode step
+#
+# Write `decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element)`: the
+# FLOPs of one decode step (batch 1, one query, causal) divided by the bytes a fused kernel
+# must move for it (read q, the cached K and V, write o).
+
+# %% tags=["stub"]
+def decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint
+# FLOPs: two matmuls of 2·Sk·D per query head. Bytes: q and o are H·D elements each; K and V
+# are Hkv·Sk·D each (a shared head is read once, not once per query head).
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: 4·H·Sk·D over (2·H·D + 2·Hkv·Sk·D) elements.
+def solution_decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element):
+    flops = 4 * heads * cache_len * head_dim
+    moved = (2 * heads * head_dim + 2 * kv_heads * cache_len * head_dim) * bytes_per_element
+    return flops / moved
+
+# %% tags=["check"]
+check_decode_intensity(solution_decode_intensity if solutions else decode_intensity)
+
+# %% [markdown]
+# With 8 query heads per K/V head in bfloat16 the answer is close to 8 FLOP per byte: still
+# far below a GPU's ridge, but 8 times closer than multi-head attention.
+#
+# Back to [chapter 10](../10_decoding.ipynb).

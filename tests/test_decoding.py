@@ -1,0 +1,234 @@
+"""kernels.decoding (the KV cache, decode-step counts, bench_steps) and the checks of
+kernels.exercises_training (chapters 9 and 10's exercises)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels import decoding, devices, plots, reference
+from kernels.decoding import KVCache
+from kernels.exercises import ExerciseFailed, Passed
+from kernels.exercises_training import (check_decode_intensity, check_decode_step, check_kept_for_backward,
+                                        check_training_flops)
+
+# ------------------------------------------------------------------------- the KV cache
+
+
+def test_cache_appends_and_returns_views_of_the_filled_part():
+    cache = KVCache(batch=2, kv_heads=3, max_seq=10, head_dim=4)
+    k1, v1 = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    keys, values = cache.append(k1, v1)
+    assert cache.length == 6 and keys.shape == (2, 3, 6, 4)
+    assert torch.equal(keys, k1) and torch.equal(values, v1)
+    assert keys.data_ptr() == cache.k.data_ptr()            # a view of the buffer, not a copy
+    k2, v2 = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4)
+    keys, values = cache.append(k2, v2)
+    assert cache.length == 7 and torch.equal(keys[:, :, -1:], k2) and torch.equal(values[:, :, :6], v1)
+    assert cache.nbytes == 2 * 2 * 3 * 10 * 4 * 4
+    cache.reset()
+    assert cache.length == 0 and cache.keys().shape == (2, 3, 0, 4)
+
+
+@pytest.mark.parametrize("k_shape, words", [((1, 2, 3, 4), "past the cache's max_seq"),
+                                            ((1, 3, 1, 4), "this cache holds"),
+                                            ((1, 2, 1, 5), "this cache holds")])
+def test_cache_refuses_in_words(k_shape, words):
+    cache = KVCache(batch=1, kv_heads=2, max_seq=4, head_dim=4)
+    cache.append(torch.randn(1, 2, 2, 4), torch.randn(1, 2, 2, 4))
+    with pytest.raises(ValueError, match=words):
+        cache.append(torch.randn(k_shape), torch.randn(k_shape))
+
+
+def test_cache_refuses_bad_sizes_and_mismatched_lengths():
+    with pytest.raises(ValueError, match="max_seq must be a positive int"):
+        KVCache(1, 2, 0, 4)
+    cache = KVCache(1, 2, 8, 4)
+    with pytest.raises(ValueError, match="they must agree"):
+        cache.append(torch.randn(1, 2, 2, 4), torch.randn(1, 2, 3, 4))
+
+
+def test_decoding_through_the_cache_gives_the_rows_of_one_causal_pass():
+    q, k, v = (torch.randn(1, 4, 12, 8) for _ in range(3))
+    k, v = k[:, :2], v[:, :2]                               # GQA: 4 query heads, 2 K/V heads
+    full = reference.attention(q, k, v, causal=True)
+    cache = KVCache(1, 2, 12, 8)
+    keys, values = cache.append(k[:, :, :9], v[:, :, :9])
+    rows = [kernels.get("sdpa_flash")(q[:, :, :9], keys, values, causal=True)]
+    for t in range(9, 12):
+        keys, values = cache.append(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        rows.append(kernels.get("naive")(q[:, :, t:t + 1], keys, values, causal=True))
+    assert reference.max_rel_error(torch.cat(rows, dim=2), full) < 1e-5
+
+
+# ------------------------------------------------------------------------- counts, by hand
+
+
+def test_decode_flops_count_every_key_and_ignore_shared_heads():
+    b, h, sk, d = 2, 8, 300, 64
+    assert decoding.step_flops(b, h, 1, sk, d) == 4 * b * h * sk * d        # no causal half for one query
+    assert decoding.step_flops(b, h, 1, sk, d, causal=False) == 4 * b * h * sk * d
+    assert decoding.step_flops(b, h, sk, sk, d) == 2 * b * h * sk * sk * d  # prefill: the square convention
+    # a chunk of 3 queries at the end of 10 keys sees 8 + 9 + 10 pairs
+    assert decoding.step_flops(1, 1, 3, 10, 4) == 4 * (8 + 9 + 10) * 4
+
+
+def test_decode_bytes_read_each_shared_head_once():
+    b, h, hkv, sk, d = 2, 32, 8, 4096, 128
+    elem = 2
+    want = (2 * b * h * 1 * d + 2 * b * hkv * sk * d) * elem               # q and o, then K and V
+    assert decoding.step_bytes(b, h, 1, sk, d, hkv, torch.bfloat16) == want
+    mha = decoding.step_bytes(b, h, 1, sk, d, h, torch.bfloat16)
+    assert mha == (2 * b * h * d + 2 * b * h * sk * d) * elem
+    assert 0.99 * (h // hkv) < mha / want < h // hkv
+    # the square case is what chapter 6 counts
+    assert decoding.step_bytes(1, 8, 512, 512, 64, dtype=torch.float32) == reference.io_bytes(1, 8, 512, 64)
+
+
+def test_decode_intensity_tends_to_the_group_size_per_byte():
+    for h, hkv, elem, dtype in ((32, 32, 2, torch.bfloat16), (32, 8, 2, torch.bfloat16), (16, 16, 4, torch.float32)):
+        got = decoding.intensity(1, h, 1, 1 << 16, 128, hkv, dtype)
+        assert got == pytest.approx(2 * (h / hkv) / elem, rel=1e-2)
+        assert got < 2 * (h / hkv) / elem                    # q and o cost a little on top
+    assert decoding.intensity(1, 8, 4096, 4096, 64, dtype=torch.bfloat16) == pytest.approx(4096 / 4)
+
+
+def test_cache_bytes_by_hand():
+    # 32 layers, 8 K/V heads, D = 128, bf16, 8192 tokens: 2 (K, V) x 32 x 8 x 8192 x 128 x 2 bytes = 1 GiB
+    assert decoding.cache_bytes(8192, 8, 128, torch.bfloat16, layers=32) == 2**30
+    assert decoding.cache_bytes(10, 2, 4, torch.float32, batch=3) == 2 * 3 * 2 * 10 * 4 * 4
+    assert decoding.cache_bytes(16, 2, 8) == KVCache(1, 2, 16, 8, dtype=torch.bfloat16).nbytes
+
+
+def test_bench_steps_rows_carry_the_decode_counts_and_draw_on_a_roofline():
+    rows = decoding.bench_steps(["sdpa_math"], [16, 32], heads=4, kv_heads=2, head_dim=8, reps=2, warmup=1)
+    assert [(r.impl, r.seq) for r in rows] == [("sdpa_math prefill", 16), ("sdpa_math prefill", 32),
+                                               ("sdpa_math decode", 16), ("sdpa_math decode", 32)]
+    assert all(r.ok and r.median_ms > 0 and r.tflops > 0 for r in rows)
+    decode = rows[3]
+    assert decode.flops == 4 * 4 * 32 * 8
+    assert decode.bytes == (2 * 4 * 8 + 2 * 2 * 32 * 8) * 4
+    fig = plots.roofline(rows, device=devices.match_gpu("NVIDIA H200"))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "sdpa_math prefill" in labels and "sdpa_math decode" in labels
+
+
+def test_bench_steps_records_a_refusal_instead_of_stopping():
+    rows = decoding.bench_steps(["sdpa_cudnn"], [16], phases=("decode",), heads=2, head_dim=8, reps=1, warmup=0)
+    assert rows[0].status in ("unavailable", "unsupported", "error") and "sdpa_cudnn" in rows[0].reason
+
+
+def test_sdpa_is_causal_with_one_query_is_top_left():
+    """The trap chapter 10 asserts: one query under SDPA's is_causal sees key 0 only."""
+    q, k, v = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 20, 8), torch.randn(1, 2, 20, 8)
+    assert torch.allclose(F.scaled_dot_product_attention(q, k, v, is_causal=True), v[:, :, :1])
+    assert not torch.allclose(kernels.get("sdpa_math")(q, k, v, causal=True), v[:, :, :1])
+
+
+# ------------------------------------------------------------------------- exercise checks
+
+
+def stub(*args):
+    return None
+
+
+def kept_solution(step, nbytes):
+    ops, memory = step.ops, step.memory
+    start = ops.loc[ops["name"].str.startswith("autograd::engine"), "ts"].min()
+    before = memory[memory["ts"] < start]
+    return int((before["bytes"] == nbytes).sum() - (before["bytes"] == -nbytes).sum())
+
+
+def kept_allocations_only(step, nbytes):
+    ops, memory = step.ops, step.memory
+    start = ops.loc[ops["name"].str.startswith("autograd::engine"), "ts"].min()
+    return int((memory[memory["ts"] < start]["bytes"] == nbytes).sum())
+
+
+def test_kept_for_backward_check():
+    with pytest.raises(ExerciseFailed, match="return a count"):
+        check_kept_for_backward(stub, seed=3)
+    assert isinstance(check_kept_for_backward(kept_solution, seed=3), Passed)
+    with pytest.raises(ExerciseFailed, match="you counted every S×S allocation of the forward"):
+        check_kept_for_backward(kept_allocations_only, seed=3)
+
+
+def flops_solution(b, h, s, d, causal):
+    return 3.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda b, h, s, d, c: flops_solution(b, h, s, d, c) / 3.5, "that is the forward only"),
+    (lambda b, h, s, d, c: flops_solution(b, h, s, d, c) * 3 / 3.5, "four matmuls"),
+    (lambda b, h, s, d, c: 3.5 * 4 * b * h * s * s * d, "halve the FLOPs when causal"),
+])
+def test_training_flops_check_names_the_mistake(wrong, words):
+    with pytest.raises(ExerciseFailed, match=words):
+        check_training_flops(wrong, seed=5)
+
+
+def test_training_flops_check_stub_and_solution():
+    with pytest.raises(ExerciseFailed, match="return a number"):
+        check_training_flops(stub, seed=5)
+    assert isinstance(check_training_flops(flops_solution, seed=5), Passed)
+
+
+def decode_solution(cache, q, k_new, v_new):
+    keys, values = cache.append(k_new, v_new)
+    return kernels.get("sdpa_math")(q, keys, values, causal=True)
+
+
+def decode_before_append(cache, q, k_new, v_new):
+    out = kernels.get("sdpa_math")(q, cache.keys(), cache.values(), causal=True)
+    cache.append(k_new, v_new)
+    return out
+
+
+def decode_whole_buffer(cache, q, k_new, v_new):
+    cache.append(k_new, v_new)
+    return kernels.get("sdpa_math")(q, cache.k, cache.v, causal=True)
+
+
+def decode_top_left(cache, q, k_new, v_new):
+    keys, values = cache.append(k_new, v_new)
+    return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=q.shape[1] != keys.shape[1])
+
+
+def decode_no_append(cache, q, k_new, v_new):
+    return kernels.get("sdpa_math")(q, cache.keys(), cache.values(), causal=True)
+
+
+@pytest.mark.parametrize("wrong, words", [(decode_before_append, "before this token"),
+                                          (decode_whole_buffer, "zeros of the empty slots"),
+                                          (decode_top_left, "top-left"),
+                                          (decode_no_append, "append the new token")])
+def test_decode_step_check_names_the_mistake(wrong, words):
+    with pytest.raises(ExerciseFailed, match=words):
+        check_decode_step(wrong, seed=7)
+
+
+def test_decode_step_check_stub_and_solution():
+    with pytest.raises(ExerciseFailed, match="returned None"):
+        check_decode_step(stub, seed=7)
+    assert isinstance(check_decode_step(decode_solution, seed=7), Passed)
+
+
+def intensity_solution(h, hkv, sk, d, elem):
+    return 4 * h * sk * d / ((2 * h * d + 2 * hkv * sk * d) * elem)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda h, hkv, sk, d, e: intensity_solution(h, h, sk, d, e), "kv_heads heads"),
+    (lambda h, hkv, sk, d, e: intensity_solution(h, hkv, sk, d, e) / 2, "no causal half"),
+    (lambda h, hkv, sk, d, e: 4 * h * sk * d / (2 * hkv * sk * d * e), "you counted the cache only"),
+])
+def test_decode_intensity_check_names_the_mistake(wrong, words):
+    with pytest.raises(ExerciseFailed, match=words):
+        check_decode_intensity(wrong, seed=11)
+
+
+def test_decode_intensity_check_stub_and_solution():
+    with pytest.raises(ExerciseFailed, match="return a number"):
+        check_decode_intensity(stub, seed=11)
+    assert isinstance(check_decode_intensity(intensity_solution, seed=11), Passed)
