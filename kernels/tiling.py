@@ -117,7 +117,7 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
         fig = Figure(figsize=(5.2, 5.2), layout="constrained")
         ax = fig.add_subplot()
     fig = ax.figure
-    size = font_floor(fig)
+    size = max(font_floor(fig), 9.0)  # notes and legend: the floor, and never below 9 pt
     rows, cols = _tile_edges(seq, block_m), _tile_edges(seq, block_n)
     cmap = ListedColormap([CLASS_COLORS[c] for c in (SKIPPED, MASKED, FULL)])
     ax.pcolormesh(cols, rows, tiles, cmap=cmap, vmin=-0.5, vmax=2.5, edgecolors="white", linewidth=1.0)
