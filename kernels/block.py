@@ -8,9 +8,9 @@ A pre-norm decoder block in the style of nanoGPT (Karpathy, ``model.py``):
 The attention is looked up by name in the registry (``kernels.get(name)``), so the same
 block runs with ``naive``, ``inplace``, ``sdpa_flash``... Each part runs inside a
 ``record_function`` label (``block.norm1``, ``block.qkv``, ``block.attention``, ``block.proj``,
-``block.norm2``, ``block.mlp``), so a profiled forward splits by part. Under
-``torch.compile`` the labels are left out (``labels=False``): a record_function inside a
-compiled graph would cut it into pieces.
+``block.norm2``, ``block.mlp``), so a profiled forward splits by part. Dynamo ignores
+record_function while it captures a graph (and warns that it does), so a compiled block has
+no part labels; build it with ``labels=False`` to say so.
 
 ``flops(seq, width, ...)`` counts the block's matmul FLOPs by part, the way PyTorch's
 ``FlopCounterMode`` counts what runs (a hand-written attention computes the full S×S scores,
@@ -73,8 +73,8 @@ class Block(nn.Module):
 
 def sdpa_causal(q, k, v, causal: bool = True):
     """SDPA with its default backend choice, for a compiled block: Sq == Sk in a block, so
-    SDPA's top-left ``is_causal`` is the contract's bottom-right. (The registry's pinned SDPA
-    entries enter a backend context on every call, where Dynamo breaks the graph.)"""
+    SDPA's top-left ``is_causal`` is the contract's bottom-right. (Inside the registry's pinned
+    SDPA entries Dynamo meets a call it skips and breaks the graph; chapter 8 shows where.)"""
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 

@@ -236,12 +236,26 @@ glue("b_trend_verdict", "both repeats agree that it grows" if robust else "this 
 #
 # ## The block compiled
 #
-# `torch.compile` takes the whole block. With SDPA as its attention (not a registry entry
-# that pins a backend: entering `sdpa_kernel` on every call breaks Dynamo's graph) the block
-# is one graph:
+# `torch.compile` takes the whole block, if Dynamo can trace all of it. Before compiling,
+# `torch._dynamo.explain` says how many graphs it would make, and why it breaks where it
+# does (it traces without compiling, so it is quick). The registry's pinned `sdpa_flash` and
+# plain SDPA called directly:
 
 # %%
 show_source(blocks.sdpa_causal)
+
+# %%
+probe = torch.randn(1, 32, width, device=device, dtype=dtype)
+explained = {label: torch._dynamo.explain(make_block(att, labels=False))(probe)
+             for label, att in (("registry sdpa_flash", "sdpa_flash"), ("sdpa_causal", blocks.sdpa_causal))}
+for label, e in explained.items():
+    why = e.break_reasons[0].reason.splitlines()[0] if e.break_reasons else "no break"
+    # The frames of the course's own code on the way to the break, innermost last.
+    ours = [f for f in e.break_reasons[0].user_stack if "kernels" in f.filename] if e.break_reasons else []
+    where = " -> ".join(f"{f.filename.rsplit('kernels', 1)[-1].strip('/')}:{f.name}" for f in ours)
+    print(f"{label}: {e.graph_count} graph(s); {why}" + (f", reached from {where}" if where else ""))
+lesson(explained["sdpa_causal"].graph_count == 1 and explained["registry sdpa_flash"].graph_count > 1,
+       "with SDPA called directly the block is one graph; through the registry's pinned entry it breaks")
 
 # %%
 compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dynamic=False)
