@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import kernels
 import kernels.sdpa
-from kernels import bench, decoding, devices, plots, reference
+from kernels import bench, decoding, devices, plots, profiling, reference, traces
 from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.decoding import KVCache
 
@@ -68,6 +68,64 @@ glue("prompt", prompt)
 glue("generated", generated)
 
 # %% [markdown]
+# ### What a decode step copies
+#
+# The cache exists so that a step does not redo, or move, what earlier steps made. The trace
+# can check that. Here are two decode steps profiled: one appends to a `KVCache`, the other
+# keeps K and V as plain tensors and grows them with `torch.cat`, a common first version.
+# Before looking: how many bytes does each step copy or allocate?
+
+# %%
+guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tokens cached
+
+# %%
+k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, seed=3)[1:]
+q_new = q_all[:, :, -1:]
+steps_run = 3  # profile(..., wait=0, warmup=2, active=1) calls each step three times
+grown = KVCache(batch, heads, seq + steps_run, head_dim, dtype=dtype, device=device)
+grown.append(*inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)[1:])
+plain = {"k": grown.keys().clone(), "v": grown.values().clone()}
+
+
+def step_with_cache(q, k, v):
+    keys, values = grown.append(k, v)
+    return attend(q, keys, values, causal=True)
+
+
+def step_with_cat(q, k, v):
+    plain["k"], plain["v"] = torch.cat([plain["k"], k], dim=2), torch.cat([plain["v"], v], dim=2)
+    return attend(q, plain["k"], plain["v"], causal=True)
+
+
+cached_step = profiling.profile(step_with_cache, q_new, k_new, v_new, label="decode_kvcache", wait=0, warmup=2,
+                                active=1, trace_dir=trace_dir).step()
+cat_step = profiling.profile(step_with_cat, q_new, k_new, v_new, label="decode_cat", wait=0, warmup=2,
+                             active=1, trace_dir=trace_dir).step()
+token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
+cache_kv_bytes = 2 * batch * heads * (seq + 2) * head_dim * q_all.element_size()  # K and V of the cache then
+moved = pd.DataFrame([{"decode step": name,
+                       "largest copy_ (KiB)": float(st.copies()["bytes"].max()) / 1024 if len(st.copies()) else 0.0,
+                       "allocated (KiB)": st.allocated_bytes / 1024,
+                       "aten::cat calls": len(st.find("aten::cat"))}
+                      for name, st in (("KVCache.append", cached_step), ("torch.cat", cat_step))]).set_index("decode step")
+display(moved.round(1))
+reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.cat step allocates")
+lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
+       "appending to the KV cache copies one token's K and V and allocates far less than the cache",
+       f"largest copy {token_bytes} bytes")
+lesson(cat_step.allocated_bytes >= cache_kv_bytes,
+       "growing K and V with torch.cat allocates (and copies into) the whole cache again on every step",
+       f"{mib(cat_step.allocated_bytes):.2f} MiB for {seq + 2} cached tokens")
+display(traces.links(cached_step), traces.links(cat_step))
+glue("cat_mib", mib(cat_step.allocated_bytes))
+glue("cache_step_kib", cached_step.allocated_bytes / 1024)
+
+# %% [markdown]
+# With `torch.cat` every step allocated {glue:text}`cat_mib:.2f` MiB and copied the whole
+# history into it, so a decode step's cost would grow with the cache even before attention
+# reads it; the `KVCache` step allocated {glue:text}`cache_step_kib:.1f` KiB (the attention's
+# output and scratch) and copied one token.
+#
 # ### A trap: SDPA's own `is_causal` with one query
 #
 # `F.scaled_dot_product_attention(..., is_causal=True)` aligns its mask to the **top left**:
@@ -83,7 +141,8 @@ guess_keys_seen = 1024  # edit me: how many of the cached keys does the query at
 q1 = q_all[:, :, -1:]
 top_left = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
 only_first = torch.allclose(top_left, v_all[:, :, :1])  # attending to key 0 alone returns v[0]
-reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True")
+reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True",
+       source="the output")
 lesson(torch.allclose(top_left, v_all[:, :, :1]),
        "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
 right = kernels.get("sdpa_math")(q1, k_all, v_all, causal=True)
@@ -119,7 +178,7 @@ for s in (512, 1024, 2048, 4096, 8192):
 counts = pd.DataFrame(count_rows).pivot(index="S (keys)", columns="phase")
 display(counts.round(1))
 decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
-reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode step at S = 4096")
+reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode step at S = 4096", source="the counts")
 lesson(abs(decoding.step_flops(1, 32, 1, 4096, 128) - 4 * 32 * 4096 * 128) < 1e-6,
        "a decode step counts every key: 4·H·S·D FLOPs, no causal half")
 lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
