@@ -166,11 +166,11 @@ def notebook_parameters(path: Path, params: dict) -> dict:
 
 # ------------------------------------------------------------------------- the execution cache
 
-def library_digest(root: Path) -> str:
+def library_digest(root: Path, package: Optional[Path] = None) -> str:
     """One hash of everything a chapter's result depends on besides its own source: the
     library, its CUDA sources, and the recorded GPU runs chapters read."""
     h = hashlib.sha256()
-    package = Path(__file__).resolve().parent
+    package = Path(package) if package else Path(__file__).resolve().parent
     files = sorted([*package.rglob("*.py"), *package.glob("csrc/*"), *(Path(root) / "book" / "data").rglob("*.*")])
     for f in files:
         if f.is_file() and "__pycache__" not in f.parts:

@@ -62,20 +62,27 @@ def test_only_selects_by_name():
         execute.select(NOTEBOOKS, ["zzz"])
 
 
-def _broken_book(tmp_path: Path) -> Path:
+def _tiny_book(tmp_path: Path, notebooks: dict, params: str = "cpu:\n  seq: 4\n") -> Path:
+    """A book of quick notebooks (no torch): {name: body of the cell after the parameters}."""
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
     root = tmp_path / "src"
     (root / "book").mkdir(parents=True)
-    (root / "_config.yml").write_text("title: t\n")
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/boom\n")
-    (root / "book" / "intro.md").write_text("# t\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  seq: 4\n")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("seq = 1", metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("assert seq == 4\nraise ValueError('the planted failure')")]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "book" / "boom.ipynb")
+    first, *rest = notebooks
+    (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/{first}\n"
+                                   + ("chapters:\n" + "".join(f"  - file: book/{n}\n" for n in rest) if rest else ""))
+    (root / "_config.yml").write_text("title: a tiny book\n")
+    (root / "book" / "params.yml").write_text(params)
+    for name, body in notebooks.items():
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell("seq = 1\ndtype = 'x'\ntrace_dir = 't'", metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(body)]
+        nbformat.write(nb, root / "book" / f"{name}.ipynb")
     return root
+
+
+def _broken_book(tmp_path: Path) -> Path:
+    return _tiny_book(tmp_path, {"boom": "assert seq == 4\nraise ValueError('the planted failure')"})
 
 
 @pytest.mark.slow
@@ -127,20 +134,9 @@ def test_book_builds_with_glued_numbers_and_figures(built_book):
 
 
 def _two_notebook_book(tmp_path: Path) -> Path:
-    """A book of two quick notebooks (no torch), each printing its seq, for the runner's cache."""
-    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
-    root = tmp_path / "src"
-    (root / "book").mkdir(parents=True)
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/a\nchapters:\n  - file: book/b\n")
-    (root / "_config.yml").write_text("title: two notebooks\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  seq: 4\n  dtype: float32\n")
-    for name in ("a", "b"):
-        nb = nbformat.v4.new_notebook()
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nb.cells = [nbformat.v4.new_code_cell("seq = 1\ndtype = 'x'\ntrace_dir = 't'", metadata={"tags": ["parameters"]}),
-                    nbformat.v4.new_code_cell(f"print('{name}', seq)")]
-        nbformat.write(nb, root / "book" / f"{name}.ipynb")
-    return root
+    """Two quick notebooks, each printing its seq, for the runner's cache."""
+    return _tiny_book(tmp_path, {"a": "print('a', seq)", "b": "print('b', seq)"},
+                      params="cpu:\n  seq: 4\n  dtype: float32\n")
 
 
 def _executed(report) -> list[str]:
@@ -148,7 +144,10 @@ def _executed(report) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_second_run_with_nothing_changed_executes_nothing(tmp_path):
+def test_a_second_run_with_nothing_changed_executes_nothing(tmp_path, monkeypatch):
+    # The library's part of the key has its own test below; fixed here, so the test does not
+    # depend on nobody editing kernels/ while it runs.
+    monkeypatch.setattr(execute, "library_digest", lambda root: "the library")
     root, out, cache = _two_notebook_book(tmp_path), tmp_path / "out", tmp_path / "cache"
     first = execute.run("cpu", out=out, root=root, cache=cache, progress=False)
     assert _executed(first) == ["book/a.ipynb", "book/b.ipynb"]
@@ -234,3 +233,16 @@ def test_the_runner_finds_its_checkout_or_says_it_needs_one(tmp_path, monkeypatc
     monkeypatch.setattr(execute, "__file__", str(tmp_path / "site-packages" / "kernels" / "execute.py"))
     with pytest.raises(SystemExit, match="no course checkout here: no _toc.yml in"):
         execute.find_root(tmp_path / "elsewhere")
+
+
+def test_the_cache_key_follows_the_library_and_the_recordings(tmp_path):
+    package, root = tmp_path / "kernels", tmp_path / "course"
+    (package / "csrc").mkdir(parents=True)
+    (package / "naive.py").write_text("x = 1\n")
+    (root / "book" / "data").mkdir(parents=True)
+    before = execute.library_digest(root, package)
+    (package / "naive.py").write_text("x = 2\n")
+    after_code = execute.library_digest(root, package)
+    (root / "book" / "data" / "meta.json").write_text("{}")
+    after_data = execute.library_digest(root, package)
+    assert len({before, after_code, after_data}) == 3, "an edit to the library or a new recording re-executes"
