@@ -208,9 +208,11 @@ traces.links(runs["naive"])
 # %% [markdown]
 # ## On a GPU
 #
-# On a GPU the same compiled forward is two cuBLAS GEMMs and one Triton kernel,
-# `triton_per_fused_...` or `triton_red_fused_...` (Inductor's names: `per` keeps a whole
-# row in one block, `red` loops over it). `kernels.fingerprints` reads those names:
+# On a GPU, Inductor writes Triton kernels instead of C++ loops, and names them the same
+# way: `triton_per_fused_...` or `triton_red_fused_...` for a softmax (`per` keeps a whole
+# row in one block, `red` loops over it), next to the matmuls it leaves to cuBLAS.
+# `kernels.fingerprints` reads those names. When this chapter runs on a GPU the cell below
+# checks the lane; the course has no recorded GPU run of it yet.
 
 # %%
 if device.type == "cuda":
@@ -341,15 +343,18 @@ lesson(flex_step.allocated_bytes < scores_bytes,
        f"{mib(flex_step.allocated_bytes):.2f} MiB vs {mib(scores_bytes):.1f} MiB")
 glue("flex_first_s", f"{flex_first:.1f}")
 glue("flex_alloc_mib", f"{mib(flex_step.allocated_bytes):.2f}")
+glue("flex_out_mib", f"{mib(q.numel() * q.element_size()):.1f}")
 
 # %% [markdown]
-# A flex forward allocates {glue:text}`flex_alloc_mib` MiB in all: the output and small
-# per-row statistics, never the scores. (Its first call here took {glue:text}`flex_first_s` s.)
+# A flex forward allocates {glue:text}`flex_alloc_mib` MiB in all: the output
+# ({glue:text}`flex_out_mib` MiB) and the kernel's working buffers, never an S×S score
+# buffer. (Its first call here took {glue:text}`flex_first_s` s.)
 #
 # ### Its kernel on a GPU
 #
-# On a GPU, compiled flex runs Inductor's FlexAttention template, a Triton kernel named
-# `triton_tem_fused_...`: one kernel per forward, like SDPA's fused backends.
+# On a GPU, compiled flex runs Inductor's FlexAttention template, a Triton kernel whose
+# name starts `triton_tem_fused_`: one kernel per forward is what to expect, like SDPA's
+# fused backends, and the cell below checks that when it runs on a GPU.
 
 # %%
 if device.type == "cuda":
