@@ -16,7 +16,7 @@ from .exercises import ExerciseFailed, Passed, _blank, _passed, _run
 from .registry import get
 
 __all__ = ["ExerciseFailed", "check_kept_for_backward", "check_training_flops", "check_decode_step",
-           "check_decode_intensity", "kept_reference", "training_step_trace"]
+           "check_decode_intensity", "kept_reference", "training_step_traces"]
 
 PREFIX = "autograd::engine"
 
@@ -50,21 +50,27 @@ def kept_reference(step, nbytes: int) -> int:
     return int((m["bytes"] == nbytes).sum() - (m["bytes"] == -nbytes).sum())
 
 
-def training_step_trace(name: str, shape, seed: int):
-    """One profiled training step (forward + backward) of registry implementation ``name``."""
+def training_step_traces(cases: dict, seed: int) -> dict:
+    """One profiled training step (forward + backward) per ``{name: shape}``, all in one profiler
+    session (each under its own ``record_function`` label): ``{name: Step}``."""
+    from torch.profiler import record_function
+
     from . import profiling
 
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(shape, generator=g).requires_grad_() for _ in range(3))
-    grad_out = torch.randn(shape, generator=g)
-    attention = get(name)
+    made = {}
+    for name, shape in cases.items():
+        q, k, v = (torch.randn(shape, generator=g).requires_grad_() for _ in range(3))
+        made[name] = (get(name), q, k, v, torch.randn(shape, generator=g))
 
-    def step(q, k, v):
-        attention(q, k, v, causal=True).backward(grad_out)
+    def steps():
+        for name, (attention, q, k, v, grad_out) in made.items():
+            with torch.enable_grad(), record_function(f"{name}_train"):  # profile() turns grad off: no tensor args
+                attention(q, k, v, causal=True).backward(grad_out)
 
     with tempfile.TemporaryDirectory() as folder:
-        return profiling.profile(step, q, k, v, label=f"{name}_train", wait=0, warmup=1, active=1,
-                                 trace_dir=folder).step()
+        run = profiling.profile(steps, label="training_steps", wait=0, warmup=1, active=1, trace_dir=folder)
+    return {name: run.trace.steps(f"{name}_train")[-1] for name in cases}
 
 
 def check_kept_for_backward(kept_for_backward: Callable, seed: Optional[int] = None) -> Passed:
@@ -73,9 +79,10 @@ def check_kept_for_backward(kept_for_backward: Callable, seed: Optional[int] = N
     g = torch.Generator().manual_seed(_seed(seed))
     pick = lambda lo, hi: int(torch.randint(lo, hi, (), generator=g))  # noqa: E731
     asked = []
-    for name in ("naive", "sdpa_math", "sdpa_flash"):
-        shape = (1, pick(1, 4), pick(40, 97), (16, 32)[pick(0, 2)])
-        step = training_step_trace(name, shape, pick(0, 2**30))
+    shapes = {name: (1, pick(1, 4), pick(40, 97), (16, 32)[pick(0, 2)]) for name in ("naive", "sdpa_math", "sdpa_flash")}
+    traced = training_step_traces(shapes, pick(0, 2**30))
+    for name, shape in shapes.items():
+        step = traced[name]
         b, h, s, _ = shape
         nbytes = b * h * s * s * 4
         got = _run(kept_for_backward, step, nbytes, what="kept_for_backward(step, nbytes)")

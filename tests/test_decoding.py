@@ -2,6 +2,9 @@
 kernels.exercises_training (chapters 9 and 10's exercises)."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -146,12 +149,20 @@ def kept_allocations_only(step, nbytes):
     return int((memory[memory["ts"] < start]["bytes"] == nbytes).sum())
 
 
-def test_kept_for_backward_check():
-    with pytest.raises(ExerciseFailed, match="return a count"):
-        check_kept_for_backward(stub, seed=3)
-    assert isinstance(check_kept_for_backward(kept_solution, seed=3), Passed)
+def test_kept_for_backward_check_names_counting_allocations_without_frees():
+    # (the stub and the solution run in the notebook test below)
     with pytest.raises(ExerciseFailed, match="you counted every S×S allocation of the forward"):
         check_kept_for_backward(kept_allocations_only, seed=3)
+
+
+def test_the_traced_training_steps_keep_what_chapter_9_says():
+    from kernels.exercises_training import training_step_traces
+
+    shape = (1, 2, 48, 16)
+    steps = training_step_traces({"naive": shape, "sdpa_flash": shape}, seed=0)
+    square = 2 * 48 * 48 * 4
+    assert kept_solution(steps["naive"], square) == 1 and kept_solution(steps["sdpa_flash"], square) == 0
+    assert kept_allocations_only(steps["naive"], square) > 1     # the scores and the clone were freed
 
 
 def flops_solution(b, h, s, d, causal):
@@ -232,3 +243,45 @@ def test_decode_intensity_check_stub_and_solution():
     with pytest.raises(ExerciseFailed, match="return a number"):
         check_decode_intensity(stub, seed=11)
     assert isinstance(check_decode_intensity(intensity_solution, seed=11), Passed)
+
+
+# ------------------------------------------------------------------------- the exercise notebooks
+
+EXERCISES = Path(__file__).resolve().parent.parent / "book" / "exercises"
+NOTEBOOK_STUB_MESSAGES = {
+    "09_backward": [r"kept_for_backward returned None; return a count", r"training_flops returned None; return a number"],
+    "10_decoding": [r"decode_step returned None", r"decode_intensity returned None; return a number"],
+}
+
+
+def _notebook_cells(name):
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+    return nbformat.read(EXERCISES / f"{name}.ipynb", as_version=4).cells
+
+
+def _tagged(cells, tag):
+    return [c.source for c in cells if tag in c.metadata.get("tags", [])]
+
+
+@pytest.mark.parametrize("name", list(NOTEBOOK_STUB_MESSAGES))
+def test_exercise_notebook_stubs_fail_with_their_message_and_solutions_pass(name, tmp_path, capsys):
+    cells = _notebook_cells(name)
+    params = _tagged(cells, "parameters")
+    assert len(params) == 1 and re.search(r"^solutions = False$", params[0], flags=re.M)
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert ":::{dropdown}" in text and f"](../{name}.ipynb)" in text
+    assert all("hide-input" in c.metadata["tags"] for c in cells if "solution" in c.metadata.get("tags", []))
+    assert "showing_solutions(solutions)" in "\n".join(_tagged(cells, "setup"))
+    module = {}
+    exec(compile("\n\n".join(params + _tagged(cells, "setup") + _tagged(cells, "stub") + _tagged(cells, "solution")),
+                 f"<{name}>", "exec"), module)
+    checks = _tagged(cells, "check")
+    assert len(checks) == len(NOTEBOOK_STUB_MESSAGES[name]) == len(_tagged(cells, "solution"))
+    for cell, message in zip(checks, NOTEBOOK_STUB_MESSAGES[name]):
+        module["solutions"] = False
+        with pytest.raises(ExerciseFailed, match=message):
+            exec(compile(cell, f"<check of {name}>", "exec"), module)
+        module["solutions"] = True
+        exec(compile(cell, f"<check of {name}>", "exec"), module)
+    printed = capsys.readouterr().out
+    assert printed.count("✔") == len(checks), printed
