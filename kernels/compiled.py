@@ -205,17 +205,20 @@ def alibi(heads: int, device="cpu") -> Callable:
     return alibi_bias
 
 
-def alibi_reference(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
-    """ALiBi attention in float64 on the CPU, written out (the judge of the flex version)."""
-    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+def alibi_reference(q, k, v, causal: bool = True, scale=None, dtype=torch.float64) -> torch.Tensor:
+    """ALiBi attention written out: in float64 on the CPU (the judge of the flex version), or,
+    with ``dtype``, in that dtype on the inputs' device (plain attention's own error in a 16-bit
+    dtype, which FlashAttention's rule lets a fused kernel double)."""
+    device = "cpu" if dtype == torch.float64 else q.device
+    q, k, v = (t.detach().to(device, dtype) for t in (q, k, v))
     b, h, sq, d = q.shape
     sk = k.shape[-2]
     group = h // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    slopes = torch.tensor(alibi_slopes(h), dtype=torch.float64).view(h, 1, 1)
-    i = torch.arange(sq, dtype=torch.float64).view(sq, 1)
-    j = torch.arange(sk, dtype=torch.float64).view(1, sk)
+    slopes = torch.tensor(alibi_slopes(h), dtype=dtype, device=device).view(h, 1, 1)
+    i = torch.arange(sq, dtype=dtype, device=device).view(sq, 1)
+    j = torch.arange(sk, dtype=dtype, device=device).view(1, sk)
     scores = (q @ k.transpose(-2, -1)) * scale + slopes * (j - i)                 # [B, H, Sq, Sk]
     if causal:
         scores = scores.masked_fill(j > i + (sk - sq), float("-inf"))
