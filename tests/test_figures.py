@@ -258,10 +258,27 @@ COLUMN_WIDTH = """(() => {
 })()"""
 
 
+@pytest.fixture(scope="module")
+def book_site(built_book, tmp_path_factory):
+    """The built book served locally and a headless Chromium (as tests/test_browser_book.py)."""
+    from functools import partial
+    from http.server import ThreadingHTTPServer
+
+    from tests.test_browser import DevTools, QuietFiles, find_or_install_chromium, serve
+    _, _, html = built_book
+    chromium = find_or_install_chromium()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(html)))
+    base = serve(server)
+    tools = DevTools(chromium, tmp_path_factory.mktemp("chromium-figures"))
+    yield tools, base
+    tools.close()
+    server.shutdown()
+
+
 @pytest.mark.slow
-def test_the_assumed_column_width_is_the_books(site):
+def test_the_assumed_column_width_is_the_books(book_site):
     from tests.test_browser_book import load as load_page
-    tools, base, _ = site
+    tools, base = book_site
     session, _ = load_page(tools, f"{base}/book/02_inplace.html")
     seen = tools.evaluate(session, COLUMN_WIDTH)
     assert seen["column"] == pytest.approx(COLUMN_PX, abs=2), \
@@ -269,5 +286,3 @@ def test_the_assumed_column_width_is_the_books(site):
     natural, shown = seen["img"]
     assert shown <= natural + 0.5, "a figure is never shown wider than its PNG (upscaled, blurred)"
 
-
-from tests.test_browser_book import site  # noqa: E402,F401  (the built book, in headless Chromium)
