@@ -205,3 +205,12 @@ def test_classify_many_table():
     # "the name does not say" stays None, not NaN
     assert table.loc[6, "dtype"] is None and table.loc[6, "tensor_cores"] is None
     assert classify_many([]).empty
+
+
+@pytest.mark.parametrize("name, kind", [("cpp_fused__softmax_masked_fill_mul_view_0", "softmax"),
+                                        ("graph_0_cpp_fused_add_mul_1", "elementwise")])
+def test_inductor_cpu_kernels_are_named_as_generated_cpp(name, kind):
+    """Chapter 7's compiled naive attention on a CPU runs Inductor's C++ kernels."""
+    fp = fingerprint(name)
+    assert (fp.kind, fp.family, fp.tensor_cores) == (kind, "inductor_cpp", False)
+    assert "torch.compile" in fp.note and "C++" in fp.note
