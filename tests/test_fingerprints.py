@@ -108,6 +108,8 @@ REAL_NAMES = [
     ("multi_tensor_apply_kernel", "elementwise", "aten", False, None),
     ("triton_poi_fused_0", "elementwise", "triton", False, None),
     ("triton_poi_fused_add_mul_0", "elementwise", "triton", False, None),
+    # chapter 7's compiled naive attention on this course's CPU (torch 2.13 Inductor, C++ backend)
+    ("cpp_fused__softmax_masked_fill_mul_view_0", "softmax", "inductor_cpp", False, None),
     # --- copies
     ("Memcpy HtoD (Pageable -> Device)", "copy", "cuda", None, None),
     ("void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::"
