@@ -186,7 +186,10 @@ class _BarLabel(Text):
         """The longest prefix of the name (with "…" when cut) that fits inside the bar."""
         left, right = self.axes.transData.transform([(self.x0, 0), (self.x1, 0)])[:, 0]
         room = abs(right - left) - 0.8 * self.get_fontsize() * renderer.points_to_pixels(1)
-        for n in range(len(self.name), 2, -1):
+        # No glyph is narrower than about a third of the font size: start from the most letters
+        # that could fit, so long kernel names do not cost a measurement per letter.
+        most = int(room / (0.3 * renderer.points_to_pixels(self.get_fontsize()))) + 1
+        for n in range(min(len(self.name), max(most, 3)), 2, -1):
             text = self.name if n == len(self.name) else self.name[:n - 1] + "…"
             super().set_text(text)
             if self.get_window_extent(renderer).width <= room:
