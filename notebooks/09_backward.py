@@ -139,8 +139,8 @@ display(*(traces.links(run) for run in runs.values()))
 # ### On which thread?
 #
 # PyTorch's autograd engine (`torch/csrc/autograd/engine.cpp`) keeps one worker thread per
-# accelerator device. Work on CPU tensors runs on the thread that called `backward()`, which
-# waits meanwhile; work on CUDA tensors is handed to the device's own thread. The trace reader
+# accelerator device. Work on CPU tensors runs on the thread that called `backward()`; work on
+# CUDA tensors is handed to the device's own thread, and the caller waits for it. The trace reader
 # keeps every thread's ops in a step, and `op_table` adds a `thread` column as soon as more
 # than one thread took part.
 
