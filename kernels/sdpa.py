@@ -274,6 +274,11 @@ def pinned(name: str):
 
 def _run(name, backend, q, k, v, scale, args):
     gqa = q.shape[1] != k.shape[1]
+    if torch.compiler.is_compiling():
+        # Under torch.compile the warning capture below would break the graph in two; the
+        # compiled call keeps PyTorch's own errors and warnings as they are.
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa, **args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
