@@ -79,7 +79,7 @@ profiling.op_table(step)
 
 # %%
 copies = step.copies()
-display(copies[["name", "called_from", "input_dims", "bytes"]])
+display(step.copy_table())
 scores_shape = [batch, heads, seq, seq]
 scores_bytes = batch * heads * seq * seq * q.element_size()
 big = step.copies(min_bytes=scores_bytes)

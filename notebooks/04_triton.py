@@ -480,7 +480,7 @@ if not on_gpu:
     lesson(self_share > 0.9, "almost all of the FlashAttention span is its own time: NumPy work the profiler cannot see",
            f"{100 * self_share:.1f}% self time")
     copies = step["triton"].copies()
-    display(copies[["name", "called_from", "input_dims", "bytes"]])
+    display(step["triton"].copy_table())
 else:
     print("On a GPU the kernels are compiled; the interpreter's traces are a CPU-only story.")
 
