@@ -68,6 +68,9 @@ glue("prompt", prompt)
 glue("generated", generated)
 
 # %% [markdown]
+# A prompt of {glue:text}`prompt` tokens, then {glue:text}`generated` tokens one at a time:
+# the same rows, to the course's tolerance.
+#
 # ### What a decode step copies
 #
 # The cache exists so that a step does not redo, or move, what earlier steps made. The trace
