@@ -18,6 +18,7 @@
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
 import kernels.sdpa
@@ -142,12 +143,17 @@ guess_keys_seen = 1024  # edit me: how many of the cached keys does the query at
 
 # %%
 q1 = q_all[:, :, -1:]
-top_left = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
+with sdpa_kernel(SDPBackend.MATH):  # the reference semantics; the fused backends should agree
+    top_left = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
+unpinned = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
 only_first = torch.allclose(top_left, v_all[:, :, :1])  # attending to key 0 alone returns v[0]
 reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True",
        source="the output")
-lesson(torch.allclose(top_left, v_all[:, :, :1]),
-       "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
+lesson(only_first, "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
+print("unpinned SDPA, whichever backend it picks here, gives "
+      + ("the same" if torch.allclose(unpinned, v_all[:, :, :1]) else "something else"))
+if device.type == "cpu":
+    lesson(torch.allclose(unpinned, v_all[:, :, :1]), "the CPU's unpinned SDPA does the same")
 right = kernels.get("sdpa_math")(q1, k_all, v_all, causal=True)
 lesson(reference.judge(right, q1, k_all, v_all, causal=True).ok,
        "the registry's bottom-right causal gives the last row of the full causal pass")
