@@ -9,18 +9,18 @@ Causal attention is aligned bottom-right (query i sees keys j <= i + Sk - Sq); H
 multiple of Hkv (grouped-query attention). Calling an implementation that cannot run here
 raises ``kernels.CannotRun`` (a RuntimeError) with the same words ``available`` gives.
 
-Importing never needs a GPU, a compiler or a particular SDPA backend, and changes nothing in
-the process: each implementation says what it lacks only when asked (``available``) or called.
+Importing never needs a GPU, a compiler or a particular SDPA backend: each implementation
+says what it lacks only when asked (``available``) or called. The one thing importing changes:
+on a machine without a GPU, with TRITON_INTERPRET unset, it sets TRITON_INTERPRET=1, because
+Triton fixes its interpreter mode for the whole process when it is first imported.
 """
 from . import reference
-from .registry import CannotRun, available, check_inputs, get, implementation, names, register, register_later
+from .registry import CannotRun, available, check_inputs, get, implementation, names, register
 
 # Each module registers its implementations on import, in the order of the chapters.
-from . import naive, inplace, sdpa, cuda_flash  # noqa: E402,F401  (imported for their registrations)
-
-# Triton's module registers when the registry is first asked (names, get, available): importing
-# it imports Triton, and on a machine without a GPU turns on Triton's interpreter for the
-# process (kernels.triton_flash says why), which a bare `import kernels` should not do.
-register_later("kernels.triton_flash")
+# triton_flash comes with the rest, not later: on a machine without a GPU it must choose
+# Triton's interpreter before anything imports Triton, and torch itself imports Triton the
+# first time some ops run (torch 2.13's torch._native.ops); see kernels/triton_flash.py.
+from . import naive, inplace, sdpa, triton_flash, cuda_flash  # noqa: E402,F401  (imported for their registrations)
 
 __all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register"]

@@ -63,24 +63,6 @@ class Implementation:
 
 
 _REGISTRY: dict[str, Implementation] = {}
-# Modules whose implementations register when the registry is first asked about them
-# (``register_later``), not when ``kernels`` is imported.
-_LATER: dict[str, bool] = {}
-
-
-def register_later(module: str) -> None:
-    """Import ``module`` (and so register what it defines) only when the registry is first
-    asked for names, an implementation or availability: for modules too costly, or too
-    consequential, to import with ``kernels`` (Triton's, see ``kernels.triton_flash``)."""
-    _LATER.setdefault(module, False)
-
-
-def _register_pending() -> None:
-    import importlib
-
-    for module in [m for m, done in _LATER.items() if not done]:
-        _LATER[module] = True
-        importlib.import_module(module)
 
 
 def _runs_anywhere(device: torch.device) -> Reason:
@@ -124,7 +106,6 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
 
 def get(name: str) -> Callable:
     """The registered attention ``fn(q, k, v, causal=True, scale=None)`` called ``name``."""
-    _register_pending()
     try:
         return _REGISTRY[name].call
     except KeyError:
@@ -134,7 +115,6 @@ def get(name: str) -> Callable:
 
 def names() -> list[str]:
     """All registered names, in the order the course teaches them."""
-    _register_pending()
     return [i.name for i in sorted(_REGISTRY.values(), key=lambda i: i.order)]
 
 

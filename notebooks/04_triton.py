@@ -382,10 +382,10 @@ show_source(tf._attn_bwd_dkdv.fn)
 # Without a CUDA GPU, `kernels.triton_flash` switches on Triton's interpreter
 # (`TRITON_INTERPRET=1`) before the kernels are defined, and the same kernels run on CPU
 # tensors, with NumPy doing the arithmetic tile by tile. Nothing in the notebook changes.
-# Triton reads that variable when it is imported and when it decorates a kernel, so it is a
-# setting of the whole process. That is why `import kernels` alone does not load the Triton
-# module: the registry imports it the first time it is asked which implementations exist
-# (`kernels.names()`, `get`, `available`), or when you import `kernels.triton_flash` yourself.
+# Triton reads that variable when it is first imported (its own library functions are then
+# interpreted too) and when it decorates a kernel, so it is a setting of the whole process,
+# fixed early: torch itself imports Triton the first time some ops run. That is why
+# `import kernels` makes the choice, and only where there is no GPU and the variable is unset.
 
 # %%
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED)
