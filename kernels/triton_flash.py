@@ -116,25 +116,37 @@ def tiled_softmax(x: torch.Tensor, block: int):
 # c <= r + OFFSET with OFFSET = SK - SQ. The head dim D is padded to HEAD_DIM, a power of two
 # (tl.arange needs one, tl.dot at least 16): the padded lanes load as 0 and are never stored,
 # and zeros add nothing to q·k or to p·v.
+#
+# Offsets: a tile's first row is added to the base pointer in int64 (``_tile``), because
+# row · stride reaches 2**31 elements on long sequences (S = 128k in a [B, S, H, D] layout
+# with H·D = 16384 does); offsets inside a tile stay int32, which is cheaper.
+# The grid puts the B·H programs on axis 0, which may be 2**31 - 1 long, and the tiles of one
+# head on axis 1 (at most 65,535): B·H passes 65,535 sooner than the tiles of one sequence.
 
 @triton.jit
-def _tile(base, b, h, rows, cols, stride_b, stride_h, stride_s, stride_d):
-    """Pointers to the [rows, cols] tile of head (b, h) of a [B, H, S, D] tensor with any strides."""
-    return base + b * stride_b + h * stride_h + rows[:, None] * stride_s + cols[None, :] * stride_d
+def _tile(base, b, h, start, offs, cols, stride_b, stride_h, stride_s, stride_d):
+    """Pointers to rows start + offs, columns cols of head (b, h) of a [B, H, S, D] tensor with
+    any strides. b, h and start are scaled in int64, the in-tile offsets in int32."""
+    return (base + b * stride_b + h * stride_h + tl.cast(start, tl.int64) * stride_s
+            + (offs[:, None] * stride_s + cols[None, :] * stride_d))
 
 
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
                     offs_m, offs_d, d_ok, lo, hi, SK, OFFSET, qk_scale,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
-                    PAD_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, PAD_D: tl.constexpr, UPCAST: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
     """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i)."""
     offs_n = tl.arange(0, BLOCK_N)
+    # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
+    kt_tile = k_base + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
+    v_tile = v_base + (offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
-        kt_ptrs = k_base + cols[None, :] * stride_ks + offs_d[:, None] * stride_kd
-        v_ptrs = v_base + cols[:, None] * stride_vs + offs_d[None, :] * stride_vd
+        first = tl.cast(start_n, tl.int64)
+        kt_ptrs = kt_tile + first * stride_ks
+        v_ptrs = v_tile + first * stride_vs
         if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
             kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
@@ -148,20 +160,29 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stri
             kt = kt.to(tl.float32)
             v = v.to(tl.float32)
 
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale   # scores, in log2 units
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION)   # raw scores q·k, not yet scaled
         if MASKED:
             keep = cols[None, :] < SK
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + OFFSET)
-            s = tl.where(keep, s, float("-inf"))
+            # A hidden score must end as -inf once scaled: -inf for a positive scale, +inf
+            # for a negative one.
+            s = tl.where(keep, s, float("inf") if NEG_SCALE else float("-inf"))
 
-        # The online softmax. A row that has seen no key yet (all its scores -inf: a query
-        # before the first key when SQ > SK, or a padded row) takes 0 as its reference instead
-        # of -inf, so that exp2(-inf - -inf) = NaN cannot happen.
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # The online softmax, in log2 units: the row max of the scaled scores is the row max
+        # of the raw ones times the scale (the min, for a negative scale), so the scale meets
+        # each score once, inside exp2's argument: s·scale - m is one fused multiply-add
+        # (as in Triton's tutorial 06-fused-attention). A row that has seen no key yet (all its
+        # scores -inf: a query before the first key when SQ > SK, or a padded row) takes 0 as
+        # its reference instead of -inf, so that exp2(-inf - -inf) = NaN cannot happen.
+        if NEG_SCALE:
+            m_tile = tl.min(s, 1) * qk_scale
+        else:
+            m_tile = tl.max(s, 1) * qk_scale
+        m_new = tl.maximum(m_i, m_tile)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_ref)          # rescales what was summed under the old max
-        p = tl.exp2(s - m_ref[:, None])
+        p = tl.exp2(s * qk_scale - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -174,25 +195,33 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
               svb, svh, svs, svd, sob, soh, sos, sod, s32b, s32h, s32s, s32d,
               H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, PAD_D: tl.constexpr, STORE_O32: tl.constexpr,
-              UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One program: BLOCK_M query rows of one (batch, head). Grid: (cdiv(SQ, BLOCK_M), B*H).
+              CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, PAD_D: tl.constexpr,
+              STORE_O32: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head). Grid: (B*H, cdiv(SQ, BLOCK_M)).
 
     SQ_BUCKET and SK_BUCKET (the lengths rounded up to powers of two) are not used here: they
     are the autotuner's key, so that decoding step by step does not re-tune at every length.
     """
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(0)
+    if CAUSAL:
+        # The last query tiles see the most keys: launch them first, so that the longest
+        # programs do not start last and leave the GPU idle at the end (the FlashAttention-2
+        # paper's scheduling advice, arXiv 2307.08691, section 3.2).
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # int64: b * stride can pass 2**31 on large inputs
     h = (bh % H).to(tl.int64)
     kvh = h // GROUP            # the key/value head this query head shares
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    first_row = start_m * BLOCK_M
+    offs_t = tl.arange(0, BLOCK_M)
+    offs_m = first_row + offs_t
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < SQ
     d_ok = offs_d < D
 
     # The query tile is loaded once and stays on-chip for the whole loop.
-    q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqs, sqd),
+    q = tl.load(_tile(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd),
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
@@ -203,8 +232,8 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
     # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
     if CAUSAL:
         # The tile's first row sees keys c <= first row + OFFSET; its last row one more per row.
-        full_hi = tl.maximum(tl.minimum(start_m * BLOCK_M + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
-        masked_hi = tl.maximum(tl.minimum((start_m + 1) * BLOCK_M + OFFSET, SK), full_hi)
+        full_hi = tl.maximum(tl.minimum(first_row + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
+        masked_hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), full_hi)
     else:
         full_hi = (SK // BLOCK_N) * BLOCK_N                  # tiles inside the sequence
         masked_hi = SK                                       # the ragged tail, if any
@@ -212,22 +241,23 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
     v_base = V + b * svb + kvh * svh
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
                                     offs_m, offs_d, d_ok, 0, full_hi, SK, OFFSET, qk_scale,
-                                    False, CAUSAL, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
+                                    False, CAUSAL, NEG_SCALE, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
                                     offs_m, offs_d, d_ok, full_hi, masked_hi, SK, OFFSET, qk_scale,
-                                    True, CAUSAL, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
+                                    True, CAUSAL, NEG_SCALE, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
 
     # Normalize once at the end, not once per tile. A query that saw no key outputs 0.
     seen = l_i > 0
     acc = acc / tl.where(seen, l_i, 1.0)[:, None]
     out_ok = row_ok[:, None] & d_ok[None, :]
-    tl.store(_tile(O, b, h, offs_m, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty), mask=out_ok)
+    tl.store(_tile(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty),
+             mask=out_ok)
     if STORE_O32:  # training in 16 bits: the backward's Delta needs O before it was rounded
-        tl.store(_tile(O32, b, h, offs_m, offs_d, s32b, s32h, s32s, s32d), acc, mask=out_ok)
+        tl.store(_tile(O32, b, h, first_row, offs_t, offs_d, s32b, s32h, s32s, s32d), acc, mask=out_ok)
     # log2 of each row's softmax denominator: the backward rebuilds P = exp2(s - lse) from it.
     # +inf for a row that saw no key, so that its P is exp2(-inf) = 0 there too.
     lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
-    tl.store(LSE + bh * SQ + offs_m, lse, mask=row_ok)
+    tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=row_ok)
 
 
 # --------------------------------------------------------------------------------------
@@ -244,7 +274,9 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
 # program also loops over those heads: it still owns what it writes, and K/V stay shared.
 # Unlike the forward, these loops apply the mask on every tile. That is one compare and
 # select per score, small next to five matmuls, and the loops stay simple. Tiles above the
-# diagonal are still skipped, so causal does half the work here too.
+# diagonal are still skipped, so causal does half the work here too. As in the forward,
+# the scale meets each score inside exp2's argument (s·scale - lse, one fused multiply-add),
+# and the mask zeroes P afterwards.
 # Delta must come from O as the forward computed it, before rounding to 16 bits: dP - Delta
 # is a small difference of two large numbers when a row's P is nearly uniform (short rows),
 # and the rounding of O would dominate it. The forward keeps an fp32 O for this (STORE_O32).
@@ -252,19 +284,21 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
 @triton.jit
 def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, SQ, D,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Delta = rowsum(O ∘ dO), in float32. Grid: (cdiv(SQ, BLOCK_M), B*H)."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    """Delta = rowsum(O ∘ dO), in float32. Grid: (B*H, cdiv(SQ, BLOCK_M))."""
+    bh = tl.program_id(0)
+    start_m = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    first_row = start_m * BLOCK_M
+    offs_t = tl.arange(0, BLOCK_M)
+    rows = first_row + offs_t
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = rows < SQ
     ok = row_ok[:, None] & (offs_d[None, :] < D)
-    o = tl.load(_tile(O, b, h, rows, offs_d, sob, soh, sos, sod), mask=ok, other=0.0)
-    do = tl.load(_tile(DO, b, h, rows, offs_d, sdb, sdh, sds, sdd), mask=ok, other=0.0)
+    o = tl.load(_tile(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), mask=ok, other=0.0)
+    do = tl.load(_tile(DO, b, h, first_row, offs_t, offs_d, sdb, sdh, sds, sdd), mask=ok, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(DELTA + bh * SQ + rows, delta, mask=row_ok)
+    tl.store(DELTA + bh.to(tl.int64) * SQ + rows, delta, mask=row_ok)
 
 
 @triton.jit
@@ -275,19 +309,23 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One program: BLOCK_N key rows of one (batch, key/value head); loops over its query
-    heads and their query tiles. Grid: (cdiv(SK, BLOCK_N), B*H // GROUP)."""
-    start_n = tl.program_id(0)
-    bkv = tl.program_id(1)
+    heads and their query tiles. Grid: (B*H // GROUP, cdiv(SK, BLOCK_N)). The first key tiles
+    are seen by the most query rows when causal, so the heaviest programs already come first."""
+    bkv = tl.program_id(0)
+    start_n = tl.program_id(1)
     kv_heads = H // GROUP
     b = (bkv // kv_heads).to(tl.int64)
     kvh = (bkv % kv_heads).to(tl.int64)
-    cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    first_col = start_n * BLOCK_N
+    offs_n = tl.arange(0, BLOCK_N)
+    cols = first_col + offs_n
     offs_d = tl.arange(0, HEAD_DIM)
+    offs_t = tl.arange(0, BLOCK_M)
     col_ok = cols < SK
     d_ok = offs_d < D
     kv_ok = col_ok[:, None] & d_ok[None, :]
-    k = tl.load(_tile(K, b, kvh, cols, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
-    v = tl.load(_tile(V, b, kvh, cols, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
+    k = tl.load(_tile(K, b, kvh, first_col, offs_n, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
+    v = tl.load(_tile(V, b, kvh, first_col, offs_n, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -297,37 +335,39 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
     # Causal: query rows r < c - OFFSET never see key c, so start at the tile holding the first
     # row that sees this key tile's first key.
     if CAUSAL:
-        lo = tl.maximum(start_n * BLOCK_N - OFFSET, 0) // BLOCK_M * BLOCK_M
+        lo = tl.maximum(first_col - OFFSET, 0) // BLOCK_M * BLOCK_M
     else:
         lo = 0
     for g in range(0, GROUP):
         h = kvh * GROUP + g
         bh = b * H + h
         for start_m in range(lo, SQ, BLOCK_M):
-            rows = start_m + tl.arange(0, BLOCK_M)
+            rows = start_m + offs_t
             row_ok = rows < SQ
             q_ok = row_ok[:, None] & d_ok[None, :]
-            q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
-            do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
+            q = tl.load(_tile(Q, b, h, start_m, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
+            do = tl.load(_tile(DO, b, h, start_m, offs_t, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
             if UPCAST:
                 q = q.to(tl.float32)
                 do = do.to(tl.float32)
             lse = tl.load(LSE + bh * SQ + rows, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * SQ + rows, mask=row_ok, other=0.0)
 
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale   # [BLOCK_M, BLOCK_N]
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)   # [BLOCK_M, BLOCK_N], raw
             keep = row_ok[:, None] & col_ok[None, :]
             if CAUSAL:
                 keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
-            p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])   # masked scores -> p = 0
+            p = tl.where(keep, tl.exp2(s * qk_scale - lse[:, None]), 0.0)   # hidden scores -> p = 0
             dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PRECISION)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
             ds = p * (dp - delta[:, None])
             dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=DOT_PRECISION)
 
     dk = dk * sm_scale   # the scores were q·kᵀ·scale, so the chain rule brings the scale out
-    tl.store(_tile(DK, b, kvh, cols, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty), mask=kv_ok)
-    tl.store(_tile(DV, b, kvh, cols, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty), mask=kv_ok)
+    tl.store(_tile(DK, b, kvh, first_col, offs_n, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty),
+             mask=kv_ok)
+    tl.store(_tile(DV, b, kvh, first_col, offs_n, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty),
+             mask=kv_ok)
 
 
 @triton.jit
@@ -337,59 +377,137 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
                  H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One program: BLOCK_M query rows of one (batch, head); loops over key tiles."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    """One program: BLOCK_M query rows of one (batch, head); loops over key tiles.
+    Grid: (B*H, cdiv(SQ, BLOCK_M)); causal launches the last (heaviest) query tiles first."""
+    bh = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
     kvh = h // GROUP
-    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    first_row = start_m * BLOCK_M
+    offs_t = tl.arange(0, BLOCK_M)
+    rows = first_row + offs_t
     offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
     row_ok = rows < SQ
     d_ok = offs_d < D
     q_ok = row_ok[:, None] & d_ok[None, :]
-    q = tl.load(_tile(Q, b, h, rows, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
-    do = tl.load(_tile(DO, b, h, rows, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
+    q = tl.load(_tile(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
+    do = tl.load(_tile(DO, b, h, first_row, offs_t, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
-    lse = tl.load(LSE + bh * SQ + rows, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + bh * SQ + rows, mask=row_ok, other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
     # Causal: keys after this query tile's last row's last key are never seen, so stop there.
     if CAUSAL:
-        hi = tl.maximum(tl.minimum((start_m + 1) * BLOCK_M + OFFSET, SK), 0)
+        hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), 0)
     else:
         hi = SK
     for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
+        cols = start_n + offs_n
         col_ok = cols < SK
         kv_ok = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(_tile(K, b, kvh, cols, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
-        v = tl.load(_tile(V, b, kvh, cols, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
+        k = tl.load(_tile(K, b, kvh, start_n, offs_n, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
+        v = tl.load(_tile(V, b, kvh, start_n, offs_n, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         keep = row_ok[:, None] & col_ok[None, :]
         if CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
-        p = tl.exp2(tl.where(keep, s, float("-inf")) - lse[:, None])
+        p = tl.where(keep, tl.exp2(s * qk_scale - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
 
     dq = dq * sm_scale
-    tl.store(_tile(DQ, b, h, rows, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty), mask=q_ok)
+    tl.store(_tile(DQ, b, h, first_row, offs_t, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty),
+             mask=q_ok)
 
 
 # --------------------------------------------------------------------------------------
 # 4. Tile sizes: autotuned on a GPU, fixed in the interpreter
 # --------------------------------------------------------------------------------------
-# (BLOCK_M, BLOCK_N, num_warps, num_stages). Any pair of powers of two works: the causal
-# stages are computed from the tile sizes, rounding down to a key-tile boundary.
-GPU_CONFIGS = [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
+# A config is (BLOCK_M, BLOCK_N, num_warps, num_stages). Any pair of powers of two works:
+# the causal stages are computed from the tile sizes, rounding down to a key-tile boundary.
+# What fits depends on the head dim: the tiles held on-chip grow with it. So each kernel
+# has a space per padded head dim, in the spirit of the autotune space of Triton's tutorial
+# 06-fused-attention (BLOCK_M {64, 128} x BLOCK_N {32, 64, 128} x stages x warps), narrowed
+# to configs that the compiler says fit and do not spill on sm_80 and sm_90
+# (``python -m kernels.compile_report`` compiles them all; tests/test_compile_report.py
+# checks the pruning against the compiler). Fewer configs also mean a shorter autotuning:
+# each is compiled and timed on first use of every new key.
+PADDED_HEAD_DIMS = (16, 32, 64, 128, 256)
+_FWD_SMALL_D = [(128, 128, 8, 3), (128, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
+FORWARD_SPACE = {
+    16: _FWD_SMALL_D,
+    32: _FWD_SMALL_D,
+    64: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3),
+         (64, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 2)],
+    128: [(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3),
+          (64, 128, 8, 2), (64, 64, 8, 3), (128, 32, 8, 2), (64, 32, 4, 2)],
+    256: [(128, 64, 8, 2), (64, 64, 8, 2), (64, 32, 8, 2), (64, 32, 4, 3), (32, 32, 4, 2)],
+}
+# The backward kernels hold more per program, so their tiles are smaller. dK/dV keeps K, V
+# and two fp32 accumulators of its BLOCK_N keys and streams query tiles of BLOCK_M past
+# them; at D >= 128 it needs 8 warps to hold that without spilling. dQ keeps Q, dO and one
+# accumulator of its BLOCK_M rows and streams key tiles of BLOCK_N.
+_BWD_SMALL_D = [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
+DKDV_SPACE = {
+    16: _BWD_SMALL_D,
+    32: _BWD_SMALL_D,
+    64: [(128, 64, 8, 3), (64, 64, 8, 3), (64, 64, 4, 3), (64, 32, 8, 3), (32, 64, 4, 3), (64, 32, 4, 2),
+         (32, 32, 4, 2)],
+    128: [(32, 64, 8, 2), (64, 32, 8, 2), (32, 32, 8, 2), (32, 32, 4, 2)],
+    256: [(32, 32, 8, 1)],
+}
+DQ_SPACE = {
+    16: _BWD_SMALL_D,
+    32: _BWD_SMALL_D,
+    64: _BWD_SMALL_D,
+    128: [(128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 3), (64, 64, 8, 2), (64, 32, 4, 2), (32, 64, 4, 2),
+          (32, 32, 4, 2)],
+    256: [(64, 32, 4, 2), (32, 64, 4, 2), (32, 32, 4, 2)],
+}
+_SPACES = {"fwd": FORWARD_SPACE, "bwd_dkdv": DKDV_SPACE, "bwd_dq": DQ_SPACE}
+KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
+
+# Configs that fit an architecture's shared memory but that ptxas spills there, by compute
+# capability major (``python -m kernels.compile_report --target sm_80``, Triton 3.7.1, bf16);
+# the pruning drops them on that architecture. Ampere's mma.sync takes both operands from
+# registers, where Hopper's wgmma reads one from shared memory, so sm_80 runs out of
+# registers on tiles that sm_90 holds (every config of the spaces compiles without spills
+# for sm_90). Tests/test_compile_report.py fails when a kept config spills.
+SPILLS = {
+    8: {
+        ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
+        ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)},
+        ("fwd", 256): {(128, 64, 8, 2), (64, 32, 4, 3)},
+        ("bwd_dkdv", 64): {(128, 64, 8, 3), (64, 64, 8, 3), (64, 64, 4, 3)},
+        ("bwd_dq", 128): {(128, 64, 8, 2)},
+    },
+}
+
+
+def config_space(kernel: str, head_dim: int) -> list:
+    """The configs the autotuner may try for ``kernel`` at padded ``head_dim``."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if head_dim not in PADDED_HEAD_DIMS:
+        raise ValueError(f"head_dim must be a padded one, {PADDED_HEAD_DIMS}, got {head_dim}")
+    return list(_SPACES[kernel][head_dim])
+
+
+# Every config of every space, the list handed to @triton.autotune; the prune hook narrows it
+# to the space of the call's head dim. The first is the forward's largest tile.
+GPU_CONFIGS = list(dict.fromkeys(c for space in _SPACES.values() for d in PADDED_HEAD_DIMS for c in space[d]))
 # The interpreter runs one program at a time, each tile operation one NumPy call, so fewer,
 # larger tiles run faster (64x32 is about 3x quicker than 32x16). BLOCK_M = 2·BLOCK_N
 # makes the causal diagonal span two key tiles, the case that needs care.
@@ -398,58 +516,99 @@ PREPROCESS_BLOCK_M = 64
 
 
 def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim: int,
-                           element_size: int) -> int:
-    """Bytes of shared memory a config roughly needs.
+                           element_size: int, kernel: str = "fwd") -> int:
+    """Bytes of shared memory a config needs, an upper bound of what Triton allocates.
 
-    The Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads. This
-    is a rough estimate, enough to drop configs that cannot fit.
+    Written from what each kernel keeps in shared memory, and checked against the
+    compiler's ``metadata.shared`` (tests/test_compile_report.py: never below it):
+
+    * forward: the Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads.
+    * dK/dV: K and V of its key tile; ``num_stages`` buffered Q and dO tiles with their rows'
+      LSE and Delta (fp32); Pᵀ and dSᵀ pass through a [BLOCK_M, BLOCK_N] buffer on the way
+      to the tensor cores.
+    * dQ: Q and dO of its rows, plus ``num_stages`` buffered K and V tiles.
     """
-    return (block_m + 2 * num_stages * block_n) * head_dim * element_size
+    if kernel == "fwd":
+        return (block_m + 2 * num_stages * block_n) * head_dim * element_size
+    if kernel == "bwd_dkdv":
+        return ((2 * block_n + 2 * num_stages * block_m) * head_dim * element_size
+                + 2 * num_stages * block_m * 4 + block_m * block_n * element_size)
+    if kernel == "bwd_dq":
+        return (2 * block_m + 2 * num_stages * block_n) * head_dim * element_size
+    raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
 
-def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int):
-    """The configs whose tiles fit in shared memory and are not much longer than the sequence.
+def hopper_pruned(config, capability) -> bool:
+    """On sm_90, 8 warps on a tile smaller than 128x128 leave warps idle (Triton's tutorial
+    06-fused-attention prunes these configs on Hopper the same way)."""
+    block_m, block_n, warps, _ = config
+    return capability is not None and tuple(capability)[0] == 9 and warps == 8 and block_m * block_n < 128 * 128
+
+
+def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int,
+                    kernel: str = "fwd", capability=None):
+    """The configs whose tiles fit in shared memory and are not much longer than the sequence,
+    less the configs the compiler spills on ``capability`` (SPILLS), less, for the forward,
+    those Hopper pruning drops when ``capability`` is (9, x). (The
+    backward's tiles are smaller than 128x128 and need their 8 warps to hold the dK/dV
+    accumulators, so the rule is not applied to them, as the tutorial applies it to its
+    forward only.)
 
     Always returns at least one config: if nothing passes, the smallest one.
     """
     longest_useful = max(16, _next_power_of_2(seq))
+
+    def estimate(c):
+        return shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel)
+
+    spills = SPILLS.get(tuple(capability)[0], {}).get((kernel, head_dim), set()) if capability else set()
     kept = [c for c in configs
-            if shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size) <= smem_limit
-            and c[0] <= longest_useful]
+            if estimate(c) <= smem_limit and max(c[0], c[1]) <= longest_useful
+            and not (kernel == "fwd" and hopper_pruned(c, capability)) and tuple(c) not in spills]
     if kept:
         return kept
-    return [min(configs, key=lambda c: shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size))]
+    return [min(configs, key=estimate)]
 
 
 def _next_power_of_2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _prune(configs, named_args, **kwargs):
-    """early_config_prune hook: keep the triton.Config objects that `fitting_configs` keeps."""
-    args = {**named_args, **kwargs}
-    q = args["Q"]
-    props = torch.cuda.get_device_properties(q.device)
-    limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
-    as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
-    kept = fitting_configs(list(as_tuple), args["SQ"], args["HEAD_DIM"], q.element_size(), limit)
-    return [as_tuple[t] for t in kept]
+def _pruner(kernel: str):
+    def prune(configs, named_args, **kwargs):
+        """early_config_prune hook: the head dim's space, less what `fitting_configs` drops."""
+        args = {**named_args, **kwargs}
+        q = args["Q"]
+        props = torch.cuda.get_device_properties(q.device)
+        limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
+        as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
+        space = set(config_space(kernel, args["HEAD_DIM"]))
+        # A caller (a test) may have narrowed kernel.configs to configs outside the space: keep those.
+        candidates = [t for t in as_tuple if t in space] or list(as_tuple)
+        kept = fitting_configs(candidates, max(args["SQ"], args["SK"]), args["HEAD_DIM"], q.element_size(),
+                               limit, kernel=kernel, capability=(props.major, props.minor))
+        return [as_tuple[t] for t in kept]
+    return prune
 
 
-def _autotuned(kernel):
+def _autotuned(kernel, name: str):
     """On a GPU, wrap ``kernel`` in @triton.autotune; in the interpreter (where autotune
-    fails) return it unchanged and launch it with INTERPRETER_BLOCKS."""
+    fails) return it unchanged and launch it with INTERPRETER_BLOCKS.
+
+    The key holds the lengths rounded up to powers of two (SQ_BUCKET, SK_BUCKET), not the
+    lengths themselves: a new length re-tunes only when it crosses a power of two.
+    """
     if INTERPRETED or TRITON_MISSING:
         return kernel
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in GPU_CONFIGS]
     return triton.autotune(configs=configs, key=["SQ_BUCKET", "SK_BUCKET", "GROUP", "HEAD_DIM", "CAUSAL"],
-                           prune_configs_by={"early_config_prune": _prune})(kernel)
+                           prune_configs_by={"early_config_prune": _pruner(name)})(kernel)
 
 
-attn_fwd = _autotuned(_attn_fwd)
-attn_bwd_dkdv = _autotuned(_attn_bwd_dkdv)
-attn_bwd_dq = _autotuned(_attn_bwd_dq)
+attn_fwd = _autotuned(_attn_fwd, "fwd")
+attn_bwd_dkdv = _autotuned(_attn_bwd_dkdv, "bwd_dkdv")
+attn_bwd_dq = _autotuned(_attn_bwd_dq, "bwd_dq")
 _FIXED_BLOCKS = INTERPRETER_BLOCKS if INTERPRETED else {}
 
 
@@ -505,6 +664,18 @@ def _sizes(q, k) -> dict:
                 OFFSET=s_k - s_q, SQ_BUCKET=_next_power_of_2(s_q), SK_BUCKET=_next_power_of_2(s_k))
 
 
+# The forward multiplies raw scores by the scale inside exp2 and takes the row max before
+# scaling, so a score hidden as -inf would meet a zero scale as -inf·0 = NaN. A zero scale
+# (every score 0, the softmax uniform) is run as 2**-120 instead: |s|·2**-120 stays far below
+# float32's rounding of exp2's argument for any finite score, so the result is the same.
+_ZERO_SCALE_STANDIN = 2.0 ** -120
+
+
+def _forward_qk_scale(scale: float) -> float:
+    """The forward's scale in log2 units (exp(x) = exp2(x·log2 e))."""
+    return (scale if scale != 0 else _ZERO_SCALE_STANDIN) * LOG2E
+
+
 def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False):
     """Launch the forward kernel. Returns (O, LSE, O32).
 
@@ -521,10 +692,10 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
     o32_ptr = o32 if store_o32 else o_target   # not written unless STORE_O32
     lse = torch.empty(batch * heads, s_q, device=q.device, dtype=torch.float32)
     pad = padded_head_dim(head_dim)
-    grid = lambda meta: (triton.cdiv(s_q, meta["BLOCK_M"]), batch * heads)  # noqa: E731
-    attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, scale * LOG2E,
+    grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
+    attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
                    *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
-                   **_sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, PAD_D=pad != head_dim,
+                   **_sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, NEG_SCALE=scale < 0, PAD_D=pad != head_dim,
                    STORE_O32=store_o32, **_kernel_options(q), **_FIXED_BLOCKS)
     return _finish(o, o_target), lse, o32
 
@@ -539,18 +710,18 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
     pad = padded_head_dim(head_dim)
     sizes = _sizes(q, k)
     delta = torch.empty_like(lse)
-    pre_grid = (triton.cdiv(s_q, PREPROCESS_BLOCK_M), batch * heads)
+    pre_grid = (batch * heads, triton.cdiv(s_q, PREPROCESS_BLOCK_M))
     _attn_bwd_preprocess[pre_grid](o32, do, delta, *o32.stride(), *do.stride(), heads, s_q, head_dim,
                                    HEAD_DIM=pad, BLOCK_M=PREPROCESS_BLOCK_M)
 
     dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
     dq_t, dk_t, dv_t = _kernel_target(dq), _kernel_target(dk), _kernel_target(dv)
     options = dict(HEAD_DIM=pad, CAUSAL=causal, **_kernel_options(q), **_FIXED_BLOCKS)
-    kv_grid = lambda meta: (triton.cdiv(s_k, meta["BLOCK_N"]), batch * kv_heads)  # noqa: E731
+    kv_grid = lambda meta: (batch * kv_heads, triton.cdiv(s_k, meta["BLOCK_N"]))  # noqa: E731
     attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * LOG2E,
                            *q.stride(), *k.stride(), *v.stride(),
                            *do.stride(), *dk_t.stride(), *dv_t.stride(), **sizes, **options)
-    q_grid = lambda meta: (triton.cdiv(s_q, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+    q_grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
     attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * LOG2E,
                         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
                         **sizes, **options)
@@ -606,3 +777,4 @@ def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
         scale = 1.0 / math.sqrt(q.shape[-1])
     for_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return FlashAttention.apply(q, k, v, causal, scale, for_backward)
+

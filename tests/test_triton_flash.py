@@ -260,18 +260,68 @@ def test_import_without_triton_explains_instead_of_failing():
 
 
 def test_gpu_configs_are_pruned_to_what_fits():
-    # fp16, head_dim 128: (128 + 2·3·64)·128·2 bytes = 131072 for the largest config.
+    # fp16, head_dim 128: (128 + 2·3·64)·128·2 bytes = 131072 for the forward's (128, 64, 8, 3).
     assert tf.shared_memory_estimate(128, 64, 3, 128, 2) == (128 + 2 * 3 * 64) * 128 * 2
-    everything = tf.fitting_configs(tf.GPU_CONFIGS, 4096, 128, 2, smem_limit=10**9)
-    assert everything == tf.GPU_CONFIGS
+    space = tf.config_space("fwd", 128)
+    assert tf.fitting_configs(space, 4096, 128, 2, smem_limit=10**9) == space
     limit = 64 * 1024
-    kept = tf.fitting_configs(tf.GPU_CONFIGS, 4096, 128, 2, smem_limit=limit)
+    kept = tf.fitting_configs(space, 4096, 128, 2, smem_limit=limit)
     assert kept and all(tf.shared_memory_estimate(m, n, st, 128, 2) <= limit for m, n, w, st in kept)
     assert (128, 64, 8, 3) not in kept
-    # A 40-token sequence has no use for 128-row query tiles.
-    assert all(m <= 64 for m, *_ in tf.fitting_configs(tf.GPU_CONFIGS, 40, 64, 2, smem_limit=10**9))
+    # A 40-token sequence has no use for 128-row or 128-key tiles.
+    assert all(max(m, n) <= 64 for m, n, *_ in tf.fitting_configs(tf.config_space("fwd", 64), 40, 64, 2,
+                                                                  smem_limit=10**9))
     # Nothing fits: the smallest config is kept rather than none.
-    assert tf.fitting_configs(tf.GPU_CONFIGS, 4096, 128, 2, smem_limit=1) == [(32, 32, 4, 2)]
+    smallest = min(space, key=lambda c: tf.shared_memory_estimate(c[0], c[1], c[3], 128, 2))
+    assert tf.fitting_configs(space, 4096, 128, 2, smem_limit=1) == [smallest]
+
+
+def test_each_head_dim_has_its_space_with_128_key_tiles_where_they_fit():
+    for d in tf.PADDED_HEAD_DIMS:
+        for kernel in tf.KERNELS:
+            space = tf.config_space(kernel, d)
+            assert space and len(set(space)) == len(space), (kernel, d)
+            assert set(space) <= set(tf.GPU_CONFIGS), "the autotuner is handed every config of every space"
+    # 128-key tiles in the forward up to D = 128, where (128, 128, 8, 2) needs 160 KiB in bf16.
+    assert all(any(n == 128 for _, n, _, _ in tf.config_space("fwd", d)) for d in (16, 32, 64, 128))
+    with pytest.raises(ValueError, match="padded"):
+        tf.config_space("fwd", 80)
+    with pytest.raises(ValueError, match="kernel"):
+        tf.config_space("bwd", 64)
+
+
+def test_hopper_pruning_drops_8_warps_on_small_tiles():
+    space = [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 8, 2)]
+    on_h100 = tf.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=(9, 0))
+    assert on_h100 == [(128, 128, 8, 3), (64, 64, 4, 3)], "8 warps need a 128x128 tile on sm_90"
+    assert tf.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=(8, 0)) == space
+
+
+def test_configs_the_compiler_spills_on_ampere_are_dropped_there_only():
+    space = tf.config_space("fwd", 128)
+    on_a100 = tf.fitting_configs(space, 4096, 128, 2, smem_limit=163 * 1024, capability=(8, 0))
+    assert on_a100 and not set(on_a100) & tf.SPILLS[8][("fwd", 128)]
+    on_h100 = tf.fitting_configs(space, 4096, 128, 2, smem_limit=227 * 1024, capability=(9, 0))
+    assert (128, 128, 8, 2) in on_h100 and (128, 128, 8, 2) not in on_a100
+
+
+def test_backward_estimates_count_what_the_backward_keeps():
+    # dK/dV at (128, 64, 8, 3), D = 128, bf16: 242 KiB per the compiler (REFERENCE: sm_90 AOT);
+    # the estimate must not be below it, and must exceed sm_90's 227 KiB so the config is pruned.
+    estimate = tf.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dkdv")
+    assert estimate >= 242 * 1024 and estimate > 227 * 1024
+    assert tf.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dq") == (2 * 128 + 6 * 64) * 128 * 2
+    with pytest.raises(ValueError):
+        tf.shared_memory_estimate(64, 64, 2, 64, 2, kernel="nope")
+
+
+@needs_interpreter_or_gpu
+def test_zero_scale_gives_the_uniform_softmax():
+    # The forward scales inside exp2 after a row max of the raw scores; a zero scale must not
+    # turn a hidden score into -inf·0 = NaN.
+    q, k, v = make_attention_inputs(1, 2, 2, 20, 20, 16, seed=12)
+    out = triton_attention(q, k, v, causal=True, scale=0.0)
+    reference.judge(out, q, k, v, True, 0.0).assert_ok("triton scale=0")
 
 
 def test_padded_head_dim():
@@ -341,7 +391,7 @@ _COMPILE_SCRIPT = textwrap.dedent("""
         return {n: "constexpr" if n in consts else "*bf16" if n in POINTERS else "*fp32" if n in FP32
                 else "fp32" if n.endswith("scale") else "i32" for n in fn.arg_names}
     blocks = dict(HEAD_DIM=64, BLOCK_M=64, BLOCK_N=32, CAUSAL=True, UPCAST=False, DOT_PRECISION="tf32")
-    for fn, extra in ((tf._attn_fwd, dict(PAD_D=True, STORE_O32=True)), (tf._attn_bwd_dkdv, {}),
+    for fn, extra in ((tf._attn_fwd, dict(PAD_D=True, STORE_O32=True, NEG_SCALE=False)), (tf._attn_bwd_dkdv, {}),
                       (tf._attn_bwd_dq, {})):
         consts = {**blocks, **extra}
         try:

@@ -1,0 +1,325 @@
+"""What the compiler says every kernel costs on a GPU, without a GPU.
+
+    python -m kernels.compile_report --target sm_90            # a table
+    python -m kernels.compile_report --target sm_80 --json     # a list of objects
+
+Triton compiles for a named GPU (``GPUTarget("cuda", 90, 32)``) on a machine that has none:
+its front end and LLVM run on the CPU, and ``ptxas`` (shipped with Triton) turns the PTX into
+machine code and, asked with ``-v``, prints registers and spills per thread. The shared
+memory a Triton kernel asks for at launch is in the compiled kernel's metadata
+(``metadata.shared``). For the hand-written CUDA kernels, ``nvcc -Xptxas -v`` says the same
+(``kernels.cuda_flash.kernel_report``, which adds what the launcher asks for).
+
+Every Triton config the autotuner may try is compiled here: for each kernel (forward, the
+dK/dV and dQ backward kernels), each head dim the kernels take (the padded powers of two,
+16..256), each config of that head dim's space (``triton_flash.config_space``). Each row
+says whether the result *fits* the target (shared memory within the per-block opt-in limit
+of ``kernels.occupancy.ARCHES``, registers of a block within the SM's 65,536) and whether
+the autotuner's pruning *keeps* it (``triton_flash.fitting_configs``, which estimates shared
+memory before compiling). The pruning must never keep a config that does not fit: the
+autotuner would compile it, then fail to launch it. ``tests/test_compile_report.py``
+checks that on a covering subset; this CLI does the full sweep (a few seconds per compile).
+
+The compile assumes what a contiguous ``[B, H, S, D]`` input gets from Triton's JIT
+specialization: a unit stride along D (a constant), the other strides and the lengths
+multiples of 16, pointers 16-byte aligned, and the head dim equal to its padded size
+(``PAD_D`` False). A ragged head dim (80, 96) adds masks and can cost a few registers more.
+
+This module must compile, not interpret: the CLI switches Triton's interpreter off before
+it imports the kernels. A process that already imported them interpreted (a test session
+on a CPU) gets its reports from a subprocess (``report`` does that by itself).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from .occupancy import ARCHES
+
+TARGETS = ("sm_80", "sm_90")
+DTYPES = {"bf16": ("*bf16", 2), "fp16": ("*fp16", 2), "fp32": ("*fp32", 4)}
+TRITON_KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
+REGISTERS_PER_SM = 64 * 1024
+
+# Argument names of the kernels, by kind (see kernels/triton_flash.py).
+_TENSORS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
+_FP32_TENSORS = {"O32", "LSE", "DELTA"}
+
+
+@dataclass
+class Row:
+    """One compiled kernel: what the compiler reports and what that means on the target."""
+
+    kernel: str                 # "triton fwd", "triton bwd_dkdv", "triton bwd_dq", "cuda_v2", ...
+    target: str                 # "sm_80", "sm_90"
+    dtype: str
+    head_dim: int
+    config: dict                # BLOCK_M, BLOCK_N, num_warps, num_stages (CUDA: its tile and threads)
+    registers: Optional[int]
+    shared_bytes: Optional[int]  # what one block takes: Triton's metadata.shared; CUDA static + dynamic
+    spills: Optional[int]       # bytes of spill stores + loads, per thread
+    fits: Optional[bool]
+    kept: Optional[bool]        # the autotuner's pruning keeps it (CUDA: always launched)
+    estimate_bytes: Optional[int] = None   # the pruning's shared-memory estimate (Triton)
+    threads: Optional[int] = None
+    error: str = ""             # the compiler's message when the compile failed
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def limits(target: str):
+    if target not in ARCHES:
+        raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    return ARCHES[target]
+
+
+def fits(target: str, shared_bytes: int, registers: int, threads: int) -> bool:
+    """A block can be resident on one SM of ``target``: shared memory within the per-block
+    opt-in maximum, and its registers within the SM's register file."""
+    arch = limits(target)
+    return shared_bytes <= arch.max_shared_mem_per_block and registers * threads <= REGISTERS_PER_SM
+
+
+# --------------------------------------------------------------------------------- Triton
+
+def _triton_module():
+    """kernels.triton_flash, compiled (not interpreted); RuntimeError when that cannot be."""
+    already = sys.modules.get("kernels.triton_flash")
+    if already is None:
+        os.environ["TRITON_INTERPRET"] = "0"
+    import kernels.triton_flash as tf
+
+    if tf.TRITON_MISSING:
+        raise RuntimeError(tf.TRITON_MISSING)
+    if tf.INTERPRETED:
+        raise RuntimeError("kernels.triton_flash was imported with Triton's interpreter on; compile "
+                           "reports need a process where it is off (report() starts one)")
+    return tf
+
+
+def _signature(fn, constexprs: dict, dtype: str) -> tuple[dict, dict]:
+    """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``."""
+    pointer = DTYPES[dtype][0]
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+            continue
+        if name in _TENSORS:
+            signature[name] = pointer
+        elif name in _FP32_TENSORS:
+            signature[name] = "*fp32"
+        elif name.endswith("scale"):
+            signature[name] = "fp32"
+            continue
+        else:
+            signature[name] = "i32"
+        attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, attrs
+
+
+def _unit_strides(fn) -> dict:
+    """The strides along D (``s..d``): 1 for a contiguous input, a constant to the JIT."""
+    return {n: 1 for n in fn.arg_names if n.startswith("s") and n.endswith("d") and len(n) <= 5}
+
+
+def _ptxas_report(ptx: str, arch: str):
+    """Registers and spills of a PTX kernel, from Triton's own ptxas with ``-v``."""
+    import triton
+
+    from .ptxas import parse_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [triton.knobs.nvidia.ptxas.path, "-lineinfo", "-v", "--regAllocOptLevel=2",
+               f"--gpu-name={arch}", src, "-o", os.path.join(tmp, "kernel.cubin")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {done.stderr.strip()[-2000:]}")
+    found = parse_ptxas(done.stdout + "\n" + done.stderr, demangle=False)
+    if len(found) != 1:
+        raise RuntimeError(f"ptxas reported {len(found)} kernels, expected 1")
+    return found[0]
+
+
+_CACHE: dict = {}
+
+
+def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
+                   causal: bool = True) -> Row:
+    """Compile one Triton kernel at one config for ``target`` and report it.
+
+    ``kernel``: "fwd", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
+    num_stages). Results are cached per process.
+    """
+    key = (kernel, head_dim, tuple(config), target, dtype, causal)
+    if key in _CACHE:
+        return _CACHE[key]
+    tf = _triton_module()
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    block_m, block_n, warps, stages = config
+    fn = {"fwd": tf._attn_fwd, "bwd_dkdv": tf._attn_bwd_dkdv, "bwd_dq": tf._attn_bwd_dq}[kernel]
+    consts = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, UPCAST=False,
+                  DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
+    if kernel == "fwd":
+        consts.update(PAD_D=False, STORE_O32=dtype != "fp32")
+    consts = {k: v for k, v in consts.items() if k in fn.arg_names}
+    consts.update(_unit_strides(fn))
+    signature, attrs = _signature(fn, consts, dtype)
+    element_size = DTYPES[dtype][1]
+    estimate = tf.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
+    arch = limits(target)
+    kept = config in [tuple(c) for c in tf.fitting_configs(
+        tf.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
+        arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
+    row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
+              config=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages),
+              registers=None, shared_bytes=None, spills=None, fits=None, kept=kept,
+              estimate_bytes=estimate, threads=32 * warps)
+    try:
+        src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+        capability = arch.capability[0] * 10 + arch.capability[1]
+        compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                                  options=dict(num_warps=warps, num_stages=stages))
+        shared = int(compiled.metadata.shared)
+        ptx = compiled.asm["ptx"]
+        digest = hashlib.sha256(ptx.encode()).hexdigest()
+        if digest not in _CACHE:
+            _CACHE[digest] = _ptxas_report(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}")
+        resources = _CACHE[digest]
+        row.registers = resources.registers
+        row.shared_bytes = shared + resources.shared_bytes
+        row.spills = resources.spill_store_bytes + resources.spill_load_bytes
+        row.fits = fits(target, row.shared_bytes, row.registers, row.threads)
+    except Exception as err:  # a config the compiler refuses is a row too, with its reason
+        row.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        row.fits = False
+    _CACHE[key] = row
+    return row
+
+
+def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = TRITON_KERNELS):
+    """(kernel, head_dim, config) for every config the autotuner may try."""
+    tf = _triton_module()
+    dims = list(head_dims) if head_dims is not None else list(tf.PADDED_HEAD_DIMS)
+    return [(k, d, tuple(c)) for k in kernels for d in dims for c in tf.config_space(k, d)]
+
+
+# --------------------------------------------------------------------------------- CUDA
+
+def cuda_rows(target: str) -> list[Row]:
+    """Every instantiation of the hand-written kernels, from nvcc (RuntimeError without it)."""
+    from . import cuda_flash
+    from .cuda_report import parse_instance
+
+    rows = []
+    for k in cuda_flash.kernel_report(target):
+        version, dtype, head_dim = parse_instance(k.name)
+        cfg = cuda_flash.launch_config(version, head_dim)
+        rows.append(Row(kernel=f"cuda_{version}", target=k.arch, dtype=dtype, head_dim=head_dim,
+                        config=dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, threads=cfg.threads),
+                        registers=k.registers, shared_bytes=k.total_shared_bytes,
+                        spills=k.spill_store_bytes + k.spill_load_bytes,
+                        fits=fits(target, k.total_shared_bytes, k.registers, cfg.threads),
+                        kept=True, threads=cfg.threads))
+    return rows
+
+
+# --------------------------------------------------------------------------------- all of it
+
+def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] = None,
+          kernels: Sequence[str] = TRITON_KERNELS, jobs: Optional[Sequence[tuple]] = None,
+          cuda: bool = True, progress=None) -> list[Row]:
+    """The report for ``target``, in this process (which must not interpret Triton)."""
+    limits(target)
+    todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels)
+    rows = []
+    for i, (kernel, head_dim, config) in enumerate(todo, 1):
+        rows.append(compile_triton(kernel, head_dim, tuple(config), target, dtype))
+        if progress is not None:
+            print(f"[{i}/{len(todo)}] {describe(rows[-1])}", file=progress, flush=True)
+    if cuda:
+        from .ptxas import nvcc_available
+
+        if nvcc_available():
+            rows.extend(cuda_rows(target))
+        elif progress is not None:
+            print("nvcc not found: the CUDA kernels are not in this report", file=progress, flush=True)
+    return rows
+
+
+def report(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
+           cuda: bool = True, timeout: float = 1800) -> list[dict]:
+    """The report as a list of dicts, from a subprocess when this process interprets Triton."""
+    tf = sys.modules.get("kernels.triton_flash")
+    if tf is None or not tf.INTERPRETED:
+        return [r.as_dict() for r in build(target, dtype, jobs=jobs, cuda=cuda)]
+    args = [sys.executable, "-m", "kernels.compile_report", "--target", target, "--dtype", dtype, "--json"]
+    if not cuda:
+        args.append("--no-cuda")
+    if jobs is not None:
+        args += ["--jobs", json.dumps([[k, d, list(c)] for k, d, c in jobs])]
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"compile report for {target} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def describe(row: Row) -> str:
+    cfg = row.config
+    tile = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}" if "num_warps" in cfg
+            else f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} t{cfg['threads']}")
+    if row.error:
+        return f"{row.kernel:<16} {row.target} D={row.head_dim:<3} {tile:<18} failed: {row.error}"
+    est = "" if row.estimate_bytes is None else f" est {row.estimate_bytes / 1024:6.1f} KiB"
+    return (f"{row.kernel:<16} {row.target} {row.dtype} D={row.head_dim:<3} {tile:<18} "
+            f"regs {row.registers:>3}  smem {row.shared_bytes / 1024:6.1f} KiB{est}  spills {row.spills:>4} B  "
+            f"{'fits' if row.fits else 'DOES NOT FIT'}  {'kept' if row.kept else 'pruned'}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kernels.compile_report",
+                                description="Compile every Triton config and CUDA kernel for a GPU target "
+                                            "(no GPU needed) and report registers, shared memory, spills.")
+    p.add_argument("--target", default="sm_90", choices=TARGETS)
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    p.add_argument("--head-dim", type=int, nargs="+", help="padded head dims (default: all, 16..256)")
+    p.add_argument("--kernels", nargs="+", choices=TRITON_KERNELS, default=list(TRITON_KERNELS))
+    p.add_argument("--no-cuda", action="store_true", help="leave out the CUDA kernels")
+    p.add_argument("--jobs", help=argparse.SUPPRESS)  # JSON [[kernel, head_dim, [m, n, w, s]], ...]
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    jobs = [(k, d, tuple(c)) for k, d, c in json.loads(args.jobs)] if args.jobs else None
+    rows = build(args.target, args.dtype, head_dims=args.head_dim, kernels=args.kernels, jobs=jobs,
+                 cuda=not args.no_cuda, progress=None if args.json else sys.stderr)
+    if args.json:
+        json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
+        print()
+    else:
+        bad = [r for r in rows if r.kept and (not r.fits or r.spills)]
+        print(f"{len(rows)} kernels for {args.target}; {sum(bool(r.kept) for r in rows)} kept by the pruning; "
+              f"{len(bad)} kept that do not fit or spill")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

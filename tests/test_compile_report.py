@@ -1,0 +1,132 @@
+"""The compile report: every config the autotuner keeps fits the GPU and does not spill.
+
+Triton compiles for sm_80 and sm_90 without a GPU (kernels/compile_report.py). A compile
+takes seconds here, so the default tests compile a covering subset, once per session: for
+each kernel (forward, dK/dV, dQ) and target, the config the pruning keeps with the largest
+shared-memory estimate at D = 128 (the one nearest the limit), and one config the compiler
+must show does not fit. ``test_every_kept_config_compiles_within_limits`` (slow) compiles
+every kept config of every head dim, as ``python -m kernels.compile_report`` does.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import kernels.triton_flash as tf
+from kernels import compile_report as cr
+from kernels import ptxas
+from kernels.occupancy import ARCHES
+
+pytestmark = pytest.mark.skipif(tf.TRITON_MISSING is not None, reason=str(tf.TRITON_MISSING))
+TARGETS = cr.TARGETS
+BF16 = 2
+
+
+def _limit(target):
+    return ARCHES[target].max_shared_mem_per_block
+
+
+def kept(kernel, head_dim, target):
+    arch = ARCHES[target]
+    return tf.fitting_configs(tf.config_space(kernel, head_dim), 1 << 16, head_dim, BF16, _limit(target),
+                              kernel=kernel, capability=arch.capability)
+
+
+def estimate(kernel, head_dim, config):
+    m, n, _, stages = config
+    return tf.shared_memory_estimate(m, n, stages, head_dim, BF16, kernel=kernel)
+
+
+# Configs the compiler must find too large for the target (outside every space on purpose).
+TOO_LARGE = {"sm_80": ("fwd", 128, (128, 128, 8, 4)), "sm_90": ("fwd", 128, (128, 128, 8, 4))}
+
+
+def covering_jobs(target):
+    jobs = [(k, 128, max(kept(k, 128, target), key=lambda c: estimate(k, 128, c))) for k in tf.KERNELS]
+    return jobs + [TOO_LARGE[target]]
+
+
+@pytest.fixture(scope="session")
+def reports():
+    """{target: rows} for the covering subset, both targets compiled side by side."""
+    with ThreadPoolExecutor(max_workers=len(TARGETS)) as pool:
+        done = pool.map(lambda t: cr.report(t, jobs=covering_jobs(t), cuda=ptxas.nvcc_available()), TARGETS)
+        return dict(zip(TARGETS, done))
+
+
+def triton_rows(rows):
+    return [r for r in rows if r["kernel"].startswith("triton")]
+
+
+def as_config(row):
+    c = row["config"]
+    return (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"])
+
+
+def test_rows_have_the_documented_fields(reports):
+    for target, rows in reports.items():
+        assert rows, target
+        for row in rows:
+            assert {"kernel", "head_dim", "config", "registers", "shared_bytes", "spills", "fits", "kept"} <= set(row)
+            assert row["target"] == target and not row["error"], row
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kept_configs_fit_and_do_not_spill(reports, target):
+    for row in triton_rows(reports[target]):
+        if row["kept"]:
+            assert row["fits"], f"the pruning keeps a config the compiler says does not fit {target}: {row}"
+            assert row["spills"] == 0, f"a kept config spills registers on {target}: {row}"
+            assert row["shared_bytes"] <= _limit(target), row
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_estimate_is_never_below_the_compiler(reports, target):
+    """kept => fits, for configs the test did not compile too: the estimate bounds the compiler's
+    shared memory from above, so estimate <= limit implies shared <= limit."""
+    for row in triton_rows(reports[target]):
+        kernel = row["kernel"].split()[1]
+        assert row["estimate_bytes"] == estimate(kernel, row["head_dim"], as_config(row))
+        assert row["estimate_bytes"] >= row["shared_bytes"], \
+            f"the shared-memory estimate is below what Triton allocates: {row}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_config_that_does_not_fit_is_not_kept(reports, target):
+    kernel, head_dim, config = TOO_LARGE[target]
+    row = next(r for r in triton_rows(reports[target]) if as_config(r) == config and r["head_dim"] == head_dim)
+    assert row["shared_bytes"] > _limit(target) and not row["fits"], \
+        f"expected {config} at D={head_dim} to exceed {target}'s shared memory: {row}"
+    # Offered to the pruning next to one that fits, it is dropped.
+    small = (64, 32, 4, 2)
+    assert tf.fitting_configs([config, small], 4096, head_dim, BF16, _limit(target), kernel=kernel,
+                              capability=ARCHES[target].capability) == [small]
+
+
+@pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs nvcc for the CUDA kernels")
+@pytest.mark.parametrize("target", TARGETS)
+def test_cuda_kernels_are_in_the_report_and_fit(reports, target):
+    cuda = [r for r in reports[target] if r["kernel"].startswith("cuda_")]
+    assert {r["kernel"] for r in cuda} == {"cuda_v1", "cuda_v2"}
+    for row in cuda:
+        assert row["fits"] and row["kept"], row
+        assert row["kernel"] != "cuda_v2" or row["spills"] == 0, f"cuda_v2 spills: {row}"
+
+
+def test_fits_is_the_targets_limits():
+    assert cr.fits("sm_80", 163 * 1024, 255, 256)
+    assert not cr.fits("sm_80", 163 * 1024 + 1, 32, 128)
+    assert cr.fits("sm_90", 227 * 1024, 128, 256) and not cr.fits("sm_90", 227 * 1024 + 1, 128, 256)
+    assert not cr.fits("sm_90", 0, 255, 512), "255 registers x 512 threads pass the SM's 65,536"
+    with pytest.raises(ValueError, match="unknown target"):
+        cr.fits("sm_99", 0, 1, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_kept_config_compiles_within_limits(target):
+    jobs = [(k, d, c) for k in tf.KERNELS for d in tf.PADDED_HEAD_DIMS for c in kept(k, d, target)]
+    rows = cr.report(target, jobs=jobs, cuda=False, timeout=3000)
+    bad = [r for r in rows if not r["fits"] or r["spills"] or r["estimate_bytes"] < r["shared_bytes"]]
+    assert not bad, f"kept configs that do not fit, spill, or exceed their estimate on {target}: {bad}"
