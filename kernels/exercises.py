@@ -76,6 +76,14 @@ def _fail(message: str):
     raise ExerciseFailed(message)
 
 
+def _seed(seed: Optional[int] = None) -> int:
+    """The seed of one check's random inputs: fresh each run unless given, and always printed,
+    so a failure can be replayed exactly (pass the printed seed as ``seed=``)."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
+    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
+    return seed
+
+
 def _run(fn: Callable, *args, what: str = "your function", **kwargs):
     """Call the learner's code; turn its exceptions into a sentence instead of a traceback."""
     try:
@@ -251,9 +259,9 @@ def _attention_mistakes(q, k, v, causal, scale):
     return m
 
 
-def _attention_cases(device):
-    """Fresh random inputs: odd sizes, a non-contiguous layout, both causal modes, a given scale."""
-    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+def _attention_cases(device, seed: int):
+    """Random inputs: odd sizes, a non-contiguous layout, both causal modes, a given scale."""
+    g = torch.Generator().manual_seed(seed)
 
     def qkv(b, h, s, d, bshd=False):
         shape = (3, b, s, h, d) if bshd else (3, b, h, s, d)
@@ -285,9 +293,10 @@ def _judge_attention(out, q, k, v, causal, scale, case, what, mistakes=None):
           f"to reference.attention(q, k, v) on a small input (S=4) and compare row by row.")
 
 
-def check_attention(my_attention: Callable, device="cpu") -> Passed:
+def check_attention(my_attention: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_attention(q, k, v, causal=True, scale=None)`` against the float64 reference."""
-    cases = _attention_cases(device)
+    seed = _seed(seed)
+    cases = _attention_cases(device, seed)
     for case, (q, k, v), causal, scale in cases:
         out = _run(my_attention, q, k, v, causal=causal, scale=scale,
                    what="my_attention(q, k, v, causal, scale)")
@@ -328,11 +337,12 @@ def _upcast_attention(q, k, v):
     return (scores.softmax(-1).to(q.dtype)) @ v
 
 
-def check_hidden_copy(find_hidden_copy: Callable, device="cpu") -> Passed:
+def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``find_hidden_copy(step, min_bytes)`` names the top-level op that made the largest copy."""
+    seed = _seed(seed)
     from . import get
 
-    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    g = torch.Generator().manual_seed(seed)
     b, h, s, d = 1, 2, 96 + int(torch.randint(0, 32, (), generator=g)), 16
     q, k, v = torch.randn(3, b, h, s, d, generator=g).to(device).unbind(0)
     scores_bytes = b * h * s * s * 4  # one float32 S×S buffer
@@ -368,17 +378,18 @@ def check_hidden_copy(find_hidden_copy: Callable, device="cpu") -> Passed:
 
 # ============================================================================ chapter 2
 
-def _fresh_scores(b, h, s, device, seed=None):
-    g = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item()))
+def _fresh_scores(b, h, s, device, seed: int):
+    g = torch.Generator().manual_seed(seed)
     return torch.randn(b, h, s, s, generator=g).to(device)
 
 
-def check_inplace_mask(my_mask_: Callable, device="cpu") -> Passed:
+def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_mask_(scores, future)`` must write -inf where ``future`` is True, into ``scores`` itself."""
+    seed = _seed(seed)
     from .naive import future_mask
 
     s = 19
-    original = _fresh_scores(2, 3, s, device)
+    original = _fresh_scores(2, 3, s, device, seed)
     scores = original.clone()
     future = future_mask(s, device)
     ptr = scores.data_ptr()
@@ -415,9 +426,10 @@ def check_inplace_mask(my_mask_: Callable, device="cpu") -> Passed:
     return _passed("my_mask_ fills -inf into the scores tensor itself: same storage, no copy")
 
 
-def check_lean_attention(lean_attention: Callable, device="cpu") -> Passed:
+def check_lean_attention(lean_attention: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """Causal attention, right, that allocates at most one S×S buffer's worth of memory per call."""
-    cases = _attention_cases(device)
+    seed = _seed(seed)
+    cases = _attention_cases(device, seed)
     for case, (q, k, v), causal, scale in cases:
         if not causal or scale is not None:
             continue
@@ -451,8 +463,9 @@ def work_op_count(step) -> int:
     return len(step.work_ops())
 
 
-def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu") -> Passed:
+def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", seed: Optional[int] = None) -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
+    seed = _seed(seed)
     from . import get
 
     if _blank(guesses) or any(_blank(v) for v in guesses.values()):
@@ -460,7 +473,7 @@ def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu") -
               "backend, made before profiling. A wrong guess is fine; no guess is not.")
     from . import available
 
-    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    g = torch.Generator().manual_seed(seed)
     # Fused GPU backends take 16-bit inputs only; on a CPU every backend here takes float32.
     dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
     q, k, v = torch.randn(3, 1, 2, 40 + int(torch.randint(0, 20, (), generator=g)), 16,
@@ -534,11 +547,12 @@ def check_backend_predictions(predictions: dict) -> Passed:
     return _passed(f"all {len(BACKEND_SCENARIOS)} predictions match PyTorch's rules")
 
 
-def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu") -> Passed:
+def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
+    seed = _seed(seed)
     from .naive import future_mask
 
-    cases = [c for c in _attention_cases(device) if c[2] and c[3] is None]
+    cases = [c for c in _attention_cases(device, seed) if c[2] and c[3] is None]
     for case, (q, k, v), _, _ in cases:
         s = q.shape[-2]
         future = future_mask(s, device)
@@ -556,18 +570,19 @@ def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu") -> Passed:
     return _passed("sdpa_with_mask reproduces causal attention from an explicit boolean mask")
 
 
-def _masked_scores(b, h, s, device):
+def _masked_scores(b, h, s, device, seed: int):
     """Scores with a causal mask, plus a few rows that are masked entirely (padding queries)."""
-    x = _fresh_scores(b, h, s, device)
+    x = _fresh_scores(b, h, s, device, seed)
     x = x.masked_fill(torch.ones(s, s, dtype=torch.bool, device=device).triu(1), -math.inf)
     dead = torch.zeros(s, dtype=torch.bool, device=device)
     dead[[1, s // 2, s - 1]] = True
     return x.masked_fill(dead[:, None], -math.inf), dead
 
 
-def check_safe_softmax(safe_softmax: Callable, device="cpu") -> Passed:
+def check_safe_softmax(safe_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``safe_softmax(x)``: softmax over the last dim, but a row of all -inf gives zeros, not NaN."""
-    x, dead = _masked_scores(2, 2, 11, device)
+    seed = _seed(seed)
+    x, dead = _masked_scores(2, 2, 11, device, seed)
     before = x.clone()
     out = _run(safe_softmax, x, what="safe_softmax(x)")
     _is_tensor(out, "safe_softmax", x.shape, x.dtype, x.device)
@@ -616,9 +631,10 @@ def _stream(update, s, v, block):
     return m, l, acc
 
 
-def check_online_update(online_update: Callable) -> Passed:
+def check_online_update(online_update: Callable, seed: Optional[int] = None) -> Passed:
     """``online_update(m, l, acc, s, v)`` -> (m, l, acc) after one tile of scores ``s`` and values ``v``."""
-    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    seed = _seed(seed)
+    g = torch.Generator().manual_seed(seed)
     rows, n, d, block = 5, 13, 8, 4
     # Later tiles get larger scores, so the running maximum must move and rescaling matters.
     s = torch.randn(rows, n, generator=g, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) / block
@@ -671,9 +687,10 @@ def _causal_softmax64(x, diagonal=1, hide="future"):
     return x.masked_fill(hidden, -math.inf).softmax(-1)
 
 
-def check_causal_softmax(causal_softmax: Callable, device="cpu") -> Passed:
+def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``causal_softmax(x)`` on an [S, S] float32 matrix: softmax of each row over keys j <= i."""
-    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    seed = _seed(seed)
+    g = torch.Generator().manual_seed(seed)
     for s in (13, 32, 1):
         x = torch.randn(s, s, generator=g).to(device)
         out = _run(causal_softmax, x, what="causal_softmax(x)")
@@ -764,9 +781,10 @@ def check_occupancy(my_occupancy: Callable) -> Passed:
 
 # ============================================================================ chapter 6
 
-def check_tflops(my_tflops: Callable) -> Passed:
+def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
     """``my_tflops(batch, heads, seq, head_dim, causal, backward, ms)`` -> TFLOP/s achieved."""
-    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    seed = _seed(seed)
+    g = torch.Generator().manual_seed(seed)
     cases = []
     for causal in (True, False):
         for backward in (False, True):
@@ -897,10 +915,10 @@ def _ptxas_numbers(text: str) -> dict:
     return {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}
 
 
-def check_read_ptxas(read_ptxas: Callable) -> Passed:
+def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed:
     """``read_ptxas(text, kernel, arch)`` -> (registers, static shared memory bytes, spilled bytes)
     of one kernel on one architecture, judged by ``kernels.ptxas.parse_ptxas``."""
-    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    seed = _seed(seed)
     asked = 0
     for text in (fresh_ptxas_report(seed), fresh_ptxas_report(seed + 1)):
         found = _ptxas_numbers(text)

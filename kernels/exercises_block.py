@@ -12,21 +12,11 @@ import torch
 from torch.nn import functional as F
 
 from . import block as blocks
-from .exercises import ExerciseFailed, _blank, _passed, _run
+from .exercises import ExerciseFailed, _blank, _fail, _passed, _run, _seed
 
 __all__ = ["ExerciseFailed", "check_block_flops", "check_crossover", "check_block_forward"]
 
 PARTS = ("qkv", "attention", "proj", "mlp")
-
-
-def _seed(seed: Optional[int]) -> int:
-    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
-    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
-    return seed
-
-
-def _fail(message: str):
-    raise ExerciseFailed(message)
 
 
 def _configs(g):

@@ -16,19 +16,9 @@ from typing import Callable, Optional
 
 import torch
 
-from .exercises import ExerciseFailed, _blank, _passed, _run
+from .exercises import ExerciseFailed, _blank, _fail, _passed, _run, _seed
 
 __all__ = ["ExerciseFailed", "check_window_mask", "check_skipped_tiles", "check_softcap"]
-
-
-def _seed(seed: Optional[int]) -> int:
-    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
-    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
-    return seed
-
-
-def _fail(message: str):
-    raise ExerciseFailed(message)
 
 
 # ============================================================================ task 1: a mask_mod
