@@ -12,23 +12,13 @@ from typing import Callable, Optional
 import torch
 
 from . import decoding, reference
-from .exercises import ExerciseFailed, Passed, _blank, _passed, _run
+from .exercises import ExerciseFailed, Passed, _blank, _fail, _passed, _run, _seed
 from .registry import get
 
 __all__ = ["ExerciseFailed", "check_kept_for_backward", "check_training_flops", "check_decode_step",
            "check_decode_intensity", "kept_reference", "training_step_traces"]
 
 PREFIX = "autograd::engine"
-
-
-def _seed(seed: Optional[int]) -> int:
-    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
-    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
-    return seed
-
-
-def _fail(message: str):
-    raise ExerciseFailed(message)
 
 
 def _number(got, what: str) -> float:
