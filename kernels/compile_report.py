@@ -25,9 +25,10 @@ specialization: a unit stride along D (a constant), the other strides and the le
 multiples of 16, pointers 16-byte aligned, and the head dim equal to its padded size
 (``PAD_D`` False). A ragged head dim (80, 96) adds masks and can cost a few registers more.
 
-This module must compile, not interpret: the CLI switches Triton's interpreter off before
-it imports the kernels. A process that already imported them interpreted (a test session
-on a CPU) gets its reports from a subprocess (``report`` does that by itself).
+This module must compile, not interpret. ``import kernels`` turns Triton's interpreter on
+where there is no GPU, and Triton fixes its mode when first imported, so the CLI runs itself
+again in a process with TRITON_INTERPRET=0, and ``report`` called from a process that
+interprets (a test session on a CPU) gets its rows from such a subprocess.
 """
 from __future__ import annotations
 
@@ -307,7 +308,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    tf = sys.modules.get("kernels.triton_flash")
+    if tf is not None and tf.INTERPRETED and os.environ.get("TRITON_INTERPRET") != "0":
+        # `import kernels` chose Triton's interpreter (no GPU here); compiling needs it off
+        # from the start of the process, so start again with it off.
+        env = {**os.environ, "TRITON_INTERPRET": "0"}
+        return subprocess.run([sys.executable, "-m", "kernels.compile_report", *argv], env=env).returncode
     jobs = [(k, d, tuple(c)) for k, d, c in json.loads(args.jobs)] if args.jobs else None
     rows = build(args.target, args.dtype, head_dims=args.head_dim, kernels=args.kernels, jobs=jobs,
                  cuda=not args.no_cuda, progress=None if args.json else sys.stderr)
