@@ -13,7 +13,7 @@ phase that hangs or runs out of time is written down as such and the next one st
 
     environment   the GPU, its clocks and driver, torch / Triton / CUDA / cuDNN, the commit
     gpu-tests     the GPU-marked tests (pytest -m gpu), collected without the book stack
-    chapters      chapters 00-06 executed by papermill with the ``cuda`` profile, traces kept
+    chapters      chapters 00-10 executed by papermill with the ``cuda`` profile, traces kept
     bench         causal bf16 forward and forward+backward of the fused implementations
 
 ``--dry-run`` runs the same pipeline on a CPU, each GPU phase replaced by a small stand-in,
@@ -47,11 +47,12 @@ ARCHIVE_NAME, SUMMARY_NAME = "gpu-run.tar.gz", "summary.txt"
 ARCHIVE_BUDGET = 15 * 2**20      # the device tool brings back files of at most 16 MiB
 WHEELS_BUDGET = 40 * 2**20
 TOTAL_SECONDS = 8 * 60           # the whole run, on one H200 with cold caches
-CHAPTERS = ("00_profiler_primer", "01_naive", "02_inplace", "03_sdpa", "04_triton", "05_cuda", "06_showdown")
+CHAPTERS = ("00_profiler_primer", "01_naive", "02_inplace", "03_sdpa", "04_triton", "05_cuda", "06_showdown",
+            "07_compiled", "08_block", "09_backward", "10_decoding")
 BOOK_STACK = ("papermill", "nbclient", "nbformat", "ipykernel", "jupyter_client")
 
 # Each phase's time limit in seconds; together they leave a minute for starting and packing.
-LIMITS = {"environment": 45, "gpu-tests": 170, "chapters": 170, "bench": 85}
+LIMITS = {"environment": 45, "gpu-tests": 150, "chapters": 200, "bench": 80}
 
 BENCH_ARGS = ["--impls", "sdpa_flash", "sdpa_cudnn", "triton", "cuda_v2", "--seq", "1024", "2048", "4096",
               "16384", "--head-dim", "64", "128", "--dtype", "bf16", "--batch", "4", "--heads", "16",
@@ -571,7 +572,7 @@ def main(argv=None) -> int:
     r = sub.add_parser("run", help="the GPU run: OUT/gpu-run.tar.gz and OUT/summary.txt")
     r.add_argument("out", type=Path)
     r.add_argument("--dry-run", action="store_true", help="no GPU: stand-ins for the GPU phases, marked as such")
-    r.add_argument("--chapters", nargs="+", default=list(CHAPTERS), help="chapters to execute (default: 00-06)")
+    r.add_argument("--chapters", nargs="+", default=list(CHAPTERS), help="chapters to execute (default: 00-10)")
     r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override a profile parameter")
     r.add_argument("--python", default=sys.executable, help="the Python every phase runs with")
     i = sub.add_parser("import", help="an archive from a GPU run -> book/data/recorded/ and book/data/bench/")
