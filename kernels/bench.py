@@ -21,6 +21,29 @@ CSV, and ``load_results`` reads either back.
 
     python -m kernels.bench --out bench_cpu                 # the CPU sweep, < 2 min on 2 cores
     python -m kernels.bench --device cuda --backward --out bench_gpu
+    python -m kernels.bench --device cuda --impls triton --backward-only --repeats 3 --crosscheck
+
+More than the medians, each row carries what makes a GPU number trustworthy:
+
+* the first call (autotuning, compiling) is timed apart (``first_call_ms``), so the warm-up
+  and the timed calls see the steady state;
+* the Triton configs the autotuner chose (``config``, from each kernel's ``best_config``;
+  None in the interpreter, which does not autotune);
+* with ``repeats`` > 1, each round's median and their spread (``round_spread``);
+* with ``crosscheck`` on a GPU, Triton's ``do_bench`` (L2 flushed between calls) and
+  ``do_bench_cudagraph`` (a CUDA graph, no Python dispatch): a median far above the graph's
+  means the point measured dispatch, not the kernel. On a CPU the row says it was not run;
+* the run's ``meta["peaks"]``: the datasheet's ceilings next to a matmul and a copy measured
+  on the same device just before.
+
+Performance goals (not yet measured: no GPU run has recorded them). On H100/H200, causal
+bf16, S 1k-16k, D 64 and 128, all in the same run: the ``triton`` forward at >= 1.0x the
+speed of ``sdpa_flash`` (SDPA's FlashAttention-2 backend), ``triton`` forward+backward at
+>= 0.85x, and ``cuda_v2``'s forward at >= 0.7x. ``.ci/device-run`` measures them in its bench
+phase (``tools/gpu_run.py`` BENCH_ARGS: sdpa_flash, sdpa_cudnn, triton and cuda_v2 at S 1024,
+2048, 4096, 16384, D 64 and 128, B 4, H 16, bf16, causal, forward and forward+backward); the
+ratio is the two medians of one run at the same shape. For scale, FlashAttention-3's paper
+(arXiv 2407.08608, Fig. 5) shows Triton's tutorial kernel between FA2 and cuDNN on H100.
 """
 from __future__ import annotations
 
@@ -46,7 +69,11 @@ import torch
 from . import devices, reference
 from .registry import available, implementation, names
 
-FORWARD, FORWARD_BACKWARD = "forward", "forward+backward"
+FORWARD, FORWARD_BACKWARD, BACKWARD = "forward", "forward+backward", "backward"
+MODES = (FORWARD, FORWARD_BACKWARD, BACKWARD)
+# Backward-only timing replays the backward of forwards made before the clock starts
+# (retain_graph): at most this many graphs are kept, one per input set, in turn.
+MAX_GRAPHS = 16
 
 # Implementations that write the S×S score matrix to memory: io_bytes charges them for it.
 MATERIALIZED = {"naive", "inplace", "sdpa_math"}
@@ -111,6 +138,21 @@ class BenchResult:
     gbps: Optional[float] = None
     peak_memory_bytes: Optional[int] = None
     memory_method: str = ""
+    # The first call alone (it autotunes, compiles, builds caches): never part of the warm-up's
+    # estimate nor of the timed calls.
+    first_call_ms: Optional[float] = None
+    # The Triton configs the autotuner chose for this point, as JSON ({"fwd": {...}, ...});
+    # None where nothing was autotuned (the interpreter, other implementations).
+    config: Optional[str] = None
+    # With repeats > 1 the whole sweep runs that many rounds: each round's median, as JSON,
+    # and their spread, (max - min) / median of them.
+    round_medians_ms: Optional[str] = None
+    round_spread: Optional[float] = None
+    # Cross-checks on a GPU: triton.testing.do_bench (flushes L2 between calls) and
+    # do_bench_cudagraph (replays a CUDA graph: no Python dispatch), medians in ms.
+    do_bench_ms: Optional[float] = None
+    cudagraph_ms: Optional[float] = None
+    crosscheck: str = ""        # what was run, or why not
 
     @property
     def ok(self) -> bool:
@@ -123,7 +165,8 @@ class BenchResult:
 
     @property
     def backward(self) -> bool:
-        return self.mode == FORWARD_BACKWARD
+        """Whether a backward pass is timed (forward+backward, or backward alone)."""
+        return self.mode in (FORWARD_BACKWARD, BACKWARD)
 
 
 class BenchResults(list):
@@ -191,28 +234,50 @@ class NoBackward(Exception):
     """The implementation's output cannot be differentiated."""
 
 
-def make_step(fn, pool: InputPool, causal: bool, backward: bool):
-    """One benchmarked call: a forward (under no_grad), or a forward and its backward."""
+def make_step(fn, pool: InputPool, causal: bool, backward):
+    """One benchmarked call: a forward (under no_grad), a forward and its backward, or (``backward``
+    = BACKWARD) a backward alone, replayed on forwards made here, before any timing."""
+    mode = backward if isinstance(backward, str) else FORWARD_BACKWARD if backward else FORWARD
 
     def forward():
         q, k, v, _ = pool.next()
         with torch.no_grad():
             return fn(q, k, v, causal=causal)
 
-    def forward_backward():
-        q, k, v, grad = pool.next()
-        out = fn(q, k, v, causal=causal)
+    def differentiate(out, inputs, grad, retain: bool = False):
         if not out.requires_grad:
             raise NoBackward("its output does not require grad: it has no autograd support")
         try:
             # autograd.grad, not .backward(): no .grad accumulates on the inputs between calls.
-            return torch.autograd.grad(out, (q, k, v), grad)
+            return torch.autograd.grad(out, inputs, grad, retain_graph=retain)
         except (RuntimeError, NotImplementedError) as err:
             if is_oom(err):
                 raise
             raise NoBackward(f"its backward failed: {err}") from err
 
-    return forward_backward if backward else forward
+    def forward_backward():
+        q, k, v, grad = pool.next()
+        return differentiate(fn(q, k, v, causal=causal), (q, k, v), grad)
+
+    if mode == FORWARD:
+        return forward
+    if mode == FORWARD_BACKWARD:
+        return forward_backward
+    graphs = []
+    for _ in range(min(len(pool.sets), MAX_GRAPHS)):
+        q, k, v, grad = pool.next()
+        out = fn(q, k, v, causal=causal)
+        if not out.requires_grad:
+            raise NoBackward("its output does not require grad: it has no autograd support")
+        graphs.append((out, (q, k, v), grad))
+    turn = [0]
+
+    def backward_only():
+        out, inputs, grad = graphs[turn[0] % len(graphs)]
+        turn[0] += 1
+        return differentiate(out, inputs, grad, retain=True)
+
+    return backward_only
 
 
 def synchronize(device: torch.device) -> None:
@@ -337,19 +402,26 @@ def input_refusal(name: str, head_dim: int, dtype: torch.dtype) -> Optional[str]
 
 
 def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, reps: int,
-            warmup: int, min_reps: int, max_seconds: float, memory: bool) -> BenchResult:
+            warmup: int, min_reps: int, max_seconds: float, memory: bool,
+            crosscheck: bool = False) -> BenchResult:
     """Fill in one point's timings, rates and memory, or its failure status."""
     fn = implementation(point.impl).call
     shape = (point.batch, point.heads, point.seq, point.head_dim)
     pool = None
     try:
         pool = InputPool(shape, dtype, device, point.backward)
-        step = make_step(fn, pool, point.causal, point.backward)
+        step = make_step(fn, pool, point.causal, point.mode)
+        # The first call autotunes and compiles (seconds for Triton): it is timed on its own,
+        # so the warm-up that follows estimates the steady state and keeps its calls.
+        point.first_call_ms = warm_up(step, device, 1, budget_ms=0)
         estimate_ms = warm_up(step, device, warmup, budget_ms=max_seconds * 1e3 / 2)
         # As many timed calls as fit the time budget, within [min_reps, reps].
         n = max(min_reps, min(reps, int(max_seconds * 1e3 / max(estimate_ms, 1e-3))))
         point.median_ms, point.p10_ms, point.p90_ms = spread(time_calls(step, device, n))
         point.reps = n
+        point.config = chosen_configs(point.impl)
+        if crosscheck:
+            point.do_bench_ms, point.cudagraph_ms, point.crosscheck = cross_check(step, device)
         if memory:
             point.peak_memory_bytes, point.memory_method = peak_memory(step, device)
     except Exception as err:  # the sweep goes on; the row says what happened
@@ -365,6 +437,56 @@ def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, rep
     return point
 
 
+TRITON_KERNELS = {"fwd": "attn_fwd", "bwd_dkdv": "attn_bwd_dkdv", "bwd_dq": "attn_bwd_dq"}
+
+
+def chosen_configs(name: str) -> Optional[str]:
+    """The configs Triton's autotuner chose in the last call of ``name`` (JSON), or None.
+
+    Only the ``triton`` implementation is autotuned; in the interpreter it is not (its
+    kernels are plain functions without ``best_config``), and then this is None too.
+    """
+    if name != "triton":
+        return None
+    import sys as _sys
+
+    tf = _sys.modules.get("kernels.triton_flash")
+    chosen = {}
+    for short, attr in TRITON_KERNELS.items():
+        config = getattr(getattr(tf, attr, None), "best_config", None)
+        if config is not None:
+            chosen[short] = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return json.dumps(chosen, sort_keys=True) if chosen else None
+
+
+def cross_check(step, device: torch.device) -> tuple[Optional[float], Optional[float], str]:
+    """(do_bench ms, do_bench_cudagraph ms, note): Triton's own timers on the same step.
+
+    ``triton.testing.do_bench`` clears a 256 MB buffer (the L2) before each call and times
+    with CUDA events; ``do_bench_cudagraph`` captures the step in a CUDA graph and replays it,
+    which takes the CPU's dispatch out. Where our median sits far above the graph's, the point
+    measures Python and launch overhead rather than the kernel. Needs a CUDA GPU.
+    """
+    if device.type != "cuda":
+        return None, None, f"not run: triton.testing.do_bench needs a CUDA GPU (device is {device.type})"
+    try:
+        from triton.testing import do_bench, do_bench_cudagraph
+    except Exception as err:  # no Triton, or a broken one
+        return None, None, f"not run: triton.testing unavailable ({type(err).__name__}: {err})"
+    notes, flushed, graphed = [], None, None
+    try:
+        flushed = float(do_bench(step, warmup=5, rep=50, return_mode="median"))
+        notes.append("do_bench (L2 flushed, median)")
+    except Exception as err:
+        notes.append(f"do_bench failed: {first_line(err)}")
+    try:
+        graphed = float(do_bench_cudagraph(step, rep=50, return_mode="median"))
+        notes.append("do_bench_cudagraph (median)")
+    except Exception as err:  # e.g. a step that cannot be captured
+        notes.append(f"do_bench_cudagraph failed: {first_line(err)}")
+    return flushed, graphed, "; ".join(notes)
+
+
 # --------------------------------------------------------------------------- the sweep
 
 def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256, 512, 1024, 2048),
@@ -372,17 +494,24 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
           causal: Sequence[bool] = (True,), modes: Sequence[str] = (FORWARD,), *,
           batch: int = 1, heads: int = 8, device="cpu", reps: int = 30, warmup: int = 3,
           min_reps: int = 5, max_seconds: float = 2.0, memory: bool = True,
+          repeats: int = 1, crosscheck: bool = False,
           progress=sys.stderr, command: Optional[str] = None) -> BenchResults:
     """Benchmark implementations x seqs x head_dims x dtypes x causal x modes.
 
     ``impls=None`` means every registered name; on a CPU the ones in SLOW_ON_CPU are then
     recorded as skipped (name them to include them). Each point takes at most about
     ``max_seconds`` of timed calls (at least ``min_reps``, at most ``reps`` of them).
+    ``repeats`` > 1 runs the whole sweep that many times, so that drift (clocks, other
+    load) shows as the spread of each point's round medians; the point's median is then the
+    median of its rounds. ``crosscheck`` also times each point with Triton's do_bench and
+    do_bench_cudagraph (GPU only; on a CPU each row says it was not run, and why).
     A progress line per point goes to ``progress`` (None for silence).
     """
     device = torch.device(device)
     dtypes = [parse_dtype(d) for d in dtypes]
     check_sweep_args(seqs, head_dims, modes, batch, heads, reps, min_reps)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     chosen = list(impls) if impls is not None else names()
     unknown = [n for n in chosen if n not in names()]
     if unknown:
@@ -392,23 +521,51 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
         chosen, seqs, head_dims, dtypes, causal, modes, batch, heads, device, reps))))
     points = [(n, s, d, t, c, m) for n in chosen for m in modes for t in dtypes for d in head_dims
               for c in causal for s in seqs]
-    for i, (name, seq, head_dim, dtype, is_causal, mode) in enumerate(points, 1):
-        point = new_point(name, device, dtype, batch, heads, seq, head_dim, is_causal, mode)
-        why_not = reasons[name] or input_refusal(name, head_dim, dtype)
-        if impls is None and device.type == "cpu" and name in SLOW_ON_CPU:
-            point.status, point.reason = "skipped", (
-                f"{name}: left out of CPU sweeps by default (the Triton interpreter takes seconds "
-                "per call); name it in impls / --impls to include it")
-        elif why_not:
-            point.status = "unavailable" if reasons[name] else "unsupported"
-            point.reason = why_not
-        else:
-            measure(point, device, dtype, reps=reps, warmup=warmup, min_reps=min_reps,
-                    max_seconds=max_seconds, memory=memory)
-        results.append(point)
-        if progress is not None:
-            print(progress_line(i, len(points), point), file=progress, flush=True)
+    rounds: dict = {}
+    for round_no in range(repeats):
+        for i, (name, seq, head_dim, dtype, is_causal, mode) in enumerate(points, 1):
+            point = new_point(name, device, dtype, batch, heads, seq, head_dim, is_causal, mode)
+            why_not = reasons[name] or input_refusal(name, head_dim, dtype)
+            if impls is None and device.type == "cpu" and name in SLOW_ON_CPU:
+                point.status, point.reason = "skipped", (
+                    f"{name}: left out of CPU sweeps by default (the Triton interpreter takes seconds "
+                    "per call); name it in impls / --impls to include it")
+            elif why_not:
+                point.status = "unavailable" if reasons[name] else "unsupported"
+                point.reason = why_not
+            else:
+                measure(point, device, dtype, reps=reps, warmup=warmup, min_reps=min_reps,
+                        max_seconds=max_seconds, memory=memory and round_no == 0,
+                        crosscheck=crosscheck and round_no == 0)
+            rounds.setdefault(i, []).append(point)
+            if progress is not None:
+                label = f"round {round_no + 1}/{repeats} " if repeats > 1 else ""
+                print(label + progress_line(i, len(points), point), file=progress, flush=True)
+    for i in range(1, len(points) + 1):
+        results.append(merge_rounds(rounds[i]))
     return results
+
+
+def merge_rounds(measured: list) -> BenchResult:
+    """One row from the rounds of one point: the first round's row (its memory, its
+    cross-check), with the median of the round medians, their spread, and the widest p10-p90."""
+    first = measured[0]
+    failed = [r for r in measured if not r.ok]
+    if failed:
+        return failed[0]
+    if len(measured) == 1:
+        return first
+    medians = [r.median_ms for r in measured]
+    first.median_ms = statistics.median(medians)
+    first.p10_ms = min(r.p10_ms for r in measured)
+    first.p90_ms = max(r.p90_ms for r in measured)
+    first.reps = sum(r.reps for r in measured)
+    first.round_medians_ms = json.dumps([round(m, 6) for m in medians])
+    first.round_spread = (max(medians) - min(medians)) / first.median_ms
+    first.tflops = first.flops / (first.median_ms * 1e-3) / 1e12
+    first.gbps = first.bytes / (first.median_ms * 1e-3) / 1e9
+    first.config = measured[-1].config or first.config
+    return first
 
 
 def check_sweep_args(seqs, head_dims, modes, batch, heads, reps, min_reps) -> None:
@@ -416,19 +573,25 @@ def check_sweep_args(seqs, head_dims, modes, batch, heads, reps, min_reps) -> No
                           ("heads", [heads]), ("reps", [reps]), ("min_reps", [min_reps])):
         if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
             raise ValueError(f"{label} must be positive integers, got {values!r}")
-    bad = [m for m in modes if m not in (FORWARD, FORWARD_BACKWARD)]
+    bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        raise ValueError(f"modes must be {FORWARD!r} and/or {FORWARD_BACKWARD!r}, got {modes!r}")
+        raise ValueError(f"modes must be among {MODES!r}, got {modes!r}")
 
 
 def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode) -> BenchResult:
-    backward = mode == FORWARD_BACKWARD
+    """A row with its FLOPs and bytes. Backward alone: forward+backward less the forward, so
+    2.5x the forward's FLOPs, and the bytes dO, dQ, dK, dV add."""
+    def count(backward):
+        return (reference.flops(batch, heads, seq, head_dim, causal=causal, backward=backward),
+                reference.io_bytes(batch, heads, seq, head_dim, dtype=dtype,
+                                   materialized=name in MATERIALIZED, backward=backward))
+    flops, nbytes = count(mode != FORWARD)
+    if mode == BACKWARD:
+        forward_flops, forward_bytes = count(False)
+        flops, nbytes = flops - forward_flops, nbytes - forward_bytes
     return BenchResult(
         impl=name, device=device.type, dtype=dtype_name(dtype), batch=batch, heads=heads,
-        seq=seq, head_dim=head_dim, causal=causal, mode=mode,
-        flops=reference.flops(batch, heads, seq, head_dim, causal=causal, backward=backward),
-        bytes=reference.io_bytes(batch, heads, seq, head_dim, dtype=dtype,
-                                 materialized=name in MATERIALIZED, backward=backward))
+        seq=seq, head_dim=head_dim, causal=causal, mode=mode, flops=flops, bytes=nbytes)
 
 
 @dataclass
@@ -501,9 +664,12 @@ def warm_gpu(seconds: float, device="cuda") -> int:
     return done
 
 
+MODE_LABELS = {FORWARD: "fwd", FORWARD_BACKWARD: "fwd+bwd", BACKWARD: "bwd"}
+
+
 def progress_line(i: int, total: int, r: BenchResult) -> str:
     where = (f"[{i:>{len(str(total))}}/{total}] {r.impl:<15} S={r.seq:<6} D={r.head_dim:<4} "
-             f"{r.dtype:<8} {'causal' if r.causal else 'full':<6} {'fwd+bwd' if r.backward else 'fwd':<7}")
+             f"{r.dtype:<8} {'causal' if r.causal else 'full':<6} {MODE_LABELS[r.mode]:<7}")
     if not r.ok:
         return f"{where} {r.status}: {r.reason}"
     mem = "" if r.peak_memory_bytes is None else f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB"
@@ -525,6 +691,7 @@ def run_meta(device: torch.device, command: str) -> dict:
     description = devices.describe_device(device)
     return {
         "device": description,
+        "peaks": peak_pair(device),
         "versions": description["versions"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
@@ -536,6 +703,16 @@ def run_meta(device: torch.device, command: str) -> dict:
         "bytes": ("reference.io_bytes: q, k, v, o once (plus dO, dQ, dK, dV for backward); "
                   f"S×S scores written and read once for {', '.join(sorted(MATERIALIZED))}"),
     }
+
+
+def peak_pair(device: torch.device) -> dict:
+    """The datasheet's peaks (a GPU in devices' table; None otherwise) beside measured ones
+    (a matmul and a copy on this device, well under two seconds; GPU only when one is there)."""
+    datasheet = devices.match_gpu(devices.device_name(device)) if device.type == "cuda" else None
+    measured = devices.measured_peaks(str(device))
+    return {"datasheet": datasheet.as_dict() if datasheet else None, "measured": measured.as_dict(),
+            "note": "datasheet: dense bf16 peak and HBM bandwidth as published; measured: what this "
+                    "device reached in a matmul and a copy just now"}
 
 
 # --------------------------------------------------------------------------- files
@@ -628,6 +805,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
                    help="causal mask (default) or --no-causal")
     p.add_argument("--backward", action="store_true", help="also time forward+backward")
+    p.add_argument("--backward-only", action="store_true",
+                   help="also time the backward alone (FLOPs 2.5x the forward's)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the sweep this many times and record each point's spread (default 1)")
+    p.add_argument("--crosscheck", action="store_true",
+                   help="on a GPU, also time each point with triton.testing.do_bench and do_bench_cudagraph")
     p.add_argument("--reps", type=int, default=30, help="timed calls per point, at most (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up calls per point (default 3)")
     p.add_argument("--max-seconds", type=float, default=2.0,
@@ -660,7 +843,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         head_dims=split_list(args.head_dim, int) or profile["head_dim"],
         dtypes=split_list(args.dtype) or profile["dtype"],
         causal=(args.causal,),
-        modes=(FORWARD, FORWARD_BACKWARD) if args.backward else (FORWARD,),
+        modes=(FORWARD,) + ((FORWARD_BACKWARD,) if args.backward else ()) + ((BACKWARD,) if args.backward_only else ()),
+        repeats=args.repeats, crosscheck=args.crosscheck,
         batch=args.batch or profile["batch"], heads=args.heads or profile["heads"],
         device=device, reps=args.reps, warmup=args.warmup, max_seconds=args.max_seconds,
         memory=not args.no_memory,

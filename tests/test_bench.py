@@ -243,7 +243,7 @@ def test_bad_sweep_arguments_are_refused():
     with pytest.raises(ValueError, match="seqs"):
         bench.sweep(["inplace"], seqs=(0,), progress=None)
     with pytest.raises(ValueError, match="modes"):
-        bench.sweep(["inplace"], modes=("backward",), progress=None)
+        bench.sweep(["inplace"], modes=("sideways",), progress=None)
     with pytest.raises(ValueError, match="dtype"):
         bench.sweep(["inplace"], dtypes=("fp8",), progress=None)
 
@@ -313,3 +313,121 @@ def test_cli_names_an_unknown_implementation_in_one_line():
     done = subprocess.run([sys.executable, "-m", "kernels.bench", "--impls", "naiv"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown implementation(s) naiv; registered: naive" in done.stderr
     assert "Traceback" not in done.stderr, "a typo gets a sentence, not a traceback"
+
+
+# ----------------------------------------------------------------------------- issue 18: modes, warm-up, spread
+
+def test_backward_only_is_timed_with_two_and_a_half_forwards():
+    rows = bench.sweep(["inplace"], seqs=(32,), head_dims=(16,), modes=(FORWARD, bench.BACKWARD),
+                       memory=False, **QUICK)
+    fwd, bwd = rows
+    assert (fwd.status, bwd.status) == ("ok", "ok"), bwd.reason
+    assert bwd.flops == 2.5 * fwd.flops, "backward alone is 2.5x the forward's FLOPs (reference.flops)"
+    assert bwd.backward and bwd.mode == "backward"
+    # dO, dQ, dK, dV: 4 more tensors of B*H*S*D fp32 = 4 * 1*2*32*16 * 4 bytes
+    assert bwd.bytes == 4 * 2 * 32 * 16 * 4 * 2
+
+
+def test_backward_only_never_runs_the_forward_while_timed(monkeypatch):
+    calls = {"forward": 0}
+    real = kernels.get("sdpa_flash")
+
+    def counted(q, k, v, causal=True, scale=None):
+        calls["forward"] += 1
+        return real(q, k, v, causal=causal, scale=scale)
+
+    monkeypatch.setattr(kernels.implementation("sdpa_flash"), "call", counted)
+    pool = bench.InputPool((1, 2, 16, 16), torch.float32, CPU, backward=True)
+    step = bench.make_step(counted, pool, True, bench.BACKWARD)
+    made = calls["forward"]
+    assert made == min(len(pool.sets), bench.MAX_GRAPHS), "one forward per replayed graph, made up front"
+    for _ in range(3 * made):
+        grads = step()
+    assert calls["forward"] == made, "the timed backward step must not call the forward"
+    assert len(grads) == 3
+
+
+def test_a_slow_first_call_does_not_shorten_the_warm_up_or_the_timing(monkeypatch):
+    # The first call autotunes (seconds, on a GPU); the old warm-up took it as the per-call
+    # estimate and timed only min_reps calls.
+    real = kernels.get("sdpa_flash")
+    state = {"first": True}
+
+    def tuning_first(q, k, v, causal=True, scale=None):
+        if state["first"]:
+            state["first"] = False
+            import time
+            time.sleep(0.6)
+        return real(q, k, v, causal=causal, scale=scale)
+
+    monkeypatch.setattr(kernels.implementation("sdpa_flash"), "call", tuning_first)
+    row, = bench.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), memory=False,
+                       **{**QUICK, "reps": 12, "min_reps": 3, "max_seconds": 0.5})
+    assert row.first_call_ms >= 600, "the first call is timed on its own"
+    assert row.reps == 12, "the steady-state estimate, not the first call, sizes the timed calls"
+    assert row.p90_ms < 100
+
+
+def test_repeated_sweeps_record_their_spread():
+    row, = bench.sweep(["sdpa_flash"], seqs=(32,), head_dims=(16,), memory=False, repeats=3, **QUICK)
+    medians = json.loads(row.round_medians_ms)
+    assert len(medians) == 3 and all(m > 0 for m in medians)
+    assert row.median_ms == pytest.approx(sorted(medians)[1], rel=1e-4)
+    assert row.round_spread == pytest.approx((max(medians) - min(medians)) / row.median_ms, rel=1e-3)
+    with pytest.raises(ValueError, match="repeats"):
+        bench.sweep(["sdpa_flash"], seqs=(32,), head_dims=(16,), repeats=0, **QUICK)
+
+
+def test_crosscheck_on_a_cpu_says_it_was_not_run():
+    row, = bench.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), memory=False, crosscheck=True, **QUICK)
+    assert row.ok and row.do_bench_ms is None and row.cudagraph_ms is None
+    assert row.crosscheck.startswith("not run") and "CUDA GPU" in row.crosscheck
+
+
+def test_triton_config_is_recorded_when_autotuned(monkeypatch):
+    import kernels.triton_flash as tf
+
+    class Tuned:
+        def __init__(self, m, n, w, s):
+            self.best_config = type("Config", (), {"kwargs": {"BLOCK_M": m, "BLOCK_N": n},
+                                                   "num_warps": w, "num_stages": s})()
+
+    monkeypatch.setattr(tf, "attn_fwd", Tuned(128, 64, 8, 3))
+    monkeypatch.setattr(tf, "attn_bwd_dq", Tuned(64, 64, 4, 3))
+    chosen = json.loads(bench.chosen_configs("triton"))
+    assert chosen["fwd"] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    assert set(chosen) == {"fwd", "bwd_dq"}, "kernels without best_config (not yet tuned) are left out"
+    assert bench.chosen_configs("sdpa_flash") is None
+
+
+def test_triton_in_the_interpreter_records_no_config():
+    # A fresh process: in this one, devices.describe_device may already have imported triton
+    # before kernels.triton_flash switched the interpreter on, which leaves Triton compiling.
+    script = (
+        "import json, kernels\n"
+        "from kernels import bench\n"
+        "reason = kernels.available('cpu')['triton']\n"
+        "if reason: print(json.dumps({'skip': reason})); raise SystemExit\n"
+        "row, = bench.sweep(['triton'], seqs=(32,), head_dims=(16,), memory=False, batch=1, heads=2,\n"
+        "                   warmup=1, reps=2, min_reps=1, max_seconds=0.2, progress=None)\n"
+        "print(json.dumps({'status': row.status, 'reason': row.reason, 'config': row.config}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in row:
+        pytest.skip(row["skip"])
+    assert row["status"] == "ok", row["reason"]
+    assert row["config"] is None, "the interpreter does not autotune: there is no chosen config"
+
+
+def test_meta_has_measured_peaks_beside_the_datasheet():
+    peaks = bench.run_meta(CPU, "test")["peaks"]
+    assert peaks["datasheet"] is None, "a CPU has no datasheet row"
+    assert peaks["measured"]["flops"] > 0 and peaks["measured"]["bandwidth"] > 0
+    assert "measured" in peaks["measured"]["source"]
+
+
+def test_bench_docstring_states_the_goals_as_unmeasured():
+    doc = bench.__doc__
+    for goal in (">= 1.0x", ">= 0.85x", ">= 0.7x", "sdpa_flash", "not yet measured", ".ci/device-run"):
+        assert goal in doc, goal
