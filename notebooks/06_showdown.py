@@ -327,7 +327,7 @@ _ = glue("naive_growth", float(growth.loc["naive", "average per doubling"]))
 # the roof; the cell checks that each of them moves less data than that copy.
 
 # %%
-plots.roofline(results, device=peaks)
+display(plots.roofline(results, device=peaks))
 above = [r for r in results if r.ok and r.tflops * 1e12 > peaks.attainable(r.intensity)]
 roof_copy_bytes = 2 * devices.COPY_MIB["cpu"] * 2**20  # what the copy that measured the CPU roof moved
 if above:

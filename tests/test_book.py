@@ -117,6 +117,10 @@ def test_every_chapter_executes_on_cpu(built_book):
         text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
         assert "✔" in text, f"{path.name} asserted no lesson"
         assert "USDT" not in text, "profiler noise leaked into the book"
+        shown_as_text = [c.source[:60] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                         if "<Figure size" in "".join(o.get("data", {}).get("text/plain", ""))
+                         and "image/png" not in o.get("data", {})]
+        assert not shown_as_text, f"{path}: figures displayed as text, not drawn: {shown_as_text}"
 
 
 @pytest.mark.slow
