@@ -110,6 +110,33 @@ def test_forward_negative_scale():
 
 
 @needs_interpreter_or_gpu
+def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
+    # Grid axis 1 (and 2) may be at most 65,535 long; axis 0 up to 2**31 - 1. B·H passes
+    # 65,535 long before the tiles of one sequence do, so it goes on axis 0, for every kernel.
+    grids = {}
+
+    class Spy:
+        def __init__(self, name, real):
+            self.name, self.real = name, real
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                meta = {"BLOCK_M": 64, "BLOCK_N": 32, **kwargs}
+                grids[self.name] = tuple(grid(meta) if callable(grid) else grid)
+                return self.real[grid](*args, **kwargs)
+            return launch
+
+    for name in ("attn_fwd", "attn_bwd_dkdv", "attn_bwd_dq", "_attn_bwd_preprocess"):
+        monkeypatch.setattr(tf, name, Spy(name, getattr(tf, name)))
+    q, k, v = (t.requires_grad_() for t in make_attention_inputs(3, 4, 2, 70, 70, 16, seed=5))
+    triton_attention(q, k, v, causal=True).sum().backward()
+    assert grids["attn_fwd"] == (3 * 4, math.ceil(70 / 64))
+    assert grids["attn_bwd_dq"] == (3 * 4, math.ceil(70 / 64))
+    assert grids["_attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / tf.PREPROCESS_BLOCK_M))
+    assert grids["attn_bwd_dkdv"] == (3 * 2, math.ceil(70 / 32)), "dK/dV: one program per K/V head's key tile"
+
+
+@needs_interpreter_or_gpu
 def test_gqa_reads_shared_heads_without_copies(monkeypatch):
     # The kernels must receive K and V as they are, [B, Hkv, Sk, D]: never repeated per query head.
     seen = []
