@@ -6,8 +6,9 @@ to and from its memory (HBM bandwidth). Their ratio, the *ridge point* in FLOP p
 says how much work a kernel must do per byte it moves before the arithmetic, not the
 memory, becomes the limit.
 
-GPU peaks are the vendors' datasheet figures (dense, no sparsity) as collected in the
-project's REFERENCE.md. A CPU has no datasheet row here, so its ceilings are *measured*
+GPU peaks are NVIDIA's datasheet figures (dense, no sparsity): the A100 datasheet
+(312 TFLOP/s bf16, 2.04 TB/s for the 80 GB SXM) and the H100/H200 datasheets (989 TFLOP/s;
+3.35 TB/s for the H100 SXM, 4.8 TB/s for the H200). A CPU has no datasheet row here, so its ceilings are *measured*
 once per process: a matmul for FLOP/s and a tensor copy for bytes/s. Measured ceilings
 are lower than a CPU's theoretical ones, which is the honest comparison for PyTorch code.
 """
@@ -51,12 +52,12 @@ class Peaks:
 # torch.cuda.get_device_name(). The first matching row wins. PCIe and 40 GB variants have
 # other ceilings (lower clocks, slower memory) and are left out rather than guessed.
 GPU_TABLE: list[tuple[tuple[str, ...], tuple[str, ...], Peaks]] = [
-    # REFERENCE.md, Performance anchors: H200 989 TFLOP/s dense bf16, 4.8 TB/s HBM (ridge 206).
+    # NVIDIA H200 datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s HBM (ridge 206).
     (("h200",), (), Peaks("NVIDIA H200", 989 * TERA, 4.8e12, "bfloat16", "datasheet, dense (no sparsity)")),
-    # REFERENCE.md: H100 SXM 989 TFLOP/s dense bf16, 3.35 TB/s HBM (ridge 295).
+    # NVIDIA H100 datasheet: H100 SXM 989 TFLOP/s dense bf16, 3.35 TB/s HBM (ridge 295).
     (("h100",), ("pcie", "nvl"),
      Peaks("NVIDIA H100 SXM", 989 * TERA, 3.35e12, "bfloat16", "datasheet, dense (no sparsity)")),
-    # REFERENCE.md: A100 80GB SXM 312 TFLOP/s dense bf16, 2.04 TB/s HBM (ridge 153).
+    # NVIDIA A100 datasheet: 80GB SXM 312 TFLOP/s dense bf16, 2.04 TB/s HBM (ridge 153).
     (("a100",), ("pcie", "40gb"),
      Peaks("NVIDIA A100 80GB SXM", 312 * TERA, 2.04e12, "bfloat16", "datasheet, dense (no sparsity)")),
     # T4 (sm75) has no bf16 tensor cores: its ceiling is 65 TFLOP/s of fp16 tensor-core

@@ -1,7 +1,7 @@
 """The judge: attention in float64, the rule it judges by, and the FLOP and byte counts.
 
 ``attention`` is the float64 reference every implementation is compared with. ``judge``
-applies the course's rule (DESIGN.md, "The implementation contract"):
+applies the course's rule (the registry's contract, ``kernels/registry.py``):
 
 * float32 (and float64): max |out - ref| within ``tolerance(dtype)`` x max |ref|, plus a tiny
   absolute floor (1e-6; 1e-12 for float64) so that a reference that is exactly zero (the dQ of

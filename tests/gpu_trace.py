@@ -4,7 +4,7 @@ They stand in for recordings in tests only (never under book/data/): CPU ops ins
 label, ``cudaLaunchKernel`` / ``cudaMemcpyAsync`` runtime calls (or the driver's
 ``cuLaunchKernelEx`` for cuDNN) linked by correlation id to ``kernel`` and ``gpu_memcpy``
 events on the GPU's own pid/tid, with the launch footprint CUPTI records. Kernel names and
-counts follow the source article's A100 forwards (REFERENCE.md): naive 6 activities with
+counts follow the source article's A100 forwards (Hugging Face blog, "Profiling in PyTorch (Part 3)"): naive 6 activities with
 one Memcpy, in-place 5, the math backend many more with fp32 GEMMs, each fused backend one.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each name below was seen in a PyTorch profiler trace, an Nsight Systems summary or a
 profiler table in public repositories (long C++ names are sometimes cut where the tool
-cut them, with "..."), or in the source article's trace (REFERENCE.md); the course's own
+cut them, with "..."), or in the source article's traces (Hugging Face blog, "Profiling in PyTorch (Part 3)"); the course's own
 kernels are named as their sources in kernels/ will make them appear. Every rule in
 kernels/fingerprints.py answers at least one of them.
 """
@@ -15,7 +15,7 @@ from kernels.fingerprints import KINDS, Fingerprint, classify_many, fingerprint
 
 # (name, kind, family, tensor_cores, dtype)
 REAL_NAMES = [
-    # --- the article's A100 traces (REFERENCE.md)
+    # --- the article's A100 traces
     ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "fused_attention", "cutlass_fmha", True, "bf16"),
     ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, "
      "cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, "

@@ -1,4 +1,4 @@
-"""The implementation contract (DESIGN.md), checked for every implementation that runs here.
+"""The implementation contract (kernels/registry.py's docstring), checked for every implementation that runs here.
 
 q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D]; Hq a multiple of Hkv; causal aligned bottom-right;
 head dims 1..256; any layout. Every output (and gradient) is judged by ``reference.judge``:

@@ -1,7 +1,7 @@
 """SDPA's backend rules (torch 2.11-2.13, aten sdp_utils), asked about GPUs this CI never sees.
 
 The rules are pure functions of a capability tuple, a dtype and a head dim, so each row of
-REFERENCE.md's "Backend rules" is checked here on a CPU; a GPU test checks them against what
+PyTorch's backend rules (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.11-2.13) are checked here on a CPU; a GPU test checks them against what
 PyTorch itself does on the GPU at hand.
 """
 from __future__ import annotations

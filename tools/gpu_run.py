@@ -519,7 +519,7 @@ def import_archive(archive: Path, data_root: Path = ROOT / "book" / "data", acce
 
 # ---------------------------------------------------------------------------------- wheels
 
-# What the GPU image already has (REFERENCE.md: torch, Triton, numpy, pandas, matplotlib,
+# What the GPU image already has (the lent machine's Python: torch, Triton, numpy, pandas, matplotlib,
 # pyyaml, pytest, jinja2) and what those bring with them: not downloaded again.
 IMAGE_HAS = {
     "torch", "triton", "numpy", "pandas", "matplotlib", "pyyaml", "pytest", "jinja2", "markupsafe",
