@@ -110,6 +110,18 @@ def _toolchain_reason(device: torch.device) -> Reason:
     if torch.version.cuda is None:
         return ("needs a CUDA build of PyTorch to compile its extension; this torch is "
                 f"CPU-only (torch {torch.__version__}, torch.version.cuda is None)")
+    return build_tools_reason()
+
+
+def build_tools_reason() -> Reason:
+    """What building the extension on first use needs besides CUDA torch: nvcc, and ninja
+    (torch.utils.cpp_extension.load builds with it; Colab's runtime has no ninja)."""
+    from torch.utils.cpp_extension import is_ninja_available
+
+    if not nvcc_available():
+        return "builds its extension with nvcc on first use, and no nvcc is on PATH or in CUDA_HOME"
+    if not is_ninja_available():
+        return "builds its extension with ninja on first use, and ninja is not installed (pip install ninja)"
     return None
 
 

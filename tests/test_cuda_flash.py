@@ -227,3 +227,14 @@ def test_v2_first_row_of_causal_attention_is_v0():
     q, k, v = gpu_inputs(129, 128, torch.bfloat16, "bshd")
     out = kernels.get("cuda_v2")(q, k, v, causal=True)
     assert torch.equal(out[:, :, 0], v[:, :, 0])
+
+
+def test_a_machine_without_the_build_tools_is_told_which_one(monkeypatch):
+    """Colab has CUDA torch and nvcc but no ninja: available() says so instead of "runs here"."""
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setattr(cf, "nvcc_available", lambda: True)
+    monkeypatch.setattr(ext, "is_ninja_available", lambda: False)
+    assert "ninja is not installed" in cf.build_tools_reason()
+    monkeypatch.setattr(cf, "nvcc_available", lambda: False)
+    assert "no nvcc" in cf.build_tools_reason()
