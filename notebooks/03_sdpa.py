@@ -506,6 +506,38 @@ glue("cudnn_occ", cudnn_occ.percent)
 # the profiled window it inflates the average. A cleaner trace did not mean less work; the
 # work moved where the profiler cannot split it.
 #
+# On a GPU the cell below measures that split directly, without the profiler (whose own
+# bookkeeping of shapes and memory would add to every CPU time): the CPU time of cuDNN's first
+# call at a shape it has not seen, against the median of the calls after it.
+
+# %%
+if device.type == "cuda" and "sdpa_cudnn" in runnable:
+    import statistics
+    import time
+
+    cudnn = kernels.get("sdpa_cudnn")
+    fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
+
+    def cpu_ms() -> float:
+        """CPU time of one call: the launch, not the kernel (the GPU runs on afterwards)."""
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        cudnn(*fresh)
+        spent = (time.perf_counter() - start) * 1e3
+        torch.cuda.synchronize()
+        return spent
+
+    first = cpu_ms()
+    steady = statistics.median(cpu_ms() for _ in range(20))
+    print(f"cuDNN at a new shape: first call {first:.2f} ms of CPU time, then {steady:.3f} ms per call (median of 20)")
+    lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
+           "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
+    glue("cudnn_first_ms", first)
+    glue("cudnn_steady_ms", steady)
+else:
+    print("This run has no cuDNN backend to time (it needs a GPU with compute capability 8.0 or newer).")
+
+# %% [markdown]
 # The cell below checks the one-kernel shape of every fused backend on a GPU lane, decodes
 # each kernel's name, and recomputes its occupancy from the footprint the trace carries.
 # The lane is this run's own when it ran on a GPU, else the repository's recorded GPU run
