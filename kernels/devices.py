@@ -158,7 +158,8 @@ def peaks(device="cpu") -> Optional[Peaks]:
     return None
 
 
-def _versions() -> dict:
+def versions() -> dict:
+    """torch, Triton, CUDA and Python versions, as every result of the course records them."""
     try:
         import triton  # optional: not every environment has it
         triton_version = triton.__version__
@@ -182,7 +183,7 @@ def describe_device(device="cpu") -> dict:
         extra = {"threads": torch.get_num_threads()}
     found = peaks(device)
     return {"name": device_name(device), "kind": device.type, **extra,
-            "peaks": found.as_dict() if found else None, "versions": _versions()}
+            "peaks": found.as_dict() if found else None, "versions": versions()}
 
 
 def peaks_from_description(description: dict) -> Optional[Peaks]:

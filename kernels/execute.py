@@ -115,23 +115,23 @@ def resolve_profile(name: str, profiles: dict, cuda_available: bool | None = Non
 
 
 def environment() -> dict:
-    """What executed the book: recorded in the report and shown on the book's build page."""
+    """What executed the book: recorded in the report and shown on the book's build page.
+    The device and versions come from ``kernels.devices``, as a benchmark's do."""
     import torch
-    info = {
+
+    from . import devices
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = devices.device_name(device)
+    if device.type == "cpu":
+        name = f"{name.removeprefix('CPU: ')} (CPU, {os.cpu_count()} cores)"
+    return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-        "capability": list(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None,
+        **devices.versions(),
+        "device": name,
+        "capability": list(torch.cuda.get_device_capability(0)) if device.type == "cuda" else None,
         "torch_threads": torch.get_num_threads(),
     }
-    try:
-        import triton
-        info["triton"] = triton.__version__
-    except ImportError:
-        info["triton"] = None
-    return info
 
 
 # -------------------------------------------------------------------------------- execution

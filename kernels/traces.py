@@ -47,12 +47,12 @@ HOW_TO_SHRINK = ("record fewer active steps (the chapter's `steps` parameter, or
                  "profile_memory=False for that call")
 
 
-def mib(nbytes: float) -> str:
+def mib_text(nbytes: float) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
 def readable_size(nbytes: float) -> str:
-    return mib(nbytes) if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
+    return mib_text(nbytes) if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
 
 
 # ------------------------------------------------------------------------ on the page
@@ -159,12 +159,12 @@ def budget_problems(paths: list[Path], root: Path, book_total: int,
     for p in paths:
         size = p.stat().st_size
         if size > per_trace:
-            problems.append(f"trace {p.relative_to(root).as_posix()} is {mib(size)}, over the per-trace "
-                            f"budget of {mib(per_trace)}: {HOW_TO_SHRINK}")
+            problems.append(f"trace {p.relative_to(root).as_posix()} is {mib_text(size)}, over the per-trace "
+                            f"budget of {mib_text(per_trace)}: {HOW_TO_SHRINK}")
     if book_total > book:
-        problems.append(f"the book's traces total {mib(book_total)} with "
+        problems.append(f"the book's traces total {mib_text(book_total)} with "
                         f"{', '.join(p.relative_to(root).as_posix() for p in paths) or 'this notebook'}, "
-                        f"over the book's budget of {mib(book)}: {HOW_TO_SHRINK}")
+                        f"over the book's budget of {mib_text(book)}: {HOW_TO_SHRINK}")
     return problems
 
 
