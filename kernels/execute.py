@@ -23,7 +23,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import platform
 import shutil
 import sys
 import time

@@ -354,7 +354,6 @@ def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[i
         got = _run(find_hidden_copy, step, scores_bytes, what="find_hidden_copy(step, min_bytes)")
         if got == want:
             continue
-        ops = step.ops
         if want is None:
             _fail(f"on the trace of {name}, no copy moves {scores_bytes:,} bytes or more, so the answer "
                   f"is None; you said {got!r}. Filter copies by what they move "

@@ -9,7 +9,6 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import kernels
 from kernels import block as blocks
 from kernels import exercises_block as exb
 from kernels import exercises_compiled as exc

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from kernels import execute
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = execute.notebooks(ROOT)
 REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kernels import execute
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.test_browser import DevTools, QuietFiles, find_or_install_chromium, serve
 
 PAGES = [Path(f).with_suffix(".html").as_posix() for f in execute.toc_files(ROOT / "_toc.yml")]

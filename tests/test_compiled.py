@@ -18,7 +18,7 @@ import torch
 
 import kernels
 from kernels import reference
-from tests.conftest import make_attention_inputs
+from tests.helpers import make_attention_inputs
 
 COMPILED = ("compiled_naive", "flex")
 

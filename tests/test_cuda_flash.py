@@ -13,7 +13,7 @@ import torch
 import kernels
 import kernels.cuda_flash as cf
 from kernels import reference
-from conftest import make_attention_inputs, make_qkv
+from tests.helpers import make_attention_inputs, make_qkv
 
 NAMES = ("cuda_v1", "cuda_v2")
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 import kernels
 from kernels import exercises as ex
 from kernels.exercises import ExerciseFailed
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book" / "exercises"
 SMALL = "seq = 64\nheads = 2\nhead_dim = 16\nsteps = 2\n"  # cheap shapes for the notebook's own inputs
 

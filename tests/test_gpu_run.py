@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernels import profiling
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.gpu_trace import fixture_archive, forward_trace
 from tools import gpu_run
 

@@ -10,7 +10,7 @@ import torch
 
 import kernels
 from kernels import profiling
-from tests.conftest import make_qkv
+from tests.helpers import make_qkv
 from tests.gpu_trace import NAIVE_A100, naive_a100_trace
 
 matplotlib.use("Agg")

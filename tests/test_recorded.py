@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from kernels import recorded
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.gpu_trace import NAIVE_A100, fixture_archive
 from tools import gpu_run
 

@@ -16,7 +16,7 @@ import kernels
 from kernels import naive as naive_module
 from kernels import reference
 from kernels.registry import CannotRun
-from tests.conftest import LAYOUTS, covering, make_attention_inputs, make_qkv
+from tests.helpers import LAYOUTS, covering, make_attention_inputs, make_qkv
 
 CPU_NAMES = [n for n, why in kernels.available("cpu").items() if why is None]
 # Triton's interpreter is slow; its own test file covers it at small sizes.

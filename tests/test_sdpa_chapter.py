@@ -9,7 +9,7 @@ from kernels import reference
 from kernels.fingerprints import fingerprint
 from kernels.sdpa import ARTICLE_A100_KERNELS, math_decomposed, safe_softmax
 
-from conftest import make_qkv
+from tests.helpers import make_qkv
 
 NEG_INF = float("-inf")
 

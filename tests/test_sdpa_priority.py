@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels import sdpa
-from tests.conftest import make_qkv
+from tests.helpers import make_qkv
 
 A100, H200, T4, B200 = (8, 0), (9, 0), (7, 5), (10, 0)
 CUDNN_9_20, CUDNN_9_8 = 92000, 90800

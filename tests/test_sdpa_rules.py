@@ -12,7 +12,7 @@ import torch
 import kernels
 from kernels import reference, sdpa
 from kernels.sdpa import capability_reason, gpu_input_reason
-from tests.conftest import make_attention_inputs
+from tests.helpers import make_attention_inputs
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 T4, V100, A100, H100, B200, RTX5090, NEXT = (7, 5), (7, 0), (8, 0), (9, 0), (10, 0), (12, 0), (13, 0)

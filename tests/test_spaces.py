@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def hadolint() -> str:

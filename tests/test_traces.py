@@ -21,11 +21,10 @@ import torch
 
 import kernels
 from kernels import execute, profiling, traces
-from tests.conftest import make_qkv
+from tests.helpers import ROOT, make_qkv
 from tests.gpu_trace import naive_a100_trace
 
 matplotlib.use("Agg")
-ROOT = Path(__file__).resolve().parent.parent
 FAKE_CHAPTER = "01_fake"
 RECORDED = "a100_fake.json.gz"
 

@@ -1,0 +1,76 @@
+"""What the tests share: the repository's root, and random attention inputs (never zeros)
+in every memory layout the contract promises. Test modules import from here
+(``from tests.helpers import ...``); tests/conftest.py holds only pytest's hooks and fixtures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def make_qkv(b, h, s, d, dtype=torch.float32, device="cpu", layout="bhsd", seed=0,
+             requires_grad=False):
+    """Random q, k, v of logical shape [b, h, s, d].
+
+    layout="bshd" returns non-contiguous [b, h, s, d] views of [b, s, h, d] storage,
+    the layout a model produces before its transpose.
+    """
+    g = torch.Generator().manual_seed(seed)
+    shape = (3, b, s, h, d) if layout == "bshd" else (3, b, h, s, d)
+    qkv = torch.randn(*shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
+    if layout == "bshd":
+        qkv = qkv.transpose(2, 3)
+    q, k, v = (t.requires_grad_(requires_grad) if requires_grad else t for t in qkv.unbind(0))
+    if layout == "bshd":
+        assert not q.is_contiguous()
+    return q, k, v
+
+
+# ------------------------------------------------------------------ the full contract's inputs
+
+# bhsd: contiguous. bshd: a transposed [b, s, h, d] view (what a model has before its
+# transpose). dstride: head_dim is not the fastest axis (stride(-1) != 1). offset: storage
+# starting one element in (not 16-byte aligned).
+LAYOUTS = ("bhsd", "bshd", "dstride", "offset")
+
+
+def laid_out(t: torch.Tensor, layout: str, dtype=None, device=None) -> torch.Tensor:
+    """``t``'s [b, h, s, d] values, as ``dtype`` on ``device``, in memory layout ``layout``."""
+    dtype, device = dtype or t.dtype, device or t.device
+    b, h, s, d = t.shape
+    if layout == "offset":
+        return torch.empty(t.numel() + 1, dtype=dtype, device=device)[1:].view(b, h, s, d).copy_(t)
+    storage, order = {"bhsd": ((b, h, s, d), (0, 1, 2, 3)), "bshd": ((b, s, h, d), (0, 2, 1, 3)),
+                      "dstride": ((b, h, d, s), (0, 1, 3, 2))}[layout]
+    return torch.empty(storage, dtype=dtype, device=device).permute(*order).copy_(t)
+
+
+def make_attention_inputs(b, hq, hkv, sq, sk, d, dtype=torch.float32, device="cpu", layouts="bhsd",
+                          seed=0, scale=1.0):
+    """Random q [b, hq, sq, d], k and v [b, hkv, sk, d]: the contract's general case.
+
+    ``layouts`` is one layout name for all three, or a (q, k, v) triple of names. Values are
+    ``scale`` x N(0, 1), never zeros, so an unwritten or ignored input cannot pass by accident.
+    """
+    if isinstance(layouts, str):
+        layouts = (layouts,) * 3
+    g = torch.Generator().manual_seed(seed)
+    shapes = ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))
+    return tuple(laid_out(torch.randn(shape, generator=g) * scale, lay, dtype, device)
+                 for shape, lay in zip(shapes, layouts))
+
+
+def covering(*axes):
+    """Rows that use every value of every axis at least once: row i takes axes[j][i % len].
+
+    Far fewer rows than the full product, for grids whose product would not fit the suite's
+    time budget; which values meet in a row shifts with the axes' lengths.
+    """
+    n = max(len(a) for a in axes)
+    return [tuple(a[i % len(a)] for a in axes) for i in range(n)]
