@@ -7,56 +7,25 @@ registers its message listener late, like a UI still loading, answers ``"PING"``
 ``"PONG"``, and sends whatever ``{perfetto: {...}}`` message arrives back to this test. The
 test checks that the bytes delivered are exactly the published trace file's.
 
-Chromium is driven over the DevTools protocol through a pipe (``--remote-debugging-pipe``:
-JSON messages separated by NUL bytes on file descriptors 3 and 4), so no Python package is
-needed. Chromium itself is found on PATH, or installed with ``apt-get install -y chromium``
-where the test runs as root; elsewhere the test is skipped with the command to run.
+Chromium is driven over the DevTools protocol (tests/browser.py).
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import queue
 import ssl
 import shutil
 import subprocess
-import threading
 import time
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer, BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.test_traces import FAKE_CHAPTER, build_fake_book, page_boxes
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-INSTALL = "apt-get update && apt-get install -y chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--no-first-run", "--disable-component-update", "--disable-sync", "--remote-debugging-pipe",
-                  "--ignore-certificate-errors"]  # for the HTTPS check's self-signed certificate
-
-
-def find_or_install_chromium() -> str:
-    """A Chromium executable; installs the Debian package where it can, else skips."""
-    for name in BROWSERS:
-        if shutil.which(name):
-            return shutil.which(name)
-    if not shutil.which("apt-get") or os.geteuid() != 0:
-        pytest.skip(f"no Chromium on PATH and no way to install it here (needs root and apt-get): run `{INSTALL}`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.skip(f"`{' '.join(cmd)}` failed, so Chromium is unavailable: {done.stderr.strip()[-300:]}")
-    if not shutil.which("chromium"):
-        pytest.skip("apt-get installed chromium but it is not on PATH")
-    return shutil.which("chromium")
-
-
-# ----------------------------------------------------------------------------------- servers
+from tests.browser import DevTools, QuietFiles, find_or_install_chromium, serve
+from tests.fake_book import FAKE_CHAPTER, build_fake_book, page_boxes
 
 STAND_IN = """<!doctype html><title>Perfetto stand-in</title>
 <script>
@@ -95,89 +64,6 @@ class StandIn(BaseHTTPRequestHandler):
 
     def log_message(self, *args):  # keep the test output quiet
         pass
-
-
-class QuietFiles(SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-def serve(server: ThreadingHTTPServer) -> str:
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
-
-
-# ------------------------------------------------------------------------- DevTools via a pipe
-
-class DevTools:
-    """The smallest DevTools-protocol client: commands out on fd 3, replies and events in on fd 4."""
-
-    def __init__(self, chromium: str, profile_dir: Path):
-        to_browser_r, to_browser_w = os.pipe()
-        from_browser_r, from_browser_w = os.pipe()
-        # Park the browser's ends above 9 so that moving them onto 3 and 4 cannot clobber either.
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_r, from_browser_w)]
-        os.close(to_browser_r), os.close(from_browser_w)
-
-        def child_fds():
-            os.dup2(high[0], 3)
-            os.dup2(high[1], 4)
-
-        self.proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
-                                     preexec_fn=child_fds, close_fds=False,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for fd in high:
-            os.close(fd)
-        self.out, self.inbox, self.next_id, self.log = to_browser_w, queue.Queue(), 0, []
-        threading.Thread(target=self._read, args=(from_browser_r,), daemon=True).start()
-
-    def _read(self, fd):
-        buffer = b""
-        while chunk := os.read(fd, 65536):
-            buffer += chunk
-            *messages, buffer = buffer.split(b"\0")
-            for m in messages:
-                self.inbox.put(json.loads(m))
-
-    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30):
-        self.next_id += 1
-        message = {"id": self.next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = session
-        os.write(self.out, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self.inbox.get(timeout=max(0.01, deadline - time.monotonic()))
-            if reply.get("id") != self.next_id:
-                self._note(reply)
-                continue
-            if "error" in reply:
-                raise RuntimeError(f"{method}: {reply['error']}")
-            return reply["result"]
-
-    def _note(self, event: dict):
-        """Keep the page's console messages and exceptions, to explain a failure."""
-        params = event.get("params", {})
-        if event.get("method") == "Runtime.consoleAPICalled":
-            self.log.append(" ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
-        elif event.get("method") == "Runtime.exceptionThrown":
-            self.log.append(params.get("exceptionDetails", {}).get("exception", {}).get("description", "exception"))
-
-    def evaluate(self, session: str, expression: str, user_gesture: bool = False):
-        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True, "userGesture": user_gesture}, session)
-        return result["result"].get("value")
-
-    def close(self):
-        try:
-            self.send("Browser.close", timeout=5)
-        except Exception:  # already gone: nothing to close
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        os.close(self.out)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import yaml
 
 from kernels import execute
 from tests.helpers import ROOT
-from tests.test_browser import DevTools, QuietFiles, find_or_install_chromium, serve
+from tests.browser import DevTools, QuietFiles, find_or_install_chromium, serve
 
 PAGES = [Path(f).with_suffix(".html").as_posix() for f in execute.toc_files(ROOT / "_toc.yml")]
 NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, execute.notebooks(ROOT)))]

@@ -264,7 +264,7 @@ def book_site(built_book, tmp_path_factory):
     from functools import partial
     from http.server import ThreadingHTTPServer
 
-    from tests.test_browser import DevTools, QuietFiles, find_or_install_chromium, serve
+    from tests.browser import DevTools, QuietFiles, find_or_install_chromium, serve
     _, _, html = built_book
     chromium = find_or_install_chromium()
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(html)))

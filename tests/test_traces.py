@@ -3,17 +3,12 @@
 The book-level tests build a tiny fake book through the real runner and build code path
 (``kernels.execute.run`` then ``build``, with the real ``_config.yml`` and ``book/_static``):
 one notebook that profiles a matmul and shows ``traces.links`` for it and for a recorded GPU
-trace. The fake book is built once per session, on disk, and test_browser.py reuses it.
+trace (tests/fake_book.py). It is built once per session, on disk, and test_browser.py reuses it.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import shutil
-from html.parser import HTMLParser
 from pathlib import Path
-from types import SimpleNamespace
 
 import matplotlib
 import pytest
@@ -23,81 +18,14 @@ import kernels
 from kernels import execute, profiling, traces
 from tests.helpers import ROOT, make_qkv
 from tests.gpu_trace import naive_a100_trace
+from tests.fake_book import FAKE_CHAPTER, RECORDED, build_fake_book, page_boxes
 
 matplotlib.use("Agg")
-FAKE_CHAPTER = "01_fake"
-RECORDED = "a100_fake.json.gz"
-
-
-# --------------------------------------------------------------------------- the fake book
-
-def _fake_source(root: Path) -> None:
-    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
-    (root / "book").mkdir(parents=True)
-    shutil.copy2(ROOT / "_config.yml", root / "_config.yml")
-    shutil.copytree(ROOT / "book" / "_static", root / "book" / "_static")
-    (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/{FAKE_CHAPTER}\n")
-    (root / "book" / "intro.md").write_text("# A fake book\n\nOne chapter that records a trace.\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  device: cpu\n  steps: 2\n")
-    (root / "book" / "data" / "recorded").mkdir(parents=True)
-    with gzip.open(root / "book" / "data" / "recorded" / RECORDED, "wt") as f:
-        json.dump(naive_a100_trace(steps=1), f)
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [
-        nbformat.v4.new_markdown_cell("# A fake chapter"),
-        nbformat.v4.new_code_cell('device = "cpu"\nsteps = 1\ntrace_dir = "traces"', metadata={"tags": ["parameters"]}),
-        nbformat.v4.new_code_cell(
-            "import torch\nfrom kernels import profiling, traces\n"
-            "x = torch.randn(32, 32)\n"
-            'run = profiling.profile(torch.mm, x, x, label="mm", active=steps, trace_dir=trace_dir)\n'
-            "traces.links(run)"),
-        nbformat.v4.new_markdown_cell("A recorded GPU trace:"),
-        nbformat.v4.new_code_cell(f'traces.links("data/recorded/{RECORDED}")'),
-    ]
-    nbformat.write(nb, root / "book" / f"{FAKE_CHAPTER}.ipynb")
-
-
-def build_fake_book(tmp_path_factory) -> SimpleNamespace:
-    """Execute and build the fake book once per session (a marker file says it is done)."""
-    base = tmp_path_factory.getbasetemp() / "fake_book"
-    done = base / "built.json"
-    if not done.exists():
-        shutil.rmtree(base, ignore_errors=True)
-        _fake_source(base / "src")
-        report = execute.run("cpu", out=base / "executed", root=base / "src", progress=False)
-        execute.build(base / "executed", html_parent=base)
-        done.write_text(json.dumps(report))
-    return SimpleNamespace(src=base / "src", out=base / "executed", html=base / "_build" / "html",
-                           report=json.loads(done.read_text()))
 
 
 @pytest.fixture(scope="session")
 def fake_book(tmp_path_factory):
     return build_fake_book(tmp_path_factory)
-
-
-class TraceBoxes(HTMLParser):
-    """The ``.ap-trace`` boxes of a page: their data attributes and their links' attributes."""
-
-    def __init__(self):
-        super().__init__()
-        self.boxes, self.scripts = [], []
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "script" and a.get("src"):
-            self.scripts.append(a["src"])
-        if tag == "div" and "ap-trace" in (a.get("class") or "").split():
-            self.boxes.append({"box": a, "links": {}})
-        if tag == "a" and self.boxes and (a.get("class") or "").startswith("ap-trace-"):
-            self.boxes[-1]["links"][a["class"]] = a
-
-
-def page_boxes(html_dir: Path, page: str) -> TraceBoxes:
-    parser = TraceBoxes()
-    parser.feed((html_dir / page).read_text())
-    return parser
 
 
 # ------------------------------------------------------------------- runner and published book
