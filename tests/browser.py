@@ -125,3 +125,20 @@ class DevTools:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         os.close(self.out)
+
+
+def open_page_at(tools: DevTools, url: str, width: int = 1280) -> str:
+    """A fresh tab on ``url`` at ``width`` px, once the page and its images have loaded; its session."""
+    target = tools.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = tools.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    tools.send("Runtime.enable", session=session)
+    tools.send("Page.enable", session=session)
+    tools.send("Emulation.setDeviceMetricsOverride",
+               {"width": width, "height": 1600, "deviceScaleFactor": 1, "mobile": False}, session)
+    tools.send("Page.navigate", {"url": url}, session)
+    deadline = time.monotonic() + 30
+    while not tools.evaluate(session, "document.readyState === 'complete' && "
+                                      "Array.from(document.images).every(i => i.complete)"):
+        assert time.monotonic() < deadline, f"{url} did not finish loading"
+        time.sleep(0.1)
+    return session

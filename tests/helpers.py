@@ -3,9 +3,14 @@ in every memory layout the contract promises. Test modules import from here
 (``from tests.helpers import ...``); tests/conftest.py holds only pytest's hooks and fixtures."""
 from __future__ import annotations
 
+import io
+import struct
 from pathlib import Path
 
 import torch
+from matplotlib.text import Text
+
+from kernels import plots
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,3 +79,25 @@ def covering(*axes):
     """
     n = max(len(a) for a in axes)
     return [tuple(a[i % len(a)] for a in axes) for i in range(n)]
+
+
+# ------------------------------------------------------------------ figures as the page shows them
+
+def png_width(fig) -> int:
+    """Width in pixels of the PNG the notebook would show (dpi of the figure, tight bbox)."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=fig.dpi, bbox_inches="tight")
+    return struct.unpack(">I", png.getvalue()[16:20])[0]
+
+
+def too_small(fig) -> list[str]:
+    """Texts drawn smaller than the floor once the page scales the PNG to the column."""
+    width = png_width(fig)  # draws the figure: bar labels now hold what was drawn
+    scale = plots.rendered_scale(width)
+    small = []
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip():
+            px = t.get_fontsize() * fig.dpi / 72 * scale
+            if px < plots.MIN_FONT_PX - 1e-6:
+                small.append(f"{t.get_text()[:30]!r}: {px:.1f} px")
+    return small

@@ -21,7 +21,7 @@ import yaml
 
 from kernels import execute
 from tests.helpers import ROOT
-from tests.browser import DevTools, QuietFiles, find_or_install_chromium, serve
+from tests.browser import DevTools, QuietFiles, find_or_install_chromium, open_page_at, serve
 
 PAGES = [Path(f).with_suffix(".html").as_posix() for f in execute.toc_files(ROOT / "_toc.yml")]
 NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, execute.notebooks(ROOT)))]
@@ -49,18 +49,7 @@ def site(built_book, tmp_path_factory):
 
 
 def load(tools: DevTools, url: str) -> tuple[str, dict]:
-    target = tools.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-    session = tools.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-    tools.send("Runtime.enable", session=session)
-    tools.send("Page.enable", session=session)
-    tools.send("Emulation.setDeviceMetricsOverride",
-               {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False}, session)
-    tools.send("Page.navigate", {"url": url}, session)
-    deadline = time.monotonic() + 30
-    while not tools.evaluate(session, "document.readyState === 'complete' && "
-                                      "Array.from(document.images).every(i => i.complete)"):
-        assert time.monotonic() < deadline, f"{url} did not finish loading"
-        time.sleep(0.1)
+    session = open_page_at(tools, url)
     return session, tools.evaluate(session, READ_PAGE)
 
 

@@ -10,44 +10,22 @@ from __future__ import annotations
 
 import copy
 import gzip
-import io
 import json
-import struct
 
 import matplotlib
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 from kernels import cuda_report, plots, profiling, tiling
 from kernels import timeline as tl
 from kernels import tracediff, trace
 from tests.gpu_trace import forward_trace
+from tests.helpers import png_width, too_small
 
 matplotlib.use("Agg")
 
 COLUMN_PX = plots.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
-
-
-def png_width(fig) -> int:
-    """Width in pixels of the PNG the notebook would show (dpi of the figure, tight bbox)."""
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=fig.dpi, bbox_inches="tight")
-    return struct.unpack(">I", png.getvalue()[16:20])[0]
-
-
-def too_small(fig) -> list[str]:
-    """Texts drawn smaller than the floor once the page scales the PNG to the column."""
-    width = png_width(fig)  # draws the figure: bar labels now hold what was drawn
-    scale = plots.rendered_scale(width)
-    small = []
-    for t in fig.findobj(Text):
-        if t.get_visible() and t.get_text().strip():
-            px = t.get_fontsize() * fig.dpi / 72 * scale
-            if px < plots.MIN_FONT_PX - 1e-6:
-                small.append(f"{t.get_text()[:30]!r}: {px:.1f} px")
-    return small
 
 
 def load(tmp_path, data: dict, name: str = "t.json.gz"):
@@ -202,15 +180,6 @@ def test_thread_map_text_and_key(head_dim):
         plt.close(fig)
 
 
-def test_bench_figures_keep_the_floor():
-    from tests.test_plots import DEVICE, SEQS, row
-    from kernels.bench import FORWARD, BenchResults
-    results = BenchResults([row(i, s, FORWARD) for i in ("naive", "fused") for s in SEQS],
-                           meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
-    for fig in (plots.time_vs_seq(results), plots.memory_vs_seq(results), plots.roofline(results)):
-        assert not too_small(fig), f"{fig.axes[0].get_title()}: {too_small(fig)}"
-
-
 # ------------------------------------------------------------------------------------ tables
 
 @pytest.fixture(scope="module")
@@ -277,9 +246,9 @@ def book_site(built_book, tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_assumed_column_width_is_the_books(book_site):
-    from tests.test_browser_book import load as load_page
+    from tests.browser import open_page_at
     tools, base = book_site
-    session, _ = load_page(tools, f"{base}/book/02_inplace.html")
+    session = open_page_at(tools, f"{base}/book/02_inplace.html")
     seen = tools.evaluate(session, COLUMN_WIDTH)
     assert seen["column"] == pytest.approx(COLUMN_PX, abs=2), \
         f"figures are sized for a {COLUMN_PX} px column; the book's is {seen['column']} px at 1280 px"

@@ -139,3 +139,12 @@ def test_nothing_measured_still_gives_a_figure():
     ax = only_axes(plots.time_vs_seq([row("naive", 256, FORWARD, status="oom")]))
     assert len(ax.lines) == 0
     assert "no successful" in ax.texts[0].get_text()
+
+
+def test_bench_figures_keep_the_floor():
+    from tests.helpers import too_small
+    from kernels.bench import FORWARD, BenchResults
+    results = BenchResults([row(i, s, FORWARD) for i in ("naive", "fused") for s in SEQS],
+                           meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
+    for fig in (plots.time_vs_seq(results), plots.memory_vs_seq(results), plots.roofline(results)):
+        assert not too_small(fig), f"{fig.axes[0].get_title()}: {too_small(fig)}"
