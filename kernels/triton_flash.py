@@ -546,8 +546,9 @@ def hopper_pruned(config, capability) -> bool:
 
 
 def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int,
-                    kernel: str = "fwd", capability=None):
-    """The configs whose tiles fit in shared memory and are not much longer than the sequence,
+                    kernel: str = "fwd", capability=None, seq_k=None):
+    """The configs whose tiles fit in shared memory and are not much longer than the sequence
+    (BLOCK_M than the queries, ``seq``; BLOCK_N than the keys, ``seq_k``, by default ``seq``),
     less the configs the compiler spills on ``capability`` (SPILLS), less, for the forward,
     those Hopper pruning drops when ``capability`` is (9, x). (The
     backward's tiles are smaller than 128x128 and need their 8 warps to hold the dK/dV
@@ -556,14 +557,15 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
 
     Always returns at least one config: if nothing passes, the smallest one.
     """
-    longest_useful = max(16, _next_power_of_2(seq))
+    longest_m = max(16, _next_power_of_2(seq))
+    longest_n = max(16, _next_power_of_2(seq if seq_k is None else seq_k))
 
     def estimate(c):
         return shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel)
 
     spills = SPILLS.get(tuple(capability)[0], {}).get((kernel, head_dim), set()) if capability else set()
     kept = [c for c in configs
-            if estimate(c) <= smem_limit and max(c[0], c[1]) <= longest_useful
+            if estimate(c) <= smem_limit and c[0] <= longest_m and c[1] <= longest_n
             and not (kernel == "fwd" and hopper_pruned(c, capability)) and tuple(c) not in spills]
     if kept:
         return kept
@@ -585,8 +587,8 @@ def _pruner(kernel: str):
         space = set(config_space(kernel, args["HEAD_DIM"]))
         # A caller (a test) may have narrowed kernel.configs to configs outside the space: keep those.
         candidates = [t for t in as_tuple if t in space] or list(as_tuple)
-        kept = fitting_configs(candidates, max(args["SQ"], args["SK"]), args["HEAD_DIM"], q.element_size(),
-                               limit, kernel=kernel, capability=(props.major, props.minor))
+        kept = fitting_configs(candidates, args["SQ"], args["HEAD_DIM"], q.element_size(), limit,
+                               kernel=kernel, capability=(props.major, props.minor), seq_k=args["SK"])
         return [as_tuple[t] for t in kept]
     return prune
 

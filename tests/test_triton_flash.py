@@ -298,6 +298,11 @@ def test_gpu_configs_are_pruned_to_what_fits():
     # A 40-token sequence has no use for 128-row or 128-key tiles.
     assert all(max(m, n) <= 64 for m, n, *_ in tf.fitting_configs(tf.config_space("fwd", 64), 40, 64, 2,
                                                                   smem_limit=10**9))
+    # 64 queries against 4096 keys (a chunk of decoding): no 128-row query tiles, 128-key ones still.
+    short_q = tf.fitting_configs(tf.config_space("fwd", 64), 64, 64, 2, smem_limit=10**9, seq_k=4096)
+    assert all(m <= 64 for m, *_ in short_q) and any(n == 128 for _, n, *_ in short_q), short_q
+    assert all(n <= 32 for _, n, *_ in tf.fitting_configs(tf.config_space("fwd", 64), 4096, 64, 2,
+                                                          smem_limit=10**9, seq_k=20))
     # Nothing fits: the smallest config is kept rather than none.
     smallest = min(space, key=lambda c: tf.shared_memory_estimate(c[0], c[1], c[3], 128, 2))
     assert tf.fitting_configs(space, 4096, 128, 2, smem_limit=1) == [smallest]
