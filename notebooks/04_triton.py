@@ -295,10 +295,13 @@ show_source(tf._attn_fwd.fn)
 # %% [markdown]
 # Reading it top to bottom:
 #
-# - **Program ids.** The launch grid is `(cdiv(S, BLOCK_M), B·H)`. `tl.program_id(0)` says
-#   which query tile this program owns, `tl.program_id(1)` which (batch, head); integer
-#   division and remainder by `H` split the latter. Every program runs the same code on
-#   different data, and nothing is shared between programs.
+# - **Program ids.** The launch grid is `(B·H, cdiv(S, BLOCK_M))`: `tl.program_id(0)` says
+#   which (batch, head) this program works on (integer division and remainder by `H` split
+#   it), `tl.program_id(1)` which query tile it owns. B·H goes on the first axis because a
+#   grid's second and third axes stop at 65,535 programs. With a causal mask the tiles are
+#   taken in reverse: the last query tiles see the most keys, and launching them first keeps
+#   the longest programs from starting last (the FlashAttention-2 paper's advice, section
+#   3.2). Every program runs the same code on different data, and nothing is shared.
 # - **Pointer arithmetic with strides.** Triton has no tensors in the kernel, only pointers.
 #   `_tile` builds a `[rows, cols]` block of addresses: the base pointer plus
 #   `b·stride_b + h·stride_h + row·stride_s + col·stride_d`. Because every stride is passed
@@ -318,8 +321,10 @@ show_source(tf._attn_fwd.fn)
 #   (what `tl.dot` needs); `d_ok` masks the padding on every load and store. With grouped-query
 #   attention, query head `h` reads key/value head `h // GROUP` through its pointers, so K and V
 #   are never repeated in memory.
-# - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`, so
-#   scores come out of `tl.dot` in base-2 units and the inner loop calls `tl.exp2` directly.
+# - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`. The
+#   row maximum is taken on the raw scores of `tl.dot`, and each probability is
+#   `exp2(s · qk_scale − m · qk_scale)`: one fused multiply-add feeding `tl.exp2`, with no
+#   separate pass to scale the tile.
 # - **The saved log-sum-exp.** After the loop, `acc / l_i` normalizes once, and
 #   `m_i + log2(l_i)` is stored per row for the backward.
 #
@@ -552,9 +557,9 @@ if on_gpu:
            "one Triton forward is exactly one GPU kernel, _attn_fwd, and no copy or memset")
     config = tf.attn_fwd.best_config  # what the autotuner picked for this (S, D, causal)
     row = forward_kernels.iloc[0]
-    want_grid = [math.ceil(run_seq / config.kwargs["BLOCK_M"]), run_batch * run_heads, 1]
+    want_grid = [run_batch * run_heads, math.ceil(run_seq / config.kwargs["BLOCK_M"]), 1]
     lesson(list(row["grid"]) == want_grid and list(row["block"]) == [32 * config.num_warps, 1, 1],
-           "the trace's grid is (cdiv(S, BLOCK_M), B·H) and its block is num_warps × 32 threads",
+           "the trace's grid is (B·H, cdiv(S, BLOCK_M)) and its block is num_warps × 32 threads",
            f"config {config}")
     try:
         table = {"triton": footprint(row)}
