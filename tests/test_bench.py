@@ -67,7 +67,7 @@ def test_gpu_names_match_their_peaks(reported, table_name, tflops, tbps):
 
 
 def test_ridge_points_match_reference():
-    # REFERENCE.md: 312/2.04 = 152.9 -> 153; 989/3.35 = 295.2 -> 295; 989/4.8 = 206.0 -> 206
+    # the datasheets' figures: 312/2.04 = 152.9 -> 153; 989/3.35 = 295.2 -> 295; 989/4.8 = 206.0 -> 206
     for name, ridge in (("NVIDIA A100-SXM4-80GB", 153), ("NVIDIA H100 80GB HBM3", 295), ("NVIDIA H200", 206)):
         assert round(devices.match_gpu(name).ridge) == ridge
 
