@@ -21,6 +21,6 @@ from .registry import CannotRun, available, check_inputs, get, implementation, n
 # triton_flash comes with the rest, not later: on a machine without a GPU it must choose
 # Triton's interpreter before anything imports Triton, and torch itself imports Triton the
 # first time some ops run (torch 2.13's torch._native.ops); see kernels/triton_flash.py.
-from . import naive, inplace, sdpa, triton_flash, cuda_flash  # noqa: E402,F401  (imported for their registrations)
+from . import naive, inplace, sdpa, triton_flash, cuda_flash, compiled  # noqa: E402,F401  (imported for their registrations)
 
 __all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register"]

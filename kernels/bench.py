@@ -67,7 +67,7 @@ from typing import Iterable, Optional, Sequence
 import torch
 
 from . import devices, reference
-from .registry import available, implementation, names
+from .registry import CannotRun, available, implementation, names
 
 FORWARD, FORWARD_BACKWARD, BACKWARD = "forward", "forward+backward", "backward"
 MODES = (FORWARD, FORWARD_BACKWARD, BACKWARD)
@@ -75,12 +75,9 @@ MODES = (FORWARD, FORWARD_BACKWARD, BACKWARD)
 # (retain_graph): at most this many graphs are kept, one per input set, in turn.
 MAX_GRAPHS = 16
 
-# Implementations that write the S×S score matrix to memory: io_bytes charges them for it.
-MATERIALIZED = {"naive", "inplace", "sdpa_math"}
-
-# Registered but left out of a CPU sweep unless named: the Triton interpreter runs the
-# kernel in NumPy, seconds per call at the sweep's sizes.
-SLOW_ON_CPU = {"triton"}
+# Which implementations write the S×S scores (io_bytes charges them) and which a CPU sweep
+# leaves out unless named (Triton's interpreter, compile-per-shape entries) are facts of
+# their registry entries: ``implementation(name).materializes_scores`` / ``.slow_on_cpu``.
 
 # Input sets are rotated until together they exceed this: more than the last-level cache
 # (tens of MB on CPUs, 40-50 MB of L2 on A100/H100/H200), so each call reads cold data.
@@ -379,9 +376,11 @@ def classify(name: str, err: BaseException) -> tuple[str, str]:
         return "oom", first_line(err)
     if isinstance(err, NoBackward):
         return "no backward", str(err)
-    # The implementation contract: a refusal is a ValueError/TypeError, or a RuntimeError
-    # that starts with the implementation's name ("sdpa_flash: takes float16 ...").
-    if isinstance(err, (ValueError, TypeError)) or str(err).startswith(f"{name}:"):
+    # The implementation contract: "cannot run here" is CannotRun; input it refuses everywhere
+    # is a ValueError/TypeError.
+    if isinstance(err, CannotRun):
+        return "unavailable", first_line(err)
+    if isinstance(err, (ValueError, TypeError)):
         return "unsupported", first_line(err)
     return "error", f"{type(err).__name__}: {first_line(err)}"
 
@@ -498,7 +497,7 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
           progress=sys.stderr, command: Optional[str] = None) -> BenchResults:
     """Benchmark implementations x seqs x head_dims x dtypes x causal x modes.
 
-    ``impls=None`` means every registered name; on a CPU the ones in SLOW_ON_CPU are then
+    ``impls=None`` means every registered name; on a CPU the ``slow_on_cpu`` ones are then
     recorded as skipped (name them to include them). Each point takes at most about
     ``max_seconds`` of timed calls (at least ``min_reps``, at most ``reps`` of them).
     ``repeats`` > 1 runs the whole sweep that many times, so that drift (clocks, other
@@ -526,7 +525,7 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
         for i, (name, seq, head_dim, dtype, is_causal, mode) in enumerate(points, 1):
             point = new_point(name, device, dtype, batch, heads, seq, head_dim, is_causal, mode)
             why_not = reasons[name] or input_refusal(name, head_dim, dtype)
-            if impls is None and device.type == "cpu" and name in SLOW_ON_CPU:
+            if impls is None and device.type == "cpu" and implementation(name).slow_on_cpu:
                 point.status, point.reason = "skipped", (
                     f"{name}: left out of CPU sweeps by default (the Triton interpreter takes seconds "
                     "per call); name it in impls / --impls to include it")
@@ -584,7 +583,7 @@ def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode) ->
     def count(backward):
         return (reference.flops(batch, heads, seq, head_dim, causal=causal, backward=backward),
                 reference.io_bytes(batch, heads, seq, head_dim, dtype=dtype,
-                                   materialized=name in MATERIALIZED, backward=backward))
+                                   materialized=implementation(name).materializes_scores, backward=backward))
     flops, nbytes = count(mode != FORWARD)
     if mode == BACKWARD:
         forward_flops, forward_bytes = count(False)
@@ -701,7 +700,7 @@ def run_meta(device: torch.device, command: str) -> dict:
         "statuses": STATUSES,
         "flops": "reference.flops: 4·B·H·S²·D per forward, halved when causal; backward 2.5x forward",
         "bytes": ("reference.io_bytes: q, k, v, o once (plus dO, dQ, dK, dV for backward); "
-                  f"S×S scores written and read once for {', '.join(sorted(MATERIALIZED))}"),
+                  f"S×S scores written and read once for {', '.join(n for n in names() if implementation(n).materializes_scores)}"),
     }
 
 

@@ -82,7 +82,7 @@ def compiled_module(causal: bool, scale: float, device, dynamic: Optional[bool] 
         lambda: torch.compile(NaiveAttention(causal=causal, scale=scale), dynamic=dynamic))
 
 
-@register("compiled_naive", order=80, requires=compiler_reason)
+@register("compiled_naive", order=80, requires=compiler_reason, materializes_scores=True, slow_on_cpu=True)
 def compiled_naive(q, k, v, causal=True, scale=None):
     """The naive module of chapter 1 under torch.compile (Inductor fuses scale, mask and softmax)."""
     return compiled_module(causal, scale, q.device)(q, k, v)
@@ -169,7 +169,7 @@ def flex_call(q, k, v, *, block_mask=None, score_mod=None, scale=None):
                            enable_gqa=q.shape[1] != k.shape[1])
 
 
-@register("flex", order=81, requires=compiler_reason,
+@register("flex", order=81, requires=compiler_reason, slow_on_cpu=True,
           dtypes=(torch.float32, torch.float16, torch.bfloat16))
 def flex(q, k, v, causal=True, scale=None):
     """FlexAttention, compiled, with a bottom-right causal block mask (chapter 7).

@@ -18,7 +18,7 @@ class InplaceAttention(NaiveAttention):
         return scores.masked_fill_(future, float("-inf"))
 
 
-@register("inplace", order=20)
+@register("inplace", order=20, materializes_scores=True)
 def inplace(q, k, v, causal=True, scale=None):
     """Hand-written attention with an in-place masked_fill_ (chapter 2)."""
     return cached_module(InplaceAttention, causal, scale, q.device)(q, k, v)

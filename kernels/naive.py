@@ -102,7 +102,7 @@ def cached_module(cls, causal: bool, scale: float, device) -> nn.Module:
     return _modules.get_or_make((cls, causal, scale, str(device)), lambda: cls(causal=causal, scale=scale))
 
 
-@register("naive", order=10)
+@register("naive", order=10, materializes_scores=True)
 def naive(q, k, v, causal=True, scale=None):
     """Hand-written attention with an out-of-place masked_fill (chapter 1).
 

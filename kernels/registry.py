@@ -59,6 +59,9 @@ class Implementation:
     dtypes: Optional[tuple] = None
     gqa: bool = True                # takes Hkv < Hq
     unequal_lengths: bool = True    # takes Sq != Sk
+    materializes_scores: bool = False  # writes the S×S scores to memory (benchmarks charge the bytes)
+    slow_on_cpu: bool = False       # correct on a CPU but no performance number there (interpreted,
+                                    # or compiled per shape): sweeps leave it out unless named
     call: Callable = field(init=False, repr=False)
 
 
@@ -71,12 +74,14 @@ def _runs_anywhere(device: torch.device) -> Reason:
 
 def register(name: str, *, order: int, requires: Callable[[torch.device], Reason] = _runs_anywhere,
              head_dims: Optional[Iterable[int] | Span] = None, dtypes: Optional[Iterable[torch.dtype]] = None,
-             gqa: bool = True, unequal_lengths: bool = True):
+             gqa: bool = True, unequal_lengths: bool = True, materializes_scores: bool = False,
+             slow_on_cpu: bool = False):
     """Decorator: add ``fn(q, k, v, causal, scale)`` to the registry under ``name``.
 
     ``order`` places it in teaching order, ``requires(device)`` returns why it cannot
     run on ``device`` (or None), ``head_dims``/``dtypes`` restrict what it accepts, and
     ``gqa=False`` / ``unequal_lengths=False`` refuse Hkv < Hq / Sq != Sk up front.
+    ``materializes_scores`` and ``slow_on_cpu`` are facts benchmarks read (see the fields).
     The registered callable validates its inputs before ``fn`` sees them, and ``fn``
     always receives a bool ``causal`` and a float ``scale``.
     """
@@ -84,7 +89,8 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
     def wrap(fn: Callable) -> Callable:
         dims = head_dims if head_dims is None or isinstance(head_dims, Span) else tuple(head_dims)
         impl = Implementation(name, fn, order, requires, dims,
-                              tuple(dtypes) if dtypes is not None else None, gqa, unequal_lengths)
+                              tuple(dtypes) if dtypes is not None else None, gqa, unequal_lengths,
+                              materializes_scores, slow_on_cpu)
 
         @functools.wraps(fn)
         def call(q, k, v, causal: bool = True, scale: Optional[float] = None):

@@ -294,7 +294,8 @@ def _run(name, backend, q, k, v, scale, args):
 
 
 for _order, _name in enumerate(BACKENDS):
-    register(_name, order=30 + _order, requires=lambda device, n=_name: device_reason(n, device))(pinned(_name))
+    register(_name, order=30 + _order, requires=lambda device, n=_name: device_reason(n, device),
+             materializes_scores=_name == "sdpa_math")(pinned(_name))
 
 
 def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:

@@ -771,7 +771,7 @@ def requirement(device: torch.device) -> Reason:
     return f"runs on CUDA GPUs (or on the CPU in Triton's interpreter), not on {device.type}"
 
 
-@register("triton", order=60, requires=requirement, head_dims=HEAD_DIMS,
+@register("triton", order=60, requires=requirement, slow_on_cpu=True, head_dims=HEAD_DIMS,
           dtypes=(torch.float16, torch.bfloat16, torch.float32))
 def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
     """FlashAttention-2 written in Triton (forward and backward; the interpreter on CPU)."""

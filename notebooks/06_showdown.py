@@ -46,16 +46,16 @@ q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 # ## The contenders
 #
 # The registry says what runs on this device, and why not where it cannot. One exclusion is
-# ours: on a CPU, `triton` runs in Triton's *interpreter*, which executes the kernel
-# program by program in NumPy to check that it is correct. Its time measures the
-# interpreter, not the kernel, so it is not a performance number and stays out of this
-# chapter on a CPU (chapter 4 runs it there for correctness).
+# ours: entries flagged `slow_on_cpu` in the registry give no performance number on a CPU.
+# `triton` runs there in Triton's *interpreter*, which executes the kernel program by
+# program in NumPy to check that it is correct; `compiled_naive` and `flex` compile for every
+# new shape. They stay out of this chapter on a CPU (chapters 4 and 7 run them there).
 
 # %%
 reasons = kernels.available(device)
-if not on_gpu and reasons.get("triton") is None:
-    reasons["triton"] = ("triton: runs here only in Triton's interpreter, whose time is not a "
-                         "performance number; left out of the CPU showdown")
+for name in [n for n, why in reasons.items() if why is None and not on_gpu and kernels.implementation(n).slow_on_cpu]:
+    reasons[name] = (f"{name}: correct on a CPU, but its time there is not a performance number "
+                     "(interpreted, or compiled per shape); left out of the CPU showdown")
 contenders = [name for name, why in reasons.items() if why is None]
 left_out = {name: why for name, why in reasons.items() if why is not None}
 print("measured here:", ", ".join(contenders))

@@ -287,7 +287,9 @@ glue("gqa_step_saving", float(step_saving))
 kv_heads = max(1, heads // 4)
 q_dec = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
 _, k_c, v_c = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
-runnable = [n for n, r in kernels.available(device).items() if r is None]
+# On a CPU the compiled entries are left out: each new shape costs a compile (chapter 7 checks them).
+runnable = [n for n, r in kernels.available(device).items() if r is None
+            and not (device.type == "cpu" and n in ("compiled_naive", "flex"))]
 gqa_verdicts = {n: reference.check(kernels.get(n), q_dec, k_c, v_c, causal=True) for n in runnable}
 display(pd.Series({n: str(j) for n, j in gqa_verdicts.items()}, name="judged against float64").to_frame())
 lesson(all(j.ok for j in gqa_verdicts.values()),

@@ -165,7 +165,7 @@ def test_unavailable_implementation_is_recorded_and_sweep_goes_on():
 
 
 def test_slow_cpu_implementations_skipped_unless_named(monkeypatch):
-    monkeypatch.setattr(bench, "SLOW_ON_CPU", {"sdpa_math"})
+    monkeypatch.setattr(kernels.implementation("sdpa_math"), "slow_on_cpu", True)
     by_default = bench.sweep(None, seqs=(16,), head_dims=(16,), memory=False, **QUICK)
     status = {r.impl: r.status for r in by_default}
     assert status["sdpa_math"] == "skipped"
@@ -200,14 +200,16 @@ def test_out_of_memory_is_recorded_and_sweep_goes_on(monkeypatch, error):
 
 
 def test_other_failures_are_classified(monkeypatch):
-    cases = {"inplace": RuntimeError("inplace: needs something this machine lacks"),
+    cases = {"inplace": kernels.CannotRun("inplace: needs something this machine lacks"),
+             "naive": ValueError("naive: head_dim 7 is not supported"),
              "sdpa_flash": ZeroDivisionError("a bug")}
     for name, error in cases.items():
         monkeypatch.setattr(kernels.implementation(name), "call", failing_at(1, error))
-    rows = bench.sweep(["inplace", "sdpa_flash", "sdpa_math"], seqs=(16,), head_dims=(16,),
+    rows = bench.sweep(["inplace", "naive", "sdpa_flash", "sdpa_math"], seqs=(16,), head_dims=(16,),
                        memory=False, **QUICK)
-    assert [r.status for r in rows] == ["unsupported", "error", "ok"]
-    assert rows[1].reason == "ZeroDivisionError: a bug"
+    assert [r.status for r in rows] == ["unavailable", "unsupported", "error", "ok"], \
+        "cannot run here is CannotRun, refused input a ValueError/TypeError, anything else an error"
+    assert rows[2].reason == "ZeroDivisionError: a bug"
 
 
 def test_implementation_without_autograd_records_no_backward(monkeypatch):

@@ -19,8 +19,9 @@ from kernels.registry import CannotRun
 from tests.helpers import LAYOUTS, covering, make_attention_inputs, make_qkv
 
 CPU_NAMES = [n for n, why in kernels.available("cpu").items() if why is None]
-# Triton's interpreter is slow; its own test file covers it at small sizes.
-FAST_CPU = [n for n in CPU_NAMES if n not in ("triton",)]
+# Entries flagged slow_on_cpu (Triton's interpreter; torch.compile, a compile per shape) have
+# their own test files at small sizes: tests/test_triton_flash.py, tests/test_compiled.py.
+FAST_CPU = [n for n in CPU_NAMES if not kernels.implementation(n).slow_on_cpu]
 
 
 def test_names_in_teaching_order_and_complete():
