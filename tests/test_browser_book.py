@@ -88,9 +88,10 @@ FIT_AND_MATH = r"""(() => {
   const visible = e => e.offsetWidth > 0 && e.offsetHeight > 0;
   return {
     wide,
-    math: main.querySelectorAll("span.math, div.math").length,
-    typeset: main.querySelectorAll("span.MathJax, div.MathJax_Display").length,
-    raw_tex: Array.from(main.querySelectorAll("span.math, div.math")).filter(e => /\\\(|\\\[/.test(e.textContent)).length,
+    // Sphinx marks each formula .math.notranslate; MathJax adds spans of its own inside.
+    math: main.querySelectorAll(".math.notranslate").length,
+    typeset: Array.from(main.querySelectorAll(".math.notranslate")).filter(e => e.querySelector(".MathJax, .MathJax_Display")).length,
+    raw_tex: Array.from(main.querySelectorAll(".math.notranslate")).filter(e => !e.querySelector(".MathJax, .MathJax_Display") && /\\\(|\\\[/.test(e.textContent)).length,
     searches: Array.from(document.querySelectorAll(".search-button__button, .search-button-field")).filter(visible).length,
   };
 })()"""
