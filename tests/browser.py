@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
+from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -142,3 +144,16 @@ def open_page_at(tools: DevTools, url: str, width: int = 1280) -> str:
         assert time.monotonic() < deadline, f"{url} did not finish loading"
         time.sleep(0.1)
     return session
+
+
+@contextmanager
+def served_in_chromium(html: Path, profile: Path):
+    """The folder ``html`` served on loopback and a headless Chromium: ``(tools, base URL)``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(html)))
+    base = serve(server)
+    tools = DevTools(find_or_install_chromium(), profile)
+    try:
+        yield tools, base
+    finally:
+        tools.close()
+        server.shutdown()

@@ -11,8 +11,6 @@ import base64
 import json
 import re
 import time
-from functools import partial
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -21,7 +19,7 @@ import yaml
 
 from kernels import execute
 from tests.helpers import ROOT
-from tests.browser import DevTools, QuietFiles, find_or_install_chromium, open_page_at, serve
+from tests.browser import DevTools, open_page_at, served_in_chromium
 
 PAGES = [Path(f).with_suffix(".html").as_posix() for f in execute.toc_files(ROOT / "_toc.yml")]
 NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, execute.notebooks(ROOT)))]
@@ -39,13 +37,8 @@ READ_PAGE = """(() => ({
 @pytest.fixture(scope="module")
 def site(built_book, tmp_path_factory):
     _, _, html = built_book
-    chromium = find_or_install_chromium()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(html)))
-    base = serve(server)
-    tools = DevTools(chromium, tmp_path_factory.mktemp("chromium-book"))
-    yield tools, base, html
-    tools.close()
-    server.shutdown()
+    with served_in_chromium(html, tmp_path_factory.mktemp("chromium-book")) as (tools, base):
+        yield tools, base, html
 
 
 def load(tools: DevTools, url: str) -> tuple[str, dict]:

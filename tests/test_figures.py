@@ -230,18 +230,9 @@ COLUMN_WIDTH = """(() => {
 @pytest.fixture(scope="module")
 def book_site(built_book, tmp_path_factory):
     """The built book served locally and a headless Chromium (as tests/test_browser_book.py)."""
-    from functools import partial
-    from http.server import ThreadingHTTPServer
-
-    from tests.browser import DevTools, QuietFiles, find_or_install_chromium, serve
-    _, _, html = built_book
-    chromium = find_or_install_chromium()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietFiles, directory=str(html)))
-    base = serve(server)
-    tools = DevTools(chromium, tmp_path_factory.mktemp("chromium-figures"))
-    yield tools, base
-    tools.close()
-    server.shutdown()
+    from tests.browser import served_in_chromium
+    with served_in_chromium(built_book[2], tmp_path_factory.mktemp("chromium-figures")) as site:
+        yield site
 
 
 @pytest.mark.slow
