@@ -255,6 +255,27 @@ def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True,
     return f * 3.5 if backward else f
 
 
+def decode_flops(batch: int, heads: int, seq_k: int, head_dim: int) -> float:
+    """FLOPs of one decoding step: one new query per head against ``seq_k`` cached keys,
+    4·B·Hq·Sk·D.
+
+    Causal or not, nothing is halved: bottom-right alignment lets the newest query see every
+    key, so the mask hides nothing from a single query row (and at Sk = 1 too, where
+    ``flops``' Sq == Sk convention would halve). Shared K/V heads do not change the count.
+    """
+    return flops(batch, heads, 1, head_dim, causal=False, seq_k=seq_k)
+
+
+def decode_bytes(batch: int, heads: int, seq_k: int, head_dim: int, dtype: torch.dtype = torch.float32,
+                 kv_heads: int | None = None, materialized: bool = False) -> float:
+    """Bytes one decoding step must move (``io_bytes`` with Sq = 1): the K/V cache,
+    2·B·Hkv·Sk·D elements, read once, plus q read and o written, 2·B·Hq·D; an implementation
+    that materializes the scores adds 4·B·Hq·Sk. The cache dominates as Sk grows, and
+    grouped-query attention divides it by Hq / Hkv."""
+    return io_bytes(batch, heads, 1, head_dim, dtype=dtype, materialized=materialized,
+                    seq_k=seq_k, kv_heads=kv_heads)
+
+
 def visible_pairs(s_q: int, s_k: int) -> int:
     """(query, key) pairs bottom-right causal attention computes: sum over i of min(Sk, max(0, i + Sk - Sq + 1))."""
     return int((~future_mask(s_q, s_k)).sum())
