@@ -13,7 +13,8 @@ What this module holds:
   heads), and their ratio, the arithmetic intensity a roofline is drawn against.
 - ``cache_bytes``: what a KV cache holds, for any number of layers and K/V heads.
 - ``bench_steps``: prefill and decode steps of registered implementations, timed with
-  ``kernels.bench``'s own timer, as rows ``kernels.plots.roofline`` can draw.
+  ``kernels.timing`` (the benchmark's own timer), as rows ``kernels.plots.roofline`` can draw.
+  (``python -m kernels.bench --mode decode`` runs the same decode step in the full harness.)
 """
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ from typing import Optional, Sequence
 
 import torch
 
-from . import bench, reference
+from . import reference
 from .registry import get
+from .results import FORWARD, BenchResult, BenchResults, dtype_name
+from .sweep import classify
+from .timing import spread, time_calls
 
 
 class KVCache:
@@ -131,10 +135,10 @@ PREFILL, DECODE = "prefill", "decode"
 def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[str] = (PREFILL, DECODE),
                 batch: int = 1, heads: int = 8, kv_heads: Optional[int] = None, head_dim: int = 64,
                 dtype: torch.dtype = torch.float32, device="cpu", reps: int = 10, warmup: int = 2,
-                seed: int = 0) -> bench.BenchResults:
+                seed: int = 0) -> BenchResults:
     """Time prefill (Sq = Sk = S) and decode (Sq = 1 against Sk = S) steps, causal, no grad.
 
-    One ``bench.BenchResult`` row per (implementation, phase, S), timed with ``bench.time_calls``
+    One ``BenchResult`` row per (implementation, phase, S), timed with ``timing.time_calls``
     (median and p10/p90 of ``reps`` calls after ``warmup``), with FLOPs and bytes from
     ``step_flops`` / ``step_bytes`` so that Sq != Sk and shared K/V heads are counted right.
     The row's ``impl`` reads ``"<name> <phase>"`` and its ``seq`` is Sk: ``kernels.plots``
@@ -143,7 +147,7 @@ def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[s
     device = torch.device(device)
     kv_heads = heads if kv_heads is None else kv_heads
     g = torch.Generator().manual_seed(seed)
-    rows = bench.BenchResults(meta={"device": {"name": str(device)}, "what": "prefill and decode steps"})
+    rows = BenchResults(meta={"device": {"name": str(device)}, "what": "prefill and decode steps"})
     for name in impls:
         fn = get(name)
         for phase in phases:
@@ -151,9 +155,9 @@ def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[s
                 s_q = s if phase == PREFILL else 1
                 q = torch.randn(batch, heads, s_q, head_dim, generator=g).to(device, dtype)
                 k, v = (torch.randn(batch, kv_heads, s, head_dim, generator=g).to(device, dtype) for _ in range(2))
-                row = bench.BenchResult(
-                    impl=f"{name} {phase}", device=device.type, dtype=bench.dtype_name(dtype), batch=batch,
-                    heads=heads, seq=s, head_dim=head_dim, causal=True, mode=bench.FORWARD,
+                row = BenchResult(
+                    impl=f"{name} {phase}", device=device.type, dtype=dtype_name(dtype), batch=batch,
+                    heads=heads, seq=s, head_dim=head_dim, causal=True, mode=FORWARD, seq_q=s_q, kv_heads=kv_heads,
                     flops=step_flops(batch, heads, s_q, s, head_dim),
                     bytes=step_bytes(batch, heads, s_q, s, head_dim, kv_heads, dtype))
 
@@ -164,11 +168,11 @@ def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[s
                 try:
                     for _ in range(warmup):
                         call()
-                    row.median_ms, row.p10_ms, row.p90_ms = bench.spread(bench.time_calls(call, device, reps))
+                    row.median_ms, row.p10_ms, row.p90_ms = spread(time_calls(call, device, reps))
                     row.reps = reps
                     row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12
                     row.gbps = row.bytes / (row.median_ms * 1e-3) / 1e9
                 except Exception as err:  # the sweep goes on; the row says what happened
-                    row.status, row.reason = bench.classify(name, err)
+                    row.status, row.reason = classify(name, err)
                 rows.append(row)
     return rows

@@ -6,7 +6,7 @@ returns a matplotlib ``Figure``. Figures are built with ``matplotlib.figure.Figu
 shows a figure by leaving it as a cell's last expression.
 
 Only rows with status "ok" are drawn. One line per *series*: an implementation, plus
-whatever else varies in the results (mode, dtype, head dim, causal), so that a line
+whatever else varies in the results (mode, dtype, head dim, causal, K/V heads), so that a line
 never joins points that are not comparable.
 
 - ``time_vs_seq``: latency against S, log-log, with the p10-p90 spread shaded.
@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from . import devices
+from .results import MODE_LABELS
 
 # The book's main column at 1280 px: the article is 740 px wide with 32 px of padding either
 # side, so a cell's output (and an image in it, at most 100% wide) is 676 px wide. Measured
@@ -74,12 +75,13 @@ def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
 
 # What a series may differ by besides the implementation, with how to print it.
 SERIES_KEYS = {
-    "mode": lambda r: "fwd+bwd" if r.mode == "forward+backward" else "fwd",
+    "mode": lambda r: MODE_LABELS.get(r.mode, r.mode),
     "dtype": lambda r: r.dtype,
     "head_dim": lambda r: f"D={r.head_dim}",
     "causal": lambda r: "causal" if r.causal else "non-causal",
     "batch": lambda r: f"B={r.batch}",
     "heads": lambda r: f"H={r.heads}",
+    "kv_heads": lambda r: f"Hkv={r.kv_heads or r.heads}",
     "device": lambda r: r.device,
 }
 

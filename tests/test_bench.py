@@ -433,3 +433,140 @@ def test_bench_docstring_states_the_goals_as_unmeasured():
     doc = bench.__doc__
     for goal in (">= 1.0x", ">= 0.85x", ">= 0.7x", "sdpa_flash", "not yet measured", ".ci/device-run"):
         assert goal in doc, goal
+
+
+# ----------------------------------------------------------------------------- issue 19: decode and training modes
+
+def decode_point(name, b, h, sk, d, kv_heads=None, dtype=torch.float32, causal=True):
+    return bench.new_point(name, CPU, dtype, b, h, sk, d, causal, bench.DECODE, kv_heads)
+
+
+def test_decode_flops_by_hand_are_never_halved():
+    # one query row per head against Sk keys: 2 matmuls of 2·Sk·D per head, 4·B·H·Sk·D in all
+    #   = 4 * 2 * 8 * 1024 * 64 = 4,194,304. Causal hides nothing from the newest query.
+    for causal in (True, False):
+        row = decode_point("sdpa_flash", 2, 8, 1024, 64, causal=causal)
+        assert row.flops == 4_194_304, "a decoding step's FLOPs are 4·B·H·Sk·D, causal or not"
+        assert (row.seq_q, row.seq, row.kv_heads) == (1, 1024, 8)
+    # Sk = 1: 4 * 1 * 2 * 1 * 16 = 128 (the Sq == Sk halving convention must not apply)
+    assert kernels.reference.decode_flops(1, 2, 1, 16) == 128
+    # shared K/V heads do not change the count: every query head does its own matmuls
+    assert decode_point("sdpa_flash", 2, 8, 1024, 64, kv_heads=2).flops == 4_194_304
+
+
+def test_decode_bytes_by_hand_are_the_cache_plus_q_and_o():
+    # fused, fp32: q and o 2·B·Hq·D = 2*2*8*64 = 2,048 elements; the K/V cache 2·B·Hkv·Sk·D
+    #   = 2*2*8*1024*64 = 2,097,152 elements; (2,048 + 2,097,152) * 4 bytes = 8,396,800
+    assert decode_point("sdpa_flash", 2, 8, 1024, 64).bytes == 8_396_800
+    # naive writes and reads the [B, H, 1, Sk] scores too: + 4*2*8*1024 = 65,536 elements
+    #   = 262,144 bytes; 8,658,944 in all
+    assert decode_point("naive", 2, 8, 1024, 64).bytes == 8_658_944
+    # bf16 halves every byte: 4,198,400
+    assert decode_point("sdpa_flash", 2, 8, 1024, 64, dtype=torch.bfloat16).bytes == 4_198_400
+    assert kernels.reference.decode_bytes(2, 8, 1024, 64, torch.float32) == 8_396_800
+
+
+@pytest.mark.parametrize("ratio", [2, 4, 8])
+def test_gqa_divides_the_cache_bytes_by_its_ratio(ratio):
+    mha = decode_point("sdpa_flash", 2, 8, 1024, 64)
+    gqa = decode_point("sdpa_flash", 2, 8, 1024, 64, kv_heads=8 // ratio)
+    q_and_o = 2 * 2 * 8 * 64 * 4  # bytes of q read and o written, the same either way
+    assert (mha.bytes - q_and_o) == ratio * (gqa.bytes - q_and_o), \
+        "sharing K/V heads Hq/Hkv ways reads a cache that many times smaller"
+    assert gqa.intensity == pytest.approx(mha.intensity * (mha.bytes / gqa.bytes))
+    # as Sk grows, decode's intensity tends to 2·(Hq/Hkv) / bytes per element (here fp32: ratio / 2)
+    assert gqa.intensity == pytest.approx(ratio / 2, rel=0.01)
+
+
+def test_decode_intensity_is_far_below_the_prefill():
+    prefill = point("sdpa_flash", 1, 8, 4096, 64, True, False)
+    decode = decode_point("sdpa_flash", 1, 8, 4096, 64)
+    # prefill: 2·H·S²·D / (16·H·S·D) = S/8 = 512 FLOP/byte; decode: about 0.5 FLOP/byte in fp32
+    assert prefill.intensity == pytest.approx(512)
+    assert decode.intensity < 0.51 and prefill.intensity > 500 * decode.intensity
+
+
+def test_training_step_counts_three_and_a_half_forwards_with_gqa_bytes():
+    fwd = point("sdpa_flash", 1, 8, 256, 32, True, False)
+    train = point("sdpa_flash", 1, 8, 256, 32, True, True)
+    assert train.flops == 3.5 * fwd.flops, "forward + backward (2.5x) = 3.5x the forward's FLOPs"
+    shared = bench.new_point("sdpa_flash", CPU, torch.float32, 1, 8, 256, 32, True, FORWARD_BACKWARD, 2)
+    # training reads q, k, v, o, dO and writes dQ, dK, dV: q-sized 6 + k-sized 6 tensors (fp32)
+    #   MHA: (6 + 6) * 8*256*32 * 4 = 3,145,728; Hkv = 2: (6 * 8 + 6 * 2) * 256*32 * 4 = 1,966,080
+    assert train.bytes == 3_145_728 and shared.bytes == 1_966_080
+    assert shared.flops == train.flops
+
+
+def test_decode_sweep_times_one_query_against_the_cache():
+    rows = bench.sweep(["inplace", "sdpa_flash"], seqs=(64, 256), head_dims=(16,), modes=(bench.DECODE,),
+                       kv_heads=1, **QUICK)
+    for r in rows:
+        assert r.status == "ok", r.reason
+        assert (r.mode, r.seq_q, r.kv_heads, r.heads) == ("decode", 1, 1, 2)
+        assert r.flops == 4 * 1 * 2 * r.seq * 16
+        assert r.gbps == pytest.approx(r.bytes / (r.median_ms * 1e-3) / 1e9)
+    pool = bench.InputPool((1, 2, 256, 16), torch.float32, CPU, backward=False, seq_q=1, kv_heads=1)
+    q, k, v, grad = pool.next()
+    assert (q.shape, k.shape, v.shape, grad.shape) == ((1, 2, 1, 16), (1, 1, 256, 16), (1, 1, 256, 16), (1, 2, 1, 16))
+    with pytest.raises(ValueError, match="kv_heads"):
+        bench.sweep(["inplace"], seqs=(16,), modes=(bench.DECODE,), heads=4, kv_heads=3, progress=None)
+
+
+def test_cli_decode_and_training_rows_have_their_columns(tmp_path):
+    out = tmp_path / "modes"
+    args = ["--impls", "sdpa_flash", "--mode", "decode", "training", "--seq", "64", "--head-dim", "16",
+            "--heads", "4", "--gqa", "2", "--reps", "3", "--warmup", "1", "--max-seconds", "0.1",
+            "--no-memory", "--out", str(out)]
+    done = subprocess.run([sys.executable, "-m", "kernels.bench", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert len(progress) == 2 and "decode" in progress[0] and "fwd+bwd" in progress[1], progress
+    assert all("GB/s" in line and "FLOP/B" in line and "Hkv=2" in line for line in progress), progress
+    header = out.with_suffix(".csv").read_text().splitlines()[0].split(",")
+    assert {"mode", "seq", "seq_q", "kv_heads", "median_ms", "tflops", "gbps", "intensity"} <= set(header)
+    decode, train = bench.load_results(out.with_suffix(".csv"))
+    assert (decode.mode, decode.seq_q, decode.kv_heads) == ("decode", 1, 2)
+    assert decode.flops == 4 * 1 * 4 * 64 * 16, "4·B·Hq·Sk·D"
+    assert train.mode == "forward+backward" and train.flops == 3.5 * (4 * 1 * 4 * 64**2 * 16 / 2)
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["results"][0]["intensity"] == pytest.approx(decode.flops / decode.bytes)
+
+
+def test_cli_refuses_a_bad_mode_or_gqa_in_one_line():
+    for args, words in ((["--mode", "sideways"], "unknown mode(s) sideways"),
+                        (["--heads", "8", "--gqa", "3"], "--gqa 3 must be a positive divisor of the 8")):
+        done = subprocess.run([sys.executable, "-m", "kernels.bench", *args], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    text = bench.parser().format_help()
+    assert "--mode" in text and "--gqa" in text and "decode" in text and "training" in text
+
+
+def test_files_from_before_the_decode_columns_still_load(small_sweep, tmp_path):
+    json_path, csv_path = bench.save_results(small_sweep, tmp_path / "old")
+    data = json.loads(json_path.read_text())
+    for row in data["results"]:
+        for column in ("seq_q", "kv_heads", "intensity"):
+            del row[column]
+    json_path.write_text(json.dumps(data))
+    lines = csv_path.read_text().splitlines()
+    header = lines[0].split(",")
+    keep = [i for i, c in enumerate(header) if c not in ("seq_q", "kv_heads", "intensity")]
+    csv_path.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in lines) + "\n")
+    for path in (json_path, csv_path):
+        back = bench.load_results(path)
+        assert [(r.impl, r.seq, r.median_ms) for r in back] == [(r.impl, r.seq, r.median_ms) for r in small_sweep]
+        assert all(r.seq_q is None and r.kv_heads is None for r in back), "absent columns take their default"
+
+
+def test_cpu_peak_memory_is_the_trace_readers_step_peak(tmp_path):
+    # One rule for "peak above the start": kernels.trace.Step.peak_bytes; the benchmark reads it.
+    from kernels import profiling
+
+    q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+    run = profiling.profile(kernels.get("inplace"), q, k, v, label="inplace", wait=0, warmup=1, active=1,
+                            trace_dir=tmp_path)
+    peak, _ = bench.peak_memory(lambda: kernels.get("inplace")(q, k, v), CPU)
+    assert peak == run.step().peak_bytes, "the benchmark's peak and the trace's step peak are one number"

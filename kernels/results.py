@@ -1,0 +1,214 @@
+"""A benchmark's results: one row per point, what the columns mean, and the files they go to.
+
+A *point* is one implementation at one shape, dtype, causal flag and mode; ``BenchResult``
+is its row, ``BenchResults`` a list of rows plus ``meta`` (device, versions, date, command).
+``save_results`` writes JSON (rows and meta) and CSV (rows); ``load_results`` reads either
+back, including files written before a column was added (the column takes its default).
+
+The modes, and what a row of each times:
+
+- ``forward``: one forward under ``torch.no_grad`` (Sq = Sk = ``seq``);
+- ``forward+backward``: a training step's attention, forward then backward (FLOPs 3.5x the
+  forward's: backward is 2.5x);
+- ``backward``: the backward alone, replayed on forwards made before the clock starts;
+- ``decode``: one decoding step: one new query (Sq = 1) against a KV cache of ``seq`` keys
+  (``seq_q`` is 1, ``seq`` is the cache length Sk), no grad.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import torch
+
+FORWARD, FORWARD_BACKWARD, BACKWARD, DECODE = "forward", "forward+backward", "backward", "decode"
+MODES = (FORWARD, FORWARD_BACKWARD, BACKWARD, DECODE)
+MODE_LABELS = {FORWARD: "fwd", FORWARD_BACKWARD: "fwd+bwd", BACKWARD: "bwd", DECODE: "decode"}
+
+STATUSES = {
+    "ok": "measured",
+    "unavailable": "the implementation cannot run on this device (registry's reason)",
+    "unsupported": "the implementation refuses these inputs (head dim, dtype, ...)",
+    "skipped": "left out on purpose (e.g. the Triton interpreter on CPU)",
+    "no backward": "forward+backward asked, but the implementation has no autograd",
+    "oom": "out of memory",
+    "error": "anything else went wrong; the reason holds the exception",
+}
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+          "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp64": torch.float64, "float64": torch.float64}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(text) -> torch.dtype:
+    if isinstance(text, torch.dtype):
+        return text
+    try:
+        return DTYPES[str(text).lower().replace("torch.", "")]
+    except KeyError:
+        raise ValueError(f"unknown dtype {text!r}; use one of {', '.join(DTYPES)}") from None
+
+
+def first_line(err: BaseException) -> str:
+    """An exception as a row's ``reason``: its first line (its type's name if it says nothing)."""
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
+@dataclass
+class BenchResult:
+    """One point of a sweep. Times in milliseconds; ``None`` where nothing was measured."""
+
+    impl: str
+    device: str
+    dtype: str
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    mode: str
+    status: str = "ok"
+    reason: str = ""
+    reps: int = 0
+    median_ms: Optional[float] = None
+    p10_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    flops: float = 0.0
+    bytes: float = 0.0
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    memory_method: str = ""
+    # The first call alone (it autotunes, compiles, builds caches): never part of the warm-up's
+    # estimate nor of the timed calls.
+    first_call_ms: Optional[float] = None
+    # The Triton configs the autotuner chose for this point, as JSON ({"fwd": {...}, ...});
+    # None where nothing was autotuned (the interpreter, other implementations).
+    config: Optional[str] = None
+    # With repeats > 1 the whole sweep runs that many rounds: each round's median, as JSON,
+    # and their spread, (max - min) / median of them.
+    round_medians_ms: Optional[str] = None
+    round_spread: Optional[float] = None
+    # Cross-checks on a GPU: triton.testing.do_bench (flushes L2 between calls) and
+    # do_bench_cudagraph (replays a CUDA graph: no Python dispatch), medians in ms.
+    do_bench_ms: Optional[float] = None
+    cudagraph_ms: Optional[float] = None
+    crosscheck: str = ""        # what was run, or why not
+    # Queries per head (1 for decode; ``seq`` otherwise) and K/V heads (``heads`` unless
+    # grouped-query attention shares them). None in files written before these columns.
+    seq_q: Optional[int] = None
+    kv_heads: Optional[int] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte that must cross memory."""
+        return self.flops / self.bytes if self.bytes else float("nan")
+
+    @property
+    def backward(self) -> bool:
+        """Whether a backward pass is timed (forward+backward, or backward alone)."""
+        return self.mode in (FORWARD_BACKWARD, BACKWARD)
+
+    def as_row(self) -> dict:
+        """The fields, plus the derived ``intensity`` (FLOP/byte; None without bytes) that
+        the CSV and JSON files show as a column of their own."""
+        row = dataclasses.asdict(self)
+        row["intensity"] = self.flops / self.bytes if self.bytes else None
+        return row
+
+
+FIELDS = [f.name for f in dataclasses.fields(BenchResult)]
+COLUMNS = FIELDS + ["intensity"]   # what a file holds: the fields and the derived intensity
+
+
+class BenchResults(list):
+    """A list of BenchResult rows plus ``meta``: device, versions, date, command."""
+
+    def __init__(self, rows: Iterable[BenchResult] = (), meta: Optional[dict] = None):
+        super().__init__(rows)
+        self.meta = dict(meta or {})
+
+    def ok(self) -> "BenchResults":
+        return BenchResults((r for r in self if r.ok), self.meta)
+
+    def to_frame(self):
+        """The rows as a pandas DataFrame, with the ``intensity`` column (pandas imported only when asked)."""
+        import pandas as pd
+
+        return pd.DataFrame([r.as_row() for r in self], columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- files
+
+def output_paths(out) -> tuple[Path, Path]:
+    """``out`` as a stem (``bench`` -> bench.json, bench.csv), a .json/.csv name, or a folder."""
+    out = Path(out)
+    if out.is_dir() or str(out).endswith(os.sep):
+        out = out / "bench"
+    elif out.suffix in (".json", ".csv"):
+        out = out.with_suffix("")
+    return out.with_name(out.name + ".json"), out.with_name(out.name + ".csv")
+
+
+def save_results(results: BenchResults, out) -> tuple[Path, Path]:
+    """Write ``results`` as JSON (rows + meta) and CSV (rows); return both paths."""
+    json_path, csv_path = output_paths(out)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [r.as_row() for r in results]
+    json_path.write_text(json.dumps({"meta": getattr(results, "meta", {}), "results": rows},
+                                    indent=1, allow_nan=False) + "\n")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return json_path, csv_path
+
+
+def load_results(path) -> BenchResults:
+    """Read back a JSON (rows and meta) or CSV (rows only) file that save_results wrote."""
+    path = Path(path)
+    if path.suffix not in (".json", ".csv") and not path.exists():
+        path = output_paths(path)[0]  # a stem, as --out was given
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            return BenchResults(row_from_text(row) for row in csv.DictReader(f))
+    data = json.loads(path.read_text())
+    # Derived columns (intensity) are recomputed, not stored; absent columns take their default.
+    return BenchResults((BenchResult(**{k: v for k, v in row.items() if k in FIELDS}) for row in data["results"]),
+                        data.get("meta", {}))
+
+
+def row_from_text(row: dict) -> BenchResult:
+    """A CSV row (all strings) back into typed fields; empty cells are None, absent columns
+    (a file older than the column) take the field's default."""
+    values = {}
+    for field in dataclasses.fields(BenchResult):
+        if field.name not in row:
+            continue
+        text = row[field.name]
+        kind = str(field.type)
+        if text == "" and "Optional" in kind:
+            values[field.name] = None
+        elif "bool" in kind:
+            values[field.name] = text == "True"
+        elif "int" in kind:
+            values[field.name] = int(text)
+        elif "float" in kind:
+            values[field.name] = float(text)
+        else:
+            values[field.name] = text
+    return BenchResult(**values)
