@@ -142,7 +142,7 @@ def trace_dir_for(notebook: Path) -> str:
     return f"{TRACES_FOLDER}/{Path(notebook).stem}"
 
 
-def find(folder: Path) -> list[Path]:
+def trace_files(folder: Path) -> list[Path]:
     """Every trace file under ``folder`` (sorted)."""
     folder = Path(folder)
     return sorted(p for p in folder.rglob(TRACE_PATTERN) if p.is_file()) if folder.is_dir() else []
@@ -175,8 +175,8 @@ def enforce_budget(row: dict, out: Path, notebook: Path) -> dict:
     total counts every trace under ``out`` so far, recorded ones included.
     """
     out = Path(out)
-    mine = find(out / Path(notebook).parent / trace_dir_for(notebook))
-    total = sum(p.stat().st_size for p in find(out))
+    mine = trace_files(out / Path(notebook).parent / trace_dir_for(notebook))
+    total = sum(p.stat().st_size for p in trace_files(out))
     row["traces"] = [{"path": p.relative_to(out).as_posix(), "bytes": p.stat().st_size} for p in mine]
     problems = budget_problems(mine, out, total)
     if problems and row.get("status") == "ok":
@@ -194,11 +194,11 @@ def stage_recorded(root: Path, out: Path) -> list[Path]:
         shutil.rmtree(dst)
     if not src.is_dir():
         return []
-    for p in find(src):
+    for p in trace_files(src):
         target = dst / p.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(p, target)
-    return find(dst)
+    return trace_files(dst)
 
 
 def publish(executed: Path, html_dir: Path) -> list[Path]:
@@ -207,7 +207,7 @@ def publish(executed: Path, html_dir: Path) -> list[Path]:
     that ``links()`` wrote resolve on the published site. Returns the published files."""
     executed, html_dir = Path(executed), Path(html_dir)
     published = []
-    for p in find(executed):
+    for p in trace_files(executed):
         rel = p.relative_to(executed)
         if rel.parts[0] == "_build":  # a build folder inside the executed tree is not source
             continue
