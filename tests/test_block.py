@@ -1,5 +1,5 @@
 """The transformer block of chapter 8 (kernels/block.py), its FLOP counts, and the exercise checks
-of chapters 7 and 8 (kernels/exercises_compiled.py, kernels/exercises_block.py): blank answers
+of chapters 7 and 8 (kernels/exercises/compiled.py, kernels/exercises/block.py): blank answers
 fail with their words, solutions pass, and each check names at least one realistic mistake."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 from torch.nn import functional as F
 
 from kernels import block as blocks
-from kernels import exercises_block as exb
-from kernels import exercises_compiled as exc
 from kernels.exercises import ExerciseFailed
+from kernels.exercises import block as exb
+from kernels.exercises import compiled as exc
 
 
 def _block(attention="naive", width=64, heads=4):

@@ -1,5 +1,5 @@
 """kernels.decoding (the KV cache, decode-step counts, bench_steps) and the checks of
-kernels.exercises_training (chapters 9 and 10's exercises)."""
+kernels.exercises.backward and kernels.exercises.decoding (chapters 9 and 10's exercises)."""
 from __future__ import annotations
 
 import re
@@ -13,8 +13,8 @@ import kernels
 from kernels import decoding, devices, plots, reference
 from kernels.decoding import KVCache
 from kernels.exercises import ExerciseFailed, Passed
-from kernels.exercises_training import (check_decode_intensity, check_decode_step, check_kept_for_backward,
-                                        check_training_flops)
+from kernels.exercises.backward import check_kept_for_backward, check_training_flops
+from kernels.exercises.decoding import check_decode_intensity, check_decode_step
 
 # ------------------------------------------------------------------------- the KV cache
 
@@ -156,7 +156,7 @@ def test_kept_for_backward_check_names_counting_allocations_without_frees():
 
 
 def test_the_traced_training_steps_keep_what_chapter_9_says():
-    from kernels.exercises_training import training_step_traces
+    from kernels.exercises.backward import training_step_traces
 
     shape = (1, 2, 48, 16)
     steps = training_step_traces({"naive": shape, "sdpa_flash": shape}, seed=0)

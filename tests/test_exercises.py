@@ -18,8 +18,15 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels import exercises as ex
-from kernels.exercises import ExerciseFailed
+from kernels.exercises import ExerciseFailed, judge
+from kernels.exercises import cuda as ex5
+from kernels.exercises import inplace as ex2
+from kernels.exercises import naive as ex1
+from kernels.exercises import occupancy as occ
+from kernels.exercises import primer as ex0
+from kernels.exercises import sdpa as ex3
+from kernels.exercises import showdown as ex6
+from kernels.exercises import triton as ex4
 from tests.helpers import ROOT
 
 BOOK = ROOT / "book" / "exercises"
@@ -133,59 +140,59 @@ def layer(x, w, b):
 def test_chapter0_wrong_answers():
     # Large enough that the matmul dominates: its total time then beats every self time.
     x, w, b = torch.randn(1024, 256), torch.randn(256, 256), torch.randn(256)
-    _fails(r"aten::mm is not at the top level \(it is one level down", ex.check_top_level_guess,
+    _fails(r"aten::mm is not at the top level \(it is one level down", ex0.check_top_level_guess,
            ["aten::mm", "aten::add", "aten::gelu"], layer, x, w, b)
-    _fails(r"right ops, wrong order", ex.check_top_level_guess, ["aten::add", "aten::matmul", "aten::gelu"],
+    _fails(r"right ops, wrong order", ex0.check_top_level_guess, ["aten::add", "aten::matmul", "aten::gelu"],
            layer, x, w, b)
     by_total = lambda step: step.ops.loc[step.ops["dur_us"].idxmax(), "name"]
-    _fails(r"longest \*total\* time \(dur_us\)", ex.check_hottest_op, by_total, layer, x, w, b)
+    _fails(r"longest \*total\* time \(dur_us\)", ex0.check_hottest_op, by_total, layer, x, w, b)
 
 
 def test_chapter1_wrong_answers():
     right = _attention_with()
-    assert ex.check_attention(right)
-    _fails(r"the scale is missing", ex.check_attention, _attention_with(scale_fn=lambda d: 1.0))
-    _fails(r"off by one: it hides the diagonal too", ex.check_attention, _attention_with(diagonal=0))
-    _fails(r"each query also sees the next key", ex.check_attention, _attention_with(diagonal=2))
-    _fails(r"softmax runs over the wrong dimension", ex.check_attention, _attention_with(dim=-2))
-    _fails(r"wrong shape", ex.check_attention, lambda q, k, v, causal=True, scale=None: right(q, k, v, causal, scale)[..., 0])
+    assert ex1.check_attention(right)
+    _fails(r"the scale is missing", ex1.check_attention, _attention_with(scale_fn=lambda d: 1.0))
+    _fails(r"off by one: it hides the diagonal too", ex1.check_attention, _attention_with(diagonal=0))
+    _fails(r"each query also sees the next key", ex1.check_attention, _attention_with(diagonal=2))
+    _fails(r"softmax runs over the wrong dimension", ex1.check_attention, _attention_with(dim=-2))
+    _fails(r"wrong shape", ex1.check_attention, lambda q, k, v, causal=True, scale=None: right(q, k, v, causal, scale)[..., 0])
 
     def first_copy_by_name(step, min_bytes):
         c = step.copies()
-        return None if c.empty else ex.top_level_ancestor(step, int(c.index[0]))
+        return None if c.empty else judge._top_level_ancestor(step, int(c.index[0]))
 
-    _fails(r"only made a small copy .* by the bytes they move", ex.check_hidden_copy, first_copy_by_name)
-    _fails(r"aten::clone does the copying", ex.check_hidden_copy, lambda step, n: "aten::clone")
-    _fails(r"no copy moves .* the answer is None", ex.check_hidden_copy, lambda step, n: "aten::masked_fill")
+    _fails(r"only made a small copy .* by the bytes they move", ex1.check_hidden_copy, first_copy_by_name)
+    _fails(r"aten::clone does the copying", ex1.check_hidden_copy, lambda step, n: "aten::clone")
+    _fails(r"no copy moves .* the answer is None", ex1.check_hidden_copy, lambda step, n: "aten::masked_fill")
 
 
 def test_chapter2_wrong_answers():
-    _fails(r"not in place: the result is right, but it is a new tensor", ex.check_inplace_mask,
+    _fails(r"not in place: the result is right, but it is a new tensor", ex2.check_inplace_mask,
            lambda scores, future: scores.masked_fill(future, -math.inf))
-    _fails(r"hidden scores are 0, not -inf", ex.check_inplace_mask,
+    _fails(r"hidden scores are 0, not -inf", ex2.check_inplace_mask,
            lambda scores, future: scores.masked_fill_(future, 0.0))
 
     def forgot_return(scores, future):
         scores.masked_fill_(future, -math.inf)
 
-    _fails(r"filled in place, but my_mask_ returned None", ex.check_inplace_mask, forgot_return)
+    _fails(r"filled in place, but my_mask_ returned None", ex2.check_inplace_mask, forgot_return)
     inplace = kernels.get("inplace")
     _fails(r"right values, but one call allocated [\d.]+ S×S buffers .*aten::mul.*aten::softmax",
-           ex.check_lean_attention, lambda q, k, v: inplace(q, k, v))
+           ex2.check_lean_attention, lambda q, k, v: inplace(q, k, v))
 
 
 def test_chapter3_wrong_answers():
     guesses = {"sdpa_math": 10, "sdpa_flash": 2}
-    _fails(r"you counted every op .* views and allocations included", ex.check_work_op_count,
+    _fails(r"you counted every op .* views and allocations included", ex3.check_work_op_count,
            lambda step: len(step.ops), guesses)
-    _fails(r"parents and children both", ex.check_work_op_count,
+    _fails(r"parents and children both", ex3.check_work_op_count,
            lambda step: int((~step.ops["is_view"]).sum()), guesses)
-    _fails(r"the mask is inverted: SDPA's boolean attn_mask marks what to KEEP", ex.check_sdpa_mask,
+    _fails(r"the mask is inverted: SDPA's boolean attn_mask marks what to KEEP", ex3.check_sdpa_mask,
            lambda q, k, v, future: F.scaled_dot_product_attention(q, k, v, attn_mask=future))
-    _fails(r"a float attn_mask is ADDED", ex.check_sdpa_mask,
+    _fails(r"a float attn_mask is ADDED", ex3.check_sdpa_mask,
            lambda q, k, v, future: F.scaled_dot_product_attention(q, k, v, attn_mask=future.float()))
-    _fails(r"every score is -inf came out NaN", ex.check_safe_softmax, lambda x: torch.softmax(x, -1))
-    _fails(r"changed its input", ex.check_safe_softmax,
+    _fails(r"every score is -inf came out NaN", ex3.check_safe_softmax, lambda x: torch.softmax(x, -1))
+    _fails(r"changed its input", ex3.check_safe_softmax,
            lambda x: torch.softmax(x.nan_to_num_(neginf=-1e30), -1))
 
 
@@ -212,13 +219,13 @@ def _occupancy(reserve=1024, round_registers=True):
 
 
 def test_chapter4_wrong_answers():
-    assert ex.check_online_update(_online())
-    _fails(r"l \(the running sum\) is not rescaled", ex.check_online_update, _online(rescale_l=False))
-    _fails(r"m_new is the tile's maximum only", ex.check_online_update, _online(tile_max=True))
-    assert ex.check_occupancy(_occupancy())
-    _fails(r"reserves 1 KB of shared memory", ex.check_occupancy, _occupancy(reserve=0))
-    _fails(r"registers are handed out per warp", ex.check_occupancy, _occupancy(round_registers=False))
-    _fails(r"you returned a percentage", ex.check_occupancy,
+    assert ex4.check_online_update(_online())
+    _fails(r"l \(the running sum\) is not rescaled", ex4.check_online_update, _online(rescale_l=False))
+    _fails(r"m_new is the tile's maximum only", ex4.check_online_update, _online(tile_max=True))
+    assert occ.check_occupancy(_occupancy())
+    _fails(r"reserves 1 KB of shared memory", occ.check_occupancy, _occupancy(reserve=0))
+    _fails(r"registers are handed out per warp", occ.check_occupancy, _occupancy(round_registers=False))
+    _fails(r"you returned a percentage", occ.check_occupancy,
            lambda *a: (_occupancy()(*a)[0], 100 * _occupancy()(*a)[1]))
     # The Triton kernel's planted bug (the notebook's stub) is covered by the stub test.
 
@@ -231,23 +238,23 @@ def _tflops(causal_halved=True, unit=1e12):
 
 
 def test_chapter6_wrong_answers():
-    assert ex.check_tflops(_tflops())
-    _fails(r"causal attention is counted at full price", ex.check_tflops, _tflops(causal_halved=False))
-    _fails(r"1000x high", ex.check_tflops, _tflops(unit=1e9))
+    assert ex6.check_tflops(_tflops())
+    _fails(r"causal attention is counted at full price", ex6.check_tflops, _tflops(causal_halved=False))
+    _fails(r"1000x high", ex6.check_tflops, _tflops(unit=1e9))
 
     def intensity(b, h, s, d, causal, elem, tensors=4, per_element=False):
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         return flops / (tensors * b * h * s * d * (1 if per_element else elem))
 
-    assert ex.check_intensity(intensity)
-    _fails(r"elements, not bytes", ex.check_intensity, lambda *a: intensity(*a, per_element=True))
-    _fails(r"four tensors", ex.check_intensity, lambda *a: intensity(*a, tensors=3))
+    assert ex6.check_intensity(intensity)
+    _fails(r"elements, not bytes", ex6.check_intensity, lambda *a: intensity(*a, per_element=True))
+    _fails(r"four tensors", ex6.check_intensity, lambda *a: intensity(*a, tensors=3))
 
 
 def test_learner_exceptions_become_sentences():
     def broken(q, k, v, causal=True, scale=None):
         return q @ k  # forgot the transpose: a shape error
-    _fails(r"my_attention\(q, k, v, causal, scale\) raised RuntimeError", ex.check_attention, broken)
+    _fails(r"my_attention\(q, k, v, causal, scale\) raised RuntimeError", ex1.check_attention, broken)
 
 
 @pytest.mark.slow
@@ -292,11 +299,11 @@ def _arch_occupancy(arch_limits=None):
 
 
 def test_chapter5_wrong_answers():
-    assert ex.check_read_ptxas(_read_ptxas())
-    _fails(r"numbers of the same kernel compiled for sm_80", ex.check_read_ptxas, _read_ptxas(first_match=True))
-    _fails(r"spill stores plus spill loads", ex.check_read_ptxas, _read_ptxas(stores_only=True))
-    assert ex.check_arch_occupancy(_arch_occupancy())
-    _fails(r"you used sm_80's limits for sm_90", ex.check_arch_occupancy, _arch_occupancy(arch_limits="sm_80"))
+    assert ex5.check_read_ptxas(_read_ptxas())
+    _fails(r"numbers of the same kernel compiled for sm_80", ex5.check_read_ptxas, _read_ptxas(first_match=True))
+    _fails(r"spill stores plus spill loads", ex5.check_read_ptxas, _read_ptxas(stores_only=True))
+    assert occ.check_occupancy(_arch_occupancy(), takes_arch=True)
+    _fails(r"you used sm_80's limits for sm_90", occ.check_occupancy, _arch_occupancy(arch_limits="sm_80"), takes_arch=True)
 
     def lane(tid, warp_offset=True, second=8):
         warp, ln = divmod(tid, 32)
@@ -304,18 +311,18 @@ def test_chapter5_wrong_answers():
         base = 16 * warp if warp_offset else 0
         return [base + g, base + g + second], [2 * t, 2 * t + 1]
 
-    assert ex.check_v2_lane(lane)
-    _fails(r"those are warp 0's rows", ex.check_v2_lane, lambda tid: lane(tid, warp_offset=False))
-    _fails(r"the second row is g \+ 8, not g \+ 1", ex.check_v2_lane, lambda tid: lane(tid, second=1))
+    assert ex5.check_v2_lane(lane)
+    _fails(r"those are warp 0's rows", ex5.check_v2_lane, lambda tid: lane(tid, warp_offset=False))
+    _fails(r"the second row is g \+ 8, not g \+ 1", ex5.check_v2_lane, lambda tid: lane(tid, second=1))
     swapped = lambda tid: ([16 * (tid // 32) + tid % 4, 16 * (tid // 32) + tid % 4 + 8],
                            [2 * (tid % 32 // 4), 2 * (tid % 32 // 4) + 1])
-    _fails(r"g and t are swapped", ex.check_v2_lane, swapped)
+    _fails(r"g and t are swapped", ex5.check_v2_lane, swapped)
 
 
 def test_fresh_ptxas_reports_read_back_as_written():
     """The generated reports are judged by kernels.ptxas.parse_ptxas: every kernel once per arch,
     the device function skipped, spills only where written."""
-    found = ex._ptxas_numbers(ex.fresh_ptxas_report(7))
+    found = ex5._ptxas_numbers(ex5.fresh_ptxas_report(7))
     assert sorted(found) == [(k, a) for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for a in ("sm_80", "sm_90")]
     assert all(found["_Z4manyILi64EEvPKfPfi", a].spills and not found["_Z8tile_sumPKfPf", a].spills for a in ("sm_80", "sm_90"))
     assert all(found["_Z8tile_sumPKfPf", a].shared_bytes > 0 and found["_Z4manyILi64EEvPKfPfi", a].shared_bytes == 0
@@ -326,28 +333,28 @@ def test_fresh_ptxas_reports_read_back_as_written():
 
 
 def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(capsys):
-    result = ex._passed("right")
+    result = judge._passed("right")
     assert result and repr(result) == "Passed('right')" and result._ipython_display_() is None
-    ex.showing_solutions(True)
+    judge.showing_solutions(True)
     try:
-        ex._passed("right")
+        judge._passed("right")
         out = capsys.readouterr().out
         assert "runs the course's hidden solutions" in out and "✔ the course solution: right" in out, \
             "a built page's ✔ says it is the course's solution that passed, not the learner's empty cell"
     finally:
-        ex.showing_solutions(False)
-    ex._passed("right")
+        judge.showing_solutions(False)
+    judge._passed("right")
     assert capsys.readouterr().out == "✔ right\n"
 
 
 def test_backend_predictions_name_the_rule_that_decides(nb_dir):
     solution = notebook_module("03_sdpa", nb_dir).solution_predictions
-    assert ex.check_backend_predictions(solution)
+    assert ex3.check_backend_predictions(solution)
     with pytest.raises(ExerciseFailed, match="missing"):
-        ex.check_backend_predictions({})
+        ex3.check_backend_predictions({})
     wrong = {**solution, "H200, bf16, D=64": "sdpa_flash"}  # the usual guess: flash everywhere
     with pytest.raises(ExerciseFailed, match=r"H200, bf16, D=64: SDPA tries sdpa_cudnn -> .* takes sdpa_cudnn"):
-        ex.check_backend_predictions(wrong)
+        ex3.check_backend_predictions(wrong)
     wrong = {**solution, "T4, fp16, D=60": "sdpa_efficient"}
     with pytest.raises(ExerciseFailed, match="multiple of 8"):
-        ex.check_backend_predictions(wrong)
+        ex3.check_backend_predictions(wrong)

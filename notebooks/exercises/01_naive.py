@@ -18,7 +18,8 @@ import torch
 
 from kernels import profiling
 from kernels.book import setup
-from kernels.exercises import check_attention, check_hidden_copy, showing_solutions
+from kernels.exercises import showing_solutions
+from kernels.exercises.naive import check_attention, check_hidden_copy
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -15,7 +15,8 @@ solutions = False
 import torch
 
 from kernels.book import setup
-from kernels.exercises import check_inplace_mask, check_lean_attention, showing_solutions
+from kernels.exercises import showing_solutions
+from kernels.exercises.inplace import check_inplace_mask, check_lean_attention
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -26,7 +26,9 @@ import triton
 import triton.language as tl
 
 from kernels.book import setup
-from kernels.exercises import check_causal_softmax, check_occupancy, check_online_update, showing_solutions
+from kernels.exercises import showing_solutions
+from kernels.exercises.occupancy import check_occupancy
+from kernels.exercises.triton import check_causal_softmax, check_online_update
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

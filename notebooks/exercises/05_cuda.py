@@ -19,7 +19,9 @@ import pandas as pd
 
 from kernels import cuda_flash, cuda_report
 from kernels.book import setup
-from kernels.exercises import check_arch_occupancy, check_read_ptxas, check_v2_lane, showing_solutions
+from kernels.exercises import showing_solutions
+from kernels.exercises.cuda import check_read_ptxas, check_v2_lane
+from kernels.exercises.occupancy import check_occupancy
 from kernels.occupancy import ARCHES
 
 device, dtype = setup(device, dtype)
@@ -144,7 +146,7 @@ def solution_occupancy(threads, registers, shared_bytes, arch):
 
 # %% tags=["check"]
 occupancy_fn = solution_occupancy if solutions else my_occupancy
-check_arch_occupancy(occupancy_fn)
+check_occupancy(occupancy_fn, takes_arch=True)
 # v2 at bf16, D = 64, from the chapter's recorded compiler report. ptxas reports 0 bytes of
 # static shared memory: the launcher's dynamic shared memory is the block's whole share.
 recorded = cuda_report.recorded_report()

@@ -20,7 +20,8 @@ import torch
 
 import kernels
 from kernels.book import inputs, setup
-from kernels.exercises import check_intensity, check_tflops, showing_solutions
+from kernels.exercises import showing_solutions
+from kernels.exercises.showdown import check_intensity, check_tflops
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

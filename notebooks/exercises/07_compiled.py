@@ -19,7 +19,7 @@ import math
 import torch
 
 from kernels.book import setup
-from kernels.exercises_compiled import check_skipped_tiles, check_softcap, check_window_mask
+from kernels.exercises.compiled import check_skipped_tiles, check_softcap, check_window_mask
 
 device, dtype = setup(device, dtype)
 

@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from kernels.book import setup
-from kernels.exercises_block import check_block_flops, check_block_forward, check_crossover
+from kernels.exercises.block import check_block_flops, check_block_forward, check_crossover
 
 device, dtype = setup(device, dtype)
 

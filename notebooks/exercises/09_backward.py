@@ -15,7 +15,7 @@ solutions = False
 # %% tags=["setup"]
 from kernels.book import setup
 from kernels.exercises import showing_solutions
-from kernels.exercises_training import check_kept_for_backward, check_training_flops
+from kernels.exercises.backward import check_kept_for_backward, check_training_flops
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import kernels
 from kernels.book import setup
 from kernels.exercises import showing_solutions
-from kernels.exercises_training import check_decode_intensity, check_decode_step
+from kernels.exercises.decoding import check_decode_intensity, check_decode_step
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

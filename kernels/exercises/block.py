@@ -1,6 +1,6 @@
 """Checks for the exercises of chapter 8 (one transformer block).
 
-Same contract as ``kernels.exercises``: fresh cases (the seed is printed, so a failure can be
+The contract of ``kernels.exercises.judge``: fresh cases (the seed is printed, so a failure can be
 replayed with ``seed=``), a judge computed here, one ``✔`` line or an ``ExerciseFailed`` that
 says what is wrong in words.
 """
@@ -11,40 +11,40 @@ from typing import Callable, Optional
 import torch
 from torch.nn import functional as F
 
-from . import block as blocks
-from .exercises import ExerciseFailed, _blank, _fail, _passed, _run, _seed
+from .. import block as blocks
+from .judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
 
-__all__ = ["ExerciseFailed", "check_block_flops", "check_crossover", "check_block_forward"]
+__all__ = ["check_block_flops", "check_crossover", "check_block_forward"]
 
-PARTS = ("qkv", "attention", "proj", "mlp")
+_PARTS = ("qkv", "attention", "proj", "mlp")
 
 
 def _configs(g):
     """(seq, width, batch, mlp_ratio) cases: odd lengths, widths that are not powers of two."""
-    pick = lambda lo, hi: int(torch.randint(lo, hi, (), generator=g))  # noqa: E731
-    return [(pick(17, 900), 64 * pick(2, 12), pick(1, 4), 4), (pick(100, 3000), 96 * pick(1, 8), 1, pick(2, 6))]
+    return [(_pick(g, 17, 900), 64 * _pick(g, 2, 12), _pick(g, 1, 4), 4),
+            (_pick(g, 100, 3000), 96 * _pick(g, 1, 8), 1, _pick(g, 2, 6))]
 
 
 # ============================================================================ task 1: FLOPs by part
 
-def check_block_flops(block_flops: Callable, seed: Optional[int] = None) -> bool:
+def check_block_flops(block_flops: Callable, seed: Optional[int] = None) -> Passed:
     """``block_flops(seq, width, batch, mlp_ratio)`` -> {"qkv", "attention", "proj", "mlp"}: matmul
     FLOPs of one forward, attention computing every S×S score (what FlopCounterMode counts)."""
-    g = torch.Generator().manual_seed(_seed(seed))
+    g = _generator(seed)
     for seq, width, batch, ratio in _configs(g):
         want = blocks.flops(seq, width, batch, ratio)
         got = _run(block_flops, seq, width, batch, ratio, what=f"block_flops({seq}, {width}, {batch}, {ratio})")
         case = f"[S={seq}, W={width}, B={batch}, mlp_ratio={ratio}]"
         if _blank(got) or not isinstance(got, dict):
-            _fail(f"block_flops must return a dict with keys {list(PARTS)}; it returned {got!r}.")
-        missing = [p for p in PARTS if p not in got]
+            _fail(f"block_flops must return a dict with keys {list(_PARTS)}; it returned {got!r}.")
+        missing = [p for p in _PARTS if p not in got]
         if missing:
             _fail(f"the dict is missing {missing}: give every part its FLOPs.")
-        off = {p: float(got[p]) / want[p] for p in PARTS}
+        off = {p: float(got[p]) / want[p] for p in _PARTS}
         if all(abs(r - 0.5) < 1e-9 for r in off.values()):
             _fail(f"{case} every part is half the right count: a multiply-add is 2 FLOPs (one multiply, one "
                   "add), so an [M, K] × [K, N] matmul costs 2·M·K·N.")
-        for part in PARTS:
+        for part in _PARTS:
             r = off[part]
             if abs(r - 1) <= 1e-9:
                 continue
@@ -65,19 +65,19 @@ def check_block_flops(block_flops: Callable, seed: Optional[int] = None) -> bool
 
 # ============================================================================ task 2: the crossover
 
-def crossover_reference(width: int, mlp_ratio: int = 4, causal_skip: bool = False) -> float:
+def _crossover(width: int, mlp_ratio: int = 4, causal_skip: bool = False) -> float:
     """The S at which attention's FLOPs equal the linear layers': 4S²W (or 2S²W) = 2·S·W²·(4 + 2r)."""
     per = 2.0 if causal_skip else 4.0
     return 2.0 * width * (4 + 2 * mlp_ratio) / per
 
 
-def check_crossover(crossover: Callable, seed: Optional[int] = None) -> bool:
+def check_crossover(crossover: Callable, seed: Optional[int] = None) -> Passed:
     """``crossover(width, mlp_ratio, causal_skip)``: the sequence length at which attention is half
     the block's matmul FLOPs."""
-    g = torch.Generator().manual_seed(_seed(seed))
-    cases = [(64 * int(torch.randint(2, 20, (), generator=g)), r, c) for r, c in ((4, False), (int(torch.randint(2, 8, (), generator=g)), False), (4, True))]
+    g = _generator(seed)
+    cases = [(64 * _pick(g, 2, 20), r, c) for r, c in ((4, False), (_pick(g, 2, 8), False), (4, True))]
     for width, ratio, skip in cases:
-        want = crossover_reference(width, ratio, skip)
+        want = _crossover(width, ratio, skip)
         got = _run(crossover, width, ratio, skip, what=f"crossover({width}, {ratio}, {skip})")
         case = f"[W={width}, mlp_ratio={ratio}, causal_skip={skip}]"
         if _blank(got):
@@ -89,7 +89,7 @@ def check_crossover(crossover: Callable, seed: Optional[int] = None) -> bool:
             _fail(f"{case} 6·W holds for mlp_ratio 4 with every score computed; derive it from the counts: "
                   "the linear layers cost 2·S·W²·(4 + 2·mlp_ratio), attention 4·S²·W (2·S²·W when causal "
                   "tiles are skipped).")
-        if abs(got - crossover_reference(width, ratio, not skip)) < 1e-6 * want:
+        if abs(got - _crossover(width, ratio, not skip)) < 1e-6 * want:
             _fail(f"{case} causal_skip halves attention's FLOPs, which doubles the crossover length "
                   "(or you halved it where nothing is skipped).")
         _fail(f"{case} attention equals the rest at S = {want:g}; you said {got:g}.")
@@ -128,11 +128,11 @@ def _variants(blk, x):
              "then move heads before seq.", run(split="bsdh"))]
 
 
-def check_block_forward(block_forward: Callable, seed: Optional[int] = None) -> bool:
+def check_block_forward(block_forward: Callable, seed: Optional[int] = None) -> Passed:
     """``block_forward(block, x)`` must compute the block's forward from its parts."""
-    g = torch.Generator().manual_seed(_seed(seed))
-    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (), generator=g)))
-    for width, heads, seq in ((48, 3, int(torch.randint(5, 30, (), generator=g))), (64, 4, 17)):
+    g = _generator(seed)
+    torch.manual_seed(_pick(g, 0, 2**31 - 1))  # the blocks' weights, from the printed seed too
+    for width, heads, seq in ((48, 3, _pick(g, 5, 30)), (64, 4, 17)):
         blk = blocks.Block(width, heads, "naive", labels=False).eval()
         x = torch.randn(2, seq, width, generator=g)
         with torch.no_grad():

@@ -1,6 +1,6 @@
 """Checks for the exercises of chapter 7 (compiled attention, FlexAttention).
 
-Same contract as ``kernels.exercises``: each ``check_*`` runs your function on inputs it has
+The contract of ``kernels.exercises.judge``: each ``check_*`` runs your function on inputs it has
 never seen (the seed is printed, so a failure can be replayed with ``seed=``), compares with
 a judge computed here, and either prints one ``✔`` line or raises ``ExerciseFailed`` with a
 sentence saying what is wrong: the known mistake your answer reproduces, or where it differs.
@@ -16,14 +16,14 @@ from typing import Callable, Optional
 
 import torch
 
-from .exercises import ExerciseFailed, _blank, _fail, _passed, _run, _seed
+from .judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
 
-__all__ = ["ExerciseFailed", "check_window_mask", "check_skipped_tiles", "check_softcap"]
+__all__ = ["check_window_mask", "check_skipped_tiles", "check_softcap"]
 
 
 # ============================================================================ task 1: a mask_mod
 
-def window_reference(seq: int, window: int) -> torch.Tensor:
+def _window(seq: int, window: int) -> torch.Tensor:
     """[seq, seq] bool: query i sees key j when i - window < j <= i (causal, the last ``window`` keys)."""
     i = torch.arange(seq).view(-1, 1)
     j = torch.arange(seq).view(1, -1)
@@ -33,13 +33,13 @@ def window_reference(seq: int, window: int) -> torch.Tensor:
 def _dense(mask_mod: Callable, seq: int) -> torch.Tensor:
     from torch.nn.attention.flex_attention import create_mask
 
-    return create_mask(mask_mod, None, None, seq, seq, device="cpu")[0, 0].bool()
+    return create_mask(mask_mod, None, None, seq, seq, device="cpu")[0, 0].bool()  # [1, 1, S, S] -> [S, S]
 
 
-def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> bool:
+def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> Passed:
     """``sliding_window(window)`` must return a mask_mod: query i sees keys j with i - window < j <= i."""
-    g = torch.Generator().manual_seed(_seed(seed))
-    cases = [(int(torch.randint(20, 90, (), generator=g)), int(torch.randint(2, 12, (), generator=g))) for _ in range(3)]
+    g = _generator(seed)
+    cases = [(_pick(g, 20, 90), _pick(g, 2, 12)) for _ in range(3)]
     cases.append((9, 1))   # a window of one: each query sees only itself
     for seq, window in cases:
         mod = _run(sliding_window, window, what=f"sliding_window({window})")
@@ -47,20 +47,20 @@ def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> b
             _fail(f"sliding_window({window}) must return a function mask_mod(b, h, q_idx, kv_idx); "
                   f"it returned {mod!r}.")
         got = _run(_dense, mod, seq, what="your mask_mod (evaluated by create_mask)")
-        want = window_reference(seq, window)
+        want = _window(seq, window)
         if torch.equal(got, want):
             continue
         case = f"[S={seq}, window={window}]"
         mistakes = [
-            (window_reference(seq, window + 1), "each query sees one key too many: with window w it sees "
+            (_window(seq, window + 1), "each query sees one key too many: with window w it sees "
              "itself and the w - 1 keys before it (j > i - w, not j >= i - w)."),
-            (window_reference(seq, window - 1) if window > 1 else None, "each query sees one key too few: "
+            (_window(seq, window - 1) if window > 1 else None, "each query sees one key too few: "
              "it should see itself and the w - 1 keys before it (j > i - w)."),
-            (window_reference(seq, seq), "the window is missing: this is plain causal attention; also "
+            (_window(seq, seq), "the window is missing: this is plain causal attention; also "
              "require j > i - window."),
-            (window_reference(seq, window) | ~torch.ones(seq, seq, dtype=torch.bool).tril(),
+            (_window(seq, window) | ~torch.ones(seq, seq, dtype=torch.bool).tril(),
              "the causal bound is missing: queries see future keys. Require kv_idx <= q_idx too."),
-            (window_reference(seq, window).T, "the mask points the wrong way (keys after the query): "
+            (_window(seq, window).T, "the mask points the wrong way (keys after the query): "
              "compare kv_idx <= q_idx, not q_idx <= kv_idx."),
         ]
         for mask, words in mistakes:
@@ -75,23 +75,17 @@ def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> b
 
 # ============================================================================ task 2: tiles
 
-def skipped_tiles_reference(seq: int, block: int) -> int:
-    """Tiles of a causal [seq, seq] score matrix, cut into block × block tiles, that hold no visible score."""
-    n = math.ceil(seq / block)
-    return n * (n - 1) // 2
-
-
-def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> bool:
+def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> Passed:
     """``skipped_tiles(seq, block)``: how many tiles a causal block mask skips (checked against
     ``create_block_mask`` itself)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from .compiled import block_counts, causal_mod
+    from ..compiled import block_counts, causal_mod
 
-    g = torch.Generator().manual_seed(_seed(seed))
-    cases = [(128 * int(torch.randint(2, 6, (), generator=g)), 128),
-             (int(torch.randint(130, 700, (), generator=g)), 128),
-             (int(torch.randint(40, 200, (), generator=g)), 32), (100, 128)]
+    g = _generator(seed)
+    cases = [(128 * _pick(g, 2, 6), 128),
+             (_pick(g, 130, 700), 128),
+             (_pick(g, 40, 200), 32), (100, 128)]
     for seq, block in cases:
         want = block_counts(create_block_mask(causal_mod(0), None, None, seq, seq, device="cpu",
                                               BLOCK_SIZE=block)).skipped
@@ -116,7 +110,7 @@ def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> 
 
 # ============================================================================ task 3: a score_mod
 
-def softcap_reference(q, k, v, cap: float, causal: bool = True) -> torch.Tensor:
+def _softcap(q, k, v, cap: float, causal: bool = True) -> torch.Tensor:
     """Attention with soft-capped scores, cap · tanh(score / cap), in float64 (scale 1/sqrt(d) first)."""
     q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
     s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
@@ -129,7 +123,7 @@ def softcap_reference(q, k, v, cap: float, causal: bool = True) -> torch.Tensor:
 def _eager_flex(q, k, v, score_mod, causal: bool):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from .compiled import causal_mod
+    from ..compiled import causal_mod
 
     mask = create_block_mask(causal_mod(0), None, None, q.shape[-2], k.shape[-2], device="cpu") if causal else None
     with warnings.catch_warnings():
@@ -137,17 +131,17 @@ def _eager_flex(q, k, v, score_mod, causal: bool):
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask)
 
 
-def check_softcap(softcap: Callable, seed: Optional[int] = None) -> bool:
+def check_softcap(softcap: Callable, seed: Optional[int] = None) -> Passed:
     """``softcap(cap)`` must return a score_mod that maps each score to cap · tanh(score / cap)."""
-    g = torch.Generator().manual_seed(_seed(seed))
-    s = int(torch.randint(9, 40, (), generator=g))
+    g = _generator(seed)
+    s = _pick(g, 9, 40)
     q, k, v = (t * 3 for t in torch.randn(3, 1, 2, s, 16, generator=g).unbind(0))   # large scores: the cap bites
-    for cap, causal in ((float(torch.randint(2, 6, (), generator=g)), True), (1.5, False)):
+    for cap, causal in ((float(_pick(g, 2, 6)), True), (1.5, False)):
         mod = _run(softcap, cap, what=f"softcap({cap})")
         if _blank(mod) or not callable(mod):
             _fail(f"softcap({cap}) must return a function score_mod(score, b, h, q_idx, kv_idx); it returned {mod!r}.")
         out = _run(_eager_flex, q, k, v, mod, causal, what="flex_attention with your score_mod")
-        want = softcap_reference(q, k, v, cap, causal)
+        want = _softcap(q, k, v, cap, causal)
         err = lambda o: float((o.double() - want).abs().max() / want.abs().max())  # noqa: E731
         if err(out) <= 1e-4:
             continue

@@ -1,0 +1,122 @@
+"""Checks for the exercises of chapter 9, the backward pass: what the forward keeps for the
+backward, read from a trace, and a training step's FLOPs.
+
+The contract of ``kernels.exercises.judge``: fresh cases (the seed is printed, so a failure can be
+replayed with ``seed=``), a judge computed here, one ``✔`` line or an ``ExerciseFailed`` that
+says in words what is wrong.
+"""
+from __future__ import annotations
+
+import tempfile
+from typing import Callable, Optional
+
+import torch
+
+from .. import reference
+from ..registry import get
+from .judge import Passed, _blank, _fail, _generator, _number, _passed, _pick, _run
+
+__all__ = ["check_kept_for_backward", "check_training_flops", "training_step_traces"]
+
+_AUTOGRAD = "autograd::engine"  # the prefix of the ops the backward runs
+
+
+# ============================================================================ task 1
+
+def _backward_start(step) -> float:
+    """When the backward began: the first op the autograd engine runs."""
+    ops = step.ops
+    return float(ops.loc[ops["name"].str.startswith(_AUTOGRAD), "ts"].min())
+
+
+def _kept(step, nbytes: int) -> int:
+    """Buffers of exactly ``nbytes`` allocated before the backward began and not freed by then."""
+    m = step.memory[step.memory["ts"] < _backward_start(step)]
+    return int((m["bytes"] == nbytes).sum() - (m["bytes"] == -nbytes).sum())
+
+
+def training_step_traces(cases: dict, seed: int) -> dict:
+    """One profiled training step (forward + backward) per ``{name: shape}``, all in one profiler
+    session (each under its own ``record_function`` label): ``{name: Step}``."""
+    from torch.profiler import record_function
+
+    from .. import profiling
+
+    g = torch.Generator().manual_seed(seed)
+    made = {}
+    for name, shape in cases.items():
+        q, k, v = (torch.randn(shape, generator=g).requires_grad_() for _ in range(3))
+        made[name] = (get(name), q, k, v, torch.randn(shape, generator=g))
+
+    def steps():
+        for name, (attention, q, k, v, grad_out) in made.items():
+            with torch.enable_grad(), record_function(f"{name}_train"):  # profile() turns grad off: no tensor args
+                attention(q, k, v, causal=True).backward(grad_out)
+
+    with tempfile.TemporaryDirectory() as folder:
+        run = profiling.profile(steps, label="training_steps", wait=0, warmup=1, active=1, trace_dir=folder)
+    return {name: run.trace.steps(f"{name}_train")[-1] for name in cases}
+
+
+def check_kept_for_backward(kept_for_backward: Callable, seed: Optional[int] = None) -> Passed:
+    """``kept_for_backward(step, nbytes)`` -> how many buffers of ``nbytes`` bytes the forward of a
+    profiled training step left allocated for its backward."""
+    g = _generator(seed)
+    asked = []
+    shapes = {name: (1, _pick(g, 1, 4), _pick(g, 40, 97), (16, 32)[_pick(g, 0, 2)]) for name in ("naive", "sdpa_math", "sdpa_flash")}
+    traced = training_step_traces(shapes, _pick(g, 0, 2**30))
+    for name, shape in shapes.items():
+        step = traced[name]
+        b, h, s, _ = shape
+        nbytes = b * h * s * s * 4
+        got = _run(kept_for_backward, step, nbytes, what="kept_for_backward(step, nbytes)")
+        if _blank(got) or isinstance(got, bool) or not isinstance(got, int):
+            _fail(f"kept_for_backward returned {got!r}; return a count (an int).")
+        want = _kept(step, nbytes)
+        case = f"[{name}, shape {shape}, one S×S buffer = {nbytes} bytes]"
+        asked.append(name)
+        if got == want:
+            continue
+        m = step.memory
+        t0 = _backward_start(step)
+        before = m[m["ts"] < t0]
+        if got == int((before["bytes"] == nbytes).sum()):
+            _fail(f"{case} you counted every S×S allocation of the forward ({got}); some were freed before the "
+                  f"backward began (the raw scores, a clone). Subtract the frees (events with bytes == -nbytes): "
+                  f"{want} are still alive.")
+        if got == int((m["bytes"] == nbytes).sum()) or got == int((m["bytes"] == nbytes).sum() - (m["bytes"] == -nbytes).sum()):
+            _fail(f"{case} you counted over the whole step, backward included. Stop at the backward's first op "
+                  "(the first op whose name starts with 'autograd::engine'): what is alive then is what the "
+                  f"forward kept, {want} here.")
+        if got == int((before["bytes"] > 0).sum() - (before["bytes"] < 0).sum()):
+            _fail(f"{case} you counted buffers of every size; count only those of exactly nbytes bytes.")
+        _fail(f"{case} the forward left {want} buffer(s) of {nbytes} bytes for the backward; you said {got}.")
+    return _passed(f"kept_for_backward reads what each forward keeps ({', '.join(asked)}) from fresh traces")
+
+
+# ============================================================================ task 2
+
+def check_training_flops(training_flops: Callable, seed: Optional[int] = None) -> Passed:
+    """``training_flops(batch, heads, seq, head_dim, causal)`` -> FLOPs of one forward + backward."""
+    g = _generator(seed)
+    cases = [(_pick(g, 1, 5), _pick(g, 1, 33), _pick(g, 100, 8193), (64, 128)[_pick(g, 0, 2)], causal) for causal in (True, False, True)]
+    for b, h, s, d, causal in cases:
+        got = _number(_run(training_flops, b, h, s, d, causal, what="training_flops(...)"), "training_flops")
+        want = reference.flops(b, h, s, d, causal=causal, backward=True)
+        case = f"[B={b} H={h} S={s} D={d} causal={causal}]"
+        if abs(got - want) <= 1e-9 * want:
+            continue
+        r = got / want
+        forward = reference.flops(b, h, s, d, causal=causal)
+        words = {1 / 3.5: "that is the forward only: a training step adds the backward, 2.5x the forward, so 3.5x in all.",
+                 2.5 / 3.5: "that is the backward only (2.5x the forward); the step is forward + backward = 3.5x.",
+                 3.0 / 3.5: ("3x the forward is what a backward that reads saved probabilities does (four matmuls). "
+                             "The convention (FlashAttention's benchmarks) counts the backward's five matmuls, with "
+                             "QKᵀ recomputed: 2.5x, so 3.5x for the step."),
+                 2.0: "causal attention computes half the scores: halve the FLOPs when causal.",
+                 0.5: "each multiply-add is 2 FLOPs: the forward is 4·B·H·S²·D (halved when causal), you are 2x low."}
+        for factor, message in words.items():
+            if abs(r / factor - 1) < 1e-6 and not (factor == 2.0 and not causal):
+                _fail(f"{case} {message}")
+        _fail(f"{case} the step does {want:.4g} FLOPs (forward {forward:.4g} × 3.5); you said {got:.4g} ({r:.3g}x).")
+    return _passed(f"training_flops counts forward + backward (3.5x the forward, causal halved) on {len(cases)} fresh shapes")

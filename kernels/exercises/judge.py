@@ -1,0 +1,194 @@
+"""What every exercise check shares: the verdicts, the seed, and the comparisons.
+
+Every ``check_*`` function takes the function (or numbers) you wrote, runs it on inputs
+it has never seen (random, odd sizes, non-contiguous views), and compares the result with
+a judge (mostly ``kernels.reference``). It either prints one ``✔`` line and returns a
+:class:`Passed`, or raises :class:`ExerciseFailed` with a sentence about *what* is wrong.
+A check that draws random inputs prints its seed first; pass it back as ``seed=`` to replay
+exactly the cases that failed.
+
+How a check finds the words: for each task it knows the mistakes people make (the scale
+left out, the mask off by one, causal FLOPs counted at full price...). It computes what
+each mistake would have produced and compares your result with those too. If yours
+matches one, the check names it. If it matches none, the check still tells you where
+your answer differs (which case, which row, how far off), never just "failed".
+
+The underscored helpers here are for the chapter modules, not for learners.
+"""
+from __future__ import annotations
+
+import tempfile
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["ExerciseFailed", "Passed", "showing_solutions", "FP32_TOL"]
+
+FP32_TOL = 1e-4  # your code is not judged on the last bits: every mistake a check names is far larger
+
+
+class ExerciseFailed(AssertionError):
+    """Your answer is not right yet; the message says how."""
+
+
+class Passed:
+    """What a check returns when the answer is right: true, and silent as a cell's last value.
+
+    The check has already printed its verdict; a bare ``True`` under it would only be noise.
+    """
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"Passed({self.message!r})"
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+_SOLUTIONS_SHOWN = False
+
+
+def showing_solutions(shown: bool) -> None:
+    """Say whether this copy runs the course's hidden solutions (the built book does): each ✔
+    then names them, so an empty answer cell above a ✔ cannot read as the learner's success."""
+    global _SOLUTIONS_SHOWN
+    _SOLUTIONS_SHOWN = bool(shown)
+    if shown:
+        print("This copy runs the course's hidden solutions, so every check below passes with theirs. "
+              "Download the notebook (it comes unsolved) to answer yourself.")
+
+
+def _passed(message: str) -> Passed:
+    print(f"✔ {'the course solution: ' if _SOLUTIONS_SHOWN else ''}{message}")
+    return Passed(message)
+
+
+def _fail(message: str):
+    raise ExerciseFailed(message)
+
+
+# ------------------------------------------------------------------------------- seeding
+
+def _seed(seed: Optional[int] = None) -> int:
+    """The seed of one check's random inputs: fresh each run unless given, and always printed,
+    so a failure can be replayed exactly (pass the printed seed as ``seed=``)."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
+    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
+    return seed
+
+
+def _generator(seed: Optional[int] = None) -> torch.Generator:
+    """A generator for one check's random inputs, from :func:`_seed` (printed)."""
+    return torch.Generator().manual_seed(_seed(seed))
+
+
+def _pick(g: torch.Generator, low: int, high: int) -> int:
+    """An int in [low, high), drawn from ``g``."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
+# ------------------------------------------------------------------------------- the learner's code
+
+def _run(fn: Callable, *args, what: str = "your function", **kwargs):
+    """Call the learner's code; turn its exceptions into a sentence instead of a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        _fail(f"{what} is not written yet (it raised NotImplementedError).")
+    except ExerciseFailed:
+        raise
+    except Exception as err:  # any bug in learner code is a finding, not a crash of the check
+        _fail(f"{what} raised {type(err).__name__}: {err}")
+
+
+def _blank(value) -> bool:
+    return value is None or value is Ellipsis or (isinstance(value, (list, tuple, dict, str)) and not value)
+
+
+def _number(got, what: str) -> float:
+    if _blank(got) or isinstance(got, bool) or not isinstance(got, (int, float)):
+        _fail(f"{what} returned {got!r}; return a number.")
+    return float(got)
+
+
+def _is_tensor(out, what: str, expected_shape, expected_dtype=None, expected_device=None) -> None:
+    if out is None:
+        _fail(f"{what} returned None: it has no `return` yet (or returns nothing).")
+    if not isinstance(out, torch.Tensor):
+        _fail(f"{what} returned a {type(out).__name__}, not a torch.Tensor.")
+    if tuple(out.shape) != tuple(expected_shape):
+        _fail(f"wrong shape: {what} returned {tuple(out.shape)}, expected {tuple(expected_shape)}.")
+    if expected_dtype is not None and out.dtype != expected_dtype:
+        _fail(f"wrong dtype: {what} returned {out.dtype}, expected {expected_dtype} (the input's dtype).")
+    if expected_device is not None and out.device != torch.device(expected_device):
+        _fail(f"wrong device: {what} returned a tensor on {out.device}, the inputs were on {expected_device}.")
+
+
+# ------------------------------------------------------------------------------- comparisons
+
+def _close(out: torch.Tensor, ref: torch.Tensor, tol: float = FP32_TOL, rows=None) -> bool:
+    """True if ``out`` matches ``ref`` (NaN where ref is NaN), optionally only on ``rows``
+    (a bool mask over the second-to-last dimension)."""
+    out = out.detach().to("cpu", torch.float64)
+    ref = ref.detach().to("cpu", torch.float64)
+    if rows is not None:
+        out, ref = out[..., rows, :], ref[..., rows, :]
+    if not torch.equal(torch.isnan(out), torch.isnan(ref)):
+        return False
+    infinite = torch.isinf(ref)  # -inf in masked scores must be exactly -inf
+    if not torch.equal(out[infinite], ref[infinite]) or torch.isinf(out[~infinite]).any():
+        return False
+    ok = torch.isfinite(ref)
+    if not ok.any():
+        return True
+    scale = ref[ok].abs().max().clamp_min(1e-30)
+    return bool(((out[ok] - ref[ok]).abs().max() / scale) <= tol)
+
+
+def _which(out, candidates) -> Optional[str]:
+    """The message of the first known mistake whose result ``out`` reproduces; ``candidates``
+    are (message, what that mistake returns or None, rows to compare or None)."""
+    for message, expected, rows in candidates:
+        if expected is not None and _close(out, expected, rows=rows):
+            return message
+    return None
+
+
+def _not_finite(out: torch.Tensor, what: str) -> Optional[str]:
+    bad = ~torch.isfinite(out.detach())
+    if not bad.any():
+        return None
+    kind = "NaN" if torch.isnan(out.detach()).any() else "inf"
+    if out.dim() >= 2:
+        # [..., S, D] -> which of the S rows hold a bad value anywhere
+        rows = bad.reshape(-1, *out.shape[-2:]).any(0).any(-1).nonzero().flatten().tolist()
+        where = f" in rows (queries) {rows[:6]}{'...' if len(rows) > 6 else ''}"
+    else:
+        where = ""
+    return f"{what} produced {kind}{where}."
+
+
+# ------------------------------------------------------------------------------- traces
+
+def _profile(fn, *args, label, active=1):
+    from .. import profiling
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return profiling.profile(fn, *args, label=label, wait=0, warmup=1, active=active, trace_dir=tmp)
+
+
+def _profile_step(fn, *args, label):
+    return _profile(fn, *args, label=label).step(0)
+
+
+def _top_level_ancestor(step, index: int) -> str:
+    """The name of the depth-0 op that (directly or not) called op ``index``."""
+    ops = step.ops
+    while ops.at[index, "parent"] >= 0:
+        index = int(ops.at[index, "parent"])
+    return str(ops.at[index, "name"])

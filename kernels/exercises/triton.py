@@ -1,0 +1,122 @@
+"""Checks for the exercises of chapter 4, Triton: the online-softmax update and a causal softmax
+kernel. (The chapter's occupancy task is checked by ``kernels.exercises.occupancy``.)"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+
+from .judge import Passed, _close, _fail, _is_tensor, _not_finite, _passed, _run, _seed, _which
+
+__all__ = ["check_online_update", "check_causal_softmax"]
+
+
+def _online_reference(m, l, acc, s, v, rescale_l=True, rescale_acc=True, inverted=False, tile_max=False):
+    """One online-softmax step (base e), with switches that reproduce the usual slips."""
+    m_tile = s.amax(-1)
+    m_new = m_tile if tile_max else torch.maximum(m, m_tile)
+    alpha = torch.exp(m_new - m) if inverted else torch.exp(m - m_new)
+    p = torch.exp(s - m_new[:, None])
+    l_new = (l * alpha if rescale_l else l) + p.sum(-1)
+    acc_new = (acc * alpha[:, None] if rescale_acc else acc) + p @ v  # [rows, tile] @ [tile, D] -> [rows, D]
+    return m_new, l_new, acc_new
+
+
+def _stream(update, s, v, block):
+    """Run ``update`` over the key tiles of ``s`` [rows, n] and ``v`` [n, D]; the last tile is ragged."""
+    rows, d = s.shape[0], v.shape[1]
+    m = torch.full((rows,), -math.inf, dtype=s.dtype)
+    l = torch.zeros(rows, dtype=s.dtype)
+    acc = torch.zeros(rows, d, dtype=s.dtype)
+    for start in range(0, s.shape[1], block):
+        out = update(m, l, acc, s[:, start:start + block], v[start:start + block])
+        if not (isinstance(out, tuple) and len(out) == 3):
+            _fail(f"online_update must return a tuple (m_new, l_new, acc_new); it returned {type(out).__name__}"
+                  + ("" if not isinstance(out, tuple) else f" of length {len(out)}") + ".")
+        m, l, acc = out
+    return m, l, acc
+
+
+_ONLINE_SLIPS = [
+    ("l (the running sum) is not rescaled: when the maximum rises, the old sum was taken relative to "
+     "the old maximum. Multiply it by alpha = exp(m_old - m_new) before adding the new tile.",
+     dict(rescale_l=False)),
+    ("acc (the running output) is not rescaled: multiply it by alpha = exp(m_old - m_new), like l.",
+     dict(rescale_acc=False)),
+    ("neither l nor acc is rescaled when the maximum rises: multiply both by exp(m_old - m_new).",
+     dict(rescale_l=False, rescale_acc=False)),
+    ("alpha is upside down: use exp(m_old - m_new), which is <= 1, not exp(m_new - m_old).",
+     dict(inverted=True)),
+    ("m_new is the tile's maximum only; it must be the running maximum, max(m_old, max of the tile).",
+     dict(tile_max=True)),
+]
+
+
+def check_online_update(online_update: Callable, seed: Optional[int] = None) -> Passed:
+    """``online_update(m, l, acc, s, v)`` -> (m, l, acc) after one tile of scores ``s`` and values ``v``."""
+    g = torch.Generator().manual_seed(_seed(seed))
+    rows, n, d, block = 5, 13, 8, 4
+    # Later tiles get larger scores, so the running maximum must move and rescaling matters.
+    s = torch.randn(rows, n, generator=g, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) / block
+    v = torch.randn(n, d, generator=g, dtype=torch.float64)
+    first = _run(online_update, torch.full((rows,), -math.inf, dtype=s.dtype), torch.zeros(rows, dtype=s.dtype),
+                 torch.zeros(rows, d, dtype=s.dtype), s[:, :block], v[:block], what="online_update(m, l, acc, s, v)")
+    if first is None:
+        _fail("online_update returned None: return (m_new, l_new, acc_new).")
+    m, l, acc = _stream(lambda *a: _run(online_update, *a, what="online_update(m, l, acc, s, v)"), s, v, block)
+    want = torch.softmax(s, -1) @ v
+    for name, t in (("m_new", m), ("l_new", l), ("acc_new", acc)):
+        if not isinstance(t, torch.Tensor):
+            _fail(f"{name} is a {type(t).__name__}, not a tensor.")
+    if not torch.isfinite(acc).all() or not torch.isfinite(l).all():
+        _fail("NaN or inf after the first tile: with m = -inf at the start, exp(m - m_new) is exp(-inf) = 0, "
+              "fine, but exp(m_new - m) or (-inf) - (-inf) is not. Compute alpha = exp(m_old - m_new).")
+    out = acc / l[:, None]
+    if _close(out, want) and _close(m, s.amax(-1)):
+        return _passed(f"online_update streams {math.ceil(n / block)} tiles (the last one ragged) to the "
+                       "exact softmax(s)·v")
+    for message, knobs in _ONLINE_SLIPS:
+        with torch.no_grad():
+            cm, cl, cacc = _stream(lambda *a: _online_reference(*a, **knobs), s, v, block)
+        if torch.isfinite(cacc).all() and _close(out, cacc / cl[:, None]):
+            _fail(message)
+    if not _close(m, s.amax(-1)):
+        _fail("after the last tile, m must be each row's maximum score; yours is not.")
+    _fail("the streamed result acc / l differs from softmax(s)·v. Check one step on paper: "
+          "m_new = max(m, rowmax(s)); p = exp(s - m_new); l = l·alpha + rowsum(p); acc = acc·alpha + p·v.")
+
+
+def _causal_softmax64(x, diagonal=1, hide="future"):
+    x = x.detach().to("cpu", torch.float64)
+    n = x.shape[-1]
+    ones = torch.ones(n, n, dtype=torch.bool)
+    hidden = ones.triu(diagonal) if hide == "future" else ones.tril(-diagonal)
+    return x.masked_fill(hidden, -math.inf).softmax(-1)
+
+
+def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
+    """``causal_softmax(x)`` on an [S, S] float32 matrix: softmax of each row over keys j <= i."""
+    g = torch.Generator().manual_seed(_seed(seed))
+    for s in (13, 32, 1):
+        x = torch.randn(s, s, generator=g).to(device)
+        out = _run(causal_softmax, x, what="causal_softmax(x)")
+        _is_tensor(out, "causal_softmax", x.shape, x.dtype, x.device)
+        if _close(out, _causal_softmax64(x)):
+            continue
+        case = f"S={s}"
+        known = _which(out, [
+            ("the causal mask is off by one: `cols < row` hides the diagonal, so row 0 has no key left and "
+             "comes out NaN. A query sees itself: keep cols <= row.", _causal_softmax64(x, diagonal=0), None),
+            ("the causal mask is off by one the other way: each row also sees the next column. Keep cols <= row.",
+             _causal_softmax64(x, diagonal=2), None),
+            ("the mask points the wrong way: rows see later columns instead of earlier ones.",
+             _causal_softmax64(x, hide="past"), None),
+            ("no causal mask: every row sees every column.", torch.softmax(x.double().cpu(), -1), None),
+        ])
+        if known:
+            _fail(f"[{case}] {known}")
+        bad = _not_finite(out, "causal_softmax")
+        _fail(f"[{case}] " + (bad or "rows differ from the causal softmax (keys j <= i only).")
+              + " Check the load mask (cols < S) and the `other=` value of masked-out columns (-inf).")
+    return _passed("causal_softmax masks exactly the future (S = 13, 32 and 1, padded to a power of two)")
