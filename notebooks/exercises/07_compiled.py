@@ -19,9 +19,11 @@ import math
 import torch
 
 from kernels.book import setup
+from kernels.exercises import showing_solutions
 from kernels.exercises.compiled import check_skipped_tiles, check_softcap, check_window_mask
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: a sliding-window mask

@@ -17,9 +17,11 @@ import torch
 from torch.nn import functional as F
 
 from kernels.book import setup
+from kernels.exercises import showing_solutions
 from kernels.exercises.block import check_block_flops, check_block_forward, check_crossover
 
 device, dtype = setup(device, dtype)
+showing_solutions(solutions)
 
 # %% [markdown]
 # ## Task 1: FLOPs by part
