@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PROFILE ?= auto
+TEST_JOBS ?= auto
 OUT ?= _build/gpu-run
 # Pinned where the project installs torch itself (CPU machines, CI): torch 2.13's own Triton pin.
 TORCH_SPEC ?= torch==2.13.0
@@ -10,7 +11,7 @@ TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test book notebooks gpu-run gpu-check gpu-wheels gpu-import clean
+.PHONY: setup test test-book book notebooks gpu-run gpu-check gpu-wheels gpu-import clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -28,8 +29,14 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt -r requirements-test.txt -e .
 	@touch $@
 
+# The suite without the executed book, on every core (pytest-xdist); TEST_JOBS=1 runs it serially.
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) -m "not book"
+
+# The executed book's tests: every chapter and exercise executed (cpu profile, through make
+# book's cache), the HTML built with -W, and the pages opened in headless Chromium.
+test-book: setup
+	$(PY) -m pytest -m book
 
 # Write book/**/*.ipynb from their sources in notebooks/ (edit the .py files, not the .ipynb).
 notebooks: setup

@@ -11,6 +11,7 @@ import os
 import queue
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -35,10 +36,16 @@ def find_or_install_chromium() -> str:
     if not shutil.which("apt-get") or os.geteuid() != 0:
         pytest.skip(f"no Chromium on PATH and no way to install it here (needs root and apt-get): run `{INSTALL}`")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.skip(f"`{' '.join(cmd)}` failed, so Chromium is unavailable: {done.stderr.strip()[-300:]}")
+    # pytest-xdist may run two browser test modules at once: one installs, the other waits
+    # for it (apt-get holds a lock and fails instead of waiting).
+    with open(Path(tempfile.gettempdir()) / "attention-profiled-chromium.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+            if shutil.which("chromium"):
+                break
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                pytest.skip(f"`{' '.join(cmd)}` failed, so Chromium is unavailable: {done.stderr.strip()[-300:]}")
     if not shutil.which("chromium"):
         pytest.skip("apt-get installed chromium but it is not on PATH")
     return shutil.which("chromium")

@@ -2,13 +2,26 @@
 share otherwise lives in tests/helpers.py."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import (LAYOUTS, ROOT, covering, has_cuda, laid_out,  # noqa: F401  (re-exported for
                            make_attention_inputs, make_qkv)              # modules not yet moved to helpers)
 
 
+def pytest_configure(config):
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:  # pytest-xdist's workers share the cores: each gets its share of torch's threads
+        import torch
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the book marker is added here
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "built_book" in item.fixturenames:
+            item.add_marker(pytest.mark.book)
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible); `.ci/device-run` runs these on a GPU")
@@ -18,16 +31,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """Every chapter executed with the cpu profile (two at a time), then built with -W.
+def built_book():
+    """Every chapter and exercise executed with the cpu profile (two at a time), then built
+    with -W, into _build/test-book/.
 
+    It goes through ``make book``'s execution cache (_build/cache): a notebook that
+    ``make book`` (cpu profile) or an earlier ``make test-book`` executed with the same
+    source, parameters, library and versions is restored; anything else executes now.
+    Tests that use it are marked ``book`` (``make test-book``; ``make test`` leaves them out).
     Session-scoped: the book tests and the browser tests read the same build.
     Returns (report, executed folder, html folder).
     """
     from kernels import execute
 
-    tmp = tmp_path_factory.mktemp("book")
-    out = tmp / "executed"
-    report = execute.run("cpu", out=out, root=ROOT, jobs=2)
-    html = execute.build(out, html_parent=tmp)
+    base = ROOT / "_build" / "test-book"
+    out = base / "executed"
+    report = execute.run("cpu", out=out, root=ROOT, jobs=2, cache=ROOT / "_build" / "cache")
+    html = execute.build(out, html_parent=base)
     return report, out, html

@@ -275,7 +275,10 @@ def test_ci_runs_the_readme_test_command_and_the_cpu_book():
     for job in ci["jobs"].values():
         assert "self-hosted" not in runs_on_labels(job)
     commands = run_commands(ci)
-    assert "make test" in commands and "make book PROFILE=cpu" in commands, commands
+    lines = commands.splitlines()
+    assert "make test" in lines and "make book PROFILE=cpu" in lines and "make test-book" in lines, commands
+    assert lines.index("make book PROFILE=cpu") < lines.index("make test-book"), \
+        "the book's tests run after make book, so they restore its cached execution"
     assert {"_build/html", "_build/executed/report.*"} <= set(uploaded_paths(ci))
 
 
