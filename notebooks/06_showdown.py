@@ -6,7 +6,8 @@
 # here), how long it takes (the median of many timed calls from `kernels.bench`, never a
 # single profiled step), how much memory it needs at its peak, and where it sits under the
 # device's roofline. Then the same numbers across sequence lengths, where the S² of
-# attention shows itself.
+# attention shows itself, and the two other calls attention serves: a training step
+# (forward and backward) and a decoding step (one query against a KV cache).
 #
 # The source article closes with a table typed by hand from one A100. This chapter's table is
 # regenerated on every build, so it can never disagree with the code; the article's numbers
@@ -341,6 +342,165 @@ if not on_gpu:
 glue("points_above_roof", len(above))
 
 # %% [markdown]
+# ## Beyond one forward: a training step and a decoding step
+#
+# A forward at one length is one of three calls attention serves. **Training** runs the
+# forward and then its backward (chapter 9): the backward does five matmuls to the forward's
+# two, so a training step counts 3.5x the forward's FLOPs, and its bytes add what the
+# backward reads (q, k, v, o, dO) and writes (dQ, dK, dV). **Generation** runs one **decoding step** per new token (chapter 10): a
+# single query (Sq = 1) against a KV cache of $S_k$ keys. Its FLOPs are
+# $4 \cdot B \cdot H \cdot S_k \cdot D$ with nothing halved, because the causal mask hides no
+# key from the newest query; its bytes are dominated by reading the cache,
+# $2 \cdot B \cdot H_{kv} \cdot S_k \cdot D$ elements, which grouped-query attention (one K/V
+# head shared by $H / H_{kv}$ query heads) divides. `kernels.bench` times both modes with
+# their own counts (`reference.flops`, `reference.decode_flops`, `reference.decode_bytes`);
+# its CLI runs them as `python -m kernels.bench --mode training decode --gqa 4`.
+#
+# Here, every contender decodes against a cache of S={glue:text}`shape_s` keys, with all
+# {glue:text}`shape_h` K/V heads and with {glue:text}`gqa_kv_heads` shared ones. The two ends
+# of the course, `naive` and `sdpa_flash`, also take a training step at that length (chapter 9
+# profiles every implementation's) and decode against a cache {glue:text}`long_factor`x longer.
+
+# %%
+gqa_ratio = next(r for r in (4, 2, 1) if heads % r == 0)
+kv_options = tuple(dict.fromkeys((heads, heads // gqa_ratio)))  # all K/V heads, then shared ones
+long_factor = 8 if on_gpu else 4
+shown = [n for n in ("naive", "sdpa_flash") if n in contenders]  # the two ends of the course
+common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
+# Time and counts only: chapter 9 measures what a training step holds in memory, and a
+# decoding step's peak is its one-row output (profiling memory would double this cell's time).
+train_rows = bench.sweep(shown, seqs=(seq,), modes=(bench.FORWARD_BACKWARD,), memory=False, **common, **budget)
+decode_rows = [r for kv in kv_options for names, seqs in ((contenders, (seq,)), (shown, (long_factor * seq,)))
+               for r in bench.sweep(names, seqs=seqs, modes=(bench.DECODE,), kv_heads=kv, memory=False,
+                                    **common, **budget)]
+not_run = [r for r in train_rows + decode_rows if not r.ok]
+if not_run:  # e.g. a kernel that takes no single-query call
+    display(pd.DataFrame([{"implementation": r.impl, "mode": r.mode, "Sk": r.seq, "K/V heads": r.kv_heads,
+                           "status": r.status, "reason": r.reason} for r in not_run]))
+trained = {r.impl: r for r in train_rows if r.ok}
+decoded = {(r.impl, r.seq, r.kv_heads): r for r in decode_rows if r.ok}
+glue("long_factor", long_factor)
+glue("gqa_kv_heads", heads // gqa_ratio)
+taught = [n for n in ("naive", "inplace", "sdpa_math", "sdpa_flash") if n in contenders]
+lesson(all((n, seq, kv) in decoded for n in taught for kv in kv_options) and all(n in trained for n in shown),
+       f"{', '.join(taught)} were measured decoding with and without GQA, {' and '.join(shown)} in a training step too")
+
+# %% [markdown]
+# One row per implementation and call, at the chapter's length (the forward's row is the
+# sweep's above). "MiB moved" is the least a call must read and write; the decoding step
+# reads the whole cache to produce one row of output.
+
+# %%
+CALLS = {"forward": lambda n: at_seq.get(n), "training step": lambda n: trained.get(n),
+         "decode": lambda n: decoded.get((n, seq, heads)),
+         f"decode, GQA {gqa_ratio}:1": lambda n: decoded.get((n, seq, heads // gqa_ratio))}
+modes_table = pd.DataFrame([{
+    "call": call, "implementation": name, "median ms": r.median_ms,
+    "p10-p90 ms": f"{r.p10_ms:.3g}-{r.p90_ms:.3g}", "TFLOP/s": r.tflops, "GB/s": r.gbps,
+    "FLOP/byte": r.intensity, "MiB moved": r.bytes / 2**20,
+    "side of ridge": "memory-bound" if r.intensity < peaks.ridge else "compute-bound",
+} for call, pick in CALLS.items() for name in contenders if (r := pick(name)) is not None]).set_index(["call", "implementation"])
+modes_table.style.format({"median ms": "{:.3g}", "TFLOP/s": "{:.3g}", "GB/s": "{:.3g}", "FLOP/byte": "{:.3g}",
+                          "MiB moved": "{:.3g}"}).set_caption(
+    f"This run: {run_label}. {bench.dtype_name(dtype)}, B={batch} H={heads} D={head_dim}, causal; S = Sk = {seq}; "
+    f"GQA: {heads // gqa_ratio} K/V heads. Medians of many calls; ridge {peaks.ridge:.3g} FLOP/byte ({peaks.source}).")
+
+# %% [markdown]
+# The counts first: they do not depend on the machine, so they are asserted everywhere. A
+# training step is 3.5 forwards of FLOPs; a decoding step is $4BHS_kD$; sharing K/V heads
+# removes exactly the cache of the heads no longer stored, and changes no FLOP.
+
+# %%
+elem = torch.empty((), dtype=dtype).element_size()
+lesson(all(r.flops == 3.5 * at_seq[r.impl].flops for r in trained.values() if r.impl in at_seq),
+       "a training step counts 3.5x the forward's FLOPs (the backward is 2.5x)", f"{len(trained)} rows")
+lesson(all(r.flops == 4 * batch * heads * r.seq * head_dim for r in decoded.values()),
+       "a decoding step counts 4·B·H·Sk·D FLOPs: one query row, nothing halved by the causal mask",
+       f"{len(decoded)} rows")
+gqa_kv = heads // gqa_ratio
+pairs = [(r, decoded[(n, s, gqa_kv)]) for (n, s, kv), r in decoded.items() if kv == heads and (n, s, gqa_kv) in decoded]
+by_hand = {s: 2 * batch * (heads - gqa_kv) * s * head_dim * elem for s in (seq, long_factor * seq)}  # K, V of the heads dropped
+lesson(bool(pairs) and all(mha.bytes - gqa.bytes == by_hand[mha.seq] and mha.flops == gqa.flops for mha, gqa in pairs),
+       f"GQA {gqa_ratio}:1 removes exactly the K/V cache of the {heads - gqa_kv} heads it no longer stores, "
+       "2·B·(H - Hkv)·Sk·D elements, and no FLOP", f"{len(pairs)} pairs")
+
+# %% [markdown]
+# Then the lesson of the roofline. In a decoding step every cached number is read once and
+# used in one multiply-add per query head that shares it: under $2 \cdot (H / H_{kv})$ FLOPs
+# per element read, whatever $S_k$ is. A prefill (the forward with Sq = Sk) reuses each K/V
+# tile for a whole block of queries, and its intensity grows with S. So at the same length a
+# decoding step's arithmetic intensity is far below the prefill's, and far below the ridge of
+# any GPU: there decoding is memory-bound, and the time it takes is the time it takes to read
+# the cache. (A CPU's measured ridge sits much lower; the table above says on which side of
+# this one each call fell.)
+
+# %%
+decode_at_s = {n: decoded[(n, seq, heads)] for n in contenders if (n, seq, heads) in decoded}
+factor = {n: at_seq[n].intensity / r.intensity for n, r in decode_at_s.items() if n in at_seq}
+display(pd.DataFrame({"prefill FLOP/byte": {n: at_seq[n].intensity for n in factor},
+                      "decode FLOP/byte": {n: decode_at_s[n].intensity for n in factor},
+                      "prefill / decode": factor}).round(3))
+lesson(all(r.intensity < 2 / elem for r in decode_at_s.values()),
+       f"a decoding step without shared heads does under 2 FLOPs per cached element read ({2 / elem:g} FLOP/byte "
+       f"in {bench.dtype_name(dtype)})", ", ".join(f"{n} {r.intensity:.3g}" for n, r in decode_at_s.items()))
+lesson(all(f > 5 for f in factor.values()),
+       f"at S = Sk = {seq}, a decoding step's arithmetic intensity is more than 5x below the prefill's, for every "
+       "implementation", ", ".join(f"{n} {f:.0f}x" for n, f in factor.items()))
+longer = {(n, kv): decoded[(n, long_factor * seq, kv)].intensity / decoded[(n, seq, kv)].intensity
+          for n in shown for kv in kv_options if (n, long_factor * seq, kv) in decoded and (n, seq, kv) in decoded}
+lesson(bool(longer) and all(abs(x - 1) < 0.1 for x in longer.values()),
+       f"a {long_factor}x longer cache leaves a decoding step's intensity where it was (within 10%): it reads "
+       "more and computes more in the same proportion", ", ".join(f"{n} Hkv={kv} {x:.3f}x" for (n, kv), x in longer.items()))
+fused_factor = {n: f for n, f in factor.items() if not kernels.implementation(n).materializes_scores}
+lesson(all(f > seq / 16 for f in fused_factor.values()),
+       f"for the fused kernels the gap grows with S: more than S/16 = {seq / 16:g}x at S = {seq}",
+       ", ".join(f"{n} {f:.0f}x" for n, f in fused_factor.items()))
+
+# %% [markdown]
+# On the roofline, each mode of `naive` and `sdpa_flash`: the forward across lengths, the
+# training step, and decoding with and without shared K/V heads, far to the left, where a
+# cache {glue:text}`long_factor`x longer does not move it.
+
+# %%
+display(plots.roofline(bench.BenchResults(
+    [r for r in list(results) + list(trained.values()) + list(decoded.values()) if r.impl in shown and r.ok],
+    results.meta), device=peaks))
+
+# %% [markdown]
+# Time, last, measured the careful way: a prefill and one decoding step of `sdpa_flash` at the
+# chapter's length, called in interleaved rounds (`kernels.bench.compare`). The decoding step
+# does far fewer FLOPs, but it reads the same K and V, so it is not faster by as much: per
+# FLOP it is slower, bound by reading the cache (and, when it is this small, by the launch),
+# not by arithmetic. The cell claims that only when the two rates' 10th-90th percentile ranges
+# are apart, and says the machine was too noisy otherwise.
+
+# %%
+flash = kernels.get("sdpa_flash")
+q_new = q[:, :, -1:]  # [B, H, 1, D]: the newest token's query alone, against the whole k, v
+race = bench.compare({"prefill": lambda: flash(q, k, v), "decode": lambda: flash(q_new, k, v)},
+                     device=device, rounds=9 if on_gpu else 7)
+print(race.verdict())
+work_of = {"prefill": reference.flops(batch, heads, seq, head_dim, causal=True),
+           "decode": reference.decode_flops(batch, heads, seq, head_dim)}
+rate = {name: (work_of[name] / (race.p90_ms[name] * 1e-3), work_of[name] / (race.p10_ms[name] * 1e-3))
+        for name in work_of}  # (slowest, fastest) FLOP/s of the middle 80% of rounds
+span = ", ".join(f"{n} {lo / 1e9:.3g}-{hi / 1e9:.3g} GFLOP/s" for n, (lo, hi) in rate.items())
+if rate["decode"][1] < rate["prefill"][0]:
+    lesson(True, "per FLOP, a decoding step runs slower than the prefill", span)
+elif rate["decode"][0] > rate["prefill"][1]:
+    lesson(False, "per FLOP, a decoding step runs slower than the prefill", span)
+else:
+    print(f"Too noisy to compare the two rates on this run ({span}): the ranges overlap, so no claim is made.")
+glue("flop_ratio", work_of["prefill"] / work_of["decode"])
+_ = glue("time_ratio", race.median_ms["prefill"] / race.median_ms["decode"])
+
+# %% [markdown]
+# The prefill did {glue:text}`flop_ratio:.0f`x the decoding step's FLOPs and took
+# {glue:text}`time_ratio:.3g`x its time on this run. A model generating text spends most of
+# its attention time in decoding steps like this one, which is why KV-cache size (and so GQA,
+# and the cache's dtype) matters more there than FLOPs.
+
+# %% [markdown]
 # ## Recorded elsewhere: the source article's A100
 #
 # The numbers below were **not** measured by this build. They are quoted from the source
@@ -388,7 +548,12 @@ else:
 # - A table that a build regenerates cannot drift from the code; a typed one can.
 # - Quote medians with their spread, from a benchmark harness, never from one profiled step.
 # - Materializing the scores costs memory ∝ S²; the fused kernels' memory grows ∝ S.
-# - Count causal FLOPs at half price, or every TFLOP/s is twice too high.
+# - Count causal FLOPs at half price, or every TFLOP/s is twice too high; but a decoding step's
+#   single query sees every key, so it is counted in full: $4BHS_kD$.
+# - A training step is 3.5 forwards of FLOPs. A decoding step reads the whole KV cache for one
+#   row of output: its arithmetic intensity stays under $2 H / H_{kv}$ FLOPs per element read,
+#   far below the prefill's and below any GPU's ridge, so there it is memory-bound, and GQA's
+#   smaller cache is fewer bytes to wait for.
 # - Numbers from another machine are quoted with their source, in a table of their own.
 
 # %% [markdown]
