@@ -45,6 +45,12 @@ MAX_GRAPHS = 16
 # At most MAX_SETS sets, so tiny shapes do not spend longer making inputs than timing.
 ROTATE_BYTES = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
 MAX_SETS = 256
+# Drawing 64 MiB of normals takes a CPU a fifth of a second per point, longer than timing a
+# small shape; so a pool draws this many fresh normals and repeats them to fill its buffer.
+# A prime: set i starts at offset i·(set size) mod FRESH, so no two sets (nor q and k in one)
+# hold the same numbers unless a set's size is a multiple of it. The caches see addresses,
+# not values, so every set still reads cold memory.
+FRESH = 2**20 + 7
 
 
 # --------------------------------------------------------------------------- inputs
@@ -69,7 +75,10 @@ class InputPool:
         count = min(MAX_SETS, max(2, budget // bytes_per_set))
         g = torch.Generator(device=device).manual_seed(seed)
         # Random, never zeros: some kernels are faster on zeros (and softmax of zeros is flat).
-        buffer = torch.randn(count * per_set, generator=g, device=device, dtype=dtype)
+        total = count * per_set
+        buffer = torch.randn(min(total, FRESH), generator=g, device=device, dtype=dtype)
+        if total > FRESH:
+            buffer = buffer.repeat(-(-total // FRESH))[:total]
         self.sets = []
         for i in range(count):
             q, k, v, grad = buffer[i * per_set:(i + 1) * per_set].split([q_numel, kv_numel, kv_numel, q_numel])
