@@ -31,9 +31,9 @@ CSV, and ``load_results`` reads either back.
 This module is the CLI and the one name chapters import; the harness lives one concept per
 module, and its names are re-exported here (``bench.sweep``, ``bench.compare``...):
 
-- ``kernels.results``: a row (``BenchResult``), the modes, statuses, JSON/CSV files;
+- ``kernels.results``: a row (``BenchResult``), the modes, statuses, the run's meta, JSON/CSV files;
 - ``kernels.timing``: synchronize, warm up, time calls, spread, peak memory, warm the GPU;
-- ``kernels.sweep``: input sets, the step each mode times, one point, the sweep, its meta;
+- ``kernels.sweep``: input sets, the step each mode times, one point, the sweep;
 - ``kernels.comparison``: interleaved rounds of a few callables (``compare``, ``Comparison``);
 - ``kernels.gpu_checks``: Triton's own timers and the autotuner's choice (GPU only).
 
@@ -73,11 +73,12 @@ from .comparison import Comparison, compare  # noqa: F401  (re-exported: chapter
 from .gpu_checks import TRITON_KERNELS, chosen_configs, cross_check  # noqa: F401
 from .registry import names
 from .results import (BACKWARD, DECODE, DTYPES, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES,  # noqa: F401
-                      STATUSES, BenchResult, BenchResults, dtype_name, first_line, load_results,
-                      output_paths, parse_dtype, row_from_text, save_results)
-from .sweep import (MAX_GRAPHS, MAX_SETS, OOM_WORDS, ROTATE_BYTES, InputPool, NoBackward,  # noqa: F401
-                    call_text, check_sweep_args, classify, input_refusal, is_oom, locals_for_command,
-                    make_step, measure, merge_rounds, new_point, peak_pair, progress_line, run_meta, sweep)
+                      STATUSES, BenchResult, BenchResults, call_text, dtype_name, first_line, load_results,
+                      locals_for_command, output_paths, parse_dtype, peak_pair, row_from_text, run_meta,
+                      save_results)
+from .sweep import (FRESH, MAX_GRAPHS, MAX_SETS, OOM_WORDS, ROTATE_BYTES, InputPool, NoBackward,  # noqa: F401
+                    check_sweep_args, classify, input_refusal, is_oom, make_step, measure, merge_rounds,
+                    new_point, progress_line, sweep)
 from .timing import (MEMORY_METHODS, peak_memory, profiler_peak_memory, spread, synchronize,  # noqa: F401
                      time_calls, warm_gpu, warm_up)
 

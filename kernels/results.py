@@ -1,7 +1,9 @@
 """A benchmark's results: one row per point, what the columns mean, and the files they go to.
 
 A *point* is one implementation at one shape, dtype, causal flag and mode; ``BenchResult``
-is its row, ``BenchResults`` a list of rows plus ``meta`` (device, versions, date, command).
+is its row, ``BenchResults`` a list of rows plus ``meta`` (``run_meta``: device, versions,
+the datasheet's and measured peaks, date, command, how times, memory, FLOPs and bytes were
+counted).
 ``save_results`` writes JSON (rows and meta) and CSV (rows); ``load_results`` reads either
 back, including files written before a column was added (the column takes its default).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime
 import json
 import os
 from dataclasses import dataclass
@@ -25,6 +28,10 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
+
+from . import devices
+from .registry import implementation, names
+from .timing import MEMORY_METHODS
 
 FORWARD, FORWARD_BACKWARD, BACKWARD, DECODE = "forward", "forward+backward", "backward", "decode"
 MODES = (FORWARD, FORWARD_BACKWARD, BACKWARD, DECODE)
@@ -150,6 +157,49 @@ class BenchResults(list):
         import pandas as pd
 
         return pd.DataFrame([r.as_row() for r in self], columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- where and how (meta)
+
+def locals_for_command(impls, seqs, head_dims, dtypes, causal, modes, batch, heads, kv_heads, device, reps):
+    return dict(impls=list(impls), seqs=list(seqs), head_dims=list(head_dims),
+                dtypes=[dtype_name(d) for d in dtypes], causal=list(causal), modes=list(modes),
+                batch=batch, heads=heads, kv_heads=kv_heads, device=str(device), reps=reps)
+
+
+def call_text(kwargs: dict) -> str:
+    return "kernels.bench.sweep(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+
+
+def run_meta(device: torch.device, command: str) -> dict:
+    description = devices.describe_device(device)
+    return {
+        "device": description,
+        "peaks": peak_pair(device),
+        "versions": description["versions"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "timing": ("CUDA events around each call" if device.type == "cuda"
+                   else "time.perf_counter around each call"),
+        "memory_methods": MEMORY_METHODS,
+        "statuses": STATUSES,
+        "flops": ("reference.flops: 4·B·H·S²·D per forward, halved when causal; backward 2.5x forward, "
+                  "forward+backward 3.5x; decode (Sq = 1 against Sk keys): reference.decode_flops, "
+                  "4·B·H·Sk·D, never halved"),
+        "bytes": ("reference.io_bytes: q, k, v, o once (plus dO, dQ, dK, dV for backward), K/V at kv_heads; "
+                  "decode: the K/V cache 2·B·Hkv·Sk·D plus q and o; "
+                  f"S×S scores written and read once for {', '.join(n for n in names() if implementation(n).materializes_scores)}"),
+    }
+
+
+def peak_pair(device: torch.device) -> dict:
+    """The datasheet's peaks (a GPU in devices' table; None otherwise) beside measured ones
+    (a matmul and a copy on this device, well under two seconds; GPU only when one is there)."""
+    datasheet = devices.match_gpu(devices.device_name(device)) if device.type == "cuda" else None
+    measured = devices.measured_peaks(str(device))
+    return {"datasheet": datasheet.as_dict() if datasheet else None, "measured": measured.as_dict(),
+            "note": "datasheet: dense bf16 peak and HBM bandwidth as published; measured: what this "
+                    "device reached in a matmul and a copy just now"}
 
 
 # --------------------------------------------------------------------------- files

@@ -19,7 +19,6 @@ FLOPs stay, the K/V bytes shrink by Hq / Hkv.
 """
 from __future__ import annotations
 
-import datetime
 import gc
 import json
 import math
@@ -29,12 +28,12 @@ from typing import Optional, Sequence
 
 import torch
 
-from . import devices, reference
+from . import reference
 from .gpu_checks import chosen_configs, cross_check
 from .registry import CannotRun, available, implementation, names
-from .results import (BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES, STATUSES,
-                      BenchResult, BenchResults, dtype_name, first_line, parse_dtype)
-from .timing import MEMORY_METHODS, peak_memory, spread, time_calls, warm_up
+from .results import (BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES, BenchResult,
+                      BenchResults, call_text, dtype_name, first_line, locals_for_command, parse_dtype, run_meta)
+from .timing import peak_memory, spread, time_calls, warm_up
 
 # Backward-only timing replays the backward of forwards made before the clock starts
 # (retain_graph): at most this many graphs are kept, one per input set, in turn.
@@ -360,46 +359,3 @@ def progress_line(i: int, total: int, r: BenchResult) -> str:
     mem = "" if r.peak_memory_bytes is None else f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB"
     return (f"{where} {r.median_ms:9.3f} ms (p10 {r.p10_ms:.3f}, p90 {r.p90_ms:.3f}, n={r.reps})"
             f"  {r.tflops:7.3f} TFLOP/s  {r.gbps:7.1f} GB/s  {r.intensity:7.2f} FLOP/B{mem}")
-
-
-# --------------------------------------------------------------------------- where and how
-
-def locals_for_command(impls, seqs, head_dims, dtypes, causal, modes, batch, heads, kv_heads, device, reps):
-    return dict(impls=list(impls), seqs=list(seqs), head_dims=list(head_dims),
-                dtypes=[dtype_name(d) for d in dtypes], causal=list(causal), modes=list(modes),
-                batch=batch, heads=heads, kv_heads=kv_heads, device=str(device), reps=reps)
-
-
-def call_text(kwargs: dict) -> str:
-    return "kernels.bench.sweep(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
-
-
-def run_meta(device: torch.device, command: str) -> dict:
-    description = devices.describe_device(device)
-    return {
-        "device": description,
-        "peaks": peak_pair(device),
-        "versions": description["versions"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "timing": ("CUDA events around each call" if device.type == "cuda"
-                   else "time.perf_counter around each call"),
-        "memory_methods": MEMORY_METHODS,
-        "statuses": STATUSES,
-        "flops": ("reference.flops: 4·B·H·S²·D per forward, halved when causal; backward 2.5x forward, "
-                  "forward+backward 3.5x; decode (Sq = 1 against Sk keys): reference.decode_flops, "
-                  "4·B·H·Sk·D, never halved"),
-        "bytes": ("reference.io_bytes: q, k, v, o once (plus dO, dQ, dK, dV for backward), K/V at kv_heads; "
-                  "decode: the K/V cache 2·B·Hkv·Sk·D plus q and o; "
-                  f"S×S scores written and read once for {', '.join(n for n in names() if implementation(n).materializes_scores)}"),
-    }
-
-
-def peak_pair(device: torch.device) -> dict:
-    """The datasheet's peaks (a GPU in devices' table; None otherwise) beside measured ones
-    (a matmul and a copy on this device, well under two seconds; GPU only when one is there)."""
-    datasheet = devices.match_gpu(devices.device_name(device)) if device.type == "cuda" else None
-    measured = devices.measured_peaks(str(device))
-    return {"datasheet": datasheet.as_dict() if datasheet else None, "measured": measured.as_dict(),
-            "note": "datasheet: dense bf16 peak and HBM bandwidth as published; measured: what this "
-                    "device reached in a matmul and a copy just now"}
