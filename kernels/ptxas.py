@@ -10,8 +10,11 @@ registers and up to 228 KiB of shared memory on an H100. Ask ``nvcc`` to be verb
         0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
     ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]
 
-``parse_ptxas`` turns that text into :class:`KernelResources`; ``compile_report`` runs
-``nvcc`` on a torch-free ``.cu`` file and parses what it prints. Nothing here needs a GPU,
+``parse_ptxas`` turns that text into :class:`KernelResources`; ``compile_cuda`` (and its
+short form ``compile_report``) runs ``nvcc`` on a torch-free ``.cu`` file and parses what it
+prints. This module is the one home of the nvcc preamble: finding nvcc (``nvcc_path``,
+``nvcc_version``), the architecture names it takes (``check_archs``, ``gencode_flags``) and
+the command line. Nothing here needs a GPU,
 only the CUDA compiler. "smem" above is *static* shared memory (``__shared__`` arrays); what
 a launcher asks for at launch time (dynamic shared memory) is invisible to ptxas, so callers
 that know their launch configuration add it (see ``kernels.cuda_flash.kernel_report``).
@@ -25,7 +28,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Iterable, NamedTuple, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -129,35 +132,95 @@ def nvcc_available() -> bool:
     return nvcc_path() is not None
 
 
+def nvcc_version() -> Optional[str]:
+    """"13.0, V13.0.88" (nvcc's own words after "release"), or None without nvcc."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return None
+    done = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    m = re.search(r"release (\S+ V\S+)", done.stdout)
+    return m.group(1) if m else None
+
+
+# A real architecture nvcc can generate machine code for: sm_80, sm_90, and the suffixed
+# variants (sm_90a: Hopper's arch-specific features such as wgmma; sm_100f: family code).
+ARCH = re.compile(r"sm_\d+[a-z]?")
+
+
+def check_archs(arch: Union[str, Iterable[str]]) -> list[str]:
+    """``arch`` as a list of names like "sm_80"; ValueError for anything else."""
+    archs = [arch] if isinstance(arch, str) else list(arch)
+    if not archs:
+        raise ValueError("no architecture given; pass e.g. 'sm_80' or ['sm_80', 'sm_90']")
+    for a in archs:
+        if not isinstance(a, str) or not ARCH.fullmatch(a):
+            raise ValueError(f"arch must look like 'sm_80' or 'sm_90a', got {a!r}")
+    return archs
+
+
+def gencode_flags(archs: Iterable[str]) -> list[str]:
+    """One ``-gencode`` per architecture: PTX for its virtual architecture (compute_80), and
+    machine code (SASS) for the real one (sm_80), which is what ptxas reports on."""
+    return [f"-gencode=arch=compute_{a[3:]},code={a}" for a in check_archs(archs)]
+
+
+class Compiled(NamedTuple):
+    kernels: list          # [KernelResources], each kernel once per architecture
+    ptx: dict              # {arch: PTX text}, with keep_ptx (else empty)
+    object_code: bytes     # the host object nvcc wrote (launchers and embedded device code)
+
+
+_KEPT_PTX = re.compile(r"\.compute_(\d+[a-z]?)\.ptx$")
+
+
+def compile_cuda(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm_80",
+                 extra_flags: Iterable[str] = (), std: str = "c++17", keep_ptx: bool = False,
+                 timeout: float = 300) -> Compiled:
+    """``nvcc -c -Xptxas -v`` on a torch-free .cu file: its kernels, PTX and object code.
+
+    The one place this package calls nvcc. Every architecture goes to one nvcc call (the
+    host code, the launchers included, is compiled once and checked with it), and each
+    kernel is reported once per architecture. With ``keep_ptx``, ``-keep`` leaves the PTX
+    of every architecture behind and it is returned too (else the dict is empty). The
+    object file comes back as bytes (a test links the launchers against a stand-in runtime).
+    Raises RuntimeError when nvcc is missing or the compile fails, with nvcc's own message.
+    """
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("compiling CUDA needs the CUDA compiler nvcc; none is on PATH "
+                           "(nor under CUDA_HOME/CUDA_PATH). Install the CUDA toolkit.")
+    source = Path(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"no CUDA source at {source}")
+    archs = check_archs(arch)
+    with tempfile.TemporaryDirectory() as tmp:
+        keep = ["-keep", "--keep-dir", tmp] if keep_ptx else []
+        cmd = [nvcc, "-c", f"-std={std}", "-O3", *gencode_flags(archs), "-Xptxas", "-v", *keep,
+               *extra_flags, str(source), "-o", str(Path(tmp) / "kernel.o")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {source.name} for {', '.join(archs)} (exit {done.returncode}):\n"
+                               f"{done.stderr.strip() or done.stdout.strip()}")
+        ptx = {}
+        if keep_ptx:
+            kept = sorted(Path(tmp).glob("*.ptx"))
+            for path in kept:  # one architecture: name.ptx; several: name.compute_80.ptx, ...
+                m = _KEPT_PTX.search(path.name)
+                ptx[f"sm_{m.group(1)}" if m else archs[0]] = path.read_text()
+            if sorted(ptx) != sorted(archs):
+                raise RuntimeError(f"expected PTX for {archs} from nvcc -keep, found {[p.name for p in kept]}")
+        object_code = (Path(tmp) / "kernel.o").read_bytes()
+    return Compiled(parse_ptxas(done.stdout + "\n" + done.stderr), ptx, object_code)
+
+
 def compile_report(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm_80",
                    extra_flags: Iterable[str] = (), std: str = "c++17",
                    timeout: float = 300) -> list[KernelResources]:
     """Compile ``source`` (a torch-free .cu file) with ``nvcc -c -Xptxas -v`` and parse it.
 
-    ``arch`` is one architecture ("sm_80") or several (["sm_80", "sm_90"]): several go to one
-    nvcc call (host code is compiled once), and each kernel is reported once per arch.
-    Raises RuntimeError when nvcc is missing or the compile fails, with nvcc's own message.
+    ``arch`` is one architecture ("sm_80") or several (["sm_80", "sm_90"]): see ``compile_cuda``.
     """
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise RuntimeError("compile_report needs the CUDA compiler nvcc; none is on PATH "
-                           "(nor under CUDA_HOME/CUDA_PATH). Install the CUDA toolkit.")
-    source = Path(source)
-    if not source.is_file():
-        raise FileNotFoundError(f"no CUDA source at {source}")
-    archs = [arch] if isinstance(arch, str) else list(arch)
-    for a in archs:
-        if not re.fullmatch(r"sm_\d+[a-z]?", a):
-            raise ValueError(f"arch must look like 'sm_80', got {a!r}")
-    gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, "-c", f"-std={std}", "-O3", *gencode, "-Xptxas", "-v", *extra_flags,
-               str(source), "-o", str(Path(tmp) / "kernel.o")]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"nvcc failed on {source.name} (exit {done.returncode}):\n"
-                           f"{done.stderr.strip() or done.stdout.strip()}")
-    return parse_ptxas(done.stdout + "\n" + done.stderr)
+    return compile_cuda(source, arch, extra_flags, std, timeout=timeout).kernels
 
 
 def with_launch(kernel: KernelResources, threads_per_block: int, dynamic_shared_bytes: int) -> KernelResources:
