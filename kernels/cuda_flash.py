@@ -7,7 +7,11 @@ Two kernels, two steps of the same idea (``kernels/csrc/``):
   row, and accumulates in fp32 on CUDA cores. Readable, correct, slow.
 * ``cuda_v2`` (``flash_v2.cu``): FlashAttention-2 on tensor cores. ``mma.sync`` fragments
   in registers, P fed from the score accumulators straight back into the second matmul,
-  16-byte asynchronous copies, key tiles above the causal diagonal skipped entirely.
+  128 query rows per block (8 warps), K/V tiles double-buffered with 16-byte asynchronous
+  copies, the mask applied only on the tiles that need it, exp2 with the scale folded into
+  one FMA, key tiles above the causal diagonal skipped entirely.
+
+Both take grouped-query K/V heads and Sq != Sk (causal aligned bottom-right).
 
 The kernels are torch-free: a small launcher takes raw pointers, sizes, element strides
 and a CUDA stream (``flash_api.h``). ``binding.cpp`` is the only file that sees torch; it
@@ -24,6 +28,7 @@ needs.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +37,7 @@ from typing import Iterable, Union
 
 import torch
 
-from .ptxas import KernelResources, compile_report, nvcc_available, with_launch
+from .ptxas import KernelResources, compile_cuda, compile_report, nvcc_available, nvcc_path, with_launch
 from .registry import CannotRun, Reason, needs_cuda, register, resolve_scale
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -46,6 +51,12 @@ TORCH_STD = "c++20"
 TORCH_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                     "--expt-relaxed-constexpr")
+# What extension() adds on top. -lineinfo maps SASS back to source lines for profilers, and
+# its debug strings name every function inlined into a kernel (how a test sees both tile
+# steps of cuda_v2); it does not change the code ptxas generates.
+EXTRA_CUDA_FLAGS = ("-O3", "-lineinfo")
+V2_BLOCK_N = 64
+V2_PAD = 8  # 16-bit elements added to every shared-memory row (conflict-free ldmatrix)
 
 
 # ---- launch configuration (mirrors flash_api.h; a test compiles the header and compares) ----
@@ -53,16 +64,34 @@ TORCH_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSION
 @dataclass(frozen=True)
 class LaunchConfig:
     threads: int          # threads per block
-    block_m: int          # query rows per block (grid.x = ceil(S / block_m), grid.y = B * H)
+    block_m: int          # query rows per block
     block_n: int          # keys per shared-memory tile
     dynamic_shared_bytes: int
+    heads_on_x: bool = False  # grid (B * H, query tiles) rather than (query tiles, B * H)
+
+    def grid(self, batch: int, heads: int, seq_q: int) -> tuple[int, int, int]:
+        """The launch grid for queries of ``seq_q`` positions (what a GPU trace shows)."""
+        tiles = -(-seq_q // self.block_m)
+        return (batch * heads, tiles, 1) if self.heads_on_x else (tiles, batch * heads, 1)
+
+
+def v2_shared_bytes(head_dim: int, block_m: int = 128, double_buffer: bool = True) -> int:
+    """v2's dynamic shared memory (flash_api.h ``v2_design_smem_bytes``): 16-bit rows of
+    D + 8 elements, buffer 0 one K/V pair (128 rows), buffer 1 Q's ``block_m`` rows, grown to
+    128 when double-buffered because odd key tiles then load there once Q is in registers."""
+    kv_rows = 2 * V2_BLOCK_N
+    buffer1 = max(block_m, kv_rows) if double_buffer else block_m
+    return 2 * (kv_rows + buffer1) * (head_dim + V2_PAD)
 
 
 def launch_config(version: str, head_dim: int) -> LaunchConfig:
     """How ``cuda_v1``/``cuda_v2`` launch for ``head_dim`` (the formulas of flash_api.h).
 
-    v1 keeps fp32 tiles: Q [32][D], K [32][D+1], V [32][D], scores [32][33], 32 row factors.
-    v2 keeps 16-bit tiles with rows padded by 8 elements: Q, K, V of 64 x (D + 8).
+    v1 keeps fp32 tiles: Q [32][D], K [32][D+1], V [32][D], scores [32][33], 32 row factors;
+    grid (query tiles, B * H).
+    v2 keeps 16-bit tiles with rows padded by 8 elements, 128 query rows per block (one warp
+    per 16), two K/V buffers of 64 + 64 rows, Q passing through the second; grid
+    (B * H, query tiles).
     """
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
@@ -71,13 +100,41 @@ def launch_config(version: str, head_dim: int) -> LaunchConfig:
         floats = m * head_dim + n * (head_dim + 1) + n * head_dim + m * (n + 1) + m
         return LaunchConfig(threads=128, block_m=m, block_n=n, dynamic_shared_bytes=4 * floats)
     if version in ("v2", "cuda_v2"):
-        m = n = 64
-        return LaunchConfig(threads=128, block_m=m, block_n=n,
-                            dynamic_shared_bytes=2 * (m + 2 * n) * (head_dim + 8))
+        m = 128
+        return LaunchConfig(threads=32 * m // 16, block_m=m, block_n=V2_BLOCK_N,
+                            dynamic_shared_bytes=v2_shared_bytes(head_dim, m), heads_on_x=True)
     raise ValueError(f"version must be 'v1' or 'v2', got {version!r}")
 
 
-_KERNEL_NAME = re.compile(r"flash_(v\d)_kernel<[^,>]+,\s*(\d+)")
+_KERNEL_NAME = re.compile(r"flash_(v\d)_kernel<[^,>]+,\s*(\d+)>")
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(source: str, digest: str, archs: tuple, defines: tuple, nvcc: str):
+    # Keyed by the file's contents and the compiler, so an edited kernel compiles again.
+    return compile_cuda(CSRC / source, list(archs), (*EXTRA_CUDA_FLAGS, *TORCH_NVCC_FLAGS, *defines),
+                        TORCH_STD, keep_ptx=True)
+
+
+def compile_sources(archs: Iterable[str], sources: Iterable[str] = KERNEL_SOURCES,
+                    defines: Iterable[str] = ()) -> dict:
+    """``{file: ptxas.Compiled}`` (kernels, PTX per arch, object code) for files of csrc,
+    under the extension build's flags.
+
+    One nvcc call per file for all ``archs`` (files side by side: nvcc is single-threaded),
+    remembered for the process, so the chapter and the tests that read the same compile pay
+    for it once. RuntimeError without nvcc.
+    """
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("compiling the CUDA kernels needs the CUDA compiler nvcc; none is on PATH "
+                           "(nor under CUDA_HOME/CUDA_PATH)")
+    archs, sources, defines = tuple(archs), tuple(sources), tuple(defines)
+    digests = {s: hashlib.sha256((CSRC / s).read_bytes() + (CSRC / "flash_api.h").read_bytes()).hexdigest()
+               for s in sources}
+    with ThreadPoolExecutor(max_workers=max(1, len(sources))) as pool:
+        done = list(pool.map(lambda s: _compile(s, digests[s], archs, defines, nvcc), sources))
+    return dict(zip(sources, done))
 
 
 def kernel_report(arch: Union[str, Iterable[str]] = "sm_80") -> list[KernelResources]:
@@ -87,17 +144,14 @@ def kernel_report(arch: Union[str, Iterable[str]] = "sm_80") -> list[KernelResou
     ``flash_v2_kernel<__half, 128>`` (element type, head_dim).
     """
     archs = [arch] if isinstance(arch, str) else list(arch)
-    # nvcc is single-threaded: compile the two files side by side.
-    with ThreadPoolExecutor(max_workers=len(KERNEL_SOURCES)) as pool:
-        per_file = list(pool.map(lambda s: compile_report(CSRC / s, archs, TORCH_NVCC_FLAGS, TORCH_STD),
-                                 KERNEL_SOURCES))
     report = []
-    for kernel in (k for kernels in per_file for k in kernels):
-        m = _KERNEL_NAME.search(kernel.name)
-        if m:
-            cfg = launch_config(m.group(1), int(m.group(2)))
-            kernel = with_launch(kernel, cfg.threads, cfg.dynamic_shared_bytes)
-        report.append(kernel)
+    for compiled in compile_sources(archs).values():
+        for kernel in compiled.kernels:
+            m = _KERNEL_NAME.search(kernel.name)
+            if m:
+                cfg = launch_config(m.group(1), int(m.group(2)))
+                kernel = with_launch(kernel, cfg.threads, cfg.dynamic_shared_bytes)
+            report.append(kernel)
     return report
 
 
@@ -151,7 +205,7 @@ def extension():
     sources = [str(CSRC / "binding.cpp")] + [str(CSRC / s) for s in KERNEL_SOURCES]
     try:
         return load(name=EXTENSION_NAME, sources=sources, extra_include_paths=[str(CSRC)],
-                    extra_cuda_cflags=["-O3", "-lineinfo"], verbose=False)
+                    extra_cuda_cflags=list(EXTRA_CUDA_FLAGS), verbose=False)
     except (RuntimeError, OSError, ImportError) as err:
         # torch's message carries the compiler's own output; keep all of it.
         raise RuntimeError(f"building the CUDA attention extension from {CSRC} failed:\n{err}") from err
@@ -168,10 +222,10 @@ def _reason_or_raise(name: str, reason: Reason) -> None:
         raise CannotRun(f"{name}: {reason}")
 
 
-# The kernels take one shape for q, k and v: no grouped-query heads, no Sq != Sk. The registry
-# refuses those up front, in words, before anything is built.
+# Both kernels read K/V head h / (Hq / Hkv) for query head h (grouped-query attention without
+# repeating K/V) and take Sq != Sk, causal aligned bottom-right (flash_api.h, visible()).
 @register("cuda_v1", order=70, requires=requires_v1, head_dims=HEAD_DIMS,
-          dtypes=(torch.float16, torch.bfloat16, torch.float32), gqa=False, unequal_lengths=False)
+          dtypes=(torch.float16, torch.bfloat16, torch.float32))
 def cuda_v1(q, k, v, causal=True, scale=None):
     """Hand-written tiled FlashAttention forward in CUDA (CUDA cores, fp32 math)."""
     _reason_or_raise("cuda_v1", requires_v1(q.device))
@@ -181,7 +235,7 @@ def cuda_v1(q, k, v, causal=True, scale=None):
 
 
 @register("cuda_v2", order=71, requires=requires_v2, head_dims=HEAD_DIMS,
-          dtypes=(torch.float16, torch.bfloat16), gqa=False, unequal_lengths=False)
+          dtypes=(torch.float16, torch.bfloat16))
 def cuda_v2(q, k, v, causal=True, scale=None):
     """Hand-written FlashAttention-2 forward in CUDA on tensor cores (mma.sync, fp16/bf16)."""
     _reason_or_raise("cuda_v2", requires_v2(q.device))
@@ -190,5 +244,5 @@ def cuda_v2(q, k, v, causal=True, scale=None):
     return out
 
 
-__all__ = ["cuda_v1", "cuda_v2", "launch_config", "kernel_report", "allocate_output", "extension",
-           "compile_report", "nvcc_available", "KernelResources", "LaunchConfig"]
+__all__ = ["cuda_v1", "cuda_v2", "launch_config", "kernel_report", "compile_sources", "v2_shared_bytes",
+           "allocate_output", "extension", "compile_report", "nvcc_available", "KernelResources", "LaunchConfig"]

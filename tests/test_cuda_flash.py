@@ -1,9 +1,12 @@
 """cuda_v1 and cuda_v2: what they say without a GPU, and (on a GPU) that they are right.
 
 The GPU tests judge every output against the float64 reference on odd lengths (ragged
-tiles), both causal modes, non-contiguous and misaligned inputs (v2's scalar fallback),
-with the output buffer poisoned with NaN first, so an element the kernel forgot to write
-cannot pass.
+tiles), both causal modes, Sq != Sk both ways (decoding, and more queries than keys, whose
+first rows see nothing), grouped-query K/V heads, negative and zero scales, non-contiguous
+and misaligned inputs (v2's scalar fallback), with the output buffer poisoned with NaN
+first, so an element the kernel forgot to write cannot pass. Without a GPU they skip; what
+can be checked without one (what the launchers launch, the tile schedule, the compiler's
+report) is in tests/test_cuda_compile.py and tests/test_cuda_report.py.
 """
 from __future__ import annotations
 
@@ -26,18 +29,14 @@ def test_registration():
     assert impl1.head_dims == impl2.head_dims == (64, 128)
     assert impl2.dtypes == (torch.float16, torch.bfloat16)
     assert torch.float32 in impl1.dtypes
-    assert not (impl1.gqa or impl2.gqa or impl1.unequal_lengths or impl2.unequal_lengths)
+    # Both read K/V head h / (Hq / Hkv) and take Sq != Sk (causal aligned bottom-right).
+    assert impl1.gqa and impl2.gqa and impl1.unequal_lengths and impl2.unequal_lengths
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("hq, hkv, sq, sk, words", [
-    (4, 2, 8, 8, "grouped-query attention is not supported"),
-    (2, 2, 1, 8, "Sq != Sk is not supported"),
-])
-def test_gqa_and_kv_cache_are_refused_in_words_before_any_build(name, hq, hkv, sq, sk, words):
-    # The kernels take one shape for q, k and v; the registry says so before anything is built.
-    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, 64, dtype=torch.float16)
-    with pytest.raises(ValueError, match=words) as err:
+def test_gqa_heads_that_do_not_divide_are_refused_in_words_before_any_build(name):
+    q, k, v = make_attention_inputs(1, 4, 3, 8, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="must be a multiple of") as err:
         kernels.get(name)(q, k, v)
     assert str(err.value).startswith(f"{name}: ")
     if not torch.cuda.is_available():
@@ -196,13 +195,48 @@ def test_v2_matches_reference(layout, dtype, d, s, causal, poisoned):
     check_against_reference("cuda_v2", s, d, dtype, layout, causal, poisoned)
 
 
+# Sq != Sk and grouped-query heads: (Hq, Hkv, Sq, Sk). Sq < Sk is a query chunk against a
+# longer cache (Sq = 1 decoding); Sq > Sk leaves the first Sq - Sk causal rows with no key at
+# all (their output is 0, as in the reference), in whole query tiles (300 vs 77) and in part
+# of one (129 vs 100). Lengths are chosen so Sk - Sq falls on, before and after tile edges.
+SHAPES = [(4, 4, 1, 1031), (4, 2, 1, 300), (6, 2, 77, 333), (4, 1, 129, 200), (2, 2, 300, 77),
+          (4, 2, 129, 100), (3, 3, 64, 127), (8, 2, 203, 203)]
+
+
+def general_cases():
+    """Every (kernel, dtype, head dim, causal) twice, the shapes cycling through them: the second
+    pass runs backwards, so every shape meets both causal modes."""
+    combos = [(n, t, d, c) for n in NAMES for t in (torch.float16, torch.bfloat16) for d in (64, 128) for c in (True, False)]
+    return [(*combo, SHAPES[i % len(SHAPES)]) for i, combo in enumerate(combos + combos[::-1])]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", NAMES)
-def test_explicit_scale_is_used(name, poisoned):
+@pytest.mark.parametrize("name,dtype,d,causal,shape", general_cases(), ids=str)
+def test_unequal_lengths_and_grouped_heads_match_reference(name, dtype, d, causal, shape, poisoned):
     if kernels.available("cuda")[name]:
         pytest.skip(kernels.available("cuda")[name])
-    # 0.3 is far from 1/sqrt(64) = 0.125: a kernel ignoring scale fails the comparison.
-    check_against_reference(name, 203, 64, torch.float16, "bhsd", True, poisoned, scale=0.3)
+    hq, hkv, sq, sk = shape
+    q, k, v = (t.cuda() for t in make_attention_inputs(2, hq, hkv, sq, sk, d, dtype=dtype, seed=sq + sk))
+    out = kernels.get(name)(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    assert out is poisoned[-1] and out.shape == q.shape
+    assert not torch.isnan(out).any(), "some output elements were never written"
+    if causal and sq > sk:
+        # Query i sees keys j <= i + Sk - Sq: the first Sq - Sk rows see none, and are 0.
+        assert (out[:, :, :sq - sk] == 0).all(), "rows that see no key must be 0"
+    reference.judge(out, q, k, v, causal).assert_ok(f"{name} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} causal={causal}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("scale", [0.3, -0.2, 0.0])
+def test_explicit_scale_is_used(name, scale, poisoned):
+    if kernels.available("cuda")[name]:
+        pytest.skip(kernels.available("cuda")[name])
+    # 0.3 is far from 1/sqrt(64) = 0.125: a kernel ignoring scale fails the comparison. A
+    # negative scale (v2 negates q instead) and 0 (uniform attention over the visible keys)
+    # are real numbers the contract takes too.
+    check_against_reference(name, 203, 64, torch.float16, "bhsd", True, poisoned, scale=scale)
 
 
 @pytest.mark.gpu

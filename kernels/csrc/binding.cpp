@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 #include <torch/extension.h>
 
-#include <initializer_list>
+#include <climits>
 
 #include "flash_api.h"
 
@@ -28,20 +28,32 @@ void copy_strides(const torch::Tensor& t, int64_t (&out)[4]) {
   for (int i = 0; i < 4; ++i) out[i] = t.stride(i);
 }
 
-// q, k, v: [B, H, S, D] CUDA tensors of one dtype (any strides); out: same shape, written.
+void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& q) {
+  TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device");
+  TORCH_CHECK(t.dim() == 4, name, " must be [batch, heads, seq, head_dim], got rank ", t.dim());
+  TORCH_CHECK(t.scalar_type() == q.scalar_type(), "dtype mismatch: ", name, " is ", t.scalar_type(),
+              ", q is ", q.scalar_type());
+  TORCH_CHECK(t.device() == q.device(), "device mismatch: ", name, " is on ", t.device(), ", q on ", q.device());
+}
+
+// q, out: [B, H, Sq, D]; k, v: [B, Hkv, Sk, D] with H a multiple of Hkv; CUDA tensors of one
+// dtype, any strides. out is written.
 flash::Problem describe(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         torch::Tensor& out, bool causal, double scale) {
-  for (const torch::Tensor* t : std::initializer_list<const torch::Tensor*>{&q, &k, &v, &out}) {
-    TORCH_CHECK(t->is_cuda(), "every tensor must be on a CUDA device");
-    TORCH_CHECK(t->dim() == 4, "tensors must be [batch, heads, seq, head_dim], got rank ", t->dim());
-    TORCH_CHECK(t->sizes() == q.sizes(), "shape mismatch: ", t->sizes(), " vs q ", q.sizes());
-    TORCH_CHECK(t->scalar_type() == q.scalar_type(), "dtype mismatch: ", t->scalar_type(), " vs q ",
-                q.scalar_type());
-    TORCH_CHECK(t->device() == q.device(), "device mismatch: ", t->device(), " vs q ", q.device());
-  }
-  TORCH_CHECK(q.size(0) * q.size(1) <= 65535, "batch * heads must be <= 65535, got ",
-              q.size(0) * q.size(1));
-  TORCH_CHECK(q.size(2) <= INT32_MAX, "sequence too long");
+  check_tensor(q, "q", q);
+  check_tensor(k, "k", q);
+  check_tensor(v, "v", q);
+  check_tensor(out, "out", q);
+  TORCH_CHECK(k.sizes() == v.sizes(), "shape mismatch: k ", k.sizes(), " vs v ", v.sizes());
+  TORCH_CHECK(out.sizes() == q.sizes(), "shape mismatch: out ", out.sizes(), " vs q ", q.sizes());
+  TORCH_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(3), "shape mismatch: k ", k.sizes(), " vs q ",
+              q.sizes(), " (batch and head_dim must agree)");
+  TORCH_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "q's ", q.size(1),
+              " heads must be a multiple of k's ", k.size(1));
+  // Row indices are 32-bit in the kernels, and a block's last padded row (up to 128 past the
+  // end) must not overflow either.
+  TORCH_CHECK(q.size(2) <= INT32_MAX - 256 && k.size(2) <= INT32_MAX - 256, "sequence too long");
+  TORCH_CHECK(q.size(0) * q.size(1) <= INT32_MAX, "batch * heads too large");
   flash::Problem p{};
   p.q = q.data_ptr();
   p.k = k.data_ptr();
@@ -49,7 +61,9 @@ flash::Problem describe(const torch::Tensor& q, const torch::Tensor& k, const to
   p.o = out.data_ptr();
   p.batch = static_cast<int>(q.size(0));
   p.heads = static_cast<int>(q.size(1));
-  p.seq = static_cast<int>(q.size(2));
+  p.kv_heads = static_cast<int>(k.size(1));
+  p.seq_q = static_cast<int>(q.size(2));
+  p.seq_k = static_cast<int>(k.size(2));
   p.head_dim = static_cast<int>(q.size(3));
   copy_strides(q, p.q_stride);
   copy_strides(k, p.k_stride);
@@ -76,6 +90,9 @@ void run(Launcher launch, const char* name, const torch::Tensor& q, const torch:
 
 void forward_v1(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                 torch::Tensor& out, bool causal, double scale) {
+  // v1 puts batch * heads on grid.y, whose limit is 65,535 (v2 puts it on x).
+  TORCH_CHECK(q.size(0) * q.size(1) <= 65535, "flash_v1: batch * heads must be <= 65535, got ",
+              q.size(0) * q.size(1));
   run(flash_v1_forward, "flash_v1", q, k, v, out, causal, scale);
 }
 

@@ -86,12 +86,13 @@ flash_v1_kernel(flash::Problem p) {
   const int q_first = blockIdx.x * M;
   const int bh = blockIdx.y;
   const int b = bh / p.heads, h = bh % p.heads;
+  const int kv_h = h / (p.heads / p.kv_heads);  // grouped-query attention: heads share K/V
   const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
+  const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kv_h * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kv_h * p.v_stride[1];
   T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 
-  load_tile<T, D>(q_s, D, Rows<T>{q, p.q_stride[2], p.q_stride[3]}, q_first, M, p.seq);
+  load_tile<T, D>(q_s, D, Rows<T>{q, p.q_stride[2], p.q_stride[3]}, q_first, M, p.seq_q);
 
   // Running softmax state of row `tid` (only threads tid < M own a row in phase 2).
   float row_max = -INFINITY, row_sum = 0.0f;
@@ -100,11 +101,11 @@ flash_v1_kernel(flash::Problem p) {
   for (int i = 0; i < kRowsPerThread; ++i) acc[i] = 0.0f;
   const int my_col = threadIdx.x % D, my_row0 = threadIdx.x / D;
 
-  // Causal: key tiles that start after this block's last query are all masked; skip them.
-  const int last_key = p.causal ? min(p.seq, q_first + M) : p.seq;
-  for (int k_first = 0; k_first < last_key; k_first += N) {
-    load_tile<T, D>(k_s, D + 1, Rows<T>{k, p.k_stride[2], p.k_stride[3]}, k_first, N, p.seq);
-    load_tile<T, D>(v_s, D, Rows<T>{v, p.v_stride[2], p.v_stride[3]}, k_first, N, p.seq);
+  // Causal: key tiles that no query of this block can see are skipped (flash_api.h).
+  const int key_end = flash::key_tiles(q_first, M, N, p.seq_q, p.seq_k, p.causal).total * N;
+  for (int k_first = 0; k_first < key_end; k_first += N) {
+    load_tile<T, D>(k_s, D + 1, Rows<T>{k, p.k_stride[2], p.k_stride[3]}, k_first, N, p.seq_k);
+    load_tile<T, D>(v_s, D, Rows<T>{v, p.v_stride[2], p.v_stride[3]}, k_first, N, p.seq_k);
     __syncthreads();
 
     // Phase 1: scores. A warp shares one query row (a broadcast read) and spans 32 keys.
@@ -123,8 +124,8 @@ flash_v1_kernel(flash::Problem p) {
 #pragma unroll
       for (int i = 0; i < kScoresPerThread; ++i) {
         const int r = r0 + i * kScoreRowStep, query = q_first + r;
-        const bool hidden = key >= p.seq || (p.causal && key > query);
-        s_s[r * (N + 1) + c] = hidden ? -INFINITY : dot[i] * p.scale;
+        const bool seen = flash::visible(query, key, p.seq_q, p.seq_k, p.causal);
+        s_s[r * (N + 1) + c] = seen ? dot[i] * p.scale : -INFINITY;
       }
     }
     __syncthreads();
@@ -164,12 +165,13 @@ flash_v1_kernel(flash::Problem p) {
     __syncthreads();  // K, V, P and alpha are overwritten by the next tile
   }
 
-  if (threadIdx.x < M) row_s[threadIdx.x] = 1.0f / row_sum;
+  // A row that saw no key (causal, Sq > Sk) has sum 0 and accumulators 0: its output is 0.
+  if (threadIdx.x < M) row_s[threadIdx.x] = row_sum > 0.0f ? 1.0f / row_sum : 0.0f;
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = my_row0 + i * kRowStep, query = q_first + r;
-    if (query < p.seq) o[query * p.o_stride[2] + my_col * p.o_stride[3]] = from_float<T>(acc[i] * row_s[r]);
+    if (query < p.seq_q) o[query * p.o_stride[2] + my_col * p.o_stride[3]] = from_float<T>(acc[i] * row_s[r]);
   }
 }
 
@@ -180,7 +182,7 @@ int launch(const flash::Problem& p, cudaStream_t stream) {
   // Above 48 KiB a kernel must opt in to dynamic shared memory (D = 128 needs ~52 KiB).
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.seq + kV1BlockM - 1) / kV1BlockM, p.batch * p.heads);
+  const dim3 grid((p.seq_q + kV1BlockM - 1) / kV1BlockM, p.batch * p.heads);
   kernel<<<grid, kV1Threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
@@ -198,7 +200,8 @@ int launch_for_dim(const flash::Problem& p, cudaStream_t stream) {
 
 extern "C" int flash_v1_forward(const flash::Problem* problem, void* stream) {
   const flash::Problem& p = *problem;
-  if (p.seq < 1 || p.batch < 1 || p.heads < 1) return cudaErrorInvalidValue;
+  if (p.seq_q < 1 || p.seq_k < 1 || p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.heads % p.kv_heads != 0)
+    return cudaErrorInvalidValue;
   if (int64_t(p.batch) * p.heads > 65535) return cudaErrorInvalidConfiguration;  // grid.y limit
   auto s = static_cast<cudaStream_t>(stream);
   switch (p.dtype) {

@@ -4,18 +4,24 @@
 //  * Both matmuls (S = Q K^T and O += P V) run on tensor cores through the PTX instruction
 //    mma.sync.aligned.m16n8k16: one warp multiplies a 16x16 by a 16x8 tile of fp16/bf16
 //    values into fp32 accumulators that live in registers, spread over the warp's 32 lanes.
-//  * Each of the 4 warps owns 16 query rows, so a row's softmax state (max, sum) and its
-//    output accumulators never leave the 4 lanes that hold them: no shared memory and no
-//    __syncthreads() for the softmax, only two warp shuffles per row statistic.
+//  * Each of the 8 warps owns 16 query rows (128 per block), so a row's softmax state (max,
+//    sum) and its output accumulators never leave the 4 lanes that hold them: no shared
+//    memory and no __syncthreads() for the softmax, only two warp shuffles per row statistic.
 //  * P never goes through shared memory: the accumulator layout of S (per lane: rows g and
 //    g+8, columns 2t and 2t+1 of each 8-column tile) is exactly the layout mma wants for its
 //    A operand, so P is rounded to 16 bits and fed straight back in.
-//  * Shared memory is filled with 16-byte cp.async copies (global -> shared without passing
-//    through registers), issued one tile ahead: K_{j+1} loads while we compute the softmax
-//    of tile j, V_{j+1} while the next scores are computed. Inputs whose layout does not
-//    allow 16-byte copies (an odd stride, an unaligned view) take a scalar path instead.
-//  * Causal: key tiles entirely above the diagonal are never loaded (block skipping); only
-//    tiles that cross the diagonal or the ragged end of the sequence pay for masking.
+//  * K and V are double-buffered: while the warps compute tile j from one buffer, 16-byte
+//    cp.async copies (global -> shared without passing through registers) bring tile j + 1
+//    into the other. One barrier per tile is enough (see tile_step). Inputs whose layout does
+//    not allow 16-byte copies (an odd stride, an unaligned view) take a scalar path instead.
+//  * Masks cost nothing where there is nothing to mask: a tile step is a template on
+//    kMasked, and each block runs its fully visible key tiles through the unmasked
+//    instantiation (no per-element test at all) and only the tiles that cross the causal
+//    boundary or the end of the keys through the masked one. Tiles that no query of the
+//    block can see are never loaded (causal block skipping).
+//  * exp(x * scale) is computed as exp2(x * scale * log2 e) with the hardware's ex2.approx:
+//    the scale and log2 e fold into one constant, and "scale, subtract the row max" is one
+//    fused multiply-add per score.
 //  * Fragments are read from shared memory with ldmatrix (8x8 16-bit matrices per lane
 //    group); each shared row is padded by 16 bytes so the 8 rows one ldmatrix reads sit in
 //    8 different banks.
@@ -37,12 +43,20 @@
 
 namespace {
 
-using flash::kV2BlockM;
 using flash::kV2BlockN;
 using flash::kV2Pad;
-using flash::kV2Threads;
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x by the special-function unit alone (MUFU.EX2): ex2.approx.ftz has no range fix-up
+// around it (exp2f, without fast-math flags, adds one for denormal results), and it flushes
+// results below 2^-126 to 0, which a probability can afford. ex2(-inf) = +0, as the masked
+// scores need.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // ---- 16-bit element helpers --------------------------------------------------------------
 
@@ -118,21 +132,23 @@ __device__ __forceinline__ void cp_async_wait() {
 // 16-byte aligned rows, checked by the launcher); otherwise element by element. `vec` is
 // the same for every thread of a launch, so the branch never diverges; a runtime flag
 // rather than a template parameter halves the number of kernels to compile.
-template <typename T, int D, int kRows>
+template <typename T, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t row_stride,
                                           int64_t col_stride, int first, int seq, bool vec) {
   constexpr int kPitch = D + kV2Pad;
   if (vec) {
     constexpr int kChunksPerRow = D / 8;  // 8 x 16-bit = 16 bytes
+    static_assert(kRows * kChunksPerRow % kThreads == 0, "every thread copies the same number of chunks");
 #pragma unroll
-    for (int idx = threadIdx.x; idx < kRows * kChunksPerRow; idx += kV2Threads) {
+    for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
       const int r = idx / kChunksPerRow, c = (idx % kChunksPerRow) * 8;
       const bool valid = first + r < seq;
       const T* from = valid ? src + (first + r) * row_stride + c : src;  // never out of bounds
       cp_async_16(tile + r * kPitch + c, from, valid);
     }
   } else {
-    for (int idx = threadIdx.x; idx < kRows * D; idx += kV2Threads) {
+    for (int idx = threadIdx.x; idx < kRows * D; idx += kThreads) {
       const int r = idx / D, c = idx % D;
       const int row = first + r;
       tile[r * kPitch + c] = row < seq ? src[row * row_stride + c * col_stride] : to_16bit(0.0f, T());
@@ -140,81 +156,107 @@ __device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t row_str
   }
 }
 
-// ---- the kernel ------------------------------------------------------------------------------
+// ---- the design, as switches ----------------------------------------------------------------
 
-// Launch bounds: 128 threads, and at least 2 resident blocks per SM. That caps registers at
-// 65,536 / (2 * 128) = 256 per thread (255 usable), so ptxas never has to spill; without
-// the second number it aimed at 4 blocks (128 registers) for D = 64 and spilled on sm_90.
-template <typename T, int D>
-__global__ void __launch_bounds__(kV2Threads, 2)
-flash_v2_kernel(flash::Problem p, bool vec) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // bf16 mma.sync and cp.async need sm_80; the Python side refuses older GPUs
-#else
-  constexpr int M = kV2BlockM, N = kV2BlockN, kPitch = D + kV2Pad;
-  constexpr int kDSteps = D / 16;   // k-steps of the S = Q K^T product
-  constexpr int kNTiles = N / 8;    // 8-column accumulator tiles of S
-  constexpr int kDTiles = D / 8;    // 8-column accumulator tiles of O
-  static_assert(M == 16 * (kV2Threads / 32), "each warp owns 16 query rows");
+// The choices that separate this kernel from its first version, as compile-time switches, so
+// that chapter 5 can compile each step from this one source and read what it does to the
+// compiler's report (kernels/cuda_report.py, design_steps). The launcher uses Production:
+// every switch on. Off, they give back the first version's behaviour: 64-row tiles (4 warps),
+// the mask tested on every element of every tile, exp2f after a separate multiply by the
+// scale, and one K/V buffer (load the next tile only after everyone is done with this one).
+template <int kBlockM, bool kSplitMask, bool kFastExp2, bool kDoubleBuffer>
+struct Design {
+  static constexpr int M = kBlockM;                      // query rows per block, 16 per warp
+  static constexpr int kThreads = 32 * (kBlockM / 16);
+  static constexpr bool split_mask = kSplitMask;         // fully visible tiles skip the mask
+  static constexpr bool fast_exp2 = kFastExp2;           // ex2.approx.ftz, scale in one FMA
+  static constexpr bool double_buffer = kDoubleBuffer;   // tile j + 1 loads while j computes
+  // The most resident blocks per SM we can promise ptxas while leaving it 255 registers per
+  // thread: 65,536 / (256 x threads), i.e. 2 blocks of 128 threads or 1 of 256. A bigger
+  // promise caps registers lower, and a warp's rows of Q, S and O do not fit: 2 blocks of 256
+  // threads would mean 128 registers, and ptxas spills there even at D = 64.
+  static constexpr int kMinBlocks = 256 / kThreads > 0 ? 256 / kThreads : 1;
+};
+
+template <int D>
+using Production = Design<flash::v2_block_m(D), true, true, true>;
+
+template <bool kFast>
+__device__ __forceinline__ float exp2_of(float x) {
+  if constexpr (kFast) return fast_exp2(x);
+  else return exp2f(x);
+}
+
+// ---- one block's state, and one key tile ------------------------------------------------
+
+// Everything one block of M query rows keeps while it walks over the key tiles. Lives in
+// registers (every array index is a compile-time constant once the loops are unrolled)
+// except the shared-memory buffers, which it only points to.
+template <typename T, int D, class Dsg>
+struct Block {
+  static constexpr int M = Dsg::M, N = kV2BlockN, kPitch = D + kV2Pad;
+  static constexpr int kThreads = Dsg::kThreads;
+  static constexpr int kDSteps = D / 16;   // k-steps of the S = Q K^T product
+  static constexpr int kNTiles = N / 8;    // 8-column accumulator tiles of S
+  static constexpr int kDTiles = D / 8;    // 8-column accumulator tiles of O
+  static_assert(M == 16 * (kThreads / 32), "each warp owns 16 query rows");
   static_assert(D % 16 == 0 && N % 16 == 0, "tiles are whole mma steps");
+  // Buffer 0 holds 2N rows (K, then V); buffer 1, which first holds Q, follows it.
+  static constexpr int kBufferStride = 2 * N * kPitch;
 
-  extern __shared__ uint4 smem_raw[];  // uint4: 16-byte alignment for cp.async and ldmatrix
-  T* q_s = reinterpret_cast<T*>(smem_raw);
-  T* k_s = q_s + M * kPitch;
-  T* v_s = k_s + N * kPitch;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  // Heavy causal blocks (many key tiles) launch first: reverse the query-tile order.
-  const int q_tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int q_first = q_tile * M;
-  const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
-  const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
-  const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
-  T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-
-  // Causal block skipping: key tiles starting after this block's last query are all masked.
-  const int key_end = p.causal ? min(p.seq, q_first + M) : p.seq;
-  const int n_tiles = (key_end + N - 1) / N;
-
-  // Prologue: three copy groups in flight, Q, K_0, V_0.
-  load_tile<T, D, M>(q_s, q, p.q_stride[2], p.q_stride[3], q_first, p.seq, vec);
-  cp_async_commit();
-  load_tile<T, D, N>(k_s, k, p.k_stride[2], p.k_stride[3], 0, p.seq, vec);
-  cp_async_commit();
-  load_tile<T, D, N>(v_s, v, p.v_stride[2], p.v_stride[3], 0, p.seq, vec);
-  cp_async_commit();
-  cp_async_wait<1>();  // Q and K_0 have landed (V_0 may still be in flight)
-  __syncthreads();
-
-  // This warp's 16 rows of Q stay in registers as A fragments for the whole kernel.
-  uint32_t q_frag[kDSteps][4];
-  {
-    // ldmatrix x4 for A: matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7),
-    // (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) = a0, a1, a2, a3.
-    const T* row = q_s + (warp * 16 + lane % 16) * kPitch + (lane / 16) * 8;
-#pragma unroll
-    for (int ks = 0; ks < kDSteps; ++ks) ldmatrix_x4(q_frag[ks], row + ks * 16);
+  // The buffer of key tile j: arithmetic, not an array of two pointers, whose index j % 2
+  // would not be known at compile time and would push the array (and with it this whole
+  // object) out of registers into local memory.
+  __device__ __forceinline__ T* kv_buffer(int j) const {
+    return Dsg::double_buffer ? kv_buffers + (j & 1) * kBufferStride : kv_buffers;
   }
 
-  // Per lane: output accumulators and softmax state for rows g and g+8 of the warp.
-  float o_acc[kDTiles][4];
-#pragma unroll
-  for (int i = 0; i < kDTiles; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // in log2 units: scores times scale * log2(e)
-  float row_sum[2] = {0.0f, 0.0f};
-  const float scale_log2 = p.scale * kLog2e;   // exp(x * scale) = exp2(x * scale * log2 e)
-  const int query[2] = {q_first + warp * 16 + g, q_first + warp * 16 + g + 8};
+  const flash::Problem& p;
+  bool vec;
+  const T* k;            // this block's K/V head (shared by the query heads of a GQA group)
+  const T* v;
+  T* kv_buffers;         // [2N][kPitch] per buffer: keys in rows [0, N), values in [N, 2N)
+  int lane;
+  int query[2];          // the two query rows of this lane: g and g + 8 of its warp's 16
+  float scale_log2;      // |scale| * log2(e): exp(s * scale) = exp2(s * scale_log2)
+  int n_tiles;           // key tiles to read (tiles [0, n_tiles))
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int k_first = j * N;
-    cp_async_wait<1>();  // K_j has landed (V_j may still be in flight)
+  uint32_t q_frag[kDSteps][4];   // this warp's 16 rows of Q as A fragments, for the whole kernel
+  float o_acc[kDTiles][4];       // output rows g and g+8, columns 2t, 2t+1 of each 8-column tile
+  float row_max[2];              // running max of the scaled scores, in log2 units
+  float row_sum[2];              // this lane's part of the running sum (4 lanes share a row)
+
+  // Issue the copies of key tile j (K and V, rows [jN, jN + N)) into its buffer.
+  __device__ __forceinline__ void load_kv(int j) {
+    T* k_s = kv_buffer(j);
+    load_tile<T, D, N, kThreads>(k_s, k, p.k_stride[2], p.k_stride[3], j * N, p.seq_k, vec);
+    load_tile<T, D, N, kThreads>(k_s + N * kPitch, v, p.v_stride[2], p.v_stride[3], j * N, p.seq_k, vec);
+    cp_async_commit();
+  }
+
+  // One key tile: S = Q K_j^T, the online softmax update, O += P V_j.
+  //
+  // Synchronisation when double-buffered, one barrier per tile: at the barrier every thread
+  // has waited for its own copies of tile j (so the whole tile is in shared memory and
+  // visible to all), and every warp has finished tile j - 1, the last reader of the other
+  // buffer. Only then are the copies of tile j + 1 issued, into that other buffer; they land
+  // while this tile computes, and the next step's barrier orders them before anyone reads
+  // them. Q passed through buffer 1 before tile 0: step 0's barrier also means every warp
+  // holds its Q fragments, so tile 1 may overwrite it. Single-buffered, a second barrier
+  // after the compute frees the one buffer, and the next tile's copies start only then.
+  template <bool kMasked>
+  __device__ __forceinline__ void tile_step(int j) {
+    cp_async_wait<0>();  // this thread's copies of tile j have landed
     __syncthreads();
+    if constexpr (Dsg::double_buffer) {
+      if (j + 1 < n_tiles) load_kv(j + 1);
+    }
+    const T* k_s = kv_buffer(j);
+    const T* v_s = k_s + N * kPitch;
 
     // S = Q K_j^T. ldmatrix x4 on K (rows = keys) gives B fragments for two 8-key tiles:
     // (keys 0-7, d 0-7) = b0 and (keys 0-7, d 8-15) = b1 of tile n; then the same for n+1.
-    float s[kNTiles][4];
+    float s[kNTiles][4];  // raw scores q.k of rows g, g+8 (this lane's columns)
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
@@ -229,27 +271,31 @@ flash_v2_kernel(flash::Problem p, bool vec) {
         mma_16x8x16(s[n + 1], q_frag[ks], kb[2], kb[3], T());
       }
     }
-    __syncthreads();  // every warp is done with K_j: its buffer may be refilled
-    if (j + 1 < n_tiles) {
-      load_tile<T, D, N>(k_s, k, p.k_stride[2], p.k_stride[3], k_first + N, p.seq, vec);
-      cp_async_commit();
-    }
 
-    // Mask only where needed: the ragged last tile, and tiles crossing the diagonal.
-    const bool needs_mask = k_first + N > p.seq || (p.causal && k_first + N - 1 > q_first);
+    // The masked instantiation scales each score now and hides what the row may not see
+    // (past the last key, or after the causal boundary) as -inf. The unmasked one leaves
+    // the scores raw, takes their max (max(s) * c = max(s * c) for c >= 0) and lets the scale
+    // meet each score inside exp2's fused multiply-add below; without the fold (the first
+    // version) it multiplies every score first.
+    constexpr bool kFold = !kMasked && Dsg::fast_exp2;
+    if constexpr (kMasked) {
 #pragma unroll
-    for (int n = 0; n < kNTiles; ++n) {
+      for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k_first + n * 8 + 2 * t + (e % 2);
-        const bool hidden = needs_mask && (key >= p.seq || (p.causal && key > query[e / 2]));
-        s[n][e] = hidden ? -INFINITY : s[n][e] * scale_log2;
+        for (int e = 0; e < 4; ++e) {
+          const int key = j * N + n * 8 + 2 * (lane % 4) + (e % 2);
+          s[n][e] = flash::visible(query[e / 2], key, p.seq_q, p.seq_k, p.causal) ? s[n][e] * scale_log2 : -INFINITY;
+        }
       }
+    } else if constexpr (!kFold) {
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
     }
 
     // Online softmax. Row r's 64 scores are spread over the 4 lanes of group g (2 columns
     // per 8-column tile each): reduce within the lane, then across the group by shuffles.
-    uint32_t p_frag[N / 16][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float tile_max = -INFINITY;
@@ -257,18 +303,22 @@ flash_v2_kernel(flash::Problem p, bool vec) {
       for (int n = 0; n < kNTiles; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      if constexpr (kFold) tile_max *= scale_log2;  // scores are raw (and finite) here
       const float new_max = fmaxf(row_max[r], tile_max);
-      // A row that has seen only masked keys keeps max -inf: subtract 0 instead, so that
+      // A row that has seen only hidden keys keeps max -inf: subtract 0 instead, so that
       // exp2(-inf - (-inf)) = NaN never happens (its probabilities are exp2(-inf) = 0).
       const float shift = new_max == -INFINITY ? 0.0f : new_max;
-      const float alpha = exp2f(row_max[r] - shift);
+      const float alpha = exp2_of<Dsg::fast_exp2>(row_max[r] - shift);  // rescales what was summed so far
       row_max[r] = new_max;
       float tile_sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
-        s[n][2 * r] = exp2f(s[n][2 * r] - shift);
-        s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - shift);
-        tile_sum += s[n][2 * r] + s[n][2 * r + 1];
+#pragma unroll
+        for (int c = 2 * r; c < 2 * r + 2; ++c) {
+          const float x = kFold ? fmaf(s[n][c], scale_log2, -shift) : s[n][c] - shift;
+          s[n][c] = exp2_of<Dsg::fast_exp2>(x);
+          tile_sum += s[n][c];
+        }
       }
       // The lane's partial sum is enough: the group's four partials are added at the end.
       row_sum[r] = row_sum[r] * alpha + tile_sum;
@@ -278,7 +328,9 @@ flash_v2_kernel(flash::Problem p, bool vec) {
         o_acc[d][2 * r + 1] *= alpha;
       }
     }
+
     // C layout of S tiles 2kk and 2kk+1 = A layout of P for keys 16kk..16kk+15.
+    uint32_t p_frag[N / 16][4];
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk) {
       p_frag[kk][0] = pack2(s[2 * kk][0], s[2 * kk][1], T());          // row g,   keys 2t..
@@ -290,8 +342,6 @@ flash_v2_kernel(flash::Problem p, bool vec) {
     // O += P V_j. V is stored [key][d], i.e. row major K x N for the B operand, so it is
     // read transposed: ldmatrix.trans x4 gives (keys 0-7, d 0-7) = b0, (keys 8-15, d 0-7)
     // = b1 of d-tile dt, then the same two for d-tile dt+1.
-    if (j + 1 < n_tiles) cp_async_wait<1>(); else cp_async_wait<0>();  // V_j has landed
-    __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk) {
 #pragma unroll
@@ -304,25 +354,95 @@ flash_v2_kernel(flash::Problem p, bool vec) {
         mma_16x8x16(o_acc[dt + 1], p_frag[kk], vb[2], vb[3], T());
       }
     }
-    __syncthreads();  // every warp is done with V_j: its buffer may be refilled
-    if (j + 1 < n_tiles) {
-      load_tile<T, D, N>(v_s, v, p.v_stride[2], p.v_stride[3], k_first + N, p.seq, vec);
-      cp_async_commit();
+
+    if constexpr (!Dsg::double_buffer) {
+      __syncthreads();  // every warp is done with the one buffer: it may be refilled
+      if (j + 1 < n_tiles) load_kv(j + 1);
     }
   }
+};
 
-  // Epilogue: complete each row's sum across its 4 lanes, divide, store rows inside seq.
+// ---- the kernel ------------------------------------------------------------------------------
+
+// One block: M query rows of one (batch, head) against every key tile they can see.
+template <typename T, int D, class Dsg>
+__device__ __forceinline__ void attention_block(const flash::Problem& p, bool vec) {
+  using B = Block<T, D, Dsg>;
+  constexpr int M = B::M, N = B::N, kPitch = B::kPitch;
+
+  extern __shared__ uint4 smem_raw[];  // uint4: 16-byte alignment for cp.async and ldmatrix
+  T* buffer0 = reinterpret_cast<T*>(smem_raw);  // [2N][kPitch]: K/V of (even) tiles
+  T* buffer1 = buffer0 + B::kBufferStride;      // [M][kPitch] Q, then [2N][kPitch] K/V of odd tiles
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  // Grid: (batch * heads, query tiles); B*H on x, whose limit is 2^31 - 1 (y's is 65,535).
+  // Heavy causal blocks (many key tiles) launch first: reverse the query-tile order.
+  const int q_tile = p.causal ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+  const int q_first = q_tile * M;
+  const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
+  const int kv_h = h / (p.heads / p.kv_heads);  // the K/V head of this query head's group
+  const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
+  T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+  const flash::KeyTiles tiles = flash::key_tiles(q_first, M, N, p.seq_q, p.seq_k, p.causal);
+
+  B blk{p, vec,
+        static_cast<const T*>(p.k) + b * p.k_stride[0] + kv_h * p.k_stride[1],
+        static_cast<const T*>(p.v) + b * p.v_stride[0] + kv_h * p.v_stride[1],
+        buffer0, lane,
+        {q_first + warp * 16 + g, q_first + warp * 16 + g + 8},
+        fabsf(p.scale) * kLog2e, tiles.total};
+
+  // Prologue: Q into buffer 1 and key tile 0 into buffer 0, as one copy group.
+  load_tile<T, D, M, B::kThreads>(buffer1, q, p.q_stride[2], p.q_stride[3], q_first, p.seq_q, vec);
+  if (tiles.total > 0) blk.load_kv(0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // This warp's 16 rows of Q stay in registers as A fragments for the whole kernel.
+  {
+    // ldmatrix x4 for A: matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7),
+    // (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) = a0, a1, a2, a3.
+    const T* row = buffer1 + (warp * 16 + lane % 16) * kPitch + (lane / 16) * 8;
+#pragma unroll
+    for (int ks = 0; ks < B::kDSteps; ++ks) ldmatrix_x4(blk.q_frag[ks], row + ks * 16);
+  }
+  // A negative scale: scale * (q.k) = |scale| * ((-q).k), and flipping the sign bit of each
+  // 16-bit element negates q exactly. The softmax then only meets scale_log2 >= 0.
+  if (p.scale < 0.0f) {
+#pragma unroll
+    for (int ks = 0; ks < B::kDSteps; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) blk.q_frag[ks][i] ^= 0x80008000u;
+  }
+#pragma unroll
+  for (int i = 0; i < B::kDTiles; ++i) blk.o_acc[i][0] = blk.o_acc[i][1] = blk.o_acc[i][2] = blk.o_acc[i][3] = 0.0f;
+  blk.row_max[0] = blk.row_max[1] = -INFINITY;
+  blk.row_sum[0] = blk.row_sum[1] = 0.0f;
+
+  // Fully visible tiles first, then the few that need the mask: two loops, two
+  // instantiations of the step, one decision per tile (which loop it is in). Any order of
+  // tiles gives the same softmax; this one keeps the prefetch simple (tile j + 1 next).
+  const int unmasked = Dsg::split_mask ? tiles.unmasked : 0;
+  for (int j = 0; j < unmasked; ++j) blk.template tile_step<false>(j);
+  for (int j = unmasked; j < tiles.total; ++j) blk.template tile_step<true>(j);
+
+  // Epilogue: complete each row's sum across its 4 lanes, divide, store rows inside Sq.
+  // A row that saw no key (Sq > Sk, causal) has sum 0 and accumulators 0: its output is 0.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    if (query[r] >= p.seq) continue;
-    const float inv = 1.0f / row_sum[r];
-    T* out_row = o + query[r] * p.o_stride[2];
+    float sum = blk.row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int query = blk.query[r];
+    if (query >= p.seq_q) continue;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    T* out_row = o + query * p.o_stride[2];
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
+    for (int dt = 0; dt < B::kDTiles; ++dt) {
       const int col = dt * 8 + 2 * t;
-      const float lo = o_acc[dt][2 * r] * inv, hi = o_acc[dt][2 * r + 1] * inv;
+      const float lo = blk.o_acc[dt][2 * r] * inv, hi = blk.o_acc[dt][2 * r + 1] * inv;
       if (vec) {  // two neighbours in one 4-byte store
         *reinterpret_cast<uint32_t*>(out_row + col) = pack2(lo, hi, T());
       } else {
@@ -331,9 +451,40 @@ flash_v2_kernel(flash::Problem p, bool vec) {
       }
     }
   }
+}
+
+// The kernel the launcher runs. Launch bounds: 256 threads and 1 block per SM guaranteed,
+// which lets ptxas use up to 255 registers per thread (see Design::kMinBlocks).
+template <typename T, int D>
+__global__ void __launch_bounds__(Production<D>::kThreads, Production<D>::kMinBlocks)
+flash_v2_kernel(flash::Problem p, bool vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // bf16 mma.sync and cp.async need sm_80; the Python side refuses older GPUs
+#else
+  attention_block<T, D, Production<D>>(p, vec);
 #endif
 }
 
+#if defined(FLASH_V2_DESIGN_STEPS)
+// Only for the chapter's compiler report (nvcc -DFLASH_V2_DESIGN_STEPS=<head dim>): the same
+// block under each step's switches, bf16, never launched. Step k turns on the first k changes.
+template <typename T, int D, class Dsg>
+__global__ void __launch_bounds__(Dsg::kThreads, Dsg::kMinBlocks)
+flash_v2_design_kernel(flash::Problem p, bool vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
+  attention_block<T, D, Dsg>(p, vec);
+#endif
+}
+
+constexpr int kStepDim = FLASH_V2_DESIGN_STEPS;
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<64, false, false, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, false, false, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, true, false, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, true, true, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, true, true, true>>(flash::Problem, bool);
+#else
 // 16-byte copies need unit column stride, every row start 16-byte aligned (all other
 // strides a multiple of 8 elements) and an aligned base pointer; the output likewise for
 // its 4-byte stores.
@@ -347,12 +498,15 @@ int launch(const flash::Problem& p, cudaStream_t stream) {
   const bool vec = can_vectorise(p.q, p.q_stride) && can_vectorise(p.k, p.k_stride) &&
                    can_vectorise(p.v, p.v_stride) && can_vectorise(p.o, p.o_stride);
   const size_t smem = flash::v2_smem_bytes(D);
+  const int block_m = flash::v2_block_m(D);
+  const int64_t q_tiles = (int64_t(p.seq_q) + block_m - 1) / block_m;
+  if (q_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid.y limit
   auto kernel = flash_v2_kernel<T, D>;
-  // Above 48 KiB a kernel must opt in to dynamic shared memory (D = 128 needs 51 KiB).
+  // Above 48 KiB a kernel must opt in to dynamic shared memory (D = 128 needs 68 KiB).
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.seq + kV2BlockM - 1) / kV2BlockM, p.batch * p.heads);
-  kernel<<<grid, kV2Threads, smem, stream>>>(p, vec);
+  const dim3 grid(unsigned(p.batch * p.heads), unsigned(q_tiles));
+  kernel<<<grid, flash::v2_threads(D), smem, stream>>>(p, vec);
   return cudaGetLastError();
 }
 
@@ -364,13 +518,16 @@ int launch_for_dim(const flash::Problem& p, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
 }
+#endif  // FLASH_V2_DESIGN_STEPS
 
 }  // namespace
 
+#if !defined(FLASH_V2_DESIGN_STEPS)
 extern "C" int flash_v2_forward(const flash::Problem* problem, void* stream) {
   const flash::Problem& p = *problem;
-  if (p.seq < 1 || p.batch < 1 || p.heads < 1) return cudaErrorInvalidValue;
-  if (int64_t(p.batch) * p.heads > 65535) return cudaErrorInvalidConfiguration;  // grid.y limit
+  if (p.seq_q < 1 || p.seq_k < 1 || p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.heads % p.kv_heads != 0)
+    return cudaErrorInvalidValue;
+  if (int64_t(p.batch) * p.heads > INT32_MAX) return cudaErrorInvalidConfiguration;  // grid.x limit
   auto s = static_cast<cudaStream_t>(stream);
   switch (p.dtype) {
     case flash::Dtype::Float16: return launch_for_dim<__half>(p, s);
@@ -378,3 +535,4 @@ extern "C" int flash_v2_forward(const flash::Problem* problem, void* stream) {
     default: return cudaErrorInvalidValue;  // tensor cores here take 16-bit inputs only
   }
 }
+#endif
