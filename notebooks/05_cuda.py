@@ -9,12 +9,14 @@
 # * **v1** (`kernels/csrc/flash_v1.cu`) is the algorithm with nothing in the way: tiles in
 #   shared memory, fp32 arithmetic on CUDA cores, one thread per element of the work.
 # * **v2** (`kernels/csrc/flash_v2.cu`) is FlashAttention-2 on tensor cores: `mma.sync`
-#   matrix instructions, scores kept in registers, asynchronous copies.
+#   matrix instructions, scores kept in registers, asynchronous copies into two K/V buffers,
+#   the mask applied only where a tile needs it.
 #
 # Much of what makes a CUDA kernel fast or slow is fixed before it ever runs: registers per
 # thread, shared memory per block, and which instructions the compiler emitted. We read all
 # three from the compiler, which needs `nvcc` but no GPU, so this chapter has something to
-# show on every machine. Running, profiling and timing the kernels needs a GPU.
+# show on every machine, including what each of v2's design changes does to that report.
+# Running, profiling and timing the kernels needs a GPU.
 
 # %% [install]
 
@@ -22,7 +24,7 @@
 
 # %%
 %matplotlib inline
-import math
+import re
 import time
 
 import pandas as pd
@@ -52,34 +54,43 @@ pd.DataFrame({"can it run here?": {name: why or "yes" for name, why in kernels.a
 # ## From tiles to threads
 #
 # Both kernels split the work the way the Triton kernel did: one **thread block** per tile of
-# query rows of one (batch, head), so the launch **grid** is two-dimensional,
-# `grid = (ceil(S / BLOCK_M), batch × heads)`, and each block walks over the keys tile by
-# tile. What CUDA adds is the inside of a block: **128 threads**, which the hardware runs as
-# **4 warps** of 32 threads in lockstep. The launch configuration mirrors `flash_api.h`:
+# query rows of one (batch, head), so the launch **grid** is two-dimensional, query tiles ×
+# (batch × heads), and each block walks over the keys tile by tile. What CUDA adds is the
+# inside of a block: a few hundred threads, which the hardware runs as **warps** of 32
+# threads in lockstep. The launch configuration mirrors `flash_api.h`:
 
 # %%
 show_source(cuda_flash.launch_config)
 
 # %%
-launch = {}
+launch, cfgs = {}, {}
 for version in ("v1", "v2"):
-    cfg = cuda_flash.launch_config(version, kernel_dim)
+    cfg = cfgs[version] = cuda_flash.launch_config(version, kernel_dim)
+    grid = cfg.grid(batch, heads, seq)
     launch[version] = {"threads per block": cfg.threads, "warps per block": cfg.threads // 32,
                        "query rows per block (BLOCK_M)": cfg.block_m, "keys per tile (BLOCK_N)": cfg.block_n,
-                       f"grid at B={batch} H={heads} S={seq}": f"({math.ceil(seq / cfg.block_m)}, {batch * heads})",
+                       "grid (x, y)": "(B·H, query tiles)" if cfg.heads_on_x else "(query tiles, B·H)",
+                       f"grid at B={batch} H={heads} S={seq}": f"({grid[0]}, {grid[1]})",
                        "dynamic shared memory (B)": cfg.dynamic_shared_bytes}
-    glue(f"{version}_grid_x", math.ceil(seq / cfg.block_m))
+    glue(f"{version}_grid", f"{grid[0]} × {grid[1]}")
+    glue(f"{version}_blocks", grid[0] * grid[1])
     glue(f"{version}_block_m", cfg.block_m)
-glue("grid_y", batch * heads)
+    glue(f"{version}_threads", cfg.threads)
+    glue(f"{version}_warps", cfg.threads // 32)
+lesson(cfgs["v2"].threads // 32 * 16 == cfgs["v2"].block_m, "each of v2's warps owns 16 query rows",
+       f"{cfgs['v2'].threads // 32} warps, {cfgs['v2'].block_m} rows")
 pd.DataFrame(launch)
 
 # %% [markdown]
-# At this chapter's shape v1 launches a grid of {glue:text}`v1_grid_x` × {glue:text}`grid_y`
-# blocks of {glue:text}`v1_block_m` query rows, v2 one of {glue:text}`v2_grid_x` ×
-# {glue:text}`grid_y` blocks of {glue:text}`v2_block_m` rows. Who computes what inside a
-# block is where the two versions part ways. The figure colours each element of a tile by the
-# warp whose thread computes it, straight from the index formulas of the two `.cu` files
-# (`kernels.cuda_report.owners_*`):
+# At this chapter's shape v1 launches a grid of {glue:text}`v1_grid` = {glue:text}`v1_blocks`
+# blocks of {glue:text}`v1_block_m` query rows and {glue:text}`v1_threads` threads
+# ({glue:text}`v1_warps` warps), v2 one of {glue:text}`v2_grid` = {glue:text}`v2_blocks`
+# blocks of {glue:text}`v2_block_m` rows and {glue:text}`v2_threads` threads
+# ({glue:text}`v2_warps` warps). v2 puts batch × heads on the grid's x axis, which may hold
+# 2³¹ − 1 blocks, where the y axis stops at 65,535 (v1 refuses batch × heads above that).
+# Who computes what inside a block is where the two versions part ways. The figure colours
+# each element of a tile by the warp whose thread computes it, straight from the index
+# formulas of the two `.cu` files (`kernels.cuda_report.owners_*`):
 #
 # * **v1, phase 1** (scores): thread `t` owns key column `t % 32` and every fourth query row,
 #   8 scores each. A warp spans the 32 keys of one row at a time.
@@ -88,21 +99,23 @@ pd.DataFrame(launch)
 # * **v1, phase 3** (`O += P V`): thread `t` owns output column `t % D` and every
 #   `128 / D`-th row.
 # * **v2**: warp `w` owns query rows `16w … 16w+15` for the whole kernel, for the scores, the
-#   softmax and the output alike. Inside the warp, lane `4g + t` holds rows `g` and `g+8`,
-#   columns `2t` and `2t+1` of every 8-column tile: the accumulator layout of the tensor-core
-#   instruction `mma.m16n8k16`. The squares outline one lane's elements.
+#   softmax and the output alike, so a block of 8 warps holds 128 rows. Inside the warp, lane
+#   `4g + t` holds rows `g` and `g+8`, columns `2t` and `2t+1` of every 8-column tile: the
+#   accumulator layout of the tensor-core instruction `mma.m16n8k16`. The squares outline one
+#   lane's elements.
 
 # %%
 fig = cuda_report.thread_map(head_dim=kernel_dim)
 
 # %%
 s1, s2, s3 = cuda_report.owners_v1_scores(), cuda_report.owners_v1_softmax(), cuda_report.owners_v1_output(kernel_dim)
-o2 = cuda_report.owners_v2(kernel_dim)
+o2 = cuda_report.owners_v2(kernel_dim, cfgs["v2"].block_m, cfgs["v2"].threads)
 lesson((s1 >= 0).all() and (s3 >= 0).all() and (o2 >= 0).all(),
        "every score and every output element has a thread that computes it, in both versions")
 lesson(set((s2 // 32).ravel()) == {0}, "v1's softmax runs on warp 0 alone: the other 3 warps wait",
        f"rows owned by threads {s2.min()}..{s2.max()}")
-rows_of_warp = {w: {int(r) for t in range(32 * w, 32 * (w + 1)) for r in (o2 == t).nonzero()[0]} for w in range(4)}
+rows_of_warp = {w: {int(r) for t in range(32 * w, 32 * (w + 1)) for r in (o2 == t).nonzero()[0]}
+                for w in range(cfgs["v2"].threads // 32)}
 lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in rows_of_warp.items()),
        "in v2 each warp owns 16 whole query rows, so a row's softmax never leaves its warp")
 
@@ -213,8 +226,18 @@ lesson(not any(k.spills for k in report), "no kernel spills registers to local m
        f"{len(report)} kernels checked")
 lesson(all(k.shared_bytes == 0 for k in report),
        "all shared memory is dynamic: the launcher, not the compiler, decides its size")
-lesson("__launch_bounds__(kV1Threads, 2)" in V1.read_text() and "__launch_bounds__(kV2Threads, 2)" in V2.read_text(),
-       "both kernels promise ptxas 128 threads and 2 resident blocks per SM (__launch_bounds__)")
+# What each kernel promises ptxas: a block size and a minimum of resident blocks per SM
+# (__launch_bounds__), which caps registers at 65,536 / (threads x blocks) per thread.
+v1_min_blocks = int(re.search(r"__launch_bounds__\(kV1Threads, (\d+)\)", V1.read_text()).group(1))
+lesson("__launch_bounds__(Production<D>::kThreads, Production<D>::kMinBlocks)" in V2.read_text()
+       and "kMinBlocks = 256 / kThreads" in V2.read_text(), "v2's launch bounds come from its Design: 256 / threads blocks")
+v2_min_blocks = max(1, 256 // cfgs["v2"].threads)
+register_cap = {v: 65536 // (cfgs[v].threads * b) for v, b in (("v1", v1_min_blocks), ("v2", v2_min_blocks))}
+lesson(all(cap >= 256 for cap in register_cap.values()) and all(k.registers <= 255 for k in report),
+       "both kernels' launch bounds leave ptxas 255 registers per thread, and none needs more",
+       f"v1: {cfgs['v1'].threads} threads x {v1_min_blocks} blocks, v2: {cfgs['v2'].threads} x {v2_min_blocks}")
+glue("v1_min_blocks", v1_min_blocks)
+glue("v2_min_blocks", v2_min_blocks)
 lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers for a in archs),
        "v2 needs more registers per thread than v1: its Q fragments, scores and output live in registers",
        ", ".join(f"{a}: {focus[a, 'v1'].registers} vs {focus[a, 'v2'].registers}" for a in archs))
@@ -222,10 +245,12 @@ lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers for a in archs),
 # %% [markdown]
 # For {glue:text}`kernel_dtype` and D = {glue:text}`kernel_dim`, v1 uses
 # {glue:text}`v1_regs_sm_80` registers per thread on sm_80 and v2 {glue:text}`v2_regs_sm_80`
-# (on sm_90: {glue:text}`v1_regs_sm_90` and {glue:text}`v2_regs_sm_90`). Both ask for
-# "at least 2 blocks per SM" with `__launch_bounds__(128, 2)`, which lets ptxas use up to 255
-# registers per thread rather than spill. v2 spends them on what v1 keeps in shared memory:
-# its warp's rows of Q, the scores and the output accumulators.
+# (on sm_90: {glue:text}`v1_regs_sm_90` and {glue:text}`v2_regs_sm_90`). Both tell ptxas
+# how they launch with `__launch_bounds__`: v1 blocks of {glue:text}`v1_threads` threads, at
+# least {glue:text}`v1_min_blocks` per SM; v2 blocks of {glue:text}`v2_threads`, at least
+# {glue:text}`v2_min_blocks`. Either way that leaves up to 255 registers per thread, so
+# ptxas has no reason to spill. v2 spends them on what v1 keeps in shared memory: its warp's
+# rows of Q, the scores and the output accumulators.
 #
 # ## Occupancy, for sm_80 and sm_90
 #
@@ -288,12 +313,17 @@ lesson(all((kineto_reads(k) == 0) == (k.total_shared_bytes > occupancy.KINETO_SH
        and all(cuda_report.occupancy_of(k).blocks_per_sm > 0 for k in zero_in_a_trace),
        "exactly the kernels over 48 KiB of shared memory would read 0% in a trace, though each fits on an SM",
        ", ".join(sorted({cuda_report.short_name(k.name) for k in zero_in_a_trace})) or "none over 48 KiB")
-glue("kineto_zero_kernels", ", ".join(sorted({cuda_report.short_name(k.name) for k in zero_in_a_trace})) or "none")
+zero_kib = {cuda_report.short_name(k.name): k.total_shared_bytes / 1024 for k in zero_in_a_trace}
+glue("kineto_zero_kernels", ", ".join(f"{name} ({kib:.1f} KiB)" for name, kib in sorted(zero_kib.items())) or "none")
 
 # %% [markdown]
-# From this report: {glue:text}`kineto_zero_kernels`. A trace of these kernels will show
-# "0%" beside a kernel that is running; the GPU cells below check that prediction on the
-# trace when a GPU runs this chapter.
+# From this report, the kernels a trace will show at 0%: {glue:text}`kineto_zero_kernels`.
+# Each needs more than the 48 KiB of shared memory a block gets by default, so its launcher
+# opts in (`cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, ...)`,
+# without which the launch would fail), and Kineto's estimate, which assumes the default,
+# finds no block fitting an SM. The "0%" beside a running kernel is the estimate's blind
+# spot, not the kernel's occupancy; the GPU cells below check that prediction on the trace
+# when a GPU runs this chapter.
 
 # %% [markdown]
 # On sm_80, v1 reaches {glue:text}`v1_occ_sm_80:.1f`% occupancy (limited by
@@ -328,9 +358,10 @@ cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ void mma_16x8x16(floa
 # That is {glue:text}`mma_macs_per_lane` multiply-adds per thread per instruction, against
 # one for an `fma`. The compiler's output is where this shows: count the instructions in the
 # PTX of each kernel (`nvcc -ptx`, kept from the compile above). Each loop over the tile is
-# unrolled, so a warp's matrix instructions for one tile of keys appear once each in the
-# text, and their number follows from the tile shapes:
+# unrolled, so a warp's matrix instructions for one tile of keys appear in the text once per
+# copy of the tile step, and their number follows from the tile shapes:
 # `(BLOCK_N / 8) · (D / 16)` for `S = Q Kᵀ` plus `(D / 8) · (BLOCK_N / 16)` for `O += P V`.
+# v2 has two copies, one without the mask and one with it (the next section says why).
 
 # %%
 show_source(cuda_report.mma_per_key_tile)
@@ -355,10 +386,10 @@ else:
     v2_mma = {key: c["mma.sync"] for key, c in counts.items() if key[1].startswith("v2")}
     lesson(v1_mma and sum(v1_mma.values()) == 0, "v1 contains no tensor-core instruction: not one mma.sync in its PTX",
            f"{len(v1_mma)} kernels")
-    # The head dimension is in the kernel's name, e.g. v2<bf16, 64>.
-    expected = {key: cuda_report.mma_per_key_tile(int(key[1].rstrip(">").split(", ")[1])) for key in v2_mma}
+    # The head dimension is in the kernel's name, e.g. v2<bf16, 64>; two tile-step bodies each.
+    expected = {key: 2 * cuda_report.mma_per_key_tile(int(key[1].rstrip(">").split(", ")[1])) for key in v2_mma}
     lesson(v2_mma == expected and all(n > 0 for n in v2_mma.values()),
-           "v2's PTX holds exactly the mma.sync instructions its tile shapes call for",
+           "v2's PTX holds exactly the mma.sync instructions its tile shapes call for, in each of its two tile steps",
            ", ".join(f"{name} {n}" for (a, name), n in v2_mma.items() if a == "sm_80"))
     focus_name = f"v2<{kernel_dtype}, {kernel_dim}>"
     glue("v2_mma", counts["sm_80", focus_name]["mma.sync"])
@@ -373,16 +404,16 @@ else:
 # its arithmetic with fp32 `fma` instructions instead ({glue:text}`v1_fma` in its program
 # text), each one scalar multiply-add. In a GPU trace this is the difference the article reads from kernel names
 # (`s16816gemm`: tensor cores, `sgemm`: CUDA cores); here we read it from the program itself.
-# (SASS, the machine code, calls the instruction `HMMA`; reading it needs `cuobjdump`, which
-# this machine's minimal toolkit lacks, and ptxas' report above is already the SASS-level
-# resource count.)
+# (SASS, the machine code, calls the instruction `HMMA`; reading it needs `cuobjdump` or
+# `nvdisasm`, which a minimal CUDA toolkit may lack, and ptxas' report above is already the
+# SASS-level resource count.)
 #
 # The rest of v2 is about feeding those instructions. The scores of one tile of 64 keys: K
 # fragments come from shared memory with `ldmatrix`, four 8×8 matrices per instruction, and
 # every fragment feeds two `mma`s:
 
 # %%
-cuda_markdown(cuda_excerpt(V2, "// S = Q K_j^T.", "__syncthreads();  // every warp is done with K_j"))
+cuda_markdown(cuda_excerpt(V2, "// S = Q K_j^T.", "// The masked instantiation"))
 
 # %% [markdown]
 # After the softmax, the probabilities do not go back to shared memory at all: the
@@ -393,13 +424,222 @@ cuda_markdown(cuda_excerpt(V2, "// S = Q K_j^T.", "__syncthreads();  // every wa
 cuda_markdown(cuda_excerpt(V2, "// C layout of S tiles", "// O += P V_j"))
 
 # %% [markdown]
+# ## v2, one change at a time
+#
+# v2 went through four changes after its first version, each aimed at a cost the compiler's
+# report or the PTX can show: bigger query tiles, a mask paid only where it is needed, a
+# cheaper exponential, and loads that overlap the arithmetic. The source keeps them as
+# compile-time switches, a `Design` template, so that the same file compiles at every step
+# and the kernel the launcher runs is simply the last one:
+
+# %%
+cuda_markdown(cuda_excerpt(V2, "template <int kBlockM, bool kSplitMask"))
+
+# %% [markdown]
+# Guess before the table: which change will cost registers, and which will change the
+# shared memory a block asks for?
+
+# %%
+guess_costliest_step_in_registers = 4  # 1..4, the step (change) you expect to add the most registers; edit me
+
+# %%
+steps_live = nvcc is not None
+try:
+    steps = cuda_report.design_steps(kernel_dim, archs, live=steps_live)
+except RuntimeError as err:  # a compile that fails here fell back above too
+    print(f"the design steps did not compile; using the recorded ones.\n{err}")
+    steps_live, steps = False, cuda_report.design_steps(kernel_dim, archs, live=False)
+glue("steps_source", f"compiled now by nvcc {cuda_report.nvcc_version()}" if steps_live else
+     f"recorded on {cuda_report.RECORDED['date']} with nvcc {cuda_report.RECORDED['nvcc']}")
+steps_table = cuda_report.design_table(steps)
+step_of = {(r.kernel.arch, r.index): r for r in steps}
+display(steps_table.set_index(["arch", "step"]).drop(columns=["change", "limited by"]))
+pd.DataFrame({"change": {i: s.change for i, s in enumerate(cuda_report.DESIGN_STEPS)}}).rename_axis("step")
+
+# %% [markdown]
+# One row per architecture and step, bf16, D = {glue:text}`kernel_dim`,
+# {glue:text}`steps_source`. Step 0 is the first version's design rebuilt from this source
+# (every switch off); each later step turns on one more change; step 4 is what the
+# launcher runs. The columns after the occupancy are counts in each step's PTX, and "a trace
+# reads %" is Kineto's estimate from the same footprint (the 48 KiB rule above).
+
+# %%
+def delta(arch, step, what):
+    """What `step` changed in the table's column `what`, against the step before it."""
+    row = steps_table.set_index(["arch", "step"])
+    return row.loc[(arch, step), what] - row.loc[(arch, step - 1), what]
+
+added = {step: max(delta(a, step, "registers") for a in archs) for step in range(1, len(cuda_report.DESIGN_STEPS))}
+reveal(guess_costliest_step_in_registers, max(added, key=added.get), "step adding the most registers",
+       source="the compiler's report")
+for a in archs:
+    for i in range(len(cuda_report.DESIGN_STEPS)):
+        r = step_of[a, i]
+        glue(f"step{i}_regs_{a}", r.kernel.registers)
+        glue(f"step{i}_smem_{a}", f"{r.kernel.total_shared_bytes:,}")
+        glue(f"step{i}_warps_{a}", cuda_report.occupancy_of(r.kernel).warps_per_sm)
+        glue(f"step{i}_blocks_{a}", cuda_report.occupancy_of(r.kernel).blocks_per_sm)
+        glue(f"step{i}_mma_{a}", r.counts["mma.sync"])
+        glue(f"step{i}_bar_{a}", f"{cuda_report.barriers_per_tile(r):g}")
+step_first, step_final = step_of["sm_80", 0], step_of["sm_80", len(cuda_report.DESIGN_STEPS) - 1]
+for i in (0, 1):
+    glue(f"step{i}_threads", step_of["sm_80", i].kernel.threads_per_block)
+    glue(f"step{i}_block_warps", step_of["sm_80", i].kernel.threads_per_block // 32)
+    glue(f"step{i}_rows", step_of["sm_80", i].step.block_m)
+glue("rows_ratio", step_of["sm_80", 1].step.block_m // step_first.step.block_m)
+lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in steps),
+       "no step spills registers or keeps anything in local memory", f"{len(steps)} kernels")
+lesson(all(r.kernel.total_shared_bytes <= occupancy.ARCHES[r.kernel.arch].max_shared_mem_per_block
+           and cuda_report.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in steps),
+       "every step fits one SM of its architecture (registers and shared memory)")
+
+# %% [markdown]
+# **128 query rows per block.** The first version gave a block {glue:text}`step0_rows` rows
+# and {glue:text}`step0_block_warps` warps; step 1 gives it {glue:text}`step1_rows` rows and
+# {glue:text}`step1_block_warps` warps ({glue:text}`step0_threads` → {glue:text}`step1_threads`
+# threads). A warp's own work does not change (16 rows against a 64-key tile), so neither do
+# its registers much: {glue:text}`step0_regs_sm_80` → {glue:text}`step1_regs_sm_80` on
+# sm_80, {glue:text}`step0_regs_sm_90` → {glue:text}`step1_regs_sm_90` on sm_90. What changes
+# is reuse: every K/V tile copied into shared memory now serves {glue:text}`rows_ratio`×
+# as many queries, so a forward copies each K/V tile from L2 or HBM {glue:text}`rows_ratio`×
+# less often. The price is in the occupancy columns: one block of 8 warps now fills an SM's
+# registers, where {glue:text}`step0_blocks_sm_80` (sm_80) or {glue:text}`step0_blocks_sm_90`
+# (sm_90) blocks of 4 warps fit before, so warps per SM go {glue:text}`step0_warps_sm_80` →
+# {glue:text}`step1_warps_sm_80` on sm_80 and {glue:text}`step0_warps_sm_90` →
+# {glue:text}`step1_warps_sm_90` on sm_90.
+# Shared memory per block goes {glue:text}`step0_smem_sm_80` → {glue:text}`step1_smem_sm_80`
+# bytes (Q's tile doubles).
+
+# %%
+rows = {a: (step_of[a, 0].kernel.registers, step_of[a, 1].kernel.registers) for a in archs}
+lesson(all(abs(after - before) <= 0.1 * before for before, after in rows.values()),
+       "doubling the rows per block moves registers per thread by at most 10%: a warp's work is unchanged",
+       ", ".join(f"{a}: {b} -> {c}" for a, (b, c) in rows.items()))
+lesson(all(step_of[a, 1].kernel.threads_per_block == 2 * step_of[a, 0].kernel.threads_per_block for a in archs),
+       "128-row tiles mean twice the threads (8 warps of 16 rows)")
+
+# %% [markdown]
+# **Masked and unmasked tile steps.** Most key tiles a block reads are visible to every one
+# of its rows; only the tiles on the causal diagonal, and a ragged last tile, need the mask.
+# The first version tested every score of every tile anyway. Now the tile step is a template
+# on `kMasked`, the block runs its fully visible tiles through one instantiation and the rest
+# through the other, and the decision is made once per tile, by which loop the tile is in:
+
+# %%
+cuda_markdown(cuda_excerpt(V2, "// Fully visible tiles first", "// Epilogue"))
+
+# %% [markdown]
+# Only the masked instantiation looks at positions; it uses the contract's rule, bottom-right
+# aligned, the same function the tile schedule is built from (`flash_api.h`):
+
+# %%
+cuda_markdown(cuda_excerpt(V2, "// The masked instantiation", "// Online softmax."))
+
+# %%
+def unmasked_share(s):
+    """Share (%) of the key tiles a causal forward of length s reads that need no mask."""
+    c = cuda_report.tile_census(s, s, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
+    return 100 * c["unmasked"] / (c["unmasked"] + c["masked"])
+
+census = cuda_report.tile_census(seq, seq, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
+read = census["unmasked"] + census["masked"]
+glue("kernel_seq", seq)
+glue("longer_seq", 4 * seq)
+glue("longer_share", f"{unmasked_share(4 * seq):.0f}")
+lesson(unmasked_share(4 * seq) > unmasked_share(seq), "the longer the sequence, the larger the share of tiles without a mask",
+       f"S={seq}: {unmasked_share(seq):.0f}%, S={4 * seq}: {unmasked_share(4 * seq):.0f}%")
+glue("census_unmasked", census["unmasked"])
+glue("census_masked", census["masked"])
+glue("census_skipped", census["skipped"])
+glue("census_share", f"{100 * census['unmasked'] / read:.0f}")
+lesson(all(cuda_report.tile_bodies(step_of[a, 2]) == 2 * cuda_report.tile_bodies(step_of[a, 1]) == 2 for a in archs),
+       "splitting the mask off doubles the tile step's code: two bodies, each with one tile's mma.sync",
+       ", ".join(f"{a}: mma.sync {step_of[a, 1].counts['mma.sync']} -> {step_of[a, 2].counts['mma.sync']}" for a in archs))
+pd.DataFrame({f"causal, S = {seq}": census}).T
+
+# %% [markdown]
+# The PTX shows the second body: {glue:text}`step1_mma_sm_80` → {glue:text}`step2_mma_sm_80`
+# `mma.sync` instructions on sm_80, and registers {glue:text}`step1_regs_sm_80` →
+# {glue:text}`step2_regs_sm_80`. At this chapter's causal shape, S = {glue:text}`kernel_seq`,
+# the blocks read {glue:text}`census_unmasked` tiles through the unmasked step and
+# {glue:text}`census_masked` through the masked one ({glue:text}`census_share`% without a
+# mask), and never load {glue:text}`census_skipped` tiles above the diagonal. At S =
+# {glue:text}`longer_seq` the share without a mask is {glue:text}`longer_share`%.
+#
+# **Fast exp2, the scale folded in.** `exp(x · scale)` is `exp2(x · scale · log₂e)`, and
+# the GPU's special-function unit computes `exp2` in one instruction (`MUFU.EX2`). `exp2f`
+# without fast-math flags is `ex2.approx.f32` in PTX, which ptxas surrounds with a fix-up for
+# results that would be denormal; `ex2.approx.ftz.f32` is the bare instruction, and flushing
+# probabilities below 2⁻¹²⁶ to 0 costs a softmax nothing. The unmasked step also stops
+# multiplying each score by the scale first: the row max of the raw scores times the scale is
+# the max of the scaled ones, so "scale, subtract the max" becomes one fused multiply-add:
+
+# %%
+cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ float fast_exp2(float x)"))
+
+# %%
+lesson(all(step_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and step_of[a, 3].counts["ex2.approx.f32"] == 0
+           and step_of[a, 3].counts["ex2.approx.ftz.f32"] == step_of[a, 2].counts["ex2.approx.f32"] > 0 for a in archs),
+       "step 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one",
+       ", ".join(f"{a}: {step_of[a, 2].counts['ex2.approx.f32']} -> {step_of[a, 3].counts['ex2.approx.ftz.f32']}"
+                 for a in archs))
+glue("exp_count", step_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
+
+# %% [markdown]
+# All {glue:text}`exp_count` exponentials of the kernel's two tile steps are now the fast
+# form; registers move {glue:text}`step2_regs_sm_80` → {glue:text}`step3_regs_sm_80` on
+# sm_80. The gain is in instructions per score (the FMA replaces a multiply and a subtract,
+# `MUFU.EX2` loses its fix-up), which the resource report cannot show and a GPU run must.
+#
+# **K/V double-buffered.** With one buffer, tile j + 1 can be loaded only after every warp is
+# done with tile j: a barrier before the compute (tile j has arrived) and one after (the
+# buffer is free), and nothing to overlap the load with. With two, the copies of tile j + 1
+# (`cp.async`, global memory straight into shared memory) are issued into the other buffer
+# and land while tile j computes, and one barrier per tile does both jobs:
+
+# %%
+cuda_markdown(cuda_excerpt(V2, "// One key tile: S = Q K_j^T", "// S = Q K_j^T."))
+
+# %%
+lesson(all(cuda_report.barriers_per_tile(step_of[a, 3]) == 2 and cuda_report.barriers_per_tile(step_of[a, 4]) == 1
+           for a in archs), "double buffering halves the barriers per tile, 2 -> 1, counted in the PTX")
+lesson(all(step_of[a, 4].kernel.total_shared_bytes == step_of[a, 3].kernel.total_shared_bytes for a in archs),
+       "the second K/V buffer costs no shared memory: Q passes through it before tile 1 arrives",
+       f"{step_of['sm_80', 4].kernel.total_shared_bytes:,} B")
+moves = ", ".join(f"{step_of[a, 3].kernel.registers} → {step_of[a, 4].kernel.registers} on {a}" for a in archs)
+most = max(delta(a, 4, "registers") for a in archs)
+glue("buffer_registers", f"it costs up to {most} registers per thread ({moves})" if most > 0 else
+     f"at this head dim it costs no registers ({moves}); at D = 128, where a warp holds more, it can")
+zero_steps = sorted({r.index for r in steps if r.kernel.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT})
+glue("steps_at_zero", ", ".join(map(str, zero_steps)) if zero_steps else "none")
+glue("final_kib", f"{step_final.kernel.total_shared_bytes / 1024:.0f}")
+
+# %% [markdown]
+# Barriers per tile go {glue:text}`step3_bar_sm_80` → {glue:text}`step4_bar_sm_80`, shared
+# memory stays at {glue:text}`step4_smem_sm_80` bytes, because Q, which moves into registers
+# at the start, leaves its {glue:text}`v2_block_m` rows to the second buffer. Where double
+# buffering costs anything, it is registers: the addresses of the next tile's copies stay
+# live across the whole compute, and {glue:text}`buffer_registers`. The kernel that runs
+# stays under 255 registers without a spill at both head dims (the compiler report above),
+# which is why the launcher keeps 128-row tiles everywhere rather than fall back to 64 where
+# registers are tightest.
+#
+# In a PyTorch trace, the steps above 48 KiB of shared memory per block (here:
+# {glue:text}`steps_at_zero`) would read 0% occupancy: the kernel that runs asks for
+# {glue:text}`final_kib` KiB at D = {glue:text}`kernel_dim`. Whether each change pays is a
+# question for a GPU: the resource report says what each costs and what it fixes, and the
+# benchmark below (and the showdown chapter) says what it is worth.
+
+# %% [markdown]
 # ## On a GPU: correct, one kernel, and how fast
 #
 # The rest needs a GPU with a CUDA build of PyTorch: the first call builds the extension
 # (`torch.utils.cpp_extension`, a minute or two, cached afterwards). The cells below check
-# both kernels against the float64 reference on odd shapes and non-contiguous views, profile
-# one forward of each (one kernel per forward, with the footprint the trace reports), and
-# time them against `triton` and `sdpa_flash` with `kernels.bench`.
+# both kernels against the float64 reference on odd shapes, non-contiguous views, grouped
+# K/V heads and Sq ≠ Sk, profile one forward of each (one kernel per forward, with the
+# footprint the trace reports), and time them against `triton` and `sdpa_flash` with
+# `kernels.bench`. Nothing in this chapter so far needed a GPU: the kernels above have been
+# compiled, not run, wherever this page was built on a CPU.
 
 # %%
 runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
@@ -433,6 +673,19 @@ if on_gpu:
                 verdict = reference.judge(fn(qs, ks, vs, causal=causal), qs, ks, vs, causal)
                 lesson(verdict.ok, f"{name} matches the float64 reference by the course's rule",
                        f"B{b} H{h} S{s} D{head_dim} {layout} causal={causal}: {verdict}")
+        # Grouped-query K/V heads and Sq != Sk both ways (decoding; more queries than keys,
+        # whose first causal rows see no key and must be 0).
+        group = next(g for g in (4, 2, 1) if heads % g == 0)  # query heads per K/V head
+        for hq, hkv, sq, sk in ((heads, heads // group, 1, seq), (4, 2, 203, 77), (4, 1, 129, 300)):
+            g = torch.Generator().manual_seed(sq + sk)
+            qs = torch.randn(2, hq, sq, head_dim, generator=g).to(device, dtype)
+            ks, vs = (torch.randn(2, hkv, sk, head_dim, generator=g).to(device, dtype) for _ in range(2))
+            for causal in (True, False):
+                out = fn(qs, ks, vs, causal=causal)
+                verdict = reference.judge(out, qs, ks, vs, causal)
+                lesson(verdict.ok and not (causal and sq > sk and out[:, :, :sq - sk].any()),
+                       f"{name} matches the float64 reference with grouped K/V heads and Sq != Sk",
+                       f"Hq{hq} Hkv{hkv} Sq{sq} Sk{sk} causal={causal}: {verdict}")
 
 # %%
 if on_gpu:
@@ -448,7 +701,7 @@ if on_gpu:
         row = launched.iloc[0]
         cfg = cuda_flash.launch_config(version, head_dim)
         lesson(list(row["block"]) == [cfg.threads, 1, 1]
-               and list(row["grid"]) == [math.ceil(seq / cfg.block_m), batch * heads, 1],
+               and list(row["grid"]) == list(cfg.grid(batch, heads, seq)),
                f"{name}'s trace shows the grid and block of its launcher", f"grid {row['grid']}, block {row['block']}")
         lesson(int(row["shared_memory"]) == cfg.dynamic_shared_bytes,
                f"{name}'s shared memory in the trace is the launcher's dynamic shared memory",
@@ -492,12 +745,16 @@ if on_gpu:
 #
 # ## What to remember
 #
-# - A CUDA kernel's launch is a grid of blocks (here: query tiles × batch·heads) of 128
-#   threads in 4 warps; *which thread owns which element* is the design.
+# - A CUDA kernel's launch is a grid of blocks (here: query tiles and batch·heads) of a few
+#   warps each (4 in v1, 8 in v2); *which thread owns which element* is the design.
 # - Registers, shared memory and spills are fixed at compile time: `nvcc -Xptxas -v`
 #   reports them without a GPU, and occupancy follows from them by arithmetic.
 # - Lower occupancy is not slower: v2 runs fewer warps per SM than v1 because it keeps more
 #   on chip.
+# - A design change can be read in the compiler's report before it runs: bigger tiles
+#   (threads, shared memory, warps per SM), a mask split into its own instantiation (a second
+#   tile-step body), a fast exponential (`ex2.approx.ftz`), double buffering (one barrier per
+#   tile, more registers). What each is worth needs a GPU.
 # - Tensor cores leave a fingerprint in the compiled code: `mma.sync` in PTX (`HMMA` in SASS).
 #   A kernel without it does its matmuls one scalar `fma` at a time.
 
