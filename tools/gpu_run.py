@@ -14,7 +14,7 @@ phase that hangs or runs out of time is written down as such and the next one st
     environment   the GPU, its clocks and driver, torch / Triton / CUDA / cuDNN, the commit
     gpu-tests     the GPU-marked tests (pytest -m gpu), collected without the book stack
     chapters      chapters 00-10 executed by papermill with the ``cuda`` profile, traces kept
-    bench         causal bf16 forward and forward+backward of the fused implementations
+    bench         causal bf16 forward, training step and decode step of the fused implementations
 
 ``--dry-run`` runs the same pipeline on a CPU, each GPU phase replaced by a small stand-in,
 and says so in the manifest: CI proves the archive's layout and limits with it, and
@@ -47,8 +47,8 @@ ARCHIVE_NAME, SUMMARY_NAME = "gpu-run.tar.gz", "summary.txt"
 ARCHIVE_BUDGET = 15 * 2**20      # the device tool brings back files of at most 16 MiB
 WHEELS_BUDGET = 40 * 2**20
 TOTAL_SECONDS = 8 * 60           # the whole run, on one H200 with cold caches
-CHAPTERS = ("00_profiler_primer", "01_naive", "02_inplace", "03_sdpa", "04_triton", "05_cuda", "06_showdown",
-            "07_compiled", "08_block", "09_backward", "10_decoding")
+CHAPTERS = ("00_profiler_primer", "01_naive", "02_inplace", "03_sdpa", "03b_sdpa_fused", "04_triton", "05_cuda",
+            "06_showdown", "07_compiled", "08_block", "09_backward", "10_decoding")
 BOOK_STACK = ("papermill", "nbclient", "nbformat", "ipykernel", "jupyter_client")
 
 # Each phase's time limit in seconds; together they leave a minute for starting and packing.
@@ -56,7 +56,7 @@ LIMITS = {"environment": 45, "gpu-tests": 150, "chapters": 200, "bench": 80}
 
 BENCH_ARGS = ["--impls", "sdpa_flash", "sdpa_cudnn", "triton", "cuda_v2", "--seq", "1024", "2048", "4096",
               "16384", "--head-dim", "64", "128", "--dtype", "bf16", "--batch", "4", "--heads", "16",
-              "--backward", "--reps", "20", "--warmup", "3", "--max-seconds", "0.25", "--warm-gpu", "3"]
+              "--mode", "forward", "training", "decode", "--reps", "20", "--warmup", "3", "--max-seconds", "0.25", "--warm-gpu", "3"]
 DRY_BENCH_ARGS = ["--impls", "naive", "sdpa_flash", "--seq", "64", "--head-dim", "16", "--batch", "1",
                   "--heads", "2", "--reps", "5", "--warmup", "1", "--max-seconds", "0.1", "--no-memory"]
 
@@ -296,17 +296,27 @@ def trim_trace(raw: dict) -> dict:
 
     A label is a ``user_annotation`` other than ``ProfilerStep#N``. CPU events are kept when
     they overlap a label; GPU events when their correlation id is one a kept launch carries.
+    Runtime, driver and profiler-overhead rows are also kept inside a recorded step
+    (``ProfilerStep#N``) outside its label: the synchronize that ends each step and the
+    profiler's own activity-buffer requests, which chapter 0 reads.
     """
     events = raw.get("traceEvents", [])
-    spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
-             if e.get("cat") == "user_annotation" and not str(e.get("name", "")).startswith("ProfilerStep#")]
+    annotations = [e for e in events if e.get("cat") == "user_annotation"]
+    spans = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in annotations
+             if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    steps = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in annotations
+             if str(e.get("name", "")).startswith("ProfilerStep#")]
+    step_cats = {"cuda_runtime", "cuda_driver", "overhead", "Runtime", "Driver"}
 
-    def inside(e) -> bool:
+    def overlaps(e, ranges) -> bool:
         ts = e.get("ts")
         if ts is None:
             return False
         end = ts + e.get("dur", 0)
-        return any(ts <= b and end >= a for a, b in spans)
+        return any(ts <= b and end >= a for a, b in ranges)
+
+    def inside(e) -> bool:
+        return overlaps(e, spans) or (e.get("cat") in step_cats and overlaps(e, steps))
 
     gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
     kept, correlations = [], set()
