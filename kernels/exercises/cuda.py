@@ -114,7 +114,7 @@ def _ptxas_slip(got, right, k, found, kernel, arch) -> str:
 
 
 def check_v2_lane(lane_elements: Callable) -> Passed:
-    """``lane_elements(tid)`` -> (rows, cols): the two query rows of v2's 64-row block whose
+    """``lane_elements(tid)`` -> (rows, cols): the two query rows of v2's 128-row block whose
     accumulators thread ``tid`` holds, and its two columns in every 8-column tile, judged by
     ``kernels.cuda_report.owners_v2``."""
     import numpy as np
@@ -122,7 +122,7 @@ def check_v2_lane(lane_elements: Callable) -> Passed:
     from ..cuda_report import owners_v2
 
     owner = owners_v2(8)  # one 8-column tile: every tile repeats its layout
-    for tid in range(128):
+    for tid in range(int(owner.max()) + 1):  # every thread of the block
         got = _run(lane_elements, tid, what=f"lane_elements({tid})")
         if got is None:
             _fail("lane_elements returned None: return (rows, cols), two query rows and two columns.")
@@ -155,5 +155,5 @@ def check_v2_lane(lane_elements: Callable) -> Passed:
             _fail(f"{where}: the second row is g + 8, not g + 1: a warp's 16 rows are two halves of 8, and "
                   "a lane holds the same row of each half.")
         _fail(f"{where}: its rows are {rows_right}, you said {rows}.")
-    return _passed("lane_elements places all 128 threads of v2's block: warp w holds rows 16w..16w+15, "
+    return _passed(f"lane_elements places all {int(owner.max()) + 1} threads of v2's block: warp w holds rows 16w..16w+15, "
                    "lane 4g + t rows g and g+8 of them, columns 2t and 2t+1 of every tile")

@@ -87,7 +87,8 @@ pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), r
 # %% [markdown]
 # Capped at 32 registers, `many<64>` spills on both architectures, to local memory, which
 # lives in DRAM behind the caches. The chapter's kernels spill nothing: their
-# `__launch_bounds__(128, 2)` lets ptxas use up to 255 registers instead.
+# `__launch_bounds__` promise one or two blocks of 128 or 256 threads per SM, which lets
+# ptxas use up to 255 registers a thread instead.
 #
 # ## Task 2: occupancy on sm_80 and sm_90
 #
@@ -166,12 +167,12 @@ pd.DataFrame(rows).T
 #
 # ## Task 3: which thread holds which element in v2
 #
-# v2's block has 128 threads, 4 warps, and 64 query rows. Warp `w` owns rows `16w` to
+# v2's block has 256 threads, 8 warps, and 128 query rows. Warp `w` owns rows `16w` to
 # `16w + 15`; inside the warp, lane `4g + t` holds rows `g` and `g + 8` of those 16, and
 # columns `2t` and `2t + 1` of every 8-column tile (the accumulator layout of
 # `mma.m16n8k16`). Write `lane_elements(tid)` that returns `(rows, cols)` for thread
-# `tid` (0 to 127): its two query rows within the block, and its two columns within an
-# 8-column tile. The check tries all 128 threads against `kernels.cuda_report.owners_v2`,
+# `tid` (0 to 255): its two query rows within the block, and its two columns within an
+# 8-column tile. The check tries all 256 threads against `kernels.cuda_report.owners_v2`,
 # the chapter's figure.
 
 # %% tags=["stub"]
@@ -199,7 +200,7 @@ def solution_lane_elements(tid):
 # %% tags=["check"]
 place = solution_lane_elements if solutions else lane_elements
 check_v2_lane(place)
-rows_of_warp = {w: sorted({r for tid in range(32 * w, 32 * w + 32) for r in place(tid)[0]}) for w in range(4)}
+rows_of_warp = {w: sorted({r for tid in range(32 * w, 32 * w + 32) for r in place(tid)[0]}) for w in range(8)}
 pd.DataFrame({f"warp {w}": [f"{rows[0]}..{rows[-1]}", len(rows)] for w, rows in rows_of_warp.items()},
              index=["query rows", "how many"])
 
