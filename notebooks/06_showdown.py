@@ -80,7 +80,7 @@ LESSONS = {
     "sdpa_cudnn": "One fused kernel with no transposes; its per-call setup (graph cached per shape) costs CPU time.",
     "triton": "FlashAttention-2 in Triton: a Q tile stays on chip while K and V stream past, softmax online.",
     "cuda_v1": "The same algorithm in plain CUDA on CUDA cores: correct, readable, and far from the roof.",
-    "cuda_v2": "Tensor cores (mma.sync), scores kept in registers, tiles above the diagonal skipped.",
+    "cuda_v2": "Tensor cores (mma.sync), 128-row query tiles, scores in registers, K/V tiles double-buffered, only diagonal tiles masked, tiles above the diagonal skipped.",
 }
 lessons = {name: LESSONS.get(name, "(no chapter lesson recorded for this implementation)") for name in contenders}
 
