@@ -105,14 +105,26 @@ def glue(name: str, value, display: bool = False):
         value = _Text(value)
     elif hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()  # numpy/torch scalars -> Python numbers, so `:.2f` formats work
-    try:
-        from myst_nb import glue as myst_glue
-    except ImportError:  # outside the book build (Colab, plain Jupyter): just show it
+    import importlib.util
+
+    from IPython.display import display as show
+
+    if importlib.util.find_spec("myst_nb") is None:  # outside the book build (Colab, plain Jupyter): just show it
         if display:
-            from IPython.display import display as show
             show(value)
         return
-    myst_glue(name, value, display=display)
+    # What myst_nb.glue writes (myst_nb/ext/glue/__init__.py), written out here because importing
+    # myst_nb's glue imports nbformat and jsonschema: seconds of CPU in every notebook.
+    from IPython.core.formatters import format_display_data
+
+    mimebundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    show({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+
+
+# The mime prefix of a value glued without display (myst_nb's GLUE_PREFIX, read by the book build).
+GLUE_PREFIX = "application/papermill.record/"
 
 
 class LessonFailed(AssertionError):

@@ -250,3 +250,22 @@ def test_the_cache_key_follows_the_library_and_the_recordings(tmp_path):
     (root / "book" / "data" / "meta.json").write_text("{}")
     after_data = execute.library_digest(root, package)
     assert len({before, after_code, after_data}) == 3, "an edit to the library or a new recording re-executes"
+
+
+def test_glue_records_what_myst_nb_glue_records(monkeypatch):
+    """kernels.book.glue writes myst_nb's glue output itself (importing myst_nb's glue costs seconds
+    per notebook); the book build must read it the same way."""
+    import IPython.display
+    from myst_nb.ext import glue as myst_glue
+
+    from kernels import book
+
+    shown = []
+    record = lambda obj, raw=False, metadata=None: shown.append((obj, raw, metadata))  # noqa: E731
+    monkeypatch.setattr(myst_glue, "ipy_display", record)
+    monkeypatch.setattr(IPython.display, "display", record)
+    for value, display in (("a sentence", False), (3.25, False), (7, True)):
+        shown.clear()
+        myst_glue.glue("name", book._Text(value) if isinstance(value, str) else value, display=display)
+        book.glue("name", value, display=display)
+        assert len(shown) == 2 and shown[0] == shown[1], shown
