@@ -20,7 +20,7 @@ import inspect
 import torch
 
 import kernels
-from kernels import profiling, recorded, traces
+from kernels import bench, profiling, recorded, traces
 from kernels.book import glue, inputs, lesson, reveal, setup
 
 device, dtype = setup(device, dtype)
@@ -102,12 +102,14 @@ print(run.table(sort_by="cpu_time_total", row_limit=8))
 # - **# of Calls** counts every recorded step: the averages divide by it.
 # - Self times never overlap, so the Self CPU column adds up to the outermost row, the
 #   `ProfilerStep*` that wraps each recorded step.
-# - On a GPU the table grows **Self CUDA** and **CUDA total** columns (time the GPU spent in
-#   kernels an op launched) and a "Self CUDA time total" line under it. The labelled op's
-#   **CUDA time avg** is the GPU time of one forward, the number the source series quotes
-#   for each variant. When a label's CPU time is far above its CUDA time, the GPU spent the
-#   step waiting for launches: the code is overhead-bound, and a faster kernel will not help;
-#   when CUDA time dominates, it is compute- or memory-bound, and kernels are what to work on.
+# - On a GPU run the table grows **Self CUDA** and **CUDA total** columns (time the GPU spent
+#   in kernels an op launched, its children's included in the total) and a "Self CUDA time
+#   total" line under it; the cell below checks they are there when this page ran on a GPU.
+#   The labelled op's **CUDA time avg** is the number the source series quotes per forward.
+#   When a label's CPU time is far above the GPU time of its kernels, the GPU spent the step
+#   waiting for launches: the code is overhead-bound, and a faster kernel will not help; when
+#   the GPU time dominates, it is compute- or memory-bound, and kernels are what to work on.
+#   The GPU-lane cell further down makes that comparison on a real lane when there is one.
 
 # %%
 rows = {e.key: e for e in run.averages}
@@ -120,15 +122,55 @@ self_sum = sum(e.self_cpu_time_total for e in run.averages)
 lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
        "the Self CPU column adds up to the outermost row (ProfilerStep*)",
        f"{self_sum:.0f} vs {outer.cpu_time_total:.0f} µs")
+if device.type == "cuda":
+    text = run.table(sort_by="cpu_time_total", row_limit=8)
+    lesson("Self CUDA" in text and "CUDA total" in text and "Self CUDA time total" in text,
+           "on a GPU the table has Self CUDA and CUDA total columns and a Self CUDA time total line")
+    print(f"mlp_step's CUDA time avg in the table: {rows['mlp_step'].device_time_total / rows['mlp_step'].count:.1f} µs; "
+          f"the GPU time of one recorded step's kernels in the trace: {step.gpu_time_us:.1f} µs")
 
 # %% [markdown]
 # **2. A per-step op table.** The course parses the exported trace file itself
 # (`kernels.profiling`), so each labelled step comes back as a table in call order, indented
 # by nesting depth, with input shapes and the memory each op allocated. View-only ops
-# (reshape, transpose, ...) that compute nothing are hidden.
+# (reshape, transpose, ...) that compute nothing are hidden. Its times are one step's,
+# profiler included: read the order and the nesting first, and the times only after the
+# check below.
 
 # %%
 profiling.op_table(step)
+
+# %% [markdown]
+# Should the relu take a large share of the matmul's time? The matmul does
+# {glue:text}`primer_mm_flops` multiply-adds; the relu one comparison per element of its
+# output, {glue:text}`primer_relu_elems` of them. A profiled step is a poor clock for that
+# question: it is one sample, the profiler adds its own bookkeeping to every op, and on a
+# busy machine a thread that loses its core can stretch any op by milliseconds. So the cell
+# below times the two ops apart from the profiler, alternating them call by call, and calls
+# one faster only when its slowest tenth of calls beats the other's fastest tenth
+# (`kernels.bench.compare`; the [measuring appendix](appendix/measuring.ipynb) explains each
+# precaution):
+
+# %%
+y = x @ w
+ops_timing = bench.compare({"matmul": lambda: x @ w, "relu": lambda: torch.relu(y)}, device=device, rounds=15)
+print(ops_timing.verdict())
+profiled_ms = {name: float(step.find(op)["dur_us"].sum()) / 1e3 for name, op in (("matmul", "aten::mm"), ("relu", "aten::clamp_min"))}
+print("in the profiled step: " + ", ".join(f"{n} {t:.3f} ms" for n, t in profiled_ms.items()))
+lesson(ops_timing.faster() in (None, "relu"), "timed apart from the profiler, the relu is never the slower of the two",
+       ops_timing.verdict())
+glue("primer_mm_flops", f"{x.shape[0] * w.shape[0] * w.shape[1]:,}")
+glue("primer_relu_elems", f"{y.numel():,}")
+glue("primer_ops_verdict", ops_timing.verdict())
+glue("primer_ops_reading", {
+    "relu": f"the relu is the cheaper op on this machine, {ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x "
+            "faster by the medians, as its arithmetic says",
+    None: "this machine was too noisy to separate even these two, so no time in the profiled table above says "
+          "what an op costs here: read its order and nesting, not its times",
+}[ops_timing.faster()])
+
+# %% [markdown]
+# On this run: {glue:text}`primer_ops_verdict`. So {glue:text}`primer_ops_reading`.
 
 # %% [markdown]
 # Every recorded step should look alike; if one does not, something (a first-time
@@ -163,17 +205,37 @@ traces.links(run)
 # ## CPU lane, GPU lane, and why GPU timings lie without care
 #
 # On a GPU, PyTorch does not wait for a kernel to finish: the CPU *launches* it (a
-# `cudaLaunchKernel` call of a few microseconds) and moves on while the GPU works through
-# its queue. A trace therefore has two lanes: the CPU lane with ops and launches, and the
-# GPU lane with the kernels, joined by flow arrows from each launch to its kernel. Two
-# consequences:
+# `cudaLaunchKernel` call) and moves on while the GPU works through its queue. A trace
+# therefore has two lanes: the CPU lane with ops and launches, and the GPU lane with the
+# kernels, each kernel tied to its launch by a correlation id (Perfetto draws the tie as an
+# arrow). Two consequences:
 #
 # - The time of an op on the CPU lane is the time to *launch* its work, not to do it.
 # - A timer around GPU code measures launches unless it synchronises
 #   (`torch.cuda.synchronize()`, or CUDA events). `kernels.profiling.profile` synchronises at
 #   the end of each step so that steps do not bleed into each other.
 #
-# The trace we just recorded has no GPU lane, because this run's device is the CPU:
+# The CPU side of a GPU lane holds more than ops. Part 1 of the source series
+# (Hugging Face blog, torch-profiler.md) reads four kinds of runtime rows in its matmul
+# trace, and this page's lane can be read for the same:
+#
+# - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
+# - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
+#   how many blocks of a kernel fit one SM. In the series' trace cuBLAS made it inside
+#   `aten::mm`, before the GEMM's launch, and the elementwise kernel had none; a different
+#   cuBLAS may not make it at all.
+# - `cudaDeviceSynchronize`: here the one `kernels.profiling.profile` calls after each
+#   labelled call, still inside the recorded step (`ProfilerStep#N`) but after the label.
+# - `Activity Buffer Request`: the profiler's own row, CUPTI asking for memory to record GPU
+#   activity into. The series found one leaving a gap in its GPU lane; where it falls depends
+#   on when the profiler's buffers run out.
+#
+# When this page has a GPU lane (this run's own on a GPU, else a recorded GPU run, labelled as
+# such), the cell below counts those rows in one recorded step and checks what can be
+# checked: every kernel has its launch, the step ends with the synchronize, and an occupancy
+# query, where there is one, sits inside `aten::mm` before the GEMM's launch. It also sets
+# the label's CPU time beside its kernels' GPU time (overhead-bound or not). The trace we just
+# recorded has no GPU lane when this run's device is the CPU:
 
 # %%
 if device.type == "cuda":
@@ -184,28 +246,50 @@ else:
 lanes, lane_source, _ = recorded.gpu_lanes(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
 if lanes:
     gpu_step = lanes["mlp_step"]
+    label_ts, label_end = float(gpu_step.range["ts"]), float(gpu_step.range["end"])
     print(f"GPU lane: {lane_source}")
     display(profiling.kernel_table(gpu_step))
+    # The recorded step around this label: the label, then what the step does after it.
+    outer = next(p for p in gpu_step.trace.profiler_steps()
+                 if p.range["ts"] <= label_ts and p.range["end"] >= label_end)
     spans = gpu_step.trace.spans
-    runtime = spans[spans["cat"].isin(["cuda_runtime", "cuda_driver"]) & (spans["ts"] >= gpu_step.range["ts"])
-                    & (spans["end"] <= gpu_step.range["end"])]
-    display(runtime.groupby("name")["dur"].agg(["count", "sum"]).rename(
+    rows_ = spans[spans["cat"].isin(["cuda_runtime", "cuda_driver", "overhead"])
+                  & (spans["ts"] >= outer.range["ts"]) & (spans["end"] <= outer.range["end"])].copy()
+    rows_["where"] = ["in the label" if label_ts <= t and e <= label_end else "after the label" if t >= label_end
+                      else "before the label" for t, e in zip(rows_["ts"], rows_["end"])]
+    display(rows_.groupby(["name", "where"])["dur"].agg(["count", "sum"]).rename(
         columns={"count": "calls", "sum": "CPU µs"}).sort_values("CPU µs", ascending=False))
-    bound = "overhead-bound" if gpu_step.cpu_time_us > gpu_step.gpu_time_us else "GPU-bound"
-    print(f"CPU {gpu_step.cpu_time_us:.0f} µs vs GPU {gpu_step.gpu_time_us:.0f} µs for one step: {bound}")
-    launches = int(runtime["name"].str.contains("LaunchKernel").sum())
-    n_kernels = int((gpu_step.kernels["cat"] == "kernel").sum())
-    lesson(launches >= n_kernels, "each kernel on the GPU lane has its launch call on the CPU lane",
-           f"{launches} launch calls, {n_kernels} kernels")
+    kernels_ = gpu_step.kernels[gpu_step.kernels["cat"] == "kernel"]
+    launches = rows_[rows_["name"].str.contains("LaunchKernel") & (rows_["where"] == "in the label")]
+    lesson(len(launches) >= len(kernels_) and gpu_step.kernels["launcher"].notna().all(),
+           "each kernel on the GPU lane has its launch call on the CPU lane",
+           f"{len(launches)} launch calls, {len(kernels_)} kernels")
+    syncs = rows_[(rows_["name"] == "cudaDeviceSynchronize") & (rows_["where"] == "after the label")]
+    lesson(len(syncs) >= 1, "the recorded step ends with a cudaDeviceSynchronize after the label",
+           f"{len(syncs)} in {outer.label}")
+    ops = gpu_step.ops
+
+    def innermost_op(t):
+        around = ops[(ops["ts"] <= t) & (ops["end"] >= t) & (ops["tid"] == str(gpu_step.range["tid"]))]
+        return around.sort_values("depth").iloc[-1]["name"] if not around.empty else None
+
+    queries = rows_[rows_["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")]
+    mm_launch = (gpu_step.kernels.loc[gpu_step.kernels["op"] == "aten::mm", "launch_start_us"] + label_ts).min()
+    if queries.empty:
+        print("no occupancy query in this lane's step: this GPU's cuBLAS planned its launch without one")
+    else:
+        inside = [innermost_op(t) for t in queries["ts"]]
+        lesson(all(o == "aten::mm" for o in inside) and (queries["ts"] < mm_launch).all(),
+               "every occupancy query sits inside aten::mm, before the GEMM's launch; the relu makes none",
+               f"{len(queries)} queries, inside {sorted(set(map(str, inside)))}")
+    requests = rows_[rows_["name"] == "Activity Buffer Request"]
+    print(f"activity-buffer requests in {outer.label}: {len(requests)}"
+          + (f", {requests['dur'].sum():.0f} µs" if len(requests) else ""))
+    bound = ("overhead-bound: the GPU waited for launches" if gpu_step.cpu_time_us > gpu_step.gpu_time_us
+             else "GPU-bound: the kernels, not the launches, set the pace")
+    print(f"label's CPU time {gpu_step.cpu_time_us:.0f} µs vs its kernels' GPU time {gpu_step.gpu_time_us:.0f} µs: {bound}")
 else:
     print(lane_source)
-
-# %% [markdown]
-# On a GPU lane the CPU side holds more than launches: the runtime rows of a step typically
-# include `cudaLaunchKernel` (or the driver's `cuLaunchKernelEx`) once per kernel, a
-# `cudaOccupancyMaxActiveBlocksPerMultiprocessor` query that cuBLAS makes before some GEMMs,
-# and the `cudaDeviceSynchronize` that ends each profiled step; outside the steps, the
-# profiler's own requests for activity buffers. Where a lane is shown above, its table counts them.
 
 # %% [markdown]
 # ## The trace file

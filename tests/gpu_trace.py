@@ -6,6 +6,12 @@ label, ``cudaLaunchKernel`` / ``cudaMemcpyAsync`` runtime calls (or the driver's
 events on the GPU's own pid/tid, with the launch footprint CUPTI records. Kernel names and
 counts follow the source article's A100 forwards (Hugging Face blog, "Profiling in PyTorch (Part 3)"): naive 6 activities with
 one Memcpy, in-place 5, the math backend many more with fp32 GEMMs, each fused backend one.
+Chapter 0's matmul + relu follows Part 1 of the series (torch-profiler.md): an occupancy query
+before the GEMM's launch and none before the elementwise kernel's. Each recorded step
+(``ProfilerStep#N``) holds its label and the ``cudaDeviceSynchronize`` that
+``kernels.profiling.profile`` calls after it; the first holds a CUPTI activity-buffer request.
+Footprints are consistent with Kineto's estimate (``kernels.occupancy.kineto_estimate``, 108
+SMs, rounded to a whole percent as Kineto writes it).
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ EFFICIENT = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::At
 CUDNN = "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_6_128x64x64_4x1x1_kernel0_0"
 
 # footprints: (grid, block, registers per thread, shared memory bytes, est. achieved occupancy %)
-SMALL = ([8192, 1, 1], [128, 1, 1], 26, 0, 92.3)
+SMALL = ([8192, 1, 1], [128, 1, 1], 26, 0, 100)
 
 # (op name, input dims, kernel name or None, kernel category, footprint, launcher)
 NAIVE_A100 = [
@@ -72,13 +78,21 @@ MATH_A100 = [
 TRANSPOSES = [("aten::transpose", [QKV, [], []], None, None, None, None)] * 4
 FUSED_A100 = {
     "sdpa_flash": TRANSPOSES + [("aten::_flash_attention_forward", [QKV, QKV, QKV], FLASH, "kernel",
-                                 ([8, 8, 1], [128, 1, 1], 255, 32768, 12.5), None)],
+                                 ([16, 32, 1], [128, 1, 1], 255, 32768, 13), None)],
     "sdpa_efficient": TRANSPOSES + [("aten::_efficient_attention_forward", [QKV, QKV, QKV], EFFICIENT, "kernel",
-                                     ([16, 8, 1], [128, 1, 1], 128, 40960, 25.0), None)],
+                                     ([16, 32, 1], [128, 1, 1], 128, 40960, 25), None)],
     "sdpa_cudnn": [("aten::_cudnn_attention_forward", [QKV, QKV, QKV], CUDNN, "kernel",
                     ([8, 8, 1], [256, 1, 1], 240, 90112, 0.0), ("cuda_driver", "cuLaunchKernelEx"))],
 }
-VARIANTS = {"naive": NAIVE_A100, "inplace": INPLACE_A100, "sdpa_math": MATH_A100, **FUSED_A100}
+# Chapter 0's mlp_step: relu(x @ w), x [2048, 256], w [256, 256] (the cuda profile's 4*seq x 4*head_dim).
+# A seventh field lists runtime calls the op makes before its launch.
+MLP_A100 = [
+    ("aten::mm", [[2048, 256], [256, 256]], "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "kernel",
+     ([2, 16, 1], [256, 1, 1], 238, 49152, 4), None, ["cudaOccupancyMaxActiveBlocksPerMultiprocessor"]),
+    ("aten::clamp_min", [[2048, 256], []], ELEMENTWISE.format(name="clamp_min_kernel<c10::BFloat16>"), "kernel",
+     SMALL, None),
+]
+VARIANTS = {"naive": NAIVE_A100, "inplace": INPLACE_A100, "sdpa_math": MATH_A100, **FUSED_A100, "mlp_step": MLP_A100}
 
 
 def forward_trace(label: str = "naive", steps: int = 2, rows=None) -> dict:
@@ -91,14 +105,18 @@ def forward_trace(label: str = "naive", steps: int = 2, rows=None) -> dict:
     ts, corr, ext = 1_000_000.0, 100, 1
     for step in range(steps):
         start = ts
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 3}",
-                       "pid": CPU_PID, "tid": CPU_TID, "ts": start - 5, "dur": 0, "args": {}})
+        profiler_step = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 3}",
+                         "pid": CPU_PID, "tid": CPU_TID, "ts": start - 5, "dur": 0, "args": {}}
+        events.append(profiler_step)
+        if step == 0:  # CUPTI asks for an activity buffer: an overhead row on its own pid
+            events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
+                           "ts": start - 4, "dur": 2.0, "args": {}})
         label_event = {"ph": "X", "cat": "user_annotation", "name": label, "pid": CPU_PID, "tid": CPU_TID,
                        "ts": start, "dur": 0, "args": {"External id": ext}}
         events.append(label_event)
         gpu_ts = start + 40
         ts += 10
-        for op, dims, kernel, cat, footprint, launch in rows:
+        for op, dims, kernel, cat, footprint, launch, *before in rows:
             ext += 1
             events.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": CPU_PID, "tid": CPU_TID, "ts": ts,
                            "dur": 30.0, "args": {"External id": ext, "Input Dims": dims,
@@ -106,6 +124,10 @@ def forward_trace(label: str = "naive", steps: int = 2, rows=None) -> dict:
             if kernel is None:  # a view: CPU only
                 ts += 35
                 continue
+            for n, call in enumerate(before[0] if before else []):  # runtime calls before the launch
+                corr += 1
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": CPU_PID, "tid": CPU_TID,
+                               "ts": ts + 5 + 4 * n, "dur": 3.0, "args": {"correlation": corr, "cbid": 254}})
             launch_cat, launcher = launch or ("cuda_runtime", "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel")
             corr += 1
             events.append({"ph": "X", "cat": launch_cat, "name": launcher, "pid": CPU_PID, "tid": CPU_TID,
@@ -127,10 +149,12 @@ def forward_trace(label: str = "naive", steps: int = 2, rows=None) -> dict:
             ts += 35
         # the CPU is done launching long before the GPU is done running
         label_event["dur"] = ts - start
+        sync_end = ts + 5 + max(gpu_ts - ts, 1.0)
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": CPU_PID,
-                       "tid": CPU_TID, "ts": ts + 5, "dur": gpu_ts - ts, "args": {"correlation": corr + 1}})
+                       "tid": CPU_TID, "ts": ts + 5, "dur": sync_end - ts - 5, "args": {"correlation": corr + 1}})
+        profiler_step["dur"] = sync_end + 2 - profiler_step["ts"]
         corr += 2
-        ts = max(ts, gpu_ts) + 100
+        ts = max(ts, gpu_ts, sync_end) + 100
     return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB",
             "computeMajor": 8, "computeMinor": 0, "numSms": 108, "regsPerMultiprocessor": 65536,
             "maxThreadsPerMultiProcessor": 2048}], "traceEvents": events}
@@ -142,7 +166,7 @@ def naive_a100_trace(steps: int = 2) -> dict:
 
 
 # What each chapter of a GPU run records, by variant (a subset of what a real run writes).
-CHAPTER_VARIANTS = {"01_naive": ["naive"], "02_inplace": ["naive", "inplace"],
+CHAPTER_VARIANTS = {"00_profiler_primer": ["mlp_step"], "01_naive": ["naive"], "02_inplace": ["naive", "inplace"],
                     "03_sdpa": ["inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]}
 FIXTURE_GPU = {"gpu": "NVIDIA A100-SXM4-80GB", "capability": [8, 0], "sm_count": 108, "torch": "2.13.0+cu130",
                "cuda": "13.0", "cudnn": 92000, "triton": "3.7.1", "driver": "580.65", "cuda_available": True,

@@ -192,6 +192,9 @@ def test_trim_keeps_the_labelled_steps_and_their_gpu_work():
     before, after = profiling.Trace(raw).steps("naive"), profiling.Trace(trimmed).steps("naive")
     assert [len(s.kernels) for s in after] == [len(s.kernels) for s in before] == [6, 6]
     assert [len(s.ops) for s in after] == [len(s.ops) for s in before]
+    kept = [e.get("name") for e in trimmed["traceEvents"]]
+    assert kept.count("cudaDeviceSynchronize") == 2 and kept.count("Activity Buffer Request") == 1, \
+        "a recorded step's synchronize and the profiler's buffer request stay, though outside the label"
 
 
 def test_pack_drops_notebooks_first_to_fit_the_budget(tmp_path):

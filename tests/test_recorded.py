@@ -31,6 +31,10 @@ def test_the_import_is_what_the_loader_reads(recording):
     assert "commit 0123456789" in rec.label, "a recorded lane is labelled with its commit"
     step = rec.trace("01_naive", "naive").steps("naive")[0]
     assert len(step.kernels) == 6 and step.kernels["cat"].eq("gpu_memcpy").sum() == 1
+    primer = rec.trace("00_profiler_primer", "mlp_step")
+    runtime = set(primer.spans.loc[primer.spans["cat"].isin(["cuda_runtime", "overhead"]), "name"])
+    assert {"cudaDeviceSynchronize", "Activity Buffer Request", "cudaOccupancyMaxActiveBlocksPerMultiprocessor"} <= runtime, \
+        "the import keeps the runtime rows a recorded step holds outside its label (chapter 0 reads them)"
 
 
 def test_lanes_on_a_cpu_come_from_the_recording(recording):
@@ -115,10 +119,14 @@ def execute_with_recording(tmp_path, only):
 @pytest.mark.slow
 def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, monkeypatch):
     monkeypatch.setenv(recorded.ENV_VAR, str(recording))
-    report = execute_with_recording(tmp_path, ["book/01_naive", "book/02_inplace", "book/03_sdpa"])
-    assert [r["status"] for r in report["notebooks"]] == ["ok"] * 3, report["notebooks"]
+    chapters = ["book/00_profiler_primer", "book/01_naive", "book/02_inplace", "book/03_sdpa"]
+    report = execute_with_recording(tmp_path, chapters)
+    assert [r["status"] for r in report["notebooks"]] == ["ok"] * len(chapters), report["notebooks"]
     text = {r["notebook"]: printed(tmp_path / "executed" / r["notebook"]) for r in report["notebooks"]}
     expected = {
+        "book/00_profiler_primer.ipynb": ["each kernel on the GPU lane has its launch call on the CPU lane",
+                                          "the recorded step ends with a cudaDeviceSynchronize after the label",
+                                          "every occupancy query sits inside aten::mm, before the GEMM's launch"],
         "book/01_naive.ipynb": ["the naive forward runs six GPU activities", "exactly one of them is a copy"],
         "book/02_inplace.ipynb": ["the GPU lane goes from 6 activities to 5", "the activity that disappeared is the copy"],
         "book/03_sdpa.ipynb": ["the math backend launches more GPU kernels per forward",
