@@ -124,7 +124,7 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 # %% [markdown]
 # Peak {glue:text}`naive_peak_mib` MiB, {glue:text}`naive_total_mib` MiB allocated in all.
 # Both grow with $S^2$: double the sequence and the scores take four times the memory
-# ([chapter 3](03_sdpa.ipynb) measures that growth and checks it).
+# ([chapter 3b](03b_sdpa_fused.ipynb) measures that growth and checks it).
 #
 # ## On a GPU
 #

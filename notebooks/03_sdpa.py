@@ -10,18 +10,15 @@
 # The guess most of us make: one call instead of five ops, so the trace gets simpler. For
 # the fused backends that is true. For the math backend it is spectacularly false, and the
 # reasons (an fp32 upcast, a mask rebuilt on every call, a NaN guard) are what this
-# chapter reads out of the trace. On a CPU we profile the two backends that run here,
-# math and PyTorch's CPU flash kernel; the GPU-only backends are decoded from the source
-# article's A100 traces and, when this notebook runs on a GPU, checked on its own.
+# chapter reads out of the trace. This part is about the call itself: which backend SDPA
+# picks and why, and the math backend taken apart. The fused backends, their single
+# kernels, their occupancy and their memory are the [second part](03b_sdpa_fused.ipynb).
 
 # %% [install]
 
 # %% [parameters]
 
 # %%
-import math
-
-import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -29,9 +26,8 @@ import torch.nn.functional as F
 import kernels
 import kernels.sdpa
 from kernels import profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
-from kernels.fingerprints import classify_many, fingerprint
-from kernels.occupancy import KINETO_SHARED_MEM_LIMIT, arch_of, occupancy
+from kernels.book import glue, inputs, lesson, reveal, setup, show_source
+from kernels.fingerprints import classify_many
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
@@ -130,10 +126,10 @@ if device.type == "cpu":
            "math and flash both run on a CPU")
 
 # %% [markdown]
-# ## Profile every backend that runs here
+# ## Profile the math backend
 #
-# Same schedule as before, same inputs, one label per variant; chapters 1 and 2's
-# modules are profiled again so that the table at the end compares like with like.
+# Same schedule as before, same inputs, one label per variant; chapter 2's in-place module
+# is profiled again so that the comparisons below set like against like.
 # Before the reveal: the hand-written module does five things (matmul, scale, mask,
 # softmax, matmul). How many ops doing work (`Step.work_ops`: no views or bare
 # allocations) do you expect one forward of SDPA's math backend to run on this machine?
@@ -142,15 +138,14 @@ if device.type == "cpu":
 guess_math_work_ops = 8  # edit me before running on
 
 # %%
-variants = ["naive", "inplace"] + [n for n in kernels.sdpa.BACKENDS if n in runnable]
+variants = ["inplace", "sdpa_math"]
 runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
         for name in variants}
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition
 print({name: f"{n} ops doing work" for name, n in work_ops.items()})
 # The GPU lanes this chapter reads: this run's own on a GPU, else the newest recording's.
-lanes, lane_source, lane_capability = recorded.gpu_lanes(
-    device, step, "03_sdpa", ["inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"])
+lanes, lane_source, lane_capability = recorded.gpu_lanes(device, step, "03_sdpa", variants)
 print(f"GPU lanes: {lane_source}" if lanes else lane_source)
 
 # %% [markdown]
@@ -379,378 +374,46 @@ fig = profiling.timeline(step["sdpa_math"], title=f"SDPA math backend: one forwa
 # %%
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
 traces.links(runs["sdpa_math"])
-
 # %% [markdown]
-# ## The fused backends: one kernel each
-#
-# The other three backends exist to collapse all of that into a single kernel that keeps
-# 16-bit inputs in 16 bits, runs on tensor cores, and never writes the S×S scores to
-# memory: it walks K and V in tiles, keeps a running (online) softmax, and accumulates
-# the output tile by tile. The source article found exactly **one kernel per forward**
-# for each of them on its A100. `kernels.sdpa.ARTICLE_A100_KERNELS` holds their names
-# (the flash name shortened); decoded:
-
-# %%
-article = classify_many(kernels.sdpa.ARTICLE_A100_KERNELS.values())
-article.insert(0, "backend", list(kernels.sdpa.ARTICLE_A100_KERNELS))
-display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]])
-lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
-       "each article kernel decodes as one fused attention kernel on tensor cores")
-
-# %% [markdown]
-# Read left to right, `fmha_cutlassF_bf16_aligned_64x64_rf_sm80` says: fused multi-head
-# attention, built from CUTLASS templates, forward, bfloat16, aligned inputs, 64×64 tiles,
-# working set in the register file, compiled for sm_80. It is the memory-efficient kernel
-# that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is FlashAttention-2,
-# vendored into PyTorch. The cuDNN name is not a fixed binary at all: `cudnn_generated`
-# kernels are produced for the problem at hand, `flash_fprop` names the algorithm
-# family, `wmma_f16` the 16-bit tensor-core path, `knob_6` the tuned configuration it
-# picked and `128x64x64` its tiles. (It says `f16` even in a bf16 run.)
-#
-# ### The flash backend in this run's trace
-#
-# The CPU has its own fused flash kernel, SDPA's default there. On a CPU one forward is one
-# op doing work, `_scaled_dot_product_flash_attention_for_cpu`, plus a few views (on a GPU,
-# the op launches the one kernel):
-
-# %%
-transposes = pd.DataFrame(columns=["alloc_bytes"])
-if "sdpa_flash" in step:
-    fl = step["sdpa_flash"]
-    display(profiling.op_table(fl, views=True))
-    transposes = fl.find("aten::transpose")
-    if device.type == "cpu":
-        work = fl.ops.loc[~fl.ops["is_view"], "name"].tolist()
-        lesson(work == ["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"],
-               "a CPU flash forward is a single fused op under scaled_dot_product_attention", ", ".join(work))
-    lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
-           "the flash forward's transposes only rearrange metadata: they allocate nothing",
-           f"{len(transposes)} transposes, 0 bytes")
-glue("flash_transposes", len(transposes))
-
-# %% [markdown]
-# Those {glue:text}`flash_transposes` `transpose` calls swap the tensors' strides, from
-# [B, H, S, D] to the [B, S, H, D] layout the kernel reads, and back; no data moves. The
-# article saw the same on its GPU: flash and efficient each put four such metadata
-# transposes on the CPU lane before their kernel,
-# while cuDNN, whose generator emits a kernel for the [B, H, S, D] layout directly, has
-# none (its Figures 19 to 21). The flash forward's timeline is short:
-
-# %%
-if "sdpa_flash" in step:
-    fig = profiling.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})")
-
-# %%
-# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
-traces.links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
-
-# %% [markdown]
-# ### Low occupancy, on purpose
-#
-# The profiler's footprint of the flash kernel surprised the article's authors: about 13%
-# estimated occupancy, for the fastest backend. Occupancy is the share of an SM's warp
-# slots that resident warps fill, and registers decide it here. The article's arithmetic
-# for a block of 128 threads at 255 registers each on an A100 (sm_80), reproduced with
-# `kernels.occupancy`:
-
-# %%
-flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
-print(flash_occ.explain())
-lesson(flash_occ.blocks_per_sm == 2 and flash_occ.warps_per_sm == 8 and flash_occ.percent == 12.5,
-       "128 threads x 255 registers on sm_80: 2 blocks, 8 of 64 warps, 12.5% occupancy")
-glue("flash_occ", flash_occ.percent)
-glue("flash_blocks", flash_occ.blocks_per_sm)
-glue("flash_warps_per_block", flash_occ.warps_per_block)
-glue("flash_warps", flash_occ.warps_per_sm)
-glue("max_warps", flash_occ.max_warps_per_sm)
-
-# %% [markdown]
-# {glue:text}`flash_blocks` blocks of {glue:text}`flash_warps_per_block` warps make
-# {glue:text}`flash_warps` resident warps of {glue:text}`max_warps`: {glue:text}`flash_occ:.1f`%.
-# That is not a flaw.
-# High occupancy hides memory latency by having other warps to switch to. Flash still streams
-# every K and V tile from HBM, but it hides that latency another way: while the tensor cores
-# work on the current tile, the next one is already on its way into shared memory
-# (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
-# running softmax, and low occupancy is the price of never writing the scores to memory.
-#
-# ### cuDNN: a 0% that is not real
-#
-# The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
-# not a measurement: Kineto, the profiler's tracing library, computes it itself from the
-# kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
-# assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
-# `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
-# as cuDNN's flash kernels do, gets zero resident blocks in that calculation and reads 0%,
-# whichever API launched it. The GPU-lane cell below checks exactly that rule on every fused
-# kernel it sees. The footprint the article's trace does report, 256 threads at 240
-# registers, gives the register-limited figure:
-
-# %%
-cudnn_occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
-print(cudnn_occ.explain())
-lesson(cudnn_occ.blocks_per_sm == 1 and cudnn_occ.percent == 12.5,
-       "256 threads x 240 registers on sm_80: 1 block of 8 warps, 12.5% occupancy, like flash")
-glue("cudnn_occ", cudnn_occ.percent)
-
-# %% [markdown]
-# One block of 61,440 registers fits in the SM's 65,536, a second does not:
-# {glue:text}`cudnn_occ:.1f`%, in line with flash. cuDNN has a CPU-side cost too. The article
-# measured, per forward on its A100 (GPU / CPU time): efficient 277.9 / 117 µs, flash
-# 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no transposes at all, spends the most
-# CPU time, inside one opaque `_cudnn_attention_forward` bar. That is not a plan being chosen
-# on every call: PyTorch builds the cuDNN graph for a shape once and caches it
-# (`aten/src/ATen/native/cudnn/MHA.cpp`, a per-thread graph cache), so a steady-state call pays
-# for looking the graph up, filling in the tensors' addresses, a workspace allocation and the
-# execute call. The first call at a new shape is the expensive one, and if it falls inside
-# the profiled window it inflates the average. A cleaner trace did not mean less work; the
-# work moved where the profiler cannot split it.
-#
-# On a GPU the cell below measures that split directly, without the profiler (whose own
-# bookkeeping of shapes and memory would add to every CPU time): the CPU time of cuDNN's first
-# call at a shape it has not seen, against the median of the calls after it.
-
-# %%
-if device.type == "cuda" and "sdpa_cudnn" in runnable:
-    import statistics
-    import time
-
-    cudnn = kernels.get("sdpa_cudnn")
-    fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
-
-    def cpu_ms() -> float:
-        """CPU time of one call: the launch, not the kernel (the GPU runs on afterwards)."""
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        cudnn(*fresh)
-        spent = (time.perf_counter() - start) * 1e3
-        torch.cuda.synchronize()
-        return spent
-
-    first = cpu_ms()
-    steady = statistics.median(cpu_ms() for _ in range(20))
-    print(f"cuDNN at a new shape: first call {first:.2f} ms of CPU time, then {steady:.3f} ms per call (median of 20)")
-    lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
-           "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
-    glue("cudnn_first_ms", first)
-    glue("cudnn_steady_ms", steady)
-else:
-    print("This run has no cuDNN backend to time (it needs a GPU with compute capability 8.0 or newer).")
-
-# %% [markdown]
-# The cell below checks the one-kernel shape of every fused backend on a GPU lane, decodes
-# each kernel's name, and recomputes its occupancy from the footprint the trace carries.
-# The lane is this run's own when it ran on a GPU, else the repository's recorded GPU run
-# (labelled as such), else there is none to read and the cell says so.
-
-# %%
-fused = [n for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in lanes]
-if fused:
-    print(f"GPU lane: {lane_source}")
-    arch = None
-    try:
-        arch = arch_of(lane_capability)
-    except ValueError as err:
-        print(f"no occupancy table for this GPU: {err}")
-    rows = []
-    for name in fused:
-        s = lanes[name]
-        ks = s.kernels[s.kernels["cat"] == "kernel"]
-        lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
-        kern = ks.iloc[0]
-        fp = fingerprint(kern["name"])
-        lesson(fp.kind == "fused_attention", f"{name}'s kernel decodes as fused attention", fp.note)
-        computed = None
-        footprint = isinstance(kern["block"], (list, tuple)) and pd.notna(kern["registers_per_thread"])
-        smem = int(kern["shared_memory"]) if pd.notna(kern["shared_memory"]) else None
-        if arch and footprint:
-            computed = occupancy(threads_per_block=math.prod(int(x) for x in kern["block"]),
-                                 registers_per_thread=int(kern["registers_per_thread"]),
-                                 shared_mem_per_block=smem or 0, arch=arch).percent
-        rows.append({"backend": name, "kernel": kern["name"][:60], "launched by": kern["launcher"],
-                     "regs/thread": kern["registers_per_thread"], "block": kern["block"],
-                     "shared KiB": None if smem is None else round(smem / 1024, 1),
-                     "reported occupancy %": kern["occupancy_pct"], "computed occupancy %": computed,
-                     "transposes (CPU)": len(s.find("aten::transpose")),
-                     "GPU us": s.gpu_time_us, "CPU us": s.cpu_time_us})
-    table = pd.DataFrame(rows)
-    display(table)
-    if "sdpa_flash" in fused and table.loc[fused.index("sdpa_flash"), "computed occupancy %"] is not None:
-        lesson(table.loc[fused.index("sdpa_flash"), "computed occupancy %"] < 50,
-               "flash's footprint gives low theoretical occupancy on this GPU too")
-    # Kineto's estimate assumes the 48 KiB default per-block shared-memory limit: a kernel
-    # that opts into more reads 0%, whatever launched it.
-    known = table.dropna(subset=["shared KiB", "reported occupancy %"])
-    over = known["shared KiB"] * 1024 > KINETO_SHARED_MEM_LIMIT
-    lesson(((known["reported occupancy %"] == 0) == over).all(),
-           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
-           "; ".join(f"{b}: {kib} KiB, {pct}%" for b, kib, pct in
-                     zip(known["backend"], known["shared KiB"], known["reported occupancy %"])) or "no footprint recorded")
-    if "sdpa_cudnn" in fused:
-        launcher = table.loc[fused.index("sdpa_cudnn"), "launched by"]
-        lesson(launcher != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel", launcher)
-else:
-    print(f"{lane_source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
-          f"(kernels.available says: {avail['sdpa_cudnn']}).")
-
-# %% [markdown]
-# ## Memory: S² against S
-#
-# The fused kernels' real gift is memory. The math backend holds S×S intermediates (the
-# scores, the probabilities, the guards), so its peak should grow 4x each time the
-# sequence doubles. The flash kernel only allocates the output, one log-sum-exp per row,
-# and a fixed scratch buffer per thread, so it should grow about 2x. Guess, then measure
-# one forward at a few sequence lengths (the same batch, heads and head dim as above;
-# math stops one doubling earlier, its largest point would cost more than all the others):
-
-# %%
-# On a GPU one doubling longer: the larger batch and heads there have bigger S-sized
-# (not S×S) buffers, which would blur the 4x at short sequences.
-sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
-sweep_for = {"sdpa_math": sweep_seqs[:-1], "sdpa_flash": sweep_seqs}
-sweep, sweep_steps = [], {}
-for s_len in sweep_seqs:
-    qs, ks_, vs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device)
-    for name, lengths in sweep_for.items():
-        if name not in step or s_len not in lengths:
-            continue
-        st = profiling.profile(kernels.get(name), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
-                               trace_dir=trace_dir, trace_name=f"{name}_S{s_len}").step()
-        sweep_steps[name, s_len] = st
-        sweep.append({"backend": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
-peaks = pd.DataFrame(sweep).pivot(index="seq", columns="backend", values="peak (MiB)")
-growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
-display(pd.concat([peaks.round(2), growth.round(2)], axis=1))
-
-# %%
-fig, ax = plt.subplots(figsize=(7, 4.5))
-for name in peaks.columns:
-    measured = peaks[name].dropna()
-    ax.plot(measured.index, measured, "o-", label=name)
-s0 = peaks.index[0]
-for power, style, anchor in ((2, ":", "sdpa_math"), (1, "--", "sdpa_flash")):
-    if anchor in peaks:
-        guide = peaks[anchor].iloc[0] * (peaks.index / s0) ** power
-        ax.plot(peaks.index, guide, style, color="grey", label=f"∝ S{'²' if power == 2 else ''} (from the first point)")
-ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak memory of one forward (MiB)",
-       title=f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).replace('torch.', '')}")
-ax.xaxis.set_minor_locator(plt.NullLocator())  # log axes label minor ticks otherwise
-ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
-ax.legend()
-fig.tight_layout()
-
-# %%
-# The traces behind each point: download them, or open them in Perfetto.
-display(*(traces.links(st) for st in sweep_steps.values()))
-
-# %%
-math_growth = growth["sdpa_math x per doubling"].dropna()
-lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] > 3.5,
-       "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
-       ", ".join(f"{x:.2f}x" for x in math_growth))
-glue("math_growth_last", float(math_growth.iloc[-1]))
-glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
-glue("math_max_seq", sweep_for["sdpa_math"][-1])
-glue("flash_max_seq", sweep_for["sdpa_flash"][-1])
-if "sdpa_flash" in peaks:
-    flash_growth = growth["sdpa_flash x per doubling"].dropna()
-    lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
-           ", ".join(f"{x:.2f}x" for x in flash_growth))
-    glue("flash_growth_last", float(flash_growth.iloc[-1]))
-    glue("flash_peak_max", float(peaks["sdpa_flash"].iloc[-1]))
-else:  # a GPU without the flash backend (e.g. a T4): nothing to compare
-    glue("flash_growth_last", float("nan"))
-    glue("flash_peak_max", float("nan"))
-
-# %% [markdown]
-# At S = {glue:text}`math_max_seq` the math backend peaked at {glue:text}`math_peak_max:.0f` MiB,
-# its last doubling costing {glue:text}`math_growth_last:.2f`x. At S = {glue:text}`flash_max_seq`
-# flash peaked at {glue:text}`flash_peak_max:.1f` MiB, up {glue:text}`flash_growth_last:.2f`x
-# from the length before. On a CPU the flash curve has a bump in the middle. The CPU
-# kernel (ATen's `cpu_flash_attention`) gives every thread a scratch buffer for one block
-# of queries against one block of keys, and it picks larger blocks for longer sequences;
-# the buffer follows the block sizes, not S. Its allocations add up exactly:
-
-# %%
-if device.type == "cpu" and "sdpa_flash" in step:
-    def flash_allocations(s_len):
-        st = sweep_steps["sdpa_flash", s_len]
-        sizes = st.memory.loc[st.memory["bytes"] > 0, "bytes"].tolist()
-        out_bytes = batch * heads * s_len * head_dim * q.element_size()
-        lse_bytes = batch * heads * s_len * 4  # one float32 log-sum-exp per query row
-        scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
-        return {"seq": s_len, "allocations": len(sizes), "output": out_bytes in sizes,
-                "log-sum-exp": lse_bytes in sizes, "scratch (KiB)": sum(scratch) / 1024}
-    acc = pd.DataFrame([flash_allocations(s) for s in sweep_seqs]).set_index("seq")
-    display(acc)
-    lesson((acc["allocations"] == 3).all() and acc["output"].all() and acc["log-sum-exp"].all(),
-           "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, a scratch buffer")
-    lesson(acc["scratch (KiB)"].is_monotonic_increasing and acc["scratch (KiB)"].nunique() > 1,
-           "the bump is the scratch buffer: it steps up as the kernel picks larger blocks",
-           ", ".join(f"{x:.0f}" for x in acc["scratch (KiB)"]) + " KiB")
-    lesson(acc["scratch (KiB)"].iloc[-1] == acc["scratch (KiB)"].iloc[-2],
-           "the scratch buffer does not grow with S (same size at the two longest sequences)",
-           f"{acc['scratch (KiB)'].iloc[-1]:.0f} KiB")
-
-# %% [markdown]
-# No buffer is S×S. On a GPU the tiles live in registers and shared memory instead of a
-# scratch buffer; a GPU run of this notebook checks the same 2x growth in the sweep above.
-#
 # ## So far
 #
-# Every number below comes from the profiles of this notebook, one row per variant: ops
-# per forward (all of them, and those doing work), on a GPU the kernels and their time,
-# the CPU time of the median recorded step (the wall time of the labelled call), and its
-# peak memory.
+# One row per variant, from the profiles of this notebook: ops per forward (all of them,
+# and those doing work), its peak memory, and on a GPU the kernels and their GPU time.
 
 # %%
 table = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")
 table["work"] = [len(s.work_ops()) for s in step.values()]
-columns = {"ops": "ops", "work": "ops doing work", "cpu_time_ms": "CPU time (ms)",
-           "peak_MiB": "peak (MiB)"}
+columns = {"ops": "ops", "work": "ops doing work", "peak_MiB": "peak (MiB)"}
 if device.type == "cuda":
-    columns = {"ops": "ops", "work": "ops doing work", "kernels": "kernels",
-               "cpu_time_ms": "CPU time (ms)", "gpu_time_ms": "GPU time (ms)", "peak_MiB": "peak (MiB)"}
+    columns = {"ops": "ops", "work": "ops doing work", "kernels": "kernels", "gpu_time_ms": "GPU time (ms)",
+               "peak_MiB": "peak (MiB)"}
 so_far = table[list(columns)].rename(columns=columns).round(2)
-time_col = "CPU time (ms)"
 so_far.index.name = "variant"
 display(so_far)
-lesson(so_far.loc["sdpa_math", "ops doing work"] == so_far["ops doing work"].max(),
-       "of all variants so far, the math backend dispatches the most ops")
-unfused = ["naive", "inplace", "sdpa_math"]
-if "sdpa_flash" in so_far.index:
-    lesson(table.loc["sdpa_flash", "peak_MiB"] < table.loc[unfused, "peak_MiB"].min() / 4,
-           "the flash backend's peak is a small fraction of any unfused variant's",
-           f"{table.loc['sdpa_flash', 'peak_MiB']:.2f} MiB vs at least {table.loc[unfused, 'peak_MiB'].min():.1f} MiB")
-    glue("flash_ms", float(so_far.loc["sdpa_flash", time_col]))
-    glue("flash_peak", float(so_far.loc["sdpa_flash", "peak (MiB)"]))
-else:
-    glue("flash_ms", float("nan"))
-    glue("flash_peak", float("nan"))
-glue("math_ms", float(so_far.loc["sdpa_math", time_col]))
-glue("math_peak", float(so_far.loc["sdpa_math", "peak (MiB)"]))
-glue("inplace_ms", float(so_far.loc["inplace", time_col]))
-glue("steps_glued", steps)
+lesson(so_far.loc["sdpa_math", "ops"] > so_far.loc["inplace", "ops"],
+       "the math backend's forward dispatches more ops, views included, than the in-place module's",
+       f"{so_far.loc['sdpa_math', 'ops']} vs {so_far.loc['inplace', 'ops']}")
 
 # %% [markdown]
-# On this run one forward took {glue:text}`math_ms:.2f` ms with the math backend
-# ({glue:text}`math_peak:.1f` MiB at its peak), {glue:text}`inplace_ms:.2f` ms with the
-# in-place module, and {glue:text}`flash_ms:.2f` ms with flash ({glue:text}`flash_peak:.2f`
-# MiB). Each is one profiled step, the median of {glue:text}`steps_glued` recorded ones,
-# on a machine that may be busy with other work; the showdown chapter has benchmark timings.
-
-# %% [markdown]
+# The table leaves out CPU time on purpose. A profiled step is a poor clock: the profiler
+# adds its own bookkeeping to every op, and one step is one sample on a machine that may be
+# busy. The article's A100 put the math backend 3.7x behind the in-place module in bfloat16,
+# with its GEMMs in float32 on CUDA cores (the upcast above), a cost a CPU run in float32
+# cannot show.
+# [Part two](03b_sdpa_fused.ipynb) times the in-place module, the math backend and the flash
+# kernel against each other apart from the profiler, and says when the machine was too
+# noisy to tell; the showdown chapter benchmarks every variant.
+#
 # ## What to remember
 #
 # - One call is not one kernel: the math backend is attention in primitive ops, made
 #   careful (fp32 upcast, a mask rebuilt per call, NaN guards), and it pays for each.
-# - The fused backends are one kernel each; read their names as fingerprints before
-#   anything else.
-# - Low occupancy can be a design choice, and a 0% occupancy can be a missing
-#   measurement: check the footprint.
-# - Fused attention's memory grows with S, not S²: the scores never leave the chip.
+# - Which backend runs depends on the GPU, the dtype, the head dim, the lengths and the
+#   priority order, which is not the same on every GPU: pin a backend when you profile
+#   one, and ask PyTorch (`debug=True`) why it refused another.
+# - Diff two forwards op by op (`profiling.diff`) to see exactly what one adds over the other.
 #
-# Next: write that fused kernel ourselves, in Triton.
+# Next: [the fused backends](03b_sdpa_fused.ipynb), which do all of this in one kernel.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/03_sdpa.ipynb), with automatic checks, hints and hidden solutions.

@@ -420,7 +420,7 @@ glue("flash_train_peak", float(peaks["sdpa_flash"].iloc[-1]) if "sdpa_flash" in 
 # %% [markdown]
 # At S = {glue:text}`mem_last_seq` one training step of the math backend peaked at
 # {glue:text}`math_train_peak:.1f` MiB, flash at {glue:text}`flash_train_peak:.1f` MiB. On a
-# CPU flash's growth per doubling wanders around 2x: as chapter 3 found for its forward, the
+# CPU flash's growth per doubling wanders around 2x: as chapter 3b found for its forward, the
 # CPU kernel's scratch buffers follow the block sizes it picks for each length, not S itself.
 #
 # Time, last, because it is the least trustworthy number here: the machine that builds this

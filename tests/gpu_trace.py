@@ -167,7 +167,7 @@ def naive_a100_trace(steps: int = 2) -> dict:
 
 # What each chapter of a GPU run records, by variant (a subset of what a real run writes).
 CHAPTER_VARIANTS = {"00_profiler_primer": ["mlp_step"], "01_naive": ["naive"], "02_inplace": ["naive", "inplace"],
-                    "03_sdpa": ["inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]}
+                    "03_sdpa": ["inplace", "sdpa_math"], "03b_sdpa_fused": ["sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]}
 FIXTURE_GPU = {"gpu": "NVIDIA A100-SXM4-80GB", "capability": [8, 0], "sm_count": 108, "torch": "2.13.0+cu130",
                "cuda": "13.0", "cudnn": 92000, "triton": "3.7.1", "driver": "580.65", "cuda_available": True,
                "commit": "0123456789abcdef", "date": "2026-11-30 04:00 UTC"}

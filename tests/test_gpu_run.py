@@ -197,6 +197,13 @@ def test_trim_keeps_the_labelled_steps_and_their_gpu_work():
         "a recorded step's synchronize and the profiler's buffer request stay, though outside the label"
 
 
+def test_the_gpu_run_executes_every_chapter_of_the_toc_in_order():
+    from kernels import execute
+
+    chapters = [p.stem for p in execute.notebooks(ROOT) if p.parent == Path("book")]
+    assert list(gpu_run.CHAPTERS) == chapters, "tools/gpu_run.py CHAPTERS must follow _toc.yml's chapters"
+
+
 def test_pack_drops_notebooks_first_to_fit_the_budget(tmp_path):
     work = tmp_path / "work"
     (work / "notebooks").mkdir(parents=True)

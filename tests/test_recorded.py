@@ -38,7 +38,7 @@ def test_the_import_is_what_the_loader_reads(recording):
 
 
 def test_lanes_on_a_cpu_come_from_the_recording(recording):
-    lanes, source, capability = recorded.gpu_lanes("cpu", {}, "03_sdpa", ["sdpa_flash", "sdpa_cudnn", "no_such"],
+    lanes, source, capability = recorded.gpu_lanes("cpu", {}, "03b_sdpa_fused", ["sdpa_flash", "sdpa_cudnn", "no_such"],
                                                    root=recording)
     assert sorted(lanes) == ["sdpa_cudnn", "sdpa_flash"], "variants the recording lacks are left out"
     assert source.startswith("recorded on NVIDIA A100") and capability == (8, 0)
@@ -119,7 +119,7 @@ def execute_with_recording(tmp_path, only):
 @pytest.mark.slow
 def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, monkeypatch):
     monkeypatch.setenv(recorded.ENV_VAR, str(recording))
-    chapters = ["book/00_profiler_primer", "book/01_naive", "book/02_inplace", "book/03_sdpa"]
+    chapters = ["book/00_profiler_primer", "book/01_naive", "book/02_inplace", "book/03_sdpa", "book/03b_sdpa_fused"]
     report = execute_with_recording(tmp_path, chapters)
     assert [r["status"] for r in report["notebooks"]] == ["ok"] * len(chapters), report["notebooks"]
     text = {r["notebook"]: printed(tmp_path / "executed" / r["notebook"]) for r in report["notebooks"]}
@@ -131,10 +131,12 @@ def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, m
         "book/02_inplace.ipynb": ["the GPU lane goes from 6 activities to 5", "the activity that disappeared is the copy"],
         "book/03_sdpa.ipynb": ["the math backend launches more GPU kernels per forward",
                                "on the GPU lane the mask shows up as a triu_tril kernel",
-                               "sdpa_cudnn launches exactly one kernel per forward",
-                               "no GEMM of the math backend runs in 16 bits on the GPU lane",
-                               "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB",
-                               "cuDNN does not launch through cudaLaunchKernel"],
+                               "no GEMM of the math backend runs in 16 bits on the GPU lane"],
+        "book/03b_sdpa_fused.ipynb": ["sdpa_flash launches exactly one kernel per forward",
+                                      "sdpa_cudnn launches exactly one kernel per forward",
+                                      "the trace's occupancy is Kineto's estimate",
+                                      "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB",
+                                      "cuDNN does not launch through cudaLaunchKernel"],
     }
     for notebook, claims in expected.items():
         for claim in claims:

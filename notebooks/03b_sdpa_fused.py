@@ -1,0 +1,462 @@
+# %% [markdown]
+# # 3b. The fused backends: one kernel, low occupancy, memory in S
+#
+# [The first part of this chapter](03_sdpa.ipynb) took SDPA's math backend apart: attention
+# in primitive ops, each S×S intermediate written to memory and read back. The other three
+# backends (memory-efficient, FlashAttention-2 and cuDNN) exist to collapse all of that into
+# a single kernel that keeps 16-bit inputs in 16 bits, runs on tensor cores, and never
+# writes the S×S scores to memory: it walks K and V in tiles, keeps a running (online)
+# softmax, and accumulates the output tile by tile.
+#
+# This part reads those kernels: their names, their footprint and the occupancy the
+# profiler estimates from it (and why that estimate can read 0%), what cuDNN costs on the
+# CPU, and what fusion does to memory. On a CPU the one fused backend is PyTorch's CPU
+# flash kernel; the GPU-only backends are read from the source article's A100 traces and,
+# when a GPU lane exists (this run's own, or a recorded one), checked on it.
+
+# %% [install]
+
+# %% [parameters]
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+import kernels
+import kernels.sdpa
+from kernels import bench, profiling, recorded, traces
+from kernels.book import glue, inputs, lesson, mib, reveal, setup
+from kernels.fingerprints import classify_many, fingerprint
+from kernels.occupancy import KINETO_SHARED_MEM_LIMIT, arch_of, kineto_estimate, occupancy
+
+device, dtype = setup(device, dtype)
+q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
+print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
+# Which backends take these inputs on this device, by the rules of part one (no call needed).
+FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
+refused = {n: kernels.sdpa.device_reason(n, device) or kernels.sdpa.input_reason(n, q, k)
+           for n in ("sdpa_math",) + FUSED}
+fused_here = [n for n in FUSED if refused[n] is None]
+display(pd.DataFrame({"runs on these inputs": {n: refused[n] is None for n in FUSED},
+                      "why not": {n: refused[n] or "" for n in FUSED}}))
+if device.type == "cpu":
+    lesson(fused_here == ["sdpa_flash"], "on a CPU the one fused backend that runs is PyTorch's CPU flash kernel")
+
+# %% [markdown]
+# ## One kernel each
+#
+# The source article found exactly **one kernel per forward** for each fused backend on its
+# A100. `kernels.sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened);
+# decoded:
+
+# %%
+article = classify_many(kernels.sdpa.ARTICLE_A100_KERNELS.values())
+article.insert(0, "backend", list(kernels.sdpa.ARTICLE_A100_KERNELS))
+display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]])
+lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
+       "each article kernel decodes as one fused attention kernel on tensor cores")
+
+# %% [markdown]
+# Read left to right, `fmha_cutlassF_bf16_aligned_64x64_rf_sm80` says: fused multi-head
+# attention, built from CUTLASS templates, forward, bfloat16, aligned inputs, 64×64 tiles,
+# working set in the register file, compiled for sm_80. It is the memory-efficient kernel
+# that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is FlashAttention-2,
+# vendored into PyTorch. The cuDNN name is not a fixed binary at all: `cudnn_generated`
+# kernels are produced for the problem at hand, `flash_fprop` names the algorithm
+# family, `wmma_f16` the 16-bit tensor-core path, `knob_6` the tuned configuration it
+# picked and `128x64x64` its tiles. (It says `f16` even in a bf16 run.)
+#
+# ## The flash backend in this run's trace
+#
+# The CPU has its own fused flash kernel, SDPA's default there; on a GPU the flash op
+# launches the one kernel. Before profiling: part one counted the ops doing work in one
+# forward of the math backend. How many do you expect one forward of the flash backend to
+# run (views and bare allocations left out, as there)?
+
+# %%
+guess_flash_work_ops = 3  # edit me before running on
+
+# %%
+runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
+        for name in fused_here}
+step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
+work_ops = {name: s.work_ops() for name, s in step.items()}  # the course's one definition
+print({name: f"{len(w)} ops doing work: {', '.join(w)}" for name, w in work_ops.items()})
+# The GPU lanes this part reads: this run's own on a GPU, else the newest recording's.
+lanes, lane_source, lane_capability = recorded.gpu_lanes(device, step, "03b_sdpa_fused", list(FUSED))
+print(f"GPU lanes: {lane_source}" if lanes else lane_source)
+
+# %%
+transposes = pd.DataFrame(columns=["alloc_bytes"])
+if "sdpa_flash" in step:
+    fl = step["sdpa_flash"]
+    reveal(guess_flash_work_ops, len(work_ops["sdpa_flash"]), "ops doing work in one flash forward")
+    display(profiling.op_table(fl, views=True))
+    transposes = fl.find("aten::transpose")
+    if device.type == "cpu":
+        work = fl.ops.loc[~fl.ops["is_view"], "name"].tolist()
+        lesson(work == ["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"],
+               "a CPU flash forward is a single fused op under scaled_dot_product_attention", ", ".join(work))
+        lesson(work_ops["sdpa_flash"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"],
+               "so it runs exactly one op doing work: the fused kernel", ", ".join(work_ops["sdpa_flash"]))
+    lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
+           "the flash forward's transposes only rearrange metadata: they allocate nothing",
+           f"{len(transposes)} transposes, 0 bytes")
+else:
+    print(f"The flash backend does not run here: {refused['sdpa_flash']}")
+glue("flash_transposes", len(transposes))
+glue("flash_work_ops", len(work_ops.get("sdpa_flash", [])))
+
+# %% [markdown]
+# This run's flash forward: {glue:text}`flash_work_ops` op(s) doing work, where the math
+# backend needed many. A guess above that count probably counted the views (the `transpose`
+# calls, shown above) or the `scaled_dot_product_attention` wrapper, which does no
+# arithmetic of its own. Those
+# {glue:text}`flash_transposes` `transpose` calls swap the tensors' strides, from
+# [B, H, S, D] to the [B, S, H, D] layout the kernel reads, and back; no data moves. The
+# article saw the same on its GPU: flash and efficient each put four such metadata
+# transposes on the CPU lane before their kernel,
+# while cuDNN, whose generator emits a kernel for the [B, H, S, D] layout directly, has
+# none (its Figures 19 to 21). The flash forward's timeline is short:
+
+# %%
+if "sdpa_flash" in step:
+    fig = profiling.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})")
+
+# %%
+# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
+traces.links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
+
+# %% [markdown]
+# ## Low occupancy, on purpose
+#
+# The profiler's footprint of the flash kernel surprised the article's authors: about 13%
+# estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
+# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.cpp`.)
+# Occupancy is the share of an SM's warp slots that resident warps fill, and registers
+# decide it here. The article's arithmetic for a block of 128 threads at 255 registers each
+# on an A100 (sm_80), reproduced with `kernels.occupancy`:
+
+# %%
+flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
+print(flash_occ.explain())
+lesson(flash_occ.blocks_per_sm == 2 and flash_occ.warps_per_sm == 8 and flash_occ.percent == 12.5,
+       "128 threads x 255 registers on sm_80: 2 blocks, 8 of 64 warps, 12.5% occupancy")
+glue("flash_occ", flash_occ.percent)
+glue("flash_blocks", flash_occ.blocks_per_sm)
+glue("flash_warps_per_block", flash_occ.warps_per_block)
+glue("flash_warps", flash_occ.warps_per_sm)
+glue("max_warps", flash_occ.max_warps_per_sm)
+
+# %% [markdown]
+# {glue:text}`flash_blocks` blocks of {glue:text}`flash_warps_per_block` warps make
+# {glue:text}`flash_warps` resident warps of {glue:text}`max_warps`: {glue:text}`flash_occ:.1f`%.
+# That is not a flaw.
+# High occupancy hides memory latency by having other warps to switch to. Flash still streams
+# every K and V tile from HBM, but it hides that latency another way: while the tensor cores
+# work on the current tile, the next one is already on its way into shared memory
+# (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
+# running softmax, and low occupancy is the price of never writing the scores to memory.
+#
+# ## cuDNN: a 0% that is not real
+#
+# The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
+# not a measurement: Kineto, the profiler's tracing library, computes it itself from the
+# kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
+# assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
+# `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
+# as cuDNN's flash kernels do, gets zero resident blocks in that calculation and reads 0%,
+# whichever API launched it. Kineto also caps the blocks per SM at the grid's average, the
+# grid's block count divided by the number of SMs (the trace's "blocks per SM" is that
+# average, not a count of resident blocks), so a small grid reads low because it is small.
+# `kernels.occupancy.kineto_estimate` does the same arithmetic, and the GPU-lane cell below
+# recomputes the field with it for every fused kernel it sees. The footprint the article's
+# trace does report for cuDNN, 256 threads at 240 registers, gives the register-limited figure:
+
+# %%
+cudnn_occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
+print(cudnn_occ.explain())
+lesson(cudnn_occ.blocks_per_sm == 1 and cudnn_occ.percent == 12.5,
+       "256 threads x 240 registers on sm_80: 1 block of 8 warps, 12.5% occupancy, like flash")
+glue("cudnn_occ", cudnn_occ.percent)
+
+# %% [markdown]
+# One block of 61,440 registers fits in the SM's 65,536, a second does not:
+# {glue:text}`cudnn_occ:.1f`%, in line with flash. cuDNN has a CPU-side cost too. The article
+# measured, per forward on its A100 (GPU / CPU time): efficient 277.9 / 117 µs, flash
+# 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no transposes at all, spends the most
+# CPU time, inside one opaque `_cudnn_attention_forward` bar. That is not a plan being chosen
+# on every call: PyTorch builds the cuDNN graph for a shape once and caches it
+# (`aten/src/ATen/native/cudnn/MHA.cpp`, a per-thread graph cache), so a steady-state call pays
+# for looking the graph up, filling in the tensors' addresses, a workspace allocation and the
+# execute call. The first call at a new shape is the expensive one, and if it falls inside
+# the profiled window it inflates the average. A cleaner trace did not mean less work; the
+# work moved where the profiler cannot split it.
+#
+# On a GPU the cell below measures that split directly, without the profiler (whose own
+# bookkeeping of shapes and memory would add to every CPU time): the CPU time of cuDNN's first
+# call at a shape it has not seen, against the median of the calls after it.
+
+# %%
+if device.type == "cuda" and "sdpa_cudnn" in fused_here:
+    import statistics
+    import time
+
+    cudnn = kernels.get("sdpa_cudnn")
+    fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
+
+    def cpu_ms() -> float:
+        """CPU time of one call: the launch, not the kernel (the GPU runs on afterwards)."""
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        cudnn(*fresh)
+        spent = (time.perf_counter() - start) * 1e3
+        torch.cuda.synchronize()
+        return spent
+
+    first = cpu_ms()
+    steady = statistics.median(cpu_ms() for _ in range(20))
+    print(f"cuDNN at a new shape: first call {first:.2f} ms of CPU time, then {steady:.3f} ms per call (median of 20)")
+    lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
+           "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
+    glue("cudnn_first_ms", first)
+    glue("cudnn_steady_ms", steady)
+else:
+    print("This run has no cuDNN backend to time (it needs a GPU with compute capability 8.0 or newer).")
+
+# %% [markdown]
+# ## On a GPU lane
+#
+# The cell below checks the one-kernel shape of every fused backend on a GPU lane, decodes
+# each kernel's name, and recomputes its occupancy from the footprint the trace carries: the
+# register- and shared-memory-limited figure, and Kineto's estimate as the profiler makes it.
+# The lane is this run's own when it ran on a GPU, else the repository's recorded GPU run
+# (labelled as such), else there is none to read and the cell says so.
+
+# %%
+fused = [n for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in lanes]
+if fused:
+    print(f"GPU lane: {lane_source}")
+    arch = None
+    try:
+        arch = arch_of(lane_capability)
+    except ValueError as err:
+        print(f"no occupancy table for this GPU: {err}")
+    rows = []
+    for name in fused:
+        s = lanes[name]
+        ks = s.kernels[s.kernels["cat"] == "kernel"]
+        lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
+        kern = ks.iloc[0]
+        fp = fingerprint(kern["name"])
+        lesson(fp.kind == "fused_attention", f"{name}'s kernel decodes as fused attention", fp.note)
+        computed = kineto = None
+        footprint = isinstance(kern["block"], (list, tuple)) and pd.notna(kern["registers_per_thread"])
+        smem = int(kern["shared_memory"]) if pd.notna(kern["shared_memory"]) else None
+        sm_count = next((int(p["numSms"]) for p in s.trace.device_properties
+                         if "numSms" in p and str(p.get("id", 0)) == str(kern["device"])), None)
+        if arch and footprint:
+            threads, regs = math.prod(int(x) for x in kern["block"]), int(kern["registers_per_thread"])
+            computed = occupancy(threads_per_block=threads, registers_per_thread=regs,
+                                 shared_mem_per_block=smem or 0, arch=arch).percent
+            if smem is not None and sm_count and isinstance(kern["grid"], (list, tuple)):
+                kineto = kineto_estimate(threads, regs, smem, grid_blocks=math.prod(int(x) for x in kern["grid"]),
+                                         sm_count=sm_count, arch=arch)
+        rows.append({"backend": name, "kernel": kern["name"][:60], "launched by": kern["launcher"],
+                     "regs/thread": kern["registers_per_thread"], "block": kern["block"],
+                     "shared KiB": None if smem is None else round(smem / 1024, 1),
+                     "reported occupancy %": kern["occupancy_pct"], "computed occupancy %": computed,
+                     "Kineto's estimate %": None if kineto is None else round(kineto, 1),
+                     "transposes (CPU)": len(s.find("aten::transpose")),
+                     "GPU us": s.gpu_time_us, "CPU us": s.cpu_time_us})
+    table = pd.DataFrame(rows)
+    display(table)
+    if "sdpa_flash" in fused and table.loc[fused.index("sdpa_flash"), "computed occupancy %"] is not None:
+        lesson(table.loc[fused.index("sdpa_flash"), "computed occupancy %"] < 50,
+               "flash's footprint gives low theoretical occupancy on this GPU too")
+    # Kineto's estimate assumes the 48 KiB default per-block shared-memory limit: a kernel
+    # that opts into more reads 0%, whatever launched it.
+    recomputed = table.dropna(subset=["Kineto's estimate %", "reported occupancy %"])
+    if not recomputed.empty:
+        lesson((abs(recomputed["Kineto's estimate %"] - recomputed["reported occupancy %"]) <= 1).all(),
+               "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid "
+               "(48 KiB default shared-memory limit, grid / SMs), it matches the reported field to the rounding",
+               "; ".join(f"{b}: {e}% vs {r}%" for b, e, r in zip(recomputed["backend"], recomputed["Kineto's estimate %"],
+                                                                 recomputed["reported occupancy %"])))
+    known = table.dropna(subset=["shared KiB", "reported occupancy %"])
+    over = known["shared KiB"] * 1024 > KINETO_SHARED_MEM_LIMIT
+    lesson(((known["reported occupancy %"] == 0) == over).all(),
+           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
+           "; ".join(f"{b}: {kib} KiB, {pct}%" for b, kib, pct in
+                     zip(known["backend"], known["shared KiB"], known["reported occupancy %"])) or "no footprint recorded")
+    if "sdpa_cudnn" in fused:
+        launcher = table.loc[fused.index("sdpa_cudnn"), "launched by"]
+        lesson(launcher != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel", launcher)
+else:
+    print(f"{lane_source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
+          f"(the rules say: {refused['sdpa_cudnn']}).")
+
+# %% [markdown]
+# ## Memory: S² against S
+#
+# The fused kernels' real gift is memory. Before measuring: each time the sequence doubles,
+# by what factor do you expect one forward's peak memory to grow, with the math backend and
+# with the flash kernel? The cell after yours measures one forward at a few sequence lengths
+# (the same batch, heads and head dim as above; math stops one doubling earlier, its largest
+# point would cost more than all the others).
+
+# %%
+guess_growth = {"sdpa_math": 2.0, "sdpa_flash": 2.0}  # edit me: peak memory x per doubling of S
+
+# %%
+# On a GPU one doubling longer: the larger batch and heads there have bigger S-sized
+# (not S×S) buffers, which would blur the 4x at short sequences.
+sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
+sweep_for = {"sdpa_math": sweep_seqs[:-1], "sdpa_flash": sweep_seqs}
+sweep, sweep_steps = [], {}
+for s_len in sweep_seqs:
+    qs, ks_, vs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device)
+    for name, lengths in sweep_for.items():
+        if refused[name] is not None or s_len not in lengths:
+            continue
+        st = profiling.profile(kernels.get(name), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
+                               trace_dir=trace_dir, trace_name=f"{name}_S{s_len}").step()
+        sweep_steps[name, s_len] = st
+        sweep.append({"backend": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
+peaks = pd.DataFrame(sweep).pivot(index="seq", columns="backend", values="peak (MiB)")
+growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
+display(pd.concat([peaks.round(2), growth.round(2)], axis=1))
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4.5))
+for name in peaks.columns:
+    measured = peaks[name].dropna()
+    ax.plot(measured.index, measured, "o-", label=name)
+s0 = peaks.index[0]
+for power, style, anchor in ((2, ":", "sdpa_math"), (1, "--", "sdpa_flash")):
+    if anchor in peaks:
+        guide = peaks[anchor].iloc[0] * (peaks.index / s0) ** power
+        ax.plot(peaks.index, guide, style, color="grey", label=f"∝ S{'²' if power == 2 else ''} (from the first point)")
+ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak memory of one forward (MiB)",
+       title=f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).replace('torch.', '')}")
+ax.xaxis.set_minor_locator(plt.NullLocator())  # log axes label minor ticks otherwise
+ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
+ax.legend()
+fig.tight_layout()
+
+# %%
+# The traces behind each point: download them, or open them in Perfetto.
+display(*(traces.links(st) for st in sweep_steps.values()))
+
+# %%
+math_growth = growth["sdpa_math x per doubling"].dropna()
+lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] > 3.5,
+       "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
+       ", ".join(f"{x:.2f}x" for x in math_growth))
+reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak, x per doubling (the last one)")
+glue("math_growth_last", float(math_growth.iloc[-1]))
+glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
+glue("math_max_seq", sweep_for["sdpa_math"][-1])
+glue("flash_max_seq", sweep_for["sdpa_flash"][-1])
+if "sdpa_flash" in peaks:
+    flash_growth = growth["sdpa_flash x per doubling"].dropna()
+    lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
+           ", ".join(f"{x:.2f}x" for x in flash_growth))
+    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak, x per doubling (the last one)")
+    common = peaks.dropna().index[-1]
+    lesson(peaks.loc[common, "sdpa_flash"] < peaks.loc[common, "sdpa_math"] / 4,
+           "at the longest sequence both ran, the flash backend's peak is a small fraction of the math backend's",
+           f"S={common}: {peaks.loc[common, 'sdpa_flash']:.2f} vs {peaks.loc[common, 'sdpa_math']:.1f} MiB")
+    glue("flash_growth_last", float(flash_growth.iloc[-1]))
+    glue("flash_peak_max", float(peaks["sdpa_flash"].iloc[-1]))
+else:  # a GPU without the flash backend (e.g. a T4): nothing to compare
+    glue("flash_growth_last", float("nan"))
+    glue("flash_peak_max", float("nan"))
+
+# %% [markdown]
+# The math backend holds S×S intermediates (the scores, the probabilities, the guards), so
+# its peak grows with S², about 4x per doubling; a guess of 2x treated it like a kernel that
+# never writes the scores. The flash kernel allocates only the output (S×D), one
+# log-sum-exp per row and a scratch buffer of fixed size per thread, so its peak grows
+# with S, about 2x once S is large; a guess of 4x treated it like the math backend.
+#
+# At S = {glue:text}`math_max_seq` the math backend peaked at {glue:text}`math_peak_max:.0f` MiB,
+# its last doubling costing {glue:text}`math_growth_last:.2f`x. At S = {glue:text}`flash_max_seq`
+# flash peaked at {glue:text}`flash_peak_max:.1f` MiB, up {glue:text}`flash_growth_last:.2f`x
+# from the length before. On a CPU the flash curve has a bump in the middle. The CPU
+# kernel (ATen's `cpu_flash_attention`) gives every thread a scratch buffer for one block
+# of queries against one block of keys, and it picks larger blocks for longer sequences;
+# the buffer follows the block sizes, not S. Its allocations add up exactly:
+
+# %%
+if device.type == "cpu" and "sdpa_flash" in fused_here:
+    def flash_allocations(s_len):
+        st = sweep_steps["sdpa_flash", s_len]
+        sizes = st.memory.loc[st.memory["bytes"] > 0, "bytes"].tolist()
+        out_bytes = batch * heads * s_len * head_dim * q.element_size()
+        lse_bytes = batch * heads * s_len * 4  # one float32 log-sum-exp per query row
+        scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
+        return {"seq": s_len, "allocations": len(sizes), "output": out_bytes in sizes,
+                "log-sum-exp": lse_bytes in sizes, "scratch (KiB)": sum(scratch) / 1024}
+    acc = pd.DataFrame([flash_allocations(s) for s in sweep_seqs]).set_index("seq")
+    display(acc)
+    lesson((acc["allocations"] == 3).all() and acc["output"].all() and acc["log-sum-exp"].all(),
+           "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, a scratch buffer")
+    lesson(acc["scratch (KiB)"].is_monotonic_increasing and acc["scratch (KiB)"].nunique() > 1,
+           "the bump is the scratch buffer: it steps up as the kernel picks larger blocks",
+           ", ".join(f"{x:.0f}" for x in acc["scratch (KiB)"]) + " KiB")
+    lesson(acc["scratch (KiB)"].iloc[-1] == acc["scratch (KiB)"].iloc[-2],
+           "the scratch buffer does not grow with S (same size at the two longest sequences)",
+           f"{acc['scratch (KiB)'].iloc[-1]:.0f} KiB")
+
+# %% [markdown]
+# No buffer is S×S. On a GPU the tiles live in registers and shared memory instead of a
+# scratch buffer; a GPU run of this notebook checks the same 2x growth in the sweep above.
+#
+# ## Side by side: three forwards, timed
+#
+# The sweep above profiled each point once, with the profiler's memory bookkeeping on, which
+# is right for memory and wrong for time. To compare speed, the cell below times one forward
+# each of chapter 2's in-place module, the math backend and the flash kernel apart from the
+# profiler, alternating them call by call, and calls one the fastest only when its slowest
+# tenth of calls beats every other's fastest tenth (`kernels.bench.compare`):
+
+# %%
+contenders = {"inplace": lambda: kernels.get("inplace")(q, k, v),
+              "sdpa_math": lambda: kernels.get("sdpa_math")(q, k, v)}
+if "sdpa_flash" in fused_here:
+    contenders["sdpa_flash"] = lambda: kernels.get("sdpa_flash")(q, k, v)
+timing = bench.compare(contenders, device=device, rounds=11)
+verdict = timing.verdict()
+print(verdict)
+reading = {"sdpa_flash": "the fused kernel is the fastest of the three on this machine, as on the article's A100",
+           "inplace": "here the in-place module came out fastest",
+           "sdpa_math": "here the math backend came out fastest",
+           None: "this machine could not single out a fastest one, so this run ranks none of them"}[timing.faster()]
+glue("fused_timing_verdict", verdict)
+glue("fused_timing_reading", reading)
+
+# %% [markdown]
+# On this run: {glue:text}`fused_timing_verdict`. So {glue:text}`fused_timing_reading`. The
+# showdown chapter benchmarks every implementation over a sweep of shapes.
+#
+# ## What to remember
+#
+# - The fused backends are one kernel each; read their names as fingerprints before
+#   anything else.
+# - Low occupancy can be a design choice: flash spends its registers and shared memory on
+#   the tiles it keeps on chip.
+# - The profiler's occupancy is Kineto's estimate, computed from the footprint with the
+#   48 KiB default shared-memory limit: any kernel that asks for more reads 0%, whatever
+#   its real occupancy. Check the footprint.
+# - A cleaner CPU lane is not less work: cuDNN's CPU time sits inside one opaque op, and its
+#   first call at a new shape builds the graph the later calls find in a cache.
+# - Fused attention's memory grows with S, not S²: the scores never leave the chip.
+#
+# Next: write that fused kernel ourselves, in Triton.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/03_sdpa.ipynb), with automatic checks, hints and hidden solutions.
