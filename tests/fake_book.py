@@ -4,8 +4,10 @@ one notebook that profiles a matmul and shows ``traces.links`` for it and for a 
 trace. tests/test_traces.py and tests/test_browser.py read it."""
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
+import os
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
@@ -49,15 +51,23 @@ def _fake_source(root: Path) -> None:
 
 
 def build_fake_book(tmp_path_factory) -> SimpleNamespace:
-    """Execute and build the fake book once per session (a marker file says it is done)."""
-    base = tmp_path_factory.getbasetemp() / "fake_book"
+    """Execute and build the fake book once per session (a marker file says it is done).
+
+    Under pytest-xdist every worker has its own temporary folder below a shared one: the book
+    is built there once, by whichever worker asks first, while the others wait on the lock.
+    """
+    temp = tmp_path_factory.getbasetemp()
+    shared = temp.parent if os.environ.get("PYTEST_XDIST_WORKER") else temp
+    base = shared / "fake_book"
     done = base / "built.json"
-    if not done.exists():
-        shutil.rmtree(base, ignore_errors=True)
-        _fake_source(base / "src")
-        report = execute.run("cpu", out=base / "executed", root=base / "src", progress=False)
-        execute.build(base / "executed", html_parent=base)
-        done.write_text(json.dumps(report))
+    with open(shared / "fake_book.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            _fake_source(base / "src")
+            report = execute.run("cpu", out=base / "executed", root=base / "src", progress=False)
+            execute.build(base / "executed", html_parent=base)
+            done.write_text(json.dumps(report))
     return SimpleNamespace(src=base / "src", out=base / "executed", html=base / "_build" / "html",
                            report=json.loads(done.read_text()))
 
