@@ -211,7 +211,7 @@ table
 # This report was {glue:text}`report_source`. A row is one kernel instantiation: an
 # architecture (sm_80 is the A100, sm_90 the H100 and H200), a version, an input dtype and a
 # head dimension. The last four columns are not from the compiler: they are the theoretical
-# occupancy those resources allow, computed by `kernels.occupancy` (chapter 3).
+# occupancy those resources allow, computed by `kernels.occupancy` ([chapter 3b](03b_sdpa_fused.ipynb)).
 
 # %%
 focus = {(arch, version): cuda_report.find(report, arch, version, kernel_dtype, kernel_dim)
@@ -295,7 +295,7 @@ lesson(all(occ[a, "v2"].percent <= occ[a, "v1"].percent for a in archs),
 
 # %% [markdown]
 # What will a PyTorch trace say about these kernels? Its "est. achieved occupancy %" is
-# Kineto's own estimate (chapter 3): CUDA's calculator with the *default* 48 KiB of shared
+# Kineto's own estimate ([chapter 3b](03b_sdpa_fused.ipynb)): CUDA's calculator with the *default* 48 KiB of shared
 # memory per block. Our launcher opts into more where a kernel needs it, so from the report
 # alone we can predict which kernels a trace will show at 0% although they run:
 
