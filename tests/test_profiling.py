@@ -71,11 +71,13 @@ def test_memory_accounting(cpu_runs):
 
 
 def test_sdpa_math_rebuilds_the_mask_and_flash_is_one_op(cpu_runs):
-    math_ops = set(cpu_runs["sdpa_math"].step().ops["name"])
-    assert {"aten::_safe_softmax", "aten::where"} & math_ops
-    flash = cpu_runs["sdpa_flash"].step()
-    work = flash.ops[~flash.ops["is_view"] & (flash.ops["depth"] > 0)]["name"].tolist()
-    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in work
+    math_work = cpu_runs["sdpa_math"].step().work_ops()
+    assert "aten::tril" in math_work and "aten::where" in math_work, \
+        f"the math backend builds the causal mask on every call (tril, then where for its -inf bias): {math_work}"
+    assert math_work.index("aten::tril") < math_work.index("aten::add_") < math_work.index("aten::_softmax"), \
+        f"and adds it to the scores before the softmax: {math_work}"
+    assert cpu_runs["sdpa_flash"].step().work_ops() == ["aten::_scaled_dot_product_flash_attention_for_cpu"], \
+        "the CPU flash backend is one op doing work: the whole attention in one kernel call"
 
 
 def test_tables_counts_and_timeline(cpu_runs):

@@ -26,8 +26,9 @@ FAST_CPU = [n for n in CPU_NAMES if not kernels.implementation(n).slow_on_cpu]
 
 def test_names_in_teaching_order_and_complete():
     names = kernels.names()
-    assert names[:6] == ["naive", "inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]
-    assert len(names) == len(set(names))
+    assert names == ["naive", "inplace", "sdpa_math", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn", "triton",
+                     "cuda_v1", "cuda_v2", "compiled_naive", "flex"], \
+        f"import kernels registers every implementation of the course, in chapter order: {names}"
 
 
 def test_unknown_name_lists_the_registered_ones():
