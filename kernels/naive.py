@@ -52,7 +52,7 @@ class NaiveAttention(nn.Module):
         self.masks = LRU(MASKS_PER_MODULE)   # bounded: one mask per recent (Sq, Sk, device)
 
     def forward(self, q, k, v):
-        b, hq, sq, d = q.shape
+        b, hq, sq, d = q.shape   # q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D]
         hkv = k.shape[1]
         if hq != hkv:  # grouped-query: the G query heads sharing a K/V head become G·Sq rows
             out = self.attend(q.reshape(b, hkv, hq // hkv * sq, d), k, v, sq)   # [B, Hkv, G·Sq, D]
@@ -62,14 +62,14 @@ class NaiveAttention(nn.Module):
     def attend(self, q, k, v, sq: int):
         """The five steps; q holds sq query rows per head (or G·sq, stacked, for GQA)."""
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
-        scores = q @ k.transpose(-2, -1)
+        scores = q @ k.transpose(-2, -1)        # [B, H, Sq, D] @ [B, H, D, Sk] -> [B, H, Sq, Sk]
         scores = scores * scale
         if self.causal:
             scores = self.mask_scores(scores, self.mask_for(sq, q.device, k.shape[-2], q.shape[-2] // sq))
-        probs = torch.softmax(scores, dim=-1)
+        probs = torch.softmax(scores, dim=-1)   # [B, H, Sq, Sk], each row sums to 1
         if self.causal and sq > k.shape[-2]:
             probs = self.no_key_rows(probs, self.mask_for(sq, q.device, k.shape[-2], q.shape[-2] // sq))
-        return probs @ v
+        return probs @ v                        # [B, H, Sq, Sk] @ [B, H, Sk, D] -> [B, H, Sq, D]
 
     def mask_scores(self, scores, future):
         # Out of place: masked_fill returns a new tensor, so PyTorch first copies
