@@ -2,7 +2,7 @@
 
     python -m kernels.execute                   # profile "auto": cuda if a GPU is visible, else cpu
     python -m kernels.execute --profile cpu --only book/01 book/02   # some chapters
-    python -m kernels.execute --jobs 2      # two notebooks at a time (timings then share the machine)
+    python -m kernels.execute --jobs 1          # one notebook at a time (default: 2 on a CPU, 1 on a GPU)
     python -m kernels.execute --build           # then build the HTML with Jupyter Book
 
 The source tree is never written to. The runner copies the book into ``--out``
@@ -111,6 +111,17 @@ def resolve_profile(name: str, profiles: dict, cuda_available: bool | None = Non
     if name not in profiles:
         raise SystemExit(f"unknown profile {name!r}; book/params.yml has: {', '.join(profiles)}, auto")
     return name, dict(profiles[name])
+
+
+def default_jobs(params: dict) -> int:
+    """Notebooks executed at once when ``--jobs`` is not given: one on a GPU, whose timings
+    need the device to themselves, and on a CPU two where there are two cores (the whole book
+    then executes cold in about four minutes instead of seven). Two CPU notebooks share the
+    machine, so their timings are noisier; the chapters' timing lessons check their spread
+    and say so when it was too noisy to tell."""
+    if params.get("device") == "cuda":
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 def environment() -> dict:
@@ -331,7 +342,7 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     """Stage, execute and report; returns the report (also written to ``out``).
 
     ``jobs > 1`` executes that many notebooks at once: faster, but the timings the chapters
-    quote then share the machine, so the published book is executed with ``jobs=1``.
+    quote then share the machine (the CLI's default is ``default_jobs``: 1 on a GPU).
 
     ``cache`` (a folder; ``make book`` uses ``_build/cache``) keeps each executed notebook
     with its traces under a key of its source, its parameters, the library's source, the
@@ -453,8 +464,9 @@ def main(argv=None, root: Optional[Path] = None) -> int:
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="override a profile parameter (YAML value), e.g. --set seq=256")
     ap.add_argument("--build", action="store_true", help="then build the HTML into _build/html")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="notebooks executed at once (default 1: timings in the book then have the machine to themselves)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="notebooks executed at once (default: 1 with the cuda profile, 2 on a CPU with two cores; "
+                         "1 gives every timing the machine to itself)")
     ap.add_argument("--cache", type=Path, default=root / "_build" / "cache",
                     help="the execution cache (default _build/cache): unchanged notebooks are restored, not re-run")
     ap.add_argument("--no-cache", action="store_true", help="execute without reading or writing the cache")
@@ -466,7 +478,8 @@ def main(argv=None, root: Optional[Path] = None) -> int:
         if not sep:
             ap.error(f"--set takes KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value)
-    report = run(args.profile, args.only, args.out.resolve(), root=root, overrides=overrides, jobs=args.jobs,
+    jobs = args.jobs if args.jobs is not None else default_jobs(resolve_profile(args.profile, load_profiles(root))[1])
+    report = run(args.profile, args.only, args.out.resolve(), root=root, overrides=overrides, jobs=jobs,
                  cache=None if args.no_cache else args.cache.resolve(), force=args.force)
     if any(r["status"] == "failed" for r in report["notebooks"]):
         return 1

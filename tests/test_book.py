@@ -270,3 +270,11 @@ def test_glue_records_what_myst_nb_glue_records(monkeypatch):
         myst_glue.glue("name", book._Text(value) if isinstance(value, str) else value, display=display)
         book.glue("name", value, display=display)
         assert len(shown) == 2 and shown[0] == shown[1], shown
+
+
+def test_the_cli_runs_two_cpu_notebooks_at_once_and_gpu_notebooks_alone(monkeypatch):
+    monkeypatch.setattr(execute.os, "cpu_count", lambda: 2)
+    assert execute.default_jobs({"device": "cuda"}) == 1, "GPU timings need the device to themselves"
+    assert execute.default_jobs({"device": "cpu"}) == 2, "on two cores the CPU book executes two notebooks at a time"
+    monkeypatch.setattr(execute.os, "cpu_count", lambda: 1)
+    assert execute.default_jobs({"device": "cpu"}) == 1, "one core: one notebook at a time"
