@@ -29,9 +29,10 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt -r requirements-test.txt -e .
 	@touch $@
 
-# The suite without the executed book, on every core (pytest-xdist); TEST_JOBS=1 runs it serially.
+# The suite without the executed book, on every core (pytest-xdist; each module on one worker,
+# so a module's fixtures are built once); TEST_JOBS=0 runs it in this process.
 test: setup
-	$(PY) -m pytest -n $(TEST_JOBS) -m "not book"
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope -m "not book"
 
 # The executed book's tests: every chapter and exercise executed (cpu profile, through make
 # book's cache), the HTML built with -W, and the pages opened in headless Chromium.
