@@ -11,12 +11,14 @@ memory a Triton kernel asks for at launch is in the compiled kernel's metadata
 (``kernels.cuda_flash.kernel_report``, which adds what the launcher asks for).
 
 Every Triton config the autotuner may try is compiled here: for each kernel (forward, the
-dK/dV and dQ backward kernels), each head dim the kernels take (the padded powers of two,
-16..256), each config of that head dim's space (``triton_flash.config_space``). Each row
-says whether the result *fits* the target (shared memory within the per-block opt-in limit
-of ``kernels.occupancy.ARCHES``, registers of a block within the SM's 65,536) and whether
-the autotuner's pruning *keeps* it (``triton_flash.fitting_configs``, which estimates shared
-memory before compiling). The pruning must never keep a config that does not fit: the
+dK/dV and dQ backward kernels, and on sm_90 the forward that moves its tiles with the TMA),
+each head dim the kernels take (the padded powers of two, 16..256), each config of that head
+dim's space (``triton_flash.config_space``). A TMA kernel's row also counts the TMA copies in
+its PTX (``cp.async.bulk.tensor``), which shows the descriptors were not lowered to plain
+loads. Each row says whether the result *fits* the target (shared memory within the
+per-block opt-in limit of ``kernels.occupancy.ARCHES``, registers of a block within the SM's
+65,536) and whether the autotuner's pruning *keeps* it (``triton_flash.fitting_configs``,
+which estimates shared memory before compiling). The pruning must never keep a config that does not fit: the
 autotuner would compile it, then fail to launch it. ``tests/test_compile_report.py``
 checks that on a covering subset; this CLI does the full sweep (a few seconds per compile).
 
@@ -47,7 +49,7 @@ from .occupancy import ARCHES
 
 TARGETS = ("sm_80", "sm_90")
 DTYPES = {"bf16": ("*bf16", 2), "fp16": ("*fp16", 2), "fp32": ("*fp32", 4)}
-TRITON_KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
+TRITON_KERNELS = ("fwd", "fwd_tma", "bwd_dkdv", "bwd_dq")   # fwd_tma: compiled for sm_90 only
 REGISTERS_PER_SM = 64 * 1024
 
 # Argument names of the kernels, by kind (see kernels/triton_flash.py).
@@ -59,7 +61,7 @@ _FP32_TENSORS = {"O32", "LSE", "DELTA"}
 class Row:
     """One compiled kernel: what the compiler reports and what that means on the target."""
 
-    kernel: str                 # "triton fwd", "triton bwd_dkdv", "triton bwd_dq", "cuda_v2", ...
+    kernel: str                 # "triton fwd", "triton fwd_tma", "triton bwd_dkdv", "triton bwd_dq", "cuda_v2", ...
     target: str                 # "sm_80", "sm_90"
     dtype: str
     head_dim: int
@@ -71,6 +73,7 @@ class Row:
     kept: Optional[bool]        # the autotuner's pruning keeps it (CUDA: always launched)
     estimate_bytes: Optional[int] = None   # the pruning's shared-memory estimate (Triton)
     threads: Optional[int] = None
+    tma_copies: Optional[int] = None       # TMA copy instructions in the PTX (Triton)
     error: str = ""             # the compiler's message when the compile failed
 
     def as_dict(self) -> dict:
@@ -107,13 +110,21 @@ def _triton_module():
     return tf
 
 
-def _signature(fn, constexprs: dict, dtype: str) -> tuple[dict, dict]:
-    """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``."""
+def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = None) -> tuple[dict, dict]:
+    """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``.
+
+    ``descriptors``: {argument: tile shape} of the arguments that are TMA tensor descriptors
+    (the TMA forward's Q, K, V, O, O32), typed as Triton types a host-side descriptor.
+    """
     pointer = DTYPES[dtype][0]
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             signature[name] = "constexpr"
+            continue
+        if descriptors and name in descriptors:
+            element = "fp32" if name in _FP32_TENSORS else pointer[1:]
+            signature[name] = f"tensordesc<{element}[{','.join(str(n) for n in descriptors[name])}]>"
             continue
         if name in _TENSORS:
             signature[name] = pointer
@@ -161,7 +172,7 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
                    causal: bool = True) -> Row:
     """Compile one Triton kernel at one config for ``target`` and report it.
 
-    ``kernel``: "fwd", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
+    ``kernel``: "fwd", "fwd_tma", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
     num_stages). Results are cached per process.
     """
     key = (kernel, head_dim, tuple(config), target, dtype, causal)
@@ -173,18 +184,23 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     from triton.compiler import ASTSource
 
     block_m, block_n, warps, stages = config
-    fn = {"fwd": tf._attn_fwd, "bwd_dkdv": tf._attn_bwd_dkdv, "bwd_dq": tf._attn_bwd_dq}[kernel]
+    fn = {"fwd": tf._attn_fwd, "fwd_tma": tf._attn_fwd_tma, "bwd_dkdv": tf._attn_bwd_dkdv,
+          "bwd_dq": tf._attn_bwd_dq}[kernel]
     consts = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, UPCAST=False,
-                  DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
-    if kernel == "fwd":
-        consts.update(PAD_D=False, STORE_O32=dtype != "fp32")
+                  PAD_D=False, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
+    if kernel in ("fwd", "fwd_tma"):
+        consts.update(STORE_O32=dtype != "fp32")
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
     consts.update(_unit_strides(fn))
-    signature, attrs = _signature(fn, consts, dtype)
+    descriptors = None
+    if kernel in tf.TMA_KERNELS:
+        descriptors = {name: [1, 1, rows, head_dim] for name, rows in
+                       (("Q", block_m), ("O", block_m), ("O32", block_m), ("K", block_n), ("V", block_n))}
+    signature, attrs = _signature(fn, consts, dtype, descriptors)
     element_size = DTYPES[dtype][1]
     estimate = tf.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
-    kept = config in [tuple(c) for c in tf.fitting_configs(
+    kept = kernel in tf.kernels_for(arch.capability) and config in [tuple(c) for c in tf.fitting_configs(
         tf.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
         arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
     row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
@@ -198,6 +214,7 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
                                   options=dict(num_warps=warps, num_stages=stages))
         shared = int(compiled.metadata.shared)
         ptx = compiled.asm["ptx"]
+        row.tma_copies = ptx.count("cp.async.bulk.tensor")
         digest = hashlib.sha256(ptx.encode()).hexdigest()
         if digest not in _CACHE:
             _CACHE[digest] = _ptxas_report(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}")
@@ -213,10 +230,15 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     return row
 
 
-def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = TRITON_KERNELS):
-    """(kernel, head_dim, config) for every config the autotuner may try."""
+def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = TRITON_KERNELS,
+                target: Optional[str] = None):
+    """(kernel, head_dim, config) for every config the autotuner may try (on ``target``: the
+    TMA forward only where it is chosen, sm_90)."""
     tf = _triton_module()
     dims = list(head_dims) if head_dims is not None else list(tf.PADDED_HEAD_DIMS)
+    if target is not None:
+        launched = tf.kernels_for(limits(target).capability)
+        kernels = [k for k in kernels if k in launched]
     return [(k, d, tuple(c)) for k in kernels for d in dims for c in tf.config_space(k, d)]
 
 
@@ -247,7 +269,7 @@ def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] =
           cuda: bool = True, progress=None) -> list[Row]:
     """The report for ``target``, in this process (which must not interpret Triton)."""
     limits(target)
-    todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels)
+    todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels, target)
     rows = []
     for i, (kernel, head_dim, config) in enumerate(todo, 1):
         rows.append(compile_triton(kernel, head_dim, tuple(config), target, dtype))

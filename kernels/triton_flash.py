@@ -15,10 +15,12 @@ The file reads top to bottom like the Triton tutorials:
    each row is saved for the backward pass. A causal program first visits the key tiles
    that lie entirely left of the diagonal, with no mask, and then the diagonal tiles,
    with a mask. It skips the tiles above the diagonal, so causal attention does about
-   half the work.
+   half the work. (2b) ``_attn_fwd_tma``, the same kernel with its tiles moved by Hopper's
+   TMA from tensor descriptors, which the launcher takes on sm_90 (``tma_reason``).
 3. The backward kernels: ``_attn_bwd_preprocess`` (Delta = rowsum(O·dO)),
    ``_attn_bwd_dkdv`` (one program per key tile) and ``_attn_bwd_dq`` (one program per
-   query tile).
+   query tile), in the transposed form of Triton's tutorial 06-fused-attention, with masks
+   only on the steps that cross the diagonal or the ragged end.
 4. Tile sizes: ``@triton.autotune`` picks them on a GPU; the interpreter uses fixed ones.
 5. The launchers, which pass every tensor's strides to the kernels, so that
    non-contiguous inputs (a transposed [B, S, H, D] view) need no copy.
@@ -74,6 +76,12 @@ try:
 except Exception as err:  # ImportError, or a broken install failing in its own way
     triton = tl = _NoTriton()
     TRITON_MISSING = f"needs the triton package, which failed to import ({type(err).__name__}: {err})"
+try:
+    # Host-side tensor descriptors (Triton >= 3.4; the TMA forward's arguments). Without them
+    # the forward keeps its pointer kernel everywhere.
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except Exception:
+    TensorDescriptor = None
 
 HEAD_DIMS = Span(1, 256)       # any head dim up to 256, padded to a power of two inside
 LOG2E = 1.4426950408889634     # log2(e): exp(x) == exp2(x * LOG2E)
@@ -132,30 +140,53 @@ def _tile(base, b, h, start, offs, cols, stride_b, stride_h, stride_s, stride_d)
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+def _fwd_stages(first_row, SK, OFFSET, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(full_hi, masked_hi): stage 1 takes the key tiles [0, full_hi) that every row of the
+    query tile from ``first_row`` sees in full, unmasked; stage 2 the rest, [full_hi, masked_hi), masked."""
+    if CAUSAL:
+        # The tile's first row sees keys c <= first row + OFFSET; its last row one more per row.
+        full_hi = tl.maximum(tl.minimum(first_row + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
+        masked_hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), full_hi)
+    else:
+        full_hi = (SK // BLOCK_N) * BLOCK_N                  # tiles inside the sequence
+        masked_hi = SK                                       # the ragged tail, if any
+    return full_hi, masked_hi
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd, stride_vs, stride_vd,
                     offs_m, offs_d, d_ok, lo, hi, SK, OFFSET, qk_scale,
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
-                    BLOCK_N: tl.constexpr, PAD_D: tl.constexpr, UPCAST: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr):
-    """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i)."""
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAD_D: tl.constexpr, TMA: tl.constexpr,
+                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i).
+
+    ``k_src``, ``v_src``: pointers to this head's K and V; with ``TMA``, tensor descriptors of
+    the whole K and V (section 2b), in which (b, kvh) is the head. Only the loads differ.
+    """
     offs_n = tl.arange(0, BLOCK_N)
-    # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
-    kt_tile = k_base + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
-    v_tile = v_base + (offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
+    if not TMA:
+        # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
+        kt_tile = k_src + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
+        v_tile = v_src + (offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        first = tl.cast(start_n, tl.int64)
-        kt_ptrs = kt_tile + first * stride_ks
-        v_ptrs = v_tile + first * stride_vs
-        if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
-            kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
-        elif PAD_D:   # a tile inside the sequence, but the head dim is padded
-            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-        else:         # a tile known to be fully inside: no mask to compute
-            kt = tl.load(kt_ptrs)
-            v = tl.load(v_ptrs)
+        if TMA:       # [1, 1, BLOCK_N, HEAD_DIM] -> [BLOCK_N, HEAD_DIM]; past SK and D: zeros
+            kt = tl.trans(k_src.load([b, kvh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
+            v = v_src.load([b, kvh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        else:
+            first = tl.cast(start_n, tl.int64)
+            kt_ptrs = kt_tile + first * stride_ks
+            v_ptrs = v_tile + first * stride_vs
+            if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
+                kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
+            elif PAD_D:   # a tile inside the sequence, but the head dim is padded
+                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            else:         # a tile known to be fully inside: no mask to compute
+                kt = tl.load(kt_ptrs)
+                v = tl.load(v_ptrs)
         if UPCAST:
             kt = kt.to(tl.float32)
             v = v.to(tl.float32)
@@ -230,21 +261,15 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
 
     # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
-    if CAUSAL:
-        # The tile's first row sees keys c <= first row + OFFSET; its last row one more per row.
-        full_hi = tl.maximum(tl.minimum(first_row + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
-        masked_hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), full_hi)
-    else:
-        full_hi = (SK // BLOCK_N) * BLOCK_N                  # tiles inside the sequence
-        masked_hi = SK                                       # the ragged tail, if any
+    full_hi, masked_hi = _fwd_stages(first_row, SK, OFFSET, CAUSAL, BLOCK_M, BLOCK_N)
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
-                                    offs_m, offs_d, d_ok, 0, full_hi, SK, OFFSET, qk_scale,
-                                    False, CAUSAL, NEG_SCALE, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
-                                    offs_m, offs_d, d_ok, full_hi, masked_hi, SK, OFFSET, qk_scale,
-                                    True, CAUSAL, NEG_SCALE, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+                                    offs_m, offs_d, d_ok, 0, full_hi, SK, OFFSET, qk_scale, False, CAUSAL,
+                                    NEG_SCALE, BLOCK_N, HEAD_DIM, PAD_D, False, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+                                    offs_m, offs_d, d_ok, full_hi, masked_hi, SK, OFFSET, qk_scale, True, CAUSAL,
+                                    NEG_SCALE, BLOCK_N, HEAD_DIM, PAD_D, False, UPCAST, DOT_PRECISION)
 
     # Normalize once at the end, not once per tile. A query that saw no key outputs 0.
     seen = l_i > 0
@@ -261,6 +286,69 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
 
 
 # --------------------------------------------------------------------------------------
+# 2b. The forward on Hopper: the same kernel, its tiles moved by the TMA
+# --------------------------------------------------------------------------------------
+# Hopper (sm_90) gives each SM a copy engine, the Tensor Memory Accelerator (TMA), that moves
+# a whole tile between global and shared memory from a *tensor descriptor*: the tensor's
+# base, shape and strides and the tile's shape, made once on the host. A program asks for
+# "the tile at (b, h, row, 0)" instead of computing an address per element, the copy runs
+# while the warps compute, and what lies past the tensor's edge reads as zeros (and is not
+# written on a store): the hardware does the masking of ragged tails and padded head dims.
+# Only the scores still need a mask, because a key of zeros scores 0, not -inf.
+# The descriptors are 4-D, [B, H, S, D] with the tensor's own strides, so a transposed
+# [B, S, H, D] view needs no copy and a tile never runs into the next head. Everything else
+# (stages, online softmax, scale, launch order) is `_attn_fwd`'s: the inner loop is the same
+# function, `_attn_fwd_inner` with TMA=True, which differs only in its loads.
+
+@triton.jit
+def _attn_fwd_tma(Q, K, V, O, O32, LSE, qk_scale, H, GROUP, SQ, SK, OFFSET, SQ_BUCKET, SK_BUCKET, ELEMENT_BYTES,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, STORE_O32: tl.constexpr,
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """`_attn_fwd` with Q, K, V, O (and O32) as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
+    Grid: (B*H, cdiv(SQ, BLOCK_M)), heaviest causal tiles first.
+
+    ELEMENT_BYTES (unused here) is in the autotuner's key: it adds the dtypes of tensor
+    arguments to its key by itself, but a descriptor is not a tensor.
+    """
+    bh = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(1)
+    b = bh // H                 # descriptor coordinates are int32, and so are these
+    h = bh % H
+    kvh = h // GROUP
+    first_row = start_m * BLOCK_M
+    offs_m = first_row + tl.arange(0, BLOCK_M)
+
+    q = Q.load([b, h, first_row, 0]).reshape(BLOCK_M, HEAD_DIM)   # rows past SQ read as zeros
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    offs_d = tl.arange(0, HEAD_DIM)   # unused with TMA: the descriptors mask D themselves
+    full_hi, masked_hi = _fwd_stages(first_row, SK, OFFSET, CAUSAL, BLOCK_M, BLOCK_N)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0,
+                                    offs_m, offs_d, offs_d < HEAD_DIM, 0, full_hi, SK, OFFSET, qk_scale, False,
+                                    CAUSAL, NEG_SCALE, BLOCK_N, HEAD_DIM, False, True, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0,
+                                    offs_m, offs_d, offs_d < HEAD_DIM, full_hi, masked_hi, SK, OFFSET, qk_scale, True,
+                                    CAUSAL, NEG_SCALE, BLOCK_N, HEAD_DIM, False, True, UPCAST, DOT_PRECISION)
+
+    seen = l_i > 0
+    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
+    # [BLOCK_M, HEAD_DIM] -> [1, 1, BLOCK_M, HEAD_DIM]; rows past SQ and lanes past D are not written.
+    O.store([b, h, first_row, 0], acc.to(O.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    if STORE_O32:
+        O32.store([b, h, first_row, 0], acc.reshape(1, 1, BLOCK_M, HEAD_DIM))
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+    tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=offs_m < SQ)
+
+
+# --------------------------------------------------------------------------------------
 # 3. The backward kernels
 # --------------------------------------------------------------------------------------
 # With P = softmax(S), dP = dO·Vᵀ and dS = P ∘ (dP - Delta) where Delta = rowsum(dO ∘ O):
@@ -272,11 +360,27 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
 # change in the last bits from run to run (the order of the additions varies).
 # With grouped-query attention a key/value head serves GROUP query heads, so its dK/dV
 # program also loops over those heads: it still owns what it writes, and K/V stay shared.
-# Unlike the forward, these loops apply the mask on every tile. That is one compare and
-# select per score, small next to five matmuls, and the loops stay simple. Tiles above the
-# diagonal are still skipped, so causal does half the work here too. As in the forward,
-# the scale meets each score inside exp2's argument (s·scale - lse, one fused multiply-add),
-# and the mask zeroes P afterwards.
+#
+# The transposed form (Triton's tutorial 06-fused-attention): the dK/dV program computes
+# the scores of its keys against a query tile as Sᵀ = K·Qᵀ, [BLOCK_N, BLOCK_M], reading Q
+# transposed straight from memory (only the pointers differ), so Pᵀ and dSᵀ come out of
+# the tensor cores already in the orientation dV += Pᵀ·dO and dK += dSᵀ·Q take: no
+# transpose of a [BLOCK_M, BLOCK_N] tile per step. The dQ program reads Kᵀ and Vᵀ the same way.
+#
+# Masks only where they change something, as in the forward: each kernel walks its tiles in
+# two kinds of steps, a `MASK` constexpr apart, so Triton compiles two loops, one with no
+# compare or select at all. The dK/dV program's masked loop takes the query rows that cross
+# its key tile's diagonal (causal), in query tiles of half height (as the tutorial does: a
+# masked step holds the mask besides the tiles, and the smaller tile keeps it within the
+# registers), and then jumps to the ragged tail past the last whole query tile; its unmasked
+# loop takes the rows between, which see every key of the tile. The dQ program takes the
+# key tiles every one of its rows sees, unmasked, then the diagonal and the ragged key
+# tail, masked, in key tiles of half width. Tiles above the diagonal are skipped, so
+# causal does half the work here too. The scale meets each score inside exp2's argument
+# (s·scale - lse, one fused multiply-add). What spills is the compiler's to say:
+# ``python -m kernels.compile_report`` compiles every config for sm_80 and sm_90, and the
+# loop structure here is the one that spilled least (a third loop for the tail, or a loop
+# over the GQA group's heads around the tile loops, each cost registers and spilled).
 # Delta must come from O as the forward computed it, before rounding to 16 bits: dP - Delta
 # is a small difference of two large numbers when a row's P is nearly uniform (short rows),
 # and the rounding of O would dominate it. The forward keeps an fp32 O for this (STORE_O32).
@@ -302,12 +406,75 @@ def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H
 
 
 @triton.jit
+def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
+                    cols, offs_d, d_ok, start_m, num_steps, jump_from, jump_to, H, GROUP, SQ, OFFSET, qk_scale,
+                    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, PAD_D: tl.constexpr,
+                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Add ``num_steps`` query tiles of BLOCK_M rows, from row ``start_m``, of each of the
+    GROUP query heads of key/value head ``kvh``, to one key tile's dK and dV ([BLOCK_N,
+    HEAD_DIM] each). ``MASK``: hide rows past SQ and, when causal, (row, key) pairs above the
+    diagonal; the masked steps jump from row ``jump_from`` to ``jump_to``, over the rows the
+    unmasked steps take.
+
+    One loop runs over (head, query tile) pairs rather than a loop over heads around a loop
+    over tiles: the outer loop made the compiler keep more registers live, and spill."""
+    offs_m = tl.arange(0, BLOCK_M)
+    for step in range(0, num_steps * GROUP):
+        g = step // num_steps
+        first = start_m + (step - g * num_steps) * BLOCK_M
+        if MASK:
+            first = tl.where(first >= jump_from, first + (jump_to - jump_from), first)
+        h = kvh * GROUP + g
+        rows = first + offs_m
+        # Qᵀ is read transposed ([HEAD_DIM, BLOCK_M]) straight from memory: only the pointers
+        # differ. (Written out rather than through `_tile`: in the interpreter every call of a
+        # jit function inside a loop costs a re-patching of triton.language.)
+        qt_ptrs = (Q + b * sqb + h * sqh + tl.cast(first, tl.int64) * sqs
+                   + (offs_m[None, :] * sqs + offs_d[:, None] * sqd))
+        do_ptrs = (DO + b * sdob + h * sdoh + tl.cast(first, tl.int64) * sdos
+                   + (offs_m[:, None] * sdos + offs_d[None, :] * sdod))
+        lse_ptrs = LSE + (b * H + h) * SQ + rows
+        delta_ptrs = DELTA + (b * H + h) * SQ + rows
+        if MASK:    # rows past SQ read as zeros, their LSE as +inf (so their P is 0)
+            row_ok = rows < SQ
+            qt = tl.load(qt_ptrs, mask=row_ok[None, :] & d_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            lse = tl.load(lse_ptrs, mask=row_ok, other=float("inf"))
+            delta = tl.load(delta_ptrs, mask=row_ok, other=0.0)
+        elif PAD_D:
+            qt = tl.load(qt_ptrs, mask=d_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=d_ok[None, :], other=0.0)
+            lse = tl.load(lse_ptrs)
+            delta = tl.load(delta_ptrs)
+        else:       # a query tile known to be inside the sequence: no mask to compute
+            qt = tl.load(qt_ptrs)
+            do = tl.load(do_ptrs)
+            lse = tl.load(lse_ptrs)
+            delta = tl.load(delta_ptrs)
+        if UPCAST:
+            qt = qt.to(tl.float32)
+            do = do.to(tl.float32)
+
+        st = tl.dot(k, qt, input_precision=DOT_PRECISION)          # Sᵀ [BLOCK_N, BLOCK_M], raw
+        pt = tl.exp2(st * qk_scale - lse[None, :])
+        if MASK:
+            if CAUSAL:  # key c is hidden from row r when c > r + OFFSET
+                pt = tl.where(cols[:, None] <= rows[None, :] + OFFSET, pt, 0.0)
+        dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT_PRECISION)
+        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)   # dPᵀ = V·dOᵀ
+        dst = pt * (dpt - delta[None, :])
+        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
                    sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                    sdob, sdoh, sdos, sdod, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd,
                    H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                   CAUSAL: tl.constexpr, PAD_D: tl.constexpr, UPCAST: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr):
     """One program: BLOCK_N key rows of one (batch, key/value head); loops over its query
     heads and their query tiles. Grid: (B*H // GROUP, cdiv(SK, BLOCK_N)). The first key tiles
     are seen by the most query rows when causal, so the heaviest programs already come first."""
@@ -320,10 +487,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
     offs_n = tl.arange(0, BLOCK_N)
     cols = first_col + offs_n
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_t = tl.arange(0, BLOCK_M)
-    col_ok = cols < SK
     d_ok = offs_d < D
-    kv_ok = col_ok[:, None] & d_ok[None, :]
+    # Keys past SK load as zeros. Their dK/dV rows come out as garbage and are never stored;
+    # they add nothing to the real keys' rows, so the steps need no key mask.
+    kv_ok = (cols < SK)[:, None] & d_ok[None, :]
     k = tl.load(_tile(K, b, kvh, first_col, offs_n, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
     v = tl.load(_tile(V, b, kvh, first_col, offs_n, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
     if UPCAST:
@@ -331,37 +498,30 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
         v = v.to(tl.float32)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    MASK_M: tl.constexpr = BLOCK_M // 2 if BLOCK_M >= 32 else BLOCK_M   # tl.dot needs >= 16
 
-    # Causal: query rows r < c - OFFSET never see key c, so start at the tile holding the first
-    # row that sees this key tile's first key.
+    # Causal: row r sees key c when c <= r + OFFSET. Rows before `lo` see none of this tile's
+    # keys (skipped); rows from `full` on see all of them (no mask); the rows between cross
+    # the diagonal (at most BLOCK_N - 1 of them). The masked steps take those rows and the
+    # ragged tail after the last whole unmasked step, in one loop: Triton then compiles one
+    # masked loop and one unmasked, which holds fewer registers than a third loop would.
     if CAUSAL:
-        lo = tl.maximum(first_col - OFFSET, 0) // BLOCK_M * BLOCK_M
+        lo = tl.minimum(tl.maximum(first_col - OFFSET, 0), SQ)
+        full = tl.minimum(tl.maximum(first_col + BLOCK_N - 1 - OFFSET, 0), SQ)
+        n_diag = tl.cdiv(full - lo, MASK_M)
     else:
         lo = 0
-    for g in range(0, GROUP):
-        h = kvh * GROUP + g
-        bh = b * H + h
-        for start_m in range(lo, SQ, BLOCK_M):
-            rows = start_m + offs_t
-            row_ok = rows < SQ
-            q_ok = row_ok[:, None] & d_ok[None, :]
-            q = tl.load(_tile(Q, b, h, start_m, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
-            do = tl.load(_tile(DO, b, h, start_m, offs_t, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
-            if UPCAST:
-                q = q.to(tl.float32)
-                do = do.to(tl.float32)
-            lse = tl.load(LSE + bh * SQ + rows, mask=row_ok, other=0.0)
-            delta = tl.load(DELTA + bh * SQ + rows, mask=row_ok, other=0.0)
-
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)   # [BLOCK_M, BLOCK_N], raw
-            keep = row_ok[:, None] & col_ok[None, :]
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
-            p = tl.where(keep, tl.exp2(s * qk_scale - lse[:, None]), 0.0)   # hidden scores -> p = 0
-            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-            ds = p * (dp - delta[:, None])
-            dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=DOT_PRECISION)
+        n_diag = 0
+    mid = lo + n_diag * MASK_M                       # the first row of the unmasked steps
+    n_full = tl.maximum(SQ - mid, 0) // BLOCK_M
+    tail = mid + n_full * BLOCK_M                    # the ragged tail past the last whole tile
+    n_masked = n_diag + tl.cdiv(tl.maximum(SQ - tail, 0), MASK_M)
+    dk, dv = _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
+                             cols, offs_d, d_ok, lo, n_masked, mid, tail, H, GROUP, SQ, OFFSET, qk_scale,
+                             True, CAUSAL, MASK_M, PAD_D, UPCAST, DOT_PRECISION)
+    dk, dv = _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
+                             cols, offs_d, d_ok, mid, n_full, SQ, SQ, H, GROUP, SQ, OFFSET, qk_scale,
+                             False, CAUSAL, BLOCK_M, PAD_D, UPCAST, DOT_PRECISION)
 
     dk = dk * sm_scale   # the scores were q·kᵀ·scale, so the chain rule brings the scale out
     tl.store(_tile(DK, b, kvh, first_col, offs_n, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty),
@@ -371,12 +531,54 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
 
 
 @triton.jit
+def _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
+                  rows, offs_d, d_ok, start_n, num_steps, SK, OFFSET, qk_scale,
+                  MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, PAD_D: tl.constexpr,
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Add ``num_steps`` key tiles of BLOCK_N keys, from key ``start_n``, to one query tile's
+    dQ ([BLOCK_M, HEAD_DIM]). ``MASK``: hide keys past SK and, when causal, keys above the diagonal."""
+    offs_n = tl.arange(0, BLOCK_N)
+    # Kᵀ and Vᵀ are read transposed ([HEAD_DIM, BLOCK_N]) straight from memory.
+    kt_tile = k_base + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
+    vt_tile = v_base + (offs_n[None, :] * stride_vs + offs_d[:, None] * stride_vd)
+    for step in range(0, num_steps):
+        first = start_n + step * BLOCK_N
+        cols = first + offs_n
+        kt_ptrs = kt_tile + tl.cast(first, tl.int64) * stride_ks
+        vt_ptrs = vt_tile + tl.cast(first, tl.int64) * stride_vs
+        if MASK:
+            kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
+            vt = tl.load(vt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
+        elif PAD_D:
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+            vt = tl.load(vt_ptrs, mask=d_ok[:, None], other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+            vt = vt.to(tl.float32)
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION)               # [BLOCK_M, BLOCK_N], raw
+        p = tl.exp2(s * qk_scale - lse[:, None])
+        if MASK:
+            keep = cols[None, :] < SK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, vt, input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PRECISION)
+    return dq
+
+
+@triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
                  sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                  sdob, sdoh, sdos, sdod, sdqb, sdqh, sdqs, sdqd,
                  H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                 CAUSAL: tl.constexpr, PAD_D: tl.constexpr, UPCAST: tl.constexpr,
+                 DOT_PRECISION: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head); loops over key tiles.
     Grid: (B*H, cdiv(SQ, BLOCK_M)); causal launches the last (heaviest) query tiles first."""
     bh = tl.program_id(0)
@@ -391,41 +593,37 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
     offs_t = tl.arange(0, BLOCK_M)
     rows = first_row + offs_t
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = tl.arange(0, BLOCK_N)
     row_ok = rows < SQ
     d_ok = offs_d < D
     q_ok = row_ok[:, None] & d_ok[None, :]
+    # Rows past SQ load as zeros with an LSE of +inf, so their P is 0 in every step: the
+    # steps need no row mask, and those rows are never stored.
     q = tl.load(_tile(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
     do = tl.load(_tile(DO, b, h, first_row, offs_t, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
-    lse = tl.load(LSE + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    MASK_N: tl.constexpr = BLOCK_N // 2 if BLOCK_N >= 32 else BLOCK_N
 
-    # Causal: keys after this query tile's last row's last key are never seen, so stop there.
+    # Causal: every row of the tile sees keys c <= first_row + OFFSET (whole tiles of them are
+    # unmasked); its last real row sees up to `hi` (exclusive); keys past `hi` are skipped.
     if CAUSAL:
-        hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), 0)
+        n_full = tl.minimum(tl.maximum(first_row + OFFSET + 1, 0), SK) // BLOCK_N
+        hi = tl.minimum(tl.maximum(tl.minimum(first_row + BLOCK_M, SQ) + OFFSET, 0), SK)
     else:
+        n_full = SK // BLOCK_N
         hi = SK
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < SK
-        kv_ok = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(_tile(K, b, kvh, start_n, offs_n, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
-        v = tl.load(_tile(V, b, kvh, start_n, offs_n, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        keep = row_ok[:, None] & col_ok[None, :]
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
-        p = tl.where(keep, tl.exp2(s * qk_scale - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+    k_base = K + b * skb + kvh * skh
+    v_base = V + b * svb + kvh * svh
+    dq = _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, sks, skd, svs, svd, rows, offs_d, d_ok,
+                       0, n_full, SK, OFFSET, qk_scale, False, CAUSAL, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
+    masked_lo = n_full * BLOCK_N
+    dq = _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, sks, skd, svs, svd, rows, offs_d, d_ok,
+                       masked_lo, tl.cdiv(tl.maximum(hi - masked_lo, 0), MASK_N), SK, OFFSET, qk_scale,
+                       True, CAUSAL, MASK_N, PAD_D, UPCAST, DOT_PRECISION)
 
     dq = dq * sm_scale
     tl.store(_tile(DQ, b, h, first_row, offs_t, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty),
@@ -455,43 +653,60 @@ FORWARD_SPACE = {
           (64, 128, 8, 2), (64, 64, 8, 3), (128, 32, 8, 2), (64, 32, 4, 2)],
     256: [(128, 64, 8, 2), (64, 64, 8, 2), (64, 32, 8, 2), (64, 32, 4, 3), (32, 32, 4, 2)],
 }
-# The backward kernels hold more per program, so their tiles are smaller. dK/dV keeps K, V
-# and two fp32 accumulators of its BLOCK_N keys and streams query tiles of BLOCK_M past
-# them; at D >= 128 it needs 8 warps to hold that without spilling. dQ keeps Q, dO and one
-# accumulator of its BLOCK_M rows and streams key tiles of BLOCK_N.
-_BWD_SMALL_D = [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2)]
+# The backward kernels hold more per program. dK/dV keeps K, V and two fp32 accumulators of
+# its BLOCK_N keys and streams query tiles of BLOCK_M past them: 128-key tiles, as in Triton's
+# tutorial, with 8 warps from D = 64 on (with 4, the tutorial's count, ptxas spills there on
+# both targets), and at D = 256 only 32-key tiles hold without spilling. dQ keeps Q, dO and
+# one accumulator of its BLOCK_M rows and streams key tiles of BLOCK_N: 128-row tiles where
+# they fit.
+_DKDV_SMALL_D = [(64, 128, 8, 2), (32, 128, 4, 2), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3), (32, 32, 4, 2)]
 DKDV_SPACE = {
-    16: _BWD_SMALL_D,
-    32: _BWD_SMALL_D,
-    64: [(128, 64, 8, 3), (64, 64, 8, 3), (64, 64, 4, 3), (64, 32, 8, 3), (32, 64, 4, 3), (64, 32, 4, 2),
+    16: _DKDV_SMALL_D,
+    32: _DKDV_SMALL_D,
+    64: [(64, 128, 8, 2), (32, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3),
          (32, 32, 4, 2)],
-    128: [(32, 64, 8, 2), (64, 32, 8, 2), (32, 32, 8, 2), (32, 32, 4, 2)],
-    256: [(32, 32, 8, 1)],
+    128: [(32, 128, 8, 2), (32, 128, 8, 3), (64, 64, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2), (32, 32, 8, 2)],
+    256: [(32, 32, 8, 2), (32, 32, 8, 1), (16, 32, 4, 1)],
 }
+_DQ_SMALL_D = [(128, 128, 8, 2), (128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
 DQ_SPACE = {
-    16: _BWD_SMALL_D,
-    32: _BWD_SMALL_D,
-    64: _BWD_SMALL_D,
-    128: [(128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 3), (64, 64, 8, 2), (64, 32, 4, 2), (32, 64, 4, 2),
-          (32, 32, 4, 2)],
-    256: [(64, 32, 4, 2), (32, 64, 4, 2), (32, 32, 4, 2)],
+    16: _DQ_SMALL_D,
+    32: _DQ_SMALL_D,
+    64: [(128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2)],
+    128: [(128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2)],
+    256: [(128, 32, 8, 2), (64, 32, 8, 2), (32, 64, 4, 2), (32, 32, 4, 2)],
 }
-_SPACES = {"fwd": FORWARD_SPACE, "bwd_dkdv": DKDV_SPACE, "bwd_dq": DQ_SPACE}
-KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
+# The TMA forward tries the forward's configs (its tiles are the same; only the loads differ).
+_SPACES = {"fwd": FORWARD_SPACE, "fwd_tma": FORWARD_SPACE, "bwd_dkdv": DKDV_SPACE, "bwd_dq": DQ_SPACE}
+KERNELS = ("fwd", "fwd_tma", "bwd_dkdv", "bwd_dq")
+TMA_KERNELS = ("fwd_tma",)
+
+
+def kernels_for(capability) -> tuple:
+    """The kernels a GPU of ``capability`` (major, minor) may launch: the TMA forward on sm_90 only."""
+    hopper = capability is not None and tuple(capability)[0] == 9
+    return tuple(k for k in KERNELS if hopper or k not in TMA_KERNELS)
 
 # Configs that fit an architecture's shared memory but that ptxas spills there, by compute
-# capability major (``python -m kernels.compile_report --target sm_80``, Triton 3.7.1, bf16);
-# the pruning drops them on that architecture. Ampere's mma.sync takes both operands from
-# registers, where Hopper's wgmma reads one from shared memory, so sm_80 runs out of
-# registers on tiles that sm_90 holds (every config of the spaces compiles without spills
-# for sm_90). Tests/test_compile_report.py fails when a kept config spills.
+# capability major (``python -m kernels.compile_report --target sm_80|sm_90``, Triton 3.7.1,
+# bf16); the pruning drops them on that architecture. Ampere's mma.sync takes both operands
+# from registers, where Hopper's wgmma reads one from shared memory, so sm_80 runs out of
+# registers on tiles that sm_90 holds: every config of the pointer kernels' spaces compiles
+# without spills for sm_90, and one of the TMA forward's spills there (it holds no addresses
+# but its tiles take other layouts). tests/test_compile_report.py fails when a kept config spills.
 SPILLS = {
     8: {
         ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
         ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)},
         ("fwd", 256): {(128, 64, 8, 2), (64, 32, 4, 3)},
-        ("bwd_dkdv", 64): {(128, 64, 8, 3), (64, 64, 8, 3), (64, 64, 4, 3)},
+        ("bwd_dkdv", 64): {(64, 128, 8, 3), (64, 64, 4, 3)},
+        ("bwd_dkdv", 128): {(32, 128, 8, 2), (32, 128, 8, 3)},
+        ("bwd_dq", 64): {(128, 64, 8, 3), (64, 64, 4, 3)},
         ("bwd_dq", 128): {(128, 64, 8, 2)},
+        ("bwd_dq", 256): {(128, 32, 8, 2)},
+    },
+    9: {
+        ("fwd_tma", 256): {(32, 32, 4, 2)},
     },
 }
 
@@ -512,6 +727,10 @@ GPU_CONFIGS = list(dict.fromkeys(c for space in _SPACES.values() for d in PADDED
 # larger tiles run faster (64x32 is about 3x quicker than 32x16). BLOCK_M = 2·BLOCK_N
 # makes the causal diagonal span two key tiles, the case that needs care.
 INTERPRETER_BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 32}
+# The backward's masked steps are half as tall (dK/dV) or wide (dQ) as its tiles, so 64x64
+# tiles in the interpreter still take two masked steps per diagonal, the case that needs
+# care, in half the steps of 64x32.
+INTERPRETER_BACKWARD_BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64}
 PREPROCESS_BLOCK_M = 64
 
 
@@ -523,16 +742,20 @@ def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim
     compiler's ``metadata.shared`` (tests/test_compile_report.py: never below it):
 
     * forward: the Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads.
+      The TMA forward adds 1 KiB: its copies' barriers, in an allocation aligned to the
+      1 KiB that 128-byte-swizzled tiles need.
     * dK/dV: K and V of its key tile; ``num_stages`` buffered Q and dO tiles with their rows'
-      LSE and Delta (fp32); Pᵀ and dSᵀ pass through a [BLOCK_M, BLOCK_N] buffer on the way
-      to the tensor cores.
+      LSE and Delta (fp32), and at least two even for ``num_stages`` = 1 (the loop is not
+      pipelined then, and its loads change layout through shared memory instead); one
+      [BLOCK_M, BLOCK_N] tile on the way to the tensor cores.
     * dQ: Q and dO of its rows, plus ``num_stages`` buffered K and V tiles.
     """
-    if kernel == "fwd":
-        return (block_m + 2 * num_stages * block_n) * head_dim * element_size
+    if kernel in ("fwd", "fwd_tma"):
+        return (block_m + 2 * num_stages * block_n) * head_dim * element_size + (1024 if kernel == "fwd_tma" else 0)
     if kernel == "bwd_dkdv":
-        return ((2 * block_n + 2 * num_stages * block_m) * head_dim * element_size
-                + 2 * num_stages * block_m * 4 + block_m * block_n * element_size)
+        buffered = max(num_stages, 2)
+        return ((2 * block_n + 2 * buffered * block_m) * head_dim * element_size
+                + 2 * buffered * block_m * 4 + block_m * block_n * element_size)
     if kernel == "bwd_dq":
         return (2 * block_m + 2 * num_stages * block_n) * head_dim * element_size
     raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
@@ -566,7 +789,7 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
     spills = SPILLS.get(tuple(capability)[0], {}).get((kernel, head_dim), set()) if capability else set()
     kept = [c for c in configs
             if estimate(c) <= smem_limit and c[0] <= longest_m and c[1] <= longest_n
-            and not (kernel == "fwd" and hopper_pruned(c, capability)) and tuple(c) not in spills]
+            and not (kernel in ("fwd", "fwd_tma") and hopper_pruned(c, capability)) and tuple(c) not in spills]
     if kept:
         return kept
     return [min(configs, key=estimate)]
@@ -580,7 +803,7 @@ def _pruner(kernel: str):
     def prune(configs, named_args, **kwargs):
         """early_config_prune hook: the head dim's space, less what `fitting_configs` drops."""
         args = {**named_args, **kwargs}
-        q = args["Q"]
+        q = getattr(args["Q"], "base", args["Q"])   # the TMA forward's Q is a descriptor
         props = torch.cuda.get_device_properties(q.device)
         limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
         as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
@@ -595,7 +818,8 @@ def _pruner(kernel: str):
 
 def _autotuned(kernel, name: str):
     """On a GPU, wrap ``kernel`` in @triton.autotune; in the interpreter (where autotune
-    fails) return it unchanged and launch it with INTERPRETER_BLOCKS.
+    fails) return it unchanged and launch it with INTERPRETER_BLOCKS (the backward with
+    INTERPRETER_BACKWARD_BLOCKS).
 
     The key holds the lengths rounded up to powers of two (SQ_BUCKET, SK_BUCKET), not the
     lengths themselves: a new length re-tunes only when it crosses a power of two.
@@ -608,10 +832,32 @@ def _autotuned(kernel, name: str):
                            prune_configs_by={"early_config_prune": _pruner(name)})(kernel)
 
 
+def _descriptor_tiles(args):
+    """Autotuner pre-hook of the TMA forward: a descriptor carries its tile's shape, so each
+    config sets the shape it tiles with before it runs."""
+    m, n, d = args["BLOCK_M"], args["BLOCK_N"], args["HEAD_DIM"]
+    for name, rows in (("Q", m), ("O", m), ("O32", m), ("K", n), ("V", n)):
+        args[name].block_shape = [1, 1, rows, d]
+
+
+def _autotuned_tma(kernel):
+    """`_autotuned` for the TMA forward: the forward's configs, each with `_descriptor_tiles`."""
+    if INTERPRETED or TRITON_MISSING:
+        return kernel
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s, pre_hook=_descriptor_tiles)
+               for m, n, w, s in GPU_CONFIGS]
+    return triton.autotune(configs=configs,
+                           key=["SQ_BUCKET", "SK_BUCKET", "GROUP", "HEAD_DIM", "CAUSAL", "ELEMENT_BYTES"],
+                           prune_configs_by={"early_config_prune": _pruner("fwd_tma")})(kernel)
+
+
 attn_fwd = _autotuned(_attn_fwd, "fwd")
+attn_fwd_tma = _autotuned_tma(_attn_fwd_tma)
 attn_bwd_dkdv = _autotuned(_attn_bwd_dkdv, "bwd_dkdv")
 attn_bwd_dq = _autotuned(_attn_bwd_dq, "bwd_dq")
+FORWARD_KERNELS = {"_attn_fwd": attn_fwd, "_attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
 _FIXED_BLOCKS = INTERPRETER_BLOCKS if INTERPRETED else {}
+_FIXED_BACKWARD_BLOCKS = INTERPRETER_BACKWARD_BLOCKS if INTERPRETED else {}
 
 
 # --------------------------------------------------------------------------------------
@@ -678,11 +924,59 @@ def _forward_qk_scale(scale: float) -> float:
     return (scale if scale != 0 else _ZERO_SCALE_STANDIN) * LOG2E
 
 
-def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False):
+def tma_reason(tensors, capability, interpreted: bool = False, descriptors: bool = True) -> Reason:
+    """Why the forward does not take its TMA variant (None when it does). Reads only its arguments.
+
+    ``tensors``: {name: tensor} of what the kernel reads and writes through descriptors;
+    ``capability``: the GPU's (major, minor), None on a CPU; ``descriptors``: whether this
+    Triton has host-side tensor descriptors. The variant is for Hopper (sm_90) only, and a TMA
+    descriptor needs its tensor 16-byte aligned, contiguous along D, and every other stride a
+    multiple of 16 bytes (a head dim of 80 in bf16: 160 bytes a row, fine; 59: not).
+    """
+    if not descriptors:
+        return "this Triton has no host-side tensor descriptors (triton.tools.tensor_descriptor)"
+    if interpreted:
+        return "Triton's interpreter runs the pointer kernel (the TMA variant is chosen on sm_90 GPUs)"
+    if capability is None:
+        return "the TMA variant runs on Hopper GPUs (sm_90), not on a CPU"
+    if tuple(capability)[0] != 9:
+        return f"the TMA variant is for Hopper (sm_90); this GPU is sm_{capability[0]}{capability[1]}"
+    for name, t in tensors.items():
+        size = t.element_size()
+        if t.stride(-1) != 1:
+            return f"{name} is not contiguous along the head dim (stride {t.stride(-1)})"
+        if any(st * size % 16 for st in t.stride()[:-1]):
+            return f"{name}'s strides {tuple(t.stride())} are not all multiples of 16 bytes"
+        if t.data_ptr() % 16:
+            return f"{name} does not start on a 16-byte boundary"
+    return None
+
+
+def forward_variant(q, k, v) -> tuple:
+    """(the forward kernel the launcher takes for q, k, v, why not the TMA one: None if it is
+    the TMA one). O and its fp32 copy are allocated with q's strides (or contiguous ones),
+    which a descriptor takes whenever q's do; the launcher checks them too."""
+    reason = tma_reason(dict(q=q, k=k, v=v), _capability(q), INTERPRETED, TensorDescriptor is not None)
+    return ("_attn_fwd" if reason else "_attn_fwd_tma"), reason
+
+
+def _capability(t: torch.Tensor):
+    return torch.cuda.get_device_capability(t.device) if t.is_cuda else None
+
+
+def _descriptor(t: torch.Tensor, rows: int, head_dim: int):
+    """A 4-D TMA descriptor of a [B, H, S, D] tensor, tiled [1, 1, rows, head_dim].
+    On a GPU the autotuner's pre-hook sets the tile shape of the config it runs."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, head_dim])
+
+
+def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False, tma: bool | None = None):
     """Launch the forward kernel. Returns (O, LSE, O32).
 
     q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D]. LSE is [B·Hq, Sq] float32, in log2 units. O32 is
     O in float32 before rounding, kept when ``keep_fp32_o`` (for the backward), else None.
+    ``tma``: take the TMA variant (True), the pointer kernel (False), or decide by
+    `tma_reason` (None: TMA on Hopper when the tensors allow it).
     """
     batch, heads, s_q, head_dim = q.shape
     o = _new_output(q)
@@ -695,10 +989,22 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
     lse = torch.empty(batch * heads, s_q, device=q.device, dtype=torch.float32)
     pad = padded_head_dim(head_dim)
     grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
-    attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
-                   *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
-                   **_sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, NEG_SCALE=scale < 0, PAD_D=pad != head_dim,
-                   STORE_O32=store_o32, **_kernel_options(q), **_FIXED_BLOCKS)
+    options = dict(HEAD_DIM=pad, CAUSAL=causal, NEG_SCALE=scale < 0, STORE_O32=store_o32,
+                   **_kernel_options(q), **_FIXED_BLOCKS)
+    if tma is None:
+        tma = tma_reason(dict(q=q, k=k, v=v, o=o_target, o32=o32_ptr), _capability(q), INTERPRETED,
+                         TensorDescriptor is not None) is None
+    if tma:
+        block_m, block_n = _FIXED_BLOCKS.get("BLOCK_M", 16), _FIXED_BLOCKS.get("BLOCK_N", 16)
+        descriptors = [_descriptor(t, rows, pad) for t, rows in
+                       ((q, block_m), (k, block_n), (v, block_n), (o_target, block_m), (o32_ptr, block_m))]
+        sizes = {name: value for name, value in _sizes(q, k).items() if name != "D"}
+        attn_fwd_tma[grid](*descriptors, lse, _forward_qk_scale(scale), **sizes,
+                           ELEMENT_BYTES=q.element_size(), **options)
+    else:
+        attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
+                       *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
+                       **_sizes(q, k), PAD_D=pad != head_dim, **options)
     return _finish(o, o_target), lse, o32
 
 
@@ -718,7 +1024,8 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
 
     dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
     dq_t, dk_t, dv_t = _kernel_target(dq), _kernel_target(dk), _kernel_target(dv)
-    options = dict(HEAD_DIM=pad, CAUSAL=causal, **_kernel_options(q), **_FIXED_BLOCKS)
+    options = dict(HEAD_DIM=pad, CAUSAL=causal, PAD_D=pad != head_dim, **_kernel_options(q),
+                   **_FIXED_BACKWARD_BLOCKS)
     kv_grid = lambda meta: (batch * kv_heads, triton.cdiv(s_k, meta["BLOCK_N"]))  # noqa: E731
     attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * LOG2E,
                            *q.stride(), *k.stride(), *v.stride(),

@@ -2,10 +2,11 @@
 
 Triton compiles for sm_80 and sm_90 without a GPU (kernels/compile_report.py). A compile
 takes seconds here, so the default tests compile a covering subset, once per session: for
-each kernel (forward, dK/dV, dQ) and target, the config the pruning keeps with the largest
-shared-memory estimate at D = 128 (the one nearest the limit), and one config the compiler
-must show does not fit. ``test_every_kept_config_compiles_within_limits`` (slow) compiles
-every kept config of every head dim, as ``python -m kernels.compile_report`` does.
+each kernel the target launches (forward, dK/dV, dQ, and on sm_90 the TMA forward), the
+config the pruning keeps with the largest shared-memory estimate at D = 128 (the one nearest
+the limit), and one config the compiler must show does not fit.
+``test_every_kept_config_compiles_within_limits`` (slow) compiles every kept config of every
+head dim, as ``python -m kernels.compile_report`` does.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ TOO_LARGE = {"sm_80": ("fwd", 128, (128, 128, 8, 4)), "sm_90": ("fwd", 128, (128
 
 
 def covering_jobs(target):
-    jobs = [(k, 128, max(kept(k, 128, target), key=lambda c: estimate(k, 128, c))) for k in tf.KERNELS]
+    jobs = [(k, 128, max(kept(k, 128, target), key=lambda c: estimate(k, 128, c)))
+            for k in tf.kernels_for(ARCHES[target].capability)]
     return jobs + [TOO_LARGE[target]]
 
 
@@ -104,6 +106,15 @@ def test_a_config_that_does_not_fit_is_not_kept(reports, target):
                               capability=ARCHES[target].capability) == [small]
 
 
+def test_the_tma_forward_is_compiled_for_hopper_only_and_uses_the_tma(reports):
+    tma = {t: [r for r in triton_rows(reports[t]) if r["kernel"] == "triton fwd_tma"] for t in TARGETS}
+    assert not tma["sm_80"], "the TMA forward is not launched on sm_80, so not in its report"
+    assert tma["sm_90"] and all(r["tma_copies"] > 0 and r["kept"] for r in tma["sm_90"]), tma["sm_90"]
+    pointer_kernels = [r for r in triton_rows(reports["sm_90"]) if r["kernel"] != "triton fwd_tma"]
+    assert pointer_kernels and all(r["tma_copies"] == 0 for r in pointer_kernels)
+    assert "fwd_tma" not in tf.kernels_for((8, 0)) and "fwd_tma" in tf.kernels_for((9, 0))
+
+
 @pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs nvcc for the CUDA kernels")
 @pytest.mark.parametrize("target", TARGETS)
 def test_cuda_kernels_are_in_the_report_and_fit(reports, target):
@@ -126,7 +137,8 @@ def test_fits_is_the_targets_limits():
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_kept_config_compiles_within_limits(target):
-    jobs = [(k, d, c) for k in tf.KERNELS for d in tf.PADDED_HEAD_DIMS for c in kept(k, d, target)]
+    jobs = [(k, d, c) for k in tf.kernels_for(ARCHES[target].capability) for d in tf.PADDED_HEAD_DIMS
+            for c in kept(k, d, target)]
     rows = cr.report(target, jobs=jobs, cuda=False, timeout=3000)
     bad = [r for r in rows if not r["fits"] or r["spills"] or r["estimate_bytes"] < r["shared_bytes"]]
     assert not bad, f"kept configs that do not fit, spill, or exceed their estimate on {target}: {bad}"

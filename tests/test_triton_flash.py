@@ -4,7 +4,9 @@ On a machine without a GPU these run in Triton's interpreter (slow: keep S <= ~2
 cases few), so each grid below is a covering set, not a product: every peer head dim (32 to
 256, padded to a power of two inside), lengths with Sq != Sk both ways ((113, 203), (1, 239),
 (40, 7)), a single row, ragged tails, GQA ratios 1, 2 and 8, both causal modes, every layout,
-fp32, fp16 and bf16, forward and backward.
+fp32, fp16 and bf16, forward and backward. The Hopper (TMA) forward is chosen by a pure
+function, tested as one, and its numerics are checked in the interpreter, which runs tensor
+descriptors too.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 import kernels
 import kernels.triton_flash as tf
 from kernels import reference
-from conftest import LAYOUTS, covering, make_attention_inputs, make_qkv
+from tests.helpers import LAYOUTS, covering, make_attention_inputs, make_qkv
 
 triton_attention = kernels.get("triton")
 needs_interpreter_or_gpu = pytest.mark.skipif(
@@ -133,7 +135,8 @@ def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
     assert grids["attn_fwd"] == (3 * 4, math.ceil(70 / 64))
     assert grids["attn_bwd_dq"] == (3 * 4, math.ceil(70 / 64))
     assert grids["_attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / tf.PREPROCESS_BLOCK_M))
-    assert grids["attn_bwd_dkdv"] == (3 * 2, math.ceil(70 / 32)), "dK/dV: one program per K/V head's key tile"
+    key_tile = tf._FIXED_BACKWARD_BLOCKS.get("BLOCK_N", 32)   # the interpreter's, or the spy's default
+    assert grids["attn_bwd_dkdv"] == (3 * 2, math.ceil(70 / key_tile)), "dK/dV: one program per K/V head's key tile"
 
 
 @needs_interpreter_or_gpu
@@ -210,15 +213,89 @@ def test_backward_matches_reference_fp32(case):
 
 
 @pytest.mark.skipif(not tf.INTERPRETED, reason="tile sizes are fixed only in the interpreter")
-@pytest.mark.parametrize("block_m,block_n,sq,sk", [(128, 64, 150, 203), (32, 32, 50, 70), (16, 64, 50, 70)])
+@pytest.mark.parametrize("block_m,block_n,sq,sk", [(128, 64, 150, 203), (32, 128, 50, 140), (16, 64, 50, 70)])
 def test_other_tile_shapes_in_the_interpreter(monkeypatch, block_m, block_n, sq, sk):
-    # The GPU autotunes over other tile shapes than the interpreter's default. Run the largest,
-    # a square one, and one with BLOCK_M < BLOCK_N (the causal stages round to key tiles), with
-    # Sq != Sk and GQA, so that a tile-shape bug shows without a GPU.
+    # The GPU autotunes over other tile shapes than the interpreter's default. Run the largest
+    # query tile, the tutorial's dK/dV shape (32 rows against 128 keys: masked steps of 16
+    # rows, several per diagonal), and 16 rows (too few to halve, the masked steps keep 16),
+    # with Sq != Sk and GQA, so that a tile-shape bug shows without a GPU.
     monkeypatch.setattr(tf, "_FIXED_BLOCKS", {"BLOCK_M": block_m, "BLOCK_N": block_n})
+    monkeypatch.setattr(tf, "_FIXED_BACKWARD_BLOCKS", {"BLOCK_M": block_m, "BLOCK_N": block_n})
     q, k, v = make_attention_inputs(1, 2, 1, sq, sk, 16, layouts="bshd", seed=4)
     reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=4).assert_ok(
         f"triton tiles {block_m}x{block_n}")
+
+
+# --- the TMA forward (Hopper): chosen by a pure function, checked in the interpreter -----
+
+def _hopper_inputs(d=64, dtype=torch.float16, layout="bhsd"):
+    return dict(zip("qkv", make_attention_inputs(1, 2, 1, 5, 7, d, dtype=dtype, layouts=layout)))
+
+
+def test_tma_is_chosen_on_hopper_only():
+    ok = _hopper_inputs()
+    assert tf.tma_reason(ok, (9, 0)) is None
+    assert "sm_80" in tf.tma_reason(ok, (8, 0)) and "sm_100" in tf.tma_reason(ok, (10, 0))
+    assert "CPU" in tf.tma_reason(ok, None)
+    assert "interpreter" in tf.tma_reason(ok, (9, 0), interpreted=True)
+    assert "tensor descriptors" in tf.tma_reason(ok, (9, 0), descriptors=False)
+
+
+def test_tma_needs_what_a_descriptor_needs():
+    # A transposed [B, S, H, D] view is fine: the descriptors take the tensors' own strides.
+    assert tf.tma_reason(_hopper_inputs(layout="bshd"), (9, 0)) is None
+    assert tf.tma_reason(_hopper_inputs(d=80, dtype=torch.bfloat16), (9, 0)) is None   # 160-byte rows
+    assert "16 bytes" in tf.tma_reason(_hopper_inputs(d=59), (9, 0))                # 118-byte rows
+    assert "contiguous along the head dim" in tf.tma_reason(_hopper_inputs(layout="dstride"), (9, 0))
+    shifted = torch.zeros(1 * 2 * 5 * 64 + 1, dtype=torch.float16)[1:].view(1, 2, 5, 64)
+    assert "16-byte boundary" in tf.tma_reason({**_hopper_inputs(), "q": shifted}, (9, 0))
+
+
+def test_the_launcher_asks_tma_reason_with_this_machines_facts(monkeypatch):
+    asked = []
+    monkeypatch.setattr(tf, "tma_reason", lambda tensors, capability, interpreted, descriptors:
+                        asked.append((sorted(tensors), capability, interpreted, descriptors)) or "no")
+    q, k, v = make_qkv(1, 1, 3, 16)
+    tf.flash_forward(q, k, v, True, 0.25)
+    assert asked == [(["k", "o", "o32", "q", "v"], None, tf.INTERPRETED, tf.TensorDescriptor is not None)]
+    assert tf.forward_variant(q, k, v) == ("_attn_fwd", "no")
+
+
+TMA_CASES = [  # (sq, sk, d, heads, causal, layout, dtype): ragged tails, Sq != Sk both ways, GQA, padded D
+    (50, 90, 40, (4, 2), True, "bshd", torch.float32),
+    (90, 33, 64, (2, 1), True, "bhsd", torch.float16),
+    (17, 40, 16, (2, 2), False, "bhsd", torch.bfloat16),
+]
+
+
+@needs_interpreter_or_gpu
+@pytest.mark.skipif(tf.TensorDescriptor is None, reason="this Triton has no host-side tensor descriptors")
+@pytest.mark.parametrize("sq,sk,d,heads,causal,layout,dtype", TMA_CASES, ids=str)
+def test_tma_forward_matches_the_reference_and_the_pointer_kernel(sq, sk, d, heads, causal, layout, dtype):
+    q, k, v = make_attention_inputs(1, *heads, sq, sk, d, dtype=dtype, layouts=layout, seed=sq)
+    scale = d ** -0.5
+    o, lse, o32 = tf.flash_forward(q, k, v, causal, scale, keep_fp32_o=True, tma=True)
+    reference.judge(o, q, k, v, causal).assert_ok(f"triton TMA forward q{sq} k{sk} d{d}")
+    o_ptr, lse_ptr, o32_ptr = tf.flash_forward(q, k, v, causal, scale, keep_fp32_o=True, tma=False)
+    # The same arithmetic in the same order: only the loads differ.
+    torch.testing.assert_close(o, o_ptr, rtol=0, atol=0)
+    torch.testing.assert_close(o32, o32_ptr, rtol=0, atol=0)
+    torch.testing.assert_close(lse, lse_ptr, rtol=0, atol=0)   # +inf for rows that see no key
+
+
+@needs_interpreter_or_gpu
+@pytest.mark.skipif(tf.TensorDescriptor is None, reason="this Triton has no host-side tensor descriptors")
+def test_backward_after_the_tma_forward(monkeypatch):
+    # As on an H100: the autograd Function takes the TMA forward, then the (pointer) backward.
+    monkeypatch.setattr(tf, "tma_reason", lambda *args, **kwargs: None)
+
+    class PointerForward:
+        def __getitem__(self, grid):
+            raise AssertionError("the pointer forward was launched, not the TMA one")
+
+    monkeypatch.setattr(tf, "attn_fwd", PointerForward())
+    q, k, v = make_attention_inputs(1, 4, 2, 33, 20, 32, dtype=torch.float16, layouts="bshd", seed=2)
+    reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=2).assert_ok("triton TMA")
 
 
 # --- every output element is written ----------------------------------------------------
@@ -343,6 +420,11 @@ def test_backward_estimates_count_what_the_backward_keeps():
     estimate = tf.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dkdv")
     assert estimate >= 242 * 1024 and estimate > 227 * 1024
     assert tf.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dq") == (2 * 128 + 6 * 64) * 128 * 2
+    # One stage is no pipelining, not less memory: dK/dV (32, 32, 8, 1) at D = 256 takes 80 KiB
+    # on both targets, more than (32, 32, 8, 2) (compile report, Triton 3.7.1).
+    assert tf.shared_memory_estimate(32, 32, 1, 256, 2, kernel="bwd_dkdv") >= 80 * 1024
+    # The TMA forward's barriers: (128, 128, 8, 2) at D = 128 takes 161 KiB on sm_90, not 160.
+    assert tf.shared_memory_estimate(128, 128, 2, 128, 2, kernel="fwd_tma") >= 161 * 1024
     with pytest.raises(ValueError):
         tf.shared_memory_estimate(64, 64, 2, 64, 2, kernel="nope")
 
@@ -374,7 +456,7 @@ def one_autotune_config(monkeypatch):
     if tf.INTERPRETED:  # interpreted kernels are not autotuned: nothing to narrow
         return
     keep = [(64, 32, 4, 2)]
-    for kernel in (tf.attn_fwd, tf.attn_bwd_dkdv, tf.attn_bwd_dq):
+    for kernel in (tf.attn_fwd, tf.attn_fwd_tma, tf.attn_bwd_dkdv, tf.attn_bwd_dq):
         configs = [c for c in kernel.configs
                    if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in keep]
         monkeypatch.setattr(kernel, "configs", configs)
@@ -422,8 +504,8 @@ _COMPILE_SCRIPT = textwrap.dedent("""
     def signature(fn, consts):
         return {n: "constexpr" if n in consts else "*bf16" if n in POINTERS else "*fp32" if n in FP32
                 else "fp32" if n.endswith("scale") else "i32" for n in fn.arg_names}
-    blocks = dict(HEAD_DIM=64, BLOCK_M=64, BLOCK_N=32, CAUSAL=True, UPCAST=False, DOT_PRECISION="tf32")
-    for fn, extra in ((tf._attn_fwd, dict(PAD_D=True, STORE_O32=True, NEG_SCALE=False)), (tf._attn_bwd_dkdv, {}),
+    blocks = dict(HEAD_DIM=64, BLOCK_M=64, BLOCK_N=32, CAUSAL=True, PAD_D=True, UPCAST=False, DOT_PRECISION="tf32")
+    for fn, extra in ((tf._attn_fwd, dict(STORE_O32=True, NEG_SCALE=False)), (tf._attn_bwd_dkdv, {}),
                       (tf._attn_bwd_dq, {})):
         consts = {**blocks, **extra}
         try:
