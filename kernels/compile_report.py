@@ -21,6 +21,9 @@ per-block opt-in limit of ``kernels.occupancy.ARCHES``, registers of a block wit
 which estimates shared memory before compiling). The pruning must never keep a config that does not fit: the
 autotuner would compile it, then fail to launch it. ``tests/test_compile_report.py``
 checks that on a covering subset; this CLI does the full sweep (a few seconds per compile).
+Triton keeps compiled kernels in its cache; what ptxas says about them is kept beside it
+(``compile_report/`` in Triton's cache folder, by PTX), and when Triton compiles a kernel
+anew its own ``ptxas -v`` log is read rather than running ptxas twice.
 
 The compile assumes what a contiguous ``[B, H, S, D]`` input gets from Triton's JIT
 specialization: a unit stride along D (a constant), the other strides and the lengths
@@ -168,6 +171,63 @@ def _ptxas_report(ptx: str, arch: str):
 _CACHE: dict = {}
 
 
+def _compile_with_ptxas_log(src, target, options):
+    """(compiled kernel, what Triton's own ``ptxas -v`` printed, or "" on a cache hit).
+
+    Triton runs ptxas with ``-v`` (and the flags `_ptxas_report` uses) when it builds the
+    cubin, and prints the log when asked to (``knobs.nvidia.dump_ptxas_log``): reading it
+    saves running ptxas a second time on a kernel Triton has just compiled.
+    """
+    import contextlib
+    import io
+
+    import triton
+
+    nvidia = getattr(getattr(triton, "knobs", None), "nvidia", None)
+    if nvidia is None or not hasattr(nvidia, "dump_ptxas_log"):
+        return triton.compile(src, target=target, options=options), ""
+    before, log = nvidia.dump_ptxas_log, io.StringIO()
+    nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(src, target=target, options=options)
+    finally:
+        nvidia.dump_ptxas_log = before
+    return compiled, log.getvalue()
+
+
+def _ptxas_cached(ptx: str, arch: str, log: str = ""):
+    """`_ptxas_report`, remembered on disk beside Triton's own cache (which keeps the compiled
+    kernel, but not what ptxas says about its registers and spills): a second report, or a
+    second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
+    ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
+    import triton
+
+    from .ptxas import KernelResources, parse_ptxas
+
+    key = hashlib.sha256("\0".join((triton.__version__, triton.knobs.nvidia.ptxas.path, arch, ptx)).encode())
+    try:
+        folder = os.path.join(triton.knobs.cache.dir, "compile_report")
+    except AttributeError:  # a Triton without knobs: its default cache folder
+        folder = os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    path = os.path.join(folder, f"{key.hexdigest()}.json")
+    try:
+        with open(path) as f:
+            return KernelResources(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        pass
+    from_log = parse_ptxas(log, demangle=False) if log else []
+    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_report(ptx, arch)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+            json.dump(dataclasses.asdict(found), f)
+        os.replace(f.name, path)    # whole or absent, even with two reports writing at once
+    except OSError:
+        pass                        # a read-only cache folder: report without remembering
+    return found
+
+
 def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
                    causal: bool = True) -> Row:
     """Compile one Triton kernel at one config for ``target`` and report it.
@@ -179,7 +239,6 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     if key in _CACHE:
         return _CACHE[key]
     tf = _triton_module()
-    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -210,14 +269,15 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     try:
         src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
         capability = arch.capability[0] * 10 + arch.capability[1]
-        compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                                  options=dict(num_warps=warps, num_stages=stages))
+        compiled, ptxas_log = _compile_with_ptxas_log(
+            src, GPUTarget("cuda", capability, 32), dict(num_warps=warps, num_stages=stages))
         shared = int(compiled.metadata.shared)
         ptx = compiled.asm["ptx"]
         row.tma_copies = ptx.count("cp.async.bulk.tensor")
         digest = hashlib.sha256(ptx.encode()).hexdigest()
         if digest not in _CACHE:
-            _CACHE[digest] = _ptxas_report(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}")
+            _CACHE[digest] = _ptxas_cached(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
+                                           ptxas_log)
         resources = _CACHE[digest]
         row.registers = resources.registers
         row.shared_bytes = shared + resources.shared_bytes

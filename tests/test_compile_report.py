@@ -134,6 +134,25 @@ def test_fits_is_the_targets_limits():
         cr.fits("sm_99", 0, 1, 1)
 
 
+def test_ptxas_reports_are_remembered_on_disk(monkeypatch, tmp_path):
+    triton = pytest.importorskip("triton")
+    monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path))
+    calls = []
+
+    def fake_ptxas(ptx, arch):
+        calls.append(arch)
+        return ptxas.KernelResources(name="k", mangled="k", arch=arch, registers=100, spill_store_bytes=8)
+
+    monkeypatch.setattr(cr, "_ptxas_report", fake_ptxas)
+    first = cr._ptxas_cached("// some ptx", "sm_90a")
+    again = cr._ptxas_cached("// some ptx", "sm_90a")
+    other = cr._ptxas_cached("// other ptx", "sm_90a")
+    assert first == again == ptxas.KernelResources(name="k", mangled="k", arch="sm_90a", registers=100,
+                                                   spill_store_bytes=8)
+    assert calls == ["sm_90a", "sm_90a"], "the second report of the same PTX comes from disk"
+    assert other == first and len(list((tmp_path / "compile_report").glob("*.json"))) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_kept_config_compiles_within_limits(target):
