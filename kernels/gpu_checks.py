@@ -17,7 +17,7 @@ import torch
 
 from .results import first_line
 
-TRITON_KERNELS = {"fwd": "attn_fwd", "bwd_dkdv": "attn_bwd_dkdv", "bwd_dq": "attn_bwd_dq"}
+TRITON_KERNELS = {"fwd": "attn_fwd", "fwd_tma": "attn_fwd_tma", "bwd_dkdv": "attn_bwd_dkdv", "bwd_dq": "attn_bwd_dq"}
 
 
 def chosen_configs(name: str) -> Optional[str]:
