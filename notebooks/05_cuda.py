@@ -566,10 +566,10 @@ pd.DataFrame({f"causal, S = {seq}": census}).T
 # mask), and never load {glue:text}`census_skipped` tiles above the diagonal. At S =
 # {glue:text}`longer_seq` the share without a mask is {glue:text}`longer_share`%.
 #
-# **Fast exp2, the scale folded in.** `exp(x · scale)` is `exp2(x · scale · log₂e)`, and
-# the GPU's special-function unit computes `exp2` in one instruction (`MUFU.EX2`). `exp2f`
-# without fast-math flags is `ex2.approx.f32` in PTX, which ptxas surrounds with a fix-up for
-# results that would be denormal; `ex2.approx.ftz.f32` is the bare instruction, and flushing
+# **Fast exp2, the scale folded in.** `exp(x · scale)` is `exp2(x · scale · log₂e)`. `exp2f`
+# without fast-math flags compiles to `ex2.approx.f32` in PTX, which must handle subnormal
+# inputs and results; the `.ftz` form flushes them to zero (the
+# [PTX ISA](https://docs.nvidia.com/cuda/parallel-thread-execution/), `ex2`), and flushing
 # probabilities below 2⁻¹²⁶ to 0 costs a softmax nothing. The unmasked step also stops
 # multiplying each score by the scale first: the row max of the raw scores times the scale is
 # the max of the scaled ones, so "scale, subtract the max" becomes one fused multiply-add:
@@ -588,8 +588,9 @@ glue("exp_count", step_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
 # %% [markdown]
 # All {glue:text}`exp_count` exponentials of the kernel's two tile steps are now the fast
 # form; registers move {glue:text}`step2_regs_sm_80` → {glue:text}`step3_regs_sm_80` on
-# sm_80. The gain is in instructions per score (the FMA replaces a multiply and a subtract,
-# `MUFU.EX2` loses its fix-up), which the resource report cannot show and a GPU run must.
+# sm_80. Any gain is in instructions per score (the FMA replaces a multiply and a subtract,
+# and the exponential needs no subnormal handling), which the resource report cannot show
+# and a GPU run must.
 #
 # **K/V double-buffered.** With one buffer, tile j + 1 can be loaded only after every warp is
 # done with tile j: a barrier before the compute (tile j has arrived) and one after (the
