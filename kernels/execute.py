@@ -115,8 +115,8 @@ def resolve_profile(name: str, profiles: dict, cuda_available: bool | None = Non
 
 def default_jobs(params: dict) -> int:
     """Notebooks executed at once when ``--jobs`` is not given: one on a GPU, whose timings
-    need the device to themselves, and on a CPU two where there are two cores (the whole book
-    then executes cold in about four minutes instead of seven). Two CPU notebooks share the
+    need the device to themselves, and on a CPU two where there are two cores (README gives
+    the measured times). Two CPU notebooks share the
     machine, so their timings are noisier; the chapters' timing lessons check their spread
     and say so when it was too noisy to tell."""
     if params.get("device") == "cuda":
