@@ -262,3 +262,33 @@ def row_from_text(row: dict) -> BenchResult:
         else:
             values[field.name] = text
     return BenchResult(**values)
+
+
+# ------------------------------------------------------------------------ the goals
+
+# The course's kernels against SDPA's flash backend, on H100/H200, causal bf16, S 1k-16k,
+# D 64 and 128 (README, "Performance goals"): (implementation, mode, least speed ratio).
+GOALS = (("triton", FORWARD, 1.0), ("triton", FORWARD_BACKWARD, 0.85), ("cuda_v2", FORWARD, 0.7))
+GOAL_BASELINE = "sdpa_flash"
+
+
+def goal_ratios(results: Iterable[BenchResult]) -> list[dict]:
+    """Each goal's worst speed ratio over the shapes one run measured both at.
+
+    The ratio at a shape is the baseline's median time over the implementation's (above 1:
+    faster than the baseline); a goal's row carries the smallest one, where it was seen, how
+    many shapes were compared, and whether it meets the goal (None where nothing compared).
+    """
+    ok = [r for r in results if r.ok and r.causal and r.median_ms]
+    key = lambda r: (r.mode, r.dtype, r.batch, r.heads, r.seq, r.head_dim)  # noqa: E731
+    base = {key(r): r.median_ms for r in ok if r.impl == GOAL_BASELINE}
+    rows = []
+    for impl, mode, goal in GOALS:
+        ratios = [(base[key(r)] / r.median_ms, r.seq, r.head_dim) for r in ok
+                  if r.impl == impl and r.mode == mode and key(r) in base]
+        worst = min(ratios) if ratios else None
+        rows.append({"impl": impl, "mode": mode, "goal": goal, "shapes": len(ratios),
+                     "worst_ratio": worst[0] if worst else None,
+                     "at": f"S={worst[1]}, D={worst[2]}" if worst else None,
+                     "met": (worst[0] >= goal) if worst else None})
+    return rows
