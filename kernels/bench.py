@@ -187,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         repeats=args.repeats, crosscheck=args.crosscheck,
         batch=args.batch or profile["batch"], heads=heads, kv_heads=heads // args.gqa,
         device=device, reps=args.reps, warmup=args.warmup, max_seconds=args.max_seconds,
-        memory=not args.no_memory,
+        memory=not args.no_memory, progress=sys.stderr,
         command=shlex.join(["python", "-m", "kernels.bench", *argv]))
     json_path, csv_path = save_results(results, args.out)
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}

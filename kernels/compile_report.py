@@ -30,10 +30,11 @@ specialization: a unit stride along D (a constant), the other strides and the le
 multiples of 16, pointers 16-byte aligned, and the head dim equal to its padded size
 (``PAD_D`` False). A ragged head dim (80, 96) adds masks and can cost a few registers more.
 
-This module must compile, not interpret. ``import kernels`` turns Triton's interpreter on
-where there is no GPU, and Triton fixes its mode when first imported, so the CLI runs itself
-again in a process with TRITON_INTERPRET=0, and ``report`` called from a process that
-interprets (a test session on a CPU) gets its rows from such a subprocess.
+This module compiles, never interprets. The course's kernels are compiled objects in every
+process, interpreted only launch by launch where there is no GPU (``kernels.triton_interpreter``),
+so the report is built in the calling process. The exception is a process started with
+``TRITON_INTERPRET=1``, where ``@triton.jit`` itself returned interpreted kernels: there the CLI
+runs itself again, and ``report`` gets its rows from a subprocess, with the variable at 0.
 """
 from __future__ import annotations
 
@@ -99,18 +100,24 @@ def fits(target: str, shared_bytes: int, registers: int, threads: int) -> bool:
 # --------------------------------------------------------------------------------- Triton
 
 def _triton_module():
-    """kernels.triton_flash, compiled (not interpreted); RuntimeError when that cannot be."""
-    already = sys.modules.get("kernels.triton_flash")
-    if already is None:
-        os.environ["TRITON_INTERPRET"] = "0"
+    """kernels.triton_flash, whose kernels must be compiled ones; RuntimeError when they are not."""
     import kernels.triton_flash as tf
 
     if tf.TRITON_MISSING:
         raise RuntimeError(tf.TRITON_MISSING)
-    if tf.INTERPRETED:
-        raise RuntimeError("kernels.triton_flash was imported with Triton's interpreter on; compile "
-                           "reports need a process where it is off (report() starts one)")
+    if not _compiles_here():
+        raise RuntimeError("TRITON_INTERPRET=1 made @triton.jit interpret the kernels in this process; "
+                           "compile reports need one where it is not set (report() starts one)")
     return tf
+
+
+def _compiles_here() -> bool:
+    """Whether the course's Triton kernels are compiled objects in this process (they are
+    unless TRITON_INTERPRET=1 was set when they were defined)."""
+    tf = sys.modules.get("kernels.triton_flash")
+    if tf is None:
+        return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("1", "true", "yes", "on", "y")
+    return tf.TRITON_MISSING is not None or type(tf._attn_fwd).__name__ == "JITFunction"
 
 
 def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = None) -> tuple[dict, dict]:
@@ -348,8 +355,7 @@ def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] =
 def report(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
            cuda: bool = True, timeout: float = 1800) -> list[dict]:
     """The report as a list of dicts, from a subprocess when this process interprets Triton."""
-    tf = sys.modules.get("kernels.triton_flash")
-    if tf is None or not tf.INTERPRETED:
+    if _compiles_here():
         return [r.as_dict() for r in build(target, dtype, jobs=jobs, cuda=cuda)]
     args = [sys.executable, "-m", "kernels.compile_report", "--target", target, "--dtype", dtype, "--json"]
     if not cuda:
@@ -392,10 +398,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    tf = sys.modules.get("kernels.triton_flash")
-    if tf is not None and tf.INTERPRETED and os.environ.get("TRITON_INTERPRET") != "0":
-        # `import kernels` chose Triton's interpreter (no GPU here); compiling needs it off
-        # from the start of the process, so start again with it off.
+    if not _compiles_here():
+        # TRITON_INTERPRET=1 makes @triton.jit interpret: start again without it.
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         return subprocess.run([sys.executable, "-m", "kernels.compile_report", *argv], env=env).returncode
     jobs = [(k, d, tuple(c)) for k, d, c in json.loads(args.jobs)] if args.jobs else None

@@ -32,27 +32,27 @@ sees keys j <= i + Sk - Sq; a query that sees no key outputs 0), and grouped-que
 (query head h reads key/value head h // (Hq // Hkv) through its pointers, so K and V are
 never repeated in memory).
 
-Without a CUDA GPU, the same kernels run in Triton's interpreter on CPU tensors
-(``TRITON_INTERPRET=1``, set here when nothing else has set it). The interpreter gives
+Without a CUDA GPU, the same kernels run in Triton's interpreter on CPU tensors: they are
+defined once, compiled, and each launch borrows interpreted copies of them
+(``kernels.triton_interpreter``; nothing sets ``TRITON_INTERPRET``). The interpreter gives
 the same numbers, only slower, so the chapter can be read and tested on a laptop.
 Exponentials are base 2 (``exp2``): ``exp(x) = exp2(x · log2 e)``, and the factor
 ``log2 e`` is folded into the softmax scale once, so the kernel pays no extra multiply.
 """
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
 # keeping them real objects rather than strings is the form every Triton version expects.
+import contextlib
 import math
 import os
 
 import torch
 
+from . import triton_interpreter
 from .registry import Reason, Span, needs_cuda, register
 
-# Triton reads TRITON_INTERPRET when @triton.jit decorates a kernel, so the choice must be
-# made before the definitions below. We only turn the interpreter on when there is no GPU
-# and the user has not decided either way.
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on", "y")
+# Whether launches here go through Triton's interpreter: TRITON_INTERPRET when it is set,
+# else exactly when there is no GPU. Deciding it changes nothing in the process.
+INTERPRETED = triton_interpreter.wanted()
 
 
 class _NoTriton:
@@ -860,6 +860,14 @@ _FIXED_BLOCKS = INTERPRETER_BLOCKS if INTERPRETED else {}
 _FIXED_BACKWARD_BLOCKS = INTERPRETER_BACKWARD_BLOCKS if INTERPRETED else {}
 
 
+def _launching():
+    """Where the launches of a call happen: in the interpreter, this module's kernels and
+    Triton's standard library are seen as interpreted copies until the block ends."""
+    if INTERPRETED and not TRITON_MISSING:
+        return triton_interpreter.interpreting(globals())
+    return contextlib.nullcontext()
+
+
 # --------------------------------------------------------------------------------------
 # 5. Launchers
 # --------------------------------------------------------------------------------------
@@ -999,12 +1007,14 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
         descriptors = [_descriptor(t, rows, pad) for t, rows in
                        ((q, block_m), (k, block_n), (v, block_n), (o_target, block_m), (o32_ptr, block_m))]
         sizes = {name: value for name, value in _sizes(q, k).items() if name != "D"}
-        attn_fwd_tma[grid](*descriptors, lse, _forward_qk_scale(scale), **sizes,
-                           ELEMENT_BYTES=q.element_size(), **options)
+        with _launching():
+            attn_fwd_tma[grid](*descriptors, lse, _forward_qk_scale(scale), **sizes,
+                               ELEMENT_BYTES=q.element_size(), **options)
     else:
-        attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
-                       *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
-                       **_sizes(q, k), PAD_D=pad != head_dim, **options)
+        with _launching():
+            attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
+                           *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
+                           **_sizes(q, k), PAD_D=pad != head_dim, **options)
     return _finish(o, o_target), lse, o32
 
 
@@ -1019,21 +1029,21 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
     sizes = _sizes(q, k)
     delta = torch.empty_like(lse)
     pre_grid = (batch * heads, triton.cdiv(s_q, PREPROCESS_BLOCK_M))
-    _attn_bwd_preprocess[pre_grid](o32, do, delta, *o32.stride(), *do.stride(), heads, s_q, head_dim,
-                                   HEAD_DIM=pad, BLOCK_M=PREPROCESS_BLOCK_M)
-
     dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
     dq_t, dk_t, dv_t = _kernel_target(dq), _kernel_target(dk), _kernel_target(dv)
     options = dict(HEAD_DIM=pad, CAUSAL=causal, PAD_D=pad != head_dim, **_kernel_options(q),
                    **_FIXED_BACKWARD_BLOCKS)
     kv_grid = lambda meta: (batch * kv_heads, triton.cdiv(s_k, meta["BLOCK_N"]))  # noqa: E731
-    attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * LOG2E,
-                           *q.stride(), *k.stride(), *v.stride(),
-                           *do.stride(), *dk_t.stride(), *dv_t.stride(), **sizes, **options)
     q_grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
-    attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * LOG2E,
-                        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
-                        **sizes, **options)
+    with _launching():
+        _attn_bwd_preprocess[pre_grid](o32, do, delta, *o32.stride(), *do.stride(), heads, s_q, head_dim,
+                                       HEAD_DIM=pad, BLOCK_M=PREPROCESS_BLOCK_M)
+        attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * LOG2E,
+                               *q.stride(), *k.stride(), *v.stride(),
+                               *do.stride(), *dk_t.stride(), *dv_t.stride(), **sizes, **options)
+        attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * LOG2E,
+                            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
+                            **sizes, **options)
     return _finish(dq, dq_t), _finish(dk, dk_t), _finish(dv, dv_t)
 
 
@@ -1071,8 +1081,10 @@ def requirement(device: torch.device) -> Reason:
     if device.type == "cpu":
         if INTERPRETED:
             return None
-        return ("runs CPU tensors only in Triton's interpreter, which is off "
-                "(set TRITON_INTERPRET=1 before importing kernels)")
+        why = ("TRITON_INTERPRET=0 turned off" if triton_interpreter.ENV_VAR in os.environ
+               else "is off where a GPU is visible")
+        return (f"runs CPU tensors only in Triton's interpreter, which {why} "
+                "(set TRITON_INTERPRET=1 before importing kernels to use it)")
     if device.type == "cuda":
         return needs_cuda(device)
     return f"runs on CUDA GPUs (or on the CPU in Triton's interpreter), not on {device.type}"

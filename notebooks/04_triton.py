@@ -451,16 +451,18 @@ show_source(tf._bwd_dkdv_steps.fn)
 # %% [markdown]
 # ## Run it
 #
-# Without a CUDA GPU, `kernels.triton_flash` switches on Triton's interpreter
-# (`TRITON_INTERPRET=1`) before the kernels are defined, and the same kernels run on CPU
-# tensors, with NumPy doing the arithmetic tile by tile. Nothing in the notebook changes.
-# Triton reads that variable when it is first imported (its own library functions are then
-# interpreted too) and when it decorates a kernel, so it is a setting of the whole process,
-# fixed early: torch itself imports Triton the first time some ops run. That is why
-# `import kernels` makes the choice, and only where there is no GPU and the variable is unset.
+# Without a CUDA GPU the same kernels run in Triton's interpreter, on CPU tensors, with NumPy
+# doing the arithmetic tile by tile. Nothing in the notebook changes. Triton's own switch is
+# the variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a function, and its own
+# library functions (`tl.max`, `tl.sum`) are decorated once, when Triton is first imported,
+# which torch does on its own (its profiler imports Triton). So the library sets no variable:
+# its kernels stay compiled objects, and each launch borrows interpreted copies of them and of
+# Triton's library for as long as it runs (`kernels.triton_interpreter.interpreting`), the way
+# Triton's interpreter patches `triton.language` for each launch it runs itself.
 
 # %%
-print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED)
+print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED,
+      "| the kernel object:", type(tf._attn_fwd).__name__)
 print("triton on", device, "->", kernels.available(device)["triton"] or "runs here")
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 if not on_gpu:

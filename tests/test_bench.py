@@ -311,10 +311,18 @@ def test_compare_names_the_faster_only_when_the_ranges_are_apart():
     assert tied.faster() is None and "too noisy" in tied.verdict(), "overlapping ranges name no winner"
 
 
-def test_cli_names_an_unknown_implementation_in_one_line():
-    done = subprocess.run([sys.executable, "-m", "kernels.bench", "--impls", "naiv"], capture_output=True, text=True)
-    assert done.returncode == 2 and "unknown implementation(s) naiv; registered: naive" in done.stderr
-    assert "Traceback" not in done.stderr, "a typo gets a sentence, not a traceback"
+def refusal(capsys, *args) -> str:
+    """What ``python -m kernels.bench ARGS`` says when it refuses: exit 2 and one error line."""
+    with pytest.raises(SystemExit) as refused:
+        bench.main(list(args))
+    assert refused.value.code == 2, "a refusal exits 2, as argparse does"
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1, "a bad argument gets one sentence, not a traceback"
+    return errors[0]
+
+
+def test_cli_names_an_unknown_implementation_in_one_line(capsys):
+    assert "unknown implementation(s) naiv; registered: naive" in refusal(capsys, "--impls", "naiv")
 
 
 # ----------------------------------------------------------------------------- issue 18: modes, warm-up, spread
@@ -403,23 +411,13 @@ def test_triton_config_is_recorded_when_autotuned(monkeypatch):
 
 
 def test_triton_in_the_interpreter_records_no_config():
-    # A fresh process: in this one, devices.describe_device may already have imported triton
-    # before kernels.triton_flash switched the interpreter on, which leaves Triton compiling.
-    script = (
-        "import json, kernels\n"
-        "from kernels import bench\n"
-        "reason = kernels.available('cpu')['triton']\n"
-        "if reason: print(json.dumps({'skip': reason})); raise SystemExit\n"
-        "row, = bench.sweep(['triton'], seqs=(32,), head_dims=(16,), memory=False, batch=1, heads=2,\n"
-        "                   warmup=1, reps=2, min_reps=1, max_seconds=0.2, progress=None)\n"
-        "print(json.dumps({'status': row.status, 'reason': row.reason, 'config': row.config}))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    row = json.loads(done.stdout.strip().splitlines()[-1])
-    if "skip" in row:
-        pytest.skip(row["skip"])
-    assert row["status"] == "ok", row["reason"]
-    assert row["config"] is None, "the interpreter does not autotune: there is no chosen config"
+    reason = kernels.available("cpu")["triton"]
+    if reason:
+        pytest.skip(reason)
+    row, = bench.sweep(["triton"], seqs=(32,), head_dims=(16,), memory=False, batch=1, heads=2,
+                       warmup=1, reps=2, min_reps=1, max_seconds=0.2, progress=None)
+    assert row.status == "ok", row.reason
+    assert row.config is None, "the interpreter does not autotune: there is no chosen config"
 
 
 def test_meta_has_measured_peaks_beside_the_datasheet():
@@ -512,15 +510,13 @@ def test_decode_sweep_times_one_query_against_the_cache():
         bench.sweep(["inplace"], seqs=(16,), modes=(bench.DECODE,), heads=4, kv_heads=3, progress=None)
 
 
-def test_cli_decode_and_training_rows_have_their_columns(tmp_path):
+def test_cli_decode_and_training_rows_have_their_columns(tmp_path, capsys):
     out = tmp_path / "modes"
     args = ["--impls", "sdpa_flash", "--mode", "decode", "training", "--seq", "64", "--head-dim", "16",
             "--heads", "4", "--gqa", "2", "--reps", "3", "--warmup", "1", "--max-seconds", "0.1",
             "--no-memory", "--out", str(out)]
-    done = subprocess.run([sys.executable, "-m", "kernels.bench", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert bench.main(args) == 0
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert len(progress) == 2 and "decode" in progress[0] and "fwd+bwd" in progress[1], progress
     assert all("GB/s" in line and "FLOP/B" in line and "Hkv=2" in line for line in progress), progress
     header = out.with_suffix(".csv").read_text().splitlines()[0].split(",")
@@ -533,13 +529,10 @@ def test_cli_decode_and_training_rows_have_their_columns(tmp_path):
     assert data["results"][0]["intensity"] == pytest.approx(decode.flops / decode.bytes)
 
 
-def test_cli_refuses_a_bad_mode_or_gqa_in_one_line():
+def test_cli_refuses_a_bad_mode_or_gqa_in_one_line(capsys):
     for args, words in ((["--mode", "sideways"], "unknown mode(s) sideways"),
                         (["--heads", "8", "--gqa", "3"], "--gqa 3 must be a positive divisor of the 8")):
-        done = subprocess.run([sys.executable, "-m", "kernels.bench", *args], capture_output=True, text=True,
-                              cwd=ROOT, timeout=120)
-        assert done.returncode == 2 and words in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
+        assert words in refusal(capsys, *args)
     text = bench.parser().format_help()
     assert "--mode" in text and "--gqa" in text and "decode" in text and "training" in text
 

@@ -6,8 +6,10 @@
 # kernel with a planted bug to find and fix, and the occupancy arithmetic that decides how
 # many copies of a kernel an SM can run at once.
 #
-# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors: importing
-# `kernels.triton_flash` first turns it on (it must be on before any `@triton.jit`).
+# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. Your own kernels
+# need it turned on for the process: `use_interpreter()` below does that where there is no GPU
+# (it sets `TRITON_INTERPRET=1` and lends Triton's library to the interpreter, whatever was
+# imported before), and does nothing where there is one.
 
 # %% [install]
 
@@ -21,7 +23,6 @@ import re
 
 import torch
 
-import kernels.triton_flash  # first: on a machine without a GPU this turns on Triton's interpreter
 import triton
 import triton.language as tl
 
@@ -29,10 +30,11 @@ from kernels.book import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.occupancy import check_occupancy
 from kernels.exercises.triton import check_causal_softmax, check_online_update
+from kernels.triton_interpreter import use_interpreter
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
-print("Triton interpreter:", kernels.triton_flash.INTERPRETED)
+print("Triton interpreter:", use_interpreter())
 
 # %% [markdown]
 # ## Task 1: one online-softmax step

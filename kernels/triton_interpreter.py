@@ -1,0 +1,121 @@
+"""Chapter 4 without a GPU: Triton's interpreter, chosen by the library without changing the process.
+
+Triton can run a kernel's body in Python on CPU tensors (its interpreter), which is how chapter 4
+and its exercise run on a laptop. Triton's own switch is the environment variable
+``TRITON_INTERPRET``, read each time ``@triton.jit`` decorates a function: the decorator returns
+a compiled kernel (``JITFunction``) or an interpreted one (``InterpretedFunction``). Two facts
+make that switch a poor fit for a library:
+
+- Triton's standard library (``tl.max``, ``tl.sum``, ``tl.zeros``, ``tl.cdiv``, ...) is itself
+  made of ``@triton.jit`` functions, decorated once, when Triton is first imported; and torch
+  imports Triton on its own (``torch.profiler`` does), so a variable set later comes too late
+  for them, and an interpreted kernel that calls a compiled ``tl.max`` fails ("Cannot call
+  @triton.jit'd outside of the scope of a kernel").
+- A library that sets the variable at import changes every other Triton kernel in the process.
+
+So nothing here sets an environment variable unless asked to (``use_interpreter``):
+
+- ``wanted()``: whether the course's kernels run interpreted: as ``TRITON_INTERPRET`` says when
+  it is set, else exactly when there is no CUDA GPU.
+- ``interpreting(namespace)``: for the length of a launch, the compiled functions of Triton's
+  standard library and of ``namespace`` (the module that defines the kernels) seen through
+  interpreted copies of the same Python functions, and put back afterwards. Triton's
+  interpreter patches ``triton.language`` the same way for each launch it runs. So the
+  course's kernels are defined once, compiled; the compile report (``kernels.compile_report``)
+  compiles them for a GPU in any process, and the interpreter borrows them launch by launch.
+- ``use_interpreter()``: the documented way to turn the interpreter on for a whole process, for
+  kernels of your own (the chapter 4 exercise calls it before defining its kernels).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+import torch
+
+ENV_VAR = "TRITON_INTERPRET"
+_TRUE = ("1", "true", "yes", "on", "y")
+
+
+def wanted() -> bool:
+    """Whether Triton kernels should run interpreted here: ``TRITON_INTERPRET`` when it is set
+    (``1`` or ``0``), else exactly when no CUDA GPU is visible."""
+    if ENV_VAR in os.environ:
+        return os.environ[ENV_VAR].strip().lower() in _TRUE
+    return not torch.cuda.is_available()
+
+
+def _jit_types():
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    return JITFunction, InterpretedFunction
+
+
+def _stdlib_modules():
+    import triton.language as tl
+    # Launching imports Triton's gluon package on first use (argument specialization), and its
+    # import checks that the standard library it wraps is compiled: import it before a swap.
+    with contextlib.suppress(ImportError):
+        import triton.experimental.gluon  # noqa: F401
+    return (tl, tl.standard)
+
+
+_copies: dict[int, tuple] = {}   # id of a compiled function -> (it, its interpreted copy)
+
+
+def interpreted(kernel):
+    """The interpreted copy of a compiled kernel (made once); anything else unchanged."""
+    JITFunction, InterpretedFunction = _jit_types()
+    if not isinstance(kernel, JITFunction):
+        return kernel
+    if id(kernel) not in _copies:
+        _copies[id(kernel)] = (kernel, InterpretedFunction(kernel.fn))
+    return _copies[id(kernel)][1]
+
+
+def _swaps(namespaces) -> list[tuple[dict, str, object, object]]:
+    """(namespace, name, compiled, interpreted) for each compiled function found there."""
+    JITFunction, _ = _jit_types()
+    return [(space, name, value, interpreted(value)) for space in namespaces
+            for name, value in list(space.items()) if isinstance(value, JITFunction)]
+
+
+_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def interpreting(namespace: dict | None = None):
+    """Triton's standard library, and the compiled kernels in ``namespace`` (a module's
+    globals), interpreted for the duration of the block. Where they already are (Triton
+    imported with ``TRITON_INTERPRET=1``, or after ``use_interpreter``) nothing changes."""
+    spaces = [vars(m) for m in _stdlib_modules()] + ([namespace] if namespace is not None else [])
+    with _lock:
+        swaps = _swaps(spaces)
+        try:
+            for space, name, _, copy in swaps:
+                space[name] = copy
+            yield
+        finally:
+            for space, name, compiled, _ in swaps:
+                space[name] = compiled
+
+
+def use_interpreter() -> bool:
+    """Turn Triton's interpreter on for this whole process where there is no GPU; returns
+    whether it is on.
+
+    Sets ``TRITON_INTERPRET=1`` (so kernels decorated from now on are interpreted) and, if Triton
+    was imported already, replaces its standard library with interpreted copies for good. Call
+    it before defining kernels of your own. With a GPU it does nothing, unless
+    ``TRITON_INTERPRET`` asks for the interpreter anyway.
+    """
+    if not wanted():
+        return False
+    os.environ[ENV_VAR] = "1"
+    if "triton" in sys.modules:
+        with _lock:
+            for space, name, _, copy in _swaps([vars(m) for m in _stdlib_modules()]):
+                space[name] = copy
+    return True
