@@ -15,27 +15,21 @@ works on a machine without a GPU:
   compiler inlined into each kernel, from the PTX's line information.
 * ``mma_per_key_tile(head_dim)``: how many of those instructions one warp of ``cuda_v2``
   must issue per tile of keys, from the tile shapes alone, to check the PTX against.
-* ``DESIGN_STEPS`` / ``design_steps(head_dim)`` / ``design_table(...)``: cuda_v2 compiled
-  once per design step (from its first version to the kernel that runs, one change at a
-  time, all from the one source), with what each step does to registers, shared memory,
-  spills, occupancy, Kineto's estimate and the instructions that carry the change.
-* ``owners_*`` and ``thread_map(...)``: which thread computes which element of a tile, the
-  index formulas of the two kernels written out in NumPy, and a figure of them.
-* ``cuda_excerpt(source, start, end)``: lines of a ``.cu`` file, to show in the book.
+
+The rest of chapter 5's reading of the kernels has modules of its own: cuda_v2's design
+steps (``kernels.cuda_design``), which thread computes which element
+(``kernels.cuda_threads``), and the lines of the ``.cu`` files the book shows
+(``kernels.cuda_excerpts``).
 """
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Union
-
-import numpy as np
+from typing import Iterable, Union
 
 from . import cuda_flash
-from .occupancy import Occupancy, kineto_estimate, occupancy
-from .ptxas import KernelResources, compile_cuda, demangle_names, nvcc_path, nvcc_version, with_launch
+from .occupancy import Occupancy, occupancy
+from .ptxas import KernelResources, compile_cuda, demangle_names, nvcc_version, with_launch
 
 WARP = 32
 MMA_M, MMA_N, MMA_K = 16, 8, 16   # the shape of one mma.sync.m16n8k16 (A 16x16, B 16x8, C 16x8)
@@ -183,6 +177,9 @@ def record(archs=("sm_80", "sm_90")) -> str:
     """Compile now and return RECORDED's text for this nvcc, to paste into this module."""
     import datetime
 
+    # Here, not at the top: cuda_design reads RECORDED from this module.
+    from .cuda_design import STEP_OPCODES, as_recorded_steps, design_steps
+
     rows = sorted(as_recorded_rows(cuda_flash.kernel_report(list(archs))))
     steps = [row for d in cuda_flash.HEAD_DIMS for row in as_recorded_steps(design_steps(d, archs, live=True))]
     lines = [f'    "nvcc": "{nvcc_version()}",', f'    "date": "{datetime.date.today().isoformat()}",',
@@ -284,309 +281,6 @@ def mma_per_key_tile(head_dim: int, block_n: int = 64) -> int:
     return scores + output
 
 
-# ---- cuda_v2's design, one step at a time ----------------------------------------------------------
-
-@dataclass(frozen=True)
-class DesignStep:
-    """One set of flash_v2.cu's ``Design`` switches (its template arguments, in order)."""
-    change: str            # what this step adds to the one before it
-    block_m: int           # query rows per block (16 per warp)
-    split_mask: bool       # fully visible key tiles go through an instantiation without the mask
-    fast_exp2: bool        # ex2.approx.ftz, the scale folded into the FMA that subtracts the max
-    double_buffer: bool    # key tile j + 1 loads into a second buffer while tile j computes
-
-    @property
-    def threads(self) -> int:
-        return WARP * self.block_m // MMA_M
-
-    def dynamic_shared_bytes(self, head_dim: int) -> int:
-        return cuda_flash.v2_shared_bytes(head_dim, self.block_m, self.double_buffer)
-
-
-# The explicit instantiations at the end of flash_v2.cu (FLASH_V2_DESIGN_STEPS), in order:
-# each step turns on one more change; the last is the kernel the launcher runs.
-DESIGN_STEPS = (
-    DesignStep("the first version: 64 query rows (4 warps), mask on every tile, exp2f, one K/V buffer",
-               64, False, False, False),
-    DesignStep("128 query rows per block (8 warps of 16 rows)", 128, False, False, False),
-    DesignStep("masked and unmasked tile steps as two instantiations", 128, True, False, False),
-    DesignStep("fast exp2 (ex2.approx.ftz), scale folded into one FMA", 128, True, True, False),
-    DesignStep("K/V double-buffered, one barrier per tile (the kernel that runs)", 128, True, True, True),
-)
-# The instructions that carry the changes, counted in each step's PTX.
-STEP_OPCODES = ("mma.sync", "ex2.approx.f32", "ex2.approx.ftz.f32", "bar.sync")
-_DESIGN = re.compile(r"flash_v2_design_kernel<\s*([\w:]+)\s*,\s*(\d+)\s*,[^<]*Design<\s*(\d+)\s*,"
-                     r"\s*(true|false)\s*,\s*(true|false)\s*,\s*(true|false)\s*>")
-
-
-def parse_design(name: str) -> tuple[int, DesignStep]:
-    """(head_dim, step) of a ``flash_v2_design_kernel<__nv_bfloat16, 64, Design<...>>`` name."""
-    m = _DESIGN.search(name)
-    if m is None:
-        raise ValueError(f"not a flash_v2_design_kernel instantiation: {name!r}")
-    switches = (int(m.group(3)), *(g == "true" for g in m.group(4, 5, 6)))
-    for step in DESIGN_STEPS:
-        if (step.block_m, step.split_mask, step.fast_exp2, step.double_buffer) == switches:
-            return int(m.group(2)), step
-    raise ValueError(f"{name!r} is no step of DESIGN_STEPS (flash_v2.cu and cuda_report disagree)")
-
-
-@dataclass(frozen=True)
-class StepReport:
-    head_dim: int
-    step: DesignStep
-    kernel: KernelResources   # what ptxas reported, completed with the step's launch
-    counts: dict              # {opcode of STEP_OPCODES: how often it occurs in the kernel's PTX}
-
-    @property
-    def index(self) -> int:
-        return DESIGN_STEPS.index(self.step)
-
-
-def design_steps(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
-                 live: Optional[bool] = None) -> list[StepReport]:
-    """cuda_v2 (bf16) at every step of DESIGN_STEPS: compiled now (``live``, needs nvcc), or
-    RECORDED (``live=False``); ``None`` compiles where nvcc is found."""
-    archs = list(archs)
-    if live is None:
-        live = nvcc_path() is not None
-    if not live:
-        return [report for report in recorded_steps() if report.head_dim == head_dim and report.kernel.arch in archs]
-    defines = (f"-DFLASH_V2_DESIGN_STEPS={head_dim}", "-diag-suppress=177")  # 177: fp16 helpers unused here
-    jobs = [(arch, defines) for arch in archs]
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        compiled = list(pool.map(lambda job: compile_device_code(cuda_flash.CSRC / "flash_v2.cu", *job), jobs))
-    out = []
-    for ptx, kernels in compiled:
-        counts = {op: instruction_counts(ptx, op) for op in STEP_OPCODES}
-        for k in kernels:
-            d, step = parse_design(k.name)
-            out.append(StepReport(d, step, with_launch(k, step.threads, step.dynamic_shared_bytes(d)),
-                                  {op: next(n for name, n in counts[op].items() if name == k.name) for op in STEP_OPCODES}))
-    return sorted(out, key=lambda r: (r.kernel.arch, r.index))
-
-
-def as_recorded_steps(reports: Iterable[StepReport]) -> list[tuple]:
-    """Step reports in RECORDED["design_steps"]'s row format."""
-    return [(r.kernel.arch, r.head_dim, r.index, r.kernel.registers, r.kernel.shared_bytes, r.kernel.spill_store_bytes,
-             r.kernel.spill_load_bytes, r.kernel.stack_frame_bytes, *(r.counts[op] for op in STEP_OPCODES))
-            for r in reports]
-
-
-def recorded_steps() -> list[StepReport]:
-    out = []
-    for arch, d, index, regs, smem, st, ld, stack, *counts in RECORDED["design_steps"]:
-        step = DESIGN_STEPS[index]
-        switches = ", ".join(str(x).lower() for x in (step.block_m, step.split_mask, step.fast_exp2, step.double_buffer))
-        kernel = KernelResources(
-            name=f"void (anonymous namespace)::flash_v2_design_kernel<__nv_bfloat16, {d}, "
-                 f"(anonymous namespace)::Design<{switches}>>(flash::Problem, bool)",
-            mangled="(recorded)", arch=arch, registers=regs, shared_bytes=smem, spill_store_bytes=st,
-            spill_load_bytes=ld, stack_frame_bytes=stack, barriers=1)
-        out.append(StepReport(d, step, with_launch(kernel, step.threads, step.dynamic_shared_bytes(d)),
-                              dict(zip(STEP_OPCODES, counts))))
-    return sorted(out, key=lambda r: (r.kernel.arch, r.head_dim, r.index))
-
-
-def tile_bodies(report: StepReport) -> int:
-    """Copies of the tile step in the kernel: its mma.sync count over one tile's worth (each
-    body is unrolled, so one copy holds exactly one key tile's mma instructions)."""
-    return report.counts["mma.sync"] // mma_per_key_tile(report.head_dim)
-
-
-def barriers_per_tile(report: StepReport) -> float:
-    """bar.sync in each tile step: all of the kernel's but the prologue's one, over the bodies."""
-    return (report.counts["bar.sync"] - 1) / tile_bodies(report)
-
-
-def design_table(reports: Iterable[StepReport]):
-    """One row per (arch, step): the compiler's report, the occupancy it allows, what a
-    PyTorch trace would read (Kineto's estimate, 0% above 48 KiB of shared memory), and the
-    instructions that carry each change."""
-    import pandas as pd
-
-    rows = []
-    for r in reports:
-        k, occ = r.kernel, occupancy_of(r.kernel)
-        rows.append({"arch": k.arch, "step": r.index, "change": r.step.change, "threads": k.threads_per_block,
-                     "registers": k.registers, "shared memory (B)": k.total_shared_bytes,
-                     "spilled (B)": k.spill_store_bytes + k.spill_load_bytes,
-                     "blocks/SM": occ.blocks_per_sm, "warps/SM": occ.warps_per_sm,
-                     "occupancy %": round(occ.percent, 2), "limited by": " and ".join(occ.limiters),
-                     "a trace reads %": round(kineto_estimate(k.threads_per_block, k.registers, k.total_shared_bytes,
-                                                              grid_blocks=10**6, sm_count=1, arch=k.arch), 2),
-                     "mma.sync": r.counts["mma.sync"], "tile-step bodies": tile_bodies(r),
-                     "ex2.approx.f32": r.counts["ex2.approx.f32"], "ex2.approx.ftz.f32": r.counts["ex2.approx.ftz.f32"],
-                     "barriers per tile": barriers_per_tile(r)})
-    return pd.DataFrame(rows).sort_values(["arch", "step"]).reset_index(drop=True)
-
-
-def tile_census(seq_q: int, seq_k: int, block_m: int, block_n: int, causal: bool = True) -> dict:
-    """What a launch does with each (query block, key tile) pair, from the reference's mask:
-    "unmasked" (every real row of the block sees every key of the tile: the step without the
-    mask), "masked" (some rows see some keys, or the tile runs past Sk), "skipped" (no row sees
-    any key: never loaded). flash_api.h's key_tiles() makes the same split (a test checks it)."""
-    from .reference import future_mask
-
-    seen = ~future_mask(seq_q, seq_k).numpy() if causal else np.ones((seq_q, seq_k), bool)
-    counts = {"unmasked": 0, "masked": 0, "skipped": 0}
-    for first in range(0, seq_q, block_m):
-        rows = seen[first:first + block_m]                                   # [<= block_m, seq_k]
-        for j in range(-(-seq_k // block_n)):
-            tile = rows[:, j * block_n:(j + 1) * block_n]                    # [<= block_m, <= block_n]
-            kind = ("unmasked" if (j + 1) * block_n <= seq_k and tile.all() else
-                    "masked" if tile.any() else "skipped")
-            counts[kind] += 1
-    return counts
-
-
-# ---- who owns what: the kernels' index formulas, element by element ------------------------------
-
-def owners_v1_scores(block_m: int = 32, block_n: int = 32, threads: int = 128) -> np.ndarray:
-    """Thread computing each score S[r][c] in v1's phase 1: c = tid % N, r = tid / N + i * (threads / N)."""
-    owner = np.full((block_m, block_n), -1)
-    step = threads // block_n
-    for tid in range(threads):
-        owner[tid // block_n::step, tid % block_n] = tid
-    return owner
-
-
-def owners_v1_softmax(block_m: int = 32, block_n: int = 32) -> np.ndarray:
-    """Thread computing row r's softmax in v1's phase 2: thread r (threads >= block_m sit idle)."""
-    return np.repeat(np.arange(block_m)[:, None], block_n, axis=1)
-
-
-def owners_v1_output(head_dim: int, block_m: int = 32, threads: int = 128) -> np.ndarray:
-    """Thread accumulating O[r][d] in v1's phase 3: d = tid % D, r = tid / D + i * (threads / D)."""
-    owner = np.full((block_m, head_dim), -1)
-    step = threads // head_dim
-    for tid in range(threads):
-        owner[tid // head_dim::step, tid % head_dim] = tid
-    return owner
-
-
-def owners_v2(cols: int, block_m: int = 128, threads: int = 256) -> np.ndarray:
-    """Thread holding accumulator (r, c) of v2's S (cols = 64 keys) or O (cols = head_dim) tile.
-
-    Warp w owns rows 16w..16w+15; in it lane = 4g + t holds rows g and g+8, columns 2t and
-    2t+1 of every 8-column tile (the C fragment of mma.m16n8k16).
-    """
-    owner = np.full((block_m, cols), -1)
-    for tid in range(threads):
-        warp, lane = divmod(tid, WARP)
-        g, t = divmod(lane, 4)
-        for row in (warp * MMA_M + g, warp * MMA_M + g + 8):
-            for tile in range(cols // MMA_N):
-                owner[row, tile * MMA_N + 2 * t: tile * MMA_N + 2 * t + 2] = tid
-    return owner
-
-
-def thread_map(head_dim: int = 64, lane: int = 5):
-    """Four panels: which warp computes which element in v1's three phases (4 warps) and in
-    v2 (8 warps, 128 query rows).
-
-    Colours are warps; in the v2 panel the elements of one lane of warp 0 are outlined. The
-    figure is about as wide as the book's column (so it is shown unscaled), its text keeps
-    the font floor (``plots.font_floor``) and the key to the colours sits in the empty cell
-    beside v2, never over the data.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-
-    from .plots import COLUMN_PX, apply_font_floor
-
-    v2 = cuda_flash.launch_config("v2", head_dim)
-    v2_owner = owners_v2(v2.block_n, v2.block_m, v2.threads)  # the S tile: [block_m, block_n]
-    warps = v2.threads // WARP
-    colours = ListedColormap(["#f2f2f2", "#4c72b0", "#dd8452", "#55a868", "#c44e52",
-                              "#8172b3", "#937860", "#da8bc3", "#8c8c8c"][:warps + 1])
-    panels = {
-        "p1": ("v1 phase 1\nscores S", owners_v1_scores()),
-        "p2": ("v1 phase 2\nsoftmax", owners_v1_softmax()),
-        "p3": (f"v1 phase 3\noutput O (32 × {head_dim})", owners_v1_output(head_dim)),
-        "v2": (f"v2: S accumulators ({v2.block_m} × {v2.block_n});\nO's columns follow the same pattern", v2_owner),
-    }
-    fig, axes = plt.subplot_mosaic([["p1", "p2", "p3", "p3"], ["v2", "v2", ".", "."]],
-                                   figsize=(0.98 * COLUMN_PX / 100, 6.6), dpi=100,
-                                   height_ratios=[1, 2.6], layout="constrained")
-    for name, (title, owner) in panels.items():
-        ax = axes[name]
-        warp = np.where(owner >= 0, owner // WARP + 1, 0)
-        ax.imshow(warp, cmap=colours, vmin=0, vmax=warps, interpolation="nearest", aspect="equal")
-        ax.set_title(title, loc="left")
-        rows, cols = owner.shape
-        step = 16 if cols <= 64 else 32
-        ax.set_xticks(list(range(0, cols - step // 2, step)) + [cols - 1])
-        ystep = 16 if rows <= 64 else 32
-        ax.set_yticks(list(range(0, rows - ystep // 2, ystep)) + [rows - 1])
-        if name in ("p2", "p3"):  # the same 32 rows as phase 1, labelled there
-            ax.tick_params(axis="y", labelleft=False)
-        ax.set_xlim(-0.5, cols - 0.5)
-        ax.set_ylim(rows - 0.5, -0.5)
-    axes["p1"].set_ylabel("query row")
-    axes["v2"].set_ylabel("query row")
-    axes["v2"].set_xlabel("column (key, or d of the output)")
-    rows, cols = np.nonzero(v2_owner == lane)
-    axes["v2"].scatter(cols, rows, s=6, marker="s", facecolors="none", edgecolors="black", linewidths=0.7)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i + 1)) for i in range(warps)]
-    handles.append(plt.Line2D([], [], ls="", marker="s", markerfacecolor="none", markeredgecolor="black"))
-    apply_font_floor(fig)
-    # In the empty cell right of v2 (the mosaic's "."), level with v2's middle.
-    fig.legend(handles, [f"warp {i} (threads {32 * i}-{32 * i + 31})" + (" (v2 only)" if i >= 4 else "")
-                         for i in range(warps)]
-               + [f"lane {lane} of warp 0 (v2)"], loc="center left", bbox_to_anchor=(0.53, 0.36),
-               frameon=False, title="who computes each element", fontsize=axes["v2"].xaxis.label.get_fontsize(),
-               title_fontsize=axes["v2"].xaxis.label.get_fontsize())
-    return fig
-
-
-# ---- source excerpts ----------------------------------------------------------------------------
-
-def cuda_excerpt(source: Union[str, Path], start: str, end: Optional[str] = None) -> str:
-    """Lines of ``source`` from the first one containing ``start`` up to (not including) the
-    first later one containing ``end``; without ``end``, the brace-balanced block that begins
-    at ``start`` (a whole function or loop). Common indentation removed."""
-    lines = Path(source).read_text().splitlines()
-    first = next((i for i, line in enumerate(lines) if start in line), None)
-    if first is None:
-        raise ValueError(f"{start!r} does not occur in {Path(source).name}")
-    if end is not None:
-        last = next((i for i in range(first + 1, len(lines)) if end in lines[i]), None)
-        if last is None:
-            raise ValueError(f"{end!r} does not occur after {start!r} in {Path(source).name}")
-    else:
-        depth, opened, last = 0, False, None
-        for i in range(first, len(lines)):
-            code = lines[i].split("//")[0]
-            depth += code.count("{") - code.count("}")
-            opened = opened or "{" in code
-            if opened and depth == 0:
-                last = i + 1
-                break
-        if last is None:
-            raise ValueError(f"the block at {start!r} in {Path(source).name} never closes")
-    return _dedent(lines[first:last])
-
-
-def _dedent(lines: list[str]) -> str:
-    # Like textwrap.dedent, but blind to preprocessor lines: `#pragma unroll` sits in column 0
-    # inside indented code and would otherwise keep all the indentation.
-    indents = [len(l) - len(l.lstrip(" ")) for l in lines if l.strip() and not l.lstrip().startswith("#")]
-    cut = min(indents, default=0)
-    return "\n".join(l[cut:] if l[:cut].strip() == "" else l.lstrip(" ") for l in lines).strip("\n")
-
-
-def cuda_markdown(code: str):
-    """A code block the book highlights as CUDA."""
-    from IPython.display import Markdown
-
-    return Markdown(f"```cuda\n{code}\n```")
-
-
-__all__ = ["DESIGN_STEPS", "STEP_OPCODES", "DesignStep", "StepReport", "as_recorded_steps", "barriers_per_tile",
-           "design_steps", "design_table", "inlined_functions", "parse_design", "recorded_steps", "tile_bodies",
-           "tile_census",
-           "RECORDED", "as_recorded_rows", "compile_device_code", "compile_kernels", "cuda_excerpt", "cuda_markdown",
-           "find", "instruction_counts", "mma_per_key_tile", "nvcc_version", "occupancy_of", "owners_v1_output",
-           "owners_v1_scores", "owners_v1_softmax", "owners_v2", "parse_instance", "ptx_kernels", "record",
-           "recorded_report", "resources_table", "short_name", "thread_map"]
+__all__ = ["RECORDED", "as_recorded_rows", "compile_device_code", "compile_kernels", "find", "inlined_functions",
+           "instruction_counts", "mma_per_key_tile", "nvcc_version", "occupancy_of", "parse_instance", "ptx_kernels",
+           "record", "recorded_report", "resources_table", "short_name"]

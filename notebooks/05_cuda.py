@@ -31,9 +31,9 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import bench, cuda_flash, cuda_report, occupancy, profiling, ptxas, reference
+from kernels import bench, cuda_design, cuda_flash, cuda_report, cuda_threads, occupancy, profiling, ptxas, reference
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
-from kernels.cuda_report import cuda_excerpt, cuda_markdown
+from kernels.cuda_excerpts import cuda_excerpt, cuda_markdown
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -90,7 +90,7 @@ pd.DataFrame(launch)
 # 2³¹ − 1 blocks, where the y axis stops at 65,535 (v1 refuses batch × heads above that).
 # Who computes what inside a block is where the two versions part ways. The figure colours
 # each element of a tile by the warp whose thread computes it, straight from the index
-# formulas of the two `.cu` files (`kernels.cuda_report.owners_*`):
+# formulas of the two `.cu` files (`kernels.cuda_threads.owners_*`):
 #
 # * **v1, phase 1** (scores): thread `t` owns key column `t % 32` and every fourth query row,
 #   8 scores each. A warp spans the 32 keys of one row at a time.
@@ -105,11 +105,11 @@ pd.DataFrame(launch)
 #   lane's elements.
 
 # %%
-fig = cuda_report.thread_map(head_dim=kernel_dim)
+fig = cuda_threads.thread_map(head_dim=kernel_dim)
 
 # %%
-s1, s2, s3 = cuda_report.owners_v1_scores(), cuda_report.owners_v1_softmax(), cuda_report.owners_v1_output(kernel_dim)
-o2 = cuda_report.owners_v2(kernel_dim, cfgs["v2"].block_m, cfgs["v2"].threads)
+s1, s2, s3 = cuda_threads.owners_v1_scores(), cuda_threads.owners_v1_softmax(), cuda_threads.owners_v1_output(kernel_dim)
+o2 = cuda_threads.owners_v2(kernel_dim, cfgs["v2"].block_m, cfgs["v2"].threads)
 lesson((s1 >= 0).all() and (s3 >= 0).all() and (o2 >= 0).all(),
        "every score and every output element has a thread that computes it, in both versions")
 lesson(set((s2 // 32).ravel()) == {0}, "v1's softmax runs on warp 0 alone: the other 3 warps wait",
@@ -445,16 +445,16 @@ guess_costliest_step_in_registers = 4  # 1..4, the step (change) you expect to a
 # %%
 steps_live = nvcc is not None
 try:
-    steps = cuda_report.design_steps(kernel_dim, archs, live=steps_live)
+    steps = cuda_design.design_steps(kernel_dim, archs, live=steps_live)
 except RuntimeError as err:  # a compile that fails here fell back above too
     print(f"the design steps did not compile; using the recorded ones.\n{err}")
-    steps_live, steps = False, cuda_report.design_steps(kernel_dim, archs, live=False)
+    steps_live, steps = False, cuda_design.design_steps(kernel_dim, archs, live=False)
 glue("steps_source", f"compiled now by nvcc {cuda_report.nvcc_version()}" if steps_live else
      f"recorded on {cuda_report.RECORDED['date']} with nvcc {cuda_report.RECORDED['nvcc']}")
-steps_table = cuda_report.design_table(steps)
+steps_table = cuda_design.design_table(steps)
 step_of = {(r.kernel.arch, r.index): r for r in steps}
 display(steps_table.set_index(["arch", "step"]).drop(columns=["change", "limited by"]))
-pd.DataFrame({"change": {i: s.change for i, s in enumerate(cuda_report.DESIGN_STEPS)}}).rename_axis("step")
+pd.DataFrame({"change": {i: s.change for i, s in enumerate(cuda_design.DESIGN_STEPS)}}).rename_axis("step")
 
 # %% [markdown]
 # One row per architecture and step, bf16, D = {glue:text}`kernel_dim`,
@@ -469,19 +469,19 @@ def delta(arch, step, what):
     row = steps_table.set_index(["arch", "step"])
     return row.loc[(arch, step), what] - row.loc[(arch, step - 1), what]
 
-added = {step: max(delta(a, step, "registers") for a in archs) for step in range(1, len(cuda_report.DESIGN_STEPS))}
+added = {step: max(delta(a, step, "registers") for a in archs) for step in range(1, len(cuda_design.DESIGN_STEPS))}
 reveal(guess_costliest_step_in_registers, max(added, key=added.get), "step adding the most registers",
        source="the compiler's report")
 for a in archs:
-    for i in range(len(cuda_report.DESIGN_STEPS)):
+    for i in range(len(cuda_design.DESIGN_STEPS)):
         r = step_of[a, i]
         glue(f"step{i}_regs_{a}", r.kernel.registers)
         glue(f"step{i}_smem_{a}", f"{r.kernel.total_shared_bytes:,}")
         glue(f"step{i}_warps_{a}", cuda_report.occupancy_of(r.kernel).warps_per_sm)
         glue(f"step{i}_blocks_{a}", cuda_report.occupancy_of(r.kernel).blocks_per_sm)
         glue(f"step{i}_mma_{a}", r.counts["mma.sync"])
-        glue(f"step{i}_bar_{a}", f"{cuda_report.barriers_per_tile(r):g}")
-step_first, step_final = step_of["sm_80", 0], step_of["sm_80", len(cuda_report.DESIGN_STEPS) - 1]
+        glue(f"step{i}_bar_{a}", f"{cuda_design.barriers_per_tile(r):g}")
+step_first, step_final = step_of["sm_80", 0], step_of["sm_80", len(cuda_design.DESIGN_STEPS) - 1]
 for i in (0, 1):
     glue(f"step{i}_threads", step_of["sm_80", i].kernel.threads_per_block)
     glue(f"step{i}_block_warps", step_of["sm_80", i].kernel.threads_per_block // 32)
@@ -538,10 +538,10 @@ cuda_markdown(cuda_excerpt(V2, "// The masked instantiation", "// Online softmax
 # %%
 def unmasked_share(s):
     """Share (%) of the key tiles a causal forward of length s reads that need no mask."""
-    c = cuda_report.tile_census(s, s, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
+    c = cuda_design.tile_census(s, s, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
     return 100 * c["unmasked"] / (c["unmasked"] + c["masked"])
 
-census = cuda_report.tile_census(seq, seq, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
+census = cuda_design.tile_census(seq, seq, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
 read = census["unmasked"] + census["masked"]
 glue("kernel_seq", seq)
 glue("longer_seq", 4 * seq)
@@ -552,7 +552,7 @@ glue("census_unmasked", census["unmasked"])
 glue("census_masked", census["masked"])
 glue("census_skipped", census["skipped"])
 glue("census_share", f"{100 * census['unmasked'] / read:.0f}")
-lesson(all(cuda_report.tile_bodies(step_of[a, 2]) == 2 * cuda_report.tile_bodies(step_of[a, 1]) == 2 for a in archs),
+lesson(all(cuda_design.tile_bodies(step_of[a, 2]) == 2 * cuda_design.tile_bodies(step_of[a, 1]) == 2 for a in archs),
        "splitting the mask off doubles the tile step's code: two bodies, each with one tile's mma.sync",
        ", ".join(f"{a}: mma.sync {step_of[a, 1].counts['mma.sync']} -> {step_of[a, 2].counts['mma.sync']}" for a in archs))
 pd.DataFrame({f"causal, S = {seq}": census}).T
@@ -602,7 +602,7 @@ glue("exp_count", step_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
 cuda_markdown(cuda_excerpt(V2, "// One key tile: S = Q K_j^T", "// S = Q K_j^T."))
 
 # %%
-lesson(all(cuda_report.barriers_per_tile(step_of[a, 3]) == 2 and cuda_report.barriers_per_tile(step_of[a, 4]) == 1
+lesson(all(cuda_design.barriers_per_tile(step_of[a, 3]) == 2 and cuda_design.barriers_per_tile(step_of[a, 4]) == 1
            for a in archs), "double buffering halves the barriers per tile, 2 -> 1, counted in the PTX")
 lesson(all(step_of[a, 4].kernel.total_shared_bytes == step_of[a, 3].kernel.total_shared_bytes for a in archs),
        "the second K/V buffer costs no shared memory: Q passes through it before tile 1 arrives",

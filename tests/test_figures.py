@@ -17,7 +17,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from kernels import cuda_report, plots, profiling, tiling
+from kernels import cuda_threads, plots, profiling, tiling
 from kernels import timeline as tl
 from kernels import tracediff, trace
 from tests.gpu_trace import forward_trace
@@ -165,7 +165,7 @@ def test_tiling_text_and_legend(layout):
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_thread_map_text_and_key(head_dim):
-    fig = cuda_report.thread_map(head_dim=head_dim)
+    fig = cuda_threads.thread_map(head_dim=head_dim)
     try:
         assert not too_small(fig), f"thread map text below the floor: {too_small(fig)}"
         assert png_width(fig) <= COLUMN_PX, "the thread map is drawn at the column's width, shown unscaled"

@@ -160,7 +160,7 @@ __device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t row_str
 
 // The choices that separate this kernel from its first version, as compile-time switches, so
 // that chapter 5 can compile each step from this one source and read what it does to the
-// compiler's report (kernels/cuda_report.py, design_steps). The launcher uses Production:
+// compiler's report (kernels/cuda_design.py, design_steps). The launcher uses Production:
 // every switch on. Off, they give back the first version's behaviour: 64-row tiles (4 warps),
 // the mask tested on every element of every tile, exp2f after a separate multiply by the
 // scale, and one K/V buffer (load the next tile only after everyone is done with this one).

@@ -116,10 +116,10 @@ def _ptxas_slip(got, right, k, found, kernel, arch) -> str:
 def check_v2_lane(lane_elements: Callable) -> Passed:
     """``lane_elements(tid)`` -> (rows, cols): the two query rows of v2's 128-row block whose
     accumulators thread ``tid`` holds, and its two columns in every 8-column tile, judged by
-    ``kernels.cuda_report.owners_v2``."""
+    ``kernels.cuda_threads.owners_v2``."""
     import numpy as np
 
-    from ..cuda_report import owners_v2
+    from ..cuda_threads import owners_v2
 
     owner = owners_v2(8)  # one 8-column tile: every tile repeats its layout
     for tid in range(int(owner.max()) + 1):  # every thread of the block

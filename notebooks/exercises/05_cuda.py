@@ -172,7 +172,7 @@ pd.DataFrame(rows).T
 # columns `2t` and `2t + 1` of every 8-column tile (the accumulator layout of
 # `mma.m16n8k16`). Write `lane_elements(tid)` that returns `(rows, cols)` for thread
 # `tid` (0 to 255): its two query rows within the block, and its two columns within an
-# 8-column tile. The check tries all 256 threads against `kernels.cuda_report.owners_v2`,
+# 8-column tile. The check tries all 256 threads against `kernels.cuda_threads.owners_v2`,
 # the chapter's figure.
 
 # %% tags=["stub"]
