@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+import kernels
 from kernels import recorded
 from tests.helpers import ROOT
 from tests.gpu_trace import NAIVE_A100, fixture_archive
@@ -107,12 +108,22 @@ def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
     assert "kernels/csrc/flash_v2.cu" in names and any(n.endswith("licenses/LICENSE") for n in names), \
         "the wheel carries the CUDA sources and the licence"
     probe = ("import kernels.recorded as r; rec = r.latest(); "
-             "print(r.default_root()); print(rec.folder.name); print(len(rec.trace('01_naive', 'naive').steps('naive')))")
+             "print(r.default_root()); print(rec.folder.name); print(len(rec.trace('01_naive', 'naive').steps('naive')))\n"
+             "import json, torch, kernels\n"
+             "from kernels import reference\n"
+             "q, k, v = (torch.randn(1, 2, n, 16) for n in (5, 7, 7))\n"
+             "ran = {name: reference.check(kernels.get(name), q, k, v, causal=True).ok\n"
+             "       for name, why in kernels.available('cpu').items() if why is None}\n"
+             "print(json.dumps({'ran': ran, 'cannot': [n for n, why in kernels.available('cpu').items() if why]}))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr
-    root, name, steps = done.stdout.split()
+                          env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    root, name, steps, ran = done.stdout.splitlines()[-4:]
     assert root == str(tmp_path / "site" / "kernels" / "data" / "recorded") and name == GPU and steps == "2"
+    ran = json.loads(ran)
+    here = {n for n, why in kernels.available("cpu").items() if why is None}
+    assert set(ran["ran"]) == here and all(ran["ran"].values()), \
+        f"from the installed wheel, every implementation that runs on this CPU runs and passes the judge: {ran}"
 
 
 def printed(notebook) -> str:
@@ -129,6 +140,7 @@ def execute_with_recording(tmp_path, only):
 
 
 @pytest.mark.slow
+@pytest.mark.book  # executes chapters: `make test-book`
 def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, monkeypatch):
     monkeypatch.setenv(recorded.ENV_VAR, str(recording))
     chapters = ["book/00_profiler_primer", "book/01_naive", "book/02_inplace", "book/03_sdpa", "book/03b_sdpa_fused"]
@@ -157,6 +169,7 @@ def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, m
 
 
 @pytest.mark.slow
+@pytest.mark.book  # executes chapters: `make test-book`
 def test_a_recording_that_disagrees_fails_the_chapter(tmp_path, monkeypatch):
     wrong = {"02_inplace": {"inplace": NAIVE_A100}}  # an "in-place" lane that still copies
     gpu_run.import_archive(fixture_archive(tmp_path, variants=wrong), tmp_path / "data")
