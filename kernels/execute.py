@@ -15,12 +15,14 @@ shows exactly what this run computed. Exit status is non-zero if any notebook fa
 Each notebook records its profiler traces in its own folder (``trace_dir`` =
 ``traces/<notebook>``); a trace over its size budget fails the notebook, and the build
 publishes every trace beside the pages (see ``kernels.traces``).
+
+With ``--cache`` unchanged notebooks are restored instead of executed
+(``kernels.execution_cache``); ``--build`` is ``kernels.book_html.build``.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
@@ -31,7 +33,7 @@ from typing import Optional
 
 import yaml
 
-from . import traces
+from . import execution_cache, traces
 
 
 
@@ -174,66 +176,6 @@ def notebook_parameters(path: Path, params: dict) -> dict:
     return params
 
 
-# ------------------------------------------------------------------------- the execution cache
-
-def library_digest(root: Path, package: Optional[Path] = None) -> str:
-    """One hash of everything a chapter's result depends on besides its own source: the
-    library, its CUDA sources, and the recorded GPU runs chapters read."""
-    h = hashlib.sha256()
-    package = Path(package) if package else Path(__file__).resolve().parent
-    files = sorted([*package.rglob("*.py"), *package.glob("csrc/*"), *(Path(root) / "book" / "data").rglob("*.*")])
-    for f in files:
-        if f.is_file() and "__pycache__" not in f.parts:
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def cache_key(root: Path, path: Path, params: dict, library: str, env: dict) -> str:
-    """What decides a notebook's executed result: its source, its parameters, the library,
-    and the machine's torch, Triton and device."""
-    h = hashlib.sha256((Path(root) / path).read_bytes())
-    what = {"params": params, "library": library,
-            "env": {k: env.get(k) for k in ("torch", "triton", "cuda", "device", "python")}}
-    h.update(json.dumps(what, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:24]
-
-
-def notebook_outputs(out: Path, path: Path) -> list[Path]:
-    """The executed notebook and the folder of traces it wrote, relative to ``out``."""
-    return [path, path.parent / traces.trace_dir_for(path)]
-
-
-def cache_store(cache: Path, key: str, out: Path, path: Path, row: dict) -> None:
-    entry = cache / key
-    if entry.exists():
-        shutil.rmtree(entry)
-    for rel in notebook_outputs(out, path):
-        src = out / rel
-        if src.is_dir():
-            shutil.copytree(src, entry / rel)
-        elif src.exists():
-            (entry / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, entry / rel)
-    (entry / "row.json").write_text(json.dumps(row, indent=2))
-
-
-def cache_restore(cache: Path, key: str, out: Path, path: Path) -> Optional[dict]:
-    """Put a cached result back in ``out``; its report row, or None on a miss."""
-    entry = cache / key
-    if not (entry / "row.json").exists():
-        return None
-    for rel in notebook_outputs(out, path):
-        src, dst = entry / rel, out / rel
-        if src.is_dir():
-            if dst.exists():
-                shutil.rmtree(dst)
-            shutil.copytree(src, dst)
-        elif src.exists():
-            shutil.copy2(src, dst)
-    return {**json.loads((entry / "row.json").read_text()), "cached": True}
-
-
 def ipc_kernel_manager():
     """A kernel manager whose kernel talks over local sockets in a temporary folder.
 
@@ -358,13 +300,13 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     stage(root, out)
     traces.stage_recorded(root, out)
     report = {"profile": name, "parameters": params, "jobs": jobs, "environment": environment(), "notebooks": []}
-    library = library_digest(root) if cache else None
-    keys = {path: cache_key(root, path, staged_parameters(path, params), library, report["environment"])
+    library = execution_cache.library_digest(root) if cache else None
+    keys = {path: execution_cache.cache_key(root, path, staged_parameters(path, params), library, report["environment"])
             for path in every} if cache else {}
     rows = {}
     for path in every if cache else []:
         if path not in chosen or not force:
-            row = cache_restore(Path(cache), keys[path], out, path)
+            row = execution_cache.cache_restore(Path(cache), keys[path], out, path)
             if row is not None:
                 rows[path] = row
     todo = [path for path in chosen if path not in rows]
@@ -394,7 +336,7 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
                 show(i, rows[futures[done]])
     for path in todo:
         if cache and rows[path]["status"] == "ok":
-            cache_store(Path(cache), keys[path], out, path, rows[path])
+            execution_cache.cache_store(Path(cache), keys[path], out, path, rows[path])
     report["notebooks"] = [rows.get(path) or {"notebook": str(path), "status": "not executed", "seconds": None,
                                                "error": "not chosen by --only, and no cached result"}
                            for path in every if path in rows or path in chosen or cache]
@@ -402,53 +344,6 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     failed = [r for r in report["notebooks"] if r["status"] == "failed"]
     print(f"{len(todo) - len(failed)} executed ok, {len(failed)} failed; report: {out / 'report.md'}", flush=True)
     return report
-
-
-def stage_mathjax(out: Path) -> Path:
-    """Copy MathJax (from the jupyter-server-mathjax package) into the book's static files,
-    where ``mathjax_path`` in _config.yml finds it: pages then typeset math offline."""
-    try:
-        import jupyter_server_mathjax
-    except ImportError as err:
-        raise SystemExit("building the book needs MathJax from the jupyter-server-mathjax package: "
-                         "pip install -r requirements.txt") from err
-    src = Path(jupyter_server_mathjax.__file__).parent / "static"
-    dst = Path(out) / "book" / "_static" / "mathjax"
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("localization", "*.py"))
-    return dst
-
-
-def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) -> Path:
-    """Build the executed copy with Jupyter Book (execution off, warnings as errors)."""
-    import subprocess
-
-    stage_mathjax(out)
-
-    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
-           "build", str(out), "--path-output", str(html_parent), "-W", "-n", "--keep-going"]
-    print("Building HTML: jupyter-book", " ".join(cmd[3:]), flush=True)
-    subprocess.run(cmd, check=True)
-    html = html_parent / "_build" / "html"
-    print(f"Published {len(traces.publish(out, html))} trace(s) with the HTML", flush=True)
-    print(f"Exercise downloads: {len(serve_unsolved(out, html))} unsolved notebook(s)", flush=True)
-    return html
-
-
-def serve_unsolved(out: Path, html: Path) -> list[Path]:
-    """Make each exercise page's download button serve the unsolved notebook.
-
-    The page shows the book as executed, with the hidden solutions run; a learner who
-    downloads it should get the exercise itself, where an empty answer fails its check.
-    """
-    served = []
-    for unsolved in sorted((out / UNSOLVED).rglob("*.ipynb")):
-        target = html / "_sources" / unsolved.relative_to(out / UNSOLVED)
-        if target.exists():
-            shutil.copy2(unsolved, target)
-            served.append(target)
-    return served
 
 
 def main(argv=None, root: Optional[Path] = None) -> int:
@@ -490,6 +385,9 @@ def main(argv=None, root: Optional[Path] = None) -> int:
                   f"result ({', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}): run without --only, "
                   "or with the cache", file=sys.stderr)
             return 1
+        # Here, not at the top: book_html reads the runner's layout (ROOT, UNSOLVED) from this module.
+        from .book_html import build
+
         html = build(args.out.resolve(), html_parent=root)
         print(f"HTML: {html / 'index.html'}")
     return 0

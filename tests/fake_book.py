@@ -1,7 +1,7 @@
 """A tiny fake book, built once per session through the real runner and build
-(``kernels.execute.run`` then ``build``, with the real ``_config.yml`` and ``book/_static``):
-one notebook that profiles a matmul and shows ``traces.links`` for it and for a recorded GPU
-trace. tests/test_traces.py and tests/test_browser.py read it."""
+(``kernels.execute.run`` then ``kernels.book_html.build``, with the real ``_config.yml`` and
+``book/_static``): one notebook that profiles a matmul and shows ``traces.links`` for it and
+for a recorded GPU trace. tests/test_traces.py and tests/test_browser.py read it."""
 from __future__ import annotations
 
 import fcntl
@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
-from kernels import execute
+from kernels import book_html, execute
 from tests.gpu_trace import naive_a100_trace
 from tests.helpers import ROOT
 
@@ -66,7 +66,7 @@ def build_fake_book(tmp_path_factory) -> SimpleNamespace:
             shutil.rmtree(base, ignore_errors=True)
             _fake_source(base / "src")
             report = execute.run("cpu", out=base / "executed", root=base / "src", progress=False)
-            execute.build(base / "executed", html_parent=base)
+            book_html.build(base / "executed", html_parent=base)
             done.write_text(json.dumps(report))
     return SimpleNamespace(src=base / "src", out=base / "executed", html=base / "_build" / "html",
                            report=json.loads(done.read_text()))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels import execute
+from kernels import execute, execution_cache
 from tests.helpers import ROOT
 
 NOTEBOOKS = execute.notebooks(ROOT)
@@ -152,7 +152,7 @@ def _executed(report) -> list[str]:
 def test_a_second_run_with_nothing_changed_executes_nothing(tmp_path, monkeypatch):
     # The library's part of the key has its own test below; fixed here, so the test does not
     # depend on nobody editing kernels/ while it runs.
-    monkeypatch.setattr(execute, "library_digest", lambda root: "the library")
+    monkeypatch.setattr(execution_cache, "library_digest", lambda root: "the library")
     root, out, cache = _two_notebook_book(tmp_path), tmp_path / "out", tmp_path / "cache"
     first = execute.run("cpu", out=out, root=root, cache=cache, progress=False)
     assert _executed(first) == ["book/a.ipynb", "book/b.ipynb"]
@@ -245,11 +245,11 @@ def test_the_cache_key_follows_the_library_and_the_recordings(tmp_path):
     (package / "csrc").mkdir(parents=True)
     (package / "naive.py").write_text("x = 1\n")
     (root / "book" / "data").mkdir(parents=True)
-    before = execute.library_digest(root, package)
+    before = execution_cache.library_digest(root, package)
     (package / "naive.py").write_text("x = 2\n")
-    after_code = execute.library_digest(root, package)
+    after_code = execution_cache.library_digest(root, package)
     (root / "book" / "data" / "meta.json").write_text("{}")
-    after_data = execute.library_digest(root, package)
+    after_data = execution_cache.library_digest(root, package)
     assert len({before, after_code, after_data}) == 3, "an edit to the library or a new recording re-executes"
 
 
