@@ -12,8 +12,9 @@ also the same file a reader opens in Perfetto, so the book and the UI cannot dis
 This module records. The rest lives one job per module, and is re-exported here so that
 ``profiling.load_trace``, ``profiling.diff``, ``profiling.timeline`` and friends keep working:
 
-- ``kernels.trace``: a trace file as tables (``load_trace``, ``Trace``, ``Step``, ``op_table``,
-  ``kernel_table``, ``counts``, ``median_step``);
+- ``kernels.trace``: a trace file as tables (``load_trace``, ``Trace``, ``Step``, ``median_step``);
+- ``kernels.trace_tables``: what the chapters display of a step (``op_table``, ``kernel_table``,
+  ``counts``);
 - ``kernels.tracediff``: what changed between two steps (``diff``, ``StepDiff``);
 - ``kernels.timeline``: the timeline figure, drawn on ``Figure`` objects.
 """
@@ -34,8 +35,8 @@ from torch.profiler import ProfilerActivity, record_function, schedule
 from . import timeline as _timeline
 from . import tracediff as _tracediff
 from .trace import (DTYPE_BYTES, GPU_CATEGORIES, LAUNCH_CATEGORIES, VIEW_OPS, Step, Trace,  # noqa: F401
-                    _inclusive, _shape_bytes, counts, kernel_table, load_trace, median_step, op_table,
-                    read_events)
+                    _inclusive, _shape_bytes, load_trace, median_step, read_events)
+from .trace_tables import counts, kernel_table, op_table  # noqa: F401
 from .tracediff import StepDiff  # noqa: F401
 
 # ----------------------------------------------------------------------------- recording

@@ -1,4 +1,4 @@
-"""A profiler trace file as tables: ``load_trace``, ``Trace``, ``Step`` and their tables.
+"""A profiler trace file as tables: ``load_trace``, ``Trace``, ``Step`` and ``median_step``.
 
 A ``Step`` is one labelled range of the trace (a ``record_function`` label, or the profiler's
 own ``ProfilerStep#N``): the CPU ops that ran in it, on every thread of the process, the GPU
@@ -19,6 +19,9 @@ Trace facts this reader relies on (Kineto's Chrome export, torch 1.8 to 2.x):
 - Kineto before torch 1.10 wrote capitalised categories (``Operator``, ``Kernel``,
   ``Memcpy``, ``Memset``, ``Runtime``); they are read as their modern names.
 - ``[memory]`` instant events carry ``Bytes`` (+alloc / -free) and ``Total Allocated``.
+
+What the chapters display of a step (``op_table``, ``kernel_table``, ``copy_table``,
+``counts``) is in ``kernels.trace_tables``.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
+
+from .trace_tables import copy_table  # what Step.copy_table shows
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -605,77 +610,6 @@ class Step:
             "peak_MiB": self.peak_bytes / 2**20,
             "allocated_MiB": self.allocated_bytes / 2**20,
         }
-
-
-# ----------------------------------------------------------------------------- tables
-
-# One per level of nesting in op_table: a visible dot and a no-break space, so the depth reads
-# in any HTML (leading spaces collapse, and Jupyter right-aligns table cells).
-NESTING = "·\u00a0"
-
-
-def shape_text(dims) -> str:
-    """A tensor shape as the prose writes it: ``1×8×512×512``; ``scalar`` for a 0-d tensor."""
-    return "×".join(str(d) for d in dims) if dims else "scalar"
-
-
-def _size_unit(largest: float) -> tuple[str, float]:
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-        if largest >= scale:
-            return unit, scale
-    return "bytes", 1
-
-
-def copy_table(step: Step, min_bytes: int = 1) -> pd.DataFrame:
-    """The step's ``aten::copy_`` calls for display (``Step.copies`` holds the raw columns):
-    the op that called each, what it copied (shape, dtype) and its size in the unit of the
-    largest copy. A size too small to show in that unit reads ``< 0.01``."""
-    c = step.copies(min_bytes)
-    unit, scale = _size_unit(float(c["bytes"].max()) if len(c) else 0.0)
-    sizes = [f"{b / scale:,.2f}" if unit != "bytes" else f"{b:,d}" for b in c["bytes"]]
-    sizes = ["< 0.01" if b and text == "0.00" else text for b, text in zip(c["bytes"], sizes)]
-    return pd.DataFrame({
-        "op": c["name"].values,
-        "called from": [n if n else "(your code)" for n in c["called_from"]],
-        "shape": [shape_text(d[0] if d else []) for d in c["input_dims"]],
-        "dtype": [t[0] if t else "" for t in c["input_types"]],
-        f"size ({unit})": sizes,
-        "time (us)": c["dur_us"].round(1).values,
-    })
-
-
-def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None) -> pd.DataFrame:
-    """The step's ops in call order, one ``NESTING`` marker (``· ``) per level below the top,
-    for display. When ops of threads other than the label's ran in the step (a training
-    step's backward), a ``thread`` column says whose."""
-    ops = step.ops if views else step.ops[~step.ops["is_view"]]
-    if max_depth is not None:
-        ops = ops[ops["depth"] <= max_depth]
-    table = pd.DataFrame({
-        "op": [NESTING * d + n for d, n in zip(ops["depth"], ops["name"])],
-        "input shapes": [" ".join(str(tuple(x)) for x in dims if x) for dims in ops["input_dims"]],
-        "time (us)": ops["dur_us"].round(1),
-        "allocated (KiB, incl. children)": (ops["alloc_bytes"] / 1024).round(1),
-    })
-    if (step.ops["tid"] != step.thread[1]).any():
-        table.insert(0, "thread", ops["tid"].values)
-    return table.reset_index(drop=True)
-
-
-def kernel_table(step: Step) -> pd.DataFrame:
-    """The step's GPU work in order, with each kernel's launch footprint and its stream."""
-    k = step.kernels
-    return pd.DataFrame({
-        "kernel": k["name"].str.slice(0, 80), "time (us)": k["dur_us"].round(1), "launched by": k["op"],
-        "grid": k["grid"], "block": k["block"], "regs/thread": k["registers_per_thread"],
-        "smem (B)": k["shared_memory"], "est. occupancy %": k["occupancy_pct"], "stream": k["stream"],
-    })
-
-
-def counts(steps: list[Step]) -> pd.DataFrame:
-    """Per step: how many ops (and kernels), so a reader can see every step looks alike."""
-    return pd.DataFrame([{"step": s.index, **{k: v for k, v in s.summary().items() if k != "label"}}
-                         for s in steps]).set_index("step")
 
 
 def median_step(steps: list[Step]) -> Step:

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from kernels import cuda_threads, plots, profiling, tiling
 from kernels import timeline as tl
-from kernels import tracediff, trace
+from kernels import trace_tables, tracediff
 from tests.gpu_trace import forward_trace
 from tests.helpers import png_width, too_small
 
@@ -194,13 +194,13 @@ def cpu_naive(tmp_path_factory):
 
 
 def test_op_table_nesting_survives_html(cpu_naive):
-    table = trace.op_table(cpu_naive)
+    table = trace_tables.op_table(cpu_naive)
     ops = cpu_naive.ops[~cpu_naive.ops["is_view"]]
     assert (ops["depth"] >= 2).any(), "the naive forward nests (clone under masked_fill, copy_ under clone)"
     for op, name, depth in zip(table["op"], ops["name"], ops["depth"]):
-        assert op == trace.NESTING * depth + name, f"one marker per level of nesting: {op!r} at depth {depth}"
+        assert op == trace_tables.NESTING * depth + name, f"one marker per level of nesting: {op!r} at depth {depth}"
     html = table.to_html()
-    assert (trace.NESTING * 2 + "aten::copy_") in html, \
+    assert (trace_tables.NESTING * 2 + "aten::copy_") in html, \
         "the nesting is in the HTML as visible characters (leading spaces would collapse there)"
     assert not any(op.startswith(" ") for op in table["op"]), "no leading spaces, which HTML collapses"
 

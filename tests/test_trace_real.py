@@ -17,7 +17,7 @@ import matplotlib
 import pytest
 import torch
 
-from kernels import timeline, trace
+from kernels import timeline, trace_tables
 from kernels.trace import load_trace
 
 matplotlib.use("Agg")
@@ -145,7 +145,7 @@ def test_a_backward_kernel_belongs_to_the_range_on_the_main_thread():
     assert len(step.kernels) == 1 and step.kernels.iloc[0]["thread"] == "24922", \
         "the kernel was launched by the backward thread, inside the main thread's label"
     assert step.kernels.iloc[0]["op"] == "aten::mm", "its launching op is the innermost op of the launching thread"
-    table = trace.op_table(step)
+    table = trace_tables.op_table(step)
     assert "thread" in table and set(table["thread"]) == {"24922"}, "op_table says which thread ran each op"
 
 
