@@ -13,11 +13,11 @@ memory a Triton kernel asks for at launch is in the compiled kernel's metadata
 Every Triton config the autotuner may try is compiled here: for each kernel (forward, the
 dK/dV and dQ backward kernels, and on sm_90 the forward that moves its tiles with the TMA),
 each head dim the kernels take (the padded powers of two, 16..256), each config of that head
-dim's space (``triton_flash.config_space``). A TMA kernel's row also counts the TMA copies in
+dim's space (``triton_tiles.config_space``). A TMA kernel's row also counts the TMA copies in
 its PTX (``cp.async.bulk.tensor``), which shows the descriptors were not lowered to plain
 loads. Each row says whether the result *fits* the target (shared memory within the
 per-block opt-in limit of ``kernels.occupancy.ARCHES``, registers of a block within the SM's
-65,536) and whether the autotuner's pruning *keeps* it (``triton_flash.fitting_configs``,
+65,536) and whether the autotuner's pruning *keeps* it (``triton_tiles.fitting_configs``,
 which estimates shared memory before compiling). The pruning must never keep a config that does not fit: the
 autotuner would compile it, then fail to launch it. ``tests/test_compile_report.py``
 checks that on a covering subset; this CLI does the full sweep (a few seconds per compile).
@@ -49,11 +49,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from . import triton_tiles as tiles
 from .occupancy import ARCHES
 
 TARGETS = ("sm_80", "sm_90")
 DTYPES = {"bf16": ("*bf16", 2), "fp16": ("*fp16", 2), "fp32": ("*fp32", 4)}
-TRITON_KERNELS = ("fwd", "fwd_tma", "bwd_dkdv", "bwd_dq")   # fwd_tma: compiled for sm_90 only
 REGISTERS_PER_SM = 64 * 1024
 
 # Argument names of the kernels, by kind (see kernels/triton_flash.py).
@@ -247,11 +247,13 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
         return _CACHE[key]
     tf = _triton_module()
     from triton.backends.compiler import GPUTarget
+
+    from kernels import triton_backward as tb
     from triton.compiler import ASTSource
 
     block_m, block_n, warps, stages = config
-    fn = {"fwd": tf._attn_fwd, "fwd_tma": tf._attn_fwd_tma, "bwd_dkdv": tf._attn_bwd_dkdv,
-          "bwd_dq": tf._attn_bwd_dq}[kernel]
+    fn = {"fwd": tf._attn_fwd, "fwd_tma": tf._attn_fwd_tma, "bwd_dkdv": tb._attn_bwd_dkdv,
+          "bwd_dq": tb._attn_bwd_dq}[kernel]
     consts = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, UPCAST=False,
                   PAD_D=False, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
     if kernel in ("fwd", "fwd_tma"):
@@ -259,15 +261,15 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
     consts.update(_unit_strides(fn))
     descriptors = None
-    if kernel in tf.TMA_KERNELS:
+    if kernel in tiles.TMA_KERNELS:
         descriptors = {name: [1, 1, rows, head_dim] for name, rows in
                        (("Q", block_m), ("O", block_m), ("O32", block_m), ("K", block_n), ("V", block_n))}
     signature, attrs = _signature(fn, consts, dtype, descriptors)
     element_size = DTYPES[dtype][1]
-    estimate = tf.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
+    estimate = tiles.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
-    kept = kernel in tf.kernels_for(arch.capability) and config in [tuple(c) for c in tf.fitting_configs(
-        tf.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
+    kept = kernel in tiles.kernels_for(arch.capability) and config in [tuple(c) for c in tiles.fitting_configs(
+        tiles.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
         arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
     row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
               config=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages),
@@ -297,16 +299,16 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     return row
 
 
-def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = TRITON_KERNELS,
+def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = tiles.KERNELS,
                 target: Optional[str] = None):
     """(kernel, head_dim, config) for every config the autotuner may try (on ``target``: the
     TMA forward only where it is chosen, sm_90)."""
-    tf = _triton_module()
-    dims = list(head_dims) if head_dims is not None else list(tf.PADDED_HEAD_DIMS)
+    _triton_module()   # says why not, where these kernels cannot be compiled here
+    dims = list(head_dims) if head_dims is not None else list(tiles.PADDED_HEAD_DIMS)
     if target is not None:
-        launched = tf.kernels_for(limits(target).capability)
+        launched = tiles.kernels_for(limits(target).capability)
         kernels = [k for k in kernels if k in launched]
-    return [(k, d, tuple(c)) for k in kernels for d in dims for c in tf.config_space(k, d)]
+    return [(k, d, tuple(c)) for k in kernels for d in dims for c in tiles.config_space(k, d)]
 
 
 # --------------------------------------------------------------------------------- CUDA
@@ -332,7 +334,7 @@ def cuda_rows(target: str) -> list[Row]:
 # --------------------------------------------------------------------------------- all of it
 
 def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] = None,
-          kernels: Sequence[str] = TRITON_KERNELS, jobs: Optional[Sequence[tuple]] = None,
+          kernels: Sequence[str] = tiles.KERNELS, jobs: Optional[Sequence[tuple]] = None,
           cuda: bool = True, progress=None) -> list[Row]:
     """The report for ``target``, in this process (which must not interpret Triton)."""
     limits(target)
@@ -389,7 +391,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     p.add_argument("--head-dim", type=int, nargs="+", help="padded head dims (default: all, 16..256)")
-    p.add_argument("--kernels", nargs="+", choices=TRITON_KERNELS, default=list(TRITON_KERNELS))
+    p.add_argument("--kernels", nargs="+", choices=tiles.KERNELS, default=list(tiles.KERNELS))
     p.add_argument("--no-cuda", action="store_true", help="leave out the CUDA kernels")
     p.add_argument("--jobs", help=argparse.SUPPRESS)  # JSON [[kernel, head_dim, [m, n, w, s]], ...]
     return p

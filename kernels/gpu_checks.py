@@ -17,7 +17,10 @@ import torch
 
 from .results import first_line
 
-TRITON_KERNELS = {"fwd": "attn_fwd", "fwd_tma": "attn_fwd_tma", "bwd_dkdv": "attn_bwd_dkdv", "bwd_dq": "attn_bwd_dq"}
+# Where each autotuned kernel lives: (module, attribute).
+TRITON_KERNELS = {"fwd": ("kernels.triton_flash", "attn_fwd"), "fwd_tma": ("kernels.triton_flash", "attn_fwd_tma"),
+                  "bwd_dkdv": ("kernels.triton_backward", "attn_bwd_dkdv"),
+                  "bwd_dq": ("kernels.triton_backward", "attn_bwd_dq")}
 
 
 def chosen_configs(name: str) -> Optional[str]:
@@ -28,11 +31,10 @@ def chosen_configs(name: str) -> Optional[str]:
     """
     if name != "triton":
         return None
-    # Read from the module only if it is loaded: asking must not import Triton.
-    tf = sys.modules.get("kernels.triton_flash")
+    # Read from the modules only if they are loaded: asking must not import Triton.
     chosen = {}
-    for short, attr in TRITON_KERNELS.items():
-        config = getattr(getattr(tf, attr, None), "best_config", None)
+    for short, (module, attr) in TRITON_KERNELS.items():
+        config = getattr(getattr(sys.modules.get(module), attr, None), "best_config", None)
         if config is not None:
             chosen[short] = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
     return json.dumps(chosen, sort_keys=True) if chosen else None

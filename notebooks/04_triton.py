@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 import kernels
 import kernels.triton_flash as tf
+from kernels import triton_backward, triton_launch, triton_tiles
 from kernels import bench, occupancy, plots, profiling, reference, sdpa, tiling
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 
@@ -75,7 +76,7 @@ show_source(tf.tiled_softmax)
 # read in {glue:text}`softmax_tiles` tiles of {glue:text}`softmax_block` keys.
 
 # %%
-softmax_block = tf.INTERPRETER_BLOCKS["BLOCK_N"]
+softmax_block = triton_tiles.INTERPRETER_BLOCKS["BLOCK_N"]
 demo_keys = min(run_seq, 8 * softmax_block)  # at most eight tiles: a table, not a wall
 row = (q[0, 0, -1].double() @ k[0, 0, :demo_keys].double().T) / math.sqrt(head_dim)
 soft, history = tf.tiled_softmax(row, softmax_block)
@@ -189,7 +190,7 @@ show_source(tiling.tile_map)
 # tile on the right, the K/V tiles it streams along the top.
 
 # %%
-block_m, block_n = tf.INTERPRETER_BLOCKS["BLOCK_M"], tf.INTERPRETER_BLOCKS["BLOCK_N"]
+block_m, block_n = triton_tiles.INTERPRETER_BLOCKS["BLOCK_M"], triton_tiles.INTERPRETER_BLOCKS["BLOCK_N"]
 fig_seq, fig_program = 200, 2
 fig = Figure(figsize=(12, 5.8), layout="constrained")
 left, right = fig.subplots(1, 2)
@@ -226,7 +227,7 @@ guess_causal_share_at_256 = 0.5  # edit me before running on
 # `BLOCK_N` = {glue:text}`gpu_block_n`:
 
 # %%
-gpu_block_m, gpu_block_n = tf.GPU_CONFIGS[0][:2]
+gpu_block_m, gpu_block_n = triton_tiles.GPU_CONFIGS[0][:2]
 lengths = [256, 512, 1024, 2048, 4096, 8192, 16384]
 fractions = pd.DataFrame([{
     "S": s,
@@ -267,7 +268,7 @@ glue("overhead_pct", 100 * (overhead_here - 1))
 # $0 \times \text{NaN} = \text{NaN}$: the naive attention of chapter 1 is such a kernel.
 
 # %%
-unit = max(c[0] for c in tf.GPU_CONFIGS) if on_gpu else tf.INTERPRETER_BLOCKS["BLOCK_M"]
+unit = max(c[0] for c in triton_tiles.GPU_CONFIGS) if on_gpu else triton_tiles.INTERPRETER_BLOCKS["BLOCK_M"]
 poison_from = unit * max(1, (run_seq // unit) // 2)
 if poison_from < run_seq:
     v_poisoned = v.clone()
@@ -289,7 +290,7 @@ glue("poison_from", poison_from)
 # of the output of one (batch, head):
 
 # %%
-display(show_source(tf._tile.fn))   # the pointer helper the kernels share
+display(show_source(triton_launch._tile.fn))   # the pointer helper the kernels share
 show_source(tf._attn_fwd.fn)
 
 # %% [markdown]
@@ -401,7 +402,7 @@ glue("fwd_name", fwd_name)
 # $dQ = \text{scale}\cdot dS\,K$. The launcher runs three kernels:
 
 # %%
-show_source(tf.flash_backward)
+show_source(triton_backward.flash_backward)
 
 # %% [markdown]
 # 1. **`_attn_bwd_preprocess`** computes $\Delta$, one number per row, from O and dO. It is
@@ -445,8 +446,8 @@ show_source(tf.flash_backward)
 #   outer loop, the compiler kept more registers live and spilled some to memory on sm_80.
 
 # %%
-display(show_source(tf._attn_bwd_dkdv.fn))
-show_source(tf._bwd_dkdv_steps.fn)
+display(show_source(triton_backward._attn_bwd_dkdv.fn))
+show_source(triton_backward._bwd_dkdv_steps.fn)
 
 # %% [markdown]
 # ## Run it

@@ -395,6 +395,7 @@ def test_crosscheck_on_a_cpu_says_it_was_not_run():
 
 
 def test_triton_config_is_recorded_when_autotuned(monkeypatch):
+    import kernels.triton_backward as tb
     import kernels.triton_flash as tf
 
     class Tuned:
@@ -403,7 +404,7 @@ def test_triton_config_is_recorded_when_autotuned(monkeypatch):
                                                    "num_warps": w, "num_stages": s})()
 
     monkeypatch.setattr(tf, "attn_fwd", Tuned(128, 64, 8, 3))
-    monkeypatch.setattr(tf, "attn_bwd_dq", Tuned(64, 64, 4, 3))
+    monkeypatch.setattr(tb, "attn_bwd_dq", Tuned(64, 64, 4, 3))
     chosen = json.loads(bench.chosen_configs("triton"))
     assert chosen["fwd"] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     assert set(chosen) == {"fwd", "bwd_dq"}, "kernels without best_config (not yet tuned) are left out"

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import kernels.triton_flash as tf
+import kernels.triton_tiles as tiles
 from kernels import compile_report as cr
 from kernels import ptxas
 from kernels.occupancy import ARCHES
@@ -30,13 +31,13 @@ def _limit(target):
 
 def kept(kernel, head_dim, target):
     arch = ARCHES[target]
-    return tf.fitting_configs(tf.config_space(kernel, head_dim), 1 << 16, head_dim, BF16, _limit(target),
+    return tiles.fitting_configs(tiles.config_space(kernel, head_dim), 1 << 16, head_dim, BF16, _limit(target),
                               kernel=kernel, capability=arch.capability)
 
 
 def estimate(kernel, head_dim, config):
     m, n, _, stages = config
-    return tf.shared_memory_estimate(m, n, stages, head_dim, BF16, kernel=kernel)
+    return tiles.shared_memory_estimate(m, n, stages, head_dim, BF16, kernel=kernel)
 
 
 # Configs the compiler must find too large for the target (outside every space on purpose).
@@ -45,7 +46,7 @@ TOO_LARGE = {"sm_80": ("fwd", 128, (128, 128, 8, 4)), "sm_90": ("fwd", 128, (128
 
 def covering_jobs(target):
     jobs = [(k, 128, max(kept(k, 128, target), key=lambda c: estimate(k, 128, c)))
-            for k in tf.kernels_for(ARCHES[target].capability)]
+            for k in tiles.kernels_for(ARCHES[target].capability)]
     return jobs + [TOO_LARGE[target]]
 
 
@@ -102,7 +103,7 @@ def test_a_config_that_does_not_fit_is_not_kept(reports, target):
         f"expected {config} at D={head_dim} to exceed {target}'s shared memory: {row}"
     # Offered to the pruning next to one that fits, it is dropped.
     small = (64, 32, 4, 2)
-    assert tf.fitting_configs([config, small], 4096, head_dim, BF16, _limit(target), kernel=kernel,
+    assert tiles.fitting_configs([config, small], 4096, head_dim, BF16, _limit(target), kernel=kernel,
                               capability=ARCHES[target].capability) == [small]
 
 
@@ -112,7 +113,7 @@ def test_the_tma_forward_is_compiled_for_hopper_only_and_uses_the_tma(reports):
     assert tma["sm_90"] and all(r["tma_copies"] > 0 and r["kept"] for r in tma["sm_90"]), tma["sm_90"]
     pointer_kernels = [r for r in triton_rows(reports["sm_90"]) if r["kernel"] != "triton fwd_tma"]
     assert pointer_kernels and all(r["tma_copies"] == 0 for r in pointer_kernels)
-    assert "fwd_tma" not in tf.kernels_for((8, 0)) and "fwd_tma" in tf.kernels_for((9, 0))
+    assert "fwd_tma" not in tiles.kernels_for((8, 0)) and "fwd_tma" in tiles.kernels_for((9, 0))
 
 
 @pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs nvcc for the CUDA kernels")
@@ -156,7 +157,7 @@ def test_ptxas_reports_are_remembered_on_disk(monkeypatch, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_kept_config_compiles_within_limits(target):
-    jobs = [(k, d, c) for k in tf.kernels_for(ARCHES[target].capability) for d in tf.PADDED_HEAD_DIMS
+    jobs = [(k, d, c) for k in tiles.kernels_for(ARCHES[target].capability) for d in tiles.PADDED_HEAD_DIMS
             for c in kept(k, d, target)]
     rows = cr.report(target, jobs=jobs, cuda=False, timeout=3000)
     bad = [r for r in rows if not r["fits"] or r["spills"] or r["estimate_bytes"] < r["shared_bytes"]]

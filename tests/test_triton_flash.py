@@ -21,6 +21,9 @@ import torch
 
 import kernels
 import kernels.triton_flash as tf
+import kernels.triton_backward as tb
+import kernels.triton_launch as launch
+import kernels.triton_tiles as tiles
 from kernels import reference, triton_interpreter
 from tests.helpers import LAYOUTS, ROOT, covering, make_attention_inputs, make_qkv
 
@@ -134,14 +137,14 @@ def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
                 return self.real[grid](*args, **kwargs)
             return launch
 
-    for name in ("attn_fwd", "attn_bwd_dkdv", "attn_bwd_dq", "_attn_bwd_preprocess"):
-        monkeypatch.setattr(tf, name, Spy(name, launched(getattr(tf, name))))
+    for module, name in ((tf, "attn_fwd"), (tb, "attn_bwd_dkdv"), (tb, "attn_bwd_dq"), (tb, "_attn_bwd_preprocess")):
+        monkeypatch.setattr(module, name, Spy(name, launched(getattr(module, name))))
     q, k, v = (t.requires_grad_() for t in make_attention_inputs(3, 4, 2, 70, 70, 16, seed=5))
     triton_attention(q, k, v, causal=True).sum().backward()
     assert grids["attn_fwd"] == (3 * 4, math.ceil(70 / 64))
     assert grids["attn_bwd_dq"] == (3 * 4, math.ceil(70 / 64))
-    assert grids["_attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / tf.PREPROCESS_BLOCK_M))
-    key_tile = tf._FIXED_BACKWARD_BLOCKS.get("BLOCK_N", 32)   # the interpreter's, or the spy's default
+    assert grids["_attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / tiles.PREPROCESS_BLOCK_M))
+    key_tile = tb._FIXED_BACKWARD_BLOCKS.get("BLOCK_N", 32)   # the interpreter's, or the spy's default
     assert grids["attn_bwd_dkdv"] == (3 * 2, math.ceil(70 / key_tile)), "dK/dV: one program per K/V head's key tile"
 
 
@@ -226,7 +229,7 @@ def test_other_tile_shapes_in_the_interpreter(monkeypatch, block_m, block_n, sq,
     # rows, several per diagonal), and 16 rows (too few to halve, the masked steps keep 16),
     # with Sq != Sk and GQA, so that a tile-shape bug shows without a GPU.
     monkeypatch.setattr(tf, "_FIXED_BLOCKS", {"BLOCK_M": block_m, "BLOCK_N": block_n})
-    monkeypatch.setattr(tf, "_FIXED_BACKWARD_BLOCKS", {"BLOCK_M": block_m, "BLOCK_N": block_n})
+    monkeypatch.setattr(tb, "_FIXED_BACKWARD_BLOCKS", {"BLOCK_M": block_m, "BLOCK_N": block_n})
     q, k, v = make_attention_inputs(1, 2, 1, sq, sk, 16, layouts="bshd", seed=4)
     reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=4).assert_ok(
         f"triton tiles {block_m}x{block_n}")
@@ -313,7 +316,7 @@ def test_poisoned_outputs_are_fully_written(monkeypatch, dtype):
     def nan_filled(like, dtype=None):
         return torch.full_like(like, float("nan"), dtype=dtype)
 
-    monkeypatch.setattr(tf, "_new_output", nan_filled)
+    monkeypatch.setattr(launch, "new_output", nan_filled)
     q, k, v = make_attention_inputs(1, 4, 2, 40, 25, 40, dtype=dtype, layouts="bshd", seed=9)
     judgement = reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=8)
     judgement.assert_ok(f"triton {dtype} with NaN-filled buffers (an unwritten element reads NaN)")
@@ -371,68 +374,68 @@ def test_import_without_triton_explains_instead_of_failing():
 
 def test_gpu_configs_are_pruned_to_what_fits():
     # fp16, head_dim 128: (128 + 2·3·64)·128·2 bytes = 131072 for the forward's (128, 64, 8, 3).
-    assert tf.shared_memory_estimate(128, 64, 3, 128, 2) == (128 + 2 * 3 * 64) * 128 * 2
-    space = tf.config_space("fwd", 128)
-    assert tf.fitting_configs(space, 4096, 128, 2, smem_limit=10**9) == space
+    assert tiles.shared_memory_estimate(128, 64, 3, 128, 2) == (128 + 2 * 3 * 64) * 128 * 2
+    space = tiles.config_space("fwd", 128)
+    assert tiles.fitting_configs(space, 4096, 128, 2, smem_limit=10**9) == space
     limit = 64 * 1024
-    kept = tf.fitting_configs(space, 4096, 128, 2, smem_limit=limit)
-    assert kept and all(tf.shared_memory_estimate(m, n, st, 128, 2) <= limit for m, n, w, st in kept)
+    kept = tiles.fitting_configs(space, 4096, 128, 2, smem_limit=limit)
+    assert kept and all(tiles.shared_memory_estimate(m, n, st, 128, 2) <= limit for m, n, w, st in kept)
     assert (128, 64, 8, 3) not in kept
     # A 40-token sequence has no use for 128-row or 128-key tiles.
-    assert all(max(m, n) <= 64 for m, n, *_ in tf.fitting_configs(tf.config_space("fwd", 64), 40, 64, 2,
+    assert all(max(m, n) <= 64 for m, n, *_ in tiles.fitting_configs(tiles.config_space("fwd", 64), 40, 64, 2,
                                                                   smem_limit=10**9))
     # 64 queries against 4096 keys (a chunk of decoding): no 128-row query tiles, 128-key ones still.
-    short_q = tf.fitting_configs(tf.config_space("fwd", 64), 64, 64, 2, smem_limit=10**9, seq_k=4096)
+    short_q = tiles.fitting_configs(tiles.config_space("fwd", 64), 64, 64, 2, smem_limit=10**9, seq_k=4096)
     assert all(m <= 64 for m, *_ in short_q) and any(n == 128 for _, n, *_ in short_q), short_q
-    assert all(n <= 32 for _, n, *_ in tf.fitting_configs(tf.config_space("fwd", 64), 4096, 64, 2,
+    assert all(n <= 32 for _, n, *_ in tiles.fitting_configs(tiles.config_space("fwd", 64), 4096, 64, 2,
                                                           smem_limit=10**9, seq_k=20))
     # Nothing fits: the smallest config is kept rather than none.
-    smallest = min(space, key=lambda c: tf.shared_memory_estimate(c[0], c[1], c[3], 128, 2))
-    assert tf.fitting_configs(space, 4096, 128, 2, smem_limit=1) == [smallest]
+    smallest = min(space, key=lambda c: tiles.shared_memory_estimate(c[0], c[1], c[3], 128, 2))
+    assert tiles.fitting_configs(space, 4096, 128, 2, smem_limit=1) == [smallest]
 
 
 def test_each_head_dim_has_its_space_with_128_key_tiles_where_they_fit():
-    for d in tf.PADDED_HEAD_DIMS:
-        for kernel in tf.KERNELS:
-            space = tf.config_space(kernel, d)
+    for d in tiles.PADDED_HEAD_DIMS:
+        for kernel in tiles.KERNELS:
+            space = tiles.config_space(kernel, d)
             assert space and len(set(space)) == len(space), (kernel, d)
-            assert set(space) <= set(tf.GPU_CONFIGS), "the autotuner is handed every config of every space"
+            assert set(space) <= set(tiles.GPU_CONFIGS), "the autotuner is handed every config of every space"
     # 128-key tiles in the forward up to D = 128, where (128, 128, 8, 2) needs 160 KiB in bf16.
-    assert all(any(n == 128 for _, n, _, _ in tf.config_space("fwd", d)) for d in (16, 32, 64, 128))
+    assert all(any(n == 128 for _, n, _, _ in tiles.config_space("fwd", d)) for d in (16, 32, 64, 128))
     with pytest.raises(ValueError, match="padded"):
-        tf.config_space("fwd", 80)
+        tiles.config_space("fwd", 80)
     with pytest.raises(ValueError, match="kernel"):
-        tf.config_space("bwd", 64)
+        tiles.config_space("bwd", 64)
 
 
 def test_hopper_pruning_drops_8_warps_on_small_tiles():
     space = [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 8, 2)]
-    on_h100 = tf.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=(9, 0))
+    on_h100 = tiles.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=(9, 0))
     assert on_h100 == [(128, 128, 8, 3), (64, 64, 4, 3)], "8 warps need a 128x128 tile on sm_90"
-    assert tf.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=(8, 0)) == space
+    assert tiles.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=(8, 0)) == space
 
 
 def test_configs_the_compiler_spills_on_ampere_are_dropped_there_only():
-    space = tf.config_space("fwd", 128)
-    on_a100 = tf.fitting_configs(space, 4096, 128, 2, smem_limit=163 * 1024, capability=(8, 0))
-    assert on_a100 and not set(on_a100) & tf.SPILLS[8][("fwd", 128)]
-    on_h100 = tf.fitting_configs(space, 4096, 128, 2, smem_limit=227 * 1024, capability=(9, 0))
+    space = tiles.config_space("fwd", 128)
+    on_a100 = tiles.fitting_configs(space, 4096, 128, 2, smem_limit=163 * 1024, capability=(8, 0))
+    assert on_a100 and not set(on_a100) & tiles.SPILLS[8][("fwd", 128)]
+    on_h100 = tiles.fitting_configs(space, 4096, 128, 2, smem_limit=227 * 1024, capability=(9, 0))
     assert (128, 128, 8, 2) in on_h100 and (128, 128, 8, 2) not in on_a100
 
 
 def test_backward_estimates_count_what_the_backward_keeps():
     # dK/dV at (128, 64, 8, 3), D = 128, bf16: 242 KiB per the compiler (REFERENCE: sm_90 AOT);
     # the estimate must not be below it, and must exceed sm_90's 227 KiB so the config is pruned.
-    estimate = tf.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dkdv")
+    estimate = tiles.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dkdv")
     assert estimate >= 242 * 1024 and estimate > 227 * 1024
-    assert tf.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dq") == (2 * 128 + 6 * 64) * 128 * 2
+    assert tiles.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dq") == (2 * 128 + 6 * 64) * 128 * 2
     # One stage is no pipelining, not less memory: dK/dV (32, 32, 8, 1) at D = 256 takes 80 KiB
     # on both targets, more than (32, 32, 8, 2) (compile report, Triton 3.7.1).
-    assert tf.shared_memory_estimate(32, 32, 1, 256, 2, kernel="bwd_dkdv") >= 80 * 1024
+    assert tiles.shared_memory_estimate(32, 32, 1, 256, 2, kernel="bwd_dkdv") >= 80 * 1024
     # The TMA forward's barriers: (128, 128, 8, 2) at D = 128 takes 161 KiB on sm_90, not 160.
-    assert tf.shared_memory_estimate(128, 128, 2, 128, 2, kernel="fwd_tma") >= 161 * 1024
+    assert tiles.shared_memory_estimate(128, 128, 2, 128, 2, kernel="fwd_tma") >= 161 * 1024
     with pytest.raises(ValueError):
-        tf.shared_memory_estimate(64, 64, 2, 64, 2, kernel="nope")
+        tiles.shared_memory_estimate(64, 64, 2, 64, 2, kernel="nope")
 
 
 @needs_interpreter_or_gpu
@@ -445,7 +448,7 @@ def test_zero_scale_gives_the_uniform_softmax():
 
 
 def test_padded_head_dim():
-    assert [tf.padded_head_dim(d) for d in (1, 16, 17, 40, 64, 80, 111, 128, 160, 256)] == \
+    assert [launch.padded_head_dim(d) for d in (1, 16, 17, 40, 64, 80, 111, 128, 160, 256)] == \
         [16, 16, 32, 64, 64, 128, 128, 128, 256, 256]
 
 
@@ -462,7 +465,7 @@ def one_autotune_config(monkeypatch):
     if tf.INTERPRETED:  # interpreted kernels are not autotuned: nothing to narrow
         return
     keep = [(64, 32, 4, 2)]
-    for kernel in (tf.attn_fwd, tf.attn_fwd_tma, tf.attn_bwd_dkdv, tf.attn_bwd_dq):
+    for kernel in (tf.attn_fwd, tf.attn_fwd_tma, tb.attn_bwd_dkdv, tb.attn_bwd_dq):
         configs = [c for c in kernel.configs
                    if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in keep]
         monkeypatch.setattr(kernel, "configs", configs)
@@ -517,8 +520,8 @@ def test_kernels_compile_for_a_gpu_in_the_process_that_interprets_them():
                 else "fp32" if n.endswith("scale") else "i32" for n in fn.arg_names}
 
     blocks = dict(HEAD_DIM=64, BLOCK_M=64, BLOCK_N=32, CAUSAL=True, PAD_D=True, UPCAST=False, DOT_PRECISION="tf32")
-    for fn, extra in ((tf._attn_fwd, dict(STORE_O32=True, NEG_SCALE=False)), (tf._attn_bwd_dkdv, {}),
-                      (tf._attn_bwd_dq, {})):
+    for fn, extra in ((tf._attn_fwd, dict(STORE_O32=True, NEG_SCALE=False)), (tb._attn_bwd_dkdv, {}),
+                      (tb._attn_bwd_dq, {})):
         consts = {**blocks, **extra}
         src = ASTSource(fn=fn, signature=signature(fn, consts),
                         constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
