@@ -66,6 +66,7 @@ def dry_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.book  # the dry run executes a chapter: `make test-book`
 def test_dry_run_writes_exactly_one_archive_and_a_summary(dry_run):
     out, done = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -77,6 +78,7 @@ def test_dry_run_writes_exactly_one_archive_and_a_summary(dry_run):
 
 
 @pytest.mark.slow
+@pytest.mark.book  # the dry run executes a chapter: `make test-book`
 def test_dry_run_manifest_lists_every_file_with_its_hash(dry_run):
     out, _ = dry_run
     manifest, members = gpu_run.read_archive(out / gpu_run.ARCHIVE_NAME)
@@ -94,6 +96,7 @@ def test_dry_run_manifest_lists_every_file_with_its_hash(dry_run):
 
 
 @pytest.mark.slow
+@pytest.mark.book  # the dry run executes a chapter: `make test-book`
 def test_import_refuses_a_dry_run(dry_run, tmp_path):
     out, _ = dry_run
     with pytest.raises(gpu_run.Refused, match="dry run"):
