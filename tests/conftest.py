@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from tests.helpers import (LAYOUTS, ROOT, covering, has_cuda, laid_out,  # noqa: F401  (re-exported for
-                           make_attention_inputs, make_qkv)              # modules not yet moved to helpers)
+from tests.helpers import ROOT, has_cuda
 
 
 def pytest_configure(config):
