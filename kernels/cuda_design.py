@@ -7,7 +7,7 @@ it instantiates the kernel once per step of ``DESIGN_STEPS``. Read without runni
 
 * ``design_steps(head_dim)``: each step's compiler report (registers, shared memory,
   spills) and its PTX's counts of the instructions that carry the changes
-  (``STEP_OPCODES``); compiled now where nvcc is, else as ``kernels.cuda_report.RECORDED``
+  (``STEP_OPCODES``); compiled now where nvcc is, else as ``kernels.cuda_report.RECORDED_REPORT``
   holds them.
 * ``design_table(reports)``: those, with the occupancy each step allows and what a
   PyTorch trace would read (Kineto's estimate); ``tile_bodies`` and ``barriers_per_tile``
@@ -25,7 +25,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from . import cuda_flash
-from .cuda_report import (MMA_M, RECORDED, WARP, compile_device_code, instruction_counts, mma_per_key_tile,
+from .cuda_report import (MMA_M, RECORDED_REPORT, WARP, compile_device_code, instruction_counts, mma_per_key_tile,
                           occupancy_of)
 from .occupancy import kineto_estimate
 from .ptxas import KernelResources, nvcc_path, with_launch
@@ -91,7 +91,7 @@ class StepReport:
 def design_steps(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
                  live: Optional[bool] = None) -> list[StepReport]:
     """cuda_v2 (bf16) at every step of DESIGN_STEPS: compiled now (``live``, needs nvcc), or
-    RECORDED (``live=False``); ``None`` compiles where nvcc is found."""
+    RECORDED_REPORT (``live=False``); ``None`` compiles where nvcc is found."""
     archs = list(archs)
     if live is None:
         live = nvcc_path() is not None
@@ -112,7 +112,7 @@ def design_steps(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
 
 
 def as_recorded_steps(reports: Iterable[StepReport]) -> list[tuple]:
-    """Step reports in RECORDED["design_steps"]'s row format."""
+    """Step reports in RECORDED_REPORT["design_steps"]'s row format."""
     return [(r.kernel.arch, r.head_dim, r.index, r.kernel.registers, r.kernel.shared_bytes, r.kernel.spill_store_bytes,
              r.kernel.spill_load_bytes, r.kernel.stack_frame_bytes, *(r.counts[op] for op in STEP_OPCODES))
             for r in reports]
@@ -120,7 +120,7 @@ def as_recorded_steps(reports: Iterable[StepReport]) -> list[tuple]:
 
 def recorded_steps() -> list[StepReport]:
     out = []
-    for arch, d, index, regs, smem, st, ld, stack, *counts in RECORDED["design_steps"]:
+    for arch, d, index, regs, smem, st, ld, stack, *counts in RECORDED_REPORT["design_steps"]:
         step = DESIGN_STEPS[index]
         switches = ", ".join(str(x).lower() for x in (step.block_m, step.split_mask, step.fast_exp2, step.double_buffer))
         kernel = KernelResources(

@@ -6,8 +6,8 @@ works on a machine without a GPU:
 * ``resources_table(report)``: one row per kernel instantiation, the compiler's registers,
   shared memory and spills (``kernels.cuda_flash.kernel_report``), the launch configuration,
   and the theoretical occupancy those imply (``kernels.occupancy``).
-* ``RECORDED`` / ``recorded_report()``: the same report as one real ``nvcc`` run printed it,
-  for machines without ``nvcc`` (Colab, laptops). ``record()`` writes a fresh one.
+* ``RECORDED_REPORT`` / ``recorded_report()``: the same report as one real ``nvcc`` run printed it,
+  for machines without ``nvcc`` (Colab, laptops). ``record_report()`` writes a fresh one.
 * ``compile_kernels(archs)``: that report and the PTX of every kernel, in one compile;
   ``instruction_counts(ptx, opcode)``: how often an instruction appears in each kernel.
   Tensor-core matmuls show up there as ``mma.sync.aligned.m16n8k16``; a kernel without
@@ -84,7 +84,7 @@ def resources_table(report: Iterable[KernelResources]):
             .reset_index(drop=True))
 
 
-def find(report: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:
+def find_kernel(report: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:
     """The one report entry for e.g. ("sm_80", "v2", "bf16", 64)."""
     hits = [k for k in report if k.arch == arch and parse_instance(k.name) == (version, dtype, head_dim)]
     if len(hits) != 1:
@@ -94,11 +94,11 @@ def find(report: Iterable[KernelResources], arch: str, version: str, dtype: str,
 
 # ---- a recorded report, for machines without nvcc ------------------------------------------------
 
-# Printed by `record()` after `kernel_report(["sm_80", "sm_90"])` and `design_steps(d)` for
+# Printed by `record_report()` after `kernel_report(["sm_80", "sm_90"])` and `design_steps(d)` for
 # both head dims on a machine with nvcc (no GPU needed). tests/test_cuda_report.py compiles
 # again where the same nvcc is present and fails if the kernels changed without this table
 # being recorded anew.
-RECORDED = {
+RECORDED_REPORT = {
     "nvcc": "13.0, V13.0.88",
     "date": "2026-12-01",
     # (arch, version, dtype, head_dim, registers, static smem, spill stores, spill loads, stack frame, barriers)
@@ -154,9 +154,9 @@ _TYPE_OF = {short: full for full, short in SHORT_DTYPES.items()}
 
 
 def recorded_report() -> list[KernelResources]:
-    """RECORDED as KernelResources, completed with the launch configuration like a live report."""
+    """RECORDED_REPORT as KernelResources, completed with the launch configuration like a live report."""
     out = []
-    for arch, version, dtype, d, regs, smem, st, ld, stack, barriers in RECORDED["kernels"]:
+    for arch, version, dtype, d, regs, smem, st, ld, stack, barriers in RECORDED_REPORT["kernels"]:
         args = "flash::Problem" if version == "v1" else "flash::Problem, bool"
         name = f"void (anonymous namespace)::flash_{version}_kernel<{_TYPE_OF[dtype]}, {d}>({args})"
         cfg = cuda_flash.launch_config(version, d)
@@ -168,16 +168,16 @@ def recorded_report() -> list[KernelResources]:
 
 
 def as_recorded_rows(report: Iterable[KernelResources]) -> list[tuple]:
-    """A report in RECORDED's row format (to compare with it, or to record it)."""
+    """A report in RECORDED_REPORT's row format (to compare with it, or to record it)."""
     return [(k.arch, *parse_instance(k.name), k.registers, k.shared_bytes, k.spill_store_bytes,
              k.spill_load_bytes, k.stack_frame_bytes, k.barriers) for k in report]
 
 
-def record(archs=("sm_80", "sm_90")) -> str:
-    """Compile now and return RECORDED's text for this nvcc, to paste into this module."""
+def record_report(archs=("sm_80", "sm_90")) -> str:
+    """Compile now and return RECORDED_REPORT's text for this nvcc, to paste into this module."""
     import datetime
 
-    # Here, not at the top: cuda_design reads RECORDED from this module.
+    # Here, not at the top: cuda_design reads RECORDED_REPORT from this module.
     from .cuda_design import STEP_OPCODES, as_recorded_steps, design_steps
 
     rows = sorted(as_recorded_rows(cuda_flash.kernel_report(list(archs))))
@@ -189,7 +189,7 @@ def record(archs=("sm_80", "sm_90")) -> str:
              "    # registers, static smem, spill stores, spill loads, stack frame, and the PTX's counts of",
              "    # " + ", ".join(STEP_OPCODES) + ")",
              '    "design_steps": [', *(f"        {row!r}," for row in sorted(steps)), "    ],"]
-    return "RECORDED = {\n" + "\n".join(lines) + "\n}"
+    return "RECORDED_REPORT = {\n" + "\n".join(lines) + "\n}"
 
 
 # ---- PTX ---------------------------------------------------------------------------------------
@@ -281,6 +281,6 @@ def mma_per_key_tile(head_dim: int, block_n: int = 64) -> int:
     return scores + output
 
 
-__all__ = ["RECORDED", "as_recorded_rows", "compile_device_code", "compile_kernels", "find", "inlined_functions",
+__all__ = ["RECORDED_REPORT", "as_recorded_rows", "compile_device_code", "compile_kernels", "find_kernel", "inlined_functions",
            "instruction_counts", "mma_per_key_tile", "nvcc_version", "occupancy_of", "parse_instance", "ptx_kernels",
            "record", "recorded_report", "resources_table", "short_name"]

@@ -21,7 +21,10 @@ that know their launch configuration add it (see ``kernels.cuda_flash.kernel_rep
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -132,14 +135,17 @@ def nvcc_available() -> bool:
     return nvcc_path() is not None
 
 
-def nvcc_version() -> Optional[str]:
-    """"13.0, V13.0.88" (nvcc's own words after "release"), or None without nvcc."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        return None
+@functools.lru_cache(maxsize=None)
+def _version_of(nvcc: str) -> Optional[str]:
     done = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
     m = re.search(r"release (\S+ V\S+)", done.stdout)
     return m.group(1) if m else None
+
+
+def nvcc_version() -> Optional[str]:
+    """"13.0, V13.0.88" (nvcc's own words after "release"), or None without nvcc."""
+    nvcc = nvcc_path()
+    return None if nvcc is None else _version_of(nvcc)
 
 
 # A real architecture nvcc can generate machine code for: sm_80, sm_90, and the suffixed
@@ -193,10 +199,66 @@ def compile_cuda(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm
     if not source.is_file():
         raise FileNotFoundError(f"no CUDA source at {source}")
     archs = check_archs(arch)
+    flags = [f"-std={std}", "-O3", *gencode_flags(archs), "-Xptxas", "-v", *extra_flags]
+    key = _cache_key(nvcc, source, flags, keep_ptx)
+    cached = _cache_read(key)
+    if cached is not None:
+        return cached
+    compiled = _run_nvcc(nvcc, source, archs, flags, keep_ptx, timeout)
+    _cache_write(key, compiled)
+    return compiled
+
+
+# nvcc takes tens of seconds for the course's kernels, and the chapter, its exercise and the
+# tests ask for the same compiles in different processes: what a compile returned is kept on
+# disk, keyed by everything that decides it (the compiler and its version, the command line,
+# the source and the headers beside it). ATTENTION_PROFILED_CACHE moves the folder (empty:
+# no disk cache).
+
+def cache_folder() -> Optional[Path]:
+    """Where compiles are kept: $ATTENTION_PROFILED_CACHE/nvcc, else ~/.cache/attention-profiled/nvcc."""
+    root = os.environ.get("ATTENTION_PROFILED_CACHE")
+    if root is None:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "attention-profiled")
+    return Path(root) / "nvcc" if root else None
+
+
+def _cache_key(nvcc: str, source: Path, flags: list, keep_ptx: bool) -> str:
+    digest = hashlib.sha256(repr((nvcc, nvcc_version(), flags, keep_ptx, source.name)).encode())
+    for path in sorted(source.parent.iterdir()):  # the source and every header it may include
+        if path.suffix in (".cu", ".cuh", ".h", ".hpp") and (path == source or path.suffix != ".cu"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cache_read(key: str) -> Optional[Compiled]:
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        with open(folder / f"{key}.pickle", "rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        return None  # absent, or written by another version of this module: compile again
+
+
+def _cache_write(key: str, compiled: Compiled) -> None:
+    folder = cache_folder()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False) as f:
+            pickle.dump(compiled, f)
+        os.replace(f.name, folder / f"{key}.pickle")  # whole or absent, with two writers too
+    except OSError:
+        pass  # a read-only home: compile every time
+
+
+def _run_nvcc(nvcc: str, source: Path, archs: list, flags: list, keep_ptx: bool, timeout: float) -> Compiled:
     with tempfile.TemporaryDirectory() as tmp:
         keep = ["-keep", "--keep-dir", tmp] if keep_ptx else []
-        cmd = [nvcc, "-c", f"-std={std}", "-O3", *gencode_flags(archs), "-Xptxas", "-v", *keep,
-               *extra_flags, str(source), "-o", str(Path(tmp) / "kernel.o")]
+        cmd = [nvcc, "-c", *flags, *keep, str(source), "-o", str(Path(tmp) / "kernel.o")]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise RuntimeError(f"nvcc failed on {source.name} for {', '.join(archs)} (exit {done.returncode}):\n"

@@ -200,7 +200,7 @@ if nvcc is not None:
         nvcc = None
 if nvcc is None:
     report, ptx = cuda_report.recorded_report(), None
-    source_of_report = (f"recorded on {cuda_report.RECORDED['date']} with nvcc {cuda_report.RECORDED['nvcc']}, "
+    source_of_report = (f"recorded on {cuda_report.RECORDED_REPORT['date']} with nvcc {cuda_report.RECORDED_REPORT['nvcc']}, "
                         "because this machine has no nvcc (no PATH entry, no CUDA_HOME)")
 glue("report_source", source_of_report)
 print("Compiler report:", source_of_report)
@@ -214,7 +214,7 @@ table
 # occupancy those resources allow, computed by `kernels.occupancy` ([chapter 3b](03b_sdpa_fused.ipynb)).
 
 # %%
-focus = {(arch, version): cuda_report.find(report, arch, version, kernel_dtype, kernel_dim)
+focus = {(arch, version): cuda_report.find_kernel(report, arch, version, kernel_dtype, kernel_dim)
          for arch in archs for version in ("v1", "v2")}
 occ = {key: cuda_report.occupancy_of(k) for key, k in focus.items()}
 for (arch, version), k in focus.items():
@@ -450,7 +450,7 @@ except RuntimeError as err:  # a compile that fails here fell back above too
     print(f"the design steps did not compile; using the recorded ones.\n{err}")
     steps_live, steps = False, cuda_design.design_steps(kernel_dim, archs, live=False)
 glue("steps_source", f"compiled now by nvcc {cuda_report.nvcc_version()}" if steps_live else
-     f"recorded on {cuda_report.RECORDED['date']} with nvcc {cuda_report.RECORDED['nvcc']}")
+     f"recorded on {cuda_report.RECORDED_REPORT['date']} with nvcc {cuda_report.RECORDED_REPORT['nvcc']}")
 steps_table = cuda_design.design_table(steps)
 step_of = {(r.kernel.arch, r.index): r for r in steps}
 display(steps_table.set_index(["arch", "step"]).drop(columns=["change", "limited by"]))

@@ -200,6 +200,25 @@ def test_compile_errors_carry_nvcc_message(tmp_path):
         ptxas.compile_report(broken)
 
 
+@needs_nvcc
+def test_a_compile_is_kept_on_disk_until_its_source_or_a_header_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_PROFILED_CACHE", str(tmp_path / "cache"))
+    source, header = tmp_path / "k.cu", tmp_path / "k.h"
+    header.write_text("#define SCALE 2.0f\n")
+    source.write_text('#include "k.h"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n')
+    first = ptxas.compile_cuda(source, "sm_80")
+    calls = []
+    real = ptxas._run_nvcc
+    monkeypatch.setattr(ptxas, "_run_nvcc", lambda *a: calls.append(a) or real(*a))
+    assert ptxas.compile_cuda(source, "sm_80") == first and calls == [], "the same compile again is read from disk"
+    header.write_text("#define SCALE 3.0f\n")
+    ptxas.compile_cuda(source, "sm_80")
+    assert len(calls) == 1, "an edited header beside the source compiles again"
+    monkeypatch.setenv("ATTENTION_PROFILED_CACHE", "")
+    ptxas.compile_cuda(source, "sm_80")
+    assert len(calls) == 2 and ptxas.cache_folder() is None, "an empty ATTENTION_PROFILED_CACHE keeps nothing"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("ATTN_CHECK_BINDING") != "1",
                     reason="syntax-checking binding.cpp against torch's headers takes ~70 s; set ATTN_CHECK_BINDING=1")

@@ -2,7 +2,7 @@
 
 Most tests need neither nvcc nor a GPU: they read the recorded steps. The one marked
 needs_nvcc compiles flash_v2.cu's design steps (bf16, each head dim, sm_80 and sm_90) and
-checks them against RECORDED.
+checks them against RECORDED_REPORT.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_each_recorded_design_step_changes_what_it_says(head_dim):
         # Single-buffered: a barrier before and after each tile; double-buffered: one.
         assert [cd.barriers_per_tile(r) for r in steps] == [2, 2, 2, 2, 1]
         # The last step is the kernel the launcher runs: the same resources.
-        production = cr.find(cr.recorded_report(), arch, "v2", "bf16", head_dim)
+        production = cr.find_kernel(cr.recorded_report(), arch, "v2", "bf16", head_dim)
         assert (double.kernel.registers, double.kernel.total_shared_bytes, double.kernel.threads_per_block) == (
             production.registers, production.total_shared_bytes, production.threads_per_block)
 
@@ -77,7 +77,7 @@ def test_design_steps_are_the_sources_and_as_recorded(live_steps):
     # DESIGN_STEPS, each exactly once per (arch, head_dim).
     seen = sorted((r.kernel.arch, r.head_dim, r.index) for r in live_steps)
     assert seen == sorted((a, d, i) for a in ("sm_80", "sm_90") for d in cf.HEAD_DIMS for i in range(len(cd.DESIGN_STEPS)))
-    if cr.nvcc_version() != cr.RECORDED["nvcc"]:
-        pytest.skip(f"RECORDED is from nvcc {cr.RECORDED['nvcc']}, this is {cr.nvcc_version()}")
-    assert sorted(cd.as_recorded_steps(live_steps)) == sorted(tuple(r) for r in cr.RECORDED["design_steps"]), (
-        "the kernel or its design steps changed: paste kernels.cuda_report.record() over RECORDED")
+    if cr.nvcc_version() != cr.RECORDED_REPORT["nvcc"]:
+        pytest.skip(f"RECORDED_REPORT is from nvcc {cr.RECORDED_REPORT['nvcc']}, this is {cr.nvcc_version()}")
+    assert sorted(cd.as_recorded_steps(live_steps)) == sorted(tuple(r) for r in cr.RECORDED_REPORT["design_steps"]), (
+        "the kernel or its design steps changed: paste kernels.cuda_report.record_report() over RECORDED_REPORT")

@@ -2,7 +2,7 @@
 
 Most tests need neither nvcc nor a GPU. The ones marked needs_nvcc compile the kernels once
 (both files, sm_80 and sm_90, side by side; the same compile tests/test_cuda_compile.py reads)
-and check the chapter's claims and RECORDED against them.
+and check the chapter's claims and RECORDED_REPORT against them.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_resources_table_matches_the_occupancy_calculator():
     report = cr.recorded_report()
     table = cr.resources_table(report)
     assert len(table) == len(report)
-    k = cr.find(report, "sm_80", "v2", "bf16", 64)
+    k = cr.find_kernel(report, "sm_80", "v2", "bf16", 64)
     occ = occupancy.occupancy(threads_per_block=k.threads_per_block, registers_per_thread=k.registers,
                               shared_mem_per_block=k.dynamic_shared_bytes, arch="sm_80")
     row = table[(table["arch"] == "sm_80") & (table["kernel"] == "v2") & (table["dtype"] == "bf16")
@@ -98,7 +98,7 @@ def test_occupancy_needs_the_launch_configuration():
     with pytest.raises(ValueError, match="threads per block unknown"):
         cr.occupancy_of(bare)
     with pytest.raises(KeyError, match="0 kernels match"):
-        cr.find([bare], "sm_90", "v1", "bf16", 128)
+        cr.find_kernel([bare], "sm_90", "v1", "bf16", 128)
 
 
 def test_compile_without_nvcc_says_so(monkeypatch):
@@ -140,10 +140,10 @@ def compiled():
 @needs_nvcc
 def test_recorded_report_is_what_this_nvcc_prints(compiled):
     report, _ = compiled
-    if cr.nvcc_version() != cr.RECORDED["nvcc"]:
-        pytest.skip(f"RECORDED is from nvcc {cr.RECORDED['nvcc']}, this is {cr.nvcc_version()}")
-    assert sorted(cr.as_recorded_rows(report)) == sorted(tuple(r) for r in cr.RECORDED["kernels"]), (
-        "the kernels changed: paste kernels.cuda_report.record() over RECORDED")
+    if cr.nvcc_version() != cr.RECORDED_REPORT["nvcc"]:
+        pytest.skip(f"RECORDED_REPORT is from nvcc {cr.RECORDED_REPORT['nvcc']}, this is {cr.nvcc_version()}")
+    assert sorted(cr.as_recorded_rows(report)) == sorted(tuple(r) for r in cr.RECORDED_REPORT["kernels"]), (
+        "the kernels changed: paste kernels.cuda_report.record_report() over RECORDED_REPORT")
 
 
 @needs_nvcc

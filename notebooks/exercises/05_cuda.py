@@ -154,7 +154,7 @@ recorded = cuda_report.recorded_report()
 dynamic = cuda_flash.launch_config("v2", 64).dynamic_shared_bytes
 rows = {}
 for arch in ("sm_80", "sm_90"):
-    k = cuda_report.find(recorded, arch, "v2", "bf16", 64)
+    k = cuda_report.find_kernel(recorded, arch, "v2", "bf16", 64)
     blocks, fraction = occupancy_fn(k.threads_per_block, k.registers, k.shared_bytes + dynamic, arch)
     rows[arch] = {"registers": k.registers, "shared B": k.shared_bytes + dynamic, "blocks/SM": blocks,
                   "occupancy %": 100 * fraction,
