@@ -29,6 +29,7 @@ So nothing here sets an environment variable unless asked to (``use_interpreter`
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 import threading
@@ -92,14 +93,53 @@ def interpreting(namespace: dict | None = None):
     imported with ``TRITON_INTERPRET=1``, or after ``use_interpreter``) nothing changes."""
     spaces = [vars(m) for m in _stdlib_modules()] + ([namespace] if namespace is not None else [])
     with _lock:
-        swaps = _swaps(spaces)
+        saved = _language_state(namespace)
         try:
-            for space, name, _, copy in swaps:
+            for space, name, _, copy in _swaps(spaces):
                 space[name] = copy
             yield
         finally:
-            for space, name, compiled, _ in swaps:
-                space[name] = compiled
+            _restore(saved)
+
+
+def _language_state(namespace: dict | None) -> list[tuple[object, dict]]:
+    """(owner, its attributes) for everything an interpreted launch may leave changed.
+
+    Triton's interpreter patches ``triton.language`` (its modules' builtins, ``tensor``'s and
+    ``dtype``'s methods) for the functions it runs and does not put all of it back (an
+    interpreted process never compiles). In a process that compiles too, a kernel compiled
+    afterwards would meet patched builtins, so what was there is saved here and put back
+    after the launch.
+    """
+    import triton.language as tl
+
+    modules = [m for m in (tl, tl.core, tl.standard, tl.math, getattr(tl, "semantic", None))
+               if inspect.ismodule(m)]
+    classes = {c for m in modules for c in vars(m).values()
+               if inspect.isclass(c) and c.__module__.startswith("triton.language")}
+    owners = [*modules, *classes]
+    state = [(owner, dict(vars(owner))) for owner in owners]
+    if namespace is not None:
+        state.append((namespace, dict(namespace)))
+    return state
+
+
+def _restore(state) -> None:
+    for owner, saved in state:
+        if isinstance(owner, dict) or inspect.ismodule(owner):
+            # Names the interpreter added to a module stay: the functions it rewrote run in
+            # that module's globals and read them (they shadow nothing a compile reads).
+            (owner if isinstance(owner, dict) else vars(owner)).update(saved)
+            continue
+        now = vars(owner)
+        for name in [n for n in now if n not in saved]:
+            delattr(owner, name)
+        for name, value in saved.items():
+            if now.get(name, _MISSING) is not value and name not in ("__dict__", "__weakref__"):
+                setattr(owner, name, value)
+
+
+_MISSING = object()
 
 
 def use_interpreter() -> bool:

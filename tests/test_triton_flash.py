@@ -502,13 +502,18 @@ def test_gpu_autotuned_at_the_chapters_shape():
 # --- compiled for a GPU, without one ------------------------------------------------------
 
 @pytest.mark.skipif(tf.TRITON_MISSING is not None, reason=str(tf.TRITON_MISSING))
-def test_kernels_compile_for_a_gpu_in_the_process_that_interprets_them():
+def test_kernels_compile_for_a_gpu_in_the_process_that_interprets_them(tmp_path, monkeypatch):
     """The interpreter is lenient where the compiler is not: compile the kernels for sm_90,
-    here, in a process that launches them interpreted (the kernels are compiled objects that
-    the interpreter only borrows per launch).
+    here, right after an interpreted launch, with Triton's cache empty so that nothing is
+    read back (the kernels are compiled objects that the interpreter only borrows per launch,
+    and what the interpreter patches in triton.language is put back after it).
 
     bf16, a padded head dim, causal, the fp32 O store: every branch the GPU takes in training.
     """
+    if tf.INTERPRETED:
+        q, k, v = make_qkv(1, 2, 17, 16)
+        triton_attention(q, k, v, causal=True)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
