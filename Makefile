@@ -29,15 +29,17 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt -r requirements-test.txt -e .
 	@touch $@
 
-# The suite without the executed book, on every core (pytest-xdist; each module on one worker,
-# so a module's fixtures are built once); TEST_JOBS=0 runs it in this process.
+# The suite without the tests that take minutes, on every core (pytest-xdist; each module on
+# one worker, so a module's fixtures are built once); TEST_JOBS=0 runs it in this process.
 test: setup
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope -m "not book"
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope -m "not book and not sweep"
 
-# The executed book's tests: every chapter and exercise executed (cpu profile, through make
-# book's cache), the HTML built with -W, and the pages opened in headless Chromium.
+# The tests that take minutes: every chapter and exercise executed (cpu profile, through make
+# book's cache), the HTML built with -W, the pages opened in headless Chromium, the chapters
+# and the GPU run's dry run against a fixture recording, and the compile sweep (every config
+# the autotuner may keep, compiled for sm_80 and sm_90).
 test-book: setup
-	$(PY) -m pytest -m book
+	$(PY) -m pytest -m "book or sweep"
 
 # Write book/**/*.ipynb from their sources in notebooks/ (edit the .py files, not the .ipynb).
 notebooks: setup

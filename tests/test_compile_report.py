@@ -5,7 +5,8 @@ takes seconds here, so the default tests compile a covering subset, once per ses
 each kernel the target launches (forward, dK/dV, dQ, and on sm_90 the TMA forward), the
 config the pruning keeps with the largest shared-memory estimate at D = 128 (the one nearest
 the limit), and one config the compiler must show does not fit.
-``test_every_kept_config_compiles_within_limits`` (slow) compiles every kept config of every
+``test_every_kept_config_compiles_within_limits`` (marked ``sweep``: six minutes of one core
+on a cold Triton cache, so ``make test-book`` runs it) compiles every kept config of every
 head dim, as ``python -m kernels.compile_report`` does.
 """
 from __future__ import annotations
@@ -155,6 +156,7 @@ def test_ptxas_reports_are_remembered_on_disk(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_kept_config_compiles_within_limits(target):
     jobs = [(k, d, c) for k in tiles.kernels_for(ARCHES[target].capability) for d in tiles.PADDED_HEAD_DIMS
