@@ -214,15 +214,15 @@ def alibi_reference(q, k, v, causal: bool = True, scale=None, dtype=torch.float6
     b, h, sq, d = q.shape
     sk = k.shape[-2]
     group = h // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)              # [B, H, Sk, D]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    slopes = torch.tensor(alibi_slopes(h), dtype=dtype, device=device).view(h, 1, 1)
-    i = torch.arange(sq, dtype=dtype, device=device).view(sq, 1)
-    j = torch.arange(sk, dtype=dtype, device=device).view(1, sk)
+    slopes = torch.tensor(alibi_slopes(h), dtype=dtype, device=device).view(h, 1, 1)   # [H, 1, 1]
+    i = torch.arange(sq, dtype=dtype, device=device).view(sq, 1)                      # [Sq, 1]
+    j = torch.arange(sk, dtype=dtype, device=device).view(1, sk)                      # [1, Sk]
     scores = (q @ k.transpose(-2, -1)) * scale + slopes * (j - i)                 # [B, H, Sq, Sk]
     if causal:
         scores = scores.masked_fill(j > i + (sk - sq), float("-inf"))
-    return scores.softmax(-1) @ v
+    return scores.softmax(-1) @ v                                                   # [B, H, Sq, D]
 
 
 # ------------------------------------------------------------------------------ reading them

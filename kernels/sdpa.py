@@ -368,14 +368,14 @@ def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
         # Rebuilt on every call: ones -> tril -> where (0 where allowed, -inf above the diagonal).
         # The diagonal is shifted by Sk - Sq: bottom-right alignment, as the registry passes it.
         s_q, s_k = q.shape[-2], k.shape[-2]
-        allowed = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)
-        bias = torch.where(allowed, 0.0, float("-inf")).to(q.dtype)
+        allowed = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)   # [Sq, Sk]
+        bias = torch.where(allowed, 0.0, float("-inf")).to(q.dtype)                       # [Sq, Sk]
     if q.shape[1] != k.shape[1]:
         # Grouped-query attention: the math backend repeats each K/V head for its query heads.
         group = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-    scores = q @ (k.transpose(-2, -1) * root)
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)   # [B, Hq, Sk, D]
+    scores = q @ (k.transpose(-2, -1) * root)       # [B, H, Sq, D] @ [B, H, D, Sk] -> [B, H, Sq, Sk]
     if bias is not None:
-        scores.add_(bias)
-    probs = safe_softmax(scores, -1)
-    return (probs @ v).to(out_dtype)
+        scores.add_(bias)                           # [Sq, Sk] broadcast over B and H
+    probs = safe_softmax(scores, -1)                # [B, H, Sq, Sk]
+    return (probs @ v).to(out_dtype)                # [B, H, Sq, Sk] @ [B, H, Sk, D] -> [B, H, Sq, D]
