@@ -116,7 +116,8 @@ def _compiles_here() -> bool:
     unless TRITON_INTERPRET=1 was set when they were defined)."""
     tf = sys.modules.get("kernels.triton_flash")
     if tf is None:
-        return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("1", "true", "yes", "on", "y")
+        from .triton_interpreter import asked
+        return asked() is not True
     return tf.TRITON_MISSING is not None or type(tf._attn_fwd).__name__ == "JITFunction"
 
 

@@ -42,7 +42,6 @@ Exponentials are base 2 (``exp2``): ``exp(x) = exp2(x · log2 e)``, and the fact
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
 # keeping them real objects rather than strings is the form every Triton version expects.
 import math
-import os
 
 import torch
 
@@ -447,7 +446,7 @@ def requirement(device: torch.device) -> Reason:
     if device.type == "cpu":
         if INTERPRETED:
             return None
-        why = ("TRITON_INTERPRET=0 turned off" if triton_interpreter.ENV_VAR in os.environ
+        why = ("TRITON_INTERPRET=0 turned off" if triton_interpreter.asked() is False
                else "is off where a GPU is visible")
         return (f"runs CPU tensors only in Triton's interpreter, which {why} "
                 "(set TRITON_INTERPRET=1 before importing kernels to use it)")

@@ -40,12 +40,18 @@ ENV_VAR = "TRITON_INTERPRET"
 _TRUE = ("1", "true", "yes", "on", "y")
 
 
+def asked() -> bool | None:
+    """What ``TRITON_INTERPRET`` asks for: True (``1``, ``true``, ...), False, or None when unset."""
+    if ENV_VAR not in os.environ:
+        return None
+    return os.environ[ENV_VAR].strip().lower() in _TRUE
+
+
 def wanted() -> bool:
     """Whether Triton kernels should run interpreted here: ``TRITON_INTERPRET`` when it is set
     (``1`` or ``0``), else exactly when no CUDA GPU is visible."""
-    if ENV_VAR in os.environ:
-        return os.environ[ENV_VAR].strip().lower() in _TRUE
-    return not torch.cuda.is_available()
+    said = asked()
+    return not torch.cuda.is_available() if said is None else said
 
 
 def _jit_types():

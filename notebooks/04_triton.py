@@ -354,14 +354,15 @@ show_source(tf.FlashAttention)
 # whole tile between global and shared memory while the warps compute. There is no address
 # per element to compute and hold in registers, and what lies past the tensor's edge reads
 # as zeros (and is not written by a store): the masks on ragged tails and padded head dims
-# are done by the hardware. Only the scores still need their mask, because a key of zeros
+# are done by the hardware (CUDA Driver API, "Tensor Map Object Management",
+# `cuTensorMapEncodeTiled` and its out-of-bounds fill). Only the scores still need their mask, because a key of zeros
 # scores 0, not −∞. The Hopper forward, `_attn_fwd_tma` (below), is `_attn_fwd` with its
 # loads and stores through descriptors, and it runs the same `_attn_fwd_inner` with `TMA=True`.
 #
 # The descriptors are 4-D, `[B, H, S, D]` with the tensor's own strides, so a transposed
 # `[B, S, H, D]` view still needs no copy and a tile never runs into the next head. A
 # descriptor needs its tensor 16-byte aligned, contiguous along D and every other stride a
-# multiple of 16 bytes; the launcher asks `tma_reason` (below the kernel), a function of the
+# multiple of 16 bytes (the same page of the Driver API); the launcher asks `tma_reason` (below the kernel), a function of the
 # GPU and the tensors only, and takes the pointer kernel whenever it gives a reason.
 
 # %%
@@ -442,8 +443,9 @@ show_source(triton_backward.flash_backward)
 #   step holds the mask besides the tiles, and the smaller tile keeps it within the
 #   registers), then jumps to the ragged tail after the last whole unmasked step; the
 #   unmasked loop takes everything in between. One loop walks all (query head, query tile)
-#   pairs of a GQA group, rather than a loop over heads around a loop over tiles: with the
-#   outer loop, the compiler kept more registers live and spilled some to memory on sm_80.
+#   pairs of a GQA group, rather than a loop over heads around a loop over tiles; in this
+#   form every config the autotuner keeps compiles without spills on sm_80 and sm_90
+#   (`python -m kernels.compile_report`; tests/test_compile_report.py checks it).
 
 # %%
 display(show_source(triton_backward._attn_bwd_dkdv.fn))
@@ -456,10 +458,12 @@ show_source(triton_backward._bwd_dkdv_steps.fn)
 # doing the arithmetic tile by tile. Nothing in the notebook changes. Triton's own switch is
 # the variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a function, and its own
 # library functions (`tl.max`, `tl.sum`) are decorated once, when Triton is first imported,
-# which torch does on its own (its profiler imports Triton). So the library sets no variable:
-# its kernels stay compiled objects, and each launch borrows interpreted copies of them and of
+# which torch may do on its own (torch 2.13's profiler imports Triton;
+# tests/test_triton_flash.py checks that order). So the library sets no variable: its
+# kernels stay compiled objects, and each launch borrows interpreted copies of them and of
 # Triton's library for as long as it runs (`kernels.triton_interpreter.interpreting`), the way
-# Triton's interpreter patches `triton.language` for each launch it runs itself.
+# Triton's interpreter patches `triton.language` for each launch it runs itself (`_patch_lang`
+# in Triton's `runtime/interpreter.py`).
 
 # %%
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED,
@@ -468,6 +472,9 @@ print("triton on", device, "->", kernels.available(device)["triton"] or "runs he
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 if not on_gpu:
     lesson(tf.INTERPRETED, "on a machine without a GPU, the kernels run in Triton's interpreter")
+if "TRITON_INTERPRET" not in os.environ:  # with TRITON_INTERPRET=1, @triton.jit itself interprets
+    lesson(type(tf._attn_fwd).__name__ == "JITFunction",
+           "the kernel stays a compiled object; only its launches here are interpreted")
 
 # %% [markdown]
 # Forward and backward against the float64 reference, in both causal modes. The non-causal

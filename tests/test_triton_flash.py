@@ -10,6 +10,7 @@ descriptors too.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -564,7 +565,6 @@ def _probe(tmp_path, script, **env):
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=180,
                           env={**base, "PYTHONPATH": str(ROOT), **env})
     assert done.returncode == 0, done.stderr[-2000:]
-    import json
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
