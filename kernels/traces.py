@@ -42,7 +42,7 @@ TRACE_PATTERN = "*.json.gz"
 TRACES_FOLDER = "traces"    # under each notebook's folder: traces/<notebook name>/<label>.json.gz
 RECORDED_FOLDER = "book/data/recorded"  # recorded GPU runs (kernels.recorded), published as they are
 
-HOW_TO_SHRINK = ("record fewer active steps (the chapter's `steps` parameter, or `active=` of "
+HOW_TO_SHRINK = ("record fewer active steps (the chapter's `active_steps` parameter, or `active=` of "
                  "kernels.profiling.profile), profile a smaller shape, or pass record_shapes=False / "
                  "profile_memory=False for that call")
 

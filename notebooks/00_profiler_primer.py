@@ -70,7 +70,7 @@ def mlp_step(x, w):
 
 x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
-run = profiling.profile(mlp_step, x, w, label="mlp_step", active=steps, trace_dir=trace_dir)
+run = profiling.profile(mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
 step = profiling.median_step(run.steps())
 
 seen = step.top_level()["name"].tolist()
@@ -117,7 +117,7 @@ matmul, mm, outer = rows["aten::matmul"], rows["aten::mm"], rows["ProfilerStep*"
 lesson(abs(matmul.cpu_time_total - (matmul.self_cpu_time_total + mm.cpu_time_total)) <= 0.01 * matmul.cpu_time_total,
        "matmul's CPU total is its self time plus its child mm's total",
        f"{matmul.cpu_time_total:.0f} = {matmul.self_cpu_time_total:.0f} + {mm.cpu_time_total:.0f} µs")
-lesson(matmul.count == steps, "# of Calls counts every recorded step", f"{matmul.count} calls over {steps} steps")
+lesson(matmul.count == active_steps, "# of Calls counts every recorded step", f"{matmul.count} calls over {active_steps} steps")
 self_sum = sum(e.self_cpu_time_total for e in run.averages)
 lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
        "the Self CPU column adds up to the outermost row (ProfilerStep*)",
@@ -179,7 +179,7 @@ glue("primer_ops_reading", {
 
 # %%
 per_step = profiling.counts(run.steps())
-lesson(len(per_step) == steps, f"the schedule recorded exactly {steps} active steps", f"{len(per_step)} steps in the trace")
+lesson(len(per_step) == active_steps, f"the schedule recorded exactly {active_steps} active steps", f"{len(per_step)} steps in the trace")
 lesson(per_step["ops"].nunique() == 1, "every recorded step dispatched the same number of ops",
        f"{per_step['ops'].iloc[0]} ops per step")
 per_step

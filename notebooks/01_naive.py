@@ -53,7 +53,7 @@ glue("naive_err", verdict["out"].error)
 guess = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # edit me
 
 # %%
-run = profiling.profile(naive, q, k, v, label="naive", active=steps, trace_dir=trace_dir)
+run = profiling.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
 step = profiling.median_step(run.steps())
 top = step.top_level()["name"].tolist()
 display(reveal(guess, top, "top-level ops"))

@@ -51,7 +51,7 @@ lesson(verdict.ok, "in-place attention matches the float64 reference by the cour
 # Profile both with the same schedule and compare the ops of one forward each.
 
 # %%
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
+runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in ("naive", "inplace")}
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
 scores_shape = [batch, heads, seq, seq]

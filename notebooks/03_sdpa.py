@@ -139,7 +139,7 @@ guess_math_work_ops = 8  # edit me before running on
 
 # %%
 variants = ["inplace", "sdpa_math"]
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
+runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in variants}
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition

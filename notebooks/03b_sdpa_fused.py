@@ -80,7 +80,7 @@ lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].
 guess_flash_work_ops = 3  # edit me before running on
 
 # %%
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
+runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in fused_here}
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: s.work_ops() for name, s in step.items()}  # the course's one definition

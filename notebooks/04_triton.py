@@ -522,7 +522,7 @@ glue("worst_err", float(errors.max().max()))
 # %%
 # On the CPU one interpreted forward is enough: there is nothing to warm up (no compilation,
 # no autotuning), and each call takes a while. Torch warns about a schedule without warm-up.
-profile_args = dict(active=steps) if on_gpu else dict(wait=0, warmup=0, active=1)
+profile_args = dict(active=active_steps) if on_gpu else dict(wait=0, warmup=0, active=1)
 warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
 def runs_here(name: str) -> bool:
     """The registry's device check, plus SDPA's own rules for these inputs (dtype, head dim)."""

@@ -445,14 +445,14 @@ guess_costliest_step_in_registers = 4  # 1..4, the step (change) you expect to a
 # %%
 steps_live = nvcc is not None
 try:
-    steps = cuda_design.design_steps(kernel_dim, archs, live=steps_live)
+    design_rows = cuda_design.design_steps(kernel_dim, archs, live=steps_live)
 except RuntimeError as err:  # a compile that fails here fell back above too
     print(f"the design steps did not compile; using the recorded ones.\n{err}")
-    steps_live, steps = False, cuda_design.design_steps(kernel_dim, archs, live=False)
+    steps_live, design_rows = False, cuda_design.design_steps(kernel_dim, archs, live=False)
 glue("steps_source", f"compiled now by nvcc {cuda_report.nvcc_version()}" if steps_live else
      f"recorded on {cuda_report.RECORDED_REPORT['date']} with nvcc {cuda_report.RECORDED_REPORT['nvcc']}")
-steps_table = cuda_design.design_table(steps)
-step_of = {(r.kernel.arch, r.index): r for r in steps}
+steps_table = cuda_design.design_table(design_rows)
+step_of = {(r.kernel.arch, r.index): r for r in design_rows}
 display(steps_table.set_index(["arch", "step"]).drop(columns=["change", "limited by"]))
 pd.DataFrame({"change": {i: s.change for i, s in enumerate(cuda_design.DESIGN_STEPS)}}).rename_axis("step")
 
@@ -487,10 +487,10 @@ for i in (0, 1):
     glue(f"step{i}_block_warps", step_of["sm_80", i].kernel.threads_per_block // 32)
     glue(f"step{i}_rows", step_of["sm_80", i].step.block_m)
 glue("rows_ratio", step_of["sm_80", 1].step.block_m // step_first.step.block_m)
-lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in steps),
-       "no step spills registers or keeps anything in local memory", f"{len(steps)} kernels")
+lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
+       "no step spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
 lesson(all(r.kernel.total_shared_bytes <= occupancy.ARCHES[r.kernel.arch].max_shared_mem_per_block
-           and cuda_report.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in steps),
+           and cuda_report.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in design_rows),
        "every step fits one SM of its architecture (registers and shared memory)")
 
 # %% [markdown]
@@ -611,7 +611,7 @@ moves = ", ".join(f"{step_of[a, 3].kernel.registers} → {step_of[a, 4].kernel.r
 most = max(delta(a, 4, "registers") for a in archs)
 glue("buffer_registers", f"it costs up to {most} registers per thread ({moves})" if most > 0 else
      f"at this head dim it costs no registers ({moves}); at D = 128, where a warp holds more, it can")
-zero_steps = sorted({r.index for r in steps if r.kernel.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT})
+zero_steps = sorted({r.index for r in design_rows if r.kernel.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT})
 glue("steps_at_zero", ", ".join(map(str, zero_steps)) if zero_steps else "none")
 glue("final_kib", f"{step_final.kernel.total_shared_bytes / 1024:.0f}")
 
@@ -694,7 +694,7 @@ if on_gpu:
     footprints = {}
     for name in runnable:
         step = profiling.median_step(profiling.profile(kernels.get(name), q, k, v, label=name,
-                                                       active=steps, trace_dir=trace_dir).steps())
+                                                       active=active_steps, trace_dir=trace_dir).steps())
         launched = step.kernels[step.kernels["cat"] == "kernel"]
         version = name.removeprefix("cuda_")
         lesson(len(launched) == 1 and f"flash_{version}_kernel" in launched["name"].iloc[0],

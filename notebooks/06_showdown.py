@@ -106,7 +106,7 @@ def ops_text(names):
 steps_of = {}
 for name in list(contenders):
     try:
-        run = profiling.profile(kernels.get(name), q, k, v, label=name, active=steps, trace_dir=trace_dir)
+        run = profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
     except Exception as err:  # e.g. a CUDA extension that fails to build: say so, go on without it
         print(f"{name} could not run here and leaves the showdown: {type(err).__name__}: {err}")
         contenders.remove(name)

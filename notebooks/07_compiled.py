@@ -115,11 +115,11 @@ else:
 guess_compiled_ops = ["aten::bmm", "aten::masked_fill", "aten::bmm"]  # edit me before running on
 
 # %%
-runs = {name: profiling.profile(fn, q, k, v, label=f"compiled_{name}", active=steps, trace_dir=trace_dir)
+runs = {name: profiling.profile(fn, q, k, v, label=f"compiled_{name}", active=active_steps, trace_dir=trace_dir)
         for name, fn in compiled_mod.items()}
 step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
 eager_step = profiling.median_step(profiling.profile(eager["naive"], q, k, v, label="eager_naive",
-                                                     active=steps, trace_dir=trace_dir).steps())
+                                                     active=active_steps, trace_dir=trace_dir).steps())
 seen_aten = [n for n in step["naive"].ops["name"] if n.startswith("aten::") and n != "aten::resolve_conj"]
 display(reveal(guess_compiled_ops, seen_aten, "ATen ops in the compiled forward"))
 profiling.op_table(step["naive"])
@@ -242,7 +242,7 @@ broken(q, k, v)
 explained = torch._dynamo.explain(compiled.BrokenAttention(causal=True))(q, k, v)
 print(f"graphs: {explained.graph_count}, graph breaks: {explained.graph_break_count}")
 print("reason:", explained.break_reasons[0].reason if explained.break_reasons else "none")
-broken_run = profiling.profile(broken, q, k, v, label="broken", active=steps, trace_dir=trace_dir)
+broken_run = profiling.profile(broken, q, k, v, label="broken", active=active_steps, trace_dir=trace_dir)
 broken_step = profiling.median_step(broken_run.steps())
 profiling.op_table(broken_step)
 
@@ -330,7 +330,7 @@ flex = kernels.get("flex")
 flex_first, flex_steady = compiled.first_and_steady(flex, q, k, v)
 verdict = reference.judge(flex(q, k, v), q, k, v, causal=True)
 lesson(verdict.ok, "flex with the causal block mask matches the float64 reference", str(verdict))
-flex_run = profiling.profile(flex, q, k, v, label="flex", active=steps, trace_dir=trace_dir)
+flex_run = profiling.profile(flex, q, k, v, label="flex", active=active_steps, trace_dir=trace_dir)
 flex_step = profiling.median_step(flex_run.steps())
 display(profiling.op_table(flex_step))
 lesson(flex_step.find("aten::bmm").empty and flex_step.find("aten::softmax").empty,
@@ -419,7 +419,7 @@ lesson(moved > 100 * bound, "and it is not plain causal attention: the bias move
        f"max abs difference from plain causal attention {moved:.2f}")
 alibi_step = profiling.median_step(profiling.profile(
     lambda *a: compiled.flex_call(*a, block_mask=block_mask, score_mod=alibi), q, k, v,
-    label="flex_alibi", active=steps, trace_dir=trace_dir).steps())
+    label="flex_alibi", active=active_steps, trace_dir=trace_dir).steps())
 lesson(alibi_step.allocated_bytes < scores_bytes,
        "flex with ALiBi still allocates less than one S×S buffer: the bias is computed in the kernel",
        f"{mib(alibi_step.allocated_bytes):.2f} MiB")

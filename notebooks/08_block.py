@@ -156,7 +156,7 @@ plt.show()
 scores_bytes = batch * heads * seq * seq * x.element_size()
 part_ms, memory, block_steps = {}, {}, {}
 for name in plugged:
-    run = profiling.profile(make_block(name), x, label="block", wait=0, warmup=1, active=min(steps, 3),
+    run = profiling.profile(make_block(name), x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
                             trace_dir=trace_dir, trace_name=f"block_{name}")
     block_steps[name] = profiling.median_step(run.steps())
     part_ms[name] = {p: pd.Series([s.cpu_time_us for s in run.trace.steps(f"block.{p}")]).median() / 1e3
@@ -266,10 +266,10 @@ _, eager_steady = compiled.first_and_steady(eager_sdpa, x, steady_calls=3)
 err = (compiled_block(x) - eager_sdpa(x)).abs().max().item() / eager_sdpa(x).abs().max().item()
 lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled block computes what the eager block does",
        f"relative difference {err:.1e}")
-crun = profiling.profile(compiled_block, x, label="compiled_block", wait=0, warmup=1, active=min(steps, 3),
+crun = profiling.profile(compiled_block, x, label="compiled_block", wait=0, warmup=1, active=min(active_steps, 3),
                          trace_dir=trace_dir)
 cstep = profiling.median_step(crun.steps())
-estep = profiling.median_step(profiling.profile(eager_sdpa, x, label="block", wait=0, warmup=1, active=min(steps, 3),
+estep = profiling.median_step(profiling.profile(eager_sdpa, x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
                                                 trace_dir=trace_dir, trace_name="block_sdpa_eager").steps())
 profiling.op_table(cstep)
 

@@ -30,7 +30,7 @@ def _fake_source(root: Path) -> None:
     shutil.copytree(ROOT / "book" / "_static", root / "book" / "_static")
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/{FAKE_CHAPTER}\n")
     (root / "book" / "intro.md").write_text("# A fake book\n\nOne chapter that records a trace.\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  device: cpu\n  steps: 2\n")
+    (root / "book" / "params.yml").write_text("cpu:\n  device: cpu\n  active_steps: 2\n")
     (root / "book" / "data" / "recorded").mkdir(parents=True)
     with gzip.open(root / "book" / "data" / "recorded" / RECORDED, "wt") as f:
         json.dump(naive_a100_trace(steps=1), f)
@@ -38,11 +38,11 @@ def _fake_source(root: Path) -> None:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [
         nbformat.v4.new_markdown_cell("# A fake chapter"),
-        nbformat.v4.new_code_cell('device = "cpu"\nsteps = 1\ntrace_dir = "traces"', metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell('device = "cpu"\nactive_steps = 1\ntrace_dir = "traces"', metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(
             "import torch\nfrom kernels import profiling, traces\n"
             "x = torch.randn(32, 32)\n"
-            'run = profiling.profile(torch.mm, x, x, label="mm", active=steps, trace_dir=trace_dir)\n'
+            'run = profiling.profile(torch.mm, x, x, label="mm", active=active_steps, trace_dir=trace_dir)\n'
             "traces.links(run)"),
         nbformat.v4.new_markdown_cell("A recorded GPU trace:"),
         nbformat.v4.new_code_cell(f'traces.links("data/recorded/{RECORDED}")'),

@@ -60,7 +60,7 @@ def test_a_real_run_without_a_gpu_says_what_it_needs(tmp_path):
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dry") / "out"
     done = subprocess.run(["bash", str(ROOT / ".ci" / "device-run"), "--dry-run", str(out),
-                           "--chapters", "01_naive", "--set", "seq=64", "steps=1"],
+                           "--chapters", "01_naive", "--set", "seq=64", "active_steps=1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=400)
     return out, done
 

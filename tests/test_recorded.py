@@ -136,7 +136,7 @@ def execute_with_recording(tmp_path, only):
     from kernels import execute
 
     return execute.run("cpu", only=only, out=tmp_path / "executed", root=ROOT, progress=False,
-                       overrides={"seq": 128, "steps": 2})
+                       overrides={"seq": 128, "active_steps": 2})
 
 
 @pytest.mark.slow

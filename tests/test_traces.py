@@ -37,7 +37,7 @@ def test_runner_keeps_each_notebooks_traces_in_its_own_folder(fake_book):
     assert [t["path"] for t in row["traces"]] == [f"book/traces/{FAKE_CHAPTER}/mm.json.gz"]
     trace = fake_book.out / row["traces"][0]["path"]
     assert row["traces"][0]["bytes"] == trace.stat().st_size
-    active = fake_book.report["parameters"]["steps"]  # the fake book's cpu profile: 2
+    active = fake_book.report["parameters"]["active_steps"]  # the fake book's cpu profile: 2
     assert len(profiling.load_trace(trace).steps("mm")) == active, "only the active steps are exported"
 
 
@@ -78,7 +78,7 @@ def _over_budget_run(monkeypatch, tmp_path, sizes: dict[str, int]) -> dict:
     chapters = "".join(f"  - file: book/{name}\n" for name in sizes)
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{chapters}")
     (root / "book" / "intro.md").write_text("# t\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  steps: 1\n")
+    (root / "book" / "params.yml").write_text("cpu:\n  active_steps: 1\n")
     for name in sizes:
         nbformat.write(nbformat.v4.new_notebook(), root / "book" / f"{name}.ipynb")
 

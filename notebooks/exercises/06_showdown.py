@@ -76,10 +76,10 @@ sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 sdpa(q, k, v, is_causal=True)
 sync()
 start = time.perf_counter()
-for _ in range(steps):
+for _ in range(active_steps):
     sdpa(q, k, v, is_causal=True)
 sync()
-ms = (time.perf_counter() - start) / steps * 1e3
+ms = (time.perf_counter() - start) / active_steps * 1e3
 print(f"causal SDPA, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}: {ms:.2f} ms per call, "
       f"{tflops(batch, heads, seq, head_dim, True, False, ms):.3f} TFLOP/s")
 
