@@ -5,7 +5,9 @@
 
 Triton compiles for a named GPU (``GPUTarget("cuda", 90, 32)``) on a machine that has none:
 its front end and LLVM run on the CPU, and ``ptxas`` (shipped with Triton) turns the PTX into
-machine code and, asked with ``-v``, prints registers and spills per thread. The shared
+machine code and, asked with ``-v``, prints registers and spills per thread. Triton ships two
+ptxas builds and chooses one per target (``kernels.ptxas.triton_ptxas`` asks it which); the
+report runs the one Triton chose, the only one that can read that PTX. The shared
 memory a Triton kernel asks for at launch is in the compiled kernel's metadata
 (``metadata.shared``). For the hand-written CUDA kernels, ``nvcc -Xptxas -v`` says the same
 (``kernels.cuda_flash.kernel_report``, which adds what the launcher asks for).
@@ -155,17 +157,15 @@ def _unit_strides(fn) -> dict:
     return {n: 1 for n in fn.arg_names if n.startswith("s") and n.endswith("d") and len(n) <= 5}
 
 
-def _ptxas_report(ptx: str, arch: str):
-    """Registers and spills of a PTX kernel, from Triton's own ptxas with ``-v``."""
-    import triton
-
-    from .ptxas import parse_ptxas
+def _ptxas_report(ptx: str, arch: str, capability: int):
+    """Registers and spills of a PTX kernel, from the ptxas Triton runs for ``capability``, with ``-v``."""
+    from .ptxas import parse_ptxas, triton_ptxas
 
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w") as f:
             f.write(ptx)
-        cmd = [triton.knobs.nvidia.ptxas.path, "-lineinfo", "-v", "--regAllocOptLevel=2",
+        cmd = [triton_ptxas(capability), "-lineinfo", "-v", "--regAllocOptLevel=2",
                f"--gpu-name={arch}", src, "-o", os.path.join(tmp, "kernel.cubin")]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -204,16 +204,16 @@ def _compile_with_ptxas_log(src, target, options):
     return compiled, log.getvalue()
 
 
-def _ptxas_cached(ptx: str, arch: str, log: str = ""):
+def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
     """`_ptxas_report`, remembered on disk beside Triton's own cache (which keeps the compiled
     kernel, but not what ptxas says about its registers and spills): a second report, or a
     second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
     ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
     import triton
 
-    from .ptxas import KernelResources, parse_ptxas
+    from .ptxas import KernelResources, parse_ptxas, triton_ptxas
 
-    key = hashlib.sha256("\0".join((triton.__version__, triton.knobs.nvidia.ptxas.path, arch, ptx)).encode())
+    key = hashlib.sha256("\0".join((triton.__version__, triton_ptxas(capability), arch, ptx)).encode())
     try:
         folder = os.path.join(triton.knobs.cache.dir, "compile_report")
     except AttributeError:  # a Triton without knobs: its default cache folder
@@ -225,7 +225,7 @@ def _ptxas_cached(ptx: str, arch: str, log: str = ""):
     except (OSError, ValueError, TypeError):
         pass
     from_log = parse_ptxas(log, demangle=False) if log else []
-    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_report(ptx, arch)
+    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_report(ptx, arch, capability)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
@@ -236,16 +236,9 @@ def _ptxas_cached(ptx: str, arch: str, log: str = ""):
     return found
 
 
-def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
-                   causal: bool = True) -> Row:
-    """Compile one Triton kernel at one config for ``target`` and report it.
-
-    ``kernel``: "fwd", "fwd_tma", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
-    num_stages). Results are cached per process.
-    """
-    key = (kernel, head_dim, tuple(config), target, dtype, causal)
-    if key in _CACHE:
-        return _CACHE[key]
+def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
+                   causal: bool = True):
+    """(Triton's compiled kernel, its ptxas log or "" on a Triton cache hit) for one config and target."""
     tf = _triton_module()
     from triton.backends.compiler import GPUTarget
 
@@ -266,6 +259,23 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
         descriptors = {name: [1, 1, rows, head_dim] for name, rows in
                        (("Q", block_m), ("O", block_m), ("O32", block_m), ("K", block_n), ("V", block_n))}
     signature, attrs = _signature(fn, consts, dtype, descriptors)
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    capability = limits(target).capability[0] * 10 + limits(target).capability[1]
+    return _compile_with_ptxas_log(src, GPUTarget("cuda", capability, 32), dict(num_warps=warps, num_stages=stages))
+
+
+def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
+                   causal: bool = True) -> Row:
+    """Compile one Triton kernel at one config for ``target`` and report it.
+
+    ``kernel``: "fwd", "fwd_tma", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
+    num_stages). Results are cached per process.
+    """
+    key = (kernel, head_dim, tuple(config), target, dtype, causal)
+    if key in _CACHE:
+        return _CACHE[key]
+    _triton_module()   # says why not, where these kernels cannot be compiled here (not a row)
+    block_m, block_n, warps, stages = config
     element_size = DTYPES[dtype][1]
     estimate = tiles.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
@@ -277,17 +287,15 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
               registers=None, shared_bytes=None, spills=None, fits=None, kept=kept,
               estimate_bytes=estimate, threads=32 * warps)
     try:
-        src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
         capability = arch.capability[0] * 10 + arch.capability[1]
-        compiled, ptxas_log = _compile_with_ptxas_log(
-            src, GPUTarget("cuda", capability, 32), dict(num_warps=warps, num_stages=stages))
+        compiled, ptxas_log = compile_kernel(kernel, head_dim, config, target, dtype, causal)
         shared = int(compiled.metadata.shared)
         ptx = compiled.asm["ptx"]
         row.tma_copies = ptx.count("cp.async.bulk.tensor")
         digest = hashlib.sha256(ptx.encode()).hexdigest()
         if digest not in _CACHE:
             _CACHE[digest] = _ptxas_cached(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
-                                           ptxas_log)
+                                           capability, ptxas_log)
         resources = _CACHE[digest]
         row.registers = resources.registers
         row.shared_bytes = shared + resources.shared_bytes

@@ -285,6 +285,24 @@ def compile_report(source: Union[str, Path], arch: Union[str, Iterable[str]] = "
     return compile_cuda(source, arch, extra_flags, std, timeout=timeout).kernels
 
 
+def triton_ptxas(capability: int) -> str:
+    """The path of the ptxas Triton itself runs for a GPU of ``capability`` (80, 90, 100, ...).
+
+    Triton ships two ptxas builds and picks one by architecture in
+    ``triton.backends.nvidia.compiler.get_ptxas``: up to 3.8 the newer one
+    (``knobs.nvidia.ptxas_blackwell``) from sm_100 on, since 3.9 from sm_90 on. The PTX Triton
+    writes for a target is only readable by the ptxas it chose (an older one refuses its
+    ``.version``), so a report on that PTX must run the same one: asked of Triton, not copied.
+    """
+    import triton
+
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+    except ImportError:   # a Triton without the chooser: the one ptxas it knows
+        return triton.knobs.nvidia.ptxas.path
+    return get_ptxas(int(capability)).path
+
+
 def with_launch(kernel: KernelResources, threads_per_block: int, dynamic_shared_bytes: int) -> KernelResources:
     """The same report, completed with what only the launcher knows."""
     return replace(kernel, threads_per_block=threads_per_block, dynamic_shared_bytes=dynamic_shared_bytes)

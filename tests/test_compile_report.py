@@ -141,18 +141,39 @@ def test_ptxas_reports_are_remembered_on_disk(monkeypatch, tmp_path):
     monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path))
     calls = []
 
-    def fake_ptxas(ptx, arch):
+    def fake_ptxas(ptx, arch, capability):
         calls.append(arch)
         return ptxas.KernelResources(name="k", mangled="k", arch=arch, registers=100, spill_store_bytes=8)
 
     monkeypatch.setattr(cr, "_ptxas_report", fake_ptxas)
-    first = cr._ptxas_cached("// some ptx", "sm_90a")
-    again = cr._ptxas_cached("// some ptx", "sm_90a")
-    other = cr._ptxas_cached("// other ptx", "sm_90a")
+    first = cr._ptxas_cached("// some ptx", "sm_90a", 90)
+    again = cr._ptxas_cached("// some ptx", "sm_90a", 90)
+    other = cr._ptxas_cached("// other ptx", "sm_90a", 90)
     assert first == again == ptxas.KernelResources(name="k", mangled="k", arch="sm_90a", registers=100,
                                                    spill_store_bytes=8)
     assert calls == ["sm_90a", "sm_90a"], "the second report of the same PTX comes from disk"
     assert other == first and len(list((tmp_path / "compile_report").glob("*.json"))) == 2
+
+
+def test_the_report_runs_the_ptxas_triton_chooses_for_each_target():
+    """Triton picks its ptxas by architecture (since 3.9 its newer build from sm_90 on, before
+    only from sm_100): the report must ask Triton, not assume ``knobs.nvidia.ptxas``."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    for capability in (80, 90, 100):
+        assert ptxas.triton_ptxas(capability) == get_ptxas(capability).path, capability
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_ptxas_reads_the_ptx_triton_wrote_as_on_a_cache_hit(target):
+    """On a Triton cache hit no ptxas log comes with the kernel, so the report runs ptxas
+    itself: it must be one that reads the PTX version Triton wrote for that target."""
+    capability = ARCHES[target].capability[0] * 10 + ARCHES[target].capability[1]
+    kernel, head_dim, config = covering_jobs(target)[0]
+    compiled, _ = cr.compile_kernel(kernel, head_dim, config, target)
+    arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
+    fresh = cr._ptxas_report(compiled.asm["ptx"], arch, capability)
+    assert fresh.arch == arch and fresh.registers > 0, fresh
 
 
 @pytest.mark.slow
