@@ -6,6 +6,7 @@
 - ``glue(name, value)``: hand a computed number to the prose (myst-nb's glue in the book;
   a plain display elsewhere, e.g. in Colab without myst-nb).
 - ``lesson(condition, claim)``: the prose's claim, checked on the device that ran it.
+- ``say(text)``: a sentence for the reader, shown as prose that wraps (lessons, notices).
 """
 from __future__ import annotations
 
@@ -132,10 +133,47 @@ class LessonFailed(AssertionError):
 
 
 def lesson(condition: bool, claim: str, evidence: str = "") -> None:
-    """Assert what the prose says. Prints the claim when it holds, fails loudly when not."""
+    """Assert what the prose says. Shows the claim when it holds (see ``say``), fails loudly when not."""
     if not condition:
         raise LessonFailed(f"The chapter claims: {claim}. This run disagrees. {evidence}".strip())
-    print(f"✔ {claim}" + (f" ({evidence})" if evidence else ""))
+    say(f"✔ {claim}" + (f" ({evidence})" if evidence else ""), kind="lesson")
+
+
+# What ``say`` can be: the CSS class of each (book/_static/pages.css styles them).
+SAY_KINDS = ("lesson", "note")
+
+
+def in_notebook() -> bool:
+    """Whether output goes to a notebook (a running IPython kernel) rather than a terminal or a test."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def say_html(text: str, kind: str = "note") -> str:
+    """``text`` as a box of prose that wraps: HTML-escaped, with `backticks` as code."""
+    import html
+    import re
+
+    if kind not in SAY_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(SAY_KINDS)}, got {kind!r}")
+    body = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    return f'<div class="ap-say ap-{kind}" role="note"><p>{body}</p></div>'
+
+
+def say(text: str, kind: str = "note") -> None:
+    """A sentence for the reader (a lesson that held, a notice): in a notebook, a box of prose
+    that wraps (a 200-character line in an output's code box runs off the page); elsewhere, and
+    in the notebook's plain-text view, the line itself."""
+    if not in_notebook():
+        print(text)
+        return
+    from IPython.display import display
+
+    display({"text/plain": text, "text/html": say_html(text, kind)}, raw=True)
 
 
 def reveal(guess, seen, what: str = "ops", source: str = "the trace"):

@@ -159,11 +159,12 @@ def stage(root: Path, out: Path) -> None:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "traces"))
         else:
             shutil.copy2(src, dst)
-    # The executed exercise notebooks carry `solutions = True`; keep the sources for downloads.
+    # The executed exercise notebooks carry `solutions = True` and the solutions; the pages'
+    # downloads serve the learner's copies instead (no solutions: notebooks/convert.py).
     if (out / UNSOLVED).is_dir():
         shutil.rmtree(out / UNSOLVED)
-    for notebook in (root / "book" / "exercises").glob("*.ipynb"):
-        target = out / UNSOLVED / notebook.relative_to(root)
+    for notebook in (root / "book" / "exercises" / UNSOLVED).glob("*.ipynb"):
+        target = out / UNSOLVED / "book" / "exercises" / notebook.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(notebook, target)
 

@@ -107,8 +107,11 @@ def problems(root: Optional[Path] = None) -> list[str]:
     return found
 
 
-NO_RECORDING = ("This run is CPU-only, and there is no recorded GPU run yet, so there is no GPU lane "
-                "to show: `.ci/device-run` on a GPU machine records one (see the README).")
+# A sentence for the reader; how a maintainer records a GPU run is in the README and in the
+# book's appendix on GPU runs (book/appendix/gpu_runs.md).
+NO_RECORDING = ("This build of the book ran on a CPU and no GPU run has been recorded for it yet, so "
+                "there is no GPU lane here: on a GPU, the lane would show each kernel these ops launch, "
+                "on its stream, with the CPU-side launch that queued it.")
 
 
 def gpu_lanes(device, live: dict, notebook: str, variants, root: Optional[Path] = None):

@@ -15,9 +15,22 @@ are written here, not in each source:
 - ``# %% [parameters]``: the cell papermill replaces, with the defaults of the ``cpu`` profile
   of ``book/params.yml`` and ``trace_dir``; lines under the marker are added to it (an
   exercise's ``solutions = False``).
+
+Conventions applied to every cell:
+
+- a MyST ``:::{dropdown}`` (hints) becomes an HTML ``<details>``, which folds in Jupyter and
+  Colab as well as in the book;
+- ``#| caption: ...`` and ``#| alt: ...`` lines in a code cell make its figure a numbered
+  figure with that caption and alt text (myst-nb's ``figure`` and ``image`` cell metadata);
+- a cell tagged ``solution`` folds in the book behind "Solution" (and in Colab as a form).
+
+Each exercise is also written as a learner's copy, ``book/exercises/unsolved/NN.ipynb``: the
+solutions replaced by a link to the page that shows them. The page's download button serves
+it (``kernels.execute.stage``) and the page links it in Colab.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -30,15 +43,25 @@ BOOK = HERE.parent / "book"
 REPOSITORY = yaml.safe_load((HERE.parent / "_config.yml").read_text())["repository"]["url"]
 VERSION = re.search(r'^version = "([^"]+)"', (HERE.parent / "pyproject.toml").read_text(), re.M).group(1)
 RELEASE = f"v{VERSION}"  # the tag of this version's release: what a reader's install gets, not main
+PACKAGE = "attention-profiled"
+# By name from the package index first; from the release's tag in the repository when the index
+# does not have it (a tag whose upload has not happened: .github/workflows/release.yml).
 INSTALL = f"""# In Colab, or anywhere the course is not installed yet, install its release {RELEASE}.
+import sys
 try:
     import kernels.profiling
 except ImportError:
-    %pip install --quiet "attention-profiled @ git+{REPOSITORY}@{RELEASE}\""""
+    !{{sys.executable}} -m pip install --quiet "{PACKAGE}=={VERSION}" || {{sys.executable}} -m pip install --quiet "{PACKAGE} @ git+{REPOSITORY}@{RELEASE}\""""
 # The parameters a reader gets outside the runner: the GPU when there is one (Colab), else the CPU.
 READER_DEFAULTS = {"device": "auto", "dtype": "auto"}
 # How the book labels the shared cells it folds away (myst-nb's code_prompt_show).
-PROMPTS = {"install": "Show how this page installs the course", "parameters": "Show this page's parameters"}
+PROMPTS = {"install": "Show how this page installs the course", "parameters": "Show this page's parameters",
+           "solution": "Solution"}
+HIDE_PROMPTS = {"solution": "Hide the solution"}
+# Where a learner's copy of an exercise lives (no solutions in it): book/exercises/unsolved/.
+UNSOLVED = "unsolved"
+# MyST's dropdown renders only in the built book; HTML <details> folds in Jupyter and Colab too.
+DROPDOWN = re.compile(r"^:::\{dropdown\}[ \t]*(.*?)\n(.*?)\n:::[ \t]*$", re.M | re.S)
 METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
@@ -58,6 +81,31 @@ def parameters(extra: str) -> str:
     return "\n".join(lines)
 
 
+def details(markdown: str) -> str:
+    """Each MyST dropdown in ``markdown`` as an HTML <details>: folded in the book, Jupyter and Colab."""
+    return DROPDOWN.sub(lambda m: f'<details class="ap-hint">\n<summary>{m.group(1).strip()}</summary>\n\n'
+                                  f"{m.group(2).strip()}\n\n</details>", markdown)
+
+
+def caption_options(body: str) -> tuple[str, dict]:
+    """A figure cell's ``#| caption: ...`` and ``#| alt: ...`` lines, taken out of its code.
+
+    They become myst-nb's cell metadata: the figure drawn by the cell is shown as a numbered
+    figure with that caption (what to see in it) and that alt text (what it shows, for a reader
+    who cannot see it).
+    """
+    options, kept = {}, []
+    for line in body.splitlines():
+        found = re.match(r"^#\|\s*(caption|alt|name):\s*(.+)$", line)
+        if found:
+            options[found.group(1)] = found.group(2).strip()
+        else:
+            kept.append(line)
+    if options and not {"caption", "alt"} <= set(options):
+        raise SystemExit(f"a figure cell needs both '#| caption:' and '#| alt:' lines: {body[:80]!r}")
+    return "\n".join(kept), options
+
+
 def cell_from(header: str, body: str):
     body = body.strip("\n")
     if "[install]" in header:
@@ -69,30 +117,86 @@ def cell_from(header: str, body: str):
     if "[markdown]" in header:
         lines = (line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line
                  for line in body.splitlines())
-        cell = nbformat.v4.new_markdown_cell("\n".join(lines))
+        cell = nbformat.v4.new_markdown_cell(details("\n".join(lines)))
     else:
+        body, figure = caption_options(body)
         if "solution" in tags:  # Colab ignores hide-input but folds a form cell to its title
             body = "#@title A solution (double-click to show it)\n" + body
         cell = nbformat.v4.new_code_cell(body)
         if "solution" in tags:
             cell.metadata["cellView"] = "form"
-        shared = "install" if "%pip install" in body else "parameters" if "parameters" in tags else None
+        shared = "install" if "pip install" in body else "parameters" if "parameters" in tags else None
         if shared:
             tags.append("hide-cell")  # collapsed behind a labelled toggle in the book; as is in Jupyter
-            cell.metadata["mystnb"] = {"code_prompt_show": PROMPTS[shared], "code_prompt_hide": "Hide"}
+        folded = shared or ("solution" if "solution" in tags else None)
+        if folded:
+            cell.metadata["mystnb"] = {"code_prompt_show": PROMPTS[folded],
+                                       "code_prompt_hide": HIDE_PROMPTS.get(folded, "Hide")}
+        if figure:
+            cell.metadata.setdefault("mystnb", {}).update(
+                {"figure": {"caption": figure["caption"], **({"name": figure["name"]} if "name" in figure else {})},
+                 "image": {"alt": figure["alt"]}})
     if tags:
         cell.metadata["tags"] = tags
     return cell
 
 
-def notebook(source: Path) -> str:
-    """The notebook ``source`` becomes, as the exact text written to disk."""
+def github(path: str) -> str:
+    """The repository's page for ``path`` (relative to the repository's root)."""
+    return f"{REPOSITORY}/blob/main/{path}"
+
+
+def colab(path: str) -> str:
+    return "https://colab.research.google.com/github/" + github(path).removeprefix("https://github.com/")
+
+
+def is_exercise(source: Path) -> bool:
+    return source.relative_to(HERE).parts[0] == "exercises"
+
+
+def learner_links(where: str) -> str:
+    """The exercise page's pointer to its learner copy (``where``: that copy, from the repository's root)."""
+    return (f"**To answer it yourself**, take the copy without solutions: [open it in Colab]({colab(where)}), "
+            f"[see it on GitHub]({github(where)}), or use this page's download button. This page shows the "
+            "course's solutions, folded under each task (**Solution**).")
+
+
+def learner_cell(cell, page: str):
+    """One cell of an exercise's learner copy: a solution becomes a pointer to the page that shows it;
+    links relative to the book become links to the repository (the copy is read anywhere)."""
+    if "solution" in cell.metadata.get("tags", []):
+        return nbformat.v4.new_markdown_cell(f"*The course's solution to this task is on [the exercise's page]({github(page)}).*")
+    if "parameters" in cell.metadata.get("tags", []):  # the comment on running the solutions goes with them
+        cell = nbformat.from_dict(dict(cell))
+        cell.source = "\n".join(line for line in cell.source.splitlines() if "solutions = True" not in line)
+        return cell
+    if cell.cell_type == "markdown":
+        cell = nbformat.from_dict(dict(cell))
+        folder = Path(page).parent.as_posix()
+        cell.source = re.sub(r"\]\((?!https?:|#)([^)\s]+\.ipynb)\)",
+                             lambda m: f"]({github(os.path.normpath(f'{folder}/{m.group(1)}'))})", cell.source)
+    return cell
+
+
+def notebook(source: Path, learner: bool = False) -> str:
+    """The notebook ``source`` becomes, as the exact text written to disk; ``learner``: an
+    exercise's copy without its solutions (what a learner downloads or opens in Colab)."""
     parts = re.split(r"^# %%(.*)$", source.read_text(), flags=re.M)
     nb = nbformat.v4.new_notebook(metadata=METADATA)
     nb.cells = [cell_from(h, b) for h, b in zip(parts[1::2], parts[2::2])]
+    page = (BOOK / source.relative_to(HERE).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
+    if learner:
+        nb.cells = [learner_cell(c, page) for c in nb.cells]
+    elif is_exercise(source):
+        nb.cells.insert(1, nbformat.v4.new_markdown_cell(learner_links(unsolved_path(page))))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"c{i:02d}"
     return nbformat.writes(nb) + "\n"
+
+
+def unsolved_path(page: str) -> str:
+    """Where an exercise page's learner copy lives, from the repository's root."""
+    return (Path(page).parent / UNSOLVED / Path(page).name).as_posix()
 
 
 def pairs():
@@ -102,11 +206,20 @@ def pairs():
             yield source, BOOK / source.relative_to(HERE).with_suffix(".ipynb")
 
 
+def written():
+    """(source, notebook path, learner) for every notebook written: each source's book notebook,
+    and each exercise's learner copy beside it in unsolved/."""
+    for source, target in pairs():
+        yield source, target, False
+        if is_exercise(source):
+            yield source, target.parent / UNSOLVED / target.name, True
+
+
 def main(argv=None) -> int:
     check = "--check" in (argv if argv is not None else sys.argv[1:])
     stale = []
-    for source, target in pairs():
-        text = notebook(source)
+    for source, target, learner in written():
+        text = notebook(source, learner)
         if check:
             if not target.exists() or target.read_text() != text:
                 stale.append(target)

@@ -115,7 +115,8 @@ def test_every_chapter_executes_on_cpu(built_book):
         assert all((out / t["path"]).exists() for t in rows[chapter]["traces"])
     for path in NOTEBOOKS:
         nb = nbformat.read(out / path, as_version=4)
-        text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        text = "".join(o.get("text", "") + "".join(o.get("data", {}).get("text/plain", ""))
+                       for c in nb.cells if c.cell_type == "code" for o in c.outputs)
         assert "✔" in text, f"{path.name} asserted no lesson"
         assert "USDT" not in text, "profiler noise leaked into the book"
         shown_as_text = [c.source[:60] for c in nb.cells if c.cell_type == "code" for o in c.outputs

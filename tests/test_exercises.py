@@ -341,7 +341,7 @@ def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(cap
     try:
         judge._passed("right")
         out = capsys.readouterr().out
-        assert "runs the course's hidden solutions" in out and "✔ the course solution: right" in out, \
+        assert "runs the course's solutions" in out and "✔ the course solution: right" in out, \
             "a built page's ✔ says it is the course's solution that passed, not the learner's empty cell"
     finally:
         judge.showing_solutions(False)

@@ -2,7 +2,7 @@
 
 Every ``check_*`` function takes the function (or numbers) you wrote, runs it on inputs
 it has never seen (random, odd sizes, non-contiguous views), and compares the result with
-a judge (mostly ``kernels.reference``). It either prints one ``✔`` line and returns a
+a judge (mostly ``kernels.reference``). It either shows one ``✔`` line and returns a
 :class:`Passed`, or raises :class:`ExerciseFailed` with a sentence about *what* is wrong.
 A check that draws random inputs prints its seed first; pass it back as ``seed=`` to replay
 exactly the cases that failed.
@@ -21,6 +21,8 @@ import tempfile
 from typing import Callable, Optional
 
 import torch
+
+from ..book import say
 
 __all__ = ["ExerciseFailed", "Passed", "showing_solutions", "FP32_TOL"]
 
@@ -59,12 +61,12 @@ def showing_solutions(shown: bool) -> None:
     global _SOLUTIONS_SHOWN
     _SOLUTIONS_SHOWN = bool(shown)
     if shown:
-        print("This copy runs the course's hidden solutions, so every check below passes with theirs. "
-              "Download the notebook (it comes unsolved) to answer yourself.")
+        say("This copy runs the course's solutions, so every check below passes with theirs. "
+            "Download the notebook (it comes without them) to answer yourself.")
 
 
 def _passed(message: str) -> Passed:
-    print(f"✔ {'the course solution: ' if _SOLUTIONS_SHOWN else ''}{message}")
+    say(f"✔ {'the course solution: ' if _SOLUTIONS_SHOWN else ''}{message}", kind="lesson")
     return Passed(message)
 
 

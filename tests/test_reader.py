@@ -1,0 +1,110 @@
+"""What a reader gets from the notebooks' shared machinery: sentences that wrap, learner copies
+of the exercises with no solution in them, hints that fold outside the book, figures with
+captions (notebooks/convert.py, kernels/book.py)."""
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+from tests.helpers import ROOT
+
+EXERCISES = sorted((ROOT / "book" / "exercises").glob("*.ipynb"))
+
+
+def convert_module():
+    spec = importlib.util.spec_from_file_location("convert", ROOT / "notebooks" / "convert.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_say_prints_the_line_outside_a_notebook_and_wraps_it_as_html_inside(capsys):
+    from kernels import book
+
+    book.lesson(True, "two matmuls", "2 of 2")
+    assert capsys.readouterr().out == "✔ two matmuls (2 of 2)\n", "outside a kernel a lesson is the plain line"
+    html = book.say_html("uses `aten::bmm` <here> & there", kind="note")
+    assert 'class="ap-say ap-note"' in html and "<code>aten::bmm</code>" in html
+    assert "&lt;here&gt; &amp; there" in html, "the sentence is escaped, not read as HTML"
+    with pytest.raises(ValueError, match="kind must be one of"):
+        book.say_html("x", kind="shout")
+
+
+def test_a_failed_lesson_still_raises_with_the_claim():
+    from kernels import book
+
+    with pytest.raises(book.LessonFailed, match="The chapter claims: no copies"):
+        book.lesson(False, "no copies")
+
+
+def code_lines(cells) -> set[str]:
+    return {line.strip() for c in cells if c.cell_type == "code"
+            for line in c.source.splitlines() if line.strip() and not line.strip().startswith("#")}
+
+
+def solution_lines(nb) -> set[str]:
+    """The code lines found only in an exercise's solutions (a stub's skeleton, a check's call
+    and the solution share some lines: those give nothing away)."""
+    solutions = [c for c in nb.cells if "solution" in c.metadata.get("tags", [])]
+    return code_lines(solutions) - code_lines([c for c in nb.cells if c not in solutions])
+
+
+def test_every_learner_copy_has_every_cell_but_no_solution_code():
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    assert len(EXERCISES) >= 11
+    for full_path in EXERCISES:
+        full = nbformat.read(full_path, as_version=4)
+        learner_path = full_path.parent / "unsolved" / full_path.name
+        assert learner_path.exists(), f"{full_path.name} has no learner copy: run notebooks/convert.py"
+        learner = nbformat.read(learner_path, as_version=4)
+        solved = solution_lines(full)
+        assert solved, f"{full_path.name} has solutions to leave out"
+        for cell in learner.cells:
+            assert "solution" not in cell.metadata.get("tags", []), f"{learner_path.name}: a solution cell"
+            if cell.cell_type == "code":
+                leaked = [line for line in cell.source.splitlines() if line.strip() in solved]
+                assert not leaked, f"{learner_path.name}: solution code in a cell: {leaked[:3]}"
+        stubs = [c.source for c in full.cells if "stub" in c.metadata.get("tags", [])]
+        assert stubs == [c.source for c in learner.cells if "stub" in c.metadata.get("tags", [])], \
+            f"{learner_path.name} keeps every task's stub as the page has it"
+        params = next(c.source for c in learner.cells if "parameters" in c.metadata.get("tags", []))
+        assert re.search(r"^solutions = False$", params, re.M) and "solutions = True" not in params
+        links = re.findall(r"\]\(([^)]+\.ipynb)\)", "".join(c.source for c in learner.cells if c.cell_type == "markdown"))
+        assert links and all(link.startswith("https://") for link in links), \
+            f"{learner_path.name}: a copy read outside the book links the repository, not paths: {links}"
+
+
+def test_hints_are_html_details_that_fold_in_jupyter():
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    for path in EXERCISES:
+        markdown = "".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+        assert ":::{dropdown}" not in markdown, f"{path.name}: a MyST dropdown is raw text in Jupyter"
+        assert markdown.count("<details") == markdown.count("</details>") > 0, path.name
+
+
+def test_solutions_fold_behind_solution_and_the_page_links_its_learner_copy():
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    for path in EXERCISES:
+        cells = nbformat.read(path, as_version=4).cells
+        solutions = [c for c in cells if "solution" in c.metadata.get("tags", [])]
+        assert solutions and all(c.metadata["mystnb"]["code_prompt_show"] == "Solution" for c in solutions)
+        intro = cells[1].source
+        assert f"blob/main/book/exercises/unsolved/{path.name}" in intro and "colab.research.google.com" in intro
+
+
+def test_details_and_captions_are_converted_and_a_half_caption_is_refused():
+    convert = convert_module()
+    text = ":::{dropdown} Hint 1: the guess\nFive things.\n:::\n\nAfter."
+    assert convert.details(text) == ('<details class="ap-hint">\n<summary>Hint 1: the guess</summary>\n\n'
+                                     "Five things.\n\n</details>\n\nAfter.")
+    body, options = convert.caption_options("#| caption: Two lanes.\n#| alt: A timeline.\nfig = draw()")
+    assert body == "fig = draw()" and options == {"caption": "Two lanes.", "alt": "A timeline."}
+    cell = convert.cell_from("", "#| caption: Two lanes.\n#| alt: A timeline.\nfig = draw()")
+    assert cell.metadata["mystnb"] == {"figure": {"caption": "Two lanes."}, "image": {"alt": "A timeline."}}
+    with pytest.raises(SystemExit, match="needs both"):
+        convert.caption_options("#| caption: no alt\nfig")
