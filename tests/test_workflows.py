@@ -43,7 +43,8 @@ INSTALL_HINT = (
 TRUSTED_TRIGGERS = {"push", "schedule", "workflow_dispatch"}
 
 # (workflow file, job id) -> the write scopes that job may hold. Nothing else writes.
-WRITE_ALLOWED = {("pages.yml", "deploy"): {"pages", "id-token"}}
+WRITE_ALLOWED = {("pages.yml", "deploy"): {"pages", "id-token"},
+                 ("release.yml", "publish"): {"id-token"}}  # trusted publishing's OIDC token, nothing else
 
 # (workflow file, zizmor audit) silenced inline with "# zizmor: ignore[...]", and why.
 DELIBERATE_IGNORES = {
@@ -312,3 +313,18 @@ def test_pages_deploys_the_gpu_book_or_falls_back_to_cpu():
     assert {"actions/configure-pages", "actions/upload-pages-artifact", "actions/deploy-pages"} <= used
     assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+
+
+def test_release_builds_on_a_version_tag_checks_agreement_and_publishes_by_trusted_publishing():
+    release = workflow("release.yml")
+    assert triggers(release) == {"push": {"tags": ["v*"]}}, "a release runs on a pushed tag v<version> only"
+    build, publish = release["jobs"]["build"], release["jobs"]["publish"]
+    commands = run_commands({"jobs": {"build": build}})
+    assert 'python tools/release_check.py --tag "$TAG"' in commands and "python -m build" in commands
+    assert build["permissions"] == {"contents": "read"}
+    assert publish["needs"] == "build" and publish["environment"]["name"] == "pypi"
+    assert publish["permissions"] == {"id-token": "write"}, "trusted publishing needs the OIDC token only"
+    used = [step["uses"].split("@")[0] for step in publish["steps"]]
+    assert used == ["actions/download-artifact", "pypa/gh-action-pypi-publish"], \
+        "the job holding the token runs no code of the repository: it uploads what build made"
+    assert not any("password" in step.get("with", {}) for step in publish["steps"]), "no stored token"
