@@ -67,7 +67,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -86,7 +86,7 @@ from .timing import (MEMORY_METHODS, peak_memory, profiler_peak_memory, spread, 
 
 # Defaults per device: the CPU sweep stays under two minutes on two cores; the GPU one
 # follows the FlashAttention papers' scale (16-bit, long sequences).
-PROFILES = {
+PROFILES: dict[str, dict[str, Any]] = {
     "cpu": dict(seq=[128, 256, 512, 1024, 2048], head_dim=[64], dtype=["fp32"], batch=1, heads=8),
     "cuda": dict(seq=[512, 1024, 2048, 4096, 8192], head_dim=[64, 128], dtype=["bf16"],
                  batch=4, heads=16),
@@ -100,7 +100,7 @@ MODE_WORDS = {"forward": FORWARD, "fwd": FORWARD,
               "decode": DECODE}
 
 
-def split_list(values, kind=str) -> list:
+def split_list(values, kind=str) -> Optional[list]:
     """``--seq 128 256`` and ``--seq 128,256`` both mean [128, 256]."""
     if values is None:
         return None

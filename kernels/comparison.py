@@ -58,7 +58,7 @@ def compare(fns: dict, device="cpu", rounds: int = 15, warmup: int = 2) -> Compa
     for _ in range(warmup):
         for name in names:
             fns[name]()
-    times = {name: [] for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].extend(time_calls(fns[name], device, 1))

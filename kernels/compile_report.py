@@ -228,9 +228,9 @@ def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
     found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_report(ptx, arch, capability)
     try:
         os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
-            json.dump(dataclasses.asdict(found), f)
-        os.replace(f.name, path)    # whole or absent, even with two reports writing at once
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
+            json.dump(dataclasses.asdict(found), tmp)
+        os.replace(tmp.name, path)    # whole or absent, even with two reports writing at once
     except OSError:
         pass                        # a read-only cache folder: report without remembering
     return found

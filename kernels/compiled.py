@@ -28,12 +28,15 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
 from .naive import NaiveAttention
 from .registry import LRU, Reason, register
+
+if TYPE_CHECKING:
+    import pandas
 
 MODULES = 16        # compiled naive modules kept, one per (causal, scale, device)
 BLOCK_MASKS = 16    # block masks kept, one per (Sq, Sk, device)

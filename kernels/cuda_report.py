@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Any, Iterable, Union
 
 from . import cuda_flash
 from .occupancy import Occupancy, occupancy
@@ -98,7 +98,7 @@ def find_kernel(report: Iterable[KernelResources], arch: str, version: str, dtyp
 # both head dims on a machine with nvcc (no GPU needed). tests/test_cuda_report.py compiles
 # again where the same nvcc is present and fails if the kernels changed without this table
 # being recorded anew.
-RECORDED_REPORT = {
+RECORDED_REPORT: dict[str, Any] = {  # rows of mixed str and int: read by position
     "nvcc": "13.0, V13.0.88",
     "date": "2026-12-01",
     # (arch, version, dtype, head_dim, registers, static smem, spill stores, spill loads, stack frame, barriers)
@@ -189,7 +189,8 @@ def record_report(archs=("sm_80", "sm_90")) -> str:
              "    # registers, static smem, spill stores, spill loads, stack frame, and the PTX's counts of",
              "    # " + ", ".join(STEP_OPCODES) + ")",
              '    "design_steps": [', *(f"        {row!r}," for row in sorted(steps)), "    ],"]
-    return "RECORDED_REPORT = {\n" + "\n".join(lines) + "\n}"
+    return ("RECORDED_REPORT: dict[str, Any] = {  # rows of mixed str and int: read by position\n"
+            + "\n".join(lines) + "\n}")
 
 
 # ---- PTX ---------------------------------------------------------------------------------------
@@ -215,7 +216,8 @@ def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90"), sources=cuda_flas
     ``ptx[arch][file]``, the PTX text.
     """
     archs = list(archs)
-    report, ptx = [], {a: {} for a in archs}
+    report: list[KernelResources] = []
+    ptx: dict[str, dict[str, str]] = {a: {} for a in archs}
     for source, compiled in cuda_flash.compile_sources(archs, sources).items():
         for arch in archs:
             ptx[arch][source] = compiled.ptx[arch]

@@ -104,7 +104,7 @@ def thread_map(head_dim: int = 64, lane: int = 5):
     axes["v2"].set_xlabel("column (key, or d of the output)")
     rows, cols = np.nonzero(v2_owner == lane)
     axes["v2"].scatter(cols, rows, s=6, marker="s", facecolors="none", edgecolors="black", linewidths=0.7)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i + 1)) for i in range(warps)]
+    handles: list = [plt.Rectangle((0, 0), 1, 1, color=colours(i + 1)) for i in range(warps)]
     handles.append(plt.Line2D([], [], ls="", marker="s", markerfacecolor="none", markeredgecolor="black"))
     apply_font_floor(fig)
     # In the empty cell right of v2 (the mosaic's "."), level with v2's middle.

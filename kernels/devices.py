@@ -106,8 +106,7 @@ def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
     measured in fp32 (what the CPU profile of the course runs); a GPU missing from the
     table in 16-bit, on its tensor cores.
     """
-    device = torch.device(device)
-    on_gpu = device.type == "cuda"
+    on_gpu = torch.device(device).type == "cuda"
     n, copy_mib = (4096, COPY_MIB["cuda"]) if on_gpu else (768, COPY_MIB["cpu"])
     # bf16 tensor cores start at sm80 (Ampere); older GPUs get fp16.
     if on_gpu:

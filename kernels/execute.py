@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -203,7 +203,7 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
 
     nb = out / path
     start = time.perf_counter()
-    row = {"notebook": str(path), "status": "ok", "seconds": None, "error": None}
+    row: dict[str, object] = {"notebook": str(path), "status": "ok", "seconds": None, "error": None}
     try:
         pm.execute_notebook(str(nb), str(nb), parameters=params, cwd=str(nb.parent),
                             progress_bar=progress, log_output=False, report_mode=False,
@@ -300,7 +300,8 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     progress = sys.stderr.isatty() if progress is None and jobs == 1 else bool(progress)
     stage(root, out)
     traces.stage_recorded(root, out)
-    report = {"profile": name, "parameters": params, "jobs": jobs, "environment": environment(), "notebooks": []}
+    report: dict[str, Any] = {"profile": name, "parameters": params, "jobs": jobs, "environment": environment(),
+                              "notebooks": []}
     library = execution_cache.library_digest(root) if cache else None
     keys = {path: execution_cache.cache_key(root, path, staged_parameters(path, params), library, report["environment"])
             for path in every} if cache else {}

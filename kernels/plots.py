@@ -170,7 +170,7 @@ def tflops_vs_seq(results: Iterable, peak=None) -> Figure:
     else:
         found = peak_of(results, peak)
         ceiling = found.flops / 1e12 if found else None
-        text = found and f"peak {ceiling:.3g} TFLOP/s ({found.flops_dtype}, {found.name})"
+        text = f"peak {ceiling:.3g} TFLOP/s ({found.flops_dtype}, {found.name})" if found else ""
     if ceiling is not None:
         ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=text)
     seq_axis(ax, groups)

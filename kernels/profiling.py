@@ -27,7 +27,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 from torch.profiler import ProfilerActivity, record_function, schedule
@@ -39,6 +39,9 @@ from .trace import (DTYPE_BYTES, GPU_CATEGORIES, LAUNCH_CATEGORIES, VIEW_OPS, St
 from .trace_tables import counts, kernel_table, op_table  # noqa: F401
 from .tracediff import StepDiff  # noqa: F401
 
+if TYPE_CHECKING:
+    from torch.autograd.profiler_util import EventList
+
 # ----------------------------------------------------------------------------- recording
 
 @dataclass
@@ -48,7 +51,7 @@ class Profile:
     label: str
     trace_path: Path
     trace: "Trace"
-    averages: object  # torch.autograd.profiler_util.EventList (prof.key_averages())
+    averages: "EventList"  # prof.key_averages()
 
     def steps(self) -> list["Step"]:
         return self.trace.steps(self.label)

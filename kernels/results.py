@@ -25,7 +25,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 
@@ -245,7 +245,7 @@ def load_results(path) -> BenchResults:
 def row_from_text(row: dict) -> BenchResult:
     """A CSV row (all strings) back into typed fields; empty cells are None, absent columns
     (a file older than the column) take the field's default."""
-    values = {}
+    values: dict[str, Any] = {}
     for field in dataclasses.fields(BenchResult):
         if field.name not in row:
             continue

@@ -30,6 +30,7 @@ Two more things chapter 3 reads from here:
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Optional
@@ -294,7 +295,7 @@ def _run(name, backend, q, k, v, scale, args):
 
 
 for _order, _name in enumerate(BACKENDS):
-    register(_name, order=30 + _order, requires=lambda device, n=_name: device_reason(n, device),
+    register(_name, order=30 + _order, requires=functools.partial(device_reason, _name),
              materializes_scores=_name == "sdpa_math")(pinned(_name))
 
 
@@ -302,7 +303,7 @@ def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
     """Try every backend on these inputs: ``{name: None}`` if it ran, else PyTorch's reason."""
     from .registry import get
 
-    result = {}
+    result: dict[str, Reason] = {}
     for name in BACKENDS:
         try:
             get(name)(q, k, v, causal=causal)

@@ -54,7 +54,7 @@ def lanes(step: Step, views: bool = False) -> list[tuple]:
     """The figure's rows in order: ``("label",)``, ``("cpu", pid, tid, depth)`` and
     ``("gpu", device, stream)``."""
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
-    rows = [("label",)]
+    rows: list[tuple] = [("label",)]
     own = step.thread
     threads = sorted({(p, t) for p, t in zip(ops["pid"], ops["tid"])} | {own},
                      key=lambda th: (th != own, _first_ts(ops, th)))
@@ -139,8 +139,8 @@ class _Bars:
 
     def __init__(self, ax, span_ms: float, min_label_frac: float, fontsize: float):
         self.ax, self.span_ms, self.min_label_frac, self.fontsize = ax, span_ms, min_label_frac, fontsize
-        self.bars = defaultdict(list)  # (y, colour) -> [(start, width)]
-        self.texts = []
+        self.bars: defaultdict[tuple, list[tuple[float, float]]] = defaultdict(list)  # (y, colour) -> [(start, width)]
+        self.texts: list = []
 
     def colours(self) -> set:
         """The colours of the bars drawn: the legend's categories."""
@@ -185,7 +185,7 @@ class _BarLabel(Text):
     def fitted(self, renderer) -> str:
         """The longest prefix of the name (with "…" when cut) that fits inside the bar."""
         left, right = self.axes.transData.transform([(self.x0, 0), (self.x1, 0)])[:, 0]
-        room = abs(right - left) - 0.8 * self.get_fontsize() * renderer.points_to_pixels(1)
+        room = abs(right - left) - 0.8 * float(self.get_fontsize()) * renderer.points_to_pixels(1)
         # No glyph is narrower than about a third of the font size: start from the most letters
         # that could fit, so long kernel names do not cost a measurement per letter.
         most = int(room / (0.3 * renderer.points_to_pixels(self.get_fontsize()))) + 1

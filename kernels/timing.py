@@ -52,10 +52,10 @@ def time_calls(step, device: torch.device, reps: int) -> list[float]:
         return [start.elapsed_time(end) for start, end in events]
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        began = time.perf_counter()
         step()
         synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((time.perf_counter() - began) * 1e3)
     return times
 
 

@@ -251,7 +251,7 @@ class Trace:
             start = flow_start.get(flow_end.get((pid[i], tid[i], ts[i])))
             launch = at.get(start) if start is not None else None
             if launch is not None:
-                link.append(launch), how.append("flow")
+                link.append(launch); how.append("flow")  # noqa: E702
                 continue
             launch = by_corr.get(args[i].get("correlation"))
             link.append(launch)
@@ -391,7 +391,7 @@ def _innermost(ops: pd.DataFrame, keys: list, ts: list) -> list[int]:
         points_of.setdefault(key, []).append(j)
     found = [-1] * len(ts)
     for key, points in points_of.items():
-        rows, stack, k = rows_of.get(key, []), [], 0
+        rows, stack, k = rows_of.get(key, []), list[int](), 0
         for j in sorted(points, key=lambda j: ts[j]):
             t = ts[j]
             while k < len(rows) and starts[rows[k]] <= t:

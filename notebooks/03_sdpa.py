@@ -344,7 +344,7 @@ scores = torch.cat([torch.tensor([[0.5, -1.0, float("-inf"), 2.0]], device=devic
 plain = torch.softmax(scores, dim=-1)
 guarded = kernels.sdpa.safe_softmax(scores, dim=-1)
 print("plain softmax:\n", plain, "\nsafe softmax:\n", guarded)
-lesson(torch.isnan(plain[1]).all() and not torch.isnan(plain[0]).any(),
+lesson(bool(torch.isnan(plain[1]).all()) and not torch.isnan(plain[0]).any(),
        "a plain softmax turns a fully masked row into NaN", f"on {device.type}")
 lesson(torch.equal(guarded[1], torch.zeros_like(guarded[1])) and torch.equal(guarded[0], plain[0]),
        "the safe softmax returns zeros there and the plain softmax everywhere else")

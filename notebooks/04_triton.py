@@ -114,7 +114,7 @@ _, ((m1, l1), (m2, l2)) = tf.tiled_softmax(x, 2)
 rescaled = l1 * torch.exp(m1 - m2)
 new_terms = torch.exp(x[2:] - m2).sum()
 lesson(float(m1) == 2.0 and float(m2) == 5.0, "the running max goes 2, then 5")
-lesson(torch.isclose(l2, rescaled + new_terms) and torch.isclose(l2, torch.exp(x - 5).sum()),
+lesson(bool(torch.isclose(l2, rescaled + new_terms)) and bool(torch.isclose(l2, torch.exp(x - 5).sum())),
        "rescaled old sum + new terms = the sum over the whole row relative to its max",
        f"{float(rescaled):.4f} + {float(new_terms):.4f} = {float(l2):.4f}")
 glue("hand_l1", float(l1))
@@ -377,7 +377,7 @@ lesson((fwd_name == "_attn_fwd_tma") == on_hopper, "the forward takes the TMA va
 # here: on a ragged slice (one head, 81 tokens: not a multiple of a tile), both kernels, bit for bit.
 # (On a GPU the autotuner may pick other tiles for each, so there the judge under "Run it"
 # below checks whichever forward ran.)
-part = tuple(t[:1, :1, :81] for t in (q, k, v))
+part = q[:1, :1, :81], k[:1, :1, :81], v[:1, :1, :81]
 if on_gpu:
     print("compiled kernels: the reference check below judges", fwd_name)
 elif tf.TensorDescriptor is not None and tf.tma_reason(dict(zip("qkv", part)), (9, 0)) is None:
@@ -494,7 +494,8 @@ def judged_against_reference(causal: bool, seq_len: int) -> reference.Judgement:
     out = triton_attention(qg, kg, vg, causal=causal)
     out.backward(grad_out)
     part = (slice(0, 1), slice(0, 2))
-    return reference.judge(out.detach()[part], *(t.detach()[part] for t in (qg, kg, vg)), causal,
+    q_, k_, v_ = (t.detach()[part] for t in (qg, kg, vg))
+    return reference.judge(out.detach()[part], q_, k_, v_, causal,
                            grads=tuple(t.grad[part] for t in (qg, kg, vg)), grad_out=grad_out[part])
 
 ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # e.g. 113: not a multiple of any tile
@@ -522,7 +523,7 @@ glue("worst_err", float(errors.max().max()))
 # %%
 # On the CPU one interpreted forward is enough: there is nothing to warm up (no compilation,
 # no autotuning), and each call takes a while. Torch warns about a schedule without warm-up.
-profile_args = dict(active=active_steps) if on_gpu else dict(wait=0, warmup=0, active=1)
+profile_args: dict = dict(active=active_steps) if on_gpu else dict(wait=0, warmup=0, active=1)
 warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
 def runs_here(name: str) -> bool:
     """The registry's device check, plus SDPA's own rules for these inputs (dtype, head dim)."""
@@ -674,7 +675,7 @@ if on_gpu:
         return torch.autograd.grad(triton_attention(q, k, v, causal=True), (q, k, v), grad_out)
 
     fb = profiling.median_step(profiling.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
-                                                 active=steps, trace_dir=trace_dir).steps())
+                                                 active=active_steps, trace_dir=trace_dir).steps())
     display(profiling.kernel_table(fb))
     names = [n for n, c in zip(fb.kernels["name"], fb.kernels["cat"]) if c == "kernel"]
     lesson(sorted(names) == sorted([fwd_name, "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]),

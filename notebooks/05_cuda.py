@@ -110,7 +110,7 @@ fig = cuda_threads.thread_map(head_dim=kernel_dim)
 # %%
 s1, s2, s3 = cuda_threads.owners_v1_scores(), cuda_threads.owners_v1_softmax(), cuda_threads.owners_v1_output(kernel_dim)
 o2 = cuda_threads.owners_v2(kernel_dim, cfgs["v2"].block_m, cfgs["v2"].threads)
-lesson((s1 >= 0).all() and (s3 >= 0).all() and (o2 >= 0).all(),
+lesson(bool((s1 >= 0).all() and (s3 >= 0).all() and (o2 >= 0).all()),
        "every score and every output element has a thread that computes it, in both versions")
 lesson(set((s2 // 32).ravel()) == {0}, "v1's softmax runs on warp 0 alone: the other 3 warps wait",
        f"rows owned by threads {s2.min()}..{s2.max()}")
@@ -373,7 +373,7 @@ if ptx is None:
     for key in ("v2_mma", "v1_mma", "v1_fma"):
         glue(key, "not counted (no nvcc here)")
 else:
-    counts = {}
+    counts: dict[tuple[str, str], dict[str, int]] = {}
     for arch in archs:
         for version, source in (("v1", "flash_v1.cu"), ("v2", "flash_v2.cu")):
             text = ptx[arch][source]
@@ -384,7 +384,7 @@ else:
     display(counted)
     v1_mma = {key: c["mma.sync"] for key, c in counts.items() if key[1].startswith("v1")}
     v2_mma = {key: c["mma.sync"] for key, c in counts.items() if key[1].startswith("v2")}
-    lesson(v1_mma and sum(v1_mma.values()) == 0, "v1 contains no tensor-core instruction: not one mma.sync in its PTX",
+    lesson(bool(v1_mma) and sum(v1_mma.values()) == 0, "v1 contains no tensor-core instruction: not one mma.sync in its PTX",
            f"{len(v1_mma)} kernels")
     # The head dimension is in the kernel's name, e.g. v2<bf16, 64>; two tile-step bodies each.
     expected = {key: 2 * cuda_report.mma_per_key_tile(int(key[1].rstrip(">").split(", ")[1])) for key in v2_mma}

@@ -148,7 +148,7 @@ if on_gpu:
 # %%
 if on_gpu:
     sweep_seqs = sorted({512, 1024, 2048, 4096, seq})
-    budget = dict(reps=30, warmup=3, min_reps=5, max_seconds=0.5)
+    budget: dict = dict(reps=30, warmup=3, min_reps=5, max_seconds=0.5)
 else:  # a 2-core CPU: small budgets keep the whole chapter under a minute
     sweep_seqs = sorted({128, 256, 512, 1024, seq})
     budget = dict(reps=7, warmup=1, min_reps=3, max_seconds=0.15)
@@ -367,7 +367,7 @@ gqa_ratio = next(r for r in (4, 2, 1) if heads % r == 0)
 kv_options = tuple(dict.fromkeys((heads, heads // gqa_ratio)))  # all K/V heads, then shared ones
 long_factor = 8 if on_gpu else 4
 shown = [n for n in ("naive", "sdpa_flash") if n in contenders]  # the two ends of the course
-common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
+common: dict = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
 # Time and counts only: chapter 9 measures what a training step holds in memory, and a
 # decoding step's peak is its one-row output (profiling memory would double this cell's time).
 train_rows = bench.sweep(shown, seqs=(seq,), modes=(bench.FORWARD_BACKWARD,), memory=False, **common, **budget)

@@ -379,12 +379,12 @@ display(cost.round(3))
 fx, sf = cost.loc["flex"], cost.loc["sdpa_flash"]
 if fx["p10 (ms)"] > sf["p90 (ms)"] or sf["p10 (ms)"] > fx["p90 (ms)"]:
     faster = "flex" if fx["median (ms)"] < sf["median (ms)"] else "sdpa_flash"
-    verdict = f"{faster} was faster here, and the p10-p90 ranges do not overlap"
+    which_faster = f"{faster} was faster here, and the p10-p90 ranges do not overlap"
 else:
-    verdict = "the p10-p90 ranges overlap: this machine was too noisy to say which is faster"
-print(verdict)
+    which_faster = "the p10-p90 ranges overlap: this machine was too noisy to say which is faster"
+print(which_faster)
 glue("flex_ratio", f"{fx['median (ms)'] / sf['median (ms)']:.1f}")
-glue("flex_verdict", verdict)
+glue("flex_verdict", which_faster)
 
 # %% [markdown]
 # Here flex took {glue:text}`flex_ratio`× SDPA flash's median time ({glue:text}`flex_verdict`).

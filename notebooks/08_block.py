@@ -213,9 +213,8 @@ for r in range(2):
     for s in trend_seqs:
         run = profiling.profile(naive_block, tokens(s), label="block", wait=0, warmup=1, active=2,
                                 trace_dir=trace_dir, trace_name=f"trend_{s}_{r}")
-        att = sum(st.cpu_time_us for st in run.trace.steps("block.attention"))
-        total = sum(st.cpu_time_us for st in run.steps())
-        share[s] = att / total
+        attention_us = sum(st.cpu_time_us for st in run.trace.steps("block.attention"))
+        share[s] = attention_us / sum(st.cpu_time_us for st in run.steps())
     repeats.append(share)
 trend = pd.DataFrame(repeats, index=["repeat 1", "repeat 2"]).T
 display(trend.style.format("{:.1%}"))

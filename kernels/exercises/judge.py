@@ -18,7 +18,7 @@ The underscored helpers here are for the chapter modules, not for learners.
 from __future__ import annotations
 
 import tempfile
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 import torch
 
@@ -70,7 +70,7 @@ def _passed(message: str) -> Passed:
     return Passed(message)
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise ExerciseFailed(message)
 
 

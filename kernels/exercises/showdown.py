@@ -86,13 +86,13 @@ def check_intensity(my_intensity: Callable, seed: Optional[int] = None) -> Passe
     def all_near(factors):
         return all(abs(r / f - 1) < 1e-6 for r, f in zip(ratios, factors))
 
-    causal = [c[4] for c in cases]
+    causal_flags = [c[4] for c in cases]
     if all_near([c[5] for c in cases]):
         _fail("you divided by elements, not bytes: multiply the element count by bytes_per_element.")
     if all_near([4 / 3] * len(cases)):
         _fail("a fused kernel moves four tensors: it reads q, k, v AND writes o (4·B·H·S·D elements); "
               "you counted three.")
-    if all_near([2.0 if c else 1.0 for c in causal]):
+    if all_near([2.0 if c else 1.0 for c in causal_flags]):
         _fail("causal FLOPs are halved (the kernel skips the masked half); you counted them at full price.")
     if all_near([0.5] * len(cases)):
         _fail("FLOPs are 4·B·H·S²·D (two matmuls, 2 FLOPs per multiply-add); you are 2x low.")

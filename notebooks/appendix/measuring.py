@@ -176,7 +176,8 @@ def forgetful_attention(q, k, v, out, tile=64):
     out[..., :full, :] = reference.attention(q, k, v)[..., :full, :].to(out.dtype)
     return out
 
-def passes(q, k, v, out):
+def passes(qkv, out):
+    q, k, v = qkv
     got = forgetful_attention(q, k, v, out)
     return bool(torch.isfinite(got).all()) and reference.max_rel_error(got, reference.attention(q, k, v)) <= 1e-5
 
@@ -184,10 +185,10 @@ shape = (1, 2, 100, 16)  # S=100: one full tile of 64 rows, then 36 rows the ker
 zeros = [torch.zeros(shape) for _ in range(3)]
 rand = inputs(*shape, seed=2)
 verdicts = {
-    "zero inputs, zero-filled output": passes(*zeros, torch.zeros(shape)),
-    "zero inputs, NaN-poisoned output": passes(*zeros, torch.full(shape, float("nan"))),
-    "random inputs, zero-filled output": passes(*rand, torch.zeros(shape)),
-    "random inputs, NaN-poisoned output": passes(*rand, torch.full(shape, float("nan"))),
+    "zero inputs, zero-filled output": passes(zeros, torch.zeros(shape)),
+    "zero inputs, NaN-poisoned output": passes(zeros, torch.full(shape, float("nan"))),
+    "random inputs, zero-filled output": passes(rand, torch.zeros(shape)),
+    "random inputs, NaN-poisoned output": passes(rand, torch.full(shape, float("nan"))),
 }
 for case, ok in verdicts.items():
     print(f"{case:<38} {'passes (the bug hides)' if ok else 'fails (the bug shows)'}")

@@ -43,7 +43,7 @@ b = torch.randn(4 * head_dim, device=device, dtype=dtype)
 # of its trace (depth 0: the ops your code called), in order, with their `aten::` names.
 
 # %% tags=["stub"]
-my_guess = []  # your guess, e.g. ["aten::...", ...]
+my_guess: list[str] = []  # your guess, e.g. ["aten::...", ...]
 
 # %% [markdown]
 # :::{dropdown} Hint 1
