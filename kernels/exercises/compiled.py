@@ -10,6 +10,7 @@ None of these checks compiles anything: masks are evaluated with ``create_mask``
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from typing import Callable, Optional
@@ -120,13 +121,29 @@ def _softcap(q, k, v, cap: float, causal: bool = True) -> torch.Tensor:
     return s.softmax(-1) @ v
 
 
+def _floats_specialised():
+    """Dynamo burns the Python floats a function captures into its graph as constants.
+
+    FlexAttention's eager path traces its score_mod with Dynamo. The checks call it with
+    score_mods that capture different floats (each cap, and each known mistake); from torch
+    2.15 on, Dynamo's automatic dynamic makes a float that changed between two calls a
+    ``SymFloat`` input, which the flex_attention operator refuses ("can only be of (Tensor,
+    int, SymInt) but got (SymFloat,)"). Specialising floats traces each cap as a constant.
+    """
+    import torch._dynamo
+
+    if not hasattr(torch._dynamo.config, "specialize_float"):
+        return contextlib.nullcontext()
+    return torch._dynamo.config.patch(specialize_float=True)
+
+
 def _eager_flex(q, k, v, score_mod, causal: bool):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from ..compiled import causal_mod
 
     mask = create_block_mask(causal_mod(0), None, None, q.shape[-2], k.shape[-2], device="cpu") if causal else None
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _floats_specialised():
         warnings.simplefilter("ignore")   # "called without torch.compile": on purpose, exact and slow
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask)
 
