@@ -76,9 +76,24 @@ def _natural(key):
     return tuple((0, int(x)) if str(x).lstrip("-").isdigit() else (1, str(x)) for x in key)
 
 
+# What a bar's name says before the part that tells bars apart: dropped from the drawn label,
+# so a backward's bars read "MmBackward0", not "autogra…" (the trace keeps the full names).
+NAME_PREFIXES = ("autograd::engine::evaluate_function: ", "aten::")
+LANE_NAME_CHARS = 40  # a longer label (a benchmark's "[param|...]" range) would squeeze the lanes
+
+
+def short_name(name: str) -> str:
+    """A bar's name without the prefix many bars share."""
+    for prefix in NAME_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def lane_name(lane: tuple, step: Step, several_devices: bool) -> str:
     if lane[0] == "label":
-        return f"label: {step.label}"
+        label = step.label if len(step.label) <= LANE_NAME_CHARS else step.label[:LANE_NAME_CHARS - 1] + "…"
+        return f"label: {label}"
     if lane[0] == "cpu":
         _, pid, tid, depth = lane
         return f"CPU depth {depth}" if (pid, tid) == step.thread else f"thread {tid} depth {depth}"
@@ -110,9 +125,11 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     ax.set_ylim(len(rows) - 0.5, -0.5)  # top lane first, as in Perfetto
     ax.set_xlabel("time since the labelled call began (ms)")
     _span_shared_x(ax, span_ms)
-    ax.set_title(title or f"{step.label}: one step ({'CPU + GPU' if not k.empty else 'CPU only'})")
     drawn = [(label, c) for label, c in LEGEND if c in bars.colours()]
-    # Above the lanes, right-aligned under nothing but the title's line: outside the data.
+    # The legend in a row of its own right above the lanes, the title above that row (its pad
+    # leaves the room), so a long title never runs under the legend; outside the data.
+    ax.set_title(title or f"{step.label}: one step ({'CPU + GPU' if not k.empty else 'CPU only'})",
+                 pad=2.4 * size)
     ax.legend(handles=[Patch(color=c, label=label) for label, c in drawn], loc="lower right",
               bbox_to_anchor=(1.0, 1.0), ncol=len(drawn), fontsize=size, frameon=False,
               borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)
@@ -149,7 +166,7 @@ class _Bars:
     def add(self, y, start_us, dur_us, name):
         self.bars[(y, color(name))].append((start_us / 1e3, max(dur_us / 1e3, self.span_ms * 0.002)))
         if dur_us / 1e3 >= self.min_label_frac * self.span_ms:
-            self.texts.append((start_us / 1e3, (start_us + dur_us) / 1e3, y, name.replace("aten::", "")))
+            self.texts.append((start_us / 1e3, (start_us + dur_us) / 1e3, y, short_name(name)))
 
     def draw(self, step: Step, ops, rows: list) -> None:
         y_of = {lane: i for i, lane in enumerate(rows)}

@@ -20,8 +20,8 @@ import inspect
 import torch
 
 import kernels
-from kernels import bench, profiling, recorded, traces
-from kernels.book import glue, inputs, lesson, reveal, setup
+from kernels import bench, borrowed, profiling, recorded, traces
+from kernels.book import glue, inputs, lesson, reveal, say, setup
 
 device, dtype = setup(device, dtype)
 print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
@@ -90,7 +90,7 @@ lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kerne
 # recorded steps. It is the quickest overview and the most lossy: order, nesting and the
 # step each op belonged to are gone.
 
-# %%
+# %% tags=["wide-text"]
 print(run.table(sort_by="cpu_time_total", row_limit=8))
 
 # %% [markdown]
@@ -290,6 +290,44 @@ if lanes:
     print(f"label's CPU time {gpu_step.cpu_time_us:.0f} µs vs its kernels' GPU time {gpu_step.gpu_time_us:.0f} µs: {bound}")
 else:
     print(lane_source)
+
+# %% [markdown]
+# ### A real GPU lane, recorded by others
+#
+# Until this course's own GPU recording exists, here is a GPU lane that other people recorded
+# on a real GPU: one forward of AlexNet on an A100, from the test data of Meta's
+# HolisticTraceAnalysis project (MIT licence). It is not attention and not this book's run,
+# but it has everything the section above describes: the CPU lanes of ops, a GPU lane per
+# stream, and a grey arrow from each launch on the CPU to the kernel it queued on the GPU.
+
+# %%
+#| caption: A GPU lane recorded by others (HolisticTraceAnalysis's test data, an A100). The CPU rows are busy across the whole label; the GPU work (the thin bars on the two GPU-stream rows at the bottom) takes a small part of it, each bar tied by a grey arrow to the launch that queued it.
+#| alt: Timeline of one AlexNet forward on an A100. Rows of CPU ops (zeros, mul, conv2d, convolution, cudnn_convolution) span about 80 ms; the two GPU stream rows hold narrow kernel bars near the right edge only.
+a100 = borrowed.ALEXNET_FORWARD
+a100_trace = a100.trace()
+a100_step = a100.step()
+say(a100.credit(a100_trace))
+fig = profiling.timeline(a100_step, title="AlexNet, one forward on an A100 (recorded by HolisticTraceAnalysis)")
+
+# %%
+a100_kernels = a100_step.kernels
+glue("a100_cpu_ms", round(a100_step.cpu_time_us / 1e3, 1))
+glue("a100_gpu_ms", round(a100_step.gpu_time_us / 1e3, 1))
+glue("a100_work", len(a100_kernels))
+lesson(a100_kernels["launcher"].notna().all(),
+       "every kernel and memset on the borrowed GPU lane has its launch call on the CPU lane",
+       f"{a100_kernels['launcher'].notna().sum()} of {len(a100_kernels)}")
+lesson(a100_kernels["stream"].nunique() >= 2, "the borrowed GPU lane runs work on more than one stream",
+       f"streams {sorted(a100_kernels['stream'].unique().tolist())}")
+lesson(a100_step.gpu_time_us < a100_step.cpu_time_us,
+       "in the borrowed forward the GPU was busy for less time than the CPU spent in the label",
+       f"{a100_step.gpu_time_us / 1e3:.1f} ms of GPU work in {a100_step.cpu_time_us / 1e3:.1f} ms")
+
+# %% [markdown]
+# The GPU did {glue:text}`a100_work` pieces of work (kernels and a memset) in
+# {glue:text}`a100_gpu_ms` ms, inside a label that held the CPU for {glue:text}`a100_cpu_ms` ms.
+# Reading such a trace is the skill this course trains: the CPU lane says what was asked and
+# when, the GPU lane says what ran and for how long, and the arrows say which is which.
 
 # %% [markdown]
 # ## The trace file

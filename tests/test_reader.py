@@ -108,3 +108,40 @@ def test_details_and_captions_are_converted_and_a_half_caption_is_refused():
     assert cell.metadata["mystnb"] == {"figure": {"caption": "Two lanes."}, "image": {"alt": "A timeline."}}
     with pytest.raises(SystemExit, match="needs both"):
         convert.caption_options("#| caption: no alt\nfig")
+
+
+def test_the_borrowed_gpu_lane_says_who_recorded_it_on_which_gpu_from_the_trace_itself():
+    from kernels import borrowed
+
+    lane = borrowed.ALEXNET_FORWARD
+    trace = lane.trace()
+    credit = lane.credit(trace)
+    assert "NVIDIA A100" in credit and "HolisticTraceAnalysis" in credit and "MIT" in credit, credit
+    assert (borrowed.root() / "LICENSE-HolisticTraceAnalysis").exists(), "the licence notice travels with the trace"
+    step = lane.step()
+    assert len(step.kernels) > 0 and step.kernels["stream"].nunique() >= 2, "a GPU lane, on two streams"
+    with pytest.raises(KeyError, match="no step labelled 'no such label'"):
+        borrowed.Borrowed(lane.file, "no such label", "", "", "", "").step()
+
+
+def test_a_timelines_long_title_never_runs_under_its_legend():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from kernels import borrowed, timeline
+
+    step = borrowed.ALEXNET_FORWARD.step()
+    fig = timeline.timeline(step, title="a title long enough to reach the legend's side of the figure, " * 2)
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    title, legend = ax.title.get_window_extent(), ax.get_legend().get_window_extent()
+    assert title.y0 >= legend.y1 - 1, "the title sits above the legend's row, not beside it"
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    assert all(len(name) <= len("label: ") + timeline.LANE_NAME_CHARS for name in lanes), lanes
+
+
+def test_bar_labels_drop_the_prefix_every_backward_bar_shares():
+    from kernels.timeline import short_name
+
+    assert short_name("autograd::engine::evaluate_function: MmBackward0") == "MmBackward0"
+    assert short_name("aten::softmax") == "softmax" and short_name("ProfilerStep#3") == "ProfilerStep#3"
