@@ -276,7 +276,8 @@ def _cublas(name: str) -> Optional[Fingerprint]:
         return Fingerprint(name, "gemm", "cublas", True, dtype,
                            f"A cuBLAS {dtype or ''} GEMM on tensor cores via {how}; the second "
                            "type group is accumulator and output.".replace("  ", " "))
-    m = re.match(_CUBLAS_ARCH + r"_(?:(\w+?)_)?([shdi])?(\d{3,6})?(gemm|gemv)", bare)
+    # "gc"/"c"/"z" before gemm: complex GEMMs (ampere_gcgemm_64x64_nt, cuDNN's FFT convolutions run it).
+    m = re.match(_CUBLAS_ARCH + r"_(?:(\w+?)_)?([shdi])?(\d{3,6})?(?:g?[cz])?(gemm|gemv)", bare)
     if not m or "cutlass" in bare:
         return _cublas_helpers(name, bare)
     arch, acc, shape, what = m.group(1), m.group(3), m.group(4), m.group(5)
@@ -287,7 +288,7 @@ def _cublas(name: str) -> Optional[Fingerprint]:
             f"A cuBLAS {dtype} {what.upper()} on tensor cores ({arch} kernel; {acc}{shape} = "
             f"{_ACCUMULATE.get(acc, acc)} accumulate, mma {mma})."))
     return Fingerprint(name, "gemm", "cublas", False, dtype, (
-        f"A cuBLAS {dtype} GEMM on the CUDA cores, not tensor cores ({arch} kernel; "
+        f"A cuBLAS {dtype + ' ' if dtype else ''}GEMM on the CUDA cores, not tensor cores ({arch} kernel; "
         f"{_plain_gemm_words(bare)})."))
 
 
@@ -296,6 +297,8 @@ def _plain_gemm_words(bare: str) -> str:
         return "sgemm = single-precision fp32 multiply-adds"
     if "hgemm" in bare:
         return "hgemm = fp16 without tensor-core MMA"
+    if re.search(r"g?cgemm|zgemm", bare):
+        return "cgemm/zgemm = complex numbers"
     if "dgemm" in bare:
         return "dgemm = fp64"
     return "no MMA shape in the name"
@@ -308,10 +311,15 @@ def _cublas_helpers(name: str, bare: str) -> Optional[Fingerprint]:
         return Fingerprint(name, "reduction", "cublas", False, _dtype_in_template(name),
                            "cuBLASLt's split-K reduction: the second half of a GEMM that split "
                            "its K dimension across blocks and now sums the partial results.")
-    if re.match(r"(gemv|gemvx|gemv2[NT])", bare) or re.search(r"\bgemv\w*_kernel", name):
+    # ... and "internal::gemvx::kernel<...>" inside a std::enable_if<...>::type return type.
+    if re.match(r"(gemv|gemvx|gemv2[NT])", bare) or re.search(r"\bgemv\w*(_kernel|::kernel)", name):
         return Fingerprint(name, "gemm", "cublas", False, _dtype_in_template(name),
                            "A cuBLAS matrix-vector product (GEMV): one operand is a vector, so "
                            "it is memory-bound and runs on CUDA cores.")
+    if re.match(r"[sdhcz]gemm_\w+", bare):  # cuBLAS's hand-written SIMT kernels: "void sgemm_largek_lds64<...>"
+        return Fingerprint(name, "gemm", "cublas", False, _dtype_in_token(bare),
+                           "A cuBLAS GEMM kernel of the older hand-written kind, on CUDA cores; the "
+                           "letter before gemm is the type (s fp32, d fp64, h fp16, c and z complex).")
     if re.match(r"(gemmSN|gemmk1|gemm_kernel|magma_\w*gemm)", bare):
         return Fingerprint(name, "gemm", "cublas", False, _dtype_in_template(name) or
                            _dtype_in_token(bare),
@@ -486,6 +494,40 @@ def classify_many(names: Iterable[str]):
     return pd.DataFrame(rows, columns=columns, dtype=object)
 
 
+# The PyTorch ops that are matrix multiplies, as a trace's CPU lane names them: where a chapter
+# reads CPU ops (no GPU lane), these are its matmuls.
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                        "aten::linear", "aten::_scaled_mm"})
+_INDUCTOR_STYLE = re.compile(r"triton_(poi|red|per|tem|for)_")
+
+
+def kind_of(name: str) -> str:
+    """The kind of work one trace row does (one of KINDS): a GPU kernel's by its name
+    (``fingerprint``), a PyTorch op's by the op (``MATMUL_OPS`` are "gemm")."""
+    return "gemm" if name in MATMUL_OPS else fingerprint(name).kind
+
+
+def is_gemm(name: str) -> bool:
+    """Whether a kernel (cuBLAS's nvjet_*/sm90_xmma_*/ampere_*, CUTLASS, an Inductor mm
+    template...) or a PyTorch op (aten::addmm...) is a matrix multiply."""
+    return kind_of(name) == "gemm"
+
+
+def inductor_style(name: str) -> Optional[str]:
+    """Which kind of Inductor Triton kernel a name is: "poi" (pointwise), "red" (reduction,
+    looping), "per" (persistent reduction), "tem" (a template: FlexAttention, or a matmul with
+    max-autotune), "for" (foreach); None for anything Inductor did not generate."""
+    m = _INDUCTOR_STYLE.match(name)
+    return m.group(1) if m else None
+
+
+def mentions_op(name: str, op: str) -> bool:
+    """Whether a row's name says it runs ``op`` ("gelu"): an ATen op (aten::gelu), an ATen
+    kernel's functor (GeluCUDAKernelImpl) or the op list of an Inductor kernel
+    (triton_poi_fused_gelu_view_1) all spell it, in some case."""
+    return op.lower() in name.lower()
+
+
 def _bare(name: str) -> str:
     """The kernel's identifier: without "void ", namespaces, template arguments, parameters."""
     text = re.sub(r"^void\s+", "", name)
@@ -498,4 +540,5 @@ def _sentence(text: str) -> str:
     return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-__all__ = ["KINDS", "Fingerprint", "classify_many", "fingerprint"]
+__all__ = ["KINDS", "MATMUL_OPS", "Fingerprint", "classify_many", "fingerprint", "inductor_style", "is_gemm",
+           "kind_of", "mentions_op"]

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 import kernels
 import kernels.triton_flash as tf
 from kernels import triton_backward, triton_launch, triton_tiles
-from kernels import bench, occupancy, plots, profiling, reference, sdpa, tiling
+from kernels import bench, gpu_lessons, occupancy, plots, profiling, reference, sdpa, tiling
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 
 device, dtype = setup(device, dtype)
@@ -618,45 +618,23 @@ glue("speed_note", speed_note)
 # A100, by design: registers go to keeping tiles on-chip.
 
 # %%
-def footprint(kernel_row) -> dict:
-    """The launch footprint of one trace kernel, and the occupancy it allows on this GPU."""
-    event = {"block": kernel_row["block"], "registers per thread": kernel_row["registers_per_thread"],
-             "shared memory": kernel_row["shared_memory"]}
-    occ = occupancy.occupancy_from_trace(event, occupancy.arch_of(torch.cuda.get_device_properties(device)))
-    return {"kernel": kernel_row["name"][:60], "grid": kernel_row["grid"], "block": kernel_row["block"],
-            "registers/thread": kernel_row["registers_per_thread"], "shared memory (B)": kernel_row["shared_memory"],
-            "occupancy (ours) %": round(occ.percent, 1), "limited by": occ.limited_by,
-            "trace's estimate %": kernel_row["occupancy_pct"], "explain": occ.explain()}
-
 if on_gpu:
-    forward_kernels = step["triton"].kernels
+    arch = occupancy.arch_of(torch.cuda.get_device_properties(device))
     display(profiling.kernel_table(step["triton"]))
-    launched = forward_kernels["name"].iloc[0] if len(forward_kernels) else ""
-    lesson(len(forward_kernels) == 1 and fwd_name in launched and ("_tma" in launched) == fwd_name.endswith("_tma"),
-           f"one Triton forward is exactly one GPU kernel, {fwd_name}, and no copy or memset")
     config = tf.FORWARD_KERNELS[fwd_name].best_config  # what the autotuner picked for this (S, D, causal)
-    row = forward_kernels.iloc[0]
-    want_grid = [run_batch * run_heads, math.ceil(run_seq / config.kwargs["BLOCK_M"]), 1]
-    lesson(list(row["grid"]) == want_grid and list(row["block"]) == [32 * config.num_warps, 1, 1],
-           "the trace's grid is (B·H, cdiv(S, BLOCK_M)) and its block is num_warps × 32 threads",
-           f"config {config}")
+    row = gpu_lessons.triton_forward(step["triton"].kernels, fwd_name,
+                                     gpu_lessons.triton_grid(run_batch, run_heads, run_seq, config.kwargs["BLOCK_M"]),
+                                     [32 * config.num_warps, 1, 1])
     try:
-        table = {"triton": footprint(row)}
+        table = {"triton": gpu_lessons.footprint(row, arch)}
         if sdpa_ok:
-            sdpa_kernels = step["sdpa_flash"].kernels
             display(profiling.kernel_table(step["sdpa_flash"]))
-            lesson((sdpa_kernels["cat"] == "kernel").sum() == 1,
-                   "SDPA flash is also a single kernel per forward: the same shape of trace")
-            table["sdpa_flash"] = footprint(sdpa_kernels[sdpa_kernels["cat"] == "kernel"].iloc[0])
+            table["sdpa_flash"] = gpu_lessons.footprint(gpu_lessons.single_kernel(step["sdpa_flash"].kernels,
+                                                                                  "SDPA flash"), arch)
         for name, f in table.items():
             print(f"{name}:\n{f['explain']}\n")
         display(pd.DataFrame(table).drop(index="explain"))
-        # Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%.
-        for name, f in table.items():
-            smem, reported, ours = int(f["shared memory (B)"]), f["trace's estimate %"], f["occupancy (ours) %"]
-            lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
-                   f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
-                   f"{smem:,} B, trace {reported}%, ours {ours}%")
+        gpu_lessons.kineto_zero_rule(table)
     except ValueError as err:  # a GPU the occupancy tables do not know yet
         print("occupancy not computed:", err)
 else:
@@ -677,10 +655,7 @@ if on_gpu:
     fb = profiling.median_step(profiling.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
                                                  active=active_steps, trace_dir=trace_dir).steps())
     display(profiling.kernel_table(fb))
-    names = [n for n, c in zip(fb.kernels["name"], fb.kernels["cat"]) if c == "kernel"]
-    lesson(sorted(names) == sorted([fwd_name, "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]),
-           "forward + backward is four kernels: forward, Δ, dK/dV, dQ", ", ".join(names))
-    lesson(not (fb.kernels["cat"] == "gpu_memset").any(), "no memset: no buffer is zeroed for atomic adds")
+    gpu_lessons.triton_backward(fb.kernels, fwd_name)
 else:
     print("CPU-only run: the backward's kernels are checked on a GPU run.")
 
@@ -707,8 +682,8 @@ if on_gpu:
                           batch=batch, heads=heads, device=device, max_seconds=0.5, memory=False, progress=None)
     frame = results.to_frame()
     display(frame[["impl", "mode", "seq", "status", "median_ms", "tflops"]].round(3))
-    lesson(bool((frame.loc[frame["impl"] == "triton", "status"] == "ok").all()),
-           "the Triton kernel ran at every point of the sweep, forward and forward+backward")
+    gpu_lessons.ran_at_every_point(frame, "triton",
+                                   "the Triton kernel ran at every point of the sweep, forward and forward+backward")
     display(plots.tflops_vs_seq(results))
 else:
     print("CPU-only run: no benchmark. The interpreter's speed says nothing about the kernel.")

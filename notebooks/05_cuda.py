@@ -31,7 +31,8 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import bench, cuda_design, cuda_flash, cuda_report, cuda_threads, occupancy, profiling, ptxas, reference
+from kernels import bench, cuda_design, cuda_flash, cuda_report, cuda_threads, gpu_lessons, occupancy, profiling, ptxas
+from kernels import reference
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 from kernels.cuda_excerpts import cuda_excerpt, cuda_markdown
 
@@ -695,27 +696,8 @@ if on_gpu:
     for name in runnable:
         step = profiling.median_step(profiling.profile(kernels.get(name), q, k, v, label=name,
                                                        active=active_steps, trace_dir=trace_dir).steps())
-        launched = step.kernels[step.kernels["cat"] == "kernel"]
-        version = name.removeprefix("cuda_")
-        lesson(len(launched) == 1 and f"flash_{version}_kernel" in launched["name"].iloc[0],
-               f"one forward of {name} is one kernel on the GPU lane", ", ".join(launched["name"]))
-        row = launched.iloc[0]
-        cfg = cuda_flash.launch_config(version, head_dim)
-        lesson(list(row["block"]) == [cfg.threads, 1, 1]
-               and list(row["grid"]) == list(cfg.grid(batch, heads, seq)),
-               f"{name}'s trace shows the grid and block of its launcher", f"grid {row['grid']}, block {row['block']}")
-        lesson(int(row["shared_memory"]) == cfg.dynamic_shared_bytes,
-               f"{name}'s shared memory in the trace is the launcher's dynamic shared memory",
-               f"{int(row['shared_memory']):,} B")
-        smem, reported = int(row["shared_memory"]), row["occupancy_pct"]
-        if reported is not None and pd.notna(reported):
-            lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
-                   f"{name}: the trace reads 0% occupancy exactly when its shared memory passes 48 KiB",
-                   f"{smem:,} B, trace {reported}%")
-        footprints[name] = {"kernel": row["name"][:60], "registers (trace)": row["registers_per_thread"],
-                            "shared memory (trace, B)": row["shared_memory"],
-                            "est. achieved occupancy % (trace)": row["occupancy_pct"],
-                            "GPU time per forward (us)": round(step.gpu_time_us, 1)}
+        cfg = cuda_flash.launch_config(name.removeprefix("cuda_"), head_dim)
+        footprints[name] = gpu_lessons.cuda_forward(step, name, cfg, batch, heads, seq)
     display(pd.DataFrame(footprints))
 
 # %% [markdown]
@@ -732,8 +714,7 @@ if on_gpu:
     timing = results.to_frame().set_index("impl")[["status", "median_ms", "p10_ms", "p90_ms", "tflops", "reason"]]
     display(timing.round(3))
     if {"cuda_v1", "cuda_v2"} <= set(runnable):
-        t1, t2 = timing.loc["cuda_v1", "median_ms"], timing.loc["cuda_v2", "median_ms"]
-        lesson(t2 < t1, "tensor cores win: v2 is faster than v1", f"{t1:.3f} ms vs {t2:.3f} ms, {t1 / t2:.1f}x")
+        gpu_lessons.tensor_cores_win(timing)
 
 # %% [markdown]
 # Where this page was built on a CPU, the GPU section above printed why it did not run. For

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import bench, devices, plots, profiling, recorded, reference
+from kernels import bench, devices, gpu_lessons, plots, profiling, recorded, reference
 from kernels.results import GOAL_BASELINE, GOALS, goal_ratios, load_results
 from kernels.book import glue, inputs, lesson, mib, reveal, setup
 
@@ -127,13 +127,7 @@ lesson(all(len(work[n]) > len(work["sdpa_flash"]) for n in ("naive", "inplace", 
 lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs fewer ops than the naive one",
        f"{len(work['naive'])} vs {len(work['inplace'])}")
 if on_gpu:
-    fused = [n for n in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn") if n in steps_of]
-    for n in fused:
-        launched = (steps_of[n].kernels["cat"] == "kernel").sum()
-        lesson(launched == 1, f"{n} launches one kernel per forward", f"{launched} kernels")
-    lesson(len(steps_of["sdpa_math"].kernels) > len(steps_of["inplace"].kernels),
-           "SDPA's math backend launches more GPU work than the hand-written in-place version",
-           f"{len(steps_of['sdpa_math'].kernels)} vs {len(steps_of['inplace'].kernels)}")
+    gpu_lessons.fused_one_kernel_math_more(steps_of)
 
 # %% [markdown]
 # ## Timing and memory: the sweep

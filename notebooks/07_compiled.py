@@ -33,7 +33,7 @@ import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
 
 import kernels
-from kernels import bench, compiled, fingerprints, profiling, reference, traces
+from kernels import bench, compiled, fingerprints, gpu_lessons, profiling, reference, traces
 from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.inplace import InplaceAttention
 from kernels.naive import NaiveAttention
@@ -214,12 +214,7 @@ traces.links(runs["naive"])
 
 # %%
 if device.type == "cuda":
-    gpu = step["naive"].kernels
-    display(fingerprints.classify_many(gpu["name"]))
-    triton_kernels = gpu[gpu["name"].str.startswith("triton_")]
-    lesson(len(triton_kernels) >= 1 and (gpu["cat"] != "gpu_memcpy").all(),
-           "on the GPU the compiled forward runs Inductor's Triton kernels and no copy",
-           ", ".join(gpu["name"].str.slice(0, 50)))
+    display(gpu_lessons.compiled_forward(step["naive"].kernels))
 else:
     print(f"This run is on {device.type}: no GPU lane here, and no recorded GPU run of this chapter yet. "
           "A name such as these is what the lane would hold:")
@@ -355,10 +350,7 @@ glue("flex_out_mib", f"{mib(q.numel() * q.element_size()):.1f}")
 
 # %%
 if device.type == "cuda":
-    gpu = flex_step.kernels
-    display(fingerprints.classify_many(gpu["name"])[["name", "kind", "family", "note"]])
-    lesson(gpu["name"].str.startswith("triton_tem_").sum() == 1,
-           "on the GPU, a flex forward runs one FlexAttention template kernel", ", ".join(gpu["name"].str.slice(0, 50)))
+    display(gpu_lessons.flex_forward(flex_step.kernels))
 else:
     print(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
           "the compiled region; no GPU lane here, and no recorded GPU run of this chapter yet.")

@@ -26,7 +26,7 @@ import torch._inductor.config as inductor_config
 
 import kernels
 from kernels import block as blocks
-from kernels import compiled, profiling, traces
+from kernels import compiled, gpu_lessons, profiling, traces
 from kernels.block import Block
 from kernels.book import glue, lesson, mib, reveal, setup, show_source
 
@@ -327,15 +327,8 @@ lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buff
 lesson(hidden_buffers(cstep) < hidden_buffers(estep),
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
 # The order of matmuls and generated kernels: CPU ops on a CPU, the GPU lane's kernels on a GPU.
-lane = cstep.kernels if len(cstep.kernels) else cstep.ops
-is_mm = lane["name"].isin(["aten::addmm", "aten::mm"]) | lane["name"].str.contains("gemm|sgemm|cutlass", case=False)
-order = lane[is_mm | lane["name"].str.contains("gelu")]
-names = order.sort_values("start_us")["name"].tolist()
-gelu_at = next((i for i, n in enumerate(names) if "gelu" in n), None)
-lesson(gelu_at is not None and 0 < gelu_at < len(names) - 1
-       and "gelu" not in names[gelu_at - 1] and "gelu" not in names[gelu_at + 1],
-       "but GELU is still a pass of its own between two library matmuls (fc_in's and fc_out's)",
-       " -> ".join(n.removeprefix("aten::")[:40] for n in names))
+# Matmuls are what kernels.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).
+gpu_lessons.gelu_between_matmuls(cstep.kernels if len(cstep.kernels) else cstep.ops)
 passes = {"eager or compiled": 4, "fused MLP": 2}   # writes + reads of the [B, S, 4W] tensor per forward
 saved = (passes["eager or compiled"] - passes["fused MLP"]) * hidden_bytes
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")

@@ -22,7 +22,7 @@ import torch
 
 import kernels
 import kernels.sdpa
-from kernels import bench, profiling, recorded, reference, traces
+from kernels import bench, gpu_lessons, profiling, recorded, reference, traces
 from kernels.book import glue, inputs, lesson, mib, reveal, setup
 
 device, dtype = setup(device, dtype)
@@ -337,17 +337,7 @@ if not lanes:
     print(lane_source)
 else:
     print(f"GPU lane: {lane_source}")
-    rows = []
-    for name, s in lanes.items():
-        ks = s.kernels
-        own = ks["thread"] == s.thread[1]
-        rows.append({"variant": name, "forward kernels (caller's thread)": int(own.sum()),
-                     "backward kernels (engine's thread)": int((~own).sum()),
-                     "backward kernels": ", ".join(sorted(set(ks.loc[~own, "name"].str.slice(0, 50))))[:200]})
-    gpu_table = pd.DataFrame(rows).set_index("variant")
-    display(gpu_table)
-    lesson((gpu_table["backward kernels (engine's thread)"] > 0).all(),
-           "every variant's backward kernels are launched from a thread other than the caller's", lane_source)
+    display(gpu_lessons.backward_threads(lanes, lane_source))
 
 # %% [markdown]
 # ## Cost as the sequence grows

@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
 import kernels.sdpa
-from kernels import bench, decoding, devices, plots, profiling, reference, traces
+from kernels import bench, decoding, devices, gpu_lessons, plots, profiling, reference, traces
 from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.decoding import KVCache
 from matplotlib_inline.backend_inline import set_matplotlib_formats
@@ -324,8 +324,7 @@ display(pd.DataFrame({"runs a GQA decode step": {n: r is None for n, r in probed
                       "why not": {n: r or "" for n, r in probed.items()}}))
 print(f"here, unpinned SDPA picks {chosen} for a multi-head decode step, {chosen_gqa} for the GQA one")
 if device.type == "cuda":
-    predicted = kernels.sdpa.predicted_backend_here(device, dtype, head_dim)
-    lesson(chosen == predicted, "on this GPU the decode step goes to the backend the priority rules predict", chosen)
+    gpu_lessons.decode_backend(chosen, kernels.sdpa.predicted_backend_here(device, dtype, head_dim))
 else:
     lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode step goes to PyTorch's CPU flash kernel, as prefill does")
     print("No GPU here: the GPU rows above are PyTorch's rules, not a measurement; a GPU run of this notebook checks them.")

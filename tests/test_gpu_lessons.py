@@ -1,0 +1,175 @@
+"""The reading half of every GPU branch of chapters 04-10, run on Hopper-shaped fixture lanes.
+
+Each chapter's GPU branch profiles on the GPU, then calls a function of kernels.gpu_lessons
+on what it recorded. These tests call the same functions on lanes built by
+tests/hopper_trace.py (what an H100 launches, names sourced there), and check that each
+lesson holds on a right lane and fails on a lane that breaks it. Chapters 00-03 read their
+lanes from a recording (tests/test_recorded.py).
+"""
+import pandas as pd
+import pytest
+import torch
+
+from kernels import cuda_flash, gpu_lessons, occupancy, sdpa
+from kernels.book import LessonFailed
+from tests import hopper_trace as hop
+
+pytestmark = pytest.mark.book  # `make test-book`, beside the executed chapters
+B, H, S = 2, 16, 1024
+ARCH = occupancy.arch_of(hop.H100["name"])
+
+
+def test_the_fixture_is_an_h100_with_work_on_several_streams():
+    step = hop.lane("block", hop.COMPILED_BLOCK)
+    assert ARCH == "sm_90"
+    assert set(step.kernels["stream"].astype(int)) == {hop.MAIN, hop.SIDE}, "the block's lane uses two streams"
+    assert set(step.kernels["cat"]) == {"kernel", "gpu_memset"}
+
+
+# ---- chapter 4 -----------------------------------------------------------------------------
+
+def test_chapter4_forward_lane_footprint_and_kineto_rule():
+    block_m, warps = 128, 8
+    step = hop.lane("triton", hop.triton_forward(B, H, S, block_m, warps))
+    kernels_only = gpu_lessons.launched(step.kernels)
+    assert len(step.kernels) == 2 and len(kernels_only) == 1, "a copy on a side stream beside the forward"
+    row = gpu_lessons.triton_forward(kernels_only, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
+                                     [32 * warps, 1, 1])
+    flash = gpu_lessons.single_kernel(hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"]).kernels, "SDPA flash")
+    table = {"triton": gpu_lessons.footprint(row, ARCH), "sdpa_flash": gpu_lessons.footprint(flash, ARCH)}
+    assert table["triton"]["trace's estimate %"] == 0, "114688 B of shared memory: Kineto reads 0%"
+    assert table["triton"]["occupancy (ours) %"] > 0, "while the real limit (227 KiB on sm_90) lets it run"
+    gpu_lessons.kineto_zero_rule(table)
+
+
+def test_chapter4_forward_lane_fails_on_the_wrong_grid_or_a_second_kernel():
+    step = hop.lane("triton", hop.triton_forward(B, H, S, 128, 8))
+    ks = gpu_lessons.launched(step.kernels)
+    with pytest.raises(LessonFailed, match="grid is"):
+        gpu_lessons.triton_forward(ks, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, 64), [256, 1, 1])
+    with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
+        gpu_lessons.triton_forward(pd.concat([ks, ks]), "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
+    with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
+        gpu_lessons.triton_forward(ks, "_attn_fwd", [B * H, 8, 1], [256, 1, 1])  # the TMA one ran, not this
+
+
+def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
+    table = {"k": {"shared memory (B)": 100_000, "trace's estimate %": 25.0, "occupancy (ours) %": 25.0}}
+    with pytest.raises(LessonFailed, match="reads 0%"):
+        gpu_lessons.kineto_zero_rule(table)
+
+
+def test_chapter4_backward_lane():
+    step = hop.lane("triton_fwd_bwd", hop.triton_forward_backward(B, H, S))
+    names = gpu_lessons.triton_backward(step.kernels, "_attn_fwd_tma")
+    assert len(names) == 4
+    zeroed = hop.triton_forward_backward(B, H, S) + [hop.copy("aten::zero_", hop.MEMSET, cat="gpu_memset")]
+    with pytest.raises(LessonFailed, match="no memset"):
+        gpu_lessons.triton_backward(hop.lane("triton_fwd_bwd", zeroed).kernels, "_attn_fwd_tma")
+
+
+def test_chapter4_sweep_lesson():
+    frame = pd.DataFrame({"impl": ["triton", "triton", "sdpa_flash"], "seq": [512, 1024, 512],
+                          "status": ["ok", "ok", "failed"]})
+    gpu_lessons.ran_at_every_point(frame, "triton", "triton ran everywhere")
+    with pytest.raises(LessonFailed):
+        gpu_lessons.ran_at_every_point(frame, "sdpa_flash", "flash ran everywhere")
+    with pytest.raises(LessonFailed):
+        gpu_lessons.ran_at_every_point(frame, "cuda_v2", "a contender that never ran did not run everywhere")
+
+
+# ---- chapter 5 -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_chapter5_forward_lane_matches_the_launcher(version):
+    cfg = cuda_flash.launch_config(version, 64)
+    step = hop.lane(f"cuda_{version}", hop.cuda_forward(version, cfg, B, H, S))
+    row = gpu_lessons.cuda_forward(step, f"cuda_{version}", cfg, B, H, S)
+    assert row["shared memory (trace, B)"] == cfg.dynamic_shared_bytes
+    other = cuda_flash.launch_config("v2" if version == "v1" else "v1", 64)
+    with pytest.raises(LessonFailed):  # the other version's launch does not match this launcher
+        gpu_lessons.cuda_forward(hop.lane("x", hop.cuda_forward(version, other, B, H, S)), f"cuda_{version}",
+                                 cfg, B, H, S)
+
+
+def test_chapter5_tensor_cores_win():
+    timing = pd.DataFrame({"median_ms": {"cuda_v1": 3.0, "cuda_v2": 0.5}})
+    gpu_lessons.tensor_cores_win(timing)
+    with pytest.raises(LessonFailed):
+        gpu_lessons.tensor_cores_win(timing.iloc[::-1].set_axis(["cuda_v1", "cuda_v2"]))
+
+
+# ---- chapter 6 -----------------------------------------------------------------------------
+
+def steps_of(**replace):
+    rows = {"naive": hop.NAIVE, "inplace": hop.INPLACE, "sdpa_math": hop.MATH, **hop.FUSED, **replace}
+    return {name: hop.lane(name, r) for name, r in rows.items()}
+
+
+def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
+    lanes = steps_of()
+    assert (lanes["sdpa_cudnn"].kernels["launcher"] == "cuLaunchKernelEx").any(), "cuDNN launches via the driver"
+    gpu_lessons.fused_one_kernel_math_more(lanes)
+    with pytest.raises(LessonFailed, match="sdpa_efficient launches one kernel"):
+        gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_efficient=hop.FUSED["sdpa_efficient"] * 2))
+    with pytest.raises(LessonFailed, match="math backend launches more"):
+        gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_math=hop.MATH[:2]))
+
+
+# ---- chapter 7 -----------------------------------------------------------------------------
+
+def test_chapter7_compiled_and_flex_lanes():
+    table = gpu_lessons.compiled_forward(hop.lane("compiled_naive", hop.COMPILED_NAIVE).kernels)
+    assert list(table["kind"]) == ["gemm", "softmax", "gemm"], "nvjet GEMMs around Inductor's softmax"
+    gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_FLEX).kernels)
+    with pytest.raises(LessonFailed, match="no copy"):
+        gpu_lessons.compiled_forward(hop.lane("c", hop.COMPILED_NAIVE + [hop.copy("aten::clone")]).kernels)
+    with pytest.raises(LessonFailed, match="Triton kernels"):
+        gpu_lessons.compiled_forward(hop.lane("eager", hop.INPLACE).kernels)
+    with pytest.raises(LessonFailed, match="one FlexAttention template"):
+        gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_NAIVE).kernels)
+
+
+# ---- chapter 8 -----------------------------------------------------------------------------
+
+def test_chapter8_gelu_between_two_hopper_gemms():
+    names = gpu_lessons.gelu_between_matmuls(hop.lane("compiled_block", hop.COMPILED_BLOCK).kernels)
+    assert names.count("triton_poi_fused_gelu_view_2") == 1 and len(names) == 5, names
+    gpu_lessons.gelu_between_matmuls(hop.lane("block", hop.EAGER_BLOCK_MLP).kernels)
+
+
+def test_chapter8_the_old_regex_misses_hopper_gemms():
+    """What the chapter did before: `gemm|sgemm|cutlass` finds no nvjet GEMM, so fc_in and fc_out
+    vanish and the lesson would have failed on the first Hopper run."""
+    lane = hop.lane("compiled_block", hop.COMPILED_BLOCK).kernels
+    old = lane["name"].str.contains("gemm|sgemm|cutlass", case=False)
+    assert not old[lane["name"].str.startswith("nvjet")].any()
+    with pytest.raises(LessonFailed):
+        gpu_lessons.gelu_between_matmuls(lane[~lane["name"].str.startswith("nvjet")])
+
+
+def test_chapter8_on_cpu_ops():
+    ops = pd.DataFrame({"name": ["aten::layer_norm", "aten::addmm", "aten::gelu", "aten::addmm"],
+                        "start_us": [0.0, 1.0, 2.0, 3.0]})
+    gpu_lessons.gelu_between_matmuls(ops)
+    with pytest.raises(LessonFailed):
+        gpu_lessons.gelu_between_matmuls(ops.iloc[[0, 1, 3, 2]].assign(start_us=[0.0, 1.0, 2.0, 3.0]))
+
+
+# ---- chapter 9 -----------------------------------------------------------------------------
+
+def test_chapter9_backward_kernels_come_from_the_engine_thread():
+    lanes = {name: hop.lane(name, rows) for name, rows in hop.BACKWARD.items()}
+    table = gpu_lessons.backward_threads(lanes, "fixture")
+    assert table.loc["sdpa_flash", "backward kernels (engine's thread)"] == 1
+    with pytest.raises(LessonFailed):
+        gpu_lessons.backward_threads({"naive": hop.lane("naive", hop.NAIVE)}, "a forward only")
+
+
+# ---- chapter 10 ----------------------------------------------------------------------------
+
+def test_chapter10_decode_backend_on_hopper():
+    predicted = sdpa.predicted_backend((9, 0), torch.bfloat16, 64)
+    gpu_lessons.decode_backend(predicted, predicted)
+    with pytest.raises(LessonFailed):
+        gpu_lessons.decode_backend("sdpa_math", predicted)
