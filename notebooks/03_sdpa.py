@@ -27,7 +27,7 @@ import kernels
 import kernels.sdpa
 from kernels import profiling, recorded, reference, traces
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
-from kernels.fingerprints import classify_many
+from kernels.fingerprints import classify_many, mentions_op
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
@@ -313,8 +313,8 @@ lesson(not step["sdpa_math"].find("aten::add_").empty, "and adds it to the score
 
 # %%
 if "sdpa_math" in lanes:
-    tril_kernels = lanes["sdpa_math"].kernels["name"].str.contains("triu_tril")
-    lesson(tril_kernels.any(), "on the GPU lane the mask shows up as a triu_tril kernel", lane_source)
+    tril_kernels = [mentions_op(n, "triu_tril") for n in lanes["sdpa_math"].kernels["name"]]
+    lesson(any(tril_kernels), "on the GPU lane the mask shows up as a triu_tril kernel", lane_source)
 
 # %% [markdown]
 # ### 3. The safe softmax
