@@ -77,12 +77,23 @@ def compiled_module(causal: bool, scale: float, device, dynamic: Optional[bool] 
     """One compiled NaiveAttention per (causal, scale, device), kept (bounded) so it compiles once.
 
     ``dynamic=None`` is torch.compile's default: the first shape is compiled static, and a
-    second shape recompiles with symbolic sizes, so a sweep over lengths pays two compiles,
-    not one per length.
+    second shape recompiles with symbolic sizes, so a sweep over the lengths of one layout
+    (Sq == Sk > 1, same heads and head dim) pays at most two compiles in all, not one per
+    length (one, when an earlier compile of ``NaiveAttention.forward`` already saw sizes
+    change: Dynamo remembers that per code object). ``tests/test_compiled.py`` counts them
+    over 12 lengths. Other shape classes (one query, Sq > Sk, grouped-query heads) take a
+    graph each. ``NaiveAttention`` builds its mask inside the graph when compiled, so its mask
+    cache adds no guard (see ``NaiveAttention.mask_for``).
+
+    Dynamo's recompile limit (``torch._dynamo.config.recompile_limit``, 8) counts graphs per
+    code object, and every module here shares ``NaiveAttention.forward``: so about eight
+    (causal, scale, shape class) combinations fit in one process. ``fullgraph=True`` makes
+    the call past that (or any failure to capture one graph) raise, instead of running
+    eagerly under a compiled name.
     """
     return _compiled.get_or_make(
         (causal, scale, str(device), dynamic),
-        lambda: torch.compile(NaiveAttention(causal=causal, scale=scale), dynamic=dynamic))
+        lambda: torch.compile(NaiveAttention(causal=causal, scale=scale), dynamic=dynamic, fullgraph=True))
 
 
 @register("compiled_naive", order=80, requires=compiler_reason, materializes_scores=True, slow_on_cpu=True)
@@ -311,9 +322,55 @@ def regions(step) -> "pandas.DataFrame":  # noqa: F821
     return ops[ops["name"].str.startswith(COMPILED_REGION)]
 
 
-def first_and_steady(fn: Callable, *args, steady_calls: int = 5, **kwargs) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Compiles:
+    """What Dynamo and Inductor compiled between two snapshots (``compile_counts()``)."""
+
+    graphs: int         # graphs Dynamo captured and handed to the backend (one per compile)
+    cache_hits: int     # graphs Inductor loaded from its FX graph cache instead of compiling
+    cache_misses: int   # graphs Inductor generated and compiled code for
+    gave_up: int        # frames Dynamo gave up on (recompile limit, unsupported code): eager from then on
+
+    def __sub__(self, before: "Compiles") -> "Compiles":
+        return Compiles(self.graphs - before.graphs, self.cache_hits - before.cache_hits,
+                        self.cache_misses - before.cache_misses, self.gave_up - before.gave_up)
+
+    def __str__(self) -> str:
+        return (f"{self.graphs} graph(s) compiled ({self.cache_hits} found in Inductor's cache, "
+                f"{self.cache_misses} generated)" + (f", {self.gave_up} given up" if self.gave_up else ""))
+
+
+def compile_counts() -> Compiles:
+    """A snapshot of torch._dynamo's counters; subtract two to count what happened between them."""
+    from torch._dynamo.utils import counters
+
+    return Compiles(counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_hit"],
+                    counters["inductor"]["fxgraph_cache_miss"], sum(counters["unimplemented"].values()))
+
+
+@dataclass(frozen=True)
+class FirstAndSteady:
+    """Seconds of a first call and median seconds of the calls after it, with what each compiled."""
+
+    first_s: float
+    steady_s: float
+    first: Compiles    # what the first call compiled
+    steady: Compiles   # what the steady calls compiled (nothing, when one compile serves the shape)
+
+
+def timed_compiles(fn: Callable, *args, steady_calls: int = 5, **kwargs) -> FirstAndSteady:
+    """``first_and_steady`` that also counts every compile each part paid for (Dynamo's counters),
+    so a recompile on the second call cannot hide in the steady-state time."""
+    counts = [compile_counts()]
+    first, steady = first_and_steady(fn, *args, steady_calls=steady_calls, between=lambda: counts.append(
+        compile_counts()), **kwargs)
+    return FirstAndSteady(first, steady, counts[1] - counts[0], compile_counts() - counts[1])
+
+
+def first_and_steady(fn: Callable, *args, steady_calls: int = 5, between: Optional[Callable[[], None]] = None,
+                     **kwargs) -> tuple[float, float]:
     """Seconds of the first call (which compiles, if nothing is cached for it) and the median
-    seconds of ``steady_calls`` calls after it, counted apart."""
+    seconds of ``steady_calls`` calls after it, counted apart (``between`` runs in between)."""
     on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
 
     def one() -> float:
@@ -324,5 +381,7 @@ def first_and_steady(fn: Callable, *args, steady_calls: int = 5, **kwargs) -> tu
         return time.perf_counter() - t0
     with torch.no_grad():
         first = one()
+        if between is not None:
+            between()
         steady = sorted(one() for _ in range(steady_calls))
     return first, steady[len(steady) // 2]

@@ -88,8 +88,16 @@ class NaiveAttention(nn.Module):
 
         One mask per shape (rather than slicing one big mask) keeps every forward's trace
         identical whatever lengths ran before it. The cache keeps the most recent few.
+
+        Under ``torch.compile`` the mask is built in the graph and the cache is left alone:
+        a cache written inside the compiled call makes Dynamo guard on its length, so every
+        new length would compile twice and, after ``recompile_limit`` (8) compiles, run
+        eagerly with only a logged warning (chapter 7).
         """
         keys = seq if keys is None else keys
+        if torch.compiler.is_compiling():
+            mask = _future_mask(seq, keys, device)                        # [Sq, Sk]
+            return mask if groups == 1 else mask.repeat(groups, 1)        # [G·Sq, Sk]
         return self.masks.get_or_make((seq, keys, groups, str(device)),
                                       lambda: future_mask(seq, device, keys, groups))
 

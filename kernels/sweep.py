@@ -19,6 +19,7 @@ FLOPs stay, the K/V bytes shrink by Hq / Hkv.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -161,6 +162,11 @@ def classify(name: str, err: BaseException) -> tuple[str, str]:
     """(status, reason) for an exception raised while benchmarking ``name``."""
     if is_oom(err):
         return "oom", first_line(err)
+    if isinstance(err, EagerFallback):
+        return "error", str(err)
+    if type(err).__name__ == "FailOnRecompileLimitHit":   # raised inside the timed call (no_eager_fallback)
+        return "error", (f"{name}: torch.compile reached its recompile limit and would run eagerly; "
+                         f"not reported as a compiled timing ({first_line(err)})")
     if isinstance(err, NoBackward):
         return "no backward", str(err)
     # The implementation contract: "cannot run here" is CannotRun; input it refuses everywhere
@@ -188,10 +194,51 @@ def rates(point: BenchResult) -> None:
     point.gbps = point.bytes / (point.median_ms * 1e-3) / 1e9
 
 
+class EagerFallback(Exception):
+    """A compiled implementation gave up compiling and would run eagerly under its compiled name."""
+
+
+def _recompile_limit_hits() -> int:
+    from torch._dynamo.utils import counters
+    return sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason.lower())
+
+
+@contextlib.contextmanager
+def no_eager_fallback(name: str):
+    """Run the body with Dynamo told to raise where it would silently fall back to eager.
+
+    By default, a function that reaches ``torch._dynamo.config.recompile_limit`` compiles
+    runs eagerly from then on, with only a logged warning: its timings would be eager code's
+    under a compiled name. ``fail_on_recompile_limit_hit`` makes that an exception; a hit
+    counted some other way while the body ran is refused too.
+    """
+    hits = _recompile_limit_hits()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        yield
+    if _recompile_limit_hits() > hits:
+        raise EagerFallback(f"{name}: torch.compile reached its recompile limit while timed and ran eagerly "
+                            "(eager code under a compiled name); not reported")
+
+
 def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, reps: int,
             warmup: int, min_reps: int, max_seconds: float, memory: bool,
             crosscheck: bool = False) -> BenchResult:
-    """Fill in one point's timings, rates and memory, or its failure status."""
+    """Fill in one point's timings, rates and memory, or its failure status (a compiled entry
+    that falls back to eager is an error, see ``no_eager_fallback``)."""
+    try:
+        with no_eager_fallback(point.impl):
+            return _measure(point, device, dtype, reps=reps, warmup=warmup, min_reps=min_reps,
+                            max_seconds=max_seconds, memory=memory, crosscheck=crosscheck)
+    except EagerFallback as err:
+        if point.status == "ok":   # else the timed call's own FailOnRecompileLimitHit already said it
+            point.status, point.reason = classify(point.impl, err)
+        point.median_ms = point.p10_ms = point.p90_ms = point.tflops = point.gbps = None
+        return point
+
+
+def _measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, reps: int,
+             warmup: int, min_reps: int, max_seconds: float, memory: bool,
+             crosscheck: bool = False) -> BenchResult:
     fn = implementation(point.impl).call
     shape = (point.batch, point.heads, point.seq, point.head_dim)
     pool = None

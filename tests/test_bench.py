@@ -583,3 +583,18 @@ def test_goal_ratios_take_each_goals_worst_shape_from_one_run():
         "a goal is met only when its worst shape meets it"
     assert got["triton", FORWARD_BACKWARD]["met"] is None, "nothing to compare against is no verdict, not a pass"
     assert got["cuda_v2", FORWARD]["met"] is True and got["cuda_v2", FORWARD]["worst_ratio"] == pytest.approx(0.8)
+
+
+def test_a_compiled_entry_that_falls_back_to_eager_is_not_reported(monkeypatch):
+    # Past torch._dynamo.config.recompile_limit, Dynamo runs a function eagerly with only a
+    # logged warning; the sweep must not time that under a compiled name.
+    import torch._dynamo
+
+    real = kernels.get("sdpa_math")
+    compiled = torch.compile(lambda q, k, v: real(q, k, v, causal=True), backend="eager", dynamic=False)
+    monkeypatch.setattr(kernels.implementation("sdpa_math"), "call",
+                        lambda q, k, v, causal=True, scale=None: compiled(q, k, v))
+    with torch._dynamo.config.patch(recompile_limit=1):
+        rows = bench.sweep(["sdpa_math"], seqs=(16, 32), head_dims=(16,), memory=False, **QUICK)
+    assert [r.status for r in rows] == ["ok", "error"], "the second length is past the limit of one compile"
+    assert "recompile limit" in rows[1].reason and "eagerly" in rows[1].reason and rows[1].median_ms is None

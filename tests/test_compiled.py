@@ -168,3 +168,30 @@ def test_inductor_cache_goes_under_build(compiled, monkeypatch, tmp_path):
     assert compiled.keep_inductor_cache_in_build(inside) == "mine", "a reader's own setting wins"
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     assert compiled.keep_inductor_cache_in_build(tmp_path) is None, "outside _build, Inductor's default stays"
+
+
+def test_compiled_naive_sweeps_lengths_on_at_most_two_compiles_and_never_runs_eager(compiled):
+    # The mask cache once lived inside the compiled call: Dynamo guarded on its length, every
+    # new length compiled twice, and after recompile_limit (8) compiles the module ran eagerly.
+    from torch._dynamo.utils import counters
+
+    from kernels.sweep import no_eager_fallback
+
+    lengths = [17 + 9 * i for i in range(12)]   # 12 lengths: without the fix the limit falls at the 5th
+    assert len(lengths) > torch._dynamo.config.recompile_limit
+    module = compiled.compiled_module(True, 0.37, "cpu")   # a scale no other test uses: a fresh module
+    graphs, given_up = counters["stats"]["unique_graphs"], sum(counters["unimplemented"].values())
+    with no_eager_fallback("compiled_naive"):   # a recompile-limit hit raises instead of running eager
+        for s in lengths:
+            q, k, v = make_attention_inputs(1, 2, 2, s, s, 16, seed=s)
+            for _ in range(2):   # the second call at a length used to be the second compile
+                out = kernels.get("compiled_naive")(q, k, v, causal=True, scale=0.37)
+            reference.judge(out, q, k, v, causal=True, scale=0.37).assert_ok(f"compiled_naive at S={s}")
+    compiles = counters["stats"]["unique_graphs"] - graphs
+    # Two (static, then dynamic), or one when an earlier test's compile of the same forward
+    # already made its sizes dynamic (Dynamo keeps that per code object).
+    assert 1 <= compiles <= 2, (f"compiled_naive's docstring: a sweep over lengths pays at most two compiles; "
+                                f"{len(lengths)} lengths took {compiles}")
+    assert sum(counters["unimplemented"].values()) == given_up, \
+        f"Dynamo gave up on nothing (no frame left to run eagerly): {dict(counters['unimplemented'])}"
+    assert len(module._orig_mod.masks) == 0, "compiled, the module builds its mask in the graph, not in its cache"
