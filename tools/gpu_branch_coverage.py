@@ -86,7 +86,7 @@ def main() -> int:
             else:
                 kept.append((path.name, stmt))
     covered, total, missing = lesson_module_coverage()
-    kept_lines = sum(s.end_lineno - s.lineno + 1 for _, s in kept)
+    kept_lines = sum((s.end_lineno or s.lineno) - s.lineno + 1 for _, s in kept)
     print(f"kernels/gpu_lessons.py: {covered} of {total} statements executed by tests/test_gpu_lessons.py"
           + (f" (missing lines {missing})" if missing else ""))
     print(f"chapters 04-10: {lesson_calls} GPU-branch statements hand their lane to gpu_lessons; "

@@ -14,6 +14,8 @@ its cache lives in ``_build/mypy-cache``.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import re
 import subprocess
 import sys
@@ -103,14 +105,24 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+@contextlib.contextmanager
+def _alone():
+    """One gate at a time per checkout: runs share the staged folder and mypy's cache."""
+    STAGE.parent.mkdir(parents=True, exist_ok=True)
+    with open(STAGE.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def run(sources: list[Path]) -> tuple[int, str]:
     """mypy over kernels/, tools/ and ``sources``; its exit status and its report, with each
     staged file's errors given at the source's path (the line numbers are the source's)."""
-    staged = stage(sources, parameters_line())
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(CACHE),
-         "kernels", "tools", *(str(STAGE / name) for name in staged)],
-        cwd=ROOT, capture_output=True, text=True)
+    with _alone():
+        staged = stage(sources, parameters_line())
+        done = subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(CACHE),
+             "kernels", "tools", *(str(STAGE / name) for name in staged)],
+            cwd=ROOT, capture_output=True, text=True)
     report = done.stdout + done.stderr
     for name, source in staged.items():
         report = report.replace(f"{shown(STAGE / name)}:", f"{shown(source)}:")
