@@ -46,13 +46,49 @@ VERSION = 1
 ARCHIVE_NAME, SUMMARY_NAME = "gpu-run.tar.gz", "summary.txt"
 ARCHIVE_BUDGET = 15 * 2**20      # the device tool brings back files of at most 16 MiB
 WHEELS_BUDGET = 40 * 2**20
-TOTAL_SECONDS = 8 * 60           # the whole run, on one H200 with cold caches
-CHAPTERS = ("00_profiler_primer", "01_naive", "02_inplace", "03_sdpa", "03b_sdpa_fused", "04_triton", "05_cuda",
-            "06_showdown", "07_compiled", "08_block", "09_backward", "10_decoding")
+TOTAL_SECONDS = 8 * 60           # one device call (10 minutes at most a command, 2 to spare)
+
+
+def toc_chapters(root: Path = ROOT) -> tuple:
+    """The book's chapters in _toc.yml's order (which is also their order of value for a GPU run:
+    01-03's lanes are asserted today, 04-06 hold the kernels and the benchmark's ratios, 07 on
+    build on them), those whose notebook exists. Read without yaml: the run starts before any import."""
+    toc = (root / "_toc.yml").read_text()
+    names = re.findall(r"^\s*- file: book/(\d\w*)\s*$", toc, re.M)
+    return tuple(n for n in names if (root / "book" / f"{n}.ipynb").exists())
+
+
+CHAPTERS = toc_chapters()
 BOOK_STACK = ("papermill", "nbclient", "nbformat", "ipykernel", "jupyter_client")
 
-# Each phase's time limit in seconds; together they leave a minute for starting and packing.
-LIMITS = {"environment": 45, "gpu-tests": 150, "chapters": 200, "bench": 80}
+PHASES = ("environment", "gpu-tests", "chapters", "bench")   # in order of value: what runs first
+PLAN_PATH = ROOT / "tools" / "gpu_plan.json"
+# The GPU tests, those that guard the book's GPU lessons first (chapters 3-3b's backends, chapter
+# 4's kernel, chapter 5's), then any other; pytest collects a module named twice once.
+GPU_TEST_ORDER = ("tests/test_sdpa_priority.py", "tests/test_sdpa_rules.py", "tests/test_triton_flash.py",
+                  "tests/test_cuda_flash.py", "tests")
+DONE = ("ok", "dry run")         # a phase or chapter with this status is not run again by --resume
+PARTIAL = ("not run", "partial", "timed out")   # what a partial archive may hold for chapters and bench
+
+
+def load_plan(path: Path = PLAN_PATH) -> dict:
+    """tools/gpu_plan.json: the expected seconds and limits (tools/gpu_plan.py computes them)."""
+    return json.loads(path.read_text())
+
+
+def plan_limits(plan: dict, dry_run: bool) -> tuple[dict, dict]:
+    """(phase -> limit s, chapter -> limit s): the GPU run's from the plan's computed expectations
+    times its margin; the dry run's from this CPU's measured times (the plan's ``dry_run``)."""
+    if dry_run:
+        d = plan["dry_run"]
+        return dict(d["phase_limits_s"]), dict(d["chapter_limits_s"])
+    c = plan["computed"]
+    return ({p: c["phases"][p]["limit_s"] for p in PHASES},
+            {name: row["limit_s"] for name, row in c["chapters"].items()})
+
+
+PLAN = load_plan()
+LIMITS, CHAPTER_LIMITS = plan_limits(PLAN, dry_run=False)
 
 BENCH_ARGS = ["--impls", "sdpa_flash", "sdpa_cudnn", "triton", "cuda_v2", "--seq", "1024", "2048", "4096",
               "16384", "--head-dim", "64", "128", "--dtype", "bf16", "--batch", "4", "--heads", "16",
@@ -70,7 +106,7 @@ class Refused(Exception):
 @dataclass
 class Phase:
     name: str
-    status: str = "not run"      # ok | failed | timed out | skipped | dry run
+    status: str = "not run"      # ok | failed | timed out | partial | skipped | dry run | not run
     seconds: float = 0.0
     detail: str = ""
 
@@ -87,6 +123,9 @@ class Run:
     deadline: float
     log: io.TextIOBase
     phases: list = field(default_factory=list)
+    limits: dict = field(default_factory=lambda: dict(LIMITS))
+    chapter_limits: dict = field(default_factory=lambda: dict(CHAPTER_LIMITS))
+    chapter_set: dict = field(default_factory=dict)    # chapter -> extra --set values (the dry run's stand-ins)
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -147,6 +186,14 @@ try:
     info["triton"] = triton.__version__
 except ImportError:
     info["triton"] = None
+try:  # what Triton's cache key holds of this installation (tools/triton_cache.py compares it)
+    import hashlib
+    from triton.runtime.cache import triton_key
+    from triton.backends.nvidia.compiler import get_ptxas_version
+    info["triton_key"] = hashlib.sha256(triton_key().encode()).hexdigest()
+    info["ptxas_sm90"] = get_ptxas_version(90).strip().splitlines()[-1]
+except Exception as err:
+    info["triton_key"] = f"unavailable: {type(err).__name__}: {err}"
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
     info.update(gpu=p.name, capability=[p.major, p.minor], sm_count=p.multi_processor_count,
@@ -179,13 +226,34 @@ def commit() -> str:
     return os.environ.get("GPU_RUN_COMMIT", "unknown")
 
 
+def carried_cache_verdict(env: dict) -> str:
+    """Whether the Triton cache carried in TRITON_CACHE_DIR was compiled by this very Triton
+    build (its stamp, written by tools/triton_cache.py, against this machine's key), in words."""
+    folder = os.environ.get("TRITON_CACHE_DIR")
+    stamp = Path(folder) / "attention-profiled.json" if folder else None
+    if stamp is None or not stamp.exists():
+        return ""
+    carried = json.loads(stamp.read_text())
+    checks = [("triton", "Triton version"), ("triton_key", "Triton build (triton_key)"), ("ptxas_sm90", "ptxas")]
+    differ = [what for key, what in checks if carried.get(key) != env.get(key)]
+    if env.get("capability") and list(env["capability"]) != carried.get("capability"):
+        differ.append(f"GPU capability (carried {carried.get('capability')})")
+    entries = f"{carried.get('entries')} kernels compiled for sm_{''.join(map(str, carried.get('capability', [])))}"
+    if differ:
+        return f"carried ({entries}), but compiled by another {', '.join(differ)}: expect no hits"
+    return f"carried ({entries}), same Triton build and ptxas: its entries can be hits"
+
+
 def phase_environment(run: Run) -> tuple[Phase, dict]:
     phase = Phase("environment")
-    code = run.command(phase, [run.python, "-c", ENVIRONMENT_SCRIPT], LIMITS["environment"], "environment.log")
+    code = run.command(phase, [run.python, "-c", ENVIRONMENT_SCRIPT], run.limits["environment"], "environment.log")
     env = {}
     if code == 0:
         env = json.loads((run.work / "logs" / "environment.log").read_text().strip().splitlines()[-1])
     env["commit"] = commit()
+    env["triton_cache"] = carried_cache_verdict(env)
+    if env["triton_cache"]:
+        run.say(f"   Triton cache: {env['triton_cache']}")
     env["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if code == 0 and not env.get("cuda_available") and not run.dry_run:
         phase.status, phase.detail = "failed", "torch sees no CUDA GPU (torch.cuda.is_available() is False)"
@@ -203,61 +271,110 @@ def phase_gpu_tests(run: Run) -> Phase:
     phase = Phase("gpu-tests")
     if run.dry_run:
         # The stand-in: collect the GPU tests, which proves they import without the book stack.
-        argv = [run.python, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
-        code = run.command(phase, argv, LIMITS["gpu-tests"], "gpu-tests.log")
+        argv = [run.python, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                *GPU_TEST_ORDER]
+        code = run.command(phase, argv, run.limits["gpu-tests"], "gpu-tests.log")
         phase.status = "dry run" if code == 0 else ("timed out" if code == 124 else "failed")
         phase.detail = "collected only (no GPU)"
         return phase
-    argv = [run.python, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rfE",
-            f"--junitxml={run.work / 'gpu-tests.xml'}"]
-    code = run.command(phase, argv, LIMITS["gpu-tests"], "gpu-tests.log")
+    argv = [run.python, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-rfE",
+            f"--junitxml={run.work / 'gpu-tests.xml'}", *GPU_TEST_ORDER]
+    code = run.command(phase, argv, run.limits["gpu-tests"], "gpu-tests.log")
     phase.status = {0: "ok", 124: "timed out"}.get(code, "failed")
     phase.detail = pytest_counts((run.work / "logs" / "gpu-tests.log").read_text(errors="replace"))
     return phase
 
 
+def verbose_counts(text: str) -> str:
+    """What ``pytest -v`` had printed when it was stopped: each finished test's verdict, counted."""
+    verdicts = re.findall(r"::\S+ (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", text)
+    return ", ".join(f"{verdicts.count(v)} {v.lower()}" for v in dict.fromkeys(verdicts)) or "no test finished"
+
+
 def pytest_counts(text: str) -> str:
     """pytest's closing line (``12 passed, 1 failed in 3.2s``), or what is known without it."""
     lines = [l.strip("= ") for l in text.splitlines() if re.search(r"\d+ (passed|failed|error|skipped)", l)]
-    return lines[-1] if lines else "no pytest summary line (see logs/gpu-tests.log)"
+    return lines[-1] if lines else f"stopped before pytest's summary: {verbose_counts(text)} (see logs/gpu-tests.log)"
 
 
-def phase_chapters(run: Run, chapters: list[str], overrides: list[str]) -> tuple[Phase, list]:
-    """Each chapter in its own runner process and folder, so one that hangs costs only itself."""
+def chapter_limit(run: Run, chapter: str, later: list[str], phase_end: float) -> float:
+    """A chapter's time: its own limit, or more when earlier chapters left time over, but never the
+    time the chapters after it are expected to need (their limits over the plan's margin)."""
+    left = phase_end - time.monotonic()
+    own = run.chapter_limits.get(chapter, left)
+    margin = 1.0 if run.dry_run else PLAN["margin"]
+    reserve = sum(run.chapter_limits.get(c, 0) / margin for c in later)
+    return max(0.0, min(left, max(own, left - reserve)))
+
+
+def phase_chapters(run: Run, chapters: list[str], overrides: list[str], stop_after: Optional[str] = None,
+                   prior: Optional[list] = None) -> tuple[Phase, list]:
+    """Each chapter in its own runner process and folder, so one that hangs costs only itself.
+
+    ``prior``: the rows of an earlier call (--resume); its ok chapters are kept, not run again.
+    ``stop_after``: the last chapter this call executes; the ones after it are left "not run".
+    """
     phase = Phase("chapters")
+    kept = {r["notebook"]: r for r in (prior or []) if r["status"] == "ok"}
     missing = book_stack_missing(run.python)
     if missing:
         phase.status = "skipped"
         phase.detail = f"the book stack is not importable ({', '.join(missing)}): run `make gpu-wheels` and carry .wheels"
-        return phase, []
+        return phase, list(kept.values())
     profile = "cpu" if run.dry_run else "cuda"
-    rows, budget_end = [], time.monotonic() + LIMITS["chapters"]
+    rows, phase_end = [], time.monotonic() + run.limits["chapters"]
+    todo = [c for c in chapters if f"book/{c}.ipynb" not in kept]
+    if stop_after in todo:
+        todo = todo[:todo.index(stop_after) + 1]
     for chapter in chapters:
-        left = budget_end - time.monotonic()
-        if left < 5:
-            rows.append({"notebook": f"book/{chapter}.ipynb", "status": "timed out", "seconds": 0,
+        name = f"book/{chapter}.ipynb"
+        if name in kept:
+            rows.append(kept[name])
+            continue
+        if chapter not in todo:
+            rows.append({"notebook": name, "status": "not run", "seconds": None,
+                         "error": f"left for a later call (--stop-after {stop_after})"})
+            continue
+        later = todo[todo.index(chapter) + 1:]
+        limit = chapter_limit(run, chapter, later, phase_end)
+        if limit < 5:
+            rows.append({"notebook": name, "status": "timed out", "seconds": 0,
                          "error": "the chapters phase ran out of time before this chapter started"})
             continue
-        run.say(f"  chapter {chapter} ({left:.0f} s left in this phase)")
+        run.say(f"  chapter {chapter} (limit {limit:.0f} s, {phase_end - time.monotonic():.0f} s left in this phase)")
         out = run.work / "executed" / chapter
+        shutil.rmtree(run.work / "traces" / chapter, ignore_errors=True)   # a rerun replaces what failed
+        sets = [*overrides, *run.chapter_set.get(chapter, [])]
         # A GPU run executes every chapter afresh: no execution cache.
-        argv = [run.python, "-m", "kernels.execute", "--profile", profile, "--only", f"book/{chapter}.ipynb",
-                "--out", str(out), "--no-cache"] + (["--set", *overrides] if overrides else [])
-        code = run.command(phase, argv, left, f"chapter-{chapter}.log")
+        argv = [run.python, "-m", "kernels.execute", "--profile", profile, "--only", name,
+                "--out", str(out), "--no-cache"] + (["--set", *sets] if sets else [])
+        code = run.command(phase, argv, limit, f"chapter-{chapter}.log")
         report = out / "report.json"
         if report.exists():
             rows.extend(json.loads(report.read_text())["notebooks"])
         else:
-            rows.append({"notebook": f"book/{chapter}.ipynb", "status": "timed out" if code == 124 else "failed",
+            rows.append({"notebook": name, "status": "timed out" if code == 124 else "failed",
                          "seconds": None, "error": f"the runner exited with {code}; see logs/chapter-{chapter}.log"})
-    bad = [r for r in rows if r["status"] != "ok"]
-    phase.status = "ok" if not bad else ("timed out" if all(r["status"] == "timed out" for r in bad) else "failed")
-    if run.dry_run and not bad:
-        phase.status = "dry run"
-    phase.detail = f"{len(rows) - len(bad)} of {len(rows)} chapters ok, {profile} profile" + (
-        "; " + "; ".join(f"{r['notebook']}: {r['error']}" for r in bad) if bad else "")
+        collect(run, [chapter])
+    phase.status, phase.detail = chapters_verdict(rows, profile, run.dry_run)
     (run.work / "chapters.json").write_text(json.dumps(rows, indent=2) + "\n")
     return phase, rows
+
+
+def chapters_verdict(rows: list, profile: str, dry_run: bool) -> tuple[str, str]:
+    """The chapters phase's status and detail from its rows (this call's and a resumed one's)."""
+    bad = [r for r in rows if r["status"] != "ok"]
+    if not bad:
+        status = "dry run" if dry_run else "ok"
+    elif any(r["status"] not in PARTIAL for r in bad):
+        status = "failed"
+    elif any(r["status"] == "timed out" for r in bad):
+        status = "timed out"
+    else:
+        status = "partial"
+    detail = f"{len(rows) - len(bad)} of {len(rows)} chapters ok, {profile} profile" + (
+        "; " + "; ".join(f"{r['notebook']}: {r['status']}: {r['error']}" for r in bad) if bad else "")
+    return status, detail
 
 
 def phase_bench(run: Run) -> Phase:
@@ -266,7 +383,7 @@ def phase_bench(run: Run) -> Phase:
     device, args = ("cpu", DRY_BENCH_ARGS) if run.dry_run else ("cuda", BENCH_ARGS)
     impls = args[args.index("--impls") + 1:args.index("--seq")]
     common = args[:args.index("--impls")] + args[args.index("--seq"):]
-    merged, outcomes, budget_end = {"meta": {}, "results": []}, [], time.monotonic() + LIMITS["bench"]
+    merged, outcomes, budget_end = {"meta": {}, "results": []}, [], time.monotonic() + run.limits["bench"]
     for i, impl in enumerate(impls):
         share = (budget_end - time.monotonic()) / (len(impls) - i)  # what the fast ones leave, the slow ones get
         stem = run.work / "logs" / f"bench-{impl}"
@@ -395,47 +512,152 @@ def write_tar(archive: Path, work: Path, files: list[Path], manifest: dict) -> N
             add(tar, p.relative_to(work).as_posix(), p.read_bytes())
 
 
-def run_all(out: Path, dry_run: bool, chapters: list[str], overrides: list[str], python: str) -> int:
+def stand_in_sets(sets: list[str]) -> list[str]:
+    """The dry run's --set values, with ``steps`` written as the profile now spells it
+    (``active_steps`` after its rename), so the stand-in's shapes stay the plan's."""
+    profile = (ROOT / "book" / "params.yml").read_text()
+    if "steps" in [s.split("=")[0] for s in sets] and not re.search(r"^\s+steps:", profile, re.M) \
+            and re.search(r"^\s+active_steps:", profile, re.M):
+        return [("active_" + s) if s.startswith("steps=") else s for s in sets]
+    return sets
+
+
+def unpack_prior(archive: Path, work: Path, dry_run: bool) -> dict:
+    """An earlier call's archive (--resume), checked like an import, unpacked into ``work``."""
+    manifest, members = read_archive(archive)
+    if bool(manifest.get("dry_run")) != dry_run:
+        raise Refused(f"{archive} is {'a dry run' if manifest.get('dry_run') else 'a GPU run'}: it resumes only as one "
+                      f"({'with' if manifest.get('dry_run') else 'without'} --dry-run)")
+    for path, data in members.items():
+        target = work / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return manifest
+
+
+def same_machine(prior: dict, env: dict) -> Optional[str]:
+    """Why this call may not add to ``prior``'s archive (another GPU, another commit), or None."""
+    before = prior.get("environment", {})
+    for key, what in (("gpu", "GPU"), ("commit", "commit"), ("torch", "torch"), ("triton", "Triton")):
+        if before.get(key) != env.get(key):
+            return f"the first call ran with {what} {before.get(key)!r}, this one with {env.get(key)!r}"
+    return None
+
+
+def prior_phase(prior: Optional[dict], name: str) -> Optional[Phase]:
+    """The earlier call's result of a phase it finished, kept as it was."""
+    for p in (prior or {}).get("phases", []):
+        if p["name"] == name and p["status"] in DONE + ("skipped",):
+            return Phase(p["name"], p["status"], p["seconds"], p["detail"])
+    return None
+
+
+def run_all(out: Path, dry_run: bool, chapters: list[str], overrides: list[str], python: str,
+            stop_after: Optional[str] = None, resume: Optional[Path] = None) -> int:
+    """One device call: the phases in order of value, each within its limit, packed into one archive.
+
+    ``stop_after`` (a phase or a chapter) ends the call there, the rest left "not run" in the
+    manifest; ``resume`` (an earlier call's archive) runs only what that one did not finish and
+    packs both into this call's archive.
+    """
+    if stop_after is not None and stop_after not in PHASES and stop_after not in chapters:
+        raise SystemExit(f"--stop-after takes a phase ({', '.join(PHASES)}) or a chapter of the run, got {stop_after!r}")
     out.mkdir(parents=True, exist_ok=True)
     for stale in (out / ARCHIVE_NAME, out / SUMMARY_NAME):
         stale.unlink(missing_ok=True)
     start = time.monotonic()
+    limits, chapter_limits = plan_limits(PLAN, dry_run)
+    total = sum(limits.values()) + 60 if dry_run else TOTAL_SECONDS
+    if dry_run:
+        overrides = [*stand_in_sets(PLAN["dry_run"]["set"]), *overrides]
     with tempfile.TemporaryDirectory(prefix="gpu-run-") as tmp, open(out / SUMMARY_NAME, "w") as log:
-        run = Run(out=out, work=Path(tmp), python=python, dry_run=dry_run,
-                  deadline=start + TOTAL_SECONDS - 30, log=log)
+        run = Run(out=out, work=Path(tmp), python=python, dry_run=dry_run, deadline=start + total - 30, log=log,
+                  limits=limits, chapter_limits=chapter_limits,
+                  chapter_set=dict(PLAN["dry_run"]["chapter_set"]) if dry_run else {})
         run.say(f"GPU run{' (DRY RUN: no GPU, stand-ins only)' if dry_run else ''}: python {python}, "
-                f"at most {TOTAL_SECONDS // 60} min; results in {out / ARCHIVE_NAME}")
-        steps = [("environment", lambda: phase_environment(run)),
-                 ("gpu-tests", lambda: phase_gpu_tests(run)),
-                 ("chapters", lambda: phase_chapters(run, chapters, overrides)),
-                 ("bench", lambda: phase_bench(run))]
-        env = {}
-        for i, (name, step) in enumerate(steps, 1):
-            run.say(f"== {i}/{len(steps)} {name} (limit {LIMITS[name]} s, {run.seconds_left():.0f} s left in all)")
-            result = step()
-            phase = result[0] if isinstance(result, tuple) else result
+                f"at most {total / 60:.0f} min; results in {out / ARCHIVE_NAME}")
+        prior = None
+        if resume is not None:
+            try:
+                prior = unpack_prior(Path(resume), run.work, dry_run)
+            except Refused as err:
+                run.say(f"device-run: cannot resume: {err}")
+                return 2
+            run.say(f"resuming {resume}: it finished " + (", ".join(
+                p["name"] for p in prior["phases"] if p["status"] in DONE) or "nothing"))
+        prior_rows = json.loads((run.work / "chapters.json").read_text()) if (run.work / "chapters.json").exists() else []
+        env, stopped, ran = {}, False, []
+        for i, name in enumerate(PHASES, 1):
+            kept = prior_phase(prior, name) if name != "environment" else None
+            if stopped or kept:
+                phase = kept or Phase(name, "not run", 0.0, f"left for a later call (--stop-after {stop_after})")
+                run.phases.append(phase)
+                run.say(f"== {i}/{len(PHASES)} {name}: {'kept from the first call' if kept else 'not run'}")
+                continue
+            run.say(f"== {i}/{len(PHASES)} {name} (limit {run.limits[name]} s, {run.seconds_left():.0f} s left in all)")
             if name == "environment":
-                env = result[1]
+                phase, env = phase_environment(run)
                 if not dry_run and not env.get("cuda_available"):
                     run.say(f"   environment: {phase.status}: {phase.detail}")
                     run.say("device-run needs a CUDA GPU, and torch sees none here; on a machine without one, "
                             "`.ci/device-run --dry-run OUT` runs the same pipeline with stand-ins")
                     return 2
+                why = same_machine(prior, env) if prior else None
+                if why:
+                    run.say(f"device-run: cannot resume {resume}: {why}; run the whole plan again instead")
+                    return 2
+            elif name == "gpu-tests":
+                phase = phase_gpu_tests(run)
+            elif name == "chapters":
+                phase, _ = phase_chapters(run, chapters, overrides, stop_after if stop_after in chapters else None,
+                                          prior_rows)
+                stopped = stop_after in chapters
+            else:
+                phase = phase_bench(run)
             run.phases.append(phase)
+            ran.append(name)
             run.say(f"   {name}: {phase.status} in {phase.seconds:.0f} s" + (f": {phase.detail}" if phase.detail else ""))
-        collect(run, chapters)
+            stopped = stopped or stop_after == name
+        calls = list(prior.get("calls") or [call_record(prior)]) if prior else []
+        calls.append({"date": env.get("date"), "commit": env.get("commit"), "seconds": round(time.monotonic() - start, 1),
+                      "ran": ran, "stop_after": stop_after})
         manifest = {"format": FORMAT, "version": VERSION, "dry_run": dry_run, "date": env.get("date"),
                     "commit": env.get("commit"), "device": env.get("gpu") or "CPU (dry run)",
-                    "environment": env, "phases": [p.as_dict() for p in run.phases]}
+                    "environment": env, "phases": [p.as_dict() for p in run.phases], "calls": calls}
         manifest = pack(run.work, out / ARCHIVE_NAME, manifest)
         size = (out / ARCHIVE_NAME).stat().st_size
         run.say(f"archive: {out / ARCHIVE_NAME}, {size / 2**20:.2f} MiB, {len(manifest['files'])} files"
                 + (f", dropped to fit: {', '.join(manifest['dropped'])}" if manifest["dropped"] else ""))
         for p in run.phases:
             run.say(f"  {p.name:<12} {p.status:<10} {p.seconds:6.0f} s  {p.detail}")
+        lacks = lacking(manifest)
+        if lacks:
+            run.say(f"this archive lacks {lacks}: `.ci/device-run --resume {out / ARCHIVE_NAME} OUT2` runs only that")
         run.say(f"finished in {time.monotonic() - start:.0f} s")
-    bad = [p for p in run.phases if p.status not in ("ok", "dry run", "skipped")]
+    bad = [p for p in run.phases if p.status not in DONE + ("skipped", "not run", "partial")]
     return 1 if bad else 0
+
+
+def call_record(manifest: dict) -> dict:
+    """A call's entry for an archive written before manifests listed their calls."""
+    return {"date": manifest.get("date"), "commit": manifest.get("commit"), "seconds": None,
+            "ran": [p["name"] for p in manifest.get("phases", []) if p["status"] != "not run"], "stop_after": None}
+
+
+def lacking(manifest: dict, members: Optional[dict] = None) -> str:
+    """What a partial archive lacks, in words ("" when nothing): chapters not ok, phases not done."""
+    rows = None
+    if members is not None and "chapters.json" in members:
+        rows = json.loads(members["chapters.json"])
+    parts = []
+    chapters = next((p for p in manifest.get("phases", []) if p["name"] == "chapters"), None)
+    if chapters and chapters["status"] not in DONE + ("skipped",):
+        names = ([r["notebook"].removeprefix("book/").removesuffix(".ipynb") for r in rows if r["status"] != "ok"]
+                 if rows is not None else re.findall(r"book/(\S+)\.ipynb", chapters["detail"]))
+        parts.append("chapters " + (", ".join(names) or "(all)"))
+    parts += [f"the {p['name']} phase ({p['status']})" for p in manifest.get("phases", [])
+              if p["name"] not in ("chapters",) and p["status"] not in DONE + ("skipped",)]
+    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------------- import
@@ -472,7 +694,10 @@ def check_importable(manifest: dict, accept_failed: tuple = ()) -> None:
     if manifest.get("dry_run"):
         raise Refused("this archive is a dry run (.ci/device-run --dry-run on a machine without a GPU): "
                       "it holds stand-ins, not GPU data, so there is nothing to record")
-    bad = [p for p in manifest["phases"] if p["status"] not in ("ok", "skipped") and p["name"] not in accept_failed]
+    # A partial archive (chapters or the bench stopped, or out of time) imports what it holds;
+    # the GPU tests guard the lessons, so a run whose tests did not all finish needs --accept-failed.
+    bad = [p for p in manifest["phases"] if p["status"] not in ("ok", "skipped") and p["name"] not in accept_failed
+           and not (p["name"] in ("chapters", "bench") and p["status"] in PARTIAL)]
     if bad:
         listing = "; ".join(f"{p['name']} {p['status']} ({p['detail']})" for p in bad)
         raise Refused(f"the GPU run had phases that did not pass: {listing}. Fix and rerun, or import what "
@@ -512,6 +737,7 @@ def import_archive(archive: Path, data_root: Path = ROOT / "book" / "data", acce
             "triton": env.get("triton"), "driver": env.get("driver"), "date": manifest["date"],
             "commit": manifest["commit"], "profile": "cuda", "source": ".ci/device-run",
             "phases": manifest["phases"], "accepted_failed": sorted(accept_failed),
+            "lacks": lacking(manifest, members), "calls": manifest.get("calls", []),
             "chapters": [{k: r.get(k) for k in ("notebook", "status", "seconds", "error")} for r in chapters]}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -585,6 +811,10 @@ def main(argv=None) -> int:
     r.add_argument("--chapters", nargs="+", default=list(CHAPTERS), help="chapters to execute (default: 00-10)")
     r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override a profile parameter")
     r.add_argument("--python", default=sys.executable, help="the Python every phase runs with")
+    r.add_argument("--stop-after", metavar="PHASE_OR_CHAPTER",
+                   help="end this call after a phase (environment, gpu-tests, chapters, bench) or a chapter")
+    r.add_argument("--resume", type=Path, metavar="ARCHIVE",
+                   help="an earlier call's gpu-run.tar.gz: run only what it lacks, pack one archive of both")
     i = sub.add_parser("import", help="an archive from a GPU run -> book/data/recorded/ and book/data/bench/")
     i.add_argument("archive", type=Path)
     i.add_argument("--data", type=Path, default=ROOT / "book" / "data", help="where recorded/ and bench/ go")
@@ -594,7 +824,8 @@ def main(argv=None) -> int:
     w.add_argument("dest", type=Path, nargs="?", default=ROOT / ".wheels")
     args = ap.parse_args(argv)
     if args.what == "run":
-        return run_all(args.out.resolve(), args.dry_run, args.chapters, args.set, args.python)
+        return run_all(args.out.resolve(), args.dry_run, args.chapters, args.set, args.python, args.stop_after,
+                       args.resume.resolve() if args.resume else None)
     if args.what == "import":
         try:
             written = import_archive(args.archive, args.data, tuple(args.accept_failed))
@@ -603,6 +834,10 @@ def main(argv=None) -> int:
             return 2
         for path in written:
             print(f"wrote {path.relative_to(args.data.parent) if args.data.parent in path.parents else path}")
+        manifest, members = read_archive(args.archive)
+        lacks = lacking(manifest, members)
+        if lacks:
+            print(f"partial: {args.archive} lacks {lacks} (a later call with --resume adds them)")
         return 0
     wheels(args.dest)
     return 0
