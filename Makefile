@@ -11,7 +11,7 @@ TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test test-book book notebooks gpu-run gpu-check gpu-wheels gpu-import clean
+.PHONY: setup test test-book book notebooks gpu-run gpu-check gpu-plan gpu-precompile gpu-wheels gpu-import clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -49,11 +49,26 @@ book: setup
 	$(PY) -m kernels.execute --profile $(PROFILE) --build
 
 # The GPU run, on a machine with a GPU (no network needed): see README "Running on a GPU".
-# Writes exactly $(OUT)/gpu-run.tar.gz and $(OUT)/summary.txt, in under 8 minutes on one GPU.
+# Writes exactly $(OUT)/gpu-run.tar.gz and $(OUT)/summary.txt, in under 8 minutes a call.
 # It uses .venv's Python when there is one, else python3, and installs nothing from the network.
+# STOP_AFTER=phase|chapter ends the call there; RESUME=first.tar.gz runs only what that one lacks.
 gpu-run:
-	bash .ci/device-run "$(OUT)"
+	bash .ci/device-run $(if $(RESUME),--resume "$(RESUME)") $(if $(STOP_AFTER),--stop-after $(STOP_AFTER)) "$(OUT)"
 gpu-check: gpu-run
+
+# The GPU run's plan (tools/gpu_plan.json): each phase's and chapter's expected seconds on an
+# H100/H200 and the compile counts they come from, what is carried, the device commands.
+gpu-plan: setup
+	$(PY) tools/gpu_plan.py
+
+# Triton's cache for the GPU run, compiled here for sm_90 with the GPU image's stack and then
+# checked from a fresh process (every launch a hit); carried as _build/triton-cache.
+# GPU_IMAGE_PYTHON: a Python 3.12 with torch 2.11, triton 3.6.0 and numpy<2.4 (README).
+GPU_IMAGE_PYTHON ?=
+gpu-precompile:
+	@test -n "$(GPU_IMAGE_PYTHON)" || { echo "usage: make gpu-precompile GPU_IMAGE_PYTHON=path/to/python3.12 (torch 2.11, triton 3.6.0, numpy<2.4)"; exit 2; }
+	$(GPU_IMAGE_PYTHON) tools/triton_cache.py build _build/triton-cache
+	$(GPU_IMAGE_PYTHON) tools/triton_cache.py check _build/triton-cache
 
 # On a networked CPU machine: the wheels the GPU image lacks (the book stack), into .wheels/.
 gpu-wheels:
