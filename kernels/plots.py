@@ -129,8 +129,42 @@ def finish(fig, ax, groups: dict) -> Figure:
     return fig
 
 
+# A point whose timed calls spread wider than this (90th over 10th percentile) measured the
+# machine's other work, not the kernel: a quiet machine keeps it near 1.1x.
+NOISY_SPREAD = 2.0
+
+
+def noisy_points(results: Iterable) -> list:
+    """The successful rows whose p10-p90 spread is wider than ``NOISY_SPREAD``."""
+    return [r for r in results if r.status == "ok" and r.p10_ms and r.p90_ms
+            and r.p90_ms / r.p10_ms > NOISY_SPREAD]
+
+
+def mark_noise(ax, results: Iterable) -> Optional[str]:
+    """When the spread check fails, say so on the figure itself (over the data, which then is
+    the machine's noise), and in its title; returns the warning, or None for a quiet run."""
+    import textwrap
+
+    rows = [r for r in results if r.status == "ok"]
+    noisy = noisy_points(rows)
+    if not noisy:
+        return None
+    worst = max(noisy, key=lambda r: r.p90_ms / r.p10_ms)
+    warning = (f"Too noisy to read as results: {len(noisy)} of {len(rows)} points spread more than "
+               f"{NOISY_SPREAD:g}x between their 10th and 90th percentile (worst: {worst.impl} at "
+               f"S={worst.seq}, {worst.p10_ms:.3g} to {worst.p90_ms:.3g} ms). The machine was busy: "
+               "compare the lines' shapes at most, not their values.")
+    ax.text(0.5, 0.5, textwrap.fill(warning, 52), transform=ax.transAxes, ha="center", va="center",
+            color="#b71c1c", zorder=10,
+            bbox={"facecolor": "white", "alpha": 0.92, "edgecolor": "#b71c1c", "boxstyle": "round"})
+    ax.set_title(f"{ax.get_title()}: NOISY RUN")
+    return warning
+
+
 def time_vs_seq(results: Iterable) -> Figure:
-    """Median time per call against sequence length (log-log), p10-p90 shaded."""
+    """Median time per call against sequence length (log-log), p10-p90 shaded; marked when
+    the run was too noisy (``mark_noise``)."""
+    results = as_rows(results)
     groups = series(results)
     fig, ax = new_axes("Time per call", "sequence length S (tokens)", "time per call (ms)")
     for label, rs in groups.items():
@@ -140,6 +174,7 @@ def time_vs_seq(results: Iterable) -> Figure:
                         color=line.get_color(), alpha=0.2, linewidth=0)
     seq_axis(ax, groups)
     ax.set_yscale("log")
+    mark_noise(ax, results)
     return finish(fig, ax, groups)
 
 
@@ -175,6 +210,7 @@ def tflops_vs_seq(results: Iterable, peak=None) -> Figure:
         ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=text)
     seq_axis(ax, groups)
     ax.set_ylim(bottom=0)
+    mark_noise(ax, results)  # throughput is FLOPs over the same noisy times
     return finish(fig, ax, groups)
 
 

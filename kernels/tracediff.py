@@ -148,7 +148,7 @@ class StepDiff:
         changed = self.changed().head(max_rows)
         rest = pd.concat([self.ops, self.kernels])
         rest = rest[~rest["substance"]]
-        labels = [f"{n.replace('aten::', '')[:32]} {s[:34]}\n{ca} → {cb}"
+        labels = [f"{_clip(n.replace('aten::', ''), 32)} {_clip(s, 34)}\n{ca} → {cb}"
                   + (f", {alloc / 2**20:+.2f} MiB" if alloc else "")
                   for n, s, ca, cb, alloc in zip(changed["name"], changed["shapes"], changed["count_a"],
                                                  changed["count_b"], changed["alloc_bytes_change"])]
@@ -169,9 +169,14 @@ class StepDiff:
                       f"everything else: {len(rest)} matched rows with the same counts and bytes,\n"
                       f"{rest['time_us_a'].sum() / 1e3:.2f} ms ({self.label_a}) vs "
                       f"{rest['time_us_b'].sum() / 1e3:.2f} ms ({self.label_b})")
-        ax.set_title(f"what changed from {self.label_a} to {self.label_b}", loc="left")
-        if labels:  # above the bars, right of the title: never over a row
-            ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=size,
+        # The legend in its own row above the bars, the title above it (the pad leaves the
+        # room): a long title never runs under it. It names only the steps that have a bar.
+        ax.set_title(f"what changed from {self.label_a} to {self.label_b}", loc="left", pad=2.4 * size)
+        drawn = [(h, lab) for h, lab, times in zip(*ax.get_legend_handles_labels(),
+                                                  (changed["time_us_a"], changed["time_us_b"]))
+                 if (times.fillna(0) > 0).any()]
+        if drawn:
+            ax.legend(*zip(*drawn), loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=size,
                       frameon=False, borderaxespad=0.2)
         ax.grid(axis="x", alpha=0.3)
         apply_font_floor(fig)
@@ -180,6 +185,11 @@ class StepDiff:
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
+
+
+def _clip(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, with "…" where it was cut (a label cut silently reads as whole)."""
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def diff(a: Step, b: Step, label_a: Optional[str] = None, label_b: Optional[str] = None) -> StepDiff:

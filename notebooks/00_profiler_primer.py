@@ -190,6 +190,8 @@ per_step
 # in the parent itself (dispatch, checks, allocation).
 
 # %%
+#| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; a wide bar over a narrow child is time spent in the parent itself (dispatch, checks, allocation).
+#| alt: Timeline of one step of a small MLP: a label row on top, then rows of CPU ops by nesting depth, each op a bar as long as it ran.
 fig = profiling.timeline(step, title="mlp_step: one recorded step")
 glue("primer_step_ms", round(step.cpu_time_us / 1e3, 3))
 glue("primer_ops", len(step.ops))

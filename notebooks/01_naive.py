@@ -101,6 +101,8 @@ glue("naive_step_ms", f"{step.cpu_time_us / 1e3:.2f}")
 # same step as a timeline; copies are drawn in red:
 
 # %%
+#| caption: One forward of hand-written attention. The red bars are the copy this chapter is about: the `clone` under `masked_fill` and its S×S `copy_`; the matmuls, the scale and the softmax around them do the work.
+#| alt: Timeline of one naive attention forward: matmul, mul, masked_fill, softmax and matmul in a row, with clone and copy_ drawn in red beneath masked_fill.
 fig = profiling.timeline(step, title=f"naive attention, one forward ({device.type})")
 
 # %%

@@ -78,6 +78,8 @@ changes.table()
 # work is the same in both traces:
 
 # %%
+#| caption: What changed between one naive and one in-place forward. Only rows whose count or allocation differs are drawn, one bar per step that has them: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums every row that matched.
+#| alt: Horizontal bar chart of self time per changed op; every bar belongs to the naive forward (copy_, masked_fill, clone), the copy_ the longest.
 changed = changes.changed().query("kind == 'op'")  # CPU ops here; the GPU section below checks kernels
 expected = {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"}
 lesson(set(changed["name"]) <= expected, "the only ops that differ are the mask step and its clone",
@@ -153,6 +155,8 @@ glue("timing_verdict", timing.verdict())
 # profiled forward of each:
 
 # %%
+#| caption: One profiled forward of each, on one time axis: the naive forward (top) has the red `clone` and `copy_` under its `masked_fill`, the in-place one (bottom) runs `masked_fill_` with nothing under it. Single profiled steps: their lengths are not a benchmark.
+#| alt: Two timelines on a shared time axis, naive above and inplace below, with the same sequence of matmul, mul, mask, softmax and matmul; only the naive one has copy bars.
 # One time axis for both (it spans the longer step); each panel's legend lists what it draws.
 fig, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
 for ax, name in zip(axes, ("naive", "inplace")):

@@ -193,6 +193,8 @@ changes = profiling.diff(step["inplace"], step["sdpa_math"])
 changes.table()
 
 # %%
+#| caption: The rows that differ between the in-place module and SDPA's math backend. Red bars: ops only the in-place forward runs (its cached mask applied with `masked_fill_`, its scale on the S×S scores). Blue bars: ops only the math backend runs (the mask built anew, the scale split over q and k, its softmax's NaN guard).
+#| alt: Horizontal bar chart of self time per changed op: two red bars for inplace-only ops and about ten blue bars for math-backend-only ops such as isneginf, all, where, tril and add_.
 only_inplace, only_math = changes.only_in("inplace"), changes.only_in("sdpa_math")
 scores_dims, qk_dims = str((batch, heads, seq, seq)), (str((batch, heads, seq, head_dim)), str((batch, heads, head_dim, seq)))
 inplace_muls = only_inplace.loc[only_inplace["name"] == "aten::mul", "shapes"]
@@ -369,6 +371,8 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
 # visible in one forward's timeline, a wall of ops over S×S tensors:
 
 # %%
+#| caption: One forward of SDPA's math backend: ordinary ATen ops, one after another under a single `scaled_dot_product_attention` call, most of them over an S×S tensor.
+#| alt: Timeline of the math backend's forward: the SDPA call on top and many short ops nested beneath it across the whole step.
 fig = profiling.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
 
 # %%

@@ -123,6 +123,8 @@ glue("flash_work_ops", len(work_ops.get("sdpa_flash", [])))
 # none (its Figures 19 to 21). The flash forward's timeline is short:
 
 # %%
+#| caption: One forward of SDPA's flash backend: a few transposes that only change metadata, and one fused op that does the whole attention, where the math backend ran dozens of ops.
+#| alt: Short timeline: the SDPA call, a few narrow transpose ops, and one wide fused flash-attention op beneath it.
 if "sdpa_flash" in step:
     fig = profiling.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})")
 
@@ -331,6 +333,8 @@ growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling"
 display(pd.concat([peaks.round(2), growth.round(2)], axis=1))
 
 # %%
+#| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x).
+#| alt: Log-log line chart of peak memory against sequence length for sdpa_math and sdpa_flash, with guide lines proportional to S and to S squared.
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for name in peaks.columns:
     measured = peaks[name].dropna()

@@ -190,6 +190,8 @@ show_source(tiling.tile_map)
 # tile on the right, the K/V tiles it streams along the top.
 
 # %%
+#| caption: Which tiles each program computes, causal (left) and full (right), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
+#| alt: Two grids of tiles over query and key positions. Left, causal: blue tiles below the diagonal, orange on it, grey above it. Right, full: all blue but an orange ragged last column.
 block_m, block_n = triton_tiles.INTERPRETER_BLOCKS["BLOCK_M"], triton_tiles.INTERPRETER_BLOCKS["BLOCK_N"]
 fig_seq, fig_program = 200, 2
 fig = Figure(figsize=(12, 5.8), layout="constrained")

@@ -106,6 +106,8 @@ pd.DataFrame(launch)
 #   lane's elements.
 
 # %%
+#| caption: Who computes each element, coloured by warp. Top: cuda_v1's three phases, whose owners change from phase to phase. Bottom: cuda_v2, where warp w owns rows 16w to 16w+15 for the scores, the softmax and the output alike; the squares mark one lane's elements.
+#| alt: Colour maps of query rows by column: three small panels for v1's scores, softmax and output, and a tall panel for v2's accumulators in eight horizontal bands, one per warp.
 fig = cuda_threads.thread_map(head_dim=kernel_dim)
 
 # %%

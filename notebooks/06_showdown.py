@@ -246,12 +246,16 @@ _ = glue("flash_tflops_wrong", 2 * flash.tflops)
 # spread of the timed calls.
 
 # %%
+#| caption: Median time per call against sequence length, log-log; the band is the 10th to 90th percentile of the timed calls, and a slope of 2 is attention's S². When the spread check fails, the figure says so on itself: it then shows the machine's noise, not the kernels.
+#| alt: Log-log line chart of time per call against sequence length, one line per implementation with a shaded spread band.
 plots.time_vs_seq(results)
 
 # %% [markdown]
 # Throughput, under the device's compute ceiling ({glue:text}`peak_label`):
 
 # %%
+#| caption: Achieved TFLOP/s against sequence length under the device's compute ceiling (dashed), causal FLOPs counted as half of full attention; marked on itself when the timings were too noisy.
+#| alt: Line chart of achieved TFLOP/s against sequence length, one line per implementation, under a dashed horizontal peak line.
 glue("peak_label", f"{peaks.flops / 1e12:.3g} TFLOP/s {peaks.flops_dtype}, {peaks.source}")
 plots.tflops_vs_seq(results, peak=peaks)
 
@@ -268,6 +272,8 @@ plots.tflops_vs_seq(results, peak=peaks)
 # $\sqrt{2 \cdot 4} \approx 2.83$x, the midpoint of 2x and 4x on a log scale).
 
 # %%
+#| caption: Peak memory of one call against sequence length, log-log, with guides proportional to S and to S²: implementations that hold the S×S scores climb with the S² guide, the fused kernel with the S guide.
+#| alt: Log-log line chart of peak memory against sequence length per implementation, with two dotted guide lines.
 plots.memory_vs_seq(results)
 
 # %%
@@ -323,6 +329,8 @@ _ = glue("naive_growth", float(growth.loc["naive", "average per doubling"]))
 # the roof; the cell checks that each of them moves less data than that copy.
 
 # %%
+#| caption: The roofline: each forward at its arithmetic intensity (FLOP per byte moved) and its achieved FLOP/s, under the device's two ceilings, memory bandwidth (the slope) and compute (the flat roof).
+#| alt: Log-log scatter of achieved FLOP/s against arithmetic intensity per implementation and length, under a sloped bandwidth line and a flat compute line.
 display(plots.roofline(results, device=peaks))
 above = [r for r in results if r.ok and r.tflops * 1e12 > peaks.attainable(r.intensity)]
 roof_copy_bytes = 2 * devices.COPY_MIB["cpu"] * 2**20  # what the copy that measured the CPU roof moved
@@ -457,6 +465,8 @@ lesson(all(f > seq / 16 for f in fused_factor.values()),
 # cache {glue:text}`long_factor`x longer does not move it.
 
 # %%
+#| caption: The roofline with every mode of naive and sdpa_flash: forwards across lengths, the training step, and decoding far to the left, where one query reads the whole K/V cache and does few FLOPs per byte.
+#| alt: Log-log roofline scatter with forward, training and decode points of two implementations; the decode points sit far left under the bandwidth slope.
 display(plots.roofline(bench.BenchResults(
     [r for r in list(results) + list(trained.values()) + list(decoded.values()) if r.impl in shown and r.ok],
     results.meta), device=peaks))

@@ -133,6 +133,8 @@ glue("b_seq_last", seqs[-1])
 # that attention work, which moves the crossing to about 12·W.
 
 # %%
+#| caption: Attention's share of one transformer block's FLOPs against sequence length: counted by FlopCounterMode (points) and by formula (line). It passes one half at S = 6·W, the model width times six.
+#| alt: Line chart of attention's share of a block's FLOPs rising with sequence length on a log axis, counted points on the formula's curve, crossing one half.
 grid = [32 * 2**i for i in range(9)]
 fig, ax = plt.subplots(figsize=(7, 3.4))
 ax.plot(fl.index, fl["attention share"], "o", label="counted (FlopCounterMode, naive attention)")
@@ -153,6 +155,8 @@ plt.show()
 # part allocates.
 
 # %%
+#| caption: Where one block's CPU time goes with each attention plugged in: the shares of norm1, qkv, attention, proj, norm2 and the MLP in one profiled step. One profiled step per bar: shares, not a benchmark.
+#| alt: Stacked horizontal bars, one per attention implementation, splitting the block's CPU time into norm1, qkv, attention, proj, norm2 and mlp.
 scores_bytes = batch * heads * seq * seq * x.element_size()
 part_ms, memory, block_steps = {}, {}, {}
 for name in plugged:
@@ -173,7 +177,7 @@ display(times.round(2))
 display(pd.DataFrame(memory).T.round(2))
 ax = shares.plot.barh(stacked=True, figsize=(7, 0.5 + 0.45 * len(shares)), width=0.7)
 ax.set(xlabel="share of the block's CPU time", title=f"one block at S={seq}, width {width}")
-ax.legend(ncol=6, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+ax.legend(ncol=3, fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.3))  # 10 pt: read at the column's width
 plt.show()
 
 # %%

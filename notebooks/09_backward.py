@@ -129,6 +129,8 @@ profiling.op_table(steps["naive"], max_depth=2)
 # with its ATen ops below it.
 
 # %%
+#| caption: One training step of naive attention: the forward's five ops, then the autograd engine's nodes (`MmBackward0`, `SoftmaxBackward0`...), each a bar with the ATen ops it ran below it.
+#| alt: Timeline of a training step: the forward's ops on the left, then a longer run of backward nodes, each with its ATen ops nested beneath.
 fig = profiling.timeline(steps["naive"], title=f"naive attention, one training step ({device.type})")
 
 # %%
@@ -382,6 +384,8 @@ for name in ("sdpa_math", "sdpa_flash"):
                f"{name}'s growth at the last doubling")
 
 # %%
+#| caption: Peak memory of one training step against sequence length, log-log: the math backend's grows about 4x per doubling (it keeps the S×S probabilities for the backward), flash's far less.
+#| alt: Log-log line chart of a training step's peak memory against sequence length for the math and flash backends; the math line is steeper.
 ax = peaks.plot(marker="o", logx=True, logy=True, figsize=(7, 4.5),
                 title=f"Peak memory of one training step, B={batch} H={heads} D={head_dim}")
 ax.set(xlabel="sequence length S", ylabel="peak (MiB)")

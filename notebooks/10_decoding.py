@@ -217,6 +217,8 @@ glue("h200_ridge", gpu_peaks.ridge)
 # machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.devices`).
 
 # %%
+#| caption: Prefill and decode steps measured here, on this machine's roofline: prefill to the right (many FLOPs per byte), every decode step far to the left under the memory slope, whatever the cache length.
+#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity, decode points clustered far left under the sloped bandwidth line.
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
 impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
 rows = decoding.bench_steps([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,

@@ -130,3 +130,94 @@ def test_notebook_page_has_launch_and_download_links(site, page):
         assert any(c.get("outputs") for c in code), "a chapter's download is the executed notebook, with its outputs"
     source = [h for h in seen["links"] if h.startswith(f"https://github.com/{REPO}/blob/main/{notebook}")]
     assert source, f"no link to the source notebook {notebook} in the repository on {page}"
+
+
+# What a reader must be able to read without scrolling sideways: the sentences the page exists
+# for (lessons and notices: kernels.book.say), what cells print (bar a cell tagged wide-text),
+# hints and figure captions. Each is measured against its own box and against the column.
+CUT_TEXT = r"""(() => {
+  const main = document.querySelector("article.bd-article") || document.querySelector("main");
+  const right = main.getBoundingClientRect().right;
+  const name = e => (e.className ? e.tagName.toLowerCase() + "." + String(e.className).split(" ")[0] : e.tagName.toLowerCase());
+  const readable = Array.from(main.querySelectorAll(".ap-say, figcaption, details.ap-hint, .cell_output .output.stream pre"))
+    .filter(e => !e.closest(".tag_wide-text") && e.offsetWidth > 0);
+  const lessonsInCode = Array.from(main.querySelectorAll("pre")).filter(e => /✔/.test(e.textContent) && !e.closest(".ap-say"));
+  const cut = readable.concat(lessonsInCode)
+    .filter(e => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > right + 1)
+    .map(e => `${name(e)}: "${e.textContent.trim().slice(0, 70)}" (${e.scrollWidth} px in ${e.clientWidth} px)`);
+  return {cut: Array.from(new Set(cut)), readable: readable.length,
+          page_width: document.documentElement.scrollWidth, viewport: window.innerWidth,
+          wide: Array.from(document.querySelectorAll("body *")).filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+                  && getComputedStyle(e).position !== "fixed" && !e.closest("[style*='overflow'], .highlight, pre, .cell_output figure, .table-wrapper, table, .MathJax_Display, .bd-sidebar-primary, .bd-sidebar-secondary, .search-button__wrapper"))
+                .slice(0, 5).map(e => `${name(e)}: "${(e.textContent || "").trim().slice(0, 50)}"`)};
+})()"""
+
+
+def read_and_close(tools: DevTools, url: str, expression: str, width: int = 1280):
+    """``expression`` evaluated on ``url`` at ``width`` px, in a tab closed afterwards (a
+    parametrized test over every page at two widths would otherwise leave dozens open)."""
+    session = open_page_at(tools, url, width=width)
+    try:
+        return tools.evaluate(session, expression)
+    finally:
+        for target in tools.send("Target.getTargets")["targetInfos"]:
+            if target["type"] == "page" and target["url"].split("#")[0] == url:
+                tools.send("Target.closeTarget", {"targetId": target["targetId"]})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_lessons_notices_and_captions_wrap_and_no_page_is_wider_than_a_phone(site, page):
+    tools, base, _ = site
+    seen = read_and_close(tools, f"{base}/{page}", CUT_TEXT)
+    assert seen is not None, f"{page}: the measurement failed: {tools.log[-3:]}"
+    assert not seen["cut"], f"{page}: text cut at 1280 px (it must wrap): {seen['cut']}"
+    narrow = read_and_close(tools, f"{base}/{page}", CUT_TEXT, width=390)
+    assert narrow["page_width"] <= narrow["viewport"] + 1, \
+        f"{page} is {narrow['page_width']} px wide on a 390 px phone; widest: {narrow['wide']}"
+
+
+FIGURES = r"""(() => {
+  const main = document.querySelector("article.bd-article") || document.querySelector("main");
+  return Array.from(main.querySelectorAll(".cell_output img")).map(img => {
+    const figure = img.closest("figure");
+    const caption = figure && figure.querySelector("figcaption");
+    return {src: img.getAttribute("src"), alt: img.getAttribute("alt") || "",
+            caption: caption ? caption.textContent.trim() : "",
+            number: caption && caption.querySelector(".caption-number") ? caption.querySelector(".caption-number").textContent.trim() : ""};
+  });
+})()"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", NOTEBOOK_PAGES)
+def test_every_figure_has_a_numbered_caption_and_alt_text(site, page):
+    tools, base, _ = site
+    figures = read_and_close(tools, f"{base}/{page}", FIGURES)
+    assert figures is not None, f"{page}: the measurement failed: {tools.log[-3:]}"
+    for f in figures:
+        assert f["caption"] and re.match(r"Fig\. ?\d", f["number"]), f"{page}: a figure without a numbered caption: {f}"
+        assert len(f["alt"]) > 20 and not re.search(r"\.(png|svg|jpg)$", f["alt"]), \
+            f"{page}: alt text must say what the figure shows, not name its file: {f['alt']!r}"
+
+
+@pytest.mark.slow
+def test_every_cell_of_every_exercise_download_is_free_of_solution_code(built_book):
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    from tests.test_reader import solution_lines
+
+    _, _, html = built_book
+    pages = [p for p in NOTEBOOK_PAGES if "/exercises/" in p]
+    assert pages
+    for page in pages:
+        notebook = Path(page).with_suffix(".ipynb")
+        served = nbformat.read(html / "_sources" / notebook, as_version=4)
+        solved = solution_lines(nbformat.read(ROOT / notebook, as_version=4))
+        assert solved, f"{notebook} has solutions the download must leave out"
+        for cell in served.cells:
+            assert "solution" not in cell.metadata.get("tags", []), f"{page}'s download holds a solution cell"
+            leaked = [line for line in cell.source.splitlines() if line.strip() in solved]
+            assert not leaked, f"{page}'s download holds solution code: {leaked[:3]}"
+        markdown = "".join(c.source for c in served.cells if c.cell_type == "markdown")
+        assert "<details" in markdown and ":::{dropdown}" not in markdown, f"{page}: hints fold in Jupyter"

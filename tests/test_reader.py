@@ -145,3 +145,21 @@ def test_bar_labels_drop_the_prefix_every_backward_bar_shares():
 
     assert short_name("autograd::engine::evaluate_function: MmBackward0") == "MmBackward0"
     assert short_name("aten::softmax") == "softmax" and short_name("ProfilerStep#3") == "ProfilerStep#3"
+
+
+def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():
+    import dataclasses
+
+    from kernels import plots
+    from kernels.bench import FORWARD, BenchResults
+    from tests.test_plots import DEVICE, row
+
+    quiet = [row(impl, s, FORWARD) for impl in ("naive", "fused") for s in (256, 512, 1024)]
+    meta = {"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}}
+    busy = quiet[:-1] + [dataclasses.replace(quiet[-1], p10_ms=quiet[-1].median_ms / 10)]  # a 12x spread
+    for draw in (plots.time_vs_seq, plots.tflops_vs_seq):
+        calm, noisy = (draw(BenchResults(rows, meta=meta)).axes[0] for rows in (quiet, busy))
+        assert "NOISY" not in calm.get_title() and not [t for t in calm.texts if "noisy" in t.get_text()]
+        warning = [t.get_text() for t in noisy.texts if "Too noisy" in t.get_text()]
+        assert warning and "NOISY RUN" in noisy.get_title(), f"{draw.__name__} marks a noisy run on the figure"
+        assert "1 of 6 points" in warning[0].replace("\n", " ") and "fused at S=1024" in warning[0].replace("\n", " ")

@@ -141,6 +141,8 @@ glue("mean_moved", 100 * moved_mean)
 glue("median_moved", 100 * moved_median)
 
 # %%
+#| caption: 25 calls of in-place attention and one late call 50x the median: the mean follows the one slow call, the median does not move.
+#| alt: Histogram of call times with vertical lines for the mean and the median, before and after one slow call is added; the mean line moves right, the median stays.
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(7, 3))
