@@ -198,6 +198,8 @@ glue("e_peak_mib", f"{mib(eager_step.peak_bytes):.1f}")
 # of this chapter goes.
 
 # %%
+#| caption: One forward of naive attention compiled by `torch.compile`: the matmuls remain, and one kernel Inductor generated (named after the ops it fused) stands where scale, mask and softmax ran as separate ops.
+#| alt: Timeline of the compiled forward: the compiled graph's call with the matmuls and a single fused kernel beneath it.
 fig = profiling.timeline(step["naive"], title=f"compiled naive attention, one forward ({device.type})")
 
 # %%
