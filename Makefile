@@ -58,7 +58,8 @@ gpu-check: gpu-run
 
 # The GPU run's plan (tools/gpu_plan.json): each phase's and chapter's expected seconds on an
 # H100/H200 and the compile counts they come from, what is carried, the device commands.
-gpu-plan: setup
+gpu-plan:
+	@test -x $(PY) || { echo "gpu-plan needs $(PY) (make setup)"; exit 2; }
 	$(PY) tools/gpu_plan.py
 
 # Triton's cache for the GPU run, compiled here for sm_90 with the GPU image's stack and then
