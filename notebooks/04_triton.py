@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 import kernels
 import kernels.triton_flash as tf
 from kernels import triton_backward, triton_launch, triton_tiles
-from kernels import bench, gpu_lessons, occupancy, plots, profiling, reference, sdpa, tiling
+from kernels import bench, gpu_lessons, occupancy, plots, profiling, reference, sdpa, tiling, traces
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 
 device, dtype = setup(device, dtype)
@@ -537,6 +537,10 @@ step = {name: profiling.median_step(run.steps()) for name, run in runs.items()}
 profiling.op_table(step["triton"], views=True)
 
 # %%
+# The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
+display(*(traces.links(run) for run in runs.values()))
+
+# %%
 ops = step["triton"].ops
 top = step["triton"].top_level()
 # Any aten op that could be doing attention's arithmetic (exp, not expand; mm, not empty).
@@ -672,7 +676,8 @@ else:
 # 2407.08608, section 4.1), which state their head dims, masks and batch sizes. Our kernel
 # takes the tutorial's main ideas (two causal stages, exp2 with the scale folded in, the
 # transposed backward with masks only on the diagonal, TMA descriptors for the forward on
-# Hopper), but keeps the backward in two kernels and narrows each head dim's autotune list to
+# Hopper), but runs the backward's two passes as two kernels (three launches with the Δ
+# preprocessing) and narrows each head dim's autotune list to
 # the configs the compiler reports as fitting without spills, and its numbers come from our
 # own runs: read them next to SDPA's on the same GPU rather than against the paper's.
 

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import bench, devices, gpu_lessons, plots, profiling, recorded, reference
+from kernels import bench, devices, gpu_lessons, plots, profiling, recorded, reference, traces
 from kernels.results import GOAL_BASELINE, GOALS, goal_ratios, load_results
 from kernels.book import glue, inputs, lesson, mib, reveal, setup
 
@@ -116,6 +116,10 @@ work = {name: s.work_ops() for name, s in steps_of.items()}
 pd.DataFrame({"work ops per forward": {n: len(w) for n, w in work.items()},
               "which": {n: ops_text(w) for n, w in work.items()},
               **({"GPU activities per forward": {n: len(s.kernels) for n, s in steps_of.items()}} if on_gpu else {})})
+
+# %%
+# The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
+display(*(traces.links(s) for s in steps_of.values()))
 
 # %%
 if not on_gpu:

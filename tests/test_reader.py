@@ -163,3 +163,18 @@ def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():
         warning = [t.get_text() for t in noisy.texts if "Too noisy" in t.get_text()]
         assert warning and "NOISY RUN" in noisy.get_title(), f"{draw.__name__} marks a noisy run on the figure"
         assert "1 of 6 points" in warning[0].replace("\n", " ") and "fused at S=1024" in warning[0].replace("\n", " ")
+
+
+def test_each_exercise_page_ends_with_links_back_to_its_chapter_and_on_to_the_next():
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    from kernels import execute
+
+    pages = [p for p in execute.notebooks(ROOT) if p.parts[1] == "exercises"]
+    for page, following in zip(pages, pages[1:] + [None]):
+        cells = nbformat.read(ROOT / page, as_version=4).cells
+        last = cells[-1]
+        assert last.cell_type == "markdown", f"{page.name}: the way back is a link, not a comment in code"
+        assert f"](../{page.name})" in last.source, f"{page.name} links back to its chapter"
+        if following is not None:
+            assert f"]({following.name})" in last.source, f"{page.name} links on to {following.name}"

@@ -172,5 +172,6 @@ solution_predictions = {
 
 # %% tags=["check"]
 check_backend_predictions(solution_predictions if solutions else my_predictions)
-#
+
+# %% [markdown]
 # Back to [chapter 3](../03_sdpa.ipynb), or on to the [exercises of chapter 4](04_triton.ipynb).

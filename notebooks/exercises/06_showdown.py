@@ -124,4 +124,4 @@ for s in (256, 1024, 4096):
 # at long sequences has the arithmetic to be compute-bound, one that writes the S×S scores
 # to memory does not.
 #
-# Back to [chapter 6](../06_showdown.ipynb), or to the [first exercises](00_profiler_primer.ipynb).
+# Back to [chapter 6](../06_showdown.ipynb), or on to the [exercises of chapter 7](07_compiled.ipynb).

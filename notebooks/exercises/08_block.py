@@ -126,4 +126,4 @@ def solution_block_forward(block, x):
 check_block_forward(solution_block_forward if solutions else block_forward)
 
 # %% [markdown]
-# Back to [chapter 8](../08_block.ipynb).
+# Back to [chapter 8](../08_block.ipynb), or on to the [exercises of chapter 9](09_backward.ipynb).
