@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
@@ -31,7 +31,7 @@ ABS_FLOOR = {torch.float32: 1e-6, torch.float64: 1e-12}
 
 # --------------------------------------------------------------------------- the reference
 
-def future_mask(s_q: int, s_k: int, device=None) -> torch.Tensor:
+def future_mask(s_q: int, s_k: int, device: Union[torch.device, str, None] = None) -> torch.Tensor:
     """[s_q, s_k] bool, True where query i may NOT see key j: j > i + (s_k - s_q).
 
     Bottom-right alignment (FlashAttention's, SDPA's ``causal_lower_right``): the last query
@@ -41,7 +41,7 @@ def future_mask(s_q: int, s_k: int, device=None) -> torch.Tensor:
     return torch.ones(s_q, s_k, dtype=torch.bool, device=device).triu(s_k - s_q + 1)
 
 
-def attention(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, scale: Optional[float] = None) -> torch.Tensor:
     """Softmax(q kᵀ · scale, causal-masked) v, computed in float64 on the CPU.
 
     q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] with Hq a multiple of Hkv (query head h reads
@@ -63,7 +63,8 @@ def attention(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
     return scores.softmax(dim=-1).masked_fill(nothing_seen, 0.0) @ v
 
 
-def plain_attention(q, k, v, causal: bool = True, scale=None, scale_first: bool = False) -> torch.Tensor:
+def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, scale: Optional[float] = None,
+                    scale_first: bool = False) -> torch.Tensor:
     """The same attention as plain PyTorch computes it in the inputs' dtype, on their device.
 
     Matmul, scale, mask, softmax, the probabilities rounded to the dtype, matmul: the textbook
@@ -149,7 +150,8 @@ class Judgement(dict):
         return self
 
 
-def judge(out, q, k, v, causal: bool = True, scale=None, *, grads=None, grad_out=None) -> Judgement:
+def judge(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, scale: Optional[float] = None, *,
+          grads: Optional[Sequence[torch.Tensor]] = None, grad_out: Optional[torch.Tensor] = None) -> Judgement:
     """Judge ``out`` (and ``grads`` = (dq, dk, dv) for ``grad_out``) against the float64 reference.
 
     fp32/fp64: within ``tolerance(dtype)`` of max|ref| (+ ``ABS_FLOOR``). fp16/bf16: FlashAttention's rule,
@@ -176,8 +178,8 @@ def judge(out, q, k, v, causal: bool = True, scale=None, *, grads=None, grad_out
     return Judgement(verdicts)
 
 
-def check(fn: Callable, q, k, v, causal: bool = True, scale=None, *, backward: bool = False,
-          seed: int = 0) -> Judgement:
+def check(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+          scale: Optional[float] = None, *, backward: bool = False, seed: int = 0) -> Judgement:
     """Call ``fn(q, k, v, causal=, scale=)`` (and its backward for a random dO) and judge it.
 
     The inputs are not modified: the call sees detached copies with the same strides.
@@ -192,8 +194,9 @@ def check(fn: Callable, q, k, v, causal: bool = True, scale=None, *, backward: b
     return judge(out.detach(), q, k, v, causal, scale, grads=grads, grad_out=grad_out)
 
 
-def assert_close_to_reference(out, q, k, v, causal: bool = True, scale=None, *, grads=None,
-                              grad_out=None, label: str = "") -> Judgement:
+def assert_close_to_reference(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                              scale: Optional[float] = None, *, grads: Optional[Sequence[torch.Tensor]] = None,
+                              grad_out: Optional[torch.Tensor] = None, label: str = "") -> Judgement:
     """``judge(...)``, raising AssertionError with the failing tensors and bounds in words."""
     return judge(out, q, k, v, causal, scale, grads=grads, grad_out=grad_out).assert_ok(label)
 
