@@ -12,8 +12,10 @@ Trace facts this reader relies on (Kineto's Chrome export, torch 1.8 to 2.x):
 - GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset``) runs on the GPU's own pid (the device)
   and tid (the stream). It is linked to the runtime or driver call that launched it
   (``cuda_runtime``: ``cudaLaunchKernel``, ``cudaMemcpyAsync``...; ``cuda_driver``:
-  ``cuLaunchKernel``, which Triton uses) by a flow arrow (``ac2g`` in torch 2.x, ``async_gpu``
-  before) and by ``args.correlation``; flows where present, the correlation id otherwise.
+  ``cuLaunchKernel``, which Triton uses) by a flow arrow (``ac2g`` in torch 2.x; ``async_gpu``,
+  ``async_cpu_to_gpu`` or ``async`` in older Kineto) and by ``args.correlation``; flows where
+  present, the correlation id otherwise. An arrow is matched by its id (the launch's
+  correlation id), not by where it starts: two calls can start in the same microsecond.
 - In a training step the autograd engine launches the backward kernels from its own thread,
   so the launch, not the step's thread, decides which step GPU work belongs to.
 - Kineto before torch 1.10 wrote capitalised categories (``Operator``, ``Kernel``,
@@ -44,7 +46,7 @@ from .trace_tables import copy_table  # what Step.copy_table shows
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
-FLOW_CATEGORIES = ("ac2g", "async_gpu")
+FLOW_CATEGORIES = ("ac2g", "async_gpu", "async_cpu_to_gpu", "async")
 PROFILER_STEP = "ProfilerStep#"
 # Kineto before torch 1.10: the same events under capitalised category names.
 LEGACY_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
@@ -239,17 +241,24 @@ class Trace:
         draws one, else by correlation id (a sampled trace has no flows)."""
         cat, pid, tid, ts, args = cols["cat"], cols["pid"], cols["tid"], cols["ts"], cols["args"]
         launches = [i for i, c in enumerate(cat) if c in LAUNCH_CATEGORIES]
-        at = {(pid[i], tid[i], ts[i]): i for i in launches}
+        # Two runtime calls can start in the same microsecond on one thread (a memset and the
+        # cudaPeekAtLastError after it), so a position names a list of launches, and the flow's
+        # id (Kineto gives an arrow its launch's correlation id) picks among them.
+        at: dict = {}
+        for i in launches:
+            at.setdefault((pid[i], tid[i], ts[i]), []).append(i)
         by_corr = {args[i]["correlation"]: i for i in launches if "correlation" in args[i]}
         flow_start = {f.get("id"): (f.get("pid"), f.get("tid"), float(f.get("ts", 0.0)))
                       for f in flows if f.get("ph") == "s"}
-        flow_end = {(f.get("pid"), f.get("tid"), float(f.get("ts", 0.0))): f.get("id")
-                    for f in flows if f.get("ph") == "f"}
+        flow_end_ids = {f.get("id") for f in flows if f.get("ph") == "f"}
+        flow_end_at = {(f.get("pid"), f.get("tid"), float(f.get("ts", 0.0))): f.get("id")
+                       for f in flows if f.get("ph") == "f"}
         gpu = sorted((i for i, c in enumerate(cat) if c in GPU_CATEGORIES), key=lambda i: ts[i])
         link, how = [], []
         for i in gpu:
-            start = flow_start.get(flow_end.get((pid[i], tid[i], ts[i])))
-            launch = at.get(start) if start is not None else None
+            corr = args[i].get("correlation")
+            flow = corr if corr in flow_end_ids else flow_end_at.get((pid[i], tid[i], ts[i]))
+            launch = _flow_launch(at.get(flow_start.get(flow), []), flow, args)
             if launch is not None:
                 link.append(launch); how.append("flow")  # noqa: E702
                 continue
@@ -258,10 +267,13 @@ class Trace:
             how.append(None if launch is None else "correlation")
         table = self._rows(cols, gpu)
         table["launch"] = [-1 if j is None else j for j in link]
-        table["linked_by"] = how
-        table["launcher"] = [None if j is None else cols["name"][j] for j in link]
+        # object columns: pandas 3 would store missing strings as NaN, and these say None
+        table["linked_by"] = pd.Series(how, index=table.index, dtype=object)
+        table["launcher"] = pd.Series([None if j is None else cols["name"][j] for j in link],
+                                      index=table.index, dtype=object)
         for col, src in (("launch_pid", "pid"), ("launch_tid", "tid")):
-            table[col] = [None if j is None else str(cols[src][j]) for j in link]
+            table[col] = pd.Series([None if j is None else str(cols[src][j]) for j in link],
+                                   index=table.index, dtype=object)
         table["launch_ts"] = [float("nan") if j is None else ts[j] for j in link]
         table["stream"] = [args[i].get("stream", str(tid[i])) for i in gpu]
         table["device"] = [args[i].get("device", str(pid[i])) for i in gpu]
@@ -320,7 +332,8 @@ class Trace:
         if cpu.empty:
             raise ValueError("this trace has no CPU events, so no step to draw from it")
         pid, tid = cpu.groupby(["pid", "tid"]).size().idxmax()
-        t0, t1 = float(cpu["ts"].min()), float(cpu["end"].max())
+        # Just past the last end: the window is half open, and a zero-length last event counts.
+        t0, t1 = float(cpu["ts"].min()), float(np.nextafter(cpu["end"].max(), np.inf))
         label = "(whole trace)"
         r = pd.Series({"name": label, "cat": "user_annotation", "pid": pid, "tid": tid, "ts": t0,
                        "dur": t1 - t0, "args": {}, "end": t1})
@@ -332,11 +345,29 @@ class Trace:
                 f"{len(self._profiler_step_names())} profiler steps, {len(self.gpu)} GPU events)")
 
     # --- what Step slices out of the trace (sorted arrays: a step costs its own size)
+    # A step's window is [start, end): what starts exactly where one step ends and the next
+    # begins (two touching ProfilerSteps) belongs to the later one only, as in HTA.
     def _cpu_ops_between(self, t0: float, t1: float) -> pd.DataFrame:
-        return self._cpu_ops.iloc[bisect_left(self._cpu_ts, t0):bisect_right(self._cpu_ts, t1)]
+        return self._cpu_ops.iloc[bisect_left(self._cpu_ts, t0):bisect_left(self._cpu_ts, t1)]
 
     def _memory_between(self, t0: float, t1: float) -> pd.DataFrame:
-        return self.memory.iloc[bisect_left(self._mem_ts, t0):bisect_right(self._mem_ts, t1)]
+        return self.memory.iloc[bisect_left(self._mem_ts, t0):bisect_left(self._mem_ts, t1)]
+
+
+def _none_for_missing(values) -> list:
+    """The values with pandas' missing markers (NaN, pd.NA) as None."""
+    return [None if v is None or (not isinstance(v, str) and pd.isna(v)) else v for v in values]
+
+
+def _flow_launch(candidates: list, flow, args: list):
+    """The launch a flow arrow starts at: the one at its start whose correlation id is the
+    flow's id, or the only one there (None when no launch starts there)."""
+    if len(candidates) == 1:
+        return candidates[0]
+    for i in candidates:
+        if args[i].get("correlation") == flow:
+            return i
+    return None
 
 
 # ----------------------------------------------------------------------------- nesting
@@ -424,6 +455,9 @@ class Step:
       thread, starts inside the range, wherever and whenever the GPU ran it (on a GPU the
       label closes when the CPU has queued the work, long before the GPU has run it).
     - ``[memory]`` events inside the range, on any thread.
+
+    "Inside" is half open, [start, end): an op, launch or allocation exactly at the boundary of
+    two touching steps belongs to the later step, never to both (HTA assigns them the same way).
     """
 
     trace: Trace = field(repr=False)
@@ -447,7 +481,7 @@ class Step:
         """The GPU work launched inside the range, in GPU start order."""
         gpu = self.trace.gpu
         t0, t1 = float(self.range["ts"]), float(self.range["end"])
-        return self._kernels(gpu[(gpu["launch_ts"] >= t0) & (gpu["launch_ts"] <= t1)])
+        return self._kernels(gpu[(gpu["launch_ts"] >= t0) & (gpu["launch_ts"] < t1)])   # [start, end)
 
     @property
     def thread(self) -> tuple[str, str]:
@@ -512,7 +546,7 @@ class Step:
         names = self.ops["name"].tolist()
         args = gpu["args"]
         t0 = self.range["ts"]
-        return pd.DataFrame({
+        table = pd.DataFrame({
             "name": gpu["name"].values, "cat": gpu["cat"].values,
             "start_us": (gpu["ts"] - t0).values, "dur_us": gpu["dur"].values,
             "launcher": gpu["launcher"].values, "launch_start_us": (gpu["launch_ts"] - t0).values,
@@ -523,7 +557,10 @@ class Step:
             "occupancy_pct": [a.get("est. achieved occupancy %") for a in args],
             "stream": gpu["stream"].values, "device": gpu["device"].values,
             "thread": gpu["launch_tid"].values, "linked_by": gpu["linked_by"].values,
-        }, columns=self.KERNEL_COLUMNS).sort_values("start_us", kind="stable").reset_index(drop=True)
+        }, columns=self.KERNEL_COLUMNS)
+        for col in ("launcher", "op", "thread", "linked_by"):   # None, not pandas 3's NaN, where missing
+            table[col] = pd.Series(_none_for_missing(table[col]), index=table.index, dtype=object)
+        return table.sort_values("start_us", kind="stable").reset_index(drop=True)
 
     # --- what chapters ask
     @property

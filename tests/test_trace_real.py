@@ -46,13 +46,13 @@ def launch_times(events: list[dict]) -> dict:
 
 
 def expected_work(events: list[dict], start: float, dur: float) -> dict:
-    """Per category: how many GPU events were launched inside [start, start + dur], and their GPU time."""
+    """Per category: how many GPU events were launched inside [start, start + dur), and their GPU time."""
     launched = launch_times(events)
     counts, gpu_us = Counter(), 0.0
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in GPU_WORK:
             ts = launched.get(e.get("args", {}).get("correlation"))
-            if ts is not None and start <= ts <= start + dur:
+            if ts is not None and start <= ts < start + dur:   # [start, end), as the reader
                 counts[e["cat"]] += 1
                 gpu_us += e["dur"]
     return {"counts": {c: counts[c] for c in GPU_WORK}, "gpu_us": gpu_us}
@@ -86,8 +86,8 @@ def real(request):
 # ---------------------------------------------------------------------------------- tests
 
 def test_the_shared_traces_are_all_here():
-    assert len(TRACES) == 7 and (DATA / "LICENSE-HolisticTraceAnalysis").is_file(), \
-        "all seven HTA traces travel with their MIT licence notice"
+    assert len(TRACES) == 9 and (DATA / "LICENSE-HolisticTraceAnalysis").is_file(), \
+        "all nine HTA traces travel with their MIT licence notice"
 
 
 def test_every_labelled_range_is_a_step(real):
@@ -304,3 +304,88 @@ def test_a_100k_event_trace_loads_in_under_2_s(tmp_path):
     elapsed = time.process_time() - start
     assert len(tr.profiler_steps()) > 5 and len(tr.gpu) > len(load_trace(NS_TRACE).gpu)
     assert elapsed < 2.0, f"loading {len(big)} events took {elapsed:.2f} s, over the 2 s a reader waits"
+
+
+# ------------------------------------------------------------- flows, windows, missing values
+
+ALEXNET = DATA / "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
+
+
+def with_a_call_beside_each_memset_launch(events: list[dict], after: bool) -> list[dict]:
+    """The events with a cudaPeekAtLastError starting in the same microsecond, on the same thread,
+    as each cudaMemsetAsync (as real traces hold), written after or before it in the file."""
+    out, corr = [], 10**9
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") == "cudaMemsetAsync":
+            corr += 1
+            peek = {**e, "name": "cudaPeekAtLastError", "dur": 1, "args": {"correlation": corr}}
+            out.extend([e, peek] if after else [peek, e])
+        else:
+            out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["file-order", "reversed"])
+def test_flows_find_their_launch_by_id_not_by_where_it_starts(reverse):
+    events = raw_events(ALEXNET)
+    memsets_run = sum(e.get("cat") == "gpu_memset" for e in events if e.get("ph") == "X")
+    assert memsets_run >= 3, "the A100 trace runs memsets"
+    for after in (True, False):
+        changed = with_a_call_beside_each_memset_launch(events, after)
+        tr = load_trace({"traceEvents": changed[::-1] if reverse else changed})
+        memsets = tr.gpu[tr.gpu["cat"] == "gpu_memset"]
+        assert len(memsets) == memsets_run and (memsets["linked_by"] == "flow").all()
+        assert set(memsets["launcher"]) == {"cudaMemsetAsync"}, \
+            "a memset's launcher is the call its flow arrow's id names, whichever call the file lists last"
+
+
+def test_the_whole_reversed_trace_links_every_gpu_event_the_same():
+    events = raw_events(ALEXNET)
+    key = lambda g: sorted(zip(g["pid"], g["tid"], g["ts"], g["name"], g["launcher"].fillna("-")))  # noqa: E731
+    assert key(load_trace({"traceEvents": events}).gpu) == key(load_trace({"traceEvents": events[::-1]}).gpu)
+
+
+def test_older_flow_categories_link_too():
+    events = raw_events(ALEXNET)
+    for cat in ("async_cpu_to_gpu", "async"):
+        renamed = [{**e, "cat": cat} if e.get("cat") == "ac2g" else e for e in events]
+        assert (load_trace({"traceEvents": renamed}).gpu["linked_by"] == "flow").all(), f"{cat} flows are read"
+
+
+def touching_steps():
+    """Two ProfilerSteps that touch at t = 100, with an op, a launch (and its kernel) and an
+    allocation starting exactly there."""
+    def x(name, cat, ts, dur, tid=1, pid=1, **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+    return {"traceEvents": [
+        x("ProfilerStep#1", "user_annotation", 0, 100), x("ProfilerStep#2", "user_annotation", 100, 100),
+        x("aten::mm", "cpu_op", 10, 20), x("aten::add", "cpu_op", 100, 10),
+        x("cudaLaunchKernel", "cuda_runtime", 100, 5, correlation=1),
+        x("gemm_kernel", "kernel", 120, 30, pid=0, tid=7, correlation=1, stream=7, device=0),
+        {"ph": "i", "name": "[memory]", "ts": 100, "pid": 1, "tid": 1, "s": "t",
+         "args": {"Bytes": 64, "Total Allocated": 64, "Device Type": 0}},
+    ]}
+
+
+def test_an_event_on_the_boundary_of_two_touching_steps_belongs_to_the_later_one():
+    first, second = load_trace(touching_steps()).profiler_steps()
+    assert first.ops["name"].tolist() == ["aten::mm"] and "aten::add" in second.ops["name"].tolist()
+    assert first.kernels.empty and second.kernels["name"].tolist() == ["gemm_kernel"]
+    assert first.memory.empty and second.memory["bytes"].tolist() == [64]
+
+
+def test_missing_launchers_and_ops_are_none_not_nan():
+    raw = touching_steps()
+    orphan = {"ph": "X", "name": "lost_kernel", "cat": "kernel", "ts": 150, "dur": 5, "pid": 0, "tid": 7,
+              "args": {"correlation": 99, "stream": 7, "device": 0}}   # no launch has correlation 99
+    tr = load_trace({"traceEvents": raw["traceEvents"] + [orphan]})
+    lost = tr.gpu[tr.gpu["name"] == "lost_kernel"].iloc[0]
+    assert lost["launcher"] is None and lost["linked_by"] is None and lost["launch_tid"] is None
+    late = [{"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 180, "dur": 5, "pid": 1, "tid": 1,
+             "args": {"correlation": 2}},   # under no CPU op
+            {"ph": "X", "name": "late_kernel", "cat": "kernel", "ts": 190, "dur": 5, "pid": 0, "tid": 7,
+             "args": {"correlation": 2, "stream": 7, "device": 0}}]
+    step = load_trace({"traceEvents": raw["traceEvents"] + late}).profiler_steps()[1]
+    kernels = step.kernels.set_index("name")
+    assert kernels.loc["late_kernel", "op"] is None, "a kernel whose launch is under no op has op None"
+    assert kernels.loc["gemm_kernel", "op"] == "aten::add"
