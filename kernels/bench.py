@@ -27,6 +27,7 @@ CSV, and ``load_results`` reads either back.
     python -m kernels.bench --mode forward training --device cuda --out bench_gpu
     python -m kernels.bench --mode decode --seq 4096 16384 --gqa 4 --out decode
     python -m kernels.bench --device cuda --impls triton --backward-only --repeats 3 --crosscheck
+    python -m kernels.bench --mode context-parallel --world 2 --seq 1024   # ring, Ulysses, one device
 
 This module is the CLI and the one name chapters import; the harness lives one concept per
 module, and its names are re-exported here (``bench.sweep``, ``bench.compare``...):
@@ -144,6 +145,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--warm-gpu", type=float, default=0.0, metavar="SECONDS",
                    help="on a GPU, run matmuls this long first so the clocks leave their idle state")
+    p.add_argument("--world", type=int, default=2,
+                   help="with --mode context-parallel: the number of ranks (processes; default 2)")
     p.add_argument("--out", default=str(Path("_build") / "bench" / "bench_results"),
                    help="output stem: writes OUT.json and OUT.csv (default: _build/bench/bench_results)")
     return p
@@ -164,6 +167,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cli = parser()
     args = cli.parse_args(argv)
+    if "context-parallel" in (split_list(args.mode) or []):  # ranks in processes: kernels.context_parallel
+        from . import context_parallel
+
+        if args.world < 1:
+            cli.error(f"--world must be a positive number of ranks, got {args.world}")
+        args.argv = argv
+        return context_parallel.bench_main(args)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         cli.error("--device cuda needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")

@@ -1,0 +1,558 @@
+# %% [markdown]
+# # 11. Attention across devices: one trace per rank
+#
+# Every chapter so far ran attention on one device. Long-context training and inference go
+# past that: the sequence no longer fits one device's memory (or takes too long on one), so
+# it is cut into pieces and each device, a **rank** of a process group, holds one piece. This
+# is **context parallelism**. This chapter builds it on `torch.distributed` with two CPU
+# processes talking through gloo, profiles each rank, and reads the per-rank traces side by
+# side: who computed, who waited, what the communication cost and what of it hid behind the
+# arithmetic. Then it models what happens on real GPUs, where this machine cannot go.
+
+# %% [install]
+
+# %% [parameters]
+
+# %%
+import math
+import time
+
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+from kernels import context_parallel as cp
+from kernels import devices, rank_traces, ranks, reference, ring, ulysses
+from kernels.book import glue, inputs, lesson, reveal, setup, show_source
+from kernels.plots import apply_font_floor
+
+started = time.perf_counter()  # the closing note reports how long this chapter took
+set_matplotlib_formats("png")
+device, dtype = setup(device, dtype)
+world = 2
+# One GPU per rank or none: NCCL refuses two ranks on one GPU, so with fewer GPUs than ranks the
+# ranks are CPU processes talking through gloo, in float32.
+cp_device = "cuda" if torch.cuda.device_count() >= world else "cpu"
+cp_dtype = "bfloat16" if cp_device == "cuda" else "float32"
+seq_cp = seq  # the whole sequence, split over the ranks
+print(f"{world} ranks on {cp_device} ({ranks.default_backend(world)}), {cp_dtype}; "
+      f"B={batch} H={heads} S={seq_cp} D={head_dim}")
+
+# %% [markdown]
+# ## Why attention is the layer that needs the whole sequence
+#
+# Cut a sequence in two and give each half to a device. Most of a transformer block does not
+# notice: normalisation, the projections and the MLP act on each token alone, so each device
+# computes its own tokens and nobody talks. Attention is the exception: query *i* mixes the
+# values of every key *j ≤ i*, so the second half's queries need the first half's keys and
+# values. Here is that difference on one process, with a token-wise layer and attention each
+# run on the two halves separately:
+
+# %%
+q, k, v = inputs(1, 2, 64, 16, seed=1)
+mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+with torch.no_grad():
+    mlp_whole = mlp(q)
+    mlp_halves = torch.cat([mlp(q[:, :, :32]), mlp(q[:, :, 32:])], dim=2)
+whole = reference.attention(q, k, v, causal=True)
+halves = torch.cat([reference.attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], causal=True)
+                    for a, b in ((0, 32), (32, 64))], dim=2)
+lesson(torch.allclose(mlp_whole, mlp_halves, atol=1e-6),
+       "a token-wise layer computes the same on each half of the sequence as on the whole")
+second_half_error = reference.max_rel_error(halves[:, :, 32:], whole[:, :, 32:])
+lesson(torch.allclose(halves[:, :, :32], whole[:, :, :32]) and second_half_error > 0.1,
+       "causal attention on the halves alone is right for the first half only: the second half needs the first half's keys",
+       f"second half off by {second_half_error:.2f} (relative)")
+
+# %% [markdown]
+# So each rank must see every other rank's keys and values, without any rank ever holding
+# the whole S × S score matrix. Two schemes do it: the **ring** passes the K/V shards from
+# rank to rank, and **Ulysses** trades the sequence split for a head split with an
+# all-to-all. Both run below on real processes.
+#
+# ## Ranks from a notebook
+#
+# `kernels.ranks.Ranks(n)` starts `n` Python processes with `torch.multiprocessing`'s spawn
+# method, joins them into one process group over a free local port, and runs a function on
+# every rank at once. Every collective and point-to-point operation of the group has a
+# timeout, a rank that raises or dies ends the run with an error naming it, and closing the
+# group ends every process. (The function must live in an importable module, since spawned
+# processes do not share this notebook's namespace: the chapter's rank programs are in
+# `kernels.context_parallel`.)
+
+# %%
+t0 = time.perf_counter()
+group = ranks.Ranks(world, timeout_s=120)
+glue("startup_s", time.perf_counter() - t0)
+print(f"{world} ranks joined in {time.perf_counter() - t0:.1f} s (a fresh process imports torch before it can join)")
+
+# %% [markdown]
+# Starting the ranks took {glue:text}`startup_s:.1f` s: that is why the chapter starts them
+# once and sends them work, rather than starting processes per experiment.
+#
+# ## The ring, and the merge that makes it exact
+#
+# Each rank keeps its queries. At every step it attends its queries to the K/V block it holds,
+# while that block travels to the next rank and the previous rank's block arrives: after
+# `world` steps every query has met every key. Each step produces a *partial* attention, a
+# softmax over one block's keys only. Chapter 4's online softmax already knows how to combine
+# those: keep, for each query row, the log of its softmax denominator (the **log-sum-exp**, LSE)
+# next to the output, and rescale each part by its share of the combined denominator. This is
+# the library's merge, the whole of the trick:
+
+# %%
+show_source(ring.merge)
+
+# %% [markdown]
+# Two parts over disjoint keys A and B: the exact output is
+# (e^{LSE_A}·o_A + e^{LSE_B}·o_B) / (e^{LSE_A} + e^{LSE_B}), and `logaddexp` computes the
+# denominator's log without overflow. On one process, split the keys at an odd point and check it:
+
+# %%
+q, k, v = inputs(2, 4, 77, 32, seed=2)
+split = 45
+scale = 1 / math.sqrt(32)
+
+
+def partial(keys):  # attention over a subset of the keys, with its log-sum-exp
+    scores = (q.double() @ k[:, :, keys].double().transpose(-1, -2)) * scale
+    return torch.softmax(scores, -1) @ v[:, :, keys].double(), torch.logsumexp(scores, -1)
+
+
+merged, merged_lse = ring.merge(*partial(slice(0, split)), *partial(slice(split, 77)))
+verdict = reference.judge(merged.float(), q, k, v, causal=False)
+lesson(verdict.ok, "merging two partial attentions by their log-sum-exp gives attention over all the keys",
+       str(verdict))
+
+# %% [markdown]
+# The ring's forward on one rank, as the library runs it (the send and receive are posted
+# before the local attention and waited on after it, so the transfer can overlap the
+# arithmetic):
+
+# %%
+show_source(ring.ring_forward)
+
+# %% [markdown]
+# Causal masking adds one more saving: a block whose keys all come after every query of the
+# rank is never computed. The backward goes round the ring again, each block's gradient
+# accumulator travelling with it and arriving home after `world` hops (`ring.ring_backward`).
+#
+# ### Is it right?
+#
+# Each case below draws the whole q, k, v on every rank from one seed, gives each rank its
+# shard, runs the ring forward and backward on the two processes, gathers every rank's output
+# and gradient shards and judges them against the float64 reference (float32 within ~1e-5).
+# Odd lengths, grouped-query attention, both layouts (next section) and both causal modes:
+
+# %%
+cases = [cp.Case(batch=2, heads=4, kv_heads=4, seq=67, head_dim=16, layout=layout, causal=causal, seed=3)
+         for layout in ring.LAYOUTS for causal in (True, False)]
+cases += [cp.Case(batch=1, heads=6, kv_heads=2, seq=45, head_dim=24, layout="zigzag", causal=True, seed=4)]
+checked = []
+for case in cases:
+    judged = cp.judge_ring(group.run(cp.ring_check, case.with_(device=cp_device, dtype=cp_dtype)), case.with_(dtype=cp_dtype))
+    checked.append({"layout": case.layout, "causal": case.causal, "S": case.seq, "Hq:Hkv": f"{case.heads}:{case.kv_heads}",
+                    **{name: f"{v.error:.1e} / {v.bound:.1e}" for name, v in judged.items()}, "ok": judged.ok})
+display(pd.DataFrame(checked))
+lesson(all(row["ok"] for row in checked),
+       f"the ring's output and gradients, gathered from {world} ranks, pass the judge in every case",
+       f"{len(checked)} cases, error / bound per tensor in the table")
+
+# %% [markdown]
+# ## The imbalance of a causal ring
+#
+# The simplest split gives rank 0 the first half of the sequence and rank 1 the second
+# (`contiguous`). Under a causal mask, rank 0's queries see only their own keys; rank 1's see
+# their own and all of rank 0's. Before looking: how many times more query-key pairs does the
+# last rank compute than rank 0, with two ranks?
+
+# %%
+guess_imbalance = 1.0  # edit me: the last rank's work over rank 0's, contiguous split, 2 ranks
+
+# %%
+work = {layout: ring.work_per_rank(seq_cp, world, layout) for layout in ring.LAYOUTS}
+reveal(guess_imbalance, work["contiguous"][-1] / work["contiguous"][0], "last rank's work over rank 0's",
+       source="the split")
+display(pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axis("query-key pairs computed"))
+
+# %% [markdown]
+# That is counted from the split alone. The traces should show it too. Each rank now runs
+# six profiled forwards after a warm-up, each started by a barrier so the ranks begin together
+# and ended by another, as a training step ends at its next collective (a rank that finishes
+# early waits there, inside the step), and writes its own trace: a folder of `rank-0.json.gz`, `rank-1.json.gz`, the
+# shape PyTorch's profiler gives any distributed job. `kernels.rank_traces` reads the folder,
+# picks the same step on every rank and classifies what each rank did: its CPU ops are
+# compute, and gloo's own ranges (`gloo:send`, `gloo:recv`, recorded from the moment an
+# operation is posted to the moment it completes) are communication.
+
+# %%
+shapes = cp.Case(batch=batch, heads=heads, kv_heads=heads, seq=seq_cp, head_dim=head_dim, dtype=cp_dtype,
+                 device=cp_device)
+ACTIVE = 6  # profiled forwards per scheme
+folders = {}
+for layout in ring.LAYOUTS:
+    group.run(cp.profile_scheme, shapes.with_(layout=layout), "ring", f"{trace_dir}/ring-{layout}", ACTIVE)
+    folders[layout] = rank_traces.load_ranks(f"{trace_dir}/ring-{layout}")
+print(folders["contiguous"])
+
+
+def step_totals(folder, label, steps=ACTIVE):
+    """Each rank's numbers summed over the profiled steps: on a busy machine one step's times
+    are noisy, their total much less so (the hidden fraction is recomputed from the totals)."""
+    total = pd.concat([folder.step(label, i).summary() for i in range(steps)]).groupby(level=0).sum()
+    total["hidden_fraction"] = total["overlap_us"] / total["communication_us"]
+    return total
+
+
+naive = step_totals(folders["contiguous"], "ring forward")
+display((naive[["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
+                "behind_slowest_us"]] / 1e3).round(2).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", "")))
+
+# %%
+def median_step(folder, label, steps=ACTIVE):
+    """The step whose slowest rank took the median time: a representative one to draw."""
+    by_time = sorted(range(steps), key=lambda i: folder.step(label, i).summary()["step_us"].max())
+    return folder.step(label, by_time[steps // 2])
+
+
+step = median_step(folders["contiguous"], "ring forward")
+step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)")
+
+# %%
+last, first = naive.index[-1], naive.index[0]
+predicted_ratio = work["contiguous"][-1] / work["contiguous"][0]
+flop_ratio = naive.loc[last, "matmul_flop"] / naive.loc[first, "matmul_flop"]
+lesson(abs(flop_ratio - predicted_ratio) <= 1e-9 * predicted_ratio,
+       "the matrix products the trace recorded (their shapes) give the last rank the arithmetic the split predicts",
+       f"{flop_ratio:.2f}x rank 0's FLOPs")
+measured_imbalance = naive.loc[last, "compute_us"] / naive.loc[first, "compute_us"]
+lesson(measured_imbalance > 1, "and the last rank's compute takes longer than rank 0's in the trace",
+       f"{measured_imbalance:.2f}x over {ACTIVE} steps (masked blocks cost a little more than their share)")
+lesson(naive.loc[first, "exposed_communication_us"] > naive.loc[last, "exposed_communication_us"],
+       "rank 0, with less to compute, spends longer in communication it cannot hide: it waits for the slowest rank",
+       f"{naive.loc[first, 'exposed_communication_us'] / 1e3:.1f} ms against {naive.loc[last, 'exposed_communication_us'] / 1e3:.1f} ms")
+path = step.critical_path()
+display(path.round(1))
+after_exchange = path[path["round"] == 1].iloc[0]
+lesson(int(after_exchange["rank"]) == last,
+       "after the first exchange the critical path runs through the last rank, computing the block rank 0 skips",
+       f"{after_exchange['compute_us'] / 1e3:.0f} ms on rank {int(after_exchange['rank'])}, "
+       f"{after_exchange['slack_us'] / 1e3:.0f} ms more than rank 0 there")
+glue("naive_imbalance", measured_imbalance)
+glue("flop_ratio", flop_ratio)
+
+# %% [markdown]
+# The trace agrees with the count: the shapes of its matrix products give the last rank
+# {glue:text}`flop_ratio:.1f` times rank 0's FLOPs, it computed {glue:text}`naive_imbalance:.2f`
+# times as long (a diagonal block, computed whole and then masked, costs more than its share of
+# pairs, and a busy machine adds noise), and rank 0 spent the difference waiting at the step's end. The critical path, read
+# round by round (the step is cut where each rank's communication rounds end, and in each
+# piece the rank that computed longest is the one the others wait for), runs through the last
+# rank where the work is.
+#
+# ## Zigzag: the same work on every rank
+#
+# The fix is a different split. Cut the sequence into 2 × world chunks, and give rank r chunk
+# r and chunk 2·world − 1 − r: an early chunk and a late one. Every rank then holds as many
+# "cheap" queries as "expensive" ones:
+
+# %%
+display(pd.DataFrame({f"rank {r}": [f"positions {a} to {b - 1}" for a, b in ring.rank_chunks(seq_cp, world, r, "zigzag")]
+                      for r in range(world)}, index=["chunk 1", "chunk 2"]))
+
+# %% [markdown]
+# Guess again: with zigzag, the last rank's compute over rank 0's in the trace?
+
+# %%
+guess_zigzag = 2.0  # edit me
+
+# %%
+zigzag = step_totals(folders["zigzag"], "ring forward")
+zigzag_imbalance = zigzag["compute_us"].max() / zigzag["compute_us"].min()
+reveal(guess_zigzag, round(zigzag.loc[last, "compute_us"] / zigzag.loc[first, "compute_us"], 2),
+       "last rank's compute over rank 0's, zigzag")
+median_step(folders["zigzag"], "ring forward").timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
+
+# %%
+lesson(work["zigzag"][0] == work["zigzag"][-1] and zigzag["matmul_flop"].nunique() == 1,
+       "zigzag gives every rank the same number of query-key pairs, and the trace the same matmul FLOPs",
+       f"{work['zigzag']}")
+busiest = {name: t["matmul_flop"].max() for name, t in (("contiguous", naive), ("zigzag", zigzag))}
+lesson(busiest["zigzag"] < busiest["contiguous"],
+       "the busiest rank's arithmetic, read from the trace's matmul shapes, drops with zigzag",
+       f"{busiest['zigzag'] / ACTIVE / 1e9:.2f} against {busiest['contiguous'] / ACTIVE / 1e9:.2f} GFLOP per step")
+step_naive, step_zigzag = naive["step_us"].max(), zigzag["step_us"].max()  # over all the steps
+print(f"time on this run: the step (its slowest rank) {step_zigzag / ACTIVE / 1e3:.0f} ms with zigzag against "
+      f"{step_naive / ACTIVE / 1e3:.0f} ms contiguous; max/min compute {zigzag_imbalance:.2f} against {measured_imbalance:.2f}")
+glue("flop_cut", busiest["contiguous"] / busiest["zigzag"])
+glue("step_zigzag_ms", step_zigzag / ACTIVE / 1e3)
+glue("step_naive_ms", step_naive / ACTIVE / 1e3)
+hidden = min(naive["overlap_us"].min(), zigzag["overlap_us"].min())
+lesson(hidden > 0, "on every rank, the K/V transfer was in flight while the rank computed its local attention",
+       f"at least {hidden / ACTIVE / 1e3:.2f} ms of overlap per rank and step")
+glue("zigzag_imbalance", zigzag_imbalance)
+
+# %% [markdown]
+# Zigzag cut the busiest rank's arithmetic by {glue:text}`flop_cut:.2f`x and gave both ranks the
+# same FLOPs. In time, this run measured {glue:text}`step_zigzag_ms:.0f` ms per step against
+# {glue:text}`step_naive_ms:.0f` ms, and a compute ratio of {glue:text}`zigzag_imbalance:.2f`
+# between the ranks: on a quiet machine the time follows the arithmetic, but the chapter's
+# assertions read the arithmetic from the trace's shapes, which no other process on the
+# machine can disturb. (PyTorch's own context parallelism balances
+# causal load the same way: in torch 2.13 its default, when the length divides by 2 × world,
+# is a head-tail split, `_HeadTailLoadBalancer`.) On a CPU, gloo moves the data on its own threads, so a posted send proceeds while
+# the rank computes: the overlap above. On GPUs the same overlap comes from NCCL kernels on
+# their own stream beside the attention kernel.
+#
+# ## Ulysses: an all-to-all over heads
+#
+# Ulysses (DeepSpeed-Ulysses, arXiv 2309.14509) moves a different thing. Each rank starts with
+# its sequence shard of q, k and v for *all* heads; one all-to-all later it holds the *whole*
+# sequence for `heads / world` of the heads, runs ordinary causal attention on them (any kernel:
+# here SDPA), and a second all-to-all sends every rank its own rows back. The heads must divide
+# by the world size (with GQA, the K/V heads too): that is the scheme's rule. The first
+# all-to-all, from the library:
+
+# %%
+show_source(ulysses._to_heads)
+
+# %%
+small = cp.Case(batch=1, heads=4, kv_heads=2, seq=51, head_dim=16, seed=5)
+judged = cp.judge_ulysses(group.run(cp.ulysses_check, small.with_(device=cp_device, dtype=cp_dtype)), small.with_(dtype=cp_dtype))
+lesson(judged.ok, f"Ulysses' output, gathered from {world} ranks, passes the judge (odd length, GQA)", str(judged))
+try:
+    ulysses.check_heads(3, 3, world)
+except ValueError as err:
+    print(f"refused: {err}")
+
+# %% [markdown]
+# How many bytes does each scheme send per rank and forward? From the shapes: the ring sends
+# its K/V block `world − 1` times, 2·B·H_kv·(S/world)·D elements each time. Ulysses sends
+# (world − 1)/world of its q, k, v and output shards: (2·H + 2·H_kv)·B·(S/world)·D elements in
+# all, times (world − 1)/world. Guess which sends more here, with two ranks and as many K/V heads
+# as query heads, then the traces' own count (gloo's ranges carry their tensors' shapes):
+
+# %%
+guess_ratio = 2.0  # edit me: the ring's bytes over Ulysses' bytes, per rank and forward
+
+# %%
+group.run(cp.profile_scheme, shapes.with_(layout="contiguous"), "ulysses", f"{trace_dir}/ulysses", ACTIVE)
+folders["ulysses"] = rank_traces.load_ranks(f"{trace_dir}/ulysses")
+uly = step_totals(folders["ulysses"], "ulysses forward")
+element = torch.finfo(getattr(torch, cp_dtype)).bits // 8
+predicted = {"ring": ring.message_bytes(batch, heads, seq_cp, head_dim, world, element),
+             "ulysses": ulysses.message_bytes(batch, heads, heads, seq_cp, head_dim, world, element)}
+measured = {"ring": naive["sent_bytes"].median() / ACTIVE, "ulysses": uly["sent_bytes"].median() / ACTIVE}
+display(pd.DataFrame({"from the shapes (MiB)": {s: b / 2**20 for s, b in predicted.items()},
+                      "in the traces (MiB)": {s: b / 2**20 for s, b in measured.items()}}).round(3))
+reveal(guess_ratio, round(measured["ring"] / measured["ulysses"], 3), "ring bytes over Ulysses bytes")
+lesson(all(abs(measured[s] - predicted[s]) <= 1e-9 * predicted[s] for s in predicted),
+       "the bytes each rank sends, summed from the traces, are the bytes the shapes predict, for both schemes",
+       f"{measured}")
+lesson(measured["ring"] == measured["ulysses"],
+       "with two ranks and as many K/V heads as query heads, the ring and Ulysses send the same bytes")
+lesson(uly["exposed_communication_us"].median() > 0.5 * uly["communication_us"].median(),
+       "Ulysses' all-to-alls are mostly exposed: the attention cannot start before they finish",
+       f"{uly['exposed_communication_us'].median() / 1e3:.1f} of {uly['communication_us'].median() / 1e3:.1f} ms exposed")
+median_step(folders["ulysses"], "ulysses forward").timeline(f"Ulysses forward, {world} ranks (the median step)")
+
+# %% [markdown]
+# With two ranks and as many K/V heads as query heads the two schemes send the same bytes. They
+# part with more ranks: the ring's bytes per rank stay near 2·B·H_kv·S·D whatever the world
+# size (a shard S/world, world − 1 times), while Ulysses' shrink as 1/world. GQA cuts the
+# ring's (fewer K/V heads to pass) more than Ulysses' (its queries and outputs still move).
+
+# %%
+rows = []
+for w in (2, 4, 8, 16, 64):
+    for hkv in (32, 8):
+        rows.append({"world": w, "Hq:Hkv": f"32:{hkv}",
+                     "ring (MiB)": ring.message_bytes(1, hkv, 131072, 128, w, 2) / 2**20,
+                     "ulysses (MiB)": ulysses.message_bytes(1, 32, hkv, 131072, 128, w, 2) / 2**20})
+volumes = pd.DataFrame(rows).set_index(["world", "Hq:Hkv"])
+volumes["ring / ulysses"] = volumes["ring (MiB)"] / volumes["ulysses (MiB)"]
+display(volumes.round(1))
+lesson(volumes.loc[(64, "32:32"), "ring / ulysses"] > volumes.loc[(2, "32:32"), "ring / ulysses"],
+       "the ring's bytes per rank grow relative to Ulysses' as the world grows")
+
+# %% [markdown]
+# The rule of thumb that follows: Ulysses sends fewer bytes once there are more than a couple
+# of ranks, but needs heads divisible by the world size (so its world is capped by the head
+# count) and cannot hide its all-to-alls behind arithmetic; the ring sends more, takes any
+# head count, and hides its transfers as long as a block's attention takes longer than its
+# transfer. Which leads to the question of the next section.
+#
+# ## How it scales past this machine: a model
+#
+# Two CPU processes cannot show what happens on 8 or 64 GPUs, but the two costs can be
+# modelled. Take one ring step with chunk length c = S/world tokens per rank, causal with
+# zigzag balance:
+#
+# - **compute**: the causal forward's FLOPs spread evenly, 2·B·H·c²·D per rank and step, at
+#   the roofline's ceiling for the H100 SXM's dense bfloat16 (the fastest it could go, so the
+#   model's compute time is a lower bound);
+# - **communication**: one K/V block, 2·B·H_kv·c·D·2 bytes, over the link each way: NVLink
+#   inside a node, InfiniBand between nodes.
+#
+# Bandwidths, from the vendor's pages: NVIDIA's H100 page gives fourth-generation NVLink
+# 900 GB/s per GPU (both directions together, so 450 GB/s each way); its ConnectX-7 adapter
+# manual gives a single port of 400 Gb/s NDR InfiniBand (50 GB/s each way). Compute scales as c²
+# and communication as c, so the ring hides its transfers while c is long and stops hiding
+# them below a crossover c* = H_kv·2·F / (H·BW), where F is the FLOP rate.
+
+# %%
+h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kernels.devices (NVIDIA's datasheet)
+flops_per_s = h100.flops
+LINKS = {"NVLink 4 (450 GB/s each way)": 450e9, "InfiniBand NDR (50 GB/s each way)": 50e9}
+LINK_SOURCES = {"NVLink 4 (450 GB/s each way)": "NVIDIA H100 Tensor Core GPU page, www.nvidia.com/en-us/data-center/h100/",
+                "InfiniBand NDR (50 GB/s each way)": "NVIDIA ConnectX-7 VPI adapter manual, docs.nvidia.com/networking/display/ConnectX7VPI/Introduction"}
+S_model, H_model, Hkv_model, D_model = 131072, 32, 8, 128
+
+
+def ring_step_times(w, bandwidth, s=S_model, h=H_model, hkv=Hkv_model, d=D_model):
+    c = s / w
+    return 2 * h * c * c * d / flops_per_s, 2 * hkv * c * d * 2 / bandwidth  # (compute, communication) seconds
+
+
+worlds = [2 ** i for i in range(1, 11)]
+fig = Figure(figsize=(8, 4.8), layout="constrained")
+ax = fig.add_subplot()
+ax.plot(worlds, [w * ring_step_times(w, 1)[0] * 1e3 for w in worlds], "k-", lw=2, label="compute per rank")
+crossovers = {}
+for (name, bw), style in zip(LINKS.items(), ("C0--", "C1--")):
+    ax.plot(worlds, [w * ring_step_times(w, bw)[1] * 1e3 for w in worlds], style, label=f"K/V transfers, {name}")
+    c_star = Hkv_model * 2 * flops_per_s / (H_model * bw)
+    crossovers[name] = S_model / c_star
+    ax.axvline(crossovers[name], color=style[:2], alpha=0.4)
+    ax.annotate(f"crossover: {crossovers[name]:.0f} ranks", (crossovers[name], 0.02), rotation=90, va="bottom",
+                ha="right", color=style[:2])
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("ranks (world size)")
+ax.set_ylabel("ms per forward, per rank")
+ax.set_title(f"Ring attention model: S={S_model:,}, H={H_model}, Hkv={Hkv_model}, D={D_model}, bf16,\n"
+             f"{h100.name} at {h100.flops / 1e12:.0f} TFLOP/s ({h100.source})")
+ax.legend(fontsize="small")
+ax.grid(True, which="both", alpha=0.3)
+apply_font_floor(fig)
+display(fig)
+display(pd.DataFrame({"bandwidth (GB/s each way)": {n: b / 1e9 for n, b in LINKS.items()},
+                      "crossover (ranks)": crossovers, "source": LINK_SOURCES}))
+lesson(crossovers["NVLink 4 (450 GB/s each way)"] > crossovers["InfiniBand NDR (50 GB/s each way)"],
+       "over InfiniBand the transfers stop hiding behind compute at fewer ranks than over NVLink",
+       f"{crossovers}")
+glue("cross_nvlink", crossovers["NVLink 4 (450 GB/s each way)"])
+glue("cross_ib", crossovers["InfiniBand NDR (50 GB/s each way)"])
+
+# %% [markdown]
+# For a 128k-token sequence with 8 K/V heads of 32, the transfers hide behind compute up to
+# about {glue:text}`cross_nvlink:.0f` ranks on NVLink, and only up to about
+# {glue:text}`cross_ib:.0f` over one InfiniBand port per GPU. Real kernels reach well under the
+# ceiling (chapter 6's numbers), which lengthens compute and moves both crossovers right; an
+# 8-GPU node puts most ring hops on NVLink and one on the network, which is why long-context
+# systems combine Ulysses inside a node with a ring across nodes.
+#
+# ## PyTorch's own: `context_parallel`
+#
+# PyTorch ships context parallelism as `torch.distributed.tensor.experimental.context_parallel`:
+# inside its context manager, the named buffers are sharded along the sequence over a DTensor
+# device mesh, and SDPA calls inside it are dispatched to its own context-parallel attention,
+# with the head-tail load balancing of zigzag; by default (torch 2.13, `rotate_method`) it
+# gathers the K/V shards with an all-gather instead of passing them round, and all-to-all
+# rotation is the alternative. It works by registering sharding strategies for SDPA's CUDA
+# operators; on a CPU it refuses, because the CPU flash operator
+# (`aten._scaled_dot_product_flash_attention_for_cpu`) has none registered (torch 2.13). So the
+# comparison runs only where each rank has a GPU:
+
+# %%
+reason = cp.torch_context_parallel_reason(cp_device)
+if reason is None:
+    theirs = group.run(cp.torch_context_parallel, shapes)[0]["out"]  # PyTorch unshards it on every rank
+    q_, k_, v_, _ = shapes.with_(device="cpu").whole()
+    ours = cp.gather(group.run(cp.ring_check, shapes.with_(layout="zigzag"), False), "out", "zigzag")
+    lesson(reference.judge(theirs, q_, k_, v_, causal=True).ok and reference.judge(ours, q_, k_, v_, causal=True).ok,
+           "PyTorch's context_parallel and the course's ring both pass the judge on the same inputs")
+else:
+    print(f"Not run here: {reason}.")
+
+# %% [markdown]
+# ## Real multi-rank traces, read the same way
+#
+# The same reader takes the folders real jobs write. Two ranks of a 128-rank training job
+# on A100s (from HolisticTraceAnalysis' test data), where communication is NCCL kernels on
+# their own stream, and compute every other kernel:
+
+# %%
+import shutil
+from pathlib import Path
+
+real = Path(trace_dir) / "hta-pair"
+real.mkdir(parents=True, exist_ok=True)
+data = Path(cp.__file__).resolve().parent.parent / "tests" / "data" / "real_traces"
+if data.is_dir():
+    for r in (0, 1):
+        shutil.copy(data / f"hta_trace_filter_sampled_rank-{r}.json.gz", real / f"rank-{r}.json.gz")
+    pair = rank_traces.load_ranks(real)
+    print(pair)
+    real_step = pair.step()  # the first ProfilerStep#N both ranks recorded
+    real_summary = real_step.summary()
+    display((real_summary[["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
+                           "behind_slowest_us"]] / 1e3).round(1).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", "")))
+    display(real_step.timeline(f"{real_step.label} of a 128-rank job: ranks 0 and 1"))
+    slow = real_step.slowest_rank()
+    fast = [r for r in real_summary.index if r != slow][0]
+    lesson((real_summary["communication_us"] > 0).all() and pair.world == 128,
+           "both ranks of the real job spent GPU time in NCCL kernels, and the traces say the job had 128 ranks")
+    lesson(real_summary.loc[fast, "exposed_communication_us"] > real_summary.loc[slow, "exposed_communication_us"],
+           "in the real job too, the rank with less compute spent longer in communication it could not hide",
+           f"rank {fast}: {real_summary.loc[fast, 'exposed_communication_us'] / 1e3:.0f} ms, rank {slow}: "
+           f"{real_summary.loc[slow, 'exposed_communication_us'] / 1e3:.0f} ms")
+    glue("real_slow", slow)
+else:
+    print("The real traces live in the repository's tests/data (not installed with the package): skipped.")
+    glue("real_slow", "(not read here)")
+
+# %% [markdown]
+# In that step rank {glue:text}`real_slow` computed longer; only two of the job's 128 traces
+# are here, so its own wait on ranks further away is beyond this folder.
+#
+# ## What cannot be recorded without GPUs
+#
+# This machine's lane is CPU processes and gloo. What a GPU recording would add, and this
+# chapter cannot show: NCCL kernels on their own CUDA stream running beside the attention
+# kernel (the overlap is then between two streams of one GPU, not two CPU threads); NVLink's
+# and InfiniBand's real bandwidths, so the model above stays a model; the copy engines, and
+# how much of the SMs NCCL takes from the attention. With a single GPU lent, the ring still
+# needs at least two ranks with a device each, so none of that can be recorded either: the
+# chapter then runs this CPU lane and says so at the top.
+
+# %%
+group.close()
+elapsed = time.perf_counter() - started
+per_step = {name: [folders[key].step(label, i).summary()["step_us"] for i in range(ACTIVE)]
+            for name, key, label in (("ring, contiguous", "contiguous", "ring forward"),
+                                     ("ring, zigzag", "zigzag", "ring forward"), ("ulysses", "ulysses", "ulysses forward"))}
+step_medians = pd.DataFrame({name: pd.concat(steps, axis=1).median(axis=1) for name, steps in per_step.items()}) / 1e3
+display(step_medians.round(1).rename_axis("median ms per profiled forward"))
+lesson(all(not p.is_alive() for p in group._procs), "closing the group ended every rank process")
+glue("elapsed_s", elapsed)
+
+# %% [markdown]
+# ## What to remember
+#
+# - Attention is the layer that needs the whole sequence; context parallelism shards it and
+#   moves keys and values (the ring) or heads (Ulysses) between ranks.
+# - The ring is exact because partial attentions merge by their log-sum-exp: chapter 4's online
+#   softmax across devices.
+# - Under a causal mask the contiguous split leaves early ranks idle; the per-rank traces show
+#   it as compute on one rank and waiting on the other, and zigzag removes it.
+# - Read ranks side by side: compute, communication, what overlapped and what was exposed, and
+#   the rank the critical path runs through.
+#
+# The medians above are this run's (per rank, the median of six profiled forwards); the
+# benchmark `python -m kernels.bench --mode context-parallel --world 2` measures the same
+# schemes beside one device. This chapter took {glue:text}`elapsed_s:.0f` s to execute here.
+
+# %% [markdown]
+# **Practice:** [the exercises for this chapter](exercises/11_context_parallel.ipynb), with automatic checks, hints and hidden solutions.

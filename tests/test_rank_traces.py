@@ -1,0 +1,158 @@
+"""The rank-folder reader (kernels.rank_traces) on real multi-rank traces recorded by others (two
+ranks of a 128-rank A100 job, and rank 0 of a 2-rank NCCL job, from HolisticTraceAnalysis' test
+data), on synthetic folders whose every number is known, and the slow-rank exercise check."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from kernels import rank_traces
+from kernels.exercises import ExerciseFailed
+from kernels.exercises.context_parallel import check_slow_rank, slow_rank_solution, write_rank_folder
+from tests.helpers import ROOT
+
+REAL = ROOT / "tests" / "data" / "real_traces"
+PAIR = [REAL / f"hta_trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
+NCCL = REAL / "hta_nccl_parser_config_nccl_data.json.gz"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pair")
+    for path in PAIR:
+        shutil.copy(path, folder / path.name)
+    return rank_traces.load_ranks(folder)
+
+
+def _raw(path):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def _union_length(intervals):
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _nccl_in_step(raw, step_name):
+    """An independent count, from the raw JSON: the NCCL kernels whose launch (matched by
+    correlation id) starts inside the named ProfilerStep."""
+    events = raw["traceEvents"]
+    step = next(e for e in events if e.get("name") == step_name)
+    t0, t1 = step["ts"], step["ts"] + step["dur"]
+    launches = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"
+            and e["name"].startswith("nccl") and t0 <= launches.get(e["args"].get("correlation"), -1) <= t1]
+
+
+def test_the_real_pair_is_two_ranks_of_a_128_rank_job(pair):
+    assert [r.rank for r in pair.ranks] == [0, 1]
+    assert pair.world == 128 and len(pair.missing) == 126
+    assert {r.backend for r in pair.ranks} == {"nccl"}
+
+
+def test_the_real_pair_matches_its_steps_by_name_and_finds_nccl_communication(pair):
+    step = pair.step()
+    assert step.label == "ProfilerStep#551" and [s.label for s in step.steps] == ["ProfilerStep#551"] * 2
+    summary = step.summary()
+    assert (summary["compute_us"] > 0).all() and (summary["communication_us"] > 0).all()
+    assert (summary["overlap_us"] <= summary[["compute_us", "communication_us"]].min(axis=1) + 1e-6).all()
+    assert (summary["exposed_communication_us"] >= 0).all()
+    accounted = summary["compute_us"] + summary["exposed_communication_us"] + summary["idle_us"]
+    assert accounted.tolist() == pytest.approx(summary["step_us"].tolist(), rel=1e-9)
+    assert summary["behind_slowest_us"].min() == 0
+    assert step.slowest_rank() == int(summary["compute_us"].idxmax())
+
+
+def test_the_real_pairs_communication_is_what_the_raw_json_says(pair):
+    step = pair.step()
+    summary = step.summary()
+    for rank, path in zip((0, 1), PAIR):
+        want = _union_length(_nccl_in_step(_raw(path), "ProfilerStep#551"))
+        assert want > 0
+        assert summary.loc[rank, "communication_us"] == pytest.approx(want, rel=1e-12)
+
+
+def test_the_real_pairs_critical_path_has_a_round_per_communication_round(pair):
+    step = pair.step()
+    path = step.critical_path()
+    rounds = [len(step.rounds(i)) for i in range(2)]
+    assert len(path) == min(rounds) + 1
+    assert set(path["rank"]) <= {0, 1} and (path["compute_us"] >= 0).all() and (path["slack_us"] >= 0).all()
+    assert path["matched"].all() == (rounds[0] == rounds[1])
+
+
+def test_the_real_pair_draws_a_track_per_rank(pair):
+    fig = pair.step().timeline()
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
+    assert len(fig.axes[0].collections) == 4  # compute and communication, per rank
+
+
+def test_the_nccl_trace_alone_is_rank_0_of_2_with_its_collectives_bytes(tmp_path):
+    shutil.copy(NCCL, tmp_path / NCCL.name)
+    folder = rank_traces.load_ranks(tmp_path)
+    assert [r.rank for r in folder.ranks] == [0] and folder.world == 2 and folder.missing == [1]
+    step = folder.step()
+    summary = step.summary()
+    raw = _raw(NCCL)
+    assert summary.loc[0, "communication_us"] == pytest.approx(_union_length(_nccl_in_step(raw, step.label)), rel=1e-12)
+    # An independent sum of the all-reduces' and broadcasts' payloads (In msg nelems x dtype).
+    events = raw["traceEvents"]
+    t = next(e for e in events if e.get("name") == step.label)
+    launches = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    size = {"Float": 4, "Byte": 1, "Int8": 1, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4}
+    want = sum(e["args"]["In msg nelems"] * size[e["args"]["dtype"]] for e in events
+               if e.get("cat") == "kernel" and e["name"].startswith("nccl") and "In msg nelems" in e["args"]
+               and t["ts"] <= launches.get(e["args"]["correlation"], -1) <= t["ts"] + t["dur"])
+    assert want > 0 and summary.loc[0, "sent_bytes"] == want
+
+
+def test_a_synthetic_folder_gives_back_every_number_it_was_built_with(tmp_path):
+    compute_ms, step_ms = [12.0, 30.0, 7.0], 40.0
+    folder = rank_traces.load_ranks(write_rank_folder(tmp_path, compute_ms, step_ms))
+    summary = folder.step().summary()
+    assert summary["compute_us"].tolist() == [c * 1e3 for c in compute_ms]
+    assert summary["step_us"].tolist() == [step_ms * 1e3] * 3
+    assert summary["behind_slowest_us"].tolist() == [(30.0 - c) * 1e3 for c in compute_ms]
+    assert (summary["overlap_us"] == 0).all()  # the receive starts after the compute ends
+    assert folder.step().slowest_rank() == 1
+    assert summary["matmul_flop"].tolist() == [2 * 512 * 64 * 512] * 3
+    assert summary["sent_bytes"].tolist() == [1024 * 64 * 4] * 3  # the send, not the receive
+
+
+def test_ranks_come_from_the_file_name_without_distributed_info_and_duplicates_are_refused(tmp_path):
+    raw = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}
+    for name in ("job_rank_3.json", "job_rank-1.json"):
+        (tmp_path / name).write_text(json.dumps(raw))
+    assert [r.rank for r in rank_traces.load_ranks(tmp_path).ranks] == [1, 3]
+    (tmp_path / "other-rank1.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="both rank 1"):
+        rank_traces.load_ranks(tmp_path)
+    unnamed = tmp_path / "x"
+    unnamed.mkdir()
+    (unnamed / "trace.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="rank is unknown"):
+        rank_traces.load_ranks(unnamed)
+    with pytest.raises(ValueError, match="not a folder"):
+        rank_traces.load_ranks(tmp_path / "x" / "missing")
+    (unnamed / "trace.json").unlink()
+    with pytest.raises(ValueError, match="holds no trace"):
+        rank_traces.load_ranks(unnamed)
+
+
+def test_the_slow_rank_check_passes_the_solution_and_names_the_waiting_rank():
+    assert check_slow_rank(slow_rank_solution, seed=2)
+    with pytest.raises(ExerciseFailed, match="waited longest"):
+        check_slow_rank(lambda f: int(rank_traces.load_ranks(f).step().summary()["exposed_communication_us"].idxmax()),
+                        seed=2)
+    with pytest.raises(ExerciseFailed, match="not written yet"):
+        check_slow_rank(lambda f: (_ for _ in ()).throw(NotImplementedError), seed=2)
