@@ -97,7 +97,11 @@ def launches() -> list:
     import gpu_plan
 
     plan = gpu_plan.load()
-    uses = list(plan["gpu_tests"]["triton"])
+    tests = plan["gpu_tests"]
+    # The covering grid's launches, in the tests' layout (make_attention_inputs(..., layouts="bshd")):
+    # at a ragged head dim the strides' classes depend on it.
+    uses = [{**u, "layout": "bshd"} for u in gpu_plan.test_cases(tests["triton_cases"])] if tests.get("triton_cases") else []
+    uses += tests["triton"]
     for chapter in plan["chapters"].values():
         uses += chapter.get("triton", [])
     uses += plan["bench"]["triton"]
@@ -123,15 +127,29 @@ def launch(tf, use: dict, params: dict) -> None:
     heads = value(use.get("heads", "heads"), params)
     kv = value(use.get("kv_heads", use.get("heads", "heads")), params)
     d = value(use.get("head_dim", "head_dim"), params)
-    # Batch 1: the batch is no kernel argument, and every stride stays a multiple of 16 as at batch 4.
-    q = torch.zeros(1, heads, sq, d, dtype=dtype)          # [B, H, Sq, D]
-    k, v = torch.zeros(1, kv, sk, d, dtype=dtype), torch.zeros(1, kv, sk, d, dtype=dtype)  # [B, Hkv, Sk, D]
+    # Batch 1: the batch is no kernel argument, and every stride keeps its class (a multiple of 16
+    # or not) at any batch.
+    def tensor(h, s):
+        if use.get("layout") == "bshd":   # [B, S, H, D] memory seen as [B, H, S, D]
+            return torch.zeros(1, s, h, d, dtype=dtype).transpose(1, 2)
+        return torch.zeros(1, h, s, d, dtype=dtype)     # [B, H, S, D] contiguous, as the chapters' inputs
+    q, k, v = tensor(heads, sq), tensor(kv, sk), tensor(kv, sk)
     scale = d ** -0.5
     backward = any(name.startswith("bwd") for name in use["kernels"])
-    tma = "fwd_tma" in use["kernels"]
-    o, lse, o32 = tf.flash_forward(q, k, v, use["causal"], scale, keep_fp32_o=backward, tma=tma)
-    if backward:
-        tb.flash_backward(q, k, v, o32, lse, torch.zeros_like(o), use["causal"], scale)
+    tma = None if "fwd_tma" in use["kernels"] else False   # None: the launcher decides, as it does on the GPU
+    narrowed = []
+    if use.get("one_config"):   # as tests/test_triton_flash.py's one_autotune_config fixture does
+        for kernel in (tf.attn_fwd, tf.attn_fwd_tma, tb.attn_bwd_dkdv, tb.attn_bwd_dq):
+            narrowed.append((kernel, kernel.configs))
+            kernel.configs = [c for c in kernel.configs if [c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
+                                                           c.num_stages] == list(use["one_config"])]
+    try:
+        o, lse, o32 = tf.flash_forward(q, k, v, use["causal"], scale, keep_fp32_o=backward, tma=tma)
+        if backward:
+            tb.flash_backward(q, k, v, o32, lse, torch.zeros_like(o), use["causal"], scale)
+    finally:
+        for kernel, configs in narrowed:
+            kernel.configs = configs
 
 
 def stamp_fields(triton) -> dict:
@@ -151,10 +169,13 @@ def run(cache: Path, expect_hits: bool) -> dict:
         counts["hits" if cache_hit else "compiles"] += 1
 
     triton.knobs.compilation.listener = listener
-    start = time.perf_counter()
+    start, per_launch = time.perf_counter(), []
     for use, params in launches():
+        before = counts["compiles"]
         launch(tf, use, params)
+        per_launch.append([use.get("why", use["kernels"]), counts["compiles"] - before])
     counts["compile_s"] = round(time.perf_counter() - start, 1)
+    counts["per_launch"] = per_launch
     fields = stamp_fields(triton)
     entries = sum(1 for p in cache.rglob("*.json") if not p.name.startswith("__grp__") and p.name != STAMP)
     size = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
