@@ -14,13 +14,14 @@ of the Ampere era is sure to cover.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 
 from . import fingerprints, occupancy
 from .book import lesson
 from .trace import Step
+from .trace_tables import kernel_table
 
 
 def launched(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -79,11 +80,36 @@ def kineto_zero_rule(table: Mapping[str, Mapping]) -> None:
                f"{smem:,} B, trace {reported}%, ours {ours}%")
 
 
+def triton_forward_lanes(steps: Mapping[str, Step], fwd_name: str, want_grid: Sequence[int],
+                         want_block: Sequence[int], arch: str, show: Callable = print) -> dict:
+    """Chapter 4's forward cell on a GPU lane: the Triton forward's kernel and launch, SDPA
+    flash's single kernel when ``steps`` has it, their footprints and occupancy on ``arch``,
+    and Kineto's 48 KiB rule; ``show`` displays the tables (the notebook's ``display``).
+    Returns the footprint table ({} for a GPU the occupancy tables do not know)."""
+    show(kernel_table(steps["triton"]))
+    row = triton_forward(steps["triton"].kernels, fwd_name, want_grid, want_block)
+    try:
+        table = {"triton": footprint(row, arch)}
+        if "sdpa_flash" in steps:
+            show(kernel_table(steps["sdpa_flash"]))
+            table["sdpa_flash"] = footprint(single_kernel(steps["sdpa_flash"].kernels, "SDPA flash"), arch)
+    except ValueError as err:  # a GPU the occupancy tables do not know yet
+        print("occupancy not computed:", err)
+        return {}
+    for name, f in table.items():
+        print(f"{name}:\n{f['explain']}\n")
+    show(pd.DataFrame(table).drop(index="explain"))
+    kineto_zero_rule(table)
+    return table
+
+
 TRITON_BACKWARD = ("_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq")
 
 
-def triton_backward(kernels: pd.DataFrame, fwd_name: str) -> list[str]:
+def triton_backward(step: Step, fwd_name: str, show: Callable = print) -> list[str]:
     """Forward + backward of the Triton kernel: four kernels and no memset."""
+    show(kernel_table(step))
+    kernels = step.kernels
     names = list(launched(kernels)["name"])
     lesson(sorted(names) == sorted([fwd_name, *TRITON_BACKWARD]),
            "forward + backward is four kernels: forward, Δ, dK/dV, dQ", ", ".join(names))

@@ -625,24 +625,11 @@ glue("speed_note", speed_note)
 
 # %%
 if on_gpu:
-    arch = occupancy.arch_of(torch.cuda.get_device_properties(device))
-    display(profiling.kernel_table(step["triton"]))
     config = tf.FORWARD_KERNELS[fwd_name].best_config  # what the autotuner picked for this (S, D, causal)
-    row = gpu_lessons.triton_forward(step["triton"].kernels, fwd_name,
+    gpu_lessons.triton_forward_lanes(step, fwd_name,
                                      gpu_lessons.triton_grid(run_batch, run_heads, run_seq, config.kwargs["BLOCK_M"]),
-                                     [32 * config.num_warps, 1, 1])
-    try:
-        table = {"triton": gpu_lessons.footprint(row, arch)}
-        if sdpa_ok:
-            display(profiling.kernel_table(step["sdpa_flash"]))
-            table["sdpa_flash"] = gpu_lessons.footprint(gpu_lessons.single_kernel(step["sdpa_flash"].kernels,
-                                                                                  "SDPA flash"), arch)
-        for name, f in table.items():
-            print(f"{name}:\n{f['explain']}\n")
-        display(pd.DataFrame(table).drop(index="explain"))
-        gpu_lessons.kineto_zero_rule(table)
-    except ValueError as err:  # a GPU the occupancy tables do not know yet
-        print("occupancy not computed:", err)
+                                     [32 * config.num_warps, 1, 1],
+                                     occupancy.arch_of(torch.cuda.get_device_properties(device)), show=display)
 else:
     print("This run is CPU-only: no GPU lane, no kernels, no footprint. A GPU run checks all of this here.")
 
@@ -660,8 +647,7 @@ if on_gpu:
 
     fb = profiling.median_step(profiling.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
                                                  active=active_steps, trace_dir=trace_dir).steps())
-    display(profiling.kernel_table(fb))
-    gpu_lessons.triton_backward(fb.kernels, fwd_name)
+    gpu_lessons.triton_backward(fb, fwd_name, show=display)
 else:
     print("CPU-only run: the backward's kernels are checked on a GPU run.")
 

@@ -36,7 +36,8 @@ Each kernel name below is one a real Hopper run launches, and says where it come
   ``Memcpy DtoD (Device -> Device)``, ``Memset (Device)``.
 
 Streams: 7 is the stream PyTorch's work runs on (as CUPTI numbers it in the shared real
-traces); some lanes add work on side streams 14 and 20, so no reader may assume one stream.
+traces); chapter 9's training steps add a prefetch copy and a memset on side streams 14 and
+20, so no reader may assume one stream.
 H100 launches may come as ``cudaLaunchKernelExC`` (HolisticTraceAnalysis issue #61), which
 some lanes use. Footprints carry Kineto's own estimate, computed as Kineto does
 (``kernels.occupancy.kineto_estimate``, 132 SMs).
@@ -206,11 +207,9 @@ FUSED = {"sdpa_flash": [Row("aten::transpose"), kernel("aten::_flash_attention_f
 
 
 def triton_forward(batch: int, heads: int, seq: int, block_m: int, warps: int) -> list[Row]:
-    """Chapter 4: one TMA forward on Hopper, on a grid the config implies; the input's copy
-    on a side stream before it."""
+    """Chapter 4: one TMA forward on Hopper, on a grid the config implies."""
     grid = (batch * heads, -(-seq // block_m), 1)
-    return [copy("aten::copy_", HTOD, stream=SIDE),
-            kernel("triton_attention", TRITON_FWD_TMA, (grid, (32 * warps, 1, 1), 232, 114688),
+    return [kernel("triton_attention", TRITON_FWD_TMA, (grid, (32 * warps, 1, 1), 232, 114688),
                    launcher="cuLaunchKernelEx")]
 
 
@@ -226,11 +225,10 @@ def triton_forward_backward(batch: int, heads: int, seq: int) -> list[Row]:
 
 def cuda_forward(version: str, cfg, batch: int, heads: int, seq: int) -> list[Row]:
     """Chapter 5: one forward of the course's CUDA kernel, launched as its launcher does
-    (``cfg``: kernels.cuda_flash.launch_config), an unrelated copy on a side stream beside it."""
+    (``cfg``: kernels.cuda_flash.launch_config)."""
     name = CUDA_V1 if version == "v1" else CUDA_V2
     regs = 64 if version == "v1" else 128
-    return [copy("aten::copy_", HTOD, stream=SIDE2),
-            kernel(f"cuda_{version}", name, (tuple(cfg.grid(batch, heads, seq)), (cfg.threads, 1, 1), regs,
+    return [kernel(f"cuda_{version}", name, (tuple(cfg.grid(batch, heads, seq)), (cfg.threads, 1, 1), regs,
                                              cfg.dynamic_shared_bytes), launcher="cudaLaunchKernelExC")]
 
 
@@ -242,12 +240,11 @@ COMPILED_NAIVE = [kernel("extern_kernels.bmm", GEMM_NNT), kernel("triton_per_fus
 COMPILED_FLEX = [kernel("triton_tem_fused_0", "triton_tem_fused_0", ((16, 64, 1), (256, 1, 1), 168, 98304))]
 
 # Chapter 8: a compiled transformer block; the MLP's fc_in and fc_out are nvjet GEMMs with
-# Inductor's GELU pass between them, and a memset on a side stream.
+# Inductor's GELU pass between them.
 COMPILED_BLOCK = [kernel("triton_per_fused_native_layer_norm_0", "triton_per_fused_native_layer_norm_0"),
                   kernel("extern_kernels.addmm", GEMM_TNT), kernel("aten::_flash_attention_forward", FLASH),
                   kernel("extern_kernels.addmm", GEMM_XMMA),
                   kernel("triton_per_fused_add_native_layer_norm_1", "triton_per_fused_add_native_layer_norm_1"),
-                  copy("aten::zero_", MEMSET, cat="gpu_memset", stream=SIDE),
                   kernel("extern_kernels.addmm", GEMM_TNT), kernel("triton_poi_fused_gelu_view_2",
                                                                    "triton_poi_fused_gelu_view_2"),
                   kernel("extern_kernels.addmm", GEMM_NNT), kernel("triton_poi_fused_add_3", "triton_poi_fused_add_3")]
@@ -256,8 +253,12 @@ EAGER_BLOCK_MLP = [kernel("aten::addmm", GEMM_TNT), kernel("aten::gelu", GELU), 
 
 
 def training_step(forward: list[Row], backward: list[str]) -> list[Row]:
-    """Chapter 9: a forward on the caller's thread, then backward kernels from the engine's."""
-    return forward + [kernel("autograd::engine::evaluate_function", n, tid=ENGINE_TID) for n in backward]
+    """Chapter 9: the next batch copied in on a side stream (an input pipeline's prefetch, so
+    the step's lane holds two streams), a forward on the caller's thread, then the backward's
+    kernels from the autograd engine's thread, and the gradient buckets zeroed on a third."""
+    return ([copy("aten::copy_", HTOD, stream=SIDE), *forward]
+            + [kernel("autograd::engine::evaluate_function", n, tid=ENGINE_TID) for n in backward]
+            + [copy("aten::zero_", MEMSET, cat="gpu_memset", stream=SIDE2)])
 
 
 BACKWARD = {"naive": training_step(NAIVE, [GEMM_TNT, GEMM_NNT, SOFTMAX_BWD, FILL, MUL, GEMM_TNN, GEMM_NNT]),

@@ -20,10 +20,10 @@ ARCH = occupancy.arch_of(hop.H100["name"])
 
 
 def test_the_fixture_is_an_h100_with_work_on_several_streams():
-    step = hop.lane("block", hop.COMPILED_BLOCK)
+    step = hop.lane("naive", hop.BACKWARD["naive"])
     assert ARCH == "sm_90"
-    assert set(step.kernels["stream"].astype(int)) == {hop.MAIN, hop.SIDE}, "the block's lane uses two streams"
-    assert set(step.kernels["cat"]) == {"kernel", "gpu_memset"}
+    assert set(step.kernels["stream"].astype(int)) == {hop.MAIN, hop.SIDE, hop.SIDE2}, "a training step's 3 streams"
+    assert set(step.kernels["cat"]) == {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
 # ---- chapter 4 -----------------------------------------------------------------------------
@@ -31,9 +31,7 @@ def test_the_fixture_is_an_h100_with_work_on_several_streams():
 def test_chapter4_forward_lane_footprint_and_kineto_rule():
     block_m, warps = 128, 8
     step = hop.lane("triton", hop.triton_forward(B, H, S, block_m, warps))
-    kernels_only = gpu_lessons.launched(step.kernels)
-    assert len(step.kernels) == 2 and len(kernels_only) == 1, "a copy on a side stream beside the forward"
-    row = gpu_lessons.triton_forward(kernels_only, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
+    row = gpu_lessons.triton_forward(step.kernels, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
                                      [32 * warps, 1, 1])
     flash = gpu_lessons.single_kernel(hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"]).kernels, "SDPA flash")
     table = {"triton": gpu_lessons.footprint(row, ARCH), "sdpa_flash": gpu_lessons.footprint(flash, ARCH)}
@@ -42,9 +40,25 @@ def test_chapter4_forward_lane_footprint_and_kineto_rule():
     gpu_lessons.kineto_zero_rule(table)
 
 
+def test_chapter4_forward_cell_on_its_lanes(capsys):
+    block_m, warps = 64, 4
+    steps = {"triton": hop.lane("triton", hop.triton_forward(B, H, S, block_m, warps)),
+             "sdpa_flash": hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"])}
+    shown = []
+    table = gpu_lessons.triton_forward_lanes(steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
+                                             [32 * warps, 1, 1], ARCH, show=shown.append)
+    assert set(table) == {"triton", "sdpa_flash"} and len(shown) == 3, "two kernel tables and the footprints"
+    assert "occupancy not computed" in (gpu_lessons.triton_forward_lanes(
+        steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m), [32 * warps, 1, 1], "sm_99",
+        show=shown.append) or capsys.readouterr().out), "a GPU the tables do not know: said, not a crash"
+
+
 def test_chapter4_forward_lane_fails_on_the_wrong_grid_or_a_second_kernel():
     step = hop.lane("triton", hop.triton_forward(B, H, S, 128, 8))
-    ks = gpu_lessons.launched(step.kernels)
+    ks = step.kernels
+    with pytest.raises(LessonFailed, match="no copy or memset"):
+        copied = hop.triton_forward(B, H, S, 128, 8) + [hop.copy("aten::copy_", hop.HTOD)]
+        gpu_lessons.triton_forward(hop.lane("triton", copied).kernels, "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
     with pytest.raises(LessonFailed, match="grid is"):
         gpu_lessons.triton_forward(ks, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, 64), [256, 1, 1])
     with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
@@ -61,11 +75,11 @@ def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
 
 def test_chapter4_backward_lane():
     step = hop.lane("triton_fwd_bwd", hop.triton_forward_backward(B, H, S))
-    names = gpu_lessons.triton_backward(step.kernels, "_attn_fwd_tma")
+    names = gpu_lessons.triton_backward(step, "_attn_fwd_tma")
     assert len(names) == 4
     zeroed = hop.triton_forward_backward(B, H, S) + [hop.copy("aten::zero_", hop.MEMSET, cat="gpu_memset")]
     with pytest.raises(LessonFailed, match="no memset"):
-        gpu_lessons.triton_backward(hop.lane("triton_fwd_bwd", zeroed).kernels, "_attn_fwd_tma")
+        gpu_lessons.triton_backward(hop.lane("triton_fwd_bwd", zeroed), "_attn_fwd_tma")
 
 
 def test_chapter4_sweep_lesson():
