@@ -22,7 +22,9 @@ Conventions applied to every cell:
   Colab as well as in the book;
 - ``#| caption: ...`` and ``#| alt: ...`` lines in a code cell make its figure a numbered
   figure with that caption and alt text (myst-nb's ``figure`` and ``image`` cell metadata);
-- a cell tagged ``solution`` folds in the book behind "Solution" (and in Colab as a form).
+- a cell tagged ``solution`` folds in the book behind "Solution" (and in Colab as a form);
+- the first code cell after the parameters, the imports and ``setup(device, dtype)``, folds
+  in the book behind a labelled toggle (its output stays visible).
 
 Each exercise is also written as a learner's copy, ``book/exercises/unsolved/NN.ipynb``: the
 solutions replaced by a link to the page that shows them. The page's download button serves
@@ -56,6 +58,7 @@ except ImportError:
 READER_DEFAULTS = {"device": "auto", "dtype": "auto"}
 # How the book labels the shared cells it folds away (myst-nb's code_prompt_show).
 PROMPTS = {"install": "Show how this page installs the course", "parameters": "Show this page's parameters",
+           "setup": "Show the imports and the device setup",
            "solution": "Solution"}
 HIDE_PROMPTS = {"solution": "Hide the solution"}
 # Where a learner's copy of an exercise lives (no solutions in it): book/exercises/unsolved/.
@@ -141,6 +144,20 @@ def cell_from(header: str, body: str):
     return cell
 
 
+def fold_setup(cells) -> None:
+    """Fold the page's first code cell after the parameters (imports and ``setup(device, dtype)``:
+    the course's bookkeeping, not what the page teaches) behind a labelled toggle in the book;
+    its output (the device it runs on) stays visible."""
+    after = next((i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), None)
+    first = next((c for c in cells[after + 1:] if c.cell_type == "code"), None) if after is not None else None
+    if first is None or "setup(device, dtype)" not in first.source:
+        return
+    tags = first.metadata.setdefault("tags", [])
+    if "hide-input" not in tags:
+        tags.append("hide-input")
+    first.metadata["mystnb"] = {"code_prompt_show": PROMPTS["setup"], "code_prompt_hide": "Hide"}
+
+
 def github(path: str) -> str:
     """The repository's page for ``path`` (relative to the repository's root)."""
     return f"{REPOSITORY}/blob/main/{path}"
@@ -184,6 +201,7 @@ def notebook(source: Path, learner: bool = False) -> str:
     parts = re.split(r"^# %%(.*)$", source.read_text(), flags=re.M)
     nb = nbformat.v4.new_notebook(metadata=METADATA)
     nb.cells = [cell_from(h, b) for h, b in zip(parts[1::2], parts[2::2])]
+    fold_setup(nb.cells)
     page = (BOOK / source.relative_to(HERE).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
     if learner:
         nb.cells = [learner_cell(c, page) for c in nb.cells]

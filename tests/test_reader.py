@@ -178,3 +178,16 @@ def test_each_exercise_page_ends_with_links_back_to_its_chapter_and_on_to_the_ne
         assert f"](../{page.name})" in last.source, f"{page.name} links back to its chapter"
         if following is not None:
             assert f"]({following.name})" in last.source, f"{page.name} links on to {following.name}"
+
+
+def test_the_first_screen_folds_the_imports_but_keeps_their_output():
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    from kernels import execute
+
+    for page in execute.notebooks(ROOT):
+        cells = nbformat.read(ROOT / page, as_version=4).cells
+        setup = next(c for c in cells if c.cell_type == "code" and "setup(device, dtype)" in c.source)
+        assert "hide-input" in setup.metadata.get("tags", []) and "hide-cell" not in setup.metadata.get("tags", []), \
+            f"{page}: the imports fold behind a toggle, the device line they print stays on the page"
+        assert setup.metadata["mystnb"]["code_prompt_show"] == "Show the imports and the device setup"
