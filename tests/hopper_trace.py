@@ -38,8 +38,8 @@ Each kernel name below is one a real Hopper run launches, and says where it come
 Streams: 7 is the stream PyTorch's work runs on (as CUPTI numbers it in the shared real
 traces); chapter 9's training steps add a prefetch copy and a memset on side streams 14 and
 20, so no reader may assume one stream.
-H100 launches may come as ``cudaLaunchKernelExC`` (HolisticTraceAnalysis issue #61), which
-some lanes use. Footprints carry Kineto's own estimate, computed as Kineto does
+H100 launches may come as ``cudaLaunchKernelExC`` (HolisticTraceAnalysis issue #61): the
+fixture's nvjet GEMMs are launched so, Triton's through the driver's ``cuLaunchKernelEx``. Footprints carry Kineto's own estimate, computed as Kineto does
 (``kernels.occupancy.kineto_estimate``, 132 SMs).
 """
 from __future__ import annotations
@@ -111,6 +111,8 @@ class Row:
 
 
 def kernel(op: str, name: str, footprint=SMALL, **kw) -> Row:
+    if name.startswith("nvjet"):  # cuBLASLt launches its Hopper GEMMs with launch attributes
+        kw.setdefault("launcher", "cudaLaunchKernelExC")
     return Row(op, name, footprint=footprint, **kw)
 
 
@@ -229,7 +231,7 @@ def cuda_forward(version: str, cfg, batch: int, heads: int, seq: int) -> list[Ro
     name = CUDA_V1 if version == "v1" else CUDA_V2
     regs = 64 if version == "v1" else 128
     return [kernel(f"cuda_{version}", name, (tuple(cfg.grid(batch, heads, seq)), (cfg.threads, 1, 1), regs,
-                                             cfg.dynamic_shared_bytes), launcher="cudaLaunchKernelExC")]
+                                             cfg.dynamic_shared_bytes))]
 
 
 # Chapter 7: the compiled naive forward (cuBLAS for the matmuls, one Inductor softmax between),

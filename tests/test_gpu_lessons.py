@@ -24,6 +24,8 @@ def test_the_fixture_is_an_h100_with_work_on_several_streams():
     assert ARCH == "sm_90"
     assert set(step.kernels["stream"].astype(int)) == {hop.MAIN, hop.SIDE, hop.SIDE2}, "a training step's 3 streams"
     assert set(step.kernels["cat"]) == {"kernel", "gpu_memcpy", "gpu_memset"}
+    assert {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync"} <= set(step.kernels["launcher"]), \
+        "every launch is linked to its runtime call, cudaLaunchKernelExC (H100's cuBLAS) included"
 
 
 # ---- chapter 4 -----------------------------------------------------------------------------
