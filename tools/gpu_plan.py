@@ -165,14 +165,14 @@ def compute(plan: dict) -> dict:
             "distinct_triton_compiles": len(compiled)}
 
 
-def pieces(phases: dict, chapters: dict) -> list:
-    """The run's work in order of value, as (name, expected seconds): each phase, the chapters one by one."""
+def pieces(phases: dict, chapters: dict, compile_s: float = 0.0) -> list:
+    """The run's work in order of value, as (name, expected seconds): each phase, the chapters one
+    by one; ``compile_s`` (seconds per Triton compile) is taken off, for a run whose carried
+    cache holds every compile."""
     out = []
     for p in PHASES:
-        if p == "chapters":
-            out += [(name, ch["expected_s"]) for name, ch in chapters.items()]
-        else:
-            out.append((p, phases[p]["expected_s"]))
+        rows = chapters.items() if p == "chapters" else [(p, phases[p])]
+        out += [(name, row["expected_s"] - compile_s * row["counts"].get("triton_compiles", 0)) for name, row in rows]
     return out
 
 
@@ -180,15 +180,17 @@ def split(plan: dict, phases: dict, chapters: dict) -> list:
     """Each device call's share of the work: call i stops after ``stop_after`` (a phase or a chapter),
     and every call after the first starts with the environment again (it checks the GPU and
     the commit are the first call's)."""
-    order, calls, start = pieces(phases, chapters), [], 0
+    cold, warm = pieces(phases, chapters), pieces(phases, chapters, plan["seconds"]["triton_compile"]["value"])
+    calls, start = [], 0
     for call in plan["calls"]:
-        names = [n for n, _ in order]
-        end = names.index(call["stop_after"]) + 1 if call["stop_after"] else len(order)
-        done = order[start:end]
-        if start:
-            done = [("environment", phases["environment"]["expected_s"])] + done
+        names = [n for n, _ in cold]
+        end = names.index(call["stop_after"]) + 1 if call["stop_after"] else len(cold)
+        again = [0] if start else []   # a later call checks the environment again
+        done = [cold[i] for i in again + list(range(start, end))]
+        carried = [warm[i] for i in again + list(range(start, end))]
         calls.append({"does": [n for n, _ in done], "stop_after": call["stop_after"],
-                      "expected_s": round(sum(s for _, s in done), 1), "budget_s": call["budget_s"]})
+                      "expected_s": round(sum(s for _, s in done), 1),
+                      "expected_with_cache_s": round(sum(s for _, s in carried), 1), "budget_s": call["budget_s"]})
         start = end
     return calls
 
@@ -231,10 +233,14 @@ def describe(plan: dict) -> str:
     carry = plan["carry"]
     for i, call in enumerate(c["calls"]):
         lines.append(f"call {i + 1}: {call['does'][0]} .. {call['does'][-1]} ({len(call['does'])} pieces): "
-                     f"expected {call['expected_s']:.0f} s of a {call['budget_s']} s budget")
+                     f"expected {call['expected_s']:.0f} s with Triton's cache cold, "
+                     f"{call['expected_with_cache_s']:.0f} s with the carried cache found, of a {call['budget_s']} s budget")
         carried = carry + ([plan["resume_archive"]] if i else [])
         lines.append(f"  run(command='{device_command(plan, i)}', carry={json.dumps(carried)}, "
                      f"timeout_s={min(600, call['budget_s'] + 60)})")
+    total = sum(call["expected_s"] for call in c["calls"])
+    lines.append(f"the lease: {total:.0f} s of device time expected for the calls (cold), plus each machine "
+                 f"start (a minute or more) and the transfers, of 900 s in all: give call 2 what is left")
     lines.append("")
     lines.append("carried: " + "; ".join(f"{p}: {why}" for p, why in plan["carry_why"].items()))
     lines.append(f"between the calls: copy call 1's gpu-run.tar.gz to {plan['resume_archive']}; "
