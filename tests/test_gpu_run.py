@@ -126,6 +126,11 @@ def test_the_resumed_call_runs_only_the_bench_and_packs_both(dry_run):
     trace = profiling.Trace(json.loads(gzip.decompress(members["traces/01_naive/naive.json.gz"])))
     assert trace.labels() == ["naive"] and len(trace.steps("naive")) == 2, "the trace keeps its labelled steps"
     assert gpu_run.lacking(manifest, members) == ""
+    # Only its dry-run flag keeps the merged archive from importing: every phase is done and every
+    # file is listed with its hash (read_archive above checked them).
+    real = {**manifest, "dry_run": False, "environment": {**manifest["environment"], "gpu": "a stand-in"},
+            "phases": [{**p, "status": "ok" if p["status"] == "dry run" else p["status"]} for p in manifest["phases"]]}
+    gpu_run.check_importable(real)
 
 
 @pytest.mark.slow
