@@ -131,7 +131,9 @@ def available(device="cpu") -> dict[str, Reason]:
 
 
 def _why_not(impl: Implementation, device: torch.device) -> Reason:
-    return device_missing(device) or impl.requires(device)
+    from .compat import known_problem   # a versions problem (kernels.compat) reads as any other reason
+
+    return device_missing(device) or known_problem(impl.name, device) or impl.requires(device)
 
 
 def device_missing(device: torch.device) -> Reason:

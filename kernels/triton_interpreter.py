@@ -57,7 +57,54 @@ def wanted() -> bool:
 def _jit_types():
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
+    squeeze_scalar_index()
     return JITFunction, InterpretedFunction
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as "3.6.0" or "2.4.0rc1"."""
+    major, minor = (version.split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def scalar_index_broken() -> bool:
+    """Whether this Triton's interpreter fails with this NumPy on a scalar used as an index.
+
+    Triton 3.6's interpreter turns a scalar into a Python int with ``int(self.handle.data)``,
+    where the data is a one-element array of one dimension; NumPy 2.4 made that conversion an
+    error (deprecated since NumPy 1.25), so every kernel that loops over a computed range
+    fails. Triton 3.7 squeezes the array first.
+    """
+    import numpy
+    import triton
+
+    return _release(triton.__version__) < (3, 7) and _release(numpy.__version__) >= (2, 4)
+
+
+def squeeze_scalar_index() -> bool:
+    """Where ``scalar_index_broken()``, make the interpreter's tensors convert to an int as
+    Triton 3.7 does (``int(data.squeeze())``); returns whether the interpreter is fine now.
+
+    Only the one attribute Triton's own patching sets wrongly is set again, by the same patch
+    scope, so Triton puts it back with the rest after each launch. Nothing changes elsewhere.
+    """
+    if not scalar_index_broken():
+        return True
+    from triton.runtime import interpreter
+
+    patch = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch is None:
+        return False              # an interpreter laid out otherwise: reported by the registry
+    if getattr(patch, "squeezes_scalars", False):
+        return True
+
+    def patch_lang_tensor(tensor, scope):
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.squeezes_scalars = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    return True
 
 
 def _stdlib_modules():
@@ -160,6 +207,8 @@ def use_interpreter() -> bool:
     if not wanted():
         return False
     os.environ[ENV_VAR] = "1"
+    with contextlib.suppress(ImportError):
+        squeeze_scalar_index()   # imports Triton; its standard library is interpreted as set above
     if "triton" in sys.modules:
         with _lock:
             for space, name, _, copy in _swaps([vars(m) for m in _stdlib_modules()]):

@@ -59,28 +59,66 @@ def kernels_for(capability) -> tuple:
     hopper = capability is not None and tuple(capability)[0] == 9
     return tuple(k for k in KERNELS if hopper or k not in TMA_KERNELS)
 
-# Configs that fit an architecture's shared memory but that ptxas spills there, by compute
-# capability major (``python -m kernels.compile_report --target sm_80|sm_90``, Triton 3.7.1,
-# bf16); the pruning drops them on that architecture. Ampere's mma.sync takes both operands
-# from registers, where Hopper's wgmma reads one from shared memory, so sm_80 runs out of
-# registers on tiles that sm_90 holds: every config of the pointer kernels' spaces compiles
-# without spills for sm_90, and one of the TMA forward's spills there (it holds no addresses
-# but its tiles take other layouts). tests/test_compile_report.py fails when a kept config spills.
-SPILLS = {
-    8: {
-        ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
-        ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)},
-        ("fwd", 256): {(128, 64, 8, 2), (64, 32, 4, 3)},
-        ("bwd_dkdv", 64): {(64, 128, 8, 3), (64, 64, 4, 3)},
-        ("bwd_dkdv", 128): {(32, 128, 8, 2), (32, 128, 8, 3)},
-        ("bwd_dq", 64): {(128, 64, 8, 3), (64, 64, 4, 3)},
-        ("bwd_dq", 128): {(128, 64, 8, 2)},
-        ("bwd_dq", 256): {(128, 32, 8, 2)},
+# Configs that fit an architecture's shared memory but that ptxas spills there, by Triton
+# release (major, minor) and compute capability major; the pruning drops them on that
+# architecture. Each table is measured with its release (bf16, every config the pruning would
+# keep otherwise: ``python -m kernels.compile_report --target sm_80|sm_90``), because what spills
+# is the compiler's decision and changes between releases: Triton 3.9 spills four sm_90 configs
+# that 3.7.1 holds in registers. A release and architecture without a table (Triton 3.6 and
+# 3.8; 3.9 on sm_80) get every config that spilled there with any measured release. Ampere's mma.sync takes both operands from registers, where
+# Hopper's wgmma reads one from shared memory, so sm_80 runs out of registers on tiles that
+# sm_90 holds. tests/test_compile_report.py fails when a kept config spills with the Triton
+# that runs it, which is how a new release's changes are found (``make test-compat``).
+_SPILLS_SM80_37 = {
+    ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
+    ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)},
+    ("fwd", 256): {(128, 64, 8, 2), (64, 32, 4, 3)},
+    ("bwd_dkdv", 64): {(64, 128, 8, 3), (64, 64, 4, 3)},
+    ("bwd_dkdv", 128): {(32, 128, 8, 2), (32, 128, 8, 3)},
+    ("bwd_dq", 64): {(128, 64, 8, 3), (64, 64, 4, 3)},
+    ("bwd_dq", 128): {(128, 64, 8, 2)},
+    ("bwd_dq", 256): {(128, 32, 8, 2)},
+}
+SPILLS_BY_TRITON = {
+    (3, 7): {
+        8: _SPILLS_SM80_37,
+        9: {("fwd_tma", 256): {(32, 32, 4, 2)}},
     },
-    9: {
-        ("fwd_tma", 256): {(32, 32, 4, 2)},
+    (3, 9): {
+        9: {
+            ("fwd", 128): {(128, 128, 8, 2)},          # 32 bytes
+            ("fwd_tma", 256): {(32, 32, 4, 2)},        # 56 bytes
+            ("bwd_dq", 128): {(64, 128, 8, 2)},        # 80 bytes
+            ("bwd_dq", 256): {(32, 64, 4, 2)},         # 208 bytes
+        },
     },
 }
+
+
+def spilling_configs(triton_version=None) -> dict:
+    """{capability major: {(kernel, head_dim): configs}} that ptxas spills with ``triton_version``
+    (default: the installed Triton): per capability, the table measured with that release, and
+    where none was, every config that spilled with any measured release (the safe side; the
+    compile report's test then says what changed)."""
+    if triton_version is None:
+        triton_version = getattr(launch.triton, "__version__", None)
+    measured = SPILLS_BY_TRITON.get(_release(triton_version), {}) if triton_version else {}
+    union: dict = {}
+    for table in SPILLS_BY_TRITON.values():
+        for capability, configs in table.items():
+            for key, spilled in configs.items():
+                union.setdefault(capability, {}).setdefault(key, set()).update(spilled)
+    return {capability: measured.get(capability, configs) for capability, configs in union.items()}
+
+
+def _release(version: str) -> tuple:
+    """(major, minor) of "3.9.0", "3.10.0+git1234"."""
+    major, minor = (str(version).split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+# What the installed Triton spills (see SPILLS_BY_TRITON).
+SPILLS = spilling_configs()
 
 
 def config_space(kernel: str, head_dim: int) -> list:

@@ -272,7 +272,7 @@ def python_versions(wf: dict) -> set[str]:
 def test_ci_runs_the_readme_test_command_and_the_cpu_book():
     ci = workflow("ci.yml")
     assert {"push", "pull_request"} <= set(triggers(ci))
-    assert python_versions(ci) == {"3.11"}
+    assert python_versions({"jobs": {"test-and-book": ci["jobs"]["test-and-book"]}}) == {"3.11"}
     for job in ci["jobs"].values():
         assert "self-hosted" not in runs_on_labels(job)
     commands = run_commands(ci)
@@ -281,6 +281,21 @@ def test_ci_runs_the_readme_test_command_and_the_cpu_book():
     assert lines.index("make book PROFILE=cpu") < lines.index("make test-book"), \
         "the book's tests run after make book, so they restore its cached execution"
     assert {"_build/html", "_build/executed/report.*"} <= set(uploaded_paths(ci))
+
+
+def test_ci_runs_the_compatibility_matrix_on_a_schedule_with_pip_constraints_cleared():
+    """The next torch release is found by CI (make test-compat, README "Supported versions"):
+    a scheduled job on both Pythons of the matrix, with no pip constraint file capping torch."""
+    ci = workflow("ci.yml")
+    on = triggers(ci)
+    assert on["schedule"] and all(set(entry) == {"cron"} for entry in on["schedule"]), on
+    compat = ci["jobs"]["compat"]
+    assert "schedule" in compat["if"] and "schedule" in ci["jobs"]["test-and-book"]["if"], \
+        "the schedule runs the matrix, pushes and pull requests the usual tests"
+    assert "make test-compat" in run_commands({"jobs": {"compat": compat}}).splitlines()
+    assert compat["env"]["PIP_CONSTRAINT"] == "/dev/null", "a constraint file could cap torch below the newest"
+    (versions,) = python_versions({"jobs": {"compat": compat}})
+    assert set(versions.split()) == {"3.11", "3.12"}, versions
 
 
 def test_gpu_workflow_runs_the_device_run_and_the_cuda_book_and_keeps_the_results():
