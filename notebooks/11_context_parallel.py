@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 from kernels import context_parallel as cp
-from kernels import devices, rank_traces, ranks, reference, ring, ulysses
+from kernels import devices, rank_traces, ranks, reference, ring, traces, ulysses
 from kernels.book import glue, inputs, lesson, reveal, setup, show_source
 from kernels.plots import apply_font_floor
 
@@ -217,6 +217,7 @@ def median_step(folder, label, steps=ACTIVE):
 
 
 step = median_step(folders["contiguous"], "ring forward")
+display(*(traces.links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
 step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)")
 
 # %%
@@ -243,7 +244,8 @@ glue("naive_imbalance", measured_imbalance)
 glue("flop_ratio", flop_ratio)
 
 # %% [markdown]
-# The trace agrees with the count: the shapes of its matrix products give the last rank
+# Each rank's trace opens in Perfetto from the links above: one file per rank, so open both to
+# see the ranks side by side. The trace agrees with the count: the shapes of its matrix products give the last rank
 # {glue:text}`flop_ratio:.1f` times rank 0's FLOPs, it computed {glue:text}`naive_imbalance:.2f`
 # times as long (a diagonal block, computed whole and then masked, costs more than its share of
 # pairs, and a busy machine adds noise), and rank 0 spent the difference waiting at the step's end. The critical path, read
@@ -343,7 +345,7 @@ uly = step_totals(folders["ulysses"], "ulysses forward")
 element = torch.finfo(getattr(torch, cp_dtype)).bits // 8
 predicted = {"ring": ring.message_bytes(batch, heads, seq_cp, head_dim, world, element),
              "ulysses": ulysses.message_bytes(batch, heads, heads, seq_cp, head_dim, world, element)}
-measured = {"ring": naive["sent_bytes"].median() / ACTIVE, "ulysses": uly["sent_bytes"].median() / ACTIVE}
+measured = {"ring": int(naive["sent_bytes"].median()) // ACTIVE, "ulysses": int(uly["sent_bytes"].median()) // ACTIVE}
 display(pd.DataFrame({"from the shapes (MiB)": {s: b / 2**20 for s, b in predicted.items()},
                       "in the traces (MiB)": {s: b / 2**20 for s, b in measured.items()}}).round(3))
 reveal(guess_ratio, round(measured["ring"] / measured["ulysses"], 3), "ring bytes over Ulysses bytes")
@@ -441,7 +443,7 @@ display(pd.DataFrame({"bandwidth (GB/s each way)": {n: b / 1e9 for n, b in LINKS
                       "crossover (ranks)": crossovers, "source": LINK_SOURCES}))
 lesson(crossovers["NVLink 4 (450 GB/s each way)"] > crossovers["InfiniBand NDR (50 GB/s each way)"],
        "over InfiniBand the transfers stop hiding behind compute at fewer ranks than over NVLink",
-       f"{crossovers}")
+       ", ".join(f"{name}: {ranks_:.0f} ranks" for name, ranks_ in crossovers.items()))
 glue("cross_nvlink", crossovers["NVLink 4 (450 GB/s each way)"])
 glue("cross_ib", crossovers["InfiniBand NDR (50 GB/s each way)"])
 
