@@ -154,5 +154,7 @@ def test_the_slow_rank_check_passes_the_solution_and_names_the_waiting_rank():
     with pytest.raises(ExerciseFailed, match="waited longest"):
         check_slow_rank(lambda f: int(rank_traces.load_ranks(f).step().summary()["exposed_communication_us"].idxmax()),
                         seed=2)
+    with pytest.raises(ExerciseFailed, match="must return a rank \\(an int\\), got None"):
+        check_slow_rank(lambda f: None, seed=2)  # the notebook's blank stub
     with pytest.raises(ExerciseFailed, match="not written yet"):
         check_slow_rank(lambda f: (_ for _ in ()).throw(NotImplementedError), seed=2)
