@@ -299,13 +299,15 @@ glue("zigzag_imbalance", zigzag_imbalance)
 # Zigzag cut the busiest rank's arithmetic by {glue:text}`flop_cut:.2f`x and gave both ranks the
 # same FLOPs. In time, this run measured {glue:text}`step_zigzag_ms:.0f` ms per step against
 # {glue:text}`step_naive_ms:.0f` ms, and a compute ratio of {glue:text}`zigzag_imbalance:.2f`
-# between the ranks: on a quiet machine the time follows the arithmetic, but the chapter's
-# assertions read the arithmetic from the trace's shapes, which no other process on the
-# machine can disturb. (PyTorch's own context parallelism balances
-# causal load the same way: in torch 2.13 its default, when the length divides by 2 × world,
-# is a head-tail split, `_HeadTailLoadBalancer`.) On a CPU, gloo moves the data on its own threads, so a posted send proceeds while
-# the rank computes: the overlap above. On GPUs the same overlap comes from NCCL kernels on
-# their own stream beside the attention kernel.
+# between the ranks. Time also carries whatever else the machine was running (these two ranks
+# share two cores with the notebook and anything beside it), so the chapter's assertions read
+# the arithmetic from the trace's shapes, which no other process can disturb.
+#
+# PyTorch's own context parallelism balances causal load the same way: in torch 2.13 its
+# default, when the length divides by 2 × world, is a head-tail split (`_HeadTailLoadBalancer`).
+# On a CPU, gloo runs the transfers on its own threads, so a posted send can proceed while the
+# rank computes: the ranges were in flight during the attention (the overlap above). On GPUs
+# the same overlap comes from NCCL kernels on their own stream beside the attention kernel.
 #
 # ## Ulysses: an all-to-all over heads
 #
@@ -452,8 +454,8 @@ glue("cross_ib", crossovers["InfiniBand NDR (50 GB/s each way)"])
 # about {glue:text}`cross_nvlink:.0f` ranks on NVLink, and only up to about
 # {glue:text}`cross_ib:.0f` over one InfiniBand port per GPU. Real kernels reach well under the
 # ceiling (chapter 6's numbers), which lengthens compute and moves both crossovers right; an
-# 8-GPU node puts most ring hops on NVLink and one on the network, which is why long-context
-# systems combine Ulysses inside a node with a ring across nodes.
+# 8-GPU node puts most ring hops on NVLink and one on the network: one reason to run Ulysses
+# inside a node and the ring across nodes.
 #
 # ## PyTorch's own: `context_parallel`
 #
