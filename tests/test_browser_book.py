@@ -179,7 +179,10 @@ def test_lessons_notices_and_captions_wrap_and_no_page_is_wider_than_a_phone(sit
 
 FIGURES = r"""(() => {
   const main = document.querySelector("article.bd-article") || document.querySelector("main");
-  return Array.from(main.querySelectorAll(".cell_output img")).map(img => {
+  const captionedText = Array.from(main.querySelectorAll(".cell_output figure")).filter(f => !f.querySelector("img"));
+  return Array.from(main.querySelectorAll(".cell_output img")).concat(captionedText).map(img => {
+    if (img.tagName === "FIGURE") return {src: "(a caption on no image)", alt: "", caption: "", number: "",
+                                          text: img.textContent.trim().slice(0, 80)};
     const figure = img.closest("figure");
     const caption = figure && figure.querySelector("figcaption");
     return {src: img.getAttribute("src"), alt: img.getAttribute("alt") || "",
