@@ -50,7 +50,9 @@ BACKENDS = {
 HALF = (torch.float16, torch.bfloat16)
 # PyTorch builds its flash kernels for sm_80 through sm_121 (torch 2.11-2.13).
 FLASH_CAPABILITIES = ((8, 0), (12, 1))
-# cuDNN takes head_dim 256 only on capability 9.x with a runtime cuDNN of 9.10 or newer.
+# cuDNN takes head_dim 256 only on compute capability 9.0 (sdp_utils.cpp's check_cudnn_tensor_shapes:
+# `dprops->major == 9 && !dprops->minor`) with a runtime cuDNN of 9.10 or newer.
+CUDNN_D256_CAPABILITY = (9, 0)
 CUDNN_D256_VERSION = 91000
 
 
@@ -113,10 +115,11 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
         return "is not used while torch.use_deterministic_algorithms(True) is on"
     if d % 8:
         return f"needs head_dim to be a multiple of 8, got {d}"
-    wide = cap[0] == 9 and cudnn_version is not None and cudnn_version >= CUDNN_D256_VERSION
+    wide = (tuple(cap) == CUDNN_D256_CAPABILITY and cudnn_version is not None
+            and cudnn_version >= CUDNN_D256_VERSION)
     limit = 256 if wide else 128
     if d > limit:
-        why = ("" if wide else " (256 needs compute capability 9.x and cuDNN 9.10 or newer; this is "
+        why = ("" if wide else " (256 needs compute capability 9.0 and cuDNN 9.10 or newer; this is "
                f"{_sm(cap)} with cuDNN {cudnn_version})")
         return f"supports head_dim <= {limit} here, got {d}{why}"
     return None
@@ -125,21 +128,32 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
 # ---- which backend SDPA tries first (torch 2.11-2.13, sdp_utils) ------------------------------
 
 DEFAULT_PRIORITY = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn")
-# torch 2.11-2.13 move cuDNN to the front on these capabilities with a runtime cuDNN newer than 9.15.0.
+# torch 2.11-2.13 move cuDNN to the front on these capabilities with a runtime cuDNN newer than 9.15.0
+# (sdp_utils.cpp's check_prefer_cudnn_attention); a build against CUDA older than 13.0 does so only
+# on minor version 0 or 3 (sm_90, sm_100, sm_103): `(!minor || minor == 3)`.
 CUDNN_FIRST_MAJORS = (9, 10)
 CUDNN_FIRST_AFTER = 91500
+CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
+
+
+def _cuda_major(cuda_version: Optional[str]) -> Optional[int]:
+    return int(cuda_version.split(".")[0]) if cuda_version else None
 
 
 def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,
-             deterministic: bool = False, order=DEFAULT_PRIORITY) -> list[str]:
+             deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None) -> list[str]:
     """The order an unpinned SDPA call on a GPU of capability ``cap`` tries its backends.
 
     ``order`` is the base order (``sdpa_kernel([...], set_priority=True)`` changes it). On
     capability 9.x and 10.x with cuDNN newer than 9.15.0, cuDNN goes first, unless
     ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``) or deterministic algorithms are on.
+    ``cuda_version`` is the CUDA torch was built with (``torch.version.cuda``): before 13.0,
+    only minor versions 0 and 3 put cuDNN first. None reads as 13.0 or newer.
     """
     order = list(order)
-    cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and cudnn_version is not None
+    cuda_major = _cuda_major(cuda_version)
+    minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
+    cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
                    and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized and not deterministic)
     if cudnn_first and "sdpa_cudnn" in order:
         order.remove("sdpa_cudnn")
@@ -149,10 +163,11 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
 
 def predicted_backend(cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
                       cudnn_version: Optional[int] = None, deprioritized: bool = False,
-                      deterministic: bool = False, order=DEFAULT_PRIORITY) -> str:
+                      deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None) -> str:
     """The backend an unpinned causal SDPA call (Sq == Sk, no mask) should pick on that GPU:
     the first in ``priority`` whose rules accept the inputs. Math accepts everything."""
-    for name in priority(cap, cudnn_version, deprioritized=deprioritized, deterministic=deterministic, order=order):
+    for name in priority(cap, cudnn_version, deprioritized=deprioritized, deterministic=deterministic, order=order,
+                         cuda_version=cuda_version):
         if name == "sdpa_math" or gpu_input_reason(name, cap, dtype, head_dim, deterministic=deterministic,
                                                    cudnn_version=cudnn_version) is None:
             return name
@@ -166,7 +181,8 @@ def predicted_backend_here(device: torch.device, dtype: torch.dtype, head_dim: i
     return predicted_backend(torch.cuda.get_device_capability(device), dtype, head_dim,
                              cudnn_version=torch.backends.cudnn.version(),
                              deprioritized=os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED") == "1",
-                             deterministic=torch.are_deterministic_algorithms_enabled())
+                             deterministic=torch.are_deterministic_algorithms_enabled(),
+                             cuda_version=torch.version.cuda)
 
 
 # ---- the same rules, asked about this machine ------------------------------------------------

@@ -41,6 +41,14 @@ def test_cudnn_first_only_moves_cudnn():
     assert sdpa.priority(A100, CUDNN_9_20, order=custom) == list(custom)
 
 
+def test_before_cuda_13_only_minor_0_and_3_put_cudnn_first():
+    # sdp_utils.cpp's check_prefer_cudnn_attention: (!minor || minor == 3) when CUDA_VERSION < 13000.
+    cudnn_first = lambda cap, cuda: sdpa.priority(cap, CUDNN_9_20, cuda_version=cuda)[0] == "sdpa_cudnn"  # noqa: E731
+    assert cudnn_first((10, 3), "12.9") and cudnn_first(B200, "12.9") and cudnn_first(H200, "12.8")
+    assert not cudnn_first((10, 1), "12.9"), "sm_101 on a CUDA 12 build keeps flash first"
+    assert cudnn_first((10, 1), "13.0") and cudnn_first((10, 1), None), "a CUDA 13 build checks the major only"
+
+
 @pytest.mark.gpu
 def test_the_prediction_is_what_pytorch_picks_on_this_gpu():
     cap = torch.cuda.get_device_capability()

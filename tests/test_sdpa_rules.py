@@ -52,8 +52,10 @@ def test_cudnn_head_dims_depend_on_capability_and_cudnn_version():
     assert gpu_input_reason("sdpa_cudnn", A100, BF16, 128) is None
     assert "multiple of 8" in gpu_input_reason("sdpa_cudnn", H100, BF16, 100)
     assert "<= 128" in gpu_input_reason("sdpa_cudnn", A100, BF16, 256, cudnn_version=91002)
-    # 256 only on capability 9.x with cuDNN >= 9.10: not on sm_100 or sm_120 (the first version's bug).
+    # 256 only on capability 9.0 with cuDNN >= 9.10 (sdp_utils.cpp: major == 9 && !minor): not on
+    # sm_100 or sm_120 (the first version's bug), nor on a 9.x with another minor.
     assert gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=91002) is None
+    assert "9.0" in gpu_input_reason("sdpa_cudnn", (9, 1), BF16, 256, cudnn_version=92000)
     assert "<= 128" in gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=90800)
     assert "<= 128" in gpu_input_reason("sdpa_cudnn", B200, BF16, 256, cudnn_version=92000)
     assert "<= 128" in gpu_input_reason("sdpa_cudnn", RTX5090, BF16, 192, cudnn_version=92000)
