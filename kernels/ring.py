@@ -327,6 +327,8 @@ def ring_backward(q, k, v, out, lse, grad_out, plan: RingPlan):
         if moving:
             _wait(requests, plan, "kv")
             kv = recv
+        if plan.world == 1:
+            break  # one rank: its accumulator is already home
         # The accumulator follows its block: after the last step it lands on the block's owner.
         dkv_recv, requests = _exchange(dkv, _kv_shape(dkv, plan, plan.owner(step + 1)), plan, "dkv")
         _wait(requests, plan, "dkv")

@@ -113,6 +113,12 @@ def test_ring_on_two_ranks_passes_the_judge_forward_and_backward(two, layout, ca
     assert judged.ok, str(judged)
 
 
+def test_ring_on_one_rank_is_plain_attention():
+    case = cp.Case(seq=19, heads=2, kv_heads=1, head_dim=8, seed=2)
+    judged = cp.judge_ring(ranks.run(cp.ring_check, 1, case, timeout_s=30), case)
+    assert judged.ok, str(judged)
+
+
 @pytest.mark.parametrize("layout", ring.LAYOUTS)
 @pytest.mark.parametrize("causal", [True, False])
 def test_ring_on_four_ranks_passes_the_judge_forward_and_backward(four, layout, causal):
