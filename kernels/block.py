@@ -73,8 +73,9 @@ class Block(nn.Module):
 
 def sdpa_causal(q, k, v, causal: bool = True):
     """SDPA with its default backend choice, for a compiled block: Sq == Sk in a block, so
-    SDPA's top-left ``is_causal`` is the contract's bottom-right. (Inside the registry's pinned
-    SDPA entries Dynamo meets a call it skips and breaks the graph; chapter 8 shows where.)"""
+    SDPA's top-left ``is_causal`` is the contract's bottom-right. (The registry's pinned SDPA
+    entries trace into one graph too: under torch.compile they skip the warning capture that
+    would break it; chapter 8 checks both with ``torch._dynamo.explain``.)"""
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 

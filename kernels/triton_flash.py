@@ -191,8 +191,8 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
     bh = tl.program_id(0)
     if CAUSAL:
         # The last query tiles see the most keys: launch them first, so that the longest
-        # programs do not start last and leave the GPU idle at the end (the FlashAttention-2
-        # paper's scheduling advice, arXiv 2307.08691, section 3.2).
+        # programs do not start last and leave the GPU idle at the end (longest job first:
+        # the course's own reasoning, not a rule from the FlashAttention papers).
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
     else:
         start_m = tl.program_id(1)

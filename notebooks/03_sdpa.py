@@ -56,23 +56,29 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree to with
 # these inputs (device, dtype, head dim, mask, sequence lengths). The order is not fixed.
 # By default it is flash, memory-efficient, math, cuDNN; but torch 2.11 to 2.13 move cuDNN
 # to the front on compute capability 9.x and 10.x (H100, H200, B200) when the runtime cuDNN
-# is newer than 9.15.0, unless the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1`,
+# is newer than 9.15.0 (a torch built against CUDA 12 does it on minor versions 0 and 3
+# only: sm_90, sm_100, sm_103), unless the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1`,
 # deterministic algorithms are on, or `torch.backends.cuda.enable_cudnn_sdp(False)` turns it
 # off; and `sdpa_kernel([...], set_priority=True)` imposes an order of your own. So the same
 # unpinned bf16 causal call picks flash on an A100 and cuDNN on an H200.
-# `kernels.sdpa.predicted_backend` writes those rules down as a pure function of the GPU:
+# `kernels.sdpa.predicted_backend` writes those rules down as a pure function of the GPU.
+# They are read from PyTorch's own checks, `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`
+# as torch 2.13 has them: `check_prefer_cudnn_attention` for the order, and each backend's
+# `can_use_*` constraints for what it accepts (cuDNN, for instance, takes head dims up to 128,
+# or up to 256 on compute capability 9.0 with cuDNN 9.10 or newer). PyTorch changes them from
+# release to release, so read them again for another version:
 
 # %%
 predictions = pd.DataFrame([{"GPU": gpu, "dtype": str(dt).replace("torch.", ""), "head_dim": d,
-                             "unpinned SDPA picks": kernels.sdpa.predicted_backend(cap, dt, d, cudnn_version=92000, **kw),
+                             "unpinned SDPA picks": kernels.sdpa.predicted_backend(cap, dt, d, cudnn_version=92000,
+                                                                                  deprioritized=deprioritized),
                              "note": note}
-                            for gpu, cap, dt, d, kw, note in [
-                                ("A100 (sm_80)", (8, 0), torch.bfloat16, 64, {}, "the default order"),
-                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, {}, "cuDNN first"),
-                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, {"deprioritized": True},
-                                 "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
-                                ("H200 (sm_90)", (9, 0), torch.float32, 64, {}, "flash and cuDNN take 16 bits only"),
-                                ("T4 (sm_75)", (7, 5), torch.float16, 64, {}, "no flash before sm_80")]])
+                            for gpu, cap, dt, d, deprioritized, note in [
+                                ("A100 (sm_80)", (8, 0), torch.bfloat16, 64, False, "the default order"),
+                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, False, "cuDNN first"),
+                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, True, "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
+                                ("H200 (sm_90)", (9, 0), torch.float32, 64, False, "flash and cuDNN take 16 bits only"),
+                                ("T4 (sm_75)", (7, 5), torch.float16, 64, False, "no flash before sm_80")]])
 display(predictions.set_index("GPU"))
 lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules the same bf16 call picks flash on an A100 and cuDNN on an H200 (cuDNN 9.20)")

@@ -303,8 +303,10 @@ show_source(tf._attn_fwd.fn)
 #   it), `tl.program_id(1)` which query tile it owns. B·H goes on the first axis because a
 #   grid's second and third axes stop at 65,535 programs. With a causal mask the tiles are
 #   taken in reverse: the last query tiles see the most keys, and launching them first keeps
-#   the longest programs from starting last (the FlashAttention-2 paper's advice, section
-#   3.2). Every program runs the same code on different data, and nothing is shared.
+#   the longest programs from starting last, when the GPU would otherwise sit mostly idle
+#   waiting for them (longest job first, a classic scheduling rule; this is the course's own
+#   reasoning, not a FlashAttention paper's). Every program runs the same code on different
+#   data, and nothing is shared.
 # - **Pointer arithmetic with strides.** Triton has no tensors in the kernel, only pointers.
 #   `_tile` builds a `[rows, cols]` block of addresses: the base pointer plus
 #   `b·stride_b + h·stride_h + row·stride_s + col·stride_d`. Because every stride is passed
@@ -320,10 +322,13 @@ show_source(tf._attn_fwd.fn)
 #   with the mask. The loop never goes further, which is the skipping of the figure above.
 #   `CAUSAL`, `MASKED` and the block sizes are `tl.constexpr`: Triton compiles a separate,
 #   branch-free version for each value.
-# - **Any head dim, shared K/V heads.** `HEAD_DIM` is the head dim padded to a power of two
-#   (what `tl.dot` needs); `d_ok` masks the padding on every load and store. With grouped-query
-#   attention, query head `h` reads key/value head `h // GROUP` through its pointers, so K and V
-#   are never repeated in memory.
+# - **Any head dim, shared K/V heads.** `HEAD_DIM` is the head dim padded to a power of two:
+#   `tl.arange` and every block shape must be powers of two (Triton 3.7 raises "arange's range
+#   must be a power of 2" and "Shape element ... must be a power of 2"), while `tl.dot` asks
+#   for an inner dimension of at least 16 (Triton 3.7's check on NVIDIA targets: M >= 1,
+#   N >= 1, K >= 16 for 16- and 32-bit inputs). `d_ok` masks the padding on every load and
+#   store. With grouped-query attention, query head `h` reads key/value head `h // GROUP`
+#   through its pointers, so K and V are never repeated in memory.
 # - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`. The
 #   row maximum is taken on the raw scores of `tl.dot`, and each probability is
 #   `exp2(s · qk_scale − m · qk_scale)`: one fused multiply-add feeding `tl.exp2`, with no

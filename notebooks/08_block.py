@@ -240,8 +240,8 @@ glue("b_trend_verdict", "both repeats agree that it grows" if robust else "this 
 # ## The block compiled
 #
 # `torch.compile` takes the whole block, if Dynamo can trace all of it. Before compiling,
-# `torch._dynamo.explain` says how many graphs it would make, and why it breaks where it
-# does (it traces without compiling, so it is quick). The registry's pinned `sdpa_flash` and
+# `torch._dynamo.explain` says how many graphs it would make, and where and why it would
+# break (it traces without compiling, so it is quick). The registry's pinned `sdpa_flash` and
 # plain SDPA called directly:
 
 # %%
@@ -339,10 +339,14 @@ glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
 glue("b_saved_mib", f"{mib(saved):.1f}")
 
 # %% [markdown]
-# Each [B, S, 4W] buffer is {glue:text}`b_hidden_mib` MiB here. Compiled or not, it makes
-# four trips through memory: written by `fc_in`, read and written again by the GELU pass,
-# read by `fc_out`. With GELU in the first GEMM's epilogue it would make two, saving
-# {glue:text}`b_saved_mib` MiB of memory traffic per forward. Attention is untouched by it:
+# Each [B, S, 4W] buffer is {glue:text}`b_hidden_mib` MiB here. Eager, or compiled with
+# `torch.compile`'s default settings (the matmuls stay library calls, as the lessons above
+# check), it makes four trips through memory: written by `fc_in`, read and written again by
+# the GELU pass, read by `fc_out`. With GELU in the first GEMM's epilogue it would make two,
+# saving {glue:text}`b_saved_mib` MiB of memory traffic per forward. `mode="max-autotune"`
+# can do that: it lets Inductor try its own GEMM templates against the library's, and a
+# template it picks can take the GELU into its epilogue (Inductor's `epilogue_fusion`, on by
+# default in `torch._inductor.config`). Attention is untouched by it:
 # as S grows, attention's share of the block grows whatever the MLP does.
 #
 # ## What to remember

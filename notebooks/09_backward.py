@@ -294,8 +294,9 @@ glue("flash_bwd_largest_kib", float(recompute.loc[fused, "largest backward alloc
 # usual FLOP count for training comes from: the backward does five matmuls of the forward's
 # size to the forward's two, so it costs 2.5x the forward and a training step 3.5x (the
 # convention of FlashAttention's benchmarks, `kernels.reference.flops(..., backward=True)`).
-# The hand-written module, with four backward matmuls, does 3x the forward's FLOPs and pays
-# in memory instead.
+# The hand-written module keeps the probabilities instead of recomputing them: its backward
+# does four matmuls, twice the forward's FLOPs, so a training step with it costs 3x the
+# forward (against 3.5x), and it pays in memory instead.
 #
 # ## The math backend in training
 #
@@ -322,9 +323,10 @@ else:
 # %% [markdown]
 # Besides the probabilities, the math backend saves its scaled copies of q and k
 # (+{glue:text}`math_extra_mib:.2f` MiB here): the matmul's backward needs the operands it
-# was given, and those are the scaled copies, not your q and k. On a GPU with 16-bit inputs
-# the probabilities it keeps are float32 too (the upcast of chapter 3), twice the bytes of
-# the hand-written module's.
+# was given, and those are the scaled copies, not your q and k. With 16-bit inputs the
+# probabilities it keeps are float32 too, twice the bytes of the hand-written module's: the
+# math backend converts 16-bit q, k and v to float32 first (the upcast of chapter 3), on a
+# CPU as on a GPU (a bf16 call on a CPU profiles three `aten::_to_copy` of q's shape).
 #
 # ## The backward's kernels on a GPU lane
 #
