@@ -89,4 +89,4 @@ check_decode_intensity(solution_decode_intensity if solutions else decode_intens
 # With 8 query heads per K/V head in bfloat16 the answer is close to 8 FLOP per byte: still
 # far below a GPU's ridge, but 8 times closer than multi-head attention.
 #
-# Back to [chapter 10](../10_decoding.ipynb).
+# Back to [chapter 10](../10_decoding.ipynb), or on to the [exercises of chapter 11](11_context_parallel.ipynb).
