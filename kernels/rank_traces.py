@@ -255,6 +255,8 @@ class RankStep:
         self.ranks = [r.rank for r in folder.ranks]
         self.activity = [activity(s) for s in steps]
         self._bounds = [self._extent(s, a) for s, a in zip(steps, self.activity)]
+        self._union_cache: dict = {}
+        self._summary: Optional[pd.DataFrame] = None
 
     @staticmethod
     def _extent(step: Step, rows: pd.DataFrame) -> tuple[float, float]:
@@ -264,6 +266,11 @@ class RankStep:
         return float(step.range["ts"]), float(step.range["end"])
 
     def _unions(self, i: int):
+        if i not in self._union_cache:
+            self._union_cache[i] = self._compute_unions(i)
+        return self._union_cache[i]
+
+    def _compute_unions(self, i: int):
         rows = self.activity[i]
         return (_union(zip(rows.loc[rows["kind"] == "compute", "ts"], rows.loc[rows["kind"] == "compute", "end"])),
                 _union(zip(rows.loc[rows["kind"] == "communication", "ts"],
@@ -273,7 +280,12 @@ class RankStep:
         """One row per rank, µs: step, compute, communication, overlap (communication while
         computing), exposed communication (while not), idle (neither), behind_slowest (the
         slowest rank's compute minus this rank's), sent bytes, and the FLOPs of its matrix
-        products (``matmul_flop``, from the recorded shapes)."""
+        products (``matmul_flop``, from the recorded shapes). Computed once per step."""
+        if self._summary is None:
+            self._summary = self._summarize()
+        return self._summary.copy()
+
+    def _summarize(self) -> pd.DataFrame:
         rows = []
         for i, rank in enumerate(self.ranks):
             compute, comm = self._unions(i)

@@ -197,26 +197,31 @@ for layout in ring.LAYOUTS:
 print(folders["contiguous"])
 
 
-def step_totals(folder, label, steps=ACTIVE):
+def profiled_steps(folder, label):
+    """The profiled steps of a folder, each read once (every rank's step i, side by side)."""
+    return [folder.step(label, i) for i in range(ACTIVE)]
+
+
+def step_totals(steps):
     """Each rank's numbers summed over the profiled steps: on a busy machine one step's times
     are noisy, their total much less so (the hidden fraction is recomputed from the totals)."""
-    total = pd.concat([folder.step(label, i).summary() for i in range(steps)]).groupby(level=0).sum()
+    total = pd.concat([s.summary() for s in steps]).groupby(level=0).sum()
     total["hidden_fraction"] = total["overlap_us"] / total["communication_us"]
     return total
 
 
-naive = step_totals(folders["contiguous"], "ring forward")
+steps = {layout: profiled_steps(folders[layout], "ring forward") for layout in ring.LAYOUTS}
+naive = step_totals(steps["contiguous"])
 display((naive[["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
                 "behind_slowest_us"]] / 1e3).round(2).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", "")))
 
 # %%
-def median_step(folder, label, steps=ACTIVE):
+def median_step(steps):
     """The step whose slowest rank took the median time: a representative one to draw."""
-    by_time = sorted(range(steps), key=lambda i: folder.step(label, i).summary()["step_us"].max())
-    return folder.step(label, by_time[steps // 2])
+    return sorted(steps, key=lambda s: s.summary()["step_us"].max())[len(steps) // 2]
 
 
-step = median_step(folders["contiguous"], "ring forward")
+step = median_step(steps["contiguous"])
 display(*(traces.links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
 step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)")
 
@@ -270,11 +275,11 @@ display(pd.DataFrame({f"rank {r}": [f"positions {a} to {b - 1}" for a, b in ring
 guess_zigzag = 2.0  # edit me
 
 # %%
-zigzag = step_totals(folders["zigzag"], "ring forward")
+zigzag = step_totals(steps["zigzag"])
 zigzag_imbalance = zigzag["compute_us"].max() / zigzag["compute_us"].min()
 reveal(guess_zigzag, round(zigzag.loc[last, "compute_us"] / zigzag.loc[first, "compute_us"], 2),
        "last rank's compute over rank 0's, zigzag")
-median_step(folders["zigzag"], "ring forward").timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
+median_step(steps["zigzag"]).timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
 
 # %%
 lesson(work["zigzag"][0] == work["zigzag"][-1] and zigzag["matmul_flop"].nunique() == 1,
@@ -343,7 +348,8 @@ guess_ratio = 2.0  # edit me: the ring's bytes over Ulysses' bytes, per rank and
 # %%
 group.run(cp.profile_scheme, shapes.with_(layout="contiguous"), "ulysses", f"{trace_dir}/ulysses", ACTIVE)
 folders["ulysses"] = rank_traces.load_ranks(f"{trace_dir}/ulysses")
-uly = step_totals(folders["ulysses"], "ulysses forward")
+steps["ulysses"] = profiled_steps(folders["ulysses"], "ulysses forward")
+uly = step_totals(steps["ulysses"])
 element = torch.finfo(getattr(torch, cp_dtype)).bits // 8
 predicted = {"ring": ring.message_bytes(batch, heads, seq_cp, head_dim, world, element),
              "ulysses": ulysses.message_bytes(batch, heads, heads, seq_cp, head_dim, world, element)}
@@ -359,7 +365,7 @@ lesson(measured["ring"] == measured["ulysses"],
 lesson(uly["exposed_communication_us"].median() > 0.5 * uly["communication_us"].median(),
        "Ulysses' all-to-alls are mostly exposed: the attention cannot start before they finish",
        f"{uly['exposed_communication_us'].median() / 1e3:.1f} of {uly['communication_us'].median() / 1e3:.1f} ms exposed")
-median_step(folders["ulysses"], "ulysses forward").timeline(f"Ulysses forward, {world} ranks (the median step)")
+median_step(steps["ulysses"]).timeline(f"Ulysses forward, {world} ranks (the median step)")
 
 # %% [markdown]
 # With two ranks and as many K/V heads as query heads the two schemes send the same bytes. They
@@ -534,9 +540,8 @@ else:
 # %%
 group.close()
 elapsed = time.perf_counter() - started
-per_step = {name: [folders[key].step(label, i).summary()["step_us"] for i in range(ACTIVE)]
-            for name, key, label in (("ring, contiguous", "contiguous", "ring forward"),
-                                     ("ring, zigzag", "zigzag", "ring forward"), ("ulysses", "ulysses", "ulysses forward"))}
+per_step = {name: [s.summary()["step_us"] for s in steps[key]]
+            for name, key in (("ring, contiguous", "contiguous"), ("ring, zigzag", "zigzag"), ("ulysses", "ulysses"))}
 step_medians = pd.DataFrame({name: pd.concat(steps, axis=1).median(axis=1) for name, steps in per_step.items()}) / 1e3
 display(step_medians.round(1).rename_axis("median ms per profiled forward"))
 lesson(all(not p.is_alive() for p in group._procs), "closing the group ended every rank process")
