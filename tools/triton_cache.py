@@ -91,8 +91,9 @@ def prepare(cache: Path):
     return tf, triton
 
 
-def launches() -> list:
-    """The plan's Triton launches (chapters, GPU tests' autotuned one, bench), each once."""
+def launches(grid: bool = True) -> list:
+    """The plan's Triton launches (the GPU tests' covering grid unless ``grid`` is False, their
+    autotuned test, the chapters, the bench), each once."""
     sys.path.insert(0, str(ROOT / "tools"))
     import gpu_plan
 
@@ -100,7 +101,8 @@ def launches() -> list:
     tests = plan["gpu_tests"]
     # The covering grid's launches, in the tests' layout (make_attention_inputs(..., layouts="bshd")):
     # at a ragged head dim the strides' classes depend on it.
-    uses = [{**u, "layout": "bshd"} for u in gpu_plan.test_cases(tests["triton_cases"])] if tests.get("triton_cases") else []
+    uses = [{**u, "layout": "bshd"} for u in gpu_plan.test_cases(tests["triton_cases"])] \
+        if grid and tests.get("triton_cases") else []
     uses += tests["triton"]
     for chapter in plan["chapters"].values():
         uses += chapter.get("triton", [])
@@ -161,7 +163,7 @@ def stamp_fields(triton) -> dict:
             "python": sys.version.split()[0]}
 
 
-def run(cache: Path, expect_hits: bool) -> dict:
+def run(cache: Path, expect_hits: bool, grid: bool = True) -> dict:
     tf, triton = prepare(cache)
     counts = {"hits": 0, "compiles": 0, "compile_s": 0.0}
 
@@ -170,7 +172,7 @@ def run(cache: Path, expect_hits: bool) -> dict:
 
     triton.knobs.compilation.listener = listener
     start, per_launch = time.perf_counter(), []
-    for use, params in launches():
+    for use, params in launches(grid):
         before = counts["compiles"]
         launch(tf, use, params)
         per_launch.append([use.get("why", use["kernels"]), counts["compiles"] - before])
@@ -188,9 +190,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/triton_cache.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("build", "check"))
     ap.add_argument("cache", type=Path)
+    ap.add_argument("--no-test-grid", action="store_true",
+                    help="leave out the GPU tests' covering grid (one config each): the book's launches only")
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
-    result = run(args.cache.resolve(), expect_hits=args.what == "check")
+    result = run(args.cache.resolve(), expect_hits=args.what == "check", grid=not args.no_test_grid)
     print(json.dumps(result))
     if args.what == "check":
         stamp = json.loads((args.cache / STAMP).read_text())
