@@ -64,8 +64,9 @@ def kernels_for(capability) -> tuple:
 # architecture. Each table is measured with its release (bf16, every config the pruning would
 # keep otherwise: ``python -m kernels.compile_report --target sm_80|sm_90``), because what spills
 # is the compiler's decision and changes between releases: Triton 3.9 spills four sm_90 configs
-# that 3.7.1 holds in registers. A release and architecture without a table (Triton 3.6 and
-# 3.8; 3.9 on sm_80) get every config that spilled there with any measured release. Ampere's mma.sync takes both operands from registers, where
+# that 3.7.1 holds in registers, and on sm_80 two that 3.7.1 holds while holding two it spilled.
+# A release without a table (Triton 3.6, 3.8) gets every config that spilled on that
+# architecture with any measured release. Ampere's mma.sync takes both operands from registers, where
 # Hopper's wgmma reads one from shared memory, so sm_80 runs out of registers on tiles that
 # sm_90 holds. tests/test_compile_report.py fails when a kept config spills with the Triton
 # that runs it, which is how a new release's changes are found (``make test-compat``).
@@ -85,6 +86,15 @@ SPILLS_BY_TRITON = {
         9: {("fwd_tma", 256): {(32, 32, 4, 2)}},
     },
     (3, 9): {
+        8: {
+            ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
+            ("fwd", 128): {(128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4)},
+            ("fwd", 256): {(64, 64, 8, 2), (64, 32, 4, 3)},
+            ("bwd_dkdv", 64): {(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3)},
+            ("bwd_dkdv", 128): {(32, 128, 8, 2), (32, 128, 8, 3)},
+            ("bwd_dq", 64): {(128, 64, 8, 3), (64, 64, 4, 3)},
+            ("bwd_dq", 128): {(128, 64, 8, 2)},
+        },
         9: {
             ("fwd", 128): {(128, 128, 8, 2)},          # 32 bytes
             ("fwd_tma", 256): {(32, 32, 4, 2)},        # 56 bytes
