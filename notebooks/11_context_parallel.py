@@ -216,6 +216,8 @@ display((naive[["step_us", "compute_us", "communication_us", "overlap_us", "expo
                 "behind_slowest_us"]] / 1e3).round(2).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", "")))
 
 # %%
+#| caption: One ring forward with the contiguous split, a track per rank: compute (its CPU ops) beside gloo's sends and receives. Under the causal mask the last rank has the most work, so the others finish early and wait for it.
+#| alt: Timeline with one track per rank of compute bars and communication bars; the last rank's compute is the longest.
 def median_step(steps):
     """The step whose slowest rank took the median time: a representative one to draw."""
     return sorted(steps, key=lambda s: s.summary()["step_us"].max())[len(steps) // 2]
@@ -275,6 +277,8 @@ display(pd.DataFrame({f"rank {r}": [f"positions {a} to {b - 1}" for a, b in ring
 guess_zigzag = 2.0  # edit me
 
 # %%
+#| caption: The same ring forward with the zigzag split: each rank holds one early and one late block of the sequence, so the ranks' compute comes out about equal.
+#| alt: Timeline with one track per rank of compute and communication bars, the ranks' compute bars of about equal length.
 zigzag = step_totals(steps["zigzag"])
 zigzag_imbalance = zigzag["compute_us"].max() / zigzag["compute_us"].min()
 reveal(guess_zigzag, round(zigzag.loc[last, "compute_us"] / zigzag.loc[first, "compute_us"], 2),
@@ -346,6 +350,8 @@ except ValueError as err:
 guess_ratio = 2.0  # edit me: the ring's bytes over Ulysses' bytes, per rank and forward
 
 # %%
+#| caption: One Ulysses forward, a track per rank: the all-to-alls that trade sequence shards for head shards, and the attention, which cannot start until they finish.
+#| alt: Timeline with one track per rank: communication bars of the all-to-alls around the compute bars of the attention.
 group.run(cp.profile_scheme, shapes.with_(layout="contiguous"), "ulysses", f"{trace_dir}/ulysses", ACTIVE)
 folders["ulysses"] = rank_traces.load_ranks(f"{trace_dir}/ulysses")
 steps["ulysses"] = profiled_steps(folders["ulysses"], "ulysses forward")
@@ -412,6 +418,8 @@ lesson(volumes.loc[(64, "32:32"), "ring / ulysses"] > volumes.loc[(2, "32:32"), 
 # them below a crossover c* = H_kv·2·F / (H·BW), where F is the FLOP rate.
 
 # %%
+#| caption: The ring's time per forward and per rank against the number of ranks for a 128k-token sequence, modelled from an H100's peak and two links' bandwidths: compute falls with the square of the shard, communication only with the shard, so past the crossover the transfers no longer hide behind compute.
+#| alt: Log-log chart of milliseconds per forward and per rank against the number of ranks: a falling black line for compute, two dashed lines for the K/V transfers over NVLink and InfiniBand, and a vertical line at each crossover.
 h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kernels.devices (NVIDIA's datasheet)
 flops_per_s = h100.flops
 LINKS = {"NVLink 4 (450 GB/s each way)": 450e9, "InfiniBand NDR (50 GB/s each way)": 50e9}
@@ -494,6 +502,8 @@ else:
 # their own stream, and compute every other kernel:
 
 # %%
+#| caption: A real step of two ranks of a 128-rank training job on A100s (HolisticTraceAnalysis's test data, MIT licence), read the same way: NCCL kernels on their own stream are communication, every other kernel compute.
+#| alt: Timeline with a track per rank of a real training step: compute kernels and NCCL communication kernels on separate rows.
 import shutil
 from pathlib import Path
 
