@@ -102,7 +102,7 @@ def squeeze_scalar_index() -> bool:
         patch(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
 
-    patch_lang_tensor.squeezes_scalars = True
+    setattr(patch_lang_tensor, "squeezes_scalars", True)  # read back with getattr above
     interpreter._patch_lang_tensor = patch_lang_tensor
     return True
 
