@@ -127,9 +127,15 @@ def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
 
 
 def printed(notebook) -> str:
-    """Everything a notebook's code cells printed."""
+    """Everything a notebook's code cells printed or said (kernels.book.say displays a lesson
+    as HTML with the sentence itself as its plain-text view)."""
     cells = json.loads(notebook.read_text())["cells"]
-    return "".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code" for o in c["outputs"])
+
+    def text(output) -> str:
+        said = output.get("data", {}).get("text/plain", "") if output.get("output_type") == "display_data" else ""
+        return "".join(output.get("text", "")) + "".join(said) + "\n"
+
+    return "".join(text(o) for c in cells if c["cell_type"] == "code" for o in c["outputs"])
 
 
 def execute_with_recording(tmp_path, only):
