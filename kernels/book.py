@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -137,6 +138,28 @@ def lesson(condition: bool, claim: str, evidence: str = "") -> None:
     if not condition:
         raise LessonFailed(f"The chapter claims: {claim}. This run disagrees. {evidence}".strip())
     say(f"✔ {claim}" + (f" ({evidence})" if evidence else ""), kind="lesson")
+
+
+def timing_lesson(held: list, claim: str, evidence: str = "") -> Optional[bool]:
+    """Assert a timing claim that was checked once per profiled step, on a machine that may be busy.
+
+    ``held`` says, step by step, whether the claim held in that step. The course's rule (the
+    same 80% that ``kernels.comparison`` uses): held in at least 80% of the steps, the lesson
+    passes; in at most 20%, the trace contradicts the prose and the lesson fails; in between,
+    the page says the machine was too noisy to tell and asserts nothing. Returns True, or None
+    when too noisy.
+    """
+    if not held:
+        raise ValueError("timing_lesson needs at least one profiled step")
+    share = sum(bool(h) for h in held) / len(held)
+    tally = f"held in {sum(bool(h) for h in held)} of {len(held)} profiled steps"
+    evidence = f"{evidence}; {tally}" if evidence else tally
+    if share >= 0.8 or share <= 0.2:
+        lesson(share >= 0.8, claim, evidence)
+        return True
+    say(f"Too noisy to tell on this run: {claim}? ({evidence}; the course asserts a timing claim "
+        f"when it held in at least 80% of the steps, and refutes it at 20% or less)", kind="note")
+    return None
 
 
 # What ``say`` can be: the CSS class of each (book/_static/pages.css styles them).

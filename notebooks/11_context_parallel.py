@@ -24,7 +24,7 @@ from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 from kernels import context_parallel as cp
 from kernels import devices, rank_traces, ranks, reference, ring, traces, ulysses
-from kernels.book import glue, inputs, lesson, reveal, setup, show_source
+from kernels.book import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
 from kernels.plots import apply_font_floor
 
 started = time.perf_counter()  # the closing note reports how long this chapter took
@@ -234,19 +234,24 @@ flop_ratio = naive.loc[last, "matmul_flop"] / naive.loc[first, "matmul_flop"]
 lesson(abs(flop_ratio - predicted_ratio) <= 1e-9 * predicted_ratio,
        "the matrix products the trace recorded (their shapes) give the last rank the arithmetic the split predicts",
        f"{flop_ratio:.2f}x rank 0's FLOPs")
+# Timings on a shared machine are noisy, so each timing claim is checked in every profiled
+# step and asserted by the 80% rule of `kernels.book.timing_lesson` (or called too noisy).
 measured_imbalance = naive.loc[last, "compute_us"] / naive.loc[first, "compute_us"]
-lesson(measured_imbalance > 1, "and the last rank's compute takes longer than rank 0's in the trace",
-       f"{measured_imbalance:.2f}x over {ACTIVE} steps (masked blocks cost a little more than their share)")
-lesson(naive.loc[first, "exposed_communication_us"] > naive.loc[last, "exposed_communication_us"],
-       "rank 0, with less to compute, spends longer in communication it cannot hide: it waits for the slowest rank",
-       f"{naive.loc[first, 'exposed_communication_us'] / 1e3:.1f} ms against {naive.loc[last, 'exposed_communication_us'] / 1e3:.1f} ms")
+per_step = [s.summary() for s in steps["contiguous"]]
+timing_lesson([t.loc[last, "compute_us"] > t.loc[first, "compute_us"] for t in per_step],
+              "and the last rank's compute takes longer than rank 0's in the trace",
+              f"{measured_imbalance:.2f}x over {ACTIVE} steps (masked blocks cost a little more than their share)")
+timing_lesson([t.loc[first, "exposed_communication_us"] > t.loc[last, "exposed_communication_us"] for t in per_step],
+              "rank 0, with less to compute, spends longer in communication it cannot hide: it waits for the slowest rank",
+              f"{naive.loc[first, 'exposed_communication_us'] / 1e3:.1f} ms against "
+              f"{naive.loc[last, 'exposed_communication_us'] / 1e3:.1f} ms over {ACTIVE} steps")
 path = step.critical_path()
 display(path.round(1))
 after_exchange = path[path["round"] == 1].iloc[0]
-lesson(int(after_exchange["rank"]) == last,
-       "after the first exchange the critical path runs through the last rank, computing the block rank 0 skips",
-       f"{after_exchange['compute_us'] / 1e3:.0f} ms on rank {int(after_exchange['rank'])}, "
-       f"{after_exchange['slack_us'] / 1e3:.0f} ms more than rank 0 there")
+timing_lesson([int(s.critical_path().query("round == 1").iloc[0]["rank"]) == last for s in steps["contiguous"]],
+              "after the first exchange the critical path runs through the last rank, computing the block rank 0 skips",
+              f"in the median step {after_exchange['compute_us'] / 1e3:.0f} ms on rank {int(after_exchange['rank'])}, "
+              f"{after_exchange['slack_us'] / 1e3:.0f} ms more than rank 0 there")
 glue("naive_imbalance", measured_imbalance)
 glue("flop_ratio", flop_ratio)
 
@@ -255,7 +260,8 @@ glue("flop_ratio", flop_ratio)
 # see the ranks side by side. The trace agrees with the count: the shapes of its matrix products give the last rank
 # {glue:text}`flop_ratio:.1f` times rank 0's FLOPs, it computed {glue:text}`naive_imbalance:.2f`
 # times as long (a diagonal block, computed whole and then masked, costs more than its share of
-# pairs, and a busy machine adds noise), and rank 0 spent the difference waiting at the step's end. The critical path, read
+# pairs, and a busy machine adds noise), and, where the step-by-step checks above held (they say
+# so when the machine was too noisy to tell), rank 0 spent the difference waiting at the step's end. The critical path, read
 # round by round (the step is cut where each rank's communication rounds end, and in each
 # piece the rank that computed longest is the one the others wait for), runs through the last
 # rank where the work is.

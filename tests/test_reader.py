@@ -39,6 +39,21 @@ def test_a_failed_lesson_still_raises_with_the_claim():
         book.lesson(False, "no copies")
 
 
+def test_a_timing_lesson_passes_at_80_percent_fails_at_20_and_is_too_noisy_between(capsys):
+    from kernels import book
+
+    assert book.timing_lesson([True] * 5 + [False], "rank 0 waits") is True
+    assert "✔ rank 0 waits (held in 5 of 6 profiled steps)" in capsys.readouterr().out
+    assert book.timing_lesson([True, False, True, False], "rank 0 waits") is None
+    out = capsys.readouterr().out
+    assert out.startswith("Too noisy to tell on this run: rank 0 waits?") and "held in 2 of 4" in out, \
+        "between 20% and 80% the page says the machine was too noisy and asserts nothing"
+    with pytest.raises(book.LessonFailed, match="held in 1 of 6"):
+        book.timing_lesson([False] * 5 + [True], "rank 0 waits")
+    with pytest.raises(ValueError, match="at least one profiled step"):
+        book.timing_lesson([], "rank 0 waits")
+
+
 def code_lines(cells) -> set[str]:
     return {line.strip() for c in cells if c.cell_type == "code"
             for line in c.source.splitlines() if line.strip() and not line.strip().startswith("#")}
