@@ -237,11 +237,11 @@ lesson(abs(flop_ratio - predicted_ratio) <= 1e-9 * predicted_ratio,
 # Timings on a shared machine are noisy, so each timing claim is checked in every profiled
 # step and asserted by the 80% rule of `kernels.book.timing_lesson` (or called too noisy).
 measured_imbalance = naive.loc[last, "compute_us"] / naive.loc[first, "compute_us"]
-per_step = [s.summary() for s in steps["contiguous"]]
-timing_lesson([t.loc[last, "compute_us"] > t.loc[first, "compute_us"] for t in per_step],
+contiguous_steps = [s.summary() for s in steps["contiguous"]]
+timing_lesson([t.loc[last, "compute_us"] > t.loc[first, "compute_us"] for t in contiguous_steps],
               "and the last rank's compute takes longer than rank 0's in the trace",
               f"{measured_imbalance:.2f}x over {ACTIVE} steps (masked blocks cost a little more than their share)")
-timing_lesson([t.loc[first, "exposed_communication_us"] > t.loc[last, "exposed_communication_us"] for t in per_step],
+timing_lesson([t.loc[first, "exposed_communication_us"] > t.loc[last, "exposed_communication_us"] for t in contiguous_steps],
               "rank 0, with less to compute, spends longer in communication it cannot hide: it waits for the slowest rank",
               f"{naive.loc[first, 'exposed_communication_us'] / 1e3:.1f} ms against "
               f"{naive.loc[last, 'exposed_communication_us'] / 1e3:.1f} ms over {ACTIVE} steps")

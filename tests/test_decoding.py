@@ -269,7 +269,7 @@ def test_exercise_notebook_stubs_fail_with_their_message_and_solutions_pass(name
     params = _tagged(cells, "parameters")
     assert len(params) == 1 and re.search(r"^solutions = False$", params[0], flags=re.M)
     text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
-    assert ":::{dropdown}" in text and f"](../{name}.ipynb)" in text
+    assert "<details" in text and f"](../{name}.ipynb)" in text
     assert all("hide-input" in c.metadata["tags"] for c in cells if "solution" in c.metadata.get("tags", []))
     assert "showing_solutions(solutions)" in "\n".join(_tagged(cells, "setup"))
     module = {}
