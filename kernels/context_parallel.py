@@ -77,7 +77,9 @@ def ring_check(rank: int, world: int, case: Case, backward: bool = True) -> dict
     result = {"out": out.detach().cpu()}
     if backward:
         out.backward(ring.shard(grad_out, rank, world, case.layout))
-        result.update({name: t.grad.cpu() for name, t in zip(("dq", "dk", "dv"), mine)})
+        grads = [t.grad for t in mine]
+        assert all(g is not None for g in grads), "backward reached every input shard"
+        result.update({name: g.cpu() for name, g in zip(("dq", "dk", "dv"), grads) if g is not None})
     return result
 
 

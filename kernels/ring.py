@@ -242,7 +242,7 @@ class RingPlan:
     layout: str
     causal: bool
     scale: float
-    group: object = None
+    group: Optional["torch.distributed.ProcessGroup"] = None
     timeout_s: Optional[float] = None
 
     def chunks(self, rank: int) -> list[tuple[int, int]]:

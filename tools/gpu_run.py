@@ -383,7 +383,10 @@ def phase_bench(run: Run) -> Phase:
     device, args = ("cpu", DRY_BENCH_ARGS) if run.dry_run else ("cuda", BENCH_ARGS)
     impls = args[args.index("--impls") + 1:args.index("--seq")]
     common = args[:args.index("--impls")] + args[args.index("--seq"):]
-    merged, outcomes, budget_end = {"meta": {}, "results": []}, [], time.monotonic() + run.limits["bench"]
+    merged: dict[str, dict] = {"meta": {}}
+    results: list[dict] = []
+    outcomes: list[str] = []
+    budget_end = time.monotonic() + run.limits["bench"]
     for i, impl in enumerate(impls):
         share = (budget_end - time.monotonic()) / (len(impls) - i)  # what the fast ones leave, the slow ones get
         stem = run.work / "logs" / f"bench-{impl}"
@@ -394,15 +397,15 @@ def phase_bench(run: Run) -> Phase:
             part = json.loads(stem.with_suffix(".json").read_text())
             merged["meta"] = merged["meta"] or part["meta"]
             merged["meta"].setdefault("commands", []).append(part["meta"].get("command"))
-            merged["results"].extend(part["results"])
+            results.extend(part["results"])
         for leftover in stem.parent.glob(stem.name + ".*"):
             leftover.unlink()
-    (run.work / "bench.json").write_text(json.dumps(merged, indent=1) + "\n")
+    (run.work / "bench.json").write_text(json.dumps({**merged, "results": results}, indent=1) + "\n")
     bad = [o for o in outcomes if not o.endswith(": ok")]
     phase.status = "ok" if not bad else ("timed out" if all("timed out" in o for o in bad) else "failed")
     if run.dry_run and not bad:
         phase.status = "dry run"
-    phase.detail = f"{len(merged['results'])} points; " + ", ".join(outcomes)
+    phase.detail = f"{len(results)} points; " + ", ".join(outcomes)
     return phase
 
 
@@ -483,7 +486,7 @@ DROP_ORDER = ("notebooks/", "logs/")
 def pack(work: Path, archive: Path, manifest: dict, budget: int = ARCHIVE_BUDGET) -> dict:
     """Write ``archive`` from the files under ``work`` plus a manifest listing each with its hash."""
     files = sorted(p for p in work.rglob("*") if p.is_file())
-    dropped = []
+    dropped: list[str] = []
     while True:
         listed = [{"path": p.relative_to(work).as_posix(), "bytes": p.stat().st_size,
                    "sha256": sha256(p.read_bytes())} for p in files]
@@ -586,7 +589,8 @@ def run_all(out: Path, dry_run: bool, chapters: list[str], overrides: list[str],
             run.say(f"resuming {resume}: it finished " + (", ".join(
                 p["name"] for p in prior["phases"] if p["status"] in DONE) or "nothing"))
         prior_rows = json.loads((run.work / "chapters.json").read_text()) if (run.work / "chapters.json").exists() else []
-        env, stopped, ran = {}, False, []
+        env: dict = {}
+        stopped, ran = False, []
         for i, name in enumerate(PHASES, 1):
             kept = prior_phase(prior, name) if name != "environment" else None
             if stopped or kept:
@@ -784,7 +788,7 @@ def wheels(dest: Path, budget: int = WHEELS_BUDGET) -> list[Path]:
             wheel.unlink()
         else:
             kept.append(wheel)
-    by_project = {}
+    by_project: dict[str, list[Path]] = {}
     for wheel in kept:  # one version of each project: the newest file name wins
         by_project.setdefault(wheel_project(wheel.name), []).append(wheel)
     for project, found in by_project.items():

@@ -19,7 +19,10 @@ PACKAGE = "attention-profiled"
 
 
 def version(root: Path = ROOT) -> str:
-    return re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M).group(1)
+    found = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
+    if found is None:
+        raise ValueError("pyproject.toml has no version = \"...\" line")
+    return found.group(1)
 
 
 def changelog_versions(root: Path = ROOT) -> list[str]:

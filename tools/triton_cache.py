@@ -84,7 +84,7 @@ def prepare(cache: Path):
 
     JITFunction.run = compile_only
     Autotuner.run = every_kept_config
-    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(**SM90)
+    setattr(torch.cuda, "get_device_properties", lambda *a, **k: types.SimpleNamespace(**SM90))  # mypy: a stand-in's type
     import kernels.triton_flash as tf
     tf._capability = lambda t: (SM90["major"], SM90["minor"])
     assert not tf.INTERPRETED, "the kernels must be compiled objects here (TRITON_INTERPRET=0)"
@@ -165,7 +165,7 @@ def stamp_fields(triton) -> dict:
 
 def run(cache: Path, expect_hits: bool, grid: bool = True) -> dict:
     tf, triton = prepare(cache)
-    counts = {"hits": 0, "compiles": 0, "compile_s": 0.0}
+    counts: dict = {"hits": 0, "compiles": 0, "compile_s": 0.0}
 
     def listener(src, metadata, metadata_group, times, cache_hit):
         counts["hits" if cache_hit else "compiles"] += 1
