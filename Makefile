@@ -43,10 +43,10 @@ test-book: setup
 
 # Write book/**/*.ipynb from their sources in notebooks/ (edit the .py files, not the .ipynb).
 notebooks: setup
-	$(PY) notebooks/convert.py
+	$(PY) -m tools.book.convert
 
 book: setup
-	$(PY) -m kernels.execute --profile $(PROFILE) --build
+	$(PY) -m tools.book.execute --profile $(PROFILE) --build
 
 # The GPU run, on a machine with a GPU (no network needed): see README "Running on a GPU".
 # Writes exactly $(OUT)/gpu-run.tar.gz and $(OUT)/summary.txt, in under 8 minutes a call.

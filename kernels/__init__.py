@@ -12,12 +12,17 @@ raises ``kernels.CannotRun`` (a RuntimeError) with the same words ``available`` 
 Importing never needs a GPU, a compiler or a particular SDPA backend: each implementation
 says what it lacks only when asked (``available``) or called. Importing changes nothing in the
 process (no environment variable): without a GPU the Triton kernels borrow Triton's interpreter
-launch by launch (``kernels.triton_interpreter``).
+launch by launch (``kernels.triton.interpreter``).
 """
-from . import reference
-from .registry import CannotRun, available, check_inputs, get, implementation, names, register
+from kernels import reference
+from kernels.registry import CannotRun, available, check_inputs, get, implementation, names, register
 
 # Each module registers its implementations on import, in the order of the chapters.
-from . import naive, inplace, sdpa, triton_flash, cuda_flash, compiled  # noqa: E402,F401  (imported for their registrations)
+from kernels.attention import naive
+from kernels.attention import inplace
+from kernels.attention import sdpa
+from kernels.triton import flash as triton_flash
+from kernels.cuda import flash as cuda_flash
+from kernels.attention import torch_compile
 
 __all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register"]

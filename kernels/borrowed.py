@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .trace import Step, Trace, load_trace
+from kernels.trace.reader import Step, Trace, load_trace
 
 PACKAGE = Path(__file__).resolve().parent
 

@@ -27,16 +27,16 @@ def known_problem(name: str, device: torch.device) -> Optional[str]:
 
 def _interpreter_problem() -> Optional[str]:
     """Triton 3.6's interpreter with NumPy 2.4, where the library's fix could not be applied."""
-    from . import triton_interpreter
+    from kernels.triton import interpreter
 
-    if not triton_interpreter.wanted():
+    if not interpreter.wanted():
         return None           # compiled kernels: the interpreter is not used
     try:
         import numpy
         import triton
     except ImportError:
         return None           # a missing Triton is the implementation's own reason
-    if triton_interpreter.squeeze_scalar_index():
+    if interpreter.squeeze_scalar_index():
         return None
     return (f"Triton {triton.__version__}'s interpreter cannot run kernels with NumPy {numpy.__version__}: "
             "it converts one-element arrays with int(), which NumPy 2.4 refuses, and this Triton's "

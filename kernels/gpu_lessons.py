@@ -3,11 +3,11 @@
 Each GPU branch of chapters 04-10 is two parts. The chapter runs the work on the GPU and
 profiles it (that part needs a GPU); it then hands the step, its kernels table or a result
 table to one function here, which reads it and states the chapter's lesson with
-``kernels.book.lesson`` (failing loudly when the lane disagrees). The tests hand the same
+``kernels.notebook.lesson`` (failing loudly when the lane disagrees). The tests hand the same
 functions fixture lanes shaped like an H100's (``tests/hopper_trace.py``, in ``make test-book``),
 so the reading half of every GPU branch runs without a GPU.
 
-Kernels are classified by ``kernels.fingerprints`` only (never a regex of a chapter's own):
+Kernels are classified by ``kernels.trace.fingerprints`` only (never a regex of a chapter's own):
 a Hopper GEMM is ``nvjet_tst_*`` or ``sm90_xmma_gemm_*``, names no ``gemm|cutlass`` pattern
 of the Ampere era is sure to cover.
 """
@@ -18,10 +18,11 @@ from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from . import fingerprints, occupancy
-from .book import lesson
-from .trace import Step
-from .trace_tables import kernel_table
+from kernels.trace import fingerprints
+from kernels.hw import occupancy
+from kernels.notebook import lesson
+from kernels.trace.reader import Step
+from kernels.trace.tables import kernel_table
 
 
 def launched(kernels: pd.DataFrame) -> pd.DataFrame:

@@ -20,13 +20,13 @@ Where ``<recordings>`` is, first match wins:
 """
 from __future__ import annotations
 
+from kernels.trace import reader
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import profiling
 
 ENV_VAR = "ATTENTION_PROFILED_RECORDINGS"
 PACKAGE = Path(__file__).resolve().parent
@@ -62,12 +62,12 @@ class Recording:
     def has(self, notebook: str, variant: str) -> bool:
         return self.trace_path(notebook, variant).exists()
 
-    def trace(self, notebook: str, variant: str) -> profiling.Trace:
+    def trace(self, notebook: str, variant: str) -> reader.Trace:
         path = self.trace_path(notebook, variant)
         if not path.exists():
             have = sorted(p.relative_to(self.folder).as_posix() for p in self.folder.rglob("*.json.gz"))
             raise FileNotFoundError(f"this recording ({self.label}) has no {notebook}/{variant}; it has: {have}")
-        return profiling.load_trace(path)
+        return reader.load_trace(path)
 
 
 def recordings(root: Optional[Path] = None) -> list[Recording]:
@@ -129,7 +129,7 @@ def gpu_lanes(device, live: dict, notebook: str, variants, root: Optional[Path] 
     rec = latest(root)
     if rec is None:
         return {}, NO_RECORDING, None
-    lanes = {v: profiling.median_step(rec.trace(notebook, v).steps(v)) for v in variants if rec.has(notebook, v)}
+    lanes = {v: reader.median_step(rec.trace(notebook, v).steps(v)) for v in variants if rec.has(notebook, v)}
     if not lanes:
         return {}, f"the recording ({rec.label}) has no trace of {', '.join(variants)} from {notebook}", None
     return lanes, rec.label, rec.capability

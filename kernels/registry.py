@@ -131,7 +131,7 @@ def available(device="cpu") -> dict[str, Reason]:
 
 
 def _why_not(impl: Implementation, device: torch.device) -> Reason:
-    from .compat import known_problem   # a versions problem (kernels.compat) reads as any other reason
+    from kernels.compat import known_problem
 
     return device_missing(device) or known_problem(impl.name, device) or impl.requires(device)
 

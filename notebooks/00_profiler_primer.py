@@ -19,9 +19,15 @@ import inspect
 
 import torch
 
+from kernels.bench import comparison
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
 import kernels
-from kernels import bench, borrowed, profiling, recorded, traces
-from kernels.book import glue, inputs, lesson, reveal, say, setup
+from kernels import borrowed, recorded
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, reveal, say, setup
 
 device, dtype = setup(device, dtype)
 print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
@@ -39,11 +45,11 @@ print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
 # - **A label.** `torch.profiler.record_function("name")` wraps a call in a named range, so
 #   the trace says which ops belong to which call.
 #
-# The course wraps both in one function, `kernels.profiling.profile`. Here is its core:
+# The course wraps both in one function, `kernels.trace.record.profile`. Here is its core:
 
 # %%
-src = inspect.getsource(profiling.profile)
-print(src[src.index("    with _quiet_kineto()"):src.index("    return Profile")])
+src = inspect.getsource(record.profile)
+print(src[src.index("    with quiet_kineto()"):src.index("    return Profile")])
 
 # %% [markdown]
 # ## Guess first
@@ -70,8 +76,8 @@ def mlp_step(x, w):
 
 x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
-run = profiling.profile(mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
-step = profiling.median_step(run.steps())
+run = record.profile(mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
+step = reader.median_step(run.steps())
 
 seen = step.top_level()["name"].tolist()
 display(reveal(guess, seen, "top-level ops"))
@@ -131,14 +137,14 @@ if device.type == "cuda":
 
 # %% [markdown]
 # **2. A per-step op table.** The course parses the exported trace file itself
-# (`kernels.profiling`), so each labelled step comes back as a table in call order, indented
+# (`kernels.trace.record`), so each labelled step comes back as a table in call order, indented
 # by nesting depth, with input shapes and the memory each op allocated. View-only ops
 # (reshape, transpose, ...) that compute nothing are hidden. Its times are one step's,
 # profiler included: read the order and the nesting first, and the times only after the
 # check below.
 
 # %%
-profiling.op_table(step)
+tables.op_table(step)
 
 # %% [markdown]
 # Should the relu take a large share of the matmul's time? The matmul does
@@ -153,7 +159,7 @@ profiling.op_table(step)
 
 # %%
 y = x @ w
-ops_timing = bench.compare({"matmul": lambda: x @ w, "relu": lambda: torch.relu(y)}, device=device, rounds=15)
+ops_timing = comparison.compare({"matmul": lambda: x @ w, "relu": lambda: torch.relu(y)}, device=device, rounds=15)
 print(ops_timing.verdict())
 profiled_ms = {name: float(step.find(op)["dur_us"].sum()) / 1e3 for name, op in (("matmul", "aten::mm"), ("relu", "aten::clamp_min"))}
 print("in the profiled step: " + ", ".join(f"{n} {t:.3f} ms" for n, t in profiled_ms.items()))
@@ -178,7 +184,7 @@ glue("primer_ops_reading", {
 # exactly the number of steps we asked for:
 
 # %%
-per_step = profiling.counts(run.steps())
+per_step = tables.counts(run.steps())
 lesson(len(per_step) == active_steps, f"the schedule recorded exactly {active_steps} active steps", f"{len(per_step)} steps in the trace")
 lesson(per_step["ops"].nunique() == 1, "every recorded step dispatched the same number of ops",
        f"{per_step['ops'].iloc[0]} ops per step")
@@ -192,13 +198,14 @@ per_step
 # %%
 #| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; a wide bar over a narrow child is time spent in the parent itself (dispatch, checks, allocation).
 #| alt: Timeline of one step of a small MLP: a label row on top, then rows of CPU ops by nesting depth, each op a bar as long as it ran.
-fig = profiling.timeline(step, title="mlp_step: one recorded step")
+fig = timeline.timeline(step, title="mlp_step: one recorded step")
 glue("primer_step_ms", round(step.cpu_time_us / 1e3, 3))
 glue("primer_ops", len(step.ops))
+fig
 
 # %%
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
-traces.links(run)
+links(run)
 
 # %% [markdown]
 # That step took {glue:text}`primer_step_ms` ms of CPU time and dispatched
@@ -214,7 +221,7 @@ traces.links(run)
 #
 # - The time of an op on the CPU lane is the time to *launch* its work, not to do it.
 # - A timer around GPU code measures launches unless it synchronises
-#   (`torch.cuda.synchronize()`, or CUDA events). `kernels.profiling.profile` synchronises at
+#   (`torch.cuda.synchronize()`, or CUDA events). `kernels.trace.record.profile` synchronises at
 #   the end of each step so that steps do not bleed into each other.
 #
 # The CPU side of a GPU lane holds more than ops. Part 1 of the source series
@@ -226,7 +233,7 @@ traces.links(run)
 #   how many blocks of a kernel fit one SM. In the series' trace cuBLAS made it inside
 #   `aten::mm`, before the GEMM's launch, and the elementwise kernel had none; a different
 #   cuBLAS may not make it at all.
-# - `cudaDeviceSynchronize`: here the one `kernels.profiling.profile` calls after each
+# - `cudaDeviceSynchronize`: here the one `kernels.trace.record.profile` calls after each
 #   labelled call, still inside the recorded step (`ProfilerStep#N`) but after the label.
 # - `Activity Buffer Request`: the profiler's own row, CUPTI asking for memory to record GPU
 #   activity into. The series found one leaving a gap in its GPU lane; where it falls depends
@@ -250,7 +257,7 @@ if lanes:
     gpu_step = lanes["mlp_step"]
     label_ts, label_end = float(gpu_step.range["ts"]), float(gpu_step.range["end"])
     print(f"GPU lane: {lane_source}")
-    display(profiling.kernel_table(gpu_step))
+    display(tables.kernel_table(gpu_step))
     # The recorded step around this label: the label, then what the step does after it.
     outer = next(p for p in gpu_step.trace.profiler_steps()
                  if p.range["ts"] <= label_ts and p.range["end"] >= label_end)
@@ -309,7 +316,7 @@ a100 = borrowed.ALEXNET_FORWARD
 a100_trace = a100.trace()
 a100_step = a100.step()
 say(a100.credit(a100_trace))
-fig = profiling.timeline(a100_step, title="AlexNet, one forward on an A100 (recorded by HolisticTraceAnalysis)")
+timeline.timeline(a100_step, title="AlexNet, one forward on an A100 (recorded by HolisticTraceAnalysis)")
 
 # %%
 a100_kernels = a100_step.kernels

@@ -13,10 +13,15 @@
 # %%
 import torch
 
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
 import kernels
-from kernels import profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
-from kernels.naive import NaiveAttention
+from kernels import recorded, reference
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.attention.naive import NaiveAttention
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
@@ -53,8 +58,8 @@ glue("naive_err", verdict["out"].error)
 guess = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # edit me
 
 # %%
-run = profiling.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
-step = profiling.median_step(run.steps())
+run = record.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
+step = reader.median_step(run.steps())
 top = step.top_level()["name"].tolist()
 display(reveal(guess, top, "top-level ops"))
 called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # forward's five calls
@@ -65,7 +70,7 @@ lesson(top == called, "the ops forward calls appear at the top of the trace exac
 # forward that does work (views hidden), indented under the op that called it:
 
 # %%
-profiling.op_table(step)
+tables.op_table(step)
 
 # %% [markdown]
 # ## The op we did not write
@@ -103,11 +108,11 @@ glue("naive_step_ms", f"{step.cpu_time_us / 1e3:.2f}")
 # %%
 #| caption: One forward of hand-written attention. The red bars are the copy this chapter is about: the `clone` under `masked_fill` and its S×S `copy_`; the matmuls, the scale and the softmax around them do the work.
 #| alt: Timeline of one naive attention forward: matmul, mul, masked_fill, softmax and matmul in a row, with clone and copy_ drawn in red beneath masked_fill.
-fig = profiling.timeline(step, title=f"naive attention, one forward ({device.type})")
+timeline.timeline(step, title=f"naive attention, one forward ({device.type})")
 
 # %%
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
-traces.links(run)
+links(run)
 
 # %% [markdown]
 # ## Memory
@@ -143,7 +148,7 @@ if not lanes:
 else:
     print(f"GPU lane: {source}")
     gpu = lanes["naive"].kernels
-    display(profiling.kernel_table(lanes["naive"]))
+    display(tables.kernel_table(lanes["naive"]))
     copies = gpu[gpu["cat"] == "gpu_memcpy"]
     fills = lanes["naive"].find("aten::masked_fill")
     in_fill = [any(f.start_us <= t <= f.start_us + f.dur_us for f in fills.itertuples())

@@ -16,10 +16,16 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
+from kernels.bench import comparison
+from kernels.trace import diff as tracediff
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import timeline
 import kernels
-from kernels import bench, profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
-from kernels.inplace import InplaceAttention
+from kernels import recorded, reference
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.attention.inplace import InplaceAttention
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
@@ -51,9 +57,9 @@ lesson(verdict.ok, "in-place attention matches the float64 reference by the cour
 # Profile both with the same schedule and compare the ops of one forward each.
 
 # %%
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in ("naive", "inplace")}
-step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
+step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 scores_shape = [batch, heads, seq, seq]
 scores_bytes = batch * heads * seq * seq * q.element_size()
 
@@ -63,12 +69,12 @@ lesson(big_copies["naive"] == 1 and big_copies["inplace"] == 0,
 lesson(step["inplace"].find("aten::clone").empty, "no aten::clone is left in the in-place trace")
 
 # %% [markdown]
-# What exactly changed? `profiling.diff` matches every op of one forward with the other's by
+# What exactly changed? `tracediff.diff` matches every op of one forward with the other's by
 # name *and* input shapes (a view or a bare allocation counts towards the op that called it)
 # and keeps the rows whose count or allocated bytes differ:
 
 # %%
-changes = profiling.diff(step["naive"], step["inplace"])
+changes = tracediff.diff(step["naive"], step["inplace"])
 changes.table()
 
 # %% [markdown]
@@ -88,11 +94,11 @@ copy_rows = changes.ops[changes.ops["name"] == "aten::copy_"]
 gone = changed[changed["name"] == "aten::copy_"]
 lesson(copy_rows["count_change"].sum() == -1 and gone["shapes"].str.startswith(str(tuple(scores_shape))).all(),
        "the in-place forward runs exactly one copy_ fewer", f"the {batch}×{heads}×{seq}×{seq} one")
-fig = changes.figure()
+changes.figure()
 
 # %%
 # The two traces behind this figure: download them, or open them in Perfetto.
-display(traces.links(runs["naive"]), traces.links(runs["inplace"]))
+display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
 # ## One S×S allocation fewer, same peak
@@ -143,7 +149,7 @@ glue("inplace_ops_fewer", len(step["naive"].ops) - len(step["inplace"].ops))
 # its slowest tenth of calls beats the other's fastest tenth (`kernels.bench.compare`):
 
 # %%
-timing = bench.compare({"naive": lambda: naive(q, k, v), "inplace": lambda: inplace(q, k, v)},
+timing = comparison.compare({"naive": lambda: naive(q, k, v), "inplace": lambda: inplace(q, k, v)},
                        device=device, rounds=15)
 print(timing.verdict())
 glue("timing_verdict", timing.verdict())
@@ -160,12 +166,12 @@ glue("timing_verdict", timing.verdict())
 # One time axis for both (it spans the longer step); each panel's legend lists what it draws.
 fig, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
 for ax, name in zip(axes, ("naive", "inplace")):
-    profiling.timeline(step[name], ax=ax, title=f"{name}: one forward")
+    timeline.timeline(step[name], ax=ax, title=f"{name}: one forward")
 fig.tight_layout()
 
 # %%
 # The two traces behind this figure: download them, or open them in Perfetto.
-display(traces.links(runs["naive"]), traces.links(runs["inplace"]))
+display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
 # ## When in place breaks autograd

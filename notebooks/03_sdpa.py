@@ -23,11 +23,17 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from kernels.trace import diff as tracediff
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
 import kernels
-import kernels.sdpa
-from kernels import profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, reveal, setup, show_source
-from kernels.fingerprints import classify_many, mentions_op
+import kernels.attention.sdpa
+from kernels import recorded, reference
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.trace.fingerprints import classify_many, mentions_op
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
@@ -61,7 +67,7 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree to with
 # deterministic algorithms are on, or `torch.backends.cuda.enable_cudnn_sdp(False)` turns it
 # off; and `sdpa_kernel([...], set_priority=True)` imposes an order of your own. So the same
 # unpinned bf16 causal call picks flash on an A100 and cuDNN on an H200.
-# `kernels.sdpa.predicted_backend` writes those rules down as a pure function of the GPU.
+# `kernels.attention.sdpa.predicted_backend` writes those rules down as a pure function of the GPU.
 # They are read from PyTorch's own checks, `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`
 # as torch 2.13 has them: `check_prefer_cudnn_attention` for the order, and each backend's
 # `can_use_*` constraints for what it accepts (cuDNN, for instance, takes head dims up to 128,
@@ -70,7 +76,7 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree to with
 
 # %%
 predictions = pd.DataFrame([{"GPU": gpu, "dtype": str(dt).replace("torch.", ""), "head_dim": d,
-                             "unpinned SDPA picks": kernels.sdpa.predicted_backend(cap, dt, d, cudnn_version=92000,
+                             "unpinned SDPA picks": kernels.attention.sdpa.predicted_backend(cap, dt, d, cudnn_version=92000,
                                                                                   deprioritized=deprioritized),
                              "note": note}
                             for gpu, cap, dt, d, deprioritized, note in [
@@ -89,12 +95,12 @@ lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_c
 # `torch.backends.cuda.can_use_flash_attention(torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, True, False), debug=True)`
 # (`can_use_efficient_attention` and `can_use_cudnn_attention` likewise; on a CPU-only build
 # they simply return False). PyTorch exposes the final decision as `torch._fused_sdp_choice`;
-# `kernels.sdpa.default_backend_name` translates it into the course's names, and
-# `kernels.sdpa.probe` simply tries every backend pinned on its own:
+# `kernels.attention.sdpa.default_backend_name` translates it into the course's names, and
+# `kernels.attention.sdpa.probe` simply tries every backend pinned on its own:
 
 # %%
-chosen = kernels.sdpa.default_backend_name(q, k, v)
-probed = kernels.sdpa.probe(q, k, v)
+chosen = kernels.attention.sdpa.default_backend_name(q, k, v)
+probed = kernels.attention.sdpa.probe(q, k, v)
 print("unpinned SDPA picks:", chosen)
 display(pd.DataFrame({"runs on these inputs": {n: r is None for n, r in probed.items()},
                       "why not": {n: r or "" for n, r in probed.items()}}))
@@ -103,7 +109,7 @@ pinned_out = kernels.get(chosen)(q, k, v)
 lesson(torch.equal(out, pinned_out), f"unpinned SDPA is exactly the {chosen} backend pinned",
        "bit-identical outputs")
 if device.type == "cuda":
-    predicted = kernels.sdpa.predicted_backend_here(device, dtype, head_dim)
+    predicted = kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim)
     lesson(chosen == predicted, "on this GPU, SDPA picked the backend its priority rules predict", chosen)
 glue("default_backend", chosen)
 
@@ -115,7 +121,7 @@ glue("default_backend", chosen)
 # quietly falling back to another one:
 
 # %%
-show_source(kernels.sdpa.pinned)
+show_source(kernels.attention.sdpa.pinned)
 
 # %% [markdown]
 # Before running anything, the registry can already say what cannot run on this device,
@@ -145,9 +151,9 @@ guess_math_work_ops = 8  # edit me before running on
 
 # %%
 variants = ["inplace", "sdpa_math"]
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in variants}
-step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
+step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition
 print({name: f"{n} ops doing work" for name, n in work_ops.items()})
 # The GPU lanes this chapter reads: this run's own on a GPU, else the newest recording's.
@@ -179,23 +185,23 @@ if {"sdpa_math", "inplace"} <= set(lanes):
 # %% [markdown]
 # {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. To see what they
 # are, here is the math backend written out in Python, one ATen op per line, as
-# `kernels.sdpa.math_decomposed`. It mirrors ATen's `_scaled_dot_product_attention_math`:
+# `kernels.attention.sdpa.math_decomposed`. It mirrors ATen's `_scaled_dot_product_attention_math`:
 
 # %%
-show_source(kernels.sdpa.math_decomposed)
+show_source(kernels.attention.sdpa.math_decomposed)
 
 # %%
-same = torch.equal(kernels.sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v))
+same = torch.equal(kernels.attention.sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v))
 lesson(same, "math_decomposed returns the math backend's output bit for bit")
-profiling.op_table(step["sdpa_math"])
+tables.op_table(step["sdpa_math"])
 
 # %% [markdown]
-# Which of those ops are new? `profiling.diff`, chapter 2's tool, matches one forward of the
+# Which of those ops are new? `tracediff.diff`, chapter 2's tool, matches one forward of the
 # in-place module with one of the math backend, op by op, by name *and* input shapes, and
 # keeps the rows whose count or allocated bytes differ:
 
 # %%
-changes = profiling.diff(step["inplace"], step["sdpa_math"])
+changes = tracediff.diff(step["inplace"], step["sdpa_math"])
 changes.table()
 
 # %%
@@ -221,11 +227,11 @@ if dtype == torch.float32:
            "in float32 the matmuls and the softmax itself are matched: same count, same bytes")
 else:
     lesson("aten::bmm" in changed_names, "at 16 bits even the matmuls differ: the math backend's are float32")
-fig = changes.figure()
+changes.figure()
 
 # %%
 # The two traces behind this figure: download them, or open them in Perfetto.
-display(traces.links(runs["inplace"]), traces.links(runs["sdpa_math"]))
+display(links(runs["inplace"]), links(runs["sdpa_math"]))
 
 # %% [markdown]
 # Only in the in-place forward: the cached mask, applied with `masked_fill_`, and the scale,
@@ -247,7 +253,7 @@ display(traces.links(runs["inplace"]), traces.links(runs["sdpa_math"]))
 glue("run_dtype", str(dtype).replace("torch.", ""))
 seq16 = 64
 q16, k16, v16 = inputs(1, 2, seq16, 16, dtype=torch.bfloat16, device=device)
-small = profiling.profile(kernels.get("sdpa_math"), q16, k16, v16, label="sdpa_math_bf16",
+small = record.profile(kernels.get("sdpa_math"), q16, k16, v16, label="sdpa_math_bf16",
                           wait=0, warmup=1, active=1, trace_dir=trace_dir).step()
 copies = small.find("aten::copy_")
 upcasts = copies[[t[:2] == ["float", "c10::BFloat16"] and d[0] == list(q16.shape)
@@ -272,7 +278,7 @@ lesson([seq16, seq16] in [d[0][-2:] for d in downcasts["input_dims"]],
 # On a GPU the float32 matmul is what makes the math backend slow. Kernel names say which
 # hardware a GEMM ran on; the article reads them as fingerprints (its Figures 10 and 11).
 # Here are names of the two kinds, as cuBLAS writes them on Ampere, decoded by
-# `kernels.fingerprints`:
+# `kernels.trace.fingerprints`:
 
 # %%
 gemm_names = {"naive (bf16)": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn",
@@ -338,7 +344,7 @@ children = set(math_ops.loc[math_ops["parent"].isin(safe.index), "name"])
 print("inside _safe_softmax:", sorted(children))
 lesson(len(safe) == 1 and {"aten::softmax", "aten::isneginf", "aten::all", "aten::where"} <= children,
        "the math backend's softmax carries isneginf, all and where as NaN guards")
-show_source(kernels.sdpa.safe_softmax)
+show_source(kernels.attention.sdpa.safe_softmax)
 
 # %% [markdown]
 # What does the guard protect against? A row whose every score is $-\infty$: nothing may be
@@ -350,7 +356,7 @@ show_source(kernels.sdpa.safe_softmax)
 row = torch.full((1, 4), float("-inf"), device=device, dtype=dtype)
 scores = torch.cat([torch.tensor([[0.5, -1.0, float("-inf"), 2.0]], device=device, dtype=dtype), row])
 plain = torch.softmax(scores, dim=-1)
-guarded = kernels.sdpa.safe_softmax(scores, dim=-1)
+guarded = kernels.attention.sdpa.safe_softmax(scores, dim=-1)
 print("plain softmax:\n", plain, "\nsafe softmax:\n", guarded)
 lesson(bool(torch.isnan(plain[1]).all()) and not torch.isnan(plain[0]).any(),
        "a plain softmax turns a fully masked row into NaN", f"on {device.type}")
@@ -379,11 +385,11 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
 # %%
 #| caption: One forward of SDPA's math backend: ordinary ATen ops, one after another under a single `scaled_dot_product_attention` call, most of them over an S×S tensor.
 #| alt: Timeline of the math backend's forward: the SDPA call on top and many short ops nested beneath it across the whole step.
-fig = profiling.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
+timeline.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
 
 # %%
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
-traces.links(runs["sdpa_math"])
+links(runs["sdpa_math"])
 # %% [markdown]
 # ## So far
 #
@@ -421,7 +427,7 @@ lesson(so_far.loc["sdpa_math", "ops"] > so_far.loc["inplace", "ops"],
 # - Which backend runs depends on the GPU, the dtype, the head dim, the lengths and the
 #   priority order, which is not the same on every GPU: pin a backend when you profile
 #   one, and ask PyTorch (`debug=True`) why it refused another.
-# - Diff two forwards op by op (`profiling.diff`) to see exactly what one adds over the other.
+# - Diff two forwards op by op (`tracediff.diff`) to see exactly what one adds over the other.
 #
 # Next: [the fused backends](03b_sdpa_fused.ipynb), which do all of this in one kernel.
 

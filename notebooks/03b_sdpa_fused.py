@@ -25,19 +25,25 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
+from kernels.bench import comparison
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
 import kernels
-import kernels.sdpa
-from kernels import bench, profiling, recorded, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup
-from kernels.fingerprints import classify_many, fingerprint
-from kernels.occupancy import KINETO_SHARED_MEM_LIMIT, arch_of, kineto_estimate, occupancy
+import kernels.attention.sdpa
+from kernels import recorded
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels.trace.fingerprints import classify_many, fingerprint
+from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, arch_of, kineto_estimate, occupancy
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
 # Which backends take these inputs on this device, by the rules of part one (no call needed).
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
-refused = {n: kernels.sdpa.device_reason(n, device) or kernels.sdpa.input_reason(n, q, k)
+refused = {n: kernels.attention.sdpa.device_reason(n, device) or kernels.attention.sdpa.input_reason(n, q, k)
            for n in ("sdpa_math",) + FUSED}
 fused_here = [n for n in FUSED if refused[n] is None]
 display(pd.DataFrame({"runs on these inputs": {n: refused[n] is None for n in FUSED},
@@ -49,12 +55,12 @@ if device.type == "cpu":
 # ## One kernel each
 #
 # The source article found exactly **one kernel per forward** for each fused backend on its
-# A100. `kernels.sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened);
+# A100. `kernels.attention.sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened);
 # decoded:
 
 # %%
-article = classify_many(kernels.sdpa.ARTICLE_A100_KERNELS.values())
-article.insert(0, "backend", list(kernels.sdpa.ARTICLE_A100_KERNELS))
+article = classify_many(kernels.attention.sdpa.ARTICLE_A100_KERNELS.values())
+article.insert(0, "backend", list(kernels.attention.sdpa.ARTICLE_A100_KERNELS))
 display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]])
 lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
        "each article kernel decodes as one fused attention kernel on tensor cores")
@@ -80,9 +86,9 @@ lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].
 guess_flash_work_ops = 3  # edit me before running on
 
 # %%
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in fused_here}
-step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
+step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: s.work_ops() for name, s in step.items()}  # the course's one definition
 print({name: f"{len(w)} ops doing work: {', '.join(w)}" for name, w in work_ops.items()})
 # The GPU lanes this part reads: this run's own on a GPU, else the newest recording's.
@@ -94,7 +100,7 @@ transposes = pd.DataFrame(columns=["alloc_bytes"])
 if "sdpa_flash" in step:
     fl = step["sdpa_flash"]
     reveal(guess_flash_work_ops, len(work_ops["sdpa_flash"]), "ops doing work in one flash forward")
-    display(profiling.op_table(fl, views=True))
+    display(tables.op_table(fl, views=True))
     transposes = fl.find("aten::transpose")
     if device.type == "cpu":
         work = fl.ops.loc[~fl.ops["is_view"], "name"].tolist()
@@ -126,11 +132,11 @@ glue("flash_work_ops", len(work_ops.get("sdpa_flash", [])))
 #| caption: One forward of SDPA's flash backend: a few transposes that only change metadata, and one fused op that does the whole attention, where the math backend ran dozens of ops.
 #| alt: Short timeline: the SDPA call, a few narrow transpose ops, and one wide fused flash-attention op beneath it.
 if "sdpa_flash" in step:
-    fig = profiling.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})")
+    display(timeline.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})"))
 
 # %%
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
-traces.links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
+links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 
 # %% [markdown]
 # ## Low occupancy, on purpose
@@ -140,7 +146,7 @@ traces.links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 # number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.cpp`.)
 # Occupancy is the share of an SM's warp slots that resident warps fill, and registers
 # decide it here. The article's arithmetic for a block of 128 threads at 255 registers each
-# on an A100 (sm_80), reproduced with `kernels.occupancy`:
+# on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
 
 # %%
 flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
@@ -174,7 +180,7 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # whichever API launched it. Kineto also caps the blocks per SM at the grid's average, the
 # grid's block count divided by the number of SMs (the trace's "blocks per SM" is that
 # average, not a count of resident blocks), so a small grid reads low because it is small.
-# `kernels.occupancy.kineto_estimate` does the same arithmetic, and the GPU-lane cell below
+# `kernels.hw.occupancy.kineto_estimate` does the same arithmetic, and the GPU-lane cell below
 # recomputes the field with it for every fused kernel it sees. The footprint the article's
 # trace does report for cuDNN, 256 threads at 240 registers, gives the register-limited figure:
 
@@ -324,7 +330,7 @@ for s_len in sweep_seqs:
     for name, lengths in sweep_for.items():
         if refused[name] is not None or s_len not in lengths:
             continue
-        st = profiling.profile(kernels.get(name), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
+        st = record.profile(kernels.get(name), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
                                trace_dir=trace_dir, trace_name=f"{name}_S{s_len}").step()
         sweep_steps[name, s_len] = st
         sweep.append({"backend": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
@@ -353,7 +359,7 @@ fig.tight_layout()
 
 # %%
 # The traces behind each point: download them, or open them in Perfetto.
-display(*(traces.links(st) for st in sweep_steps.values()))
+display(*(links(st) for st in sweep_steps.values()))
 
 # %%
 math_growth = growth["sdpa_math x per doubling"].dropna()
@@ -433,7 +439,7 @@ contenders = {"inplace": lambda: kernels.get("inplace")(q, k, v),
               "sdpa_math": lambda: kernels.get("sdpa_math")(q, k, v)}
 if "sdpa_flash" in fused_here:
     contenders["sdpa_flash"] = lambda: kernels.get("sdpa_flash")(q, k, v)
-timing = bench.compare(contenders, device=device, rounds=11)
+timing = comparison.compare(contenders, device=device, rounds=11)
 verdict = timing.verdict()
 print(verdict)
 reading = {"sdpa_flash": "the fused kernel is the fastest of the three on this machine, as on the article's A100",

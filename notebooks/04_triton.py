@@ -22,11 +22,23 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD
+from kernels.bench import sweep
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
 import kernels
-import kernels.triton_flash as tf
-from kernels import triton_backward, triton_launch, triton_tiles
-from kernels import bench, gpu_lessons, occupancy, plots, profiling, reference, sdpa, tiling, traces
-from kernels.book import glue, inputs, lesson, reveal, setup, show_source
+import kernels.triton.flash as tf
+from kernels.triton import backward as triton_backward
+from kernels.triton import launch
+from kernels.triton import tiles
+from kernels import gpu_lessons, reference
+from kernels.hw import occupancy
+from kernels.bench import plots
+from kernels.attention import sdpa
+from kernels.triton import tiling
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -65,7 +77,7 @@ glue("max_seq", INTERPRETER_MAX_SEQ)
 # $$m_{\text{new}} = \max(m, \max_j x_j), \qquad
 #   \ell_{\text{new}} = \ell \cdot e^{m - m_{\text{new}}} + \sum_j e^{x_j - m_{\text{new}}}.$$
 #
-# `kernels.triton_flash.tiled_softmax` is exactly this, in plain PyTorch, and it records
+# `kernels.triton.flash.tiled_softmax` is exactly this, in plain PyTorch, and it records
 # $(m, \ell)$ after every tile so that we can watch it:
 
 # %%
@@ -76,7 +88,7 @@ show_source(tf.tiled_softmax)
 # read in {glue:text}`softmax_tiles` tiles of {glue:text}`softmax_block` keys.
 
 # %%
-softmax_block = triton_tiles.INTERPRETER_BLOCKS["BLOCK_N"]
+softmax_block = tiles.INTERPRETER_BLOCKS["BLOCK_N"]
 demo_keys = min(run_seq, 8 * softmax_block)  # at most eight tiles: a table, not a wall
 row = (q[0, 0, -1].double() @ k[0, 0, :demo_keys].double().T) / math.sqrt(head_dim)
 soft, history = tf.tiled_softmax(row, softmax_block)
@@ -178,7 +190,7 @@ glue("log2e", tf.LOG2E)
 # then streams the K and V tiles past it, `BLOCK_N` keys at a time. Each tile of the score
 # matrix is then **full** (no mask needed), **masked** (crosses the causal diagonal, or hangs
 # past the end of the sequence) or, with a causal mask, **skipped** (entirely in the
-# future: the program never loads it). `kernels.tiling` classifies the tiles from the geometry:
+# future: the program never loads it). `kernels.triton.tiling` classifies the tiles from the geometry:
 
 # %%
 show_source(tiling.tile_map)
@@ -192,7 +204,7 @@ show_source(tiling.tile_map)
 # %%
 #| caption: Which tiles each program computes, causal (left) and full (right), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
 #| alt: Two grids of tiles over query and key positions. Left, causal: blue tiles below the diagonal, orange on it, grey above it. Right, full: all blue but an orange ragged last column.
-block_m, block_n = triton_tiles.INTERPRETER_BLOCKS["BLOCK_M"], triton_tiles.INTERPRETER_BLOCKS["BLOCK_N"]
+block_m, block_n = tiles.INTERPRETER_BLOCKS["BLOCK_M"], tiles.INTERPRETER_BLOCKS["BLOCK_N"]
 fig_seq, fig_program = 200, 2
 fig = Figure(figsize=(12, 5.8), layout="constrained")
 left, right = fig.subplots(1, 2)
@@ -229,7 +241,7 @@ guess_causal_share_at_256 = 0.5  # edit me before running on
 # `BLOCK_N` = {glue:text}`gpu_block_n`:
 
 # %%
-gpu_block_m, gpu_block_n = triton_tiles.GPU_CONFIGS[0][:2]
+gpu_block_m, gpu_block_n = tiles.GPU_CONFIGS[0][:2]
 lengths = [256, 512, 1024, 2048, 4096, 8192, 16384]
 fractions = pd.DataFrame([{
     "S": s,
@@ -270,7 +282,7 @@ glue("overhead_pct", 100 * (overhead_here - 1))
 # $0 \times \text{NaN} = \text{NaN}$: the naive attention of chapter 1 is such a kernel.
 
 # %%
-unit = max(c[0] for c in triton_tiles.GPU_CONFIGS) if on_gpu else triton_tiles.INTERPRETER_BLOCKS["BLOCK_M"]
+unit = max(c[0] for c in tiles.GPU_CONFIGS) if on_gpu else tiles.INTERPRETER_BLOCKS["BLOCK_M"]
 poison_from = unit * max(1, (run_seq // unit) // 2)
 if poison_from < run_seq:
     v_poisoned = v.clone()
@@ -292,7 +304,7 @@ glue("poison_from", poison_from)
 # of the output of one (batch, head):
 
 # %%
-display(show_source(triton_launch._tile.fn))   # the pointer helper the kernels share
+display(show_source(launch._tile.fn))   # the pointer helper the kernels share
 show_source(tf._attn_fwd.fn)
 
 # %% [markdown]
@@ -397,7 +409,7 @@ else:
 glue("fwd_name", fwd_name)
 
 # %% [markdown]
-# This run's forward is {glue:text}`fwd_name`. `python -m kernels.compile_report --target
+# This run's forward is {glue:text}`fwd_name`. `python -m kernels.triton.compile_sweep --target
 # sm_90` compiles the TMA forward for an H100 on a machine without a GPU and counts its TMA
 # copies (`cp.async.bulk.tensor` in the PTX), next to the registers and shared memory of every
 # kernel.
@@ -452,7 +464,7 @@ show_source(triton_backward.flash_backward)
 #   unmasked loop takes everything in between. One loop walks all (query head, query tile)
 #   pairs of a GQA group, rather than a loop over heads around a loop over tiles; in this
 #   form every config the autotuner keeps compiles without spills on sm_80 and sm_90
-#   (`python -m kernels.compile_report`; tests/test_compile_report.py checks it).
+#   (`python -m kernels.triton.compile_sweep`; tests/test_compile_report.py checks it).
 
 # %%
 display(show_source(triton_backward._attn_bwd_dkdv.fn))
@@ -468,7 +480,7 @@ show_source(triton_backward._bwd_dkdv_steps.fn)
 # which torch may do on its own (torch 2.13's profiler imports Triton;
 # tests/test_triton_flash.py checks that order). So the library sets no variable: its
 # kernels stay compiled objects, and each launch borrows interpreted copies of them and of
-# Triton's library for as long as it runs (`kernels.triton_interpreter.interpreting`), the way
+# Triton's library for as long as it runs (`kernels.triton.interpreter.interpreting`), the way
 # Triton's interpreter patches `triton.language` for each launch it runs itself (`_patch_lang`
 # in Triton's `runtime/interpreter.py`).
 
@@ -536,14 +548,14 @@ def runs_here(name: str) -> bool:
     """The registry's device check, plus SDPA's own rules for these inputs (dtype, head dim)."""
     return kernels.available(device)[name] is None and (name == "triton" or sdpa.input_reason(name, q) is None)
 
-runs = {name: profiling.profile(kernels.get(name), q, k, v, label=name, trace_dir=trace_dir, **profile_args)
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, trace_dir=trace_dir, **profile_args)
         for name in ("triton", "sdpa_flash") if runs_here(name)}
-step = {name: profiling.median_step(run.steps()) for name, run in runs.items()}
-profiling.op_table(step["triton"], views=True)
+step = {name: reader.median_step(run.steps()) for name, run in runs.items()}
+tables.op_table(step["triton"], views=True)
 
 # %%
 # The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
-display(*(traces.links(run) for run in runs.values()))
+display(*(links(run) for run in runs.values()))
 
 # %%
 ops = step["triton"].ops
@@ -586,7 +598,7 @@ else:
 # %%
 sdpa_ok = "sdpa_flash" in step
 if sdpa_ok:
-    display(profiling.op_table(step["sdpa_flash"]))
+    display(tables.op_table(step["sdpa_flash"]))
     out_triton = triton_attention(q, k, v, causal=True)
     out_sdpa = kernels.get("sdpa_flash")(q, k, v, causal=True)
     judged = {name: reference.judge(out, q, k, v, causal=True)["out"]
@@ -620,7 +632,7 @@ glue("speed_note", speed_note)
 # On a GPU run the cells below check the guess on the GPU lane: exactly one kernel per
 # forward, launched with the grid and block size the autotuner chose, and they turn the
 # footprint the trace records (threads per block, registers per thread, shared memory) into a
-# theoretical occupancy with `kernels.occupancy`. The trace's own "est. achieved occupancy %"
+# theoretical occupancy with `kernels.hw.occupancy`. The trace's own "est. achieved occupancy %"
 # is not a measurement: Kineto computes it from the same footprint, assuming the 48 KiB default
 # limit of shared memory per block, so a Triton config that uses more shared memory (most
 # multi-stage configs at D = 128 do) reads 0% whatever its real occupancy. We therefore
@@ -650,7 +662,7 @@ if on_gpu:
     def forward_backward(q, k, v):
         return torch.autograd.grad(triton_attention(q, k, v, causal=True), (q, k, v), grad_out)
 
-    fb = profiling.median_step(profiling.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
+    fb = reader.median_step(record.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
                                                  active=active_steps, trace_dir=trace_dir).steps())
     gpu_lessons.triton_backward(fb, fwd_name, show=display)
 else:
@@ -675,8 +687,8 @@ else:
 # %%
 if on_gpu:
     sweep_seqs = sorted({max(128, seq // 2), seq, 2 * seq})   # small: each new length re-runs the autotuner
-    results = bench.sweep(["triton", "sdpa_flash"], seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
-                          causal=(True,), modes=(bench.FORWARD, bench.FORWARD_BACKWARD),
+    results = sweep.sweep(["triton", "sdpa_flash"], seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
+                          causal=(True,), modes=(FORWARD, FORWARD_BACKWARD),
                           batch=batch, heads=heads, device=device, max_seconds=0.5, memory=False, progress=None)
     frame = results.to_frame()
     display(frame[["impl", "mode", "seq", "status", "median_ms", "tflops"]].round(3))

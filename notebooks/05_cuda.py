@@ -6,9 +6,9 @@
 # picked the instructions. This chapter writes the same forward pass in CUDA, where every
 # one of those decisions is ours, twice:
 #
-# * **v1** (`kernels/csrc/flash_v1.cu`) is the algorithm with nothing in the way: tiles in
+# * **v1** (`kernels/cuda/csrc/flash_v1.cu`) is the algorithm with nothing in the way: tiles in
 #   shared memory, fp32 arithmetic on CUDA cores, one thread per element of the work.
-# * **v2** (`kernels/csrc/flash_v2.cu`) is FlashAttention-2 on tensor cores: `mma.sync`
+# * **v2** (`kernels/cuda/csrc/flash_v2.cu`) is FlashAttention-2 on tensor cores: `mma.sync`
 #   matrix instructions, scores kept in registers, asynchronous copies into two K/V buffers,
 #   the mask applied only where a tile needs it.
 #
@@ -30,11 +30,20 @@ import time
 import pandas as pd
 import torch
 
+from kernels.bench import sweep
+from kernels.trace import reader
+from kernels.trace import record
 import kernels
-from kernels import bench, cuda_design, cuda_flash, cuda_report, cuda_threads, gpu_lessons, occupancy, profiling, ptxas
+from kernels import gpu_lessons
+from kernels.cuda import design
+from kernels.cuda import flash as cuda_flash
+from kernels.cuda import resources
+from kernels.cuda import threads
+from kernels.hw import occupancy
+from kernels.cuda import ptxas
 from kernels import reference
-from kernels.book import glue, inputs, lesson, reveal, setup, show_source
-from kernels.cuda_excerpts import cuda_excerpt, cuda_markdown
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.cuda.excerpts import cuda_excerpt, cuda_markdown
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -91,7 +100,7 @@ pd.DataFrame(launch)
 # 2³¹ − 1 blocks, where the y axis stops at 65,535 (v1 refuses batch × heads above that).
 # Who computes what inside a block is where the two versions part ways. The figure colours
 # each element of a tile by the warp whose thread computes it, straight from the index
-# formulas of the two `.cu` files (`kernels.cuda_threads.owners_*`):
+# formulas of the two `.cu` files (`kernels.cuda.threads.owners_*`):
 #
 # * **v1, phase 1** (scores): thread `t` owns key column `t % 32` and every fourth query row,
 #   8 scores each. A warp spans the 32 keys of one row at a time.
@@ -108,11 +117,11 @@ pd.DataFrame(launch)
 # %%
 #| caption: Who computes each element, coloured by warp. Top: cuda_v1's three phases, whose owners change from phase to phase. Bottom: cuda_v2, where warp w owns rows 16w to 16w+15 for the scores, the softmax and the output alike; the squares mark one lane's elements.
 #| alt: Colour maps of query rows by column: three small panels for v1's scores, softmax and output, and a tall panel for v2's accumulators in eight horizontal bands, one per warp.
-fig = cuda_threads.thread_map(head_dim=kernel_dim)
+fig = threads.thread_map(head_dim=kernel_dim)
 
 # %%
-s1, s2, s3 = cuda_threads.owners_v1_scores(), cuda_threads.owners_v1_softmax(), cuda_threads.owners_v1_output(kernel_dim)
-o2 = cuda_threads.owners_v2(kernel_dim, cfgs["v2"].block_m, cfgs["v2"].threads)
+s1, s2, s3 = threads.owners_v1_scores(), threads.owners_v1_softmax(), threads.owners_v1_output(kernel_dim)
+o2 = threads.owners_v2(kernel_dim, cfgs["v2"].block_m, cfgs["v2"].threads)
 lesson(bool((s1 >= 0).all() and (s3 >= 0).all() and (o2 >= 0).all()),
        "every score and every output element has a thread that computes it, in both versions")
 lesson(set((s2 // 32).ravel()) == {0}, "v1's softmax runs on warp 0 alone: the other 3 warps wait",
@@ -125,7 +134,7 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in rows_of_warp.i
 # %% [markdown]
 # ## v1, read from the source
 #
-# The source is in `kernels/csrc/flash_v1.cu` (shipped with the package). The launcher sizes
+# The source is in `kernels/cuda/csrc/flash_v1.cu` (shipped with the package). The launcher sizes
 # the grid and opts in to more than 48 KB of dynamic shared memory when the tiles need it:
 
 # %%
@@ -176,8 +185,8 @@ cuda_markdown(cuda_excerpt(V1, "// Phase 3: O = alpha", "template <typename T, i
 # `nvcc -Xptxas -v` makes the assembler (ptxas, which turns PTX into the GPU's machine code,
 # SASS) print what each kernel needs per thread and per block: registers, static shared
 # memory, bytes spilled to slow local memory. Dynamic shared memory is decided at launch, so
-# the launch configuration adds it. `kernels.cuda_flash.kernel_report(archs)` does this for
-# every instantiation of both kernels; this chapter uses `kernels.cuda_report.compile_kernels`,
+# the launch configuration adds it. `kernels.cuda.flash.kernel_report(archs)` does this for
+# every instantiation of both kernels; this chapter uses `kernels.cuda.resources.compile_kernels`,
 # the same device compile with the same flags that also keeps the PTX for the next section.
 # Both need `nvcc` and no GPU. Where there is no `nvcc` (Colab's default runtime, most
 # laptops), the chapter reads a report recorded by a real `nvcc` run instead, and says so.
@@ -195,31 +204,31 @@ nvcc = ptxas.nvcc_path()
 if nvcc is not None:
     started = time.perf_counter()
     try:
-        report, ptx = cuda_report.compile_kernels(archs)
-        source_of_report = (f"compiled now by nvcc {cuda_report.nvcc_version()} "
+        report, ptx = resources.compile_kernels(archs)
+        source_of_report = (f"compiled now by nvcc {resources.nvcc_version()} "
                             f"in {time.perf_counter() - started:.1f} s")
     except RuntimeError as err:  # a toolkit too old for these kernels, say
         print(f"nvcc is here but the compile failed; using the recorded report.\n{err}")
         nvcc = None
 if nvcc is None:
-    report, ptx = cuda_report.recorded_report(), None
-    source_of_report = (f"recorded on {cuda_report.RECORDED_REPORT['date']} with nvcc {cuda_report.RECORDED_REPORT['nvcc']}, "
+    report, ptx = resources.recorded_report(), None
+    source_of_report = (f"recorded on {resources.RECORDED_REPORT['date']} with nvcc {resources.RECORDED_REPORT['nvcc']}, "
                         "because this machine has no nvcc (no PATH entry, no CUDA_HOME)")
 glue("report_source", source_of_report)
 print("Compiler report:", source_of_report)
-table = cuda_report.resources_table(report)
+table = resources.resources_table(report)
 table
 
 # %% [markdown]
 # This report was {glue:text}`report_source`. A row is one kernel instantiation: an
 # architecture (sm_80 is the A100, sm_90 the H100 and H200), a version, an input dtype and a
 # head dimension. The last four columns are not from the compiler: they are the theoretical
-# occupancy those resources allow, computed by `kernels.occupancy` ([chapter 3b](03b_sdpa_fused.ipynb)).
+# occupancy those resources allow, computed by `kernels.hw.occupancy` ([chapter 3b](03b_sdpa_fused.ipynb)).
 
 # %%
-focus = {(arch, version): cuda_report.find_kernel(report, arch, version, kernel_dtype, kernel_dim)
+focus = {(arch, version): resources.find_kernel(report, arch, version, kernel_dtype, kernel_dim)
          for arch in archs for version in ("v1", "v2")}
-occ = {key: cuda_report.occupancy_of(k) for key, k in focus.items()}
+occ = {key: resources.occupancy_of(k) for key, k in focus.items()}
 for (arch, version), k in focus.items():
     glue(f"{version}_regs_{arch}", k.registers)
     glue(f"{version}_smem_{arch}", k.total_shared_bytes)
@@ -284,10 +293,10 @@ def by_hand(k):
 
 agree = []
 for k in report:
-    hand, o = by_hand(k), cuda_report.occupancy_of(k)
+    hand, o = by_hand(k), resources.occupancy_of(k)
     agree.append(o.blocks_per_sm == min(hand.values()) and hand[o.limited_by] == o.blocks_per_sm)
 reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's report")
-lesson(all(agree), "kernels.occupancy agrees with the hand arithmetic on every kernel: blocks per SM "
+lesson(all(agree), "kernels.hw.occupancy agrees with the hand arithmetic on every kernel: blocks per SM "
        "and which resource limits them", f"{len(agree)} kernels")
 lesson(all(occ[a, "v2"].limited_by == "registers" for a in archs),
        "v2's occupancy is limited by registers on both architectures",
@@ -309,14 +318,14 @@ def kineto_reads(k) -> float:
                                      grid_blocks=10**6, sm_count=1, arch=k.arch)
 
 zero_in_a_trace = [k for k in report if kineto_reads(k) == 0]
-display(pd.DataFrame([{"arch": k.arch, "kernel": cuda_report.short_name(k.name), "shared KiB": round(k.total_shared_bytes / 1024, 1),
-                       "real occupancy %": cuda_report.occupancy_of(k).percent, "a trace would read %": kineto_reads(k)}
+display(pd.DataFrame([{"arch": k.arch, "kernel": resources.short_name(k.name), "shared KiB": round(k.total_shared_bytes / 1024, 1),
+                       "real occupancy %": resources.occupancy_of(k).percent, "a trace would read %": kineto_reads(k)}
                       for k in report]).set_index(["arch", "kernel"]))
 lesson(all((kineto_reads(k) == 0) == (k.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT) for k in report)
-       and all(cuda_report.occupancy_of(k).blocks_per_sm > 0 for k in zero_in_a_trace),
+       and all(resources.occupancy_of(k).blocks_per_sm > 0 for k in zero_in_a_trace),
        "exactly the kernels over 48 KiB of shared memory would read 0% in a trace, though each fits on an SM",
-       ", ".join(sorted({cuda_report.short_name(k.name) for k in zero_in_a_trace})) or "none over 48 KiB")
-zero_kib = {cuda_report.short_name(k.name): k.total_shared_bytes / 1024 for k in zero_in_a_trace}
+       ", ".join(sorted({resources.short_name(k.name) for k in zero_in_a_trace})) or "none over 48 KiB")
+zero_kib = {resources.short_name(k.name): k.total_shared_bytes / 1024 for k in zero_in_a_trace}
 glue("kineto_zero_kernels", ", ".join(f"{name} ({kib:.1f} KiB)" for name, kib in sorted(zero_kib.items())) or "none")
 
 # %% [markdown]
@@ -352,7 +361,7 @@ glue("kineto_zero_kernels", ", ".join(f"{name} ({kib:.1f} KiB)" for name, kib in
 # with 16-bit inputs and fp32 accumulators. v2 issues them from inline PTX:
 
 # %%
-mma_macs = cuda_report.MMA_M * cuda_report.MMA_N * cuda_report.MMA_K
+mma_macs = resources.MMA_M * resources.MMA_N * resources.MMA_K
 glue("mma_macs", f"{mma_macs:,}")
 glue("mma_macs_per_lane", mma_macs // 32)
 cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,"))
@@ -367,7 +376,7 @@ cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ void mma_16x8x16(floa
 # v2 has two copies, one without the mask and one with it (the next section says why).
 
 # %%
-show_source(cuda_report.mma_per_key_tile)
+show_source(resources.mma_per_key_tile)
 
 # %%
 if ptx is None:
@@ -381,8 +390,8 @@ else:
         for version, source in (("v1", "flash_v1.cu"), ("v2", "flash_v2.cu")):
             text = ptx[arch][source]
             for op in ("mma.sync", "fma.rn.f32", "ldmatrix", "cp.async.cg", "shfl.sync"):
-                for name, n in cuda_report.instruction_counts(text, op).items():
-                    counts.setdefault((arch, cuda_report.short_name(name)), {})[op] = n
+                for name, n in resources.instruction_counts(text, op).items():
+                    counts.setdefault((arch, resources.short_name(name)), {})[op] = n
     counted = pd.DataFrame(counts).T.rename_axis(["arch", "kernel"])
     display(counted)
     v1_mma = {key: c["mma.sync"] for key, c in counts.items() if key[1].startswith("v1")}
@@ -390,7 +399,7 @@ else:
     lesson(bool(v1_mma) and sum(v1_mma.values()) == 0, "v1 contains no tensor-core instruction: not one mma.sync in its PTX",
            f"{len(v1_mma)} kernels")
     # The head dimension is in the kernel's name, e.g. v2<bf16, 64>; two tile-step bodies each.
-    expected = {key: 2 * cuda_report.mma_per_key_tile(int(key[1].rstrip(">").split(", ")[1])) for key in v2_mma}
+    expected = {key: 2 * resources.mma_per_key_tile(int(key[1].rstrip(">").split(", ")[1])) for key in v2_mma}
     lesson(v2_mma == expected and all(n > 0 for n in v2_mma.values()),
            "v2's PTX holds exactly the mma.sync instructions its tile shapes call for, in each of its two tile steps",
            ", ".join(f"{name} {n}" for (a, name), n in v2_mma.items() if a == "sm_80"))
@@ -448,16 +457,16 @@ guess_costliest_step_in_registers = 4  # 1..4, the step (change) you expect to a
 # %%
 steps_live = nvcc is not None
 try:
-    design_rows = cuda_design.design_steps(kernel_dim, archs, live=steps_live)
+    design_rows = design.design_steps(kernel_dim, archs, live=steps_live)
 except RuntimeError as err:  # a compile that fails here fell back above too
     print(f"the design steps did not compile; using the recorded ones.\n{err}")
-    steps_live, design_rows = False, cuda_design.design_steps(kernel_dim, archs, live=False)
-glue("steps_source", f"compiled now by nvcc {cuda_report.nvcc_version()}" if steps_live else
-     f"recorded on {cuda_report.RECORDED_REPORT['date']} with nvcc {cuda_report.RECORDED_REPORT['nvcc']}")
-steps_table = cuda_design.design_table(design_rows)
+    steps_live, design_rows = False, design.design_steps(kernel_dim, archs, live=False)
+glue("steps_source", f"compiled now by nvcc {resources.nvcc_version()}" if steps_live else
+     f"recorded on {resources.RECORDED_REPORT['date']} with nvcc {resources.RECORDED_REPORT['nvcc']}")
+steps_table = design.design_table(design_rows)
 step_of = {(r.kernel.arch, r.index): r for r in design_rows}
 display(steps_table.set_index(["arch", "step"]).drop(columns=["change", "limited by"]))
-pd.DataFrame({"change": {i: s.change for i, s in enumerate(cuda_design.DESIGN_STEPS)}}).rename_axis("step")
+pd.DataFrame({"change": {i: s.change for i, s in enumerate(design.DESIGN_STEPS)}}).rename_axis("step")
 
 # %% [markdown]
 # One row per architecture and step, bf16, D = {glue:text}`kernel_dim`,
@@ -472,19 +481,19 @@ def delta(arch, step, what):
     row = steps_table.set_index(["arch", "step"])
     return row.loc[(arch, step), what] - row.loc[(arch, step - 1), what]
 
-added = {step: max(delta(a, step, "registers") for a in archs) for step in range(1, len(cuda_design.DESIGN_STEPS))}
+added = {step: max(delta(a, step, "registers") for a in archs) for step in range(1, len(design.DESIGN_STEPS))}
 reveal(guess_costliest_step_in_registers, max(added, key=added.get), "step adding the most registers",
        source="the compiler's report")
 for a in archs:
-    for i in range(len(cuda_design.DESIGN_STEPS)):
+    for i in range(len(design.DESIGN_STEPS)):
         r = step_of[a, i]
         glue(f"step{i}_regs_{a}", r.kernel.registers)
         glue(f"step{i}_smem_{a}", f"{r.kernel.total_shared_bytes:,}")
-        glue(f"step{i}_warps_{a}", cuda_report.occupancy_of(r.kernel).warps_per_sm)
-        glue(f"step{i}_blocks_{a}", cuda_report.occupancy_of(r.kernel).blocks_per_sm)
+        glue(f"step{i}_warps_{a}", resources.occupancy_of(r.kernel).warps_per_sm)
+        glue(f"step{i}_blocks_{a}", resources.occupancy_of(r.kernel).blocks_per_sm)
         glue(f"step{i}_mma_{a}", r.counts["mma.sync"])
-        glue(f"step{i}_bar_{a}", f"{cuda_design.barriers_per_tile(r):g}")
-step_first, step_final = step_of["sm_80", 0], step_of["sm_80", len(cuda_design.DESIGN_STEPS) - 1]
+        glue(f"step{i}_bar_{a}", f"{design.barriers_per_tile(r):g}")
+step_first, step_final = step_of["sm_80", 0], step_of["sm_80", len(design.DESIGN_STEPS) - 1]
 for i in (0, 1):
     glue(f"step{i}_threads", step_of["sm_80", i].kernel.threads_per_block)
     glue(f"step{i}_block_warps", step_of["sm_80", i].kernel.threads_per_block // 32)
@@ -493,7 +502,7 @@ glue("rows_ratio", step_of["sm_80", 1].step.block_m // step_first.step.block_m)
 lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
        "no step spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
 lesson(all(r.kernel.total_shared_bytes <= occupancy.ARCHES[r.kernel.arch].max_shared_mem_per_block
-           and cuda_report.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in design_rows),
+           and resources.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in design_rows),
        "every step fits one SM of its architecture (registers and shared memory)")
 
 # %% [markdown]
@@ -541,10 +550,10 @@ cuda_markdown(cuda_excerpt(V2, "// The masked instantiation", "// Online softmax
 # %%
 def unmasked_share(s):
     """Share (%) of the key tiles a causal forward of length s reads that need no mask."""
-    c = cuda_design.tile_census(s, s, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
+    c = design.tile_census(s, s, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
     return 100 * c["unmasked"] / (c["unmasked"] + c["masked"])
 
-census = cuda_design.tile_census(seq, seq, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
+census = design.tile_census(seq, seq, cfgs["v2"].block_m, cfgs["v2"].block_n, causal=True)
 read = census["unmasked"] + census["masked"]
 glue("kernel_seq", seq)
 glue("longer_seq", 4 * seq)
@@ -555,7 +564,7 @@ glue("census_unmasked", census["unmasked"])
 glue("census_masked", census["masked"])
 glue("census_skipped", census["skipped"])
 glue("census_share", f"{100 * census['unmasked'] / read:.0f}")
-lesson(all(cuda_design.tile_bodies(step_of[a, 2]) == 2 * cuda_design.tile_bodies(step_of[a, 1]) == 2 for a in archs),
+lesson(all(design.tile_bodies(step_of[a, 2]) == 2 * design.tile_bodies(step_of[a, 1]) == 2 for a in archs),
        "splitting the mask off doubles the tile step's code: two bodies, each with one tile's mma.sync",
        ", ".join(f"{a}: mma.sync {step_of[a, 1].counts['mma.sync']} -> {step_of[a, 2].counts['mma.sync']}" for a in archs))
 pd.DataFrame({f"causal, S = {seq}": census}).T
@@ -605,7 +614,7 @@ glue("exp_count", step_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
 cuda_markdown(cuda_excerpt(V2, "// One key tile: S = Q K_j^T", "// S = Q K_j^T."))
 
 # %%
-lesson(all(cuda_design.barriers_per_tile(step_of[a, 3]) == 2 and cuda_design.barriers_per_tile(step_of[a, 4]) == 1
+lesson(all(design.barriers_per_tile(step_of[a, 3]) == 2 and design.barriers_per_tile(step_of[a, 4]) == 1
            for a in archs), "double buffering halves the barriers per tile, 2 -> 1, counted in the PTX")
 lesson(all(step_of[a, 4].kernel.total_shared_bytes == step_of[a, 3].kernel.total_shared_bytes for a in archs),
        "the second K/V buffer costs no shared memory: Q passes through it before tile 1 arrives",
@@ -696,7 +705,7 @@ if on_gpu:
     q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
     footprints = {}
     for name in runnable:
-        step = profiling.median_step(profiling.profile(kernels.get(name), q, k, v, label=name,
+        step = reader.median_step(record.profile(kernels.get(name), q, k, v, label=name,
                                                        active=active_steps, trace_dir=trace_dir).steps())
         cfg = cuda_flash.launch_config(name.removeprefix("cuda_"), head_dim)
         footprints[name] = gpu_lessons.cuda_forward(step, name, cfg, batch, heads, seq)
@@ -711,7 +720,7 @@ if on_gpu:
 # %%
 if on_gpu:
     contenders = [n for n in ("sdpa_flash", "triton", *runnable) if kernels.available(device)[n] is None]
-    results = bench.sweep(contenders, seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), causal=(True,),
+    results = sweep.sweep(contenders, seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), causal=(True,),
                           batch=batch, heads=heads, device=device, progress=None)
     timing = results.to_frame().set_index("impl")[["status", "median_ms", "p10_ms", "p90_ms", "tflops", "reason"]]
     display(timing.round(3))

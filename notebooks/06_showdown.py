@@ -25,13 +25,21 @@ import math
 import pandas as pd
 import torch
 
+from kernels.bench import comparison
+from kernels.bench.results import BenchResults, DECODE, FORWARD_BACKWARD, dtype_name
+from kernels.bench import sweep
+from kernels.trace import reader
+from kernels.trace import record
 import kernels
-from kernels import bench, devices, gpu_lessons, plots, profiling, recorded, reference, traces
-from kernels.results import GOAL_BASELINE, GOALS, goal_ratios, load_results
-from kernels.book import glue, inputs, lesson, mib, reveal, setup
+from kernels import gpu_lessons, recorded, reference
+from kernels.hw import devices
+from kernels.bench import plots
+from kernels.trace.links import links
+from kernels.bench.results import GOAL_BASELINE, GOALS, goal_ratios, load_results
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
 
 with contextlib.suppress(ImportError):
-    import kernels.cuda_flash  # registers cuda_v1/cuda_v2 where the library ships them
+    import kernels.cuda.flash
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -88,7 +96,7 @@ lessons = {name: LESSONS.get(name, "(no chapter lesson recorded for this impleme
 # %% [markdown]
 # ## What one forward runs
 #
-# Each contender is profiled here with `kernels.profiling`, at the chapter's shape
+# Each contender is profiled here with `kernels.trace.record`, at the chapter's shape
 # (B={glue:text}`shape_b`, H={glue:text}`shape_h`, S={glue:text}`shape_s`,
 # D={glue:text}`shape_d`). On a CPU we count the ops that do arithmetic themselves
 # (`Step.work_ops`): not views or bare allocations, and either calling no other such op
@@ -106,12 +114,12 @@ def ops_text(names):
 steps_of = {}
 for name in list(contenders):
     try:
-        run = profiling.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
+        run = record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
     except Exception as err:  # e.g. a CUDA extension that fails to build: say so, go on without it
         print(f"{name} could not run here and leaves the showdown: {type(err).__name__}: {err}")
         contenders.remove(name)
         continue
-    steps_of[name] = profiling.median_step(run.steps())
+    steps_of[name] = reader.median_step(run.steps())
 work = {name: s.work_ops() for name, s in steps_of.items()}
 pd.DataFrame({"work ops per forward": {n: len(w) for n, w in work.items()},
               "which": {n: ops_text(w) for n, w in work.items()},
@@ -119,7 +127,7 @@ pd.DataFrame({"work ops per forward": {n: len(w) for n, w in work.items()},
 
 # %%
 # The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
-display(*(traces.links(s) for s in steps_of.values()))
+display(*(links(s) for s in steps_of.values()))
 
 # %%
 if not on_gpu:
@@ -150,7 +158,7 @@ if on_gpu:
 else:  # a 2-core CPU: small budgets keep the whole chapter under a minute
     sweep_seqs = sorted({128, 256, 512, 1024, seq})
     budget = dict(reps=7, warmup=1, min_reps=3, max_seconds=0.15)
-results = bench.sweep(contenders, seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
+results = sweep.sweep(contenders, seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
                       batch=batch, heads=heads, device=device, progress=None, **budget)
 frame = results.to_frame()
 failed = frame[frame["status"] != "ok"]
@@ -189,7 +197,7 @@ glance = pd.DataFrame([{
     "side of ridge": "memory-bound" if r.intensity < peaks.ridge else "compute-bound",
     "the lesson": lessons[name],
 } for name, r in at_seq.items()]).set_index("implementation")
-caption = (f"This run: {run_label}. {bench.dtype_name(dtype)}, B={batch} H={heads} S={seq} D={head_dim}, "
+caption = (f"This run: {run_label}. {dtype_name(dtype)}, B={batch} H={heads} S={seq} D={head_dim}, "
            f"causal, forward. Roof: {peaks.source}.")
 glance.style.format({"median ms": "{:.3g}", "peak MiB": "{:.3g}", "TFLOP/s": "{:.3g}",
                      "FLOP/byte": "{:.3g}", "% of roof": "{:.2g}"}).set_caption(caption)
@@ -376,9 +384,9 @@ shown = [n for n in ("naive", "sdpa_flash") if n in contenders]  # the two ends 
 common: dict = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
 # Time and counts only: chapter 9 measures what a training step holds in memory, and a
 # decoding step's peak is its one-row output (profiling memory would double this cell's time).
-train_rows = bench.sweep(shown, seqs=(seq,), modes=(bench.FORWARD_BACKWARD,), memory=False, **common, **budget)
+train_rows = sweep.sweep(shown, seqs=(seq,), modes=(FORWARD_BACKWARD,), memory=False, **common, **budget)
 decode_rows = [r for kv in kv_options for names, seqs in ((contenders, (seq,)), (shown, (long_factor * seq,)))
-               for r in bench.sweep(names, seqs=seqs, modes=(bench.DECODE,), kv_heads=kv, memory=False,
+               for r in sweep.sweep(names, seqs=seqs, modes=(DECODE,), kv_heads=kv, memory=False,
                                     **common, **budget)]
 not_run = [r for r in train_rows + decode_rows if not r.ok]
 if not_run:  # e.g. a kernel that takes no single-query call
@@ -409,7 +417,7 @@ modes_table = pd.DataFrame([{
 } for call, pick in CALLS.items() for name in contenders if (r := pick(name)) is not None]).set_index(["call", "implementation"])
 modes_table.style.format({"median ms": "{:.3g}", "TFLOP/s": "{:.3g}", "GB/s": "{:.3g}", "FLOP/byte": "{:.3g}",
                           "MiB moved": "{:.3g}"}).set_caption(
-    f"This run: {run_label}. {bench.dtype_name(dtype)}, B={batch} H={heads} D={head_dim}, causal; S = Sk = {seq}; "
+    f"This run: {run_label}. {dtype_name(dtype)}, B={batch} H={heads} D={head_dim}, causal; S = Sk = {seq}; "
     f"GQA: {heads // gqa_ratio} K/V heads. Medians of many calls; ridge {peaks.ridge:.3g} FLOP/byte ({peaks.source}).")
 
 # %% [markdown]
@@ -449,7 +457,7 @@ display(pd.DataFrame({"prefill FLOP/byte": {n: at_seq[n].intensity for n in fact
                       "prefill / decode": factor}).round(3))
 lesson(all(r.intensity < 2 / elem for r in decode_at_s.values()),
        f"a decoding step without shared heads does under 2 FLOPs per cached element read ({2 / elem:g} FLOP/byte "
-       f"in {bench.dtype_name(dtype)})", ", ".join(f"{n} {r.intensity:.3g}" for n, r in decode_at_s.items()))
+       f"in {dtype_name(dtype)})", ", ".join(f"{n} {r.intensity:.3g}" for n, r in decode_at_s.items()))
 lesson(all(f > 5 for f in factor.values()),
        f"at S = Sk = {seq}, a decoding step's arithmetic intensity is more than 5x below the prefill's, for every "
        "implementation", ", ".join(f"{n} {f:.0f}x" for n, f in factor.items()))
@@ -471,7 +479,7 @@ lesson(all(f > seq / 16 for f in fused_factor.values()),
 # %%
 #| caption: The roofline with every mode of naive and sdpa_flash: forwards across lengths, the training step, and decoding far to the left, where one query reads the whole K/V cache and does few FLOPs per byte.
 #| alt: Log-log roofline scatter with forward, training and decode points of two implementations; the decode points sit far left under the bandwidth slope.
-display(plots.roofline(bench.BenchResults(
+display(plots.roofline(BenchResults(
     [r for r in list(results) + list(trained.values()) + list(decoded.values()) if r.impl in shown and r.ok],
     results.meta), device=peaks))
 
@@ -486,7 +494,7 @@ display(plots.roofline(bench.BenchResults(
 # %%
 flash = kernels.get("sdpa_flash")
 q_new = q[:, :, -1:]  # [B, H, 1, D]: the newest token's query alone, against the whole k, v
-race = bench.compare({"prefill": lambda: flash(q, k, v), "decode": lambda: flash(q_new, k, v)},
+race = comparison.compare({"prefill": lambda: flash(q, k, v), "decode": lambda: flash(q_new, k, v)},
                      device=device, rounds=9 if on_gpu else 7)
 print(race.verdict())
 work_of = {"prefill": reference.flops(batch, heads, seq, head_dim, causal=True),
@@ -514,7 +522,7 @@ _ = glue("time_ratio", race.median_ms["prefill"] / race.median_ms["decode"])
 #
 # The course's kernels aim at SDPA's flash backend on H100/H200 (causal, bf16, S 1k-16k,
 # D 64 and 128, ratios of two medians of one run at the same shape, as
-# `kernels.results.GOALS` holds them): {glue:text}`goals_text`. A CPU cannot measure them;
+# `kernels.bench.results.GOALS` holds them): {glue:text}`goals_text`. A CPU cannot measure them;
 # the GPU run's benchmark (`.ci/device-run`, imported by `make gpu-import`) does, and the
 # cell below reads every such recording there is.
 

@@ -21,7 +21,12 @@
 # %% [parameters]
 
 # %%
-from kernels.compiled import keep_inductor_cache_in_build
+from kernels.bench import sweep
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
+from kernels.attention.torch_compile import keep_inductor_cache_in_build
 
 # Inductor keeps what it compiled on disk; when the book's runner executes this copy inside
 # _build/, the cache goes there too, so a rebuild of the book loads instead of recompiling.
@@ -32,10 +37,13 @@ import torch
 import torch._inductor.config as inductor_config
 
 import kernels
-from kernels import bench, compiled, fingerprints, gpu_lessons, profiling, reference, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
-from kernels.inplace import InplaceAttention
-from kernels.naive import NaiveAttention
+from kernels import gpu_lessons, reference
+from kernels.attention import torch_compile
+from kernels.trace import fingerprints
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.attention.inplace import InplaceAttention
+from kernels.attention.naive import NaiveAttention
 
 # Name each generated C++ kernel in the profiler trace (off by default: a GPU trace names
 # Triton kernels anyway). Part of Inductor's cache key, so it changes no cached kernel.
@@ -58,7 +66,7 @@ print(f"q, k, v: {tuple(q.shape)}, {dtype}, on {device}; one S×S buffer = {mib(
 # from the calls after it: the first one pays for tracing, code generation and the C++ (or
 # Triton) compiler, unless Inductor finds the same graph in its cache. A timing alone cannot
 # tell whether a later call compiled again, so Dynamo's own counters count every graph each
-# part compiled (`compiled.timed_compiles`).
+# part compiled (`torch_compile.timed_compiles`).
 
 # %%
 eager = {"naive": NaiveAttention(causal=True), "inplace": InplaceAttention(causal=True)}
@@ -66,11 +74,11 @@ compiled_mod = {name: torch.compile(m, dynamic=False) for name, m in eager.items
 
 first_s, steady_s, paid = {}, {}, {}
 for name, fn in compiled_mod.items():
-    timed = compiled.timed_compiles(fn, q, k, v)
+    timed = torch_compile.timed_compiles(fn, q, k, v)
     first_s[name], steady_s[name], paid[name] = timed.first_s, timed.steady_s, timed
     print(f"{name}: first call {first_s[name]:.2f} s ({timed.first}), "
           f"then {1e3 * steady_s[name]:.1f} ms per call ({timed.steady})")
-eager_steady = {name: compiled.first_and_steady(m, q, k, v)[1] for name, m in eager.items()}
+eager_steady = {name: torch_compile.first_and_steady(m, q, k, v)[1] for name, m in eager.items()}
 
 for name in compiled_mod:
     verdict = reference.judge(compiled_mod[name](q, k, v), q, k, v, causal=True)
@@ -120,14 +128,14 @@ else:
 guess_compiled_ops = ["aten::bmm", "aten::masked_fill", "aten::bmm"]  # edit me before running on
 
 # %%
-runs = {name: profiling.profile(fn, q, k, v, label=f"compiled_{name}", active=active_steps, trace_dir=trace_dir)
+runs = {name: record.profile(fn, q, k, v, label=f"compiled_{name}", active=active_steps, trace_dir=trace_dir)
         for name, fn in compiled_mod.items()}
-step = {name: profiling.median_step(r.steps()) for name, r in runs.items()}
-eager_step = profiling.median_step(profiling.profile(eager["naive"], q, k, v, label="eager_naive",
+step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
+eager_step = reader.median_step(record.profile(eager["naive"], q, k, v, label="eager_naive",
                                                      active=active_steps, trace_dir=trace_dir).steps())
 seen_aten = [n for n in step["naive"].ops["name"] if n.startswith("aten::") and n != "aten::resolve_conj"]
 display(reveal(guess_compiled_ops, seen_aten, "ATen ops in the compiled forward"))
-profiling.op_table(step["naive"])
+tables.op_table(step["naive"])
 
 # %% [markdown]
 # The top level is no longer our code. `TorchDynamo Cache Lookup` checks the guards (same
@@ -137,10 +145,10 @@ profiling.op_table(step["naive"])
 # Inductor wrote, named after the ops it fused.
 
 # %%
-gen = {name: compiled.generated_kernels(s) for name, s in step.items()}
+gen = {name: torch_compile.generated_kernels(s) for name, s in step.items()}
 display(gen["naive"][["name", "fused", "dur_us"]])
 naive_gen = gen["naive"]
-lesson(len(compiled.regions(step["naive"])) == 1, "the compiled naive forward runs as one compiled region")
+lesson(len(torch_compile.regions(step["naive"])) == 1, "the compiled naive forward runs as one compiled region")
 lesson(len(step["naive"].find("aten::bmm")) == 2, "the two matmuls stay: two aten::bmm calls per forward")
 lesson(all(step["naive"].find(op).empty for op in ("aten::mul", "aten::masked_fill", "aten::softmax", "aten::clone")),
        "scale, mask and softmax no longer run as ATen ops, and nothing is cloned")
@@ -205,10 +213,10 @@ glue("e_peak_mib", f"{mib(eager_step.peak_bytes):.1f}")
 # %%
 #| caption: One forward of naive attention compiled by `torch.compile`: the matmuls remain, and one kernel Inductor generated (named after the ops it fused) stands where scale, mask and softmax ran as separate ops.
 #| alt: Timeline of the compiled forward: the compiled graph's call with the matmuls and a single fused kernel beneath it.
-fig = profiling.timeline(step["naive"], title=f"compiled naive attention, one forward ({device.type})")
+timeline.timeline(step["naive"], title=f"compiled naive attention, one forward ({device.type})")
 
 # %%
-traces.links(runs["naive"])
+links(runs["naive"])
 
 # %% [markdown]
 # ## On a GPU
@@ -216,7 +224,7 @@ traces.links(runs["naive"])
 # On a GPU, Inductor writes Triton kernels instead of C++ loops, and names them the same
 # way: `triton_per_fused_...` or `triton_red_fused_...` for a softmax (`per` keeps a whole
 # row in one block, `red` loops over it), next to the matmuls it leaves to cuBLAS.
-# `kernels.fingerprints` reads those names. When this chapter runs on a GPU the cell below
+# `kernels.trace.fingerprints` reads those names. When this chapter runs on a GPU the cell below
 # checks the lane; the course has no recorded GPU run of it yet.
 
 # %%
@@ -236,17 +244,17 @@ else:
 # naive module with an explicit break just before the mask:
 
 # %%
-show_source(compiled.BrokenAttention)
+show_source(torch_compile.BrokenAttention)
 
 # %%
-broken = torch.compile(compiled.BrokenAttention(causal=True), dynamic=False)
+broken = torch.compile(torch_compile.BrokenAttention(causal=True), dynamic=False)
 broken(q, k, v)
-explained = torch._dynamo.explain(compiled.BrokenAttention(causal=True))(q, k, v)
+explained = torch._dynamo.explain(torch_compile.BrokenAttention(causal=True))(q, k, v)
 print(f"graphs: {explained.graph_count}, graph breaks: {explained.graph_break_count}")
 print("reason:", explained.break_reasons[0].reason if explained.break_reasons else "none")
-broken_run = profiling.profile(broken, q, k, v, label="broken", active=active_steps, trace_dir=trace_dir)
-broken_step = profiling.median_step(broken_run.steps())
-profiling.op_table(broken_step)
+broken_run = record.profile(broken, q, k, v, label="broken", active=active_steps, trace_dir=trace_dir)
+broken_step = reader.median_step(broken_run.steps())
+tables.op_table(broken_step)
 
 # %% [markdown]
 # The trace shows a break as more than one `Torch-Compiled Region` per forward (with a
@@ -254,12 +262,12 @@ profiling.op_table(broken_step)
 # crosses it has to exist in memory, and the kernels on either side cannot be merged.
 
 # %%
-broken_gen = compiled.generated_kernels(broken_step)
+broken_gen = torch_compile.generated_kernels(broken_step)
 display(broken_gen[["name", "fused"]])
-lesson(explained.graph_break_count >= 1 and len(compiled.regions(broken_step)) > explained.graph_count - 1 > 0,
+lesson(explained.graph_break_count >= 1 and len(torch_compile.regions(broken_step)) > explained.graph_count - 1 > 0,
        "Dynamo's explain finds the break, and the trace shows it as more than one compiled region per forward",
        f"{explained.graph_count} graphs, {explained.graph_break_count} breaks, "
-       f"{len(compiled.regions(broken_step))} regions in one forward")
+       f"{len(torch_compile.regions(broken_step))} regions in one forward")
 lesson(not any(len({"mul", "masked_fill", "softmax"} & set(f)) > 1 for f in broken_gen["fused"]),
        "across the break, no generated kernel fuses two of scale, mask and softmax",
        ", ".join(broken_gen["name"]))
@@ -267,7 +275,7 @@ lesson(scores_allocations(broken_step) > scores_allocations(step["naive"]),
        "the break costs S×S allocations the unbroken compile avoids",
        f"{scores_allocations(broken_step)} vs {scores_allocations(step['naive'])}")
 glue("gb_graphs", explained.graph_count)
-glue("gb_regions", len(compiled.regions(broken_step)))
+glue("gb_regions", len(torch_compile.regions(broken_step)))
 glue("gb_allocs", scores_allocations(broken_step))
 
 # %% [markdown]
@@ -286,13 +294,13 @@ glue("gb_allocs", scores_allocations(broken_step))
 # `mask_mod(b, h, q_idx, kv_idx)` that says whether a query may see a key. Compiled, it
 # becomes one fused kernel in the style of FlashAttention (tiles of queries against tiles of
 # keys, an online softmax, no S×S buffer). The course registers it as `flex` (library code
-# in `kernels/compiled.py`):
+# in `kernels/torch_compile.py`):
 
 # %%
-show_source(compiled.flex)
+show_source(torch_compile.flex)
 
 # %%
-show_source(compiled.causal_block_mask)
+show_source(torch_compile.causal_block_mask)
 
 # %% [markdown]
 # `create_block_mask` evaluates the `mask_mod` ahead of time and records, per tile of
@@ -304,9 +312,9 @@ show_source(compiled.causal_block_mask)
 guess_skipped_tiles = 8  # edit me before running on
 
 # %%
-block_mask = compiled.causal_block_mask(seq, seq, device)
+block_mask = torch_compile.causal_block_mask(seq, seq, device)
 print(block_mask)
-counts = compiled.block_counts(block_mask)
+counts = torch_compile.block_counts(block_mask)
 n = -(-seq // counts.block[1])   # tiles per row of the score matrix
 display(pd.Series({"tile (queries × keys)": f"{counts.block[0]} × {counts.block[1]}", "tiles": counts.total,
                    "full": counts.full, "partial (masked)": counts.partial, "skipped": counts.skipped,
@@ -329,7 +337,7 @@ glue("flex_skip_share", f"{100 * counts.skipped_share:.1f}")
 
 # %%
 flex = kernels.get("flex")
-flex_timed = compiled.timed_compiles(flex, q, k, v)
+flex_timed = torch_compile.timed_compiles(flex, q, k, v)
 flex_first = flex_timed.first_s
 print(f"flex: first call {flex_first:.2f} s ({flex_timed.first}), later calls: {flex_timed.steady}")
 lesson(flex_timed.first.graphs >= 1 and flex_timed.steady.graphs == 0 and not flex_timed.steady.gave_up,
@@ -337,9 +345,9 @@ lesson(flex_timed.first.graphs >= 1 and flex_timed.steady.graphs == 0 and not fl
        f"first call {flex_timed.first}; later calls {flex_timed.steady}")
 verdict = reference.judge(flex(q, k, v), q, k, v, causal=True)
 lesson(verdict.ok, "flex with the causal block mask matches the float64 reference", str(verdict))
-flex_run = profiling.profile(flex, q, k, v, label="flex", active=active_steps, trace_dir=trace_dir)
-flex_step = profiling.median_step(flex_run.steps())
-display(profiling.op_table(flex_step))
+flex_run = record.profile(flex, q, k, v, label="flex", active=active_steps, trace_dir=trace_dir)
+flex_step = reader.median_step(flex_run.steps())
+display(tables.op_table(flex_step))
 lesson(flex_step.find("aten::bmm").empty and flex_step.find("aten::softmax").empty,
        "flex runs no matmul or softmax op of its own: the whole attention is inside the compiled region")
 lesson(flex_step.allocated_bytes < scores_bytes,
@@ -375,7 +383,7 @@ else:
 # timed):
 
 # %%
-rows = bench.sweep(["flex", "sdpa_flash"], seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,),
+rows = sweep.sweep(["flex", "sdpa_flash"], seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,),
                    batch=batch, heads=heads, device=device, reps=20, max_seconds=2.0, memory=False, progress=None)
 cost = pd.DataFrame([{"impl": r.impl, "median (ms)": r.median_ms, "p10 (ms)": r.p10_ms, "p90 (ms)": r.p90_ms,
                       "status": r.status} for r in rows]).set_index("impl")
@@ -408,15 +416,15 @@ glue("flex_verdict", which_faster)
 # flex it is a three-line function of the indices:
 
 # %%
-show_source(compiled.alibi)
+show_source(torch_compile.alibi)
 
 # %%
-alibi = compiled.alibi(heads, device)
-alibi_out = compiled.flex_call(q, k, v, block_mask=block_mask, score_mod=alibi)
-want = compiled.alibi_reference(q, k, v, causal=True)
+alibi = torch_compile.alibi(heads, device)
+alibi_out = torch_compile.flex_call(q, k, v, block_mask=block_mask, score_mod=alibi)
+want = torch_compile.alibi_reference(q, k, v, causal=True)
 err = reference.max_abs_error(alibi_out, want)
 if dtype in (torch.float16, torch.bfloat16):   # FlashAttention's rule: 2x plain same-dtype error + 1e-5
-    bound = 2 * reference.max_abs_error(compiled.alibi_reference(q, k, v, causal=True, dtype=dtype), want) + 1e-5
+    bound = 2 * reference.max_abs_error(torch_compile.alibi_reference(q, k, v, causal=True, dtype=dtype), want) + 1e-5
 else:                                          # the course's fp32 rule: 1e-5 of max |ref| + 1e-6
     bound = reference.tolerance(dtype) * want.abs().max().item() + 1e-6
 lesson(err <= bound, "flex with ALiBi matches the float64 ALiBi attention computed here",
@@ -424,8 +432,8 @@ lesson(err <= bound, "flex with ALiBi matches the float64 ALiBi attention comput
 moved = reference.max_abs_error(alibi_out, reference.attention(q, k, v, causal=True))
 lesson(moved > 100 * bound, "and it is not plain causal attention: the bias moves the output far beyond that bound",
        f"max abs difference from plain causal attention {moved:.2f}")
-alibi_step = profiling.median_step(profiling.profile(
-    lambda *a: compiled.flex_call(*a, block_mask=block_mask, score_mod=alibi), q, k, v,
+alibi_step = reader.median_step(record.profile(
+    lambda *a: torch_compile.flex_call(*a, block_mask=block_mask, score_mod=alibi), q, k, v,
     label="flex_alibi", active=active_steps, trace_dir=trace_dir).steps())
 lesson(alibi_step.allocated_bytes < scores_bytes,
        "flex with ALiBi still allocates less than one S×S buffer: the bias is computed in the kernel",

@@ -15,7 +15,10 @@
 # %% [parameters]
 
 # %%
-from kernels.compiled import keep_inductor_cache_in_build
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.attention.torch_compile import keep_inductor_cache_in_build
 
 print("Inductor cache:", keep_inductor_cache_in_build() or "Inductor's default folder")
 
@@ -25,10 +28,12 @@ import torch
 import torch._inductor.config as inductor_config
 
 import kernels
-from kernels import block as blocks
-from kernels import compiled, gpu_lessons, profiling, traces
-from kernels.block import Block
-from kernels.book import glue, lesson, mib, reveal, setup, show_source
+from kernels.attention import block as blocks
+from kernels import gpu_lessons
+from kernels.attention import torch_compile
+from kernels.trace.links import links
+from kernels.attention.block import Block
+from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
 torch.set_grad_enabled(False)                      # inference only; one grad mode for Dynamo's guards
@@ -160,9 +165,9 @@ plt.show()
 scores_bytes = batch * heads * seq * seq * x.element_size()
 part_ms, memory, block_steps = {}, {}, {}
 for name in plugged:
-    run = profiling.profile(make_block(name), x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
+    run = record.profile(make_block(name), x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
                             trace_dir=trace_dir, trace_name=f"block_{name}")
-    block_steps[name] = profiling.median_step(run.steps())
+    block_steps[name] = reader.median_step(run.steps())
     part_ms[name] = {p: pd.Series([s.cpu_time_us for s in run.trace.steps(f"block.{p}")]).median() / 1e3
                      for p in blocks.PARTS}
     att = run.trace.steps("block.attention")[-1]
@@ -215,7 +220,7 @@ repeats = []
 for r in range(2):
     share = {}
     for s in trend_seqs:
-        run = profiling.profile(naive_block, tokens(s), label="block", wait=0, warmup=1, active=2,
+        run = record.profile(naive_block, tokens(s), label="block", wait=0, warmup=1, active=2,
                                 trace_dir=trace_dir, trace_name=f"trend_{s}_{r}")
         attention_us = sum(st.cpu_time_us for st in run.trace.steps("block.attention"))
         share[s] = attention_us / sum(st.cpu_time_us for st in run.steps())
@@ -263,24 +268,24 @@ lesson(all(e.graph_count == 1 for e in explained.values()),
 
 # %%
 compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dynamic=False)
-first, steady = compiled.first_and_steady(compiled_block, x, steady_calls=3)
+first, steady = torch_compile.first_and_steady(compiled_block, x, steady_calls=3)
 eager_sdpa = make_block(blocks.sdpa_causal)
-_, eager_steady = compiled.first_and_steady(eager_sdpa, x, steady_calls=3)
+_, eager_steady = torch_compile.first_and_steady(eager_sdpa, x, steady_calls=3)
 err = (compiled_block(x) - eager_sdpa(x)).abs().max().item() / eager_sdpa(x).abs().max().item()
 lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled block computes what the eager block does",
        f"relative difference {err:.1e}")
-crun = profiling.profile(compiled_block, x, label="compiled_block", wait=0, warmup=1, active=min(active_steps, 3),
+crun = record.profile(compiled_block, x, label="compiled_block", wait=0, warmup=1, active=min(active_steps, 3),
                          trace_dir=trace_dir)
-cstep = profiling.median_step(crun.steps())
-estep = profiling.median_step(profiling.profile(eager_sdpa, x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
+cstep = reader.median_step(crun.steps())
+estep = reader.median_step(record.profile(eager_sdpa, x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
                                                 trace_dir=trace_dir, trace_name="block_sdpa_eager").steps())
-profiling.op_table(cstep)
+tables.op_table(cstep)
 
 # %%
-gen = compiled.generated_kernels(cstep)
+gen = torch_compile.generated_kernels(cstep)
 display(gen[["name", "fused", "dur_us"]])
 matmuls = [n for n in cstep.ops["name"] if n in ("aten::addmm", "aten::mm")]
-lesson(len(compiled.regions(cstep)) == 1, "the compiled block runs as one compiled region")
+lesson(len(torch_compile.regions(cstep)) == 1, "the compiled block runs as one compiled region")
 lesson(len(matmuls) == 4, "the four linear layers stay library matmuls (qkv, proj, fc_in, fc_out)",
        f"{len(matmuls)} × {sorted(set(matmuls))}")
 lesson(cstep.find("aten::gelu").empty and cstep.find("aten::layer_norm").empty and cstep.find("aten::add").empty,
@@ -331,7 +336,7 @@ lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buff
 lesson(hidden_buffers(cstep) < hidden_buffers(estep),
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
 # The order of matmuls and generated kernels: CPU ops on a CPU, the GPU lane's kernels on a GPU.
-# Matmuls are what kernels.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).
+# Matmuls are what kernels.trace.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).
 gpu_lessons.gelu_between_matmuls(cstep.kernels if len(cstep.kernels) else cstep.ops)
 passes = {"eager or compiled": 4, "fused MLP": 2}   # writes + reads of the [B, S, 4W] tensor per forward
 saved = (passes["eager or compiled"] - passes["fused MLP"]) * hidden_bytes
@@ -360,7 +365,7 @@ glue("b_saved_mib", f"{mib(saved):.1f}")
 #   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
 
 # %%
-traces.links(crun)
+links(crun)
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/08_block.ipynb), with automatic checks, hints and hidden solutions.

@@ -20,10 +20,15 @@ import math
 import pandas as pd
 import torch
 
+from kernels.bench import comparison
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
 import kernels
-import kernels.sdpa
-from kernels import bench, gpu_lessons, profiling, recorded, reference, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup
+import kernels.attention.sdpa
+from kernels import gpu_lessons, recorded, reference
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)
@@ -36,7 +41,7 @@ print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {de
 # A training step here is the attention forward, then `backward()` with a fixed gradient
 # for the output (what the layers above would send back). Before each step the gradients of
 # the last one are dropped, as `optimizer.zero_grad()` does, so every step records the same
-# work. `profiling.profile` turns autograd on because the inputs require grad:
+# work. `record.profile` turns autograd on because the inputs require grad:
 
 # %%
 def training_step(name, grad_out):
@@ -59,7 +64,7 @@ def backward_start(step):
 
 
 avail = kernels.available(device)
-variants = ["naive"] + [n for n in kernels.sdpa.BACKENDS if avail[n] is None] + (["triton"] if avail["triton"] is None else [])
+variants = ["naive"] + [n for n in kernels.attention.sdpa.BACKENDS if avail[n] is None] + (["triton"] if avail["triton"] is None else [])
 # Triton runs in its interpreter on a CPU (NumPy, one program at a time): give it a tiny shape there.
 shapes = {n: (1, 2, 32, 16) if (n == "triton" and device.type == "cpu") else (batch, heads, seq, head_dim)
           for n in variants}
@@ -89,7 +94,7 @@ guess_nodes = ["BmmBackward0", "MulBackward0", "MaskedFillBackward0", "SoftmaxBa
 runs, steps = {}, {}
 for name in variants:
     q_, k_, v_, g_ = step_inputs[name]
-    runs[name] = profiling.profile(training_step(name, g_), q_, k_, v_, label=name, wait=0, warmup=1, active=1,
+    runs[name] = record.profile(training_step(name, g_), q_, k_, v_, label=name, wait=0, warmup=1, active=1,
                                    trace_dir=trace_dir)
     steps[name] = runs[name].step()
 
@@ -122,7 +127,7 @@ lesson(accumulate == 3, "three AccumulateGrad nodes hand the gradients to q, k a
 # no gradient). Here is the whole step, forward then backward:
 
 # %%
-profiling.op_table(steps["naive"], max_depth=2)
+tables.op_table(steps["naive"], max_depth=2)
 
 # %% [markdown]
 # The same step as a timeline: the forward's five ops, then the engine's nodes, each a bar
@@ -131,11 +136,11 @@ profiling.op_table(steps["naive"], max_depth=2)
 # %%
 #| caption: One training step of naive attention: the forward's five ops, then the autograd engine's nodes (`MmBackward0`, `SoftmaxBackward0`...), each a bar with the ATen ops it ran below it.
 #| alt: Timeline of a training step: the forward's ops on the left, then a longer run of backward nodes, each with its ATen ops nested beneath.
-fig = profiling.timeline(steps["naive"], title=f"naive attention, one training step ({device.type})")
+timeline.timeline(steps["naive"], title=f"naive attention, one training step ({device.type})")
 
 # %%
 # The traces of every variant's training step: download them, or open them in Perfetto.
-display(*(traces.links(run) for run in runs.values()))
+display(*(links(run) for run in runs.values()))
 
 # %% [markdown]
 # ### On which thread?
@@ -373,7 +378,7 @@ for s_len in sweep_seqs:
     qs, ks_, vs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device, requires_grad=True)
     gs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device, seed=1)[0]
     for name in mem_variants:
-        st = profiling.profile(training_step(name, gs), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
+        st = record.profile(training_step(name, gs), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
                                trace_dir=trace_dir, trace_name=f"{name}_train_S{s_len}").step()
         mem_steps[name, s_len] = st
         mem_rows.append({"variant": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
@@ -396,7 +401,7 @@ ax.minorticks_off()
 
 # %%
 # The traces behind each point: download them, or open them in Perfetto.
-display(*(traces.links(st) for st in mem_steps.values()))
+display(*(links(st) for st in mem_steps.values()))
 
 # %%
 last = {n: float(growth[f"{n} x per doubling"].iloc[-1]) for n in mem_variants}
@@ -429,7 +434,7 @@ timed = [n for n in ("sdpa_math", "sdpa_flash") if n in variants]
 s_time = sweep_seqs[1]  # a short length keeps the rounds quick
 qt, kt, vt = inputs(batch, heads, s_time, head_dim, dtype=dtype, device=device, requires_grad=True)
 gt = inputs(batch, heads, s_time, head_dim, dtype=dtype, device=device, seed=1)[0]
-result = bench.compare({n: (lambda f=training_step(n, gt): f(qt, kt, vt)) for n in timed}, device=device, rounds=7)
+result = comparison.compare({n: (lambda f=training_step(n, gt): f(qt, kt, vt)) for n in timed}, device=device, rounds=7)
 print(result.verdict())
 glue("timing_verdict", result.verdict())
 

@@ -20,14 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from kernels.bench import comparison
+from kernels.trace import record
 import kernels
-import kernels.sdpa
-from kernels import bench, decoding, devices, gpu_lessons, plots, profiling, reference, traces
-from kernels.book import glue, inputs, lesson, mib, reveal, setup, show_source
-from kernels.decoding import KVCache
+import kernels.attention.sdpa
+from kernels import gpu_lessons, reference
+from kernels.attention import decoding
+from kernels.hw import devices
+from kernels.bench import plots
+from kernels.trace.links import links
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.attention.decoding import KVCache
 from matplotlib_inline.backend_inline import set_matplotlib_formats
 
-set_matplotlib_formats("png")  # kernels.plots returns matplotlib Figures: show them as images here
+set_matplotlib_formats("png")  # kernels.bench.plots returns matplotlib Figures: show them as images here
 device, dtype = setup(device, dtype)
 print(f"batch {batch}, heads {heads}, head_dim {head_dim}, {dtype}, on {device}; prompt + generated tokens up to {seq}")
 
@@ -101,9 +107,9 @@ def step_with_cat(q, k, v):
     return attend(q, plain["k"], plain["v"], causal=True)
 
 
-cached_step = profiling.profile(step_with_cache, q_new, k_new, v_new, label="decode_kvcache", wait=0, warmup=2,
+cached_step = record.profile(step_with_cache, q_new, k_new, v_new, label="decode_kvcache", wait=0, warmup=2,
                                 active=1, trace_dir=trace_dir).step()
-cat_step = profiling.profile(step_with_cat, q_new, k_new, v_new, label="decode_cat", wait=0, warmup=2,
+cat_step = record.profile(step_with_cat, q_new, k_new, v_new, label="decode_cat", wait=0, warmup=2,
                              active=1, trace_dir=trace_dir).step()
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
 cache_kv_bytes = 2 * batch * heads * (seq + 2) * head_dim * q_all.element_size()  # K and V of the cache then
@@ -120,7 +126,7 @@ lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.alloca
 lesson(cat_step.allocated_bytes >= cache_kv_bytes,
        "growing K and V with torch.cat allocates (and copies into) the whole cache again on every step",
        f"{mib(cat_step.allocated_bytes):.2f} MiB for {seq + 2} cached tokens")
-display(traces.links(cached_step), traces.links(cat_step))
+display(links(cached_step), links(cat_step))
 glue("cat_mib", mib(cat_step.allocated_bytes))
 glue("cache_step_kib", cached_step.allocated_bytes / 1024)
 
@@ -161,7 +167,7 @@ lesson(reference.judge(right, q1, k_all, v_all, causal=True).ok,
 # %% [markdown]
 # That is why the course's SDPA entries never pass `is_causal=True` when Sq ≠ Sk: one query
 # needs no mask at all (it may see everything before it), and longer chunks get a
-# bottom-right mask (`kernels.sdpa`'s `_causal_args`).
+# bottom-right mask (`kernels.attention.sdpa`'s `_causal_args`).
 #
 # ## What one step computes, and what it moves
 #
@@ -212,9 +218,9 @@ glue("h200_ridge", gpu_peaks.ridge)
 #
 # ## On a roofline, measured here
 #
-# `kernels.decoding.bench_steps` times prefill and decode steps with `kernels.bench`'s timer,
-# carrying the FLOP and byte counts above; `kernels.plots.roofline` draws them under this
-# machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.devices`).
+# `kernels.attention.decoding.bench_steps` times prefill and decode steps with `kernels.bench`'s timer,
+# carrying the FLOP and byte counts above; `kernels.bench.plots.roofline` draws them under this
+# machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.hw.devices`).
 
 # %%
 #| caption: Prefill and decode steps measured here, on this machine's roofline: prefill to the right (many FLOPs per byte), every decode step far to the left under the memory slope, whatever the cache length.
@@ -306,11 +312,11 @@ lesson(all(j.ok for j in gqa_verdicts.values()),
 # of PyTorch's backend checks (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses
 # a single query there: flash refuses `is_causal` with Sq ≠ Sk, which this call does not
 # pass, and cuDNN refuses a *key* length of 1. So the backend order of chapter 3 decides, as for
-# prefill (`kernels.sdpa.predicted_backend`):
+# prefill (`kernels.attention.sdpa.predicted_backend`):
 
 # %%
 decode_predictions = pd.DataFrame([
-    {"GPU": gpu, "unpinned decode step picks": kernels.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
+    {"GPU": gpu, "unpinned decode step picks": kernels.attention.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
     for gpu, cap in (("A100 (sm_80)", (8, 0)), ("H200 (sm_90)", (9, 0)), ("T4 (sm_75), fp16", (7, 5)))]).set_index("GPU")
 display(decode_predictions)
 lesson(decode_predictions["unpinned decode step picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
@@ -319,14 +325,14 @@ lesson(decode_predictions["unpinned decode step picks"].tolist()[:2] == ["sdpa_f
 # %%
 # The priority rules know nothing of shared heads, so the GPU comparison uses a multi-head decode step.
 q_mha, k_mha, v_mha = q_dec, k_c.repeat_interleave(heads // kv_heads, dim=1), v_c.repeat_interleave(heads // kv_heads, dim=1)
-chosen = kernels.sdpa.default_backend_name(q_mha, k_mha, v_mha)
-chosen_gqa = kernels.sdpa.default_backend_name(q_dec, k_c, v_c)
-probed = kernels.sdpa.probe(q_dec, k_c, v_c)
+chosen = kernels.attention.sdpa.default_backend_name(q_mha, k_mha, v_mha)
+chosen_gqa = kernels.attention.sdpa.default_backend_name(q_dec, k_c, v_c)
+probed = kernels.attention.sdpa.probe(q_dec, k_c, v_c)
 display(pd.DataFrame({"runs a GQA decode step": {n: r is None for n, r in probed.items()},
                       "why not": {n: r or "" for n, r in probed.items()}}))
 print(f"here, unpinned SDPA picks {chosen} for a multi-head decode step, {chosen_gqa} for the GQA one")
 if device.type == "cuda":
-    gpu_lessons.decode_backend(chosen, kernels.sdpa.predicted_backend_here(device, dtype, head_dim))
+    gpu_lessons.decode_backend(chosen, kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim))
 else:
     lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode step goes to PyTorch's CPU flash kernel, as prefill does")
     print("No GPU here: the GPU rows above are PyTorch's rules, not a measurement; a GPU run of this notebook checks them.")
@@ -348,7 +354,7 @@ guess_fastest = "naive"  # edit me: one of the implementations that run here
 timed = [n for n in runnable if n != "triton"] if device.type == "cpu" else runnable
 calls = {n: (lambda f=kernels.get(n): f(q_dec, k_c, v_c, causal=True)) for n in timed}
 with torch.no_grad():
-    result = bench.compare(calls, device=device, rounds=9)
+    result = comparison.compare(calls, device=device, rounds=9)
 print(result.verdict())
 winner = result.faster()
 print(f"you guessed {guess_fastest}; " + (f"this run says {winner}" if winner else "this run cannot tell them apart"))

@@ -22,10 +22,16 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib_inline.backend_inline import set_matplotlib_formats
 
-from kernels import context_parallel as cp
-from kernels import devices, rank_traces, ranks, reference, ring, traces, ulysses
-from kernels.book import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
-from kernels.plots import apply_font_floor
+from kernels.parallel import programs as cp
+from kernels import reference
+from kernels.hw import devices
+from kernels.parallel import rank_traces
+from kernels.parallel import ranks
+from kernels.parallel import ring
+from kernels.trace.links import links
+from kernels.parallel import ulysses
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
+from kernels.bench.plots import apply_font_floor
 
 started = time.perf_counter()  # the closing note reports how long this chapter took
 set_matplotlib_formats("png")
@@ -73,13 +79,13 @@ lesson(torch.allclose(halves[:, :, :32], whole[:, :, :32]) and second_half_error
 #
 # ## Ranks from a notebook
 #
-# `kernels.ranks.Ranks(n)` starts `n` Python processes with `torch.multiprocessing`'s spawn
+# `kernels.parallel.ranks.Ranks(n)` starts `n` Python processes with `torch.multiprocessing`'s spawn
 # method, joins them into one process group over a free local port, and runs a function on
 # every rank at once. Every collective and point-to-point operation of the group has a
 # timeout, a rank that raises or dies ends the run with an error naming it, and closing the
 # group ends every process. (The function must live in an importable module, since spawned
 # processes do not share this notebook's namespace: the chapter's rank programs are in
-# `kernels.context_parallel`.)
+# `kernels.parallel.programs`.)
 
 # %%
 t0 = time.perf_counter()
@@ -181,7 +187,7 @@ display(pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axi
 # six profiled forwards after a warm-up, each started by a barrier so the ranks begin together
 # and ended by another, as a training step ends at its next collective (a rank that finishes
 # early waits there, inside the step), and writes its own trace: a folder of `rank-0.json.gz`, `rank-1.json.gz`, the
-# shape PyTorch's profiler gives any distributed job. `kernels.rank_traces` reads the folder,
+# shape PyTorch's profiler gives any distributed job. `kernels.parallel.rank_traces` reads the folder,
 # picks the same step on every rank and classifies what each rank did: its CPU ops are
 # compute, and gloo's own ranges (`gloo:send`, `gloo:recv`, recorded from the moment an
 # operation is posted to the moment it completes) are communication.
@@ -224,7 +230,7 @@ def median_step(steps):
 
 
 step = median_step(steps["contiguous"])
-display(*(traces.links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
+display(*(links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
 step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)")
 
 # %%
@@ -235,7 +241,7 @@ lesson(abs(flop_ratio - predicted_ratio) <= 1e-9 * predicted_ratio,
        "the matrix products the trace recorded (their shapes) give the last rank the arithmetic the split predicts",
        f"{flop_ratio:.2f}x rank 0's FLOPs")
 # Timings on a shared machine are noisy, so each timing claim is checked in every profiled
-# step and asserted by the 80% rule of `kernels.book.timing_lesson` (or called too noisy).
+# step and asserted by the 80% rule of `kernels.notebook.timing_lesson` (or called too noisy).
 measured_imbalance = naive.loc[last, "compute_us"] / naive.loc[first, "compute_us"]
 contiguous_steps = [s.summary() for s in steps["contiguous"]]
 timing_lesson([t.loc[last, "compute_us"] > t.loc[first, "compute_us"] for t in contiguous_steps],
@@ -426,7 +432,7 @@ lesson(volumes.loc[(64, "32:32"), "ring / ulysses"] > volumes.loc[(2, "32:32"), 
 # %%
 #| caption: The ring's time per forward and per rank against the number of ranks for a 128k-token sequence, modelled from an H100's peak and two links' bandwidths: compute falls with the square of the shard, communication only with the shard, so past the crossover the transfers no longer hide behind compute.
 #| alt: Log-log chart of milliseconds per forward and per rank against the number of ranks: a falling black line for compute, two dashed lines for the K/V transfers over NVLink and InfiniBand, and a vertical line at each crossover.
-h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kernels.devices (NVIDIA's datasheet)
+h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kernels.hw.devices (NVIDIA's datasheet)
 flops_per_s = h100.flops
 LINKS = {"NVLink 4 (450 GB/s each way)": 450e9, "InfiniBand NDR (50 GB/s each way)": 50e9}
 LINK_SOURCES = {"NVLink 4 (450 GB/s each way)": "NVIDIA H100 Tensor Core GPU page, www.nvidia.com/en-us/data-center/h100/",

@@ -41,10 +41,11 @@ def built_book():
     Session-scoped: the book tests and the browser tests read the same build.
     Returns (report, executed folder, html folder).
     """
-    from kernels import book_html, execute
+    from tools.book import html
+    from tools.book import execute
 
     base = ROOT / "_build" / "test-book"
     out = base / "executed"
     report = execute.run("cpu", out=out, root=ROOT, jobs=2, cache=ROOT / "_build" / "cache")
-    html = book_html.build(out, html_parent=base)
+    html = html.build(out, html_parent=base)
     return report, out, html

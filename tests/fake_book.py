@@ -1,6 +1,6 @@
 """A tiny fake book, built once per session through the real runner and build
-(``kernels.execute.run`` then ``kernels.book_html.build``, with the real ``_config.yml`` and
-``book/_static``): one notebook that profiles a matmul and shows ``traces.links`` for it and
+(``tools.book.execute.run`` then ``tools.book.html.build``, with the real ``_config.yml`` and
+``book/_static``): one notebook that profiles a matmul and shows ``kernels.trace.links.links`` for it and
 for a recorded GPU trace. tests/test_traces.py and tests/test_browser.py read it."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
-from kernels import book_html, execute
+from tools.book import html
+from tools.book import execute
 from tests.gpu_trace import naive_a100_trace
 from tests.helpers import ROOT
 
@@ -40,12 +41,12 @@ def _fake_source(root: Path) -> None:
         nbformat.v4.new_markdown_cell("# A fake chapter"),
         nbformat.v4.new_code_cell('device = "cpu"\nactive_steps = 1\ntrace_dir = "traces"', metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(
-            "import torch\nfrom kernels import profiling, traces\n"
+            "import torch\nfrom kernels.trace.links import links\nfrom kernels.trace.record import profile\n"
             "x = torch.randn(32, 32)\n"
-            'run = profiling.profile(torch.mm, x, x, label="mm", active=active_steps, trace_dir=trace_dir)\n'
-            "traces.links(run)"),
+            'run = profile(torch.mm, x, x, label="mm", active=active_steps, trace_dir=trace_dir)\n'
+            "links(run)"),
         nbformat.v4.new_markdown_cell("A recorded GPU trace:"),
-        nbformat.v4.new_code_cell(f'traces.links("data/recorded/{RECORDED}")'),
+        nbformat.v4.new_code_cell(f'links("data/recorded/{RECORDED}")'),
     ]
     nbformat.write(nb, root / "book" / f"{FAKE_CHAPTER}.ipynb")
 
@@ -66,7 +67,7 @@ def build_fake_book(tmp_path_factory) -> SimpleNamespace:
             shutil.rmtree(base, ignore_errors=True)
             _fake_source(base / "src")
             report = execute.run("cpu", out=base / "executed", root=base / "src", progress=False)
-            book_html.build(base / "executed", html_parent=base)
+            html.build(base / "executed", html_parent=base)
             done.write_text(json.dumps(report))
     return SimpleNamespace(src=base / "src", out=base / "executed", html=base / "_build" / "html",
                            report=json.loads(done.read_text()))

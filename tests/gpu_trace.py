@@ -9,8 +9,8 @@ one Memcpy, in-place 5, the math backend many more with fp32 GEMMs, each fused b
 Chapter 0's matmul + relu follows Part 1 of the series (torch-profiler.md): an occupancy query
 before the GEMM's launch and none before the elementwise kernel's. Each recorded step
 (``ProfilerStep#N``) holds its label and the ``cudaDeviceSynchronize`` that
-``kernels.profiling.profile`` calls after it; the first holds a CUPTI activity-buffer request.
-Footprints are consistent with Kineto's estimate (``kernels.occupancy.kineto_estimate``, 108
+``kernels.trace.record.profile`` calls after it; the first holds a CUPTI activity-buffer request.
+Footprints are consistent with Kineto's estimate (``kernels.hw.occupancy.kineto_estimate``, 108
 SMs, rounded to a whole percent as Kineto writes it).
 """
 from __future__ import annotations

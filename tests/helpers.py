@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from matplotlib.text import Text
 
-from kernels import plots
+from kernels.bench import plots
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,12 +10,12 @@ Each kernel name below is one a real Hopper run launches, and says where it come
   ``nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT``, ``nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN``,
   ``nvjet_tst_256x128_64x4_1x2_h_bz_coopA_TNT`` are from an nsys top-kernels table of an H100
   training run (beside FlashAttention-2's ``flash_fwd_kernel``), found by exact-string search
-  of public GitHub text; kernels/fingerprints.py documents the family. The older Hopper
+  of public GitHub text; kernels/trace/fingerprints.py documents the family. The older Hopper
   naming, ``sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_
   execute_segment_k_off_kernel__5x_cublas``, is from nsys reports of H100 runs (same search).
 - fp32 GEMMs of SDPA's math backend (it upcasts 16-bit inputs): cuBLAS's sm_80 SIMT CUTLASS
   kernel ``cutlass_80_simt_sgemm_256x128_8x4_nn_align1`` (sm_80 code runs on sm_90; format
-  from kernels/fingerprints.py's CUTLASS rule).
+  from kernels/trace/fingerprints.py's CUTLASS rule).
 - SDPA's fused backends: FlashAttention-2 as PyTorch vendors it,
   ``void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<...>>`` (aten/src/ATen/native/
   transformers/cuda/flash_attn in PyTorch; the same FA2 kernel serves sm_80 and sm_90);
@@ -30,8 +30,8 @@ Each kernel name below is one a real Hopper run launches, and says where it come
 - Inductor: ``triton_{poi,per,red,tem}_fused_<ops>_<n>`` (torch/_inductor names its kernels
   from the ATen ops they fuse; ``triton_tem_`` is a template such as FlexAttention's).
 - This course's kernels by their function names: ``_attn_fwd_tma`` (Hopper's TMA forward),
-  ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq`` (kernels/triton_flash.py,
-  kernels/triton_backward.py) and ``flash_v1_kernel`` / ``flash_v2_kernel`` (kernels/csrc).
+  ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq`` (kernels/triton/flash.py,
+  kernels/triton/backward.py) and ``flash_v1_kernel`` / ``flash_v2_kernel`` (kernels/cuda/csrc).
 - Copies and fills as Kineto names them: ``Memcpy HtoD (Pinned -> Device)``,
   ``Memcpy DtoD (Device -> Device)``, ``Memset (Device)``.
 
@@ -40,14 +40,15 @@ traces); chapter 9's training steps add a prefetch copy and a memset on side str
 20, so no reader may assume one stream.
 H100 launches may come as ``cudaLaunchKernelExC`` (HolisticTraceAnalysis issue #61): the
 fixture's nvjet GEMMs are launched so, Triton's through the driver's ``cuLaunchKernelEx``. Footprints carry Kineto's own estimate, computed as Kineto does
-(``kernels.occupancy.kineto_estimate``, 132 SMs).
+(``kernels.hw.occupancy.kineto_estimate``, 132 SMs).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from kernels import occupancy, profiling
+from kernels.trace import reader
+from kernels.hw import occupancy
 
 CPU_PID, CPU_TID, ENGINE_TID, GPU_PID = 5151, 5151, 5160, 0
 MAIN, SIDE, SIDE2 = 7, 14, 20
@@ -182,9 +183,9 @@ def trace(label: str, rows: list[Row], steps: int = 2) -> dict:
     return {"schemaVersion": 1, "deviceProperties": [H100], "traceEvents": events}
 
 
-def lane(label: str, rows: list[Row], steps: int = 2) -> profiling.Step:
+def lane(label: str, rows: list[Row], steps: int = 2) -> reader.Step:
     """The median recorded step of ``label`` running ``rows``, read by the course's trace reader."""
-    return profiling.median_step(profiling.load_trace(trace(label, rows, steps)).steps(label))
+    return reader.median_step(reader.load_trace(trace(label, rows, steps)).steps(label))
 
 
 # ---- what each chapter's GPU run launches, per variant ------------------------------------------
@@ -227,7 +228,7 @@ def triton_forward_backward(batch: int, heads: int, seq: int) -> list[Row]:
 
 def cuda_forward(version: str, cfg, batch: int, heads: int, seq: int) -> list[Row]:
     """Chapter 5: one forward of the course's CUDA kernel, launched as its launcher does
-    (``cfg``: kernels.cuda_flash.launch_config)."""
+    (``cfg``: kernels.cuda.flash.launch_config)."""
     name = CUDA_V1 if version == "v1" else CUDA_V2
     regs = 64 if version == "v1" else 128
     return [kernel(f"cuda_{version}", name, (tuple(cfg.grid(batch, heads, seq)), (cfg.threads, 1, 1), regs,

@@ -1,4 +1,4 @@
-"""Rank programs the tests send to kernels.ranks (spawned processes import them by name)."""
+"""Rank programs the tests send to kernels.parallel.ranks (spawned processes import them by name)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from kernels import ring
+from kernels.parallel import ring
 
 
 def die_mid_step(rank: int, world: int) -> str:

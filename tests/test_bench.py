@@ -1,4 +1,4 @@
-"""The benchmark harness (kernels.bench) and the device ceilings it reports (kernels.devices)."""
+"""The benchmark harness (kernels.bench) and the device ceilings it reports (kernels.hw.devices)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernels.bench import cli
+from kernels.bench import comparison
+from kernels.bench import gpu_checks
+from kernels.bench import results
+from kernels.bench import sweep
+from kernels.bench import timing
+from kernels.trace import record
 import kernels
-from kernels import bench, devices
-from kernels.bench import FORWARD, FORWARD_BACKWARD
+from kernels.hw import devices
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -19,7 +26,7 @@ CPU = torch.device("cpu")
 
 def point(name, b, h, s, d, causal, backward, dtype=torch.float32):
     mode = FORWARD_BACKWARD if backward else FORWARD
-    return bench.new_point(name, CPU, dtype, b, h, s, d, causal, mode)
+    return sweep.new_point(name, CPU, dtype, b, h, s, d, causal, mode)
 
 
 # ----------------------------------------------------------------------------- counts
@@ -103,7 +110,7 @@ QUICK = dict(batch=1, heads=2, warmup=1, reps=5, min_reps=3, max_seconds=0.2, pr
 @pytest.fixture(scope="module")
 def small_sweep():
     """A real CPU sweep: 2 implementations x 2 sequence lengths, memory measured."""
-    return bench.sweep(["inplace", "sdpa_flash"], seqs=(32, 128), head_dims=(16,), **QUICK)
+    return sweep.sweep(["inplace", "sdpa_flash"], seqs=(32, 128), head_dims=(16,), **QUICK)
 
 
 def test_small_sweep_measures_every_point(small_sweep):
@@ -130,25 +137,25 @@ def test_cpu_peak_memory_keeps_profiler_noise_out_of_stderr(capfd):
     # Kineto prints start/stop lines ("USDT: ... SyncActivityProfilerHandler") straight to
     # file descriptor 2; a notebook calling the sweep would show them in every cell.
     q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
-    peak, method = bench.peak_memory(lambda: kernels.get("inplace")(q, k, v), torch.device("cpu"))
+    peak, method = timing.peak_memory(lambda: kernels.get("inplace")(q, k, v), torch.device("cpu"))
     # the 64x64 scores of 2 heads in fp32: 2*64*64*4 = 32,768 bytes are alive at the peak
     assert peak >= 32_768 and method == "profiler memory events"
     assert "SyncActivityProfilerHandler" not in capfd.readouterr().err
 
 
 def test_results_round_trip_through_json_and_csv(small_sweep, tmp_path):
-    json_path, csv_path = bench.save_results(small_sweep, tmp_path / "run")
+    json_path, csv_path = results.save_results(small_sweep, tmp_path / "run")
     assert (json_path.name, csv_path.name) == ("run.json", "run.csv")
     data = json.loads(json_path.read_text())  # valid JSON, no NaN
     assert {"device", "versions", "date", "command", "memory_methods"} <= set(data["meta"])
     for path in (json_path, csv_path, tmp_path / "run"):
-        back = bench.load_results(path)
+        back = results.load_results(path)
         assert list(back) == list(small_sweep)
-    assert bench.load_results(json_path).meta["device"]["kind"] == "cpu"
+    assert results.load_results(json_path).meta["device"]["kind"] == "cpu"
 
 
 def test_backward_is_timed_with_its_flops():
-    rows = bench.sweep(["inplace"], seqs=(32,), head_dims=(16,), modes=(FORWARD, FORWARD_BACKWARD),
+    rows = sweep.sweep(["inplace"], seqs=(32,), head_dims=(16,), modes=(FORWARD, FORWARD_BACKWARD),
                        memory=False, **QUICK)
     fwd, both = rows
     assert (fwd.status, both.status) == ("ok", "ok")
@@ -156,7 +163,7 @@ def test_backward_is_timed_with_its_flops():
 
 
 def test_unavailable_implementation_is_recorded_and_sweep_goes_on():
-    rows = bench.sweep(["sdpa_efficient", "inplace"], seqs=(16,), head_dims=(16,), memory=False, **QUICK)
+    rows = sweep.sweep(["sdpa_efficient", "inplace"], seqs=(16,), head_dims=(16,), memory=False, **QUICK)
     assert rows[0].status == "unavailable"
     assert rows[0].reason == kernels.available("cpu")["sdpa_efficient"]
     assert "CUDA" in rows[0].reason
@@ -166,11 +173,11 @@ def test_unavailable_implementation_is_recorded_and_sweep_goes_on():
 
 def test_slow_cpu_implementations_skipped_unless_named(monkeypatch):
     monkeypatch.setattr(kernels.implementation("sdpa_math"), "slow_on_cpu", True)
-    by_default = bench.sweep(None, seqs=(16,), head_dims=(16,), memory=False, **QUICK)
+    by_default = sweep.sweep(None, seqs=(16,), head_dims=(16,), memory=False, **QUICK)
     status = {r.impl: r.status for r in by_default}
     assert status["sdpa_math"] == "skipped"
     assert set(status) == set(kernels.names())
-    named = bench.sweep(["sdpa_math"], seqs=(16,), head_dims=(16,), memory=False, **QUICK)
+    named = sweep.sweep(["sdpa_math"], seqs=(16,), head_dims=(16,), memory=False, **QUICK)
     assert named[0].status == "ok"
 
 
@@ -194,7 +201,7 @@ def failing_at(min_seq, error):
 ])
 def test_out_of_memory_is_recorded_and_sweep_goes_on(monkeypatch, error):
     monkeypatch.setattr(kernels.implementation("inplace"), "call", failing_at(64, error))
-    rows = bench.sweep(["inplace", "sdpa_flash"], seqs=(32, 64), head_dims=(16,), memory=False, **QUICK)
+    rows = sweep.sweep(["inplace", "sdpa_flash"], seqs=(32, 64), head_dims=(16,), memory=False, **QUICK)
     assert [r.status for r in rows] == ["ok", "oom", "ok", "ok"]
     assert rows[1].median_ms is None and rows[1].tflops is None and rows[1].reason
 
@@ -205,7 +212,7 @@ def test_other_failures_are_classified(monkeypatch):
              "sdpa_flash": ZeroDivisionError("a bug")}
     for name, error in cases.items():
         monkeypatch.setattr(kernels.implementation(name), "call", failing_at(1, error))
-    rows = bench.sweep(["inplace", "naive", "sdpa_flash", "sdpa_math"], seqs=(16,), head_dims=(16,),
+    rows = sweep.sweep(["inplace", "naive", "sdpa_flash", "sdpa_math"], seqs=(16,), head_dims=(16,),
                        memory=False, **QUICK)
     assert [r.status for r in rows] == ["unavailable", "unsupported", "error", "ok"], \
         "cannot run here is CannotRun, refused input a ValueError/TypeError, anything else an error"
@@ -219,20 +226,20 @@ def test_implementation_without_autograd_records_no_backward(monkeypatch):
         return real(q, k, v, causal=causal, scale=scale).detach()  # like a kernel with no backward
 
     monkeypatch.setattr(kernels.implementation("sdpa_flash"), "call", detached)
-    rows = bench.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), modes=(FORWARD, FORWARD_BACKWARD),
+    rows = sweep.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), modes=(FORWARD, FORWARD_BACKWARD),
                        memory=False, **QUICK)
     assert [r.status for r in rows] == ["ok", "no backward"]
     assert "autograd" in rows[1].reason
 
 
 def test_inputs_rotate_through_sets_larger_than_the_cache():
-    pool = bench.InputPool((1, 2, 64, 16), torch.float32, CPU, backward=False)
+    pool = sweep.InputPool((1, 2, 64, 16), torch.float32, CPU, backward=False)
     # one set: 4 tensors (q, k, v, grad) of 1*2*64*16 fp32 = 4 * 2048 * 4 = 32,768 bytes
     # 64 MiB / 32,768 bytes = 2048 sets would beat the cache; capped at MAX_SETS
-    assert len(pool.sets) == min(bench.MAX_SETS, bench.ROTATE_BYTES["cpu"] // 32_768)
-    big = bench.InputPool((1, 8, 1024, 64), torch.float32, CPU, backward=True)
+    assert len(pool.sets) == min(sweep.MAX_SETS, sweep.ROTATE_BYTES["cpu"] // 32_768)
+    big = sweep.InputPool((1, 8, 1024, 64), torch.float32, CPU, backward=True)
     # one set: 4 * 1*8*1024*64 * 4 bytes = 8 MiB -> 64 MiB / 8 MiB = 8 sets
-    assert len(big.sets) == bench.ROTATE_BYTES["cpu"] // (8 * 2**20)
+    assert len(big.sets) == sweep.ROTATE_BYTES["cpu"] // (8 * 2**20)
     assert big.sets[0][0].requires_grad and not big.sets[0][3].requires_grad
     seen = {id(pool.next()[0]) for _ in range(len(pool.sets))}
     assert len(seen) == len(pool.sets)
@@ -241,18 +248,18 @@ def test_inputs_rotate_through_sets_larger_than_the_cache():
 
 def test_bad_sweep_arguments_are_refused():
     with pytest.raises(KeyError, match="registered"):
-        bench.sweep(["no_such_impl"], progress=None)
+        sweep.sweep(["no_such_impl"], progress=None)
     with pytest.raises(ValueError, match="seqs"):
-        bench.sweep(["inplace"], seqs=(0,), progress=None)
+        sweep.sweep(["inplace"], seqs=(0,), progress=None)
     with pytest.raises(ValueError, match="modes"):
-        bench.sweep(["inplace"], modes=("sideways",), progress=None)
+        sweep.sweep(["inplace"], modes=("sideways",), progress=None)
     with pytest.raises(ValueError, match="dtype"):
-        bench.sweep(["inplace"], dtypes=("fp8",), progress=None)
+        sweep.sweep(["inplace"], dtypes=("fp8",), progress=None)
 
 
 def test_output_paths():
-    assert bench.output_paths("out/run") == (Path("out/run.json"), Path("out/run.csv"))
-    assert bench.output_paths("out/run.json") == (Path("out/run.json"), Path("out/run.csv"))
+    assert results.output_paths("out/run") == (Path("out/run.json"), Path("out/run.csv"))
+    assert results.output_paths("out/run.json") == (Path("out/run.json"), Path("out/run.csv"))
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -267,7 +274,7 @@ def test_cli_runs_a_tiny_sweep_and_writes_json(tmp_path):
     assert done.returncode == 0, done.stderr
     progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
     assert len(progress) == 4  # 2 implementations x 2 sequence lengths, one line each
-    back = bench.load_results(out.with_suffix(".json"))
+    back = results.load_results(out.with_suffix(".json"))
     assert [(r.impl, r.seq, r.status) for r in back] == [
         ("inplace", 16, "ok"), ("inplace", 32, "ok"),
         ("sdpa_efficient", 16, "unavailable"), ("sdpa_efficient", 32, "unavailable")]
@@ -278,14 +285,14 @@ def test_cli_runs_a_tiny_sweep_and_writes_json(tmp_path):
 
 
 def test_cli_help_lists_the_options():
-    text = bench.parser().format_help()
+    text = cli.parser().format_help()
     for option in ("--impls", "--seq", "--head-dim", "--dtype", "--batch", "--heads",
                    "--causal", "--no-causal", "--backward", "--reps", "--out"):
         assert option in text
 
 
 def test_roofline_is_bandwidth_bound_below_the_ridge():
-    from kernels.devices import Peaks
+    from kernels.hw.devices import Peaks
     p = Peaks("toy", flops=100.0, bandwidth=10.0, flops_dtype="fp32", source="by hand")
     assert p.ridge == 10.0
     assert p.attainable(5.0) == 50.0      # 10 bytes/s x 5 FLOP/byte, under the ridge
@@ -303,10 +310,10 @@ def test_compare_names_the_faster_only_when_the_ranges_are_apart():
             time.sleep(seconds)
         return call
 
-    result = bench.compare({"fast": sleeper("fast", 0.001), "slow": sleeper("slow", 0.03)}, rounds=7, warmup=1)
+    result = comparison.compare({"fast": sleeper("fast", 0.001), "slow": sleeper("slow", 0.03)}, rounds=7, warmup=1)
     assert result.faster() == "fast" and "fast is faster" in result.verdict()
     assert calls == {"fast": 8, "slow": 8}, "every function is called once per round, after the warm-up"
-    tied = bench.Comparison(median_ms={"a": 1.0, "b": 1.1}, p10_ms={"a": 0.9, "b": 0.95},
+    tied = comparison.Comparison(median_ms={"a": 1.0, "b": 1.1}, p10_ms={"a": 0.9, "b": 0.95},
                             p90_ms={"a": 1.2, "b": 1.3}, rounds=7)
     assert tied.faster() is None and "too noisy" in tied.verdict(), "overlapping ranges name no winner"
 
@@ -314,7 +321,7 @@ def test_compare_names_the_faster_only_when_the_ranges_are_apart():
 def refusal(capsys, *args) -> str:
     """What ``python -m kernels.bench ARGS`` says when it refuses: exit 2 and one error line."""
     with pytest.raises(SystemExit) as refused:
-        bench.main(list(args))
+        cli.main(list(args))
     assert refused.value.code == 2, "a refusal exits 2, as argparse does"
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 1, "a bad argument gets one sentence, not a traceback"
@@ -328,7 +335,7 @@ def test_cli_names_an_unknown_implementation_in_one_line(capsys):
 # ----------------------------------------------------------------------------- issue 18: modes, warm-up, spread
 
 def test_backward_only_is_timed_with_two_and_a_half_forwards():
-    rows = bench.sweep(["inplace"], seqs=(32,), head_dims=(16,), modes=(FORWARD, bench.BACKWARD),
+    rows = sweep.sweep(["inplace"], seqs=(32,), head_dims=(16,), modes=(FORWARD, results.BACKWARD),
                        memory=False, **QUICK)
     fwd, bwd = rows
     assert (fwd.status, bwd.status) == ("ok", "ok"), bwd.reason
@@ -347,10 +354,10 @@ def test_backward_only_never_runs_the_forward_while_timed(monkeypatch):
         return real(q, k, v, causal=causal, scale=scale)
 
     monkeypatch.setattr(kernels.implementation("sdpa_flash"), "call", counted)
-    pool = bench.InputPool((1, 2, 16, 16), torch.float32, CPU, backward=True)
-    step = bench.make_step(counted, pool, True, bench.BACKWARD)
+    pool = sweep.InputPool((1, 2, 16, 16), torch.float32, CPU, backward=True)
+    step = sweep.make_step(counted, pool, True, results.BACKWARD)
     made = calls["forward"]
-    assert made == min(len(pool.sets), bench.MAX_GRAPHS), "one forward per replayed graph, made up front"
+    assert made == min(len(pool.sets), sweep.MAX_GRAPHS), "one forward per replayed graph, made up front"
     for _ in range(3 * made):
         grads = step()
     assert calls["forward"] == made, "the timed backward step must not call the forward"
@@ -371,7 +378,7 @@ def test_a_slow_first_call_does_not_shorten_the_warm_up_or_the_timing(monkeypatc
         return real(q, k, v, causal=causal, scale=scale)
 
     monkeypatch.setattr(kernels.implementation("sdpa_flash"), "call", tuning_first)
-    row, = bench.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), memory=False,
+    row, = sweep.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), memory=False,
                        **{**QUICK, "reps": 12, "min_reps": 3, "max_seconds": 0.5})
     assert row.first_call_ms >= 600, "the first call is timed on its own"
     assert row.reps == 12, "the steady-state estimate, not the first call, sizes the timed calls"
@@ -379,24 +386,24 @@ def test_a_slow_first_call_does_not_shorten_the_warm_up_or_the_timing(monkeypatc
 
 
 def test_repeated_sweeps_record_their_spread():
-    row, = bench.sweep(["sdpa_flash"], seqs=(32,), head_dims=(16,), memory=False, repeats=3, **QUICK)
+    row, = sweep.sweep(["sdpa_flash"], seqs=(32,), head_dims=(16,), memory=False, repeats=3, **QUICK)
     medians = json.loads(row.round_medians_ms)
     assert len(medians) == 3 and all(m > 0 for m in medians)
     assert row.median_ms == pytest.approx(sorted(medians)[1], rel=1e-4)
     assert row.round_spread == pytest.approx((max(medians) - min(medians)) / row.median_ms, rel=1e-3)
     with pytest.raises(ValueError, match="repeats"):
-        bench.sweep(["sdpa_flash"], seqs=(32,), head_dims=(16,), repeats=0, **QUICK)
+        sweep.sweep(["sdpa_flash"], seqs=(32,), head_dims=(16,), repeats=0, **QUICK)
 
 
 def test_crosscheck_on_a_cpu_says_it_was_not_run():
-    row, = bench.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), memory=False, crosscheck=True, **QUICK)
+    row, = sweep.sweep(["sdpa_flash"], seqs=(16,), head_dims=(16,), memory=False, crosscheck=True, **QUICK)
     assert row.ok and row.do_bench_ms is None and row.cudagraph_ms is None
     assert row.crosscheck.startswith("not run") and "CUDA GPU" in row.crosscheck
 
 
 def test_triton_config_is_recorded_when_autotuned(monkeypatch):
-    import kernels.triton_backward as tb
-    import kernels.triton_flash as tf
+    import kernels.triton.backward as tb
+    import kernels.triton.flash as tf
 
     class Tuned:
         def __init__(self, m, n, w, s):
@@ -405,31 +412,31 @@ def test_triton_config_is_recorded_when_autotuned(monkeypatch):
 
     monkeypatch.setattr(tf, "attn_fwd", Tuned(128, 64, 8, 3))
     monkeypatch.setattr(tb, "attn_bwd_dq", Tuned(64, 64, 4, 3))
-    chosen = json.loads(bench.chosen_configs("triton"))
+    chosen = json.loads(gpu_checks.chosen_configs("triton"))
     assert chosen["fwd"] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     assert set(chosen) == {"fwd", "bwd_dq"}, "kernels without best_config (not yet tuned) are left out"
-    assert bench.chosen_configs("sdpa_flash") is None
+    assert gpu_checks.chosen_configs("sdpa_flash") is None
 
 
 def test_triton_in_the_interpreter_records_no_config():
     reason = kernels.available("cpu")["triton"]
     if reason:
         pytest.skip(reason)
-    row, = bench.sweep(["triton"], seqs=(32,), head_dims=(16,), memory=False, batch=1, heads=2,
+    row, = sweep.sweep(["triton"], seqs=(32,), head_dims=(16,), memory=False, batch=1, heads=2,
                        warmup=1, reps=2, min_reps=1, max_seconds=0.2, progress=None)
     assert row.status == "ok", row.reason
     assert row.config is None, "the interpreter does not autotune: there is no chosen config"
 
 
 def test_meta_has_measured_peaks_beside_the_datasheet():
-    peaks = bench.run_meta(CPU, "test")["peaks"]
+    peaks = results.run_meta(CPU, "test")["peaks"]
     assert peaks["datasheet"] is None, "a CPU has no datasheet row"
     assert peaks["measured"]["flops"] > 0 and peaks["measured"]["bandwidth"] > 0
     assert "measured" in peaks["measured"]["source"]
 
 
 def test_bench_docstring_states_the_goals_as_unmeasured():
-    doc = bench.__doc__
+    doc = cli.__doc__
     for goal in (">= 1.0x", ">= 0.85x", ">= 0.7x", "sdpa_flash", "not yet measured", ".ci/device-run"):
         assert goal in doc, goal
 
@@ -437,7 +444,7 @@ def test_bench_docstring_states_the_goals_as_unmeasured():
 # ----------------------------------------------------------------------------- issue 19: decode and training modes
 
 def decode_point(name, b, h, sk, d, kv_heads=None, dtype=torch.float32, causal=True):
-    return bench.new_point(name, CPU, dtype, b, h, sk, d, causal, bench.DECODE, kv_heads)
+    return sweep.new_point(name, CPU, dtype, b, h, sk, d, causal, results.DECODE, kv_heads)
 
 
 def test_decode_flops_by_hand_are_never_halved():
@@ -489,7 +496,7 @@ def test_training_step_counts_three_and_a_half_forwards_with_gqa_bytes():
     fwd = point("sdpa_flash", 1, 8, 256, 32, True, False)
     train = point("sdpa_flash", 1, 8, 256, 32, True, True)
     assert train.flops == 3.5 * fwd.flops, "forward + backward (2.5x) = 3.5x the forward's FLOPs"
-    shared = bench.new_point("sdpa_flash", CPU, torch.float32, 1, 8, 256, 32, True, FORWARD_BACKWARD, 2)
+    shared = sweep.new_point("sdpa_flash", CPU, torch.float32, 1, 8, 256, 32, True, FORWARD_BACKWARD, 2)
     # training reads q, k, v, o, dO and writes dQ, dK, dV: q-sized 6 + k-sized 6 tensors (fp32)
     #   MHA: (6 + 6) * 8*256*32 * 4 = 3,145,728; Hkv = 2: (6 * 8 + 6 * 2) * 256*32 * 4 = 1,966,080
     assert train.bytes == 3_145_728 and shared.bytes == 1_966_080
@@ -497,18 +504,18 @@ def test_training_step_counts_three_and_a_half_forwards_with_gqa_bytes():
 
 
 def test_decode_sweep_times_one_query_against_the_cache():
-    rows = bench.sweep(["inplace", "sdpa_flash"], seqs=(64, 256), head_dims=(16,), modes=(bench.DECODE,),
+    rows = sweep.sweep(["inplace", "sdpa_flash"], seqs=(64, 256), head_dims=(16,), modes=(results.DECODE,),
                        kv_heads=1, **QUICK)
     for r in rows:
         assert r.status == "ok", r.reason
         assert (r.mode, r.seq_q, r.kv_heads, r.heads) == ("decode", 1, 1, 2)
         assert r.flops == 4 * 1 * 2 * r.seq * 16
         assert r.gbps == pytest.approx(r.bytes / (r.median_ms * 1e-3) / 1e9)
-    pool = bench.InputPool((1, 2, 256, 16), torch.float32, CPU, backward=False, seq_q=1, kv_heads=1)
+    pool = sweep.InputPool((1, 2, 256, 16), torch.float32, CPU, backward=False, seq_q=1, kv_heads=1)
     q, k, v, grad = pool.next()
     assert (q.shape, k.shape, v.shape, grad.shape) == ((1, 2, 1, 16), (1, 1, 256, 16), (1, 1, 256, 16), (1, 2, 1, 16))
     with pytest.raises(ValueError, match="kv_heads"):
-        bench.sweep(["inplace"], seqs=(16,), modes=(bench.DECODE,), heads=4, kv_heads=3, progress=None)
+        sweep.sweep(["inplace"], seqs=(16,), modes=(results.DECODE,), heads=4, kv_heads=3, progress=None)
 
 
 def test_cli_decode_and_training_rows_have_their_columns(tmp_path, capsys):
@@ -516,13 +523,13 @@ def test_cli_decode_and_training_rows_have_their_columns(tmp_path, capsys):
     args = ["--impls", "sdpa_flash", "--mode", "decode", "training", "--seq", "64", "--head-dim", "16",
             "--heads", "4", "--gqa", "2", "--reps", "3", "--warmup", "1", "--max-seconds", "0.1",
             "--no-memory", "--out", str(out)]
-    assert bench.main(args) == 0
+    assert cli.main(args) == 0
     progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert len(progress) == 2 and "decode" in progress[0] and "fwd+bwd" in progress[1], progress
     assert all("GB/s" in line and "FLOP/B" in line and "Hkv=2" in line for line in progress), progress
     header = out.with_suffix(".csv").read_text().splitlines()[0].split(",")
     assert {"mode", "seq", "seq_q", "kv_heads", "median_ms", "tflops", "gbps", "intensity"} <= set(header)
-    decode, train = bench.load_results(out.with_suffix(".csv"))
+    decode, train = results.load_results(out.with_suffix(".csv"))
     assert (decode.mode, decode.seq_q, decode.kv_heads) == ("decode", 1, 2)
     assert decode.flops == 4 * 1 * 4 * 64 * 16, "4·B·Hq·Sk·D"
     assert train.mode == "forward+backward" and train.flops == 3.5 * (4 * 1 * 4 * 64**2 * 16 / 2)
@@ -534,12 +541,12 @@ def test_cli_refuses_a_bad_mode_or_gqa_in_one_line(capsys):
     for args, words in ((["--mode", "sideways"], "unknown mode(s) sideways"),
                         (["--heads", "8", "--gqa", "3"], "--gqa 3 must be a positive divisor of the 8")):
         assert words in refusal(capsys, *args)
-    text = bench.parser().format_help()
+    text = cli.parser().format_help()
     assert "--mode" in text and "--gqa" in text and "decode" in text and "training" in text
 
 
 def test_files_from_before_the_decode_columns_still_load(small_sweep, tmp_path):
-    json_path, csv_path = bench.save_results(small_sweep, tmp_path / "old")
+    json_path, csv_path = results.save_results(small_sweep, tmp_path / "old")
     data = json.loads(json_path.read_text())
     for row in data["results"]:
         for column in ("seq_q", "kv_heads", "intensity"):
@@ -550,24 +557,23 @@ def test_files_from_before_the_decode_columns_still_load(small_sweep, tmp_path):
     keep = [i for i, c in enumerate(header) if c not in ("seq_q", "kv_heads", "intensity")]
     csv_path.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in lines) + "\n")
     for path in (json_path, csv_path):
-        back = bench.load_results(path)
+        back = results.load_results(path)
         assert [(r.impl, r.seq, r.median_ms) for r in back] == [(r.impl, r.seq, r.median_ms) for r in small_sweep]
         assert all(r.seq_q is None and r.kv_heads is None for r in back), "absent columns take their default"
 
 
 def test_cpu_peak_memory_is_the_trace_readers_step_peak(tmp_path):
-    # One rule for "peak above the start": kernels.trace.Step.peak_bytes; the benchmark reads it.
-    from kernels import profiling
+    # One rule for "peak above the start": kernels.trace.reader.Step.peak_bytes; the benchmark reads it.
 
     q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
-    run = profiling.profile(kernels.get("inplace"), q, k, v, label="inplace", wait=0, warmup=1, active=1,
+    run = record.profile(kernels.get("inplace"), q, k, v, label="inplace", wait=0, warmup=1, active=1,
                             trace_dir=tmp_path)
-    peak, _ = bench.peak_memory(lambda: kernels.get("inplace")(q, k, v), CPU)
+    peak, _ = timing.peak_memory(lambda: kernels.get("inplace")(q, k, v), CPU)
     assert peak == run.step().peak_bytes, "the benchmark's peak and the trace's step peak are one number"
 
 
 def test_goal_ratios_take_each_goals_worst_shape_from_one_run():
-    from kernels.results import FORWARD, FORWARD_BACKWARD, BenchResult, goal_ratios
+    from kernels.bench.results import FORWARD, FORWARD_BACKWARD, BenchResult, goal_ratios
 
     def row(impl, mode, seq, ms):
         return BenchResult(impl=impl, device="cuda", dtype="bf16", batch=4, heads=16, seq=seq, head_dim=64,
@@ -595,6 +601,6 @@ def test_a_compiled_entry_that_falls_back_to_eager_is_not_reported(monkeypatch):
     monkeypatch.setattr(kernels.implementation("sdpa_math"), "call",
                         lambda q, k, v, causal=True, scale=None: compiled(q, k, v))
     with torch._dynamo.config.patch(recompile_limit=1):
-        rows = bench.sweep(["sdpa_math"], seqs=(16, 32), head_dims=(16,), memory=False, **QUICK)
+        rows = sweep.sweep(["sdpa_math"], seqs=(16, 32), head_dims=(16,), memory=False, **QUICK)
     assert [r.status for r in rows] == ["ok", "error"], "the second length is past the limit of one compile"
     assert "recompile limit" in rows[1].reason and "eagerly" in rows[1].reason and rows[1].median_ms is None

@@ -1,4 +1,4 @@
-"""The transformer block of chapter 8 (kernels/block.py), its FLOP counts, and the exercise checks
+"""The transformer block of chapter 8 (kernels/attention/block.py), its FLOP counts, and the exercise checks
 of chapters 7 and 8 (kernels/exercises/compiled.py, kernels/exercises/block.py): blank answers
 fail with their words, solutions pass, and each check names at least one realistic mistake."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from kernels import block as blocks
+from kernels.trace import record
+from kernels.attention import block as blocks
 from kernels.exercises import ExerciseFailed
 from kernels.exercises import block as exb
 from kernels.exercises import compiled as exc
@@ -64,9 +65,8 @@ def test_attention_share_grows_and_crosses_half_at_6w():
 
 
 def test_record_function_labels_split_the_forward(tmp_path):
-    from kernels import profiling
 
-    run = profiling.profile(_block(), torch.randn(1, 32, 64), label="block", wait=0, warmup=1, active=1,
+    run = record.profile(_block(), torch.randn(1, 32, 64), label="block", wait=0, warmup=1, active=1,
                             trace_dir=tmp_path)
     assert {f"block.{p}" for p in blocks.PARTS} <= set(run.trace.labels()), "every part is labelled"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels import execute, execution_cache
+from tools.book import cache, execute
 from tests.helpers import ROOT
 
 NOTEBOOKS = execute.notebooks(ROOT)
@@ -153,7 +153,7 @@ def _executed(report) -> list[str]:
 def test_a_second_run_with_nothing_changed_executes_nothing(tmp_path, monkeypatch):
     # The library's part of the key has its own test below; fixed here, so the test does not
     # depend on nobody editing kernels/ while it runs.
-    monkeypatch.setattr(execution_cache, "library_digest", lambda root: "the library")
+    monkeypatch.setattr(execute, "library_digest", lambda root: "the library")
     root, out, cache = _two_notebook_book(tmp_path), tmp_path / "out", tmp_path / "cache"
     first = execute.run("cpu", out=out, root=root, cache=cache, progress=False)
     assert _executed(first) == ["book/a.ipynb", "book/b.ipynb"]
@@ -192,17 +192,17 @@ def test_notebooks_match_their_sources():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, str(ROOT / "notebooks" / "convert.py"), "--check"],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "tools.book.convert", "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     sources = {p.relative_to(ROOT / "notebooks").with_suffix(".ipynb").as_posix()
-               for p in (ROOT / "notebooks").rglob("*.py") if p.name != "convert.py"}
+               for p in (ROOT / "notebooks").rglob("*.py")}
     in_toc = {p.relative_to("book").as_posix() for p in NOTEBOOKS}
     assert in_toc <= sources, f"notebooks without a source: {in_toc - sources}"
 
 
 def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(capsys):
-    from kernels.book import reveal
+    from kernels.notebook import reveal
 
     table = reveal(["aten::matmul", "aten::relu"], ["aten::matmul", "aten::mm", "aten::relu"])
     assert table[""].tolist() == ["✔", "not guessed", "✔"], "the extra op in the trace is named"
@@ -235,10 +235,12 @@ def test_solutions_fold_in_colab_too():
 def test_the_runner_finds_its_checkout_or_says_it_needs_one(tmp_path, monkeypatch):
     (tmp_path / "course" / "book").mkdir(parents=True)
     (tmp_path / "course" / "_toc.yml").write_text("format: jb-book\nroot: book/intro\n")
-    assert execute.find_root(tmp_path / "course" / "book") == tmp_path / "course"
-    monkeypatch.setattr(execute, "__file__", str(tmp_path / "site-packages" / "kernels" / "execute.py"))
+    assert execute.find_root(tmp_path / "course" / "book") == tmp_path / "course", "the nearest _toc.yml upwards"
+    from tools.book import layout
+
+    monkeypatch.setattr(layout, "ROOT", tmp_path / "not-a-checkout")  # the tools copied out of their checkout
     with pytest.raises(SystemExit, match="no course checkout here: no _toc.yml in"):
-        execute.find_root(tmp_path / "elsewhere")
+        layout.find_root(tmp_path / "elsewhere")
 
 
 def test_the_cache_key_follows_the_library_and_the_recordings(tmp_path):
@@ -246,21 +248,21 @@ def test_the_cache_key_follows_the_library_and_the_recordings(tmp_path):
     (package / "csrc").mkdir(parents=True)
     (package / "naive.py").write_text("x = 1\n")
     (root / "book" / "data").mkdir(parents=True)
-    before = execution_cache.library_digest(root, package)
+    before = cache.library_digest(root, package)
     (package / "naive.py").write_text("x = 2\n")
-    after_code = execution_cache.library_digest(root, package)
+    after_code = cache.library_digest(root, package)
     (root / "book" / "data" / "meta.json").write_text("{}")
-    after_data = execution_cache.library_digest(root, package)
+    after_data = cache.library_digest(root, package)
     assert len({before, after_code, after_data}) == 3, "an edit to the library or a new recording re-executes"
 
 
 def test_glue_records_what_myst_nb_glue_records(monkeypatch):
-    """kernels.book.glue writes myst_nb's glue output itself (importing myst_nb's glue costs seconds
+    """kernels.notebook.glue writes myst_nb's glue output itself (importing myst_nb's glue costs seconds
     per notebook); the book build must read it the same way."""
     import IPython.display
     from myst_nb.ext import glue as myst_glue
 
-    from kernels import book
+    from kernels import notebook
 
     shown = []
     record = lambda obj, raw=False, metadata=None: shown.append((obj, raw, metadata))  # noqa: E731
@@ -268,8 +270,8 @@ def test_glue_records_what_myst_nb_glue_records(monkeypatch):
     monkeypatch.setattr(IPython.display, "display", record)
     for value, display in (("a sentence", False), (3.25, False), (7, True)):
         shown.clear()
-        myst_glue.glue("name", book._Text(value) if isinstance(value, str) else value, display=display)
-        book.glue("name", value, display=display)
+        myst_glue.glue("name", notebook._Text(value) if isinstance(value, str) else value, display=display)
+        notebook.glue("name", value, display=display)
         assert len(shown) == 2 and shown[0] == shown[1], shown
 
 

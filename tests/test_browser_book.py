@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 import yaml
 
-from kernels import execute
+from tools.book import execute
 from tests.helpers import ROOT
 from tests.browser import DevTools, open_page_at, served_in_chromium
 
@@ -133,7 +133,7 @@ def test_notebook_page_has_launch_and_download_links(site, page):
 
 
 # What a reader must be able to read without scrolling sideways: the sentences the page exists
-# for (lessons and notices: kernels.book.say), what cells print (bar a cell tagged wide-text),
+# for (lessons and notices: kernels.notebook.say), what cells print (bar a cell tagged wide-text),
 # hints and figure captions. Each is measured against its own box and against the column.
 CUT_TEXT = r"""(() => {
   const main = document.querySelector("article.bd-article") || document.querySelector("main");

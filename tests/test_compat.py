@@ -14,7 +14,7 @@ import torch
 
 import kernels
 from kernels import compat
-from kernels import triton_interpreter as ti
+from kernels.triton import interpreter as ti
 
 triton = pytest.importorskip("triton")
 
@@ -149,7 +149,7 @@ def test_the_matrixs_pip_calls_clear_the_constraint_file(monkeypatch):
 
 
 def test_spill_tables_are_per_triton_release():
-    import kernels.triton_tiles as tiles
+    import kernels.triton.tiles as tiles
 
     measured = tiles.spilling_configs("3.9.0")
     assert measured[9] == tiles.SPILLS_BY_TRITON[(3, 9)][9], "a measured release gets its own table"

@@ -1,13 +1,13 @@
 """The compile report: every config the autotuner keeps fits the GPU and does not spill.
 
-Triton compiles for sm_80 and sm_90 without a GPU (kernels/compile_report.py). A compile
+Triton compiles for sm_80 and sm_90 without a GPU (kernels/triton/compile_sweep.py). A compile
 takes seconds here, so the default tests compile a covering subset, once per session: for
 each kernel the target launches (forward, dK/dV, dQ, and on sm_90 the TMA forward), the
 config the pruning keeps with the largest shared-memory estimate at D = 128 (the one nearest
 the limit), and one config the compiler must show does not fit.
 ``test_every_kept_config_compiles_within_limits`` (marked ``sweep``: six minutes of one core
 on a cold Triton cache, so ``make test-book`` runs it) compiles every kept config of every
-head dim, as ``python -m kernels.compile_report`` does.
+head dim, as ``python -m kernels.triton.compile_sweep`` does.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import kernels.triton_flash as tf
-import kernels.triton_tiles as tiles
-from kernels import compile_report as cr
-from kernels import ptxas
-from kernels.occupancy import ARCHES
+import kernels.triton.flash as tf
+import kernels.triton.tiles as tiles
+from kernels.triton import compile_sweep as cr
+from kernels.cuda import ptxas
+from kernels.hw.occupancy import ARCHES
 
 pytestmark = pytest.mark.skipif(tf.TRITON_MISSING is not None, reason=str(tf.TRITON_MISSING))
 TARGETS = cr.TARGETS

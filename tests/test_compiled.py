@@ -1,11 +1,11 @@
-"""The compiled implementations (kernels/compiled.py) under the contract, and the helpers chapter 7
+"""The compiled implementations (kernels/attention/torch_compile.py) under the contract, and the helpers chapter 7
 reads traces with.
 
 Every compile costs seconds on a CPU (a C++ compile per new shape), so the fast grid is three
 shapes per implementation that together use S = 1, 17 and 113, both causal modes, GQA, Sq != Sk
 and a non-contiguous layout; the rest of the grid is marked slow.
 
-``kernels.compiled`` is imported inside the tests, not at collection, so that the other test
+``kernels.attention.torch_compile`` is imported inside the tests, not at collection, so that the other test
 modules (which list the registered implementations when they are collected) see the registry
 as ``import kernels`` leaves it.
 """
@@ -40,7 +40,7 @@ IDS = lambda c: f"hq{c[0]}-hkv{c[1]}-sq{c[2]}-sk{c[3]}-d{c[4]}-causal{c[5]}-scal
 
 @pytest.fixture(scope="module")
 def compiled():
-    from kernels import compiled as module  # registers compiled_naive and flex
+    from kernels.attention import torch_compile as module
 
     with torch.no_grad():  # one grad mode for every call, as Dynamo guards on it
         yield module
@@ -152,7 +152,7 @@ def test_alibi_reference_by_loops(compiled):
 
 
 def test_broken_attention_is_naive_attention_eager(compiled):
-    from kernels.naive import NaiveAttention
+    from kernels.attention.naive import NaiveAttention
 
     q, k, v = make_attention_inputs(1, 2, 2, 17, 17, 16)
     assert torch.equal(compiled.BrokenAttention()(q, k, v), NaiveAttention()(q, k, v)), \
@@ -175,7 +175,7 @@ def test_compiled_naive_sweeps_lengths_on_at_most_two_compiles_and_never_runs_ea
     # new length compiled twice, and after recompile_limit (8) compiles the module ran eagerly.
     from torch._dynamo.utils import counters
 
-    from kernels.sweep import no_eager_fallback
+    from kernels.bench.sweep import no_eager_fallback
 
     lengths = [17 + 9 * i for i in range(12)]   # 12 lengths: without the fix the limit falls at the 5th
     assert len(lengths) > torch._dynamo.config.recompile_limit

@@ -1,6 +1,6 @@
 """The CUDA kernels compile, fit the GPUs they are for, and launch what they should.
 
-Needs nvcc, not a GPU: every torch-free .cu in kernels/csrc is compiled once for sm_80 (A100)
+Needs nvcc, not a GPU: every torch-free .cu in kernels/cuda/csrc is compiled once for sm_80 (A100)
 and sm_90 (H100/H200) with ``-Xptxas -v`` (the compile is shared with tests/test_cuda_report.py
 within a run). The host objects of that compile, launchers included, are linked against a
 stand-in CUDA runtime (tests/launch_stub.cpp) that records each launch instead of running
@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-import kernels.cuda_flash as cf
-from kernels import occupancy, ptxas, reference
+import kernels.cuda.flash as cf
+from kernels import reference
+from kernels.hw import occupancy
+from kernels.cuda import ptxas
 
 ARCHS = ("sm_80", "sm_90")
 needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CUDA compiler nvcc (not on PATH)")

@@ -1,4 +1,4 @@
-"""kernels.cuda_design: cuda_v2's design steps, as recorded and as this nvcc compiles them.
+"""kernels.cuda.design: cuda_v2's design steps, as recorded and as this nvcc compiles them.
 
 Most tests need neither nvcc nor a GPU: they read the recorded steps. The one marked
 needs_nvcc compiles flash_v2.cu's design steps (bf16, each head dim, sm_80 and sm_90) and
@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import kernels.cuda_flash as cf
-from kernels import cuda_design as cd
-from kernels import cuda_report as cr
-from kernels import occupancy, ptxas
+import kernels.cuda.flash as cf
+from kernels.cuda import design as cd
+from kernels.cuda import resources as cr
+from kernels.hw import occupancy
+from kernels.cuda import ptxas
 
 needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CUDA compiler nvcc (not on PATH)")
 
@@ -80,4 +81,4 @@ def test_design_steps_are_the_sources_and_as_recorded(live_steps):
     if cr.nvcc_version() != cr.RECORDED_REPORT["nvcc"]:
         pytest.skip(f"RECORDED_REPORT is from nvcc {cr.RECORDED_REPORT['nvcc']}, this is {cr.nvcc_version()}")
     assert sorted(cd.as_recorded_steps(live_steps)) == sorted(tuple(r) for r in cr.RECORDED_REPORT["design_steps"]), (
-        "the kernel or its design steps changed: paste kernels.cuda_report.record_report() over RECORDED_REPORT")
+        "the kernel or its design steps changed: paste kernels.cuda.resources.record_report() over RECORDED_REPORT")

@@ -1,12 +1,12 @@
-"""kernels.cuda_excerpts: the lines of the .cu files chapter 5 shows, cut out by their markers."""
+"""kernels.cuda.excerpts: the lines of the .cu files chapter 5 shows, cut out by their markers."""
 from __future__ import annotations
 
 import textwrap
 
 import pytest
 
-import kernels.cuda_flash as cf
-from kernels.cuda_excerpts import cuda_excerpt
+import kernels.cuda.flash as cf
+from kernels.cuda.excerpts import cuda_excerpt
 
 
 def test_cuda_excerpt_block_and_range(tmp_path):

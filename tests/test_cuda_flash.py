@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import kernels
-import kernels.cuda_flash as cf
+import kernels.cuda.flash as cf
 from kernels import reference
 from tests.helpers import make_attention_inputs, make_qkv
 

@@ -1,4 +1,4 @@
-"""kernels.cuda_report: instruction counts, the recorded report, and the kernels as this nvcc compiles them.
+"""kernels.cuda.resources: instruction counts, the recorded report, and the kernels as this nvcc compiles them.
 
 Most tests need neither nvcc nor a GPU. The ones marked needs_nvcc compile the kernels once
 (both files, sm_80 and sm_90, side by side; the same compile tests/test_cuda_compile.py reads)
@@ -11,10 +11,11 @@ import textwrap
 
 import pytest
 
-import kernels.cuda_flash as cf
-from kernels import cuda_report as cr
-from kernels import occupancy, ptxas
-from kernels.cuda_design import STEP_OPCODES
+import kernels.cuda.flash as cf
+from kernels.cuda import resources as cr
+from kernels.hw import occupancy
+from kernels.cuda import ptxas
+from kernels.cuda.design import STEP_OPCODES
 
 needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CUDA compiler nvcc (not on PATH)")
 V1_NAME = "void (anonymous namespace)::flash_v1_kernel<__nv_bfloat16, 128>(flash::Problem)"
@@ -143,7 +144,7 @@ def test_recorded_report_is_what_this_nvcc_prints(compiled):
     if cr.nvcc_version() != cr.RECORDED_REPORT["nvcc"]:
         pytest.skip(f"RECORDED_REPORT is from nvcc {cr.RECORDED_REPORT['nvcc']}, this is {cr.nvcc_version()}")
     assert sorted(cr.as_recorded_rows(report)) == sorted(tuple(r) for r in cr.RECORDED_REPORT["kernels"]), (
-        "the kernels changed: paste kernels.cuda_report.record_report() over RECORDED_REPORT")
+        "the kernels changed: paste kernels.cuda.resources.record_report() over RECORDED_REPORT")
 
 
 @needs_nvcc

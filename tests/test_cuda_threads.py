@@ -1,11 +1,11 @@
-"""kernels.cuda_threads: who owns what, the kernels' index formulas element by element, and their figure."""
+"""kernels.cuda.threads: who owns what, the kernels' index formulas element by element, and their figure."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import kernels.cuda_flash as cf
-from kernels import cuda_threads as ct
+import kernels.cuda.flash as cf
+from kernels.cuda import threads as ct
 
 
 def each_thread_owns(owner: np.ndarray, threads: int = 128) -> set:

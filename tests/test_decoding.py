@@ -1,4 +1,4 @@
-"""kernels.decoding (the KV cache, decode-step counts, bench_steps) and the checks of
+"""kernels.attention.decoding (the KV cache, decode-step counts, bench_steps) and the checks of
 kernels.exercises.backward and kernels.exercises.decoding (chapters 9 and 10's exercises)."""
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels import decoding, devices, plots, reference
-from kernels.decoding import KVCache
+from kernels import reference
+from kernels.attention import decoding
+from kernels.hw import devices
+from kernels.bench import plots
+from kernels.attention.decoding import KVCache
 from kernels.exercises import ExerciseFailed, Passed
 from kernels.exercises.backward import check_kept_for_backward, check_training_flops
 from kernels.exercises.decoding import check_decode_intensity, check_decode_step

@@ -83,15 +83,15 @@ def triton_as_found():
     """Exercise 4 calls use_interpreter(), which changes the process for good (TRITON_INTERPRET=1,
     Triton's standard library interpreted): both are put back when this module's tests end, so
     that tests compiling kernels later in this process find Triton as it was."""
-    from kernels import triton_interpreter
-    before = os.environ.get(triton_interpreter.ENV_VAR)
-    state = triton_interpreter._language_state(None)
+    from kernels.triton import interpreter
+    before = os.environ.get(interpreter.ENV_VAR)
+    state = interpreter._language_state(None)
     yield
-    triton_interpreter._restore(state)
+    interpreter._restore(state)
     if before is None:
-        os.environ.pop(triton_interpreter.ENV_VAR, None)
+        os.environ.pop(interpreter.ENV_VAR, None)
     else:
-        os.environ[triton_interpreter.ENV_VAR] = before
+        os.environ[interpreter.ENV_VAR] = before
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +288,7 @@ def _read_ptxas(first_match=False, stores_only=False):
 
 def _arch_occupancy(arch_limits=None):
     """Occupancy from ARCHES; arch_limits pins one architecture's limits whatever is asked."""
-    from kernels.occupancy import ARCHES
+    from kernels.hw.occupancy import ARCHES
 
     def occ(threads, registers, shared, arch):
         lim = ARCHES[arch_limits or arch]
@@ -322,7 +322,7 @@ def test_chapter5_wrong_answers():
 
 
 def test_fresh_ptxas_reports_read_back_as_written():
-    """The generated reports are judged by kernels.ptxas.parse_ptxas: every kernel once per arch,
+    """The generated reports are judged by kernels.cuda.ptxas.parse_ptxas: every kernel once per arch,
     the device function skipped, spills only where written."""
     found = ex5._ptxas_numbers(ex5.fresh_ptxas_report(7))
     assert sorted(found) == [(k, a) for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for a in ("sm_80", "sm_90")]

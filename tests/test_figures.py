@@ -17,9 +17,15 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from kernels import cuda_threads, plots, profiling, tiling
-from kernels import timeline as tl
-from kernels import trace_tables, tracediff
+from kernels.trace import diff as tracediff
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import timeline
+from kernels.cuda import threads
+from kernels.bench import plots
+from kernels.triton import tiling
+from kernels.trace import timeline as tl
+from kernels.trace import tables
 from tests.gpu_trace import forward_trace
 from tests.helpers import png_width, too_small
 
@@ -32,7 +38,7 @@ def load(tmp_path, data: dict, name: str = "t.json.gz"):
     path = tmp_path / name
     with gzip.open(path, "wt") as f:
         json.dump(data, f)
-    return profiling.load_trace(path)
+    return reader.load_trace(path)
 
 
 def stretched(data: dict, factor: float) -> dict:
@@ -75,9 +81,9 @@ def test_font_floor_is_what_the_column_scale_needs():
     assert plots.font_floor(Figure(figsize=(5, 5), dpi=100)) == pytest.approx(6.5, abs=0.1)
 
 
-@pytest.mark.parametrize("pyplot", [False, True], ids=["Figure", "profiling.timeline"])
+@pytest.mark.parametrize("pyplot", [False, True], ids=["Figure", "timeline.timeline"])
 def test_timeline_text_is_at_least_9px_in_the_column(naive_step, pyplot):
-    fig = profiling.timeline(naive_step) if pyplot else tl.timeline(naive_step)
+    fig = timeline.timeline(naive_step) if pyplot else tl.timeline(naive_step)
     assert not too_small(fig), f"timeline text below {plots.MIN_FONT_PX} px at {COLUMN_PX} px: {too_small(fig)}"
     labels = [t for t in fig.axes[0].texts if isinstance(t, tl._BarLabel) and t.get_text()]
     assert labels, "wide bars keep a label"
@@ -140,7 +146,7 @@ def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
 def test_diff_figure_text_and_legend(tmp_path):
     a = load(tmp_path, forward_trace("naive"), "a.json.gz").steps("naive")[0]
     b = load(tmp_path, forward_trace("inplace"), "b.json.gz").steps("inplace")[0]
-    for d in (tracediff.diff(a, b), profiling.diff(a, b)):
+    for d in (tracediff.diff(a, b), tracediff.diff(a, b)):
         fig = d.figure()
         assert not too_small(fig), f"diff figure text below the floor: {too_small(fig)}"
         ax = fig.axes[0]
@@ -165,7 +171,7 @@ def test_tiling_text_and_legend(layout):
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_thread_map_text_and_key(head_dim):
-    fig = cuda_threads.thread_map(head_dim=head_dim)
+    fig = threads.thread_map(head_dim=head_dim)
     try:
         assert not too_small(fig), f"thread map text below the floor: {too_small(fig)}"
         assert png_width(fig) <= COLUMN_PX, "the thread map is drawn at the column's width, shown unscaled"
@@ -189,18 +195,18 @@ def cpu_naive(tmp_path_factory):
 
     import kernels
     q = k = v = torch.randn(1, 2, 64, 16)
-    return profiling.profile(kernels.get("naive"), q, k, v, label="naive", active=1,
+    return record.profile(kernels.get("naive"), q, k, v, label="naive", active=1,
                              trace_dir=tmp_path_factory.mktemp("traces")).step()
 
 
 def test_op_table_nesting_survives_html(cpu_naive):
-    table = trace_tables.op_table(cpu_naive)
+    table = tables.op_table(cpu_naive)
     ops = cpu_naive.ops[~cpu_naive.ops["is_view"]]
     assert (ops["depth"] >= 2).any(), "the naive forward nests (clone under masked_fill, copy_ under clone)"
     for op, name, depth in zip(table["op"], ops["name"], ops["depth"]):
-        assert op == trace_tables.NESTING * depth + name, f"one marker per level of nesting: {op!r} at depth {depth}"
+        assert op == tables.NESTING * depth + name, f"one marker per level of nesting: {op!r} at depth {depth}"
     html = table.to_html()
-    assert (trace_tables.NESTING * 2 + "aten::copy_") in html, \
+    assert (tables.NESTING * 2 + "aten::copy_") in html, \
         "the nesting is in the HTML as visible characters (leading spaces would collapse there)"
     assert not any(op.startswith(" ") for op in table["op"]), "no leading spaces, which HTML collapses"
 

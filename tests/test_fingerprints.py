@@ -4,14 +4,14 @@ Each name below was seen in a PyTorch profiler trace, an Nsight Systems summary 
 profiler table in public repositories (long C++ names are sometimes cut where the tool
 cut them, with "..."), or in the source article's traces (Hugging Face blog, "Profiling in PyTorch (Part 3)"); the course's own
 kernels are named as their sources in kernels/ will make them appear. Every rule in
-kernels/fingerprints.py answers at least one of them.
+kernels/trace/fingerprints.py answers at least one of them.
 """
 from __future__ import annotations
 
 import pytest
 
-from kernels import fingerprints
-from kernels.fingerprints import KINDS, Fingerprint, classify_many, fingerprint
+from kernels.trace import fingerprints
+from kernels.trace.fingerprints import KINDS, Fingerprint, classify_many, fingerprint
 
 # (name, kind, family, tensor_cores, dtype)
 REAL_NAMES = [
@@ -46,7 +46,7 @@ REAL_NAMES = [
     ("_attn_bwd_preprocess", "fused_attention", "triton", None, None),
     ("void vllm::merge_attn_states_kernel<c10::BFloat16, 128>(...)", "fused_attention", None, None, "bf16"),
     ("BatchPrefillWithRaggedKVCacheKernel", "fused_attention", None, None, None),
-    # --- this course's own kernels, as their templates in kernels/csrc will be named
+    # --- this course's own kernels, as their templates in kernels/cuda/csrc will be named
     ("void (anonymous namespace)::flash_v1_kernel<float, 64>(flash::Problem)", "fused_attention",
      "course", False, "fp32"),
     ("void (anonymous namespace)::flash_v2_kernel<__nv_bfloat16, 64, true>(flash::Problem)",

@@ -10,8 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from kernels import cuda_flash, gpu_lessons, occupancy, sdpa
-from kernels.book import LessonFailed
+from kernels import gpu_lessons
+from kernels.cuda import flash as cuda_flash
+from kernels.hw import occupancy
+from kernels.attention import sdpa
+from kernels.notebook import LessonFailed
 from tests import hopper_trace as hop
 
 pytestmark = pytest.mark.book  # `make test-book`, beside the executed chapters

@@ -1,6 +1,7 @@
 """The one-call GPU run: its archive, the import that refuses what it must, and the wheels."""
 from __future__ import annotations
 
+from kernels.trace import reader
 import gzip
 import io
 import hashlib
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from kernels import profiling
 from tests.helpers import ROOT
 from tests.gpu_trace import fixture_archive, forward_trace
 from tools import gpu_plan, gpu_run
@@ -123,7 +123,7 @@ def test_the_resumed_call_runs_only_the_bench_and_packs_both(dry_run):
     assert {"torch", "triton", "python", "commit", "date"} <= set(env) and env["commit"] != "unknown"
     bench = json.loads(members["bench.json"])
     assert sorted(r["impl"] for r in bench["results"]) == ["naive", "sdpa_flash"], "one process per impl, merged"
-    trace = profiling.Trace(json.loads(gzip.decompress(members["traces/01_naive/naive.json.gz"])))
+    trace = reader.Trace(json.loads(gzip.decompress(members["traces/01_naive/naive.json.gz"])))
     assert trace.labels() == ["naive"] and len(trace.steps("naive")) == 2, "the trace keeps its labelled steps"
     assert gpu_run.lacking(manifest, members) == ""
     # Only its dry-run flag keeps the merged archive from importing: every phase is done and every
@@ -331,7 +331,7 @@ def test_trim_keeps_the_labelled_steps_and_their_gpu_work():
     trimmed = gpu_run.trim_trace(raw)
     names = {e.get("name") for e in trimmed["traceEvents"]}
     assert "warmup_kernel" not in names and "aten::empty" not in names, "work outside the labels goes"
-    before, after = profiling.Trace(raw).steps("naive"), profiling.Trace(trimmed).steps("naive")
+    before, after = reader.Trace(raw).steps("naive"), reader.Trace(trimmed).steps("naive")
     assert [len(s.kernels) for s in after] == [len(s.kernels) for s in before] == [6, 6]
     assert [len(s.ops) for s in after] == [len(s.ops) for s in before]
     kept = [e.get("name") for e in trimmed["traceEvents"]]
@@ -340,7 +340,7 @@ def test_trim_keeps_the_labelled_steps_and_their_gpu_work():
 
 
 def test_the_gpu_run_executes_every_chapter_of_the_toc_in_order():
-    from kernels import execute
+    from tools.book import execute
 
     chapters = [p.stem for p in execute.notebooks(ROOT) if p.parent == Path("book")]
     assert list(gpu_run.CHAPTERS) == chapters, "tools/gpu_run.py CHAPTERS must follow _toc.yml's chapters"

@@ -1,6 +1,6 @@
-"""The kernel-name rules (kernels.fingerprints) against every kernel name the tests hold.
+"""The kernel-name rules (kernels.trace.fingerprints) against every kernel name the tests hold.
 
-Every GPU kernel a chapter classifies goes through kernels.fingerprints. Here its rules meet
+Every GPU kernel a chapter classifies goes through kernels.trace.fingerprints. Here its rules meet
 every kernel of the shared real traces (tests/data/real_traces, and ../shared/traces where a
 checkout has it) and of the fixtures (tests/hopper_trace.py, tests/gpu_trace.py), and every
 GEMM among them must come out as "gemm". Which kernels are GEMMs is decided without the rules:
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels import fingerprints, profiling
+from kernels.trace import reader
+from kernels.trace import fingerprints
 from tests import gpu_trace, hopper_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ def real_kernels() -> dict[str, set[str]]:
     for path in paths:
         with warnings.catch_warnings():  # one trace holds CUPTI range-profiler events the reader says it skips
             warnings.simplefilter("ignore", UserWarning)
-            kernels = profiling.load_trace(path).whole().kernels
+            kernels = reader.load_trace(path).whole().kernels
         launched = kernels[kernels["cat"] == "kernel"]
         for name, op in zip(launched["name"], launched["op"]):
             found.setdefault(name, set()).add(str(op))

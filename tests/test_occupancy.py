@@ -1,7 +1,7 @@
 """Theoretical occupancy: hand-computed cases, the article's numbers, and NVIDIA's own header.
 
 Every expected number below is worked out in the comment above it from the rules in
-kernels/occupancy.py's docstring (registers per warp rounded up to 256; 16,384 registers
+kernels/hw/occupancy.py's docstring (registers per warp rounded up to 256; 16,384 registers
 per scheduler, 4 schedulers; shared memory + 1 KB reserved on sm_80+, rounded to 128 B,
 256 B on sm_75). The last test compiles cuda_occupancy.h (the CUDA toolkit's header-only
 calculator, also bundled with Triton) and compares a sweep, where a C++ compiler exists.
@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from kernels.occupancy import ARCHES, LIMITS, arch_of, occupancy, occupancy_from_trace
+from kernels.hw.occupancy import ARCHES, LIMITS, arch_of, occupancy, occupancy_from_trace
 
 
 # --------------------------------------------------------------------------- the article
@@ -350,7 +350,7 @@ def test_blackwell_consumer_has_small_shared_memory():
 
 
 def test_kineto_estimate_reads_zero_above_the_default_shared_memory_limit():
-    from kernels.occupancy import KINETO_SHARED_MEM_LIMIT, kineto_estimate
+    from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, kineto_estimate
 
     big_grid = dict(grid_blocks=10_000, sm_count=108, arch="sm_80")
     # The article's flash footprint: 128 threads x 255 registers -> 2 blocks -> 12.5%, as its trace said.

@@ -1,4 +1,4 @@
-"""Figures of kernels.plots, drawn from a synthetic result set whose numbers follow formulas."""
+"""Figures of kernels.bench.plots, drawn from a synthetic result set whose numbers follow formulas."""
 from __future__ import annotations
 
 import io
@@ -6,9 +6,9 @@ import io
 import pytest
 from matplotlib.figure import Figure
 
-from kernels import plots
-from kernels.bench import FORWARD, FORWARD_BACKWARD, BenchResult, BenchResults
-from kernels.devices import Peaks
+from kernels.bench import plots
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD, BenchResult, BenchResults
+from kernels.hw.devices import Peaks
 
 SEQS = (256, 512, 1024)
 # A made-up device: 100 TFLOP/s and 1 TB/s, so the ridge is 100e12 / 1e12 = 100 FLOP/byte.
@@ -143,7 +143,7 @@ def test_nothing_measured_still_gives_a_figure():
 
 def test_bench_figures_keep_the_floor():
     from tests.helpers import too_small
-    from kernels.bench import FORWARD, BenchResults
+    from kernels.bench.results import FORWARD, BenchResults
     results = BenchResults([row(i, s, FORWARD) for i in ("naive", "fused") for s in SEQS],
                            meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
     for fig in (plots.time_vs_seq(results), plots.memory_vs_seq(results), plots.roofline(results)):

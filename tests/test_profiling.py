@@ -1,4 +1,4 @@
-"""kernels.profiling on real CPU traces and on a synthetic (A100-shaped) GPU trace."""
+"""kernels.trace.record on real CPU traces and on a synthetic (A100-shaped) GPU reader."""
 from __future__ import annotations
 
 import gzip
@@ -8,8 +8,12 @@ import matplotlib
 import pytest
 import torch
 
+from kernels.trace import diff as tracediff
+from kernels.trace import reader
+from kernels.trace import record
+from kernels.trace import tables
+from kernels.trace import timeline
 import kernels
-from kernels import profiling
 from tests.helpers import make_qkv
 from tests.gpu_trace import NAIVE_A100, naive_a100_trace
 
@@ -23,7 +27,7 @@ SCORES_BYTES = B * H * S * S * 4
 def cpu_runs(tmp_path_factory):
     q, k, v = make_qkv(B, H, S, D)
     out = tmp_path_factory.mktemp("traces")
-    return {name: profiling.profile(kernels.get(name), q, k, v, label=name, active=3, trace_dir=out)
+    return {name: record.profile(kernels.get(name), q, k, v, label=name, active=3, trace_dir=out)
             for name in ("naive", "inplace", "sdpa_math", "sdpa_flash")}
 
 
@@ -82,11 +86,11 @@ def test_sdpa_math_rebuilds_the_mask_and_flash_is_one_op(cpu_runs):
 
 def test_tables_counts_and_timeline(cpu_runs):
     steps = cpu_runs["naive"].steps()
-    counts = profiling.counts(steps)
+    counts = tables.counts(steps)
     assert len(counts) == 3 and counts["ops"].nunique() == 1
-    table = profiling.op_table(steps[0])
+    table = tables.op_table(steps[0])
     assert table["op"].str.contains("clone").any()
-    fig = profiling.timeline(profiling.median_step(steps))
+    fig = timeline.timeline(reader.median_step(steps))
     ax = fig.axes[0]
     assert "CPU depth 0" in [t.get_text() for t in ax.get_yticklabels()]
     bars = sum(len(c.get_paths()) for c in ax.collections)  # one collection per lane and colour
@@ -99,7 +103,7 @@ def test_unknown_label_is_a_clear_error(cpu_runs):
 
 
 def test_profile_keeps_kineto_noise_out_of_stderr(capfd, tmp_path):
-    profiling.profile(torch.relu, torch.randn(8), trace_dir=tmp_path, active=1)
+    record.profile(torch.relu, torch.randn(8), trace_dir=tmp_path, active=1)
     assert "USDT" not in capfd.readouterr().err
 
 
@@ -110,7 +114,7 @@ def gpu_trace(tmp_path):
     path = tmp_path / "naive_a100.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump(naive_a100_trace(steps=2), f)
-    return profiling.load_trace(path)
+    return reader.load_trace(path)
 
 
 def test_gpu_kernels_linked_to_their_launch(gpu_trace):
@@ -133,12 +137,12 @@ def test_gpu_step_summary(gpu_trace):
     assert s["gpu_time_ms"] == pytest.approx((2 * 25 + 4 * 12) / 1e3)
     # the label ends when the CPU finished launching, long before the GPU finished
     assert step.kernels["start_us"].add(step.kernels["dur_us"]).max() > step.cpu_time_us
-    table = profiling.kernel_table(step)
+    table = tables.kernel_table(step)
     assert table["launched by"].tolist()[2] == "aten::masked_fill"
 
 
 def test_gpu_timeline_has_a_gpu_lane(gpu_trace):
-    fig = profiling.timeline(gpu_trace.steps("naive")[0])
+    fig = timeline.timeline(gpu_trace.steps("naive")[0])
     assert "GPU stream 7" in [t.get_text() for t in fig.axes[0].get_yticklabels()], "one lane per stream, named"
 
 
@@ -160,20 +164,9 @@ def test_work_ops_are_the_ops_that_compute(cpu_runs):
     assert cpu_runs["sdpa_flash"].step().work_ops() == ["aten::_scaled_dot_product_flash_attention_for_cpu"]
 
 
-def test_profiling_still_offers_every_name_the_chapters_use():
-    from kernels import timeline, trace, tracediff
-
-    names = ["profile", "Profile", "load_trace", "read_events", "Trace", "Step", "median_step", "op_table",
-             "kernel_table", "counts", "timeline", "diff", "StepDiff", "VIEW_OPS", "GPU_CATEGORIES",
-             "LAUNCH_CATEGORIES", "DTYPE_BYTES"]
-    missing = [n for n in names if not hasattr(profiling, n)]
-    assert not missing, f"kernels.profiling re-exports what it held before the split: {missing}"
-    assert profiling.Trace is trace.Trace and profiling.Step is trace.Step, "one class, reached two ways"
-    assert issubclass(profiling.StepDiff, tracediff.StepDiff) and callable(timeline.timeline)
-
 
 def test_diff_marks_its_rows_of_substance_in_a_public_column(cpu_runs):
-    d = profiling.diff(cpu_runs["naive"].step(0), cpu_runs["inplace"].step(0))
+    d = tracediff.diff(cpu_runs["naive"].step(0), cpu_runs["inplace"].step(0))
     changed = d.ops[d.ops["substance"]]
     assert set(changed["name"]) == set(d.changed()["name"][d.changed()["kind"] == "op"]), \
         "substance is what changed() lists: count or bytes moved"

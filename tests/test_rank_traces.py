@@ -1,4 +1,4 @@
-"""The rank-folder reader (kernels.rank_traces) on real multi-rank traces recorded by others (two
+"""The rank-folder reader (kernels.parallel.rank_traces) on real multi-rank traces recorded by others (two
 ranks of a 128-rank A100 job, and rank 0 of a 2-rank NCCL job, from HolisticTraceAnalysis' test
 data), on synthetic folders whose every number is known, and the slow-rank exercise check."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from kernels import rank_traces
+from kernels.parallel import rank_traces
 from kernels.exercises import ExerciseFailed
 from kernels.exercises.context_parallel import check_slow_rank, slow_rank_solution, write_rank_folder
 from tests.helpers import ROOT

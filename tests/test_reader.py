@@ -1,6 +1,6 @@
 """What a reader gets from the notebooks' shared machinery: sentences that wrap, learner copies
 of the exercises with no solution in them, hints that fold outside the book, figures with
-captions (notebooks/convert.py, kernels/book.py)."""
+captions (tools/book/convert.py, kernels/notebook.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,44 +14,43 @@ EXERCISES = sorted((ROOT / "book" / "exercises").glob("*.ipynb"))
 
 
 def convert_module():
-    spec = importlib.util.spec_from_file_location("convert", ROOT / "notebooks" / "convert.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools.book import convert
+
+    return convert
 
 
 def test_say_prints_the_line_outside_a_notebook_and_wraps_it_as_html_inside(capsys):
-    from kernels import book
+    from kernels import notebook
 
-    book.lesson(True, "two matmuls", "2 of 2")
+    notebook.lesson(True, "two matmuls", "2 of 2")
     assert capsys.readouterr().out == "✔ two matmuls (2 of 2)\n", "outside a kernel a lesson is the plain line"
-    html = book.say_html("uses `aten::bmm` <here> & there", kind="note")
+    html = notebook.say_html("uses `aten::bmm` <here> & there", kind="note")
     assert 'class="ap-say ap-note"' in html and "<code>aten::bmm</code>" in html
     assert "&lt;here&gt; &amp; there" in html, "the sentence is escaped, not read as HTML"
     with pytest.raises(ValueError, match="kind must be one of"):
-        book.say_html("x", kind="shout")
+        notebook.say_html("x", kind="shout")
 
 
 def test_a_failed_lesson_still_raises_with_the_claim():
-    from kernels import book
+    from kernels import notebook
 
-    with pytest.raises(book.LessonFailed, match="The chapter claims: no copies"):
-        book.lesson(False, "no copies")
+    with pytest.raises(notebook.LessonFailed, match="The chapter claims: no copies"):
+        notebook.lesson(False, "no copies")
 
 
 def test_a_timing_lesson_passes_at_80_percent_fails_at_20_and_is_too_noisy_between(capsys):
-    from kernels import book
+    from kernels import notebook
 
-    assert book.timing_lesson([True] * 5 + [False], "rank 0 waits") is True
+    assert notebook.timing_lesson([True] * 5 + [False], "rank 0 waits") is True
     assert "✔ rank 0 waits (held in 5 of 6 profiled steps)" in capsys.readouterr().out
-    assert book.timing_lesson([True, False, True, False], "rank 0 waits") is None
+    assert notebook.timing_lesson([True, False, True, False], "rank 0 waits") is None
     out = capsys.readouterr().out
     assert out.startswith("Too noisy to tell on this run: rank 0 waits?") and "held in 2 of 4" in out, \
         "between 20% and 80% the page says the machine was too noisy and asserts nothing"
-    with pytest.raises(book.LessonFailed, match="held in 1 of 6"):
-        book.timing_lesson([False] * 5 + [True], "rank 0 waits")
+    with pytest.raises(notebook.LessonFailed, match="held in 1 of 6"):
+        notebook.timing_lesson([False] * 5 + [True], "rank 0 waits")
     with pytest.raises(ValueError, match="at least one profiled step"):
-        book.timing_lesson([], "rank 0 waits")
+        notebook.timing_lesson([], "rank 0 waits")
 
 
 def code_lines(cells) -> set[str]:
@@ -73,7 +72,7 @@ def test_every_learner_copy_has_every_cell_but_no_solution_code():
     for full_path in EXERCISES:
         full = nbformat.read(full_path, as_version=4)
         learner_path = full_path.parent / "unsolved" / full_path.name
-        assert learner_path.exists(), f"{full_path.name} has no learner copy: run notebooks/convert.py"
+        assert learner_path.exists(), f"{full_path.name} has no learner copy: run python -m tools.book.convert"
         learner = nbformat.read(learner_path, as_version=4)
         solved = solution_lines(full)
         assert solved, f"{full_path.name} has solutions to leave out"
@@ -142,7 +141,8 @@ def test_the_borrowed_gpu_lane_says_who_recorded_it_on_which_gpu_from_the_trace_
 def test_a_timelines_long_title_never_runs_under_its_legend():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from kernels import borrowed, timeline
+    from kernels import borrowed
+    from kernels.trace import timeline
 
     step = borrowed.ALEXNET_FORWARD.step()
     fig = timeline.timeline(step, title="a title long enough to reach the legend's side of the figure, " * 2)
@@ -156,7 +156,7 @@ def test_a_timelines_long_title_never_runs_under_its_legend():
 
 
 def test_bar_labels_drop_the_prefix_every_backward_bar_shares():
-    from kernels.timeline import short_name
+    from kernels.trace.timeline import short_name
 
     assert short_name("autograd::engine::evaluate_function: MmBackward0") == "MmBackward0"
     assert short_name("aten::softmax") == "softmax" and short_name("ProfilerStep#3") == "ProfilerStep#3"
@@ -165,8 +165,8 @@ def test_bar_labels_drop_the_prefix_every_backward_bar_shares():
 def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():
     import dataclasses
 
-    from kernels import plots
-    from kernels.bench import FORWARD, BenchResults
+    from kernels.bench import plots
+    from kernels.bench.results import FORWARD, BenchResults
     from tests.test_plots import DEVICE, row
 
     quiet = [row(impl, s, FORWARD) for impl in ("naive", "fused") for s in (256, 512, 1024)]
@@ -183,7 +183,7 @@ def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():
 def test_each_exercise_page_ends_with_links_back_to_its_chapter_and_on_to_the_next():
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
 
-    from kernels import execute
+    from tools.book import execute
 
     pages = [p for p in execute.notebooks(ROOT) if p.parts[1] == "exercises"]
     for page, following in zip(pages, pages[1:] + [None]):
@@ -198,7 +198,7 @@ def test_each_exercise_page_ends_with_links_back_to_its_chapter_and_on_to_the_ne
 def test_the_first_screen_folds_the_imports_but_keeps_their_output():
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
 
-    from kernels import execute
+    from tools.book import execute
 
     for page in execute.notebooks(ROOT):
         cells = nbformat.read(ROOT / page, as_version=4).cells

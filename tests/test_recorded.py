@@ -105,7 +105,7 @@ def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path / "site")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "kernels/csrc/flash_v2.cu" in names and any(n.endswith("licenses/LICENSE") for n in names), \
+    assert "kernels/cuda/csrc/flash_v2.cu" in names and any(n.endswith("licenses/LICENSE") for n in names), \
         "the wheel carries the CUDA sources and the licence"
     probe = ("import kernels.recorded as r; rec = r.latest(); "
              "print(r.default_root()); print(rec.folder.name); print(len(rec.trace('01_naive', 'naive').steps('naive')))\n"
@@ -127,7 +127,7 @@ def test_an_installed_wheel_finds_recordings_outside_the_checkout(tmp_path):
 
 
 def printed(notebook) -> str:
-    """Everything a notebook's code cells printed or said (kernels.book.say displays a lesson
+    """Everything a notebook's code cells printed or said (kernels.notebook.say displays a lesson
     as HTML with the sentence itself as its plain-text view)."""
     cells = json.loads(notebook.read_text())["cells"]
 
@@ -139,7 +139,7 @@ def printed(notebook) -> str:
 
 
 def execute_with_recording(tmp_path, only):
-    from kernels import execute
+    from tools.book import execute
 
     return execute.run("cpu", only=only, out=tmp_path / "executed", root=ROOT, progress=False,
                        overrides={"seq": 128, "active_steps": 2})

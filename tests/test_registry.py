@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import kernels
-from kernels import naive as naive_module
+from kernels.attention import naive as naive_module
 from kernels import reference
 from kernels.registry import CannotRun
 from tests.helpers import LAYOUTS, covering, make_attention_inputs, make_qkv

@@ -12,8 +12,13 @@ import time
 import pytest
 import torch
 
-from kernels import context_parallel as cp
-from kernels import rank_traces, ranks, reference, ring, ulysses
+from kernels.bench import cli
+from kernels.parallel import programs as cp
+from kernels import reference
+from kernels.parallel import rank_traces
+from kernels.parallel import ranks
+from kernels.parallel import ring
+from kernels.parallel import ulysses
 from kernels.exercises import ExerciseFailed
 from kernels.exercises.context_parallel import check_merge
 from tests import rank_programs
@@ -273,9 +278,8 @@ def test_ring_matches_torch_context_parallel_on_gpus():
 
 
 def test_bench_context_parallel_writes_medians_per_rank(tmp_path, capsys):
-    from kernels import bench
 
-    assert bench.main(["--mode", "context-parallel", "--world", "2", "--seq", "64", "--heads", "4", "--head-dim", "16",
+    assert cli.main(["--mode", "context-parallel", "--world", "2", "--seq", "64", "--heads", "4", "--head-dim", "16",
                        "--reps", "3", "--out", str(tmp_path / "cp")]) == 0
     saved = json.loads((tmp_path / "cp_context_parallel.json").read_text())
     rows = {(r["scheme"], r["layout"]): r for r in saved["rows"]}

@@ -10,8 +10,8 @@ import torch
 
 import kernels
 from kernels import reference
-from kernels.fingerprints import fingerprint
-from kernels.sdpa import ARTICLE_A100_KERNELS, math_decomposed, safe_softmax
+from kernels.trace.fingerprints import fingerprint
+from kernels.attention.sdpa import ARTICLE_A100_KERNELS, math_decomposed, safe_softmax
 
 from tests.gpu_trace import CHAPTER_VARIANTS
 from tests.helpers import ROOT, make_qkv
@@ -74,7 +74,7 @@ PARTS = ("03_sdpa", "03b_sdpa_fused")
 
 
 def test_the_two_parts_follow_each_other_in_the_book():
-    from kernels import execute
+    from tools.book import execute
 
     stems = [p.stem for p in execute.notebooks(ROOT)]
     i = stems.index("03_sdpa")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import sdpa
+from kernels.attention import sdpa
 from tests.helpers import make_qkv
 
 A100, H200, T4, B200 = (8, 0), (9, 0), (7, 5), (10, 0)

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import kernels
-from kernels import reference, sdpa
-from kernels.sdpa import capability_reason, gpu_input_reason
+from kernels import reference
+from kernels.attention import sdpa
+from kernels.attention.sdpa import capability_reason, gpu_input_reason
 from tests.helpers import make_attention_inputs
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64

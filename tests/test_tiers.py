@@ -1,7 +1,7 @@
 """The hardware-tier logic, fed device descriptions (it must work for GPUs this CI never sees)."""
 import pytest
 
-from kernels.book import GPU, plan
+from kernels.notebook import GPU, plan
 
 T4 = GPU("Tesla T4", (7, 5))
 A100 = GPU("NVIDIA A100-SXM4-80GB", (8, 0))

@@ -1,4 +1,4 @@
-"""The tile classification of kernels.tiling, against grids counted by hand.
+"""The tile classification of kernels.triton.tiling, against grids counted by hand.
 
 F = full (no mask needed), M = masked, . = skipped. In every hand-drawn grid, row i is
 query tile i (rows i·block_m .. (i+1)·block_m - 1) and column j is key tile j.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from kernels import tiling
-from kernels.tiling import FULL, MASKED, SKIPPED
+from kernels.triton import tiling
+from kernels.triton.tiling import FULL, MASKED, SKIPPED
 
 CODE = {"F": FULL, "M": MASKED, ".": SKIPPED}
 
@@ -84,7 +84,7 @@ def test_classification_agrees_with_every_entry():
 
 
 def kernel_stages(seq: int, block_m: int, block_n: int, causal: bool) -> np.ndarray:
-    """The tiles `_attn_fwd` in kernels/triton_flash.py visits, from its two loop bounds:
+    """The tiles `_attn_fwd` in kernels/triton/flash.py visits, from its two loop bounds:
     stage 1 (no mask) covers keys [0, full_hi), stage 2 (masked) covers [full_hi, masked_hi),
     with full_hi = start_m·BLOCK_M and masked_hi = min((start_m+1)·BLOCK_M, S) when causal,
     and full_hi = (S // BLOCK_N)·BLOCK_N, masked_hi = S when not."""

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.trace import load_trace
+from kernels.trace.reader import load_trace
 
 hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis (requirements-test.txt)")
 

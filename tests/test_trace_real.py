@@ -1,4 +1,4 @@
-"""kernels.trace on real GPU traces recorded by other people (tests/data/real_traces, HTA's test data).
+"""kernels.trace.reader on real GPU traces recorded by other people (tests/data/real_traces, HTA's test data).
 
 Every check compares the reader with a count this file makes itself from the raw JSON, in the
 plainest way: a GPU event (kernel, memcpy, memset) belongs to a labelled range when the runtime
@@ -17,8 +17,10 @@ import matplotlib
 import pytest
 import torch
 
-from kernels import timeline, trace_tables
-from kernels.trace import load_trace
+from kernels.trace import record
+from kernels.trace import timeline
+from kernels.trace import tables
+from kernels.trace.reader import load_trace
 
 matplotlib.use("Agg")
 DATA = Path(__file__).parent / "data" / "real_traces"
@@ -145,7 +147,7 @@ def test_a_backward_kernel_belongs_to_the_range_on_the_main_thread():
     assert len(step.kernels) == 1 and step.kernels.iloc[0]["thread"] == "24922", \
         "the kernel was launched by the backward thread, inside the main thread's label"
     assert step.kernels.iloc[0]["op"] == "aten::mm", "its launching op is the innermost op of the launching thread"
-    table = trace_tables.op_table(step)
+    table = tables.op_table(step)
     assert "thread" in table and set(table["thread"]) == {"24922"}, "op_table says which thread ran each op"
 
 
@@ -261,9 +263,8 @@ def nested_scalar_ops(x):
 
 
 def test_op_counts_and_times_match_key_averages(tmp_path):
-    from kernels import profiling
 
-    run = profiling.profile(nested_scalar_ops, torch.randn(32, 32), label="nested", trace_dir=tmp_path, active=3)
+    run = record.profile(nested_scalar_ops, torch.randn(32, 32), label="nested", trace_dir=tmp_path, active=3)
     ops = [s.ops for s in run.steps()]
     counts = Counter(n for o in ops for n in o["name"])
     totals = Counter()

@@ -1,8 +1,8 @@
-"""Traces as reader artifacts (kernels.traces) and the step diff (kernels.profiling.diff).
+"""Traces as reader artifacts (kernels.trace.links) and the step diff (kernels.trace.record.diff).
 
 The book-level tests build a tiny fake book through the real runner and build code path
-(``kernels.execute.run`` then ``build``, with the real ``_config.yml`` and ``book/_static``):
-one notebook that profiles a matmul and shows ``traces.links`` for it and for a recorded GPU
+(``tools.book.execute.run`` then ``build``, with the real ``_config.yml`` and ``book/_static``):
+one notebook that profiles a matmul and shows ``links.links`` for it and for a recorded GPU
 trace (tests/fake_book.py). It is built once per session, on disk, and test_browser.py reuses it.
 """
 from __future__ import annotations
@@ -14,8 +14,13 @@ import matplotlib
 import pytest
 import torch
 
+from kernels.trace import diff as tracediff
+from kernels.trace import reader
+from kernels.trace import record
 import kernels
-from kernels import execute, profiling, traces
+from tools.book import execute
+from kernels.trace import links
+from tools.book import publish
 from tests.helpers import ROOT, make_qkv
 from tests.gpu_trace import naive_a100_trace
 from tests.fake_book import FAKE_CHAPTER, RECORDED, build_fake_book, page_boxes
@@ -38,25 +43,25 @@ def test_runner_keeps_each_notebooks_traces_in_its_own_folder(fake_book):
     trace = fake_book.out / row["traces"][0]["path"]
     assert row["traces"][0]["bytes"] == trace.stat().st_size
     active = fake_book.report["parameters"]["active_steps"]  # the fake book's cpu profile: 2
-    assert len(profiling.load_trace(trace).steps("mm")) == active, "only the active steps are exported"
+    assert len(reader.load_trace(trace).steps("mm")) == active, "only the active steps are exported"
 
 
 @pytest.mark.slow
 def test_pages_link_to_published_traces_that_exist_and_parse(fake_book):
     page = page_boxes(fake_book.html, f"book/{FAKE_CHAPTER}.html")
-    assert len(page.boxes) == 2, "one box per traces.links() output"
+    assert len(page.boxes) == 2, "one box per links.links() output"
     own, recorded = page.boxes
     for box in page.boxes:
         href = box["links"]["ap-trace-download"]["href"]
         assert href == box["box"]["data-trace-url"] and "ap-trace-perfetto" in box["links"]
         published = (fake_book.html / "book" / href).resolve()
         assert published.is_file(), f"{href} is not published"
-        assert profiling.read_events(published)["traceEvents"], f"{href} does not parse"
+        assert reader.read_events(published)["traceEvents"], f"{href} does not parse"
     own_href = own["links"]["ap-trace-download"]["href"]
     assert own_href == f"traces/{FAKE_CHAPTER}/mm.json.gz"
     executed = fake_book.out / "book" / own_href
     assert (fake_book.html / "book" / own_href).read_bytes() == executed.read_bytes()
-    assert profiling.load_trace(fake_book.html / "book" / own_href).labels() == ["mm"]
+    assert reader.load_trace(fake_book.html / "book" / own_href).labels() == ["mm"]
     assert own["box"]["data-trace-title"] == f"{FAKE_CHAPTER} · mm · CPU"
     # the recorded GPU trace is published at the repository's layout, beside the pages
     assert recorded["links"]["ap-trace-download"]["href"] == f"data/recorded/{RECORDED}"
@@ -93,20 +98,20 @@ def _over_budget_run(monkeypatch, tmp_path, sizes: dict[str, int]) -> dict:
 
 
 def test_runner_fails_a_notebook_whose_trace_is_over_budget(monkeypatch, tmp_path):
-    report = _over_budget_run(monkeypatch, tmp_path, {"01_small": 1000, "02_big": traces.PER_TRACE_BUDGET + 1})
+    report = _over_budget_run(monkeypatch, tmp_path, {"01_small": 1000, "02_big": publish.PER_TRACE_BUDGET + 1})
     small, big = report["notebooks"]
     assert small["status"] == "ok"
     assert big["status"] == "failed"
     message = big["error"]
     assert "book/traces/02_big/big.json.gz" in message, "names the trace"
-    assert f"{(traces.PER_TRACE_BUDGET + 1) / 2**20:.2f} MiB" in message, "says its size"
-    assert f"per-trace budget of {traces.PER_TRACE_BUDGET / 2**20:.2f} MiB" in message, "says the budget"
+    assert f"{(publish.PER_TRACE_BUDGET + 1) / 2**20:.2f} MiB" in message, "says its size"
+    assert f"per-trace budget of {publish.PER_TRACE_BUDGET / 2**20:.2f} MiB" in message, "says the budget"
     assert "fewer active steps" in message, "says how to shrink it"
     assert "02_big" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_runner_fails_the_notebook_that_takes_the_book_over_its_budget(monkeypatch, tmp_path):
-    monkeypatch.setattr(traces, "BOOK_BUDGET", 5000)  # each trace is fine; together they are not
+    monkeypatch.setattr(publish, "BOOK_BUDGET", 5000)  # each trace is fine; together they are not
     report = _over_budget_run(monkeypatch, tmp_path, {"01_a": 3000, "02_b": 3000})
     first, second = report["notebooks"]
     assert first["status"] == "ok" and second["status"] == "failed"
@@ -117,28 +122,28 @@ def test_budget_leaves_small_traces_alone(tmp_path):
     trace = tmp_path / "book" / "traces" / "01_x" / "t.json.gz"
     trace.parent.mkdir(parents=True)
     trace.write_bytes(b"x" * 100)
-    row = traces.enforce_budget({"status": "ok", "error": None}, tmp_path, Path("book/01_x.ipynb"))
+    row = publish.enforce_budget({"status": "ok", "error": None}, tmp_path, Path("book/01_x.ipynb"))
     assert row["status"] == "ok" and row["traces"] == [{"path": "book/traces/01_x/t.json.gz", "bytes": 100}]
-    assert traces.budget_problems([trace], tmp_path, 100, per_trace=99)  # one byte over fails
+    assert publish.budget_problems([trace], tmp_path, 100, per_trace=99)  # one byte over fails
 
 
 def test_links_point_at_the_trace_relative_to_the_notebook(tmp_path, monkeypatch):
     folder = tmp_path / "traces" / "03_demo"
     folder.mkdir(parents=True)
     x = torch.randn(8, 8)
-    run = profiling.profile(torch.mm, x, x, label="mm", active=1, trace_dir=folder)
+    run = record.profile(torch.mm, x, x, label="mm", active=1, trace_dir=folder)
     monkeypatch.chdir(tmp_path)
     for source in (run, run.step(0), run.trace_path, str(run.trace_path)):
-        link = traces.links(source)
+        link = links.links(source)
         assert link.url == "traces/03_demo/mm.json.gz" and link.title == "03_demo · mm · CPU"
     html = link._repr_html_()
     assert 'href="traces/03_demo/mm.json.gz"' in html and 'class="ap-trace-perfetto"' in html
-    assert traces.links(run, title='a "quoted" <title>')._repr_html_().count("&quot;quoted&quot; &lt;title&gt;") == 2
+    assert links.links(run, title='a "quoted" <title>')._repr_html_().count("&quot;quoted&quot; &lt;title&gt;") == 2
     assert "traces/03_demo/mm.json.gz" in repr(link)
     with pytest.raises(FileNotFoundError, match="no trace"):
-        traces.links("traces/none.json.gz")
+        links.links("traces/none.json.gz")
     with pytest.raises(TypeError, match="Profile"):
-        traces.links(42)
+        links.links(42)
 
 
 def test_publish_copies_traces_at_their_relative_paths(tmp_path):
@@ -146,7 +151,7 @@ def test_publish_copies_traces_at_their_relative_paths(tmp_path):
     for rel in ("book/traces/01/a.json.gz", "recorded/g.json.gz", "_build/stale.json.gz"):
         (executed / rel).parent.mkdir(parents=True, exist_ok=True)
         (executed / rel).write_bytes(rel.encode())
-    published = traces.publish(executed, html)
+    published = publish.publish(executed, html)
     assert sorted(p.relative_to(html).as_posix() for p in published) == ["book/traces/01/a.json.gz", "recorded/g.json.gz"]
     assert (html / "recorded/g.json.gz").read_bytes() == b"recorded/g.json.gz"
 
@@ -161,12 +166,12 @@ SCORES_BYTES = B * H * S * S * 4  # one fp32 S×S scores tensor
 def steps(tmp_path_factory):
     q, k, v = make_qkv(B, H, S, D)
     out = tmp_path_factory.mktemp("diff_traces")
-    runs = {n: profiling.profile(kernels.get(n), q, k, v, label=n, active=2, trace_dir=out) for n in ("naive", "inplace")}
+    runs = {n: record.profile(kernels.get(n), q, k, v, label=n, active=2, trace_dir=out) for n in ("naive", "inplace")}
     return {n: r.steps() for n, r in runs.items()}
 
 
 def test_diff_of_inplace_is_the_removed_scores_copy_and_nothing_else(steps):
-    d = profiling.diff(steps["naive"][0], steps["inplace"][0])
+    d = tracediff.diff(steps["naive"][0], steps["inplace"][0])
     changed = d.changed()
     scores = str(tuple([B, H, S, S]))
     assert set(changed["name"]) == {"aten::masked_fill", "aten::clone", "aten::copy_"}, changed
@@ -186,13 +191,13 @@ def test_diff_of_inplace_is_the_removed_scores_copy_and_nothing_else(steps):
 
 def test_diff_of_two_steps_of_one_run_has_no_substance(steps):
     a, b = steps["naive"]
-    d = profiling.diff(a, b)
+    d = tracediff.diff(a, b)
     assert d.changed().empty and d.table().empty and len(d.table(everything=True)) == len(d.ops) > 5
     assert d.label_a != d.label_b
 
 
 def test_diff_table_and_figure(steps):
-    d = profiling.diff(steps["naive"][0], steps["inplace"][0])
+    d = tracediff.diff(steps["naive"][0], steps["inplace"][0])
     table = d.table()
     assert list(table["only in"]) == ["naive"] * 3 and "count change" in table and "allocated change (KiB)" in table
     assert table["allocated change (KiB)"].sum() == -SCORES_BYTES / 1024
@@ -200,7 +205,7 @@ def test_diff_table_and_figure(steps):
     ax = fig.axes[0]
     assert len(ax.patches) == 2 * 3 and any("clone" in t.get_text() for t in ax.get_yticklabels())
     with pytest.raises(TypeError, match="two Steps"):
-        profiling.diff(steps["naive"][0], "inplace")
+        tracediff.diff(steps["naive"][0], "inplace")
     with pytest.raises(ValueError, match="side"):
         d.only_in("sdpa")
 
@@ -211,8 +216,8 @@ def test_diff_matches_gpu_kernels_by_name_and_launch_shape():
     memcpys = [e for e in raw["traceEvents"] if e.get("cat") == "gpu_memcpy"]
     assert len(memcpys) == 2
     raw["traceEvents"].remove(max(memcpys, key=lambda e: e["ts"]))
-    first, second = profiling.load_trace(raw).steps("naive")
-    d = profiling.diff(first, second)
+    first, second = reader.load_trace(raw).steps("naive")
+    d = tracediff.diff(first, second)
     gone = d.changed()
     assert list(gone["kind"]) == ["GPU"] and gone.iloc[0]["name"].startswith("Memcpy DtoD")
     assert gone.iloc[0]["only_in"] == "a" and (d.kernels["count_a"].sum(), d.kernels["count_b"].sum()) == (6, 5)

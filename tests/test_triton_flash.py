@@ -21,11 +21,12 @@ import pytest
 import torch
 
 import kernels
-import kernels.triton_flash as tf
-import kernels.triton_backward as tb
-import kernels.triton_launch as launch
-import kernels.triton_tiles as tiles
-from kernels import reference, triton_interpreter
+import kernels.triton.flash as tf
+import kernels.triton.backward as tb
+import kernels.triton.launch as launch
+import kernels.triton.tiles as tiles
+from kernels import reference
+from kernels.triton import interpreter
 from tests.helpers import LAYOUTS, ROOT, covering, make_attention_inputs, make_qkv
 
 triton_attention = kernels.get("triton")
@@ -37,7 +38,7 @@ needs_interpreter_or_gpu = pytest.mark.skipif(
 def launched(kernel):
     """A kernel as the launcher runs it here (a spy that stands in for it must launch the same):
     its interpreted copy in the interpreter, itself on a GPU."""
-    return triton_interpreter.interpreted(kernel) if tf.INTERPRETED else kernel
+    return interpreter.interpreted(kernel) if tf.INTERPRETED else kernel
 
 
 def expected(q, k, v, causal, scale=None):
@@ -356,7 +357,7 @@ def test_import_without_triton_explains_instead_of_failing():
         import sys
         sys.modules["triton"] = None          # makes `import triton` raise ImportError
         import torch
-        import kernels, kernels.triton_flash
+        import kernels, kernels.triton.flash
         reason = kernels.available("cpu")["triton"]
         assert reason and "triton package" in reason, reason
         q = torch.randn(1, 1, 4, 16)
@@ -596,7 +597,7 @@ _OWN_KERNEL = textwrap.dedent("""
     import torch, torch.profiler
     with torch.profiler.profile():
         torch.ones(4) + 1
-    from kernels.triton_interpreter import use_interpreter
+    from kernels.triton.interpreter import use_interpreter
     on = use_interpreter()
     import triton, triton.language as tl
     @triton.jit

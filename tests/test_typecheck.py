@@ -46,10 +46,10 @@ BROKEN = '''\
 
 # %%
 import torch
-from kernels import profiling
+from kernels.trace import record
 
 active_steps = [step for step in ("tile", "mask", "exp2")]  # the design steps, under the parameter's name
-run = profiling.profile(torch.mm, torch.ones(2, 2), torch.ones(2, 2), label="mm", active=active_steps,
+run = record.profile(torch.mm, torch.ones(2, 2), torch.ones(2, 2), label="mm", active=active_steps,
                         trace_dir=trace_dir)
 '''
 

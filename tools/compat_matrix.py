@@ -145,7 +145,7 @@ def run_cell(cell: Cell, root: Path, book: bool, jobs: str) -> Result:
         result.tests = pytest_counts(log.read_text()[start:])
         result.tests_ok = code == 0
         if book:
-            execute = [venv / "bin" / "python", "-m", "kernels.execute", "--profile", "cpu", "--no-cache",
+            execute = [venv / "bin" / "python", "-m", "tools.book.execute", "--profile", "cpu", "--no-cache",
                        "--only", *CHAPTERS]
             timed(result, "book", lambda: run(execute, log, cwd=clone))
             report = clone / "_build" / "executed" / "report.json"

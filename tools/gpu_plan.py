@@ -16,7 +16,7 @@ Compile counting follows Triton's JIT: a kernel compiles once per config and per
 *specialization* of its arguments, and each integer argument is specialized as equal to 1, a
 multiple of 16, or neither (``triton/runtime/jit.py``, the ``specialize`` of each argument;
 the pointers are 16-byte aligned here). The autotuner tries every config the pruning keeps for
-a new key (``kernels.triton_tiles.fitting_configs``) and times each. Compiled kernels go to
+a new key (``kernels.triton.tiles.fitting_configs``) and times each. Compiled kernels go to
 Triton's disk cache, so a later chapter (another process) that needs the same compile finds it;
 the autotuner's timings do not persist, so each process times its configs again.
 """
@@ -52,7 +52,7 @@ def int_class(v: int) -> str:
 def specialization(kernel: str, use: dict, params: dict) -> tuple:
     """The arguments that decide a compile, apart from the config: the kernel, the head dim and
     dtype (constexprs and pointer types), causality, and the class of each size argument
-    (``kernels.triton_launch.sizes``: H, GROUP, SQ, SK, OFFSET and the two buckets)."""
+    (``kernels.triton.launch.sizes``: H, GROUP, SQ, SK, OFFSET and the two buckets)."""
     sq, sk = value(use["sq"], params), value(use["sk"], params)
     heads, kv = value(use.get("heads", "heads"), params), value(use.get("kv_heads", use.get("heads", "heads")), params)
     bucket = lambda s: 1 << max(0, (s - 1).bit_length())
@@ -66,17 +66,18 @@ def specialization(kernel: str, use: dict, params: dict) -> tuple:
 def kept_configs(kernel: str, use: dict, params: dict, target: dict) -> list:
     """The configs the autotuner compiles and times for this launch on the target GPU."""
     sys.path.insert(0, str(ROOT))
-    from kernels import triton_launch, triton_tiles
+    from kernels.triton import launch
+    from kernels.triton import tiles
 
     if kernel == "bwd_pre":      # the backward's preprocess (Delta = rowsum(O * dO)): one fixed block
         return [("preprocess",)]
     head_dim = value(use.get("head_dim", "head_dim"), params)
-    pad = triton_launch.padded_head_dim(head_dim)
+    pad = launch.padded_head_dim(head_dim)
     element = {"bf16": 2, "fp16": 2, "fp32": 4}[use.get("dtype", "bf16")]
     if use.get("one_config"):   # a test that narrows the autotuner to one config
         return [tuple(use["one_config"])]
-    return [tuple(c) for c in triton_tiles.fitting_configs(
-        triton_tiles.config_space(kernel, pad), value(use["sq"], params), pad, element, target["smem_optin"],
+    return [tuple(c) for c in tiles.fitting_configs(
+        tiles.config_space(kernel, pad), value(use["sq"], params), pad, element, target["smem_optin"],
         kernel=kernel, capability=tuple(target["capability"]), seq_k=value(use["sk"], params))]
 
 

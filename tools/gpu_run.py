@@ -346,7 +346,7 @@ def phase_chapters(run: Run, chapters: list[str], overrides: list[str], stop_aft
         shutil.rmtree(run.work / "traces" / chapter, ignore_errors=True)   # a rerun replaces what failed
         sets = [*overrides, *run.chapter_set.get(chapter, [])]
         # A GPU run executes every chapter afresh: no execution cache.
-        argv = [run.python, "-m", "kernels.execute", "--profile", profile, "--only", name,
+        argv = [run.python, "-m", "tools.book.execute", "--profile", profile, "--only", name,
                 "--out", str(out), "--no-cache"] + (["--set", *sets] if sets else [])
         code = run.command(phase, argv, limit, f"chapter-{chapter}.log")
         report = out / "report.json"

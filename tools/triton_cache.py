@@ -7,7 +7,7 @@ only the same Triton's entries can be hits there::
     PY tools/triton_cache.py check _build/triton-cache    # a new process: every launch a hit?
 
 How a launch is reproduced without a GPU: the course's own launchers
-(``kernels.triton_flash.flash_forward``, ``kernels.triton_backward.flash_backward``) run on CPU
+(``kernels.triton.flash.flash_forward``, ``kernels.triton.backward.flash_backward``) run on CPU
 tensors of the launch's shape and dtype with the interpreter off; Triton's driver is replaced
 by one that names an sm_90 GPU (``GPUTarget("cuda", 90, 32)``, what an H100/H200 reports) and
 every launch becomes a ``warmup`` (compile, do not run). So the arguments, Triton's own binder
@@ -85,7 +85,7 @@ def prepare(cache: Path):
     JITFunction.run = compile_only
     Autotuner.run = every_kept_config
     setattr(torch.cuda, "get_device_properties", lambda *a, **k: types.SimpleNamespace(**SM90))  # mypy: a stand-in's type
-    import kernels.triton_flash as tf
+    import kernels.triton.flash as tf
     tf._capability = lambda t: (SM90["major"], SM90["minor"])
     assert not tf.INTERPRETED, "the kernels must be compiled objects here (TRITON_INTERPRET=0)"
     return tf, triton
@@ -120,7 +120,7 @@ def launch(tf, use: dict, params: dict) -> None:
     """The course's forward (and backward) at one launch's shape, on CPU tensors: compiles only."""
     import torch
 
-    import kernels.triton_backward as tb
+    import kernels.triton.backward as tb
     sys.path.insert(0, str(ROOT / "tools"))
     from gpu_plan import value
 

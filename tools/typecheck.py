@@ -3,7 +3,7 @@
     python tools/typecheck.py                 # kernels/, tools/, notebooks/**/*.py; exit 1 on any error
     python tools/typecheck.py notebooks/05_cuda.py other.py   # the library and tools, and just these sources
 
-The notebooks' sources (percent format, see notebooks/convert.py) are not quite Python: IPython
+The notebooks' sources (percent format, see tools/book/convert.py) are not quite Python: IPython
 magics (``%matplotlib inline``, ``!pip ...``) are commented out, and the ``# %% [parameters]``
 marker, which convert.py fills with the ``cpu`` profile of ``book/params.yml``, becomes one line
 of annotated assignments with the types of that profile (``active_steps: int = 5; ...``). So a
@@ -31,7 +31,7 @@ CACHE = ROOT / "_build" / "mypy-cache"
 MAGIC = re.compile(r"^(\s*)([%!])")
 # Names IPython gives every notebook without an import (mypy would call them undefined).
 PRELUDE = "from IPython.display import display; "
-# What the runner injects beside the profile's values (kernels.execute.staged_parameters).
+# What the runner injects beside the profile's values (tools.book.execute.staged_parameters).
 INJECTED = {"trace_dir": "traces"}
 # Parameters every chapter turns into torch objects on purpose (`device, dtype = setup(device,
 # dtype)`: "auto" or "cuda" becomes a torch.device): typed Any, the others by their values.

@@ -1,4 +1,4 @@
-/* "Open in Perfetto" for the trace links that kernels.traces.links() puts beside a figure.
+/* "Open in Perfetto" for the trace links that kernels.trace.links.links() puts beside a figure.
  *
  * The link box carries the trace's URL relative to the page (data-trace-url), the title
  * Perfetto should show (data-trace-title) and the file name (data-trace-file). A click:

@@ -7,6 +7,6 @@ calls: ``primer`` (0), ``naive`` (1), ``inplace`` (2), ``sdpa`` (3), ``triton`` 
 ``backward`` (9), ``decoding`` (10). ``judge`` holds what they share: the verdicts below, the
 printed seed, and the comparisons.
 """
-from .judge import ExerciseFailed, Passed, showing_solutions
+from kernels.exercises.judge import ExerciseFailed, Passed, showing_solutions
 
 __all__ = ["ExerciseFailed", "Passed", "showing_solutions"]

@@ -12,9 +12,10 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import reference
-from ..registry import get
-from .judge import Passed, _blank, _fail, _generator, _number, _passed, _pick, _run
+from kernels.trace import record
+from kernels import reference
+from kernels.registry import get
+from kernels.exercises.judge import Passed, _blank, _fail, _generator, _number, _passed, _pick, _run
 
 __all__ = ["check_kept_for_backward", "check_training_flops", "training_step_traces"]
 
@@ -40,7 +41,6 @@ def training_step_traces(cases: dict, seed: int) -> dict:
     session (each under its own ``record_function`` label): ``{name: Step}``."""
     from torch.profiler import record_function
 
-    from .. import profiling
 
     g = torch.Generator().manual_seed(seed)
     made = {}
@@ -54,7 +54,7 @@ def training_step_traces(cases: dict, seed: int) -> dict:
                 attention(q, k, v, causal=True).backward(grad_out)
 
     with tempfile.TemporaryDirectory() as folder:
-        run = profiling.profile(steps, label="training_steps", wait=0, warmup=1, active=1, trace_dir=folder)
+        run = record.profile(steps, label="training_steps", wait=0, warmup=1, active=1, trace_dir=folder)
     return {name: run.trace.steps(f"{name}_train")[-1] for name in cases}
 
 

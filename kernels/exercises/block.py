@@ -11,8 +11,8 @@ from typing import Callable, Optional
 import torch
 from torch.nn import functional as F
 
-from .. import block as blocks
-from .judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
+from kernels.attention import block as blocks
+from kernels.exercises.judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
 
 __all__ = ["check_block_flops", "check_crossover", "check_block_forward"]
 

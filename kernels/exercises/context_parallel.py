@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import rank_traces
-from .judge import Passed, _fail, _generator, _passed, _pick, _run
+from kernels.parallel import rank_traces
+from kernels.exercises.judge import Passed, _fail, _generator, _passed, _pick, _run
 
 __all__ = ["check_merge", "check_slow_rank", "write_rank_folder"]
 

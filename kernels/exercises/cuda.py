@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .judge import Passed, _fail, _passed, _pick, _run, _seed
+from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
 
 __all__ = ["check_read_ptxas", "check_v2_lane", "fresh_ptxas_report"]
 
@@ -49,14 +49,14 @@ def fresh_ptxas_report(seed: int) -> str:
 
 def _ptxas_numbers(text: str) -> dict:
     """{(kernel, arch): (registers, static shared bytes, spilled bytes), plus the raw fields}."""
-    from ..ptxas import parse_ptxas
+    from kernels.cuda.ptxas import parse_ptxas
 
     return {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}
 
 
 def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed:
     """``read_ptxas(text, kernel, arch)`` -> (registers, static shared memory bytes, spilled bytes)
-    of one kernel on one architecture, judged by ``kernels.ptxas.parse_ptxas``."""
+    of one kernel on one architecture, judged by ``kernels.cuda.ptxas.parse_ptxas``."""
     seed = _seed(seed)
     asked = 0
     for text in (fresh_ptxas_report(seed), fresh_ptxas_report(seed + 1)):
@@ -116,10 +116,10 @@ def _ptxas_slip(got, right, k, found, kernel, arch) -> str:
 def check_v2_lane(lane_elements: Callable) -> Passed:
     """``lane_elements(tid)`` -> (rows, cols): the two query rows of v2's 128-row block whose
     accumulators thread ``tid`` holds, and its two columns in every 8-column tile, judged by
-    ``kernels.cuda_threads.owners_v2``."""
+    ``kernels.cuda.threads.owners_v2``."""
     import numpy as np
 
-    from ..cuda_threads import owners_v2
+    from kernels.cuda.threads import owners_v2
 
     owner = owners_v2(8)  # one 8-column tile: every tile repeats its layout
     for tid in range(int(owner.max()) + 1):  # every thread of the block

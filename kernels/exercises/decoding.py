@@ -11,8 +11,9 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import decoding, reference
-from .judge import Passed, _fail, _generator, _number, _passed, _pick, _run
+from kernels import reference
+from kernels.attention import decoding
+from kernels.exercises.judge import Passed, _fail, _generator, _number, _passed, _pick, _run
 
 __all__ = ["check_decode_step", "check_decode_intensity"]
 

@@ -6,15 +6,15 @@ from typing import Callable, Optional
 
 import torch
 
-from .judge import Passed, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
-from .naive import _attention_cases, _attention_mistakes, _judge_attention
+from kernels.exercises.judge import Passed, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
+from kernels.exercises.naive import _attention_cases, _attention_mistakes, _judge_attention
 
 __all__ = ["check_inplace_mask", "check_lean_attention"]
 
 
 def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_mask_(scores, future)`` must write -inf where ``future`` is True, into ``scores`` itself."""
-    from ..naive import future_mask
+    from kernels.attention.naive import future_mask
 
     g = torch.Generator().manual_seed(_seed(seed))
     s = 19

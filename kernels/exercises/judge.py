@@ -22,7 +22,8 @@ from typing import Callable, NoReturn, Optional
 
 import torch
 
-from ..book import say
+from kernels.trace import record
+from kernels.notebook import say
 
 __all__ = ["ExerciseFailed", "Passed", "showing_solutions", "FP32_TOL"]
 
@@ -178,10 +179,9 @@ def _not_finite(out: torch.Tensor, what: str) -> Optional[str]:
 # ------------------------------------------------------------------------------- traces
 
 def _profile(fn, *args, label, active=1):
-    from .. import profiling
 
     with tempfile.TemporaryDirectory() as tmp:
-        return profiling.profile(fn, *args, label=label, wait=0, warmup=1, active=active, trace_dir=tmp)
+        return record.profile(fn, *args, label=label, wait=0, warmup=1, active=active, trace_dir=tmp)
 
 
 def _profile_step(fn, *args, label):

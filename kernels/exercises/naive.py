@@ -10,9 +10,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import reference
-from .judge import (FP32_TOL, Passed, _close, _fail, _is_tensor, _not_finite, _passed, _profile_step, _run,
-                    _seed, _top_level_ancestor, _which)
+from kernels import reference
+from kernels.exercises.judge import FP32_TOL, Passed, _close, _fail, _is_tensor, _not_finite, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
 
 __all__ = ["check_attention", "check_hidden_copy"]
 
@@ -131,7 +130,7 @@ def _upcast_attention(q, k, v):
 
 def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``find_hidden_copy(step, min_bytes)`` names the top-level op that made the largest copy."""
-    from .. import get
+    from kernels import get
 
     g = torch.Generator().manual_seed(_seed(seed))
     b, h, s, d = 1, 2, 96 + int(torch.randint(0, 32, (), generator=g)), 16

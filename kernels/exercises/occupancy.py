@@ -2,7 +2,7 @@
 
 Chapter 4 asks for an A100 only, ``my_occupancy(threads, registers, shared_bytes)``; chapter 5
 for any architecture, ``my_occupancy(threads, registers, shared_bytes, arch)`` on sm_80 and
-sm_90. One check serves both (``takes_arch``), judged by ``kernels.occupancy``, with one set of
+sm_90. One check serves both (``takes_arch``), judged by ``kernels.hw.occupancy``, with one set of
 diagnoses: the rule a wrong answer forgot, or the other architecture's limits.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .judge import Passed, _fail, _passed, _pick, _run, _seed
+from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
 
 __all__ = ["check_occupancy"]
 
@@ -30,7 +30,7 @@ _CASES = ((128, 255, 0, "sm_80"), (128, 100, 0, "sm_80"), (256, 32, 41 * 1024, "
 
 def _random_case(g: torch.Generator, arch: str) -> tuple:
     """A footprint that can launch on ``arch``: at least one block's registers fit the SM."""
-    from ..occupancy import ARCHES
+    from kernels.hw.occupancy import ARCHES
 
     lim = ARCHES[arch]
     threads = 32 * _pick(g, 1, lim.max_threads_per_block // 32 + 1)
@@ -41,7 +41,7 @@ def _random_case(g: torch.Generator, arch: str) -> tuple:
 def _slips(threads: int, registers: int, shared: int, arch: str, other: Optional[str] = None) -> list:
     """(the rule in words, the blocks per SM it gives when forgotten) for each known slip on
     ``arch``; with ``other``, first the answer of that architecture's limits."""
-    from ..occupancy import ARCHES, occupancy
+    from kernels.hw.occupancy import ARCHES, occupancy
 
     lim = ARCHES[arch]
     by = occupancy(threads, registers, shared, arch=arch).blocks_by
@@ -76,9 +76,9 @@ def _slips(threads: int, registers: int, shared: int, arch: str, other: Optional
 def check_occupancy(my_occupancy: Callable, takes_arch: bool = False, seed: Optional[int] = None) -> Passed:
     """``my_occupancy(threads, registers, shared_bytes)`` -> (blocks per SM, occupancy as a fraction
     0..1) on an A100 (sm_80); with ``takes_arch``, ``my_occupancy(threads, registers, shared_bytes,
-    arch)`` on sm_80 and sm_90. Checked against ``kernels.occupancy`` on fixed footprints that give
+    arch)`` on sm_80 and sm_90. Checked against ``kernels.hw.occupancy`` on fixed footprints that give
     each limit its turn, then on fresh random ones."""
-    from ..occupancy import occupancy
+    from kernels.hw.occupancy import occupancy
 
     g = torch.Generator().manual_seed(_seed(seed))
     arches = _ASKED if takes_arch else (_A100,)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .judge import Passed, _blank, _fail, _passed, _profile, _profile_step, _run
+from kernels.exercises.judge import Passed, _blank, _fail, _passed, _profile, _profile_step, _run
 
 __all__ = ["check_top_level_guess", "check_hottest_op"]
 

@@ -7,8 +7,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .judge import Passed, _blank, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed
-from .naive import _attention64, _attention_cases, _judge_attention
+from kernels.exercises.judge import Passed, _blank, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed
+from kernels.exercises.naive import _attention64, _attention_cases, _judge_attention
 
 __all__ = ["check_work_op_count", "check_sdpa_mask", "check_safe_softmax", "check_backend_predictions",
            "BACKEND_SCENARIOS"]
@@ -21,7 +21,7 @@ def _work_op_count(step) -> int:
 
 def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", seed: Optional[int] = None) -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
-    from .. import available, get
+    from kernels import available, get
 
     g = torch.Generator().manual_seed(_seed(seed))
     if _blank(guesses) or any(_blank(v) for v in guesses.values()):
@@ -79,8 +79,8 @@ BACKEND_SCENARIOS = {
 
 def check_backend_predictions(predictions: dict) -> Passed:
     """Your prediction of the backend an unpinned causal SDPA call picks, per scenario, against
-    PyTorch's rules (``kernels.sdpa.predicted_backend``); a wrong one is told the rule that decides."""
-    from .. import sdpa
+    PyTorch's rules (``kernels.attention.sdpa.predicted_backend``); a wrong one is told the rule that decides."""
+    from kernels.attention import sdpa
 
     missing = [name for name in BACKEND_SCENARIOS if _blank(predictions.get(name))]
     if missing:
@@ -103,7 +103,7 @@ def check_backend_predictions(predictions: dict) -> Passed:
 
 def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
-    from ..naive import future_mask
+    from kernels.attention.naive import future_mask
 
     cases = [c for c in _attention_cases(device, _seed(seed)) if c[2] and c[3] is None]
     for case, (q, k, v), _, _ in cases:

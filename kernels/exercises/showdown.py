@@ -6,8 +6,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import reference
-from .judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
+from kernels import reference
+from kernels.exercises.judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
 
 __all__ = ["check_tflops", "check_intensity"]
 

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .judge import Passed, _close, _fail, _is_tensor, _not_finite, _passed, _run, _seed, _which
+from kernels.exercises.judge import Passed, _close, _fail, _is_tensor, _not_finite, _passed, _run, _seed, _which
 
 __all__ = ["check_online_update", "check_causal_softmax"]
 

@@ -19,9 +19,12 @@ import time
 
 import torch
 
+from kernels.bench import sweep
+from kernels.bench import timing
 import kernels
-from kernels import bench, devices, reference
-from kernels.book import glue, inputs, lesson, setup, show_source
+from kernels import reference
+from kernels.hw import devices
+from kernels.notebook import glue, inputs, lesson, setup, show_source
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -42,10 +45,10 @@ small = dict(batch=1, heads=4, seq=256, head_dim=head_dim)
 
 # %%
 def timed(fn, *args):
-    bench.synchronize(device)
+    timing.synchronize(device)
     start = time.perf_counter()
     fn(*args)
-    bench.synchronize(device)
+    timing.synchronize(device)
     return (time.perf_counter() - start) * 1e3
 
 q, k, v = inputs(2, 4, 384, head_dim, dtype=dtype, device=device, seed=1)
@@ -70,10 +73,10 @@ glue("first_call_note", "the first call was the slowest of the six, as expected"
 # works. So `perf_counter()` around a kernel launch measures the launch (microseconds), not
 # the kernel, unless the code waits for the GPU with `torch.cuda.synchronize()` before
 # reading the clock. A CPU op, by contrast, returns when its work is done: on a CPU the
-# synchronisation is a no-op, which is why `bench.synchronize` only acts on a GPU.
+# synchronisation is a no-op, which is why `timing.synchronize` only acts on a GPU.
 
 # %%
-show_source(bench.synchronize)
+show_source(timing.synchronize)
 
 # %%
 if on_gpu:
@@ -104,7 +107,7 @@ else:
 # every call: `kernels.bench` records all the event pairs, synchronises once, then reads them.
 
 # %%
-show_source(bench.time_calls)
+show_source(timing.time_calls)
 
 # %%
 info = time.get_clock_info("perf_counter")
@@ -123,11 +126,11 @@ lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic wi
 # statistic:
 
 # %%
-pool = bench.InputPool((small["batch"], small["heads"], small["seq"], small["head_dim"]), dtype, device, backward=False)
-step = bench.make_step(kernels.get("inplace"), pool, causal=True, backward=False)
-bench.warm_up(step, device, calls=2, budget_ms=500)
-times = bench.time_calls(step, device, reps=25)
-median, p10, p90 = bench.spread(times)
+pool = sweep.InputPool((small["batch"], small["heads"], small["seq"], small["head_dim"]), dtype, device, backward=False)
+step = sweep.make_step(kernels.get("inplace"), pool, causal=True, backward=False)
+timing.warm_up(step, device, calls=2, budget_ms=500)
+times = timing.time_calls(step, device, reps=25)
+median, p10, p90 = timing.spread(times)
 with_outlier = times + [50 * median]
 moved_mean = statistics.mean(with_outlier) / statistics.mean(times) - 1
 moved_median = statistics.median(with_outlier) / median - 1
@@ -206,7 +209,7 @@ lesson(not any(ok for case, ok in verdicts.items() if "random" in case or "NaN" 
 # flatter a kernel. `kernels.bench` fills every input set with `torch.randn`:
 
 # %%
-show_source(bench.InputPool)
+show_source(sweep.InputPool)
 
 # %%
 if on_gpu:
@@ -216,8 +219,8 @@ if on_gpu:
         a = make(n, n, device=device, dtype=torch.bfloat16)
         b = make(n, n, device=device, dtype=torch.bfloat16)
         mm = lambda: torch.mm(a, b)  # noqa: E731 (one call to time)
-        bench.warm_up(mm, device, calls=3, budget_ms=2000)
-        rates[label] = 2 * n**3 / (statistics.median(bench.time_calls(mm, device, reps=20)) * 1e-3) / 1e12
+        timing.warm_up(mm, device, calls=3, budget_ms=2000)
+        rates[label] = 2 * n**3 / (statistics.median(timing.time_calls(mm, device, reps=20)) * 1e-3) / 1e12
     print(", ".join(f"{k}: {v:.0f} TFLOP/s" for k, v in rates.items()), f"({where['name']}, {n}³ bf16 matmul)")
 else:
     print("CPU run: the data-dependent power and clock effect is a GPU effect; nothing to measure here.")
@@ -260,23 +263,23 @@ print(f"a causal forward of 1 ms at B1 H8 S{S} D64: {causal / 1e-3 / 1e12:.3f} T
 
 # %%
 shape = (small["batch"], small["heads"], small["seq"], small["head_dim"])
-rotated = bench.InputPool(shape, dtype, device, backward=False)
+rotated = sweep.InputPool(shape, dtype, device, backward=False)
 per_set = 4 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 total = per_set * len(rotated.sets)
 print(f"{len(rotated.sets)} input sets of {per_set / 2**20:.2f} MiB: {total / 2**20:.0f} MiB in turn "
-      f"(rotation target {bench.ROTATE_BYTES[device.type] / 2**20:.0f} MiB)")
-lesson(total >= bench.ROTATE_BYTES[device.type] or len(rotated.sets) == bench.MAX_SETS,
+      f"(rotation target {sweep.ROTATE_BYTES[device.type] / 2**20:.0f} MiB)")
+lesson(total >= sweep.ROTATE_BYTES[device.type] or len(rotated.sets) == sweep.MAX_SETS,
        "the input sets together exceed the cache-busting target (or reach the set limit)")
 sets_used = {id(rotated.next()[0]) for _ in range(2 * len(rotated.sets))}
 lesson(len(sets_used) == len(rotated.sets), "consecutive calls cycle through every input set")
 
 # %%
-one_set = bench.InputPool(shape, dtype, device, backward=False)
+one_set = sweep.InputPool(shape, dtype, device, backward=False)
 one_set.sets = one_set.sets[:1]  # the same q, k, v every call: always warm in cache
 for label, pool in (("same inputs every call", one_set), ("rotated inputs", rotated)):
-    step = bench.make_step(kernels.get("sdpa_flash"), pool, causal=True, backward=False)
-    bench.warm_up(step, device, calls=3, budget_ms=500)
-    print(f"{label:<24} median {bench.spread(bench.time_calls(step, device, reps=40))[0]:.3f} ms")
+    step = sweep.make_step(kernels.get("sdpa_flash"), pool, causal=True, backward=False)
+    timing.warm_up(step, device, calls=3, budget_ms=500)
+    print(f"{label:<24} median {timing.spread(timing.time_calls(step, device, reps=40))[0]:.3f} ms")
 
 # %% [markdown]
 # On a CPU at this size the two are often within noise of each other (the flash kernel's

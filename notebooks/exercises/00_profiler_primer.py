@@ -18,8 +18,7 @@ solutions = False
 import torch
 import torch.nn.functional as F
 
-from kernels import profiling
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.primer import check_hottest_op, check_top_level_guess
 

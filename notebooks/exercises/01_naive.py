@@ -16,8 +16,7 @@ solutions = False
 # %% tags=["setup"]
 import torch
 
-from kernels import profiling
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.naive import check_attention, check_hidden_copy
 

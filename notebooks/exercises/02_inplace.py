@@ -14,7 +14,7 @@ solutions = False
 # %% tags=["setup"]
 import torch
 
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.inplace import check_inplace_mask, check_lean_attention
 

@@ -26,11 +26,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.occupancy import check_occupancy
 from kernels.exercises.triton import check_causal_softmax, check_online_update
-from kernels.triton_interpreter import use_interpreter
+from kernels.triton.interpreter import use_interpreter
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -61,7 +61,7 @@ def online_update(m, l, acc, s, v):
 # :::{dropdown} Hint 2
 # `l` and `acc` were accumulated relative to the old maximum. Multiply both by
 # `alpha = torch.exp(m - m_new)` (at most 1; exactly 0 on the first tile, where `m = -inf`)
-# before adding the new tile's `p.sum(-1)` and `p @ v`. `kernels.triton_flash.tiled_softmax`
+# before adding the new tile's `p.sum(-1)` and `p @ v`. `kernels.triton.flash.tiled_softmax`
 # does the same for the sum alone.
 # :::
 
@@ -183,7 +183,7 @@ def my_occupancy(threads, registers, shared_bytes):
 # :::{dropdown} Hint 3: shared memory has a tax
 # From Ampere on, the driver reserves 1 KB of shared memory for every block; allocation
 # is in units of 128 bytes. Blocks by shared memory: `167936 // round_up(shared + 1024, 128)`.
-# `kernels.occupancy.occupancy(...).explain()` prints the whole calculation for any footprint.
+# `kernels.hw.occupancy.occupancy(...).explain()` prints the whole calculation for any footprint.
 # :::
 
 # %% tags=["solution", "hide-input"]

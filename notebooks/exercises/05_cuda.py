@@ -17,12 +17,13 @@ import re
 
 import pandas as pd
 
-from kernels import cuda_flash, cuda_report
-from kernels.book import setup
+from kernels.cuda import flash as cuda_flash
+from kernels.cuda import resources
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.cuda import check_read_ptxas, check_v2_lane
 from kernels.exercises.occupancy import check_occupancy
-from kernels.occupancy import ARCHES
+from kernels.hw.occupancy import ARCHES
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -38,7 +39,7 @@ showing_solutions(solutions)
 # `helper` is a device function, not a kernel.
 
 # %% tags=["setup"]
-from kernels.ptxas import SAMPLE_REPORT as report_text
+from kernels.cuda.ptxas import SAMPLE_REPORT as report_text
 
 print(report_text)
 
@@ -94,7 +95,7 @@ pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), r
 #
 # Write `my_occupancy(threads, registers, shared_bytes, arch)` returning
 # `(blocks_per_sm, fraction)`, where `fraction` is resident warps over the SM's warp slots.
-# Take each architecture's limits from `ARCHES[arch]` (`kernels.occupancy.ARCHES`): the
+# Take each architecture's limits from `ARCHES[arch]` (`kernels.hw.occupancy.ARCHES`): the
 # fields `registers_per_sm`, `sub_partitions`, `register_granularity`, `shared_mem_per_sm`,
 # `reserved_shared_mem_per_block`, `shared_mem_granularity`, `max_warps_per_sm` and
 # `max_blocks_per_sm`. The rules are the ones of chapter 5's hand check; what differs
@@ -122,7 +123,7 @@ def my_occupancy(threads, registers, shared_bytes, arch):
 # scheduler's quarter of the register file, so by registers =
 # `(registers_per_sm // 4 // per_warp) × 4 // warps per block`. Shared memory: add the
 # reserved 1 KB per block, round up to 128 bytes, and divide `shared_mem_per_sm` by that.
-# `kernels.occupancy.occupancy(...).explain()` prints the whole calculation.
+# `kernels.hw.occupancy.occupancy(...).explain()` prints the whole calculation.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -150,15 +151,15 @@ occupancy_fn = solution_occupancy if solutions else my_occupancy
 check_occupancy(occupancy_fn, takes_arch=True)
 # v2 at bf16, D = 64, from the chapter's recorded compiler report. ptxas reports 0 bytes of
 # static shared memory: the launcher's dynamic shared memory is the block's whole share.
-recorded = cuda_report.recorded_report()
+recorded = resources.recorded_report()
 dynamic = cuda_flash.launch_config("v2", 64).dynamic_shared_bytes
 rows = {}
 for arch in ("sm_80", "sm_90"):
-    k = cuda_report.find_kernel(recorded, arch, "v2", "bf16", 64)
+    k = resources.find_kernel(recorded, arch, "v2", "bf16", 64)
     blocks, fraction = occupancy_fn(k.threads_per_block, k.registers, k.shared_bytes + dynamic, arch)
     rows[arch] = {"registers": k.registers, "shared B": k.shared_bytes + dynamic, "blocks/SM": blocks,
                   "occupancy %": 100 * fraction,
-                  "chapter's table %": cuda_report.occupancy_of(k).percent}
+                  "chapter's table %": resources.occupancy_of(k).percent}
 pd.DataFrame(rows).T
 
 # %% [markdown]
@@ -172,7 +173,7 @@ pd.DataFrame(rows).T
 # columns `2t` and `2t + 1` of every 8-column tile (the accumulator layout of
 # `mma.m16n8k16`). Write `lane_elements(tid)` that returns `(rows, cols)` for thread
 # `tid` (0 to 255): its two query rows within the block, and its two columns within an
-# 8-column tile. The check tries all 256 threads against `kernels.cuda_threads.owners_v2`,
+# 8-column tile. The check tries all 256 threads against `kernels.cuda.threads.owners_v2`,
 # the chapter's figure.
 
 # %% tags=["stub"]

@@ -19,7 +19,7 @@ import time
 import torch
 
 import kernels
-from kernels.book import inputs, setup
+from kernels.notebook import inputs, setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.showdown import check_intensity, check_tflops
 

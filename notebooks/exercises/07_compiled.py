@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.compiled import check_skipped_tiles, check_softcap, check_window_mask
 

@@ -16,7 +16,7 @@ solutions = False
 import torch
 from torch.nn import functional as F
 
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.block import check_block_flops, check_block_forward, check_crossover
 
@@ -88,7 +88,7 @@ check_crossover(solution_crossover if solutions else crossover)
 # %% [markdown]
 # ## Task 3: the block's forward
 #
-# Write `block_forward(block, x)` for a `kernels.block.Block` and x of shape
+# Write `block_forward(block, x)` for a `kernels.attention.block.Block` and x of shape
 # [batch, seq, width], using only the block's parts: `block.norm1`, `block.qkv`,
 # `block.attend(q, k, v, causal=True)` (q, k, v of shape [batch, heads, seq, head_dim]),
 # `block.proj`, `block.norm2`, `block.fc_in`, `block.fc_out`, with `F.gelu` between the

@@ -13,7 +13,7 @@
 solutions = False
 
 # %% tags=["setup"]
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.backward import check_kept_for_backward, check_training_flops
 
@@ -24,7 +24,7 @@ showing_solutions(solutions)
 # ## Task 1: what did the forward keep?
 #
 # Write `kept_for_backward(step, nbytes)`: given one profiled training step (a
-# `kernels.trace.Step` holding forward and backward) and a buffer size in bytes, return how
+# `kernels.trace.reader.Step` holding forward and backward) and a buffer size in bytes, return how
 # many buffers of exactly that size the forward left allocated when the backward began.
 # `step.memory` has one row per allocation (`bytes` > 0) and per free (`bytes` < 0), with its
 # time `ts`; `step.ops` has every op with its `name` and `ts`. The check asks about the S×S

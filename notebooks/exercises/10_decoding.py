@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.book import setup
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.decoding import check_decode_intensity, check_decode_step
 
@@ -27,7 +27,7 @@ showing_solutions(solutions)
 # %% [markdown]
 # ## Task 1: one decode step
 #
-# Write `decode_step(cache, q, k_new, v_new)`: `cache` is a `kernels.decoding.KVCache`
+# Write `decode_step(cache, q, k_new, v_new)`: `cache` is a `kernels.attention.decoding.KVCache`
 # already holding some tokens, `q` the new token's query `[B, H, 1, D]`, `k_new` and `v_new`
 # its key and value `[B, Hkv, 1, D]` (Hkv may be smaller than H). Add the new token to the
 # cache, then return the query's attention over every cached token, `[B, H, 1, D]`.

@@ -15,8 +15,8 @@ solutions = False
 # %% tags=["setup"]
 import torch
 
-from kernels import rank_traces
-from kernels.book import setup
+from kernels.parallel import rank_traces
+from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.context_parallel import check_merge, check_slow_rank
 
@@ -66,7 +66,7 @@ check_merge(solution_merge if solutions else merge)
 #
 # Write `slow_rank(folder)`: `folder` holds one profiler trace per rank of a job (the file
 # names need not say which rank is which). Return the rank the others waited for in the first
-# profiler step: the one that computed longest. `kernels.rank_traces` reads such a folder.
+# profiler step: the one that computed longest. `kernels.parallel.rank_traces` reads such a folder.
 
 # %% tags=["stub"]
 def slow_rank(folder):

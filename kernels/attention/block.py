@@ -1,0 +1,111 @@
+"""Chapter 8: one transformer block, with any registered attention plugged in.
+
+A pre-norm decoder block in the style of nanoGPT (Karpathy, ``model.py``):
+
+    x = x + proj(attention(qkv(norm1(x))))
+    x = x + mlp(norm2(x)),   mlp = fc_out(gelu(fc_in(·)))
+
+The attention is looked up by name in the registry (``kernels.get(name)``), so the same
+block runs with ``naive``, ``inplace``, ``sdpa_flash``... Each part runs inside a
+``record_function`` label (``block.norm1``, ``block.qkv``, ``block.attention``, ``block.proj``,
+``block.norm2``, ``block.mlp``), so a profiled forward splits by part. Dynamo ignores
+record_function while it captures a graph (and warns that it does), so a compiled block has
+no part labels; build it with ``labels=False`` to say so.
+
+``flops(seq, width, ...)`` counts the block's matmul FLOPs by part, the way PyTorch's
+``FlopCounterMode`` counts what runs (a hand-written attention computes the full S×S scores,
+masked or not; a causal fused kernel skips about half).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.profiler import record_function
+
+from kernels.registry import get
+
+PARTS = ("norm1", "qkv", "attention", "proj", "norm2", "mlp")
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block: width = heads × head_dim, MLP hidden = mlp_ratio × width."""
+
+    def __init__(self, width: int, heads: int, attention="sdpa_flash", mlp_ratio: int = 4,
+                 labels: bool = True):
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width ({width}) must be a multiple of heads ({heads})")
+        self.width, self.heads, self.labels = width, heads, labels
+        # A registered name (KeyError listing the names if unknown), or any fn(q, k, v, causal=).
+        self.attention = attention if isinstance(attention, str) else getattr(attention, "__name__", "custom")
+        self.attend = get(attention) if isinstance(attention, str) else attention
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)             # q, k and v in one matmul
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.fc_in = nn.Linear(width, mlp_ratio * width)
+        self.fc_out = nn.Linear(mlp_ratio * width, width)
+
+    def part(self, name: str):
+        return record_function(f"block.{name}") if self.labels else contextlib.nullcontext()
+
+    def forward(self, x):                                  # x: [B, S, W]
+        b, s, w = x.shape
+        h, d = self.heads, w // self.heads
+        with self.part("norm1"):
+            y = self.norm1(x)
+        with self.part("qkv"):
+            q, k, v = self.qkv(y).split(w, dim=-1)        # [B, S, 3W] -> 3 × [B, S, W]
+            q, k, v = (t.view(b, s, h, d).transpose(1, 2) for t in (q, k, v))   # [B, H, S, D] views
+        with self.part("attention"):
+            a = self.attend(q, k, v, causal=True)          # [B, H, S, D]
+        with self.part("proj"):
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, w))   # [B, S, H, D] -> [B, S, W]
+        with self.part("norm2"):
+            y = self.norm2(x)
+        with self.part("mlp"):
+            x = x + self.fc_out(F.gelu(self.fc_in(y)))     # [B, S, W] -> [B, S, 4W] -> [B, S, W]
+        return x
+
+
+def sdpa_causal(q, k, v, causal: bool = True):
+    """SDPA with its default backend choice, for a compiled block: Sq == Sk in a block, so
+    SDPA's top-left ``is_causal`` is the contract's bottom-right. (The registry's pinned SDPA
+    entries trace into one graph too: under torch.compile they skip the warning capture that
+    would break it; chapter 8 checks both with ``torch._dynamo.explain``.)"""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def flops(seq: int, width: int, batch: int = 1, mlp_ratio: int = 4, causal_skip: bool = False) -> dict:
+    """Matmul FLOPs of one forward by part (2 per multiply-add). The attention computes
+    q kᵀ and probs · v over all S×S scores (4·B·S²·W), halved when ``causal_skip`` (a kernel
+    that skips the tiles above the diagonal). Norms, GELU and residual adds are not matmuls
+    and are left out: they are O(S·W) and small next to these."""
+    tokens = batch * seq
+    attention = 4.0 * batch * seq * seq * width
+    return {
+        "qkv": 2.0 * tokens * width * 3 * width,
+        "attention": attention / 2 if causal_skip else attention,
+        "proj": 2.0 * tokens * width * width,
+        "mlp": 2.0 * 2 * tokens * width * mlp_ratio * width,
+    }
+
+
+def attention_share(seq: int, width: int, mlp_ratio: int = 4, causal_skip: bool = False) -> float:
+    """Attention's share of the block's matmul FLOPs: S / (S + c·W), with c = 6 for a dense
+    S×S attention and 12 for one that skips the masked half (at mlp_ratio 4). It grows with S
+    at fixed width, and passes one half at S = c·W."""
+    f = flops(seq, width, mlp_ratio=mlp_ratio, causal_skip=causal_skip)
+    return f["attention"] / sum(f.values())
+
+
+def counted_flops(module: nn.Module, x: torch.Tensor) -> dict:
+    """FLOPs PyTorch's FlopCounterMode counts for one forward, by ATen op (mm, bmm, addmm, ...)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(x)
+    return {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}

@@ -1,0 +1,178 @@
+"""Chapter 10: decoding with a KV cache, and what one decoding step costs.
+
+A model generates text in two phases. **Prefill** runs the prompt through attention once,
+with as many queries as keys (Sq = Sk), and keeps every layer's keys and values. **Decode**
+then produces one token per step: one new query (Sq = 1) attends to every key kept so far
+(Sk long). The keys and values kept are the *KV cache*; ``KVCache`` below is one layer's.
+
+What this module holds:
+
+- ``KVCache``: preallocated K and V buffers, ``append`` new tokens, read the filled part.
+- ``step_flops`` / ``step_bytes`` / ``intensity``: one attention call's FLOPs, the bytes it
+  must move (``kernels.reference.flops`` and ``io_bytes``, which count Sq != Sk and shared K/V
+  heads), and their ratio, the arithmetic intensity a roofline is drawn against.
+- ``cache_bytes``: what a KV cache holds, for any number of layers and K/V heads.
+- ``bench_steps``: prefill and decode steps of registered implementations, timed with
+  ``kernels.bench.timing`` (the benchmark's own timer), as rows ``kernels.bench.plots.roofline`` can draw.
+  (``python -m kernels.bench --mode decode`` runs the same decode step in the full harness.)
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from kernels import reference
+from kernels.registry import get
+from kernels.bench.results import FORWARD, BenchResult, BenchResults, dtype_name
+from kernels.bench.sweep import classify
+from kernels.bench.timing import spread, time_calls
+
+
+class KVCache:
+    """One attention layer's key/value cache, preallocated for ``max_seq`` tokens.
+
+    >>> cache = KVCache(batch=1, kv_heads=2, max_seq=16, head_dim=8)
+    >>> k, v = cache.append(torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8))   # prefill: 5 tokens
+    >>> k.shape, cache.length
+    (torch.Size([1, 2, 5, 8]), 5)
+    >>> k, v = cache.append(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))   # decode: 1 more
+    >>> k.shape
+    torch.Size([1, 2, 6, 8])
+    """
+
+    def __init__(self, batch: int, kv_heads: int, max_seq: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device="cpu"):
+        for name, value in (("batch", batch), ("kv_heads", kv_heads), ("max_seq", max_seq), ("head_dim", head_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"KVCache: {name} must be a positive int, got {value!r}")
+        shape = (batch, kv_heads, max_seq, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)  # [B, Hkv, max_seq, D]
+        self.v = torch.zeros(shape, dtype=dtype, device=device)  # [B, Hkv, max_seq, D]
+        self.length = 0                                           # tokens filled so far
+
+    @property
+    def max_seq(self) -> int:
+        return self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``n`` new tokens' keys and values ([B, Hkv, n, D] each) after the filled part,
+        and return the keys and values of every token so far ([B, Hkv, length, D] views)."""
+        want = (self.k.shape[0], self.k.shape[1], self.k.shape[3])
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                raise ValueError(f"KVCache.append: {name} must be a 4-d tensor [B, Hkv, n, D], got "
+                                 f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+            if (t.shape[0], t.shape[1], t.shape[3]) != want:
+                raise ValueError(f"KVCache.append: {name} has shape {tuple(t.shape)}; this cache holds "
+                                 f"[B={want[0]}, Hkv={want[1]}, n, D={want[2]}]")
+        if k.shape[2] != v.shape[2]:
+            raise ValueError(f"KVCache.append: k has {k.shape[2]} tokens and v {v.shape[2]}; they must agree")
+        n = k.shape[2]
+        if self.length + n > self.max_seq:
+            raise ValueError(f"KVCache.append: {n} more tokens would make {self.length + n}, past the "
+                             f"cache's max_seq of {self.max_seq}")
+        self.k[:, :, self.length:self.length + n] = k
+        self.v[:, :, self.length:self.length + n] = v
+        self.length += n
+        return self.keys(), self.values()
+
+    def keys(self) -> torch.Tensor:
+        return self.k[:, :, :self.length]      # [B, Hkv, length, D], a view: nothing is copied
+
+    def values(self) -> torch.Tensor:
+        return self.v[:, :, :self.length]      # [B, Hkv, length, D]
+
+    def reset(self) -> None:
+        """Forget every token (the buffers stay allocated, for the next sequence)."""
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the two buffers hold (allocated for max_seq tokens, filled or not)."""
+        return self.k.nbytes + self.v.nbytes
+
+
+# --------------------------------------------------------------------------- counts
+
+def step_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool = True) -> float:
+    """FLOPs of one attention call with Sq queries against Sk keys (``reference.flops``).
+
+    Decode (Sq = 1) sees every key, so a causal step costs the full 4·B·H·Sk·D.
+    """
+    return reference.flops(batch, heads, seq_q, head_dim, causal=causal, seq_k=seq_k)
+
+
+def step_bytes(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
+               kv_heads: Optional[int] = None, dtype: torch.dtype = torch.bfloat16) -> float:
+    """Bytes a fused kernel must move: read q, the cached K and V (each shared head once), write o."""
+    return reference.io_bytes(batch, heads, seq_q, head_dim, dtype=dtype, seq_k=seq_k, kv_heads=kv_heads)
+
+
+def intensity(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
+              kv_heads: Optional[int] = None, dtype: torch.dtype = torch.bfloat16, causal: bool = True) -> float:
+    """Arithmetic intensity of one call: FLOPs per byte moved.
+
+    For decode it tends to 2·(Hq/Hkv)/bytes_per_element as Sk grows: each cached element is
+    read once and used in one multiply-add per query head of its group.
+    """
+    return (step_flops(batch, heads, seq_q, seq_k, head_dim, causal)
+            / step_bytes(batch, heads, seq_q, seq_k, head_dim, kv_heads, dtype))
+
+
+def cache_bytes(seq: int, kv_heads: int, head_dim: int, dtype: torch.dtype = torch.bfloat16,
+                batch: int = 1, layers: int = 1) -> int:
+    """Bytes of a KV cache holding ``seq`` tokens: K and V, per layer, per K/V head."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    return 2 * layers * batch * kv_heads * seq * head_dim * elem
+
+
+# --------------------------------------------------------------------------- measuring
+
+PREFILL, DECODE = "prefill", "decode"
+
+
+def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[str] = (PREFILL, DECODE),
+                batch: int = 1, heads: int = 8, kv_heads: Optional[int] = None, head_dim: int = 64,
+                dtype: torch.dtype = torch.float32, device="cpu", reps: int = 10, warmup: int = 2,
+                seed: int = 0) -> BenchResults:
+    """Time prefill (Sq = Sk = S) and decode (Sq = 1 against Sk = S) steps, causal, no grad.
+
+    One ``BenchResult`` row per (implementation, phase, S), timed with ``timing.time_calls``
+    (median and p10/p90 of ``reps`` calls after ``warmup``), with FLOPs and bytes from
+    ``step_flops`` / ``step_bytes`` so that Sq != Sk and shared K/V heads are counted right.
+    The row's ``impl`` reads ``"<name> <phase>"`` and its ``seq`` is Sk: ``kernels.bench.plots``
+    then draws one line per implementation and phase.
+    """
+    device = torch.device(device)
+    kv_heads = heads if kv_heads is None else kv_heads
+    g = torch.Generator().manual_seed(seed)
+    rows = BenchResults(meta={"device": {"name": str(device)}, "what": "prefill and decode steps"})
+    for name in impls:
+        fn = get(name)
+        for phase in phases:
+            for s in seqs:
+                s_q = s if phase == PREFILL else 1
+                q = torch.randn(batch, heads, s_q, head_dim, generator=g).to(device, dtype)
+                k, v = (torch.randn(batch, kv_heads, s, head_dim, generator=g).to(device, dtype) for _ in range(2))
+                row = BenchResult(
+                    impl=f"{name} {phase}", device=device.type, dtype=dtype_name(dtype), batch=batch,
+                    heads=heads, seq=s, head_dim=head_dim, causal=True, mode=FORWARD, seq_q=s_q, kv_heads=kv_heads,
+                    flops=step_flops(batch, heads, s_q, s, head_dim),
+                    bytes=step_bytes(batch, heads, s_q, s, head_dim, kv_heads, dtype))
+
+                def call(q=q, k=k, v=v):
+                    with torch.no_grad():
+                        fn(q, k, v, causal=True)
+
+                try:
+                    for _ in range(warmup):
+                        call()
+                    row.median_ms, row.p10_ms, row.p90_ms = spread(time_calls(call, device, reps))
+                    row.reps = reps
+                    row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12
+                    row.gbps = row.bytes / (row.median_ms * 1e-3) / 1e9
+                except Exception as err:  # the sweep goes on; the row says what happened
+                    row.status, row.reason = classify(name, err)
+                rows.append(row)
+    return rows

@@ -1,0 +1,24 @@
+"""Chapter 2: the same attention, with the mask applied in place.
+
+One character changes (``masked_fill`` -> ``masked_fill_``), and with it one S×S copy
+per forward disappears from the trace.
+"""
+from __future__ import annotations
+
+from kernels.attention.naive import NaiveAttention, cached_module
+from kernels.registry import register
+
+
+class InplaceAttention(NaiveAttention):
+    """NaiveAttention whose mask step writes into the scores it was given."""
+
+    def mask_scores(self, scores, future):
+        # In place: fill the scores tensor itself; no clone, no extra S×S buffer.
+        # Safe here because nothing else holds `scores` (autograd saved nothing of it).
+        return scores.masked_fill_(future, float("-inf"))
+
+
+@register("inplace", order=20, materializes_scores=True)
+def inplace(q, k, v, causal=True, scale=None):
+    """Hand-written attention with an in-place masked_fill_ (chapter 2)."""
+    return cached_module(InplaceAttention, causal, scale, q.device)(q, k, v)

@@ -1,0 +1,398 @@
+"""Chapter 3: ``F.scaled_dot_product_attention`` with its backend pinned.
+
+SDPA picks a backend per call (flash, memory-efficient, cuDNN, or the math fallback).
+Pinning one with ``sdpa_kernel`` makes each backend its own registry entry, so the
+profiler can show what each one really launches. The support rules below mirror
+PyTorch's own checks (aten sdp_utils) so a reader is told *why* before a call fails;
+they are pure functions of a compute capability, so they can be checked without the GPU.
+
+The registry's contract needs three things SDPA does not do by itself:
+
+- causal aligned bottom-right when Sq != Sk (SDPA's ``is_causal`` is top-left): a single
+  query needs no mask at all, flash on a GPU gets ``causal_lower_right``, the rest an
+  explicit boolean mask;
+- grouped-query attention: ``enable_gqa=True`` when K/V have fewer heads than q;
+- layouts: every fused backend needs stride 1 along head_dim, so a tensor without it is
+  copied first (the one layout copy these entries make).
+
+And one guard: PyTorch's CPU flash kernel returns NaN for causal attention with a scale
+<= 0 (torch 2.13), so that case gets the same causal pattern as an explicit mask, with
+which the same kernel is right.
+
+Two more things chapter 3 reads from here:
+
+- ``math_decomposed(q, k, v)``: what the math backend runs, written out in Python one
+  ATen op per line (fp32 upcast, scaling, a causal mask rebuilt on every call, the
+  NaN-guarded ``safe_softmax``). It returns the math backend's output bit for bit, so
+  the ops in its source are the ops in the math backend's trace.
+- ``ARTICLE_A100_KERNELS``: the fused kernels the source article's A100 traces show, so
+  the chapter can decode them with ``kernels.trace.fingerprints`` even on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kernels.registry import CannotRun, Reason, check_inputs, needs_cuda, register, resolve_scale
+
+BACKENDS = {
+    "sdpa_math": SDPBackend.MATH,
+    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+HALF = (torch.float16, torch.bfloat16)
+# PyTorch builds its flash kernels for sm_80 through sm_121 (torch 2.11-2.13).
+FLASH_CAPABILITIES = ((8, 0), (12, 1))
+# cuDNN takes head_dim 256 only on compute capability 9.0 (sdp_utils.cpp's check_cudnn_tensor_shapes:
+# `dprops->major == 9 && !dprops->minor`) with a runtime cuDNN of 9.10 or newer.
+CUDNN_D256_CAPABILITY = (9, 0)
+CUDNN_D256_VERSION = 91000
+
+
+def capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+def _sm(cap: tuple[int, int]) -> str:
+    return f"sm_{cap[0]}{cap[1]}"
+
+
+# ---- PyTorch's backend rules (aten sdp_utils, torch 2.11-2.13), as pure functions ------------
+# They take a capability tuple rather than a device, so tests can ask about GPUs CI never sees.
+
+def capability_reason(name: str, cap: tuple[int, int]) -> Reason:
+    """Why backend ``name`` cannot run on a GPU of compute capability ``cap`` at all."""
+    if name in ("sdpa_flash", "sdpa_cudnn") and cap < (8, 0):
+        return f"needs compute capability 8.0 (Ampere) or newer; this GPU is {_sm(cap)}"
+    if name == "sdpa_flash" and cap > FLASH_CAPABILITIES[1]:
+        return (f"PyTorch builds its flash kernels for sm_80 to sm_121; this GPU is {_sm(cap)}")
+    if name == "sdpa_efficient" and cap < (5, 0):
+        return f"needs compute capability 5.0 or newer; this GPU is {_sm(cap)}"
+    return None
+
+
+def gpu_input_reason(name: str, cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
+                     deterministic: bool = False, cudnn_version: Optional[int] = None) -> Reason:
+    """Why backend ``name`` refuses inputs of ``dtype`` and ``head_dim`` on a GPU of capability ``cap``."""
+    rule = {"sdpa_flash": _flash_rule, "sdpa_efficient": _efficient_rule,
+            "sdpa_cudnn": _cudnn_rule}.get(name)
+    if rule is None:
+        return None
+    return capability_reason(name, cap) or rule(cap, dtype, head_dim, deterministic, cudnn_version)
+
+
+def _flash_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+    if dtype not in HALF:
+        return f"takes float16 or bfloat16 on a GPU, got {dtype}"
+    if d > 256:
+        return f"supports head_dim <= 256, got {d}"
+    return None
+
+
+def _efficient_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+    if dtype not in (torch.float32, *HALF):
+        return f"takes float32, float16 or bfloat16, got {dtype}"
+    if dtype == torch.bfloat16 and cap < (8, 0):
+        return f"takes bfloat16 only on compute capability 8.0 or newer; this GPU is {_sm(cap)}"
+    # The GEMMs' alignment: 16-bit on tensor cores (sm_70+) needs 8 elements, fp32 on sm_80+ 4.
+    align = 8 if dtype in HALF and cap >= (7, 0) else 4 if cap >= (8, 0) else 1
+    if d % align:
+        return f"needs head_dim to be a multiple of {align} for {dtype} on {_sm(cap)}, got {d}"
+    return None
+
+
+def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+    if dtype not in HALF:
+        return f"takes float16 or bfloat16, got {dtype}"
+    if deterministic:
+        return "is not used while torch.use_deterministic_algorithms(True) is on"
+    if d % 8:
+        return f"needs head_dim to be a multiple of 8, got {d}"
+    wide = (tuple(cap) == CUDNN_D256_CAPABILITY and cudnn_version is not None
+            and cudnn_version >= CUDNN_D256_VERSION)
+    limit = 256 if wide else 128
+    if d > limit:
+        why = ("" if wide else " (256 needs compute capability 9.0 and cuDNN 9.10 or newer; this is "
+               f"{_sm(cap)} with cuDNN {cudnn_version})")
+        return f"supports head_dim <= {limit} here, got {d}{why}"
+    return None
+
+
+# ---- which backend SDPA tries first (torch 2.11-2.13, sdp_utils) ------------------------------
+
+DEFAULT_PRIORITY = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn")
+# torch 2.11-2.13 move cuDNN to the front on these capabilities with a runtime cuDNN newer than 9.15.0
+# (sdp_utils.cpp's check_prefer_cudnn_attention); a build against CUDA older than 13.0 does so only
+# on minor version 0 or 3 (sm_90, sm_100, sm_103): `(!minor || minor == 3)`.
+CUDNN_FIRST_MAJORS = (9, 10)
+CUDNN_FIRST_AFTER = 91500
+CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
+
+
+def _cuda_major(cuda_version: Optional[str]) -> Optional[int]:
+    return int(cuda_version.split(".")[0]) if cuda_version else None
+
+
+def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,
+             deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None) -> list[str]:
+    """The order an unpinned SDPA call on a GPU of capability ``cap`` tries its backends.
+
+    ``order`` is the base order (``sdpa_kernel([...], set_priority=True)`` changes it). On
+    capability 9.x and 10.x with cuDNN newer than 9.15.0, cuDNN goes first, unless
+    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``) or deterministic algorithms are on.
+    ``cuda_version`` is the CUDA torch was built with (``torch.version.cuda``): before 13.0,
+    only minor versions 0 and 3 put cuDNN first. None reads as 13.0 or newer.
+    """
+    order = list(order)
+    cuda_major = _cuda_major(cuda_version)
+    minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
+    cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
+                   and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized and not deterministic)
+    if cudnn_first and "sdpa_cudnn" in order:
+        order.remove("sdpa_cudnn")
+        order.insert(0, "sdpa_cudnn")
+    return order
+
+
+def predicted_backend(cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
+                      cudnn_version: Optional[int] = None, deprioritized: bool = False,
+                      deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None) -> str:
+    """The backend an unpinned causal SDPA call (Sq == Sk, no mask) should pick on that GPU:
+    the first in ``priority`` whose rules accept the inputs. Math accepts everything."""
+    for name in priority(cap, cudnn_version, deprioritized=deprioritized, deterministic=deterministic, order=order,
+                         cuda_version=cuda_version):
+        if name == "sdpa_math" or gpu_input_reason(name, cap, dtype, head_dim, deterministic=deterministic,
+                                                   cudnn_version=cudnn_version) is None:
+            return name
+    return "sdpa_math"
+
+
+def predicted_backend_here(device: torch.device, dtype: torch.dtype, head_dim: int) -> str:
+    """``predicted_backend`` for this machine's GPU, cuDNN, environment and deterministic mode."""
+    import os
+
+    return predicted_backend(torch.cuda.get_device_capability(device), dtype, head_dim,
+                             cudnn_version=torch.backends.cudnn.version(),
+                             deprioritized=os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED") == "1",
+                             deterministic=torch.are_deterministic_algorithms_enabled(),
+                             cuda_version=torch.version.cuda)
+
+
+# ---- the same rules, asked about this machine ------------------------------------------------
+
+def device_reason(name: str, device: torch.device) -> Reason:
+    """Why backend ``name`` cannot run on ``device`` at all (None if it can)."""
+    if name == "sdpa_math":
+        return None
+    if name == "sdpa_flash" and device.type == "cpu":
+        return None  # PyTorch ships a CPU flash kernel, and it is the CPU default
+    if device.type == "cpu":
+        label = {"sdpa_efficient": "memory-efficient", "sdpa_cudnn": "cuDNN"}[name]
+        return (f"PyTorch has no CPU kernel for the {label} backend "
+                "(on CPU, SDPA raises 'No viable backend'); it needs a CUDA GPU")
+    return needs_cuda(device) or capability_reason(name, capability(device))
+
+
+def input_reason(name: str, q: torch.Tensor, k: Optional[torch.Tensor] = None, causal: bool = True) -> Reason:
+    """Why backend ``name`` cannot take these particular inputs on their device (None if it can)."""
+    if q.device.type != "cuda" or name == "sdpa_math":
+        return None
+    return gpu_input_reason(name, capability(q.device), q.dtype, q.shape[-1],
+                            deterministic=torch.are_deterministic_algorithms_enabled(),
+                            cudnn_version=torch.backends.cudnn.version())
+
+
+# ---- the call ----------------------------------------------------------------------------------
+
+def allowed_mask(s_q: int, s_k: int, device) -> torch.Tensor:
+    """[s_q, s_k] bool, True where query i may see key j <= i + s_k - s_q (SDPA's "keep" sense)."""
+    return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril(s_k - s_q)
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    # Every fused backend needs stride 1 along head_dim ("All fused kernels require the last
+    # dimension of the input to have stride 1"); any other stride is made here, with a copy.
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def _causal_args(name: str, q, k, causal: bool, scale: float) -> dict:
+    """``is_causal``/``attn_mask`` for SDPA that give bottom-right causal attention.
+
+    SDPA's ``is_causal`` is top-left: right only when Sq == Sk. With one query (decoding) the
+    bottom-right mask hides nothing, so the call is simply not causal. Otherwise flash on a GPU
+    gets ``causal_lower_right`` (PyTorch then runs its flash kernel with its native bottom-right
+    causal); every other backend gets the explicit boolean mask.
+    """
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    if not causal or (s_q == 1 and s_k > 1):
+        return dict(is_causal=False)
+    # PyTorch's CPU flash kernel returns NaN for is_causal with scale <= 0 (torch 2.13: most rows
+    # of a causal B1 H2 S31 D64 call); given the same causal pattern as a mask it is right.
+    cpu_flash_bug = name == "sdpa_flash" and q.device.type == "cpu" and scale <= 0
+    if s_q == s_k and not cpu_flash_bug:
+        return dict(is_causal=True)
+    if name == "sdpa_flash" and q.device.type == "cuda":
+        from torch.nn.attention.bias import causal_lower_right
+        return dict(is_causal=False, attn_mask=causal_lower_right(s_q, s_k))
+    return dict(is_causal=False, attn_mask=allowed_mask(s_q, s_k, q.device))
+
+
+def _flash_lower_right_reason(q, k, v) -> Reason:
+    """Why PyTorch's flash kernel cannot take these inputs for ``causal_lower_right``.
+
+    ``causal_lower_right`` falls back to another kernel when flash cannot run, which would
+    run a different backend under the name ``sdpa_flash``: ask first, and refuse instead.
+    """
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+    params = SDPAParams(q, k, v, None, 0.0, False, q.shape[1] != k.shape[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = can_use_flash_attention(params, debug=True)
+    return None if ok else "PyTorch's flash kernel refused these inputs: " + _warning_text(caught)
+
+
+def _warning_text(caught) -> str:
+    # PyTorch explains a refused backend in warnings ("Flash attention kernel not used because:",
+    # then the reason); keep their first lines, without the "(Triggered internally at ...)" tail.
+    lines = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
+    return " ".join(line for line in lines if line) or "no reason given"
+
+
+def pinned(name: str):
+    """The registry function for one backend: SDPA under ``sdpa_kernel(backend)``."""
+    backend = BACKENDS[name]
+
+    def attention(q, k, v, causal=True, scale=None):
+        scale = resolve_scale(scale, q.shape[-1], name)
+        reason = input_reason(name, q, k, causal)
+        if reason:
+            raise CannotRun(f"{name}: {reason}")
+        if name != "sdpa_math":
+            q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        args = _causal_args(name, q, k, causal, scale)
+        if "attn_mask" in args and not isinstance(args["attn_mask"], torch.Tensor):
+            reason = _flash_lower_right_reason(q, k, v)
+            if reason:
+                raise CannotRun(f"{name}: {reason}")
+        return _run(name, backend, q, k, v, scale, args)
+
+    attention.__name__ = name
+    attention.__doc__ = (f"F.scaled_dot_product_attention pinned to SDPBackend.{backend.name}, with "
+                         "bottom-right causal alignment and enable_gqa when Hkv < Hq.")
+    return attention
+
+
+def _run(name, backend, q, k, v, scale, args):
+    gqa = q.shape[1] != k.shape[1]
+    if torch.compiler.is_compiling():
+        # Under torch.compile the warning capture below would break the graph in two; the
+        # compiled call keeps PyTorch's own errors and warnings as they are.
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa, **args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa, **args)
+        except RuntimeError as err:
+            # PyTorch's own refusal; keep its words and reasons, and say which pinned backend refused.
+            why = f" ({_warning_text(caught)})" if caught else ""
+            raise CannotRun(f"{name}: PyTorch refused these inputs: {err}{why}") from err
+    for w in caught:  # a call that worked keeps its warnings (shown once per caller, as usual)
+        warnings.warn(w.message, stacklevel=4)
+    return out
+
+
+for _order, _name in enumerate(BACKENDS):
+    register(_name, order=30 + _order, requires=functools.partial(device_reason, _name),
+             materializes_scores=_name == "sdpa_math")(pinned(_name))
+
+
+def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
+    """Try every backend on these inputs: ``{name: None}`` if it ran, else PyTorch's reason."""
+    from kernels.registry import get
+
+    result: dict[str, Reason] = {}
+    for name in BACKENDS:
+        try:
+            get(name)(q, k, v, causal=causal)
+            result[name] = None
+        except RuntimeError as err:
+            result[name] = str(err)
+    return result
+
+
+def default_backend_name(q, k, v, causal: bool = True) -> str:
+    """Which backend SDPA picks unpinned, as the first in its priority order that works here.
+
+    Asked with the arguments the registry passes: ``enable_gqa`` when Hkv < Hq, and bottom-right
+    causal (``is_causal`` when Sq == Sk, nothing to hide for one query, else an explicit mask).
+    """
+    args = _causal_args("sdpa_math", q, k, causal, 1.0)
+    order = torch._fused_sdp_choice(q, k, v, enable_gqa=q.shape[1] != k.shape[1], **args)
+    return {b.value: n for n, b in BACKENDS.items()}.get(order, f"backend #{order}")
+
+
+# The one fused kernel per forward that each backend launched in the source article's traces
+# ("Profiling in PyTorch (Part 3)", Hugging Face blog, one A100-SXM4-80GB, bf16). The flash
+# name is shortened where the article's screenshot shows a long template argument list.
+ARTICLE_A100_KERNELS = {
+    "sdpa_efficient": "fmha_cutlassF_bf16_aligned_64x64_rf_sm80",
+    "sdpa_flash": "void pytorch_flash::flash_fwd_kernel<...>",
+    "sdpa_cudnn": "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_6_128x64x64"
+                  "_4x1x1_cga1x1x1_kernel0_0",
+}
+
+
+def safe_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax along ``dim`` that gives 0, not NaN, on a slice where every score is -inf.
+
+    A plain softmax of a fully masked row computes exp(-inf) / sum(exp(-inf)) = 0 / 0.
+    ATen's ``_safe_softmax`` (what the math backend calls) adds two guard passes over the
+    scores, ``isneginf`` and ``all``, and a ``where`` that zeroes those rows: three more
+    full passes over an S x S tensor, i.e. more kernels on a GPU.
+    """
+    probs = torch.softmax(scores, dim)
+    fully_masked = torch.isneginf(scores).all(dim, keepdim=True)
+    return torch.where(fully_masked, 0.0, probs)
+
+
+def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
+    """SDPA's math backend written out op by op (ATen ``_scaled_dot_product_attention_math``).
+
+    Same ops, same order, same result bit for bit; each comment says what it costs.
+    """
+    check_inputs(q, k, v, name="math_decomposed")
+    out_dtype = q.dtype
+    if out_dtype in HALF:
+        # Accuracy first: 16-bit inputs are upcast to fp32, so on a GPU both matmuls run as
+        # fp32 GEMMs on CUDA cores ("sgemm") instead of bf16 tensor-core ones ("s16816").
+        q, k, v = q.float(), k.float(), v.float()
+    # The scale is split in two square roots, one on q and one on k, to keep the products small
+    # (a negative scale keeps its sign on q's root).
+    scale = resolve_scale(scale, q.shape[-1])
+    root = math.sqrt(abs(scale))
+    q = q * (-root if scale < 0 else root)
+    bias = None
+    if causal:
+        # Rebuilt on every call: ones -> tril -> where (0 where allowed, -inf above the diagonal).
+        # The diagonal is shifted by Sk - Sq: bottom-right alignment, as the registry passes it.
+        s_q, s_k = q.shape[-2], k.shape[-2]
+        allowed = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)   # [Sq, Sk]
+        bias = torch.where(allowed, 0.0, float("-inf")).to(q.dtype)                       # [Sq, Sk]
+    if q.shape[1] != k.shape[1]:
+        # Grouped-query attention: the math backend repeats each K/V head for its query heads.
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)   # [B, Hq, Sk, D]
+    scores = q @ (k.transpose(-2, -1) * root)       # [B, H, Sq, D] @ [B, H, D, Sk] -> [B, H, Sq, Sk]
+    if bias is not None:
+        scores.add_(bias)                           # [Sq, Sk] broadcast over B and H
+    probs = safe_softmax(scores, -1)                # [B, H, Sq, Sk]
+    return (probs @ v).to(out_dtype)                # [B, H, Sq, Sk] @ [B, H, Sk, D] -> [B, H, Sq, D]

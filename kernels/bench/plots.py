@@ -1,0 +1,282 @@
+"""Figures from benchmark results: how time, throughput and memory scale, and the roofline.
+
+Each function takes the rows of a sweep (``bench.sweep`` or ``bench.load_results``) and
+returns a matplotlib ``Figure``. Figures are built with ``matplotlib.figure.Figure``, not
+``pyplot``: no GUI backend, no global state, safe under Agg and in tests; a notebook
+shows a figure by leaving it as a cell's last expression.
+
+Only rows with status "ok" are drawn. One line per *series*: an implementation, plus
+whatever else varies in the results (mode, dtype, head dim, causal, K/V heads), so that a line
+never joins points that are not comparable.
+
+- ``time_vs_seq``: latency against S, log-log, with the p10-p90 spread shaded.
+  Slope 2 on log-log axes is the S² of attention.
+- ``tflops_vs_seq``: achieved TFLOP/s against S, with the device's peak as a ceiling.
+- ``memory_vs_seq``: peak memory against S, log-log, with S and S² guides: an
+  implementation that materializes the scores climbs with slope 2, a fused one with slope 1.
+- ``roofline``: achieved FLOP/s against arithmetic intensity (FLOP/byte) under the two
+  ceilings of the device, compute (flat) and bandwidth (slope 1), which meet at the ridge.
+
+Every figure of the course keeps a font floor: no text smaller than ``MIN_FONT_PX`` as the
+book shows it. The book shows a figure's PNG (saved at the figure's dpi) at its natural size,
+or scaled down to the main column's width when it is wider: an 11-inch figure at 100 dpi is
+scaled by 676 / 1100, so its text needs about 10.5 pt. ``font_floor`` computes that size for
+a figure and ``apply_font_floor`` raises every text below it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Optional
+
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+from kernels.hw import devices
+from kernels.bench.results import MODE_LABELS
+
+# The book's main column at 1280 px: the article is 740 px wide with 32 px of padding either
+# side, so a cell's output (and an image in it, at most 100% wide) is 676 px wide. Measured
+# in headless Chromium on the built book (tests/test_figures.py checks it when it builds one).
+COLUMN_PX = 676
+MIN_FONT_PX = 9.0  # the smallest text a figure may show, in CSS pixels as the page renders it
+
+
+def rendered_scale(width_px: float, column_px: float = COLUMN_PX) -> float:
+    """How the page scales an image ``width_px`` wide: down to the column, never up."""
+    return min(1.0, column_px / width_px)
+
+
+def font_floor(fig, width_in: Optional[float] = None, column_px: float = COLUMN_PX,
+               min_px: float = MIN_FONT_PX) -> float:
+    """The smallest font size (points) that renders at ``min_px`` when ``fig`` (or a PNG of it
+    ``width_in`` inches wide) is shown in the book's column.
+
+    The notebook saves a figure cropped to what it draws plus 0.1 in of padding each side
+    (``bbox_inches="tight"``), so a figure drawn to its edges gives a PNG 0.2 in wider than
+    the figure: the floor is computed for that width."""
+    width_px = (width_in or fig.get_figwidth() + 0.2) * fig.dpi
+    pixels_per_point = fig.dpi / 72 * rendered_scale(width_px, column_px)
+    return round(min_px / pixels_per_point + 0.05, 1)
+
+
+def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
+    """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at
+    least ``font_floor(fig)``; returns that size. Call it after drawing, before the layout."""
+    floor = font_floor(fig, width_in)
+    for ax in fig.axes:
+        for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+            ticks = axis.get_major_ticks()[:1] + axis.get_minor_ticks()[:1]
+            if any(t.label1.get_fontsize() < floor for t in ticks) or not ticks:
+                ax.tick_params(axis=which, which="both", labelsize=floor)
+    for text in fig.findobj(Text):
+        if text.get_fontsize() < floor:
+            text.set_fontsize(floor)
+    return floor
+
+# What a series may differ by besides the implementation, with how to print it.
+SERIES_KEYS = {
+    "mode": lambda r: MODE_LABELS.get(r.mode, r.mode),
+    "dtype": lambda r: r.dtype,
+    "head_dim": lambda r: f"D={r.head_dim}",
+    "causal": lambda r: "causal" if r.causal else "non-causal",
+    "batch": lambda r: f"B={r.batch}",
+    "heads": lambda r: f"H={r.heads}",
+    "kv_heads": lambda r: f"Hkv={r.kv_heads or r.heads}",
+    "device": lambda r: r.device,
+}
+
+
+def as_rows(results):
+    """A list we can walk twice; BenchResults keep their ``meta`` (device, peaks)."""
+    return results if hasattr(results, "meta") else list(results)
+
+
+def series(results: Iterable) -> dict[str, list]:
+    """Successful rows grouped into labelled series, each sorted by sequence length."""
+    rows = [r for r in results if r.status == "ok"]
+    varying = [k for k, show in SERIES_KEYS.items() if len({show(r) for r in rows}) > 1]
+    groups: dict[str, list] = defaultdict(list)
+    for r in rows:
+        label = " ".join([r.impl] + [SERIES_KEYS[k](r) for k in varying])
+        groups[label].append(r)
+    return {label: sorted(rs, key=lambda r: r.seq) for label, rs in groups.items()}
+
+
+def new_axes(title: str, xlabel: str, ylabel: str, size=(7, 4.5)):
+    fig = Figure(figsize=size, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, ax
+
+
+def seq_axis(ax, groups: dict) -> None:
+    """Log2 x axis whose ticks are exactly the measured sequence lengths."""
+    seqs = sorted({r.seq for rs in groups.values() for r in rs})
+    ax.set_xscale("log", base=2)
+    if seqs:
+        ax.set_xticks(seqs, [str(s) for s in seqs])
+        ax.minorticks_off()
+
+
+def finish(fig, ax, groups: dict) -> Figure:
+    if groups:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no successful measurements", transform=ax.transAxes, ha="center")
+    return fig
+
+
+# A point whose timed calls spread wider than this (90th over 10th percentile) measured the
+# machine's other work, not the kernel: a quiet machine keeps it near 1.1x.
+NOISY_SPREAD = 2.0
+
+
+def noisy_points(results: Iterable) -> list:
+    """The successful rows whose p10-p90 spread is wider than ``NOISY_SPREAD``."""
+    return [r for r in results if r.status == "ok" and r.p10_ms and r.p90_ms
+            and r.p90_ms / r.p10_ms > NOISY_SPREAD]
+
+
+def mark_noise(ax, results: Iterable) -> Optional[str]:
+    """When the spread check fails, say so on the figure itself (over the data, which then is
+    the machine's noise), and in its title; returns the warning, or None for a quiet run."""
+    import textwrap
+
+    rows = [r for r in results if r.status == "ok"]
+    noisy = noisy_points(rows)
+    if not noisy:
+        return None
+    worst = max(noisy, key=lambda r: r.p90_ms / r.p10_ms)
+    warning = (f"Too noisy to read as results: {len(noisy)} of {len(rows)} points spread more than "
+               f"{NOISY_SPREAD:g}x between their 10th and 90th percentile (worst: {worst.impl} at "
+               f"S={worst.seq}, {worst.p10_ms:.3g} to {worst.p90_ms:.3g} ms). The machine was busy: "
+               "compare the lines' shapes at most, not their values.")
+    ax.text(0.5, 0.5, textwrap.fill(warning, 52), transform=ax.transAxes, ha="center", va="center",
+            color="#b71c1c", zorder=10,
+            bbox={"facecolor": "white", "alpha": 0.92, "edgecolor": "#b71c1c", "boxstyle": "round"})
+    ax.set_title(f"{ax.get_title()}: NOISY RUN")
+    return warning
+
+
+def time_vs_seq(results: Iterable) -> Figure:
+    """Median time per call against sequence length (log-log), p10-p90 shaded; marked when
+    the run was too noisy (``mark_noise``)."""
+    results = as_rows(results)
+    groups = series(results)
+    fig, ax = new_axes("Time per call", "sequence length S (tokens)", "time per call (ms)")
+    for label, rs in groups.items():
+        seqs = [r.seq for r in rs]
+        (line,) = ax.plot(seqs, [r.median_ms for r in rs], marker="o", label=label)
+        ax.fill_between(seqs, [r.p10_ms for r in rs], [r.p90_ms for r in rs],
+                        color=line.get_color(), alpha=0.2, linewidth=0)
+    seq_axis(ax, groups)
+    ax.set_yscale("log")
+    mark_noise(ax, results)
+    return finish(fig, ax, groups)
+
+
+def peak_of(results, peak) -> Optional[devices.Peaks]:
+    """``peak`` as Peaks: given as Peaks, a describe_device dict, a device, or from the results."""
+    if isinstance(peak, devices.Peaks):
+        return peak
+    if isinstance(peak, dict):
+        return devices.peaks_from_description(peak)
+    if peak is not None:
+        return devices.peaks(peak)
+    return devices.peaks_from_description(getattr(results, "meta", {}).get("device"))
+
+
+def tflops_vs_seq(results: Iterable, peak=None) -> Figure:
+    """Achieved TFLOP/s against sequence length, under the device's peak.
+
+    ``peak``: a number in TFLOP/s, a ``devices.Peaks``, a ``describe_device`` dict or a
+    device; by default the peaks stored with the results (if any).
+    """
+    results = as_rows(results)
+    groups = series(results)
+    fig, ax = new_axes("Achieved throughput", "sequence length S (tokens)", "achieved TFLOP/s")
+    for label, rs in groups.items():
+        ax.plot([r.seq for r in rs], [r.tflops for r in rs], marker="o", label=label)
+    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+        ceiling, text = float(peak), f"peak {float(peak):g} TFLOP/s"
+    else:
+        found = peak_of(results, peak)
+        ceiling = found.flops / 1e12 if found else None
+        text = f"peak {ceiling:.3g} TFLOP/s ({found.flops_dtype}, {found.name})" if found else ""
+    if ceiling is not None:
+        ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=text)
+    seq_axis(ax, groups)
+    ax.set_ylim(bottom=0)
+    mark_noise(ax, results)  # throughput is FLOPs over the same noisy times
+    return finish(fig, ax, groups)
+
+
+def memory_vs_seq(results: Iterable) -> Figure:
+    """Peak memory of one call against sequence length (log-log), with S and S² guides."""
+    groups = {label: [r for r in rs if r.peak_memory_bytes] for label, rs in series(results).items()}
+    groups = {label: rs for label, rs in groups.items() if rs}
+    fig, ax = new_axes("Peak memory of one call", "sequence length S (tokens)", "peak memory (MiB)")
+    for label, rs in groups.items():
+        ax.plot([r.seq for r in rs], [r.peak_memory_bytes / 2**20 for r in rs], marker="o", label=label)
+    if groups:
+        draw_guides(ax, groups)
+    seq_axis(ax, groups)
+    ax.set_yscale("log")
+    return finish(fig, ax, groups)
+
+
+def draw_guides(ax, groups: dict) -> None:
+    """Dotted lines ∝ S and ∝ S², both through the largest memory at the shortest S."""
+    seqs = sorted({r.seq for rs in groups.values() for r in rs})
+    s0 = seqs[0]
+    m0 = max(r.peak_memory_bytes for rs in groups.values() for r in rs if r.seq == s0) / 2**20
+    for power, text in ((1, "∝ S"), (2, "∝ S²")):
+        ax.plot(seqs, [m0 * (s / s0) ** power for s in seqs], color="gray",
+                linestyle=":" if power == 1 else "-.", linewidth=1, label=text)
+
+
+def device_peaks(device, results=None) -> devices.Peaks:
+    found = peak_of(results if results is not None else [], device)
+    if found is None:
+        raise ValueError(f"no peaks known for {device!r}: pass a devices.Peaks, a describe_device "
+                         "dict with peaks, or a device this machine can measure")
+    return found
+
+
+def bandwidth_text(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e12:.3g} TB/s" if bytes_per_s >= 1e12 else f"{bytes_per_s / 1e9:.3g} GB/s"
+
+
+def roofline(results: Iterable, device=None) -> Figure:
+    """Achieved FLOP/s against arithmetic intensity, under the device's two ceilings.
+
+    ``device``: a ``devices.Peaks``, a ``describe_device`` dict, a device ("cpu", "cuda"),
+    or None for the device stored with the results. Each series is one line through its
+    sequence lengths (intensity grows with S for the fused kernels).
+    """
+    results = as_rows(results)
+    found = device_peaks(device, results)
+    groups = series(results)
+    fig, ax = new_axes(f"Roofline: {found.name}", "arithmetic intensity (FLOP/byte)",
+                       "achieved TFLOP/s")
+    points = [r for rs in groups.values() for r in rs]
+    for label, rs in groups.items():
+        ax.plot([r.intensity for r in rs], [r.tflops for r in rs], marker="o", label=label)
+    # The roof: bandwidth · intensity until the ridge, then the compute peak.
+    ridge = found.ridge
+    xs = [r.intensity for r in points] + [ridge]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    roof_x = [lo, ridge, hi]
+    ax.plot(roof_x, [found.bandwidth * x / 1e12 for x in (lo, ridge)] + [found.flops / 1e12],
+            color="black", linewidth=1.5,
+            label=f"roof: {found.flops / 1e12:.3g} TFLOP/s, {bandwidth_text(found.bandwidth)}")
+    ax.annotate(f"ridge {ridge:.3g} FLOP/byte", xy=(ridge, found.flops / 1e12),
+                xytext=(0.5, -24), textcoords="offset points", fontsize="small",
+                arrowprops=dict(arrowstyle="->"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    return finish(fig, ax, groups)

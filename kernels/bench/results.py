@@ -1,0 +1,294 @@
+"""A benchmark's results: one row per point, what the columns mean, and the files they go to.
+
+A *point* is one implementation at one shape, dtype, causal flag and mode; ``BenchResult``
+is its row, ``BenchResults`` a list of rows plus ``meta`` (``run_meta``: device, versions,
+the datasheet's and measured peaks, date, command, how times, memory, FLOPs and bytes were
+counted).
+``save_results`` writes JSON (rows and meta) and CSV (rows); ``load_results`` reads either
+back, including files written before a column was added (the column takes its default).
+
+The modes, and what a row of each times:
+
+- ``forward``: one forward under ``torch.no_grad`` (Sq = Sk = ``seq``);
+- ``forward+backward``: a training step's attention, forward then backward (FLOPs 3.5x the
+  forward's: backward is 2.5x);
+- ``backward``: the backward alone, replayed on forwards made before the clock starts;
+- ``decode``: one decoding step: one new query (Sq = 1) against a KV cache of ``seq`` keys
+  (``seq_q`` is 1, ``seq`` is the cache length Sk), no grad.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import torch
+
+from kernels.hw import devices
+from kernels.registry import implementation, names
+from kernels.bench.timing import MEMORY_METHODS
+
+FORWARD, FORWARD_BACKWARD, BACKWARD, DECODE = "forward", "forward+backward", "backward", "decode"
+MODES = (FORWARD, FORWARD_BACKWARD, BACKWARD, DECODE)
+MODE_LABELS = {FORWARD: "fwd", FORWARD_BACKWARD: "fwd+bwd", BACKWARD: "bwd", DECODE: "decode"}
+
+STATUSES = {
+    "ok": "measured",
+    "unavailable": "the implementation cannot run on this device (registry's reason)",
+    "unsupported": "the implementation refuses these inputs (head dim, dtype, ...)",
+    "skipped": "left out on purpose (e.g. the Triton interpreter on CPU)",
+    "no backward": "forward+backward asked, but the implementation has no autograd",
+    "oom": "out of memory",
+    "error": "anything else went wrong; the reason holds the exception",
+}
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+          "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp64": torch.float64, "float64": torch.float64}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(text) -> torch.dtype:
+    if isinstance(text, torch.dtype):
+        return text
+    try:
+        return DTYPES[str(text).lower().replace("torch.", "")]
+    except KeyError:
+        raise ValueError(f"unknown dtype {text!r}; use one of {', '.join(DTYPES)}") from None
+
+
+def first_line(err: BaseException) -> str:
+    """An exception as a row's ``reason``: its first line (its type's name if it says nothing)."""
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
+@dataclass
+class BenchResult:
+    """One point of a sweep. Times in milliseconds; ``None`` where nothing was measured."""
+
+    impl: str
+    device: str
+    dtype: str
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    mode: str
+    status: str = "ok"
+    reason: str = ""
+    reps: int = 0
+    median_ms: Optional[float] = None
+    p10_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    flops: float = 0.0
+    bytes: float = 0.0
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    memory_method: str = ""
+    # The first call alone (it autotunes, compiles, builds caches): never part of the warm-up's
+    # estimate nor of the timed calls.
+    first_call_ms: Optional[float] = None
+    # The Triton configs the autotuner chose for this point, as JSON ({"fwd": {...}, ...});
+    # None where nothing was autotuned (the interpreter, other implementations).
+    config: Optional[str] = None
+    # With repeats > 1 the whole sweep runs that many rounds: each round's median, as JSON,
+    # and their spread, (max - min) / median of them.
+    round_medians_ms: Optional[str] = None
+    round_spread: Optional[float] = None
+    # Cross-checks on a GPU: triton.testing.do_bench (flushes L2 between calls) and
+    # do_bench_cudagraph (replays a CUDA graph: no Python dispatch), medians in ms.
+    do_bench_ms: Optional[float] = None
+    cudagraph_ms: Optional[float] = None
+    crosscheck: str = ""        # what was run, or why not
+    # Queries per head (1 for decode; ``seq`` otherwise) and K/V heads (``heads`` unless
+    # grouped-query attention shares them). None in files written before these columns.
+    seq_q: Optional[int] = None
+    kv_heads: Optional[int] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte that must cross memory."""
+        return self.flops / self.bytes if self.bytes else float("nan")
+
+    @property
+    def backward(self) -> bool:
+        """Whether a backward pass is timed (forward+backward, or backward alone)."""
+        return self.mode in (FORWARD_BACKWARD, BACKWARD)
+
+    def as_row(self) -> dict:
+        """The fields, plus the derived ``intensity`` (FLOP/byte; None without bytes) that
+        the CSV and JSON files show as a column of their own."""
+        row = dataclasses.asdict(self)
+        row["intensity"] = self.flops / self.bytes if self.bytes else None
+        return row
+
+
+FIELDS = [f.name for f in dataclasses.fields(BenchResult)]
+COLUMNS = FIELDS + ["intensity"]   # what a file holds: the fields and the derived intensity
+
+
+class BenchResults(list):
+    """A list of BenchResult rows plus ``meta``: device, versions, date, command."""
+
+    def __init__(self, rows: Iterable[BenchResult] = (), meta: Optional[dict] = None):
+        super().__init__(rows)
+        self.meta = dict(meta or {})
+
+    def ok(self) -> "BenchResults":
+        return BenchResults((r for r in self if r.ok), self.meta)
+
+    def to_frame(self):
+        """The rows as a pandas DataFrame, with the ``intensity`` column (pandas imported only when asked)."""
+        import pandas as pd
+
+        return pd.DataFrame([r.as_row() for r in self], columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- where and how (meta)
+
+def locals_for_command(impls, seqs, head_dims, dtypes, causal, modes, batch, heads, kv_heads, device, reps):
+    return dict(impls=list(impls), seqs=list(seqs), head_dims=list(head_dims),
+                dtypes=[dtype_name(d) for d in dtypes], causal=list(causal), modes=list(modes),
+                batch=batch, heads=heads, kv_heads=kv_heads, device=str(device), reps=reps)
+
+
+def call_text(kwargs: dict) -> str:
+    return "kernels.bench.sweep(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+
+
+def run_meta(device: torch.device, command: str) -> dict:
+    description = devices.describe_device(device)
+    return {
+        "device": description,
+        "peaks": peak_pair(device),
+        "versions": description["versions"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "timing": ("CUDA events around each call" if device.type == "cuda"
+                   else "time.perf_counter around each call"),
+        "memory_methods": MEMORY_METHODS,
+        "statuses": STATUSES,
+        "flops": ("reference.flops: 4·B·H·S²·D per forward, halved when causal; backward 2.5x forward, "
+                  "forward+backward 3.5x; decode (Sq = 1 against Sk keys): reference.decode_flops, "
+                  "4·B·H·Sk·D, never halved"),
+        "bytes": ("reference.io_bytes: q, k, v, o once (plus dO, dQ, dK, dV for backward), K/V at kv_heads; "
+                  "decode: the K/V cache 2·B·Hkv·Sk·D plus q and o; "
+                  f"S×S scores written and read once for {', '.join(n for n in names() if implementation(n).materializes_scores)}"),
+    }
+
+
+def peak_pair(device: torch.device) -> dict:
+    """The datasheet's peaks (a GPU in devices' table; None otherwise) beside measured ones
+    (a matmul and a copy on this device, well under two seconds; GPU only when one is there)."""
+    datasheet = devices.match_gpu(devices.device_name(device)) if device.type == "cuda" else None
+    measured = devices.measured_peaks(str(device))
+    return {"datasheet": datasheet.as_dict() if datasheet else None, "measured": measured.as_dict(),
+            "note": "datasheet: dense bf16 peak and HBM bandwidth as published; measured: what this "
+                    "device reached in a matmul and a copy just now"}
+
+
+# --------------------------------------------------------------------------- files
+
+def output_paths(out) -> tuple[Path, Path]:
+    """``out`` as a stem (``bench`` -> bench.json, bench.csv), a .json/.csv name, or a folder."""
+    out = Path(out)
+    if out.is_dir() or str(out).endswith(os.sep):
+        out = out / "bench"
+    elif out.suffix in (".json", ".csv"):
+        out = out.with_suffix("")
+    return out.with_name(out.name + ".json"), out.with_name(out.name + ".csv")
+
+
+def save_results(results: BenchResults, out) -> tuple[Path, Path]:
+    """Write ``results`` as JSON (rows + meta) and CSV (rows); return both paths."""
+    json_path, csv_path = output_paths(out)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [r.as_row() for r in results]
+    json_path.write_text(json.dumps({"meta": getattr(results, "meta", {}), "results": rows},
+                                    indent=1, allow_nan=False) + "\n")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return json_path, csv_path
+
+
+def load_results(path) -> BenchResults:
+    """Read back a JSON (rows and meta) or CSV (rows only) file that save_results wrote."""
+    path = Path(path)
+    if path.suffix not in (".json", ".csv") and not path.exists():
+        path = output_paths(path)[0]  # a stem, as --out was given
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            return BenchResults(row_from_text(row) for row in csv.DictReader(f))
+    data = json.loads(path.read_text())
+    # Derived columns (intensity) are recomputed, not stored; absent columns take their default.
+    return BenchResults((BenchResult(**{k: v for k, v in row.items() if k in FIELDS}) for row in data["results"]),
+                        data.get("meta", {}))
+
+
+def row_from_text(row: dict) -> BenchResult:
+    """A CSV row (all strings) back into typed fields; empty cells are None, absent columns
+    (a file older than the column) take the field's default."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(BenchResult):
+        if field.name not in row:
+            continue
+        text = row[field.name]
+        kind = str(field.type)
+        if text == "" and "Optional" in kind:
+            values[field.name] = None
+        elif "bool" in kind:
+            values[field.name] = text == "True"
+        elif "int" in kind:
+            values[field.name] = int(text)
+        elif "float" in kind:
+            values[field.name] = float(text)
+        else:
+            values[field.name] = text
+    return BenchResult(**values)
+
+
+# ------------------------------------------------------------------------ the goals
+
+# The course's kernels against SDPA's flash backend, on H100/H200, causal bf16, S 1k-16k,
+# D 64 and 128 (README, "Performance goals"): (implementation, mode, least speed ratio).
+GOALS = (("triton", FORWARD, 1.0), ("triton", FORWARD_BACKWARD, 0.85), ("cuda_v2", FORWARD, 0.7))
+GOAL_BASELINE = "sdpa_flash"
+
+
+def goal_ratios(results: Iterable[BenchResult]) -> list[dict]:
+    """Each goal's worst speed ratio over the shapes one run measured both at.
+
+    The ratio at a shape is the baseline's median time over the implementation's (above 1:
+    faster than the baseline); a goal's row carries the smallest one, where it was seen, how
+    many shapes were compared, and whether it meets the goal (None where nothing compared).
+    """
+    ok = [r for r in results if r.ok and r.causal and r.median_ms]
+    key = lambda r: (r.mode, r.dtype, r.batch, r.heads, r.seq, r.head_dim)  # noqa: E731
+    base = {key(r): r.median_ms for r in ok if r.impl == GOAL_BASELINE}
+    rows = []
+    for impl, mode, goal in GOALS:
+        ratios = [(base[key(r)] / r.median_ms, r.seq, r.head_dim) for r in ok
+                  if r.impl == impl and r.mode == mode and key(r) in base]
+        worst = min(ratios) if ratios else None
+        rows.append({"impl": impl, "mode": mode, "goal": goal, "shapes": len(ratios),
+                     "worst_ratio": worst[0] if worst else None,
+                     "at": f"S={worst[1]}, D={worst[2]}" if worst else None,
+                     "met": (worst[0] >= goal) if worst else None})
+    return rows

@@ -1,0 +1,251 @@
+"""Small helpers every chapter notebook uses, so notebooks hold prose, calls and figures only.
+
+- ``setup(device, dtype)``: the device and dtype a chapter runs with, falling back (with a
+  printed reason) when the requested one is not here.
+- ``inputs(...)``: random q, k, v (never zeros: a kernel that writes nothing must not pass).
+- ``glue(name, value)``: hand a computed number to the prose (myst-nb's glue in the book;
+  a plain display elsewhere, e.g. in Colab without myst-nb).
+- ``lesson(condition, claim)``: the prose's claim, checked on the device that ran it.
+- ``say(text)``: a sentence for the reader, shown as prose that wraps (lessons, notices).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class GPU:
+    """What the tier logic needs to know about a GPU (from torch, or written by hand in tests)."""
+
+    name: str
+    capability: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The device and dtype a chapter will run with, and why, in words."""
+
+    device: str
+    dtype: str
+    tier: str
+    notes: tuple[str, ...] = ()
+
+
+def plan(device: str, dtype: str, gpu: GPU | None) -> Plan:
+    """Decide device and dtype from what was asked and what this machine has (a pure function).
+
+    Tiers (README): CPU only; T4-class (sm_75: no bfloat16 tensor cores, no SDPA flash or
+    cuDNN backend, so float16); Ampere and newer (sm_80+: everything, bfloat16).
+    ``device="auto"`` takes the GPU when there is one (a notebook opened in Colab), and
+    ``dtype="auto"`` then means bfloat16 (float16 where the GPU lacks it), float32 on a CPU.
+    """
+    if device == "auto":
+        device = "cuda" if gpu is not None else "cpu"
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if device.startswith("cuda") and gpu is None:
+        return Plan("cpu", "float32", "cpu", ("This chapter asked for a CUDA GPU, but none is visible: "
+                                              "running on the CPU in float32 instead.",))
+    if not device.startswith("cuda"):
+        return Plan(device, dtype, "cpu")
+    major, minor = gpu.capability
+    if major >= 8:
+        return Plan(device, dtype, "ampere+")
+    notes = [f"{gpu.name} is sm_{major}{minor}: SDPA's flash and cuDNN backends need sm_80 or newer, "
+             "so this chapter skips them."]
+    if dtype == "bfloat16":
+        notes.append(f"{gpu.name} has no bfloat16 tensor cores: using float16 instead.")
+        dtype = "float16"
+    return Plan(device, dtype, "t4-class" if (major, minor) >= (7, 5) else "older-gpu", tuple(notes))
+
+
+def this_gpu() -> GPU | None:
+    if not torch.cuda.is_available():
+        return None
+    return GPU(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
+
+
+def setup(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """Resolve the chapter's parameters into a torch device and dtype, saying what changed."""
+    chosen = plan(str(device), dtype, this_gpu())
+    for note in chosen.notes:
+        print(note)
+    return torch.device(chosen.device), DTYPES[chosen.dtype]
+
+
+def inputs(batch: int, heads: int, seq: int, head_dim: int, dtype=torch.float32, device="cpu",
+           seed: int = 0, requires_grad: bool = False):
+    """q, k, v of shape [batch, heads, seq, head_dim], standard normal, reproducible."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(3, batch, heads, seq, head_dim, generator=g).to(device=device, dtype=dtype)
+    return tuple(t.requires_grad_(requires_grad) for t in qkv.unbind(0))
+
+
+class _Text(str):
+    """A string whose repr is itself, so glued text shows without quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def glue(name: str, value, display: bool = False):
+    """Record ``value`` under ``name`` for ``{glue:text}`` in the prose (returns nothing, so a
+    glue on a cell's last line adds no output).
+
+    Strings are glued as they read (no quotes); numbers can be formatted in the prose,
+    e.g. ``{glue:text}`name:.2f```.
+    """
+    if isinstance(value, str):
+        value = _Text(value)
+    elif hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # numpy/torch scalars -> Python numbers, so `:.2f` formats work
+    import importlib.util
+
+    from IPython.display import display as show
+
+    if importlib.util.find_spec("myst_nb") is None:  # outside the book build (Colab, plain Jupyter): just show it
+        if display:
+            show(value)
+        return
+    # What myst_nb.glue writes (myst_nb/ext/glue/__init__.py), written out here because importing
+    # myst_nb's glue imports nbformat and jsonschema: seconds of CPU in every notebook.
+    from IPython.core.formatters import format_display_data
+
+    mimebundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    show({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+
+
+# The mime prefix of a value glued without display (myst_nb's GLUE_PREFIX, read by the book build).
+GLUE_PREFIX = "application/papermill.record/"
+
+
+class LessonFailed(AssertionError):
+    """A claim the chapter makes did not hold on this run's device."""
+
+
+def lesson(condition: bool, claim: str, evidence: str = "") -> None:
+    """Assert what the prose says. Shows the claim when it holds (see ``say``), fails loudly when not."""
+    if not condition:
+        raise LessonFailed(f"The chapter claims: {claim}. This run disagrees. {evidence}".strip())
+    say(f"✔ {claim}" + (f" ({evidence})" if evidence else ""), kind="lesson")
+
+
+def timing_lesson(held: list, claim: str, evidence: str = "") -> Optional[bool]:
+    """Assert a timing claim that was checked once per profiled step, on a machine that may be busy.
+
+    ``held`` says, step by step, whether the claim held in that step. The course's rule (the
+    same 80% that ``kernels.bench.comparison`` uses): held in at least 80% of the steps, the lesson
+    passes; in at most 20%, the trace contradicts the prose and the lesson fails; in between,
+    the page says the machine was too noisy to tell and asserts nothing. Returns True, or None
+    when too noisy.
+    """
+    if not held:
+        raise ValueError("timing_lesson needs at least one profiled step")
+    share = sum(bool(h) for h in held) / len(held)
+    tally = f"held in {sum(bool(h) for h in held)} of {len(held)} profiled steps"
+    evidence = f"{evidence}; {tally}" if evidence else tally
+    if share >= 0.8 or share <= 0.2:
+        lesson(share >= 0.8, claim, evidence)
+        return True
+    say(f"Too noisy to tell on this run: {claim}? ({evidence}; the course asserts a timing claim "
+        f"when it held in at least 80% of the steps, and refutes it at 20% or less)", kind="note")
+    return None
+
+
+# What ``say`` can be: the CSS class of each (book/_static/pages.css styles them).
+SAY_KINDS = ("lesson", "note")
+
+
+def in_notebook() -> bool:
+    """Whether output goes to a notebook (a running IPython kernel) rather than a terminal or a test."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def say_html(text: str, kind: str = "note") -> str:
+    """``text`` as a box of prose that wraps: HTML-escaped, with `backticks` as code."""
+    import html
+    import re
+
+    if kind not in SAY_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(SAY_KINDS)}, got {kind!r}")
+    body = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    return f'<div class="ap-say ap-{kind}" role="note"><p>{body}</p></div>'
+
+
+def say(text: str, kind: str = "note") -> None:
+    """A sentence for the reader (a lesson that held, a notice): in a notebook, a box of prose
+    that wraps (a 200-character line in an output's code box runs off the page); elsewhere, and
+    in the notebook's plain-text view, the line itself."""
+    if not in_notebook():
+        print(text)
+        return
+    from IPython.display import display
+
+    display({"text/plain": text, "text/html": say_html(text, kind)}, raw=True)
+
+
+def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
+    """Compare the reader's guess with what the trace shows, item by item, and say each difference.
+
+    ``guess`` and ``seen`` are both lists (of op names, kernel names...) or both numbers. A
+    guess left as ``None`` is reported as missing, never as right. Returns the comparison
+    table for lists, the difference for numbers. Nothing here asserts the guess: lessons
+    assert what the trace shows.
+    """
+    if guess is None or guess is ...:
+        print(f"No guess written: edit the guess cell above before running this one. {source.capitalize()} shows {what}: {seen}")
+        return None
+    if isinstance(seen, (int, float)) and not isinstance(seen, bool):
+        off = seen - guess
+        print(f"{what}: you guessed {guess:g}, {source} shows {seen:g}: "
+              + ("exactly right" if off == 0 else f"the answer is {abs(off):g} {'higher' if off > 0 else 'lower'}"))
+        return off
+    import difflib
+
+    import pandas as pd
+
+    guess, seen = list(guess), list(seen)
+    rows = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=guess, b=seen, autojunk=False).get_opcodes():
+        if tag == "equal":
+            rows += [{"you guessed": g, "the trace shows": g, "": "✔"} for g in guess[i1:i2]]
+            continue
+        a, b = guess[i1:i2], seen[j1:j2]
+        for n in range(max(len(a), len(b))):
+            rows.append({"you guessed": a[n] if n < len(a) else "",
+                         "the trace shows": b[n] if n < len(b) else "",
+                         "": {"replace": "differs", "delete": "not in the trace", "insert": "not guessed"}[tag]})
+    table = pd.DataFrame(rows)
+    misses = int((table[""] != "✔").sum()) if rows else 0
+    print(f"{what}: {len(guess)} guessed, {len(seen)} in {source}, "
+          + ("every one as guessed" if misses == 0 else f"{misses} difference(s), listed below"))
+    return table
+
+
+def mib(nbytes: float) -> float:
+    return nbytes / 2**20
+
+
+def show_source(obj):
+    """The source of a library object, rendered as a highlighted code block in the book."""
+    import inspect
+
+    from IPython.display import Markdown
+
+    obj = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
+    return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")

@@ -1,0 +1,301 @@
+"""What each rank runs in chapter 11, its tests and ``kernels.bench --mode context-parallel``.
+
+Every function here is a rank program for ``kernels.parallel.ranks.run(fn, world, case, ...)``: it is
+called as ``fn(rank, world, case, ...)`` inside a joined process group, draws the same whole
+inputs on every rank from ``case.seed``, takes its own shard, and returns plain data (shards,
+trace paths, times) for the parent to gather. ``Case`` says the shapes; ``gather`` puts the
+ranks' shards back in sequence order; ``judge_ring`` / ``judge_ulysses`` gather and judge them
+against the float64 reference (``kernels.reference.judge``: fp32 within ~1e-5, 16-bit by
+FlashAttention's rule).
+
+PyTorch's own context parallelism (``torch.distributed.tensor.experimental.context_parallel``)
+shards SDPA over a DTensor device mesh; on a CPU it refuses (torch 2.13: the CPU flash
+operator has no sharding strategy registered), so ``torch_context_parallel`` runs only where
+each rank has a GPU, and says why otherwise.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch.profiler import ProfilerActivity, record_function, schedule
+
+from kernels import reference
+from kernels.parallel import ring
+from kernels.parallel import ulysses
+from kernels.notebook import DTYPES
+from kernels.trace.record import quiet_kineto
+
+SCHEMES = ("ring", "ulysses", "one device", "one device sdpa")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One attention problem, split over the ranks."""
+
+    batch: int = 1
+    heads: int = 4
+    kv_heads: int = 4
+    seq: int = 256
+    head_dim: int = 32
+    dtype: str = "float32"
+    causal: bool = True
+    layout: str = "zigzag"
+    seed: int = 0
+    device: str = "cpu"
+
+    def whole(self, requires_grad: bool = False):
+        """The whole q, k, v (and a gradient of the output), the same on every rank."""
+        g = torch.Generator().manual_seed(self.seed)
+        dt = DTYPES[self.dtype]
+
+        def draw(heads):
+            return torch.randn(self.batch, heads, self.seq, self.head_dim, generator=g).to(self.device, dt)
+
+        q, k, v, grad_out = draw(self.heads), draw(self.kv_heads), draw(self.kv_heads), draw(self.heads)
+        return tuple(t.requires_grad_(requires_grad) for t in (q, k, v)) + (grad_out,)
+
+    def with_(self, **changes) -> "Case":
+        return replace(self, **changes)
+
+
+def _device(case: Case, rank: int) -> Case:
+    """On GPUs each rank uses its own device (kernels.parallel.ranks set it as current)."""
+    return case.with_(device=f"cuda:{torch.cuda.current_device()}") if case.device.startswith("cuda") else case
+
+
+# ----------------------------------------------------------------------------- correctness
+
+def ring_check(rank: int, world: int, case: Case, backward: bool = True) -> dict:
+    """This rank's output shard (and its shards of dq, dk, dv) for ``case``."""
+    case = _device(case, rank)
+    q, k, v, grad_out = case.whole()
+    mine = [ring.shard(t, rank, world, case.layout).requires_grad_(backward) for t in (q, k, v)]
+    out = ring.ring_attention(*mine, seq_len=case.seq, causal=case.causal, layout=case.layout, timeout_s=60)
+    result = {"out": out.detach().cpu()}
+    if backward:
+        out.backward(ring.shard(grad_out, rank, world, case.layout))
+        grads = [t.grad for t in mine]
+        assert all(g is not None for g in grads), "backward reached every input shard"
+        result.update({name: g.cpu() for name, g in zip(("dq", "dk", "dv"), grads) if g is not None})
+    return result
+
+
+def ulysses_check(rank: int, world: int, case: Case) -> dict:
+    case = _device(case, rank)
+    q, k, v, _ = case.whole()
+    with torch.no_grad():
+        out = ulysses.ulysses_attention(*(ring.shard(t, rank, world, "contiguous") for t in (q, k, v)),
+                                        seq_len=case.seq, causal=case.causal)
+    return {"out": out.cpu()}
+
+
+def gather(results: list[dict], name: str, layout: str) -> torch.Tensor:
+    """The whole tensor ``name`` from every rank's result, in sequence order."""
+    return ring.unshard([r[name] for r in results], layout)
+
+
+def judge_ring(results: list[dict], case: Case) -> reference.Judgement:
+    """Every rank's shards gathered and judged against the float64 reference (output and gradients)."""
+    q, k, v, grad_out = case.with_(device="cpu").whole()
+    grads = tuple(gather(results, n, case.layout) for n in ("dq", "dk", "dv")) if "dq" in results[0] else None
+    return reference.judge(gather(results, "out", case.layout), q, k, v, causal=case.causal,
+                           grads=grads, grad_out=grad_out if grads else None)
+
+
+def judge_ulysses(results: list[dict], case: Case) -> reference.Judgement:
+    q, k, v, _ = case.with_(device="cpu").whole()
+    return reference.judge(gather(results, "out", "contiguous"), q, k, v, causal=case.causal)
+
+
+# ----------------------------------------------------------------------------- one forward, each scheme
+
+def _forward(scheme: str, rank: int, world: int, case: Case):
+    """A function running one forward of ``scheme`` on this rank's shard (inputs drawn once)."""
+    q, k, v, _ = case.whole()
+    if scheme == "ring":
+        mine = [ring.shard(t, rank, world, case.layout) for t in (q, k, v)]
+        return lambda: ring.ring_attention(*mine, seq_len=case.seq, causal=case.causal, layout=case.layout,
+                                           timeout_s=60)
+    if scheme == "ulysses":
+        mine = [ring.shard(t, rank, world, "contiguous") for t in (q, k, v)]
+        return lambda: ulysses.ulysses_attention(*mine, seq_len=case.seq, causal=case.causal)
+    if scheme == "one device":  # the ring's arithmetic on the whole sequence, cut as zigzag cuts it
+        return lambda: ring.one_device(q, k, v, 2 * world, causal=case.causal)
+    if scheme == "one device sdpa":  # Ulysses' arithmetic (SDPA) on the whole sequence
+        return lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=case.causal, enable_gqa=case.heads != case.kv_heads)
+    raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+
+
+def profile_scheme(rank: int, world: int, case: Case, scheme: str, trace_dir: str, active: int = 5,
+                   warmup: int = 1) -> dict:
+    """Profile ``active`` forwards of ``scheme`` on this rank, each started after a barrier and
+    ended, inside its ``<scheme> forward`` label, by another (where an early rank waits for the
+    slowest); the trace goes to ``trace_dir/rank-<rank>.json.gz``."""
+    import torch.distributed as dist
+
+    case = _device(case, rank)
+    step = _forward(scheme, rank, world, case)
+    path = Path(trace_dir) / f"rank-{rank}.json.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if case.device.startswith("cuda") else [])
+    with quiet_kineto(), torch.no_grad(), torch.profiler.profile(
+            activities=activities, schedule=schedule(wait=0, warmup=warmup, active=active, repeat=1),
+            on_trace_ready=lambda prof: prof.export_chrome_trace(str(path)), record_shapes=True) as prof:
+        for _ in range(warmup + active):
+            dist.barrier()  # outside the label: every rank starts the step together
+            with record_function(f"{scheme} forward"):
+                step()
+                if case.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                # The step ends at a barrier, as a training step ends at its next collective: a
+                # rank that finished early waits here, inside the step, where the trace shows it.
+                dist.barrier()
+            prof.step()
+    return {"rank": rank, "trace": str(path)}
+
+
+def time_scheme(rank: int, world: int, case: Case, scheme: str, repeats: int = 5, warmup: int = 1) -> list[float]:
+    """Seconds of each of ``repeats`` forwards of ``scheme`` on this rank, every one started
+    after a barrier (so a rank's time includes its wait on the others)."""
+    import torch.distributed as dist
+
+    case = _device(case, rank)
+    step = _forward(scheme, rank, world, case)
+    times = []
+    with torch.no_grad():
+        for i in range(warmup + repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            step()
+            if case.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    return times
+
+
+def medians(per_rank: list[list[float]]) -> list[float]:
+    return [statistics.median(t) for t in per_rank]
+
+
+# ----------------------------------------------------------------------------- PyTorch's own
+
+def torch_context_parallel_reason(device: str) -> Optional[str]:
+    """None where PyTorch's context_parallel can run the comparison, else why not, in words."""
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return ("PyTorch's context_parallel shards SDPA's CUDA kernels over a DTensor mesh; on a CPU it refuses "
+                "(the CPU flash operator, aten._scaled_dot_product_flash_attention_for_cpu, has no sharding "
+                "strategy registered), so the comparison needs one GPU per rank")
+    try:
+        from torch.distributed.tensor.experimental import context_parallel  # noqa: F401
+    except ImportError as err:
+        return f"this torch has no torch.distributed.tensor.experimental.context_parallel ({err})"
+    return None
+
+
+def torch_context_parallel(rank: int, world: int, case: Case) -> dict:
+    """PyTorch's context_parallel on this rank's GPU, for the same case: its output shard, in its
+    own (round-robin) layout put back in sequence order by PyTorch. Only where each rank has a GPU."""
+    reason = torch_context_parallel_reason(case.device)
+    if reason is not None:
+        raise RuntimeError(reason)
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+
+    case = _device(case, rank)
+    q, k, v, _ = case.whole()
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    with torch.no_grad(), context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=case.causal)
+    (whole,) = context_parallel_unshard(mesh, [out], [2])
+    return {"out": whole.cpu()}
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+# Each scheme beside the one-device run with the same arithmetic: the ring's chunked fp32
+# matmuls (``ring.one_device``), and SDPA for Ulysses, whose ranks run SDPA on whole heads.
+BENCH_SCHEMES = (("ring", "contiguous"), ("ring", "zigzag"), ("one device", "ring arithmetic"),
+                 ("ulysses", "contiguous"), ("one device sdpa", "sdpa"))
+
+
+def bench(world: int, case: Case, repeats: int = 7, timeout_s: float = 120.0, ranks=None) -> list[dict]:
+    """Per-rank median ms of one forward of each scheme on ``world`` ranks, same shapes
+    (``one device``: every rank computes the whole attention alone, one thread each, at once,
+    with the ring's arithmetic; ``one device sdpa``: the same with SDPA, Ulysses' arithmetic).
+    A scheme the shapes do not allow (Ulysses with heads not divisible by the world) records why."""
+    from kernels.parallel import ranks as launcher
+
+    rows = []
+    group = ranks or launcher.Ranks(world, timeout_s=timeout_s)
+    try:
+        for scheme, layout in BENCH_SCHEMES:
+            row = {"scheme": scheme, "layout": layout, "world": world, "seq": case.seq, "batch": case.batch,
+                   "heads": case.heads, "kv_heads": case.kv_heads, "head_dim": case.head_dim, "dtype": case.dtype,
+                   "causal": case.causal, "repeats": repeats}
+            try:
+                if scheme == "ulysses":
+                    ulysses.check_heads(case.heads, case.kv_heads, world)
+                times = group.run(time_scheme, case.with_(layout=layout if scheme == "ring" else case.layout),
+                                  scheme, repeats)
+            except ValueError as err:
+                rows.append({**row, "status": "unsupported", "reason": str(err)})
+                continue
+            rows.append({**row, "status": "ok", "median_ms_per_rank": [m * 1e3 for m in medians(times)],
+                         "median_ms": max(medians(times)) * 1e3})
+    finally:
+        if ranks is None:
+            group.close()
+    return rows
+
+
+def bench_main(args) -> int:
+    """``python -m kernels.bench --mode context-parallel --world N``: print and save the medians."""
+    import json
+    import sys
+
+    import datetime
+    import shlex
+
+    from kernels.hw import devices
+
+    if args.device != "cpu" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda needs a CUDA GPU; none is visible")
+    seq = (args.seq and int(str(args.seq[0]).split(",")[0])) or 1024
+    heads = args.heads or 8
+    if args.gqa < 1 or heads % args.gqa:
+        raise SystemExit(f"--gqa {args.gqa} must be a positive divisor of the {heads} query heads")
+    dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}.get((args.dtype or ["fp32"])[0], (args.dtype or ["fp32"])[0])
+    case = Case(batch=args.batch or 1, heads=heads, kv_heads=heads // args.gqa, seq=seq,
+                head_dim=int(str((args.head_dim or [64])[0]).split(",")[0]), dtype=dtype, causal=args.causal,
+                device=args.device)
+    world = args.world
+    print(f"context parallel on {world} ranks: B={case.batch} H={case.heads} Hkv={case.kv_heads} S={case.seq} "
+          f"D={case.head_dim} {case.dtype} {'causal' if case.causal else 'non-causal'}", file=sys.stderr)
+    rows = bench(world, case, repeats=max(3, args.reps if args.reps != 30 else 7))
+    for r in rows:
+        if r["status"] == "ok":
+            per_rank = ", ".join(f"{m:.2f}" for m in r["median_ms_per_rank"])
+            print(f"{r['scheme']:>10} {r['layout']:>10}: median ms per rank [{per_rank}]", file=sys.stderr)
+        else:
+            print(f"{r['scheme']:>10} {r['layout']:>10}: {r['status']}: {r['reason']}", file=sys.stderr)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.with_name(out.name + "_context_parallel.json")
+    path.write_text(json.dumps({"meta": {
+        "device": devices.describe_device(torch.device(args.device)),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["python", "-m", "kernels.bench", *getattr(args, "argv", [])]),
+        "timing": "time.perf_counter around each forward, each started after a barrier; the median per rank"},
+        "rows": rows}, indent=1, default=str))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,410 @@
+"""Ring attention: causal attention with the sequence sharded over the ranks of a process group.
+
+A sibling of the registry, not an entry in it: ``kernels.get(name)(q, k, v)`` is called with
+whole tensors and no process group, while this is called on every rank of a group at once,
+each with its own shard. The contract:
+
+``ring_attention(q, k, v, seq_len=S, causal=True, scale=None, layout="zigzag", group=None)``,
+called by every rank of ``group`` (the default group if None) with the same ``S``, layout and
+shapes apart from the sequence:
+
+- ``q`` is this rank's query shard ``[B, Hq, S_r, D]``, ``k`` and ``v`` its key/value shard
+  ``[B, Hkv, S_r, D]`` (Hq a multiple of Hkv: grouped-query attention, K/V never repeated);
+  ``shard(x, rank, world, layout)`` cuts them out of a whole ``[B, H, S, D]`` tensor and
+  ``unshard`` puts the ranks' outputs back in sequence order.
+- Returns this rank's output shard (q's shape and dtype). Differentiable: the backward passes
+  the K/V shards around the ring again, with their gradients travelling beside them.
+- ``causal=True`` is self-attention over the one sharded sequence (Sq = Sk = S): position p
+  sees positions j <= p. ``scale=None`` means 1/sqrt(D).
+- The split rule (``check_split``): the sequence is cut into ``world`` chunks (``contiguous``)
+  or ``2 * world`` chunks (``zigzag``: rank r holds chunks r and 2·world-1-r), chunk sizes as
+  ``torch.tensor_split`` makes them (the first ``S % n`` chunks one longer). Every chunk needs
+  a token, so S >= world (contiguous) or S >= 2·world (zigzag); any such S is accepted, odd
+  ones included. Anything else is a ``ValueError`` that states the rule.
+- Works unchanged on gloo (CPU tensors) and NCCL (CUDA tensors): only ``torch.distributed``'s
+  point-to-point ops (``batch_isend_irecv``) move data, so the group's timeout bounds every wait.
+
+How: each step a rank attends its queries to the K/V block it holds while the block moves on
+to the next rank (the send and receive are posted before the local attention and waited on
+after it), and the partial results are merged by their log-sum-exp (``merge``): the online
+softmax of chapter 4, now across devices. Each rank records ``ring:post``, ``ring:attend``
+and ``ring:wait`` ranges, so a per-rank trace shows compute, communication and their overlap.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Optional
+
+import torch
+from torch.profiler import record_function
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+# ----------------------------------------------------------------------------- the split
+
+def check_split(seq_len: int, world: int, layout: str) -> None:
+    """Refuse, in words, a split the ranks cannot hold (the rule in the module docstring)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if not isinstance(world, int) or world < 1:
+        raise ValueError(f"world must be a positive int, got {world!r}")
+    chunks = world if layout == "contiguous" else 2 * world
+    if not isinstance(seq_len, int) or seq_len < chunks:
+        raise ValueError(f"the {layout} layout cuts the sequence into {chunks} chunks ({'world' if chunks == world else '2 x world'}"
+                         f" = {chunks} for {world} ranks) and every chunk needs a token: seq_len must be >= {chunks}, "
+                         f"got {seq_len!r}")
+
+
+def chunk_bounds(seq_len: int, parts: int) -> list[tuple[int, int]]:
+    """[start, end) of each of ``parts`` chunks, sized as ``torch.tensor_split`` sizes them."""
+    base, extra = divmod(seq_len, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        end = start + base + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def rank_chunks(seq_len: int, world: int, rank: int, layout: str) -> list[tuple[int, int]]:
+    """The [start, end) ranges of the sequence rank ``rank`` holds, in the order it stores them."""
+    check_split(seq_len, world, layout)
+    if layout == "contiguous":
+        return [chunk_bounds(seq_len, world)[rank]]
+    bounds = chunk_bounds(seq_len, 2 * world)
+    return [bounds[rank], bounds[2 * world - 1 - rank]]
+
+
+def shard_len(seq_len: int, world: int, rank: int, layout: str) -> int:
+    return sum(end - start for start, end in rank_chunks(seq_len, world, rank, layout))
+
+
+def positions(seq_len: int, world: int, rank: int, layout: str) -> torch.Tensor:
+    """The sequence position of each row of rank ``rank``'s shard, [S_r] int64."""
+    return torch.cat([torch.arange(a, b) for a, b in rank_chunks(seq_len, world, rank, layout)])
+
+
+def shard(x: torch.Tensor, rank: int, world: int, layout: str = "zigzag", dim: int = 2) -> torch.Tensor:
+    """Rank ``rank``'s part of a whole tensor (sequence along ``dim``), contiguous."""
+    parts = [x.narrow(dim, a, b - a) for a, b in rank_chunks(x.shape[dim], world, rank, layout)]
+    return torch.cat(parts, dim=dim).contiguous()
+
+
+def unshard(shards: list[torch.Tensor], layout: str = "zigzag", dim: int = 2) -> torch.Tensor:
+    """The whole tensor from every rank's shard (``shards[r]`` from rank r), in sequence order."""
+    world = len(shards)
+    seq_len = sum(s.shape[dim] for s in shards)
+    whole = shards[0].new_empty(*shards[0].shape[:dim], seq_len, *shards[0].shape[dim + 1:])
+    for rank, part in enumerate(shards):
+        for (a, b), lo in _local_slices(rank_chunks(seq_len, world, rank, layout)):
+            whole.narrow(dim, a, b - a).copy_(part.narrow(dim, lo, b - a))
+    return whole
+
+
+def _local_slices(chunks):
+    """Each chunk with where it starts in the rank's own storage."""
+    lo = 0
+    for a, b in chunks:
+        yield (a, b), lo
+        lo += b - a
+
+
+# ----------------------------------------------------------------------------- the merge
+
+def merge(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor):
+    """Two partial attentions of the same queries over disjoint sets of keys, made one.
+
+    ``out_x`` [..., S, D] is softmax-weighted over its own keys only; ``lse_x`` [..., S] is the
+    log of its softmax denominator, log Σ exp(score). The whole denominator is the sum of the
+    two, so each part is rescaled by its share of it. A row that saw no key has lse -inf (and
+    weighs nothing); a row where neither part saw a key stays zero.
+    """
+    lse = torch.logaddexp(lse_a, lse_b)                             # log(Σ_a e^s + Σ_b e^s)
+    seen = torch.isfinite(lse)
+    weight_a = torch.where(seen, torch.exp(lse_a - lse), 0.0)       # a's share of the softmax
+    weight_b = torch.where(seen, torch.exp(lse_b - lse), 0.0)
+    return out_a * weight_a[..., None] + out_b * weight_b[..., None], lse
+
+
+# ----------------------------------------------------------------------------- one block
+
+def _visible(q_range, k_range, causal: bool) -> str:
+    """'all', 'part' or 'none' of a key range is visible to a query range."""
+    (qa, qb), (ka, kb) = q_range, k_range
+    if not causal or kb - 1 <= qa:
+        return "all"
+    return "none" if ka > qb - 1 else "part"
+
+
+def _pairs(q_chunks, k_chunks, causal: bool):
+    """For each local query chunk: its local slice, and the key chunks it sees (local slices,
+    and whether a mask is needed). Key chunks no query of the chunk sees are never computed."""
+    for q_range, q_lo in _local_slices(q_chunks):
+        seen = [(k_range, k_lo, _visible(q_range, k_range, causal)) for k_range, k_lo in _local_slices(k_chunks)]
+        seen = [(k_range, k_lo, how) for k_range, k_lo, how in seen if how != "none"]
+        if seen:
+            yield q_range, q_lo, seen
+
+
+def _gather_keys(t: torch.Tensor, seen) -> torch.Tensor:
+    parts = [t.narrow(2, lo, b - a) for (a, b), lo, _ in seen]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+
+def _mask(q_range, seen, groups: int, device) -> Optional[torch.Tensor]:
+    """True where a query may not see a key, [G·Sq_c, Sk_c], or None when every key is visible."""
+    if all(how == "all" for _, _, how in seen):
+        return None
+    pos_q = torch.arange(*q_range, device=device)
+    pos_k = torch.cat([torch.arange(a, b, device=device) for (a, b), _, _ in seen])
+    return (pos_k[None, :] > pos_q[:, None]).repeat(groups, 1)
+
+
+def _grouped(t: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """[B, Hq, S, D] -> [B, Hkv, G·S, D] float32: each K/V head meets its G query heads in one matmul."""
+    b, h, s, d = t.shape
+    return t.float().reshape(b, kv_heads, (h // kv_heads) * s, d)
+
+
+def _attend_block(q, k, v, q_range, seen, scale):
+    """Attention of one query chunk over the key chunks it sees: (out [B, Hq, Sc, D], lse [B, Hq, Sc]), fp32."""
+    b, hq, sc, d = q.shape
+    hkv = k.shape[1]
+    kk, vv = _gather_keys(k, seen).float(), _gather_keys(v, seen).float()
+    scores = _grouped(q, hkv) @ kk.transpose(-1, -2) * scale                # [B, Hkv, G·Sc, Sk_c]
+    mask = _mask(q_range, seen, hq // hkv, q.device)
+    if mask is not None:
+        scores.masked_fill_(mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)                                  # [B, Hkv, G·Sc]
+    out = torch.exp(scores - lse[..., None]) @ vv                          # [B, Hkv, G·Sc, D]
+    return out.reshape(b, hq, sc, d), lse.reshape(b, hq, sc)
+
+
+def attend_chunks(q, k, v, q_chunks, k_chunks, causal: bool, scale: float, out, lse) -> None:
+    """Merge into ``out``/``lse`` (fp32, q's rows) the attention of q's chunks over the key
+    chunks k holds, computing only the chunk pairs where some query sees some key."""
+    for q_range, q_lo, seen in _pairs(q_chunks, k_chunks, causal):
+        rows = slice(q_lo, q_lo + q_range[1] - q_range[0])
+        part, part_lse = _attend_block(q[:, :, rows], k, v, q_range, seen, scale)
+        out[:, :, rows], lse[:, :, rows] = merge(out[:, :, rows], lse[:, :, rows], part, part_lse)
+
+
+def one_device(q, k, v, chunks: int, causal: bool = True, scale: Optional[float] = None) -> torch.Tensor:
+    """The whole attention on one process with the ring's arithmetic: the sequence cut into
+    ``chunks`` chunks, every visible chunk pair computed once (what the ring computes in all)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    bounds = chunk_bounds(q.shape[2], chunks)
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device)
+    attend_chunks(q, k, v, bounds, bounds, causal, scale, out, lse)
+    return out.to(q.dtype)
+
+
+def _backward_block(q, k, v, do, lse, delta, q_range, seen, scale):
+    """Gradients of one query chunk's attention over the key chunks it sees, fp32:
+    dq [B, Hq, Sc, D] and dk, dv [B, Hkv, Sk_c, D] (summed over each K/V head's query heads)."""
+    b, hq, sc, d = q.shape
+    hkv = k.shape[1]
+    kk, vv = _gather_keys(k, seen).float(), _gather_keys(v, seen).float()
+    qg, dog = _grouped(q, hkv), _grouped(do, hkv)                          # [B, Hkv, G·Sc, D]
+    scores = qg @ kk.transpose(-1, -2) * scale                             # [B, Hkv, G·Sc, Sk_c]
+    mask = _mask(q_range, seen, hq // hkv, q.device)
+    if mask is not None:
+        scores.masked_fill_(mask, float("-inf"))
+    p = torch.exp(scores - lse.reshape(b, hkv, -1)[..., None])             # the forward's softmax, rebuilt
+    dv = p.transpose(-1, -2) @ dog                                         # [B, Hkv, Sk_c, D]
+    ds = p * (dog @ vv.transpose(-1, -2) - delta.reshape(b, hkv, -1)[..., None])
+    dq = (ds @ kk * scale).reshape(b, hq, sc, d)
+    dk = ds.transpose(-1, -2) @ qg * scale                                 # [B, Hkv, Sk_c, D]
+    return dq, dk, dv
+
+
+def _scatter_keys(acc: torch.Tensor, grad: torch.Tensor, seen) -> None:
+    """Add a gradient over gathered key chunks back into their places in ``acc``."""
+    at = 0
+    for (a, b), lo, _ in seen:
+        acc.narrow(2, lo, b - a).add_(grad.narrow(2, at, b - a))
+        at += b - a
+
+
+# ----------------------------------------------------------------------------- the ring
+
+@dataclass(frozen=True)
+class RingPlan:
+    """What every rank agrees on: the sequence, the split, the mask, the group."""
+
+    seq_len: int
+    world: int
+    rank: int
+    layout: str
+    causal: bool
+    scale: float
+    group: Optional["torch.distributed.ProcessGroup"] = None
+    timeout_s: Optional[float] = None
+
+    def chunks(self, rank: int) -> list[tuple[int, int]]:
+        return rank_chunks(self.seq_len, self.world, rank, self.layout)
+
+    def owner(self, step: int) -> int:
+        """Whose K/V block this rank holds at ``step`` (it moves one rank on per step)."""
+        return (self.rank - step) % self.world
+
+
+def _exchange(send: torch.Tensor, recv_shape, plan: RingPlan, what: str):
+    """Post the send of ``send`` to the next rank and a receive from the previous one; return
+    the receive buffer and the requests (wait on them later: the transfer overlaps what runs between)."""
+    import torch.distributed as dist
+
+    recv = send.new_empty(recv_shape)
+    nxt, prev = (plan.rank + 1) % plan.world, (plan.rank - 1) % plan.world
+    with record_function(f"ring:post {what}"):
+        ops = [dist.P2POp(dist.isend, send, dist.get_global_rank(plan.group, nxt) if plan.group else nxt, plan.group),
+               dist.P2POp(dist.irecv, recv, dist.get_global_rank(plan.group, prev) if plan.group else prev, plan.group)]
+        requests = dist.batch_isend_irecv(ops)
+    return recv, requests
+
+
+def _wait(requests, plan: RingPlan, what: str) -> None:
+    with record_function(f"ring:wait {what}"):
+        for r in requests:
+            if plan.timeout_s is None:
+                r.wait()
+            else:
+                r.wait(timeout=timedelta(seconds=plan.timeout_s))
+
+
+def _kv_shape(kv: torch.Tensor, plan: RingPlan, owner: int):
+    rows = sum(b - a for a, b in plan.chunks(owner))
+    return (*kv.shape[:3], rows, kv.shape[-1])
+
+
+def ring_forward(q, k, v, plan: RingPlan):
+    """The forward on one rank: (out fp32 [B, Hq, S_r, D], lse fp32 [B, Hq, S_r])."""
+    kv = torch.stack([k, v])                                               # [2, B, Hkv, S_r, D]: one message
+    out = q.new_zeros(q.shape, dtype=torch.float32)
+    lse = q.new_full(q.shape[:-1], float("-inf"), dtype=torch.float32)
+    mine = plan.chunks(plan.rank)
+    for step in range(plan.world):
+        owner = plan.owner(step)
+        moving = step < plan.world - 1
+        if moving:
+            recv, requests = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
+        with record_function("ring:attend"):
+            attend_chunks(q, kv[0], kv[1], mine, plan.chunks(owner), plan.causal, plan.scale, out, lse)
+        if moving:
+            _wait(requests, plan, "kv")
+            kv = recv
+    return out, lse
+
+
+def ring_backward(q, k, v, out, lse, grad_out, plan: RingPlan):
+    """The backward on one rank: (dq, dk, dv) of its own shard, fp32.
+
+    The K/V blocks go round the ring once more; each block's gradient accumulator travels one
+    step behind it, collecting every rank's contribution, and arrives home after ``world`` hops.
+    """
+    kv = torch.stack([k, v])
+    delta = (grad_out.float() * out.float()).sum(-1)                       # [B, Hq, S_r]: rowsum(dO·O)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)     # for the block held now
+    mine = plan.chunks(plan.rank)
+    for step in range(plan.world):
+        owner = plan.owner(step)
+        moving = step < plan.world - 1
+        if moving:
+            recv, requests = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
+        with record_function("ring:attend backward"):
+            for q_range, q_lo, seen in _pairs(mine, plan.chunks(owner), plan.causal):
+                rows = slice(q_lo, q_lo + q_range[1] - q_range[0])
+                g_q, g_k, g_v = _backward_block(q[:, :, rows], kv[0], kv[1], grad_out[:, :, rows], lse[:, :, rows],
+                                                delta[:, :, rows], q_range, seen, plan.scale)
+                dq[:, :, rows] += g_q
+                _scatter_keys(dkv[0], g_k, seen)
+                _scatter_keys(dkv[1], g_v, seen)
+        if moving:
+            _wait(requests, plan, "kv")
+            kv = recv
+        if plan.world == 1:
+            break  # one rank: its accumulator is already home
+        # The accumulator follows its block: after the last step it lands on the block's owner.
+        dkv_recv, requests = _exchange(dkv, _kv_shape(dkv, plan, plan.owner(step + 1)), plan, "dkv")
+        _wait(requests, plan, "dkv")
+        dkv = dkv_recv
+    return dq, dkv[0], dkv[1]
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, plan: RingPlan):
+        out, lse = ring_forward(q, k, v, plan)
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = ring_backward(q, k, v, out, lse, grad_out, ctx.plan)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_len: int, causal: bool = True,
+                   scale: Optional[float] = None, layout: str = "zigzag", group=None,
+                   timeout_s: Optional[float] = None) -> torch.Tensor:
+    """This rank's output shard of attention over the sharded sequence (see the module docstring)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("ring_attention runs on every rank of a torch.distributed process group: call "
+                           "torch.distributed.init_process_group first (kernels.parallel.ranks.run does it for you)")
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    check_split(seq_len, world, layout)
+    _check_shards(q, k, v, shard_len(seq_len, world, rank, layout), rank)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    plan = RingPlan(seq_len, world, rank, layout, bool(causal), scale, group, timeout_s)
+    return _RingAttention.apply(q, k, v, plan)
+
+
+def _check_shards(q, k, v, rows: int, rank: int) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [batch, heads, seq_shard, head_dim], got {t.dim()} dims {tuple(t.shape)}")
+        if t.shape[2] != rows:
+            raise ValueError(f"rank {rank} must hold {rows} positions of the sequence (its shard under the split "
+                             f"rule), but {name} has {t.shape[2]}: cut shards with kernels.parallel.ring.shard")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"k and v must be [B, Hkv, S_r, D] with q's B and D: q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
+
+
+# ----------------------------------------------------------------------------- the work, counted
+
+def work_per_rank(seq_len: int, world: int, layout: str, causal: bool = True) -> list[int]:
+    """Query-key pairs each rank computes in one forward (a masked pair inside a computed block
+    counts: it costs the same), from the split alone. The causal imbalance in one list."""
+    counts = []
+    for rank in range(world):
+        mine = rank_chunks(seq_len, world, rank, layout)
+        total = 0
+        for owner in range(world):
+            for (qa, qb), _, seen in _pairs(mine, rank_chunks(seq_len, world, owner, layout), causal):
+                total += (qb - qa) * sum(b - a for (a, b), _, _ in seen)
+        counts.append(total)
+    return counts
+
+
+def message_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int, world: int, element_size: int) -> int:
+    """Bytes one rank sends in one forward: its K and V block, world - 1 times (a shard of S/world rows)."""
+    return 2 * batch * kv_heads * (seq_len // world) * head_dim * element_size * (world - 1)

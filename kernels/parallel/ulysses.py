@@ -1,0 +1,97 @@
+"""Ulysses: context parallelism by an all-to-all over heads (DeepSpeed-Ulysses, arXiv 2309.14509).
+
+A sibling of ``kernels.parallel.ring`` with the same call shape, forward only:
+``ulysses_attention(q, k, v, seq_len=S, causal=True, scale=None, group=None)`` on every rank of
+the group, each holding a contiguous shard of the sequence (``kernels.parallel.ring.shard(x, rank, world,
+"contiguous")``). Instead of moving K/V around a ring, one all-to-all gives each rank the whole
+sequence for ``H / world`` of the heads; each rank runs ordinary attention on those heads (SDPA,
+causal over the whole sequence), and a second all-to-all sends every rank its rows back.
+
+The rule: query heads and key/value heads must both divide by the world size (a rank owns
+whole heads, and its query heads' K/V heads with them); shards follow the contiguous split of
+``kernels.parallel.ring.check_split`` (any S >= world, odd ones included). No backward here: the
+chapter uses it to compare communication, and ``torch.no_grad`` is not required but autograd
+through the all-to-all is not offered (a ``RuntimeError`` says so when asked for).
+Each rank records ``ulysses:all_to_all in``, ``ulysses:attend`` and ``ulysses:all_to_all out``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import record_function
+
+from kernels.parallel.ring import _check_shards, check_split, chunk_bounds
+
+
+def check_heads(heads: int, kv_heads: int, world: int) -> None:
+    """Refuse, in words, heads the ranks cannot share out whole."""
+    if heads % world or kv_heads % world:
+        raise ValueError(f"Ulysses gives each of the {world} ranks whole heads: query heads ({heads}) and key/value "
+                         f"heads ({kv_heads}) must both be multiples of the world size {world} (use the ring instead)")
+
+
+def _to_heads(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
+    """[B, H, S_r, D] sequence shard -> [B, H/W, S, D]: this rank's heads over the whole sequence."""
+    import torch.distributed as dist
+
+    world = len(sizes)
+    b, h, s_r, d = x.shape
+    send = x.permute(1, 0, 2, 3).reshape(world, -1).contiguous()          # head group j first, for rank j
+    per = h // world * b * d
+    recv = x.new_empty(sum(per * s for s in sizes))
+    dist.all_to_all_single(recv, send.flatten(), output_split_sizes=[per * s for s in sizes],
+                           input_split_sizes=[per * s_r] * world, group=group)
+    parts = [p.view(h // world, b, s, d) for p, s in zip(recv.split([per * s for s in sizes]), sizes)]
+    return torch.cat(parts, dim=2).permute(1, 0, 2, 3)                     # [B, H/W, S, D]
+
+
+def _to_rows(x: torch.Tensor, sizes: list[int], rank: int, group) -> torch.Tensor:
+    """[B, H/W, S, D] -> [B, H, S_r, D]: every rank's rows back to it, all heads."""
+    import torch.distributed as dist
+
+    world = len(sizes)
+    b, hw, _, d = x.shape
+    send = torch.cat([p.permute(1, 0, 2, 3).flatten() for p in x.split(sizes, dim=2)])  # rows of rank i, for rank i
+    per = hw * b * d
+    recv = x.new_empty(per * sizes[rank] * world)
+    dist.all_to_all_single(recv, send, output_split_sizes=[per * sizes[rank]] * world,
+                           input_split_sizes=[per * s for s in sizes], group=group)
+    heads = recv.view(world, hw, b, sizes[rank], d).reshape(world * hw, b, sizes[rank], d)
+    return heads.permute(1, 0, 2, 3).contiguous()                           # [B, H, S_r, D]
+
+
+def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_len: int, causal: bool = True,
+                      scale: Optional[float] = None, group=None) -> torch.Tensor:
+    """This rank's output shard, [B, Hq, S_r, D] (see the module docstring for the rule)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("ulysses_attention runs on every rank of a torch.distributed process group: call "
+                           "torch.distributed.init_process_group first (kernels.parallel.ranks.run does it for you)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise RuntimeError("ulysses_attention is forward only in this course: call it under torch.no_grad() "
+                           "(kernels.parallel.ring.ring_attention has a backward)")
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    check_split(seq_len, world, "contiguous")
+    sizes = [b - a for a, b in chunk_bounds(seq_len, world)]
+    _check_shards(q, k, v, sizes[rank], rank)
+    check_heads(q.shape[1], k.shape[1], world)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    with record_function("ulysses:all_to_all in"):
+        qh, kh, vh = (_to_heads(t.contiguous(), sizes, group) for t in (q, k, v))  # [B, H/W, S, D] each
+    with record_function("ulysses:attend"):
+        # Sq = Sk = S here, so SDPA's top-left is_causal is the course's bottom-right causal.
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, scale=scale,
+                                             enable_gqa=qh.shape[1] != kh.shape[1])
+    with record_function("ulysses:all_to_all out"):
+        return _to_rows(out, sizes, rank, group)
+
+
+def message_bytes(batch: int, heads: int, kv_heads: int, seq_len: int, head_dim: int, world: int,
+                  element_size: int) -> int:
+    """Bytes one rank sends in one forward: (world-1)/world of its q, k, v and output shards."""
+    shard = batch * (seq_len // world) * head_dim * element_size
+    return shard * (2 * heads + 2 * kv_heads) * (world - 1) // world

@@ -1,0 +1,430 @@
+"""What the compiler says every kernel costs on a GPU, without a GPU.
+
+    python -m kernels.triton.compile_sweep --target sm_90            # a table
+    python -m kernels.triton.compile_sweep --target sm_80 --json     # a list of objects
+
+Triton compiles for a named GPU (``GPUTarget("cuda", 90, 32)``) on a machine that has none:
+its front end and LLVM run on the CPU, and ``ptxas`` (shipped with Triton) turns the PTX into
+machine code and, asked with ``-v``, prints registers and spills per thread. Triton ships two
+ptxas builds and chooses one per target (``kernels.cuda.ptxas.triton_ptxas`` asks it which); the
+report runs the one Triton chose, the only one that can read that PTX. The shared
+memory a Triton kernel asks for at launch is in the compiled kernel's metadata
+(``metadata.shared``). For the hand-written CUDA kernels, ``nvcc -Xptxas -v`` says the same
+(``kernels.cuda.flash.kernel_report``, which adds what the launcher asks for).
+
+Every Triton config the autotuner may try is compiled here: for each kernel (forward, the
+dK/dV and dQ backward kernels, and on sm_90 the forward that moves its tiles with the TMA),
+each head dim the kernels take (the padded powers of two, 16..256), each config of that head
+dim's space (``triton_tiles.config_space``). A TMA kernel's row also counts the TMA copies in
+its PTX (``cp.async.bulk.tensor``), which shows the descriptors were not lowered to plain
+loads. Each row says whether the result *fits* the target (shared memory within the
+per-block opt-in limit of ``kernels.hw.occupancy.ARCHES``, registers of a block within the SM's
+65,536) and whether the autotuner's pruning *keeps* it (``triton_tiles.fitting_configs``,
+which estimates shared memory before compiling). The pruning must never keep a config that does not fit: the
+autotuner would compile it, then fail to launch it. ``tests/test_compile_report.py``
+checks that on a covering subset; this CLI does the full sweep (a few seconds per compile).
+Triton keeps compiled kernels in its cache; what ptxas says about them is kept beside it
+(``compile_report/`` in Triton's cache folder, by PTX), and when Triton compiles a kernel
+anew its own ``ptxas -v`` log is read rather than running ptxas twice.
+
+The compile assumes what a contiguous ``[B, H, S, D]`` input gets from Triton's JIT
+specialization: a unit stride along D (a constant), the other strides and the lengths
+multiples of 16, pointers 16-byte aligned, and the head dim equal to its padded size
+(``PAD_D`` False). A ragged head dim (80, 96) adds masks and can cost a few registers more.
+
+This module compiles, never interprets. The course's kernels are compiled objects in every
+process, interpreted only launch by launch where there is no GPU (``kernels.triton.interpreter``),
+so the report is built in the calling process. The exception is a process started with
+``TRITON_INTERPRET=1``, where ``@triton.jit`` itself returned interpreted kernels: there the CLI
+runs itself again, and ``report`` gets its rows from a subprocess, with the variable at 0.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from kernels.triton import tiles
+from kernels.hw.occupancy import ARCHES
+
+TARGETS = ("sm_80", "sm_90")
+DTYPES = {"bf16": ("*bf16", 2), "fp16": ("*fp16", 2), "fp32": ("*fp32", 4)}
+REGISTERS_PER_SM = 64 * 1024
+
+# Argument names of the kernels, by kind (see kernels/triton/flash.py).
+_TENSORS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
+_FP32_TENSORS = {"O32", "LSE", "DELTA"}
+
+
+@dataclass
+class Row:
+    """One compiled kernel: what the compiler reports and what that means on the target."""
+
+    kernel: str                 # "triton fwd", "triton fwd_tma", "triton bwd_dkdv", "triton bwd_dq", "cuda_v2", ...
+    target: str                 # "sm_80", "sm_90"
+    dtype: str
+    head_dim: int
+    config: dict                # BLOCK_M, BLOCK_N, num_warps, num_stages (CUDA: its tile and threads)
+    registers: Optional[int]
+    shared_bytes: Optional[int]  # what one block takes: Triton's metadata.shared; CUDA static + dynamic
+    spills: Optional[int]       # bytes of spill stores + loads, per thread
+    fits: Optional[bool]
+    kept: Optional[bool]        # the autotuner's pruning keeps it (CUDA: always launched)
+    estimate_bytes: Optional[int] = None   # the pruning's shared-memory estimate (Triton)
+    threads: Optional[int] = None
+    tma_copies: Optional[int] = None       # TMA copy instructions in the PTX (Triton)
+    error: str = ""             # the compiler's message when the compile failed
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def limits(target: str):
+    if target not in ARCHES:
+        raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    return ARCHES[target]
+
+
+def fits(target: str, shared_bytes: int, registers: int, threads: int) -> bool:
+    """A block can be resident on one SM of ``target``: shared memory within the per-block
+    opt-in maximum, and its registers within the SM's register file."""
+    arch = limits(target)
+    return shared_bytes <= arch.max_shared_mem_per_block and registers * threads <= REGISTERS_PER_SM
+
+
+# --------------------------------------------------------------------------------- Triton
+
+def _triton_module():
+    """kernels.triton.flash, whose kernels must be compiled ones; RuntimeError when they are not."""
+    import kernels.triton.flash as tf
+
+    if tf.TRITON_MISSING:
+        raise RuntimeError(tf.TRITON_MISSING)
+    if not _compiles_here():
+        raise RuntimeError("TRITON_INTERPRET=1 made @triton.jit interpret the kernels in this process; "
+                           "compile reports need one where it is not set (report() starts one)")
+    return tf
+
+
+def _compiles_here() -> bool:
+    """Whether the course's Triton kernels are compiled objects in this process (they are
+    unless TRITON_INTERPRET=1 was set when they were defined)."""
+    tf = sys.modules.get("kernels.triton.flash")
+    if tf is None:
+        from kernels.triton.interpreter import asked
+        return asked() is not True
+    return tf.TRITON_MISSING is not None or type(tf._attn_fwd).__name__ == "JITFunction"
+
+
+def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = None) -> tuple[dict, dict]:
+    """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``.
+
+    ``descriptors``: {argument: tile shape} of the arguments that are TMA tensor descriptors
+    (the TMA forward's Q, K, V, O, O32), typed as Triton types a host-side descriptor.
+    """
+    pointer = DTYPES[dtype][0]
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+            continue
+        if descriptors and name in descriptors:
+            element = "fp32" if name in _FP32_TENSORS else pointer[1:]
+            signature[name] = f"tensordesc<{element}[{','.join(str(n) for n in descriptors[name])}]>"
+            continue
+        if name in _TENSORS:
+            signature[name] = pointer
+        elif name in _FP32_TENSORS:
+            signature[name] = "*fp32"
+        elif name.endswith("scale"):
+            signature[name] = "fp32"
+            continue
+        else:
+            signature[name] = "i32"
+        attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, attrs
+
+
+def _unit_strides(fn) -> dict:
+    """The strides along D (``s..d``): 1 for a contiguous input, a constant to the JIT."""
+    return {n: 1 for n in fn.arg_names if n.startswith("s") and n.endswith("d") and len(n) <= 5}
+
+
+def _ptxas_report(ptx: str, arch: str, capability: int):
+    """Registers and spills of a PTX kernel, from the ptxas Triton runs for ``capability``, with ``-v``."""
+    from kernels.cuda.ptxas import parse_ptxas, triton_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [triton_ptxas(capability), "-lineinfo", "-v", "--regAllocOptLevel=2",
+               f"--gpu-name={arch}", src, "-o", os.path.join(tmp, "kernel.cubin")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {done.stderr.strip()[-2000:]}")
+    found = parse_ptxas(done.stdout + "\n" + done.stderr, demangle=False)
+    if len(found) != 1:
+        raise RuntimeError(f"ptxas reported {len(found)} kernels, expected 1")
+    return found[0]
+
+
+_CACHE: dict = {}
+
+
+def _compile_with_ptxas_log(src, target, options):
+    """(compiled kernel, what Triton's own ``ptxas -v`` printed, or "" on a cache hit).
+
+    Triton runs ptxas with ``-v`` (and the flags `_ptxas_report` uses) when it builds the
+    cubin, and prints the log when asked to (``knobs.nvidia.dump_ptxas_log``): reading it
+    saves running ptxas a second time on a kernel Triton has just compiled.
+    """
+    import contextlib
+    import io
+
+    import triton
+
+    nvidia = getattr(getattr(triton, "knobs", None), "nvidia", None)
+    if nvidia is None or not hasattr(nvidia, "dump_ptxas_log"):
+        return triton.compile(src, target=target, options=options), ""
+    before, log = nvidia.dump_ptxas_log, io.StringIO()
+    nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(src, target=target, options=options)
+    finally:
+        nvidia.dump_ptxas_log = before
+    return compiled, log.getvalue()
+
+
+def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
+    """`_ptxas_report`, remembered on disk beside Triton's own cache (which keeps the compiled
+    kernel, but not what ptxas says about its registers and spills): a second report, or a
+    second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
+    ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
+    import triton
+
+    from kernels.cuda.ptxas import KernelResources, parse_ptxas, triton_ptxas
+
+    key = hashlib.sha256("\0".join((triton.__version__, triton_ptxas(capability), arch, ptx)).encode())
+    try:
+        folder = os.path.join(triton.knobs.cache.dir, "compile_report")
+    except AttributeError:  # a Triton without knobs: its default cache folder
+        folder = os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    path = os.path.join(folder, f"{key.hexdigest()}.json")
+    try:
+        with open(path) as f:
+            return KernelResources(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        pass
+    from_log = parse_ptxas(log, demangle=False) if log else []
+    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_report(ptx, arch, capability)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
+            json.dump(dataclasses.asdict(found), tmp)
+        os.replace(tmp.name, path)    # whole or absent, even with two reports writing at once
+    except OSError:
+        pass                        # a read-only cache folder: report without remembering
+    return found
+
+
+def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
+                   causal: bool = True):
+    """(Triton's compiled kernel, its ptxas log or "" on a Triton cache hit) for one config and target."""
+    tf = _triton_module()
+    from triton.backends.compiler import GPUTarget
+
+    from kernels.triton import backward as tb
+    from triton.compiler import ASTSource
+
+    block_m, block_n, warps, stages = config
+    fn = {"fwd": tf._attn_fwd, "fwd_tma": tf._attn_fwd_tma, "bwd_dkdv": tb._attn_bwd_dkdv,
+          "bwd_dq": tb._attn_bwd_dq}[kernel]
+    consts = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, UPCAST=False,
+                  PAD_D=False, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
+    if kernel in ("fwd", "fwd_tma"):
+        consts.update(STORE_O32=dtype != "fp32")
+    consts = {k: v for k, v in consts.items() if k in fn.arg_names}
+    consts.update(_unit_strides(fn))
+    descriptors = None
+    if kernel in tiles.TMA_KERNELS:
+        descriptors = {name: [1, 1, rows, head_dim] for name, rows in
+                       (("Q", block_m), ("O", block_m), ("O32", block_m), ("K", block_n), ("V", block_n))}
+    signature, attrs = _signature(fn, consts, dtype, descriptors)
+    src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    capability = limits(target).capability[0] * 10 + limits(target).capability[1]
+    return _compile_with_ptxas_log(src, GPUTarget("cuda", capability, 32), dict(num_warps=warps, num_stages=stages))
+
+
+def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
+                   causal: bool = True) -> Row:
+    """Compile one Triton kernel at one config for ``target`` and report it.
+
+    ``kernel``: "fwd", "fwd_tma", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
+    num_stages). Results are cached per process.
+    """
+    key = (kernel, head_dim, tuple(config), target, dtype, causal)
+    if key in _CACHE:
+        return _CACHE[key]
+    _triton_module()   # says why not, where these kernels cannot be compiled here (not a row)
+    block_m, block_n, warps, stages = config
+    element_size = DTYPES[dtype][1]
+    estimate = tiles.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
+    arch = limits(target)
+    kept = kernel in tiles.kernels_for(arch.capability) and config in [tuple(c) for c in tiles.fitting_configs(
+        tiles.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
+        arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
+    row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
+              config=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages),
+              registers=None, shared_bytes=None, spills=None, fits=None, kept=kept,
+              estimate_bytes=estimate, threads=32 * warps)
+    try:
+        capability = arch.capability[0] * 10 + arch.capability[1]
+        compiled, ptxas_log = compile_kernel(kernel, head_dim, config, target, dtype, causal)
+        shared = int(compiled.metadata.shared)
+        ptx = compiled.asm["ptx"]
+        row.tma_copies = ptx.count("cp.async.bulk.tensor")
+        digest = hashlib.sha256(ptx.encode()).hexdigest()
+        if digest not in _CACHE:
+            _CACHE[digest] = _ptxas_cached(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
+                                           capability, ptxas_log)
+        resources = _CACHE[digest]
+        row.registers = resources.registers
+        row.shared_bytes = shared + resources.shared_bytes
+        row.spills = resources.spill_store_bytes + resources.spill_load_bytes
+        row.fits = fits(target, row.shared_bytes, row.registers, row.threads)
+    except Exception as err:  # a config the compiler refuses is a row too, with its reason
+        row.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        row.fits = False
+    _CACHE[key] = row
+    return row
+
+
+def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = tiles.KERNELS,
+                target: Optional[str] = None):
+    """(kernel, head_dim, config) for every config the autotuner may try (on ``target``: the
+    TMA forward only where it is chosen, sm_90)."""
+    _triton_module()   # says why not, where these kernels cannot be compiled here
+    dims = list(head_dims) if head_dims is not None else list(tiles.PADDED_HEAD_DIMS)
+    if target is not None:
+        launched = tiles.kernels_for(limits(target).capability)
+        kernels = [k for k in kernels if k in launched]
+    return [(k, d, tuple(c)) for k in kernels for d in dims for c in tiles.config_space(k, d)]
+
+
+# --------------------------------------------------------------------------------- CUDA
+
+def cuda_rows(target: str) -> list[Row]:
+    """Every instantiation of the hand-written kernels, from nvcc (RuntimeError without it)."""
+    from kernels.cuda import flash as cuda_flash
+    from kernels.cuda.resources import parse_instance
+
+    rows = []
+    for k in cuda_flash.kernel_report(target):
+        version, dtype, head_dim = parse_instance(k.name)
+        cfg = cuda_flash.launch_config(version, head_dim)
+        rows.append(Row(kernel=f"cuda_{version}", target=k.arch, dtype=dtype, head_dim=head_dim,
+                        config=dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, threads=cfg.threads),
+                        registers=k.registers, shared_bytes=k.total_shared_bytes,
+                        spills=k.spill_store_bytes + k.spill_load_bytes,
+                        fits=fits(target, k.total_shared_bytes, k.registers, cfg.threads),
+                        kept=True, threads=cfg.threads))
+    return rows
+
+
+# --------------------------------------------------------------------------------- all of it
+
+def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] = None,
+          kernels: Sequence[str] = tiles.KERNELS, jobs: Optional[Sequence[tuple]] = None,
+          cuda: bool = True, progress=None) -> list[Row]:
+    """The report for ``target``, in this process (which must not interpret Triton)."""
+    limits(target)
+    todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels, target)
+    rows = []
+    for i, (kernel, head_dim, config) in enumerate(todo, 1):
+        rows.append(compile_triton(kernel, head_dim, tuple(config), target, dtype))
+        if progress is not None:
+            print(f"[{i}/{len(todo)}] {describe(rows[-1])}", file=progress, flush=True)
+    if cuda:
+        from kernels.cuda.ptxas import nvcc_available
+
+        if nvcc_available():
+            rows.extend(cuda_rows(target))
+        elif progress is not None:
+            print("nvcc not found: the CUDA kernels are not in this report", file=progress, flush=True)
+    return rows
+
+
+def report(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
+           cuda: bool = True, timeout: float = 1800) -> list[dict]:
+    """The report as a list of dicts, from a subprocess when this process interprets Triton."""
+    if _compiles_here():
+        return [r.as_dict() for r in build(target, dtype, jobs=jobs, cuda=cuda)]
+    args = [sys.executable, "-m", "kernels.triton.compile_sweep", "--target", target, "--dtype", dtype, "--json"]
+    if not cuda:
+        args.append("--no-cuda")
+    if jobs is not None:
+        args += ["--jobs", json.dumps([[k, d, list(c)] for k, d, c in jobs])]
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"compile report for {target} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def describe(row: Row) -> str:
+    cfg = row.config
+    tile = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}" if "num_warps" in cfg
+            else f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} t{cfg['threads']}")
+    if row.error:
+        return f"{row.kernel:<16} {row.target} D={row.head_dim:<3} {tile:<18} failed: {row.error}"
+    est = "" if row.estimate_bytes is None else f" est {row.estimate_bytes / 1024:6.1f} KiB"
+    return (f"{row.kernel:<16} {row.target} {row.dtype} D={row.head_dim:<3} {tile:<18} "
+            f"regs {row.registers:>3}  smem {row.shared_bytes / 1024:6.1f} KiB{est}  spills {row.spills:>4} B  "
+            f"{'fits' if row.fits else 'DOES NOT FIT'}  {'kept' if row.kept else 'pruned'}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kernels.triton.compile_sweep",
+                                description="Compile every Triton config and CUDA kernel for a GPU target "
+                                            "(no GPU needed) and report registers, shared memory, spills.")
+    p.add_argument("--target", default="sm_90", choices=TARGETS)
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    p.add_argument("--head-dim", type=int, nargs="+", help="padded head dims (default: all, 16..256)")
+    p.add_argument("--kernels", nargs="+", choices=tiles.KERNELS, default=list(tiles.KERNELS))
+    p.add_argument("--no-cuda", action="store_true", help="leave out the CUDA kernels")
+    p.add_argument("--jobs", help=argparse.SUPPRESS)  # JSON [[kernel, head_dim, [m, n, w, s]], ...]
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if not _compiles_here():
+        # TRITON_INTERPRET=1 makes @triton.jit interpret: start again without it.
+        env = {**os.environ, "TRITON_INTERPRET": "0"}
+        return subprocess.run([sys.executable, "-m", "kernels.triton.compile_sweep", *argv], env=env).returncode
+    jobs = [(k, d, tuple(c)) for k, d, c in json.loads(args.jobs)] if args.jobs else None
+    rows = build(args.target, args.dtype, head_dims=args.head_dim, kernels=args.kernels, jobs=jobs,
+                 cuda=not args.no_cuda, progress=None if args.json else sys.stderr)
+    if args.json:
+        json.dump([r.as_dict() for r in rows], sys.stdout, indent=1)
+        print()
+    else:
+        bad = [r for r in rows if r.kept and (not r.fits or r.spills)]
+        print(f"{len(rows)} kernels for {args.target}; {sum(bool(r.kept) for r in rows)} kept by the pruning; "
+              f"{len(bad)} kept that do not fit or spill")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""Chapter 4: FlashAttention-2 in Triton, forward and backward.
+
+Naive attention writes the S×S score matrix to memory, reads it back for the softmax,
+writes the probabilities, and reads them again for the second matmul. FlashAttention
+never materializes it. One program owns a tile of queries, keeps it on-chip, and
+streams the keys and values past it in tiles. The softmax is computed *online*: the
+program keeps a running row maximum ``m`` and a running row sum ``l``. When a new tile
+raises the maximum, what has been accumulated so far is rescaled by
+``exp(m_old - m_new)``. ``tiled_softmax`` below shows the idea in plain PyTorch.
+
+The file reads top to bottom like the Triton tutorials, with its plumbing in three
+neighbours (``triton_launch``: Triton or its stand-in, the interpreter decision, buffers and
+size arguments; ``triton_tiles``: the tile sizes and the autotuner; ``triton_backward``):
+
+1. ``tiled_softmax``: the online softmax in PyTorch, one tile at a time.
+2. The forward kernel ``_attn_fwd``: the output is written once, and the log-sum-exp of
+   each row is saved for the backward pass. A causal program first visits the key tiles
+   that lie entirely left of the diagonal, with no mask, and then the diagonal tiles,
+   with a mask. It skips the tiles above the diagonal, so causal attention does about
+   half the work. (2b) ``_attn_fwd_tma``, the same kernel with its tiles moved by Hopper's
+   TMA from tensor descriptors, which the launcher takes on sm_90 (``tma_reason``).
+3. The forward's launcher, which passes every tensor's strides to the kernel, so that
+   non-contiguous inputs (a transposed [B, S, H, D] view) need no copy.
+4. The ``torch.autograd.Function`` (its backward is ``triton_backward.flash_backward``:
+   ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv`` and ``_attn_bwd_dq``, in the transposed form
+   of Triton's tutorial 06-fused-attention) and the registry entry ``triton``.
+
+The kernels take the whole contract of the registry: any head dim up to 256 (padded to a
+power of two inside, with masked loads), Sq != Sk with causal aligned bottom-right (query i
+sees keys j <= i + Sk - Sq; a query that sees no key outputs 0), and grouped-query attention
+(query head h reads key/value head h // (Hq // Hkv) through its pointers, so K and V are
+never repeated in memory).
+
+Without a CUDA GPU, the same kernels run in Triton's interpreter on CPU tensors: they are
+defined once, compiled, and each launch borrows interpreted copies of them
+(``kernels.triton.interpreter``; nothing sets ``TRITON_INTERPRET``). The interpreter gives
+the same numbers, only slower, so the chapter can be read and tested on a laptop.
+Exponentials are base 2 (``exp2``): ``exp(x) = exp2(x · log2 e)``, and the factor
+``log2 e`` is folded into the softmax scale once, so the kernel pays no extra multiply.
+"""
+
+# No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
+# keeping them real objects rather than strings is the form every Triton version expects.
+import math
+
+import torch
+
+from kernels.triton import interpreter
+from kernels.triton import launch
+from kernels.triton import tiles
+from kernels.registry import Reason, Span, needs_cuda, register
+from kernels.triton.backward import flash_backward
+from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, TensorDescriptor, _tile, tl, triton
+
+HEAD_DIMS = Span(1, 256)       # any head dim up to 256, padded to a power of two inside
+
+
+# --------------------------------------------------------------------------------------
+# 1. The online softmax, in PyTorch
+# --------------------------------------------------------------------------------------
+
+def tiled_softmax(x: torch.Tensor, block: int):
+    """Softmax over the last dimension of ``x``, reading ``block`` columns at a time.
+
+    Returns ``(softmax, history)``. ``history[i]`` is the pair ``(running_max, running_sum)``
+    after tile ``i``. The kernel keeps the same two numbers per row, but never stores
+    its history.
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    running_max = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype, device=x.device)
+    running_sum = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+    history = []
+    for start in range(0, x.shape[-1], block):
+        tile = x[..., start:start + block]
+        new_max = torch.maximum(running_max, tile.amax(dim=-1))
+        # The old sum was taken relative to the old maximum: rescale it to the new one.
+        running_sum = running_sum * torch.exp(running_max - new_max) \
+            + torch.exp(tile - new_max[..., None]).sum(dim=-1)
+        running_max = new_max
+        history.append((running_max.clone(), running_sum.clone()))
+    softmax = torch.exp(x - running_max[..., None]) / running_sum[..., None]
+    return softmax, history
+
+
+# --------------------------------------------------------------------------------------
+# 2. The forward kernel
+# --------------------------------------------------------------------------------------
+# Shapes the kernels take: q [B, H, SQ, D], k and v [B, H // GROUP, SK, D]. Query head h reads
+# key/value head h // GROUP (grouped-query attention), through its pointers: K and V are never
+# copied per query head. Causal is aligned bottom-right: query row r sees key columns
+# c <= r + OFFSET with OFFSET = SK - SQ. The head dim D is padded to HEAD_DIM, a power of two
+# (tl.arange needs one, tl.dot at least 16): the padded lanes load as 0 and are never stored,
+# and zeros add nothing to q·k or to p·v. Every tile is addressed through ``_tile``
+# (``kernels/triton/launch.py``): its first row in int64, the offsets inside it in int32.
+#
+@triton.jit
+def _fwd_stages(first_row, SK, OFFSET, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(full_hi, masked_hi): stage 1 takes the key tiles [0, full_hi) that every row of the
+    query tile from ``first_row`` sees in full, unmasked; stage 2 the rest, [full_hi, masked_hi), masked."""
+    if CAUSAL:
+        # The tile's first row sees keys c <= first row + OFFSET; its last row one more per row.
+        full_hi = tl.maximum(tl.minimum(first_row + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
+        masked_hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), full_hi)
+    else:
+        full_hi = (SK // BLOCK_N) * BLOCK_N                  # tiles inside the sequence
+        masked_hi = SK                                       # the ragged tail, if any
+    return full_hi, masked_hi
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd, stride_vs, stride_vd,
+                    offs_m, offs_d, d_ok, lo, hi, SK, OFFSET, qk_scale,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAD_D: tl.constexpr, TMA: tl.constexpr,
+                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i).
+
+    ``k_src``, ``v_src``: pointers to this head's K and V; with ``TMA``, tensor descriptors of
+    the whole K and V (section 2b), in which (b, kvh) is the head. Only the loads differ.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    if not TMA:
+        # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
+        kt_tile = k_src + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
+        v_tile = v_src + (offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if TMA:       # [1, 1, BLOCK_N, HEAD_DIM] -> [BLOCK_N, HEAD_DIM]; past SK and D: zeros
+            kt = tl.trans(k_src.load([b, kvh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
+            v = v_src.load([b, kvh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        else:
+            first = tl.cast(start_n, tl.int64)
+            kt_ptrs = kt_tile + first * stride_ks
+            v_ptrs = v_tile + first * stride_vs
+            if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
+                kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
+            elif PAD_D:   # a tile inside the sequence, but the head dim is padded
+                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            else:         # a tile known to be fully inside: no mask to compute
+                kt = tl.load(kt_ptrs)
+                v = tl.load(v_ptrs)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+            v = v.to(tl.float32)
+
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION)   # raw scores q·k, not yet scaled
+        if MASKED:
+            keep = cols[None, :] < SK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + OFFSET)
+            # A hidden score must end as -inf once scaled: -inf for a positive scale, +inf
+            # for a negative one.
+            s = tl.where(keep, s, float("inf") if NEG_SCALE else float("-inf"))
+
+        # The online softmax, in log2 units: the row max of the scaled scores is the row max
+        # of the raw ones times the scale (the min, for a negative scale), so the scale meets
+        # each score once, inside exp2's argument: s·scale - m is one fused multiply-add
+        # (as in Triton's tutorial 06-fused-attention). A row that has seen no key yet (all its
+        # scores -inf: a query before the first key when SQ > SK, or a padded row) takes 0 as
+        # its reference instead of -inf, so that exp2(-inf - -inf) = NaN cannot happen.
+        if NEG_SCALE:
+            m_tile = tl.min(s, 1) * qk_scale
+        else:
+            m_tile = tl.max(s, 1) * qk_scale
+        m_new = tl.maximum(m_i, m_tile)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)          # rescales what was summed under the old max
+        p = tl.exp2(s * qk_scale - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
+              sqb, sqh, sqs, sqd, skb, skh, sks, skd,
+              svb, svh, svs, svd, sob, soh, sos, sod, s32b, s32h, s32s, s32d,
+              H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, PAD_D: tl.constexpr,
+              STORE_O32: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head). Grid: (B*H, cdiv(SQ, BLOCK_M)).
+
+    SQ_BUCKET and SK_BUCKET (the lengths rounded up to powers of two) are not used here: they
+    are the autotuner's key, so that decoding step by step does not re-tune at every length.
+    """
+    bh = tl.program_id(0)
+    if CAUSAL:
+        # The last query tiles see the most keys: launch them first, so that the longest
+        # programs do not start last and leave the GPU idle at the end (longest job first:
+        # the course's own reasoning, not a rule from the FlashAttention papers).
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(1)
+    b = (bh // H).to(tl.int64)  # int64: b * stride can pass 2**31 on large inputs
+    h = (bh % H).to(tl.int64)
+    kvh = h // GROUP            # the key/value head this query head shares
+    first_row = start_m * BLOCK_M
+    offs_t = tl.arange(0, BLOCK_M)
+    offs_m = first_row + offs_t
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < SQ
+    d_ok = offs_d < D
+
+    # The query tile is loaded once and stays on-chip for the whole loop.
+    q = tl.load(_tile(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd),
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)   # running row max (log2 units)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)                 # running row sum
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
+
+    # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
+    full_hi, masked_hi = _fwd_stages(first_row, SK, OFFSET, CAUSAL, BLOCK_M, BLOCK_N)
+    k_base = K + b * skb + kvh * skh
+    v_base = V + b * svb + kvh * svh
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+                                    offs_m, offs_d, d_ok, 0, full_hi, SK, OFFSET, qk_scale, False, CAUSAL,
+                                    NEG_SCALE, BLOCK_N, HEAD_DIM, PAD_D, False, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+                                    offs_m, offs_d, d_ok, full_hi, masked_hi, SK, OFFSET, qk_scale, True, CAUSAL,
+                                    NEG_SCALE, BLOCK_N, HEAD_DIM, PAD_D, False, UPCAST, DOT_PRECISION)
+
+    # Normalize once at the end, not once per tile. A query that saw no key outputs 0.
+    seen = l_i > 0
+    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
+    out_ok = row_ok[:, None] & d_ok[None, :]
+    tl.store(_tile(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty),
+             mask=out_ok)
+    if STORE_O32:  # training in 16 bits: the backward's Delta needs O before it was rounded
+        tl.store(_tile(O32, b, h, first_row, offs_t, offs_d, s32b, s32h, s32s, s32d), acc, mask=out_ok)
+    # log2 of each row's softmax denominator: the backward rebuilds P = exp2(s - lse) from it.
+    # +inf for a row that saw no key, so that its P is exp2(-inf) = 0 there too.
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+    tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=row_ok)
+
+
+# --------------------------------------------------------------------------------------
+# 2b. The forward on Hopper: the same kernel, its tiles moved by the TMA
+# --------------------------------------------------------------------------------------
+# Hopper (sm_90) gives each SM a copy engine, the Tensor Memory Accelerator (TMA), that moves
+# a whole tile between global and shared memory from a *tensor descriptor*: the tensor's
+# base, shape and strides and the tile's shape, made once on the host. A program asks for
+# "the tile at (b, h, row, 0)" instead of computing an address per element, the copy runs
+# while the warps compute, and what lies past the tensor's edge reads as zeros (and is not
+# written on a store): the hardware does the masking of ragged tails and padded head dims.
+# Only the scores still need a mask, because a key of zeros scores 0, not -inf.
+# The descriptors are 4-D, [B, H, S, D] with the tensor's own strides, so a transposed
+# [B, S, H, D] view needs no copy and a tile never runs into the next head. Everything else
+# (stages, online softmax, scale, launch order) is `_attn_fwd`'s: the inner loop is the same
+# function, `_attn_fwd_inner` with TMA=True, which differs only in its loads.
+
+@triton.jit
+def _attn_fwd_tma(Q, K, V, O, O32, LSE, qk_scale, H, GROUP, SQ, SK, OFFSET, SQ_BUCKET, SK_BUCKET, ELEMENT_BYTES,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, STORE_O32: tl.constexpr,
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """`_attn_fwd` with Q, K, V, O (and O32) as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
+    Grid: (B*H, cdiv(SQ, BLOCK_M)), heaviest causal tiles first.
+
+    ELEMENT_BYTES (unused here) is in the autotuner's key: it adds the dtypes of tensor
+    arguments to its key by itself, but a descriptor is not a tensor.
+    """
+    bh = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(1)
+    b = bh // H                 # descriptor coordinates are int32, and so are these
+    h = bh % H
+    kvh = h // GROUP
+    first_row = start_m * BLOCK_M
+    offs_m = first_row + tl.arange(0, BLOCK_M)
+
+    q = Q.load([b, h, first_row, 0]).reshape(BLOCK_M, HEAD_DIM)   # rows past SQ read as zeros
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    offs_d = tl.arange(0, HEAD_DIM)   # unused with TMA: the descriptors mask D themselves
+    full_hi, masked_hi = _fwd_stages(first_row, SK, OFFSET, CAUSAL, BLOCK_M, BLOCK_N)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0,
+                                    offs_m, offs_d, offs_d < HEAD_DIM, 0, full_hi, SK, OFFSET, qk_scale, False,
+                                    CAUSAL, NEG_SCALE, BLOCK_N, HEAD_DIM, False, True, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0,
+                                    offs_m, offs_d, offs_d < HEAD_DIM, full_hi, masked_hi, SK, OFFSET, qk_scale, True,
+                                    CAUSAL, NEG_SCALE, BLOCK_N, HEAD_DIM, False, True, UPCAST, DOT_PRECISION)
+
+    seen = l_i > 0
+    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
+    # [BLOCK_M, HEAD_DIM] -> [1, 1, BLOCK_M, HEAD_DIM]; rows past SQ and lanes past D are not written.
+    O.store([b, h, first_row, 0], acc.to(O.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    if STORE_O32:
+        O32.store([b, h, first_row, 0], acc.reshape(1, 1, BLOCK_M, HEAD_DIM))
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
+    tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=offs_m < SQ)
+
+
+attn_fwd = tiles.autotuned(_attn_fwd, "fwd")
+attn_fwd_tma = tiles.autotuned_tma(_attn_fwd_tma)
+FORWARD_KERNELS = {"_attn_fwd": attn_fwd, "_attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
+# The interpreter's fixed tiles (tests narrow them to try other shapes).
+_FIXED_BLOCKS = tiles.INTERPRETER_BLOCKS if INTERPRETED else {}
+
+
+# --------------------------------------------------------------------------------------
+# 3. The forward's launcher
+# --------------------------------------------------------------------------------------
+
+# The forward multiplies raw scores by the scale inside exp2 and takes the row max before
+# scaling, so a score hidden as -inf would meet a zero scale as -inf·0 = NaN. A zero scale
+# (every score 0, the softmax uniform) is run as 2**-120 instead: |s|·2**-120 stays far below
+# float32's rounding of exp2's argument for any finite score, so the result is the same.
+_ZERO_SCALE_STANDIN = 2.0 ** -120
+
+
+def _forward_qk_scale(scale: float) -> float:
+    """The forward's scale in log2 units (exp(x) = exp2(x·log2 e))."""
+    return (scale if scale != 0 else _ZERO_SCALE_STANDIN) * LOG2E
+
+
+def tma_reason(tensors, capability, interpreted: bool = False, descriptors: bool = True) -> Reason:
+    """Why the forward does not take its TMA variant (None when it does). Reads only its arguments.
+
+    ``tensors``: {name: tensor} of what the kernel reads and writes through descriptors;
+    ``capability``: the GPU's (major, minor), None on a CPU; ``descriptors``: whether this
+    Triton has host-side tensor descriptors. The variant is for Hopper (sm_90) only, and a TMA
+    descriptor needs its tensor 16-byte aligned, contiguous along D, and every other stride a
+    multiple of 16 bytes (a head dim of 80 in bf16: 160 bytes a row, fine; 59: not).
+    """
+    if not descriptors:
+        return "this Triton has no host-side tensor descriptors (triton.tools.tensor_descriptor)"
+    if interpreted:
+        return "Triton's interpreter runs the pointer kernel (the TMA variant is chosen on sm_90 GPUs)"
+    if capability is None:
+        return "the TMA variant runs on Hopper GPUs (sm_90), not on a CPU"
+    if tuple(capability)[0] != 9:
+        return f"the TMA variant is for Hopper (sm_90); this GPU is sm_{capability[0]}{capability[1]}"
+    for name, t in tensors.items():
+        size = t.element_size()
+        if t.stride(-1) != 1:
+            return f"{name} is not contiguous along the head dim (stride {t.stride(-1)})"
+        if any(st * size % 16 for st in t.stride()[:-1]):
+            return f"{name}'s strides {tuple(t.stride())} are not all multiples of 16 bytes"
+        if t.data_ptr() % 16:
+            return f"{name} does not start on a 16-byte boundary"
+    return None
+
+
+def forward_variant(q, k, v) -> tuple:
+    """(the forward kernel the launcher takes for q, k, v, why not the TMA one: None if it is
+    the TMA one). O and its fp32 copy are allocated with q's strides (or contiguous ones),
+    which a descriptor takes whenever q's do; the launcher checks them too."""
+    reason = tma_reason(dict(q=q, k=k, v=v), _capability(q), INTERPRETED, TensorDescriptor is not None)
+    return ("_attn_fwd" if reason else "_attn_fwd_tma"), reason
+
+
+def _capability(t: torch.Tensor):
+    return torch.cuda.get_device_capability(t.device) if t.is_cuda else None
+
+
+def _descriptor(t: torch.Tensor, rows: int, head_dim: int):
+    """A 4-D TMA descriptor of a [B, H, S, D] tensor, tiled [1, 1, rows, head_dim].
+    On a GPU the autotuner's pre-hook sets the tile shape of the config it runs."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, head_dim])
+
+
+def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False, tma: bool | None = None):
+    """Launch the forward kernel. Returns (O, LSE, O32).
+
+    q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D]. LSE is [B·Hq, Sq] float32, in log2 units. O32 is
+    O in float32 before rounding, kept when ``keep_fp32_o`` (for the backward), else None.
+    ``tma``: take the TMA variant (True), the pointer kernel (False), or decide by
+    `tma_reason` (None: TMA on Hopper when the tensors allow it).
+    """
+    batch, heads, s_q, head_dim = q.shape
+    o = launch.new_output(q)
+    o_target = launch.kernel_target(o)
+    o32 = None
+    if keep_fp32_o:
+        o32 = o_target if o_target.dtype == torch.float32 else launch.new_output(q, torch.float32)
+    store_o32 = o32 is not None and o32 is not o_target
+    o32_ptr = o32 if store_o32 else o_target   # not written unless STORE_O32
+    lse = torch.empty(batch * heads, s_q, device=q.device, dtype=torch.float32)
+    pad = launch.padded_head_dim(head_dim)
+    grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
+    options = dict(HEAD_DIM=pad, CAUSAL=causal, NEG_SCALE=scale < 0, STORE_O32=store_o32,
+                   **launch.kernel_options(q), **_FIXED_BLOCKS)
+    if tma is None:
+        tma = tma_reason(dict(q=q, k=k, v=v, o=o_target, o32=o32_ptr), _capability(q), INTERPRETED,
+                         TensorDescriptor is not None) is None
+    if tma:
+        block_m, block_n = _FIXED_BLOCKS.get("BLOCK_M", 16), _FIXED_BLOCKS.get("BLOCK_N", 16)
+        descriptors = [_descriptor(t, rows, pad) for t, rows in
+                       ((q, block_m), (k, block_n), (v, block_n), (o_target, block_m), (o32_ptr, block_m))]
+        sizes = {name: value for name, value in launch.sizes(q, k).items() if name != "D"}
+        with launch.launching(globals()):
+            attn_fwd_tma[grid](*descriptors, lse, _forward_qk_scale(scale), **sizes,
+                               ELEMENT_BYTES=q.element_size(), **options)
+    else:
+        with launch.launching(globals()):
+            attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
+                           *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
+                           **launch.sizes(q, k), PAD_D=pad != head_dim, **options)
+    return launch.finish(o, o_target), lse, o32
+
+
+# --------------------------------------------------------------------------------------
+# 4. Autograd, and the registry entry
+# --------------------------------------------------------------------------------------
+
+class FlashAttention(torch.autograd.Function):
+    """Autograd wrapper: the forward saves O and the log-sum-exp, not the S×S probabilities.
+
+    In 16 bits it saves O in float32 (the value before rounding), so that the backward's
+    Delta = rowsum(dO·O) is exact; ``for_backward`` is False when no gradient will be asked
+    for (no_grad, inference), and then nothing extra is written or kept.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float, for_backward: bool = True):
+        o, lse, o32 = flash_forward(q, k, v, causal, scale, keep_fp32_o=for_backward)
+        if for_backward:
+            ctx.save_for_backward(q, k, v, o32, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o32, lse = ctx.saved_tensors
+        dq, dk, dv = flash_backward(q, k, v, o32, lse, do, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def requirement(device: torch.device) -> Reason:
+    """Why the Triton kernels cannot run on ``device`` (None if they can)."""
+    if TRITON_MISSING:
+        return TRITON_MISSING
+    if device.type == "cpu":
+        if INTERPRETED:
+            return None
+        why = ("TRITON_INTERPRET=0 turned off" if interpreter.asked() is False
+               else "is off where a GPU is visible")
+        return (f"runs CPU tensors only in Triton's interpreter, which {why} "
+                "(set TRITON_INTERPRET=1 before importing kernels to use it)")
+    if device.type == "cuda":
+        return needs_cuda(device)
+    return f"runs on CUDA GPUs (or on the CPU in Triton's interpreter), not on {device.type}"
+
+
+@register("triton", order=60, requires=requirement, slow_on_cpu=True, head_dims=HEAD_DIMS,
+          dtypes=(torch.float16, torch.bfloat16, torch.float32))
+def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
+    """FlashAttention-2 written in Triton (forward and backward; the interpreter on CPU)."""
+    if scale is None:  # the registry always passes a float; this is for direct calls
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    for_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return FlashAttention.apply(q, k, v, causal, scale, for_backward)
+

@@ -1,0 +1,256 @@
+"""Write every notebook of the book from its source here, a plain Python file in percent format.
+
+    python -m tools.book.convert           # notebooks/**/*.py -> book/**/*.ipynb
+    python -m tools.book.convert --check   # exit 1 if a book notebook differs from its source
+
+Why sources: a reviewable diff, no outputs to strip, and one place for the conventions every
+notebook shares (Colab asks for a GPU runtime; the install and parameters cells fold behind a
+toggle in the book). Edit the .py, then convert; `make test` fails if the two disagree.
+
+Format: ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell whose lines start
+with ``# ``, and ``tags=[...]`` after ``# %%`` tags the cell. Two cells every notebook shares
+are written here, not in each source:
+
+- ``# %% [install]``: installs the course in Colab, from the repository URL of ``_config.yml``.
+- ``# %% [parameters]``: the cell papermill replaces, with the defaults of the ``cpu`` profile
+  of ``book/params.yml`` and ``trace_dir``; lines under the marker are added to it (an
+  exercise's ``solutions = False``).
+
+Conventions applied to every cell:
+
+- a MyST ``:::{dropdown}`` (hints) becomes an HTML ``<details>``, which folds in Jupyter and
+  Colab as well as in the book;
+- ``#| caption: ...`` and ``#| alt: ...`` lines in a code cell make its figure a numbered
+  figure with that caption and alt text (myst-nb's ``figure`` and ``image`` cell metadata);
+- a cell tagged ``solution`` folds in the book behind "Solution" (and in Colab as a form);
+- the first code cell after the parameters, the imports and ``setup(device, dtype)``, folds
+  in the book behind a labelled toggle (its output stays visible).
+
+Each exercise is also written as a learner's copy, ``book/exercises/unsolved/NN.ipynb``: the
+solutions replaced by a link to the page that shows them. The page's download button serves
+it (``tools.book.execute.stage``) and the page links it in Colab.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from tools.book.layout import ROOT, UNSOLVED
+
+SOURCES = ROOT / "notebooks"
+BOOK = ROOT / "book"
+REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+_VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+if _VERSION is None:
+    raise SystemExit("pyproject.toml has no version line: the install cell names the release by it")
+VERSION = _VERSION.group(1)
+RELEASE = f"v{VERSION}"  # the tag of this version's release: what a reader's install gets, not main
+PACKAGE = "attention-profiled"
+# By name from the package index first; from the release's tag in the repository when the index
+# does not have it (a tag whose upload has not happened: .github/workflows/release.yml).
+INSTALL = f"""# In Colab, or anywhere the course is not installed yet, install its release {RELEASE}.
+import sys
+try:
+    import kernels.trace.record
+except ImportError:
+    !{{sys.executable}} -m pip install --quiet "{PACKAGE}=={VERSION}" || {{sys.executable}} -m pip install --quiet "{PACKAGE} @ git+{REPOSITORY}@{RELEASE}\""""
+# The parameters a reader gets outside the runner: the GPU when there is one (Colab), else the CPU.
+READER_DEFAULTS = {"device": "auto", "dtype": "auto"}
+# How the book labels the shared cells it folds away (myst-nb's code_prompt_show).
+PROMPTS = {"install": "Show how this page installs the course", "parameters": "Show this page's parameters",
+           "setup": "Show the imports and the device setup",
+           "solution": "Solution"}
+HIDE_PROMPTS = {"solution": "Hide the solution"}
+# MyST's dropdown renders only in the built book; HTML <details> folds in Jupyter and Colab too.
+DROPDOWN = re.compile(r"^:::\{dropdown\}[ \t]*(.*?)\n(.*?)\n:::[ \t]*$", re.M | re.S)
+METADATA = {
+    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+    "language_info": {"name": "python"},
+    # Colab opens the notebook on a GPU runtime when one is free (the GPU lane of the traces).
+    "accelerator": "GPU",
+    "colab": {"gpuType": "T4", "provenance": []},
+}
+
+
+def parameters(extra: str) -> str:
+    """The parameters cell: the cpu profile's values, as the runner would inject them."""
+    defaults = {**yaml.safe_load((BOOK / "params.yml").read_text())["cpu"], **READER_DEFAULTS}
+    lines = ["# Parameters: the runner (python -m tools.book.execute) replaces these with a device profile;",
+             '# run by hand, "auto" takes the GPU when there is one.']
+    lines += [f"{name} = {value!r}".replace("'", '"') for name, value in defaults.items()]
+    lines += ['trace_dir = "traces"'] + ([extra] if extra else [])
+    return "\n".join(lines)
+
+
+def details(markdown: str) -> str:
+    """Each MyST dropdown in ``markdown`` as an HTML <details>: folded in the book, Jupyter and Colab."""
+    return DROPDOWN.sub(lambda m: f'<details class="ap-hint">\n<summary>{m.group(1).strip()}</summary>\n\n'
+                                  f"{m.group(2).strip()}\n\n</details>", markdown)
+
+
+def caption_options(body: str) -> tuple[str, dict]:
+    """A figure cell's ``#| caption: ...`` and ``#| alt: ...`` lines, taken out of its code.
+
+    They become myst-nb's cell metadata: the figure drawn by the cell is shown as a numbered
+    figure with that caption (what to see in it) and that alt text (what it shows, for a reader
+    who cannot see it).
+    """
+    options, kept = {}, []
+    for line in body.splitlines():
+        found = re.match(r"^#\|\s*(caption|alt|name):\s*(.+)$", line)
+        if found:
+            options[found.group(1)] = found.group(2).strip()
+        else:
+            kept.append(line)
+    if options and not {"caption", "alt"} <= set(options):
+        raise SystemExit(f"a figure cell needs both '#| caption:' and '#| alt:' lines: {body[:80]!r}")
+    return "\n".join(kept), options
+
+
+def cell_from(header: str, body: str):
+    body = body.strip("\n")
+    if "[install]" in header:
+        body = INSTALL
+    elif "[parameters]" in header:
+        body, header = parameters(body), header + ' tags=["parameters"]'
+    found = re.findall(r"tags=\[([^\]]*)\]", header)
+    tags = [t.strip().strip("\"'") for t in found[0].split(",")] if found else []
+    if "[markdown]" in header:
+        lines = (line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line
+                 for line in body.splitlines())
+        cell = nbformat.v4.new_markdown_cell(details("\n".join(lines)))
+    else:
+        body, figure = caption_options(body)
+        if "solution" in tags:  # Colab ignores hide-input but folds a form cell to its title
+            body = "#@title A solution (double-click to show it)\n" + body
+        cell = nbformat.v4.new_code_cell(body)
+        if "solution" in tags:
+            cell.metadata["cellView"] = "form"
+        shared = "install" if "pip install" in body else "parameters" if "parameters" in tags else None
+        if shared:
+            tags.append("hide-cell")  # collapsed behind a labelled toggle in the book; as is in Jupyter
+        folded = shared or ("solution" if "solution" in tags else None)
+        if folded:
+            cell.metadata["mystnb"] = {"code_prompt_show": PROMPTS[folded],
+                                       "code_prompt_hide": HIDE_PROMPTS.get(folded, "Hide")}
+        if figure:
+            cell.metadata.setdefault("mystnb", {}).update(
+                {"figure": {"caption": figure["caption"], **({"name": figure["name"]} if "name" in figure else {})},
+                 "image": {"alt": figure["alt"]}})
+    if tags:
+        cell.metadata["tags"] = tags
+    return cell
+
+
+def fold_setup(cells) -> None:
+    """Fold the page's first code cell after the parameters (imports and ``setup(device, dtype)``:
+    the course's bookkeeping, not what the page teaches) behind a labelled toggle in the book;
+    its output (the device it runs on) stays visible."""
+    after = next((i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), None)
+    first = next((c for c in cells[after + 1:] if c.cell_type == "code"), None) if after is not None else None
+    if first is None or "setup(device, dtype)" not in first.source:
+        return
+    tags = first.metadata.setdefault("tags", [])
+    if "hide-input" not in tags:
+        tags.append("hide-input")
+    first.metadata["mystnb"] = {"code_prompt_show": PROMPTS["setup"], "code_prompt_hide": "Hide"}
+
+
+def github(path: str) -> str:
+    """The repository's page for ``path`` (relative to the repository's root)."""
+    return f"{REPOSITORY}/blob/main/{path}"
+
+
+def colab(path: str) -> str:
+    return "https://colab.research.google.com/github/" + github(path).removeprefix("https://github.com/")
+
+
+def is_exercise(source: Path) -> bool:
+    return source.relative_to(SOURCES).parts[0] == "exercises"
+
+
+def learner_links(where: str) -> str:
+    """The exercise page's pointer to its learner copy (``where``: that copy, from the repository's root)."""
+    return (f"**To answer it yourself**, take the copy without solutions: [open it in Colab]({colab(where)}), "
+            f"[see it on GitHub]({github(where)}), or use this page's download button. This page shows the "
+            "course's solutions, folded under each task (**Solution**).")
+
+
+def learner_cell(cell, page: str):
+    """One cell of an exercise's learner copy: a solution becomes a pointer to the page that shows it;
+    links relative to the book become links to the repository (the copy is read anywhere)."""
+    if "solution" in cell.metadata.get("tags", []):
+        return nbformat.v4.new_markdown_cell(f"*The course's solution to this task is on [the exercise's page]({github(page)}).*")
+    if "parameters" in cell.metadata.get("tags", []):  # the comment on running the solutions goes with them
+        cell = nbformat.from_dict(dict(cell))
+        cell.source = "\n".join(line for line in cell.source.splitlines() if "solutions = True" not in line)
+        return cell
+    if cell.cell_type == "markdown":
+        cell = nbformat.from_dict(dict(cell))
+        folder = Path(page).parent.as_posix()
+        cell.source = re.sub(r"\]\((?!https?:|#)([^)\s]+\.ipynb)\)",
+                             lambda m: f"]({github(os.path.normpath(f'{folder}/{m.group(1)}'))})", cell.source)
+    return cell
+
+
+def notebook(source: Path, learner: bool = False) -> str:
+    """The notebook ``source`` becomes, as the exact text written to disk; ``learner``: an
+    exercise's copy without its solutions (what a learner downloads or opens in Colab)."""
+    parts = re.split(r"^# %%(.*)$", source.read_text(), flags=re.M)
+    nb = nbformat.v4.new_notebook(metadata=METADATA)
+    nb.cells = [cell_from(h, b) for h, b in zip(parts[1::2], parts[2::2])]
+    fold_setup(nb.cells)
+    page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
+    if learner:
+        nb.cells = [learner_cell(c, page) for c in nb.cells]
+    elif is_exercise(source):
+        nb.cells.insert(1, nbformat.v4.new_markdown_cell(learner_links(unsolved_path(page))))
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"c{i:02d}"
+    return nbformat.writes(nb) + "\n"
+
+
+def unsolved_path(page: str) -> str:
+    """Where an exercise page's learner copy lives, from the repository's root."""
+    return (Path(page).parent / UNSOLVED / Path(page).name).as_posix()
+
+
+def pairs():
+    """(source, notebook path) for every source under notebooks/."""
+    for source in sorted(SOURCES.rglob("*.py")):
+        yield source, BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")
+
+
+def written():
+    """(source, notebook path, learner) for every notebook written: each source's book notebook,
+    and each exercise's learner copy beside it in unsolved/."""
+    for source, target in pairs():
+        yield source, target, False
+        if is_exercise(source):
+            yield source, target.parent / UNSOLVED / target.name, True
+
+
+def main(argv=None) -> int:
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    stale = []
+    for source, target, learner in written():
+        text = notebook(source, learner)
+        if check:
+            if not target.exists() or target.read_text() != text:
+                stale.append(target)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print("wrote", target.relative_to(BOOK.parent))
+    for target in stale:
+        print(f"{target.relative_to(BOOK.parent)} differs from its source: run `python -m tools.book.convert`")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The executed book as HTML: Jupyter Book builds the runner's executed copy, nothing re-runs.
+
+``python -m tools.book.execute --build`` (``make book``) and the book's tests call ``build(out)``
+once ``tools.book.execute`` has executed every notebook into ``out``. The build runs with
+execution off and warnings as errors, so the pages show exactly what that run computed, and
+then completes what the pages link to:
+
+* ``stage_mathjax(out)``: MathJax copied into the book's static files, so pages typeset
+  math without a network;
+* the traces each notebook wrote, published beside the pages (``tools.book.publish.publish``);
+* ``serve_unsolved(out, html)``: each exercise page's download button serves the exercise
+  unsolved, from the copies ``tools.book.execute.stage`` keeps.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from tools.book import publish
+from tools.book.layout import ROOT, UNSOLVED
+
+
+def stage_mathjax(out: Path) -> Path:
+    """Copy MathJax (from the jupyter-server-mathjax package) into the book's static files,
+    where ``mathjax_path`` in _config.yml finds it: pages then typeset math offline."""
+    try:
+        import jupyter_server_mathjax
+    except ImportError as err:
+        raise SystemExit("building the book needs MathJax from the jupyter-server-mathjax package: "
+                         "pip install -r requirements.txt") from err
+    src = Path(jupyter_server_mathjax.__file__).parent / "static"
+    dst = Path(out) / "book" / "_static" / "mathjax"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("localization", "*.py"))
+    return dst
+
+
+def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) -> Path:
+    """Build the executed copy with Jupyter Book (execution off, warnings as errors)."""
+    import subprocess
+
+    stage_mathjax(out)
+
+    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+           "build", str(out), "--path-output", str(html_parent), "-W", "-n", "--keep-going"]
+    print("Building HTML: jupyter-book", " ".join(cmd[3:]), flush=True)
+    subprocess.run(cmd, check=True)
+    html = html_parent / "_build" / "html"
+    print(f"Published {len(publish.publish(out, html))} trace(s) with the HTML", flush=True)
+    print(f"Exercise downloads: {len(serve_unsolved(out, html))} unsolved notebook(s)", flush=True)
+    return html
+
+
+def serve_unsolved(out: Path, html: Path) -> list[Path]:
+    """Make each exercise page's download button serve the unsolved notebook.
+
+    The page shows the book as executed, with the hidden solutions run; a learner who
+    downloads it should get the exercise itself, where an empty answer fails its check.
+    """
+    served = []
+    for unsolved in sorted((out / UNSOLVED).rglob("*.ipynb")):
+        target = html / "_sources" / unsolved.relative_to(out / UNSOLVED)
+        if target.exists():
+            shutil.copy2(unsolved, target)
+            served.append(target)
+    return served
