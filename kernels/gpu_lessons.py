@@ -88,12 +88,12 @@ def triton_forward_lanes(steps: Mapping[str, Step], fwd_name: str, want_grid: Se
     and Kineto's 48 KiB rule; ``show`` displays the tables (the notebook's ``display``).
     Returns the footprint table ({} for a GPU the occupancy tables do not know)."""
     show(kernel_table(steps["triton"]))
-    row = triton_forward(steps["triton"].kernels, fwd_name, want_grid, want_block)
+    row = triton_forward(steps["triton"].gpu_work, fwd_name, want_grid, want_block)
     try:
         table = {"triton": footprint(row, arch)}
         if "sdpa_flash" in steps:
             show(kernel_table(steps["sdpa_flash"]))
-            table["sdpa_flash"] = footprint(single_kernel(steps["sdpa_flash"].kernels, "SDPA flash"), arch)
+            table["sdpa_flash"] = footprint(single_kernel(steps["sdpa_flash"].gpu_work, "SDPA flash"), arch)
     except ValueError as err:  # a GPU the occupancy tables do not know yet
         print("occupancy not computed:", err)
         return {}
@@ -110,7 +110,7 @@ TRITON_BACKWARD = ("_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq")
 def triton_backward(step: Step, fwd_name: str, show: Callable = print) -> list[str]:
     """Forward + backward of the Triton kernel: four kernels and no memset."""
     show(kernel_table(step))
-    kernels = step.kernels
+    kernels = step.gpu_work
     names = list(launched(kernels)["name"])
     lesson(sorted(names) == sorted([fwd_name, *TRITON_BACKWARD]),
            "forward + backward is four kernels: forward, Δ, dK/dV, dQ", ", ".join(names))
@@ -130,7 +130,7 @@ def ran_at_every_point(frame: pd.DataFrame, impl: str, what: str) -> None:
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
     """One forward of ``cuda_v1``/``cuda_v2`` on the GPU lane: one kernel, with its launcher's
     grid, block and dynamic shared memory; returns its footprint as the trace recorded it."""
-    ks = launched(step.kernels)
+    ks = launched(step.gpu_work)
     version = name.removeprefix("cuda_")
     lesson(len(ks) == 1 and f"flash_{version}_kernel" in ks["name"].iloc[0],
            f"one forward of {name} is one kernel on the GPU lane", names_text(ks))
@@ -166,9 +166,9 @@ def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
     """Each fused SDPA backend launches one kernel per forward; the math backend launches more
     GPU work than the hand-written in-place forward."""
     for n in (n for n in FUSED if n in steps_of):
-        count = len(launched(steps_of[n].kernels))
+        count = len(launched(steps_of[n].gpu_work))
         lesson(count == 1, f"{n} launches one kernel per forward", f"{count} kernels")
-    math_n, inplace_n = len(steps_of["sdpa_math"].kernels), len(steps_of["inplace"].kernels)
+    math_n, inplace_n = len(steps_of["sdpa_math"].gpu_work), len(steps_of["inplace"].gpu_work)
     lesson(math_n > inplace_n, "SDPA's math backend launches more GPU work than the hand-written in-place version",
            f"{math_n} vs {inplace_n}")
 
@@ -215,7 +215,7 @@ def backward_threads(lanes: Mapping[str, Step], source: str) -> pd.DataFrame:
     """Every variant's backward kernels are launched from a thread other than the caller's."""
     rows = []
     for name, s in lanes.items():
-        ks = s.kernels
+        ks = s.gpu_work
         own = ks["thread"] == s.thread[1]
         rows.append({"variant": name, "forward kernels (caller's thread)": int(own.sum()),
                      "backward kernels (engine's thread)": int((~own).sum()),

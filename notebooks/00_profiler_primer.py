@@ -49,7 +49,7 @@ print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
 
 # %%
 src = inspect.getsource(record.profile)
-print(src[src.index("    with quiet_kineto()"):src.index("    return Profile")])
+print(src[src.index("    with quiet_kineto()"):src.index("    return ProfiledRun")])
 
 # %% [markdown]
 # ## Guess first
@@ -249,7 +249,7 @@ links(run)
 # %%
 if device.type == "cuda":
     lesson(run.trace.has_gpu, "a GPU run records a GPU lane of kernels",
-           f"{len(step.kernels)} GPU activities in one step")
+           f"{len(step.gpu_work)} GPU activities in one step")
 else:
     lesson(not run.trace.has_gpu, "a CPU-only run records no GPU lane: ops run where they are dispatched")
 lanes, lane_source, _ = recorded.gpu_lanes(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
@@ -268,9 +268,9 @@ if lanes:
                       else "before the label" for t, e in zip(rows_["ts"], rows_["end"])]
     display(rows_.groupby(["name", "where"])["dur"].agg(["count", "sum"]).rename(
         columns={"count": "calls", "sum": "CPU µs"}).sort_values("CPU µs", ascending=False))
-    kernels_ = gpu_step.kernels[gpu_step.kernels["cat"] == "kernel"]
+    kernels_ = gpu_step.gpu_work[gpu_step.gpu_work["cat"] == "kernel"]
     launches = rows_[rows_["name"].str.contains("LaunchKernel") & (rows_["where"] == "in the label")]
-    lesson(len(launches) >= len(kernels_) and gpu_step.kernels["launcher"].notna().all(),
+    lesson(len(launches) >= len(kernels_) and gpu_step.gpu_work["launcher"].notna().all(),
            "each kernel on the GPU lane has its launch call on the CPU lane",
            f"{len(launches)} launch calls, {len(kernels_)} kernels")
     syncs = rows_[(rows_["name"] == "cudaDeviceSynchronize") & (rows_["where"] == "after the label")]
@@ -283,7 +283,7 @@ if lanes:
         return around.sort_values("depth").iloc[-1]["name"] if not around.empty else None
 
     queries = rows_[rows_["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")]
-    mm_launch = (gpu_step.kernels.loc[gpu_step.kernels["op"] == "aten::mm", "launch_start_us"] + label_ts).min()
+    mm_launch = (gpu_step.gpu_work.loc[gpu_step.gpu_work["op"] == "aten::mm", "launch_start_us"] + label_ts).min()
     if queries.empty:
         print("no occupancy query in this lane's step: this GPU's cuBLAS planned its launch without one")
     else:
@@ -319,7 +319,7 @@ say(a100.credit(a100_trace))
 timeline.timeline(a100_step, title="AlexNet, one forward on an A100 (recorded by HolisticTraceAnalysis)")
 
 # %%
-a100_kernels = a100_step.kernels
+a100_kernels = a100_step.gpu_work
 glue("a100_cpu_ms", round(a100_step.cpu_time_us / 1e3, 1))
 glue("a100_gpu_ms", round(a100_step.gpu_time_us / 1e3, 1))
 glue("a100_work", len(a100_kernels))

@@ -147,7 +147,7 @@ if not lanes:
     print(source)
 else:
     print(f"GPU lane: {source}")
-    gpu = lanes["naive"].kernels
+    gpu = lanes["naive"].gpu_work
     display(tables.kernel_table(lanes["naive"]))
     copies = gpu[gpu["cat"] == "gpu_memcpy"]
     fills = lanes["naive"].find("aten::masked_fill")

@@ -225,9 +225,9 @@ if len(lanes) < 2:
     print(source if not lanes else f"the GPU lane ({source}) has only {', '.join(lanes)}: nothing to compare")
 else:
     print(f"GPU lanes: {source}")
-    activities = {n: len(s.kernels) for n, s in lanes.items()}
-    copies = {n: int((s.kernels["cat"] == "gpu_memcpy").sum()) for n, s in lanes.items()}
-    gone = set(lanes["naive"].kernels["name"]) - set(lanes["inplace"].kernels["name"])
+    activities = {n: len(s.gpu_work) for n, s in lanes.items()}
+    copies = {n: int((s.gpu_work["cat"] == "gpu_memcpy").sum()) for n, s in lanes.items()}
+    gone = set(lanes["naive"].gpu_work["name"]) - set(lanes["inplace"].gpu_work["name"])
     lesson(activities == {"naive": 6, "inplace": 5}, "the GPU lane goes from 6 activities to 5, as on the article's A100",
            f"naive {activities['naive']}, in-place {activities['inplace']}")
     lesson(copies == {"naive": 1, "inplace": 0}, "the activity that disappeared is the copy",

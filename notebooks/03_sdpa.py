@@ -176,7 +176,7 @@ lesson(work_ops["sdpa_math"] > work_ops["inplace"],
        "the math backend dispatches more ops per forward than the hand-written in-place module",
        f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
 if {"sdpa_math", "inplace"} <= set(lanes):
-    n_kernels = {n: int((lanes[n].kernels["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
+    n_kernels = {n: int((lanes[n].gpu_work["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
     print(f"kernels per forward ({lane_source}):", n_kernels)
     lesson(n_kernels["sdpa_math"] > n_kernels["inplace"],
            "the math backend launches more GPU kernels per forward than the in-place module",
@@ -295,7 +295,7 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
 
 # %%
 if "sdpa_math" in lanes:
-    fps = classify_many(lanes["sdpa_math"].kernels["name"])
+    fps = classify_many(lanes["sdpa_math"].gpu_work["name"])
     display(fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70)))
     gemm_dtypes = set(fps.loc[fps["kind"] == "gemm", "dtype"])
     lesson(bool(gemm_dtypes) and not gemm_dtypes & {"bf16", "fp16"},
@@ -327,7 +327,7 @@ lesson(not step["sdpa_math"].find("aten::add_").empty, "and adds it to the score
 
 # %%
 if "sdpa_math" in lanes:
-    tril_kernels = [mentions_op(n, "triu_tril") for n in lanes["sdpa_math"].kernels["name"]]
+    tril_kernels = [mentions_op(n, "triu_tril") for n in lanes["sdpa_math"].gpu_work["name"]]
     lesson(any(tril_kernels), "on the GPU lane the mask shows up as a triu_tril kernel", lane_source)
 
 # %% [markdown]

@@ -256,7 +256,7 @@ if fused:
     rows = []
     for name in fused:
         s = lanes[name]
-        ks = s.kernels[s.kernels["cat"] == "kernel"]
+        ks = s.gpu_work[s.gpu_work["cat"] == "kernel"]
         lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
         kern = ks.iloc[0]
         fp = fingerprint(kern["name"])

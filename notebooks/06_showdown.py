@@ -123,7 +123,7 @@ for name in list(contenders):
 work = {name: s.work_ops() for name, s in steps_of.items()}
 pd.DataFrame({"work ops per forward": {n: len(w) for n, w in work.items()},
               "which": {n: ops_text(w) for n, w in work.items()},
-              **({"GPU activities per forward": {n: len(s.kernels) for n, s in steps_of.items()}} if on_gpu else {})})
+              **({"GPU activities per forward": {n: len(s.gpu_work) for n, s in steps_of.items()}} if on_gpu else {})})
 
 # %%
 # The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
@@ -187,7 +187,7 @@ display(reveal([g for g in guess_memory_order if g in at_seq], by_memory, "conte
 
 glance = pd.DataFrame([{
     "implementation": name,
-    ("GPU activities" if on_gpu else "work ops"): len(steps_of[name].kernels) if on_gpu else len(work[name]),
+    ("GPU activities" if on_gpu else "work ops"): len(steps_of[name].gpu_work) if on_gpu else len(work[name]),
     "median ms": r.median_ms,
     "p10-p90 ms": f"{r.p10_ms:.3g}-{r.p90_ms:.3g}",
     "peak MiB": mib(r.peak_memory_bytes),

@@ -229,7 +229,7 @@ links(runs["naive"])
 
 # %%
 if device.type == "cuda":
-    display(gpu_lessons.compiled_forward(step["naive"].kernels))
+    display(gpu_lessons.compiled_forward(step["naive"].gpu_work))
 else:
     print(f"This run is on {device.type}: no GPU lane here, and no recorded GPU run of this chapter yet. "
           "A name such as these is what the lane would hold:")
@@ -370,7 +370,7 @@ glue("flex_out_mib", f"{mib(q.numel() * q.element_size()):.1f}")
 
 # %%
 if device.type == "cuda":
-    display(gpu_lessons.flex_forward(flex_step.kernels))
+    display(gpu_lessons.flex_forward(flex_step.gpu_work))
 else:
     print(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
           "the compiled region; no GPU lane here, and no recorded GPU run of this chapter yet.")

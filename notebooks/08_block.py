@@ -337,7 +337,7 @@ lesson(hidden_buffers(cstep) < hidden_buffers(estep),
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
 # The order of matmuls and generated kernels: CPU ops on a CPU, the GPU lane's kernels on a GPU.
 # Matmuls are what kernels.trace.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).
-gpu_lessons.gelu_between_matmuls(cstep.kernels if len(cstep.kernels) else cstep.ops)
+gpu_lessons.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
 passes = {"eager or compiled": 4, "fused MLP": 2}   # writes + reads of the [B, S, 4W] tensor per forward
 saved = (passes["eager or compiled"] - passes["fused MLP"]) * hidden_bytes
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")

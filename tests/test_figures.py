@@ -126,7 +126,7 @@ def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
     long = load(tmp_path, stretched(data, 1.5), "long.json.gz").steps("naive")[0]
 
     def span_ms(step):
-        k, ops = step.kernels, step.ops
+        k, ops = step.gpu_work, step.ops
         return max([step.cpu_time_us] + (k["start_us"] + k["dur_us"]).tolist()
                    + (ops["start_us"] + ops["dur_us"]).tolist()) / 1e3
 

@@ -25,9 +25,9 @@ ARCH = occupancy.arch_of(hop.H100["name"])
 def test_the_fixture_is_an_h100_with_work_on_several_streams():
     step = hop.lane("naive", hop.BACKWARD["naive"])
     assert ARCH == "sm_90"
-    assert set(step.kernels["stream"].astype(int)) == {hop.MAIN, hop.SIDE, hop.SIDE2}, "a training step's 3 streams"
-    assert set(step.kernels["cat"]) == {"kernel", "gpu_memcpy", "gpu_memset"}
-    assert {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync"} <= set(step.kernels["launcher"]), \
+    assert set(step.gpu_work["stream"].astype(int)) == {hop.MAIN, hop.SIDE, hop.SIDE2}, "a training step's 3 streams"
+    assert set(step.gpu_work["cat"]) == {"kernel", "gpu_memcpy", "gpu_memset"}
+    assert {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync"} <= set(step.gpu_work["launcher"]), \
         "every launch is linked to its runtime call, cudaLaunchKernelExC (H100's cuBLAS) included"
 
 
@@ -36,9 +36,9 @@ def test_the_fixture_is_an_h100_with_work_on_several_streams():
 def test_chapter4_forward_lane_footprint_and_kineto_rule():
     block_m, warps = 128, 8
     step = hop.lane("triton", hop.triton_forward(B, H, S, block_m, warps))
-    row = gpu_lessons.triton_forward(step.kernels, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
+    row = gpu_lessons.triton_forward(step.gpu_work, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
                                      [32 * warps, 1, 1])
-    flash = gpu_lessons.single_kernel(hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"]).kernels, "SDPA flash")
+    flash = gpu_lessons.single_kernel(hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"]).gpu_work, "SDPA flash")
     table = {"triton": gpu_lessons.footprint(row, ARCH), "sdpa_flash": gpu_lessons.footprint(flash, ARCH)}
     assert table["triton"]["trace's estimate %"] == 0, "114688 B of shared memory: Kineto reads 0%"
     assert table["triton"]["occupancy (ours) %"] > 0, "while the real limit (227 KiB on sm_90) lets it run"
@@ -60,10 +60,10 @@ def test_chapter4_forward_cell_on_its_lanes(capsys):
 
 def test_chapter4_forward_lane_fails_on_the_wrong_grid_or_a_second_kernel():
     step = hop.lane("triton", hop.triton_forward(B, H, S, 128, 8))
-    ks = step.kernels
+    ks = step.gpu_work
     with pytest.raises(LessonFailed, match="no copy or memset"):
         copied = hop.triton_forward(B, H, S, 128, 8) + [hop.copy("aten::copy_", hop.HTOD)]
-        gpu_lessons.triton_forward(hop.lane("triton", copied).kernels, "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
+        gpu_lessons.triton_forward(hop.lane("triton", copied).gpu_work, "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
     with pytest.raises(LessonFailed, match="grid is"):
         gpu_lessons.triton_forward(ks, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, 64), [256, 1, 1])
     with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
@@ -127,7 +127,7 @@ def steps_of(**replace):
 
 def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
     lanes = steps_of()
-    assert (lanes["sdpa_cudnn"].kernels["launcher"] == "cuLaunchKernelEx").any(), "cuDNN launches via the driver"
+    assert (lanes["sdpa_cudnn"].gpu_work["launcher"] == "cuLaunchKernelEx").any(), "cuDNN launches via the driver"
     gpu_lessons.fused_one_kernel_math_more(lanes)
     with pytest.raises(LessonFailed, match="sdpa_efficient launches one kernel"):
         gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_efficient=hop.FUSED["sdpa_efficient"] * 2))
@@ -138,29 +138,29 @@ def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
 # ---- chapter 7 -----------------------------------------------------------------------------
 
 def test_chapter7_compiled_and_flex_lanes():
-    table = gpu_lessons.compiled_forward(hop.lane("compiled_naive", hop.COMPILED_NAIVE).kernels)
+    table = gpu_lessons.compiled_forward(hop.lane("compiled_naive", hop.COMPILED_NAIVE).gpu_work)
     assert list(table["kind"]) == ["gemm", "softmax", "gemm"], "nvjet GEMMs around Inductor's softmax"
-    gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_FLEX).kernels)
+    gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_FLEX).gpu_work)
     with pytest.raises(LessonFailed, match="no copy"):
-        gpu_lessons.compiled_forward(hop.lane("c", hop.COMPILED_NAIVE + [hop.copy("aten::clone")]).kernels)
+        gpu_lessons.compiled_forward(hop.lane("c", hop.COMPILED_NAIVE + [hop.copy("aten::clone")]).gpu_work)
     with pytest.raises(LessonFailed, match="Triton kernels"):
-        gpu_lessons.compiled_forward(hop.lane("eager", hop.INPLACE).kernels)
+        gpu_lessons.compiled_forward(hop.lane("eager", hop.INPLACE).gpu_work)
     with pytest.raises(LessonFailed, match="one FlexAttention template"):
-        gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_NAIVE).kernels)
+        gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_NAIVE).gpu_work)
 
 
 # ---- chapter 8 -----------------------------------------------------------------------------
 
 def test_chapter8_gelu_between_two_hopper_gemms():
-    names = gpu_lessons.gelu_between_matmuls(hop.lane("compiled_block", hop.COMPILED_BLOCK).kernels)
+    names = gpu_lessons.gelu_between_matmuls(hop.lane("compiled_block", hop.COMPILED_BLOCK).gpu_work)
     assert names.count("triton_poi_fused_gelu_view_2") == 1 and len(names) == 5, names
-    gpu_lessons.gelu_between_matmuls(hop.lane("block", hop.EAGER_BLOCK_MLP).kernels)
+    gpu_lessons.gelu_between_matmuls(hop.lane("block", hop.EAGER_BLOCK_MLP).gpu_work)
 
 
 def test_chapter8_the_old_regex_misses_hopper_gemms():
     """What the chapter did before: `gemm|sgemm|cutlass` finds no nvjet GEMM, so fc_in and fc_out
     vanish and the lesson would have failed on the first Hopper run."""
-    lane = hop.lane("compiled_block", hop.COMPILED_BLOCK).kernels
+    lane = hop.lane("compiled_block", hop.COMPILED_BLOCK).gpu_work
     old = lane["name"].str.contains("gemm|sgemm|cutlass", case=False)
     assert not old[lane["name"].str.startswith("nvjet")].any()
     with pytest.raises(LessonFailed):

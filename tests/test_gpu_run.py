@@ -332,7 +332,7 @@ def test_trim_keeps_the_labelled_steps_and_their_gpu_work():
     names = {e.get("name") for e in trimmed["traceEvents"]}
     assert "warmup_kernel" not in names and "aten::empty" not in names, "work outside the labels goes"
     before, after = reader.Trace(raw).steps("naive"), reader.Trace(trimmed).steps("naive")
-    assert [len(s.kernels) for s in after] == [len(s.kernels) for s in before] == [6, 6]
+    assert [len(s.gpu_work) for s in after] == [len(s.gpu_work) for s in before] == [6, 6]
     assert [len(s.ops) for s in after] == [len(s.ops) for s in before]
     kept = [e.get("name") for e in trimmed["traceEvents"]]
     assert kept.count("cudaDeviceSynchronize") == 2 and kept.count("Activity Buffer Request") == 1, \

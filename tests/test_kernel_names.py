@@ -45,7 +45,7 @@ def real_kernels() -> dict[str, set[str]]:
     for path in paths:
         with warnings.catch_warnings():  # one trace holds CUPTI range-profiler events the reader says it skips
             warnings.simplefilter("ignore", UserWarning)
-            kernels = reader.load_trace(path).whole().kernels
+            kernels = reader.load_trace(path).whole().gpu_work
         launched = kernels[kernels["cat"] == "kernel"]
         for name, op in zip(launched["name"], launched["op"]):
             found.setdefault(name, set()).add(str(op))

@@ -121,7 +121,7 @@ def test_gpu_kernels_linked_to_their_launch(gpu_trace):
     assert gpu_trace.has_gpu
     steps = gpu_trace.steps("naive")
     assert len(steps) == 2
-    k = steps[1].kernels
+    k = steps[1].gpu_work
     assert k["name"].tolist() == [row[2] for row in NAIVE_A100]
     assert k["op"].tolist() == [row[0] for row in NAIVE_A100]
     assert k["launcher"].tolist()[2] == "cudaMemcpyAsync"
@@ -136,7 +136,7 @@ def test_gpu_step_summary(gpu_trace):
     assert s["kernels"] == 5 and s["memcpy/memset"] == 1
     assert s["gpu_time_ms"] == pytest.approx((2 * 25 + 4 * 12) / 1e3)
     # the label ends when the CPU finished launching, long before the GPU finished
-    assert step.kernels["start_us"].add(step.kernels["dur_us"]).max() > step.cpu_time_us
+    assert step.gpu_work["start_us"].add(step.gpu_work["dur_us"]).max() > step.cpu_time_us
     table = tables.kernel_table(step)
     assert table["launched by"].tolist()[2] == "aten::masked_fill"
 
@@ -148,8 +148,8 @@ def test_gpu_timeline_has_a_gpu_lane(gpu_trace):
 
 def test_kernels_of_other_steps_are_not_mixed_in(gpu_trace):
     a, b = gpu_trace.steps("naive")
-    assert len(a.kernels) == len(b.kernels) == 6
-    assert a.kernels["start_us"].max() < b.range["ts"] - a.range["ts"]
+    assert len(a.gpu_work) == len(b.gpu_work) == 6
+    assert a.gpu_work["start_us"].max() < b.range["ts"] - a.range["ts"]
 
 
 def test_work_ops_are_the_ops_that_compute(cpu_runs):

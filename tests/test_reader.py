@@ -133,7 +133,7 @@ def test_the_borrowed_gpu_lane_says_who_recorded_it_on_which_gpu_from_the_trace_
     assert "NVIDIA A100" in credit and "HolisticTraceAnalysis" in credit and "MIT" in credit, credit
     assert (borrowed.root() / "LICENSE-HolisticTraceAnalysis").exists(), "the licence notice travels with the trace"
     step = lane.step()
-    assert len(step.kernels) > 0 and step.kernels["stream"].nunique() >= 2, "a GPU lane, on two streams"
+    assert len(step.gpu_work) > 0 and step.gpu_work["stream"].nunique() >= 2, "a GPU lane, on two streams"
     with pytest.raises(KeyError, match="no step labelled 'no such label'"):
         borrowed.Borrowed(lane.file, "no such label", "", "", "", "").step()
 

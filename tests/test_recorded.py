@@ -31,7 +31,7 @@ def test_the_import_is_what_the_loader_reads(recording):
     assert rec.label.startswith("recorded on NVIDIA A100-SXM4-80GB on 2026-11-30 04:00 UTC")
     assert "commit 0123456789" in rec.label, "a recorded lane is labelled with its commit"
     step = rec.trace("01_naive", "naive").steps("naive")[0]
-    assert len(step.kernels) == 6 and step.kernels["cat"].eq("gpu_memcpy").sum() == 1
+    assert len(step.gpu_work) == 6 and step.gpu_work["cat"].eq("gpu_memcpy").sum() == 1
     primer = rec.trace("00_profiler_primer", "mlp_step")
     runtime = set(primer.spans.loc[primer.spans["cat"].isin(["cuda_runtime", "overhead"]), "name"])
     assert {"cudaDeviceSynchronize", "Activity Buffer Request", "cudaOccupancyMaxActiveBlocksPerMultiprocessor"} <= runtime, \
@@ -43,7 +43,7 @@ def test_lanes_on_a_cpu_come_from_the_recording(recording):
                                                    root=recording)
     assert sorted(lanes) == ["sdpa_cudnn", "sdpa_flash"], "variants the recording lacks are left out"
     assert source.startswith("recorded on NVIDIA A100") and capability == (8, 0)
-    assert lanes["sdpa_cudnn"].kernels.iloc[0]["launcher"] == "cuLaunchKernelEx"
+    assert lanes["sdpa_cudnn"].gpu_work.iloc[0]["launcher"] == "cuLaunchKernelEx"
 
 
 def test_no_recording_says_so(tmp_path):

@@ -127,5 +127,5 @@ def test_per_step_totals_agree_with_hta(path, hta_frames):
     theirs = totals(gpu, "iteration")
     steps = load_trace(path).profiler_steps()
     assert steps, "these traces have ProfilerSteps"
-    ours = {int(s.label.split("#")[1]): (len(s.kernels), float(s.kernels["dur_us"].sum())) for s in steps}
+    ours = {int(s.label.split("#")[1]): (len(s.gpu_work), float(s.gpu_work["dur_us"].sum())) for s in steps}
     assert_agree(ours, theirs, ns_resolution(path), "ProfilerStep#")

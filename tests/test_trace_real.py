@@ -70,7 +70,7 @@ def labelled_ranges(events: list[dict]) -> dict:
 
 
 def reader_work(step) -> dict:
-    k = step.kernels
+    k = step.gpu_work
     return {"counts": {c: int((k["cat"] == c).sum()) for c in GPU_WORK}, "gpu_us": step.gpu_time_us}
 
 
@@ -127,7 +127,7 @@ def test_work_launched_by_another_thread_is_counted():
     tr = load_trace(NS_TRACE)
     for step in tr.profiler_steps():
         own = step.thread[1]
-        launched_elsewhere = step.kernels[step.kernels["thread"] != own]
+        launched_elsewhere = step.gpu_work[step.gpu_work["thread"] != own]
         assert len(launched_elsewhere) > 100, "the autograd thread launches the backward's kernels"
         r = step.range
         threads = {str(e["tid"]) for e in events if e.get("cat") == "cpu_op" and r["ts"] <= e["ts"] <= r["end"]}
@@ -144,9 +144,9 @@ def test_work_launched_by_another_thread_is_counted():
 def test_a_backward_kernel_belongs_to_the_range_on_the_main_thread():
     tr = load_trace(BACKWARD)
     step = tr.steps("## backward ##")[0]
-    assert len(step.kernels) == 1 and step.kernels.iloc[0]["thread"] == "24922", \
+    assert len(step.gpu_work) == 1 and step.gpu_work.iloc[0]["thread"] == "24922", \
         "the kernel was launched by the backward thread, inside the main thread's label"
-    assert step.kernels.iloc[0]["op"] == "aten::mm", "its launching op is the innermost op of the launching thread"
+    assert step.gpu_work.iloc[0]["op"] == "aten::mm", "its launching op is the innermost op of the launching thread"
     table = tables.op_table(step)
     assert "thread" in table and set(table["thread"]) == {"24922"}, "op_table says which thread ran each op"
 
@@ -161,7 +161,7 @@ def test_flows_link_where_present_correlation_otherwise():
 def test_a_triton_kernel_launched_through_the_driver():
     tr = load_trace(DATA / "hta_triton_example_triton_example.json.gz")
     (step,) = tr.profiler_steps()
-    assert step.kernels["launcher"].tolist() == ["cuLaunchKernel"], "cuda_driver launches count as launches"
+    assert step.gpu_work["launcher"].tolist() == ["cuLaunchKernel"], "cuda_driver launches count as launches"
 
 
 def test_one_timeline_lane_per_gpu_stream():
@@ -218,7 +218,7 @@ def test_an_old_format_record_function_range_is_a_step():
     label = next(e for e in raw if e["name"] == "## backward ##")
     events = as_legacy(raw) + [{**label, "cat": "Operator"}]  # what a user_annotation was then
     (step,) = load_trace({"traceEvents": events}).steps("## backward ##")
-    assert len(step.kernels) == 1 and "## backward ##" not in set(step.ops["name"]), \
+    assert len(step.gpu_work) == 1 and "## backward ##" not in set(step.ops["name"]), \
         "the range is the step, not one of its own ops"
 
 
@@ -371,7 +371,7 @@ def touching_steps():
 def test_an_event_on_the_boundary_of_two_touching_steps_belongs_to_the_later_one():
     first, second = load_trace(touching_steps()).profiler_steps()
     assert first.ops["name"].tolist() == ["aten::mm"] and "aten::add" in second.ops["name"].tolist()
-    assert first.kernels.empty and second.kernels["name"].tolist() == ["gemm_kernel"]
+    assert first.gpu_work.empty and second.gpu_work["name"].tolist() == ["gemm_kernel"]
     assert first.memory.empty and second.memory["bytes"].tolist() == [64]
 
 
@@ -387,6 +387,6 @@ def test_missing_launchers_and_ops_are_none_not_nan():
             {"ph": "X", "name": "late_kernel", "cat": "kernel", "ts": 190, "dur": 5, "pid": 0, "tid": 7,
              "args": {"correlation": 2, "stream": 7, "device": 0}}]
     step = load_trace({"traceEvents": raw["traceEvents"] + late}).profiler_steps()[1]
-    kernels = step.kernels.set_index("name")
+    kernels = step.gpu_work.set_index("name")
     assert kernels.loc["late_kernel", "op"] is None, "a kernel whose launch is under no op has op None"
     assert kernels.loc["gemm_kernel", "op"] == "aten::add"

@@ -142,7 +142,7 @@ def test_links_point_at_the_trace_relative_to_the_notebook(tmp_path, monkeypatch
     assert "traces/03_demo/mm.json.gz" in repr(link)
     with pytest.raises(FileNotFoundError, match="no trace"):
         links.links("traces/none.json.gz")
-    with pytest.raises(TypeError, match="Profile"):
+    with pytest.raises(TypeError, match="ProfiledRun"):
         links.links(42)
 
 
@@ -220,4 +220,4 @@ def test_diff_matches_gpu_kernels_by_name_and_launch_shape():
     d = tracediff.diff(first, second)
     gone = d.changed()
     assert list(gone["kind"]) == ["GPU"] and gone.iloc[0]["name"].startswith("Memcpy DtoD")
-    assert gone.iloc[0]["only_in"] == "a" and (d.kernels["count_a"].sum(), d.kernels["count_b"].sum()) == (6, 5)
+    assert gone.iloc[0]["only_in"] == "a" and (d.gpu_work["count_a"].sum(), d.gpu_work["count_b"].sum()) == (6, 5)

@@ -308,9 +308,9 @@ _OP_NAMES = sorted(["softmax", "masked_fill", "mul", "div", "add", "sub", "exp",
 
 
 def generated_kernels(step) -> "pandas.DataFrame":  # noqa: F821
-    """The rows of ``step.ops`` (CPU) or ``step.kernels`` (GPU) that Inductor generated, with the
+    """The rows of ``step.ops`` (CPU) or ``step.gpu_work`` (GPU) that Inductor generated, with the
     ops each name says it fused (column ``fused``)."""
-    table = step.kernels if len(step.kernels) else step.ops
+    table = step.gpu_work if len(step.gpu_work) else step.ops
     rows = table[table["name"].str.contains(GENERATED)].copy()
     rows["fused"] = [fused_ops(n) for n in rows["name"]]
     return rows

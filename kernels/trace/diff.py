@@ -58,7 +58,7 @@ def _op_groups(step: Step) -> pd.DataFrame:
 
 def _kernel_groups(step: Step) -> pd.DataFrame:
     """One row per (kernel name, grid × block) of the step's GPU work: count and GPU time."""
-    k = step.kernels
+    k = step.gpu_work
     columns = ["name", "shapes", "count", "time_us", "alloc_bytes"]
     if k.empty:
         return pd.DataFrame(columns=columns)
@@ -90,7 +90,7 @@ def _compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 class StepDiff:
     """What ``diff(a, b)`` returns. Changes are *b minus a*.
 
-    ``ops`` and ``kernels`` hold one row per matched (name, shapes) with ``count_a``,
+    ``ops`` and ``gpu_work`` hold one row per matched (name, shapes) with ``count_a``,
     ``count_b``, ``time_us_a``/``_b`` (self time), ``alloc_bytes_a``/``_b`` and their
     ``*_change``; ``only_in`` is ``"a"``, ``"b"`` or empty; ``substance`` is True where the
     count or the allocated bytes differ (time alone always differs a little).
@@ -101,12 +101,12 @@ class StepDiff:
     label_a: str
     label_b: str
     ops: pd.DataFrame
-    kernels: pd.DataFrame
+    gpu_work: pd.DataFrame
 
     def changed(self) -> pd.DataFrame:
         """Ops and kernels whose count or allocated bytes differ: the substance of the diff.
         (Time alone always differs a little; it is reported, never a reason to list a row.)"""
-        rows = pd.concat([self.ops.assign(kind="op"), self.kernels.assign(kind="GPU")], ignore_index=True)
+        rows = pd.concat([self.ops.assign(kind="op"), self.gpu_work.assign(kind="GPU")], ignore_index=True)
         return rows[rows["substance"]].drop(columns=["substance"]).reset_index(drop=True)
 
     def only_in(self, side: str) -> pd.DataFrame:
@@ -125,7 +125,7 @@ class StepDiff:
 
     def table(self, everything: bool = False) -> pd.DataFrame:
         """The diff for display: by default only the rows of substance."""
-        rows = pd.concat([self.ops.assign(kind="op"), self.kernels.assign(kind="GPU")], ignore_index=True)
+        rows = pd.concat([self.ops.assign(kind="op"), self.gpu_work.assign(kind="GPU")], ignore_index=True)
         if not everything:
             rows = rows[rows["substance"]]
         a, b = self.label_a, self.label_b
@@ -146,7 +146,7 @@ class StepDiff:
         ``ax`` is given).
         """
         changed = self.changed().head(max_rows)
-        rest = pd.concat([self.ops, self.kernels])
+        rest = pd.concat([self.ops, self.gpu_work])
         rest = rest[~rest["substance"]]
         labels = [f"{_clip(n.replace('aten::', ''), 32)} {_clip(s, 34)}\n{ca} → {cb}"
                   + (f", {alloc / 2**20:+.2f} MiB" if alloc else "")

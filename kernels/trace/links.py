@@ -26,8 +26,8 @@ def readable_size(nbytes: float) -> str:
 # ------------------------------------------------------------------------ on the page
 
 def _resolve(source) -> Path:
-    """A trace path from a Profile, a Step, a Trace or a path."""
-    for attr in ("trace_path", "path"):  # Profile.trace_path, Trace.path
+    """A trace path from a ProfiledRun, a Step, a Trace or a path."""
+    for attr in ("trace_path", "path"):  # ProfiledRun.trace_path, Trace.path
         if hasattr(source, attr) and getattr(source, attr) is not None:
             return Path(getattr(source, attr))
     trace = getattr(source, "trace", None)  # a Step
@@ -35,7 +35,7 @@ def _resolve(source) -> Path:
         return Path(trace.path)
     if isinstance(source, (str, os.PathLike)):
         return Path(source)
-    raise TypeError(f"links() takes a Profile, a Step or a trace path, got {type(source).__name__}")
+    raise TypeError(f"links() takes a ProfiledRun, a Step or a trace path, got {type(source).__name__}")
 
 
 def _device_of(path: Path) -> str:

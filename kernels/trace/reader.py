@@ -477,7 +477,7 @@ class Step:
         return self._ops(self.trace._cpu_ops_between(float(self.range["ts"]), float(self.range["end"])))
 
     @cached_property
-    def kernels(self) -> pd.DataFrame:
+    def gpu_work(self) -> pd.DataFrame:
         """The GPU work launched inside the range, in GPU start order."""
         gpu = self.trace.gpu
         t0, t1 = float(self.range["ts"]), float(self.range["end"])
@@ -571,7 +571,7 @@ class Step:
     @property
     def gpu_time_us(self) -> float:
         """Sum of this step's kernel, memcpy and memset durations (0 on a CPU-only trace)."""
-        return float(self.kernels["dur_us"].sum())
+        return float(self.gpu_work["dur_us"].sum())
 
     @property
     def peak_bytes(self) -> int:
@@ -640,8 +640,8 @@ class Step:
             "ops": len(self.ops),
             "ops (no views)": int((~self.ops["is_view"]).sum()),
             "top-level ops": len(self.top_level()),
-            "kernels": int((self.kernels["cat"] == "kernel").sum()),
-            "memcpy/memset": int(self.kernels["cat"].isin(["gpu_memcpy", "gpu_memset"]).sum()),
+            "kernels": int((self.gpu_work["cat"] == "kernel").sum()),
+            "memcpy/memset": int(self.gpu_work["cat"].isin(["gpu_memcpy", "gpu_memset"]).sum()),
             "cpu_time_ms": self.cpu_time_us / 1e3,
             "gpu_time_ms": self.gpu_time_us / 1e3,
             "peak_MiB": self.peak_bytes / 2**20,

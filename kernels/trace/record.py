@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from torch.autograd.profiler_util import EventList
 
 @dataclass
-class Profile:
+class ProfiledRun:
     """What ``profile()`` returns: the trace file, the parsed trace, and the averages table."""
 
     label: str
@@ -51,7 +51,7 @@ class Profile:
 def profile(fn: Callable, *args, label: Optional[str] = None, wait: int = 1, warmup: int = 2,
             active: int = 3, trace_dir: str | os.PathLike = "traces", trace_name: Optional[str] = None,
             record_shapes: bool = True, profile_memory: bool = True, with_stack: bool = False,
-            **kwargs) -> Profile:
+            **kwargs) -> ProfiledRun:
     """Call ``fn(*args, **kwargs)`` for ``wait + warmup + active`` steps under the profiler.
 
     Each call runs inside ``record_function(label)``; only the ``active`` steps are
@@ -79,7 +79,7 @@ def profile(fn: Callable, *args, label: Optional[str] = None, wait: int = 1, war
             if on_gpu:
                 torch.cuda.synchronize()
             prof.step()
-    return Profile(label, path, load_trace(path), prof.key_averages())
+    return ProfiledRun(label, path, load_trace(path), prof.key_averages())
 
 
 # Kineto's start/stop status lines, and c10's note when a block allocated before profiling

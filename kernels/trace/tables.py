@@ -75,7 +75,7 @@ def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None) -
 
 def kernel_table(step: Step) -> pd.DataFrame:
     """The step's GPU work in order, with each kernel's launch footprint and its stream."""
-    k = step.kernels
+    k = step.gpu_work
     return pd.DataFrame({
         "kernel": k["name"].str.slice(0, 80), "time (us)": k["dur_us"].round(1), "launched by": k["op"],
         "grid": k["grid"], "block": k["block"], "regs/thread": k["registers_per_thread"],

@@ -62,7 +62,7 @@ def lanes(step: Step, views: bool = False) -> list[tuple]:
         mine = ops[(ops["pid"] == pid) & (ops["tid"] == tid)]
         depth = int(mine["depth"].max()) + 1 if not mine.empty else (1 if (pid, tid) == own else 0)
         rows += [("cpu", pid, tid, d) for d in range(depth)]
-    k = step.kernels
+    k = step.gpu_work
     streams = sorted({(str(d), str(s)) for d, s in zip(k["device"], k["stream"])}, key=_natural)
     return rows + [("gpu", d, s) for d, s in streams]
 
@@ -115,7 +115,7 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     fig = ax.figure
     size = font_floor(fig)
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
-    k = step.kernels
+    k = step.gpu_work
     ends = (k["start_us"] + k["dur_us"]).tolist() + (ops["start_us"] + ops["dur_us"]).tolist()
     span_ms = max([step.cpu_time_us] + ends) / 1e3 or 1.0
     bars = _Bars(ax, span_ms, min_label_frac, size)
@@ -174,7 +174,7 @@ class _Bars:
         for name, pid, tid, depth, start, dur in zip(ops["name"], ops["pid"], ops["tid"], ops["depth"],
                                                      ops["start_us"], ops["dur_us"]):
             self.add(y_of[("cpu", pid, tid, depth)], start, dur, name)
-        k, launch_y, arrows = step.kernels, _launch_rows(rows, y_of), []
+        k, launch_y, arrows = step.gpu_work, _launch_rows(rows, y_of), []
         for name, dev, stream, start, dur, launched, thread in zip(
                 k["name"], k["device"], k["stream"], k["start_us"], k["dur_us"], k["launch_start_us"], k["thread"]):
             gy = y_of[("gpu", str(dev), str(stream))]
