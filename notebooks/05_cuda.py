@@ -15,7 +15,7 @@
 # Much of what makes a CUDA kernel fast or slow is fixed before it ever runs: registers per
 # thread, shared memory per block, and which instructions the compiler emitted. We read all
 # three from the compiler, which needs `nvcc` but no GPU, so this chapter has something to
-# show on every machine, including what each of v2's design changes does to that report.
+# show on every machine, including what each of v2's design changes does to those numbers.
 # Running, profiling and timing the kernels needs a GPU.
 
 # %% [install]
@@ -185,13 +185,13 @@ cuda_markdown(cuda_excerpt(V1, "// Phase 3: O = alpha", "template <typename T, i
 # `nvcc -Xptxas -v` makes the assembler (ptxas, which turns PTX into the GPU's machine code,
 # SASS) print what each kernel needs per thread and per block: registers, static shared
 # memory, bytes spilled to slow local memory. Dynamic shared memory is decided at launch, so
-# the launch configuration adds it. `kernels.cuda.flash.kernel_report(archs)` does this for
+# the launch configuration adds it. `kernels.cuda.flash.kernel_resources(archs)` does this for
 # every instantiation of both kernels; this chapter uses `kernels.cuda.resources.compile_kernels`,
 # the same device compile with the same flags that also keeps the PTX for the next section.
 # Both need `nvcc` and no GPU. Where there is no `nvcc` (Colab's default runtime, most
-# laptops), the chapter reads a report recorded by a real `nvcc` run instead, and says so.
+# laptops), the chapter reads a snapshot of one real `nvcc` run instead, and says so.
 #
-# Guess before the report: v1 keeps its tiles in shared memory, v2 keeps Q fragments, scores
+# Guess before the table: v1 keeps its tiles in shared memory, v2 keeps Q fragments, scores
 # and the output in registers. What share of an sm_80 SM's warp slots (its occupancy) do you
 # expect v2 to fill?
 
@@ -204,29 +204,30 @@ nvcc = ptxas.nvcc_path()
 if nvcc is not None:
     started = time.perf_counter()
     try:
-        report, ptx = resources.compile_kernels(archs)
-        source_of_report = (f"compiled now by nvcc {resources.nvcc_version()} "
+        all_kernels, ptx = resources.compile_kernels(archs)
+        resources_source = (f"compiled now by nvcc {ptxas.nvcc_version()} "
                             f"in {time.perf_counter() - started:.1f} s")
     except RuntimeError as err:  # a toolkit too old for these kernels, say
-        print(f"nvcc is here but the compile failed; using the recorded report.\n{err}")
+        print(f"nvcc is here but the compile failed; using the nvcc snapshot.\n{err}")
         nvcc = None
 if nvcc is None:
-    report, ptx = resources.recorded_report(), None
-    source_of_report = (f"recorded on {resources.RECORDED_REPORT['date']} with nvcc {resources.RECORDED_REPORT['nvcc']}, "
+    snapshot = resources.load_snapshot()
+    all_kernels, ptx = resources.snapshot_kernels(snapshot), None
+    resources_source = (f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, "
                         "because this machine has no nvcc (no PATH entry, no CUDA_HOME)")
-glue("report_source", source_of_report)
-print("Compiler report:", source_of_report)
-table = resources.resources_table(report)
+glue("resources_source", resources_source)
+print("Kernel resources:", resources_source)
+table = resources.resources_table(all_kernels)
 table
 
 # %% [markdown]
-# This report was {glue:text}`report_source`. A row is one kernel instantiation: an
+# These numbers were {glue:text}`resources_source`. A row is one kernel instantiation: an
 # architecture (sm_80 is the A100, sm_90 the H100 and H200), a version, an input dtype and a
 # head dimension. The last four columns are not from the compiler: they are the theoretical
 # occupancy those resources allow, computed by `kernels.hw.occupancy` ([chapter 3b](03b_sdpa_fused.ipynb)).
 
 # %%
-focus = {(arch, version): resources.find_kernel(report, arch, version, kernel_dtype, kernel_dim)
+focus = {(arch, version): resources.find_kernel(all_kernels, arch, version, kernel_dtype, kernel_dim)
          for arch in archs for version in ("v1", "v2")}
 occ = {key: resources.occupancy_of(k) for key, k in focus.items()}
 for (arch, version), k in focus.items():
@@ -234,9 +235,9 @@ for (arch, version), k in focus.items():
     glue(f"{version}_smem_{arch}", k.total_shared_bytes)
     glue(f"{version}_occ_{arch}", occ[arch, version].percent)
     glue(f"{version}_limit_{arch}", " and ".join(occ[arch, version].limiters).replace("_", " "))
-lesson(not any(k.spills for k in report), "no kernel spills registers to local memory, in either version",
-       f"{len(report)} kernels checked")
-lesson(all(k.shared_bytes == 0 for k in report),
+lesson(not any(k.spills for k in all_kernels), "no kernel spills registers to local memory, in either version",
+       f"{len(all_kernels)} kernels checked")
+lesson(all(k.shared_bytes == 0 for k in all_kernels),
        "all shared memory is dynamic: the launcher, not the compiler, decides its size")
 # What each kernel promises ptxas: a block size and a minimum of resident blocks per SM
 # (__launch_bounds__), which caps registers at 65,536 / (threads x blocks) per thread.
@@ -245,7 +246,7 @@ lesson("__launch_bounds__(Production<D>::kThreads, Production<D>::kMinBlocks)" i
        and "kMinBlocks = 256 / kThreads" in V2.read_text(), "v2's launch bounds come from its Design: 256 / threads blocks")
 v2_min_blocks = max(1, 256 // cfgs["v2"].threads)
 register_cap = {v: 65536 // (cfgs[v].threads * b) for v, b in (("v1", v1_min_blocks), ("v2", v2_min_blocks))}
-lesson(all(cap >= 256 for cap in register_cap.values()) and all(k.registers <= 255 for k in report),
+lesson(all(cap >= 256 for cap in register_cap.values()) and all(k.registers <= 255 for k in all_kernels),
        "both kernels' launch bounds leave ptxas 255 registers per thread, and none needs more",
        f"v1: {cfgs['v1'].threads} threads x {v1_min_blocks} blocks, v2: {cfgs['v2'].threads} x {v2_min_blocks}")
 glue("v1_min_blocks", v1_min_blocks)
@@ -276,7 +277,7 @@ for (arch, version), k in focus.items():
                               shared_mem_per_block=k.total_shared_bytes, arch=arch).explain())
 
 # %% [markdown]
-# Check it by hand, for every kernel in the report: registers are allocated per warp in
+# Check it by hand, for every kernel in the table: registers are allocated per warp in
 # units of 256 and each of the SM's 4 schedulers holds a quarter of the 65,536; shared memory
 # is allocated in units of 128 bytes plus 1 KB the driver reserves per block. The smaller of
 # the two limits (unless the SM's warp or block slots are smaller still) is the answer:
@@ -292,10 +293,10 @@ def by_hand(k):
             "warps": lim.max_warps_per_sm // warps, "blocks": lim.max_blocks_per_sm}
 
 agree = []
-for k in report:
+for k in all_kernels:
     hand, o = by_hand(k), resources.occupancy_of(k)
     agree.append(o.blocks_per_sm == min(hand.values()) and hand[o.limited_by] == o.blocks_per_sm)
-reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's report")
+reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's resources")
 lesson(all(agree), "kernels.hw.occupancy agrees with the hand arithmetic on every kernel: blocks per SM "
        "and which resource limits them", f"{len(agree)} kernels")
 lesson(all(occ[a, "v2"].limited_by == "registers" for a in archs),
@@ -308,20 +309,20 @@ lesson(all(occ[a, "v2"].percent <= occ[a, "v1"].percent for a in archs),
 # %% [markdown]
 # What will a PyTorch trace say about these kernels? Its "est. achieved occupancy %" is
 # Kineto's own estimate ([chapter 3b](03b_sdpa_fused.ipynb)): CUDA's calculator with the *default* 48 KiB of shared
-# memory per block. Our launcher opts into more where a kernel needs it, so from the report
+# memory per block. Our launcher opts into more where a kernel needs it, so from the table
 # alone we can predict which kernels a trace will show at 0% although they run:
 
 # %%
 def kineto_reads(k) -> float:
-    """Kineto's estimate for kernel ``k`` of the report, on a grid large enough to fill every SM."""
+    """Kineto's estimate for kernel ``k`` of the table, on a grid large enough to fill every SM."""
     return occupancy.kineto_estimate(k.threads_per_block, k.registers, k.total_shared_bytes,
                                      grid_blocks=10**6, sm_count=1, arch=k.arch)
 
-zero_in_a_trace = [k for k in report if kineto_reads(k) == 0]
+zero_in_a_trace = [k for k in all_kernels if kineto_reads(k) == 0]
 display(pd.DataFrame([{"arch": k.arch, "kernel": resources.short_name(k.name), "shared KiB": round(k.total_shared_bytes / 1024, 1),
                        "real occupancy %": resources.occupancy_of(k).percent, "a trace would read %": kineto_reads(k)}
-                      for k in report]).set_index(["arch", "kernel"]))
-lesson(all((kineto_reads(k) == 0) == (k.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT) for k in report)
+                      for k in all_kernels]).set_index(["arch", "kernel"]))
+lesson(all((kineto_reads(k) == 0) == (k.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT) for k in all_kernels)
        and all(resources.occupancy_of(k).blocks_per_sm > 0 for k in zero_in_a_trace),
        "exactly the kernels over 48 KiB of shared memory would read 0% in a trace, though each fits on an SM",
        ", ".join(sorted({resources.short_name(k.name) for k in zero_in_a_trace})) or "none over 48 KiB")
@@ -329,7 +330,7 @@ zero_kib = {resources.short_name(k.name): k.total_shared_bytes / 1024 for k in z
 glue("kineto_zero_kernels", ", ".join(f"{name} ({kib:.1f} KiB)" for name, kib in sorted(zero_kib.items())) or "none")
 
 # %% [markdown]
-# From this report, the kernels a trace will show at 0%: {glue:text}`kineto_zero_kernels`.
+# From this table, the kernels a trace will show at 0%: {glue:text}`kineto_zero_kernels`.
 # Each needs more than the 48 KiB of shared memory a block gets by default, so its launcher
 # opts in (`cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, ...)`,
 # without which the launch would fail), and Kineto's estimate, which assumes the default,
@@ -380,7 +381,7 @@ show_source(resources.mma_per_key_tile)
 
 # %%
 if ptx is None:
-    print("No PTX to read: this machine has no nvcc (the recorded report holds resources only). "
+    print("No PTX to read: this machine has no nvcc (the nvcc snapshot holds resources only). "
           "With the CUDA toolkit installed, this cell counts the instructions of each kernel.")
     for key in ("v2_mma", "v1_mma", "v1_fma"):
         glue(key, "not counted (no nvcc here)")
@@ -417,7 +418,7 @@ else:
 # text), each one scalar multiply-add. In a GPU trace this is the difference the article reads from kernel names
 # (`s16816gemm`: tensor cores, `sgemm`: CUDA cores); here we read it from the program itself.
 # (SASS, the machine code, calls the instruction `HMMA`; reading it needs `cuobjdump` or
-# `nvdisasm`, which a minimal CUDA toolkit may lack, and ptxas' report above is already the
+# `nvdisasm`, which a minimal CUDA toolkit may lack, and ptxas' resources above are already the
 # SASS-level resource count.)
 #
 # The rest of v2 is about feeding those instructions. The scores of one tile of 64 keys: K
@@ -438,10 +439,10 @@ cuda_markdown(cuda_excerpt(V2, "// C layout of S tiles", "// O += P V_j"))
 # %% [markdown]
 # ## v2, one change at a time
 #
-# v2 went through four changes after its first version, each aimed at a cost the compiler's
-# report or the PTX can show: bigger query tiles, a mask paid only where it is needed, a
+# v2 went through four revisions after its first version, each aimed at a cost the compiler's
+# resources or the PTX can show: bigger query tiles, a mask paid only where it is needed, a
 # cheaper exponential, and loads that overlap the arithmetic. The source keeps them as
-# compile-time switches, a `Design` template, so that the same file compiles at every step
+# compile-time switches, a `Design` template, so that the same file compiles at every revision
 # and the kernel the launcher runs is simply the last one:
 
 # %%
@@ -452,82 +453,83 @@ cuda_markdown(cuda_excerpt(V2, "template <int kBlockM, bool kSplitMask"))
 # shared memory a block asks for?
 
 # %%
-guess_costliest_step_in_registers = 4  # 1..4, the step (change) you expect to add the most registers; edit me
+guess_costliest_revision_in_registers = 4  # 1..4, the revision (change) you expect to add the most registers; edit me
 
 # %%
-steps_live = nvcc is not None
+revisions_live = nvcc is not None
 try:
-    design_rows = design.design_steps(kernel_dim, archs, live=steps_live)
+    design_rows = design.design_revisions(kernel_dim, archs, live=revisions_live)
 except RuntimeError as err:  # a compile that fails here fell back above too
-    print(f"the design steps did not compile; using the recorded ones.\n{err}")
-    steps_live, design_rows = False, design.design_steps(kernel_dim, archs, live=False)
-glue("steps_source", f"compiled now by nvcc {resources.nvcc_version()}" if steps_live else
-     f"recorded on {resources.RECORDED_REPORT['date']} with nvcc {resources.RECORDED_REPORT['nvcc']}")
-steps_table = design.design_table(design_rows)
-step_of = {(r.kernel.arch, r.index): r for r in design_rows}
-display(steps_table.set_index(["arch", "step"]).drop(columns=["change", "limited by"]))
-pd.DataFrame({"change": {i: s.change for i, s in enumerate(design.DESIGN_STEPS)}}).rename_axis("step")
+    print(f"the design revisions did not compile; using the nvcc snapshot's.\n{err}")
+    revisions_live, design_rows = False, design.design_revisions(kernel_dim, archs, live=False)
+snapshot = resources.load_snapshot()
+glue("revisions_source", f"compiled now by nvcc {ptxas.nvcc_version()}" if revisions_live else
+     f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}")
+revisions_table = design.design_table(design_rows)
+revision_of = {(r.kernel.arch, r.index): r for r in design_rows}
+display(revisions_table.set_index(["arch", "revision"]).drop(columns=["change", "limited by"]))
+pd.DataFrame({"change": {i: r.change for i, r in enumerate(design.DESIGN_REVISIONS)}}).rename_axis("revision")
 
 # %% [markdown]
-# One row per architecture and step, bf16, D = {glue:text}`kernel_dim`,
-# {glue:text}`steps_source`. Step 0 is the first version's design rebuilt from this source
-# (every switch off); each later step turns on one more change; step 4 is what the
-# launcher runs. The columns after the occupancy are counts in each step's PTX, and "a trace
+# One row per architecture and revision, bf16, D = {glue:text}`kernel_dim`,
+# {glue:text}`revisions_source`. Revision 0 is the first version's design rebuilt from this
+# source (every switch off); each later revision turns on one more change; revision 4 is what
+# the launcher runs. The columns after the occupancy are counts in each revision's PTX, and "a trace
 # reads %" is Kineto's estimate from the same footprint (the 48 KiB rule above).
 
 # %%
-def delta(arch, step, what):
-    """What `step` changed in the table's column `what`, against the step before it."""
-    row = steps_table.set_index(["arch", "step"])
-    return row.loc[(arch, step), what] - row.loc[(arch, step - 1), what]
+def delta(arch, revision, what):
+    """What `revision` changed in the table's column `what`, against the revision before it."""
+    row = revisions_table.set_index(["arch", "revision"])
+    return row.loc[(arch, revision), what] - row.loc[(arch, revision - 1), what]
 
-added = {step: max(delta(a, step, "registers") for a in archs) for step in range(1, len(design.DESIGN_STEPS))}
-reveal(guess_costliest_step_in_registers, max(added, key=added.get), "step adding the most registers",
-       source="the compiler's report")
+added = {i: max(delta(a, i, "registers") for a in archs) for i in range(1, len(design.DESIGN_REVISIONS))}
+reveal(guess_costliest_revision_in_registers, max(added, key=added.get), "revision adding the most registers",
+       source="the compiler's resources")
 for a in archs:
-    for i in range(len(design.DESIGN_STEPS)):
-        r = step_of[a, i]
-        glue(f"step{i}_regs_{a}", r.kernel.registers)
-        glue(f"step{i}_smem_{a}", f"{r.kernel.total_shared_bytes:,}")
-        glue(f"step{i}_warps_{a}", resources.occupancy_of(r.kernel).warps_per_sm)
-        glue(f"step{i}_blocks_{a}", resources.occupancy_of(r.kernel).blocks_per_sm)
-        glue(f"step{i}_mma_{a}", r.counts["mma.sync"])
-        glue(f"step{i}_bar_{a}", f"{design.barriers_per_tile(r):g}")
-step_first, step_final = step_of["sm_80", 0], step_of["sm_80", len(design.DESIGN_STEPS) - 1]
+    for i in range(len(design.DESIGN_REVISIONS)):
+        r = revision_of[a, i]
+        glue(f"rev{i}_regs_{a}", r.kernel.registers)
+        glue(f"rev{i}_smem_{a}", f"{r.kernel.total_shared_bytes:,}")
+        glue(f"rev{i}_warps_{a}", resources.occupancy_of(r.kernel).warps_per_sm)
+        glue(f"rev{i}_blocks_{a}", resources.occupancy_of(r.kernel).blocks_per_sm)
+        glue(f"rev{i}_mma_{a}", r.counts["mma.sync"])
+        glue(f"rev{i}_bar_{a}", f"{design.barriers_per_tile(r):g}")
+first_revision, final_revision = revision_of["sm_80", 0], revision_of["sm_80", len(design.DESIGN_REVISIONS) - 1]
 for i in (0, 1):
-    glue(f"step{i}_threads", step_of["sm_80", i].kernel.threads_per_block)
-    glue(f"step{i}_block_warps", step_of["sm_80", i].kernel.threads_per_block // 32)
-    glue(f"step{i}_rows", step_of["sm_80", i].step.block_m)
-glue("rows_ratio", step_of["sm_80", 1].step.block_m // step_first.step.block_m)
+    glue(f"rev{i}_threads", revision_of["sm_80", i].kernel.threads_per_block)
+    glue(f"rev{i}_block_warps", revision_of["sm_80", i].kernel.threads_per_block // 32)
+    glue(f"rev{i}_rows", revision_of["sm_80", i].revision.block_m)
+glue("rows_ratio", revision_of["sm_80", 1].revision.block_m // first_revision.revision.block_m)
 lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
-       "no step spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
+       "no revision spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
 lesson(all(r.kernel.total_shared_bytes <= occupancy.ARCHES[r.kernel.arch].max_shared_mem_per_block
            and resources.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in design_rows),
-       "every step fits one SM of its architecture (registers and shared memory)")
+       "every revision fits one SM of its architecture (registers and shared memory)")
 
 # %% [markdown]
-# **128 query rows per block.** The first version gave a block {glue:text}`step0_rows` rows
-# and {glue:text}`step0_block_warps` warps; step 1 gives it {glue:text}`step1_rows` rows and
-# {glue:text}`step1_block_warps` warps ({glue:text}`step0_threads` → {glue:text}`step1_threads`
+# **128 query rows per block.** The first version gave a block {glue:text}`rev0_rows` rows
+# and {glue:text}`rev0_block_warps` warps; revision 1 gives it {glue:text}`rev1_rows` rows and
+# {glue:text}`rev1_block_warps` warps ({glue:text}`rev0_threads` → {glue:text}`rev1_threads`
 # threads). A warp's own work does not change (16 rows against a 64-key tile), so neither do
-# its registers much: {glue:text}`step0_regs_sm_80` → {glue:text}`step1_regs_sm_80` on
-# sm_80, {glue:text}`step0_regs_sm_90` → {glue:text}`step1_regs_sm_90` on sm_90. What changes
+# its registers much: {glue:text}`rev0_regs_sm_80` → {glue:text}`rev1_regs_sm_80` on
+# sm_80, {glue:text}`rev0_regs_sm_90` → {glue:text}`rev1_regs_sm_90` on sm_90. What changes
 # is reuse: every K/V tile copied into shared memory now serves {glue:text}`rows_ratio`×
 # as many queries, so a forward copies each K/V tile from L2 or HBM {glue:text}`rows_ratio`×
 # less often. The price is in the occupancy columns: one block of 8 warps now fills an SM's
-# registers, where {glue:text}`step0_blocks_sm_80` (sm_80) or {glue:text}`step0_blocks_sm_90`
-# (sm_90) blocks of 4 warps fit before, so warps per SM go {glue:text}`step0_warps_sm_80` →
-# {glue:text}`step1_warps_sm_80` on sm_80 and {glue:text}`step0_warps_sm_90` →
-# {glue:text}`step1_warps_sm_90` on sm_90.
-# Shared memory per block goes {glue:text}`step0_smem_sm_80` → {glue:text}`step1_smem_sm_80`
+# registers, where {glue:text}`rev0_blocks_sm_80` (sm_80) or {glue:text}`rev0_blocks_sm_90`
+# (sm_90) blocks of 4 warps fit before, so warps per SM go {glue:text}`rev0_warps_sm_80` →
+# {glue:text}`rev1_warps_sm_80` on sm_80 and {glue:text}`rev0_warps_sm_90` →
+# {glue:text}`rev1_warps_sm_90` on sm_90.
+# Shared memory per block goes {glue:text}`rev0_smem_sm_80` → {glue:text}`rev1_smem_sm_80`
 # bytes (Q's tile doubles).
 
 # %%
-rows = {a: (step_of[a, 0].kernel.registers, step_of[a, 1].kernel.registers) for a in archs}
+rows = {a: (revision_of[a, 0].kernel.registers, revision_of[a, 1].kernel.registers) for a in archs}
 lesson(all(abs(after - before) <= 0.1 * before for before, after in rows.values()),
        "doubling the rows per block moves registers per thread by at most 10%: a warp's work is unchanged",
        ", ".join(f"{a}: {b} -> {c}" for a, (b, c) in rows.items()))
-lesson(all(step_of[a, 1].kernel.threads_per_block == 2 * step_of[a, 0].kernel.threads_per_block for a in archs),
+lesson(all(revision_of[a, 1].kernel.threads_per_block == 2 * revision_of[a, 0].kernel.threads_per_block for a in archs),
        "128-row tiles mean twice the threads (8 warps of 16 rows)")
 
 # %% [markdown]
@@ -564,16 +566,16 @@ glue("census_unmasked", census["unmasked"])
 glue("census_masked", census["masked"])
 glue("census_skipped", census["skipped"])
 glue("census_share", f"{100 * census['unmasked'] / read:.0f}")
-lesson(all(design.tile_bodies(step_of[a, 2]) == 2 * design.tile_bodies(step_of[a, 1]) == 2 for a in archs),
+lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revision_of[a, 1]) == 2 for a in archs),
        "splitting the mask off doubles the tile step's code: two bodies, each with one tile's mma.sync",
-       ", ".join(f"{a}: mma.sync {step_of[a, 1].counts['mma.sync']} -> {step_of[a, 2].counts['mma.sync']}" for a in archs))
+       ", ".join(f"{a}: mma.sync {revision_of[a, 1].counts['mma.sync']} -> {revision_of[a, 2].counts['mma.sync']}" for a in archs))
 pd.DataFrame({f"causal, S = {seq}": census}).T
 
 # %% [markdown]
-# The PTX shows the second body: {glue:text}`step1_mma_sm_80` → {glue:text}`step2_mma_sm_80`
-# `mma.sync` instructions on sm_80, and registers {glue:text}`step1_regs_sm_80` →
-# {glue:text}`step2_regs_sm_80`. At this chapter's causal shape, S = {glue:text}`kernel_seq`,
-# the blocks read {glue:text}`census_unmasked` tiles through the unmasked step and
+# The PTX shows the second body: {glue:text}`rev1_mma_sm_80` → {glue:text}`rev2_mma_sm_80`
+# `mma.sync` instructions on sm_80, and registers {glue:text}`rev1_regs_sm_80` →
+# {glue:text}`rev2_regs_sm_80`. At this chapter's causal shape, S = {glue:text}`kernel_seq`,
+# the blocks read {glue:text}`census_unmasked` tiles through the unmasked tile step and
 # {glue:text}`census_masked` through the masked one ({glue:text}`census_share`% without a
 # mask), and never load {glue:text}`census_skipped` tiles above the diagonal. At S =
 # {glue:text}`longer_seq` the share without a mask is {glue:text}`longer_share`%.
@@ -582,7 +584,7 @@ pd.DataFrame({f"causal, S = {seq}": census}).T
 # without fast-math flags compiles to `ex2.approx.f32` in PTX, which must handle subnormal
 # inputs and results; the `.ftz` form flushes them to zero (the
 # [PTX ISA](https://docs.nvidia.com/cuda/parallel-thread-execution/), `ex2`), and flushing
-# probabilities below 2⁻¹²⁶ to 0 costs a softmax nothing. The unmasked step also stops
+# probabilities below 2⁻¹²⁶ to 0 costs a softmax nothing. The unmasked tile step also stops
 # multiplying each score by the scale first: the row max of the raw scores times the scale is
 # the max of the scaled ones, so "scale, subtract the max" becomes one fused multiply-add:
 
@@ -590,18 +592,18 @@ pd.DataFrame({f"causal, S = {seq}": census}).T
 cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ float fast_exp2(float x)"))
 
 # %%
-lesson(all(step_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and step_of[a, 3].counts["ex2.approx.f32"] == 0
-           and step_of[a, 3].counts["ex2.approx.ftz.f32"] == step_of[a, 2].counts["ex2.approx.f32"] > 0 for a in archs),
-       "step 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one",
-       ", ".join(f"{a}: {step_of[a, 2].counts['ex2.approx.f32']} -> {step_of[a, 3].counts['ex2.approx.ftz.f32']}"
+lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a, 3].counts["ex2.approx.f32"] == 0
+           and revision_of[a, 3].counts["ex2.approx.ftz.f32"] == revision_of[a, 2].counts["ex2.approx.f32"] > 0 for a in archs),
+       "revision 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one",
+       ", ".join(f"{a}: {revision_of[a, 2].counts['ex2.approx.f32']} -> {revision_of[a, 3].counts['ex2.approx.ftz.f32']}"
                  for a in archs))
-glue("exp_count", step_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
+glue("exp_count", revision_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
 
 # %% [markdown]
 # All {glue:text}`exp_count` exponentials of the kernel's two tile steps are now the fast
-# form; registers move {glue:text}`step2_regs_sm_80` → {glue:text}`step3_regs_sm_80` on
+# form; registers move {glue:text}`rev2_regs_sm_80` → {glue:text}`rev3_regs_sm_80` on
 # sm_80. Any gain is in instructions per score (the FMA replaces a multiply and a subtract,
-# and the exponential needs no subnormal handling), which the resource report cannot show
+# and the exponential needs no subnormal handling), which the resource counts cannot show
 # and a GPU run must.
 #
 # **K/V double-buffered.** With one buffer, tile j + 1 can be loaded only after every warp is
@@ -614,33 +616,33 @@ glue("exp_count", step_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
 cuda_markdown(cuda_excerpt(V2, "// One key tile: S = Q K_j^T", "// S = Q K_j^T."))
 
 # %%
-lesson(all(design.barriers_per_tile(step_of[a, 3]) == 2 and design.barriers_per_tile(step_of[a, 4]) == 1
+lesson(all(design.barriers_per_tile(revision_of[a, 3]) == 2 and design.barriers_per_tile(revision_of[a, 4]) == 1
            for a in archs), "double buffering halves the barriers per tile, 2 -> 1, counted in the PTX")
-lesson(all(step_of[a, 4].kernel.total_shared_bytes == step_of[a, 3].kernel.total_shared_bytes for a in archs),
+lesson(all(revision_of[a, 4].kernel.total_shared_bytes == revision_of[a, 3].kernel.total_shared_bytes for a in archs),
        "the second K/V buffer costs no shared memory: Q passes through it before tile 1 arrives",
-       f"{step_of['sm_80', 4].kernel.total_shared_bytes:,} B")
-moves = ", ".join(f"{step_of[a, 3].kernel.registers} → {step_of[a, 4].kernel.registers} on {a}" for a in archs)
+       f"{revision_of['sm_80', 4].kernel.total_shared_bytes:,} B")
+moves = ", ".join(f"{revision_of[a, 3].kernel.registers} → {revision_of[a, 4].kernel.registers} on {a}" for a in archs)
 most = max(delta(a, 4, "registers") for a in archs)
 glue("buffer_registers", f"it costs up to {most} registers per thread ({moves})" if most > 0 else
      f"at this head dim it costs no registers ({moves}); at D = 128, where a warp holds more, it can")
-zero_steps = sorted({r.index for r in design_rows if r.kernel.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT})
-glue("steps_at_zero", ", ".join(map(str, zero_steps)) if zero_steps else "none")
-glue("final_kib", f"{step_final.kernel.total_shared_bytes / 1024:.0f}")
+zero_revisions = sorted({r.index for r in design_rows if r.kernel.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT})
+glue("revisions_at_zero", ", ".join(map(str, zero_revisions)) if zero_revisions else "none")
+glue("final_kib", f"{final_revision.kernel.total_shared_bytes / 1024:.0f}")
 
 # %% [markdown]
-# Barriers per tile go {glue:text}`step3_bar_sm_80` → {glue:text}`step4_bar_sm_80`, shared
-# memory stays at {glue:text}`step4_smem_sm_80` bytes, because Q, which moves into registers
+# Barriers per tile go {glue:text}`rev3_bar_sm_80` → {glue:text}`rev4_bar_sm_80`, shared
+# memory stays at {glue:text}`rev4_smem_sm_80` bytes, because Q, which moves into registers
 # at the start, leaves its {glue:text}`v2_block_m` rows to the second buffer. Where double
 # buffering costs anything, it is registers: the addresses of the next tile's copies stay
 # live across the whole compute, and {glue:text}`buffer_registers`. The kernel that runs
-# stays under 255 registers without a spill at both head dims (the compiler report above),
+# stays under 255 registers without a spill at both head dims (the resources table above),
 # which is why the launcher keeps 128-row tiles everywhere rather than fall back to 64 where
 # registers are tightest.
 #
-# In a PyTorch trace, the steps above 48 KiB of shared memory per block (here:
-# {glue:text}`steps_at_zero`) would read 0% occupancy: the kernel that runs asks for
+# In a PyTorch trace, the revisions above 48 KiB of shared memory per block (here:
+# {glue:text}`revisions_at_zero`) would read 0% occupancy: the kernel that runs asks for
 # {glue:text}`final_kib` KiB at D = {glue:text}`kernel_dim`. Whether each change pays is a
-# question for a GPU: the resource report says what each costs and what it fixes, and the
+# question for a GPU: the resource counts say what each costs and what it fixes, and the
 # benchmark below (and the showdown chapter) says what it is worth.
 
 # %% [markdown]
@@ -650,7 +652,7 @@ glue("final_kib", f"{step_final.kernel.total_shared_bytes / 1024:.0f}")
 # (`torch.utils.cpp_extension`, a minute or two, cached afterwards). The cells below check
 # both kernels against the float64 reference on odd shapes, non-contiguous views, grouped
 # K/V heads and Sq ≠ Sk, profile one forward of each (one kernel per forward, with the
-# footprint the trace reports), and time them against `triton` and `sdpa_flash` with
+# footprint the trace records), and time them against `triton` and `sdpa_flash` with
 # `kernels.bench`. Nothing in this chapter so far needed a GPU: the kernels above have been
 # compiled, not run, wherever this page was built on a CPU.
 
@@ -713,7 +715,7 @@ if on_gpu:
 
 # %% [markdown]
 # On a GPU run, the table above lists each kernel's footprint as the trace recorded it. Its
-# registers should match the compiler report's row for the GPU's architecture when the same
+# registers should match the resources table's row for the GPU's architecture when the same
 # `nvcc` built both (PyTorch's extension build compiles for the GPU it finds). Then the
 # timing, the median of many calls:
 
@@ -730,7 +732,7 @@ if on_gpu:
 # %% [markdown]
 # Where this page was built on a CPU, the GPU section above printed why it did not run. For
 # scale, the course's reference notes record that a from-scratch FlashAttention-2 in CUDA
-# can get close to the real thing (one 16-step write-up reached about 99% of FlashAttention-2
+# can get close to the real thing (one write-up in 16 iterations reached about 99% of FlashAttention-2
 # on an A100 at D = 128, non-causal), and that FlashAttention-2 itself reaches up to
 # 230 TFLOP/s forward on an A100, 73% of its 312 TFLOP/s bf16 peak (arXiv 2307.08691). v2
 # has the structure of those kernels but none of their later refinements; the showdown
@@ -741,10 +743,10 @@ if on_gpu:
 # - A CUDA kernel's launch is a grid of blocks (here: query tiles and batch·heads) of a few
 #   warps each (4 in v1, 8 in v2); *which thread owns which element* is the design.
 # - Registers, shared memory and spills are fixed at compile time: `nvcc -Xptxas -v`
-#   reports them without a GPU, and occupancy follows from them by arithmetic.
+#   prints them without a GPU, and occupancy follows from them by arithmetic.
 # - Lower occupancy is not slower: v2 runs fewer warps per SM than v1 because it keeps more
 #   on chip.
-# - A design change can be read in the compiler's report before it runs: bigger tiles
+# - A design revision can be read in the compiler's resources before it runs: bigger tiles
 #   (threads, shared memory, warps per SM), a mask split into its own instantiation (a second
 #   tile-step body), a fast exponential (`ex2.approx.ftz`), double buffering (one barrier per
 #   tile, more registers). What each is worth needs a GPU.

@@ -136,7 +136,7 @@ def test_fits_is_the_targets_limits():
         cr.fits("sm_99", 0, 1, 1)
 
 
-def test_ptxas_reports_are_remembered_on_disk(monkeypatch, tmp_path):
+def test_ptxas_resources_are_remembered_on_disk(monkeypatch, tmp_path):
     triton = pytest.importorskip("triton")
     monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path))
     calls = []
@@ -145,7 +145,7 @@ def test_ptxas_reports_are_remembered_on_disk(monkeypatch, tmp_path):
         calls.append(arch)
         return ptxas.KernelResources(name="k", mangled="k", arch=arch, registers=100, spill_store_bytes=8)
 
-    monkeypatch.setattr(cr, "_ptxas_report", fake_ptxas)
+    monkeypatch.setattr(cr, "_ptxas_resources", fake_ptxas)
     first = cr._ptxas_cached("// some ptx", "sm_90a", 90)
     again = cr._ptxas_cached("// some ptx", "sm_90a", 90)
     other = cr._ptxas_cached("// other ptx", "sm_90a", 90)
@@ -172,7 +172,7 @@ def test_ptxas_reads_the_ptx_triton_wrote_as_on_a_cache_hit(target):
     kernel, head_dim, config = covering_jobs(target)[0]
     compiled, _ = cr.compile_kernel(kernel, head_dim, config, target)
     arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
-    fresh = cr._ptxas_report(compiled.asm["ptx"], arch, capability)
+    fresh = cr._ptxas_resources(compiled.asm["ptx"], arch, capability)
     assert fresh.arch == arch and fresh.registers > 0, fresh
 
 

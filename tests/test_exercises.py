@@ -321,10 +321,10 @@ def test_chapter5_wrong_answers():
     _fails(r"g and t are swapped", ex5.check_v2_lane, swapped)
 
 
-def test_fresh_ptxas_reports_read_back_as_written():
-    """The generated reports are judged by kernels.cuda.ptxas.parse_ptxas: every kernel once per arch,
+def test_fresh_ptxas_logs_read_back_as_written():
+    """The generated logs are judged by kernels.cuda.ptxas.parse_ptxas: every kernel once per arch,
     the device function skipped, spills only where written."""
-    found = ex5._ptxas_numbers(ex5.fresh_ptxas_report(7))
+    found = ex5._ptxas_numbers(ex5.fresh_ptxas_log(7))
     assert sorted(found) == [(k, a) for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for a in ("sm_80", "sm_90")]
     assert all(found["_Z4manyILi64EEvPKfPfi", a].spills and not found["_Z8tile_sumPKfPf", a].spills for a in ("sm_80", "sm_90"))
     assert all(found["_Z8tile_sumPKfPf", a].shared_bytes > 0 and found["_Z4manyILi64EEvPKfPfi", a].shared_bytes == 0

@@ -1,7 +1,7 @@
 """Chapter 5's source excerpts: lines of the kernels' ``.cu`` files, to show in the book.
 
 ``cuda_excerpt(source, start, end)`` cuts them out by markers in the text (not by line
-numbers, which every edit would move; tests/test_cuda_excerpts.py checks that every marker
+numbers, which every edit would move; tests/cuda/test_cuda_excerpts.py checks that every marker
 the chapter uses is still there), and ``cuda_markdown(code)`` shows them highlighted as CUDA.
 """
 from __future__ import annotations
@@ -50,5 +50,3 @@ def cuda_markdown(code: str):
 
     return Markdown(f"```cuda\n{code}\n```")
 
-
-__all__ = ["cuda_excerpt", "cuda_markdown"]

@@ -1,29 +1,15 @@
 """Chapter 5: FlashAttention written by hand in CUDA, built on first use.
 
-Two kernels, two steps of the same idea (``kernels/cuda/csrc/``):
+Two kernels in ``kernels/cuda/csrc/``: ``cuda_v1`` (``flash_v1.cu``), the algorithm in plain
+CUDA on CUDA cores, and ``cuda_v2`` (``flash_v2.cu``), FlashAttention-2 on tensor cores
+(``mma.sync``). Both take grouped-query K/V heads and Sq != Sk (causal aligned bottom-right).
+The kernels are torch-free behind a small launcher (``flash_api.h``); ``binding.cpp`` is the
+only file that sees torch. ``torch.utils.cpp_extension.load`` builds the extension the first
+time a kernel is called, so importing this module never compiles anything.
 
-* ``cuda_v1`` (``flash_v1.cu``): the algorithm in plain CUDA. A block owns 32 query rows,
-  streams K and V through shared memory in tiles of 32 keys, keeps a running softmax per
-  row, and accumulates in fp32 on CUDA cores. Readable, correct, slow.
-* ``cuda_v2`` (``flash_v2.cu``): FlashAttention-2 on tensor cores. ``mma.sync`` fragments
-  in registers, P fed from the score accumulators straight back into the second matmul,
-  128 query rows per block (8 warps), K/V tiles double-buffered with 16-byte asynchronous
-  copies, the mask applied only on the tiles that need it, exp2 with the scale folded into
-  one FMA, key tiles above the causal diagonal skipped entirely.
-
-Both take grouped-query K/V heads and Sq != Sk (causal aligned bottom-right).
-
-The kernels are torch-free: a small launcher takes raw pointers, sizes, element strides
-and a CUDA stream (``flash_api.h``). ``binding.cpp`` is the only file that sees torch; it
-checks the tensors and passes torch's current stream. ``torch.utils.cpp_extension.load``
-compiles the three files the first time a kernel is called (a minute or two) and caches
-the result (under ``$TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``), so
-importing this module never compiles anything and never fails.
-
-The compiler's view of each kernel (registers, shared memory, spills) needs only ``nvcc``,
-not a GPU: ``kernel_report("sm_80")`` compiles the kernels alone and adds what only the
-launchers know (threads per block, dynamic shared memory), which is everything occupancy
-needs.
+Also here: each kernel's launch configuration (``launch_config``, the formulas of
+``flash_api.h``) and ``kernel_resources(archs)``, ptxas' registers, shared memory and spills of
+every instantiation completed with its launch, which needs ``nvcc`` but no GPU.
 """
 from __future__ import annotations
 
@@ -37,8 +23,8 @@ from typing import Iterable, Union
 
 import torch
 
-from kernels.cuda.ptxas import KernelResources, compile_cuda, compile_report, nvcc_available, nvcc_path, with_launch
-from kernels.registry import CannotRun, Reason, needs_cuda, register, resolve_scale
+from kernels.cuda.ptxas import KernelResources, compile_cuda, nvcc_available, nvcc_path, with_launch
+from kernels.registry import CannotRun, Reason, cuda_reason, register, resolve_scale
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 KERNEL_SOURCES = ("flash_v1.cu", "flash_v2.cu")  # torch-free: nvcc compiles them alone
@@ -137,28 +123,28 @@ def compile_sources(archs: Iterable[str], sources: Iterable[str] = KERNEL_SOURCE
     return dict(zip(sources, done))
 
 
-def kernel_report(arch: Union[str, Iterable[str]] = "sm_80") -> list[KernelResources]:
+def kernel_resources(arch: Union[str, Iterable[str]] = "sm_80") -> list[KernelResources]:
     """ptxas' resources of every kernel instantiation, completed with its launch config.
 
     Needs nvcc (not a GPU); RuntimeError without it. Each ``name`` reads like
     ``flash_v2_kernel<__half, 128>`` (element type, head_dim).
     """
     archs = [arch] if isinstance(arch, str) else list(arch)
-    report = []
+    kernels = []
     for compiled in compile_sources(archs).values():
         for kernel in compiled.kernels:
             m = _KERNEL_NAME.search(kernel.name)
             if m:
                 cfg = launch_config(m.group(1), int(m.group(2)))
                 kernel = with_launch(kernel, cfg.threads, cfg.dynamic_shared_bytes)
-            report.append(kernel)
-    return report
+            kernels.append(kernel)
+    return kernels
 
 
 # ---- can it run here? ------------------------------------------------------------------
 
 def _toolchain_reason(device: torch.device) -> Reason:
-    reason = needs_cuda(device)
+    reason = cuda_reason(device)
     if reason:
         return reason
     if torch.version.cuda is None:
@@ -243,6 +229,3 @@ def cuda_v2(q, k, v, causal=True, scale=None):
     extension().forward_v2(q, k, v, out, bool(causal), resolve_scale(scale, q.shape[-1]))
     return out
 
-
-__all__ = ["cuda_v1", "cuda_v2", "launch_config", "kernel_report", "compile_sources", "v2_shared_bytes",
-           "allocate_output", "extension", "compile_report", "nvcc_available", "KernelResources", "LaunchConfig"]

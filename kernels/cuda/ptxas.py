@@ -1,23 +1,18 @@
 """What the compiler says a kernel costs: registers, shared memory, spills, from ``ptxas -v``.
 
-Occupancy is decided before a kernel ever runs. Each thread's registers and each block's
-shared memory are fixed at compile time, and an SM only has so many of both: 65,536
-registers and up to 228 KiB of shared memory on an H100. Ask ``nvcc`` to be verbose
-(``-Xptxas -v``) and the assembler prints, per kernel::
+Ask ``nvcc`` to be verbose (``-Xptxas -v``) and the assembler logs, per kernel::
 
     ptxas info    : Compiling entry function '_Z8tile_sumPKfPf' for 'sm_80'
     ptxas info    : Function properties for _Z8tile_sumPKfPf
         0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
     ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]
 
-``parse_ptxas`` turns that text into :class:`KernelResources`; ``compile_cuda`` (and its
-short form ``compile_report``) runs ``nvcc`` on a torch-free ``.cu`` file and parses what it
-prints. This module is the one home of the nvcc preamble: finding nvcc (``nvcc_path``,
-``nvcc_version``), the architecture names it takes (``check_archs``, ``gencode_flags``) and
-the command line. Nothing here needs a GPU,
-only the CUDA compiler. "smem" above is *static* shared memory (``__shared__`` arrays); what
-a launcher asks for at launch time (dynamic shared memory) is invisible to ptxas, so callers
-that know their launch configuration add it (see ``kernels.cuda.flash.kernel_report``).
+``parse_ptxas`` turns that log into :class:`KernelResources`; ``compile_cuda`` (and its short
+form ``compile_resources``) runs ``nvcc`` on a torch-free ``.cu`` file and parses its log.
+Also the one home of the nvcc preamble: ``nvcc_path``, ``nvcc_version``, ``check_archs``,
+``gencode_flags``, and the on-disk cache of compiles. Needs the CUDA compiler, not a GPU.
+"smem" is *static* shared memory; dynamic shared memory is set at launch, so callers that
+know the launch add it (``with_launch``).
 """
 from __future__ import annotations
 
@@ -71,9 +66,9 @@ _CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
 
 
 def parse_ptxas(text: str, demangle: bool = True) -> list[KernelResources]:
-    """Every kernel ("entry function") that ``ptxas -v`` reports in ``text``, in order.
+    """Every kernel ("entry function") that ``ptxas -v`` logs in ``text``, in order.
 
-    The report of one kernel spans several lines: "Compiling entry function NAME for ARCH",
+    One kernel's entry spans several lines: "Compiling entry function NAME for ARCH",
     then "Function properties for NAME" followed by its stack/spill line, then "Used N
     registers, ...". Device functions that are not kernels also get "Function properties"
     lines; they are skipped because they have no "Compiling entry function" line.
@@ -99,7 +94,7 @@ def parse_ptxas(text: str, demangle: bool = True) -> list[KernelResources]:
                 current["shared_bytes"] = int(s.group(1))
             if banks := _CMEM.findall(line):
                 current["constant_bytes"] = sum(int(c) for c in banks)
-            current = None  # "Used ..." closes a kernel's report
+            current = None  # "Used ..." closes a kernel's entry
     names = demangle_names([k["mangled"] for k in kernels]) if demangle else {}
     return [KernelResources(name=names.get(k["mangled"], k["mangled"]), registers=k.get("registers", 0),
                             **{key: val for key, val in k.items() if key != "registers"})
@@ -166,7 +161,7 @@ def check_archs(arch: Union[str, Iterable[str]]) -> list[str]:
 
 def gencode_flags(archs: Iterable[str]) -> list[str]:
     """One ``-gencode`` per architecture: PTX for its virtual architecture (compute_80), and
-    machine code (SASS) for the real one (sm_80), which is what ptxas reports on."""
+    machine code (SASS) for the real one (sm_80), whose resources ptxas logs."""
     return [f"-gencode=arch=compute_{a[3:]},code={a}" for a in check_archs(archs)]
 
 
@@ -186,7 +181,7 @@ def compile_cuda(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm
 
     The one place this package calls nvcc. Every architecture goes to one nvcc call (the
     host code, the launchers included, is compiled once and checked with it), and each
-    kernel is reported once per architecture. With ``keep_ptx``, ``-keep`` leaves the PTX
+    kernel is listed once per architecture. With ``keep_ptx``, ``-keep`` leaves the PTX
     of every architecture behind and it is returned too (else the dict is empty). The
     object file comes back as bytes (a test links the launchers against a stand-in runtime).
     Raises RuntimeError when nvcc is missing or the compile fails, with nvcc's own message.
@@ -275,10 +270,10 @@ def _run_nvcc(nvcc: str, source: Path, archs: list, flags: list, keep_ptx: bool,
     return Compiled(parse_ptxas(done.stdout + "\n" + done.stderr), ptx, object_code)
 
 
-def compile_report(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm_80",
+def compile_resources(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm_80",
                    extra_flags: Iterable[str] = (), std: str = "c++17",
                    timeout: float = 300) -> list[KernelResources]:
-    """Compile ``source`` (a torch-free .cu file) with ``nvcc -c -Xptxas -v`` and parse it.
+    """The resources of every kernel in ``source`` (a torch-free .cu file): ``nvcc -c -Xptxas -v``, parsed.
 
     ``arch`` is one architecture ("sm_80") or several (["sm_80", "sm_90"]): see ``compile_cuda``.
     """
@@ -292,7 +287,7 @@ def triton_ptxas(capability: int) -> str:
     ``triton.backends.nvidia.compiler.get_ptxas``: up to 3.8 the newer one
     (``knobs.nvidia.ptxas_blackwell``) from sm_100 on, since 3.9 from sm_90 on. The PTX Triton
     writes for a target is only readable by the ptxas it chose (an older one refuses its
-    ``.version``), so a report on that PTX must run the same one: asked of Triton, not copied.
+    ``.version``), so reading that PTX's resources must run the same one: asked of Triton, not copied.
     """
     import triton
 
@@ -304,17 +299,17 @@ def triton_ptxas(capability: int) -> str:
 
 
 def with_launch(kernel: KernelResources, threads_per_block: int, dynamic_shared_bytes: int) -> KernelResources:
-    """The same report, completed with what only the launcher knows."""
+    """The same resources, completed with what only the launcher knows."""
     return replace(kernel, threads_per_block=threads_per_block, dynamic_shared_bytes=dynamic_shared_bytes)
 
 
-# A real report, for the tests and the chapter 5 exercise: output of nvcc 13.0
+# A real ptxas log, for the tests and the chapter 5 exercise: output of nvcc 13.0
 # (`nvcc -c -gencode ...sm_80 -gencode ...sm_90 -maxrregcount=32 -Xptxas -v`, compile-time
 # lines removed) for a file with a kernel that spills (`many<64>`,
 # 64 floats indexed dynamically with only 32 registers allowed), a kernel with a 256-float
 # __shared__ array (`tile_sum`), and a non-inlined device function (`helper`), which is not
-# a kernel and must not be reported as one.
-SAMPLE_REPORT = """\
+# a kernel and must not be listed as one.
+SAMPLE_PTXAS_LOG = """\
 ptxas info    : Overriding maximum register limit 256 for '_Z4manyILi64EEvPKfPfi' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for '_Z8tile_sumPKfPf' with  32 of maxrregcount option
 ptxas info    : 0 bytes gmem

@@ -1,35 +1,24 @@
-"""Chapter 5's bookkeeping: the CUDA kernels as the compiler and the hardware see them.
+"""Chapter 5's kernels as the compiler sees them: resources, occupancy, PTX.
 
-Everything here reads the kernels of ``kernels/cuda/csrc`` without running them, so all of it
-works on a machine without a GPU:
-
-* ``resources_table(report)``: one row per kernel instantiation, the compiler's registers,
-  shared memory and spills (``kernels.cuda.flash.kernel_report``), the launch configuration,
-  and the theoretical occupancy those imply (``kernels.hw.occupancy``).
-* ``RECORDED_REPORT`` / ``recorded_report()``: the same report as one real ``nvcc`` run printed it,
-  for machines without ``nvcc`` (Colab, laptops). ``record_report()`` writes a fresh one.
-* ``compile_kernels(archs)``: that report and the PTX of every kernel, in one compile;
-  ``instruction_counts(ptx, opcode)``: how often an instruction appears in each kernel.
-  Tensor-core matmuls show up there as ``mma.sync.aligned.m16n8k16``; a kernel without
-  them does its arithmetic on CUDA cores. ``inlined_functions(ptx)``: the functions the
-  compiler inlined into each kernel, from the PTX's line information.
-* ``mma_per_key_tile(head_dim)``: how many of those instructions one warp of ``cuda_v2``
-  must issue per tile of keys, from the tile shapes alone, to check the PTX against.
-
-The rest of chapter 5's reading of the kernels has modules of its own: cuda_v2's design
-steps (``kernels.cuda.design``), which thread computes which element
-(``kernels.cuda.threads``), and the lines of the ``.cu`` files the book shows
-(``kernels.cuda.excerpts``).
+* ``resources_table(kernels)``: one row per kernel instantiation, ptxas' registers, shared
+  memory and spills with the launch configuration, and the theoretical occupancy they allow.
+* ``load_snapshot()`` / ``snapshot_kernels()``: the same resources as one real nvcc run
+  logged them (``nvcc_snapshot.json``, written by ``python -m tools.nvcc_snapshot``), for
+  machines without nvcc; ``kernel_rows`` is that file's row format.
+* ``compile_kernels(archs)``: the resources and the PTX of every kernel, in one compile;
+  ``instruction_counts(ptx, opcode)`` and ``inlined_functions(ptx)`` read the PTX.
+* ``mma_per_key_tile(head_dim)``: mma.sync instructions per key tile, from the tile shapes.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Iterable, Union
 
 from kernels.cuda import flash as cuda_flash
 from kernels.hw.occupancy import Occupancy, occupancy
-from kernels.cuda.ptxas import KernelResources, compile_cuda, demangle_names, nvcc_version, with_launch
+from kernels.cuda.ptxas import KernelResources, compile_cuda, demangle_names, with_launch
 
 WARP = 32
 MMA_M, MMA_N, MMA_K = 16, 8, 16   # the shape of one mma.sync.m16n8k16 (A 16x16, B 16x8, C 16x8)
@@ -55,20 +44,20 @@ def short_name(name: str) -> str:
 # ---- resources and occupancy ---------------------------------------------------------------------
 
 def occupancy_of(kernel: KernelResources) -> Occupancy:
-    """Theoretical occupancy of a kernel from its compile report and launch configuration."""
+    """Theoretical occupancy of a kernel from its resources and launch configuration."""
     if kernel.threads_per_block is None:
-        raise ValueError(f"{kernel.name}: threads per block unknown; use cuda_flash.kernel_report, "
+        raise ValueError(f"{kernel.name}: threads per block unknown; use cuda_flash.kernel_resources, "
                          "which adds the launch configuration")
     return occupancy(threads_per_block=kernel.threads_per_block, registers_per_thread=kernel.registers,
                      shared_mem_per_block=kernel.total_shared_bytes, arch=kernel.arch)
 
 
-def resources_table(report: Iterable[KernelResources]):
+def resources_table(kernels: Iterable[KernelResources]):
     """One row per (arch, kernel): what ptxas said, what the launcher adds, what occupancy follows."""
     import pandas as pd
 
     rows = []
-    for k in report:
+    for k in kernels:
         version, dtype, head_dim = parse_instance(k.name)
         occ = occupancy_of(k)
         rows.append({"arch": k.arch, "kernel": version, "dtype": dtype, "head_dim": head_dim,
@@ -84,122 +73,64 @@ def resources_table(report: Iterable[KernelResources]):
             .reset_index(drop=True))
 
 
-def find_kernel(report: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:
-    """The one report entry for e.g. ("sm_80", "v2", "bf16", 64)."""
-    hits = [k for k in report if k.arch == arch and parse_instance(k.name) == (version, dtype, head_dim)]
+def find_kernel(kernels: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:
+    """The one kernel of ``kernels`` that is e.g. ("sm_80", "v2", "bf16", 64)."""
+    hits = [k for k in kernels if k.arch == arch and parse_instance(k.name) == (version, dtype, head_dim)]
     if len(hits) != 1:
         raise KeyError(f"{len(hits)} kernels match {arch} {version}<{dtype}, {head_dim}>")
     return hits[0]
 
 
-# ---- a recorded report, for machines without nvcc ------------------------------------------------
+# ---- the snapshot of one nvcc run, for machines without nvcc ---------------------------------------
 
-# Printed by `record_report()` after `kernel_report(["sm_80", "sm_90"])` and `design_steps(d)` for
-# both head dims on a machine with nvcc (no GPU needed). tests/test_cuda_report.py compiles
-# again where the same nvcc is present and fails if the kernels changed without this table
-# being recorded anew.
-RECORDED_REPORT: dict[str, Any] = {  # rows of mixed str and int: read by position
-    "nvcc": "13.0, V13.0.88",
-    "date": "2026-12-01",
-    # (arch, version, dtype, head_dim, registers, static smem, spill stores, spill loads, stack frame, barriers)
-    "kernels": [
-        ('sm_80', 'v1', 'bf16', 64, 124, 0, 0, 0, 0, 1),
-        ('sm_80', 'v1', 'bf16', 128, 128, 0, 0, 0, 0, 1),
-        ('sm_80', 'v1', 'fp16', 64, 124, 0, 0, 0, 0, 1),
-        ('sm_80', 'v1', 'fp16', 128, 128, 0, 0, 0, 0, 1),
-        ('sm_80', 'v1', 'fp32', 64, 123, 0, 0, 0, 0, 1),
-        ('sm_80', 'v1', 'fp32', 128, 128, 0, 0, 0, 0, 1),
-        ('sm_80', 'v2', 'bf16', 64, 167, 0, 0, 0, 0, 1),
-        ('sm_80', 'v2', 'bf16', 128, 246, 0, 0, 0, 0, 1),
-        ('sm_80', 'v2', 'fp16', 64, 167, 0, 0, 0, 0, 1),
-        ('sm_80', 'v2', 'fp16', 128, 246, 0, 0, 0, 0, 1),
-        ('sm_90', 'v1', 'bf16', 64, 128, 0, 0, 0, 0, 1),
-        ('sm_90', 'v1', 'bf16', 128, 136, 0, 0, 0, 0, 1),
-        ('sm_90', 'v1', 'fp16', 64, 128, 0, 0, 0, 0, 1),
-        ('sm_90', 'v1', 'fp16', 128, 136, 0, 0, 0, 0, 1),
-        ('sm_90', 'v1', 'fp32', 64, 128, 0, 0, 0, 0, 1),
-        ('sm_90', 'v1', 'fp32', 128, 136, 0, 0, 0, 0, 1),
-        ('sm_90', 'v2', 'bf16', 64, 158, 0, 0, 0, 0, 1),
-        ('sm_90', 'v2', 'bf16', 128, 247, 0, 0, 0, 0, 1),
-        ('sm_90', 'v2', 'fp16', 64, 158, 0, 0, 0, 0, 1),
-        ('sm_90', 'v2', 'fp16', 128, 247, 0, 0, 0, 0, 1),
-    ],
-    # cuda_v2 at bf16, one row per (arch, head_dim, step of DESIGN_STEPS): (arch, head_dim, step,
-    # registers, static smem, spill stores, spill loads, stack frame, and the PTX's counts of
-    # mma.sync, ex2.approx.f32, ex2.approx.ftz.f32, bar.sync)
-    "design_steps": [
-        ('sm_80', 64, 0, 172, 0, 0, 0, 0, 64, 34, 0, 3),
-        ('sm_80', 64, 1, 164, 0, 0, 0, 0, 64, 34, 0, 3),
-        ('sm_80', 64, 2, 165, 0, 0, 0, 0, 128, 68, 0, 5),
-        ('sm_80', 64, 3, 167, 0, 0, 0, 0, 128, 0, 68, 5),
-        ('sm_80', 64, 4, 167, 0, 0, 0, 0, 128, 0, 68, 3),
-        ('sm_80', 128, 0, 230, 0, 0, 0, 0, 128, 34, 0, 3),
-        ('sm_80', 128, 1, 220, 0, 0, 0, 0, 128, 34, 0, 3),
-        ('sm_80', 128, 2, 222, 0, 0, 0, 0, 256, 68, 0, 5),
-        ('sm_80', 128, 3, 225, 0, 0, 0, 0, 256, 0, 68, 5),
-        ('sm_80', 128, 4, 246, 0, 0, 0, 0, 256, 0, 68, 3),
-        ('sm_90', 64, 0, 160, 0, 0, 0, 0, 64, 34, 0, 3),
-        ('sm_90', 64, 1, 157, 0, 0, 0, 0, 64, 34, 0, 3),
-        ('sm_90', 64, 2, 157, 0, 0, 0, 0, 128, 68, 0, 5),
-        ('sm_90', 64, 3, 163, 0, 0, 0, 0, 128, 0, 68, 5),
-        ('sm_90', 64, 4, 158, 0, 0, 0, 0, 128, 0, 68, 3),
-        ('sm_90', 128, 0, 224, 0, 0, 0, 0, 128, 34, 0, 3),
-        ('sm_90', 128, 1, 212, 0, 0, 0, 0, 128, 34, 0, 3),
-        ('sm_90', 128, 2, 216, 0, 0, 0, 0, 256, 68, 0, 5),
-        ('sm_90', 128, 3, 219, 0, 0, 0, 0, 256, 0, 68, 5),
-        ('sm_90', 128, 4, 247, 0, 0, 0, 0, 256, 0, 68, 3),
-    ],
-}
+# Written by tools/nvcc_snapshot.py on a machine with nvcc (no GPU needed); tests/cuda compare it
+# with what the nvcc there prints and fail when the kernels changed without a new snapshot.
+SNAPSHOT_PATH = Path(__file__).resolve().with_name("nvcc_snapshot.json")
 _TYPE_OF = {short: full for full, short in SHORT_DTYPES.items()}
 
 
-def recorded_report() -> list[KernelResources]:
-    """RECORDED_REPORT as KernelResources, completed with the launch configuration like a live report."""
+def load_snapshot(path: Union[str, Path] = SNAPSHOT_PATH) -> dict[str, Any]:
+    """The snapshot as JSON holds it: "nvcc", "date", "kernels" and "design_revisions" rows."""
+    return json.loads(Path(path).read_text())
+
+
+def snapshot_kernels(snapshot: Union[dict[str, Any], None] = None) -> list[KernelResources]:
+    """The snapshot's kernels as KernelResources, completed with the launch configuration
+    like ``cuda_flash.kernel_resources`` completes a live compile."""
+    rows = (snapshot or load_snapshot())["kernels"]
     out = []
-    for arch, version, dtype, d, regs, smem, st, ld, stack, barriers in RECORDED_REPORT["kernels"]:
+    for row in rows:
+        version, d = row["kernel"], row["head_dim"]
         args = "flash::Problem" if version == "v1" else "flash::Problem, bool"
-        name = f"void (anonymous namespace)::flash_{version}_kernel<{_TYPE_OF[dtype]}, {d}>({args})"
+        name = f"void (anonymous namespace)::flash_{version}_kernel<{_TYPE_OF[row['dtype']]}, {d}>({args})"
         cfg = cuda_flash.launch_config(version, d)
-        kernel = KernelResources(name=name, mangled="(recorded)", arch=arch, registers=regs, shared_bytes=smem,
-                                 spill_store_bytes=st, spill_load_bytes=ld, stack_frame_bytes=stack,
-                                 barriers=barriers)
+        kernel = KernelResources(name=name, mangled="(snapshot)", arch=row["arch"], registers=row["registers"],
+                                 shared_bytes=row["shared_bytes"], spill_store_bytes=row["spill_store_bytes"],
+                                 spill_load_bytes=row["spill_load_bytes"], stack_frame_bytes=row["stack_frame_bytes"],
+                                 barriers=row["barriers"])
         out.append(with_launch(kernel, cfg.threads, cfg.dynamic_shared_bytes))
     return out
 
 
-def as_recorded_rows(report: Iterable[KernelResources]) -> list[tuple]:
-    """A report in RECORDED_REPORT's row format (to compare with it, or to record it)."""
-    return [(k.arch, *parse_instance(k.name), k.registers, k.shared_bytes, k.spill_store_bytes,
-             k.spill_load_bytes, k.stack_frame_bytes, k.barriers) for k in report]
-
-
-def record_report(archs=("sm_80", "sm_90")) -> str:
-    """Compile now and return RECORDED_REPORT's text for this nvcc, to paste into this module."""
-    import datetime
-
-    # Here, not at the top: cuda_design reads RECORDED_REPORT from this module.
-    from kernels.cuda.design import STEP_OPCODES, as_recorded_steps, design_steps
-
-    rows = sorted(as_recorded_rows(cuda_flash.kernel_report(list(archs))))
-    steps = [row for d in cuda_flash.HEAD_DIMS for row in as_recorded_steps(design_steps(d, archs, live=True))]
-    lines = [f'    "nvcc": "{nvcc_version()}",', f'    "date": "{datetime.date.today().isoformat()}",',
-             "    # (arch, version, dtype, head_dim, registers, static smem, spill stores, spill loads, stack frame, barriers)",
-             '    "kernels": [', *(f"        {row!r}," for row in rows), "    ],",
-             "    # cuda_v2 at bf16, one row per (arch, head_dim, step of DESIGN_STEPS): (arch, head_dim, step,",
-             "    # registers, static smem, spill stores, spill loads, stack frame, and the PTX's counts of",
-             "    # " + ", ".join(STEP_OPCODES) + ")",
-             '    "design_steps": [', *(f"        {row!r}," for row in sorted(steps)), "    ],"]
-    return ("RECORDED_REPORT: dict[str, Any] = {  # rows of mixed str and int: read by position\n"
-            + "\n".join(lines) + "\n}")
+def kernel_rows(kernels: Iterable[KernelResources]) -> list[dict[str, Any]]:
+    """Kernels in the snapshot's "kernels" row format, in a fixed order (to compare or to write)."""
+    rows = []
+    for k in kernels:
+        version, dtype, head_dim = parse_instance(k.name)
+        rows.append({"arch": k.arch, "kernel": version, "dtype": dtype, "head_dim": head_dim,
+                     "registers": k.registers, "shared_bytes": k.shared_bytes,
+                     "spill_store_bytes": k.spill_store_bytes, "spill_load_bytes": k.spill_load_bytes,
+                     "stack_frame_bytes": k.stack_frame_bytes, "barriers": k.barriers})
+    return sorted(rows, key=lambda r: (r["arch"], r["kernel"], r["dtype"], r["head_dim"]))
 
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
 def compile_device_code(source: Union[str, Path], arch: str = "sm_80", defines: Iterable[str] = (),
                         timeout: float = 300):
-    """PTX and ptxas' report of a torch-free .cu file for one arch: ``(ptx text, [KernelResources])``.
+    """PTX and kernel resources of a torch-free .cu file for one arch: ``(ptx text, [KernelResources])``.
 
-    What ``cuda_flash.kernel_report`` compiles, under the same flags (those of the extension
+    What ``cuda_flash.kernel_resources`` compiles, under the same flags (those of the extension
     build), with ``-keep`` leaving the PTX behind for us to read. Launch configurations are
     not added here.
     """
@@ -211,12 +142,12 @@ def compile_device_code(source: Union[str, Path], arch: str = "sm_80", defines: 
 def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90"), sources=cuda_flash.KERNEL_SOURCES):
     """Every kernel of ``sources`` (files in kernels/cuda/csrc) for every arch.
 
-    Returns ``(report, ptx)``: the resources exactly as ``cuda_flash.kernel_report(archs)``
+    Returns ``(kernels, ptx)``: the resources exactly as ``cuda_flash.kernel_resources(archs)``
     gives them (launch configuration included; the same compile, done once per process), and
     ``ptx[arch][file]``, the PTX text.
     """
     archs = list(archs)
-    report: list[KernelResources] = []
+    kernels: list[KernelResources] = []
     ptx: dict[str, dict[str, str]] = {a: {} for a in archs}
     for source, compiled in cuda_flash.compile_sources(archs, sources).items():
         for arch in archs:
@@ -224,8 +155,8 @@ def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90"), sources=cuda_flas
         for k in compiled.kernels:
             version, _, head_dim = parse_instance(k.name)
             cfg = cuda_flash.launch_config(version, head_dim)
-            report.append(with_launch(k, cfg.threads, cfg.dynamic_shared_bytes))
-    return report, ptx
+            kernels.append(with_launch(k, cfg.threads, cfg.dynamic_shared_bytes))
+    return kernels, ptx
 
 
 _ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+(\S+?)\s*\(", re.M)
@@ -282,7 +213,3 @@ def mma_per_key_tile(head_dim: int, block_n: int = 64) -> int:
     output = (head_dim // MMA_N) * (block_n // MMA_K)
     return scores + output
 
-
-__all__ = ["RECORDED_REPORT", "as_recorded_rows", "compile_device_code", "compile_kernels", "find_kernel", "inlined_functions",
-           "instruction_counts", "mma_per_key_tile", "nvcc_version", "occupancy_of", "parse_instance", "ptx_kernels",
-           "record", "recorded_report", "resources_table", "short_name"]

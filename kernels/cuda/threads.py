@@ -1,8 +1,8 @@
 """Chapter 5's who-owns-what: which thread computes which element of a tile, in both kernels.
 
 The index formulas of ``flash_v1.cu`` and ``flash_v2.cu`` written out in NumPy, element by
-element, so a test can check them (every element has an owner, the work is split evenly)
-and the chapter can draw them:
+element, for the chapter to draw (tests/cuda/test_cuda_threads.py runs the kernels' own index
+code on the host and checks these maps against what each thread writes):
 
 * ``owners_v1_scores``, ``owners_v1_softmax``, ``owners_v1_output``: the thread of each
   element in v1's three phases (scores, online softmax, ``O += P V``).
@@ -63,13 +63,13 @@ def thread_map(head_dim: int = 64, lane: int = 5):
 
     Colours are warps; in the v2 panel the elements of one lane of warp 0 are outlined. The
     figure is about as wide as the book's column (so it is shown unscaled), its text keeps
-    the font floor (``plots.font_floor``) and the key to the colours sits in the empty cell
+    the font floor (``kernels.figures.font_floor``) and the key to the colours sits in the empty cell
     beside v2, never over the data.
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    from kernels.bench.plots import COLUMN_PX, apply_font_floor
+    from kernels.figures import COLUMN_PX, apply_font_floor
 
     v2 = cuda_flash.launch_config("v2", head_dim)
     v2_owner = owners_v2(v2.block_n, v2.block_m, v2.threads)  # the S tile: [block_m, block_n]
@@ -115,5 +115,3 @@ def thread_map(head_dim: int = 64, lane: int = 5):
                title_fontsize=axes["v2"].xaxis.label.get_fontsize())
     return fig
 
-
-__all__ = ["owners_v1_output", "owners_v1_scores", "owners_v1_softmax", "owners_v2", "thread_map"]

@@ -1,4 +1,4 @@
-"""Checks for the exercises of chapter 5, CUDA: read a ptxas report, and place v2's accumulators
+"""Checks for the exercises of chapter 5, CUDA: read a ptxas log, and place v2's accumulators
 on its threads. (The chapter's occupancy task is checked by ``kernels.exercises.occupancy``.)
 
 ``check_v2_lane`` tries every thread of the block, so it draws nothing at random.
@@ -11,7 +11,7 @@ import torch
 
 from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
 
-__all__ = ["check_read_ptxas", "check_v2_lane", "fresh_ptxas_report"]
+__all__ = ["check_read_ptxas", "check_v2_lane", "fresh_ptxas_log"]
 
 
 def _ptxas_block(kernel: str, arch: str, registers: int, smem: int, stack: int, stores: int, loads: int,
@@ -29,8 +29,8 @@ def _ptxas_block(kernel: str, arch: str, registers: int, smem: int, stack: int, 
             f"    {stack} bytes stack frame, {stores} bytes spill stores, {loads} bytes spill loads", used]
 
 
-def fresh_ptxas_report(seed: int) -> str:
-    """A report in ptxas -v's format with random numbers: two kernels on sm_80 and sm_90, one that
+def fresh_ptxas_log(seed: int) -> str:
+    """A log in ptxas -v's format with random numbers: two kernels on sm_80 and sm_90, one that
     spills and one with static shared memory, and a device function that is not a kernel."""
     g = torch.Generator().manual_seed(seed)
     lines = []
@@ -59,7 +59,7 @@ def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed
     of one kernel on one architecture, judged by ``kernels.cuda.ptxas.parse_ptxas``."""
     seed = _seed(seed)
     asked = 0
-    for text in (fresh_ptxas_report(seed), fresh_ptxas_report(seed + 1)):
+    for text in (fresh_ptxas_log(seed), fresh_ptxas_log(seed + 1)):
         found = _ptxas_numbers(text)
         for (kernel, arch), k in found.items():
             case = f"kernel {kernel} on {arch}"
@@ -74,7 +74,7 @@ def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed
             if tuple(got) == right:
                 continue
             _fail(f"[{case}] " + _ptxas_slip(tuple(got), right, k, found, kernel, arch))
-    return _passed(f"read_ptxas reads registers, shared memory and spills right for {asked} kernel reports "
+    return _passed(f"read_ptxas reads registers, shared memory and spills right for {asked} kernel entries "
                    "(two architectures, a kernel that spills, a device function that is not a kernel)")
 
 
@@ -85,7 +85,7 @@ def _ptxas_slip(got, right, k, found, kernel, arch) -> str:
 
     for (name, other_arch), other in found.items():
         if name == kernel and other_arch != arch and got == numbers(other) != right:
-            return (f"those are the numbers of the same kernel compiled for {other_arch}. ptxas reports every "
+            return (f"those are the numbers of the same kernel compiled for {other_arch}. ptxas logs every "
                     f"kernel once per architecture: read the lines after \"Compiling entry function "
                     f"'{kernel}' for '{arch}'\".")
         if name != kernel and other_arch == arch and got == numbers(other) != right:

@@ -10,7 +10,7 @@ ptxas builds and chooses one per target (``kernels.cuda.ptxas.triton_ptxas`` ask
 report runs the one Triton chose, the only one that can read that PTX. The shared
 memory a Triton kernel asks for at launch is in the compiled kernel's metadata
 (``metadata.shared``). For the hand-written CUDA kernels, ``nvcc -Xptxas -v`` says the same
-(``kernels.cuda.flash.kernel_report``, which adds what the launcher asks for).
+(``kernels.cuda.flash.kernel_resources``, which adds what the launcher asks for).
 
 Every Triton config the autotuner may try is compiled here: for each kernel (forward, the
 dK/dV and dQ backward kernels, and on sm_90 the forward that moves its tiles with the TMA),
@@ -157,7 +157,7 @@ def _unit_strides(fn) -> dict:
     return {n: 1 for n in fn.arg_names if n.startswith("s") and n.endswith("d") and len(n) <= 5}
 
 
-def _ptxas_report(ptx: str, arch: str, capability: int):
+def _ptxas_resources(ptx: str, arch: str, capability: int):
     """Registers and spills of a PTX kernel, from the ptxas Triton runs for ``capability``, with ``-v``."""
     from kernels.cuda.ptxas import parse_ptxas, triton_ptxas
 
@@ -182,7 +182,7 @@ _CACHE: dict = {}
 def _compile_with_ptxas_log(src, target, options):
     """(compiled kernel, what Triton's own ``ptxas -v`` printed, or "" on a cache hit).
 
-    Triton runs ptxas with ``-v`` (and the flags `_ptxas_report` uses) when it builds the
+    Triton runs ptxas with ``-v`` (and the flags `_ptxas_resources` uses) when it builds the
     cubin, and prints the log when asked to (``knobs.nvidia.dump_ptxas_log``): reading it
     saves running ptxas a second time on a kernel Triton has just compiled.
     """
@@ -205,7 +205,7 @@ def _compile_with_ptxas_log(src, target, options):
 
 
 def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
-    """`_ptxas_report`, remembered on disk beside Triton's own cache (which keeps the compiled
+    """`_ptxas_resources`, remembered on disk beside Triton's own cache (which keeps the compiled
     kernel, but not what ptxas says about its registers and spills): a second report, or a
     second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
     ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
@@ -225,7 +225,7 @@ def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
     except (OSError, ValueError, TypeError):
         pass
     from_log = parse_ptxas(log, demangle=False) if log else []
-    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_report(ptx, arch, capability)
+    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_resources(ptx, arch, capability)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
@@ -328,7 +328,7 @@ def cuda_rows(target: str) -> list[Row]:
     from kernels.cuda.resources import parse_instance
 
     rows = []
-    for k in cuda_flash.kernel_report(target):
+    for k in cuda_flash.kernel_resources(target):
         version, dtype, head_dim = parse_instance(k.name)
         cfg = cuda_flash.launch_config(version, head_dim)
         rows.append(Row(kernel=f"cuda_{version}", target=k.arch, dtype=dtype, head_dim=head_dim,

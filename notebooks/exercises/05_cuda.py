@@ -29,7 +29,7 @@ device, dtype = setup(device, dtype)
 showing_solutions(solutions)
 
 # %% [markdown]
-# ## Task 1: read the compiler's report
+# ## Task 1: read the compiler's log
 #
 # `nvcc -Xptxas -v` makes the assembler print, for every kernel and every architecture it
 # compiles for, what one thread and one block will use. Below is real output of nvcc 13.0
@@ -39,16 +39,16 @@ showing_solutions(solutions)
 # `helper` is a device function, not a kernel.
 
 # %% tags=["setup"]
-from kernels.cuda.ptxas import SAMPLE_REPORT as report_text
+from kernels.cuda.ptxas import SAMPLE_PTXAS_LOG as ptxas_log
 
-print(report_text)
+print(ptxas_log)
 
 # %% [markdown]
 # Write `read_ptxas(text, kernel, arch)` that returns `(registers, shared_bytes,
 # spilled_bytes)` for one kernel (by its mangled name) on one architecture: registers per
-# thread, static shared memory per block (0 when the report does not mention `smem`), and
+# thread, static shared memory per block (0 when the log does not mention `smem`), and
 # the bytes spilled to local memory, stores plus loads. The check feeds your function
-# fresh reports in the same format with other numbers.
+# fresh logs in the same format with other numbers.
 
 # %% tags=["stub"]
 def read_ptxas(text, kernel, arch):
@@ -57,7 +57,7 @@ def read_ptxas(text, kernel, arch):
 
 # %% [markdown]
 # :::{dropdown} Hint 1: find the right block
-# A kernel's report starts at `Compiling entry function '<kernel>' for '<arch>'` and ends
+# A kernel's entry starts at `Compiling entry function '<kernel>' for '<arch>'` and ends
 # at the next `Used ... registers` line. The same kernel appears again for the other
 # architecture, with other numbers: search for the name *and* the arch.
 # :::
@@ -82,7 +82,7 @@ def solution_read_ptxas(text, kernel, arch):
 # %% tags=["check"]
 read = solution_read_ptxas if solutions else read_ptxas
 check_read_ptxas(read)
-pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), read(report_text, kernel, arch)))
+pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), read(ptxas_log, kernel, arch)))
               for kernel in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for arch in ("sm_80", "sm_90")})
 
 # %% [markdown]
@@ -149,13 +149,13 @@ def solution_occupancy(threads, registers, shared_bytes, arch):
 # %% tags=["check"]
 occupancy_fn = solution_occupancy if solutions else my_occupancy
 check_occupancy(occupancy_fn, takes_arch=True)
-# v2 at bf16, D = 64, from the chapter's recorded compiler report. ptxas reports 0 bytes of
-# static shared memory: the launcher's dynamic shared memory is the block's whole share.
-recorded = resources.recorded_report()
+# v2 at bf16, D = 64, from the chapter's nvcc snapshot. ptxas counts 0 bytes of static
+# shared memory: the launcher's dynamic shared memory is the block's whole share.
+snapshot = resources.snapshot_kernels()
 dynamic = cuda_flash.launch_config("v2", 64).dynamic_shared_bytes
 rows = {}
 for arch in ("sm_80", "sm_90"):
-    k = resources.find_kernel(recorded, arch, "v2", "bf16", 64)
+    k = resources.find_kernel(snapshot, arch, "v2", "bf16", 64)
     blocks, fraction = occupancy_fn(k.threads_per_block, k.registers, k.shared_bytes + dynamic, arch)
     rows[arch] = {"registers": k.registers, "shared B": k.shared_bytes + dynamic, "blocks/SM": blocks,
                   "occupancy %": 100 * fraction,

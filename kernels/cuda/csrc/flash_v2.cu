@@ -159,8 +159,8 @@ __device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t row_str
 // ---- the design, as switches ----------------------------------------------------------------
 
 // The choices that separate this kernel from its first version, as compile-time switches, so
-// that chapter 5 can compile each step from this one source and read what it does to the
-// compiler's report (kernels/cuda_design.py, design_steps). The launcher uses Production:
+// that chapter 5 can compile each revision of the design from this one source and read what
+// it does to the kernel's resources (kernels/cuda/design.py, design_revisions). The launcher uses Production:
 // every switch on. Off, they give back the first version's behaviour: 64-row tiles (4 warps),
 // the mask tested on every element of every tile, exp2f after a separate multiply by the
 // scale, and one K/V buffer (load the next tile only after everyone is done with this one).
@@ -465,9 +465,10 @@ flash_v2_kernel(flash::Problem p, bool vec) {
 #endif
 }
 
-#if defined(FLASH_V2_DESIGN_STEPS)
-// Only for the chapter's compiler report (nvcc -DFLASH_V2_DESIGN_STEPS=<head dim>): the same
-// block under each step's switches, bf16, never launched. Step k turns on the first k changes.
+#if defined(FLASH_V2_DESIGN_REVISIONS)
+// Only for the chapter's table of resources (nvcc -DFLASH_V2_DESIGN_REVISIONS=<head dim>): the
+// same block under each revision's switches, bf16, never launched. Revision k turns on the
+// first k changes.
 template <typename T, int D, class Dsg>
 __global__ void __launch_bounds__(Dsg::kThreads, Dsg::kMinBlocks)
 flash_v2_design_kernel(flash::Problem p, bool vec) {
@@ -478,12 +479,12 @@ flash_v2_design_kernel(flash::Problem p, bool vec) {
 #endif
 }
 
-constexpr int kStepDim = FLASH_V2_DESIGN_STEPS;
-template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<64, false, false, false>>(flash::Problem, bool);
-template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, false, false, false>>(flash::Problem, bool);
-template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, true, false, false>>(flash::Problem, bool);
-template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, true, true, false>>(flash::Problem, bool);
-template __global__ void flash_v2_design_kernel<__nv_bfloat16, kStepDim, Design<128, true, true, true>>(flash::Problem, bool);
+constexpr int kRevisionDim = FLASH_V2_DESIGN_REVISIONS;
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kRevisionDim, Design<64, false, false, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kRevisionDim, Design<128, false, false, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kRevisionDim, Design<128, true, false, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kRevisionDim, Design<128, true, true, false>>(flash::Problem, bool);
+template __global__ void flash_v2_design_kernel<__nv_bfloat16, kRevisionDim, Design<128, true, true, true>>(flash::Problem, bool);
 #else
 // 16-byte copies need unit column stride, every row start 16-byte aligned (all other
 // strides a multiple of 8 elements) and an aligned base pointer; the output likewise for
@@ -518,11 +519,11 @@ int launch_for_dim(const flash::Problem& p, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
 }
-#endif  // FLASH_V2_DESIGN_STEPS
+#endif  // FLASH_V2_DESIGN_REVISIONS
 
 }  // namespace
 
-#if !defined(FLASH_V2_DESIGN_STEPS)
+#if !defined(FLASH_V2_DESIGN_REVISIONS)
 extern "C" int flash_v2_forward(const flash::Problem* problem, void* stream) {
   const flash::Problem& p = *problem;
   if (p.seq_q < 1 || p.seq_k < 1 || p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.heads % p.kv_heads != 0)

@@ -1,8 +1,8 @@
-"""kernels.cuda.resources: instruction counts, the recorded report, and the kernels as this nvcc compiles them.
+"""kernels.cuda.resources: instruction counts, the nvcc snapshot, and the kernels as this nvcc compiles them.
 
 Most tests need neither nvcc nor a GPU. The ones marked needs_nvcc compile the kernels once
-(both files, sm_80 and sm_90, side by side; the same compile tests/test_cuda_compile.py reads)
-and check the chapter's claims and RECORDED_REPORT against them.
+(both files, sm_80 and sm_90, side by side; the same compile tests/cuda/test_cuda_compile.py
+reads) and check the chapter's claims and kernels/cuda/nvcc_snapshot.json against them.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import kernels.cuda.flash as cf
 from kernels.cuda import resources as cr
 from kernels.hw import occupancy
 from kernels.cuda import ptxas
-from kernels.cuda.design import STEP_OPCODES
+from kernels.cuda.design import REVISION_OPCODES
 
 needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CUDA compiler nvcc (not on PATH)")
 V1_NAME = "void (anonymous namespace)::flash_v1_kernel<__nv_bfloat16, 128>(flash::Problem)"
@@ -68,25 +68,31 @@ def test_mma_per_key_tile_covers_the_warps_multiply_adds():
         assert cr.mma_per_key_tile(d, n) * 16 * 8 * 16 == 2 * 16 * n * d
 
 
-# ---- the recorded report ----------------------------------------------------------------------------
+# ---- the nvcc snapshot -------------------------------------------------------------------------------
 
-def test_recorded_report_covers_every_instantiation_with_its_launch():
-    report = cr.recorded_report()
+def test_snapshot_covers_every_instantiation_with_its_launch():
+    kernels = cr.snapshot_kernels()
     expected = {(a, "v1", t, d) for a in ("sm_80", "sm_90") for t in ("fp32", "fp16", "bf16") for d in cf.HEAD_DIMS}
     expected |= {(a, "v2", t, d) for a in ("sm_80", "sm_90") for t in ("fp16", "bf16") for d in cf.HEAD_DIMS}
-    assert {(k.arch, *cr.parse_instance(k.name)) for k in report} == expected
-    assert len(report) == len(expected)
-    for k in report:
+    assert {(k.arch, *cr.parse_instance(k.name)) for k in kernels} == expected
+    assert len(kernels) == len(expected)
+    for k in kernels:
         version, _, d = cr.parse_instance(k.name)
         assert k.dynamic_shared_bytes == cf.launch_config(version, d).dynamic_shared_bytes
         assert k.threads_per_block == cf.launch_config(version, d).threads
 
 
+def test_snapshot_rows_read_back_as_written():
+    # The file's rows, through KernelResources and back: nothing lost or renamed on the way.
+    rows = sorted(cr.load_snapshot()["kernels"], key=lambda r: (r["arch"], r["kernel"], r["dtype"], r["head_dim"]))
+    assert cr.kernel_rows(cr.snapshot_kernels()) == rows, "every field of the file's rows is read"
+
+
 def test_resources_table_matches_the_occupancy_calculator():
-    report = cr.recorded_report()
-    table = cr.resources_table(report)
-    assert len(table) == len(report)
-    k = cr.find_kernel(report, "sm_80", "v2", "bf16", 64)
+    kernels = cr.snapshot_kernels()
+    table = cr.resources_table(kernels)
+    assert len(table) == len(kernels)
+    k = cr.find_kernel(kernels, "sm_80", "v2", "bf16", 64)
     occ = occupancy.occupancy(threads_per_block=k.threads_per_block, registers_per_thread=k.registers,
                               shared_mem_per_block=k.dynamic_shared_bytes, arch="sm_80")
     row = table[(table["arch"] == "sm_80") & (table["kernel"] == "v2") & (table["dtype"] == "bf16")
@@ -106,7 +112,7 @@ def test_compile_without_nvcc_says_so(monkeypatch):
     monkeypatch.setattr(ptxas, "nvcc_path", lambda: None)
     with pytest.raises(RuntimeError, match="needs the CUDA compiler nvcc"):
         cr.compile_device_code(cf.CSRC / "flash_v1.cu")
-    assert cr.nvcc_version() is None
+    assert ptxas.nvcc_version() is None
 
 
 def test_inlined_functions_reads_line_information():
@@ -139,12 +145,13 @@ def compiled():
 
 
 @needs_nvcc
-def test_recorded_report_is_what_this_nvcc_prints(compiled):
-    report, _ = compiled
-    if cr.nvcc_version() != cr.RECORDED_REPORT["nvcc"]:
-        pytest.skip(f"RECORDED_REPORT is from nvcc {cr.RECORDED_REPORT['nvcc']}, this is {cr.nvcc_version()}")
-    assert sorted(cr.as_recorded_rows(report)) == sorted(tuple(r) for r in cr.RECORDED_REPORT["kernels"]), (
-        "the kernels changed: paste kernels.cuda.resources.record_report() over RECORDED_REPORT")
+def test_snapshot_is_what_this_nvcc_prints(compiled):
+    kernels, _ = compiled
+    snapshot = cr.load_snapshot()
+    if ptxas.nvcc_version() != snapshot["nvcc"]:
+        pytest.skip(f"the snapshot is from nvcc {snapshot['nvcc']}, this is {ptxas.nvcc_version()}")
+    assert cr.kernel_rows(kernels) == cr.kernel_rows(cr.snapshot_kernels(snapshot)), (
+        "the kernels changed: run python -m tools.nvcc_snapshot to write kernels/cuda/nvcc_snapshot.json anew")
 
 
 @needs_nvcc
@@ -181,9 +188,9 @@ def test_v2_exp2_is_the_fast_one_and_each_tile_has_one_barrier(compiled):
     _, ptx = compiled
     for arch, files in ptx.items():
         text = files["flash_v2.cu"]
-        counts = {op: cr.instruction_counts(text, op) for op in STEP_OPCODES}
+        counts = {op: cr.instruction_counts(text, op) for op in REVISION_OPCODES}
         for name in counts["mma.sync"]:
-            n = {op: counts[op][name] for op in STEP_OPCODES}
+            n = {op: counts[op][name] for op in REVISION_OPCODES}
             # Per tile step and row pair: 64 probabilities over 4 lanes (2 x 16) plus 2 rescale factors.
             assert n["ex2.approx.f32"] == 0 and n["ex2.approx.ftz.f32"] == 2 * 34, (arch, name, n)
             assert n["bar.sync"] == 1 + 2, f"{arch} {name}: one barrier before the loop and one per tile step"

@@ -5,8 +5,8 @@ tiles), both causal modes, Sq != Sk both ways (decoding, and more queries than k
 first rows see nothing), grouped-query K/V heads, negative and zero scales, non-contiguous
 and misaligned inputs (v2's scalar fallback), with the output buffer poisoned with NaN
 first, so an element the kernel forgot to write cannot pass. Without a GPU they skip; what
-can be checked without one (what the launchers launch, the tile schedule, the compiler's
-report) is in tests/test_cuda_compile.py and tests/test_cuda_report.py.
+can be checked without one (what the launchers launch, the tile schedule, the kernels'
+resources) is in tests/cuda/test_cuda_compile.py and tests/cuda/test_cuda_resources.py.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_importing_builds_nothing():
 
 def test_cpu_only_torch_is_named(monkeypatch):
     # Pretend a GPU is visible, but torch has no CUDA build: the reason must say so.
-    monkeypatch.setattr(cf, "needs_cuda", lambda device: None)
+    monkeypatch.setattr(cf, "cuda_reason", lambda device: None)
     monkeypatch.setattr(torch.version, "cuda", None)
     for requires in (cf.requires_v1, cf.requires_v2):
         reason = requires(torch.device("cuda"))

@@ -1,9 +1,9 @@
 """The CUDA kernels compile, fit the GPUs they are for, and launch what they should.
 
 Needs nvcc, not a GPU: every torch-free .cu in kernels/cuda/csrc is compiled once for sm_80 (A100)
-and sm_90 (H100/H200) with ``-Xptxas -v`` (the compile is shared with tests/test_cuda_report.py
+and sm_90 (H100/H200) with ``-Xptxas -v`` (the compile is shared with tests/cuda/test_cuda_resources.py
 within a run). The host objects of that compile, launchers included, are linked against a
-stand-in CUDA runtime (tests/launch_stub.cpp) that records each launch instead of running
+stand-in CUDA runtime (tests/cuda/launch_stub.cpp) that records each launch instead of running
 it, so grids, blocks, shared memory and the opt-in above 48 KiB are checked on a CPU. The
 tile schedule of flash_api.h is checked against the float64 reference's mask. The torch
 binding is not compiled here (it takes over a minute against torch's headers); set
@@ -32,7 +32,7 @@ needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CU
 
 
 def test_parse_ptxas_reads_every_kernel_once_per_arch():
-    found = ptxas.parse_ptxas(ptxas.SAMPLE_REPORT, demangle=False)
+    found = ptxas.parse_ptxas(ptxas.SAMPLE_PTXAS_LOG, demangle=False)
     assert [(k.mangled, k.arch) for k in found] == [
         ("_Z4manyILi64EEvPKfPfi", "sm_80"), ("_Z8tile_sumPKfPf", "sm_80"),
         ("_Z4manyILi64EEvPKfPfi", "sm_90"), ("_Z8tile_sumPKfPf", "sm_90")]
@@ -52,7 +52,7 @@ def test_parse_ptxas_reads_every_kernel_once_per_arch():
 
 @pytest.mark.skipif(shutil.which("c++filt") is None, reason="needs c++filt to demangle")
 def test_parse_ptxas_demangles_names_and_keeps_the_mangled_ones():
-    found = ptxas.parse_ptxas(ptxas.SAMPLE_REPORT)
+    found = ptxas.parse_ptxas(ptxas.SAMPLE_PTXAS_LOG)
     assert found[0].name == "void many<64>(float const*, float*, int)"
     assert found[0].mangled == "_Z4manyILi64EEvPKfPfi"
     assert found[1].name == "tile_sum(float const*, float*)"
@@ -63,7 +63,7 @@ def test_parse_ptxas_of_nothing_is_empty():
 
 
 def test_arch_names_have_one_pattern():
-    # One rule for every caller (compile_report, the chapter's PTX compile): plain, arch-specific
+    # One rule for every caller (compile_resources, the chapter's PTX compile): plain, arch-specific
     # ("a") and family ("f") targets pass; anything else is refused before nvcc runs.
     assert ptxas.check_archs("sm_90a") == ["sm_90a"]
     assert ptxas.gencode_flags(["sm_80", "sm_100f"]) == ["-gencode=arch=compute_80,code=sm_80",
@@ -73,13 +73,13 @@ def test_arch_names_have_one_pattern():
             ptxas.check_archs([bad])
 
 
-def test_compile_report_without_nvcc_says_so(monkeypatch, tmp_path):
+def test_compile_resources_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(ptxas, "nvcc_path", lambda: None)
     assert not ptxas.nvcc_available()
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k() {}\n")
     with pytest.raises(RuntimeError, match="needs the CUDA compiler nvcc"):
-        ptxas.compile_report(source)
+        ptxas.compile_resources(source)
 
 
 def test_launch_config_follows_the_formulas():
@@ -103,22 +103,22 @@ def test_launch_config_follows_the_formulas():
 # ---- with nvcc ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def report():
-    return cf.kernel_report(ARCHS)
+def kernels():
+    return cf.kernel_resources(ARCHS)
 
 
 @pytest.fixture(scope="module")
-def compiled(report):
-    return cf.compile_sources(ARCHS)  # the compile kernel_report just did (remembered per process)
+def compiled(kernels):
+    return cf.compile_sources(ARCHS)  # the compile kernel_resources just did (remembered per process)
 
 
-def by_file(report, version):
-    return [k for k in report if f"flash_{version}_kernel<" in k.name]
+def by_file(kernels, version):
+    return [k for k in kernels if f"flash_{version}_kernel<" in k.name]
 
 
 @needs_nvcc
 def test_torch_flags_are_mirrored():
-    """kernel_report compiles under the flags the extension build uses; keep them in step."""
+    """kernel_resources compiles under the flags the extension build uses; keep them in step."""
     from torch.utils import cpp_extension
 
     assert set(cpp_extension.COMMON_NVCC_FLAGS) <= set(cf.TORCH_NVCC_FLAGS)
@@ -127,31 +127,31 @@ def test_torch_flags_are_mirrored():
 @needs_nvcc
 def test_every_cu_file_is_compiled():
     torch_free = sorted(p.name for p in cf.CSRC.glob("*.cu"))
-    assert torch_free == sorted(cf.KERNEL_SOURCES), "kernel_report must cover every .cu in csrc"
+    assert torch_free == sorted(cf.KERNEL_SOURCES), "kernel_resources must cover every .cu in csrc"
 
 
 @needs_nvcc
-def test_every_instantiation_compiles_for_both_archs(report):
+def test_every_instantiation_compiles_for_both_archs(kernels):
     expected = {
         "v1": {f"<{t}, {d}>" for t in ("float", "__half", "__nv_bfloat16") for d in (64, 128)},
         "v2": {f"<{t}, {d}>" for t in ("__half", "__nv_bfloat16") for d in (64, 128)},
     }
     for version, templates in expected.items():
         for arch in ARCHS:
-            names = {k.name for k in by_file(report, version) if k.arch == arch}
+            names = {k.name for k in by_file(kernels, version) if k.arch == arch}
             assert {n[n.index("<"):n.index(">") + 1] for n in names} == templates, (version, arch)
 
 
 @needs_nvcc
-def test_no_kernel_spills_or_keeps_a_stack(report):
-    spilled = [(k.arch, k.name, k.spill_store_bytes, k.spill_load_bytes, k.stack_frame_bytes) for k in report
+def test_no_kernel_spills_or_keeps_a_stack(kernels):
+    spilled = [(k.arch, k.name, k.spill_store_bytes, k.spill_load_bytes, k.stack_frame_bytes) for k in kernels
                if k.spills or k.stack_frame_bytes]
     assert not spilled, f"kernels spill registers or keep arrays in local memory: {spilled}"
 
 
 @needs_nvcc
-def test_resources_fit_one_sm(report):
-    for k in report:
+def test_resources_fit_one_sm(kernels):
+    for k in kernels:
         version, d = ("v1" if "flash_v1" in k.name else "v2"), (128 if ", 128>" in k.name else 64)
         cfg = cf.launch_config(version, d)
         assert 1 <= k.registers <= 255, k
@@ -199,7 +199,7 @@ def test_compile_errors_carry_nvcc_message(tmp_path):
     broken = tmp_path / "broken.cu"
     broken.write_text("__global__ void k(float* x) { x[0] = undefined_name; }\n")
     with pytest.raises(RuntimeError, match="undefined_name"):
-        ptxas.compile_report(broken)
+        ptxas.compile_resources(broken)
 
 
 @needs_nvcc
