@@ -372,7 +372,7 @@ cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ void mma_16x8x16(floa
 # one for an `fma`. The compiler's output is where this shows: count the instructions in the
 # PTX of each kernel (`nvcc -ptx`, kept from the compile above). Each loop over the tile is
 # unrolled, so a warp's matrix instructions for one tile of keys appear in the text once per
-# copy of the tile step, and their number follows from the tile shapes:
+# copy of the tile pass, and their number follows from the tile shapes:
 # `(BLOCK_N / 8) · (D / 16)` for `S = Q Kᵀ` plus `(D / 8) · (BLOCK_N / 16)` for `O += P V`.
 # v2 has two copies, one without the mask and one with it (the next section says why).
 
@@ -399,10 +399,10 @@ else:
     v2_mma = {key: c["mma.sync"] for key, c in counts.items() if key[1].startswith("v2")}
     lesson(bool(v1_mma) and sum(v1_mma.values()) == 0, "v1 contains no tensor-core instruction: not one mma.sync in its PTX",
            f"{len(v1_mma)} kernels")
-    # The head dimension is in the kernel's name, e.g. v2<bf16, 64>; two tile-step bodies each.
+    # The head dimension is in the kernel's name, e.g. v2<bf16, 64>; two tile-pass bodies each.
     expected = {key: 2 * resources.mma_per_key_tile(int(key[1].rstrip(">").split(", ")[1])) for key in v2_mma}
     lesson(v2_mma == expected and all(n > 0 for n in v2_mma.values()),
-           "v2's PTX holds exactly the mma.sync instructions its tile shapes call for, in each of its two tile steps",
+           "v2's PTX holds exactly the mma.sync instructions its tile shapes call for, in each of its two tile passes",
            ", ".join(f"{name} {n}" for (a, name), n in v2_mma.items() if a == "sm_80"))
     focus_name = f"v2<{kernel_dtype}, {kernel_dim}>"
     glue("v2_mma", counts["sm_80", focus_name]["mma.sync"])
@@ -533,9 +533,9 @@ lesson(all(revision_of[a, 1].kernel.threads_per_block == 2 * revision_of[a, 0].k
        "128-row tiles mean twice the threads (8 warps of 16 rows)")
 
 # %% [markdown]
-# **Masked and unmasked tile steps.** Most key tiles a block reads are visible to every one
+# **Masked and unmasked tile passes.** Most key tiles a block reads are visible to every one
 # of its rows; only the tiles on the causal diagonal, and a ragged last tile, need the mask.
-# The first version tested every score of every tile anyway. Now the tile step is a template
+# The first version tested every score of every tile anyway. Now the tile pass is a template
 # on `kMasked`, the block runs its fully visible tiles through one instantiation and the rest
 # through the other, and the decision is made once per tile, by which loop the tile is in:
 
@@ -567,7 +567,7 @@ glue("census_masked", census["masked"])
 glue("census_skipped", census["skipped"])
 glue("census_share", f"{100 * census['unmasked'] / read:.0f}")
 lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revision_of[a, 1]) == 2 for a in archs),
-       "splitting the mask off doubles the tile step's code: two bodies, each with one tile's mma.sync",
+       "splitting the mask off doubles the tile pass's code: two bodies, each with one tile's mma.sync",
        ", ".join(f"{a}: mma.sync {revision_of[a, 1].counts['mma.sync']} -> {revision_of[a, 2].counts['mma.sync']}" for a in archs))
 pd.DataFrame({f"causal, S = {seq}": census}).T
 
@@ -575,7 +575,7 @@ pd.DataFrame({f"causal, S = {seq}": census}).T
 # The PTX shows the second body: {glue:text}`rev1_mma_sm_80` → {glue:text}`rev2_mma_sm_80`
 # `mma.sync` instructions on sm_80, and registers {glue:text}`rev1_regs_sm_80` →
 # {glue:text}`rev2_regs_sm_80`. At this chapter's causal shape, S = {glue:text}`kernel_seq`,
-# the blocks read {glue:text}`census_unmasked` tiles through the unmasked tile step and
+# the blocks read {glue:text}`census_unmasked` tiles through the unmasked tile pass and
 # {glue:text}`census_masked` through the masked one ({glue:text}`census_share`% without a
 # mask), and never load {glue:text}`census_skipped` tiles above the diagonal. At S =
 # {glue:text}`longer_seq` the share without a mask is {glue:text}`longer_share`%.
@@ -584,7 +584,7 @@ pd.DataFrame({f"causal, S = {seq}": census}).T
 # without fast-math flags compiles to `ex2.approx.f32` in PTX, which must handle subnormal
 # inputs and results; the `.ftz` form flushes them to zero (the
 # [PTX ISA](https://docs.nvidia.com/cuda/parallel-thread-execution/), `ex2`), and flushing
-# probabilities below 2⁻¹²⁶ to 0 costs a softmax nothing. The unmasked tile step also stops
+# probabilities below 2⁻¹²⁶ to 0 costs a softmax nothing. The unmasked tile pass also stops
 # multiplying each score by the scale first: the row max of the raw scores times the scale is
 # the max of the scaled ones, so "scale, subtract the max" becomes one fused multiply-add:
 
@@ -600,7 +600,7 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
 glue("exp_count", revision_of["sm_80", 3].counts["ex2.approx.ftz.f32"])
 
 # %% [markdown]
-# All {glue:text}`exp_count` exponentials of the kernel's two tile steps are now the fast
+# All {glue:text}`exp_count` exponentials of the kernel's two tile passes are now the fast
 # form; registers move {glue:text}`rev2_regs_sm_80` → {glue:text}`rev3_regs_sm_80` on
 # sm_80. Any gain is in instructions per score (the FMA replaces a multiply and a subtract,
 # and the exponential needs no subnormal handling), which the resource counts cannot show
@@ -748,7 +748,7 @@ if on_gpu:
 #   on chip.
 # - A design revision can be read in the compiler's resources before it runs: bigger tiles
 #   (threads, shared memory, warps per SM), a mask split into its own instantiation (a second
-#   tile-step body), a fast exponential (`ex2.approx.ftz`), double buffering (one barrier per
+#   tile-pass body), a fast exponential (`ex2.approx.ftz`), double buffering (one barrier per
 #   tile, more registers). What each is worth needs a GPU.
 # - Tensor cores leave a fingerprint in the compiled code: `mma.sync` in PTX (`HMMA` in SASS).
 #   A kernel without it does its matmuls one scalar `fma` at a time.

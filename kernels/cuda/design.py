@@ -9,7 +9,7 @@ it instantiates the kernel once per revision of ``DESIGN_REVISIONS``.
   instructions that carry the changes (``REVISION_OPCODES``); compiled now where nvcc is,
   else read from the nvcc snapshot (``kernels.cuda.resources.load_snapshot``).
 * ``design_table(revisions)``: those, with the occupancy each allows and Kineto's estimate;
-  ``tile_bodies`` and ``barriers_per_tile`` read the unrolled tile steps out of the counts.
+  ``tile_bodies`` and ``barriers_per_tile`` read the unrolled tile passes out of the counts.
 * ``tile_census(...)``: which (query block, key tile) pairs of a launch need the mask.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ DESIGN_REVISIONS = (
     DesignRevision("the first version: 64 query rows (4 warps), mask on every tile, exp2f, one K/V buffer",
                64, False, False, False),
     DesignRevision("128 query rows per block (8 warps of 16 rows)", 128, False, False, False),
-    DesignRevision("masked and unmasked tile steps as two instantiations", 128, True, False, False),
+    DesignRevision("masked and unmasked tile passes as two instantiations", 128, True, False, False),
     DesignRevision("fast exp2 (ex2.approx.ftz), scale folded into one FMA", 128, True, True, False),
     DesignRevision("K/V double-buffered, one barrier per tile (the kernel that runs)", 128, True, True, True),
 )
@@ -138,13 +138,13 @@ def snapshot_revisions(snapshot: Union[dict[str, Any], None] = None) -> list[Rev
 
 
 def tile_bodies(revision: RevisionResources) -> int:
-    """Copies of the tile step in the kernel: its mma.sync count over one tile's worth (each
+    """Copies of the tile pass in the kernel: its mma.sync count over one tile's worth (each
     body is unrolled, so one copy holds exactly one key tile's mma instructions)."""
     return revision.counts["mma.sync"] // mma_per_key_tile(revision.head_dim)
 
 
 def barriers_per_tile(revision: RevisionResources) -> float:
-    """bar.sync in each tile step: all of the kernel's but the prologue's one, over the bodies."""
+    """bar.sync in each tile pass: all of the kernel's but the prologue's one, over the bodies."""
     return (revision.counts["bar.sync"] - 1) / tile_bodies(revision)
 
 
@@ -164,7 +164,7 @@ def design_table(revisions: Iterable[RevisionResources]):
                      "occupancy %": round(occ.percent, 2), "limited by": " and ".join(occ.limiters),
                      "a trace reads %": round(kineto_estimate(k.threads_per_block, k.registers, k.total_shared_bytes,
                                                               grid_blocks=10**6, sm_count=1, arch=k.arch), 2),
-                     "mma.sync": r.counts["mma.sync"], "tile-step bodies": tile_bodies(r),
+                     "mma.sync": r.counts["mma.sync"], "tile-pass bodies": tile_bodies(r),
                      "ex2.approx.f32": r.counts["ex2.approx.f32"], "ex2.approx.ftz.f32": r.counts["ex2.approx.ftz.f32"],
                      "barriers per tile": barriers_per_tile(r)})
     return pd.DataFrame(rows).sort_values(["arch", "revision"]).reset_index(drop=True)
@@ -172,7 +172,7 @@ def design_table(revisions: Iterable[RevisionResources]):
 
 def tile_census(seq_q: int, seq_k: int, block_m: int, block_n: int, causal: bool = True) -> dict:
     """What a launch does with each (query block, key tile) pair, from the reference's mask:
-    "unmasked" (every real row of the block sees every key of the tile: the tile step without the
+    "unmasked" (every real row of the block sees every key of the tile: the tile pass without the
     mask), "masked" (some rows see some keys, or the tile runs past Sk), "skipped" (no row sees
     any key: never loaded). flash_api.h's key_tiles() makes the same split (a test checks it)."""
     seen = ~future_mask(seq_q, seq_k).numpy() if causal else np.ones((seq_q, seq_k), bool)

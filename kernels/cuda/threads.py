@@ -21,9 +21,9 @@ from kernels.cuda.resources import MMA_M, MMA_N, WARP
 def owners_v1_scores(block_m: int = 32, block_n: int = 32, threads: int = 128) -> np.ndarray:
     """Thread computing each score S[r][c] in v1's phase 1: c = tid % N, r = tid / N + i * (threads / N)."""
     owner = np.full((block_m, block_n), -1)
-    step = threads // block_n
+    row_stride = threads // block_n
     for tid in range(threads):
-        owner[tid // block_n::step, tid % block_n] = tid
+        owner[tid // block_n::row_stride, tid % block_n] = tid
     return owner
 
 
@@ -35,9 +35,9 @@ def owners_v1_softmax(block_m: int = 32, block_n: int = 32) -> np.ndarray:
 def owners_v1_output(head_dim: int, block_m: int = 32, threads: int = 128) -> np.ndarray:
     """Thread accumulating O[r][d] in v1's phase 3: d = tid % D, r = tid / D + i * (threads / D)."""
     owner = np.full((block_m, head_dim), -1)
-    step = threads // head_dim
+    row_stride = threads // head_dim
     for tid in range(threads):
-        owner[tid // head_dim::step, tid % head_dim] = tid
+        owner[tid // head_dim::row_stride, tid % head_dim] = tid
     return owner
 
 
@@ -91,8 +91,8 @@ def thread_map(head_dim: int = 64, lane: int = 5):
         ax.imshow(warp, cmap=colours, vmin=0, vmax=warps, interpolation="nearest", aspect="equal")
         ax.set_title(title, loc="left")
         rows, cols = owner.shape
-        step = 16 if cols <= 64 else 32
-        ax.set_xticks(list(range(0, cols - step // 2, step)) + [cols - 1])
+        xstep = 16 if cols <= 64 else 32
+        ax.set_xticks(list(range(0, cols - xstep // 2, xstep)) + [cols - 1])
         ystep = 16 if rows <= 64 else 32
         ax.set_yticks(list(range(0, rows - ystep // 2, ystep)) + [rows - 1])
         if name in ("p2", "p3"):  # the same 32 rows as phase 1, labelled there

@@ -118,7 +118,7 @@ def by_file(kernels, version):
 
 @needs_nvcc
 def test_torch_flags_are_mirrored():
-    """kernel_resources compiles under the flags the extension build uses; keep them in step."""
+    """kernel_resources compiles under the flags the extension build uses; keep them the same."""
     from torch.utils import cpp_extension
 
     assert set(cpp_extension.COMMON_NVCC_FLAGS) <= set(cf.TORCH_NVCC_FLAGS)

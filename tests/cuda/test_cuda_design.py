@@ -29,7 +29,7 @@ def test_each_design_revision_changes_what_it_says(head_dim):
         assert not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in revisions), "no revision spills"
         assert (first.kernel.threads_per_block, rows128.kernel.threads_per_block) == (128, 256)
         assert all(cr.occupancy_of(r.kernel).blocks_per_sm >= 1 for r in revisions)
-        # Two tile-step bodies once the mask is split off, one before.
+        # Two tile-pass bodies once the mask is split off, one before.
         assert [cd.tile_bodies(r) for r in revisions] == [1, 1, 2, 2, 2]
         # exp2f (ex2.approx.f32 with its range fix-up) until the fast revision, ex2.approx.ftz after.
         assert all(r.counts["ex2.approx.ftz.f32"] == 0 < r.counts["ex2.approx.f32"] for r in (first, rows128, split))

@@ -163,22 +163,22 @@ def test_tensor_cores_only_in_v2(compiled):
         assert len(v1) == 6 and set(v1.values()) == {0}, arch
         assert len(v2) == 4, arch
         for name, n in v2.items():
-            # Two copies of the tile step (unmasked and masked), each one key tile's worth.
+            # Two copies of the tile pass (unmasked and masked), each one key tile's worth.
             assert n == 2 * cr.mma_per_key_tile(cr.parse_instance(name)[2]), (arch, name)
 
 
 @needs_nvcc
 @pytest.mark.skipif(shutil.which("c++filt") is None, reason="needs c++filt to read the inlined functions' names")
-def test_v2_holds_both_instantiations_of_the_tile_step(compiled):
-    """The masked and unmasked tile steps are two instantiations, both compiled into every
+def test_v2_holds_both_instantiations_of_the_tile_pass(compiled):
+    """The masked and unmasked tile passes are two instantiations, both compiled into every
     cuda_v2 kernel (inlined, so they leave no symbol: the PTX's line information names them)."""
     _, ptx = compiled
     for arch, files in ptx.items():
         kernels = cr.inlined_functions(files["flash_v2.cu"])
         assert len(kernels) == 4, arch
         for name, inlined in kernels.items():
-            steps = {f for f in inlined if "::tile_step<" in f}
-            assert any("tile_step<false>" in f for f in steps) and any("tile_step<true>" in f for f in steps), (
+            steps = {f for f in inlined if "::tile_pass<" in f}
+            assert any("tile_pass<false>" in f for f in steps) and any("tile_pass<true>" in f for f in steps), (
                 f"{arch} {cr.short_name(name)} holds {sorted(steps)}")
             assert all("Design<128, true, true, true>" in f for f in steps), "the launcher runs the production design"
 
@@ -191,6 +191,6 @@ def test_v2_exp2_is_the_fast_one_and_each_tile_has_one_barrier(compiled):
         counts = {op: cr.instruction_counts(text, op) for op in REVISION_OPCODES}
         for name in counts["mma.sync"]:
             n = {op: counts[op][name] for op in REVISION_OPCODES}
-            # Per tile step and row pair: 64 probabilities over 4 lanes (2 x 16) plus 2 rescale factors.
+            # Per tile pass and row pair: 64 probabilities over 4 lanes (2 x 16) plus 2 rescale factors.
             assert n["ex2.approx.f32"] == 0 and n["ex2.approx.ftz.f32"] == 2 * 34, (arch, name, n)
-            assert n["bar.sync"] == 1 + 2, f"{arch} {name}: one barrier before the loop and one per tile step"
+            assert n["bar.sync"] == 1 + 2, f"{arch} {name}: one barrier before the loop and one per tile pass"

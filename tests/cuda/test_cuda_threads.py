@@ -79,7 +79,7 @@ def v1_program(source: Path, head_dim: int) -> str:
 
 
 def v2_program(source: Path, head_dim: int) -> str:
-    """flash_v2.cu's lane arithmetic, the query rows it gives each lane, the masked tile step's
+    """flash_v2.cu's lane arithmetic, the query rows it gives each lane, the masked tile pass's
     mask (which S element each accumulator is) and the epilogue's stores (which O element)."""
     cfg = cf.launch_config("v2", head_dim)
     text = source.read_text()

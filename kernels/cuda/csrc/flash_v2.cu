@@ -12,9 +12,9 @@
 //    A operand, so P is rounded to 16 bits and fed straight back in.
 //  * K and V are double-buffered: while the warps compute tile j from one buffer, 16-byte
 //    cp.async copies (global -> shared without passing through registers) bring tile j + 1
-//    into the other. One barrier per tile is enough (see tile_step). Inputs whose layout does
+//    into the other. One barrier per tile is enough (see tile_pass). Inputs whose layout does
 //    not allow 16-byte copies (an odd stride, an unaligned view) take a scalar path instead.
-//  * Masks cost nothing where there is nothing to mask: a tile step is a template on
+//  * Masks cost nothing where there is nothing to mask: a tile pass is a template on
 //    kMasked, and each block runs its fully visible key tiles through the unmasked
 //    instantiation (no per-element test at all) and only the tiles that cross the causal
 //    boundary or the end of the keys through the masked one. Tiles that no query of the
@@ -200,7 +200,7 @@ struct Block {
   static constexpr int kNTiles = N / 8;    // 8-column accumulator tiles of S
   static constexpr int kDTiles = D / 8;    // 8-column accumulator tiles of O
   static_assert(M == 16 * (kThreads / 32), "each warp owns 16 query rows");
-  static_assert(D % 16 == 0 && N % 16 == 0, "tiles are whole mma steps");
+  static_assert(D % 16 == 0 && N % 16 == 0, "tiles are multiples of the mma shape");
   // Buffer 0 holds 2N rows (K, then V); buffer 1, which first holds Q, follows it.
   static constexpr int kBufferStride = 2 * N * kPitch;
 
@@ -240,12 +240,12 @@ struct Block {
   // has waited for its own copies of tile j (so the whole tile is in shared memory and
   // visible to all), and every warp has finished tile j - 1, the last reader of the other
   // buffer. Only then are the copies of tile j + 1 issued, into that other buffer; they land
-  // while this tile computes, and the next step's barrier orders them before anyone reads
-  // them. Q passed through buffer 1 before tile 0: step 0's barrier also means every warp
+  // while this tile computes, and the next tile's barrier orders them before anyone reads
+  // them. Q passed through buffer 1 before tile 0: tile 0's barrier also means every warp
   // holds its Q fragments, so tile 1 may overwrite it. Single-buffered, a second barrier
   // after the compute frees the one buffer, and the next tile's copies start only then.
   template <bool kMasked>
-  __device__ __forceinline__ void tile_step(int j) {
+  __device__ __forceinline__ void tile_pass(int j) {
     cp_async_wait<0>();  // this thread's copies of tile j have landed
     __syncthreads();
     if constexpr (Dsg::double_buffer) {
@@ -422,11 +422,11 @@ __device__ __forceinline__ void attention_block(const flash::Problem& p, bool ve
   blk.row_sum[0] = blk.row_sum[1] = 0.0f;
 
   // Fully visible tiles first, then the few that need the mask: two loops, two
-  // instantiations of the step, one decision per tile (which loop it is in). Any order of
+  // instantiations of the tile pass, one decision per tile (which loop it is in). Any order of
   // tiles gives the same softmax; this one keeps the prefetch simple (tile j + 1 next).
   const int unmasked = Dsg::split_mask ? tiles.unmasked : 0;
-  for (int j = 0; j < unmasked; ++j) blk.template tile_step<false>(j);
-  for (int j = unmasked; j < tiles.total; ++j) blk.template tile_step<true>(j);
+  for (int j = 0; j < unmasked; ++j) blk.template tile_pass<false>(j);
+  for (int j = unmasked; j < tiles.total; ++j) blk.template tile_pass<true>(j);
 
   // Epilogue: complete each row's sum across its 4 lanes, divide, store rows inside Sq.
   // A row that saw no key (Sq > Sk, causal) has sum 0 and accumulators 0: its output is 0.
