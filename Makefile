@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PROFILE ?= auto
+PRESET ?= auto
 TEST_JOBS ?= auto
 OUT ?= _build/gpu-run
 # Pinned where the project installs torch itself (CPU machines, CI): torch 2.13's own Triton pin.
@@ -34,7 +34,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 test: setup
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope -m "not book and not sweep"
 
-# The tests that take minutes: every chapter and exercise executed (cpu profile, through make
+# The tests that take minutes: every chapter and exercise executed (cpu preset, through make
 # book's cache), the HTML built with -W, the pages opened in headless Chromium, the chapters
 # and the GPU run's dry run against a fixture recording, and the compile sweep (every config
 # the autotuner may keep, compiled for sm_80 and sm_90).
@@ -46,7 +46,7 @@ notebooks: setup
 	$(PY) -m tools.book.convert
 
 book: setup
-	$(PY) -m tools.book.execute --profile $(PROFILE) --build
+	$(PY) -m tools.book.execute --preset $(PRESET) --build
 
 # The GPU run, on a machine with a GPU (no network needed): see README "Running on a GPU".
 # Writes exactly $(OUT)/gpu-run.tar.gz and $(OUT)/summary.txt, in under 8 minutes a call.

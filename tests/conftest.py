@@ -31,11 +31,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def built_book():
-    """Every chapter and exercise executed with the cpu profile (two at a time), then built
+    """Every chapter and exercise executed with the cpu preset (two at a time), then built
     with -W, into _build/test-book/.
 
     It goes through ``make book``'s execution cache (_build/cache): a notebook that
-    ``make book`` (cpu profile) or an earlier ``make test-book`` executed with the same
+    ``make book`` (cpu preset) or an earlier ``make test-book`` executed with the same
     source, parameters, library and versions is restored; anything else executes now.
     Tests that use it are marked ``book`` (``make test-book``; ``make test`` leaves them out).
     Session-scoped: the book tests and the browser tests read the same build.

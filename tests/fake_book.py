@@ -1,7 +1,7 @@
 """A tiny fake book, built once per session through the real runner and build
 (``tools.book.execute.run`` then ``tools.book.html.build``, with the real ``_config.yml`` and
 ``book/_static``): one notebook that profiles a matmul and shows ``kernels.trace.links.links`` for it and
-for a recorded GPU trace. tests/test_traces.py and tests/test_browser.py read it."""
+for a recorded GPU trace. tests/trace/test_traces.py and tests/book/test_browser.py read it."""
 from __future__ import annotations
 
 import fcntl
@@ -31,7 +31,8 @@ def _fake_source(root: Path) -> None:
     shutil.copytree(ROOT / "book" / "_static", root / "book" / "_static")
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n  - file: book/{FAKE_CHAPTER}\n")
     (root / "book" / "intro.md").write_text("# A fake book\n\nOne chapter that records a trace.\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  device: cpu\n  active_steps: 2\n")
+    (root / "kernels").mkdir()
+    (root / "kernels" / "presets.yml").write_text("cpu:\n  device: cpu\n  active_steps: 2\n")
     (root / "book" / "data" / "recorded").mkdir(parents=True)
     with gzip.open(root / "book" / "data" / "recorded" / RECORDED, "wt") as f:
         json.dump(naive_a100_trace(steps=1), f)

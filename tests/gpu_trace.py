@@ -84,7 +84,7 @@ FUSED_A100 = {
     "sdpa_cudnn": [("aten::_cudnn_attention_forward", [QKV, QKV, QKV], CUDNN, "kernel",
                     ([8, 8, 1], [256, 1, 1], 240, 90112, 0.0), ("cuda_driver", "cuLaunchKernelEx"))],
 }
-# Chapter 0's mlp_step: relu(x @ w), x [2048, 256], w [256, 256] (the cuda profile's 4*seq x 4*head_dim).
+# Chapter 0's mlp_step: relu(x @ w), x [2048, 256], w [256, 256] (the cuda preset's 4*seq x 4*head_dim).
 # A seventh field lists runtime calls the op makes before its launch.
 MLP_A100 = [
     ("aten::mm", [[2048, 256], [256, 256]], "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "kernel",

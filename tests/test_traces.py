@@ -83,7 +83,8 @@ def _over_budget_run(monkeypatch, tmp_path, sizes: dict[str, int]) -> dict:
     chapters = "".join(f"  - file: book/{name}\n" for name in sizes)
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/intro\nchapters:\n{chapters}")
     (root / "book" / "intro.md").write_text("# t\n")
-    (root / "book" / "params.yml").write_text("cpu:\n  active_steps: 1\n")
+    (root / "kernels").mkdir()
+    (root / "kernels" / "presets.yml").write_text("cpu:\n  active_steps: 1\n")
     for name in sizes:
         nbformat.write(nbformat.v4.new_notebook(), root / "book" / f"{name}.ipynb")
 

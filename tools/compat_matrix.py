@@ -8,7 +8,7 @@ Readers bring their own torch (README, "Supported versions"). Each cell is a sta
 a torch and a Triton, installed into a virtual environment of its own under ``--dir`` (kept
 between runs, outside the checkout) and tested from a fresh clone of this repository's
 committed HEAD, as a new reader would: ``make setup test`` with that environment as ``VENV``,
-then one chapter per part of the book executed with the cpu profile (``CHAPTERS``).
+then one chapter per part of the book executed with the cpu preset (``CHAPTERS``).
 
 - ``newest``: the newest torch on the package index and the Triton it pins (``--upgrade``, no
   version given: the next torch release is found here, not by a reader).
@@ -145,7 +145,7 @@ def run_cell(cell: Cell, root: Path, book: bool, jobs: str) -> Result:
         result.tests = pytest_counts(log.read_text()[start:])
         result.tests_ok = code == 0
         if book:
-            execute = [venv / "bin" / "python", "-m", "tools.book.execute", "--profile", "cpu", "--no-cache",
+            execute = [venv / "bin" / "python", "-m", "tools.book.execute", "--preset", "cpu", "--no-cache",
                        "--only", *CHAPTERS]
             timed(result, "book", lambda: run(execute, log, cwd=clone))
             report = clone / "_build" / "executed" / "report.json"

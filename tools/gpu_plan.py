@@ -6,11 +6,11 @@ the time limits ``.ci/device-run`` sets from it.
 
 ``tools/gpu_plan.json`` holds two things. What a person writes: the seconds each kind of work
 takes (measured on this project's CPU machine, or assumed, each with how), which Triton
-launches each chapter and test makes at the ``cuda`` profile's shapes (read from the
+launches each chapter and test makes at the ``cuda`` preset's shapes (read from the
 chapters' sources), the nvcc units and Inductor graphs. And what this module computes from
 them, under ``computed``: the compile counts, the expected seconds per chapter and phase, and
 each phase's limit (expected times the margin). The run reads ``computed`` only (it imports
-no torch to start), and tests/test_gpu_run.py fails when ``computed`` is stale.
+no torch to start), and tests/tools/test_gpu_run.py fails when ``computed`` is stale.
 
 Compile counting follows Triton's JIT: a kernel compiles once per config and per
 *specialization* of its arguments, and each integer argument is specialized as equal to 1, a
@@ -38,7 +38,7 @@ def load(path: Path = PLAN) -> dict:
 
 
 def value(expr, params: dict) -> int:
-    """An integer of a launch: a number, or an expression of the profile's parameters ("seq // 2 - 15")."""
+    """An integer of a launch: a number, or an expression of the preset's parameters ("seq // 2 - 15")."""
     if isinstance(expr, int):
         return expr
     return int(eval(expr, {"__builtins__": {}}, dict(params)))  # repository data, not user input
@@ -61,6 +61,15 @@ def specialization(kernel: str, use: dict, params: dict) -> tuple:
     sizes = (heads, heads // kv, sq, sk, head_dim, sk - sq, bucket(sq), bucket(sk))
     return (kernel, pad, pad != head_dim, use.get("dtype", "bf16"), use["causal"],
             tuple(int_class(s) for s in sizes))
+
+
+def cuda_parameters() -> dict:
+    """The chapters' parameters at the ``cuda`` preset (``kernels/presets.yml``): what the plan's
+    launch expressions ("seq // 2 - 15") are evaluated with."""
+    sys.path.insert(0, str(ROOT))
+    from kernels.presets import chapter_parameters, load_presets  # here, as below: kernels loads torch
+
+    return chapter_parameters(load_presets()["cuda"])
 
 
 def kept_configs(kernel: str, use: dict, params: dict, target: dict) -> list:
@@ -129,7 +138,7 @@ def test_cases(where: str) -> list:
 
 def compute(plan: dict) -> dict:
     """The ``computed`` section: counts, expected seconds and limits, per chapter and phase."""
-    params, target, seconds = plan["cuda_params"], plan["target"], plan["seconds"]
+    params, target, seconds = cuda_parameters(), plan["target"], plan["seconds"]
     margin = plan["margin"]
     compiled: set = set()
     phases, chapters = {}, {}

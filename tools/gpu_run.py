@@ -13,7 +13,7 @@ phase that hangs or runs out of time is written down as such and the next one st
 
     environment   the GPU, its clocks and driver, torch / Triton / CUDA / cuDNN, the commit
     gpu-tests     the GPU-marked tests (pytest -m gpu), collected without the book stack
-    chapters      chapters 00-10 executed by papermill with the ``cuda`` profile, traces kept
+    chapters      chapters 00-10 executed by papermill with the ``cuda`` preset, traces kept
     bench         causal bf16 forward, training step and decode step of the fused implementations
 
 ``--dry-run`` runs the same pipeline on a CPU, each GPU phase replaced by a small stand-in,
@@ -321,7 +321,7 @@ def phase_chapters(run: Run, chapters: list[str], overrides: list[str], stop_aft
         phase.status = "skipped"
         phase.detail = f"the book stack is not importable ({', '.join(missing)}): run `make gpu-wheels` and carry .wheels"
         return phase, list(kept.values())
-    profile = "cpu" if run.dry_run else "cuda"
+    preset = "cpu" if run.dry_run else "cuda"
     rows, phase_end = [], time.monotonic() + run.limits["chapters"]
     todo = [c for c in chapters if f"book/{c}.ipynb" not in kept]
     if stop_after in todo:
@@ -346,7 +346,7 @@ def phase_chapters(run: Run, chapters: list[str], overrides: list[str], stop_aft
         shutil.rmtree(run.work / "traces" / chapter, ignore_errors=True)   # a rerun replaces what failed
         sets = [*overrides, *run.chapter_set.get(chapter, [])]
         # A GPU run executes every chapter afresh: no execution cache.
-        argv = [run.python, "-m", "tools.book.execute", "--profile", profile, "--only", name,
+        argv = [run.python, "-m", "tools.book.execute", "--preset", preset, "--only", name,
                 "--out", str(out), "--no-cache"] + (["--set", *sets] if sets else [])
         code = run.command(phase, argv, limit, f"chapter-{chapter}.log")
         report = out / "report.json"
@@ -356,12 +356,12 @@ def phase_chapters(run: Run, chapters: list[str], overrides: list[str], stop_aft
             rows.append({"notebook": name, "status": "timed out" if code == 124 else "failed",
                          "seconds": None, "error": f"the runner exited with {code}; see logs/chapter-{chapter}.log"})
         collect(run, [chapter])
-    phase.status, phase.detail = chapters_verdict(rows, profile, run.dry_run)
+    phase.status, phase.detail = chapters_verdict(rows, preset, run.dry_run)
     (run.work / "chapters.json").write_text(json.dumps(rows, indent=2) + "\n")
     return phase, rows
 
 
-def chapters_verdict(rows: list, profile: str, dry_run: bool) -> tuple[str, str]:
+def chapters_verdict(rows: list, preset: str, dry_run: bool) -> tuple[str, str]:
     """The chapters phase's status and detail from its rows (this call's and a resumed one's)."""
     bad = [r for r in rows if r["status"] != "ok"]
     if not bad:
@@ -372,7 +372,7 @@ def chapters_verdict(rows: list, profile: str, dry_run: bool) -> tuple[str, str]
         status = "timed out"
     else:
         status = "partial"
-    detail = f"{len(rows) - len(bad)} of {len(rows)} chapters ok, {profile} profile" + (
+    detail = f"{len(rows) - len(bad)} of {len(rows)} chapters ok, {preset} preset" + (
         "; " + "; ".join(f"{r['notebook']}: {r['status']}: {r['error']}" for r in bad) if bad else "")
     return status, detail
 
@@ -516,11 +516,11 @@ def write_tar(archive: Path, work: Path, files: list[Path], manifest: dict) -> N
 
 
 def stand_in_sets(sets: list[str]) -> list[str]:
-    """The dry run's --set values, with ``steps`` written as the profile now spells it
+    """The dry run's --set values, with ``steps`` written as the presets now spell it
     (``active_steps`` after its rename), so the stand-in's shapes stay the plan's."""
-    profile = (ROOT / "book" / "params.yml").read_text()
-    if "steps" in [s.split("=")[0] for s in sets] and not re.search(r"^\s+steps:", profile, re.M) \
-            and re.search(r"^\s+active_steps:", profile, re.M):
+    presets = (ROOT / "kernels" / "presets.yml").read_text()
+    if "steps" in [s.split("=")[0] for s in sets] and not re.search(r"^\s+steps:", presets, re.M) \
+            and re.search(r"^\s+active_steps:", presets, re.M):
         return [("active_" + s) if s.startswith("steps=") else s for s in sets]
     return sets
 
@@ -739,7 +739,7 @@ def import_archive(archive: Path, data_root: Path = ROOT / "book" / "data", acce
     meta = {"gpu": env["gpu"], "capability": env.get("capability"), "sm_count": env.get("sm_count"),
             "torch": env.get("torch"), "cuda": env.get("cuda"), "cudnn": env.get("cudnn"),
             "triton": env.get("triton"), "driver": env.get("driver"), "date": manifest["date"],
-            "commit": manifest["commit"], "profile": "cuda", "source": ".ci/device-run",
+            "commit": manifest["commit"], "preset": "cuda", "source": ".ci/device-run",
             "phases": manifest["phases"], "accepted_failed": sorted(accept_failed),
             "lacks": lacking(manifest, members), "calls": manifest.get("calls", []),
             "chapters": [{k: r.get(k) for k in ("notebook", "status", "seconds", "error")} for r in chapters]}
@@ -813,7 +813,7 @@ def main(argv=None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--dry-run", action="store_true", help="no GPU: stand-ins for the GPU phases, marked as such")
     r.add_argument("--chapters", nargs="+", default=list(CHAPTERS), help="chapters to execute (default: 00-10)")
-    r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override a profile parameter")
+    r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override a preset's parameter")
     r.add_argument("--python", default=sys.executable, help="the Python every phase runs with")
     r.add_argument("--stop-after", metavar="PHASE_OR_CHAPTER",
                    help="end this call after a phase (environment, gpu-tests, chapters, bench) or a chapter")

@@ -107,7 +107,7 @@ def launches(grid: bool = True) -> list:
     for chapter in plan["chapters"].values():
         uses += chapter.get("triton", [])
     uses += plan["bench"]["triton"]
-    params, seen, out = plan["cuda_params"], set(), []
+    params, seen, out = gpu_plan.cuda_parameters(), set(), []
     for use in uses:
         key = json.dumps({k: v for k, v in use.items() if k != "why"}, sort_keys=True)
         if key not in seen:

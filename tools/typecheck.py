@@ -5,8 +5,8 @@
 
 The notebooks' sources (percent format, see tools/book/convert.py) are not quite Python: IPython
 magics (``%matplotlib inline``, ``!pip ...``) are commented out, and the ``# %% [parameters]``
-marker, which convert.py fills with the ``cpu`` profile of ``book/params.yml``, becomes one line
-of annotated assignments with the types of that profile (``active_steps: int = 5; ...``). So a
+marker, which convert.py fills with the ``cpu`` preset of ``kernels/presets.yml``, becomes one line
+of annotated assignments with the types of that preset (``active_steps: int = 5; ...``). So a
 chapter that rebinds a parameter to something else (a list, as chapter 5 once did with
 ``steps``) fails here, at the line that rebinds it. Every rewrite keeps the line count, so the
 errors are reported at the source's own path and line. mypy's settings are in pyproject.toml;
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
+from kernels.presets import chapter_parameters, load_presets
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -31,7 +31,7 @@ CACHE = ROOT / "_build" / "mypy-cache"
 MAGIC = re.compile(r"^(\s*)([%!])")
 # Names IPython gives every notebook without an import (mypy would call them undefined).
 PRELUDE = "from IPython.display import display; "
-# What the runner injects beside the profile's values (tools.book.execute.staged_parameters).
+# What the runner injects beside the preset's values (tools.book.execute.staged_parameters).
 INJECTED = {"trace_dir": "traces"}
 # Parameters every chapter turns into torch objects on purpose (`device, dtype = setup(device,
 # dtype)`: "auto" or "cuda" becomes a torch.device): typed Any, the others by their values.
@@ -43,18 +43,18 @@ def chapter_sources() -> list[Path]:
     return [p for p in sorted(NOTEBOOKS.rglob("*.py")) if p.name != "convert.py"]
 
 
-def parameters_line(params_yml: Path = ROOT / "book" / "params.yml") -> str:
-    """The parameters cell as one line of annotated assignments, typed from the cpu profile.
+def parameters_line(presets_yml: Path = ROOT / "kernels" / "presets.yml") -> str:
+    """The parameters cell as one line of annotated assignments, typed from the cpu preset.
 
-    Every profile must give a parameter the same type: a chapter is checked once, for all."""
-    profiles = yaml.safe_load(params_yml.read_text())
+    Every preset must give a parameter the same type: a chapter is checked once, for all."""
+    presets = {name: chapter_parameters(preset) for name, preset in load_presets(presets_yml).items()}
     types: dict[str, type] = {}
-    for profile, params in profiles.items():
+    for preset, params in presets.items():
         for name, value in params.items():
             if types.setdefault(name, type(value)) is not type(value):
-                raise SystemExit(f"book/params.yml: {name!r} is a {types[name].__name__} in one profile "
-                                 f"and a {type(value).__name__} in {profile!r}; give it one type")
-    values = {**profiles["cpu"], **INJECTED}
+                raise SystemExit(f"kernels/presets.yml: {name!r} is a {types[name].__name__} in one preset "
+                                 f"and a {type(value).__name__} in {preset!r}; give it one type")
+    values = {**presets["cpu"], **INJECTED}
     return "from typing import Any; " + "; ".join(
         f"{name}: {'Any' if name in RESOLVED else type(value).__name__} = {value!r}" for name, value in values.items())
 

@@ -68,22 +68,15 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
+from kernels.presets import bench_defaults, load_presets
 from kernels.registry import names
 from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, STATUSES, save_results
 from kernels.bench.sweep import sweep
 from kernels.bench.timing import warm_gpu
-
-# Defaults per device: the CPU sweep stays under two minutes on two cores; the GPU one
-# follows the FlashAttention papers' scale (16-bit, long sequences).
-PROFILES: dict[str, dict[str, Any]] = {
-    "cpu": dict(seq=[128, 256, 512, 1024, 2048], head_dim=[64], dtype=["fp32"], batch=1, heads=8),
-    "cuda": dict(seq=[512, 1024, 2048, 4096, 8192], head_dim=[64, 128], dtype=["bf16"],
-                 batch=4, heads=16),
-}
 
 # What --mode accepts: each mode's own name, and the words people use for it.
 MODE_WORDS = {"forward": FORWARD, "fwd": FORWARD,
@@ -169,12 +162,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         cli.error("--device cuda needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
-    profile = PROFILES["cuda" if device.type == "cuda" else "cpu"]
+    preset = bench_defaults(load_presets()["cuda" if device.type == "cuda" else "cpu"])  # kernels/presets.yml
     unknown = [n for n in split_list(args.impls) or [] if n not in names()]
     if unknown:
         cli.error(f"unknown implementation(s) {', '.join(unknown)}; registered: {', '.join(names())}")
     modes = chosen_modes(args, cli)
-    heads = args.heads or profile["heads"]
+    heads = args.heads or preset["heads"]
     if args.gqa < 1 or heads % args.gqa:
         cli.error(f"--gqa {args.gqa} must be a positive divisor of the {heads} query heads")
     if device.type == "cuda" and args.warm_gpu > 0:
@@ -182,12 +175,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         warm_gpu(args.warm_gpu, device)
     results = sweep(
         impls=split_list(args.impls),
-        seqs=split_list(args.seq, int) or profile["seq"],
-        head_dims=split_list(args.head_dim, int) or profile["head_dim"],
-        dtypes=split_list(args.dtype) or profile["dtype"],
+        seqs=split_list(args.seq, int) or preset["seq"],
+        head_dims=split_list(args.head_dim, int) or preset["head_dim"],
+        dtypes=split_list(args.dtype) or preset["dtype"],
         causal=(args.causal,), modes=modes,
         repeats=args.repeats, crosscheck=args.crosscheck,
-        batch=args.batch or profile["batch"], heads=heads, kv_heads=heads // args.gqa,
+        batch=args.batch or preset["batch"], heads=heads, kv_heads=heads // args.gqa,
         device=device, reps=args.reps, warmup=args.warmup, max_seconds=args.max_seconds,
         memory=not args.no_memory, progress=sys.stderr,
         command=shlex.join(["python", "-m", "kernels.bench", *argv]))

@@ -103,7 +103,7 @@ def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
 
     A square matmul of n does 2·n³ FLOPs. A copy of N bytes reads N and writes N, so it
     moves 2·N bytes. Both take the best of a few runs, after one warm-up run. CPUs are
-    measured in fp32 (what the CPU profile of the course runs); a GPU missing from the
+    measured in fp32 (what the course's cpu preset runs); a GPU missing from the
     table in 16-bit, on its tensor cores.
     """
     on_gpu = torch.device(device).type == "cuda"

@@ -1,34 +1,16 @@
-"""Write every notebook of the book from its source here, a plain Python file in percent format.
+"""Write every notebook of the book from its source: a plain Python file in percent format.
 
     python -m tools.book.convert           # notebooks/**/*.py -> book/**/*.ipynb
     python -m tools.book.convert --check   # exit 1 if a book notebook differs from its source
 
-Why sources: a reviewable diff, no outputs to strip, and one place for the conventions every
-notebook shares (Colab asks for a GPU runtime; the install and parameters cells fold behind a
-toggle in the book). Edit the .py, then convert; `make test` fails if the two disagree.
-
-Format: ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell whose lines start
-with ``# ``, and ``tags=[...]`` after ``# %%`` tags the cell. Two cells every notebook shares
-are written here, not in each source:
-
-- ``# %% [install]``: installs the course in Colab, from the repository URL of ``_config.yml``.
-- ``# %% [parameters]``: the cell papermill replaces, with the defaults of the ``cpu`` profile
-  of ``book/params.yml`` and ``trace_dir``; lines under the marker are added to it (an
-  exercise's ``solutions = False``).
-
-Conventions applied to every cell:
-
-- a MyST ``:::{dropdown}`` (hints) becomes an HTML ``<details>``, which folds in Jupyter and
-  Colab as well as in the book;
-- ``#| caption: ...`` and ``#| alt: ...`` lines in a code cell make its figure a numbered
-  figure with that caption and alt text (myst-nb's ``figure`` and ``image`` cell metadata);
-- a cell tagged ``solution`` folds in the book behind "Solution" (and in Colab as a form);
-- the first code cell after the parameters, the imports and ``setup(device, dtype)``, folds
-  in the book behind a labelled toggle (its output stays visible).
-
-Each exercise is also written as a learner's copy, ``book/exercises/unsolved/NN.ipynb``: the
-solutions replaced by a link to the page that shows them. The page's download button serves
-it (``tools.book.execute.stage``) and the page links it in Colab.
+``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell (lines start with ``# ``),
+``tags=[...]`` after ``# %%`` tags it. Two cells every notebook shares are written here:
+``# %% [install]`` (installs the course's release in Colab) and ``# %% [parameters]`` (the
+cell papermill replaces: the ``cpu`` preset's chapter parameters, ``kernels/presets.yml``,
+and ``trace_dir``; lines under the marker are added to it). Each cell's conventions (hint
+dropdowns as ``<details>``, ``#| caption:`` figures, folded solutions and setup) are applied
+by ``cell_from`` and ``fold_setup``. Each exercise is also written as a learner's copy,
+``book/exercises/unsolved/NN.ipynb``, its solutions replaced by a link to the page showing them.
 """
 from __future__ import annotations
 
@@ -40,6 +22,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from kernels.presets import chapter_parameters, load_presets
 from tools.book.layout import ROOT, UNSOLVED
 
 SOURCES = ROOT / "notebooks"
@@ -71,16 +54,16 @@ DROPDOWN = re.compile(r"^:::\{dropdown\}[ \t]*(.*?)\n(.*?)\n:::[ \t]*$", re.M | 
 METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
-    # Colab opens the notebook on a GPU runtime when one is free (the GPU lane of the traces).
+    # Colab opens the notebook on a GPU runtime when one is free (the GPU track of the traces).
     "accelerator": "GPU",
     "colab": {"gpuType": "T4", "provenance": []},
 }
 
 
 def parameters(extra: str) -> str:
-    """The parameters cell: the cpu profile's values, as the runner would inject them."""
-    defaults = {**yaml.safe_load((BOOK / "params.yml").read_text())["cpu"], **READER_DEFAULTS}
-    lines = ["# Parameters: the runner (python -m tools.book.execute) replaces these with a device profile;",
+    """The parameters cell: the cpu preset's values, as the runner would inject them."""
+    defaults = {**chapter_parameters(load_presets(ROOT / "kernels" / "presets.yml")["cpu"]), **READER_DEFAULTS}
+    lines = ["# Parameters: the runner (python -m tools.book.execute) replaces these with a preset's values;",
              '# run by hand, "auto" takes the GPU when there is one.']
     lines += [f"{name} = {value!r}".replace("'", '"') for name, value in defaults.items()]
     lines += ['trace_dir = "traces"'] + ([extra] if extra else [])

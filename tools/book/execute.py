@@ -1,23 +1,16 @@
 """Execute the book: every notebook of ``_toc.yml``, in order, with papermill.
 
-    python -m tools.book.execute                   # profile "auto": cuda if a GPU is visible, else cpu
-    python -m tools.book.execute --profile cpu --only book/01 book/02   # some chapters
+    python -m tools.book.execute                   # preset "auto": cuda if a GPU is visible, else cpu
+    python -m tools.book.execute --preset cpu --only book/01 book/02   # some chapters
     python -m tools.book.execute --jobs 1          # one notebook at a time (default: 2 on a CPU, 1 on a GPU)
     python -m tools.book.execute --build           # then build the HTML with Jupyter Book
 
-The source tree is never written to. The runner copies the book into ``--out``
-(default ``_build/executed``), executes each notebook there with the parameters of a
-device profile from ``book/params.yml``, and writes a report (``report.json`` and
-``report.md``: device, versions, seconds and status per notebook, the failing cell's
-error). Jupyter Book then builds that executed copy with execution off, so the HTML
-shows exactly what this run computed. Exit status is non-zero if any notebook failed.
-
-Each notebook records its profiler traces in its own folder (``trace_dir`` =
-``traces/<notebook>``); a trace over its size budget fails the notebook, and the build
-publishes every trace beside the pages (see ``kernels.trace.links``).
-
-With ``--cache`` unchanged notebooks are restored instead of executed
-(``tools.book.cache``); ``--build`` is ``tools.book.html.build``.
+The runner copies the book into ``--out`` (default ``_build/executed``; the sources are never
+written to), executes each notebook there with a preset's chapter parameters (the checkout's
+``kernels/presets.yml``) and its own ``trace_dir``, fails a notebook whose traces break their
+budget (``tools.book.publish``), and writes ``report.json`` and ``report.md`` (device,
+versions, seconds and status per notebook). With ``--cache`` an unchanged notebook is restored
+instead of executed (``tools.book.cache``); ``--build`` is ``tools.book.html.build``.
 """
 from __future__ import annotations
 
@@ -33,28 +26,23 @@ from typing import Any, Optional
 
 import yaml
 
+from kernels.presets import chapter_parameters, load_presets, resolve_preset
 from tools.book import publish
 from tools.book.cache import cache_key, cache_restore, cache_store, library_digest
-from tools.book.layout import COPIED, ROOT, UNSOLVED, find_root, notebooks, select, toc_files
+from tools.book.html import build
+from tools.book.layout import COPIED, ROOT, UNSOLVED, find_root, notebooks, select
 
 
+# ---------------------------------------------------------------------------------- presets
 
-# --------------------------------------------------------------------------------- profiles
-
-def load_profiles(root: Path = ROOT) -> dict:
-    return yaml.safe_load((root / "book" / "params.yml").read_text())
-
-
-def resolve_profile(name: str, profiles: dict, cuda_available: bool | None = None) -> tuple[str, dict]:
-    """The profile's name and parameters; ``auto`` means ``cuda`` where a GPU is visible."""
-    if name == "auto":
-        if cuda_available is None:
-            import torch
-            cuda_available = torch.cuda.is_available()
-        name = "cuda" if cuda_available else "cpu"
-    if name not in profiles:
-        raise SystemExit(f"unknown profile {name!r}; book/params.yml has: {', '.join(profiles)}, auto")
-    return name, dict(profiles[name])
+def book_preset(name: str, root: Path = ROOT, cuda_available: bool | None = None) -> tuple[str, dict]:
+    """The preset's name and chapter parameters, from the presets of the checkout being built
+    (``root/kernels/presets.yml``, so a test's book can bring its own); an unknown name exits."""
+    try:
+        name, preset = resolve_preset(name, load_presets(root / "kernels" / "presets.yml"), cuda_available)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return name, chapter_parameters(preset)
 
 
 def default_jobs(params: dict) -> int:
@@ -112,7 +100,7 @@ def stage(root: Path, out: Path) -> None:
 
 
 def notebook_parameters(path: Path, params: dict) -> dict:
-    """The profile's parameters, plus ``solutions=True`` for exercise notebooks: the book is
+    """The preset's parameters, plus ``solutions=True`` for exercise notebooks: the book is
     built with every exercise solved, so the checks themselves are executed and tested."""
     if "exercises" in path.parts:
         return {**params, "solutions": True}
@@ -160,7 +148,7 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
 
 
 def staged_parameters(path: Path, params: dict) -> dict:
-    """Everything papermill injects into one notebook: the profile, its own trace folder."""
+    """Everything papermill injects into one notebook: the preset's parameters, its own trace folder."""
     return {**notebook_parameters(path, params), "trace_dir": publish.trace_dir_for(path)}
 
 
@@ -188,7 +176,7 @@ def write_report(out: Path, report: dict) -> None:
     (out / "report.json").write_text(json.dumps(report, indent=2))
     env = report["environment"]
     lines = [
-        f"This copy of the book was executed on **{env['device']}** with the `{report['profile']}` profile, "
+        f"This copy of the book was executed on **{env['device']}** with the `{report['preset']}` preset, "
         f"on {env['date']}: torch {env['torch']}, Triton {env['triton'] or 'not installed'}, "
         f"CUDA {env['cuda'] or 'none (CPU build)'}, Python {env['python']}.",
         "",
@@ -200,28 +188,28 @@ def write_report(out: Path, report: dict) -> None:
         if r.get("cached"):
             status += " (unchanged: restored from the execution cache)"
         lines.append(f"| `{r['notebook']}` | {status} | {r['seconds']} |")
-    lines += ["", "Parameters of the profile:", "", "```yaml", yaml.safe_dump(report["parameters"]).strip(), "```"]
+    lines += ["", "Parameters of the preset:", "", "```yaml", yaml.safe_dump(report["parameters"]).strip(), "```"]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     (out / "book" / "execution_report.md").write_text(text)
 
 
-def check_overrides(overrides: dict, params: dict, profile: str) -> dict:
-    """``--set`` values, checked against the profile before anything runs: known keys only,
-    each of the type the profile gives it (an int may stand for a float)."""
+def check_overrides(overrides: dict, params: dict, preset: str) -> dict:
+    """``--set`` values, checked against the preset before anything runs: known keys only,
+    each of the type the preset gives it (an int may stand for a float)."""
     for key, value in overrides.items():
         if key not in params:
-            raise SystemExit(f"--set {key}=...: the {profile!r} profile has no parameter {key!r}; "
+            raise SystemExit(f"--set {key}=...: the {preset!r} preset has no parameter {key!r}; "
                              f"it has: {', '.join(params)}")
         want = type(params[key])
         ok = isinstance(value, want) and not (isinstance(value, bool) and want is not bool)
         if not ok and not (want is float and isinstance(value, int) and not isinstance(value, bool)):
-            raise SystemExit(f"--set {key}={value!r}: {key} is a {want.__name__} in the {profile!r} profile "
+            raise SystemExit(f"--set {key}={value!r}: {key} is a {want.__name__} in the {preset!r} preset "
                              f"(there it is {params[key]!r}), not a {type(value).__name__}")
     return overrides
 
 
-def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "executed",
+def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed",
         root: Path = ROOT, progress: bool | None = None, overrides: dict | None = None,
         jobs: int = 1, cache: Optional[Path] = None, force: bool = False) -> dict:
     """Stage, execute and report; returns the report (also written to ``out``).
@@ -235,14 +223,14 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
     instead of executed (``force=True`` executes the chosen ones anyway), and with ``only``
     the others keep their cached results instead of becoming unexecuted copies.
     """
-    name, params = resolve_profile(profile, load_profiles(root))
+    name, params = book_preset(preset, root)
     params.update(check_overrides(overrides or {}, params, name))
     every = notebooks(root)
     chosen = select(every, only)
     progress = sys.stderr.isatty() if progress is None and jobs == 1 else bool(progress)
     stage(root, out)
     publish.stage_recorded(root, out)
-    report: dict[str, Any] = {"profile": name, "parameters": params, "jobs": jobs, "environment": environment(),
+    report: dict[str, Any] = {"preset": name, "parameters": params, "jobs": jobs, "environment": environment(),
                               "notebooks": []}
     library = library_digest(root) if cache else None
     keys = {path: cache_key(root, path, staged_parameters(path, params), library, report["environment"])
@@ -254,7 +242,7 @@ def run(profile: str = "auto", only=None, out: Path = ROOT / "_build" / "execute
             if row is not None:
                 rows[path] = row
     todo = [path for path in chosen if path not in rows]
-    print(f"Executing {len(todo)} notebook(s) with the {name!r} profile on {report['environment']['device']}"
+    print(f"Executing {len(todo)} notebook(s) with the {name!r} preset on {report['environment']['device']}"
           + (f", {jobs} at a time" if jobs > 1 else "")
           + (f"; {len(rows)} unchanged since a cached run, restored" if rows else ""), flush=True)
 
@@ -297,14 +285,14 @@ def main(argv=None, root: Optional[Path] = None) -> int:
         root = find_root(Path(given) if given else None)
     ap = argparse.ArgumentParser(prog="python -m tools.book.execute", description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, help="the course checkout (default: found from the working directory up)")
-    ap.add_argument("--profile", default="auto", help="device profile from book/params.yml: cpu, cuda or auto")
+    ap.add_argument("--preset", default="auto", help="preset from kernels/presets.yml: cpu, cuda or auto")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="execute only notebooks whose name contains NAME")
     ap.add_argument("--out", type=Path, default=root / "_build" / "executed", help="where executed copies go")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                    help="override a profile parameter (YAML value), e.g. --set seq=256")
+                    help="override a preset's parameter (YAML value), e.g. --set seq=256")
     ap.add_argument("--build", action="store_true", help="then build the HTML into _build/html")
     ap.add_argument("--jobs", type=int, default=None,
-                    help="notebooks executed at once (default: 1 with the cuda profile, 2 on a CPU with two cores; "
+                    help="notebooks executed at once (default: 1 with the cuda preset, 2 on a CPU with two cores; "
                          "1 gives every timing the machine to itself)")
     ap.add_argument("--cache", type=Path, default=root / "_build" / "cache",
                     help="the execution cache (default _build/cache): unchanged notebooks are restored, not re-run")
@@ -317,8 +305,8 @@ def main(argv=None, root: Optional[Path] = None) -> int:
         if not sep:
             ap.error(f"--set takes KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value)
-    jobs = args.jobs if args.jobs is not None else default_jobs(resolve_profile(args.profile, load_profiles(root))[1])
-    report = run(args.profile, args.only, args.out.resolve(), root=root, overrides=overrides, jobs=jobs,
+    jobs = args.jobs if args.jobs is not None else default_jobs(book_preset(args.preset, root)[1])
+    report = run(args.preset, args.only, args.out.resolve(), root=root, overrides=overrides, jobs=jobs,
                  cache=None if args.no_cache else args.cache.resolve(), force=args.force)
     if any(r["status"] == "failed" for r in report["notebooks"]):
         return 1
@@ -329,9 +317,6 @@ def main(argv=None, root: Optional[Path] = None) -> int:
                   f"result ({', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}): run without --only, "
                   "or with the cache", file=sys.stderr)
             return 1
-        # Here, not at the top: book_html reads the runner's layout (ROOT, UNSOLVED) from this module.
-        from tools.book.html import build
-
         html = build(args.out.resolve(), html_parent=root)
         print(f"HTML: {html / 'index.html'}")
     return 0

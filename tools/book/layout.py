@@ -1,7 +1,10 @@
 """Where the book is: the checkout, its table of contents, and the notebooks in reading order.
 
-``ROOT`` is the checkout these tools sit in; ``find_root`` finds the one a command runs in.
-The runner (``tools.book.execute``), its cache, the HTML build and the converter share it.
+``ROOT`` is the checkout these tools sit in; ``find_root`` finds the one a command runs in
+(the tools are not installed with the library: they build from a checkout). ``toc_files``
+reads ``_toc.yml``, ``notebooks`` lists the book's notebooks in its order, and ``select`` is
+the runner's ``--only``. ``COPIED`` is what the runner stages, ``UNSOLVED`` the folder of the
+exercises' learner copies. The runner, its cache, the HTML build and the converter share it.
 """
 from __future__ import annotations
 
@@ -31,8 +34,6 @@ def find_root(start: Optional[Path] = None) -> Path:
         return ROOT
     raise SystemExit(f"no course checkout here: no _toc.yml in {start} or above it. The runner builds the book "
                      "from a checkout of the repository; run it there, or pass --root PATH")
-
-
 
 
 # ---------------------------------------------------------------------- the table of contents

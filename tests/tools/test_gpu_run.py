@@ -173,7 +173,7 @@ def test_the_run_takes_its_limits_from_the_plan():
 
 def test_compiles_are_counted_per_specialization_and_config():
     plan, target = gpu_plan.load(), gpu_plan.load()["target"]
-    params = plan["cuda_params"]
+    params = gpu_plan.cuda_parameters()
     use = {"kernels": ["fwd_tma"], "causal": True, "sq": "seq", "sk": "seq"}
     compiled: set = set()
     first = gpu_plan.triton_work([use], params, target, compiled)
@@ -340,9 +340,9 @@ def test_trim_keeps_the_labelled_steps_and_their_gpu_work():
 
 
 def test_the_gpu_run_executes_every_chapter_of_the_toc_in_order():
-    from tools.book import execute
+    from tools.book import layout
 
-    chapters = [p.stem for p in execute.notebooks(ROOT) if p.parent == Path("book")]
+    chapters = [p.stem for p in layout.notebooks(ROOT) if p.parent == Path("book")]
     assert list(gpu_run.CHAPTERS) == chapters, "tools/gpu_run.py CHAPTERS must follow _toc.yml's chapters"
 
 

@@ -183,9 +183,9 @@ def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():
 def test_each_exercise_page_ends_with_links_back_to_its_chapter_and_on_to_the_next():
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
 
-    from tools.book import execute
+    from tools.book import layout
 
-    pages = [p for p in execute.notebooks(ROOT) if p.parts[1] == "exercises"]
+    pages = [p for p in layout.notebooks(ROOT) if p.parts[1] == "exercises"]
     for page, following in zip(pages, pages[1:] + [None]):
         cells = nbformat.read(ROOT / page, as_version=4).cells
         last = cells[-1]
@@ -198,9 +198,9 @@ def test_each_exercise_page_ends_with_links_back_to_its_chapter_and_on_to_the_ne
 def test_the_first_screen_folds_the_imports_but_keeps_their_output():
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
 
-    from tools.book import execute
+    from tools.book import layout
 
-    for page in execute.notebooks(ROOT):
+    for page in layout.notebooks(ROOT):
         cells = nbformat.read(ROOT / page, as_version=4).cells
         setup = next(c for c in cells if c.cell_type == "code" and "setup(device, dtype)" in c.source)
         assert "hide-input" in setup.metadata.get("tags", []) and "hide-cell" not in setup.metadata.get("tags", []), \

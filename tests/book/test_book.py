@@ -1,4 +1,4 @@
-"""The runner and the book: notebooks are clean sources, execute with the cpu profile, build with -W."""
+"""The runner and the book: notebooks are clean sources, execute with the cpu preset, build with -W."""
 from __future__ import annotations
 
 import json
@@ -8,17 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.book import cache, execute
+from kernels.presets import bench_defaults, chapter_parameters, load_presets, resolve_preset
+from tools.book import cache, execute, layout
 from tests.helpers import ROOT
 
-NOTEBOOKS = execute.notebooks(ROOT)
+NOTEBOOKS = layout.notebooks(ROOT)
 REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 
 
 def test_toc_lists_the_chapters_in_order():
     names = [p.stem for p in NOTEBOOKS]
     assert names[:3] == ["00_profiler_primer", "01_naive", "02_inplace"]
-    for f in execute.toc_files(ROOT / "_toc.yml"):
+    for f in layout.toc_files(ROOT / "_toc.yml"):
         assert any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb")), f
 
 
@@ -37,29 +38,48 @@ def test_source_notebooks_are_clean(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_parameters_cover_every_profile(path):
+def test_parameters_cover_every_preset(path):
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
     nb = nbformat.read(ROOT / path, as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     names = set(re.findall(r"^(\w+)\s*=", params.source, flags=re.M))
-    for profile, values in execute.load_profiles(ROOT).items():
-        assert set(values) <= names, f"{path.name} lacks parameters {set(values) - names} of profile {profile}"
+    for preset, values in load_presets().items():
+        values = chapter_parameters(values)
+        assert set(values) <= names, f"{path.name} lacks parameters {set(values) - names} of preset {preset}"
 
 
-def test_profiles_resolve():
-    profiles = execute.load_profiles(ROOT)
-    assert execute.resolve_profile("auto", profiles, cuda_available=False)[0] == "cpu"
-    assert execute.resolve_profile("auto", profiles, cuda_available=True)[0] == "cuda"
-    assert execute.resolve_profile("cuda", profiles)[1]["dtype"] == "bfloat16"
-    with pytest.raises(SystemExit, match="unknown profile"):
-        execute.resolve_profile("tpu", profiles)
+def test_presets_resolve():
+    presets = load_presets()
+    assert resolve_preset("auto", presets, cuda_available=False)[0] == "cpu"
+    assert resolve_preset("auto", presets, cuda_available=True)[0] == "cuda"
+    assert resolve_preset("cuda", presets)[1]["dtype"] == "bfloat16"
+    with pytest.raises(ValueError, match="unknown preset 'tpu'"):
+        resolve_preset("tpu", presets)
+    with pytest.raises(SystemExit, match="unknown preset 'tpu'"):
+        execute.book_preset("tpu", ROOT)
+
+
+def test_the_chapters_and_the_benchmark_read_one_preset():
+    """A preset's chapter parameters leave its bench block out; the bench's defaults are its
+    sweep at the preset's own dtype, batch and heads."""
+    cpu = load_presets()["cpu"]
+    assert "bench" not in chapter_parameters(cpu) and execute.book_preset("cpu", ROOT)[1] == chapter_parameters(cpu)
+    defaults = bench_defaults(cpu)
+    assert defaults["dtype"] == [cpu["dtype"]] and (defaults["batch"], defaults["heads"]) == (cpu["batch"], cpu["heads"])
+    assert cpu["seq"] in defaults["seq"] and cpu["head_dim"] in defaults["head_dim"], \
+        "the bench's CPU sweep includes the chapters' own shape"
+
+
+def test_the_runner_reads_the_presets_of_the_checkout_it_builds(tmp_path):
+    root = _tiny_book(tmp_path, {"a": "pass"}, params="cpu:\n  seq: 4\n  bench:\n    seq: [4]\n    head_dim: [2]\n")
+    assert execute.book_preset("cpu", root) == ("cpu", {"seq": 4})
 
 
 def test_only_selects_by_name():
-    assert [p.as_posix() for p in execute.select(NOTEBOOKS, ["book/01"])] == ["book/01_naive.ipynb"]
-    assert [p.as_posix() for p in execute.select(NOTEBOOKS, ["exercises/01"])] == ["book/exercises/01_naive.ipynb"]
+    assert [p.as_posix() for p in layout.select(NOTEBOOKS, ["book/01"])] == ["book/01_naive.ipynb"]
+    assert [p.as_posix() for p in layout.select(NOTEBOOKS, ["exercises/01"])] == ["book/exercises/01_naive.ipynb"]
     with pytest.raises(SystemExit, match="matches none"):
-        execute.select(NOTEBOOKS, ["zzz"])
+        layout.select(NOTEBOOKS, ["zzz"])
 
 
 def _tiny_book(tmp_path: Path, notebooks: dict, params: str = "cpu:\n  seq: 4\n") -> Path:
@@ -71,7 +91,8 @@ def _tiny_book(tmp_path: Path, notebooks: dict, params: str = "cpu:\n  seq: 4\n"
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/{first}\n"
                                    + ("chapters:\n" + "".join(f"  - file: book/{n}\n" for n in rest) if rest else ""))
     (root / "_config.yml").write_text("title: a tiny book\n")
-    (root / "book" / "params.yml").write_text(params)
+    (root / "kernels").mkdir()
+    (root / "kernels" / "presets.yml").write_text(params)
     for name, body in notebooks.items():
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -105,7 +126,7 @@ def test_every_chapter_executes_on_cpu(built_book):
     report, out, _ = built_book
     failed = [r for r in report["notebooks"] if r["status"] != "ok"]
     assert not failed, failed
-    assert report["profile"] == "cpu" and report["environment"]["torch"]
+    assert report["preset"] == "cpu" and report["environment"]["torch"]
     assert json.loads((out / "report.json").read_text())["notebooks"] == report["notebooks"]
     # traces land beside their notebook even when notebooks run two at a time (a shared
     # working directory once sent a chapter's traces elsewhere)
@@ -128,7 +149,7 @@ def test_every_chapter_executes_on_cpu(built_book):
 @pytest.mark.slow
 def test_book_builds_with_glued_numbers_and_figures(built_book):
     _, _, html = built_book
-    for f in execute.toc_files(ROOT / "_toc.yml"):
+    for f in layout.toc_files(ROOT / "_toc.yml"):
         page = html / Path(f).with_suffix(".html")
         assert page.exists(), page
     naive = (html / "book" / "01_naive.html").read_text()
@@ -171,18 +192,18 @@ def test_a_second_run_with_nothing_changed_executes_nothing(tmp_path, monkeypatc
     assert "b! 4" in (out / "book" / "b.ipynb").read_text(), "the kept result is the one for these parameters"
 
 
-def test_set_is_checked_against_the_profile_before_anything_runs(tmp_path):
+def test_set_is_checked_against_the_preset_before_anything_runs(tmp_path):
     root = _two_notebook_book(tmp_path)
     with pytest.raises(SystemExit, match="has no parameter 'sequence'; it has: seq, dtype"):
         execute.run("cpu", out=tmp_path / "out", root=root, overrides={"sequence": 1024})
-    with pytest.raises(SystemExit, match="seq is a int in the 'cpu' profile .* not a str"):
+    with pytest.raises(SystemExit, match="seq is a int in the 'cpu' preset .* not a str"):
         execute.run("cpu", out=tmp_path / "out", root=root, overrides={"seq": "abc"})
     assert not (tmp_path / "out").exists(), "nothing was staged or executed"
 
 
 def test_build_refuses_a_partial_execution(tmp_path, capsys):
     root = _two_notebook_book(tmp_path)
-    assert execute.main(["--profile", "cpu", "--only", "book/a", "--build", "--no-cache", "--out", str(tmp_path / "o")],
+    assert execute.main(["--preset", "cpu", "--only", "book/a", "--build", "--no-cache", "--out", str(tmp_path / "o")],
                         root=root) == 1
     assert "publishes the whole book" in capsys.readouterr().err
 
@@ -235,9 +256,7 @@ def test_solutions_fold_in_colab_too():
 def test_the_runner_finds_its_checkout_or_says_it_needs_one(tmp_path, monkeypatch):
     (tmp_path / "course" / "book").mkdir(parents=True)
     (tmp_path / "course" / "_toc.yml").write_text("format: jb-book\nroot: book/intro\n")
-    assert execute.find_root(tmp_path / "course" / "book") == tmp_path / "course", "the nearest _toc.yml upwards"
-    from tools.book import layout
-
+    assert layout.find_root(tmp_path / "course" / "book") == tmp_path / "course", "the nearest _toc.yml upwards"
     monkeypatch.setattr(layout, "ROOT", tmp_path / "not-a-checkout")  # the tools copied out of their checkout
     with pytest.raises(SystemExit, match="no course checkout here: no _toc.yml in"):
         layout.find_root(tmp_path / "elsewhere")

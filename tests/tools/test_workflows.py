@@ -277,8 +277,8 @@ def test_ci_runs_the_readme_test_command_and_the_cpu_book():
         assert "self-hosted" not in runs_on_labels(job)
     commands = run_commands(ci)
     lines = commands.splitlines()
-    assert "make test" in lines and "make book PROFILE=cpu" in lines and "make test-book" in lines, commands
-    assert lines.index("make book PROFILE=cpu") < lines.index("make test-book"), \
+    assert "make test" in lines and "make book PRESET=cpu" in lines and "make test-book" in lines, commands
+    assert lines.index("make book PRESET=cpu") < lines.index("make test-book"), \
         "the book's tests run after make book, so they restore its cached execution"
     assert {"_build/html", "_build/executed/report.*"} <= set(uploaded_paths(ci))
 
@@ -304,7 +304,7 @@ def test_gpu_workflow_runs_the_device_run_and_the_cuda_book_and_keeps_the_result
     commands = run_commands(gpu)
     # the same one-call run a lent GPU machine gets, then its import and the CUDA book
     expected = ["make setup", "bash .ci/device-run gpu-results",
-                "make gpu-import ARCHIVE=gpu-results/gpu-run.tar.gz", "make book PROFILE=cuda"]
+                "make gpu-import ARCHIVE=gpu-results/gpu-run.tar.gz", "make book PRESET=cuda"]
     assert [c for c in commands.splitlines() if c in expected] == expected, commands
     assert {"gpu-results", "_build/executed", "_build/html"} <= set(uploaded_paths(gpu))
 
@@ -322,7 +322,7 @@ def test_pages_deploys_the_gpu_book_or_falls_back_to_cpu():
     assert pages["env"]["GPU_BOOK_ARTIFACT"] == gpu["env"]["GPU_BOOK_ARTIFACT"]
     gpu_book = [s for _, s in steps(gpu) if s.get("with", {}).get("path") == "_build/html"]
     assert [s["with"]["name"] for s in gpu_book] == ["${{ env.GPU_BOOK_ARTIFACT }}"]
-    assert "make book PROFILE=cpu" in run_commands(pages)
+    assert "make book PRESET=cpu" in run_commands(pages)
 
     used = {step["uses"].split("@")[0] for _, step in steps(pages) if "uses" in step}
     assert {"actions/configure-pages", "actions/upload-pages-artifact", "actions/deploy-pages"} <= used

@@ -17,12 +17,12 @@ from urllib.parse import unquote, urlparse
 import pytest
 import yaml
 
-from tools.book import execute
+from tools.book import layout
 from tests.helpers import ROOT
 from tests.browser import DevTools, open_page_at, served_in_chromium
 
-PAGES = [Path(f).with_suffix(".html").as_posix() for f in execute.toc_files(ROOT / "_toc.yml")]
-NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, execute.notebooks(ROOT)))]
+PAGES = [Path(f).with_suffix(".html").as_posix() for f in layout.toc_files(ROOT / "_toc.yml")]
+NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, layout.notebooks(ROOT)))]
 REPO = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].removeprefix("https://github.com/")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 

@@ -2,16 +2,11 @@
 
 It runs in `make test`; mypy's cache (_build/mypy-cache) makes a warm run take seconds.
 """
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tools import typecheck  # noqa: E402
+from tools import typecheck
 
 
 def test_library_tools_and_every_chapter_type_check():
