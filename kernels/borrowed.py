@@ -1,7 +1,7 @@
-"""GPU traces recorded by others on real GPUs, shown where the book has no GPU lane of its own.
+"""GPU traces recorded by others on real GPUs, shown where the book has no recording of its own.
 
-Until the course's own GPU run is recorded (``kernels.recorded``), a page about GPU lanes can
-still show a real one: ``ALEXNET_FORWARD`` is one forward of AlexNet recorded on an A100 by
+Until the course's own GPU run is recorded (``kernels.recorded``), a page about GPU tracks can
+still show real ones: ``ALEXNET_FORWARD`` is one forward of AlexNet recorded on an A100 by
 Meta's HolisticTraceAnalysis project (its test data, MIT licence). Every use says who recorded
 it, on what GPU (read from the trace itself) and under which licence: ``credit(trace)``.
 

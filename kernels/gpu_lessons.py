@@ -1,10 +1,10 @@
-"""What the chapters read off a GPU lane, and assert: the second half of every GPU branch.
+"""What the chapters read off a GPU run, and assert: the second half of every GPU branch.
 
 Each GPU branch of chapters 04-10 is two parts. The chapter runs the work on the GPU and
 profiles it (that part needs a GPU); it then hands the step, its kernels table or a result
 table to one function here, which reads it and states the chapter's lesson with
-``kernels.notebook.lesson`` (failing loudly when the lane disagrees). The tests hand the same
-functions fixture lanes shaped like an H100's (``tests/hopper_trace.py``, in ``make test-book``),
+``kernels.notebook.lesson`` (failing loudly when the trace disagrees). The tests hand the same
+functions fixture steps shaped like an H100's (``tests/hopper_trace.py``) and recordings,
 so the reading half of every GPU branch runs without a GPU.
 
 Kernels are classified by ``kernels.trace.fingerprints`` only (never a regex of a chapter's own):
@@ -26,7 +26,7 @@ from kernels.trace.tables import kernel_table
 
 
 def launched(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a step's GPU lane that are kernels (no memcpy, no memset)."""
+    """The rows of a step's GPU work that are kernels (no memcpy, no memset)."""
     return kernels[kernels["cat"] == "kernel"]
 
 
@@ -81,9 +81,9 @@ def kineto_zero_rule(table: Mapping[str, Mapping]) -> None:
                f"{smem:,} B, trace {reported}%, ours {ours}%")
 
 
-def triton_forward_lanes(steps: Mapping[str, Step], fwd_name: str, want_grid: Sequence[int],
-                         want_block: Sequence[int], arch: str, show: Callable = print) -> dict:
-    """Chapter 4's forward cell on a GPU lane: the Triton forward's kernel and launch, SDPA
+def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, want_grid: Sequence[int],
+                              want_block: Sequence[int], arch: str, show: Callable = print) -> dict:
+    """Chapter 4's forward cell on a GPU run: the Triton forward's kernel and launch, SDPA
     flash's single kernel when ``steps`` has it, their footprints and occupancy on ``arch``,
     and Kineto's 48 KiB rule; ``show`` displays the tables (the notebook's ``display``).
     Returns the footprint table ({} for a GPU the occupancy tables do not know)."""
@@ -128,12 +128,12 @@ def ran_at_every_point(frame: pd.DataFrame, impl: str, what: str) -> None:
 # ---- chapter 5: the CUDA kernels -------------------------------------------------------------
 
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
-    """One forward of ``cuda_v1``/``cuda_v2`` on the GPU lane: one kernel, with its launcher's
+    """One forward of ``cuda_v1``/``cuda_v2`` on the GPU track: one kernel, with its launcher's
     grid, block and dynamic shared memory; returns its footprint as the trace recorded it."""
     ks = launched(step.gpu_work)
     version = name.removeprefix("cuda_")
     lesson(len(ks) == 1 and f"flash_{version}_kernel" in ks["name"].iloc[0],
-           f"one forward of {name} is one kernel on the GPU lane", names_text(ks))
+           f"one forward of {name} is one kernel on the GPU track", names_text(ks))
     row = ks.iloc[0]
     lesson(list(row["block"]) == [cfg.threads, 1, 1] and list(row["grid"]) == list(cfg.grid(batch, heads, seq)),
            f"{name}'s trace shows the grid and block of its launcher", f"grid {row['grid']}, block {row['block']}")
@@ -177,7 +177,7 @@ def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
 
 def compiled_forward(kernels: pd.DataFrame) -> pd.DataFrame:
     """The compiled naive forward runs Inductor's Triton kernels and no copy; returns the
-    lane's fingerprints."""
+    kernels' fingerprints."""
     styles = [fingerprints.inductor_style(n) for n in kernels["name"]]
     lesson(any(s is not None for s in styles) and (kernels["cat"] != "gpu_memcpy").all(),
            "on the GPU the compiled forward runs Inductor's Triton kernels and no copy", names_text(kernels))
@@ -193,14 +193,14 @@ def flex_forward(kernels: pd.DataFrame) -> pd.DataFrame:
 
 # ---- chapter 8: the block --------------------------------------------------------------------
 
-def gelu_between_matmuls(lane: pd.DataFrame) -> list[str]:
+def gelu_between_matmuls(work: pd.DataFrame) -> list[str]:
     """GELU is a pass of its own between two library matmuls (fc_in's and fc_out's).
 
-    ``lane`` is a step's GPU kernels, or its CPU ops where there is no GPU lane; matmuls are
+    ``work`` is a step's GPU kernels, or its CPU ops where there is no GPU track; matmuls are
     what ``fingerprints.is_gemm`` says (cuBLAS's nvjet_* on Hopper included). Returns the
     matmul and GELU rows' names in launch order."""
-    keep = [fingerprints.is_gemm(n) or fingerprints.mentions_op(n, "gelu") for n in lane["name"]]
-    names = lane[keep].sort_values("start_us")["name"].tolist()
+    keep = [fingerprints.is_gemm(n) or fingerprints.mentions_op(n, "gelu") for n in work["name"]]
+    names = work[keep].sort_values("start_us")["name"].tolist()
     gelu = [fingerprints.mentions_op(n, "gelu") for n in names]
     at = gelu.index(True) if any(gelu) else None
     lesson(at is not None and 0 < at < len(names) - 1 and not gelu[at - 1] and not gelu[at + 1],
@@ -211,10 +211,10 @@ def gelu_between_matmuls(lane: pd.DataFrame) -> list[str]:
 
 # ---- chapter 9: the backward -----------------------------------------------------------------
 
-def backward_threads(lanes: Mapping[str, Step], source: str) -> pd.DataFrame:
+def backward_threads(steps: Mapping[str, Step], source: str) -> pd.DataFrame:
     """Every variant's backward kernels are launched from a thread other than the caller's."""
     rows = []
-    for name, s in lanes.items():
+    for name, s in steps.items():
         ks = s.gpu_work
         own = ks["thread"] == s.thread[1]
         rows.append({"variant": name, "forward kernels (caller's thread)": int(own.sum()),

@@ -1,31 +1,27 @@
-"""Recorded GPU runs: traces a real GPU produced, kept for readers without one.
+"""Recordings: traces of the course's own GPU run, kept for readers without a GPU.
 
-A chapter executed without a GPU cannot show a GPU lane of its own. What it can show,
-clearly labelled, is the GPU lane of a run recorded earlier on real hardware. This module
-reads those recordings; ``.ci/device-run`` makes the run and ``make gpu-import`` (in
-``tools/gpu_run.py``) writes it here. Nothing here is ever synthesised: no recording, no
-recorded lane.
+A chapter executed without a GPU has no GPU track of its own; what it can show, clearly
+labelled, is a *recording*, the steps of a run made earlier on real hardware (``.ci/device-run``
+makes it, ``make gpu-import`` writes it here). Nothing is ever synthesised: no recording, no
+recorded steps. ``gpu_steps(device, live, notebook, variants)`` hands a chapter this run's own
+steps on a GPU, else the newest recording's.
 
-Layout, one folder per recorded GPU::
-
-    <recordings>/<gpu-slug>/
-        meta.json                      GPU, capability, torch / CUDA / cuDNN / Triton, date, commit
-        <notebook>/<variant>.json.gz   the traces that notebook recorded (its labelled steps)
-
-Where ``<recordings>`` is, first match wins:
-
-1. the folder named by the environment variable ``ATTENTION_PROFILED_RECORDINGS``;
-2. ``book/data/recorded`` of the checkout this package was imported from;
-3. ``kernels/data/recorded`` inside an installed package (the wheel carries book/data).
+One folder per recorded GPU, ``<gpu-slug>/meta.json`` (GPU, capability, versions, date, commit)
+and ``<gpu-slug>/<notebook>/<variant>.json.gz``, under (first match wins): the folder named by
+``ATTENTION_PROFILED_RECORDINGS``; ``book/data/recorded`` of the checkout this package was
+imported from; ``kernels/data/recorded`` inside an installed package.
 """
 from __future__ import annotations
 
-from kernels.trace import reader
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import torch
+
+from kernels.trace import reader
 
 
 ENV_VAR = "ATTENTION_PROFILED_RECORDINGS"
@@ -83,7 +79,7 @@ def latest(root: Optional[Path] = None) -> Optional[Recording]:
     return found[0] if found else None
 
 
-LABELS = ("gpu", "capability", "torch", "cuda", "date", "commit")  # what a recorded lane is labelled with
+LABELS = ("gpu", "capability", "torch", "cuda", "date", "commit")  # what a recording is labelled with
 
 
 def problems(root: Optional[Path] = None) -> list[str]:
@@ -110,26 +106,25 @@ def problems(root: Optional[Path] = None) -> list[str]:
 # A sentence for the reader; how a maintainer records a GPU run is in the README and in the
 # book's appendix on GPU runs (book/appendix/gpu_runs.md).
 NO_RECORDING = ("This build of the book ran on a CPU and no GPU run has been recorded for it yet, so "
-                "there is no GPU lane here: on a GPU, the lane would show each kernel these ops launch, "
+                "there is no GPU track here: on a GPU, the track would show each kernel these ops launch, "
                 "on its stream, with the CPU-side launch that queued it.")
 
 
-def gpu_lanes(device, live: dict, notebook: str, variants, root: Optional[Path] = None):
+def gpu_steps(device, live: dict, notebook: str, variants, root: Optional[Path] = None):
     """The GPU steps a chapter should read: ``({variant: Step}, source, capability)``.
 
     On a GPU: this run's own steps (``live``). On a CPU: the median step of each variant in
-    the newest recording. Variants with no lane (not recorded, or not run) are left out;
-    ``source`` says where the lanes come from, or why there are none; ``capability`` is
+    the newest recording. Variants with no GPU step (not recorded, or not run) are left out;
+    ``source`` says where the steps come from, or why there are none; ``capability`` is
     the GPU's (major, minor).
     """
     if str(device).startswith("cuda"):
-        import torch
-        lanes = {v: live[v] for v in variants if live.get(v) is not None}
-        return lanes, "this run", tuple(torch.cuda.get_device_capability(device))
+        steps = {v: live[v] for v in variants if live.get(v) is not None}
+        return steps, "this run", tuple(torch.cuda.get_device_capability(device))
     rec = latest(root)
     if rec is None:
         return {}, NO_RECORDING, None
-    lanes = {v: reader.median_step(rec.trace(notebook, v).steps(v)) for v in variants if rec.has(notebook, v)}
-    if not lanes:
+    steps = {v: reader.median_step(rec.trace(notebook, v).steps(v)) for v in variants if rec.has(notebook, v)}
+    if not steps:
         return {}, f"the recording ({rec.label}) has no trace of {', '.join(variants)} from {notebook}", None
-    return lanes, rec.label, rec.capability
+    return steps, rec.label, rec.capability

@@ -7,7 +7,7 @@
 #
 # > **Guess what the trace will show, then look. Every mismatch is a lesson.**
 #
-# Everything here runs on a CPU. On a GPU the same calls record a second lane, the GPU's,
+# Everything here runs on a CPU. On a GPU the same calls record a second track, the GPU's,
 # and we say below what changes.
 
 # %% [install]
@@ -115,7 +115,7 @@ print(run.table(sort_by="cpu_time_total", row_limit=8))
 #   When a label's CPU time is far above the GPU time of its kernels, the GPU spent the step
 #   waiting for launches: the code is overhead-bound, and a faster kernel will not help; when
 #   the GPU time dominates, it is compute- or memory-bound, and kernels are what to work on.
-#   The GPU-lane cell further down makes that comparison on a real lane when there is one.
+#   The GPU-track cell further down makes that comparison on a real GPU track when there is one.
 
 # %%
 rows = {e.key: e for e in run.averages}
@@ -211,22 +211,22 @@ links(run)
 # That step took {glue:text}`primer_step_ms` ms of CPU time and dispatched
 # {glue:text}`primer_ops` ops, views included.
 #
-# ## CPU lane, GPU lane, and why GPU timings lie without care
+# ## CPU track, GPU track, and why GPU timings lie without care
 #
 # On a GPU, PyTorch does not wait for a kernel to finish: the CPU *launches* it (a
 # `cudaLaunchKernel` call) and moves on while the GPU works through its queue. A trace
-# therefore has two lanes: the CPU lane with ops and launches, and the GPU lane with the
+# therefore has two tracks: the CPU thread's track with ops and launches, and the GPU track with the
 # kernels, each kernel tied to its launch by a correlation id (Perfetto draws the tie as an
 # arrow). Two consequences:
 #
-# - The time of an op on the CPU lane is the time to *launch* its work, not to do it.
+# - The time of an op on the CPU track is the time to *launch* its work, not to do it.
 # - A timer around GPU code measures launches unless it synchronises
 #   (`torch.cuda.synchronize()`, or CUDA events). `kernels.trace.record.profile` synchronises at
 #   the end of each step so that steps do not bleed into each other.
 #
-# The CPU side of a GPU lane holds more than ops. Part 1 of the source series
+# The CPU side of a GPU run holds more than ops. Part 1 of the source series
 # (Hugging Face blog, torch-profiler.md) reads four kinds of runtime rows in its matmul
-# trace, and this page's lane can be read for the same:
+# trace, and this page's GPU run can be read for the same:
 #
 # - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
@@ -236,27 +236,27 @@ links(run)
 # - `cudaDeviceSynchronize`: here the one `kernels.trace.record.profile` calls after each
 #   labelled call, still inside the recorded step (`ProfilerStep#N`) but after the label.
 # - `Activity Buffer Request`: the profiler's own row, CUPTI asking for memory to record GPU
-#   activity into. The series found one leaving a gap in its GPU lane; where it falls depends
+#   activity into. The series found one leaving a gap in its GPU track; where it falls depends
 #   on when the profiler's buffers run out.
 #
-# When this page has a GPU lane (this run's own on a GPU, else a recorded GPU run, labelled as
+# When this page has a GPU run (this run's own on a GPU, else a recording, labelled as
 # such), the cell below counts those rows in one recorded step and checks what can be
 # checked: every kernel has its launch, the step ends with the synchronize, and an occupancy
 # query, where there is one, sits inside `aten::mm` before the GEMM's launch. It also sets
 # the label's CPU time beside its kernels' GPU time (overhead-bound or not). The trace we just
-# recorded has no GPU lane when this run's device is the CPU:
+# recorded has no GPU track when this run's device is the CPU:
 
 # %%
 if device.type == "cuda":
-    lesson(run.trace.has_gpu, "a GPU run records a GPU lane of kernels",
+    lesson(run.trace.has_gpu, "a GPU run records a GPU track of kernels",
            f"{len(step.gpu_work)} GPU activities in one step")
 else:
-    lesson(not run.trace.has_gpu, "a CPU-only run records no GPU lane: ops run where they are dispatched")
-lanes, lane_source, _ = recorded.gpu_lanes(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
-if lanes:
-    gpu_step = lanes["mlp_step"]
+    lesson(not run.trace.has_gpu, "a CPU-only run records no GPU track: ops run where they are dispatched")
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
+if gpu_steps:
+    gpu_step = gpu_steps["mlp_step"]
     label_ts, label_end = float(gpu_step.range["ts"]), float(gpu_step.range["end"])
-    print(f"GPU lane: {lane_source}")
+    print(f"GPU run: {gpu_source}")
     display(tables.kernel_table(gpu_step))
     # The recorded step around this label: the label, then what the step does after it.
     outer = next(p for p in gpu_step.trace.profiler_steps()
@@ -271,7 +271,7 @@ if lanes:
     kernels_ = gpu_step.gpu_work[gpu_step.gpu_work["cat"] == "kernel"]
     launches = rows_[rows_["name"].str.contains("LaunchKernel") & (rows_["where"] == "in the label")]
     lesson(len(launches) >= len(kernels_) and gpu_step.gpu_work["launcher"].notna().all(),
-           "each kernel on the GPU lane has its launch call on the CPU lane",
+           "each kernel on the GPU track has its launch call on the CPU thread's track",
            f"{len(launches)} launch calls, {len(kernels_)} kernels")
     syncs = rows_[(rows_["name"] == "cudaDeviceSynchronize") & (rows_["where"] == "after the label")]
     lesson(len(syncs) >= 1, "the recorded step ends with a cudaDeviceSynchronize after the label",
@@ -285,7 +285,7 @@ if lanes:
     queries = rows_[rows_["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")]
     mm_launch = (gpu_step.gpu_work.loc[gpu_step.gpu_work["op"] == "aten::mm", "launch_start_us"] + label_ts).min()
     if queries.empty:
-        print("no occupancy query in this lane's step: this GPU's cuBLAS planned its launch without one")
+        print("no occupancy query in this GPU run's step: this GPU's cuBLAS planned its launch without one")
     else:
         inside = [innermost_op(t) for t in queries["ts"]]
         lesson(all(o == "aten::mm" for o in inside) and (queries["ts"] < mm_launch).all(),
@@ -298,19 +298,19 @@ if lanes:
              else "GPU-bound: the kernels, not the launches, set the pace")
     print(f"label's CPU time {gpu_step.cpu_time_us:.0f} µs vs its kernels' GPU time {gpu_step.gpu_time_us:.0f} µs: {bound}")
 else:
-    print(lane_source)
+    print(gpu_source)
 
 # %% [markdown]
-# ### A real GPU lane, recorded by others
+# ### A real GPU run, recorded by others
 #
-# Until this course's own GPU recording exists, here is a GPU lane that other people recorded
+# Until this course's own GPU recording exists, here is a GPU run that other people recorded
 # on a real GPU: one forward of AlexNet on an A100, from the test data of Meta's
 # HolisticTraceAnalysis project (MIT licence). It is not attention and not this book's run,
-# but it has everything the section above describes: the CPU lanes of ops, a GPU lane per
+# but it has everything the section above describes: the CPU tracks of ops, a GPU track per
 # stream, and a grey arrow from each launch on the CPU to the kernel it queued on the GPU.
 
 # %%
-#| caption: A GPU lane recorded by others (HolisticTraceAnalysis's test data, an A100). The CPU rows are busy across the whole label; the GPU work (the thin bars on the two GPU-stream rows at the bottom) takes a small part of it, each bar tied by a grey arrow to the launch that queued it.
+#| caption: A GPU run recorded by others (HolisticTraceAnalysis's test data, an A100). The CPU rows are busy across the whole label; the GPU work (the thin bars on the two GPU-stream rows at the bottom) takes a small part of it, each bar tied by a grey arrow to the launch that queued it.
 #| alt: Timeline of one AlexNet forward on an A100. Rows of CPU ops (zeros, mul, conv2d, convolution, cudnn_convolution) span about 80 ms; the two GPU stream rows hold narrow kernel bars near the right edge only.
 a100 = borrowed.ALEXNET_FORWARD
 a100_trace = a100.trace()
@@ -324,9 +324,9 @@ glue("a100_cpu_ms", round(a100_step.cpu_time_us / 1e3, 1))
 glue("a100_gpu_ms", round(a100_step.gpu_time_us / 1e3, 1))
 glue("a100_work", len(a100_kernels))
 lesson(a100_kernels["launcher"].notna().all(),
-       "every kernel and memset on the borrowed GPU lane has its launch call on the CPU lane",
+       "every kernel and memset on the borrowed GPU tracks has its launch call on a CPU thread's track",
        f"{a100_kernels['launcher'].notna().sum()} of {len(a100_kernels)}")
-lesson(a100_kernels["stream"].nunique() >= 2, "the borrowed GPU lane runs work on more than one stream",
+lesson(a100_kernels["stream"].nunique() >= 2, "the borrowed GPU run has work on more than one stream's track",
        f"streams {sorted(a100_kernels['stream'].unique().tolist())}")
 lesson(a100_step.gpu_time_us < a100_step.cpu_time_us,
        "in the borrowed forward the GPU was busy for less time than the CPU spent in the label",
@@ -335,8 +335,8 @@ lesson(a100_step.gpu_time_us < a100_step.cpu_time_us,
 # %% [markdown]
 # The GPU did {glue:text}`a100_work` pieces of work (kernels and a memset) in
 # {glue:text}`a100_gpu_ms` ms, inside a label that held the CPU for {glue:text}`a100_cpu_ms` ms.
-# Reading such a trace is the skill this course trains: the CPU lane says what was asked and
-# when, the GPU lane says what ran and for how long, and the arrows say which is which.
+# Reading such a trace is the skill this course trains: the CPU tracks say what was asked and
+# when, the GPU tracks say what ran and for how long, and the arrows say which is which.
 
 # %% [markdown]
 # ## The trace file

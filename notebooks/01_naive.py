@@ -84,7 +84,7 @@ tables.op_table(step)
 
 # %%
 copies = step.copies()
-display(step.copy_table())
+display(tables.copy_table(step))
 scores_shape = [batch, heads, seq, seq]
 scores_bytes = batch * heads * seq * seq * q.element_size()
 big = step.copies(min_bytes=scores_bytes)
@@ -138,23 +138,23 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 # On a GPU the same forward becomes a row of kernels, one per op that does work. The
 # source article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts
 # **6 kernels** per forward: matmul, mul, a **Memcpy** for the clone, the mask, softmax,
-# matmul. The cell below reads a GPU lane: this run's own when it ran on a GPU, else the
-# newest recorded GPU run (labelled as such), and checks both counts on it.
+# matmul. The cell below reads a GPU run: this run's own when it ran on a GPU, else the
+# newest recording (labelled as such), and checks both counts on it.
 
 # %%
-lanes, source, _ = recorded.gpu_lanes(device, {"naive": step}, "01_naive", ["naive"])
-if not lanes:
-    print(source)
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
+if not gpu_steps:
+    print(gpu_source)
 else:
-    print(f"GPU lane: {source}")
-    gpu = lanes["naive"].gpu_work
-    display(tables.kernel_table(lanes["naive"]))
+    print(f"GPU run: {gpu_source}")
+    gpu = gpu_steps["naive"].gpu_work
+    display(tables.kernel_table(gpu_steps["naive"]))
     copies = gpu[gpu["cat"] == "gpu_memcpy"]
-    fills = lanes["naive"].find("aten::masked_fill")
+    fills = gpu_steps["naive"].find("aten::masked_fill")
     in_fill = [any(f.start_us <= t <= f.start_us + f.dur_us for f in fills.itertuples())
                for t in copies["launch_start_us"]]
     lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100",
-           f"{len(gpu)} on this lane: {int((gpu['cat'] == 'kernel').sum())} kernels, {len(copies)} copies")
+           f"{len(gpu)} on the GPU track: {int((gpu['cat'] == 'kernel').sum())} kernels, {len(copies)} copies")
     lesson(len(copies) == 1 and all(in_fill), "exactly one of them is a copy, launched inside masked_fill (its clone)",
            ", ".join(copies["name"].str.slice(0, 40)))
 

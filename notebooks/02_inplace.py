@@ -216,19 +216,19 @@ lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
 # ## On a GPU
 #
 # The source article's A100 trace goes from 6 kernels to **5**: the Memcpy disappears, and
-# the mask step dispatches fewer CPU ops. The cell below checks the same on a GPU lane: this
-# run's own when it ran on a GPU, else the newest recorded GPU run, labelled as such.
+# the mask step dispatches fewer CPU ops. The cell below checks the same on a GPU run: this
+# run's own when it ran on a GPU, else the newest recording, labelled as such.
 
 # %%
-lanes, source, _ = recorded.gpu_lanes(device, step, "02_inplace", ["naive", "inplace"])
-if len(lanes) < 2:
-    print(source if not lanes else f"the GPU lane ({source}) has only {', '.join(lanes)}: nothing to compare")
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, step, "02_inplace", ["naive", "inplace"])
+if len(gpu_steps) < 2:
+    print(gpu_source if not gpu_steps else f"the GPU run ({gpu_source}) has only {', '.join(gpu_steps)}: nothing to compare")
 else:
-    print(f"GPU lanes: {source}")
-    activities = {n: len(s.gpu_work) for n, s in lanes.items()}
-    copies = {n: int((s.gpu_work["cat"] == "gpu_memcpy").sum()) for n, s in lanes.items()}
-    gone = set(lanes["naive"].gpu_work["name"]) - set(lanes["inplace"].gpu_work["name"])
-    lesson(activities == {"naive": 6, "inplace": 5}, "the GPU lane goes from 6 activities to 5, as on the article's A100",
+    print(f"GPU run: {gpu_source}")
+    activities = {n: len(s.gpu_work) for n, s in gpu_steps.items()}
+    copies = {n: int((s.gpu_work["cat"] == "gpu_memcpy").sum()) for n, s in gpu_steps.items()}
+    gone = set(gpu_steps["naive"].gpu_work["name"]) - set(gpu_steps["inplace"].gpu_work["name"])
+    lesson(activities == {"naive": 6, "inplace": 5}, "the GPU track goes from 6 activities to 5, as on the article's A100",
            f"naive {activities['naive']}, in-place {activities['inplace']}")
     lesson(copies == {"naive": 1, "inplace": 0}, "the activity that disappeared is the copy",
            ", ".join(n[:40] for n in gone))

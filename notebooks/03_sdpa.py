@@ -156,9 +156,9 @@ runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=acti
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition
 print({name: f"{n} ops doing work" for name, n in work_ops.items()})
-# The GPU lanes this chapter reads: this run's own on a GPU, else the newest recording's.
-lanes, lane_source, lane_capability = recorded.gpu_lanes(device, step, "03_sdpa", variants)
-print(f"GPU lanes: {lane_source}" if lanes else lane_source)
+# The GPU run this chapter reads: this run's own on a GPU, else the newest recording.
+gpu_steps, gpu_source, gpu_capability = recorded.gpu_steps(device, step, "03_sdpa", variants)
+print(f"GPU run: {gpu_source}" if gpu_steps else gpu_source)
 
 # %% [markdown]
 # ## The math backend: one line, more work
@@ -175,12 +175,12 @@ reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-b
 lesson(work_ops["sdpa_math"] > work_ops["inplace"],
        "the math backend dispatches more ops per forward than the hand-written in-place module",
        f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
-if {"sdpa_math", "inplace"} <= set(lanes):
-    n_kernels = {n: int((lanes[n].gpu_work["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
-    print(f"kernels per forward ({lane_source}):", n_kernels)
+if {"sdpa_math", "inplace"} <= set(gpu_steps):
+    n_kernels = {n: int((gpu_steps[n].gpu_work["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
+    print(f"kernels per forward ({gpu_source}):", n_kernels)
     lesson(n_kernels["sdpa_math"] > n_kernels["inplace"],
            "the math backend launches more GPU kernels per forward than the in-place module",
-           f"{n_kernels['sdpa_math']} vs {n_kernels['inplace']}, {lane_source}")
+           f"{n_kernels['sdpa_math']} vs {n_kernels['inplace']}, {gpu_source}")
 
 # %% [markdown]
 # {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. To see what they
@@ -294,13 +294,13 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
 # leaves the tensor cores idle.
 
 # %%
-if "sdpa_math" in lanes:
-    fps = classify_many(lanes["sdpa_math"].gpu_work["name"])
+if "sdpa_math" in gpu_steps:
+    fps = classify_many(gpu_steps["sdpa_math"].gpu_work["name"])
     display(fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70)))
     gemm_dtypes = set(fps.loc[fps["kind"] == "gemm", "dtype"])
     lesson(bool(gemm_dtypes) and not gemm_dtypes & {"bf16", "fp16"},
-           "no GEMM of the math backend runs in 16 bits on the GPU lane",
-           f"GEMM dtypes from the names: {gemm_dtypes}, {lane_source}")
+           "no GEMM of the math backend runs in 16 bits on the GPU track",
+           f"GEMM dtypes from the names: {gemm_dtypes}, {gpu_source}")
 
 # %% [markdown]
 # ### 2. The causal mask, rebuilt on every call
@@ -308,7 +308,7 @@ if "sdpa_math" in lanes:
 # Chapter 1 built its mask once and cached it. With `is_causal=True` the math backend has
 # no cache: every forward runs `ones` (an S×S boolean tensor), `tril` (keep the lower
 # triangle) and `where` (turn it into an additive bias of 0 and $-\infty$), then adds it to
-# the scores with `add_`. The article watched these ops on its CPU lane (its Figure 12);
+# the scores with `add_`. The article watched these ops on its CPU thread's track (its Figure 12);
 # they are on ours too, in that order, in every recorded step:
 
 # %%
@@ -326,9 +326,9 @@ lesson(all(m["ones"] < m["tril"] < m["where"] for m in per_step), "in the order 
 lesson(not step["sdpa_math"].find("aten::add_").empty, "and adds it to the scores with add_")
 
 # %%
-if "sdpa_math" in lanes:
-    tril_kernels = [mentions_op(n, "triu_tril") for n in lanes["sdpa_math"].gpu_work["name"]]
-    lesson(any(tril_kernels), "on the GPU lane the mask shows up as a triu_tril kernel", lane_source)
+if "sdpa_math" in gpu_steps:
+    tril_kernels = [mentions_op(n, "triu_tril") for n in gpu_steps["sdpa_math"].gpu_work["name"]]
+    lesson(any(tril_kernels), "on the GPU track the mask shows up as a triu_tril kernel", gpu_source)
 
 # %% [markdown]
 # ### 3. The safe softmax

@@ -12,7 +12,7 @@
 # profiler estimates from it (and why that estimate can read 0%), what cuDNN costs on the
 # CPU, and what fusion does to memory. On a CPU the one fused backend is PyTorch's CPU
 # flash kernel; the GPU-only backends are read from the source article's A100 traces and,
-# when a GPU lane exists (this run's own, or a recorded one), checked on it.
+# when a GPU run exists (this run's own, or a recording), checked on it.
 
 # %% [install]
 
@@ -91,9 +91,9 @@ runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=acti
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: s.work_ops() for name, s in step.items()}  # the course's one definition
 print({name: f"{len(w)} ops doing work: {', '.join(w)}" for name, w in work_ops.items()})
-# The GPU lanes this part reads: this run's own on a GPU, else the newest recording's.
-lanes, lane_source, lane_capability = recorded.gpu_lanes(device, step, "03b_sdpa_fused", list(FUSED))
-print(f"GPU lanes: {lane_source}" if lanes else lane_source)
+# The GPU run this part reads: this run's own on a GPU, else the newest recording.
+gpu_steps, gpu_source, gpu_capability = recorded.gpu_steps(device, step, "03b_sdpa_fused", list(FUSED))
+print(f"GPU run: {gpu_source}" if gpu_steps else gpu_source)
 
 # %%
 transposes = pd.DataFrame(columns=["alloc_bytes"])
@@ -124,7 +124,7 @@ glue("flash_work_ops", len(work_ops.get("sdpa_flash", [])))
 # {glue:text}`flash_transposes` `transpose` calls swap the tensors' strides, from
 # [B, H, S, D] to the [B, S, H, D] layout the kernel reads, and back; no data moves. The
 # article saw the same on its GPU: flash and efficient each put four such metadata
-# transposes on the CPU lane before their kernel,
+# transposes on the CPU thread's track before their kernel,
 # while cuDNN, whose generator emits a kernel for the [B, H, S, D] layout directly, has
 # none (its Figures 19 to 21). The flash forward's timeline is short:
 
@@ -180,7 +180,7 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # whichever API launched it. Kineto also caps the blocks per SM at the grid's average, the
 # grid's block count divided by the number of SMs (the trace's "blocks per SM" is that
 # average, not a count of resident blocks), so a small grid reads low because it is small.
-# `kernels.hw.occupancy.kineto_estimate` does the same arithmetic, and the GPU-lane cell below
+# `kernels.hw.occupancy.kineto_estimate` does the same arithmetic, and the GPU-run cell below
 # recomputes the field with it for every fused kernel it sees. The footprint the article's
 # trace does report for cuDNN, 256 threads at 240 registers, gives the register-limited figure:
 
@@ -236,26 +236,26 @@ else:
     print("This run has no cuDNN backend to time (it needs a GPU with compute capability 8.0 or newer).")
 
 # %% [markdown]
-# ## On a GPU lane
+# ## On a GPU run
 #
-# The cell below checks the one-kernel shape of every fused backend on a GPU lane, decodes
+# The cell below checks the one-kernel shape of every fused backend on a GPU run, decodes
 # each kernel's name, and recomputes its occupancy from the footprint the trace carries: the
 # register- and shared-memory-limited figure, and Kineto's estimate as the profiler makes it.
-# The lane is this run's own when it ran on a GPU, else the repository's recorded GPU run
+# The GPU run is this run's own when it ran on a GPU, else the repository's recording
 # (labelled as such), else there is none to read and the cell says so.
 
 # %%
-fused = [n for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in lanes]
+fused = [n for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in gpu_steps]
 if fused:
-    print(f"GPU lane: {lane_source}")
+    print(f"GPU run: {gpu_source}")
     arch = None
     try:
-        arch = arch_of(lane_capability)
+        arch = arch_of(gpu_capability)
     except ValueError as err:
         print(f"no occupancy table for this GPU: {err}")
     rows = []
     for name in fused:
-        s = lanes[name]
+        s = gpu_steps[name]
         ks = s.gpu_work[s.gpu_work["cat"] == "kernel"]
         lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
         kern = ks.iloc[0]
@@ -304,7 +304,7 @@ if fused:
         launcher = table.loc[fused.index("sdpa_cudnn"), "launched by"]
         lesson(launcher != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel", launcher)
 else:
-    print(f"{lane_source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
+    print(f"{gpu_source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
           f"(the rules say: {refused['sdpa_cudnn']}).")
 
 # %% [markdown]
@@ -462,7 +462,7 @@ glue("fused_timing_reading", reading)
 # - The profiler's occupancy is Kineto's estimate, computed from the footprint with the
 #   48 KiB default shared-memory limit: any kernel that asks for more reads 0%, whatever
 #   its real occupancy. Check the footprint.
-# - A cleaner CPU lane is not less work: cuDNN's CPU time sits inside one opaque op, and its
+# - A cleaner CPU track is not less work: cuDNN's CPU time sits inside one opaque op, and its
 #   first call at a new shape builds the graph the later calls find in a cache.
 # - Fused attention's memory grows with S, not S²: the scores never leave the chip.
 #

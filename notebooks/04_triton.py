@@ -586,7 +586,7 @@ if not on_gpu:
     lesson(self_share > 0.9, "almost all of the FlashAttention span is its own time: NumPy work the profiler cannot see",
            f"{100 * self_share:.1f}% self time")
     copies = step["triton"].copies()
-    display(step["triton"].copy_table())
+    display(tables.copy_table(step["triton"]))
 else:
     print("On a GPU the kernels are compiled; the interpreter's traces are a CPU-only story.")
 
@@ -629,7 +629,7 @@ glue("speed_note", speed_note)
 # %% [markdown]
 # ### On a GPU: one kernel, its footprint, its occupancy
 #
-# On a GPU run the cells below check the guess on the GPU lane: exactly one kernel per
+# On a GPU run the cells below check the guess on the GPU track: exactly one kernel per
 # forward, launched with the grid and block size the autotuner chose, and they turn the
 # footprint the trace records (threads per block, registers per thread, shared memory) into a
 # theoretical occupancy with `kernels.hw.occupancy`. The trace's own "est. achieved occupancy %"
@@ -643,12 +643,12 @@ glue("speed_note", speed_note)
 # %%
 if on_gpu:
     config = tf.FORWARD_KERNELS[fwd_name].best_config  # what the autotuner picked for this (S, D, causal)
-    gpu_lessons.triton_forward_lanes(step, fwd_name,
-                                     gpu_lessons.triton_grid(run_batch, run_heads, run_seq, config.kwargs["BLOCK_M"]),
-                                     [32 * config.num_warps, 1, 1],
-                                     occupancy.arch_of(torch.cuda.get_device_properties(device)), show=display)
+    gpu_lessons.triton_forward_footprints(step, fwd_name,
+                                          gpu_lessons.triton_grid(run_batch, run_heads, run_seq, config.kwargs["BLOCK_M"]),
+                                          [32 * config.num_warps, 1, 1],
+                                          occupancy.arch_of(torch.cuda.get_device_properties(device)), show=display)
 else:
-    print("This run is CPU-only: no GPU lane, no kernels, no footprint. A GPU run checks all of this here.")
+    print("This run is CPU-only: no GPU track, no kernels, no footprint. A GPU run checks all of this here.")
 
 # %% [markdown]
 # The backward, on a GPU, is three more kernels: the Δ preprocessing, dK/dV and dQ, and no

@@ -100,7 +100,7 @@ lessons = {name: LESSONS.get(name, "(no chapter lesson recorded for this impleme
 # (B={glue:text}`shape_b`, H={glue:text}`shape_h`, S={glue:text}`shape_s`,
 # D={glue:text}`shape_d`). On a CPU we count the ops that do arithmetic themselves
 # (`Step.work_ops`): not views or bare allocations, and either calling no other such op
-# (`matmul` is not counted, the `bmm` under it is) or allocating their own result (`mul`). On a GPU the count that matters is the GPU lane: kernels, copies and
+# (`matmul` is not counted, the `bmm` under it is) or allocating their own result (`mul`). On a GPU the count that matters is the GPU track: kernels, copies and
 # memsets launched by one forward.
 
 # %%

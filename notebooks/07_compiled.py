@@ -225,14 +225,14 @@ links(runs["naive"])
 # way: `triton_per_fused_...` or `triton_red_fused_...` for a softmax (`per` keeps a whole
 # row in one block, `red` loops over it), next to the matmuls it leaves to cuBLAS.
 # `kernels.trace.fingerprints` reads those names. When this chapter runs on a GPU the cell below
-# checks the lane; the course has no recorded GPU run of it yet.
+# checks the GPU track; the course has no recording of it yet.
 
 # %%
 if device.type == "cuda":
     display(gpu_lessons.compiled_forward(step["naive"].gpu_work))
 else:
-    print(f"This run is on {device.type}: no GPU lane here, and no recorded GPU run of this chapter yet. "
-          "A name such as these is what the lane would hold:")
+    print(f"This run is on {device.type}: no GPU track here, and no recording of this chapter yet. "
+          "A name such as these is what the GPU track would hold:")
     display(fingerprints.classify_many(["triton_per_fused__softmax_masked_fill_mul_0"])[["name", "kind", "family", "note"]])
 
 # %% [markdown]
@@ -373,7 +373,7 @@ if device.type == "cuda":
     display(gpu_lessons.flex_forward(flex_step.gpu_work))
 else:
     print(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
-          "the compiled region; no GPU lane here, and no recorded GPU run of this chapter yet.")
+          "the compiled region; no GPU track here, and no recording of this chapter yet.")
 
 # %% [markdown]
 # ### Its cost against SDPA's flash backend

@@ -335,7 +335,7 @@ display(pd.Series(hid, name="[B, S, 4W] buffers per forward").to_frame())
 lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
 lesson(hidden_buffers(cstep) < hidden_buffers(estep),
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
-# The order of matmuls and generated kernels: CPU ops on a CPU, the GPU lane's kernels on a GPU.
+# The order of matmuls and generated kernels: CPU ops on a CPU, the GPU track's kernels on a GPU.
 # Matmuls are what kernels.trace.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).
 gpu_lessons.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
 passes = {"eager or compiled": 4, "fused MLP": 2}   # writes + reads of the [B, S, 4W] tensor per forward

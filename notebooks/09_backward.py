@@ -333,20 +333,20 @@ else:
 # math backend converts 16-bit q, k and v to float32 first (the upcast of chapter 3), on a
 # CPU as on a GPU (a bf16 call on a CPU profiles three `aten::_to_copy` of q's shape).
 #
-# ## The backward's kernels on a GPU lane
+# ## The backward's kernels on a GPU run
 #
 # On a GPU, each backward node launches kernels, and they are launched from the engine's
 # device thread. The trace reader assigns GPU work to a step by where its launch happened,
-# on any thread, so the backward's kernels belong to the step that ran them. The lane is this
-# run's own when it ran on a GPU, else a recorded GPU run's, else the cell says why there is none.
+# on any thread, so the backward's kernels belong to the step that ran them. The GPU run is this
+# run's own when it ran on a GPU, else a recording, else the cell says why there is none.
 
 # %%
-lanes, lane_source, _ = recorded.gpu_lanes(device, steps, "09_backward", variants)
-if not lanes:
-    print(lane_source)
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, steps, "09_backward", variants)
+if not gpu_steps:
+    print(gpu_source)
 else:
-    print(f"GPU lane: {lane_source}")
-    display(gpu_lessons.backward_threads(lanes, lane_source))
+    print(f"GPU run: {gpu_source}")
+    display(gpu_lessons.backward_threads(gpu_steps, gpu_source))
 
 # %% [markdown]
 # ## Cost as the sequence grows

@@ -31,7 +31,7 @@ from kernels.parallel import ring
 from kernels.trace.links import links
 from kernels.parallel import ulysses
 from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
-from kernels.bench.plots import apply_font_floor
+from kernels.figures import apply_font_floor
 
 started = time.perf_counter()  # the closing note reports how long this chapter took
 set_matplotlib_formats("png")
@@ -551,13 +551,13 @@ else:
 #
 # ## What cannot be recorded without GPUs
 #
-# This machine's lane is CPU processes and gloo. What a GPU recording would add, and this
+# This machine's path is CPU processes and gloo. What a GPU recording would add, and this
 # chapter cannot show: NCCL kernels on their own CUDA stream running beside the attention
 # kernel (the overlap is then between two streams of one GPU, not two CPU threads); NVLink's
 # and InfiniBand's real bandwidths, so the model above stays a model; the copy engines, and
 # how much of the SMs NCCL takes from the attention. With a single GPU lent, the ring still
 # needs at least two ranks with a device each, so none of that can be recorded either: the
-# chapter then runs this CPU lane and says so at the top.
+# chapter then runs this CPU path and says so at the top.
 
 # %%
 group.close()

@@ -96,7 +96,7 @@ VARIANTS = {"naive": NAIVE_A100, "inplace": INPLACE_A100, "sdpa_math": MATH_A100
 
 
 def forward_trace(label: str = "naive", steps: int = 2, rows=None) -> dict:
-    """Chrome-trace JSON of ``steps`` labelled forwards of ``label`` with their GPU lane."""
+    """Chrome-trace JSON of ``steps`` labelled forwards of ``label`` with their GPU work."""
     rows = VARIANTS[label] if rows is None else rows
     events = [
         {"ph": "M", "name": "process_name", "pid": CPU_PID, "tid": 0, "args": {"name": "python"}},

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from matplotlib.text import Text
 
-from kernels.bench import plots
+from kernels import figures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,11 +93,11 @@ def png_width(fig) -> int:
 def too_small(fig) -> list[str]:
     """Texts drawn smaller than the floor once the page scales the PNG to the column."""
     width = png_width(fig)  # draws the figure: bar labels now hold what was drawn
-    scale = plots.rendered_scale(width)
+    scale = figures.rendered_scale(width)
     small = []
     for t in fig.findobj(Text):
         if t.get_visible() and t.get_text().strip():
             px = t.get_fontsize() * fig.dpi / 72 * scale
-            if px < plots.MIN_FONT_PX - 1e-6:
+            if px < figures.MIN_FONT_PX - 1e-6:
                 small.append(f"{t.get_text()[:30]!r}: {px:.1f} px")
     return small

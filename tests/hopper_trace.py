@@ -1,8 +1,8 @@
-"""Fixture GPU lanes shaped like what an H100 (sm_90) launches, for the GPU lessons of chapters 04-10.
+"""Fixture GPU steps shaped like what an H100 (sm_90) launches, for the GPU lessons of chapters 04-10.
 
-Tests only (never under book/data/): ``lane(label, rows)`` builds a torch.profiler Chrome
+Tests only (never under book/data/): ``step(label, rows)`` builds a torch.profiler Chrome
 trace of two recorded steps, as Kineto writes it, and returns its median step, which the
-chapter's "read the lane and assert" function (``kernels.gpu_lessons``) then reads.
+chapter's "read the GPU run and assert" function (``kernels.gpu_lessons``) then reads.
 
 Each kernel name below is one a real Hopper run launches, and says where it comes from:
 
@@ -183,7 +183,7 @@ def trace(label: str, rows: list[Row], steps: int = 2) -> dict:
     return {"schemaVersion": 1, "deviceProperties": [H100], "traceEvents": events}
 
 
-def lane(label: str, rows: list[Row], steps: int = 2) -> reader.Step:
+def step(label: str, rows: list[Row], steps: int = 2) -> reader.Step:
     """The median recorded step of ``label`` running ``rows``, read by the course's trace reader."""
     return reader.median_step(reader.load_trace(trace(label, rows, steps)).steps(label))
 
@@ -257,7 +257,7 @@ EAGER_BLOCK_MLP = [kernel("aten::addmm", GEMM_TNT), kernel("aten::gelu", GELU), 
 
 def training_step(forward: list[Row], backward: list[str]) -> list[Row]:
     """Chapter 9: the next batch copied in on a side stream (an input pipeline's prefetch, so
-    the step's lane holds two streams), a forward on the caller's thread, then the backward's
+    the step's GPU work is on two streams), a forward on the caller's thread, then the backward's
     kernels from the autograd engine's thread, and the gradient buckets zeroed on a third."""
     return ([copy("aten::copy_", HTOD, stream=SIDE), *forward]
             + [kernel("autograd::engine::evaluate_function", n, tid=ENGINE_TID) for n in backward]

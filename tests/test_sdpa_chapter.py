@@ -92,13 +92,13 @@ def test_each_part_has_a_guess_before_its_reveal(part):
 
 
 @pytest.mark.parametrize("part", PARTS)
-def test_each_part_reads_its_own_gpu_lanes(part):
-    """A part asks for the lanes a GPU run records under its own name, the ones the fixtures plant."""
+def test_each_part_reads_its_own_gpu_steps(part):
+    """A part asks for the steps a GPU run records under its own name, the ones the fixtures plant."""
     source = (ROOT / "notebooks" / f"{part}.py").read_text()
-    assert f'recorded.gpu_lanes(device, step, "{part}"' in source
+    assert f'recorded.gpu_steps(device, step, "{part}"' in source
     other = {"03_sdpa": "03b_sdpa_fused", "03b_sdpa_fused": "03_sdpa"}[part]
-    assert f'"{other}"' not in source, f"{part} reads no lane recorded under {other}"
-    assert part in CHAPTER_VARIANTS, "tests/gpu_trace.py plants this part's lanes in the fixture recording"
+    assert f'"{other}"' not in source, f"{part} reads no steps recorded under {other}"
+    assert part in CHAPTER_VARIANTS, "tests/gpu_trace.py plants this part's steps in the fixture recording"
 
 
 def test_the_parts_split_the_variants_between_them():

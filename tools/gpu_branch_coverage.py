@@ -5,12 +5,12 @@
 A GPU branch is the body of ``if on_gpu:`` / ``if device.type == "cuda":`` in a chapter source
 (notebooks/04..10), or the ``else:`` of ``if not on_gpu:``. A chapter executed on a CPU skips
 them all; what CI runs of them is the read-and-assert half, moved into ``kernels.gpu_lessons``
-and run by tests/test_gpu_lessons.py on fixture lanes. This script
+and run by tests/trace/test_gpu_lessons.py on fixture steps. This script
 
 1. finds every statement of every GPU branch (with ast) and sorts it: a call into
    ``gpu_lessons`` (its body is what the tests run), or a statement that stays in the chapter
    (the GPU part: it launches or reads device work, or shows what that produced);
-2. runs tests/test_gpu_lessons.py under coverage.py and counts the lines of
+2. runs tests/trace/test_gpu_lessons.py under coverage.py and counts the lines of
    kernels/gpu_lessons.py it executed;
 3. prints both, and every statement that stays in a chapter, so each can be read as
    "launches device work" or not.
@@ -64,10 +64,10 @@ def lesson_module_coverage() -> tuple[int, int, list[int]]:
     with tempfile.TemporaryDirectory() as tmp:
         data, report = Path(tmp) / ".coverage", Path(tmp) / "cov.json"
         run = [sys.executable, "-m", "coverage", "run", f"--data-file={data}", "--include=*/kernels/gpu_lessons.py",
-               "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "tests/test_gpu_lessons.py"]
+               "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "tests/trace/test_gpu_lessons.py"]
         done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"tests/test_gpu_lessons.py failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+            raise SystemExit(f"tests/trace/test_gpu_lessons.py failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
         subprocess.run([sys.executable, "-m", "coverage", "json", f"--data-file={data}", "-o", str(report)],
                        cwd=ROOT, check=True, capture_output=True)
         files = json.loads(report.read_text())["files"]
@@ -87,9 +87,9 @@ def main() -> int:
                 kept.append((path.name, stmt))
     covered, total, missing = lesson_module_coverage()
     kept_lines = sum((s.end_lineno or s.lineno) - s.lineno + 1 for _, s in kept)
-    print(f"kernels/gpu_lessons.py: {covered} of {total} statements executed by tests/test_gpu_lessons.py"
+    print(f"kernels/gpu_lessons.py: {covered} of {total} statements executed by tests/trace/test_gpu_lessons.py"
           + (f" (missing lines {missing})" if missing else ""))
-    print(f"chapters 04-10: {lesson_calls} GPU-branch statements hand their lane to gpu_lessons; "
+    print(f"chapters 04-10: {lesson_calls} GPU-branch statements hand their steps to gpu_lessons; "
           f"{len(kept)} statements ({kept_lines} lines) stay in the chapters' GPU parts:")
     for name, stmt in kept:
         first = ast.unparse(stmt).splitlines()[0]

@@ -51,7 +51,7 @@ TOTAL_SECONDS = 8 * 60           # one device call (10 minutes at most a command
 
 def toc_chapters(root: Path = ROOT) -> tuple:
     """The book's chapters in _toc.yml's order (which is also their order of value for a GPU run:
-    01-03's lanes are asserted today, 04-06 hold the kernels and the benchmark's ratios, 07 on
+    01-03's recordings are asserted today, 04-06 hold the kernels and the benchmark's ratios, 07 on
     build on them), those whose notebook exists. Read without yaml: the run starts before any import."""
     toc = (root / "_toc.yml").read_text()
     names = re.findall(r"^\s*- file: book/(\d\w*)\s*$", toc, re.M)

@@ -16,12 +16,6 @@ never joins points that are not comparable.
   implementation that materializes the scores climbs with slope 2, a fused one with slope 1.
 - ``roofline``: achieved FLOP/s against arithmetic intensity (FLOP/byte) under the two
   ceilings of the device, compute (flat) and bandwidth (slope 1), which meet at the ridge.
-
-Every figure of the course keeps a font floor: no text smaller than ``MIN_FONT_PX`` as the
-book shows it. The book shows a figure's PNG (saved at the figure's dpi) at its natural size,
-or scaled down to the main column's width when it is wider: an 11-inch figure at 100 dpi is
-scaled by 676 / 1100, so its text needs about 10.5 pt. ``font_floor`` computes that size for
-a figure and ``apply_font_floor`` raises every text below it.
 """
 from __future__ import annotations
 
@@ -29,49 +23,9 @@ from collections import defaultdict
 from typing import Iterable, Optional
 
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 from kernels.hw import devices
 from kernels.bench.results import MODE_LABELS
-
-# The book's main column at 1280 px: the article is 740 px wide with 32 px of padding either
-# side, so a cell's output (and an image in it, at most 100% wide) is 676 px wide. Measured
-# in headless Chromium on the built book (tests/test_figures.py checks it when it builds one).
-COLUMN_PX = 676
-MIN_FONT_PX = 9.0  # the smallest text a figure may show, in CSS pixels as the page renders it
-
-
-def rendered_scale(width_px: float, column_px: float = COLUMN_PX) -> float:
-    """How the page scales an image ``width_px`` wide: down to the column, never up."""
-    return min(1.0, column_px / width_px)
-
-
-def font_floor(fig, width_in: Optional[float] = None, column_px: float = COLUMN_PX,
-               min_px: float = MIN_FONT_PX) -> float:
-    """The smallest font size (points) that renders at ``min_px`` when ``fig`` (or a PNG of it
-    ``width_in`` inches wide) is shown in the book's column.
-
-    The notebook saves a figure cropped to what it draws plus 0.1 in of padding each side
-    (``bbox_inches="tight"``), so a figure drawn to its edges gives a PNG 0.2 in wider than
-    the figure: the floor is computed for that width."""
-    width_px = (width_in or fig.get_figwidth() + 0.2) * fig.dpi
-    pixels_per_point = fig.dpi / 72 * rendered_scale(width_px, column_px)
-    return round(min_px / pixels_per_point + 0.05, 1)
-
-
-def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
-    """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at
-    least ``font_floor(fig)``; returns that size. Call it after drawing, before the layout."""
-    floor = font_floor(fig, width_in)
-    for ax in fig.axes:
-        for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
-            ticks = axis.get_major_ticks()[:1] + axis.get_minor_ticks()[:1]
-            if any(t.label1.get_fontsize() < floor for t in ticks) or not ticks:
-                ax.tick_params(axis=which, which="both", labelsize=floor)
-    for text in fig.findobj(Text):
-        if text.get_fontsize() < floor:
-            text.set_fontsize(floor)
-    return floor
 
 # What a series may differ by besides the implementation, with how to print it.
 SERIES_KEYS = {

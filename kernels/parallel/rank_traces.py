@@ -343,7 +343,7 @@ class RankStep:
     def timeline(self, title: Optional[str] = None) -> Figure:
         """A track per rank (compute above, communication below), on one time axis in ms from
         the earliest start of the step on any rank."""
-        from kernels.bench.plots import apply_font_floor
+        from kernels.figures import apply_font_floor
 
         fig = Figure(figsize=(10, 0.9 * len(self.ranks) + 1.4), layout="constrained")
         ax = fig.add_subplot()

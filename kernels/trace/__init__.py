@@ -1,1 +1,13 @@
-"""trace"""
+"""Profiler traces, recorded and read: the course's one way to look at what a call did.
+
+- ``record``: run a callable under ``torch.profiler`` and export its Chrome/Perfetto trace;
+- ``reader``: read a trace file back into ``Trace`` and ``Step`` tables;
+- ``tables``: a step's ops, kernels and copies as the chapters display them;
+- ``diff``: what changed between two steps;
+- ``timeline``: one step drawn as Perfetto draws it, one row per track;
+- ``fingerprints``: what a GPU kernel's name says about the work it does;
+- ``links``: "Download trace" and "Open in Perfetto" beside a figure.
+
+Imports go one way: ``reader`` and ``fingerprints`` import nothing of the package, the others
+build on ``reader``; nothing here imports ``kernels.bench``.
+"""

@@ -1,10 +1,10 @@
 """What changed between two steps: ``diff(a, b)`` and the ``StepDiff`` it returns.
 
-"What changed?" is the question every chapter after the first asks: naive against in-place,
-math against flash. ``diff(a, b)`` answers it from two steps, the way you would by eye in
-two Perfetto windows, but exhaustively: every op is matched by its name *and* its input
-shapes (a 4-byte ``copy_`` is not an S×S ``copy_``), every kernel by its name and launch
-shape (grid, block), and the counts, times and allocations of each match are compared.
+``diff(a, b)`` compares two steps (naive against in-place, math against flash) the way you
+would by eye in two Perfetto windows, but exhaustively: every op is matched by its name
+*and* its input shapes (a 4-byte ``copy_`` is not an S×S ``copy_``), every kernel by its
+name and launch shape (grid, block), and the counts, times and allocations of each match
+are compared.
 Views and bare allocations (``VIEW_OPS``) do no work of their own, so their time and bytes
 are credited to the op that called them: ``clone`` owns the buffer its ``empty_like``
 allocated. Times are self times, so the rows of one step add up to its whole op time.
@@ -17,7 +17,7 @@ from typing import Optional
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kernels.bench.plots import apply_font_floor, font_floor
+from kernels.figures import apply_font_floor, font_floor
 from kernels.trace.reader import Step
 
 
@@ -141,7 +141,7 @@ class StepDiff:
         """Self time of every changed row in both steps; the unchanged rest as a note.
 
         A row found in one step only has a single bar; its label says the count (a → b)
-        and the allocation change. Text keeps the book's font floor (``plots.font_floor``) and
+        and the allocation change. Text keeps the book's font floor (``kernels.figures.font_floor``) and
         the legend sits above the bars, outside them. Returns the Figure (a new one unless
         ``ax`` is given).
         """

@@ -1,24 +1,15 @@
 """Kernel fingerprints: what a GPU kernel's name tells you before you look any further.
 
-A PyTorch trace names every GPU kernel, and the names are dense with meaning once you
-know the conventions of the library that wrote them:
-
-    ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn
-    ^ arch  ^ in  ^ tensor-core MMA m16n8k16, fp32 accumulate   ^ 128x128 output tile
-
-    fmha_cutlassF_bf16_aligned_64x64_rf_sm80     PyTorch's memory-efficient attention
-    void pytorch_flash::flash_fwd_kernel<...>    FlashAttention-2, vendored in PyTorch
-    void at::native::vectorized_elementwise_kernel<4, ...MulFunctor...>   one multiply
-
-``fingerprint(name)`` reads one name into a ``Fingerprint``: the kind of work (a GEMM,
-fused attention, an elementwise pass...), the library that wrote it, whether it runs on
-tensor cores, its data type when the name says, and one sentence for a reader.
-``classify_many(names)`` does a whole trace's worth into a table.
+A trace's kernel names follow the conventions of the library that wrote them
+(``ampere_bf16_s16816gemm_bf16_128x128_..._tn``: an Ampere tensor-core GEMM, 128x128 tiles;
+``fmha_cutlassF_...``: PyTorch's memory-efficient attention). ``fingerprint(name)`` reads one
+name into a ``Fingerprint``: the kind of work (a GEMM, fused attention, an elementwise
+pass...), the library, whether it runs on tensor cores, its data type when the name says,
+and one sentence for a reader. ``classify_many(names)`` does a whole trace into a table;
+``kind_of``, ``is_gemm`` and ``mentions_op`` answer one question each.
 
 The rules are heuristics over real names (the comments cite where each format was seen);
-a name no rule knows comes back as kind "other", never as an error. Two classics of
-misreading a trace are built into the notes: ``sgemm`` is fp32 on CUDA cores, not
-tensor cores, and cuDNN's attention kernel says ``f16`` even when the run is bf16.
+a name no rule knows comes back as kind "other", never as an error.
 """
 from __future__ import annotations
 
@@ -494,8 +485,8 @@ def classify_many(names: Iterable[str]):
     return pd.DataFrame(rows, columns=columns, dtype=object)
 
 
-# The PyTorch ops that are matrix multiplies, as a trace's CPU lane names them: where a chapter
-# reads CPU ops (no GPU lane), these are its matmuls.
+# The PyTorch ops that are matrix multiplies, as a trace's CPU tracks name them: where a chapter
+# reads CPU ops (no GPU track), these are its matmuls.
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                         "aten::linear", "aten::_scaled_mm"})
 _INDUCTOR_STYLE = re.compile(r"triton_(poi|red|per|tem|for)_")

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from kernels.trace.reader import read_events
+
 PERFETTO_UI = "https://ui.perfetto.dev"
 TRACES_FOLDER = "traces"    # under each notebook's folder: traces/<notebook name>/<label>.json.gz
 
@@ -40,8 +42,6 @@ def _resolve(source) -> Path:
 
 def _device_of(path: Path) -> str:
     """The device a trace was recorded on, from the trace itself: the GPU's name, or "CPU"."""
-    from kernels.trace.reader import read_events
-
     try:
         props = read_events(path).get("deviceProperties") or []
     except (OSError, ValueError):

@@ -1,29 +1,15 @@
 """A profiler trace file as tables: ``load_trace``, ``Trace``, ``Step`` and ``median_step``.
 
-A ``Step`` is one labelled range of the trace (a ``record_function`` label, or the profiler's
-own ``ProfilerStep#N``): the CPU ops that ran in it, on every thread of the process, the GPU
-work it launched, and the memory it allocated. Durations (``dur``) and timestamps (``ts``)
-are in microseconds.
-
-Trace facts this reader relies on (Kineto's Chrome export, torch 1.8 to 2.x):
-
-- ``cpu_op`` and ``user_annotation`` events are complete events (``ph: X``). Nesting is not
-  stored: it follows from time containment on one thread.
-- GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset``) runs on the GPU's own pid (the device)
-  and tid (the stream). It is linked to the runtime or driver call that launched it
-  (``cuda_runtime``: ``cudaLaunchKernel``, ``cudaMemcpyAsync``...; ``cuda_driver``:
-  ``cuLaunchKernel``, which Triton uses) by a flow arrow (``ac2g`` in torch 2.x; ``async_gpu``,
-  ``async_cpu_to_gpu`` or ``async`` in older Kineto) and by ``args.correlation``; flows where
-  present, the correlation id otherwise. An arrow is matched by its id (the launch's
-  correlation id), not by where it starts: two calls can start in the same microsecond.
-- In a training step the autograd engine launches the backward kernels from its own thread,
-  so the launch, not the step's thread, decides which step GPU work belongs to.
-- Kineto before torch 1.10 wrote capitalised categories (``Operator``, ``Kernel``,
-  ``Memcpy``, ``Memset``, ``Runtime``); they are read as their modern names.
-- ``[memory]`` instant events carry ``Bytes`` (+alloc / -free) and ``Total Allocated``.
+``load_trace(path)`` reads a Chrome/Perfetto trace (plain or gzip) that ``torch.profiler``
+exported into a ``Trace``; ``trace.steps(label)`` cuts it into ``Step``s. A ``Step`` is one
+labelled range of the trace (a ``record_function`` label, or the profiler's own
+``ProfilerStep#N``): the CPU ops that ran in it, on every thread of the process, the GPU
+work it launched (``Step.gpu_work``), and the memory it allocated. Durations (``dur``) and
+timestamps (``ts``) are in microseconds. The Kineto facts the reading relies on are listed
+below the imports.
 
 What the chapters display of a step (``op_table``, ``kernel_table``, ``copy_table``,
-``counts``) is in ``kernels.trace.tables``.
+``counts``) is in ``kernels.trace.tables``, which imports this module.
 """
 from __future__ import annotations
 
@@ -42,7 +28,22 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from kernels.trace.tables import copy_table
+# Trace facts this reader relies on (Kineto's Chrome export, torch 1.8 to 2.x):
+#
+# - ``cpu_op`` and ``user_annotation`` events are complete events (``ph: X``). Nesting is not
+#   stored: it follows from time containment on one thread.
+# - GPU work (``kernel``, ``gpu_memcpy``, ``gpu_memset``) runs on the GPU's own pid (the device)
+#   and tid (the stream). It is linked to the runtime or driver call that launched it
+#   (``cuda_runtime``: ``cudaLaunchKernel``, ``cudaMemcpyAsync``...; ``cuda_driver``:
+#   ``cuLaunchKernel``, which Triton uses) by a flow arrow (``ac2g`` in torch 2.x; ``async_gpu``,
+#   ``async_cpu_to_gpu`` or ``async`` in older Kineto) and by ``args.correlation``; flows where
+#   present, the correlation id otherwise. An arrow is matched by its id (the launch's
+#   correlation id), not by where it starts: two calls can start in the same microsecond.
+# - In a training step the autograd engine launches the backward kernels from its own thread,
+#   so the launch, not the step's thread, decides which step GPU work belongs to.
+# - Kineto before torch 1.10 wrote capitalised categories (``Operator``, ``Kernel``,
+#   ``Memcpy``, ``Memset``, ``Runtime``); they are read as their modern names.
+# - ``[memory]`` instant events carry ``Bytes`` (+alloc / -free) and ``Total Allocated``.
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -627,11 +628,6 @@ class Step:
                       for d, t in zip(c["input_dims"], c["input_types"])]
         c["called_from"] = [self.ops.at[p, "name"] if p >= 0 else None for p in c["parent"]]
         return c[c["bytes"] >= min_bytes]
-
-    def copy_table(self, min_bytes: int = 1) -> pd.DataFrame:
-        """``copies()`` for display: who copied, the shape as ``1×8×512×512``, the dtype and
-        the size in one unit for the whole table (MiB, KiB or bytes, named in the header)."""
-        return copy_table(self, min_bytes)
 
     def summary(self) -> dict:
         """One row for a "so far" table."""

@@ -56,7 +56,7 @@ def profile(fn: Callable, *args, label: Optional[str] = None, wait: int = 1, war
 
     Each call runs inside ``record_function(label)``; only the ``active`` steps are
     recorded. On a GPU every step ends with a synchronize so that one step's kernels do
-    not spill into the next step's lane. Runs under ``torch.no_grad()`` unless an input
+    not spill into the next step. Runs under ``torch.no_grad()`` unless an input
     requires grad. The trace is written to ``trace_dir/<trace_name>.json.gz``.
     """
     label = label or getattr(fn, "__name__", "step")

@@ -1,23 +1,22 @@
 """A traced step for display: the tables the chapters show of a ``kernels.trace.reader.Step``.
 
-``kernels.trace.reader`` reads a trace into a ``Step``'s raw columns; these turn them into what a
-page shows, and chapters 0 to 9 call them through ``kernels.trace.record``:
+``kernels.trace.reader`` reads a trace into a ``Step``'s raw columns; these turn them into what
+a page shows:
 
 * ``op_table(step)``: the ops in call order, one ``NESTING`` marker per level of nesting
   (readable in any HTML), with their input shapes, time and allocations;
 * ``kernel_table(step)``: the GPU work, with each kernel's launch footprint and stream;
-* ``copy_table(step)`` (also ``Step.copy_table()``): every ``aten::copy_``, who called it,
-  the shape as the prose writes it (``shape_text``) and its size in one unit;
+* ``copy_table(step)``: every ``aten::copy_``, who called it, the shape as the prose writes
+  it (``shape_text``) and its size in one unit;
 * ``counts(steps)``: one row per step, so a reader sees every step looks alike.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import pandas as pd
 
-if TYPE_CHECKING:  # for the annotations only: kernels.trace.reader imports this module
-    from kernels.trace.reader import Step
+from kernels.trace.reader import Step
 
 
 # One per level of nesting in op_table: a visible dot and a no-break space, so the depth reads

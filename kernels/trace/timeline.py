@@ -1,16 +1,15 @@
-"""The timeline figure: one step drawn as Perfetto draws it.
+"""The timeline figure: one step drawn as Perfetto draws it, one row per *track*.
 
-Lanes from top to bottom: the label itself; the CPU ops of each thread that ran in the step,
-one lane per nesting depth (the label's own thread first, then e.g. the autograd thread of a
-training step); then one lane per GPU stream, so kernels that overlap on different streams
-are seen overlapping. Grey lines are Perfetto's flow arrows, from each launch to its GPU work.
+``tracks(step)`` lists the rows from top to bottom: the label itself; the CPU ops of each
+thread that ran in the step, one track per nesting depth (the label's own thread first, then
+e.g. the autograd thread of a training step); then one track per GPU stream, so kernels that
+overlap on different streams are seen overlapping. ``timeline(step)`` draws them, with grey
+lines for Perfetto's flow arrows from each launch to its GPU work.
 
 Drawn on matplotlib ``Figure``/``Axes`` objects, never through pyplot's global state: pass
 ``ax`` to draw into a figure of your own, or get a new ``Figure`` back. Text keeps the book's
-font floor (``kernels.bench.plots.font_floor``: about 10.5 pt on an 11-inch figure), a bar is
-labelled only where its name (or a shortened one) fits inside it, and the legend lists the
-categories this figure draws. Axes that share their x axis (two steps one above the other)
-all span the longest step drawn on them.
+font floor (``kernels.figures``), a bar is labelled only where its name fits inside it, and
+axes that share their x axis all span the longest step drawn on them.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 
-from kernels.bench.plots import apply_font_floor, font_floor
+from kernels.figures import apply_font_floor, font_floor
 from kernels.trace.reader import Step
 
 LEGEND = [("matmul / GEMM", "#1f77b4"), ("copy", "#d62728"), ("mask / fill", "#ff7f0e"),
@@ -50,7 +49,7 @@ def color(name: str) -> str:
     return "#8c8c8c"
 
 
-def lanes(step: Step, views: bool = False) -> list[tuple]:
+def tracks(step: Step, views: bool = False) -> list[tuple]:
     """The figure's rows in order: ``("label",)``, ``("cpu", pid, tid, depth)`` and
     ``("gpu", device, stream)``."""
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
@@ -79,7 +78,7 @@ def _natural(key):
 # What a bar's name says before the part that tells bars apart: dropped from the drawn label,
 # so a backward's bars read "MmBackward0", not "autogra…" (the trace keeps the full names).
 NAME_PREFIXES = ("autograd::engine::evaluate_function: ", "aten::")
-LANE_NAME_CHARS = 40  # a longer label (a benchmark's "[param|...]" range) would squeeze the lanes
+TRACK_NAME_CHARS = 40  # a longer label (a benchmark's "[param|...]" range) would squeeze the tracks
 
 
 def short_name(name: str) -> str:
@@ -90,14 +89,15 @@ def short_name(name: str) -> str:
     return name
 
 
-def lane_name(lane: tuple, step: Step, several_devices: bool) -> str:
-    if lane[0] == "label":
-        label = step.label if len(step.label) <= LANE_NAME_CHARS else step.label[:LANE_NAME_CHARS - 1] + "…"
+def track_name(track: tuple, step: Step, several_devices: bool) -> str:
+    """A track's y-axis label: ``label: ...``, ``CPU depth 1``, ``thread 7 depth 0`` or ``GPU stream 7``."""
+    if track[0] == "label":
+        label = step.label if len(step.label) <= TRACK_NAME_CHARS else step.label[:TRACK_NAME_CHARS - 1] + "…"
         return f"label: {label}"
-    if lane[0] == "cpu":
-        _, pid, tid, depth = lane
+    if track[0] == "cpu":
+        _, pid, tid, depth = track
         return f"CPU depth {depth}" if (pid, tid) == step.thread else f"thread {tid} depth {depth}"
-    _, device, stream = lane
+    _, device, stream = track
     return f"GPU {device} stream {stream}" if several_devices else f"GPU stream {stream}"
 
 
@@ -105,10 +105,10 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
              views: bool = False) -> Figure:
     """Draw one step; returns the Figure (a new one unless ``ax`` is given).
 
-    Time is in milliseconds from the start of the label. Bars of one lane and colour are
+    Time is in milliseconds from the start of the label. Bars of one track and colour are
     drawn as one collection, so a training step's thousands of ops draw quickly.
     """
-    rows = lanes(step, views)
+    rows = tracks(step, views)
     owns_figure = ax is None
     if owns_figure:
         ax = Figure(figsize=(11, 0.45 * len(rows) + 1.4)).add_subplot()
@@ -120,13 +120,13 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     span_ms = max([step.cpu_time_us] + ends) / 1e3 or 1.0
     bars = _Bars(ax, span_ms, min_label_frac, size)
     bars.draw(step, ops, rows)
-    several = len({lane[1] for lane in rows if lane[0] == "gpu"}) > 1
-    ax.set_yticks(range(len(rows)), [lane_name(lane, step, several) for lane in rows])
-    ax.set_ylim(len(rows) - 0.5, -0.5)  # top lane first, as in Perfetto
+    several = len({track[1] for track in rows if track[0] == "gpu"}) > 1
+    ax.set_yticks(range(len(rows)), [track_name(track, step, several) for track in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # top track first, as in Perfetto
     ax.set_xlabel("time since the labelled call began (ms)")
     _span_shared_x(ax, span_ms)
     drawn = [(label, c) for label, c in LEGEND if c in bars.colours()]
-    # The legend in a row of its own right above the lanes, the title above that row (its pad
+    # The legend in a row of its own right above the tracks, the title above that row (its pad
     # leaves the room), so a long title never runs under the legend; outside the data.
     ax.set_title(title or f"{step.label}: one step ({'CPU + GPU' if not k.empty else 'CPU only'})",
                  pad=2.4 * size)
@@ -152,7 +152,7 @@ def _span_shared_x(ax, span_ms: float) -> None:
 
 
 class _Bars:
-    """Collects bars by (lane, colour) and labels for the wide ones, then draws them at once."""
+    """Collects bars by (track, colour) and labels for the wide ones, then draws them at once."""
 
     def __init__(self, ax, span_ms: float, min_label_frac: float, fontsize: float):
         self.ax, self.span_ms, self.min_label_frac, self.fontsize = ax, span_ms, min_label_frac, fontsize
@@ -169,7 +169,7 @@ class _Bars:
             self.texts.append((start_us / 1e3, (start_us + dur_us) / 1e3, y, short_name(name)))
 
     def draw(self, step: Step, ops, rows: list) -> None:
-        y_of = {lane: i for i, lane in enumerate(rows)}
+        y_of = {track: i for i, track in enumerate(rows)}
         self.add(0, 0, step.cpu_time_us, step.label)
         for name, pid, tid, depth, start, dur in zip(ops["name"], ops["pid"], ops["tid"], ops["depth"],
                                                      ops["start_us"], ops["dur_us"]):
@@ -223,10 +223,10 @@ class _BarLabel(Text):
 
 
 def _launch_rows(rows: list, y_of: dict) -> dict:
-    """Per launching thread (tid), the row its arrows start from: its deepest CPU lane."""
+    """Per launching thread (tid), the row its arrows start from: its deepest CPU track."""
     deepest = {}
-    for lane in rows:
-        if lane[0] == "cpu":
-            deepest[lane[2]] = y_of[lane]
-            deepest.setdefault(None, y_of[lane])
+    for track in rows:
+        if track[0] == "cpu":
+            deepest[track[2]] = y_of[track]
+            deepest.setdefault(None, y_of[track])
     return deepest

@@ -32,7 +32,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from kernels.bench.plots import apply_font_floor, font_floor
+from kernels.figures import apply_font_floor, font_floor
 
 SKIPPED, MASKED, FULL = 0, 1, 2
 CLASS_NAMES = {SKIPPED: "skipped", MASKED: "masked", FULL: "full"}
@@ -104,7 +104,7 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
     narrower. With ``program = i``, the strip left of the grid marks the Q tile the
     program loads once, the strip above marks the K/V tiles it streams (in their class
     colour; the ones it skips stay pale), and its row of score tiles is outlined. Text keeps
-    the book's font floor for the figure's width (``plots.font_floor``); the legend sits
+    the book's font floor for the figure's width (``kernels.figures.font_floor``); the legend sits
     under the axis label, outside the grid. Returns the Figure (``ax``'s when one is given).
     """
     tiles = tile_map(seq, block_m, block_n, causal)

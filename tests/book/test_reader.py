@@ -116,26 +116,26 @@ def test_details_and_captions_are_converted_and_a_half_caption_is_refused():
     text = ":::{dropdown} Hint 1: the guess\nFive things.\n:::\n\nAfter."
     assert convert.details(text) == ('<details class="ap-hint">\n<summary>Hint 1: the guess</summary>\n\n'
                                      "Five things.\n\n</details>\n\nAfter.")
-    body, options = convert.caption_options("#| caption: Two lanes.\n#| alt: A timeline.\nfig = draw()")
-    assert body == "fig = draw()" and options == {"caption": "Two lanes.", "alt": "A timeline."}
-    cell = convert.cell_from("", "#| caption: Two lanes.\n#| alt: A timeline.\nfig = draw()")
-    assert cell.metadata["mystnb"] == {"figure": {"caption": "Two lanes."}, "image": {"alt": "A timeline."}}
+    body, options = convert.caption_options("#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()")
+    assert body == "fig = draw()" and options == {"caption": "Two tracks.", "alt": "A timeline."}
+    cell = convert.cell_from("", "#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()")
+    assert cell.metadata["mystnb"] == {"figure": {"caption": "Two tracks."}, "image": {"alt": "A timeline."}}
     with pytest.raises(SystemExit, match="needs both"):
         convert.caption_options("#| caption: no alt\nfig")
 
 
-def test_the_borrowed_gpu_lane_says_who_recorded_it_on_which_gpu_from_the_trace_itself():
+def test_the_borrowed_gpu_run_says_who_recorded_it_on_which_gpu_from_the_trace_itself():
     from kernels import borrowed
 
-    lane = borrowed.ALEXNET_FORWARD
-    trace = lane.trace()
-    credit = lane.credit(trace)
+    alexnet = borrowed.ALEXNET_FORWARD
+    trace = alexnet.trace()
+    credit = alexnet.credit(trace)
     assert "NVIDIA A100" in credit and "HolisticTraceAnalysis" in credit and "MIT" in credit, credit
     assert (borrowed.root() / "LICENSE-HolisticTraceAnalysis").exists(), "the licence notice travels with the trace"
-    step = lane.step()
-    assert len(step.gpu_work) > 0 and step.gpu_work["stream"].nunique() >= 2, "a GPU lane, on two streams"
+    step = alexnet.step()
+    assert len(step.gpu_work) > 0 and step.gpu_work["stream"].nunique() >= 2, "GPU work, on two streams"
     with pytest.raises(KeyError, match="no step labelled 'no such label'"):
-        borrowed.Borrowed(lane.file, "no such label", "", "", "", "").step()
+        borrowed.Borrowed(alexnet.file, "no such label", "", "", "", "").step()
 
 
 def test_a_timelines_long_title_never_runs_under_its_legend():
@@ -151,8 +151,8 @@ def test_a_timelines_long_title_never_runs_under_its_legend():
     ax = fig.axes[0]
     title, legend = ax.title.get_window_extent(), ax.get_legend().get_window_extent()
     assert title.y0 >= legend.y1 - 1, "the title sits above the legend's row, not beside it"
-    lanes = [t.get_text() for t in ax.get_yticklabels()]
-    assert all(len(name) <= len("label: ") + timeline.LANE_NAME_CHARS for name in lanes), lanes
+    tracks = [t.get_text() for t in ax.get_yticklabels()]
+    assert all(len(name) <= len("label: ") + timeline.TRACK_NAME_CHARS for name in tracks), tracks
 
 
 def test_bar_labels_drop_the_prefix_every_backward_bar_shares():

@@ -1,10 +1,10 @@
-"""The reading half of every GPU branch of chapters 04-10, run on Hopper-shaped fixture lanes.
+"""The reading half of every GPU branch of chapters 04-10, run on Hopper-shaped fixture steps.
 
 Each chapter's GPU branch profiles on the GPU, then calls a function of kernels.gpu_lessons
-on what it recorded. These tests call the same functions on lanes built by
+on what it recorded. These tests call the same functions on steps built by
 tests/hopper_trace.py (what an H100 launches, names sourced there), and check that each
-lesson holds on a right lane and fails on a lane that breaks it. Chapters 00-03 read their
-lanes from a recording (tests/test_recorded.py).
+lesson holds on a right step and fails on a step that breaks it. Chapters 00-03 read their
+GPU steps from a recording (tests/trace/test_recorded.py).
 """
 import pandas as pd
 import pytest
@@ -23,7 +23,7 @@ ARCH = occupancy.arch_of(hop.H100["name"])
 
 
 def test_the_fixture_is_an_h100_with_work_on_several_streams():
-    step = hop.lane("naive", hop.BACKWARD["naive"])
+    step = hop.step("naive", hop.BACKWARD["naive"])
     assert ARCH == "sm_90"
     assert set(step.gpu_work["stream"].astype(int)) == {hop.MAIN, hop.SIDE, hop.SIDE2}, "a training step's 3 streams"
     assert set(step.gpu_work["cat"]) == {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -33,37 +33,37 @@ def test_the_fixture_is_an_h100_with_work_on_several_streams():
 
 # ---- chapter 4 -----------------------------------------------------------------------------
 
-def test_chapter4_forward_lane_footprint_and_kineto_rule():
+def test_chapter4_forward_footprint_and_kineto_rule():
     block_m, warps = 128, 8
-    step = hop.lane("triton", hop.triton_forward(B, H, S, block_m, warps))
+    step = hop.step("triton", hop.triton_forward(B, H, S, block_m, warps))
     row = gpu_lessons.triton_forward(step.gpu_work, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
                                      [32 * warps, 1, 1])
-    flash = gpu_lessons.single_kernel(hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"]).gpu_work, "SDPA flash")
+    flash = gpu_lessons.single_kernel(hop.step("sdpa_flash", hop.FUSED["sdpa_flash"]).gpu_work, "SDPA flash")
     table = {"triton": gpu_lessons.footprint(row, ARCH), "sdpa_flash": gpu_lessons.footprint(flash, ARCH)}
     assert table["triton"]["trace's estimate %"] == 0, "114688 B of shared memory: Kineto reads 0%"
     assert table["triton"]["occupancy (ours) %"] > 0, "while the real limit (227 KiB on sm_90) lets it run"
     gpu_lessons.kineto_zero_rule(table)
 
 
-def test_chapter4_forward_cell_on_its_lanes(capsys):
+def test_chapter4_forward_cell_on_its_steps(capsys):
     block_m, warps = 64, 4
-    steps = {"triton": hop.lane("triton", hop.triton_forward(B, H, S, block_m, warps)),
-             "sdpa_flash": hop.lane("sdpa_flash", hop.FUSED["sdpa_flash"])}
+    steps = {"triton": hop.step("triton", hop.triton_forward(B, H, S, block_m, warps)),
+             "sdpa_flash": hop.step("sdpa_flash", hop.FUSED["sdpa_flash"])}
     shown = []
-    table = gpu_lessons.triton_forward_lanes(steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
+    table = gpu_lessons.triton_forward_footprints(steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
                                              [32 * warps, 1, 1], ARCH, show=shown.append)
     assert set(table) == {"triton", "sdpa_flash"} and len(shown) == 3, "two kernel tables and the footprints"
-    assert "occupancy not computed" in (gpu_lessons.triton_forward_lanes(
+    assert "occupancy not computed" in (gpu_lessons.triton_forward_footprints(
         steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m), [32 * warps, 1, 1], "sm_99",
         show=shown.append) or capsys.readouterr().out), "a GPU the tables do not know: said, not a crash"
 
 
-def test_chapter4_forward_lane_fails_on_the_wrong_grid_or_a_second_kernel():
-    step = hop.lane("triton", hop.triton_forward(B, H, S, 128, 8))
+def test_chapter4_forward_fails_on_the_wrong_grid_or_a_second_kernel():
+    step = hop.step("triton", hop.triton_forward(B, H, S, 128, 8))
     ks = step.gpu_work
     with pytest.raises(LessonFailed, match="no copy or memset"):
         copied = hop.triton_forward(B, H, S, 128, 8) + [hop.copy("aten::copy_", hop.HTOD)]
-        gpu_lessons.triton_forward(hop.lane("triton", copied).gpu_work, "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
+        gpu_lessons.triton_forward(hop.step("triton", copied).gpu_work, "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
     with pytest.raises(LessonFailed, match="grid is"):
         gpu_lessons.triton_forward(ks, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, 64), [256, 1, 1])
     with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
@@ -78,13 +78,13 @@ def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
         gpu_lessons.kineto_zero_rule(table)
 
 
-def test_chapter4_backward_lane():
-    step = hop.lane("triton_fwd_bwd", hop.triton_forward_backward(B, H, S))
+def test_chapter4_backward():
+    step = hop.step("triton_fwd_bwd", hop.triton_forward_backward(B, H, S))
     names = gpu_lessons.triton_backward(step, "_attn_fwd_tma")
     assert len(names) == 4
     zeroed = hop.triton_forward_backward(B, H, S) + [hop.copy("aten::zero_", hop.MEMSET, cat="gpu_memset")]
     with pytest.raises(LessonFailed, match="no memset"):
-        gpu_lessons.triton_backward(hop.lane("triton_fwd_bwd", zeroed), "_attn_fwd_tma")
+        gpu_lessons.triton_backward(hop.step("triton_fwd_bwd", zeroed), "_attn_fwd_tma")
 
 
 def test_chapter4_sweep_lesson():
@@ -100,14 +100,14 @@ def test_chapter4_sweep_lesson():
 # ---- chapter 5 -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
-def test_chapter5_forward_lane_matches_the_launcher(version):
+def test_chapter5_forward_matches_the_launcher(version):
     cfg = cuda_flash.launch_config(version, 64)
-    step = hop.lane(f"cuda_{version}", hop.cuda_forward(version, cfg, B, H, S))
+    step = hop.step(f"cuda_{version}", hop.cuda_forward(version, cfg, B, H, S))
     row = gpu_lessons.cuda_forward(step, f"cuda_{version}", cfg, B, H, S)
     assert row["shared memory (trace, B)"] == cfg.dynamic_shared_bytes
     other = cuda_flash.launch_config("v2" if version == "v1" else "v1", 64)
     with pytest.raises(LessonFailed):  # the other version's launch does not match this launcher
-        gpu_lessons.cuda_forward(hop.lane("x", hop.cuda_forward(version, other, B, H, S)), f"cuda_{version}",
+        gpu_lessons.cuda_forward(hop.step("x", hop.cuda_forward(version, other, B, H, S)), f"cuda_{version}",
                                  cfg, B, H, S)
 
 
@@ -122,13 +122,13 @@ def test_chapter5_tensor_cores_win():
 
 def steps_of(**replace):
     rows = {"naive": hop.NAIVE, "inplace": hop.INPLACE, "sdpa_math": hop.MATH, **hop.FUSED, **replace}
-    return {name: hop.lane(name, r) for name, r in rows.items()}
+    return {name: hop.step(name, r) for name, r in rows.items()}
 
 
 def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
-    lanes = steps_of()
-    assert (lanes["sdpa_cudnn"].gpu_work["launcher"] == "cuLaunchKernelEx").any(), "cuDNN launches via the driver"
-    gpu_lessons.fused_one_kernel_math_more(lanes)
+    steps = steps_of()
+    assert (steps["sdpa_cudnn"].gpu_work["launcher"] == "cuLaunchKernelEx").any(), "cuDNN launches via the driver"
+    gpu_lessons.fused_one_kernel_math_more(steps)
     with pytest.raises(LessonFailed, match="sdpa_efficient launches one kernel"):
         gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_efficient=hop.FUSED["sdpa_efficient"] * 2))
     with pytest.raises(LessonFailed, match="math backend launches more"):
@@ -137,34 +137,34 @@ def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
 
 # ---- chapter 7 -----------------------------------------------------------------------------
 
-def test_chapter7_compiled_and_flex_lanes():
-    table = gpu_lessons.compiled_forward(hop.lane("compiled_naive", hop.COMPILED_NAIVE).gpu_work)
+def test_chapter7_compiled_and_flex_forwards():
+    table = gpu_lessons.compiled_forward(hop.step("compiled_naive", hop.COMPILED_NAIVE).gpu_work)
     assert list(table["kind"]) == ["gemm", "softmax", "gemm"], "nvjet GEMMs around Inductor's softmax"
-    gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_FLEX).gpu_work)
+    gpu_lessons.flex_forward(hop.step("flex", hop.COMPILED_FLEX).gpu_work)
     with pytest.raises(LessonFailed, match="no copy"):
-        gpu_lessons.compiled_forward(hop.lane("c", hop.COMPILED_NAIVE + [hop.copy("aten::clone")]).gpu_work)
+        gpu_lessons.compiled_forward(hop.step("c", hop.COMPILED_NAIVE + [hop.copy("aten::clone")]).gpu_work)
     with pytest.raises(LessonFailed, match="Triton kernels"):
-        gpu_lessons.compiled_forward(hop.lane("eager", hop.INPLACE).gpu_work)
+        gpu_lessons.compiled_forward(hop.step("eager", hop.INPLACE).gpu_work)
     with pytest.raises(LessonFailed, match="one FlexAttention template"):
-        gpu_lessons.flex_forward(hop.lane("flex", hop.COMPILED_NAIVE).gpu_work)
+        gpu_lessons.flex_forward(hop.step("flex", hop.COMPILED_NAIVE).gpu_work)
 
 
 # ---- chapter 8 -----------------------------------------------------------------------------
 
 def test_chapter8_gelu_between_two_hopper_gemms():
-    names = gpu_lessons.gelu_between_matmuls(hop.lane("compiled_block", hop.COMPILED_BLOCK).gpu_work)
+    names = gpu_lessons.gelu_between_matmuls(hop.step("compiled_block", hop.COMPILED_BLOCK).gpu_work)
     assert names.count("triton_poi_fused_gelu_view_2") == 1 and len(names) == 5, names
-    gpu_lessons.gelu_between_matmuls(hop.lane("block", hop.EAGER_BLOCK_MLP).gpu_work)
+    gpu_lessons.gelu_between_matmuls(hop.step("block", hop.EAGER_BLOCK_MLP).gpu_work)
 
 
 def test_chapter8_the_old_regex_misses_hopper_gemms():
     """What the chapter did before: `gemm|sgemm|cutlass` finds no nvjet GEMM, so fc_in and fc_out
     vanish and the lesson would have failed on the first Hopper run."""
-    lane = hop.lane("compiled_block", hop.COMPILED_BLOCK).gpu_work
-    old = lane["name"].str.contains("gemm|sgemm|cutlass", case=False)
-    assert not old[lane["name"].str.startswith("nvjet")].any()
+    work = hop.step("compiled_block", hop.COMPILED_BLOCK).gpu_work
+    old = work["name"].str.contains("gemm|sgemm|cutlass", case=False)
+    assert not old[work["name"].str.startswith("nvjet")].any()
     with pytest.raises(LessonFailed):
-        gpu_lessons.gelu_between_matmuls(lane[~lane["name"].str.startswith("nvjet")])
+        gpu_lessons.gelu_between_matmuls(work[~work["name"].str.startswith("nvjet")])
 
 
 def test_chapter8_on_cpu_ops():
@@ -178,11 +178,11 @@ def test_chapter8_on_cpu_ops():
 # ---- chapter 9 -----------------------------------------------------------------------------
 
 def test_chapter9_backward_kernels_come_from_the_engine_thread():
-    lanes = {name: hop.lane(name, rows) for name, rows in hop.BACKWARD.items()}
-    table = gpu_lessons.backward_threads(lanes, "fixture")
+    steps = {name: hop.step(name, rows) for name, rows in hop.BACKWARD.items()}
+    table = gpu_lessons.backward_threads(steps, "fixture")
     assert table.loc["sdpa_flash", "backward kernels (engine's thread)"] == 1
     with pytest.raises(LessonFailed):
-        gpu_lessons.backward_threads({"naive": hop.lane("naive", hop.NAIVE)}, "a forward only")
+        gpu_lessons.backward_threads({"naive": hop.step("naive", hop.NAIVE)}, "a forward only")
 
 
 # ---- chapter 10 ----------------------------------------------------------------------------

@@ -12,15 +12,14 @@ GEMM among them must come out as "gemm". Which kernels are GEMMs is decided with
 - in the fixtures, the GEMMs are the names each fixture declares as GEMMs.
 """
 import warnings
-from pathlib import Path
 
 import pytest
 
 from kernels.trace import reader
 from kernels.trace import fingerprints
 from tests import gpu_trace, hopper_trace
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TRACE_DIRS = [ROOT / "tests" / "data" / "real_traces", ROOT.parent / "shared" / "traces"]
 
 # Launched inside a matmul op, but not a matrix product (checked by hand against cuBLAS's names).
@@ -101,7 +100,7 @@ def test_the_fixtures_gemms_and_only_they_are_gemms():
 
 
 def test_every_fixture_kernel_has_a_kind():
-    """The lanes' other kernels are read too: attention, softmax, elementwise, copies."""
+    """The fixtures' other kernels are read too: attention, softmax, elementwise, copies."""
     kinds = {n: fingerprints.kind_of(n) for n in fixture_kernels()}
     assert [n for n, k in kinds.items() if k == "other" and fingerprints.inductor_style(n) != "tem"] == []
     assert kinds[hopper_trace.CUDNN] == kinds[hopper_trace.FLASH] == kinds[hopper_trace.TRITON_FWD_TMA] \

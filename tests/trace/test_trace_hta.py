@@ -32,10 +32,11 @@ from pathlib import Path
 import pytest
 
 from kernels.trace.reader import load_trace
+from tests.helpers import ROOT
 
 hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis (requirements-test.txt)")
 
-DATA = Path(__file__).parent / "data" / "real_traces"
+DATA = ROOT / "tests" / "data" / "real_traces"
 TRACES = [DATA / name for name in (
     "hta_call_stack_backward_thread.json",
     "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",

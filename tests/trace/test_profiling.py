@@ -93,7 +93,7 @@ def test_tables_counts_and_timeline(cpu_runs):
     fig = timeline.timeline(reader.median_step(steps))
     ax = fig.axes[0]
     assert "CPU depth 0" in [t.get_text() for t in ax.get_yticklabels()]
-    bars = sum(len(c.get_paths()) for c in ax.collections)  # one collection per lane and colour
+    bars = sum(len(c.get_paths()) for c in ax.collections)  # one collection per track and colour
     assert bars >= len(steps[0].ops[~steps[0].ops["is_view"]]) + 1, "a bar per working op, and the label's"
 
 
@@ -141,9 +141,9 @@ def test_gpu_step_summary(gpu_trace):
     assert table["launched by"].tolist()[2] == "aten::masked_fill"
 
 
-def test_gpu_timeline_has_a_gpu_lane(gpu_trace):
+def test_gpu_timeline_has_a_gpu_track(gpu_trace):
     fig = timeline.timeline(gpu_trace.steps("naive")[0])
-    assert "GPU stream 7" in [t.get_text() for t in fig.axes[0].get_yticklabels()], "one lane per stream, named"
+    assert "GPU stream 7" in [t.get_text() for t in fig.axes[0].get_yticklabels()], "one track per stream, named"
 
 
 def test_kernels_of_other_steps_are_not_mixed_in(gpu_trace):

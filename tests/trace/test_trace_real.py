@@ -21,9 +21,10 @@ from kernels.trace import record
 from kernels.trace import timeline
 from kernels.trace import tables
 from kernels.trace.reader import load_trace
+from tests.helpers import ROOT
 
 matplotlib.use("Agg")
-DATA = Path(__file__).parent / "data" / "real_traces"
+DATA = ROOT / "tests" / "data" / "real_traces"
 TRACES = sorted(p for p in DATA.iterdir() if p.name.startswith("hta_"))
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCHES = ("cuda_runtime", "cuda_driver")
@@ -164,20 +165,20 @@ def test_a_triton_kernel_launched_through_the_driver():
     assert step.gpu_work["launcher"].tolist() == ["cuLaunchKernel"], "cuda_driver launches count as launches"
 
 
-def test_one_timeline_lane_per_gpu_stream():
+def test_one_timeline_track_per_gpu_stream():
     events = raw_events(MULTI_STREAM)
     streams = {str(e["tid"]) for e in events if e.get("cat") in GPU_WORK}
     fig = timeline.timeline(load_trace(MULTI_STREAM).whole())
-    lanes = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert sorted(l for l in lanes if l.startswith("GPU")) == sorted(f"GPU stream {s}" for s in streams), \
-        "each stream gets its own lane, so kernels overlapping on different streams are seen overlapping"
+    tracks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert sorted(t for t in tracks if t.startswith("GPU")) == sorted(f"GPU stream {s}" for s in streams), \
+        "each stream gets its own track, so kernels overlapping on different streams are seen overlapping"
     assert type(fig).__module__ == "matplotlib.figure", "drawn on a Figure object, not through pyplot"
 
 
 def test_a_training_step_draws_every_thread():
     step = load_trace(NS_TRACE).profiler_steps()[0]
-    lanes = [t.get_text() for t in timeline.timeline(step).axes[0].get_yticklabels()]
-    assert "CPU depth 0" in lanes and "thread 1262 depth 0" in lanes and "GPU stream 7" in lanes
+    tracks = [t.get_text() for t in timeline.timeline(step).axes[0].get_yticklabels()]
+    assert "CPU depth 0" in tracks and "thread 1262 depth 0" in tracks and "GPU stream 7" in tracks
 
 
 def test_range_profiler_trace_warns_that_it_has_no_gpu_timeline():

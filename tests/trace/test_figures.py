@@ -2,7 +2,7 @@
 
 The book shows a figure's PNG (saved at the figure's dpi, cropped to its drawn extent as the
 notebook's inline backend does) at its natural width, or scaled down to the column's width
-when it is wider. Every text must then be at least ``plots.MIN_FONT_PX`` pixels; legends
+when it is wider. Every text must then be at least ``figures.MIN_FONT_PX`` pixels; legends
 list only what the figure draws and sit outside the data; timelines on a shared x axis show
 every step whole. Tables: op_table's nesting and the copies table read in any HTML.
 """
@@ -22,7 +22,7 @@ from kernels.trace import reader
 from kernels.trace import record
 from kernels.trace import timeline
 from kernels.cuda import threads
-from kernels.bench import plots
+from kernels import figures
 from kernels.triton import tiling
 from kernels.trace import timeline as tl
 from kernels.trace import tables
@@ -31,7 +31,7 @@ from tests.helpers import png_width, too_small
 
 matplotlib.use("Agg")
 
-COLUMN_PX = plots.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
+COLUMN_PX = figures.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
 
 
 def load(tmp_path, data: dict, name: str = "t.json.gz"):
@@ -76,15 +76,15 @@ def legend_clear_of_data(fig, ax, legend) -> bool:
 def test_font_floor_is_what_the_column_scale_needs():
     # 11 in drawn to its edges saves as 11.2 in (0.1 in padding each side) = 1120 px at 100 dpi,
     # shown at 676 px: 9 px needs 9 / (100/72 · 676/1120) = 10.74 pt, rounded up to 10.8.
-    assert plots.font_floor(Figure(figsize=(11, 3), dpi=100)) == pytest.approx(10.8, abs=0.05)
+    assert figures.font_floor(Figure(figsize=(11, 3), dpi=100)) == pytest.approx(10.8, abs=0.05)
     # A figure narrower than the column is shown unscaled: 9 px = 6.48 pt at 100 dpi.
-    assert plots.font_floor(Figure(figsize=(5, 5), dpi=100)) == pytest.approx(6.5, abs=0.1)
+    assert figures.font_floor(Figure(figsize=(5, 5), dpi=100)) == pytest.approx(6.5, abs=0.1)
 
 
 @pytest.mark.parametrize("pyplot", [False, True], ids=["Figure", "timeline.timeline"])
 def test_timeline_text_is_at_least_9px_in_the_column(naive_step, pyplot):
     fig = timeline.timeline(naive_step) if pyplot else tl.timeline(naive_step)
-    assert not too_small(fig), f"timeline text below {plots.MIN_FONT_PX} px at {COLUMN_PX} px: {too_small(fig)}"
+    assert not too_small(fig), f"timeline text below {figures.MIN_FONT_PX} px at {COLUMN_PX} px: {too_small(fig)}"
     labels = [t for t in fig.axes[0].texts if isinstance(t, tl._BarLabel) and t.get_text()]
     assert labels, "wide bars keep a label"
 
@@ -111,7 +111,7 @@ def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
         assert set(legend) == drawn and len(legend) == len(drawn), \
             f"the legend names exactly the categories drawn: legend {legend}, drawn {sorted(drawn)}"
         png_width(fig)
-        assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend sits outside the lanes"
+        assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend sits outside the tracks"
 
 
 def test_naive_timeline_has_no_fused_attention_in_its_legend(naive_step):
@@ -212,14 +212,14 @@ def test_op_table_nesting_survives_html(cpu_naive):
 
 
 def test_copy_table_columns(cpu_naive):
-    table = cpu_naive.copy_table()
+    table = tables.copy_table(cpu_naive)
     assert list(table.columns) == ["op", "called from", "shape", "dtype", "size (KiB)", "time (us)"], \
         "the unit is the header's (KiB: the largest copy, 1×2×64×64 floats, is 32 KiB)"
     assert set(table["shape"]) == {"1×2×64×64", "scalar"}, table
     assert table.loc[table["shape"] == "1×2×64×64", "size (KiB)"].item() == "32.00"
     assert table.loc[table["shape"] == "scalar", "size (KiB)"].item() == "< 0.01", \
         "a 4-byte copy next to a 32 KiB one reads as too small for the unit, not as 0"
-    assert list(cpu_naive.copy_table(min_bytes=2 * 64 * 64 * 4)["called from"]) == ["aten::clone"]
+    assert list(tables.copy_table(cpu_naive, min_bytes=2 * 64 * 64 * 4)["called from"]) == ["aten::clone"]
     assert not any(isinstance(v, list) for v in table.to_numpy().ravel()), "no raw lists in the table"
 
 

@@ -1,4 +1,4 @@
-"""Recorded GPU runs: found wherever the library is, read as lanes, asserted by the chapters."""
+"""Recordings of GPU runs: found wherever the library is, read as steps, asserted by the chapters."""
 from __future__ import annotations
 
 import json
@@ -29,7 +29,7 @@ def test_the_import_is_what_the_loader_reads(recording):
     rec = recorded.latest(recording)
     assert rec.folder.name == GPU and rec.capability == (8, 0)
     assert rec.label.startswith("recorded on NVIDIA A100-SXM4-80GB on 2026-11-30 04:00 UTC")
-    assert "commit 0123456789" in rec.label, "a recorded lane is labelled with its commit"
+    assert "commit 0123456789" in rec.label, "a recording is labelled with its commit"
     step = rec.trace("01_naive", "naive").steps("naive")[0]
     assert len(step.gpu_work) == 6 and step.gpu_work["cat"].eq("gpu_memcpy").sum() == 1
     primer = rec.trace("00_profiler_primer", "mlp_step")
@@ -38,23 +38,23 @@ def test_the_import_is_what_the_loader_reads(recording):
         "the import keeps the runtime rows a recorded step holds outside its label (chapter 0 reads them)"
 
 
-def test_lanes_on_a_cpu_come_from_the_recording(recording):
-    lanes, source, capability = recorded.gpu_lanes("cpu", {}, "03b_sdpa_fused", ["sdpa_flash", "sdpa_cudnn", "no_such"],
+def test_gpu_steps_on_a_cpu_come_from_the_recording(recording):
+    steps, source, capability = recorded.gpu_steps("cpu", {}, "03b_sdpa_fused", ["sdpa_flash", "sdpa_cudnn", "no_such"],
                                                    root=recording)
-    assert sorted(lanes) == ["sdpa_cudnn", "sdpa_flash"], "variants the recording lacks are left out"
+    assert sorted(steps) == ["sdpa_cudnn", "sdpa_flash"], "variants the recording lacks are left out"
     assert source.startswith("recorded on NVIDIA A100") and capability == (8, 0)
-    assert lanes["sdpa_cudnn"].gpu_work.iloc[0]["launcher"] == "cuLaunchKernelEx"
+    assert steps["sdpa_cudnn"].gpu_work.iloc[0]["launcher"] == "cuLaunchKernelEx"
 
 
 def test_no_recording_says_so(tmp_path):
     assert recorded.latest(tmp_path) is None and recorded.recordings(tmp_path) == []
-    lanes, source, capability = recorded.gpu_lanes("cpu", {}, "01_naive", ["naive"], root=tmp_path)
-    assert lanes == {} and source == recorded.NO_RECORDING and capability is None
+    steps, source, capability = recorded.gpu_steps("cpu", {}, "01_naive", ["naive"], root=tmp_path)
+    assert steps == {} and source == recorded.NO_RECORDING and capability is None
 
 
 def test_a_recording_without_the_chapter_names_what_it_has(recording):
-    lanes, source, _ = recorded.gpu_lanes("cpu", {}, "04_triton", ["triton"], root=recording)
-    assert lanes == {} and "has no trace of triton from 04_triton" in source
+    steps, source, _ = recorded.gpu_steps("cpu", {}, "04_triton", ["triton"], root=recording)
+    assert steps == {} and "has no trace of triton from 04_triton" in source
     with pytest.raises(FileNotFoundError, match="01_naive/naive.json.gz"):
         recorded.latest(recording).trace("04_triton", "triton")
 
@@ -154,14 +154,14 @@ def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, m
     assert [r["status"] for r in report["notebooks"]] == ["ok"] * len(chapters), report["notebooks"]
     text = {r["notebook"]: printed(tmp_path / "executed" / r["notebook"]) for r in report["notebooks"]}
     expected = {
-        "book/00_profiler_primer.ipynb": ["each kernel on the GPU lane has its launch call on the CPU lane",
+        "book/00_profiler_primer.ipynb": ["each kernel on the GPU track has its launch call on the CPU thread's track",
                                           "the recorded step ends with a cudaDeviceSynchronize after the label",
                                           "every occupancy query sits inside aten::mm, before the GEMM's launch"],
         "book/01_naive.ipynb": ["the naive forward runs six GPU activities", "exactly one of them is a copy"],
-        "book/02_inplace.ipynb": ["the GPU lane goes from 6 activities to 5", "the activity that disappeared is the copy"],
+        "book/02_inplace.ipynb": ["the GPU track goes from 6 activities to 5", "the activity that disappeared is the copy"],
         "book/03_sdpa.ipynb": ["the math backend launches more GPU kernels per forward",
-                               "on the GPU lane the mask shows up as a triu_tril kernel",
-                               "no GEMM of the math backend runs in 16 bits on the GPU lane"],
+                               "on the GPU track the mask shows up as a triu_tril kernel",
+                               "no GEMM of the math backend runs in 16 bits on the GPU track"],
         "book/03b_sdpa_fused.ipynb": ["sdpa_flash launches exactly one kernel per forward",
                                       "sdpa_cudnn launches exactly one kernel per forward",
                                       "the trace's occupancy is Kineto's estimate",
@@ -170,14 +170,14 @@ def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, m
     }
     for notebook, claims in expected.items():
         for claim in claims:
-            assert f"\u2714 {claim}" in text[notebook], f"{notebook} asserts on the recorded lane: {claim!r}"
-        assert "recorded on NVIDIA A100-SXM4-80GB" in text[notebook], f"{notebook} labels the recorded lane"
+            assert f"\u2714 {claim}" in text[notebook], f"{notebook} asserts on the recording: {claim!r}"
+        assert "recorded on NVIDIA A100-SXM4-80GB" in text[notebook], f"{notebook} labels the recording"
 
 
 @pytest.mark.slow
 @pytest.mark.book  # executes chapters: `make test-book`
 def test_a_recording_that_disagrees_fails_the_chapter(tmp_path, monkeypatch):
-    wrong = {"02_inplace": {"inplace": NAIVE_A100}}  # an "in-place" lane that still copies
+    wrong = {"02_inplace": {"inplace": NAIVE_A100}}  # an "in-place" recording that still copies
     gpu_run.import_archive(fixture_archive(tmp_path, variants=wrong), tmp_path / "data")
     monkeypatch.setenv(recorded.ENV_VAR, str(tmp_path / "data" / "recorded"))
     report = execute_with_recording(tmp_path, ["book/02_inplace"])
