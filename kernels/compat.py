@@ -3,7 +3,7 @@
 Readers bring their own stack: Colab installs the newest torch, GPU images pin older ones. The
 course is tested (``make test-compat``, and CI's scheduled job) on the newest torch and Triton
 on the package index and on the oldest it supports, the one GPU image seen so far (README,
-"Supported versions"). ``known_problem`` names, in words, a combination within that range that
+"Supported versions"). ``known_problem_reason`` names, in words, a combination within that range that
 is known to fail and that the library cannot work around here; ``kernels.available()`` reports
 it for the implementation it stops.
 """
@@ -14,21 +14,21 @@ from typing import Optional
 
 import torch
 
+from kernels.triton import interpreter
+
 # (oldest, newest) tested, as major.minor.
 TESTED = {"python": ("3.11", "3.12"), "torch": ("2.11", "2.15"), "triton": ("3.6", "3.9")}
 
 
-def known_problem(name: str, device: torch.device) -> Optional[str]:
+def known_problem_reason(name: str, device: torch.device) -> Optional[str]:
     """Why ``name`` cannot run on ``device`` with the versions installed here, or None."""
     if name == "triton" and device.type == "cpu":
-        return _interpreter_problem()
+        return _interpreter_reason()
     return None
 
 
-def _interpreter_problem() -> Optional[str]:
+def _interpreter_reason() -> Optional[str]:
     """Triton 3.6's interpreter with NumPy 2.4, where the library's fix could not be applied."""
-    from kernels.triton import interpreter
-
     if not interpreter.wanted():
         return None           # compiled kernels: the interpreter is not used
     try:

@@ -247,7 +247,7 @@ def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True,
     forward+backward is 3.5x. With Sq == Sk (``seq_k`` None or equal), causal is halved: the
     convention of FlashAttention's benchmarks; counting causal at full price would report
     TFLOP/s twice too high. With Sq != Sk, causal counts the (query, key) pairs the bottom-right
-    mask leaves visible, so a decoding step (Sq = 1) costs its full Sk. K/V heads shared by
+    mask leaves visible, so decoding one token (Sq = 1) costs its full Sk. K/V heads shared by
     grouped-query attention do not change the count: every query head does its own matmuls.
     """
     seq_k = seq if seq_k is None else seq_k

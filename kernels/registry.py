@@ -21,6 +21,8 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
+from kernels.compat import known_problem_reason
+
 # A reason is a sentence for a reader ("needs a CUDA GPU; none is visible"), or None.
 Reason = Optional[str]
 
@@ -68,11 +70,11 @@ class Implementation:
 _REGISTRY: dict[str, Implementation] = {}
 
 
-def _runs_anywhere(device: torch.device) -> Reason:
+def _no_reason(device: torch.device) -> Reason:
     return None
 
 
-def register(name: str, *, order: int, requires: Callable[[torch.device], Reason] = _runs_anywhere,
+def register(name: str, *, order: int, requires: Callable[[torch.device], Reason] = _no_reason,
              head_dims: Optional[Iterable[int] | Span] = None, dtypes: Optional[Iterable[torch.dtype]] = None,
              gqa: bool = True, unequal_lengths: bool = True, materializes_scores: bool = False,
              slow_on_cpu: bool = False):
@@ -98,7 +100,7 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
                          gqa=impl.gqa, unequal_lengths=impl.unequal_lengths)
             causal = resolve_causal(causal, name)
             scale = resolve_scale(scale, q.shape[-1], name)
-            reason = _why_not(impl, q.device)
+            reason = _unavailable_reason(impl, q.device)
             if reason is not None:
                 raise CannotRun(f"{name}: {reason}")
             return fn(q, k, v, causal=causal, scale=scale)
@@ -127,16 +129,14 @@ def names() -> list[str]:
 def available(device="cpu") -> dict[str, Reason]:
     """``{name: None}`` for what runs on ``device``, else ``{name: reason in words}``."""
     device = torch.device(device)
-    return {n: (f"{n}: {r}" if (r := _why_not(_REGISTRY[n], device)) else None) for n in names()}
+    return {n: (f"{n}: {r}" if (r := _unavailable_reason(_REGISTRY[n], device)) else None) for n in names()}
 
 
-def _why_not(impl: Implementation, device: torch.device) -> Reason:
-    from kernels.compat import known_problem
-
-    return device_missing(device) or known_problem(impl.name, device) or impl.requires(device)
+def _unavailable_reason(impl: Implementation, device: torch.device) -> Reason:
+    return missing_device_reason(device) or known_problem_reason(impl.name, device) or impl.requires(device)
 
 
-def device_missing(device: torch.device) -> Reason:
+def missing_device_reason(device: torch.device) -> Reason:
     """Why no tensor can live on ``device`` in this process (None if it can).
 
     Checked for every implementation, so that even one that "runs anywhere" (naive) is not
@@ -264,8 +264,8 @@ def _check_limits(q, k, name, head_dims, dtypes, gqa, unequal_lengths) -> None:
                          f"{k.shape[2]}); it needs queries and keys of one length")
 
 
-def needs_cuda(device: torch.device) -> Reason:
-    """The requirement of every GPU-only implementation."""
+def cuda_reason(device: torch.device) -> Reason:
+    """Why a GPU-only implementation cannot run on ``device``, or None."""
     if device.type != "cuda":
         return f"needs a CUDA GPU; the inputs are on {device.type}"
     if not torch.cuda.is_available():

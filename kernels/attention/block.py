@@ -5,16 +5,10 @@ A pre-norm decoder block in the style of nanoGPT (Karpathy, ``model.py``):
     x = x + proj(attention(qkv(norm1(x))))
     x = x + mlp(norm2(x)),   mlp = fc_out(gelu(fc_in(·)))
 
-The attention is looked up by name in the registry (``kernels.get(name)``), so the same
-block runs with ``naive``, ``inplace``, ``sdpa_flash``... Each part runs inside a
-``record_function`` label (``block.norm1``, ``block.qkv``, ``block.attention``, ``block.proj``,
-``block.norm2``, ``block.mlp``), so a profiled forward splits by part. Dynamo ignores
-record_function while it captures a graph (and warns that it does), so a compiled block has
-no part labels; build it with ``labels=False`` to say so.
-
-``flops(seq, width, ...)`` counts the block's matmul FLOPs by part, the way PyTorch's
-``FlopCounterMode`` counts what runs (a hand-written attention computes the full S×S scores,
-masked or not; a causal fused kernel skips about half).
+The attention is looked up by name (``kernels.get(name)``). Each part runs inside a
+``record_function`` label (``block.qkv``, ``block.attention``, ...), so a profiled forward
+splits by part; a compiled block has none (``labels=False``). ``flops_by_part`` counts the
+block's matmul FLOPs by part, the way ``FlopCounterMode`` counts what runs.
 """
 from __future__ import annotations
 
@@ -79,7 +73,7 @@ def sdpa_causal(q, k, v, causal: bool = True):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def flops(seq: int, width: int, batch: int = 1, mlp_ratio: int = 4, causal_skip: bool = False) -> dict:
+def flops_by_part(seq: int, width: int, batch: int = 1, mlp_ratio: int = 4, causal_skip: bool = False) -> dict:
     """Matmul FLOPs of one forward by part (2 per multiply-add). The attention computes
     q kᵀ and probs · v over all S×S scores (4·B·S²·W), halved when ``causal_skip`` (a kernel
     that skips the tiles above the diagonal). Norms, GELU and residual adds are not matmuls
@@ -98,7 +92,7 @@ def attention_share(seq: int, width: int, mlp_ratio: int = 4, causal_skip: bool 
     """Attention's share of the block's matmul FLOPs: S / (S + c·W), with c = 6 for a dense
     S×S attention and 12 for one that skips the masked half (at mlp_ratio 4). It grows with S
     at fixed width, and passes one half at S = c·W."""
-    f = flops(seq, width, mlp_ratio=mlp_ratio, causal_skip=causal_skip)
+    f = flops_by_part(seq, width, mlp_ratio=mlp_ratio, causal_skip=causal_skip)
     return f["attention"] / sum(f.values())
 
 

@@ -1,20 +1,12 @@
-"""Chapter 10: decoding with a KV cache, and what one decoding step costs.
+"""Chapter 10: decoding with a KV cache, and what decoding one token costs.
 
-A model generates text in two phases. **Prefill** runs the prompt through attention once,
-with as many queries as keys (Sq = Sk), and keeps every layer's keys and values. **Decode**
-then produces one token per step: one new query (Sq = 1) attends to every key kept so far
-(Sk long). The keys and values kept are the *KV cache*; ``KVCache`` below is one layer's.
-
-What this module holds:
-
-- ``KVCache``: preallocated K and V buffers, ``append`` new tokens, read the filled part.
-- ``step_flops`` / ``step_bytes`` / ``intensity``: one attention call's FLOPs, the bytes it
-  must move (``kernels.reference.flops`` and ``io_bytes``, which count Sq != Sk and shared K/V
-  heads), and their ratio, the arithmetic intensity a roofline is drawn against.
-- ``cache_bytes``: what a KV cache holds, for any number of layers and K/V heads.
-- ``bench_steps``: prefill and decode steps of registered implementations, timed with
-  ``kernels.bench.timing`` (the benchmark's own timer), as rows ``kernels.bench.plots.roofline`` can draw.
-  (``python -m kernels.bench --mode decode`` runs the same decode step in the full harness.)
+**Prefill** runs the prompt through attention once (Sq = Sk) and keeps every layer's keys
+and values, the *KV cache*; **decode** then makes one token per call: one new query (Sq = 1)
+against every key kept so far. ``KVCache`` is one layer's cache (preallocated, ``append``,
+the filled part as views); ``call_flops`` / ``call_bytes`` / ``intensity`` are one attention
+call's FLOPs, bytes and their ratio; ``cache_bytes`` what a cache holds;
+``bench_prefill_and_decode`` times both phases with ``kernels.bench.timing`` as rows
+``kernels.bench.plots.roofline`` draws (``python -m kernels.bench --mode decode`` is the full harness).
 """
 from __future__ import annotations
 
@@ -24,8 +16,9 @@ import torch
 
 from kernels import reference
 from kernels.registry import get
-from kernels.bench.results import FORWARD, BenchResult, BenchResults, dtype_name
-from kernels.bench.sweep import classify
+from kernels.bench.results import FORWARD, BenchResult, BenchResults
+from kernels.dtypes import dtype_name
+from kernels.bench.sweep import failure_status
 from kernels.bench.timing import spread, time_calls
 
 
@@ -95,15 +88,15 @@ class KVCache:
 
 # --------------------------------------------------------------------------- counts
 
-def step_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool = True) -> float:
+def call_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool = True) -> float:
     """FLOPs of one attention call with Sq queries against Sk keys (``reference.flops``).
 
-    Decode (Sq = 1) sees every key, so a causal step costs the full 4·B·H·Sk·D.
+    Decode (Sq = 1) sees every key, so a causal decode costs the full 4·B·H·Sk·D.
     """
     return reference.flops(batch, heads, seq_q, head_dim, causal=causal, seq_k=seq_k)
 
 
-def step_bytes(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
+def call_bytes(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
                kv_heads: Optional[int] = None, dtype: torch.dtype = torch.bfloat16) -> float:
     """Bytes a fused kernel must move: read q, the cached K and V (each shared head once), write o."""
     return reference.io_bytes(batch, heads, seq_q, head_dim, dtype=dtype, seq_k=seq_k, kv_heads=kv_heads)
@@ -116,8 +109,8 @@ def intensity(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int,
     For decode it tends to 2·(Hq/Hkv)/bytes_per_element as Sk grows: each cached element is
     read once and used in one multiply-add per query head of its group.
     """
-    return (step_flops(batch, heads, seq_q, seq_k, head_dim, causal)
-            / step_bytes(batch, heads, seq_q, seq_k, head_dim, kv_heads, dtype))
+    return (call_flops(batch, heads, seq_q, seq_k, head_dim, causal)
+            / call_bytes(batch, heads, seq_q, seq_k, head_dim, kv_heads, dtype))
 
 
 def cache_bytes(seq: int, kv_heads: int, head_dim: int, dtype: torch.dtype = torch.bfloat16,
@@ -132,22 +125,22 @@ def cache_bytes(seq: int, kv_heads: int, head_dim: int, dtype: torch.dtype = tor
 PREFILL, DECODE = "prefill", "decode"
 
 
-def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[str] = (PREFILL, DECODE),
+def bench_prefill_and_decode(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[str] = (PREFILL, DECODE),
                 batch: int = 1, heads: int = 8, kv_heads: Optional[int] = None, head_dim: int = 64,
                 dtype: torch.dtype = torch.float32, device="cpu", reps: int = 10, warmup: int = 2,
                 seed: int = 0) -> BenchResults:
-    """Time prefill (Sq = Sk = S) and decode (Sq = 1 against Sk = S) steps, causal, no grad.
+    """Time prefill (Sq = Sk = S) and decode (Sq = 1 against Sk = S) calls, causal, no grad.
 
     One ``BenchResult`` row per (implementation, phase, S), timed with ``timing.time_calls``
     (median and p10/p90 of ``reps`` calls after ``warmup``), with FLOPs and bytes from
-    ``step_flops`` / ``step_bytes`` so that Sq != Sk and shared K/V heads are counted right.
+    ``call_flops`` / ``call_bytes`` so that Sq != Sk and shared K/V heads are counted right.
     The row's ``impl`` reads ``"<name> <phase>"`` and its ``seq`` is Sk: ``kernels.bench.plots``
     then draws one line per implementation and phase.
     """
     device = torch.device(device)
     kv_heads = heads if kv_heads is None else kv_heads
     g = torch.Generator().manual_seed(seed)
-    rows = BenchResults(meta={"device": {"name": str(device)}, "what": "prefill and decode steps"})
+    rows = BenchResults(meta={"device": {"name": str(device)}, "what": "prefill and decode calls"})
     for name in impls:
         fn = get(name)
         for phase in phases:
@@ -158,8 +151,8 @@ def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[s
                 row = BenchResult(
                     impl=f"{name} {phase}", device=device.type, dtype=dtype_name(dtype), batch=batch,
                     heads=heads, seq=s, head_dim=head_dim, causal=True, mode=FORWARD, seq_q=s_q, kv_heads=kv_heads,
-                    flops=step_flops(batch, heads, s_q, s, head_dim),
-                    bytes=step_bytes(batch, heads, s_q, s, head_dim, kv_heads, dtype))
+                    flops=call_flops(batch, heads, s_q, s, head_dim),
+                    bytes=call_bytes(batch, heads, s_q, s, head_dim, kv_heads, dtype))
 
                 def call(q=q, k=k, v=v):
                     with torch.no_grad():
@@ -173,6 +166,6 @@ def bench_steps(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[s
                     row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12
                     row.gbps = row.bytes / (row.median_ms * 1e-3) / 1e9
                 except Exception as err:  # the sweep goes on; the row says what happened
-                    row.status, row.reason = classify(name, err)
+                    row.status, row.reason = failure_status(name, err)
                 rows.append(row)
     return rows

@@ -1,7 +1,9 @@
 """Chapter 2: the same attention, with the mask applied in place.
 
 One character changes (``masked_fill`` -> ``masked_fill_``), and with it one S×S copy
-per forward disappears from the trace.
+per forward disappears from the trace. Everything else is chapter 1's naive attention
+(``kernels.attention.naive``): the same five steps, the same cached masks, grouped-query
+attention and Sq != Sk alike.
 """
 from __future__ import annotations
 

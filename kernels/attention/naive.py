@@ -1,19 +1,11 @@
 """Chapter 1: attention written by hand, the way most people first write it.
 
 Five steps, each one PyTorch op: scores = q kᵀ, scale, mask the future, softmax, times v.
-The causal mask is built once per shape and reused (as in the source article), so what the
-profiler shows per forward is the attention itself, not mask construction.
-
-Beyond the article's case (q, k, v of one shape) the same five steps take what real models
-pass: fewer key/value heads than query heads (grouped-query attention: the query heads of a
-group are stacked as extra rows, so K and V are never copied per head), and Sq != Sk, with
-the causal mask aligned bottom-right (query i sees keys j <= i + Sk - Sq).
-
-One trap is kept on purpose, because the article's code has it: the scale is applied
-*after* the 16-bit ``q @ kᵀ``. In float16, scores beyond 65504 overflow to inf before the
-scale could shrink them (q and k ~ 40·N(0, 1) at head_dim 256 do it on some rows), and the
-softmax of a row holding inf is NaN. SDPA's backends scale first (or compute in fp32) and
-stay finite.
+The causal mask is built once per shape and cached, so the profiler shows the attention,
+not mask construction. The same five steps take grouped-query attention (a group's query
+heads stacked as extra rows, K and V never copied) and Sq != Sk, masked bottom-right.
+One trap is kept on purpose, as the source article has it: the scale comes *after* the
+16-bit ``q @ kᵀ``, so large float16 scores overflow to inf and the softmax gives NaN.
 """
 from __future__ import annotations
 
@@ -27,7 +19,7 @@ MASKS_PER_MODULE = 8   # distinct (Sq, Sk, device) masks a module keeps
 MODULES = 16           # distinct (class, causal, scale, device) modules the functions keep
 
 
-def future_mask(seq: int, device=None, keys: int | None = None, groups: int = 1) -> torch.Tensor:
+def grouped_future_mask(seq: int, device=None, keys: int | None = None, groups: int = 1) -> torch.Tensor:
     """[groups·seq, keys] bool (keys defaults to seq), True where a query would look at a later key.
 
     Bottom-right aligned (query i may see keys j <= i + keys - seq); ``groups`` stacks the
@@ -99,7 +91,7 @@ class NaiveAttention(nn.Module):
             mask = _future_mask(seq, keys, device)                        # [Sq, Sk]
             return mask if groups == 1 else mask.repeat(groups, 1)        # [G·Sq, Sk]
         return self.masks.get_or_make((seq, keys, groups, str(device)),
-                                      lambda: future_mask(seq, device, keys, groups))
+                                      lambda: grouped_future_mask(seq, device, keys, groups))
 
 
 _modules = LRU(MODULES)

@@ -1,32 +1,13 @@
 """Chapter 3: ``F.scaled_dot_product_attention`` with its backend pinned.
 
-SDPA picks a backend per call (flash, memory-efficient, cuDNN, or the math fallback).
-Pinning one with ``sdpa_kernel`` makes each backend its own registry entry, so the
-profiler can show what each one really launches. The support rules below mirror
-PyTorch's own checks (aten sdp_utils) so a reader is told *why* before a call fails;
-they are pure functions of a compute capability, so they can be checked without the GPU.
-
-The registry's contract needs three things SDPA does not do by itself:
-
-- causal aligned bottom-right when Sq != Sk (SDPA's ``is_causal`` is top-left): a single
-  query needs no mask at all, flash on a GPU gets ``causal_lower_right``, the rest an
-  explicit boolean mask;
-- grouped-query attention: ``enable_gqa=True`` when K/V have fewer heads than q;
-- layouts: every fused backend needs stride 1 along head_dim, so a tensor without it is
-  copied first (the one layout copy these entries make).
-
-And one guard: PyTorch's CPU flash kernel returns NaN for causal attention with a scale
-<= 0 (torch 2.13), so that case gets the same causal pattern as an explicit mask, with
-which the same kernel is right.
-
-Two more things chapter 3 reads from here:
-
-- ``math_decomposed(q, k, v)``: what the math backend runs, written out in Python one
-  ATen op per line (fp32 upcast, scaling, a causal mask rebuilt on every call, the
-  NaN-guarded ``safe_softmax``). It returns the math backend's output bit for bit, so
-  the ops in its source are the ops in the math backend's trace.
-- ``ARTICLE_A100_KERNELS``: the fused kernels the source article's A100 traces show, so
-  the chapter can decode them with ``kernels.trace.fingerprints`` even on a machine without a GPU.
+Pinning a backend with ``sdpa_kernel`` makes each of flash, memory-efficient, cuDNN and math
+its own registry entry, so the profiler shows what each launches. The support rules mirror
+PyTorch's own checks (aten sdp_utils) as pure functions of a compute capability, so a reader
+is told why before a call fails. The entries add what the registry's contract needs:
+bottom-right causal when Sq != Sk, ``enable_gqa`` for grouped-query attention, a copy for a
+layout without unit stride along D, and a guard for the CPU flash kernel's NaN at scale <= 0.
+``math_decomposed`` writes out what the math backend runs, one ATen op per line, bit for bit;
+``ARTICLE_A100_KERNELS`` are the fused kernels of the source article's A100 traces.
 """
 from __future__ import annotations
 
@@ -39,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels.registry import CannotRun, Reason, check_inputs, needs_cuda, register, resolve_scale
+from kernels.registry import CannotRun, Reason, check_inputs, cuda_reason, get, register, resolve_scale
 
 BACKENDS = {
     "sdpa_math": SDPBackend.MATH,
@@ -197,7 +178,7 @@ def device_reason(name: str, device: torch.device) -> Reason:
         label = {"sdpa_efficient": "memory-efficient", "sdpa_cudnn": "cuDNN"}[name]
         return (f"PyTorch has no CPU kernel for the {label} backend "
                 "(on CPU, SDPA raises 'No viable backend'); it needs a CUDA GPU")
-    return needs_cuda(device) or capability_reason(name, capability(device))
+    return cuda_reason(device) or capability_reason(name, capability(device))
 
 
 def input_reason(name: str, q: torch.Tensor, k: Optional[torch.Tensor] = None, causal: bool = True) -> Reason:
@@ -317,8 +298,6 @@ for _order, _name in enumerate(BACKENDS):
 
 def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
     """Try every backend on these inputs: ``{name: None}`` if it ran, else PyTorch's reason."""
-    from kernels.registry import get
-
     result: dict[str, Reason] = {}
     for name in BACKENDS:
         try:

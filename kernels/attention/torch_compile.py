@@ -1,25 +1,11 @@
 """Chapter 7: attention that ``torch.compile`` writes for us, and FlexAttention.
 
-Two registry entries, each an implementation in its own right:
-
-- ``compiled_naive``: the naive module of chapter 1 under ``torch.compile``. TorchDynamo
-  captures the five steps as one graph, Inductor fuses what lies between the two matmuls
-  (scale, mask, softmax) into one generated kernel (C++ on a CPU, a ``triton_`` kernel on a
-  GPU) and keeps the matmuls as library calls (``aten::bmm`` / cuBLAS).
-- ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a bottom-right causal
-  ``BlockMask`` (``create_block_mask``): one fused kernel that skips the tiles the mask
-  hides entirely. PyTorch blog, "FlexAttention: The Flexibility of PyTorch with the
-  Performance of FlashAttention" (2024-08-07).
-
-Both compile on the first call at each new shape, which takes seconds (a C++ or Triton
-compile); later calls at that shape reuse the compiled code. Inductor keeps what it
-compiled on disk (``TORCHINDUCTOR_CACHE_DIR``), so a second process starts faster. Neither
-entry sets anything at import: compiling happens on the first call.
-
-The helpers below are what chapter 7 reads traces with: ``generated_kernels`` (the kernels
-Inductor wrote, found in a profiled step by name), ``fused_ops`` (the ops a generated
-kernel's name says it fused), ``block_counts`` (what a block mask computes, skips or masks),
-and ``alibi`` (a score_mod no SDPA backend offers).
+Two registry entries: ``compiled_naive`` (chapter 1's naive module under ``torch.compile``:
+Inductor fuses scale, mask and softmax into one generated kernel and keeps the matmuls as
+library calls) and ``flex`` (``flex_attention`` with a bottom-right causal ``BlockMask``: one
+fused kernel that skips the tiles the mask hides). Both compile on the first call at each
+new shape (seconds); nothing is set at import. The helpers are what chapter 7 reads traces
+with: ``generated_kernels``, ``fused_ops``, ``block_counts`` and ``alibi``.
 """
 from __future__ import annotations
 
@@ -80,7 +66,7 @@ def compiled_module(causal: bool, scale: float, device, dynamic: Optional[bool] 
     second shape recompiles with symbolic sizes, so a sweep over the lengths of one layout
     (Sq == Sk > 1, same heads and head dim) pays at most two compiles in all, not one per
     length (one, when an earlier compile of ``NaiveAttention.forward`` already saw sizes
-    change: Dynamo remembers that per code object). ``tests/test_compiled.py`` counts them
+    change: Dynamo remembers that per code object). ``tests/attention/test_compiled.py`` counts them
     over 12 lengths. Other shape classes (one query, Sq > Sk, grouped-query heads) take a
     graph each. ``NaiveAttention`` builds its mask inside the graph when compiled, so its mask
     cache adds no guard (see ``NaiveAttention.mask_for``).

@@ -1,66 +1,14 @@
-"""The benchmark harness: time every implementation over a sweep, and say what it achieved.
+"""``python -m kernels.bench``: time the registered implementations over a sweep and save the rows.
 
-One *point* is one implementation at one shape (batch, heads, sequence length, head dim,
-K/V heads), dtype, causal flag and mode: a forward, a training step (forward+backward), the
-backward alone, or a decoding step (one query against a KV cache). For each point:
-
-1. **Warm up** a few calls: first calls pay for kernel selection, compilation, caches.
-2. **Time many calls** and keep the median (robust to the odd slow run) and the 10th and
-   90th percentiles (the spread). On a GPU each call is bracketed by CUDA events, which
-   time the GPU's own work; on a CPU by ``time.perf_counter``.
-3. **Rotate the inputs** among pre-made sets (up to 256, together larger than the caches
-   where that many allow): calling the same small q, k, v over and over would serve them
-   from cache and flatter small shapes.
-4. **Convert** the median into TFLOP/s and GB/s with the mode's own counts
-   (``kernels.reference``): ``flops`` (causal halved; backward 2.5x forward, a training step
-   3.5x) and ``io_bytes`` (implementations that write the S×S scores are charged for them);
-   a decoding step ``decode_flops`` (4·B·Hq·Sk·D, never halved: one query row sees every key)
-   and ``decode_bytes`` (the K/V cache read dominates; GQA divides it by Hq / Hkv). Each row
-   also carries its arithmetic intensity (FLOP/byte).
-5. **Measure peak memory** of one more call, apart from the timed ones (see MEMORY_METHODS).
-
-Nothing stops the sweep: a point that cannot run records why (``status`` and ``reason``)
-and the sweep goes on. Results save to JSON (with where, when and how they were made) and
-CSV, and ``load_results`` reads either back.
+Each point (implementation, shape, dtype, causal, mode) is warmed up, timed over rotating
+inputs, converted to TFLOP/s and GB/s, and its peak memory measured (kernels.bench.sweep);
+a point that cannot run records why. Rows go to JSON and CSV (kernels.bench.results, which
+also holds the performance goals the README states).
 
     python -m kernels.bench --out bench_cpu                 # the CPU sweep, < 2 min on 2 cores
     python -m kernels.bench --mode forward training --device cuda --out bench_gpu
     python -m kernels.bench --mode decode --seq 4096 16384 --gqa 4 --out decode
-    python -m kernels.bench --device cuda --impls triton --backward-only --repeats 3 --crosscheck
     python -m kernels.bench --mode context-parallel --world 2 --seq 1024   # ring, Ulysses, one device
-
-This module is the CLI and the one name chapters import; the harness lives one concept per
-module, and its names are re-exported here (``bench.sweep``, ``bench.compare``...):
-
-- ``kernels.bench.results``: a row (``BenchResult``), the modes, statuses, the run's meta, JSON/CSV files;
-- ``kernels.bench.timing``: synchronize, warm up, time calls, spread, peak memory, warm the GPU;
-- ``kernels.bench.sweep``: input sets, the step each mode times, one point, the sweep;
-- ``kernels.bench.comparison``: interleaved rounds of a few callables (``compare``, ``Comparison``);
-- ``kernels.bench.gpu_checks``: Triton's own timers and the autotuner's choice (GPU only).
-
-More than the medians, each row carries what makes a GPU number trustworthy:
-
-* the first call (autotuning, compiling) is timed apart (``first_call_ms``), so the warm-up
-  and the timed calls see the steady state;
-* the Triton configs the autotuner chose (``config``, from each kernel's ``best_config``;
-  None in the interpreter, which does not autotune);
-* with ``repeats`` > 1, each round's median and their spread (``round_spread``);
-* with ``crosscheck`` on a GPU, Triton's ``do_bench`` (L2 flushed between calls) and
-  ``do_bench_cudagraph`` (a CUDA graph, no Python dispatch): a median far above the graph's
-  means the point measured dispatch, not the kernel. On a CPU the row says it was not run;
-* the run's ``meta["peaks"]``: the datasheet's ceilings next to a matmul and a copy measured
-  on the same device just before.
-
-Performance goals (not yet measured: no GPU run has recorded them). On H100/H200, causal
-bf16, S 1k-16k, D 64 and 128, all in the same run: the ``triton`` forward at >= 1.0x the
-speed of ``sdpa_flash`` (SDPA's FlashAttention-2 backend), ``triton`` forward+backward at
->= 0.85x, and ``cuda_v2``'s forward at >= 0.7x. ``.ci/device-run`` measures them in its bench
-phase (``tools/gpu_run.py`` BENCH_ARGS: sdpa_flash, sdpa_cudnn, triton and cuda_v2 at S 1024,
-2048, 4096, 16384, D 64 and 128, B 4, H 16, bf16, causal, forward and forward+backward); the
-ratio is the two medians of one run at the same shape (``kernels.bench.results.GOALS`` and
-``goal_ratios``; chapter 6 reads them from a recorded run). For scale, FlashAttention-3's paper
-(arXiv 2407.08608, Fig. 5: H100, causal forward, D = 128, S 512 to 16k) gives Triton's kernel
-146 to 378 TFLOP/s, FlashAttention-2 191 to 335 and cuDNN 315 to 539.
 """
 from __future__ import annotations
 
@@ -77,6 +25,7 @@ from kernels.registry import names
 from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, STATUSES, save_results
 from kernels.bench.sweep import sweep
 from kernels.bench.timing import warm_gpu
+from kernels.parallel import programs
 
 # What --mode accepts: each mode's own name, and the words people use for it.
 MODE_WORDS = {"forward": FORWARD, "fwd": FORWARD,
@@ -153,8 +102,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
     if "context-parallel" in (split_list(args.mode) or []):  # ranks in processes: kernels.parallel.programs
-        from kernels.parallel import programs
-
         if args.world < 1:
             cli.error(f"--world must be a positive number of ranks, got {args.world}")
         args.argv = argv

@@ -1,21 +1,11 @@
 """Figures from benchmark results: how time, throughput and memory scale, and the roofline.
 
-Each function takes the rows of a sweep (``bench.sweep`` or ``bench.load_results``) and
-returns a matplotlib ``Figure``. Figures are built with ``matplotlib.figure.Figure``, not
-``pyplot``: no GUI backend, no global state, safe under Agg and in tests; a notebook
-shows a figure by leaving it as a cell's last expression.
-
-Only rows with status "ok" are drawn. One line per *series*: an implementation, plus
-whatever else varies in the results (mode, dtype, head dim, causal, K/V heads), so that a line
-never joins points that are not comparable.
-
-- ``time_vs_seq``: latency against S, log-log, with the p10-p90 spread shaded.
-  Slope 2 on log-log axes is the S² of attention.
-- ``tflops_vs_seq``: achieved TFLOP/s against S, with the device's peak as a ceiling.
-- ``memory_vs_seq``: peak memory against S, log-log, with S and S² guides: an
-  implementation that materializes the scores climbs with slope 2, a fused one with slope 1.
-- ``roofline``: achieved FLOP/s against arithmetic intensity (FLOP/byte) under the two
-  ceilings of the device, compute (flat) and bandwidth (slope 1), which meet at the ridge.
+Each function takes a sweep's rows and returns a ``matplotlib.figure.Figure`` (no pyplot:
+no GUI backend, no global state). Only rows with status "ok" are drawn, one line per
+*series* (an implementation plus whatever else varies: mode, dtype, head dim, causal, K/V
+heads), so a line never joins points that are not comparable: ``time_vs_seq`` (log-log, the
+p10-p90 spread shaded), ``tflops_vs_seq`` (under the device's peak), ``memory_vs_seq`` (with
+S and S² guides) and ``roofline`` (FLOP/s against FLOP/byte under the two ceilings).
 """
 from __future__ import annotations
 
@@ -75,7 +65,7 @@ def seq_axis(ax, groups: dict) -> None:
         ax.minorticks_off()
 
 
-def finish(fig, ax, groups: dict) -> Figure:
+def finish_figure(fig, ax, groups: dict) -> Figure:
     if groups:
         ax.legend(fontsize="small")
     else:
@@ -129,7 +119,7 @@ def time_vs_seq(results: Iterable) -> Figure:
     seq_axis(ax, groups)
     ax.set_yscale("log")
     mark_noise(ax, results)
-    return finish(fig, ax, groups)
+    return finish_figure(fig, ax, groups)
 
 
 def peak_of(results, peak) -> Optional[devices.Peaks]:
@@ -165,7 +155,7 @@ def tflops_vs_seq(results: Iterable, peak=None) -> Figure:
     seq_axis(ax, groups)
     ax.set_ylim(bottom=0)
     mark_noise(ax, results)  # throughput is FLOPs over the same noisy times
-    return finish(fig, ax, groups)
+    return finish_figure(fig, ax, groups)
 
 
 def memory_vs_seq(results: Iterable) -> Figure:
@@ -179,7 +169,7 @@ def memory_vs_seq(results: Iterable) -> Figure:
         draw_guides(ax, groups)
     seq_axis(ax, groups)
     ax.set_yscale("log")
-    return finish(fig, ax, groups)
+    return finish_figure(fig, ax, groups)
 
 
 def draw_guides(ax, groups: dict) -> None:
@@ -233,4 +223,4 @@ def roofline(results: Iterable, device=None) -> Figure:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    return finish(fig, ax, groups)
+    return finish_figure(fig, ax, groups)

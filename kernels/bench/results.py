@@ -1,20 +1,12 @@
 """A benchmark's results: one row per point, what the columns mean, and the files they go to.
 
 A *point* is one implementation at one shape, dtype, causal flag and mode; ``BenchResult``
-is its row, ``BenchResults`` a list of rows plus ``meta`` (``run_meta``: device, versions,
-the datasheet's and measured peaks, date, command, how times, memory, FLOPs and bytes were
-counted).
-``save_results`` writes JSON (rows and meta) and CSV (rows); ``load_results`` reads either
-back, including files written before a column was added (the column takes its default).
-
-The modes, and what a row of each times:
-
-- ``forward``: one forward under ``torch.no_grad`` (Sq = Sk = ``seq``);
-- ``forward+backward``: a training step's attention, forward then backward (FLOPs 3.5x the
-  forward's: backward is 2.5x);
-- ``backward``: the backward alone, replayed on forwards made before the clock starts;
-- ``decode``: one decoding step: one new query (Sq = 1) against a KV cache of ``seq`` keys
-  (``seq_q`` is 1, ``seq`` is the cache length Sk), no grad.
+is its row, ``BenchResults`` the rows plus ``meta`` (``run_meta``: device, versions, peaks,
+date, command, how everything was counted). ``save_results`` writes JSON and CSV,
+``load_results`` reads either back (older files too). The modes: ``forward`` (no grad),
+``forward+backward`` (3.5x the forward's FLOPs), ``backward`` alone (replayed on forwards
+made before the clock starts), ``decode`` (one query against a cache of ``seq`` keys).
+``GOALS`` are the performance goals the README states, ``goal_ratios`` how a run meets them.
 """
 from __future__ import annotations
 
@@ -29,6 +21,7 @@ from typing import Any, Iterable, Optional
 
 import torch
 
+from kernels.dtypes import dtype_name
 from kernels.hw import devices
 from kernels.registry import implementation, names
 from kernels.bench.timing import MEMORY_METHODS
@@ -46,24 +39,6 @@ STATUSES = {
     "oom": "out of memory",
     "error": "anything else went wrong; the reason holds the exception",
 }
-
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
-          "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
-          "bfloat16": torch.bfloat16, "fp64": torch.float64, "float64": torch.float64}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def parse_dtype(text) -> torch.dtype:
-    if isinstance(text, torch.dtype):
-        return text
-    try:
-        return DTYPES[str(text).lower().replace("torch.", "")]
-    except KeyError:
-        raise ValueError(f"unknown dtype {text!r}; use one of {', '.join(DTYPES)}") from None
-
 
 def first_line(err: BaseException) -> str:
     """An exception as a row's ``reason``: its first line (its type's name if it says nothing)."""

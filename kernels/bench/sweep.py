@@ -1,21 +1,12 @@
 """The benchmark sweep: every implementation x shape x dtype x causal x mode, one row each.
 
-For each point: make rotating input sets (``InputPool``), build the step the mode times
-(``make_step``), time it with ``kernels.bench.timing`` (first call apart, warm-up, as many timed
-calls as the budget allows), convert the median into TFLOP/s and GB/s with the point's own
-FLOP and byte counts (``new_point``, from ``kernels.reference``), and measure peak memory on
-one more call. Nothing stops the sweep: a point that cannot run records why.
-
-The modes (``kernels.bench.results``) and their counts:
-
-- ``forward``: ``reference.flops`` (causal halved) and ``io_bytes``;
-- ``forward+backward`` (a training step): 3.5x the forward's FLOPs; dO, dQ, dK, dV added to the bytes;
-- ``backward`` alone: the difference, 2.5x the forward's FLOPs;
-- ``decode``: Sq = 1 against a cache of Sk = ``seq`` keys, ``reference.decode_flops``
-  (4·B·Hq·Sk·D, never halved) and ``decode_bytes`` (the K/V cache read dominates).
-
-``kv_heads`` (default: ``heads``) shares K/V heads (grouped-query attention) in every mode:
-FLOPs stay, the K/V bytes shrink by Hq / Hkv.
+For each point: make rotating input sets (``InputPool``), build the call the mode times
+(``make_timed_call``), time it with ``kernels.bench.timing`` (first call apart, warm-up, as
+many timed calls as the budget allows), convert the median into TFLOP/s and GB/s with the
+point's own FLOP and byte counts (``new_point``, from ``kernels.reference``; the modes are
+``kernels.bench.results``'), and measure peak memory on one more call. ``kv_heads`` shares
+K/V heads in every mode. Nothing stops the sweep: a point that cannot run records why
+(``failure_status``).
 """
 from __future__ import annotations
 
@@ -31,8 +22,9 @@ import torch
 
 from kernels import reference
 from kernels.bench.gpu_checks import chosen_configs, cross_check
+from kernels.dtypes import dtype_name, parse_dtype
 from kernels.registry import CannotRun, available, implementation, names
-from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES, BenchResult, BenchResults, call_text, dtype_name, first_line, locals_for_command, parse_dtype, run_meta
+from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES, BenchResult, BenchResults, call_text, first_line, locals_for_command, run_meta
 from kernels.bench.timing import peak_memory, spread, time_calls, warm_up
 
 # Backward-only timing replays the backward of forwards made before the clock starts
@@ -58,7 +50,7 @@ class InputPool:
     """Random input sets for one shape, carved out of one buffer and used in turn.
 
     ``shape`` is (B, Hq, Sk, D). q and the gradient fed to backward have ``seq_q`` rows per
-    head (Sk unless given; 1 for a decoding step); k and v have ``kv_heads`` heads (Hq unless
+    head (Sk unless given; 1 for decoding one token); k and v have ``kv_heads`` heads (Hq unless
     given; fewer when grouped-query attention shares them). Each set is (q, k, v, grad).
     """
 
@@ -100,8 +92,8 @@ class NoBackward(Exception):
     """The implementation's output cannot be differentiated."""
 
 
-def make_step(fn, pool: InputPool, causal: bool, backward):
-    """One benchmarked call: a forward (under no_grad; a decoding step is one too), a forward
+def make_timed_call(fn, pool: InputPool, causal: bool, backward):
+    """One benchmarked call: a forward (under no_grad; decoding one token is one too), a forward
     and its backward, or (``backward`` = BACKWARD) a backward alone, replayed on forwards made
     here, before any timing."""
     mode = backward if isinstance(backward, str) else FORWARD_BACKWARD if backward else FORWARD
@@ -157,7 +149,7 @@ def is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(w in str(err).lower() for w in OOM_WORDS)
 
 
-def classify(name: str, err: BaseException) -> tuple[str, str]:
+def failure_status(name: str, err: BaseException) -> tuple[str, str]:
     """(status, reason) for an exception raised while benchmarking ``name``."""
     if is_oom(err):
         return "oom", first_line(err)
@@ -177,7 +169,7 @@ def classify(name: str, err: BaseException) -> tuple[str, str]:
     return "error", f"{type(err).__name__}: {first_line(err)}"
 
 
-def input_refusal(name: str, head_dim: int, dtype: torch.dtype) -> Optional[str]:
+def unsupported_input_reason(name: str, head_dim: int, dtype: torch.dtype) -> Optional[str]:
     """The registry's own head-dim/dtype limits, checked before any input is made."""
     impl = implementation(name)
     if impl.head_dims is not None and head_dim not in impl.head_dims:
@@ -230,7 +222,7 @@ def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, rep
                             max_seconds=max_seconds, memory=memory, crosscheck=crosscheck)
     except EagerFallback as err:
         if point.status == "ok":   # else the timed call's own FailOnRecompileLimitHit already said it
-            point.status, point.reason = classify(point.impl, err)
+            point.status, point.reason = failure_status(point.impl, err)
         point.median_ms = point.p10_ms = point.p90_ms = point.tflops = point.gbps = None
         return point
 
@@ -243,22 +235,22 @@ def _measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, re
     pool = None
     try:
         pool = InputPool(shape, dtype, device, point.backward, seq_q=point.seq_q, kv_heads=point.kv_heads)
-        step = make_step(fn, pool, point.causal, point.mode)
+        timed_call = make_timed_call(fn, pool, point.causal, point.mode)
         # The first call autotunes and compiles (seconds for Triton): it is timed on its own,
         # so the warm-up that follows estimates the steady state and keeps its calls.
-        point.first_call_ms = warm_up(step, device, 1, budget_ms=0)
-        estimate_ms = warm_up(step, device, warmup, budget_ms=max_seconds * 1e3 / 2)
+        point.first_call_ms = warm_up(timed_call, device, 1, budget_ms=0)
+        estimate_ms = warm_up(timed_call, device, warmup, budget_ms=max_seconds * 1e3 / 2)
         # As many timed calls as fit the time budget, within [min_reps, reps].
         n = max(min_reps, min(reps, int(max_seconds * 1e3 / max(estimate_ms, 1e-3))))
-        point.median_ms, point.p10_ms, point.p90_ms = spread(time_calls(step, device, n))
+        point.median_ms, point.p10_ms, point.p90_ms = spread(time_calls(timed_call, device, n))
         point.reps = n
         point.config = chosen_configs(point.impl)
         if crosscheck:
-            point.do_bench_ms, point.cudagraph_ms, point.crosscheck = cross_check(step, device)
+            point.do_bench_ms, point.cudagraph_ms, point.crosscheck = cross_check(timed_call, device)
         if memory:
-            point.peak_memory_bytes, point.memory_method = peak_memory(step, device)
+            point.peak_memory_bytes, point.memory_method = peak_memory(timed_call, device)
     except Exception as err:  # the sweep goes on; the row says what happened
-        point.status, point.reason = classify(point.impl, err)
+        point.status, point.reason = failure_status(point.impl, err)
     finally:
         del pool
         if device.type == "cuda" and point.status == "oom":
@@ -339,7 +331,7 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
     for round_no in range(repeats):
         for i, (name, seq, head_dim, dtype, is_causal, mode) in enumerate(points, 1):
             point = new_point(name, device, dtype, batch, heads, seq, head_dim, is_causal, mode, kv_heads)
-            why_not = reasons[name] or input_refusal(name, head_dim, dtype)
+            why_not = reasons[name] or unsupported_input_reason(name, head_dim, dtype)
             if impls is None and device.type == "cpu" and implementation(name).slow_on_cpu:
                 point.status, point.reason = "skipped", (
                     f"{name}: left out of CPU sweeps by default (the Triton interpreter takes seconds "

@@ -1,8 +1,8 @@
 """Timing one callable honestly: synchronise, warm up, time many calls, keep the spread.
 
-These are the measuring core every benchmark of the course shares (``kernels.bench``'s
-sweep, ``kernels.bench.comparison``, ``kernels.attention.decoding.bench_steps``, the appendix *Measuring
-honestly*):
+The measuring core every benchmark of the course shares (the sweep, ``kernels.bench.comparison``,
+``kernels.attention.decoding``, the appendix *Measuring honestly*). The callable timed is the
+*timed call* (``timed_call``), never a "step": a step is one profiler step.
 
 - ``synchronize``: wait for the GPU (a no-op on a CPU, where every op has finished on return);
 - ``warm_up``: a few calls kept out of the record (first calls compile, tune, fill caches);
@@ -19,6 +19,10 @@ import time
 from typing import Sequence
 
 import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from kernels.trace.reader import load_trace
+from kernels.trace.record import quiet_kineto
 
 MEMORY_METHODS = {
     "cuda.max_memory_allocated": (
@@ -38,7 +42,7 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_calls(step, device: torch.device, reps: int) -> list[float]:
+def time_calls(timed_call, device: torch.device, reps: int) -> list[float]:
     """Milliseconds of each of ``reps`` calls: CUDA events on a GPU, perf_counter on a CPU."""
     synchronize(device)
     if device.type == "cuda":
@@ -46,26 +50,26 @@ def time_calls(step, device: torch.device, reps: int) -> list[float]:
                   for _ in range(reps)]
         for start, end in events:
             start.record()
-            step()
+            timed_call()
             end.record()
         synchronize(device)
         return [start.elapsed_time(end) for start, end in events]
     times = []
     for _ in range(reps):
         began = time.perf_counter()
-        step()
+        timed_call()
         synchronize(device)
         times.append((time.perf_counter() - began) * 1e3)
     return times
 
 
-def warm_up(step, device: torch.device, calls: int, budget_ms: float) -> float:
+def warm_up(timed_call, device: torch.device, calls: int, budget_ms: float) -> float:
     """Up to ``calls`` calls kept out of the record (at least one, fewer once they have
     used ``budget_ms``: a slow call is warm after one run); return the fastest's ms."""
     best, spent = float("inf"), 0.0
     for _ in range(max(1, calls)):
         start = time.perf_counter()
-        step()
+        timed_call()
         synchronize(device)
         took = (time.perf_counter() - start) * 1e3
         best, spent = min(best, took), spent + took
@@ -82,30 +86,25 @@ def spread(times: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(times), deciles[0], deciles[-1]
 
 
-def peak_memory(step, device: torch.device) -> tuple[int, str]:
+def peak_memory(timed_call, device: torch.device) -> tuple[int, str]:
     """Bytes allocated at the peak of one call, above what was allocated before it, and the
     method (a key of MEMORY_METHODS)."""
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
-        step()
+        timed_call()
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before, "cuda.max_memory_allocated"
-    return profiler_peak_memory(step), "profiler memory events"
+    return profiler_peak_memory(timed_call), "profiler memory events"
 
 
-def profiler_peak_memory(step) -> int:
+def profiler_peak_memory(timed_call) -> int:
     """One call profiled with memory events, inside a label; its peak is that labelled step's
     ``peak_bytes``, read by ``kernels.trace.reader`` as every chapter's traces are (one home for the rule)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    from kernels.trace.record import quiet_kineto
-    from kernels.trace.reader import load_trace
-
     with quiet_kineto(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         with record_function(PEAK_LABEL):
-            step()
+            timed_call()
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")
         prof.export_chrome_trace(path)

@@ -32,7 +32,7 @@ def check_block_flops(block_flops: Callable, seed: Optional[int] = None) -> Pass
     FLOPs of one forward, attention computing every S×S score (what FlopCounterMode counts)."""
     g = _generator(seed)
     for seq, width, batch, ratio in _configs(g):
-        want = blocks.flops(seq, width, batch, ratio)
+        want = blocks.flops_by_part(seq, width, batch, ratio)
         got = _run(block_flops, seq, width, batch, ratio, what=f"block_flops({seq}, {width}, {batch}, {ratio})")
         case = f"[S={seq}, W={width}, B={batch}, mlp_ratio={ratio}]"
         if _blank(got) or not isinstance(got, dict):

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
+from kernels.attention.torch_compile import block_counts, causal_mod
 from kernels.exercises.judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
 
 __all__ = ["check_window_mask", "check_skipped_tiles", "check_softcap"]
@@ -81,8 +82,6 @@ def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> 
     ``create_block_mask`` itself)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from kernels.attention.torch_compile import block_counts, causal_mod
-
     g = _generator(seed)
     cases = [(128 * _pick(g, 2, 6), 128),
              (_pick(g, 130, 700), 128),
@@ -139,8 +138,6 @@ def _floats_specialised():
 
 def _eager_flex(q, k, v, score_mod, causal: bool):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    from kernels.attention.torch_compile import causal_mod
 
     mask = create_block_mask(causal_mod(0), None, None, q.shape[-2], k.shape[-2], device="cpu") if causal else None
     with warnings.catch_warnings(), _floats_specialised():

@@ -1,5 +1,5 @@
-"""Checks for the exercises of chapter 10, decoding: one decode step against a KV cache, and the
-arithmetic intensity of a step.
+"""Checks for the exercises of chapter 10, decoding: decoding one token against a KV cache, and the
+arithmetic intensity of that call.
 
 The contract of ``kernels.exercises.judge``: fresh cases (the seed is printed, so a failure can be
 replayed with ``seed=``), a judge computed here, one ``✔`` line or an ``ExerciseFailed`` that
@@ -15,7 +15,7 @@ from kernels import reference
 from kernels.attention import decoding
 from kernels.exercises.judge import Passed, _fail, _generator, _number, _passed, _pick, _run
 
-__all__ = ["check_decode_step", "check_decode_intensity"]
+__all__ = ["check_decode_token", "check_decode_intensity"]
 
 
 # ============================================================================ task 1
@@ -27,11 +27,11 @@ def _top_left(q, k, v):
     return v[:, :, :1].repeat_interleave(group, dim=1).expand(q.shape).to(torch.float64)
 
 
-def check_decode_step(decode_step: Callable, seed: Optional[int] = None) -> Passed:
-    """``decode_step(cache, q, k_new, v_new)``: append one token to a ``KVCache`` and return the
+def check_decode_token(decode_token: Callable, seed: Optional[int] = None) -> Passed:
+    """``decode_token(cache, q, k_new, v_new)``: append one token to a ``KVCache`` and return the
     new query's attention over every cached token, [B, H, 1, D]."""
     g = _generator(seed)
-    steps = 0
+    tokens = 0
     for hq, hkv in ((4, 4), (_pick(g, 2, 4) * 2, 2)):
         b, d, prompt, extra = _pick(g, 1, 3), (16, 32)[_pick(g, 0, 2)], _pick(g, 5, 40), 3
         cache = decoding.KVCache(b, hkv, prompt + extra + 4, d)
@@ -41,13 +41,13 @@ def check_decode_step(decode_step: Callable, seed: Optional[int] = None) -> Pass
             q = torch.randn(b, hq, 1, d, generator=g)
             k_new, v_new = k_all[:, :, t:t + 1], v_all[:, :, t:t + 1]
             before = cache.length
-            case = f"[B={b}, {hq} query heads, {hkv} K/V heads, D={d}, {before} tokens cached before this step]"
-            out = _run(decode_step, cache, q, k_new, v_new, what="decode_step(cache, q, k_new, v_new)")
-            steps += 1
+            case = f"[B={b}, {hq} query heads, {hkv} K/V heads, D={d}, {before} tokens cached before this token]"
+            out = _run(decode_token, cache, q, k_new, v_new, what="decode_token(cache, q, k_new, v_new)")
+            tokens += 1
             if out is None:
-                _fail("decode_step returned None: return the attention output, shape [B, H, 1, D].")
+                _fail("decode_token returned None: return the attention output, shape [B, H, 1, D].")
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
-                _fail(f"{case} decode_step must return a tensor of q's shape {tuple(q.shape)}, got "
+                _fail(f"{case} decode_token must return a tensor of q's shape {tuple(q.shape)}, got "
                       f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}.")
             if cache.length == before:
                 _fail(f"{case} the cache still holds {before} tokens: append the new token's k and v "
@@ -74,7 +74,7 @@ def check_decode_step(decode_step: Callable, seed: Optional[int] = None) -> Pass
                     _fail(f"{case} {words}.")
             _fail(f"{case} the output differs from attention over the {t + 1} cached tokens by "
                   f"{reference.max_rel_error(out, want):.2e} (relative), and not in a way the check recognizes.")
-    return _passed(f"decode_step appends and attends right on {steps} fresh steps, GQA included")
+    return _passed(f"decode_token appends and attends right on {tokens} fresh tokens, GQA included")
 
 
 # ============================================================================ task 2
@@ -84,7 +84,7 @@ _ELEMENT_DTYPES = {2: torch.bfloat16, 4: torch.float32}
 
 def check_decode_intensity(decode_intensity: Callable, seed: Optional[int] = None) -> Passed:
     """``decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element)`` -> FLOP per byte
-    of one decode step (batch 1, one query, a fused kernel reading q, K, V once and writing o)."""
+    of decoding one token (batch 1, one query, a fused kernel reading q, K, V once and writing o)."""
     g = _generator(seed)
     cases = [(32, 8, _pick(g, 500, 9000), 128, 2), (16, 16, _pick(g, 100, 3000), 64, 4), (8 * _pick(g, 1, 5), 1, _pick(g, 64, 4096), 64, 2)]
     for hq, hkv, sk, d, elem in cases:
@@ -94,21 +94,21 @@ def check_decode_intensity(decode_intensity: Callable, seed: Optional[int] = Non
         case = f"[{hq} query heads, {hkv} K/V heads, {sk} cached tokens, D={d}, {elem} bytes per element]"
         if abs(got - want) <= 1e-9 * want:
             continue
-        flops = decoding.step_flops(1, hq, 1, sk, d)
+        flops = decoding.call_flops(1, hq, 1, sk, d)
         alternatives = {
             "K and V are shared by each group of query heads: the cache has kv_heads heads, read once each, "
-            "not one per query head": flops / decoding.step_bytes(1, hq, 1, sk, d, hq, dtype),
-            "a decode step's single query sees every cached key (bottom-right causal): no causal half":
-                flops / 2 / decoding.step_bytes(1, hq, 1, sk, d, hkv, dtype),
-            "the step also reads q and writes o (2·H·D elements); you counted the cache only":
+            "not one per query head": flops / decoding.call_bytes(1, hq, 1, sk, d, hq, dtype),
+            "one token's single query sees every cached key (bottom-right causal): no causal half":
+                flops / 2 / decoding.call_bytes(1, hq, 1, sk, d, hkv, dtype),
+            "the call also reads q and writes o (2·H·D elements); you counted the cache only":
                 flops / (2 * hkv * sk * d * elem),
             "divide by bytes, not elements: multiply the element count by bytes_per_element":
-                flops / (decoding.step_bytes(1, hq, 1, sk, d, hkv, dtype) / elem),
+                flops / (decoding.call_bytes(1, hq, 1, sk, d, hkv, dtype) / elem),
             "the cache holds two tensors, K and V: count both": flops / ((2 * hq * d + hkv * sk * d) * elem),
         }
         for words, value in alternatives.items():
             if abs(got - value) <= 1e-6 * value and abs(value - want) > 1e-9 * want:
                 _fail(f"{case} {words}.")
-        _fail(f"{case} the step does {flops:.4g} FLOPs over {decoding.step_bytes(1, hq, 1, sk, d, hkv, dtype):.4g} "
+        _fail(f"{case} the call does {flops:.4g} FLOPs over {decoding.call_bytes(1, hq, 1, sk, d, hkv, dtype):.4g} "
               f"bytes: {want:.4g} FLOP/byte; you said {got:.4g}.")
     return _passed(f"decode_intensity counts FLOPs over bytes moved on {len(cases)} fresh configurations (MHA, GQA, MQA)")

@@ -1,4 +1,9 @@
-"""Checks for the exercises of chapter 2, in-place attention: mask in place, then allocate less."""
+"""Checks for the exercises of chapter 2, in-place attention: mask in place, then allocate less.
+
+``check_inplace_mask`` runs your ``my_mask_(scores, future)`` and checks it wrote -inf into
+``scores`` itself; ``check_lean_attention`` profiles your attention and checks it allocates
+less. Both judge the attention with chapter 1's judge (``kernels.exercises.naive``).
+"""
 from __future__ import annotations
 
 import math
@@ -6,6 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
+from kernels.attention.naive import grouped_future_mask
 from kernels.exercises.judge import Passed, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
 from kernels.exercises.naive import _attention_cases, _attention_mistakes, _judge_attention
 
@@ -14,13 +20,11 @@ __all__ = ["check_inplace_mask", "check_lean_attention"]
 
 def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_mask_(scores, future)`` must write -inf where ``future`` is True, into ``scores`` itself."""
-    from kernels.attention.naive import future_mask
-
     g = torch.Generator().manual_seed(_seed(seed))
     s = 19
     original = torch.randn(2, 3, s, s, generator=g).to(device)  # [B, H, S, S] scores
     scores = original.clone()
-    future = future_mask(s, device)
+    future = grouped_future_mask(s, device)
     ptr = scores.data_ptr()
     out = _run(my_mask_, scores, future, what="my_mask_(scores, future)")
     want = original.masked_fill(future, -math.inf)

@@ -1,19 +1,12 @@
 """What every exercise check shares: the verdicts, the seed, and the comparisons.
 
-Every ``check_*`` function takes the function (or numbers) you wrote, runs it on inputs
-it has never seen (random, odd sizes, non-contiguous views), and compares the result with
-a judge (mostly ``kernels.reference``). It either shows one ``✔`` line and returns a
-:class:`Passed`, or raises :class:`ExerciseFailed` with a sentence about *what* is wrong.
-A check that draws random inputs prints its seed first; pass it back as ``seed=`` to replay
-exactly the cases that failed.
-
-How a check finds the words: for each task it knows the mistakes people make (the scale
-left out, the mask off by one, causal FLOPs counted at full price...). It computes what
-each mistake would have produced and compares your result with those too. If yours
-matches one, the check names it. If it matches none, the check still tells you where
-your answer differs (which case, which row, how far off), never just "failed".
-
-The underscored helpers here are for the chapter modules, not for learners.
+A ``check_*`` function runs what you wrote on inputs it has never seen (random, odd sizes,
+non-contiguous views) and compares it with a judge (mostly ``kernels.reference``): one ``✔``
+line and a :class:`Passed`, or :class:`ExerciseFailed` with a sentence about what is wrong.
+A check that draws random inputs prints its seed; pass it back as ``seed=`` to replay them.
+Each check also computes what the known mistakes would give (the scale left out, the mask
+off by one...) and names the one yours matches, else where yours differs. The underscored
+helpers are for the chapter modules, not for learners.
 """
 from __future__ import annotations
 

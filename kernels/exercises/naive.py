@@ -1,7 +1,9 @@
 """Checks for the exercises of chapter 1, naive attention: write it, then find its hidden copy.
 
-The attention judge here (the float64 reference plus the known mistakes) also judges the
-attention of chapters 2 and 3.
+``check_attention`` judges your attention against the float64 reference on fresh
+inputs and names the known mistakes; ``check_hidden_copy`` checks that your
+``find_hidden_copy(step, min_bytes)`` names the top-level op that made the largest copy in a
+profiler step. The attention judge here also judges the attention of chapters 2 and 3.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
+from kernels.registry import get
 from kernels import reference
 from kernels.exercises.judge import FP32_TOL, Passed, _close, _fail, _is_tensor, _not_finite, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
 
@@ -130,8 +133,6 @@ def _upcast_attention(q, k, v):
 
 def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``find_hidden_copy(step, min_bytes)`` names the top-level op that made the largest copy."""
-    from kernels import get
-
     g = torch.Generator().manual_seed(_seed(seed))
     b, h, s, d = 1, 2, 96 + int(torch.randint(0, 32, (), generator=g)), 16
     q, k, v = torch.randn(3, b, h, s, d, generator=g).to(device).unbind(0)

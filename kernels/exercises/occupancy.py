@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
+from kernels.hw.occupancy import ARCHES, occupancy
 from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
 
 __all__ = ["check_occupancy"]
@@ -30,8 +31,6 @@ _CASES = ((128, 255, 0, "sm_80"), (128, 100, 0, "sm_80"), (256, 32, 41 * 1024, "
 
 def _random_case(g: torch.Generator, arch: str) -> tuple:
     """A footprint that can launch on ``arch``: at least one block's registers fit the SM."""
-    from kernels.hw.occupancy import ARCHES
-
     lim = ARCHES[arch]
     threads = 32 * _pick(g, 1, lim.max_threads_per_block // 32 + 1)
     registers = _pick(g, 16, min(lim.max_registers_per_thread, lim.max_registers_per_block // threads) + 1)
@@ -41,8 +40,6 @@ def _random_case(g: torch.Generator, arch: str) -> tuple:
 def _slips(threads: int, registers: int, shared: int, arch: str, other: Optional[str] = None) -> list:
     """(the rule in words, the blocks per SM it gives when forgotten) for each known slip on
     ``arch``; with ``other``, first the answer of that architecture's limits."""
-    from kernels.hw.occupancy import ARCHES, occupancy
-
     lim = ARCHES[arch]
     by = occupancy(threads, registers, shared, arch=arch).blocks_by
 
@@ -78,8 +75,6 @@ def check_occupancy(my_occupancy: Callable, takes_arch: bool = False, seed: Opti
     0..1) on an A100 (sm_80); with ``takes_arch``, ``my_occupancy(threads, registers, shared_bytes,
     arch)`` on sm_80 and sm_90. Checked against ``kernels.hw.occupancy`` on fixed footprints that give
     each limit its turn, then on fresh random ones."""
-    from kernels.hw.occupancy import occupancy
-
     g = torch.Generator().manual_seed(_seed(seed))
     arches = _ASKED if takes_arch else (_A100,)
     cases = [c for c in _CASES if c[3] in arches]

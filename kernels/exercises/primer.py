@@ -1,6 +1,8 @@
 """Checks for the exercises of chapter 0, the profiler primer: guess a trace, then read it.
 
-Both checks profile the function and inputs you give them, so they draw nothing at random.
+Both checks profile the function and inputs you give them, so they draw nothing at random:
+``check_top_level_guess`` compares your guess of the trace's top-level ops with what the
+profiler recorded, ``check_hottest_op`` your answer with the op of most self time.
 """
 from __future__ import annotations
 

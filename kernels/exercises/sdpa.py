@@ -1,5 +1,11 @@
 """Checks for the exercises of chapter 3, SDPA: count its work, mask it, guard its softmax, and
-predict the backend it picks."""
+predict the backend it picks.
+
+``check_work_op_count`` compares your guesses and your counter with each backend's trace;
+``check_backend_predictions`` checks your predictions against PyTorch's rules
+(``kernels.attention.sdpa``); ``check_sdpa_mask`` runs SDPA with your explicit mask;
+``check_safe_softmax`` feeds your softmax rows that see no key.
+"""
 from __future__ import annotations
 
 import math
@@ -7,6 +13,9 @@ from typing import Callable, Optional
 
 import torch
 
+from kernels.attention import sdpa
+from kernels.attention.naive import grouped_future_mask
+from kernels.registry import available, get
 from kernels.exercises.judge import Passed, _blank, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed
 from kernels.exercises.naive import _attention64, _attention_cases, _judge_attention
 
@@ -21,8 +30,6 @@ def _work_op_count(step) -> int:
 
 def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", seed: Optional[int] = None) -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
-    from kernels import available, get
-
     g = torch.Generator().manual_seed(_seed(seed))
     if _blank(guesses) or any(_blank(v) for v in guesses.values()):
         _fail("write your guesses first, e.g. {\"sdpa_math\": 10, \"sdpa_flash\": 3}: a number per "
@@ -80,8 +87,6 @@ BACKEND_SCENARIOS = {
 def check_backend_predictions(predictions: dict) -> Passed:
     """Your prediction of the backend an unpinned causal SDPA call picks, per scenario, against
     PyTorch's rules (``kernels.attention.sdpa.predicted_backend``); a wrong one is told the rule that decides."""
-    from kernels.attention import sdpa
-
     missing = [name for name in BACKEND_SCENARIOS if _blank(predictions.get(name))]
     if missing:
         _fail(f"predict a backend for every scenario first (one of {', '.join(sdpa.BACKENDS)}); missing: "
@@ -103,12 +108,10 @@ def check_backend_predictions(predictions: dict) -> Passed:
 
 def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
-    from kernels.attention.naive import future_mask
-
     cases = [c for c in _attention_cases(device, _seed(seed)) if c[2] and c[3] is None]
     for case, (q, k, v), _, _ in cases:
         s = q.shape[-2]
-        future = future_mask(s, device)
+        future = grouped_future_mask(s, device)
         out = _run(sdpa_with_mask, q, k, v, future, what="sdpa_with_mask(q, k, v, future)")
         some_key = future.any(-1).cpu()  # rows where keeping only `future` leaves something
         mistakes = [

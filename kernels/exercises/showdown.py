@@ -1,5 +1,10 @@
 """Checks for the exercises of chapter 6, the showdown: TFLOP/s from a time, and arithmetic
-intensity from a shape."""
+intensity from a shape.
+
+``check_tflops`` and ``check_intensity`` give your function fresh shapes and times and
+compare its answer with ``kernels.reference``'s FLOP and byte counts, naming the slip yours
+matches when it is a known one.
+"""
 from __future__ import annotations
 
 from typing import Callable, Optional

@@ -1,5 +1,10 @@
 """Checks for the exercises of chapter 4, Triton: the online-softmax update and a causal softmax
-kernel. (The chapter's occupancy task is checked by ``kernels.exercises.occupancy``.)"""
+kernel.
+
+``check_online_update`` feeds your update rule fresh tiles and compares with the softmax;
+``check_causal_softmax`` runs your Triton kernel (in the interpreter without a GPU) on fresh
+rows. The chapter's occupancy task is checked by ``kernels.exercises.occupancy``.
+"""
 from __future__ import annotations
 
 import math

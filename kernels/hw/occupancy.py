@@ -1,35 +1,17 @@
 """Theoretical occupancy: how many warps a kernel's footprint lets an SM keep resident.
 
-A streaming multiprocessor (SM) holds a fixed pool of resources: a register file,
-shared memory, and slots for warps and blocks. Every resident block takes its share
-of each pool, so the scarcest pool decides how many blocks fit at once:
-
     blocks per SM = min(register limit, shared-memory limit, warp-slot limit, block-slot limit)
     occupancy     = blocks per SM x warps per block / max warps per SM
 
-That is what NVIDIA's CUDA Occupancy Calculator computes, and what a PyTorch trace
-reports per kernel from the same footprint (threads per block, registers per thread,
-shared memory per block). The arithmetic here follows ``cuda_occupancy.h``, the
-header-only calculator shipped with the CUDA toolkit, including its three roundings:
-
-* registers are handed out per warp, in units of 256: 255 registers x 32 threads =
-  8,160 becomes 8,192;
-* the register file is split between the SM's 4 warp schedulers (sub-partitions), and
-  a warp's registers must fit inside one of them;
-* shared memory is handed out in units of 128 bytes (256 before Ampere), and from
-  Ampere on the driver reserves 1 KB more for every block.
+The arithmetic follows ``cuda_occupancy.h`` (the CUDA toolkit's header-only calculator),
+with its roundings: registers per warp in units of 256, the register file split over 4
+sub-partitions, shared memory in units of 128 bytes plus 1 KB reserved per block from Ampere on.
 
     >>> occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
     >>> occ.blocks_per_sm, occ.warps_per_sm, occ.fraction, occ.limited_by
     (2, 8, 0.125, 'registers')
-    >>> print(occ.explain().splitlines()[-1])
-    Result: 2 blocks (limited by registers) x 4 warps = 8 warps of 64 -> 12.5%.
 
 ``explain()`` gives the whole arithmetic, one line per limit.
-
-Occupancy is a ceiling, not a goal: FlashAttention runs at 12.5% on an A100 and is
-still the fastest kernel in the trace, because it spends registers on keeping its tiles
-on-chip instead of on hiding memory latency with more warps.
 """
 from __future__ import annotations
 

@@ -15,7 +15,11 @@ each rank has a GPU, and says why otherwise.
 """
 from __future__ import annotations
 
+import datetime
+import json
+import shlex
 import statistics
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,9 +29,11 @@ import torch
 from torch.profiler import ProfilerActivity, record_function, schedule
 
 from kernels import reference
+from kernels.dtypes import dtype_name, parse_dtype
+from kernels.hw import devices
+from kernels.parallel import ranks as launcher
 from kernels.parallel import ring
 from kernels.parallel import ulysses
-from kernels.notebook import DTYPES
 from kernels.trace.record import quiet_kineto
 
 SCHEMES = ("ring", "ulysses", "one device", "one device sdpa")
@@ -51,7 +57,7 @@ class Case:
     def whole(self, requires_grad: bool = False):
         """The whole q, k, v (and a gradient of the output), the same on every rank."""
         g = torch.Generator().manual_seed(self.seed)
-        dt = DTYPES[self.dtype]
+        dt = parse_dtype(self.dtype)
 
         def draw(heads):
             return torch.randn(self.batch, heads, self.seq, self.head_dim, generator=g).to(self.device, dt)
@@ -233,8 +239,6 @@ def bench(world: int, case: Case, repeats: int = 7, timeout_s: float = 120.0, ra
     (``one device``: every rank computes the whole attention alone, one thread each, at once,
     with the ring's arithmetic; ``one device sdpa``: the same with SDPA, Ulysses' arithmetic).
     A scheme the shapes do not allow (Ulysses with heads not divisible by the world) records why."""
-    from kernels.parallel import ranks as launcher
-
     rows = []
     group = ranks or launcher.Ranks(world, timeout_s=timeout_s)
     try:
@@ -260,21 +264,13 @@ def bench(world: int, case: Case, repeats: int = 7, timeout_s: float = 120.0, ra
 
 def bench_main(args) -> int:
     """``python -m kernels.bench --mode context-parallel --world N``: print and save the medians."""
-    import json
-    import sys
-
-    import datetime
-    import shlex
-
-    from kernels.hw import devices
-
     if args.device != "cpu" and not torch.cuda.is_available():
         raise SystemExit("--device cuda needs a CUDA GPU; none is visible")
     seq = (args.seq and int(str(args.seq[0]).split(",")[0])) or 1024
     heads = args.heads or 8
     if args.gqa < 1 or heads % args.gqa:
         raise SystemExit(f"--gqa {args.gqa} must be a positive divisor of the {heads} query heads")
-    dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}.get((args.dtype or ["fp32"])[0], (args.dtype or ["fp32"])[0])
+    dtype = dtype_name(parse_dtype((args.dtype or ["fp32"])[0]))
     case = Case(batch=args.batch or 1, heads=heads, kv_heads=heads // args.gqa, seq=seq,
                 head_dim=int(str((args.head_dim or [64])[0]).split(",")[0]), dtype=dtype, causal=args.causal,
                 device=args.device)

@@ -1,34 +1,13 @@
 """A folder of per-rank profiler traces, read side by side.
 
-A distributed job writes one trace per rank (torch.profiler's ``on_trace_ready`` on every
-process; HolisticTraceAnalysis reads such a folder the same way). ``load_ranks(folder)`` reads
-every ``*.json`` / ``*.json.gz`` in it with ``kernels.trace.reader`` and orders them by rank: the rank
-from the trace's own ``distributedInfo`` (torch.profiler writes it when a process group exists),
-else from a ``rank-N`` / ``rank_N`` / ``rankN`` in the file name. ``folder.step(label)`` picks the
-same step on every rank (a ``record_function`` label, or the profiler's ``ProfilerStep#N`` when
-no label is given), and a :class:`RankStep` answers what a reader of several ranks asks:
-
-- ``summary()``: per rank, compute and communication time, their overlap (communication hidden
-  behind compute), communication left exposed, idle time, and how far each rank's compute falls
-  short of the slowest rank's (what it waits on that rank);
-- ``critical_path()``: the rank that set the pace in each communication round of the step;
-- ``timeline()``: a figure with a track per rank, compute and communication on two rows each.
-
-What counts as what (``activity``):
-
-- On a GPU trace, the step's GPU work (launched inside the step, as ``kernels.trace.reader.Step``
-  assigns it): NCCL kernels (``nccl*``) are communication, every other kernel, copy and memset
-  is compute. Intervals are where the GPU ran them.
-- On a CPU-only trace (gloo), communication is the process group's own ranges (``gloo:send``,
-  ``gloo:recv``, ``gloo:all_to_all``...: torch records each from the moment it is posted to the
-  moment it completes, so an asynchronous send shows as in flight), and compute is the time the
-  step's own thread spent inside CPU ops, leaving out the process group's ops and any op that
-  encloses communication (an autograd Function around the whole ring): a rank blocked in
-  ``Work.wait()`` runs no op, so waiting is not compute.
-- Bytes: a gloo range's input tensor (``Input Dims`` x ``Input type``); an NCCL kernel's
-  ``In msg nelems`` x its dtype where the trace carries collective metadata, else unknown (NaN).
-  ``sent_bytes`` counts sends and collectives, not receives; an all-to-all keeps 1/world of its
-  input at home, so it counts (world-1)/world of it.
+``load_ranks(folder)`` reads every ``*.json`` / ``*.json.gz`` in it with ``kernels.trace.reader``,
+ordered by rank (the trace's ``distributedInfo``, else ``rank-N`` in the file name).
+``folder.step(label)`` picks the same step on every rank, a :class:`RankStep`, which answers:
+``summary()`` (per rank: compute, communication, their overlap, exposed communication, idle,
+the wait on the slowest rank), ``critical_path()`` (the rank that set the pace of each round)
+and ``timeline()`` (a track per rank). ``activity`` says what counts as communication: NCCL
+kernels on a GPU trace, the process group's ``gloo:*`` ranges on a CPU one; compute is the
+rest of the step's GPU work, or the step thread's time inside CPU ops that do not wait.
 """
 from __future__ import annotations
 
@@ -41,7 +20,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kernels.trace.reader import DTYPE_BYTES, PROFILER_STEP, Step, Trace, load_trace
+from kernels.figures import apply_font_floor
+from kernels.trace.reader import DTYPE_BYTES, PROFILER_STEP, Step, Trace, load_trace, read_events
 
 COMM_SPAN = re.compile(r"^(gloo|nccl|mpi|ucc):")
 COMM_OP = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::|^record_param_comms$")
@@ -50,7 +30,7 @@ RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 RECEIVES = re.compile(r"(^|[:_])(recv|irecv)$")
 NCCL_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Byte": 1,
                     "Char": 1, "Int8": 1, "Bool": 1}
-COLORS = {"compute": "#4c72b0", "communication": "#dd8452"}
+COLOURS = {"compute": "#4c72b0", "communication": "#dd8452"}
 
 
 @dataclass
@@ -88,8 +68,6 @@ def trace_files(folder) -> list[Path]:
 
 def load_ranks(folder) -> "RankFolder":
     """Every rank trace in ``folder``, ordered by rank (a ValueError for a duplicate rank)."""
-    from kernels.trace.reader import read_events
-
     ranks: dict[int, RankTrace] = {}
     for path in trace_files(folder):
         raw = read_events(path)
@@ -343,8 +321,6 @@ class RankStep:
     def timeline(self, title: Optional[str] = None) -> Figure:
         """A track per rank (compute above, communication below), on one time axis in ms from
         the earliest start of the step on any rank."""
-        from kernels.figures import apply_font_floor
-
         fig = Figure(figsize=(10, 0.9 * len(self.ranks) + 1.4), layout="constrained")
         ax = fig.add_subplot()
         origin = min(b[0] for b in self._bounds)
@@ -354,7 +330,7 @@ class RankStep:
             for row, kind in ((0.5, "compute"), (0.05, "communication")):
                 union = self._unions(i)[0 if kind == "compute" else 1]
                 ax.broken_barh([((a - origin) / 1e3, (b - a) / 1e3) for a, b in union], (base + row, 0.38),
-                               color=COLORS[kind], label=kind if i == 0 else None)
+                               color=COLOURS[kind], label=kind if i == 0 else None)
             ticks.append(base + 0.45)
             names.append(f"rank {rank}")
         ax.set_yticks(ticks, names)

@@ -1,27 +1,12 @@
 """Run a function on N processes joined in one ``torch.distributed`` process group.
 
-``Ranks(world)`` spawns ``world`` fresh Python processes (``torch.multiprocessing``'s
-``spawn`` start method, so it works from a notebook), joins them in one process group over a
-TCP port chosen free on this machine, and ``ranks.run(fn, *args)`` calls ``fn(rank, world, *args)`` on each and
-returns the ranks' results as a list ordered by rank (``run(fn, world, *args)``: the same, once,
-on fresh processes). It is the course's launcher for chapter 11: gloo
-on a CPU, NCCL on GPUs (one GPU per rank), the same code.
-
-What it promises, because a multi-process run is easy to leave hanging:
-
-- every collective and point-to-point op of the group has a timeout (``timeout_s``, passed to
-  ``init_process_group``), and each run has a deadline (``timeout_s``; joining the group gets
-  ``STARTUP_S`` more);
-- a rank that raises ends the run with :class:`RankFailed` naming that rank and its error; a
-  rank that dies (killed, ``os._exit``) ends it with :class:`RankFailed` naming the rank and its
-  exit code, as soon as the parent sees it gone, not after the others time out;
-- a run past its deadline ends with :class:`RankTimeout` naming the ranks that had not finished;
-- a failed run closes the group; ``close()`` (or the end of a ``with``) ends every process, and
-  a rank whose parent died exits by itself: nothing is left running.
-
-``fn`` must be importable by name (a module-level function of an importable module): spawned
-processes do not share the notebook's namespace. Its result travels back through
-``torch.save``, so tensors, numbers, strings and dicts of them all work.
+``Ranks(world)`` spawns ``world`` fresh processes (``spawn``, so it works from a notebook),
+joins them in one group over a free TCP port (gloo on a CPU, NCCL with one GPU per rank),
+and ``ranks.run(fn, *args)`` returns ``fn(rank, world, *args)`` of each rank, in rank order;
+``run(fn, world, *args)`` does it once on fresh processes. Nothing is left hanging: every
+op of the group has a timeout, each run a deadline (:class:`RankTimeout`); a rank that
+raises or dies ends the run with :class:`RankFailed` naming it; ``close()`` ends every
+process. ``fn`` must be importable by name, and its result travels back by ``torch.save``.
 """
 from __future__ import annotations
 

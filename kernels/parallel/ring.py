@@ -1,34 +1,13 @@
 """Ring attention: causal attention with the sequence sharded over the ranks of a process group.
 
-A sibling of the registry, not an entry in it: ``kernels.get(name)(q, k, v)`` is called with
-whole tensors and no process group, while this is called on every rank of a group at once,
-each with its own shard. The contract:
-
-``ring_attention(q, k, v, seq_len=S, causal=True, scale=None, layout="zigzag", group=None)``,
-called by every rank of ``group`` (the default group if None) with the same ``S``, layout and
-shapes apart from the sequence:
-
-- ``q`` is this rank's query shard ``[B, Hq, S_r, D]``, ``k`` and ``v`` its key/value shard
-  ``[B, Hkv, S_r, D]`` (Hq a multiple of Hkv: grouped-query attention, K/V never repeated);
-  ``shard(x, rank, world, layout)`` cuts them out of a whole ``[B, H, S, D]`` tensor and
-  ``unshard`` puts the ranks' outputs back in sequence order.
-- Returns this rank's output shard (q's shape and dtype). Differentiable: the backward passes
-  the K/V shards around the ring again, with their gradients travelling beside them.
-- ``causal=True`` is self-attention over the one sharded sequence (Sq = Sk = S): position p
-  sees positions j <= p. ``scale=None`` means 1/sqrt(D).
-- The split rule (``check_split``): the sequence is cut into ``world`` chunks (``contiguous``)
-  or ``2 * world`` chunks (``zigzag``: rank r holds chunks r and 2·world-1-r), chunk sizes as
-  ``torch.tensor_split`` makes them (the first ``S % n`` chunks one longer). Every chunk needs
-  a token, so S >= world (contiguous) or S >= 2·world (zigzag); any such S is accepted, odd
-  ones included. Anything else is a ``ValueError`` that states the rule.
-- Works unchanged on gloo (CPU tensors) and NCCL (CUDA tensors): only ``torch.distributed``'s
-  point-to-point ops (``batch_isend_irecv``) move data, so the group's timeout bounds every wait.
-
-How: each step a rank attends its queries to the K/V block it holds while the block moves on
-to the next rank (the send and receive are posted before the local attention and waited on
-after it), and the partial results are merged by their log-sum-exp (``merge``): the online
-softmax of chapter 4, now across devices. Each rank records ``ring:post``, ``ring:attend``
-and ``ring:wait`` ranges, so a per-rank trace shows compute, communication and their overlap.
+``ring_attention(q, k, v, seq_len=S, causal=True, scale=None, layout="zigzag", group=None)``
+is called by every rank of ``group`` at once, each with its shard (``shard`` cuts one out of
+a whole ``[B, H, S, D]`` tensor, ``unshard`` puts outputs back in order), and returns this
+rank's output shard; it is differentiable. ``check_split`` states the split rule
+(``contiguous``: world chunks; ``zigzag``: 2·world, rank r holding r and 2·world-1-r).
+Each step a rank attends to the K/V block it holds while that block moves to the next rank
+(``batch_isend_irecv``, gloo or NCCL), and partial results merge by their log-sum-exp
+(``merge``). Ranges ``ring:post``, ``ring:attend`` and ``ring:wait`` mark the trace.
 """
 from __future__ import annotations
 

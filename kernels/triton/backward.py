@@ -322,4 +322,4 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
         attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * launch.LOG2E,
                             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
                             **sizes, **options)
-    return launch.finish(dq, dq_t), launch.finish(dk, dk_t), launch.finish(dv, dv_t)
+    return launch.copy_into_output(dq, dq_t), launch.copy_into_output(dk, dk_t), launch.copy_into_output(dv, dv_t)

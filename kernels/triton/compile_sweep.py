@@ -3,40 +3,14 @@
     python -m kernels.triton.compile_sweep --target sm_90            # a table
     python -m kernels.triton.compile_sweep --target sm_80 --json     # a list of objects
 
-Triton compiles for a named GPU (``GPUTarget("cuda", 90, 32)``) on a machine that has none:
-its front end and LLVM run on the CPU, and ``ptxas`` (shipped with Triton) turns the PTX into
-machine code and, asked with ``-v``, prints registers and spills per thread. Triton ships two
-ptxas builds and chooses one per target (``kernels.cuda.ptxas.triton_ptxas`` asks it which); the
-report runs the one Triton chose, the only one that can read that PTX. The shared
-memory a Triton kernel asks for at launch is in the compiled kernel's metadata
-(``metadata.shared``). For the hand-written CUDA kernels, ``nvcc -Xptxas -v`` says the same
-(``kernels.cuda.flash.kernel_resources``, which adds what the launcher asks for).
-
-Every Triton config the autotuner may try is compiled here: for each kernel (forward, the
-dK/dV and dQ backward kernels, and on sm_90 the forward that moves its tiles with the TMA),
-each head dim the kernels take (the padded powers of two, 16..256), each config of that head
-dim's space (``triton_tiles.config_space``). A TMA kernel's row also counts the TMA copies in
-its PTX (``cp.async.bulk.tensor``), which shows the descriptors were not lowered to plain
-loads. Each row says whether the result *fits* the target (shared memory within the
-per-block opt-in limit of ``kernels.hw.occupancy.ARCHES``, registers of a block within the SM's
-65,536) and whether the autotuner's pruning *keeps* it (``triton_tiles.fitting_configs``,
-which estimates shared memory before compiling). The pruning must never keep a config that does not fit: the
-autotuner would compile it, then fail to launch it. ``tests/test_compile_report.py``
-checks that on a covering subset; this CLI does the full sweep (a few seconds per compile).
-Triton keeps compiled kernels in its cache; what ptxas says about them is kept beside it
-(``compile_report/`` in Triton's cache folder, by PTX), and when Triton compiles a kernel
-anew its own ``ptxas -v`` log is read rather than running ptxas twice.
-
-The compile assumes what a contiguous ``[B, H, S, D]`` input gets from Triton's JIT
-specialization: a unit stride along D (a constant), the other strides and the lengths
-multiples of 16, pointers 16-byte aligned, and the head dim equal to its padded size
-(``PAD_D`` False). A ragged head dim (80, 96) adds masks and can cost a few registers more.
-
-This module compiles, never interprets. The course's kernels are compiled objects in every
-process, interpreted only launch by launch where there is no GPU (``kernels.triton.interpreter``),
-so the report is built in the calling process. The exception is a process started with
-``TRITON_INTERPRET=1``, where ``@triton.jit`` itself returned interpreted kernels: there the CLI
-runs itself again, and ``report`` gets its rows from a subprocess, with the variable at 0.
+Triton compiles for a named GPU on a CPU-only machine, and ``ptxas -v`` (the build Triton
+chose, ``kernels.cuda.ptxas.triton_ptxas``) reports registers and spills; shared memory is
+the compiled kernel's ``metadata.shared``. Every config the autotuner may try, of every
+kernel and padded head dim, is compiled; each row says whether it *fits* the target
+(``kernels.hw.occupancy.ARCHES``) and whether the pruning *keeps* it
+(``kernels.triton.tiles.fitting_configs``), which must never keep one that does not fit.
+The hand-written CUDA kernels come from ``kernels.cuda.flash.kernel_resources``. A process
+started with ``TRITON_INTERPRET=1`` cannot compile: the CLI and ``report`` run a subprocess.
 """
 from __future__ import annotations
 
@@ -51,11 +25,17 @@ import tempfile
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from kernels.cuda import flash as cuda_flash
+from kernels.cuda.ptxas import KernelResources, nvcc_available, parse_ptxas, triton_ptxas
+from kernels.cuda.resources import parse_instance
+from kernels.dtypes import TORCH_DTYPES
+from kernels.triton import backward as tb
+from kernels.triton import flash as tf
 from kernels.triton import tiles
 from kernels.hw.occupancy import ARCHES
 
 TARGETS = ("sm_80", "sm_90")
-DTYPES = {"bf16": ("*bf16", 2), "fp16": ("*fp16", 2), "fp32": ("*fp32", 4)}
+SWEPT_DTYPES = ("bf16", "fp16", "fp32")   # short names (kernels.dtypes), as Triton types pointers
 REGISTERS_PER_SM = 64 * 1024
 
 # Argument names of the kernels, by kind (see kernels/triton/flash.py).
@@ -103,8 +83,6 @@ def fits(target: str, shared_bytes: int, registers: int, threads: int) -> bool:
 
 def _triton_module():
     """kernels.triton.flash, whose kernels must be compiled ones; RuntimeError when they are not."""
-    import kernels.triton.flash as tf
-
     if tf.TRITON_MISSING:
         raise RuntimeError(tf.TRITON_MISSING)
     if not _compiles_here():
@@ -116,10 +94,6 @@ def _triton_module():
 def _compiles_here() -> bool:
     """Whether the course's Triton kernels are compiled objects in this process (they are
     unless TRITON_INTERPRET=1 was set when they were defined)."""
-    tf = sys.modules.get("kernels.triton.flash")
-    if tf is None:
-        from kernels.triton.interpreter import asked
-        return asked() is not True
     return tf.TRITON_MISSING is not None or type(tf._attn_fwd).__name__ == "JITFunction"
 
 
@@ -129,7 +103,7 @@ def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = N
     ``descriptors``: {argument: tile shape} of the arguments that are TMA tensor descriptors
     (the TMA forward's Q, K, V, O, O32), typed as Triton types a host-side descriptor.
     """
-    pointer = DTYPES[dtype][0]
+    pointer = f"*{dtype}"
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
@@ -159,8 +133,6 @@ def _unit_strides(fn) -> dict:
 
 def _ptxas_resources(ptx: str, arch: str, capability: int):
     """Registers and spills of a PTX kernel, from the ptxas Triton runs for ``capability``, with ``-v``."""
-    from kernels.cuda.ptxas import parse_ptxas, triton_ptxas
-
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w") as f:
@@ -209,9 +181,7 @@ def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
     kernel, but not what ptxas says about its registers and spills): a second report, or a
     second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
     ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
-    import triton
-
-    from kernels.cuda.ptxas import KernelResources, parse_ptxas, triton_ptxas
+    import triton   # an optional dependency: the report needs it, the library does not
 
     key = hashlib.sha256("\0".join((triton.__version__, triton_ptxas(capability), arch, ptx)).encode())
     try:
@@ -240,9 +210,7 @@ def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype
                    causal: bool = True):
     """(Triton's compiled kernel, its ptxas log or "" on a Triton cache hit) for one config and target."""
     tf = _triton_module()
-    from triton.backends.compiler import GPUTarget
-
-    from kernels.triton import backward as tb
+    from triton.backends.compiler import GPUTarget   # an optional dependency, as above
     from triton.compiler import ASTSource
 
     block_m, block_n, warps, stages = config
@@ -276,7 +244,7 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
         return _CACHE[key]
     _triton_module()   # says why not, where these kernels cannot be compiled here (not a row)
     block_m, block_n, warps, stages = config
-    element_size = DTYPES[dtype][1]
+    element_size = TORCH_DTYPES[dtype].itemsize
     estimate = tiles.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
     kept = kernel in tiles.kernels_for(arch.capability) and config in [tuple(c) for c in tiles.fitting_configs(
@@ -324,9 +292,6 @@ def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str
 
 def cuda_rows(target: str) -> list[Row]:
     """Every instantiation of the hand-written kernels, from nvcc (RuntimeError without it)."""
-    from kernels.cuda import flash as cuda_flash
-    from kernels.cuda.resources import parse_instance
-
     rows = []
     for k in cuda_flash.kernel_resources(target):
         version, dtype, head_dim = parse_instance(k.name)
@@ -354,8 +319,6 @@ def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] =
         if progress is not None:
             print(f"[{i}/{len(todo)}] {describe(rows[-1])}", file=progress, flush=True)
     if cuda:
-        from kernels.cuda.ptxas import nvcc_available
-
         if nvcc_available():
             rows.extend(cuda_rows(target))
         elif progress is not None:
@@ -397,7 +360,7 @@ def parser() -> argparse.ArgumentParser:
                                 description="Compile every Triton config and CUDA kernel for a GPU target "
                                             "(no GPU needed) and report registers, shared memory, spills.")
     p.add_argument("--target", default="sm_90", choices=TARGETS)
-    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--dtype", default="bf16", choices=SWEPT_DTYPES)
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     p.add_argument("--head-dim", type=int, nargs="+", help="padded head dims (default: all, 16..256)")
     p.add_argument("--kernels", nargs="+", choices=tiles.KERNELS, default=list(tiles.KERNELS))

@@ -1,42 +1,15 @@
 """Chapter 4: FlashAttention-2 in Triton, forward and backward.
 
-Naive attention writes the S×S score matrix to memory, reads it back for the softmax,
-writes the probabilities, and reads them again for the second matmul. FlashAttention
-never materializes it. One program owns a tile of queries, keeps it on-chip, and
-streams the keys and values past it in tiles. The softmax is computed *online*: the
-program keeps a running row maximum ``m`` and a running row sum ``l``. When a new tile
-raises the maximum, what has been accumulated so far is rescaled by
-``exp(m_old - m_new)``. ``tiled_softmax`` below shows the idea in plain PyTorch.
-
-The file reads top to bottom like the Triton tutorials, with its plumbing in three
-neighbours (``triton_launch``: Triton or its stand-in, the interpreter decision, buffers and
-size arguments; ``triton_tiles``: the tile sizes and the autotuner; ``triton_backward``):
-
-1. ``tiled_softmax``: the online softmax in PyTorch, one tile at a time.
-2. The forward kernel ``_attn_fwd``: the output is written once, and the log-sum-exp of
-   each row is saved for the backward pass. A causal program first visits the key tiles
-   that lie entirely left of the diagonal, with no mask, and then the diagonal tiles,
-   with a mask. It skips the tiles above the diagonal, so causal attention does about
-   half the work. (2b) ``_attn_fwd_tma``, the same kernel with its tiles moved by Hopper's
-   TMA from tensor descriptors, which the launcher takes on sm_90 (``tma_reason``).
-3. The forward's launcher, which passes every tensor's strides to the kernel, so that
-   non-contiguous inputs (a transposed [B, S, H, D] view) need no copy.
-4. The ``torch.autograd.Function`` (its backward is ``triton_backward.flash_backward``:
-   ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv`` and ``_attn_bwd_dq``, in the transposed form
-   of Triton's tutorial 06-fused-attention) and the registry entry ``triton``.
-
-The kernels take the whole contract of the registry: any head dim up to 256 (padded to a
-power of two inside, with masked loads), Sq != Sk with causal aligned bottom-right (query i
-sees keys j <= i + Sk - Sq; a query that sees no key outputs 0), and grouped-query attention
-(query head h reads key/value head h // (Hq // Hkv) through its pointers, so K and V are
-never repeated in memory).
-
-Without a CUDA GPU, the same kernels run in Triton's interpreter on CPU tensors: they are
-defined once, compiled, and each launch borrows interpreted copies of them
-(``kernels.triton.interpreter``; nothing sets ``TRITON_INTERPRET``). The interpreter gives
-the same numbers, only slower, so the chapter can be read and tested on a laptop.
-Exponentials are base 2 (``exp2``): ``exp(x) = exp2(x · log2 e)``, and the factor
-``log2 e`` is folded into the softmax scale once, so the kernel pays no extra multiply.
+FlashAttention never writes the S×S scores: one program keeps a tile of queries on-chip and
+streams the keys and values past it, with an *online* softmax (a running row max ``m`` and
+sum ``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it
+in PyTorch). The file reads top to bottom like the Triton tutorials: ``tiled_softmax``, the
+forward kernel ``_attn_fwd`` (causal programs skip the tiles above the diagonal), its TMA
+twin ``_attn_fwd_tma`` for sm_90 (``tma_reason``), the launcher (every stride passed, so
+non-contiguous inputs need no copy), the autograd Function (backward in
+``kernels.triton.backward``) and the registry entry ``triton``. The kernels take the whole
+registry contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without
+repeating K/V. Without a GPU they run in Triton's interpreter (``kernels.triton.interpreter``).
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
@@ -48,7 +21,7 @@ import torch
 from kernels.triton import interpreter
 from kernels.triton import launch
 from kernels.triton import tiles
-from kernels.registry import Reason, Span, needs_cuda, register
+from kernels.registry import Reason, Span, cuda_reason, register
 from kernels.triton.backward import flash_backward
 from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, TensorDescriptor, _tile, tl, triton
 
@@ -409,7 +382,7 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
             attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
                            *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
                            **launch.sizes(q, k), PAD_D=pad != head_dim, **options)
-    return launch.finish(o, o_target), lse, o32
+    return launch.copy_into_output(o, o_target), lse, o32
 
 
 # --------------------------------------------------------------------------------------
@@ -439,7 +412,7 @@ class FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def requirement(device: torch.device) -> Reason:
+def triton_reason(device: torch.device) -> Reason:
     """Why the Triton kernels cannot run on ``device`` (None if they can)."""
     if TRITON_MISSING:
         return TRITON_MISSING
@@ -451,11 +424,11 @@ def requirement(device: torch.device) -> Reason:
         return (f"runs CPU tensors only in Triton's interpreter, which {why} "
                 "(set TRITON_INTERPRET=1 before importing kernels to use it)")
     if device.type == "cuda":
-        return needs_cuda(device)
+        return cuda_reason(device)
     return f"runs on CUDA GPUs (or on the CPU in Triton's interpreter), not on {device.type}"
 
 
-@register("triton", order=60, requires=requirement, slow_on_cpu=True, head_dims=HEAD_DIMS,
+@register("triton", order=60, requires=triton_reason, slow_on_cpu=True, head_dims=HEAD_DIMS,
           dtypes=(torch.float16, torch.bfloat16, torch.float32))
 def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
     """FlashAttention-2 written in Triton (forward and backward; the interpreter on CPU)."""

@@ -1,30 +1,15 @@
 """Chapter 4 without a GPU: Triton's interpreter, chosen by the library without changing the process.
 
-Triton can run a kernel's body in Python on CPU tensors (its interpreter), which is how chapter 4
-and its exercise run on a laptop. Triton's own switch is the environment variable
-``TRITON_INTERPRET``, read each time ``@triton.jit`` decorates a function: the decorator returns
-a compiled kernel (``JITFunction``) or an interpreted one (``InterpretedFunction``). Two facts
-make that switch a poor fit for a library:
+Triton's own switch, ``TRITON_INTERPRET``, is read whenever ``@triton.jit`` decorates a
+function, so setting it late misses Triton's standard library (decorated at Triton's import,
+which torch itself triggers), and setting it at import would change every other Triton
+kernel in the process. So nothing here sets it unless asked:
 
-- Triton's standard library (``tl.max``, ``tl.sum``, ``tl.zeros``, ``tl.cdiv``, ...) is itself
-  made of ``@triton.jit`` functions, decorated once, when Triton is first imported; and torch
-  imports Triton on its own (``torch.profiler`` does), so a variable set later comes too late
-  for them, and an interpreted kernel that calls a compiled ``tl.max`` fails ("Cannot call
-  @triton.jit'd outside of the scope of a kernel").
-- A library that sets the variable at import changes every other Triton kernel in the process.
-
-So nothing here sets an environment variable unless asked to (``use_interpreter``):
-
-- ``wanted()``: whether the course's kernels run interpreted: as ``TRITON_INTERPRET`` says when
-  it is set, else exactly when there is no CUDA GPU.
-- ``interpreting(namespace)``: for the length of a launch, the compiled functions of Triton's
-  standard library and of ``namespace`` (the module that defines the kernels) seen through
-  interpreted copies of the same Python functions, and put back afterwards. Triton's
-  interpreter patches ``triton.language`` the same way for each launch it runs. So the
-  course's kernels are defined once, compiled; the compile report (``kernels.triton.compile_sweep``)
-  compiles them for a GPU in any process, and the interpreter borrows them launch by launch.
-- ``use_interpreter()``: the documented way to turn the interpreter on for a whole process, for
-  kernels of your own (the chapter 4 exercise calls it before defining its kernels).
+- ``wanted()``: whether the course's kernels run interpreted (``TRITON_INTERPRET`` if set,
+  else exactly when there is no CUDA GPU);
+- ``interpreting(namespace)``: for one launch, the compiled functions of ``triton.language``
+  and of ``namespace`` seen through interpreted copies, put back afterwards;
+- ``use_interpreter()``: turn the interpreter on for a whole process, for a reader's own kernels.
 """
 from __future__ import annotations
 

@@ -84,14 +84,14 @@ def kernel_target(out: torch.Tensor) -> torch.Tensor:
 
     Usually ``out`` itself. The exception is bfloat16 in the interpreter: its float32 to
     bfloat16 conversion truncates instead of rounding to nearest, so there the kernel
-    writes float32 and PyTorch rounds it into ``out`` (see `finish`).
+    writes float32 and PyTorch rounds it into ``out`` (see `copy_into_output`).
     """
     if INTERPRETED and out.dtype == torch.bfloat16:
         return new_output(out, torch.float32)
     return out
 
 
-def finish(out: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+def copy_into_output(out: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
     if written is not out:
         out.copy_(written)
     return out

@@ -1,27 +1,11 @@
 """Chapter 4: how FlashAttention tiles the S×S score matrix, and what causal attention skips.
 
-A FlashAttention program never holds the whole score matrix. It owns ``block_m`` query
-rows (one *Q tile*) and walks the key columns ``block_n`` at a time (one *K/V tile* per
-step). The score matrix is therefore cut into a grid of tiles, query tiles down and key
-tiles across, and every tile falls into one of three classes:
-
-* **full**: every query row of the tile may see every key column of it, so the program
-  computes it with no mask at all;
-* **masked**: some entries must be hidden, either because they lie in the future of
-  their row (the tile crosses the causal diagonal) or because the tile hangs past the
-  end of the sequence (a ragged last tile). The program computes it and then masks;
-* **skipped**: with a causal mask, every entry lies in the future of its row. The
-  program does not load the tile at all.
-
-``tile_map`` classifies the tiles from the geometry alone, ``computed_fraction`` counts
-how much of the full grid a causal program still computes, and ``draw_tiles`` draws the
-grid with one program's Q, K and V tiles picked out.
-
-Why the causal fraction approaches one half: with ``seq = n·block_m`` and
-``block_m = r·block_n``, query tile ``i`` computes ``r·i`` full tiles left of the
-diagonal and ``r`` diagonal ones, ``r·n(n+1)/2`` in all, against ``r·n²`` without the
-mask. The ratio is ``(n+1)/(2n) = 1/2 + 1/(2n)``: half the work, plus the diagonal
-tiles, which cost a full tile each although only about half of each is needed.
+A program owns ``block_m`` query rows and walks the keys ``block_n`` at a time, so the
+scores are a grid of tiles, each **full** (computed with no mask), **masked** (crossing the
+causal diagonal or the ragged end of the sequence) or **skipped** (entirely in the future).
+``tile_map`` classifies the tiles from the geometry alone, ``computed_fraction`` counts what
+a causal program still computes ((n+1)/(2n) of the grid for n query tiles: half, plus the
+diagonal), and ``draw_tiles`` draws the grid with one program's Q, K and V tiles picked out.
 """
 from __future__ import annotations
 
@@ -38,8 +22,8 @@ SKIPPED, MASKED, FULL = 0, 1, 2
 CLASS_NAMES = {SKIPPED: "skipped", MASKED: "masked", FULL: "full"}
 # Skipped tiles pale (nothing happens there), masked orange and full blue, as the
 # timelines colour mask and matmul work.
-CLASS_COLORS = {SKIPPED: "#eeeeee", MASKED: "#ff9f4a", FULL: "#5b8fd1"}
-PROGRAM_COLOR = "#2ca02c"
+CLASS_COLOURS = {SKIPPED: "#eeeeee", MASKED: "#ff9f4a", FULL: "#5b8fd1"}
+PROGRAM_COLOUR = "#2ca02c"
 
 
 def _check_positive_int(name: str, value) -> None:
@@ -119,22 +103,22 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
     fig = ax.figure
     size = max(font_floor(fig), 9.0)  # notes and legend: the floor, and never below 9 pt
     rows, cols = _tile_edges(seq, block_m), _tile_edges(seq, block_n)
-    cmap = ListedColormap([CLASS_COLORS[c] for c in (SKIPPED, MASKED, FULL)])
+    cmap = ListedColormap([CLASS_COLOURS[c] for c in (SKIPPED, MASKED, FULL)])
     ax.pcolormesh(cols, rows, tiles, cmap=cmap, vmin=-0.5, vmax=2.5, edgecolors="white", linewidth=1.0)
     if causal:
         ax.plot([0, seq], [0, seq], color="black", lw=1, ls="--")  # key == query: the diagonal
     strip = max(seq * 0.04, 1.0)  # width of the Q and K/V strips, in tokens
     if program is not None:
         y0, y1 = rows[program], rows[program + 1]
-        ax.add_patch(Rectangle((0, y0), seq, y1 - y0, fill=False, lw=2.5, ec=PROGRAM_COLOR, clip_on=False))
+        ax.add_patch(Rectangle((0, y0), seq, y1 - y0, fill=False, lw=2.5, ec=PROGRAM_COLOUR, clip_on=False))
         # The Q tile, right of the grid: loaded once, kept on-chip for the whole loop.
-        ax.add_patch(Rectangle((seq + 0.5 * strip, y0), strip, y1 - y0, color=PROGRAM_COLOR, clip_on=False))
+        ax.add_patch(Rectangle((seq + 0.5 * strip, y0), strip, y1 - y0, color=PROGRAM_COLOUR, clip_on=False))
         ax.text(seq + 1.8 * strip, (y0 + y1) / 2, f"Q tile of\nprogram {program}", va="center",
-                fontsize=size, color=PROGRAM_COLOR, clip_on=False)
+                fontsize=size, color=PROGRAM_COLOUR, clip_on=False)
         # The K/V tiles, above the grid, coloured by what the program does with each.
         for j, cls in enumerate(tiles[program]):
             ax.add_patch(Rectangle((cols[j], -1.5 * strip), cols[j + 1] - cols[j], strip,
-                                   color=CLASS_COLORS[cls], ec="white", clip_on=False))
+                                   color=CLASS_COLOURS[cls], ec="white", clip_on=False))
         ax.text(seq + 0.5 * strip, -strip, "K, V tiles it\nstreams", va="center", fontsize=size,
                 clip_on=False)
     ax.set_xlim(0, seq)
@@ -143,7 +127,7 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     counts = tile_counts(tiles)
-    handles = [Patch(color=CLASS_COLORS[c], label=f"{CLASS_NAMES[c]} ({counts[CLASS_NAMES[c]]})")
+    handles = [Patch(color=CLASS_COLOURS[c], label=f"{CLASS_NAMES[c]} ({counts[CLASS_NAMES[c]]})")
                for c in (FULL, MASKED, SKIPPED)]
     ax.set_title(title or (f"{'causal' if causal else 'full'}: S={seq}, "
                            f"BLOCK_M={block_m}, BLOCK_N={block_n}"), fontsize=max(10, size),

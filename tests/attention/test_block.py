@@ -51,7 +51,7 @@ def test_block_refuses_in_words():
 @pytest.mark.parametrize("seq,width", [(17, 64), (113, 96)])
 def test_flop_counter_counts_the_formula(seq, width):
     counted = blocks.counted_flops(blocks.Block(width, 4, "naive").eval(), torch.randn(2, seq, width))
-    f = blocks.flops(seq, width, batch=2)
+    f = blocks.flops_by_part(seq, width, batch=2)
     assert counted["addmm"] == f["qkv"] + f["proj"] + f["mlp"], "linear layers: 24·B·S·W² FLOPs"
     assert counted["bmm"] == f["attention"], "naive attention computes all S×S scores: 4·B·S²·W"
 
@@ -92,11 +92,11 @@ def _post_norm(block, x):
 
 
 def test_block_checks():
-    exb.check_block_flops(lambda s, w, b, r: blocks.flops(s, w, b, r), seed=1)
+    exb.check_block_flops(lambda s, w, b, r: blocks.flops_by_part(s, w, b, r), seed=1)
     with pytest.raises(ExerciseFailed, match="a multiply-add is 2 FLOPs"):
-        exb.check_block_flops(lambda s, w, b, r: {k: v / 2 for k, v in blocks.flops(s, w, b, r).items()}, seed=1)
+        exb.check_block_flops(lambda s, w, b, r: {k: v / 2 for k, v in blocks.flops_by_part(s, w, b, r).items()}, seed=1)
     with pytest.raises(ExerciseFailed, match="computes all S×S scores"):
-        exb.check_block_flops(lambda s, w, b, r: blocks.flops(s, w, b, r, causal_skip=True), seed=1)
+        exb.check_block_flops(lambda s, w, b, r: blocks.flops_by_part(s, w, b, r, causal_skip=True), seed=1)
     with pytest.raises(ExerciseFailed, match="must return a dict"):
         exb.check_block_flops(lambda s, w, b, r: None, seed=1)
     exb.check_crossover(lambda w, r, c: 2 * w * (4 + 2 * r) / (2 if c else 4), seed=2)

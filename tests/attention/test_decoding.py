@@ -1,9 +1,8 @@
-"""kernels.attention.decoding (the KV cache, decode-step counts, bench_steps) and the checks of
+"""kernels.attention.decoding (the KV cache, decode-step counts, bench_prefill_and_decode) and the checks of
 kernels.exercises.backward and kernels.exercises.decoding (chapters 9 and 10's exercises)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +16,8 @@ from kernels.bench import plots
 from kernels.attention.decoding import KVCache
 from kernels.exercises import ExerciseFailed, Passed
 from kernels.exercises.backward import check_kept_for_backward, check_training_flops
-from kernels.exercises.decoding import check_decode_intensity, check_decode_step
+from kernels.exercises.decoding import check_decode_intensity, check_decode_token
+from tests.helpers import ROOT
 
 # ------------------------------------------------------------------------- the KV cache
 
@@ -73,23 +73,23 @@ def test_decoding_through_the_cache_gives_the_rows_of_one_causal_pass():
 
 def test_decode_flops_count_every_key_and_ignore_shared_heads():
     b, h, sk, d = 2, 8, 300, 64
-    assert decoding.step_flops(b, h, 1, sk, d) == 4 * b * h * sk * d        # no causal half for one query
-    assert decoding.step_flops(b, h, 1, sk, d, causal=False) == 4 * b * h * sk * d
-    assert decoding.step_flops(b, h, sk, sk, d) == 2 * b * h * sk * sk * d  # prefill: the square convention
+    assert decoding.call_flops(b, h, 1, sk, d) == 4 * b * h * sk * d        # no causal half for one query
+    assert decoding.call_flops(b, h, 1, sk, d, causal=False) == 4 * b * h * sk * d
+    assert decoding.call_flops(b, h, sk, sk, d) == 2 * b * h * sk * sk * d  # prefill: the square convention
     # a chunk of 3 queries at the end of 10 keys sees 8 + 9 + 10 pairs
-    assert decoding.step_flops(1, 1, 3, 10, 4) == 4 * (8 + 9 + 10) * 4
+    assert decoding.call_flops(1, 1, 3, 10, 4) == 4 * (8 + 9 + 10) * 4
 
 
 def test_decode_bytes_read_each_shared_head_once():
     b, h, hkv, sk, d = 2, 32, 8, 4096, 128
     elem = 2
     want = (2 * b * h * 1 * d + 2 * b * hkv * sk * d) * elem               # q and o, then K and V
-    assert decoding.step_bytes(b, h, 1, sk, d, hkv, torch.bfloat16) == want
-    mha = decoding.step_bytes(b, h, 1, sk, d, h, torch.bfloat16)
+    assert decoding.call_bytes(b, h, 1, sk, d, hkv, torch.bfloat16) == want
+    mha = decoding.call_bytes(b, h, 1, sk, d, h, torch.bfloat16)
     assert mha == (2 * b * h * d + 2 * b * h * sk * d) * elem
     assert 0.99 * (h // hkv) < mha / want < h // hkv
     # the square case is what chapter 6 counts
-    assert decoding.step_bytes(1, 8, 512, 512, 64, dtype=torch.float32) == reference.io_bytes(1, 8, 512, 64)
+    assert decoding.call_bytes(1, 8, 512, 512, 64, dtype=torch.float32) == reference.io_bytes(1, 8, 512, 64)
 
 
 def test_decode_intensity_tends_to_the_group_size_per_byte():
@@ -108,7 +108,7 @@ def test_cache_bytes_by_hand():
 
 
 def test_bench_steps_rows_carry_the_decode_counts_and_draw_on_a_roofline():
-    rows = decoding.bench_steps(["sdpa_math"], [16, 32], heads=4, kv_heads=2, head_dim=8, reps=2, warmup=1)
+    rows = decoding.bench_prefill_and_decode(["sdpa_math"], [16, 32], heads=4, kv_heads=2, head_dim=8, reps=2, warmup=1)
     assert [(r.impl, r.seq) for r in rows] == [("sdpa_math prefill", 16), ("sdpa_math prefill", 32),
                                                ("sdpa_math decode", 16), ("sdpa_math decode", 32)]
     assert all(r.ok and r.median_ms > 0 and r.tflops > 0 for r in rows)
@@ -121,7 +121,7 @@ def test_bench_steps_rows_carry_the_decode_counts_and_draw_on_a_roofline():
 
 
 def test_bench_steps_records_a_refusal_instead_of_stopping():
-    rows = decoding.bench_steps(["sdpa_cudnn"], [16], phases=("decode",), heads=2, head_dim=8, reps=1, warmup=0)
+    rows = decoding.bench_prefill_and_decode(["sdpa_cudnn"], [16], phases=("decode",), heads=2, head_dim=8, reps=1, warmup=0)
     assert rows[0].status in ("unavailable", "unsupported", "error") and "sdpa_cudnn" in rows[0].reason
 
 
@@ -217,15 +217,15 @@ def decode_no_append(cache, q, k_new, v_new):
                                           (decode_whole_buffer, "zeros of the empty slots"),
                                           (decode_top_left, "top-left"),
                                           (decode_no_append, "append the new token")])
-def test_decode_step_check_names_the_mistake(wrong, words):
+def test_decode_token_check_names_the_mistake(wrong, words):
     with pytest.raises(ExerciseFailed, match=words):
-        check_decode_step(wrong, seed=7)
+        check_decode_token(wrong, seed=7)
 
 
-def test_decode_step_check_stub_and_solution():
+def test_decode_token_check_stub_and_solution():
     with pytest.raises(ExerciseFailed, match="returned None"):
-        check_decode_step(stub, seed=7)
-    assert isinstance(check_decode_step(decode_solution, seed=7), Passed)
+        check_decode_token(stub, seed=7)
+    assert isinstance(check_decode_token(decode_solution, seed=7), Passed)
 
 
 def intensity_solution(h, hkv, sk, d, elem):
@@ -250,10 +250,10 @@ def test_decode_intensity_check_stub_and_solution():
 
 # ------------------------------------------------------------------------- the exercise notebooks
 
-EXERCISES = Path(__file__).resolve().parent.parent / "book" / "exercises"
+EXERCISES = ROOT / "book" / "exercises"
 NOTEBOOK_STUB_MESSAGES = {
     "09_backward": [r"kept_for_backward returned None; return a count", r"training_flops returned None; return a number"],
-    "10_decoding": [r"decode_step returned None", r"decode_intensity returned None; return a number"],
+    "10_decoding": [r"decode_token returned None", r"decode_intensity returned None; return a number"],
 }
 
 

@@ -1,8 +1,8 @@
-"""The implementation contract (kernels/registry.py's docstring), checked for every implementation that runs here.
+"""The registry (kernels/registry.py) and the float64 reference it judges by.
 
-q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D]; Hq a multiple of Hkv; causal aligned bottom-right;
-head dims 1..256; any layout. Every output (and gradient) is judged by ``reference.judge``:
-fp32 within 1e-5 of the float64 reference, 16-bit by FlashAttention's rule.
+Names in teaching order, "can this run here?" in words, refusals of bad input naming the
+implementation, the reference's own cases by hand, naive's mask caches, and the flop and
+byte counts. Whether each implementation's numbers are right is tests/attention/test_contract.py.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import kernels
 from kernels.attention import naive as naive_module
 from kernels import reference
 from kernels.registry import CannotRun
-from tests.helpers import LAYOUTS, covering, make_attention_inputs, make_qkv
+from tests.helpers import make_attention_inputs, make_qkv
 
 CPU_NAMES = [n for n, why in kernels.available("cpu").items() if why is None]
-# Entries flagged slow_on_cpu (Triton's interpreter; torch.compile, a compile per shape) have
-# their own test files at small sizes: tests/test_triton_flash.py, tests/test_compiled.py.
+# Entries flagged slow_on_cpu (Triton's interpreter; torch.compile, a compile per shape) are
+# left out of the input checks that need no kernel to tell them apart.
 FAST_CPU = [n for n in CPU_NAMES if not kernels.implementation(n).slow_on_cpu]
 
 
@@ -141,109 +141,6 @@ def test_judge_assert_names_the_failing_tensor_and_the_rule():
     q, k, v = make_attention_inputs(1, 1, 1, 5, 5, 8, seed=5)
     with pytest.raises(AssertionError, match=r"^mine: does not match the float64 reference.*out: .* exceeds"):
         reference.assert_close_to_reference(q.clone(), q, k, v, label="mine")
-
-
-# ------------------------------------------------------------------------------ the grid
-# The peers' lengths ((113, 203), (128, 217), (1, 239), (3, 799), (1023, 1024)), their head
-# dims, GQA ratios 1, 2 and 8, both causal modes, every layout: a covering set of rows, not
-# the product, so the suite stays within its time budget on two cores.
-LENGTHS = [(1, 1), (113, 203), (128, 217), (1, 239), (3, 799), (203, 113), (17, 17), (1023, 1024)]
-HEAD_DIMS = [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256]
-GQA = [(2, 2), (4, 2), (8, 1), (16, 2)]
-GRID = [(sq, sk, d, hq, hkv, causal, layout) for (sq, sk), d, (hq, hkv), causal, layout in covering(
-    LENGTHS, HEAD_DIMS, GQA, [True, False, True], LAYOUTS)]
-
-
-def _grid_id(row):
-    sq, sk, d, hq, hkv, causal, layout = row
-    return f"q{sq}k{sk}-d{d}-h{hq}/{hkv}-{'causal' if causal else 'full'}-{layout}"
-
-
-@pytest.mark.parametrize("name", FAST_CPU)
-@pytest.mark.parametrize("row", GRID, ids=_grid_id)
-def test_forward_on_the_peer_grid(name, row):
-    sq, sk, d, hq, hkv, causal, layout = row
-    heads = (hq, hkv) if sq * sk < 500_000 else (hkv, hkv // 2 or 1)  # keep (1023, 1024) small
-    q, k, v = make_attention_inputs(1, *heads, sq, sk, d, layouts=layout, seed=sq + d)
-    out = kernels.get(name)(q, k, v, causal=causal)
-    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
-    reference.judge(out, q, k, v, causal).assert_ok(f"{name} {_grid_id(row)}")
-
-
-BACKWARD = [(sq, sk, d, hq, hkv, causal) for (sq, sk), d, (hq, hkv), causal in covering(
-    [(1, 1), (17, 17), (113, 203), (3, 99), (40, 7), (1, 64)], [16, 40, 59, 80, 128, 256],
-    GQA, [True, False, True])]
-
-
-@pytest.mark.parametrize("name", FAST_CPU)
-@pytest.mark.parametrize("row", BACKWARD, ids=lambda r: "q{}k{}-d{}-h{}/{}-{}".format(*r))
-def test_backward_on_a_covering_grid(name, row):
-    sq, sk, d, hq, hkv, causal = row
-    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, d, layouts="bshd", seed=sq * d)
-    judgement = reference.check(kernels.get(name), q, k, v, causal=causal, backward=True, seed=sq)
-    judgement.assert_ok(f"{name} backward q{sq} k{sk} d{d} h{hq}/{hkv} causal={causal}")
-
-
-HALF_CASES = covering([torch.bfloat16, torch.float16], [(33, 33), (113, 203), (1, 239), (77, 31)],
-                      [64, 59, 128, 96], [True, False, True], [(2, 2), (4, 1), (8, 2)])
-
-
-@pytest.mark.parametrize("name", FAST_CPU)
-@pytest.mark.parametrize("case", HALF_CASES, ids=lambda c: f"{str(c[0])[6:]}-q{c[1][0]}k{c[1][1]}-d{c[2]}-{c[3]}")
-def test_16bit_by_flashattentions_rule(name, case):
-    dtype, (sq, sk), d, causal, (hq, hkv) = case
-    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, d, dtype=dtype, seed=d)
-    judgement = reference.check(kernels.get(name), q, k, v, causal=causal, backward=True, seed=d)
-    assert judgement["out"].rule.startswith("max abs error <= 2 x")
-    judgement.assert_ok(f"{name} {dtype} q{sq} k{sk} d{d}")
-
-
-# Every pair of layouts meets on some two of q, k, v (a Latin square: 16 mixes, not 64).
-LAYOUT_MIXES = [(lq, lk, LAYOUTS[(i + j) % 4]) for i, lq in enumerate(LAYOUTS) for j, lk in enumerate(LAYOUTS)]
-
-
-@pytest.mark.parametrize("name", FAST_CPU)
-def test_every_pair_of_layouts(name):
-    """q, k, v each in its own layout, contiguous or not, at a tiny size."""
-    for layouts in LAYOUT_MIXES:
-        q, k, v = make_attention_inputs(1, 4, 2, 7, 11, 16, layouts=layouts, seed=1)
-        out = kernels.get(name)(q, k, v, causal=True)
-        reference.judge(out, q, k, v).assert_ok(f"{name} layouts q, k, v = {layouts}")
-
-
-@pytest.mark.parametrize("name", FAST_CPU)
-@pytest.mark.parametrize("scale", [0.3, 0.0, -0.5, np.float32(0.25), np.float64(0.7), 2])
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-def test_explicit_scale_any_sign_and_type(name, scale, causal):
-    # scale <= 0 with causal is where PyTorch's CPU flash kernel returned NaN: it must not now.
-    q, k, v = make_attention_inputs(1, 2, 2, 31, 31, 64, seed=6)
-    out = kernels.get(name)(q, k, v, causal=causal, scale=scale)
-    reference.judge(out, q, k, v, causal, float(scale)).assert_ok(f"{name} scale={scale!r}")
-    if float(scale) != 1 / 8:  # and the scale really is used: the default gives another answer
-        assert not reference.judge(out, q, k, v, causal).ok
-
-
-@pytest.mark.parametrize("name", FAST_CPU)
-@pytest.mark.parametrize("sq, sk", [(29, 29), (7, 29), (29, 7)])
-def test_causal_ignores_the_future(name, sq, sk):
-    """Bottom-right: query i sees keys j <= i + sk - sq; changing later keys changes nothing before."""
-    q, k, v = make_attention_inputs(1, 2, 1, sq, sk, 16, seed=11)
-    cut = sk - 9                      # keys from here on are changed
-    first_blind = cut - (sk - sq)     # the first query that sees key `cut`
-    k2, v2 = k.clone(), v.clone()
-    k2[:, :, cut:] = torch.randn_like(k2[:, :, cut:]) * 5
-    v2[:, :, cut:] = torch.randn_like(v2[:, :, cut:]) * 5
-    a = kernels.get(name)(q, k, v, causal=True)
-    b = kernels.get(name)(q, k2, v2, causal=True)
-    torch.testing.assert_close(a[:, :, :max(first_blind, 0)], b[:, :, :max(first_blind, 0)])
-    assert not torch.allclose(a[:, :, first_blind:], b[:, :, first_blind:])
-
-
-@pytest.mark.parametrize("name", ["naive", "inplace", "sdpa_math", "sdpa_flash"])
-@pytest.mark.parametrize("hq, hkv, sq, sk", [(2, 2, 23, 23), (4, 2, 5, 23), (8, 1, 23, 5)])
-def test_backward_in_float64_matches_reference(name, hq, hkv, sq, sk):
-    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, 16, dtype=torch.float64, seed=4)
-    reference.check(kernels.get(name), q, k, v, backward=True, seed=9).assert_ok(name)
 
 
 # ------------------------------------------------------------------------------ naive's caches
