@@ -118,7 +118,7 @@ def expected_seconds(work: dict, seconds: dict, base: float, carried: bool = Fal
 
 
 def test_cases(where: str) -> list:
-    """The Triton launches of a covering grid of GPU tests (``tests/test_triton_flash.py::GPU_CASES``):
+    """The Triton launches of a covering grid of GPU tests (``tests/triton/test_triton_flash.py::GPU_CASES``):
     each case is a forward and a backward with the autotuner narrowed to one config. The
     forward is the TMA one where the head dim is a power of two (its descriptor tiles the
     whole row), else the pointer one."""

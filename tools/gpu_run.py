@@ -65,8 +65,8 @@ PHASES = ("environment", "gpu-tests", "chapters", "bench")   # in order of value
 PLAN_PATH = ROOT / "tools" / "gpu_plan.json"
 # The GPU tests, those that guard the book's GPU lessons first (chapters 3-3b's backends, chapter
 # 4's kernel, chapter 5's), then any other; pytest collects a module named twice once.
-GPU_TEST_ORDER = ("tests/test_sdpa_priority.py", "tests/test_sdpa_rules.py", "tests/test_triton_flash.py",
-                  "tests/cuda/test_cuda_flash.py", "tests")
+GPU_TEST_ORDER = ("tests/attention/test_sdpa_priority.py", "tests/attention/test_sdpa_rules.py",
+                  "tests/triton/test_triton_flash.py", "tests/cuda/test_cuda_flash.py", "tests")
 DONE = ("ok", "dry run")         # a phase or chapter with this status is not run again by --resume
 PARTIAL = ("not run", "partial", "timed out")   # what a partial archive may hold for chapters and bench
 

@@ -140,7 +140,7 @@ def launch(tf, use: dict, params: dict) -> None:
     backward = any(name.startswith("bwd") for name in use["kernels"])
     tma = None if "fwd_tma" in use["kernels"] else False   # None: the launcher decides, as it does on the GPU
     narrowed = []
-    if use.get("one_config"):   # as tests/test_triton_flash.py's one_autotune_config fixture does
+    if use.get("one_config"):   # as tests/triton/test_triton_flash.py's one_autotune_config fixture does
         for kernel in (tf.attn_fwd, tf.attn_fwd_tma, tb.attn_bwd_dkdv, tb.attn_bwd_dq):
             narrowed.append((kernel, kernel.configs))
             kernel.configs = [c for c in kernel.configs if [c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
