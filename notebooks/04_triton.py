@@ -464,7 +464,7 @@ show_source(triton_backward.flash_backward)
 #   unmasked loop takes everything in between. One loop walks all (query head, query tile)
 #   pairs of a GQA group, rather than a loop over heads around a loop over tiles; in this
 #   form every config the autotuner keeps compiles without spills on sm_80 and sm_90
-#   (`python -m kernels.triton.compile_sweep`; tests/test_compile_report.py checks it).
+#   (`python -m kernels.triton.compile_sweep`; tests/triton/test_compile_report.py checks it).
 
 # %%
 display(show_source(triton_backward._attn_bwd_dkdv.fn))
@@ -478,7 +478,7 @@ show_source(triton_backward._bwd_dkdv_steps.fn)
 # the variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a function, and its own
 # library functions (`tl.max`, `tl.sum`) are decorated once, when Triton is first imported,
 # which torch may do on its own (torch 2.13's profiler imports Triton;
-# tests/test_triton_flash.py checks that order). So the library sets no variable: its
+# tests/triton/test_triton_flash.py checks that order). So the library sets no variable: its
 # kernels stay compiled objects, and each launch borrows interpreted copies of them and of
 # Triton's library for as long as it runs (`kernels.triton.interpreter.interpreting`), the way
 # Triton's interpreter patches `triton.language` for each launch it runs itself (`_patch_lang`

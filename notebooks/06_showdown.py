@@ -26,7 +26,8 @@ import pandas as pd
 import torch
 
 from kernels.bench import comparison
-from kernels.bench.results import BenchResults, DECODE, FORWARD_BACKWARD, dtype_name
+from kernels.bench.results import BenchResults, DECODE, FORWARD_BACKWARD
+from kernels.dtypes import dtype_name
 from kernels.bench import sweep
 from kernels.trace import reader
 from kernels.trace import record

@@ -107,7 +107,7 @@ naive_block = make_block("naive")
 rows = []
 for s in seqs:
     counted = blocks.counted_flops(naive_block, tokens(s))
-    formula = blocks.flops(s, width, batch)
+    formula = blocks.flops_by_part(s, width, batch)
     rows.append({"seq": s, "linear (GFLOP)": counted.get("addmm", 0) / 1e9, "attention (GFLOP)": counted.get("bmm", 0) / 1e9,
                  "formula linear": (formula["qkv"] + formula["proj"] + formula["mlp"]) / 1e9,
                  "formula attention": formula["attention"] / 1e9})

@@ -187,14 +187,14 @@ count_rows = []
 for s in (512, 1024, 2048, 4096, 8192):
     for phase, s_q in (("prefill", s), ("decode", 1)):
         count_rows.append({"S (keys)": s, "phase": phase,
-                           "FLOPs": decoding.step_flops(1, 32, s_q, s, 128),
-                           "bytes (bf16)": decoding.step_bytes(1, 32, s_q, s, 128, dtype=torch.bfloat16),
+                           "FLOPs": decoding.call_flops(1, 32, s_q, s, 128),
+                           "bytes (bf16)": decoding.call_bytes(1, 32, s_q, s, 128, dtype=torch.bfloat16),
                            "FLOP/byte": decoding.intensity(1, 32, s_q, s, 128, dtype=torch.bfloat16)})
 counts = pd.DataFrame(count_rows).pivot(index="S (keys)", columns="phase")
 display(counts.round(1))
 decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
 reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode step at S = 4096", source="the counts")
-lesson(abs(decoding.step_flops(1, 32, 1, 4096, 128) - 4 * 32 * 4096 * 128) < 1e-6,
+lesson(abs(decoding.call_flops(1, 32, 1, 4096, 128) - 4 * 32 * 4096 * 128) < 1e-6,
        "a decode step counts every key: 4·H·S·D FLOPs, no causal half")
 lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
        "decode does about one FLOP per byte in bfloat16, at every cache length", f"{decode_4k:.3f}")
@@ -218,7 +218,7 @@ glue("h200_ridge", gpu_peaks.ridge)
 #
 # ## On a roofline, measured here
 #
-# `kernels.attention.decoding.bench_steps` times prefill and decode steps with `kernels.bench`'s timer,
+# `kernels.attention.decoding.bench_prefill_and_decode` times prefill and decode steps with `kernels.bench`'s timer,
 # carrying the FLOP and byte counts above; `kernels.bench.plots.roofline` draws them under this
 # machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.hw.devices`).
 
@@ -227,7 +227,7 @@ glue("h200_ridge", gpu_peaks.ridge)
 #| alt: Log-log roofline scatter: prefill points at high arithmetic intensity, decode points clustered far left under the sloped bandwidth line.
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
 impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
-rows = decoding.bench_steps([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
+rows = decoding.bench_prefill_and_decode([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
                             device=device, reps=7)
 peaks_here = devices.peaks(device)
 display(rows.to_frame()[["impl", "seq", "median_ms", "p10_ms", "p90_ms", "flops", "bytes", "tflops"]]
@@ -270,7 +270,7 @@ layers, hq, hkv, d_model_head, ctx = 32, 32, 8, 128, 8192
 gqa_rows = pd.DataFrame([
     {"attention": name, "K/V heads": kv,
      "KV cache (MiB)": mib(decoding.cache_bytes(ctx, kv, d_model_head, torch.bfloat16, layers=layers)),
-     "bytes per decode step, one layer (MiB)": mib(decoding.step_bytes(1, hq, 1, ctx, d_model_head, kv)),
+     "bytes per decode step, one layer (MiB)": mib(decoding.call_bytes(1, hq, 1, ctx, d_model_head, kv)),
      "FLOP/byte": decoding.intensity(1, hq, 1, ctx, d_model_head, kv)}
     for name, kv in (("multi-head (MHA)", hq), ("grouped-query (GQA)", hkv), ("multi-query (MQA)", 1))]).set_index("attention")
 display(gqa_rows.round(2))

@@ -127,9 +127,9 @@ lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic wi
 
 # %%
 pool = sweep.InputPool((small["batch"], small["heads"], small["seq"], small["head_dim"]), dtype, device, backward=False)
-step = sweep.make_step(kernels.get("inplace"), pool, causal=True, backward=False)
-timing.warm_up(step, device, calls=2, budget_ms=500)
-times = timing.time_calls(step, device, reps=25)
+timed_call = sweep.make_timed_call(kernels.get("inplace"), pool, causal=True, backward=False)
+timing.warm_up(timed_call, device, calls=2, budget_ms=500)
+times = timing.time_calls(timed_call, device, reps=25)
 median, p10, p90 = timing.spread(times)
 with_outlier = times + [50 * median]
 moved_mean = statistics.mean(with_outlier) / statistics.mean(times) - 1
@@ -277,9 +277,9 @@ lesson(len(sets_used) == len(rotated.sets), "consecutive calls cycle through eve
 one_set = sweep.InputPool(shape, dtype, device, backward=False)
 one_set.sets = one_set.sets[:1]  # the same q, k, v every call: always warm in cache
 for label, pool in (("same inputs every call", one_set), ("rotated inputs", rotated)):
-    step = sweep.make_step(kernels.get("sdpa_flash"), pool, causal=True, backward=False)
-    timing.warm_up(step, device, calls=3, budget_ms=500)
-    print(f"{label:<24} median {timing.spread(timing.time_calls(step, device, reps=40))[0]:.3f} ms")
+    timed_call = sweep.make_timed_call(kernels.get("sdpa_flash"), pool, causal=True, backward=False)
+    timing.warm_up(timed_call, device, calls=3, budget_ms=500)
+    print(f"{label:<24} median {timing.spread(timing.time_calls(timed_call, device, reps=40))[0]:.3f} ms")
 
 # %% [markdown]
 # On a CPU at this size the two are often within noise of each other (the flash kernel's

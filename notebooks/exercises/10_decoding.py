@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import kernels
 from kernels.notebook import setup
 from kernels.exercises import showing_solutions
-from kernels.exercises.decoding import check_decode_intensity, check_decode_step
+from kernels.exercises.decoding import check_decode_intensity, check_decode_token
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -27,13 +27,13 @@ showing_solutions(solutions)
 # %% [markdown]
 # ## Task 1: one decode step
 #
-# Write `decode_step(cache, q, k_new, v_new)`: `cache` is a `kernels.attention.decoding.KVCache`
+# Write `decode_token(cache, q, k_new, v_new)`: `cache` is a `kernels.attention.decoding.KVCache`
 # already holding some tokens, `q` the new token's query `[B, H, 1, D]`, `k_new` and `v_new`
 # its key and value `[B, Hkv, 1, D]` (Hkv may be smaller than H). Add the new token to the
 # cache, then return the query's attention over every cached token, `[B, H, 1, D]`.
 
 # %% tags=["stub"]
-def decode_step(cache, q, k_new, v_new):
+def decode_token(cache, q, k_new, v_new):
     # your code here
     ...
 
@@ -50,12 +50,12 @@ def decode_step(cache, q, k_new, v_new):
 
 # %% tags=["solution", "hide-input"]
 # Solution: append first (the new query sees its own key), then bottom-right causal attention.
-def solution_decode_step(cache, q, k_new, v_new):
+def solution_decode_token(cache, q, k_new, v_new):
     keys, values = cache.append(k_new, v_new)
     return kernels.get("sdpa_math")(q, keys, values, causal=True)
 
 # %% tags=["check"]
-check_decode_step(solution_decode_step if solutions else decode_step)
+check_decode_token(solution_decode_token if solutions else decode_token)
 
 # %% [markdown]
 # ## Task 2: FLOPs per byte of a decode step
