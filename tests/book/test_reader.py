@@ -167,7 +167,7 @@ def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():
 
     from kernels.bench import plots
     from kernels.bench.results import FORWARD, BenchResults
-    from tests.test_plots import DEVICE, row
+    from tests.bench.test_plots import DEVICE, row
 
     quiet = [row(impl, s, FORWARD) for impl in ("naive", "fused") for s in (256, 512, 1024)]
     meta = {"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}}
