@@ -17,7 +17,7 @@ def test_library_tools_and_every_chapter_type_check():
     assert "Success: no issues found" in report, report
 
 
-def test_the_parameters_cell_is_typed_from_params_yml():
+def test_the_parameters_cell_is_typed_from_the_presets():
     line = typecheck.parameters_line()
     assert "active_steps: int = " in line and "seq: int = " in line and "trace_dir: str = " in line, line
     assert "device: Any = " in line, "device is resolved by setup() into a torch.device, so it is typed Any"

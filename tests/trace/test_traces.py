@@ -42,7 +42,7 @@ def test_runner_keeps_each_notebooks_traces_in_its_own_folder(fake_book):
     assert [t["path"] for t in row["traces"]] == [f"book/traces/{FAKE_CHAPTER}/mm.json.gz"]
     trace = fake_book.out / row["traces"][0]["path"]
     assert row["traces"][0]["bytes"] == trace.stat().st_size
-    active = fake_book.report["parameters"]["active_steps"]  # the fake book's cpu profile: 2
+    active = fake_book.report["parameters"]["active_steps"]  # the fake book's cpu preset: 2
     assert len(reader.load_trace(trace).steps("mm")) == active, "only the active steps are exported"
 
 
