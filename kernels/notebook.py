@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
+from kernels.dtypes import TORCH_NAMES, parse_dtype
+
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ def plan(device: str, dtype: str, gpu: GPU | None) -> Plan:
         device = "cuda" if gpu is not None else "cpu"
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype not in TORCH_NAMES:
+        raise ValueError(f"dtype must be one of {', '.join(TORCH_NAMES)}, got {dtype!r}")
     if device.startswith("cuda") and gpu is None:
         return Plan("cpu", "float32", "cpu", ("This chapter asked for a CUDA GPU, but none is visible: "
                                               "running on the CPU in float32 instead.",))
@@ -78,7 +78,7 @@ def setup(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torc
     chosen = plan(str(device), dtype, this_gpu())
     for note in chosen.notes:
         print(note)
-    return torch.device(chosen.device), DTYPES[chosen.dtype]
+    return torch.device(chosen.device), parse_dtype(chosen.dtype)
 
 
 def inputs(batch: int, heads: int, seq: int, head_dim: int, dtype=torch.float32, device="cpu",
