@@ -74,11 +74,25 @@ def this_gpu() -> GPU | None:
 
 
 def setup(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
-    """Resolve the chapter's parameters into a torch device and dtype, saying what changed."""
+    """Resolve the chapter's parameters into a torch device and dtype, saying what changed;
+    in a notebook, a cell whose value is a matplotlib Figure then shows it as an image."""
+    show_figures_as_images()
     chosen = plan(str(device), dtype, this_gpu())
     for note in chosen.notes:
         print(note)
     return torch.device(chosen.device), parse_dtype(chosen.dtype)
+
+
+def show_figures_as_images() -> None:
+    """The library draws on matplotlib ``Figure`` objects, never through pyplot (no global
+    state): in IPython, have a cell's Figure value rendered as a PNG, as pyplot's would be."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # plain Python: nothing displays
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("png")
 
 
 def inputs(batch: int, heads: int, seq: int, head_dim: int, dtype=torch.float32, device="cpu",

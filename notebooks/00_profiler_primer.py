@@ -19,15 +19,12 @@ import inspect
 
 import torch
 
-from kernels.bench import comparison
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
-from kernels.trace import timeline
 import kernels
 from kernels import borrowed, recorded
-from kernels.trace.links import links
+from kernels.bench import comparison
 from kernels.notebook import glue, inputs, lesson, reveal, say, setup
+from kernels.trace import reader, record, tables, timeline
+from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")

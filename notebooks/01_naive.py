@@ -13,15 +13,12 @@
 # %%
 import torch
 
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
-from kernels.trace import timeline
 import kernels
 from kernels import recorded, reference
-from kernels.trace.links import links
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.attention.naive import NaiveAttention
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.trace import reader, record, tables, timeline
+from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)

@@ -16,16 +16,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from kernels.bench import comparison
-from kernels.trace import diff as tracediff
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import timeline
 import kernels
 from kernels import recorded, reference
-from kernels.trace.links import links
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.attention.inplace import InplaceAttention
+from kernels.bench import comparison
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.trace import diff as tracediff, reader, record, timeline
+from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)

@@ -23,17 +23,13 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from kernels.trace import diff as tracediff
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
-from kernels.trace import timeline
 import kernels
 import kernels.attention.sdpa
 from kernels import recorded, reference
-from kernels.trace.links import links
 from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.trace import diff as tracediff, reader, record, tables, timeline
 from kernels.trace.fingerprints import classify_many, mentions_op
+from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)

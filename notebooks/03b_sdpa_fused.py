@@ -25,18 +25,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from kernels.bench import comparison
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
-from kernels.trace import timeline
 import kernels
 import kernels.attention.sdpa
 from kernels import recorded
-from kernels.trace.links import links
+from kernels.bench import comparison
+from kernels.hw.occupancy import arch_of, kineto_estimate, KINETO_SHARED_MEM_LIMIT, occupancy
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels.trace import reader, record, tables, timeline
 from kernels.trace.fingerprints import classify_many, fingerprint
-from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, arch_of, kineto_estimate, occupancy
+from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)

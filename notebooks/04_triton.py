@@ -22,30 +22,24 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from kernels.bench.results import FORWARD, FORWARD_BACKWARD
-from kernels.bench import sweep
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
 import kernels
 import kernels.triton.flash as tf
-from kernels.triton import backward as triton_backward
-from kernels.triton import launch
-from kernels.triton import tiles
 from kernels import gpu_lessons, reference
-from kernels.hw import occupancy
-from kernels.bench import plots
 from kernels.attention import sdpa
-from kernels.triton import tiling
-from kernels.trace.links import links
+from kernels.bench import plots, sweep
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD
+from kernels.hw import occupancy
 from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.trace import reader, record, tables
+from kernels.trace.links import links
+from kernels.triton import backward as triton_backward, launch, tiles, tiling
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
 triton_attention = kernels.get("triton")
 
 # The interpreter runs every tile operation as a NumPy call: seconds per forward at the
-# profile's size. On the CPU we keep the chapter's shapes small; on a GPU we use the profile's.
+# preset's size. On the CPU we keep the chapter's shapes small; on a GPU we use the preset's.
 INTERPRETER_MAX_HEADS, INTERPRETER_MAX_SEQ = 2, 256
 if on_gpu:
     run_batch, run_heads, run_seq = batch, heads, seq
@@ -60,7 +54,7 @@ glue("max_heads", INTERPRETER_MAX_HEADS)
 glue("max_seq", INTERPRETER_MAX_SEQ)
 
 # %% [markdown]
-# This run uses {glue:text}`run_shape` in {glue:text}`dtype`. The device profile asked for
+# This run uses {glue:text}`run_shape` in {glue:text}`dtype`. The preset asked for
 # {glue:text}`profile_shape`; on a CPU the chapter keeps a single batch element, at most
 # {glue:text}`max_heads` heads and at most {glue:text}`max_seq` tokens, because there the
 # kernel runs in Triton's *interpreter* (more on that below), which is far slower than a
@@ -263,11 +257,11 @@ lesson(bool((fractions["flops(): causal / full"] == 0.5).all()),
 overhead_here = tiling.diagonal_overhead(seq, gpu_block_m, gpu_block_n)
 glue("gpu_block_m", gpu_block_m)
 glue("gpu_block_n", gpu_block_n)
-glue("profile_seq", seq)
+glue("preset_seq", seq)
 glue("overhead_pct", 100 * (overhead_here - 1))
 
 # %% [markdown]
-# At the profile's {glue:text}`profile_seq` tokens, a causal kernel with these tiles computes
+# At the preset's {glue:text}`preset_seq` tokens, a causal kernel with these tiles computes
 # {glue:text}`overhead_pct:.1f`% more than the causal FLOP count. TFLOP/s figures in this
 # course divide the *useful* FLOPs (causal halved) by the time, so that waste shows up as a
 # lower TFLOP/s, not as extra credit.
@@ -464,7 +458,7 @@ show_source(triton_backward.flash_backward)
 #   unmasked loop takes everything in between. One loop walks all (query head, query tile)
 #   pairs of a GQA group, rather than a loop over heads around a loop over tiles; in this
 #   form every config the autotuner keeps compiles without spills on sm_80 and sm_90
-#   (`python -m kernels.triton.compile_sweep`; tests/triton/test_compile_report.py checks it).
+#   (`python -m kernels.triton.compile_sweep`; tests/triton/test_compile_sweep.py checks it).
 
 # %%
 display(show_source(triton_backward._attn_bwd_dkdv.fn))
@@ -672,7 +666,7 @@ else:
 # ## Speed (GPU only)
 #
 # On a GPU, `kernels.bench` times Triton against SDPA's flash backend, forward and
-# forward+backward, over sequence lengths around the profile's, and converts each median time
+# forward+backward, over sequence lengths around the preset's, and converts each median time
 # into TFLOP/s with the causal FLOP count halved (`kernels.reference.flops`). For published
 # H100 numbers of the Triton tutorial's kernel next to FlashAttention-2, cuDNN and
 # FlashAttention-3, see the FlashAttention-3 paper's forward-speed benchmarks (arXiv

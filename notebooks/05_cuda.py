@@ -30,27 +30,21 @@ import time
 import pandas as pd
 import torch
 
-from kernels.bench import sweep
-from kernels.trace import reader
-from kernels.trace import record
 import kernels
-from kernels import gpu_lessons
-from kernels.cuda import design
-from kernels.cuda import flash as cuda_flash
-from kernels.cuda import resources
-from kernels.cuda import threads
-from kernels.hw import occupancy
-from kernels.cuda import ptxas
-from kernels import reference
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels import gpu_lessons, reference
+from kernels.bench import sweep
+from kernels.cuda import design, flash as cuda_flash, ptxas, resources, threads
 from kernels.cuda.excerpts import cuda_excerpt, cuda_markdown
+from kernels.hw import occupancy
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.trace import reader, record
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
 V1, V2 = cuda_flash.CSRC / "flash_v1.cu", cuda_flash.CSRC / "flash_v2.cu"
 
 # The kernels exist for head_dim 64 and 128. v2 takes 16-bit inputs only, so where this run
-# is in fp32 (the CPU profile) the compiler sections read the bf16 kernels, the GPU profile's.
+# is in fp32 (the CPU preset) the compiler sections read the bf16 kernels, the GPU preset's.
 kernel_dim = head_dim if head_dim in cuda_flash.HEAD_DIMS else 64
 kernel_dtype = "fp16" if dtype == torch.float16 else "bf16"
 if kernel_dim != head_dim:

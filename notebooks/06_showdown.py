@@ -25,19 +25,15 @@ import math
 import pandas as pd
 import torch
 
-from kernels.bench import comparison
-from kernels.bench.results import BenchResults, DECODE, FORWARD_BACKWARD
-from kernels.dtypes import dtype_name
-from kernels.bench import sweep
-from kernels.trace import reader
-from kernels.trace import record
 import kernels
 from kernels import gpu_lessons, recorded, reference
+from kernels.bench import comparison, plots, sweep
+from kernels.bench.results import BenchResults, DECODE, FORWARD_BACKWARD, GOAL_BASELINE, goal_ratios, GOALS, load_results
+from kernels.dtypes import dtype_name
 from kernels.hw import devices
-from kernels.bench import plots
-from kernels.trace.links import links
-from kernels.bench.results import GOAL_BASELINE, GOALS, goal_ratios, load_results
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels.trace import reader, record
+from kernels.trace.links import links
 
 with contextlib.suppress(ImportError):
     import kernels.cuda.flash

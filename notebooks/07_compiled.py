@@ -21,12 +21,9 @@
 # %% [parameters]
 
 # %%
-from kernels.bench import sweep
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
-from kernels.trace import timeline
 from kernels.attention.torch_compile import keep_inductor_cache_in_build
+from kernels.bench import sweep
+from kernels.trace import reader, record, tables, timeline
 
 # Inductor keeps what it compiled on disk; when the book's runner executes this copy inside
 # _build/, the cache goes there too, so a rebuild of the book loads instead of recompiling.
@@ -39,11 +36,11 @@ import torch._inductor.config as inductor_config
 import kernels
 from kernels import gpu_lessons, reference
 from kernels.attention import torch_compile
-from kernels.trace import fingerprints
-from kernels.trace.links import links
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.attention.inplace import InplaceAttention
 from kernels.attention.naive import NaiveAttention
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.trace import fingerprints
+from kernels.trace.links import links
 
 # Name each generated C++ kernel in the profiler trace (off by default: a GPU trace names
 # Triton kernels anyway). Part of Inductor's cache key, so it changes no cached kernel.

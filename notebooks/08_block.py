@@ -15,10 +15,8 @@
 # %% [parameters]
 
 # %%
-from kernels.trace import reader
-from kernels.trace import record
-from kernels.trace import tables
 from kernels.attention.torch_compile import keep_inductor_cache_in_build
+from kernels.trace import reader, record, tables
 
 print("Inductor cache:", keep_inductor_cache_in_build() or "Inductor's default folder")
 
@@ -28,12 +26,11 @@ import torch
 import torch._inductor.config as inductor_config
 
 import kernels
-from kernels.attention import block as blocks
 from kernels import gpu_lessons
-from kernels.attention import torch_compile
-from kernels.trace.links import links
+from kernels.attention import block as blocks, torch_compile
 from kernels.attention.block import Block
 from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
+from kernels.trace.links import links
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
 torch.set_grad_enabled(False)                      # inference only; one grad mode for Dynamo's guards

@@ -20,15 +20,13 @@ import math
 import pandas as pd
 import torch
 
-from kernels.bench import comparison
-from kernels.trace import record
-from kernels.trace import tables
-from kernels.trace import timeline
 import kernels
 import kernels.attention.sdpa
 from kernels import gpu_lessons, recorded, reference
-from kernels.trace.links import links
+from kernels.bench import comparison
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels.trace import record, tables, timeline
+from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)

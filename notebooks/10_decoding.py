@@ -20,20 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels.bench import comparison
-from kernels.trace import record
 import kernels
 import kernels.attention.sdpa
 from kernels import gpu_lessons, reference
 from kernels.attention import decoding
-from kernels.hw import devices
-from kernels.bench import plots
-from kernels.trace.links import links
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.attention.decoding import KVCache
-from matplotlib_inline.backend_inline import set_matplotlib_formats
-
-set_matplotlib_formats("png")  # kernels.bench.plots returns matplotlib Figures: show them as images here
+from kernels.bench import comparison, plots
+from kernels.hw import devices
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.trace import record
+from kernels.trace.links import links
 device, dtype = setup(device, dtype)
 print(f"batch {batch}, heads {heads}, head_dim {head_dim}, {dtype}, on {device}; prompt + generated tokens up to {seq}")
 

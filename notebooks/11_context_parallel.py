@@ -20,21 +20,15 @@ import time
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
-from kernels.parallel import programs as cp
 from kernels import reference
-from kernels.hw import devices
-from kernels.parallel import rank_traces
-from kernels.parallel import ranks
-from kernels.parallel import ring
-from kernels.trace.links import links
-from kernels.parallel import ulysses
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
 from kernels.figures import apply_font_floor
+from kernels.hw import devices
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
+from kernels.parallel import programs as cp, rank_traces, ranks, ring, ulysses
+from kernels.trace.links import links
 
 started = time.perf_counter()  # the closing note reports how long this chapter took
-set_matplotlib_formats("png")
 device, dtype = setup(device, dtype)
 world = 2
 # One GPU per rank or none: NCCL refuses two ranks on one GPU, so with fewer GPUs than ranks the

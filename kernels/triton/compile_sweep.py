@@ -10,7 +10,7 @@ kernel and padded head dim, is compiled; each row says whether it *fits* the tar
 (``kernels.hw.occupancy.ARCHES``) and whether the pruning *keeps* it
 (``kernels.triton.tiles.fitting_configs``), which must never keep one that does not fit.
 The hand-written CUDA kernels come from ``kernels.cuda.flash.kernel_resources``. A process
-started with ``TRITON_INTERPRET=1`` cannot compile: the CLI and ``report`` run a subprocess.
+started with ``TRITON_INTERPRET=1`` cannot compile: the CLI and ``sweep`` run a subprocess.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _triton_module():
         raise RuntimeError(tf.TRITON_MISSING)
     if not _compiles_here():
         raise RuntimeError("TRITON_INTERPRET=1 made @triton.jit interpret the kernels in this process; "
-                           "compile reports need one where it is not set (report() starts one)")
+                           "the compile sweep needs one where it is not set (sweep() starts one)")
     return tf
 
 
@@ -178,14 +178,14 @@ def _compile_with_ptxas_log(src, target, options):
 
 def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
     """`_ptxas_resources`, remembered on disk beside Triton's own cache (which keeps the compiled
-    kernel, but not what ptxas says about its registers and spills): a second report, or a
+    kernel, but not what ptxas says about its registers and spills): a second sweep, or a
     second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
     ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
-    import triton   # an optional dependency: the report needs it, the library does not
+    import triton   # an optional dependency: the sweep needs it, the library does not
 
     key = hashlib.sha256("\0".join((triton.__version__, triton_ptxas(capability), arch, ptx)).encode())
     try:
-        folder = os.path.join(triton.knobs.cache.dir, "compile_report")
+        folder = os.path.join(triton.knobs.cache.dir, "compile_sweep")
     except AttributeError:  # a Triton without knobs: its default cache folder
         folder = os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
     path = os.path.join(folder, f"{key.hexdigest()}.json")
@@ -200,9 +200,9 @@ def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
             json.dump(dataclasses.asdict(found), tmp)
-        os.replace(tmp.name, path)    # whole or absent, even with two reports writing at once
+        os.replace(tmp.name, path)    # whole or absent, even with two sweeps writing at once
     except OSError:
-        pass                        # a read-only cache folder: report without remembering
+        pass                        # a read-only cache folder: sweep without remembering
     return found
 
 
@@ -234,7 +234,7 @@ def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype
 
 def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
                    causal: bool = True) -> Row:
-    """Compile one Triton kernel at one config for ``target`` and report it.
+    """Compile one Triton kernel at one config for ``target``: its row.
 
     ``kernel``: "fwd", "fwd_tma", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
     num_stages). Results are cached per process.
@@ -310,7 +310,7 @@ def cuda_rows(target: str) -> list[Row]:
 def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] = None,
           kernels: Sequence[str] = tiles.KERNELS, jobs: Optional[Sequence[tuple]] = None,
           cuda: bool = True, progress=None) -> list[Row]:
-    """The report for ``target``, in this process (which must not interpret Triton)."""
+    """The sweep's rows for ``target``, in this process (which must not interpret Triton)."""
     limits(target)
     todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels, target)
     rows = []
@@ -322,13 +322,13 @@ def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] =
         if nvcc_available():
             rows.extend(cuda_rows(target))
         elif progress is not None:
-            print("nvcc not found: the CUDA kernels are not in this report", file=progress, flush=True)
+            print("nvcc not found: the CUDA kernels are not in this sweep", file=progress, flush=True)
     return rows
 
 
-def report(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
-           cuda: bool = True, timeout: float = 1800) -> list[dict]:
-    """The report as a list of dicts, from a subprocess when this process interprets Triton."""
+def sweep(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
+          cuda: bool = True, timeout: float = 1800) -> list[dict]:
+    """The sweep's rows as dicts, from a subprocess when this process interprets Triton."""
     if _compiles_here():
         return [r.as_dict() for r in build(target, dtype, jobs=jobs, cuda=cuda)]
     args = [sys.executable, "-m", "kernels.triton.compile_sweep", "--target", target, "--dtype", dtype, "--json"]
@@ -339,7 +339,7 @@ def report(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = N
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"compile report for {target} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"compile sweep for {target} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
 
 

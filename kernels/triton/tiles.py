@@ -6,7 +6,7 @@ What fits depends on the head dim: the tiles held on-chip grow with it. So each 
 has a space per padded head dim, in the spirit of the autotune space of Triton's tutorial
 06-fused-attention (BLOCK_M {64, 128} x BLOCK_N {32, 64, 128} x stages x warps), narrowed
 to configs that the compiler says fit and do not spill on sm_80 and sm_90
-(``python -m kernels.triton.compile_sweep`` compiles them all; tests/triton/test_compile_report.py
+(``python -m kernels.triton.compile_sweep`` compiles them all; tests/triton/test_compile_sweep.py
 checks the pruning against the compiler). Fewer configs also mean a shorter autotuning:
 each is compiled and timed on first use of every new key.
 """
@@ -68,7 +68,7 @@ def kernels_for(capability) -> tuple:
 # A release without a table (Triton 3.6, 3.8) gets every config that spilled on that
 # architecture with any measured release. Ampere's mma.sync takes both operands from registers, where
 # Hopper's wgmma reads one from shared memory, so sm_80 runs out of registers on tiles that
-# sm_90 holds. tests/triton/test_compile_report.py fails when a kept config spills with the Triton
+# sm_90 holds. tests/triton/test_compile_sweep.py fails when a kept config spills with the Triton
 # that runs it, which is how a new release's changes are found (``make test-compat``).
 _SPILLS_SM80_37 = {
     ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
@@ -109,7 +109,7 @@ def spilling_configs(triton_version=None) -> dict:
     """{capability major: {(kernel, head_dim): configs}} that ptxas spills with ``triton_version``
     (default: the installed Triton): per capability, the table measured with that release, and
     where none was, every config that spilled with any measured release (the safe side; the
-    compile report's test then says what changed)."""
+    compile sweep's test then says what changed)."""
     if triton_version is None:
         triton_version = getattr(launch.triton, "__version__", None)
     measured = SPILLS_BY_TRITON.get(_release(triton_version), {}) if triton_version else {}
@@ -159,7 +159,7 @@ def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim
     """Bytes of shared memory a config needs, an upper bound of what Triton allocates.
 
     Written from what each kernel keeps in shared memory, and checked against the
-    compiler's ``metadata.shared`` (tests/triton/test_compile_report.py: never below it):
+    compiler's ``metadata.shared`` (tests/triton/test_compile_sweep.py: never below it):
 
     * forward: the Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads.
       The TMA forward adds 1 KiB: its copies' barriers, in an allocation aligned to the

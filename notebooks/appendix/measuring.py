@@ -19,10 +19,9 @@ import time
 
 import torch
 
-from kernels.bench import sweep
-from kernels.bench import timing
 import kernels
 from kernels import reference
+from kernels.bench import sweep, timing
 from kernels.hw import devices
 from kernels.notebook import glue, inputs, lesson, setup, show_source
 

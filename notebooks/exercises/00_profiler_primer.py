@@ -18,9 +18,9 @@ solutions = False
 import torch
 import torch.nn.functional as F
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.primer import check_hottest_op, check_top_level_guess
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

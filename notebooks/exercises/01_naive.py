@@ -16,9 +16,9 @@ solutions = False
 # %% tags=["setup"]
 import torch
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.naive import check_attention, check_hidden_copy
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

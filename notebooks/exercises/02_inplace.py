@@ -14,9 +14,9 @@ solutions = False
 # %% tags=["setup"]
 import torch
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.inplace import check_inplace_mask, check_lean_attention
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -15,8 +15,8 @@ solutions = False
 import torch
 import torch.nn.functional as F
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
+from kernels.notebook import setup
 from kernels.exercises.sdpa import (BACKEND_SCENARIOS, check_backend_predictions, check_safe_softmax, check_sdpa_mask,
                                     check_work_op_count)
 

@@ -26,10 +26,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.occupancy import check_occupancy
 from kernels.exercises.triton import check_causal_softmax, check_online_update
+from kernels.notebook import setup
 from kernels.triton.interpreter import use_interpreter
 
 device, dtype = setup(device, dtype)

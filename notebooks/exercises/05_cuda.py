@@ -17,13 +17,12 @@ import re
 
 import pandas as pd
 
-from kernels.cuda import flash as cuda_flash
-from kernels.cuda import resources
-from kernels.notebook import setup
+from kernels.cuda import flash as cuda_flash, resources
 from kernels.exercises import showing_solutions
 from kernels.exercises.cuda import check_read_ptxas, check_v2_lane
 from kernels.exercises.occupancy import check_occupancy
 from kernels.hw.occupancy import ARCHES
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

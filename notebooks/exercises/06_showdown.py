@@ -19,9 +19,9 @@ import time
 import torch
 
 import kernels
-from kernels.notebook import inputs, setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.showdown import check_intensity, check_tflops
+from kernels.notebook import inputs, setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

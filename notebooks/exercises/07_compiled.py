@@ -18,9 +18,9 @@ import math
 
 import torch
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.compiled import check_skipped_tiles, check_softcap, check_window_mask
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -16,9 +16,9 @@ solutions = False
 import torch
 from torch.nn import functional as F
 
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.block import check_block_flops, check_block_forward, check_crossover
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -13,9 +13,9 @@
 solutions = False
 
 # %% tags=["setup"]
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.backward import check_kept_for_backward, check_training_flops
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

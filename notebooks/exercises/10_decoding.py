@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.decoding import check_decode_intensity, check_decode_token
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

@@ -15,10 +15,10 @@ solutions = False
 # %% tags=["setup"]
 import torch
 
-from kernels.parallel import rank_traces
-from kernels.notebook import setup
 from kernels.exercises import showing_solutions
 from kernels.exercises.context_parallel import check_merge, check_slow_rank
+from kernels.notebook import setup
+from kernels.parallel import rank_traces
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)

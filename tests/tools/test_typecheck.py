@@ -67,7 +67,7 @@ def test_a_shadowed_parameter_fails_the_gate_at_its_line(broken_chapter):
 
 def test_the_broken_chapter_passes_once_it_uses_its_own_name(broken_chapter):
     """The failure above is the shadowing, not something else in the file."""
-    fixed = broken_chapter.read_text().replace("active_steps = [", "design_steps = [")
+    fixed = broken_chapter.read_text().replace("active_steps = [", "design_revisions = [")
     broken_chapter.write_text(fixed)
     code, report = typecheck.run([broken_chapter])
     assert f"{broken_chapter}:" not in report, report  # (the library's own errors, if any, fail the test above)

@@ -378,7 +378,7 @@ def test_backward_estimates_count_what_the_backward_keeps():
     assert estimate >= 242 * 1024 and estimate > 227 * 1024
     assert tiles.shared_memory_estimate(128, 64, 3, 128, 2, kernel="bwd_dq") == (2 * 128 + 6 * 64) * 128 * 2
     # One stage is no pipelining, not less memory: dK/dV (32, 32, 8, 1) at D = 256 takes 80 KiB
-    # on both targets, more than (32, 32, 8, 2) (compile report, Triton 3.7.1).
+    # on both targets, more than (32, 32, 8, 2) (compile sweep, Triton 3.7.1).
     assert tiles.shared_memory_estimate(32, 32, 1, 256, 2, kernel="bwd_dkdv") >= 80 * 1024
     # The TMA forward's barriers: (128, 128, 8, 2) at D = 128 takes 161 KiB on sm_90, not 160.
     assert tiles.shared_memory_estimate(128, 128, 2, 128, 2, kernel="fwd_tma") >= 161 * 1024

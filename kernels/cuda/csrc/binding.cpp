@@ -1,6 +1,6 @@
 // The torch side of the CUDA kernels: check tensors, describe them to the launchers.
 //
-// Built only where torch has CUDA (torch.utils.cpp_extension.load in kernels/cuda_flash.py).
+// Built only where torch has CUDA (torch.utils.cpp_extension.load in kernels/cuda/flash.py).
 // The kernels themselves never see torch: they get a flash::Problem (raw pointers, sizes,
 // element strides) and a CUDA stream, which keeps them compilable on their own with nvcc.
 #include <c10/cuda/CUDAGuard.h>

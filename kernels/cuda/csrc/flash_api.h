@@ -2,7 +2,7 @@
 //
 // Everything here is plain C++ (no CUDA, no torch) so that a host compiler, nvcc and a
 // test program can all read it. Tile sizes live here too: the launchers derive their
-// dynamic shared memory from them, and kernels/cuda_flash.py mirrors the same formulas
+// dynamic shared memory from them, and kernels/cuda/flash.py mirrors the same formulas
 // (a test compiles this header and compares the numbers). The tile schedule (which key
 // tiles a block of queries reads, and which of those need a mask) is here for the same
 // reason: a host program checks it against the mask of the float64 reference.
@@ -97,7 +97,7 @@ constexpr int kV2Pad = 8;       // 8 extra halves (16 bytes) per row: conflict-f
 // Query rows per block: 128 (8 warps) at both head dims. Each warp's work is the same as
 // with 64-row tiles (16 rows against a 64-key tile), so its registers are too, while each
 // K/V tile brought into shared memory now serves twice as many queries. At D = 128 ptxas
-// fits that warp's state in 255 registers without spilling (kernels/cuda_report.py keeps
+// fits that warp's state in 255 registers without spilling (kernels/cuda/resources.py keeps
 // the numbers; tests/test_cuda_compile.py fails if that changes), so no smaller tile is needed.
 constexpr int v2_block_m(int head_dim) { return head_dim > 0 ? 128 : 0; }
 constexpr int v2_threads(int head_dim) { return 32 * (v2_block_m(head_dim) / 16); }

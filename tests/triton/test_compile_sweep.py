@@ -1,4 +1,4 @@
-"""The compile report: every config the autotuner keeps fits the GPU and does not spill.
+"""The compile sweep: every config the autotuner keeps fits the GPU and does not spill.
 
 Triton compiles for sm_80 and sm_90 without a GPU (kernels/triton/compile_sweep.py). A compile
 takes seconds here, so the default tests compile a covering subset, once per session: for
@@ -52,10 +52,10 @@ def covering_jobs(target):
 
 
 @pytest.fixture(scope="session")
-def reports():
+def swept():
     """{target: rows} for the covering subset, both targets compiled side by side."""
     with ThreadPoolExecutor(max_workers=len(TARGETS)) as pool:
-        done = pool.map(lambda t: cr.report(t, jobs=covering_jobs(t), cuda=ptxas.nvcc_available()), TARGETS)
+        done = pool.map(lambda t: cr.sweep(t, jobs=covering_jobs(t), cuda=ptxas.nvcc_available()), TARGETS)
         return dict(zip(TARGETS, done))
 
 
@@ -68,8 +68,8 @@ def as_config(row):
     return (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"])
 
 
-def test_rows_have_the_documented_fields(reports):
-    for target, rows in reports.items():
+def test_rows_have_the_documented_fields(swept):
+    for target, rows in swept.items():
         assert rows, target
         for row in rows:
             assert {"kernel", "head_dim", "config", "registers", "shared_bytes", "spills", "fits", "kept"} <= set(row)
@@ -77,8 +77,8 @@ def test_rows_have_the_documented_fields(reports):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_kept_configs_fit_and_do_not_spill(reports, target):
-    for row in triton_rows(reports[target]):
+def test_kept_configs_fit_and_do_not_spill(swept, target):
+    for row in triton_rows(swept[target]):
         if row["kept"]:
             assert row["fits"], f"the pruning keeps a config the compiler says does not fit {target}: {row}"
             assert row["spills"] == 0, f"a kept config spills registers on {target}: {row}"
@@ -86,10 +86,10 @@ def test_kept_configs_fit_and_do_not_spill(reports, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_the_estimate_is_never_below_the_compiler(reports, target):
+def test_the_estimate_is_never_below_the_compiler(swept, target):
     """kept => fits, for configs the test did not compile too: the estimate bounds the compiler's
     shared memory from above, so estimate <= limit implies shared <= limit."""
-    for row in triton_rows(reports[target]):
+    for row in triton_rows(swept[target]):
         kernel = row["kernel"].split()[1]
         assert row["estimate_bytes"] == estimate(kernel, row["head_dim"], as_config(row))
         assert row["estimate_bytes"] >= row["shared_bytes"], \
@@ -97,9 +97,9 @@ def test_the_estimate_is_never_below_the_compiler(reports, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_a_config_that_does_not_fit_is_not_kept(reports, target):
+def test_a_config_that_does_not_fit_is_not_kept(swept, target):
     kernel, head_dim, config = TOO_LARGE[target]
-    row = next(r for r in triton_rows(reports[target]) if as_config(r) == config and r["head_dim"] == head_dim)
+    row = next(r for r in triton_rows(swept[target]) if as_config(r) == config and r["head_dim"] == head_dim)
     assert row["shared_bytes"] > _limit(target) and not row["fits"], \
         f"expected {config} at D={head_dim} to exceed {target}'s shared memory: {row}"
     # Offered to the pruning next to one that fits, it is dropped.
@@ -108,19 +108,19 @@ def test_a_config_that_does_not_fit_is_not_kept(reports, target):
                               capability=ARCHES[target].capability) == [small]
 
 
-def test_the_tma_forward_is_compiled_for_hopper_only_and_uses_the_tma(reports):
-    tma = {t: [r for r in triton_rows(reports[t]) if r["kernel"] == "triton fwd_tma"] for t in TARGETS}
+def test_the_tma_forward_is_compiled_for_hopper_only_and_uses_the_tma(swept):
+    tma = {t: [r for r in triton_rows(swept[t]) if r["kernel"] == "triton fwd_tma"] for t in TARGETS}
     assert not tma["sm_80"], "the TMA forward is not launched on sm_80, so not in its report"
     assert tma["sm_90"] and all(r["tma_copies"] > 0 and r["kept"] for r in tma["sm_90"]), tma["sm_90"]
-    pointer_kernels = [r for r in triton_rows(reports["sm_90"]) if r["kernel"] != "triton fwd_tma"]
+    pointer_kernels = [r for r in triton_rows(swept["sm_90"]) if r["kernel"] != "triton fwd_tma"]
     assert pointer_kernels and all(r["tma_copies"] == 0 for r in pointer_kernels)
     assert "fwd_tma" not in tiles.kernels_for((8, 0)) and "fwd_tma" in tiles.kernels_for((9, 0))
 
 
 @pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs nvcc for the CUDA kernels")
 @pytest.mark.parametrize("target", TARGETS)
-def test_cuda_kernels_are_in_the_report_and_fit(reports, target):
-    cuda = [r for r in reports[target] if r["kernel"].startswith("cuda_")]
+def test_cuda_kernels_are_in_the_report_and_fit(swept, target):
+    cuda = [r for r in swept[target] if r["kernel"].startswith("cuda_")]
     assert {r["kernel"] for r in cuda} == {"cuda_v1", "cuda_v2"}
     for row in cuda:
         assert row["fits"] and row["kept"], row
@@ -152,7 +152,7 @@ def test_ptxas_resources_are_remembered_on_disk(monkeypatch, tmp_path):
     assert first == again == ptxas.KernelResources(name="k", mangled="k", arch="sm_90a", registers=100,
                                                    spill_store_bytes=8)
     assert calls == ["sm_90a", "sm_90a"], "the second report of the same PTX comes from disk"
-    assert other == first and len(list((tmp_path / "compile_report").glob("*.json"))) == 2
+    assert other == first and len(list((tmp_path / "compile_sweep").glob("*.json"))) == 2
 
 
 def test_the_report_runs_the_ptxas_triton_chooses_for_each_target():
@@ -182,6 +182,6 @@ def test_ptxas_reads_the_ptx_triton_wrote_as_on_a_cache_hit(target):
 def test_every_kept_config_compiles_within_limits(target):
     jobs = [(k, d, c) for k in tiles.kernels_for(ARCHES[target].capability) for d in tiles.PADDED_HEAD_DIMS
             for c in kept(k, d, target)]
-    rows = cr.report(target, jobs=jobs, cuda=False, timeout=3000)
+    rows = cr.sweep(target, jobs=jobs, cuda=False, timeout=3000)
     bad = [r for r in rows if not r["fits"] or r["spills"] or r["estimate_bytes"] < r["shared_bytes"]]
     assert not bad, f"kept configs that do not fit, spill, or exceed their estimate on {target}: {bad}"
