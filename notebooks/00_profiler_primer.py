@@ -2,13 +2,26 @@
 # # 0. The profiler, in one page
 #
 # A profiler trace answers two questions a timer cannot: *what ran* and *in what order*.
-# This chapter records one, reads it three ways (PyTorch's summary table, a per-step table of
-# ops, and a timeline like Perfetto's), and sets up the habit the whole course runs on:
+# This chapter records one, reads it three ways, and sets up the habit the whole course runs on:
 #
 # > **Guess what the trace will show, then look. Every mismatch is a lesson.**
 #
 # Everything here runs on a CPU. On a GPU the same calls record a second track, the GPU's,
 # and we say below what changes.
+#
+# **You will learn to:**
+#
+# - record a trace with a schedule (`wait`, `warmup`, `active` steps) and a label on each call;
+# - read one trace three ways: PyTorch's summary table (CPU total against Self CPU), a per-step
+#   table of ops in call order, and a timeline;
+# - tell a CPU track from a GPU track: launches against kernels, tied by correlation ids, and
+#   why a timer around GPU code must synchronise;
+# - open the trace file in Perfetto and follow a launch to its kernel.
+#
+# **Before you start:** No earlier chapter. Python and basic PyTorch (tensors, `@`, calling a
+# function on them); no GPU.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

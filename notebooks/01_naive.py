@@ -5,6 +5,21 @@
 # $1/\sqrt{d}$, hide the future with $-\infty$, softmax, multiply by $V$. This is the version
 # most of us write first, and the first trace we read. We will guess its ops, profile it,
 # and find one op we did not write: a full copy of the attention scores.
+#
+# **You will learn to:**
+#
+# - guess a forward's top-level ops, then check the guess against the trace;
+# - find the op you did not write: the `clone` and `copy_` under `masked_fill`, a full copy of
+#   the attention scores;
+# - count copies by the bytes they move, not by their names;
+# - read a forward's peak and total memory from the trace's allocations, and see both grow with
+#   S².
+#
+# **Before you start:** [0. The profiler, in one page](00_profiler_primer.ipynb). Causal
+# self-attention as the formula above: softmax of $QK^\top/\sqrt{d}$ with the future masked,
+# times $V$.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

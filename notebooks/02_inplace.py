@@ -6,6 +6,19 @@
 # scores tensor we already have. This chapter proves three things on the device that ran it:
 # the output is the same, the copy is gone (and nothing else changed), and one S×S
 # allocation fewer is made. Then it shows when in-place is *not* allowed.
+#
+# **You will learn to:**
+#
+# - prove that a change did what it claims: the same output bit for bit, and `tracediff.diff`
+#   listing exactly the ops that went;
+# - tell total allocation from peak memory: one S×S allocation fewer, the same peak;
+# - compare two forwards' times apart from the profiler, and when to call neither one faster;
+# - see when an in-place op breaks autograd, and why `masked_fill_` does not.
+#
+# **Before you start:** [1. Attention by hand](01_naive.ipynb). What `backward()` does, for the
+# last section.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

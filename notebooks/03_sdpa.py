@@ -13,6 +13,21 @@
 # chapter reads out of the trace. This part is about the call itself: which backend SDPA
 # picks and why, and the math backend taken apart. The fused backends, their single
 # kernels, their occupancy and their memory are the [second part](03b_sdpa_fused.ipynb).
+#
+# **You will learn to:**
+#
+# - say which SDPA backend a call takes and why (the priority order, each backend's checks,
+#   `debug=True`), and pin one to profile it alone;
+# - diff the math backend against chapter 2's module op by op, and read its extra ops in the
+#   trace;
+# - find the math backend's three costs: the fp32 upcast (and the GEMM kernel names that show
+#   it), a causal mask rebuilt on every call, and the NaN guards of `_safe_softmax`.
+#
+# **Before you start:** [1. Attention by hand](01_naive.ipynb) and [2. In
+# place](02_inplace.ipynb): their module and `tracediff.diff` are what this chapter compares
+# against. The float dtypes: bf16, fp16 and fp32.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

@@ -13,6 +13,19 @@
 # CPU, and what fusion does to memory. On a CPU the one fused backend is PyTorch's CPU
 # flash kernel; the GPU-only backends are read from the source article's A100 traces and,
 # when a GPU run exists (this run's own, or a recording), checked on it.
+#
+# **You will learn to:**
+#
+# - read the fused backends' kernel names as fingerprints (CUTLASS, FlashAttention-2, cuDNN);
+# - compute a kernel's occupancy from its registers and shared memory, and see why flash's low
+#   occupancy is by design and why the profiler can read 0%;
+# - see where cuDNN's CPU time goes: one opaque op, and a graph built once per shape;
+# - measure that fused attention's peak memory grows with S, the math backend's with S².
+#
+# **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb). No GPU:
+# the GPU-only kernels are read from recorded traces.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

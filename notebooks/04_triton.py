@@ -7,6 +7,21 @@
 # the *online softmax* that makes tiling possible, the tiles one program touches (and the ones
 # causal attention never touches), the kernel's source line by line, a check against the
 # float64 reference, and finally its profile next to SDPA's flash backend.
+#
+# **You will learn to:**
+#
+# - work the online softmax by hand: a running max and sum, rescaled whenever the max rises, and
+#   the log-sum-exp the backward needs;
+# - count the tiles a causal program computes, masks and skips, and what that does to the FLOPs;
+# - read a FlashAttention-2 forward in Triton line by line, and its backward in three kernels
+#   without atomics, both checked against the float64 reference;
+# - read its profile: one opaque span in Triton's interpreter on a CPU, one kernel with its
+#   footprint and occupancy on a GPU.
+#
+# **Before you start:** [3b. The fused backends](03b_sdpa_fused.ipynb): the fused kernel this
+# chapter writes. Softmax and matrix products; no Triton, the kernel is read line by line.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

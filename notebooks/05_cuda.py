@@ -17,6 +17,20 @@
 # three from the compiler, which needs `nvcc` but no GPU, so this chapter has something to
 # show on every machine, including what each of v2's design changes does to those numbers.
 # Running, profiling and timing the kernels needs a GPU.
+#
+# **You will learn to:**
+#
+# - map tiles to threads: the grid of blocks, the warps, and which thread owns which element, in
+#   v1 and v2;
+# - read registers, shared memory and spills from `nvcc -Xptxas -v` without a GPU, and work out
+#   occupancy from them by hand;
+# - spot tensor cores in the compiled code: `mma.sync` in the PTX, against scalar `fma`;
+# - follow v2's four design revisions in the compiler's resources, one change at a time.
+#
+# **Before you start:** [4. FlashAttention-2 in Triton](04_triton.ipynb) (the tiles and the
+# online softmax) and [3b. The fused backends](03b_sdpa_fused.ipynb) (occupancy). Reading C++.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

@@ -12,6 +12,23 @@
 # The source article closes with a table typed by hand from one A100. This chapter's table is
 # regenerated on every build, so it can never disagree with the code; the article's numbers
 # appear at the end, in a table of their own, labelled as recorded elsewhere.
+#
+# **You will learn to:**
+#
+# - read a benchmark table the build regenerates: the median per forward with its spread, peak
+#   memory and TFLOP/s;
+# - count causal FLOPs at half, and see what counting them in full does to TFLOP/s;
+# - watch memory grow as S² or as S across sequence lengths, and place each implementation under
+#   the device's roofline;
+# - compare a forward with a training step and a decoding step, and see why decoding is
+#   memory-bound.
+#
+# **Before you start:** Chapters [1. Attention by hand](01_naive.ipynb) to [5. FlashAttention in
+# CUDA, by hand](05_cuda.ipynb): their implementations are the contenders. The training and
+# decoding steps are taken apart later, in [9. The backward pass](09_backward.ipynb) and [10.
+# Decoding](10_decoding.ipynb).
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

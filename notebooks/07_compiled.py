@@ -10,6 +10,23 @@
 # what a graph break does, and then FlexAttention, which compiles a whole attention with a
 # mask of our choice into one kernel.
 #
+# **You will learn to:**
+#
+# - read a compiled forward's trace: `TorchDynamo Cache Lookup`, one `Torch-Compiled Region` per
+#   graph, the library calls Inductor kept and the kernels it wrote, named after what they
+#   fused;
+# - count the compile time and the recompiles apart from steady-state time;
+# - see what fusion removes (the S×S clone, the passes over the scores) and what it keeps, and
+#   how a graph break shows and stops fusion;
+# - use FlexAttention: a mask compiled into a fused kernel that skips causal tiles, and a
+#   score_mod (ALiBi) at no S×S memory.
+#
+# **Before you start:** [1. Attention by hand](01_naive.ipynb), [2. In place](02_inplace.ipynb)
+# and [3b. The fused backends](03b_sdpa_fused.ipynb) (SDPA's flash backend, which FlexAttention
+# is timed against).
+#
+# **Time:** about {reading_minutes} min to read.
+#
 # Sources: the PyTorch documentation of
 # [`torch.compile`](https://pytorch.org/docs/stable/generated/torch.compile.html) and of
 # [FlexAttention](https://pytorch.org/docs/stable/nn.attention.flex_attention.html), and the

@@ -7,6 +7,21 @@
 # it attention is: of the arithmetic, of the time, of the memory, and how that share moves
 # as the sequence grows. Then it compiles the block and asks what a fused MLP would change.
 #
+# **You will learn to:**
+#
+# - count a block's FLOPs by part, and attention's share as the sequence grows;
+# - split a profiled block by its labelled parts into time and memory, with each attention of
+#   the registry plugged in;
+# - see where the choice of attention shows first: S×S buffers inside the block, or none;
+# - read the compiled block: what Inductor fuses, what stays a library call, and what a fused
+#   MLP would save.
+#
+# **Before you start:** [3b. The fused backends](03b_sdpa_fused.ipynb) and [7. Compiled
+# attention](07_compiled.ipynb). A transformer block's parts (layer norm, MLP, residual add), as
+# the paragraph above lists them.
+#
+# **Time:** about {reading_minutes} min to read.
+#
 # The block follows nanoGPT's `Block` (Andrej Karpathy, `model.py`): pre-norm, GELU MLP
 # four times the width, biases on. Its attention is any implementation the registry holds.
 

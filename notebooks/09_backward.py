@@ -9,6 +9,23 @@
 # the Triton kernel, and reads four things out of the trace: what autograd records, what
 # each forward saves for the backward, how FlashAttention avoids saving the S×S
 # probabilities, and what a training step costs as the sequence grows.
+#
+# **You will learn to:**
+#
+# - read a training step's trace: autograd's `evaluate_function` nodes, in reverse order of the
+#   forward, and the thread each runs on;
+# - measure what each forward keeps for the backward, from the allocation events and from
+#   autograd's saved-tensor hooks;
+# - see why fused backwards recompute the probabilities from one log-sum-exp per row, and where
+#   the 2.5x backward and 3.5x step FLOP counts come from;
+# - watch a training step's peak memory grow with S for the math backend and for flash.
+#
+# **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
+# `scaled_dot_product_attention`](03_sdpa.ipynb), [3b. The fused backends](03b_sdpa_fused.ipynb)
+# and [4. FlashAttention-2 in Triton](04_triton.ipynb) (the kernel whose backward is profiled
+# here). What `backward()` computes.
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

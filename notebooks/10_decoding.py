@@ -9,6 +9,21 @@
 # a full causal pass gives, counts what one decode step computes and what it moves, and
 # shows on a roofline why decode is limited by memory, not arithmetic, and what grouped-query
 # attention (GQA) saves. Last, which SDPA backend takes a decode step, and how fast it runs here.
+#
+# **You will learn to:**
+#
+# - build a KV cache, decode through it, and check it against a full causal pass;
+# - see why causal attention must be aligned bottom-right for one query, and why SDPA's own
+#   `is_causal` is not;
+# - count a decode step's FLOPs and bytes, and place it on a roofline: memory-bound by
+#   construction;
+# - work out what grouped-query attention saves, and which SDPA backend takes a decode step
+#   here.
+#
+# **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb) (SDPA's
+# backends) and [6. Showdown](06_showdown.ipynb) (FLOP counts and the roofline).
+#
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 

@@ -8,6 +8,22 @@
 # processes talking through gloo, profiles each rank, and reads the per-rank traces side by
 # side: who computed, who waited, what the communication cost and what of it hid behind the
 # arithmetic. Then it models what happens on real GPUs, where this machine cannot go.
+#
+# **You will learn to:**
+#
+# - start ranks from a notebook (`torch.distributed` over gloo) and profile one trace per rank;
+# - merge partial attentions by their log-sum-exp, which is what makes ring attention exact;
+# - read per-rank traces side by side (compute, waiting, communication, overlap), find the
+#   causal ring's imbalance, and see zigzag remove it;
+# - count the bytes the ring and Ulysses send, and model how far the transfers hide behind
+#   compute on NVLink and InfiniBand.
+#
+# **Before you start:** [4. FlashAttention-2 in Triton](04_triton.ipynb) (the online softmax and
+# its log-sum-exp) and [6. Showdown](06_showdown.ipynb). No GPU: the ranks are two CPU
+# processes.
+#
+# **Time:** about {reading_minutes} min to read; the closing note says how long the chapter took
+# to execute on the machine that built this page.
 
 # %% [install]
 

@@ -9,11 +9,13 @@
 cell papermill replaces: the ``cpu`` preset's chapter parameters, ``kernels/presets.yml``,
 and ``trace_dir``; lines under the marker are added to it). Each cell's conventions (hint
 dropdowns as ``<details>``, ``#| caption:`` figures, folded solutions and setup) are applied
-by ``cell_from`` and ``fold_setup``. Each exercise is also written as a learner's copy,
+by ``cell_from`` and ``fold_setup``; ``{reading_minutes}`` in markdown becomes the page's
+reading time (``fill_reading_time``). Each exercise is also written as a learner's copy,
 ``book/exercises/unsolved/NN.ipynb``, its solutions replaced by a link to the page showing them.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -49,6 +51,9 @@ PROMPTS = {"install": "Show how this page installs the course", "parameters": "S
            "setup": "Show the imports and the device setup",
            "solution": "Solution"}
 HIDE_PROMPTS = {"solution": "Hide the solution"}
+# A chapter's first screen says how long it takes to read (fill_reading_time).
+READING_TIME = "{reading_minutes}"
+READING_WORDS_PER_MINUTE = 200
 # MyST's dropdown renders only in the built book; HTML <details> folds in Jupyter and Colab too.
 DROPDOWN = re.compile(r"^:::\{dropdown\}[ \t]*(.*?)\n(.*?)\n:::[ \t]*$", re.M | re.S)
 METADATA = {
@@ -130,6 +135,20 @@ def cell_from(header: str, body: str):
     return cell
 
 
+def fill_reading_time(cells) -> None:
+    """Write the page's reading time where its markdown says ``{reading_minutes}``.
+
+    The rule: the words of the page's markdown cells (code cells not counted), at 200 a
+    minute, rounded up to whole minutes, at least 1. Only that exact placeholder is replaced:
+    MyST's glue roles ({glue:text}`name`) and any other braces are left as they are.
+    """
+    words = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
+    minutes = str(max(1, math.ceil(words / READING_WORDS_PER_MINUTE)))
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            cell.source = cell.source.replace(READING_TIME, minutes)
+
+
 def fold_setup(cells) -> None:
     """Fold the page's first code cell after the parameters (imports and ``setup(device, dtype)``:
     the course's bookkeeping, not what the page teaches) behind a labelled toggle in the book;
@@ -187,6 +206,7 @@ def notebook(source: Path, learner: bool = False) -> str:
     parts = re.split(r"^# %%(.*)$", source.read_text(), flags=re.M)
     nb = nbformat.v4.new_notebook(metadata=METADATA)
     nb.cells = [cell_from(h, b) for h, b in zip(parts[1::2], parts[2::2])]
+    fill_reading_time(nb.cells)
     fold_setup(nb.cells)
     page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
     if learner:
