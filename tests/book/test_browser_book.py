@@ -208,7 +208,7 @@ def test_every_figure_has_a_numbered_caption_and_alt_text(site, page):
 def test_every_cell_of_every_exercise_download_is_free_of_solution_code(built_book):
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
 
-    from tests.test_reader import solution_lines
+    from tests.book.test_reader import solution_lines
 
     _, _, html = built_book
     pages = [p for p in NOTEBOOK_PAGES if "/exercises/" in p]

@@ -124,6 +124,22 @@ def test_details_and_captions_are_converted_and_a_half_caption_is_refused():
         convert.caption_options("#| caption: no alt\nfig")
 
 
+def test_the_reading_time_counts_prose_words_at_200_a_minute_and_leaves_other_braces():
+    import nbformat
+
+    convert = convert_module()
+    prose = " ".join(["word"] * 396)   # with the last line's four words: 400 words, 2 minutes
+    cells = [nbformat.v4.new_markdown_cell(f"{prose}\n\nTime: {{reading_minutes}} {{glue:text}}`x` {{other}}"),
+             nbformat.v4.new_code_cell(" ".join(["code"] * 1000))]   # code is not read as prose
+    convert.fill_reading_time(cells)
+    assert cells[0].source.endswith("Time: 2 {glue:text}`x` {other}"), cells[0].source[-60:]
+    cells = [nbformat.v4.new_markdown_cell(" ".join(["w"] * 399) + " {reading_minutes}")]
+    convert.fill_reading_time(cells)
+    assert cells[0].source.endswith(" 3"), "401 words round up to 3 minutes, never down"
+    for chapter in sorted((ROOT / "book").glob("[01]*.ipynb")):
+        assert "{reading_minutes}" not in chapter.read_text(), f"{chapter.name} shows the placeholder"
+
+
 def test_the_borrowed_gpu_run_says_who_recorded_it_on_which_gpu_from_the_trace_itself():
     from kernels import borrowed
 

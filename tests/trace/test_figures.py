@@ -235,7 +235,7 @@ COLUMN_WIDTH = """(() => {
 
 @pytest.fixture(scope="module")
 def book_site(built_book, tmp_path_factory):
-    """The built book served locally and a headless Chromium (as tests/test_browser_book.py)."""
+    """The built book served locally and a headless Chromium (as tests/book/test_browser_book.py)."""
     from tests.browser import served_in_chromium
     with served_in_chromium(built_book[2], tmp_path_factory.mktemp("chromium-figures")) as site:
         yield site

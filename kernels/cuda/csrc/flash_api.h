@@ -98,7 +98,7 @@ constexpr int kV2Pad = 8;       // 8 extra halves (16 bytes) per row: conflict-f
 // with 64-row tiles (16 rows against a 64-key tile), so its registers are too, while each
 // K/V tile brought into shared memory now serves twice as many queries. At D = 128 ptxas
 // fits that warp's state in 255 registers without spilling (kernels/cuda/resources.py keeps
-// the numbers; tests/test_cuda_compile.py fails if that changes), so no smaller tile is needed.
+// the numbers; tests/cuda/test_cuda_compile.py fails if that changes), so no smaller tile is needed.
 constexpr int v2_block_m(int head_dim) { return head_dim > 0 ? 128 : 0; }
 constexpr int v2_threads(int head_dim) { return 32 * (v2_block_m(head_dim) / 16); }
 
