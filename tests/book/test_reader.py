@@ -133,7 +133,7 @@ def test_the_reading_time_counts_prose_words_at_200_a_minute_and_leaves_other_br
              nbformat.v4.new_code_cell(" ".join(["code"] * 1000))]   # code is not read as prose
     convert.fill_reading_time(cells)
     assert cells[0].source.endswith("Time: 2 {glue:text}`x` {other}"), cells[0].source[-60:]
-    cells = [nbformat.v4.new_markdown_cell(" ".join(["w"] * 399) + " {reading_minutes}")]
+    cells = [nbformat.v4.new_markdown_cell(" ".join(["w"] * 400) + " {reading_minutes}")]
     convert.fill_reading_time(cells)
     assert cells[0].source.endswith(" 3"), "401 words round up to 3 minutes, never down"
     for chapter in sorted((ROOT / "book").glob("[01]*.ipynb")):
