@@ -229,6 +229,6 @@ def backward_threads(steps: Mapping[str, Step], source: str) -> pd.DataFrame:
 # ---- chapter 10: decoding --------------------------------------------------------------------
 
 def decode_backend(chosen: str, predicted: str) -> None:
-    """On a GPU, SDPA sends the decode step to the backend its priority rules predict."""
-    lesson(chosen == predicted, "on this GPU the decode step goes to the backend the priority rules predict",
+    """On a GPU, SDPA sends the decode token to the backend its priority rules predict."""
+    lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
            f"chose {chosen}, rules predict {predicted}")

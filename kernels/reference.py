@@ -259,7 +259,7 @@ def flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True,
 
 
 def decode_flops(batch: int, heads: int, seq_k: int, head_dim: int) -> float:
-    """FLOPs of one decoding step: one new query per head against ``seq_k`` cached keys,
+    """FLOPs of one decode token: one new query per head against ``seq_k`` cached keys,
     4·B·Hq·Sk·D.
 
     Causal or not, nothing is halved: bottom-right alignment lets the newest query see every
@@ -271,7 +271,7 @@ def decode_flops(batch: int, heads: int, seq_k: int, head_dim: int) -> float:
 
 def decode_bytes(batch: int, heads: int, seq_k: int, head_dim: int, dtype: torch.dtype = torch.float32,
                  kv_heads: int | None = None, materialized: bool = False) -> float:
-    """Bytes one decoding step must move (``io_bytes`` with Sq = 1): the K/V cache,
+    """Bytes one decode token must move (``io_bytes`` with Sq = 1): the K/V cache,
     2·B·Hkv·Sk·D elements, read once, plus q read and o written, 2·B·Hq·D; an implementation
     that materializes the scores adds 4·B·Hq·Sk. The cache dominates as Sk grows, and
     grouped-query attention divides it by Hq / Hkv."""

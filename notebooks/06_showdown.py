@@ -7,7 +7,7 @@
 # single profiled step), how much memory it needs at its peak, and where it sits under the
 # device's roofline. Then the same numbers across sequence lengths, where the S² of
 # attention shows itself, and the two other calls attention serves: a training step
-# (forward and backward) and a decoding step (one query against a KV cache).
+# (forward and backward) and a decode token (one query against a KV cache).
 #
 # The source article closes with a table typed by hand from one A100. This chapter's table is
 # regenerated on every build, so it can never disagree with the code; the article's numbers
@@ -20,12 +20,12 @@
 # - count causal FLOPs at half, and see what counting them in full does to TFLOP/s;
 # - watch memory grow as S² or as S across sequence lengths, and place each implementation under
 #   the device's roofline;
-# - compare a forward with a training step and a decoding step, and see why decoding is
+# - compare a forward with a training step and a decode token, and see why decoding is
 #   memory-bound.
 #
 # **Before you start:** Chapters [1. Attention by hand](01_naive.ipynb) to [5. FlashAttention in
 # CUDA, by hand](05_cuda.ipynb): their implementations are the contenders. The training and
-# decoding steps are taken apart later, in [9. The backward pass](09_backward.ipynb) and [10.
+# decode tokens are taken apart later, in [9. The backward pass](09_backward.ipynb) and [10.
 # Decoding](10_decoding.ipynb).
 #
 # **Time:** about {reading_minutes} min to read.
@@ -371,12 +371,12 @@ if not on_gpu:
 glue("points_above_roof", len(above))
 
 # %% [markdown]
-# ## Beyond one forward: a training step and a decoding step
+# ## Beyond one forward: a training step and a decode token
 #
 # A forward at one length is one of three calls attention serves. **Training** runs the
 # forward and then its backward (chapter 9): the backward does five matmuls to the forward's
 # two, so a training step counts 3.5x the forward's FLOPs, and its bytes add what the
-# backward reads (q, k, v, o, dO) and writes (dQ, dK, dV). **Generation** runs one **decoding step** per new token (chapter 10): a
+# backward reads (q, k, v, o, dO) and writes (dQ, dK, dV). **Generation** runs one **decode token** per new token (chapter 10): a
 # single query (Sq = 1) against a KV cache of $S_k$ keys. Its FLOPs are
 # $4 \cdot B \cdot H \cdot S_k \cdot D$ with nothing halved, because the causal mask hides no
 # key from the newest query; its bytes are dominated by reading the cache,
@@ -397,7 +397,7 @@ long_factor = 8 if on_gpu else 4
 shown = [n for n in ("naive", "sdpa_flash") if n in contenders]  # the two ends of the course
 common: dict = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
 # Time and counts only: chapter 9 measures what a training step holds in memory, and a
-# decoding step's peak is its one-row output (profiling memory would double this cell's time).
+# decode token's peak is its one-row output (profiling memory would double this cell's time).
 train_rows = sweep.sweep(shown, seqs=(seq,), modes=(FORWARD_BACKWARD,), memory=False, **common, **budget)
 decode_rows = [r for kv in kv_options for names, seqs in ((contenders, (seq,)), (shown, (long_factor * seq,)))
                for r in sweep.sweep(names, seqs=seqs, modes=(DECODE,), kv_heads=kv, memory=False,
@@ -416,7 +416,7 @@ lesson(all((n, seq, kv) in decoded for n in taught for kv in kv_options) and all
 
 # %% [markdown]
 # One row per implementation and call, at the chapter's length (the forward's row is the
-# sweep's above). "MiB moved" is the least a call must read and write; the decoding step
+# sweep's above). "MiB moved" is the least a call must read and write; the decode token
 # reads the whole cache to produce one row of output.
 
 # %%
@@ -436,7 +436,7 @@ modes_table.style.format({"median ms": "{:.3g}", "TFLOP/s": "{:.3g}", "GB/s": "{
 
 # %% [markdown]
 # The counts first: they do not depend on the machine, so they are asserted everywhere. A
-# training step is 3.5 forwards of FLOPs; a decoding step is $4BHS_kD$; sharing K/V heads
+# training step is 3.5 forwards of FLOPs; a decode token is $4BHS_kD$; sharing K/V heads
 # removes exactly the cache of the heads no longer stored, and changes no FLOP.
 
 # %%
@@ -444,7 +444,7 @@ elem = torch.empty((), dtype=dtype).element_size()
 lesson(all(r.flops == 3.5 * at_seq[r.impl].flops for r in trained.values() if r.impl in at_seq),
        "a training step counts 3.5x the forward's FLOPs (the backward is 2.5x)", f"{len(trained)} rows")
 lesson(all(r.flops == 4 * batch * heads * r.seq * head_dim for r in decoded.values()),
-       "a decoding step counts 4·B·H·Sk·D FLOPs: one query row, nothing halved by the causal mask",
+       "a decode token counts 4·B·H·Sk·D FLOPs: one query row, nothing halved by the causal mask",
        f"{len(decoded)} rows")
 gqa_kv = heads // gqa_ratio
 pairs = [(r, decoded[(n, s, gqa_kv)]) for (n, s, kv), r in decoded.items() if kv == heads and (n, s, gqa_kv) in decoded]
@@ -454,11 +454,11 @@ lesson(bool(pairs) and all(mha.bytes - gqa.bytes == by_hand[mha.seq] and mha.flo
        "2·B·(H - Hkv)·Sk·D elements, and no FLOP", f"{len(pairs)} pairs")
 
 # %% [markdown]
-# Then the lesson of the roofline. In a decoding step every cached number is read once and
+# Then the lesson of the roofline. In a decode token every cached number is read once and
 # used in one multiply-add per query head that shares it: under $2 \cdot (H / H_{kv})$ FLOPs
 # per element read, whatever $S_k$ is. A prefill (the forward with Sq = Sk) reuses each K/V
 # tile for a whole block of queries, and its intensity grows with S. So at the same length a
-# decoding step's arithmetic intensity is far below the prefill's, and far below the ridge of
+# decode token's arithmetic intensity is far below the prefill's, and far below the ridge of
 # any GPU: there decoding is memory-bound, and the time it takes is the time it takes to read
 # the cache. (A CPU's measured ridge sits much lower; the table above says on which side of
 # this one each call fell.)
@@ -470,15 +470,15 @@ display(pd.DataFrame({"prefill FLOP/byte": {n: at_seq[n].intensity for n in fact
                       "decode FLOP/byte": {n: decode_at_s[n].intensity for n in factor},
                       "prefill / decode": factor}).round(3))
 lesson(all(r.intensity < 2 / elem for r in decode_at_s.values()),
-       f"a decoding step without shared heads does under 2 FLOPs per cached element read ({2 / elem:g} FLOP/byte "
+       f"a decode token without shared heads does under 2 FLOPs per cached element read ({2 / elem:g} FLOP/byte "
        f"in {dtype_name(dtype)})", ", ".join(f"{n} {r.intensity:.3g}" for n, r in decode_at_s.items()))
 lesson(all(f > 5 for f in factor.values()),
-       f"at S = Sk = {seq}, a decoding step's arithmetic intensity is more than 5x below the prefill's, for every "
+       f"at S = Sk = {seq}, a decode token's arithmetic intensity is more than 5x below the prefill's, for every "
        "implementation", ", ".join(f"{n} {f:.0f}x" for n, f in factor.items()))
 longer = {(n, kv): decoded[(n, long_factor * seq, kv)].intensity / decoded[(n, seq, kv)].intensity
           for n in shown for kv in kv_options if (n, long_factor * seq, kv) in decoded and (n, seq, kv) in decoded}
 lesson(bool(longer) and all(abs(x - 1) < 0.1 for x in longer.values()),
-       f"a {long_factor}x longer cache leaves a decoding step's intensity where it was (within 10%): it reads "
+       f"a {long_factor}x longer cache leaves a decode token's intensity where it was (within 10%): it reads "
        "more and computes more in the same proportion", ", ".join(f"{n} Hkv={kv} {x:.3f}x" for (n, kv), x in longer.items()))
 fused_factor = {n: f for n, f in factor.items() if not kernels.implementation(n).materializes_scores}
 lesson(all(f > seq / 16 for f in fused_factor.values()),
@@ -498,8 +498,8 @@ display(plots.roofline(BenchResults(
     results.meta), device=peaks))
 
 # %% [markdown]
-# Time, last, measured the careful way: a prefill and one decoding step of `sdpa_flash` at the
-# chapter's length, called in interleaved rounds (`kernels.bench.compare`). The decoding step
+# Time, last, measured the careful way: a prefill and one decode token of `sdpa_flash` at the
+# chapter's length, called in interleaved rounds (`kernels.bench.compare`). The decode token
 # does far fewer FLOPs, but it reads the same K and V, so it is not faster by as much: per
 # FLOP it is slower, bound by reading the cache (and, when it is this small, by the launch),
 # not by arithmetic. The cell claims that only when the two rates' 10th-90th percentile ranges
@@ -517,18 +517,18 @@ rate = {name: (work_of[name] / (race.p90_ms[name] * 1e-3), work_of[name] / (race
         for name in work_of}  # (slowest, fastest) FLOP/s of the middle 80% of rounds
 span = ", ".join(f"{n} {lo / 1e9:.3g}-{hi / 1e9:.3g} GFLOP/s" for n, (lo, hi) in rate.items())
 if rate["decode"][1] < rate["prefill"][0]:
-    lesson(True, "per FLOP, a decoding step runs slower than the prefill", span)
+    lesson(True, "per FLOP, a decode token runs slower than the prefill", span)
 elif rate["decode"][0] > rate["prefill"][1]:
-    lesson(False, "per FLOP, a decoding step runs slower than the prefill", span)
+    lesson(False, "per FLOP, a decode token runs slower than the prefill", span)
 else:
     print(f"Too noisy to compare the two rates on this run ({span}): the ranges overlap, so no claim is made.")
 glue("flop_ratio", work_of["prefill"] / work_of["decode"])
 _ = glue("time_ratio", race.median_ms["prefill"] / race.median_ms["decode"])
 
 # %% [markdown]
-# The prefill did {glue:text}`flop_ratio:.0f`x the decoding step's FLOPs and took
+# The prefill did {glue:text}`flop_ratio:.0f`x the decode token's FLOPs and took
 # {glue:text}`time_ratio:.3g`x its time on this run. A model generating text spends most of
-# its attention time in decoding steps like this one, which is why KV-cache size (and so GQA,
+# its attention time in decode tokens like this one, which is why KV-cache size (and so GQA,
 # and the cache's dtype) matters more there than FLOPs.
 
 # %% [markdown]
@@ -600,9 +600,9 @@ else:
 # - A table that a build regenerates cannot drift from the code; a typed one can.
 # - Quote medians with their spread, from a benchmark harness, never from one profiled step.
 # - Materializing the scores costs memory ∝ S²; the fused kernels' memory grows ∝ S.
-# - Count causal FLOPs at half price, or every TFLOP/s is twice too high; but a decoding step's
+# - Count causal FLOPs at half price, or every TFLOP/s is twice too high; but a decode token's
 #   single query sees every key, so it is counted in full: $4BHS_kD$.
-# - A training step is 3.5 forwards of FLOPs. A decoding step reads the whole KV cache for one
+# - A training step is 3.5 forwards of FLOPs. A decode token reads the whole KV cache for one
 #   row of output: its arithmetic intensity stays under $2 H / H_{kv}$ FLOPs per element read,
 #   far below the prefill's and below any GPU's ridge, so there it is memory-bound, and GQA's
 #   smaller cache is fewer bytes to wait for.

@@ -6,18 +6,18 @@
 # profiled. **Decode** then makes one token per step: one new query (Sq = 1) against the
 # keys and values of every token so far, which the model keeps in a **KV cache** instead of
 # recomputing them. This chapter builds the cache, checks that decoding through it gives what
-# a full causal pass gives, counts what one decode step computes and what it moves, and
+# a full causal pass gives, counts what one decode token computes and what it moves, and
 # shows on a roofline why decode is limited by memory, not arithmetic, and what grouped-query
-# attention (GQA) saves. Last, which SDPA backend takes a decode step, and how fast it runs here.
+# attention (GQA) saves. Last, which SDPA backend takes a decode token, and how fast it runs here.
 #
 # **You will learn to:**
 #
 # - build a KV cache, decode through it, and check it against a full causal pass;
 # - see why causal attention must be aligned bottom-right for one query, and why SDPA's own
 #   `is_causal` is not;
-# - count a decode step's FLOPs and bytes, and place it on a roofline: memory-bound by
+# - count a decode token's FLOPs and bytes, and place it on a roofline: memory-bound by
 #   construction;
-# - work out what grouped-query attention saves, and which SDPA backend takes a decode step
+# - work out what grouped-query attention saves, and which SDPA backend takes a decode token
 #   here.
 #
 # **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb) (SDPA's
@@ -80,7 +80,7 @@ for t in range(prompt, total):                                          # decode
 decoded = torch.cat(rows, dim=2)
 verdict = reference.judge(decoded, q_all, k_all, v_all, causal=True)    # against float64, the course's rule
 lesson(cache.length == total and verdict.ok,
-       f"prefill + {generated} decode steps through the cache give the rows of one causal pass",
+       f"prefill + {generated} decode tokens through the cache give the rows of one causal pass",
        f"{verdict}, {attend.__name__}")
 glue("prompt", prompt)
 glue("generated", generated)
@@ -89,10 +89,10 @@ glue("generated", generated)
 # A prompt of {glue:text}`prompt` tokens, then {glue:text}`generated` tokens one at a time:
 # the same rows, to the course's tolerance.
 #
-# ### What a decode step copies
+# ### What a decode token copies
 #
 # The cache exists so that a step does not redo, or move, what earlier steps made. The trace
-# can check that. Here are two decode steps profiled: one appends to a `KVCache`, the other
+# can check that. Here are two decode tokens profiled: one appends to a `KVCache`, the other
 # keeps K and V as plain tensors and grows them with `torch.cat`, a common first version.
 # Before looking: how many bytes does each step copy or allocate?
 
@@ -124,11 +124,11 @@ cat_step = record.profile(step_with_cat, q_new, k_new, v_new, label="decode_cat"
                              active=1, trace_dir=trace_dir).step()
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
 cache_kv_bytes = 2 * batch * heads * (seq + 2) * head_dim * q_all.element_size()  # K and V of the cache then
-moved = pd.DataFrame([{"decode step": name,
+moved = pd.DataFrame([{"decode token": name,
                        "largest copy_ (KiB)": float(st.copies()["bytes"].max()) / 1024 if len(st.copies()) else 0.0,
                        "allocated (KiB)": st.allocated_bytes / 1024,
                        "aten::cat calls": len(st.find("aten::cat"))}
-                      for name, st in (("KVCache.append", cached_step), ("torch.cat", cat_step))]).set_index("decode step")
+                      for name, st in (("KVCache.append", cached_step), ("torch.cat", cat_step))]).set_index("decode token")
 display(moved.round(1))
 reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.cat step allocates")
 lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
@@ -143,7 +143,7 @@ glue("cache_step_kib", cached_step.allocated_bytes / 1024)
 
 # %% [markdown]
 # With `torch.cat` every step allocated {glue:text}`cat_mib:.2f` MiB and copied the whole
-# history into it, so a decode step's cost would grow with the cache even before attention
+# history into it, so a decode token's cost would grow with the cache even before attention
 # reads it; the `KVCache` step allocated {glue:text}`cache_step_kib:.1f` KiB (the attention's
 # output and scratch) and copied one token.
 #
@@ -184,10 +184,10 @@ lesson(reference.judge(right, q1, k_all, v_all, causal=True).ok,
 #
 # Count both for a fused kernel (`kernels.reference.flops` and `io_bytes`, which take
 # Sq ≠ Sk and shared K/V heads). A prefill of S tokens computes about 2·H·S²·D FLOPs (causal)
-# and moves q, k, v and o, 4·H·S·D elements. A decode step against a cache of S tokens
+# and moves q, k, v and o, 4·H·S·D elements. A decode token against a cache of S tokens
 # computes 4·H·S·D FLOPs and moves the whole cache, 2·Hkv·S·D elements, to do it. Before
 # looking: at S = 4096 in bfloat16 with as many K/V heads as query heads, how many FLOPs does
-# one decode step do per byte it moves?
+# one decode token do per byte it moves?
 
 # %%
 guess_decode_intensity = 64  # edit me: FLOP per byte
@@ -204,9 +204,9 @@ for s in (512, 1024, 2048, 4096, 8192):
 counts = pd.DataFrame(count_rows).pivot(index="S (keys)", columns="phase")
 display(counts.round(1))
 decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
-reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode step at S = 4096", source="the counts")
+reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode token at S = 4096", source="the counts")
 lesson(abs(decoding.call_flops(1, 32, 1, 4096, 128) - 4 * 32 * 4096 * 128) < 1e-6,
-       "a decode step counts every key: 4·H·S·D FLOPs, no causal half")
+       "a decode token counts every key: 4·H·S·D FLOPs, no causal half")
 lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
        "decode does about one FLOP per byte in bfloat16, at every cache length", f"{decode_4k:.3f}")
 lesson(counts[("FLOP/byte", "prefill")].is_monotonic_increasing and
@@ -219,7 +219,7 @@ glue("h200_ridge", gpu_peaks.ridge)
 
 # %% [markdown]
 # (The table uses a model-sized head count, H = 32 and D = 128; the ratios do not depend on
-# it.) A decode step reads each cached element once and uses it in one multiply-add, two
+# it.) A decode token reads each cached element once and uses it in one multiply-add, two
 # FLOPs per two bytes: {glue:text}`decode_4k:.2f` FLOP per byte, however long the cache. A
 # prefill reuses each key for every query, so its intensity grows with S:
 # {glue:text}`prefill_4k:.0f` at S = 4096. An H200 needs {glue:text}`h200_ridge:.0f` FLOPs per
@@ -229,12 +229,12 @@ glue("h200_ridge", gpu_peaks.ridge)
 #
 # ## On a roofline, measured here
 #
-# `kernels.attention.decoding.bench_prefill_and_decode` times prefill and decode steps with `kernels.bench`'s timer,
+# `kernels.attention.decoding.bench_prefill_and_decode` times prefill and decode tokens with `kernels.bench`'s timer,
 # carrying the FLOP and byte counts above; `kernels.bench.plots.roofline` draws them under this
 # machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.hw.devices`).
 
 # %%
-#| caption: Prefill and decode steps measured here, on this machine's roofline: prefill to the right (many FLOPs per byte), every decode step far to the left under the memory slope, whatever the cache length.
+#| caption: Prefill and decode tokens measured here, on this machine's roofline: prefill to the right (many FLOPs per byte), every decode token far to the left under the memory slope, whatever the cache length.
 #| alt: Log-log roofline scatter: prefill points at high arithmetic intensity, decode points clustered far left under the sloped bandwidth line.
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
 impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
@@ -263,7 +263,7 @@ glue("bench_longest", longest)
 
 # %% [markdown]
 # At S = {glue:text}`bench_longest`, a prefill spent {glue:text}`prefill_ms_token:.4f` ms per
-# token, a decode step {glue:text}`decode_ms_token:.3f` ms for its one token. On a CPU part of
+# token, a decode token {glue:text}`decode_ms_token:.3f` ms for its one token. On a CPU part of
 # that gap is fixed cost per call (a small call spends more of its time getting started); on a
 # GPU the intensity above is the whole story once S is long: the step takes as long as reading
 # the cache takes. Either way, the cure is the same: move fewer bytes per token.
@@ -272,7 +272,7 @@ glue("bench_longest", longest)
 #
 # GQA lets a group of query heads share one K/V head (Ainslie et al., *GQA*, arXiv 2305.13245).
 # The FLOPs do not change (every query head still does its own dot products), but the cache,
-# and so the bytes a decode step must read, shrink by the group size. Count it for a
+# and so the bytes a decode token must read, shrink by the group size. Count it for a
 # Llama-3-8B-like layer stack (32 layers, 32 query heads, 8 K/V heads, D = 128, bf16) and a
 # 8192-token context:
 
@@ -281,14 +281,14 @@ layers, hq, hkv, d_model_head, ctx = 32, 32, 8, 128, 8192
 gqa_rows = pd.DataFrame([
     {"attention": name, "K/V heads": kv,
      "KV cache (MiB)": mib(decoding.cache_bytes(ctx, kv, d_model_head, torch.bfloat16, layers=layers)),
-     "bytes per decode step, one layer (MiB)": mib(decoding.call_bytes(1, hq, 1, ctx, d_model_head, kv)),
+     "bytes per decode token, one layer (MiB)": mib(decoding.call_bytes(1, hq, 1, ctx, d_model_head, kv)),
      "FLOP/byte": decoding.intensity(1, hq, 1, ctx, d_model_head, kv)}
     for name, kv in (("multi-head (MHA)", hq), ("grouped-query (GQA)", hkv), ("multi-query (MQA)", 1))]).set_index("attention")
 display(gqa_rows.round(2))
 saving = gqa_rows.iloc[0]["KV cache (MiB)"] / gqa_rows.iloc[1]["KV cache (MiB)"]
-step_saving = gqa_rows.iloc[0]["bytes per decode step, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode step, one layer (MiB)"]
+step_saving = gqa_rows.iloc[0]["bytes per decode token, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode token, one layer (MiB)"]
 lesson(saving == hq // hkv, f"sharing each K/V head among {hq // hkv} query heads makes the cache {hq // hkv}x smaller")
-lesson(0.9 * (hq // hkv) < step_saving <= hq // hkv, "and a decode step moves almost that many times fewer bytes",
+lesson(0.9 * (hq // hkv) < step_saving <= hq // hkv, "and a decode token moves almost that many times fewer bytes",
        f"{step_saving:.2f}x (q and o are not shared)")
 glue("gqa_cache_mha", float(gqa_rows.iloc[0]["KV cache (MiB)"]) / 1024)
 glue("gqa_cache_gqa", float(gqa_rows.iloc[1]["KV cache (MiB)"]) / 1024)
@@ -300,7 +300,7 @@ glue("gqa_step_saving", float(step_saving))
 # step reads {glue:text}`gqa_step_saving:.2f`x fewer bytes, so at the same bandwidth it can
 # take that much less time. The registry runs GQA without repeating K and V in memory where
 # the implementation can avoid it; every implementation that runs here gives the float64
-# reference's answer for a GQA decode step:
+# reference's answer for a GQA decode token:
 
 # %%
 kv_heads = max(1, heads // 4)
@@ -312,13 +312,13 @@ runnable = [n for n, r in kernels.available(device).items() if r is None
 gqa_verdicts = {n: reference.check(kernels.get(n), q_dec, k_c, v_c, causal=True) for n in runnable}
 display(pd.Series({n: str(j) for n, j in gqa_verdicts.items()}, name="judged against float64").to_frame())
 lesson(all(j.ok for j in gqa_verdicts.values()),
-       f"a GQA decode step ({heads} query heads, {kv_heads} K/V heads, {seq} cached tokens) is right for every implementation here",
+       f"a GQA decode token ({heads} query heads, {kv_heads} K/V heads, {seq} cached tokens) is right for every implementation here",
        ", ".join(runnable))
 
 # %% [markdown]
-# ## Which SDPA backend takes a decode step?
+# ## Which SDPA backend takes a decode token?
 #
-# Through the registry a decode step is an SDPA call with one query, no mask and
+# Through the registry a decode token is an SDPA call with one query, no mask and
 # `is_causal=False` (nothing to hide), and `enable_gqa=True` when K/V heads are shared. None
 # of PyTorch's backend checks (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses
 # a single query there: flash refuses `is_causal` with Sq ≠ Sk, which this call does not
@@ -327,34 +327,34 @@ lesson(all(j.ok for j in gqa_verdicts.values()),
 
 # %%
 decode_predictions = pd.DataFrame([
-    {"GPU": gpu, "unpinned decode step picks": kernels.attention.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
+    {"GPU": gpu, "unpinned decode token picks": kernels.attention.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
     for gpu, cap in (("A100 (sm_80)", (8, 0)), ("H200 (sm_90)", (9, 0)), ("T4 (sm_75), fp16", (7, 5)))]).set_index("GPU")
 display(decode_predictions)
-lesson(decode_predictions["unpinned decode step picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
-       "by PyTorch's rules a bf16 decode step goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
+lesson(decode_predictions["unpinned decode token picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
+       "by PyTorch's rules a bf16 decode token goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
 
 # %%
-# The priority rules know nothing of shared heads, so the GPU comparison uses a multi-head decode step.
+# The priority rules know nothing of shared heads, so the GPU comparison uses a multi-head decode token.
 q_mha, k_mha, v_mha = q_dec, k_c.repeat_interleave(heads // kv_heads, dim=1), v_c.repeat_interleave(heads // kv_heads, dim=1)
 chosen = kernels.attention.sdpa.default_backend_name(q_mha, k_mha, v_mha)
 chosen_gqa = kernels.attention.sdpa.default_backend_name(q_dec, k_c, v_c)
 probed = kernels.attention.sdpa.probe(q_dec, k_c, v_c)
-display(pd.DataFrame({"runs a GQA decode step": {n: r is None for n, r in probed.items()},
+display(pd.DataFrame({"runs a GQA decode token": {n: r is None for n, r in probed.items()},
                       "why not": {n: r or "" for n, r in probed.items()}}))
-print(f"here, unpinned SDPA picks {chosen} for a multi-head decode step, {chosen_gqa} for the GQA one")
+print(f"here, unpinned SDPA picks {chosen} for a multi-head decode token, {chosen_gqa} for the GQA one")
 if device.type == "cuda":
     gpu_lessons.decode_backend(chosen, kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim))
 else:
-    lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode step goes to PyTorch's CPU flash kernel, as prefill does")
+    lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, as prefill does")
     print("No GPU here: the GPU rows above are PyTorch's rules, not a measurement; a GPU run of this notebook checks them.")
 glue("decode_backend", chosen)
 
 # %% [markdown]
-# Here the decode step went to **{glue:text}`decode_backend`**.
+# Here the decode token went to **{glue:text}`decode_backend`**.
 #
-# ## Decode steps, measured where they run
+# ## Decode tokens, measured where they run
 #
-# Last, the implementations that run here, one decode step each against the same GQA cache,
+# Last, the implementations that run here, one decode token each against the same GQA cache,
 # timed in interleaved rounds (`kernels.bench.compare`), so a burst of load from elsewhere hits
 # them all alike. Guess the fastest first:
 
@@ -377,10 +377,10 @@ glue("decode_verdict", result.verdict())
 #
 # ## What to remember
 #
-# - A KV cache turns generation into prefill (Sq = Sk) and decode steps (Sq = 1, Sk long);
+# - A KV cache turns generation into prefill (Sq = Sk) and decode tokens (Sq = 1, Sk long);
 #   causal attention must be aligned bottom-right for both to agree, and SDPA's own
 #   `is_causal` is not.
-# - A decode step moves its whole cache to do two FLOPs per element: about one FLOP per byte
+# - A decode token moves its whole cache to do two FLOPs per element: about one FLOP per byte
 #   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
 # - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
 

@@ -14,7 +14,7 @@ phase that hangs or runs out of time is written down as such and the next one st
     environment   the GPU, its clocks and driver, torch / Triton / CUDA / cuDNN, the commit
     gpu-tests     the GPU-marked tests (pytest -m gpu), collected without the book stack
     chapters      chapters 00-10 executed by papermill with the ``cuda`` preset, traces kept
-    bench         causal bf16 forward, training step and decode step of the fused implementations
+    bench         causal bf16 forward, training step and decode token of the fused implementations
 
 ``--dry-run`` runs the same pipeline on a CPU, each GPU phase replaced by a small stand-in,
 and says so in the manifest: CI proves the archive's layout and limits with it, and

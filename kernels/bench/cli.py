@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m kernels.bench",
         description="Benchmark attention implementations: latency, TFLOP/s, GB/s, arithmetic intensity "
-                    "(FLOP/byte), peak memory; forward, training step, backward alone or decoding step.",
+                    "(FLOP/byte), peak memory; forward, training step, backward alone or decode token.",
         epilog="Without options: the CPU sweep (S 128..2048, D 64, B 1, H 8, fp32, causal, forward). "
                "Modes: forward (Sq = Sk = S); training = forward+backward (FLOPs 3.5x the forward's); "
                "backward alone (2.5x); decode = one query (Sq = 1) against a KV cache of Sk = S keys "

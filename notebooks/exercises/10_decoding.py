@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Exercises 10: decoding
 #
-# Practice for [chapter 10, decoding](../10_decoding.ipynb). Two tasks: one decode step
-# through a KV cache, and the arithmetic intensity of a decode step with shared K/V heads.
+# Practice for [chapter 10, decoding](../10_decoding.ipynb). Two tasks: one decode token
+# through a KV cache, and the arithmetic intensity of a decode token with shared K/V heads.
 # Each check runs your code on fresh shapes (it prints the seed, so a failure can be replayed
 # with `seed=`) and names the mistake when it recognizes one.
 
@@ -25,7 +25,7 @@ device, dtype = setup(device, dtype)
 showing_solutions(solutions)
 
 # %% [markdown]
-# ## Task 1: one decode step
+# ## Task 1: one decode token
 #
 # Write `decode_token(cache, q, k_new, v_new)`: `cache` is a `kernels.attention.decoding.KVCache`
 # already holding some tokens, `q` the new token's query `[B, H, 1, D]`, `k_new` and `v_new`
@@ -58,10 +58,10 @@ def solution_decode_token(cache, q, k_new, v_new):
 check_decode_token(solution_decode_token if solutions else decode_token)
 
 # %% [markdown]
-# ## Task 2: FLOPs per byte of a decode step
+# ## Task 2: FLOPs per byte of a decode token
 #
 # Write `decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element)`: the
-# FLOPs of one decode step (batch 1, one query, causal) divided by the bytes a fused kernel
+# FLOPs of one decode token (batch 1, one query, causal) divided by the bytes a fused kernel
 # must move for it (read q, the cached K and V, write o).
 
 # %% tags=["stub"]

@@ -292,7 +292,7 @@ def test_flop_and_byte_counts_by_hand():
 def test_flops_and_bytes_for_decoding_and_gqa_by_hand():
     # Sq = Sk: the arguments default to the square case, exactly as before.
     assert reference.flops(1, 8, 1024, 64, seq_k=1024) == reference.flops(1, 8, 1024, 64)
-    # A decode step, Sq = 1 against Sk = 4096: the one query sees every key, causal or not.
+    # A decode token, Sq = 1 against Sk = 4096: the one query sees every key, causal or not.
     # 4 * 1 * 32 heads * 1 * 4096 * 128 = 67,108,864.
     assert reference.flops(1, 32, 1, 128, causal=True, seq_k=4096) == 67_108_864
     assert reference.flops(1, 32, 1, 128, causal=False, seq_k=4096) == 67_108_864
