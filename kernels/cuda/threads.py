@@ -66,7 +66,7 @@ def thread_map(head_dim: int = 64, lane: int = 5):
     the font floor (``kernels.figures.font_floor``) and the key to the colours sits in the empty cell
     beside v2, never over the data.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # here, with what it draws with: only the figure needs matplotlib
     from matplotlib.colors import ListedColormap
 
     from kernels.figures import COLUMN_PX, apply_font_floor

@@ -10,6 +10,8 @@ from typing import Callable, Optional
 import torch
 
 from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
+from kernels.cuda.ptxas import parse_ptxas
+from kernels.cuda.threads import owners_v2
 
 __all__ = ["check_read_ptxas", "check_v2_lane", "fresh_ptxas_log"]
 
@@ -49,7 +51,6 @@ def fresh_ptxas_log(seed: int) -> str:
 
 def _ptxas_numbers(text: str) -> dict:
     """{(kernel, arch): (registers, static shared bytes, spilled bytes), plus the raw fields}."""
-    from kernels.cuda.ptxas import parse_ptxas
 
     return {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}
 
@@ -119,7 +120,6 @@ def check_v2_lane(lane_elements: Callable) -> Passed:
     ``kernels.cuda.threads.owners_v2``."""
     import numpy as np
 
-    from kernels.cuda.threads import owners_v2
 
     owner = owners_v2(8)  # one 8-column tile: every tile repeats its layout
     for tid in range(int(owner.max()) + 1):  # every thread of the block

@@ -59,7 +59,7 @@ def default_jobs(params: dict) -> int:
 def environment() -> dict:
     """What executed the book: recorded in the report and shown on the book's build page.
     The device and versions come from ``kernels.hw.devices``, as a benchmark's do."""
-    import torch
+    import torch  # here: the runner answers --help and stages the book without loading torch
 
     from kernels.hw import devices
 
