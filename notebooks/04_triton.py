@@ -44,7 +44,7 @@ from kernels.attention import sdpa
 from kernels.bench import plots, sweep
 from kernels.bench.results import FORWARD, FORWARD_BACKWARD
 from kernels.hw import occupancy
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables
 from kernels.trace.links import links
 from kernels.triton import backward as triton_backward, launch, tiles, tiling
@@ -657,7 +657,7 @@ if on_gpu:
                                           [32 * config.num_warps, 1, 1],
                                           occupancy.arch_of(torch.cuda.get_device_properties(device)), show=display)
 else:
-    print("This run is CPU-only: no GPU track, no kernels, no footprint. A GPU run checks all of this here.")
+    say("This run is CPU-only: no GPU track, no kernels, no footprint. A GPU run checks all of this here.")
 
 # %% [markdown]
 # The backward, on a GPU, is three more kernels: the Δ preprocessing, dK/dV and dQ, and no

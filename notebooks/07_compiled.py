@@ -55,7 +55,7 @@ from kernels import gpu_lessons, reference
 from kernels.attention import torch_compile
 from kernels.attention.inplace import InplaceAttention
 from kernels.attention.naive import NaiveAttention
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
 from kernels.trace import fingerprints
 from kernels.trace.links import links
 
@@ -245,8 +245,8 @@ links(runs["naive"])
 if device.type == "cuda":
     display(gpu_lessons.compiled_forward(step["naive"].gpu_work))
 else:
-    print(f"This run is on {device.type}: no GPU track here, and no recording of this chapter yet. "
-          "A name such as these is what the GPU track would hold:")
+    say(f"This run is on {device.type}: no GPU track here, and no recording of this chapter yet. "
+        "A name such as these is what the GPU track would hold:")
     display(fingerprints.classify_many(["triton_per_fused__softmax_masked_fill_mul_0"])[["name", "kind", "family", "note"]])
 
 # %% [markdown]
@@ -386,8 +386,8 @@ glue("flex_out_mib", f"{mib(q.numel() * q.element_size()):.1f}")
 if device.type == "cuda":
     display(gpu_lessons.flex_forward(flex_step.gpu_work))
 else:
-    print(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
-          "the compiled region; no GPU track here, and no recording of this chapter yet.")
+    say(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
+        "the compiled region; no GPU track here, and no recording of this chapter yet.")
 
 # %% [markdown]
 # ### Its cost against SDPA's flash backend
