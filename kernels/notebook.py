@@ -18,7 +18,6 @@ import torch
 from kernels.dtypes import TORCH_NAMES, parse_dtype
 
 
-
 @dataclass(frozen=True)
 class GPU:
     """What the tier logic needs to know about a GPU (from torch, or written by hand in tests)."""

@@ -30,7 +30,6 @@ ARCHS = ("sm_80", "sm_90")
 needs_nvcc = pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs the CUDA compiler nvcc (not on PATH)")
 
 
-
 def test_parse_ptxas_reads_every_kernel_once_per_arch():
     found = ptxas.parse_ptxas(ptxas.SAMPLE_PTXAS_LOG, demangle=False)
     assert [(k.mangled, k.arch) for k in found] == [

@@ -11,7 +11,6 @@ import yaml
 from tests.helpers import ROOT
 
 
-
 def hadolint() -> str:
     # The venv's bin folder first: `make test` runs the venv's python without activating it.
     beside = Path(sys.executable).parent / "hadolint"

@@ -164,7 +164,6 @@ def test_work_ops_are_the_ops_that_compute(cpu_runs):
     assert cpu_runs["sdpa_flash"].step().work_ops() == ["aten::_scaled_dot_product_flash_attention_for_cpu"]
 
 
-
 def test_diff_marks_its_rows_of_substance_in_a_public_column(cpu_runs):
     d = tracediff.diff(cpu_runs["naive"].step(0), cpu_runs["inplace"].step(0))
     changed = d.ops[d.ops["substance"]]
