@@ -3,12 +3,14 @@
     python tools/compat_matrix.py                      # both cells, the report on stdout and in COMPAT_DIR
     python tools/compat_matrix.py --cells oldest       # one cell
     python tools/compat_matrix.py --no-book            # the suite only
+    python tools/compat_matrix.py --full-book          # every chapter and the HTML (make book), not the subset
 
 Readers bring their own torch (README, "Supported versions"). Each cell is a stack: a Python,
 a torch and a Triton, installed into a virtual environment of its own under ``--dir`` (kept
 between runs, outside the checkout) and tested from a fresh clone of this repository's
 committed HEAD, as a new reader would: ``make setup test`` with that environment as ``VENV``,
-then one chapter per part of the book executed with the cpu preset (``CHAPTERS``).
+then one chapter per part of the book executed with the cpu preset (``CHAPTERS``), or with
+``--full-book`` the reader's first README command, ``make book``: every chapter and the HTML.
 
 - ``newest``: the newest torch on the package index and the Triton it pins (``--upgrade``, no
   version given: the next torch release is found here, not by a reader).
@@ -68,6 +70,7 @@ class Result:
     tests_ok: bool = False
     book: dict = field(default_factory=dict)       # {chapter: "ok" | "failed"}
     book_ok: bool = True
+    html: str = ""                                 # "built" | "not built" with --full-book, else ""
     seconds: dict = field(default_factory=dict)    # per stage
     error: str = ""
 
@@ -125,7 +128,29 @@ def pytest_counts(text: str) -> dict:
                                                     lines[-1])} if lines else {}
 
 
-def run_cell(cell: Cell, root: Path, book: bool, jobs: str) -> Result:
+def executed_statuses(clone: Path) -> dict:
+    """{notebook: "ok" | "failed" | ...} from the runner's report, leaving out what it did not execute."""
+    report = clone / "_build" / "executed" / "report.json"
+    rows = json.loads(report.read_text())["notebooks"] if report.exists() else []
+    return {Path(r["notebook"]).as_posix(): r["status"] for r in rows if r["status"] != "not executed"}
+
+
+def run_book(result: Result, clone: Path, make: list, venv: Path, log: Path, full: bool) -> None:
+    """The subset of chapters, or with ``full`` make book itself (every notebook, then the HTML)."""
+    if full:
+        code = timed(result, "book", lambda: run([*make, "book", "PRESET=cpu"], log, env=pip_environment()))
+        result.book = executed_statuses(clone)
+        result.html = "built" if code == 0 and (clone / "_build" / "html" / "index.html").exists() else "not built"
+        result.book_ok = result.html == "built" and bool(result.book) and all(s == "ok" for s in result.book.values())
+        return
+    execute = [venv / "bin" / "python", "-m", "tools.book.execute", "--preset", "cpu", "--no-cache",
+               "--only", *CHAPTERS]
+    timed(result, "book", lambda: run(execute, log, cwd=clone))
+    result.book = executed_statuses(clone)
+    result.book_ok = len(result.book) == len(CHAPTERS) and all(s == "ok" for s in result.book.values())
+
+
+def run_cell(cell: Cell, root: Path, book: str, jobs: str) -> Result:
     folder = root / cell.name
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "log.txt"
@@ -144,26 +169,21 @@ def run_cell(cell: Cell, root: Path, book: bool, jobs: str) -> Result:
         code = timed(result, "tests", lambda: run([*make, "test"], log, env=pip_environment()))
         result.tests = pytest_counts(log.read_text()[start:])
         result.tests_ok = code == 0
-        if book:
-            execute = [venv / "bin" / "python", "-m", "tools.book.execute", "--preset", "cpu", "--no-cache",
-                       "--only", *CHAPTERS]
-            timed(result, "book", lambda: run(execute, log, cwd=clone))
-            report = clone / "_build" / "executed" / "report.json"
-            rows = json.loads(report.read_text())["notebooks"] if report.exists() else []
-            result.book = {Path(r["notebook"]).as_posix(): r["status"] for r in rows if r["status"] != "not executed"}
-            result.book_ok = len(result.book) == len(CHAPTERS) and all(s == "ok" for s in result.book.values())
+        if book != "none":
+            run_book(result, clone, make, venv, log, full=book == "full")
     except (RuntimeError, OSError, subprocess.SubprocessError) as err:
         result.error = str(err)
     return result
 
 
 def table(results: list) -> str:
-    lines = ["| cell | Python | torch | Triton | NumPy | make test | book subset | seconds (install, setup, tests, book) |",
+    lines = ["| cell | Python | torch | Triton | NumPy | make test | book | seconds (install, setup, tests, book) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         v = r.versions
         tests = ", ".join(f"{n} {w}" for w, n in r.tests.items()) or "-"
-        book = (f"{sum(s == 'ok' for s in r.book.values())} of {len(CHAPTERS)} ok" if r.book else "-")
+        book = (f"{sum(s == 'ok' for s in r.book.values())} of {len(CHAPTERS) if not r.html else len(r.book)} ok"
+                if r.book else "-") + (f", HTML {r.html}" if r.html else "")
         secs = ", ".join(str(r.seconds.get(s, "-")) for s in ("install", "setup", "tests", "book"))
         status = "" if r.ok else f" **FAILED**{': ' + r.error if r.error else ''}"
         lines.append(f"| {r.cell}{status} | {v.get('python', '?')} | {v.get('torch', '?')} | {v.get('triton', '?')} "
@@ -178,17 +198,21 @@ def main(argv=None) -> int:
                                                       Path.home() / ".cache" / "attention-profiled" / "compat"),
                     help="where each cell's environment, clone and log live (default: $COMPAT_DIR, else "
                          "~/.cache/attention-profiled/compat)")
-    ap.add_argument("--no-book", action="store_true", help="leave out the book's chapters")
+    books = ap.add_mutually_exclusive_group()
+    books.add_argument("--no-book", action="store_true", help="leave out the book's chapters")
+    books.add_argument("--full-book", action="store_true",
+                       help="run make book (every chapter, then the HTML) instead of one chapter per part")
     ap.add_argument("--jobs", default="auto", help="pytest-xdist workers for make test (TEST_JOBS)")
     ap.add_argument("--discard", action="store_true",
                     help="remove each cell's environment and clone after it (a CI runner's disk), keeping its log")
     args = ap.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
+    book = "none" if args.no_book else "full" if args.full_book else "subset"
     start = time.monotonic()
     results = []
     for name in args.cells:
         print(f"compat: {name} ...", flush=True)
-        results.append(run_cell(CELLS[name], args.dir.resolve(), not args.no_book, args.jobs))
+        results.append(run_cell(CELLS[name], args.dir.resolve(), book, args.jobs))
         if args.discard:
             for kept in ("venv", "clone"):
                 shutil.rmtree(args.dir / name / kept, ignore_errors=True)

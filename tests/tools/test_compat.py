@@ -163,3 +163,13 @@ def test_spill_tables_are_per_triton_release():
                 assert spilled <= unmeasured[capability][key], "an unmeasured release drops what any release spilled"
     assert tiles._release("3.10.0+git1234") == (3, 10)
     assert tiles.SPILLS == tiles.spilling_configs(triton.__version__)
+
+
+def test_the_matrixs_report_says_whether_make_book_built_the_html():
+    matrix = _matrix()
+    built = matrix.Result("newest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"}, html="built")
+    broken = matrix.Result("oldest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"},
+                           book_ok=False, html="not built")
+    rows = matrix.table([built, broken]).splitlines()[2:]
+    assert "1 of 1 ok, HTML built" in rows[0] and "FAILED" not in rows[0], rows[0]
+    assert "HTML not built" in rows[1] and "FAILED" in rows[1], "a book without its HTML fails the cell"
