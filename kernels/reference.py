@@ -5,7 +5,13 @@ applies the course's rule (the registry's contract, ``kernels/registry.py``):
 
 * float32 (and float64): max |out - ref| within ``tolerance(dtype)`` x max |ref|, plus a tiny
   absolute floor (1e-6; 1e-12 for float64) so that a reference that is exactly zero (the dQ of
-  a query that sees one key) does not demand an exactly-zero answer;
+  a query that sees one key) does not demand an exactly-zero answer. For float32 the bound is
+  the larger of that and FlashAttention's factors (below) times plain float32 attention's own
+  error: the scores q·kᵀ·scale carry float32's rounding, an absolute error that grows with
+  their size, and exp turns it into a relative error of every probability. At scale 10 on
+  unit-variance inputs plain float32 attention itself is off by 1e-5 to 3e-5 of max |ref|, so
+  a fixed 1e-5 would fail the computation it stands for; where 1e-5 holds (the usual scales)
+  it is the bound, and plain attention is only computed when it does not;
 * float16 and bfloat16, FlashAttention's rule (flash-attention ``tests/test_flash_attn.py``):
   max |out - ref| at most 2x (gradients 3x) the same error of *plain* PyTorch attention
   computed in that dtype (``plain_attention``; the less exact of its two usual orders, scale
@@ -154,27 +160,45 @@ def judge(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
           grads: Optional[Sequence[torch.Tensor]] = None, grad_out: Optional[torch.Tensor] = None) -> Judgement:
     """Judge ``out`` (and ``grads`` = (dq, dk, dv) for ``grad_out``) against the float64 reference.
 
-    fp32/fp64: within ``tolerance(dtype)`` of max|ref| (+ ``ABS_FLOOR``). fp16/bf16: FlashAttention's rule,
-    max |err| <= 2x (gradients 3x) plain same-dtype attention's max |err|, + 1e-5.
+    fp32/fp64: within ``tolerance(dtype)`` of max|ref| (+ ``ABS_FLOOR``); fp32 where that fails,
+    within 2x (gradients 3x) plain fp32 attention's max |err| (+ ``ABS_FLOOR``) if that is larger.
+    fp16/bf16: FlashAttention's rule, max |err| <= 2x (gradients 3x) plain same-dtype attention's
+    max |err|, + 1e-5.
     """
     names = ("out",) + (("dq", "dk", "dv") if grads is not None else ())
     got = (out,) + (tuple(grads) if grads is not None else ())
     want = _with_grads(attention, q, k, v, causal, scale, grad_out if grads is not None else None,
                        torch.float64)
     dtype = q.dtype
+    plain = functools.partial(_plain_errors, q, k, v, causal, scale, grad_out if grads is not None else None, want)
     if dtype not in HALF:
-        tol, floor = tolerance(dtype), ABS_FLOOR[dtype]
-        return Judgement({n: Verdict(n, max_abs_error(g, w), tol * _max_abs(w) + floor,
-                                     f"max abs error <= {tol:g} x max|ref| {_max_abs(w):.2e} + {floor:g}, "
-                                     f"{_dt(dtype)}")
-                          for n, g, w in zip(names, got, want)})
-    baselines = _plain_errors(q, k, v, causal, scale, grad_out if grads is not None else None, want)
+        return _judge_fixed(names, got, want, dtype, plain)
+    baselines = plain()
     verdicts = {}
     for n, g, w, baseline in zip(names, got, want, baselines):
         factor = OUTPUT_FACTOR if n == "out" else GRAD_FACTOR
         verdicts[n] = Verdict(n, max_abs_error(g, w), factor * baseline + FLOOR,
                               f"max abs error <= {factor:g} x {baseline:.2e} of plain {_dt(dtype)} "
                               f"attention + {FLOOR:g}")
+    return Judgement(verdicts)
+
+
+def _judge_fixed(names, got, want, dtype, plain: Callable[[], list]) -> Judgement:
+    """float32/float64: ``tolerance(dtype)`` x max|ref| + floor; for float32, where that fails,
+    the bound widens to FlashAttention's factors times plain float32 attention's error."""
+    tol, floor = tolerance(dtype), ABS_FLOOR[dtype]
+    verdicts, baselines = {}, None
+    for i, (n, g, w) in enumerate(zip(names, got, want)):
+        error, fixed = max_abs_error(g, w), tol * _max_abs(w) + floor
+        rule = f"max abs error <= {tol:g} x max|ref| {_max_abs(w):.2e} + {floor:g}, {_dt(dtype)}"
+        if not error <= fixed and dtype == torch.float32:   # `not <=`: a NaN error goes on to fail
+            baselines = baselines if baselines is not None else plain()
+            factor = OUTPUT_FACTOR if n == "out" else GRAD_FACTOR
+            if factor * baselines[i] + floor > fixed:
+                fixed = factor * baselines[i] + floor
+                rule = (f"max abs error <= {factor:g} x {baselines[i]:.2e} of plain float32 attention + {floor:g} "
+                        f"(above {tol:g} x max|ref|: float32 scores this large round that much)")
+        verdicts[n] = Verdict(n, error, fixed, rule)
     return Judgement(verdicts)
 
 

@@ -137,6 +137,35 @@ def test_judge_16bit_bound_is_twice_plain_attentions_error(dtype):
         assert reference.judge(off, q, k, v).ok is ok, factor
 
 
+def _plain_fp32_with_grads(q, k, v, scale, grad_out):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = reference.plain_attention(*leaves, True, scale)
+    return out.detach(), torch.autograd.grad(out, leaves, grad_out)
+
+
+def test_judge_fp32_bound_follows_plain_float32_at_a_large_scale():
+    # At scale 10 the scores q·kᵀ·scale reach hundreds, and float32's rounding of them (an
+    # absolute error in exp's argument) is a relative error of every probability: plain float32
+    # attention itself misses 1e-5 of max|ref|. The judge must pass plain float32 there and still
+    # fail a result clearly worse than it.
+    q, k, v = make_attention_inputs(1, 2, 2, 113, 113, 64, seed=12)
+    grad_out = torch.randn(1, 2, 113, 64, generator=torch.Generator().manual_seed(2))
+    out, grads = _plain_fp32_with_grads(q, k, v, 10.0, grad_out)
+    want = reference._with_grads(reference.attention, q, k, v, True, 10.0, grad_out, torch.float64)
+    relative = [reference.max_abs_error(g, w) / float(w.abs().max()) for g, w in zip((out, *grads), want)]
+    assert max(relative) > 1e-5, f"plain float32 at scale 10 should miss a fixed 1e-5 here: {relative}"
+    judgement = reference.judge(out, q, k, v, True, 10.0, grads=grads, grad_out=grad_out)
+    assert judgement.ok, f"plain float32 attention must meet the float32 rule at scale 10: {judgement}"
+    assert any("plain float32" in verdict.rule for verdict in judgement.values()), judgement
+    dq = grads[0].clone()
+    dq[0, 1, 50] += 4 * float((dq - want[1]).abs().max())   # 4x plain's error, past the 3x for gradients
+    worse = reference.judge(out, q, k, v, True, 10.0, grads=(dq, *grads[1:]), grad_out=grad_out)
+    assert not worse["dq"].ok, f"a dQ off by 4x plain float32's error must fail: {worse['dq']}"
+    # At the default scale plain float32 is far inside 1e-5, and the fixed bound is the rule.
+    default = reference.judge(reference.plain_attention(q, k, v), q, k, v)["out"]
+    assert default.ok and "plain" not in default.rule, default
+
+
 def test_judge_assert_names_the_failing_tensor_and_the_rule():
     q, k, v = make_attention_inputs(1, 1, 1, 5, 5, 8, seed=5)
     with pytest.raises(AssertionError, match=r"^mine: does not match the float64 reference.*out: .* exceeds"):
