@@ -79,11 +79,14 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree to with
 # off; and `sdpa_kernel([...], set_priority=True)` imposes an order of your own. So the same
 # unpinned bf16 causal call picks flash on an A100 and cuDNN on an H200.
 # `kernels.attention.sdpa.predicted_backend` writes those rules down as a pure function of the GPU.
-# They are read from PyTorch's own checks, `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`
+# They are read from PyTorch's own checks, `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`,
 # as torch 2.13 has them: `check_prefer_cudnn_attention` for the order, and each backend's
-# `can_use_*` constraints for what it accepts (cuDNN, for instance, takes head dims up to 128,
-# or up to 256 on compute capability 9.0 with cuDNN 9.10 or newer). PyTorch changes them from
-# release to release, so read them again for another version:
+# `can_use_*` constraints for what it accepts. PyTorch changes them from release to release:
+# cuDNN, for instance, takes head dims up to 128, or up to 256 on compute capability 9.0 with
+# cuDNN 9.10 or newer in torch 2.13; from torch 2.14 on, 256 needs a cuDNN newer than 9.22 (on
+# 9.0 and 10.x), and with gradients the dims between 128 and 256 are refused. The function
+# follows the torch it runs with (`torch_version=` asks about another), so read them again
+# for a newer version:
 
 # %%
 predictions = pd.DataFrame([{"GPU": gpu, "dtype": str(dt).replace("torch.", ""), "head_dim": d,

@@ -31,10 +31,22 @@ BACKENDS = {
 HALF = (torch.float16, torch.bfloat16)
 # PyTorch builds its flash kernels for sm_80 through sm_121 (torch 2.11-2.13).
 FLASH_CAPABILITIES = ((8, 0), (12, 1))
-# cuDNN takes head_dim 256 only on compute capability 9.0 (sdp_utils.cpp's check_cudnn_tensor_shapes:
-# `dprops->major == 9 && !dprops->minor`) with a runtime cuDNN of 9.10 or newer.
-CUDNN_D256_CAPABILITY = (9, 0)
-CUDNN_D256_VERSION = 91000
+# When cuDNN takes head dims past 128 (sdp_utils.cpp's check_cudnn_tensor_shapes), read from the
+# compiled checks of the CUDA 13 wheels of torch 2.13.0, 2.14.1 and 2.15.0 (their constants; the
+# source on PyTorch's main branch says the same as 2.14/2.15):
+# - torch 2.11 to 2.13: 256 on compute capability 9.0 only (`major == 9 && !minor`) with a runtime
+#   cuDNN of 9.10 or newer.
+# - torch 2.14 on: 256 on 9.0 and on every 10.x (but 10.7 before cuDNN 9.26) with a cuDNN newer than
+#   9.22, in a build against cuDNN frontend 1.24 or newer (the wheels are); and, when an input needs
+#   gradients, head dims between 128 and 256 are refused (check_cudnn_d256_bprop_head_dim: the
+#   backward takes <= 128, or 256 exactly, for equal q/k/v head dims).
+# (Both also take d_qk 192 with d_v 128 on some GPUs; the course's heads are all one size.)
+CUDNN_D256_RULES = {
+    (2, 11): dict(capability=lambda cap: tuple(cap) == (9, 0), newer_than=90999, sm107_newer_than=None,
+                  backward_gap=False),
+    (2, 14): dict(capability=lambda cap: tuple(cap) == (9, 0) or cap[0] == 10, newer_than=92200,
+                  sm107_newer_than=92500, backward_gap=True),
+}
 
 
 def capability(device: torch.device) -> tuple[int, int]:
@@ -45,7 +57,7 @@ def _sm(cap: tuple[int, int]) -> str:
     return f"sm_{cap[0]}{cap[1]}"
 
 
-# ---- PyTorch's backend rules (aten sdp_utils, torch 2.11-2.13), as pure functions ------------
+# ---- PyTorch's backend rules (aten sdp_utils, torch 2.11-2.15), as pure functions ------------
 # They take a capability tuple rather than a device, so tests can ask about GPUs CI never sees.
 
 def capability_reason(name: str, cap: tuple[int, int]) -> Reason:
@@ -60,16 +72,22 @@ def capability_reason(name: str, cap: tuple[int, int]) -> Reason:
 
 
 def gpu_input_reason(name: str, cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
-                     deterministic: bool = False, cudnn_version: Optional[int] = None) -> Reason:
-    """Why backend ``name`` refuses inputs of ``dtype`` and ``head_dim`` on a GPU of capability ``cap``."""
-    rule = {"sdpa_flash": _flash_rule, "sdpa_efficient": _efficient_rule,
-            "sdpa_cudnn": _cudnn_rule}.get(name)
+                     deterministic: bool = False, cudnn_version: Optional[int] = None,
+                     torch_version: Optional[str] = None, requires_grad: bool = False) -> Reason:
+    """Why backend ``name`` refuses inputs of ``dtype`` and ``head_dim`` on a GPU of capability ``cap``.
+
+    ``torch_version`` picks the release's rules (default: the installed torch); ``requires_grad``:
+    an input needs gradients (cuDNN's backward takes fewer head dims from torch 2.14 on)."""
+    if name == "sdpa_cudnn":
+        return capability_reason(name, cap) or _cudnn_rule(cap, dtype, head_dim, deterministic, cudnn_version,
+                                                           torch_version or torch.__version__, requires_grad)
+    rule = {"sdpa_flash": _flash_rule, "sdpa_efficient": _efficient_rule}.get(name)
     if rule is None:
         return None
-    return capability_reason(name, cap) or rule(cap, dtype, head_dim, deterministic, cudnn_version)
+    return capability_reason(name, cap) or rule(cap, dtype, head_dim)
 
 
-def _flash_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+def _flash_rule(cap, dtype, d) -> Reason:
     if dtype not in HALF:
         return f"takes float16 or bfloat16 on a GPU, got {dtype}"
     if d > 256:
@@ -77,7 +95,7 @@ def _flash_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
     return None
 
 
-def _efficient_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+def _efficient_rule(cap, dtype, d) -> Reason:
     if dtype not in (torch.float32, *HALF):
         return f"takes float32, float16 or bfloat16, got {dtype}"
     if dtype == torch.bfloat16 and cap < (8, 0):
@@ -89,28 +107,47 @@ def _efficient_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
     return None
 
 
-def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version) -> Reason:
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of "2.13.0+cu130", "2.15.0a0+git1234"."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def cudnn_d256_rule(torch_version: str) -> dict:
+    """The CUDNN_D256_RULES entry of the newest release at or before ``torch_version``."""
+    release = _release(torch_version)
+    return CUDNN_D256_RULES[max((r for r in CUDNN_D256_RULES if r <= release), default=min(CUDNN_D256_RULES))]
+
+
+def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version, torch_version, requires_grad) -> Reason:
     if dtype not in HALF:
         return f"takes float16 or bfloat16, got {dtype}"
     if deterministic:
         return "is not used while torch.use_deterministic_algorithms(True) is on"
     if d % 8:
         return f"needs head_dim to be a multiple of 8, got {d}"
-    wide = (tuple(cap) == CUDNN_D256_CAPABILITY and cudnn_version is not None
-            and cudnn_version >= CUDNN_D256_VERSION)
+    rule = cudnn_d256_rule(torch_version)
+    sm107_newer_than = rule["sm107_newer_than"] if tuple(cap) == (10, 7) else None
+    wide = (rule["capability"](cap) and cudnn_version is not None and cudnn_version > rule["newer_than"]
+            and (sm107_newer_than is None or cudnn_version > sm107_newer_than))
     limit = 256 if wide else 128
     if d > limit:
-        why = ("" if wide else " (256 needs compute capability 9.0 and cuDNN 9.10 or newer; this is "
-               f"{_sm(cap)} with cuDNN {cudnn_version})")
-        return f"supports head_dim <= {limit} here, got {d}{why}"
+        needs = ("compute capability 9.0 and cuDNN 9.10 or newer" if not rule["backward_gap"]
+                 else "compute capability 9.0 or 10.x and a cuDNN newer than 9.22")
+        return (f"supports head_dim <= {limit} here, got {d} (with torch {torch_version.split('+')[0]}, 256 needs "
+                f"{needs}; this is {_sm(cap)} with cuDNN {cudnn_version})")
+    if wide and rule["backward_gap"] and requires_grad and 128 < d < 256:
+        return (f"computes gradients for head_dim <= 128 or exactly 256 on {_sm(cap)} "
+                f"(torch {torch_version.split('+')[0]}), got {d}")
     return None
 
 
-# ---- which backend SDPA tries first (torch 2.11-2.13, sdp_utils) ------------------------------
+# ---- which backend SDPA tries first (torch 2.11-2.15, sdp_utils) ------------------------------
 
 DEFAULT_PRIORITY = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn")
-# torch 2.11-2.13 move cuDNN to the front on these capabilities with a runtime cuDNN newer than 9.15.0
-# (sdp_utils.cpp's check_prefer_cudnn_attention); a build against CUDA older than 13.0 does so only
+# torch 2.11-2.15 move cuDNN to the front on these capabilities with a runtime cuDNN newer than 9.15.0
+# (sdp_utils.cpp's check_prefer_cudnn_attention; 91500 is the constant the CUDA 13 wheels of 2.13.0,
+# 2.14.1 and 2.15.0 compare with); a build against CUDA older than 13.0 does so only
 # on minor version 0 or 3 (sm_90, sm_100, sm_103): `(!minor || minor == 3)`.
 CUDNN_FIRST_MAJORS = (9, 10)
 CUDNN_FIRST_AFTER = 91500
@@ -144,13 +181,16 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
 
 def predicted_backend(cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *,
                       cudnn_version: Optional[int] = None, deprioritized: bool = False,
-                      deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None) -> str:
+                      deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None,
+                      torch_version: Optional[str] = None, requires_grad: bool = False) -> str:
     """The backend an unpinned causal SDPA call (Sq == Sk, no mask) should pick on that GPU:
-    the first in ``priority`` whose rules accept the inputs. Math accepts everything."""
+    the first in ``priority`` whose rules accept the inputs. Math accepts everything.
+    ``torch_version``: whose rules (default: the installed torch's)."""
     for name in priority(cap, cudnn_version, deprioritized=deprioritized, deterministic=deterministic, order=order,
                          cuda_version=cuda_version):
         if name == "sdpa_math" or gpu_input_reason(name, cap, dtype, head_dim, deterministic=deterministic,
-                                                   cudnn_version=cudnn_version) is None:
+                                                   cudnn_version=cudnn_version, torch_version=torch_version,
+                                                   requires_grad=requires_grad) is None:
             return name
     return "sdpa_math"
 
@@ -187,7 +227,9 @@ def input_reason(name: str, q: torch.Tensor, k: Optional[torch.Tensor] = None, c
         return None
     return gpu_input_reason(name, capability(q.device), q.dtype, q.shape[-1],
                             deterministic=torch.are_deterministic_algorithms_enabled(),
-                            cudnn_version=torch.backends.cudnn.version())
+                            cudnn_version=torch.backends.cudnn.version(),
+                            requires_grad=torch.is_grad_enabled() and any(
+                                t is not None and t.requires_grad for t in (q, k)))
 
 
 # ---- the call ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Which backend unpinned SDPA picks: the priority order and its exceptions (torch 2.11-2.13).
+"""Which backend unpinned SDPA picks: the priority order and its exceptions (torch 2.11-2.15).
 
 Checked as a table on capability tuples here; a GPU test checks the prediction against what
 PyTorch itself chooses on the machine it runs on.
@@ -25,12 +25,16 @@ CUDNN_9_20, CUDNN_9_8 = 92000, 90800
     (H200, torch.float32, 64, CUDNN_9_20, {}, "sdpa_efficient"),       # 16-bit only for flash and cuDNN
     (T4, torch.float16, 64, CUDNN_9_20, {}, "sdpa_efficient"),         # no flash before sm_80
     (T4, torch.float16, 60, CUDNN_9_20, {}, "sdpa_math"),              # efficient needs head_dim % 8 in 16 bits
-    (H200, torch.bfloat16, 200, CUDNN_9_20, {}, "sdpa_cudnn"),         # sm_90 + cuDNN >= 9.10: head_dim up to 256
-    (B200, torch.bfloat16, 256, CUDNN_9_20, {}, "sdpa_flash"),         # sm_100: cuDNN stops at 128, flash takes it
+    (H200, torch.bfloat16, 200, CUDNN_9_20, {}, "sdpa_cudnn"),         # torch 2.13, sm_90 + cuDNN >= 9.10: up to 256
+    (B200, torch.bfloat16, 256, CUDNN_9_20, {}, "sdpa_flash"),         # torch 2.13, sm_100: cuDNN stops at 128
+    (H200, torch.bfloat16, 200, CUDNN_9_20, {"torch_version": "2.15.0"}, "sdpa_flash"),   # 2.14 on: 256 after 9.22
+    (H200, torch.bfloat16, 256, 92600, {"torch_version": "2.15.0"}, "sdpa_cudnn"),        # torch 2.15's own cuDNN
+    (B200, torch.bfloat16, 256, 92600, {"torch_version": "2.14.1+cu130"}, "sdpa_cudnn"),  # and sm_100 too
     (H200, torch.bfloat16, 100, CUDNN_9_20, {}, "sdpa_flash"),         # cuDNN needs a multiple of 8
 ], ids=["a100", "h200", "b200", "old-cudnn", "deprioritized", "deterministic", "fp32", "t4", "t4-d60", "h200-d200",
-        "b200-d256", "h200-d100"])
+        "b200-d256", "h200-d200-torch2.15", "h200-d256-torch2.15", "b200-d256-torch2.14", "h200-d100"])
 def test_predicted_backend(cap, dtype, d, cudnn, extra, want):
+    extra = {"torch_version": "2.13.0", **extra}   # the rules of one release, whatever torch runs the test
     assert sdpa.predicted_backend(cap, dtype, d, cudnn_version=cudnn, **extra) == want
 
 

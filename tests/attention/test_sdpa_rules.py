@@ -1,10 +1,12 @@
-"""SDPA's backend rules (torch 2.11-2.13, aten sdp_utils), asked about GPUs this CI never sees.
+"""SDPA's backend rules (torch 2.11-2.15, aten sdp_utils), asked about GPUs this CI never sees.
 
-The rules are pure functions of a capability tuple, a dtype and a head dim, so each row of
-PyTorch's backend rules (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.11-2.13) are checked here on a CPU; a GPU test checks them against what
-PyTorch itself does on the GPU at hand.
+The rules are pure functions of a capability tuple, a dtype, a head dim and a torch release, so
+each row of PyTorch's backend rules (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) is
+checked here on a CPU; a GPU test checks them against what PyTorch itself does on the GPU at hand.
 """
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
@@ -50,19 +52,46 @@ def test_efficient_dtypes_and_alignment():
 
 
 def test_cudnn_head_dims_depend_on_capability_and_cudnn_version():
-    assert gpu_input_reason("sdpa_cudnn", A100, BF16, 128) is None
-    assert "multiple of 8" in gpu_input_reason("sdpa_cudnn", H100, BF16, 100)
-    assert "<= 128" in gpu_input_reason("sdpa_cudnn", A100, BF16, 256, cudnn_version=91002)
-    # 256 only on capability 9.0 with cuDNN >= 9.10 (sdp_utils.cpp: major == 9 && !minor): not on
-    # sm_100 or sm_120 (the first version's bug), nor on a 9.x with another minor.
-    assert gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=91002) is None
-    assert "9.0" in gpu_input_reason("sdpa_cudnn", (9, 1), BF16, 256, cudnn_version=92000)
-    assert "<= 128" in gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=90800)
-    assert "<= 128" in gpu_input_reason("sdpa_cudnn", B200, BF16, 256, cudnn_version=92000)
-    assert "<= 128" in gpu_input_reason("sdpa_cudnn", RTX5090, BF16, 192, cudnn_version=92000)
-    assert "float16 or bfloat16" in gpu_input_reason("sdpa_cudnn", H100, FP32, 64)
-    assert "deterministic" in gpu_input_reason("sdpa_cudnn", H100, BF16, 64, deterministic=True)
+    cudnn = functools.partial(gpu_input_reason, "sdpa_cudnn", torch_version="2.13.0")
+    assert cudnn(A100, BF16, 128) is None
+    assert "multiple of 8" in cudnn(H100, BF16, 100)
+    assert "<= 128" in cudnn(A100, BF16, 256, cudnn_version=91002)
+    # torch 2.11-2.13: 256 only on capability 9.0 with cuDNN >= 9.10 (sdp_utils.cpp: major == 9 &&
+    # !minor): not on sm_100 or sm_120 (the first version's bug), nor on a 9.x with another minor.
+    assert cudnn(H100, BF16, 256, cudnn_version=91002) is None
+    assert "9.0" in cudnn((9, 1), BF16, 256, cudnn_version=92000)
+    assert "<= 128" in cudnn(H100, BF16, 256, cudnn_version=90800)
+    assert "<= 128" in cudnn(B200, BF16, 256, cudnn_version=92000)
+    assert "<= 128" in cudnn(RTX5090, BF16, 192, cudnn_version=92000)
+    assert cudnn(H100, BF16, 192, cudnn_version=92000, requires_grad=True) is None, "2.13 has no backward gap"
+    assert "float16 or bfloat16" in cudnn(H100, FP32, 64)
+    assert "deterministic" in cudnn(H100, BF16, 64, deterministic=True)
     assert "8.0" in capability_reason("sdpa_cudnn", T4)
+
+
+@pytest.mark.parametrize("release", ["2.14.1+cu130", "2.15.0"])
+def test_cudnn_from_torch_2_14_takes_256_on_sm90_and_sm10x_after_cudnn_9_22(release):
+    def cudnn(cap, d, **kw):
+        return gpu_input_reason("sdpa_cudnn", cap, BF16, d, torch_version=release, **kw)
+
+    assert cudnn(H100, 256, cudnn_version=92600) is None and cudnn(B200, 256, cudnn_version=92600) is None
+    assert "<= 128" in cudnn(H100, 256, cudnn_version=92200), "cuDNN 9.22 itself is not newer than 9.22"
+    assert "9.22" in cudnn(H100, 256, cudnn_version=92000), "the reason names the cuDNN it needs"
+    assert "<= 128" in cudnn((10, 7), 256, cudnn_version=92500) and cudnn((10, 7), 256, cudnn_version=92600) is None
+    assert "<= 128" in cudnn((9, 1), 256, cudnn_version=92600) and "<= 128" in cudnn(RTX5090, 256, cudnn_version=92600)
+    # check_cudnn_d256_bprop_head_dim: with gradients, only <= 128 or exactly 256 where 256 is taken.
+    assert "gradients" in cudnn(H100, 192, cudnn_version=92600, requires_grad=True)
+    assert cudnn(H100, 192, cudnn_version=92600) is None, "the forward alone takes 192"
+    assert cudnn(H100, 256, cudnn_version=92600, requires_grad=True) is None
+    assert cudnn(H100, 128, cudnn_version=92600, requires_grad=True) is None
+
+
+def test_the_rules_follow_the_installed_torch_by_default():
+    installed = gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=92000)
+    assert installed == gpu_input_reason("sdpa_cudnn", H100, BF16, 256, cudnn_version=92000,
+                                         torch_version=torch.__version__)
+    assert sdpa.cudnn_d256_rule("2.12.0") is sdpa.CUDNN_D256_RULES[(2, 11)]
+    assert sdpa.cudnn_d256_rule("2.16.0.dev20261201") is sdpa.CUDNN_D256_RULES[(2, 14)]
 
 
 def test_math_has_no_rules():
