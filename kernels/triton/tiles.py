@@ -61,15 +61,20 @@ def kernels_for(capability) -> tuple:
 
 # Configs that fit an architecture's shared memory but that ptxas spills there, by Triton
 # release (major, minor) and compute capability major; the pruning drops them on that
-# architecture. Each table is measured with its release (bf16, every config the pruning would
-# keep otherwise: ``python -m kernels.triton.compile_sweep --target sm_80|sm_90``), because what spills
-# is the compiler's decision and changes between releases: Triton 3.9 spills four sm_90 configs
-# that 3.7.1 holds in registers, and on sm_80 two that 3.7.1 holds while holding two it spilled.
-# A release without a table (Triton 3.6, 3.8) gets every config that spilled on that
-# architecture with any measured release. Ampere's mma.sync takes both operands from registers, where
-# Hopper's wgmma reads one from shared memory, so sm_80 runs out of registers on tiles that
-# sm_90 holds. tests/triton/test_compile_sweep.py fails when a kept config spills with the Triton
-# that runs it, which is how a new release's changes are found (``make test-compat``).
+# architecture. Each table is measured with its release (bf16, every config the autotuner may
+# try: ``python -m kernels.triton.compile_sweep --target sm_80|sm_90 --json``, the rows that fit
+# and spill), because what spills is the compiler's decision and changes between releases:
+# Triton 3.9 spills four sm_90 configs that 3.7.1 holds in registers, and on sm_80 two that
+# 3.7.1 holds while holding two it spilled; 3.6.0 spills two on sm_80 and two on sm_90 that
+# 3.7.1 holds; 3.8.0 (ptxas 12.9, where 3.6 and 3.7 ship 12.8) spills two on sm_80 that 3.7.1
+# holds while holding one it spilled. Measured: 3.6.0, 3.7.1, 3.8.0 and 3.9. (3.7's sm_80 table
+# also lists dQ's 128x32 tile at D = 256, which spills there but does not fit sm_80's shared
+# memory, so the pruning drops it anyway.) A release without a table (before 3.6, after 3.9)
+# gets every config that spilled on that architecture with any measured release. Ampere's
+# mma.sync takes both operands from registers, where Hopper's wgmma reads one from shared
+# memory, so sm_80 runs out of registers on tiles that sm_90 holds.
+# tests/triton/test_compile_sweep.py fails when a kept config spills with the Triton that runs
+# it, which is how a new release's changes are found (``make test-compat``).
 _SPILLS_SM80_37 = {
     ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
     ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)},
@@ -81,9 +86,37 @@ _SPILLS_SM80_37 = {
     ("bwd_dq", 256): {(128, 32, 8, 2)},
 }
 SPILLS_BY_TRITON = {
+    (3, 6): {
+        8: {
+            ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
+            ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)},
+            ("fwd", 256): {(128, 64, 8, 2), (64, 32, 4, 3)},
+            ("bwd_dkdv", 64): {(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3)},
+            ("bwd_dkdv", 128): {(32, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 2)},
+            ("bwd_dq", 64): {(128, 64, 8, 3), (64, 64, 4, 3)},
+            ("bwd_dq", 128): {(128, 64, 8, 2)},
+        },
+        9: {
+            ("fwd", 256): {(128, 64, 8, 2)},           # 8 bytes (Hopper pruning drops it too)
+            ("fwd_tma", 256): {(32, 32, 4, 2)},        # 108 bytes
+            ("bwd_dq", 256): {(32, 64, 4, 2)},         # 8 bytes
+        },
+    },
     (3, 7): {
         8: _SPILLS_SM80_37,
         9: {("fwd_tma", 256): {(32, 32, 4, 2)}},
+    },
+    (3, 8): {
+        8: {
+            ("fwd", 64): {(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 3), (128, 64, 4, 4), (64, 128, 4, 3)},
+            ("fwd", 128): {(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4)},
+            ("fwd", 256): {(128, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 3)},
+            ("bwd_dkdv", 64): {(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 3)},
+            ("bwd_dkdv", 128): {(32, 128, 8, 2), (32, 128, 8, 3)},
+            ("bwd_dq", 64): {(128, 64, 8, 3), (64, 64, 4, 3)},
+            ("bwd_dq", 128): {(128, 64, 8, 2)},
+        },
+        9: {("fwd_tma", 256): {(32, 32, 4, 2)}},       # 8 bytes
     },
     (3, 9): {
         8: {
@@ -107,9 +140,10 @@ SPILLS_BY_TRITON = {
 
 def spilling_configs(triton_version=None) -> dict:
     """{capability major: {(kernel, head_dim): configs}} that ptxas spills with ``triton_version``
-    (default: the installed Triton): per capability, the table measured with that release, and
-    where none was, every config that spilled with any measured release (the safe side; the
-    compile sweep's test then says what changed)."""
+    (default: the installed Triton): per capability, the table measured with that release
+    (3.6 to 3.9 are, by major and minor), and where none was (before 3.6, after 3.9), every
+    config that spilled with any measured release (the safe side; the compile sweep's test
+    then says what changed)."""
     if triton_version is None:
         triton_version = getattr(launch.triton, "__version__", None)
     measured = SPILLS_BY_TRITON.get(_release(triton_version), {}) if triton_version else {}

@@ -156,7 +156,16 @@ def test_spill_tables_are_per_triton_release():
     assert (64, 128, 8, 2) in measured[9][("bwd_dq", 128)] and \
         (64, 128, 8, 2) not in tiles.spilling_configs("3.7.1")[9].get(("bwd_dq", 128), set()), \
         "Triton 3.9 spills the dQ config 3.7.1 holds"
-    unmeasured = tiles.spilling_configs("3.8.0")
+    for version, release in (("3.6.0", (3, 6)), ("3.8.0", (3, 8))):
+        table = tiles.spilling_configs(version)
+        for capability in (8, 9):
+            assert table[capability] == tiles.SPILLS_BY_TRITON[release][capability], \
+                f"Triton {version} gets the sm_{capability}0 table measured with it"
+    assert (32, 64, 4, 2) in tiles.spilling_configs("3.6.0")[8][("bwd_dkdv", 128)] and \
+        (32, 64, 4, 2) not in tiles.spilling_configs("3.8.0")[8][("bwd_dkdv", 128)], \
+        "Triton 3.6 spills the dK/dV config 3.8 holds: each release gets its own table, not the union"
+    assert (3, 10) not in tiles.SPILLS_BY_TRITON, "3.10 stands for a release without a table"
+    unmeasured = tiles.spilling_configs("3.10.0")
     for table in tiles.SPILLS_BY_TRITON.values():
         for capability, configs in table.items():
             for key, spilled in configs.items():
