@@ -30,6 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "tools" / "gpu_plan.json"
+# The Triton of the GPU image the plan is for (README "Running on a GPU"): its autotuner prunes
+# by that release's spill table, whatever Triton this machine has, so the plan is the same here
+# and in the compatibility matrix's environments.
+GPU_IMAGE_TRITON = "3.6.0"
 PHASES = ("environment", "gpu-tests", "chapters", "bench")
 
 
@@ -87,7 +91,8 @@ def kept_configs(kernel: str, use: dict, params: dict, target: dict) -> list:
         return [tuple(use["one_config"])]
     return [tuple(c) for c in tiles.fitting_configs(
         tiles.config_space(kernel, pad), value(use["sq"], params), pad, element, target["smem_optin"],
-        kernel=kernel, capability=tuple(target["capability"]), seq_k=value(use["sk"], params))]
+        kernel=kernel, capability=tuple(target["capability"]), seq_k=value(use["sk"], params),
+        spills=tiles.spilling_configs(GPU_IMAGE_TRITON))]
 
 
 def triton_work(uses: list, params: dict, target: dict, compiled: set) -> dict:

@@ -223,7 +223,7 @@ def hopper_pruned(config, capability) -> bool:
 
 
 def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int,
-                    kernel: str = "fwd", capability=None, seq_k=None):
+                    kernel: str = "fwd", capability=None, seq_k=None, spills=None):
     """The configs whose tiles fit in shared memory and are not much longer than the sequence
     (BLOCK_M than the queries, ``seq``; BLOCK_N than the keys, ``seq_k``, by default ``seq``),
     less the configs the compiler spills on ``capability`` (SPILLS), less, for the forward,
@@ -231,6 +231,9 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
     backward's tiles are smaller than 128x128 and need their 8 warps to hold the dK/dV
     accumulators, so the rule is not applied to them, as the tutorial applies it to its
     forward only.)
+
+    ``spills``: another Triton release's table (``spilling_configs(version)``), for a plan made
+    for a GPU machine whose Triton is not the one installed here.
 
     Always returns at least one config: if nothing passes, the smallest one.
     """
@@ -240,10 +243,11 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
     def estimate(c):
         return shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel)
 
-    spills = SPILLS.get(tuple(capability)[0], {}).get((kernel, head_dim), set()) if capability else set()
+    table = SPILLS if spills is None else spills
+    spilled = table.get(tuple(capability)[0], {}).get((kernel, head_dim), set()) if capability else set()
     kept = [c for c in configs
             if estimate(c) <= smem_limit and c[0] <= longest_m and c[1] <= longest_n
-            and not (kernel in ("fwd", "fwd_tma") and hopper_pruned(c, capability)) and tuple(c) not in spills]
+            and not (kernel in ("fwd", "fwd_tma") and hopper_pruned(c, capability)) and tuple(c) not in spilled]
     if kept:
         return kept
     return [min(configs, key=estimate)]

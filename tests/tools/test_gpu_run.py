@@ -154,6 +154,16 @@ def test_the_plan_is_computed_from_the_current_spaces_and_chapters():
     assert list(plan["computed"]["chapters"]) == list(gpu_run.CHAPTERS)
 
 
+def test_the_plan_prunes_by_the_gpu_images_triton_not_the_installed_one(monkeypatch):
+    # Compatibility matrix, newest stack: Triton 3.9's table spills configs the GPU image's 3.6
+    # holds, and the plan (the GPU image's compiles) must not change with the Triton here.
+    import kernels.triton.tiles as tiles
+
+    plan = gpu_plan.load()
+    monkeypatch.setattr(tiles, "SPILLS", tiles.spilling_configs("3.9.0"))
+    assert gpu_plan.compute(plan) == plan["computed"], "the plan follows the Triton installed here"
+
+
 def test_every_device_call_of_the_plan_fits_its_budget():
     calls = gpu_plan.load()["computed"]["calls"]
     assert calls[0]["budget_s"] <= gpu_run.TOTAL_SECONDS <= 8 * 60, "one command, two of its ten minutes to spare"
