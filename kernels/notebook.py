@@ -50,11 +50,11 @@ def plan(device: str, dtype: str, gpu: GPU | None) -> Plan:
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in TORCH_NAMES:
         raise ValueError(f"dtype must be one of {', '.join(TORCH_NAMES)}, got {dtype!r}")
-    if device.startswith("cuda") and gpu is None:
-        return Plan("cpu", "float32", "cpu", ("This chapter asked for a CUDA GPU, but none is visible: "
-                                              "running on the CPU in float32 instead.",))
     if not device.startswith("cuda"):
         return Plan(device, dtype, "cpu")
+    if gpu is None:
+        return Plan("cpu", "float32", "cpu", ("This chapter asked for a CUDA GPU, but none is visible: "
+                                              "running on the CPU in float32 instead.",))
     major, minor = gpu.capability
     if major >= 8:
         return Plan(device, dtype, "ampere+")

@@ -249,7 +249,9 @@ lesson(all(k.shared_bytes == 0 for k in all_kernels),
        "all shared memory is dynamic: the launcher, not the compiler, decides its size")
 # What each kernel promises ptxas: a block size and a minimum of resident blocks per SM
 # (__launch_bounds__), which caps registers at 65,536 / (threads x blocks) per thread.
-v1_min_blocks = int(re.search(r"__launch_bounds__\(kV1Threads, (\d+)\)", V1.read_text()).group(1))
+v1_bounds = re.search(r"__launch_bounds__\(kV1Threads, (\d+)\)", V1.read_text())
+assert v1_bounds is not None, "flash_v1.cu declares __launch_bounds__(kV1Threads, blocks)"
+v1_min_blocks = int(v1_bounds.group(1))
 lesson("__launch_bounds__(Production<D>::kThreads, Production<D>::kMinBlocks)" in V2.read_text()
        and "kMinBlocks = 256 / kThreads" in V2.read_text(), "v2's launch bounds come from its Design: 256 / threads blocks")
 v2_min_blocks = max(1, 256 // cfgs["v2"].threads)
@@ -281,8 +283,7 @@ lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers for a in archs),
 for (arch, version), k in focus.items():
     print(f"--- {version}<{kernel_dtype}, {kernel_dim}> on {arch}: {k.registers} registers, "
           f"{k.threads_per_block} threads, {k.total_shared_bytes:,} B shared memory")
-    print(occupancy.occupancy(threads_per_block=k.threads_per_block, registers_per_thread=k.registers,
-                              shared_mem_per_block=k.total_shared_bytes, arch=arch).explain())
+    print(occ[arch, version].explain())
 
 # %% [markdown]
 # Check it by hand, for every kernel in the table: registers are allocated per warp in
@@ -492,7 +493,7 @@ def delta(arch, revision, what):
     return row.loc[(arch, revision), what] - row.loc[(arch, revision - 1), what]
 
 added = {i: max(delta(a, i, "registers") for a in archs) for i in range(1, len(design.DESIGN_REVISIONS))}
-reveal(guess_costliest_revision_in_registers, max(added, key=added.get), "revision adding the most registers",
+reveal(guess_costliest_revision_in_registers, max(added, key=lambda i: added[i]), "revision adding the most registers",
        source="the compiler's resources")
 for a in archs:
     for i in range(len(design.DESIGN_REVISIONS)):
@@ -505,8 +506,8 @@ for a in archs:
         glue(f"rev{i}_bar_{a}", f"{design.barriers_per_tile(r):g}")
 first_revision, final_revision = revision_of["sm_80", 0], revision_of["sm_80", len(design.DESIGN_REVISIONS) - 1]
 for i in (0, 1):
-    glue(f"rev{i}_threads", revision_of["sm_80", i].kernel.threads_per_block)
-    glue(f"rev{i}_block_warps", revision_of["sm_80", i].kernel.threads_per_block // 32)
+    glue(f"rev{i}_threads", revision_of["sm_80", i].revision.threads)
+    glue(f"rev{i}_block_warps", revision_of["sm_80", i].revision.threads // 32)
     glue(f"rev{i}_rows", revision_of["sm_80", i].revision.block_m)
 glue("rows_ratio", revision_of["sm_80", 1].revision.block_m // first_revision.revision.block_m)
 lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
@@ -537,7 +538,7 @@ rows = {a: (revision_of[a, 0].kernel.registers, revision_of[a, 1].kernel.registe
 lesson(all(abs(after - before) <= 0.1 * before for before, after in rows.values()),
        "doubling the rows per block moves registers per thread by at most 10%: a warp's work is unchanged",
        ", ".join(f"{a}: {b} -> {c}" for a, (b, c) in rows.items()))
-lesson(all(revision_of[a, 1].kernel.threads_per_block == 2 * revision_of[a, 0].kernel.threads_per_block for a in archs),
+lesson(all(revision_of[a, 1].revision.threads == 2 * revision_of[a, 0].revision.threads for a in archs),
        "128-row tiles mean twice the threads (8 warps of 16 rows)")
 
 # %% [markdown]

@@ -195,6 +195,8 @@ guess_memory_order = ["sdpa_flash", "inplace", "naive", "sdpa_math"]  # smallest
 
 # %%
 peaks = devices.peaks(device)
+if peaks is None:
+    raise RuntimeError(f"kernels.hw.devices has no roofline for {device}: it knows CPUs and CUDA GPUs")
 at_seq = {r.impl: r for r in results if r.seq == seq and r.ok}
 by_memory = sorted(at_seq, key=lambda n: at_seq[n].peak_memory_bytes)
 display(reveal([g for g in guess_memory_order if g in at_seq], by_memory, "contenders, smallest peak first"))

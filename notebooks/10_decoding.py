@@ -194,6 +194,7 @@ guess_decode_intensity = 64  # edit me: FLOP per byte
 
 # %%
 gpu_peaks = devices.match_gpu("NVIDIA H200")
+assert gpu_peaks is not None, "kernels.hw.devices has the H200's datasheet row"
 count_rows = []
 for s in (512, 1024, 2048, 4096, 8192):
     for phase, s_q in (("prefill", s), ("decode", 1)):
@@ -241,6 +242,8 @@ impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdp
 rows = decoding.bench_prefill_and_decode([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
                             device=device, reps=7)
 peaks_here = devices.peaks(device)
+if peaks_here is None:
+    raise RuntimeError(f"kernels.hw.devices has no roofline for {device}: it knows CPUs and CUDA GPUs")
 display(rows.to_frame()[["impl", "seq", "median_ms", "p10_ms", "p90_ms", "flops", "bytes", "tflops"]]
         .assign(intensity=[r.intensity for r in rows]).round(4))
 plots.roofline(rows, device=peaks_here)

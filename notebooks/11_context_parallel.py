@@ -443,6 +443,7 @@ lesson(volumes.loc[(64, "32:32"), "ring / ulysses"] > volumes.loc[(2, "32:32"), 
 #| caption: The ring's time per forward and per rank against the number of ranks for a 128k-token sequence, modelled from an H100's peak and two links' bandwidths: compute falls with the square of the shard, communication only with the shard, so past the crossover the transfers no longer hide behind compute.
 #| alt: Log-log chart of milliseconds per forward and per rank against the number of ranks: a falling black line for compute, two dashed lines for the K/V transfers over NVLink and InfiniBand, and a vertical line at each crossover.
 h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kernels.hw.devices (NVIDIA's datasheet)
+assert h100 is not None, "kernels.hw.devices has the H100 SXM's datasheet row"
 flops_per_s = h100.flops
 LINKS = {"NVLink 4 (450 GB/s each way)": 450e9, "InfiniBand NDR (50 GB/s each way)": 50e9}
 LINK_SOURCES = {"NVLink 4 (450 GB/s each way)": "NVIDIA H100 Tensor Core GPU page, www.nvidia.com/en-us/data-center/h100/",

@@ -670,7 +670,12 @@ def read_archive(archive: Path) -> tuple[dict, dict]:
     """The manifest and every member's bytes, after checking the format, version and hashes."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+            members = {}
+            for member in tar.getmembers():
+                # extractfile gives None for what is no regular file (a link, a folder): skipped.
+                data = tar.extractfile(member) if member.isfile() else None
+                if data is not None:
+                    members[member.name] = data.read()
     except (OSError, tarfile.TarError) as err:
         raise Refused(f"{archive} is not a readable .tar.gz ({err})") from err
     if "manifest.json" not in members:

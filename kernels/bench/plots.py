@@ -144,6 +144,7 @@ def tflops_vs_seq(results: Iterable, peak=None) -> Figure:
     fig, ax = new_axes("Achieved throughput", "sequence length S (tokens)", "achieved TFLOP/s")
     for label, rs in groups.items():
         ax.plot([r.seq for r in rs], [r.tflops for r in rs], marker="o", label=label)
+    ceiling: Optional[float]  # None: no peak given or stored, so no line
     if isinstance(peak, (int, float)) and not isinstance(peak, bool):
         ceiling, text = float(peak), f"peak {float(peak):g} TFLOP/s"
     else:

@@ -254,12 +254,12 @@ def goal_ratios(results: Iterable[BenchResult]) -> list[dict]:
     faster than the baseline); a goal's row carries the smallest one, where it was seen, how
     many shapes were compared, and whether it meets the goal (None where nothing compared).
     """
-    ok = [r for r in results if r.ok and r.causal and r.median_ms]
+    timed = [(r, r.median_ms) for r in results if r.ok and r.causal and r.median_ms]
     key = lambda r: (r.mode, r.dtype, r.batch, r.heads, r.seq, r.head_dim)  # noqa: E731
-    base = {key(r): r.median_ms for r in ok if r.impl == GOAL_BASELINE}
+    base = {key(r): ms for r, ms in timed if r.impl == GOAL_BASELINE}
     rows = []
     for impl, mode, goal in GOALS:
-        ratios = [(base[key(r)] / r.median_ms, r.seq, r.head_dim) for r in ok
+        ratios = [(base[key(r)] / ms, r.seq, r.head_dim) for r, ms in timed
                   if r.impl == impl and r.mode == mode and key(r) in base]
         worst = min(ratios) if ratios else None
         rows.append({"impl": impl, "mode": mode, "goal": goal, "shapes": len(ratios),

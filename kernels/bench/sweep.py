@@ -181,6 +181,9 @@ def unsupported_input_reason(name: str, head_dim: int, dtype: torch.dtype) -> Op
 
 def rates(point: BenchResult) -> None:
     """TFLOP/s and GB/s from the point's median and its own FLOP and byte counts."""
+    if point.median_ms is None:
+        raise ValueError(f"{point.impl} at S={point.seq}: no median time to compute rates from; "
+                         "time the point first")
     point.tflops = point.flops / (point.median_ms * 1e-3) / 1e12
     point.gbps = point.bytes / (point.median_ms * 1e-3) / 1e9
 

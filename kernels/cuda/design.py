@@ -162,7 +162,7 @@ def design_table(revisions: Iterable[RevisionResources]):
                      "spilled (B)": k.spill_store_bytes + k.spill_load_bytes,
                      "blocks/SM": occ.blocks_per_sm, "warps/SM": occ.warps_per_sm,
                      "occupancy %": round(occ.percent, 2), "limited by": " and ".join(occ.limiters),
-                     "a trace reads %": round(kineto_estimate(k.threads_per_block, k.registers, k.total_shared_bytes,
+                     "a trace reads %": round(kineto_estimate(occ.threads_per_block, k.registers, k.total_shared_bytes,
                                                               grid_blocks=10**6, sm_count=1, arch=k.arch), 2),
                      "mma.sync": r.counts["mma.sync"], "tile-pass bodies": tile_bodies(r),
                      "ex2.approx.f32": r.counts["ex2.approx.f32"], "ex2.approx.ftz.f32": r.counts["ex2.approx.ftz.f32"],

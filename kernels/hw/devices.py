@@ -185,8 +185,9 @@ def describe_device(device="cpu") -> dict:
             "peaks": found.as_dict() if found else None, "versions": versions()}
 
 
-def peaks_from_description(description: dict) -> Optional[Peaks]:
-    """The Peaks stored in a ``describe_device`` dict (e.g. read back from a JSON file)."""
+def peaks_from_description(description: Optional[dict]) -> Optional[Peaks]:
+    """The Peaks stored in a ``describe_device`` dict (e.g. read back from a JSON file); None
+    without a description (results from before descriptions were stored) or without peaks."""
     data = description.get("peaks") if description else None
     if not data:
         return None

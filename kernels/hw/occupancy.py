@@ -233,12 +233,11 @@ def occupancy(threads_per_block: int, registers_per_thread: int, shared_mem_per_
     regs_per_warp = _round_up(registers_per_thread * lim.warp_size, lim.register_granularity)
     smem_alloc = _round_up(shared_mem_per_block + lim.reserved_shared_mem_per_block,
                            lim.shared_mem_granularity)
-    by = {
-        "registers": _blocks_by_registers(lim, warps, regs_per_warp),
-        "shared_memory": lim.shared_mem_per_sm // smem_alloc if smem_alloc else None,
-        "warps": lim.max_warps_per_sm // warps,
-        "blocks": lim.max_blocks_per_sm,
-    }
+    by_registers = _blocks_by_registers(lim, warps, regs_per_warp)
+    by_shared = lim.shared_mem_per_sm // smem_alloc if smem_alloc else None
+    by_warps = lim.max_warps_per_sm // warps
+    by_blocks = lim.max_blocks_per_sm
+    by = {"registers": by_registers, "shared_memory": by_shared, "warps": by_warps, "blocks": by_blocks}
     blocks = min(n for n in by.values() if n is not None)
     limiters = tuple(k for k in LIMITS if by[k] == blocks)
     return Occupancy(
@@ -246,8 +245,8 @@ def occupancy(threads_per_block: int, registers_per_thread: int, shared_mem_per_
         registers_per_thread=registers_per_thread, shared_mem_per_block=shared_mem_per_block,
         warps_per_block=warps, registers_per_warp=regs_per_warp,
         shared_mem_allocated_per_block=smem_alloc,
-        blocks_by_registers=by["registers"], blocks_by_shared_memory=by["shared_memory"],
-        blocks_by_warps=by["warps"], blocks_by_blocks=by["blocks"],
+        blocks_by_registers=by_registers, blocks_by_shared_memory=by_shared,
+        blocks_by_warps=by_warps, blocks_by_blocks=by_blocks,
         blocks_per_sm=blocks, warps_per_sm=blocks * warps, max_warps_per_sm=lim.max_warps_per_sm,
         limited_by=limiters[0], limiters=limiters,
     )
@@ -365,6 +364,7 @@ def _explain_registers(o: Occupancy, lim: ArchLimits) -> list:
                   f"{rounded}; {o.warps_per_block} warps do not fit in {lim.max_registers_per_block:,}"
                   " registers: 0 blocks, the launch fails.")
         return [naive, detail]
+    assert o.blocks_by_registers is not None, "registers per thread > 0 give registers a limit"
     per_quarter = quarter // o.registers_per_warp
     detail = (f"  As allocated: {r} x {lim.warp_size} = {r * lim.warp_size:,} per warp{rounded}; "
               f"each of {lim.sub_partitions} schedulers holds {quarter:,} registers = "
@@ -377,6 +377,7 @@ def _explain_registers(o: Occupancy, lim: ArchLimits) -> list:
 def _explain_shared(o: Occupancy, lim: ArchLimits) -> str:
     if o.shared_mem_allocated_per_block == 0:
         return "Shared memory: none used -> no limit."
+    assert o.blocks_by_shared_memory is not None, "allocated shared memory > 0 gives it a limit"
     reserved = (f" + {lim.reserved_shared_mem_per_block:,} B reserved"
                 if lim.reserved_shared_mem_per_block else "")
     return (f"Shared memory: {o.shared_mem_per_block:,} B{reserved}, in units of "

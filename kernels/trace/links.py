@@ -46,7 +46,7 @@ def _device_of(path: Path) -> str:
         props = read_events(path).get("deviceProperties") or []
     except (OSError, ValueError):
         return "unknown device"
-    names = sorted({p.get("name") for p in props if isinstance(p, dict) and p.get("name")})
+    names = sorted({str(p["name"]) for p in props if isinstance(p, dict) and p.get("name")})
     return ", ".join(names) if names else "CPU"
 
 

@@ -255,7 +255,8 @@ class Trace:
         flow_end_at = {(f.get("pid"), f.get("tid"), float(f.get("ts", 0.0))): f.get("id")
                        for f in flows if f.get("ph") == "f"}
         gpu = sorted((i for i, c in enumerate(cat) if c in GPU_CATEGORIES), key=lambda i: ts[i])
-        link, how = [], []
+        link: list[Optional[int]] = []
+        how: list[Optional[str]] = []  # None: no flow and no correlation found its launch
         for i in gpu:
             corr = args[i].get("correlation")
             flow = corr if corr in flow_end_ids else flow_end_at.get((pid[i], tid[i], ts[i]))

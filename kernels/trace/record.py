@@ -59,7 +59,7 @@ def profile(fn: Callable, *args, label: Optional[str] = None, wait: int = 1, war
     not spill into the next step. Runs under ``torch.no_grad()`` unless an input
     requires grad. The trace is written to ``trace_dir/<trace_name>.json.gz``.
     """
-    label = label or getattr(fn, "__name__", "step")
+    label = label or str(getattr(fn, "__name__", "step"))
     on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     trace_dir = Path(trace_dir)

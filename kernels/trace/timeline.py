@@ -201,6 +201,7 @@ class _BarLabel(Text):
 
     def fitted(self, renderer) -> str:
         """The longest prefix of the name (with "…" when cut) that fits inside the bar."""
+        assert self.axes is not None, "a bar label is drawn only once add_artist gave it its axes"
         left, right = self.axes.transData.transform([(self.x0, 0), (self.x1, 0)])[:, 0]
         room = abs(right - left) - 0.8 * float(self.get_fontsize()) * renderer.points_to_pixels(1)
         # No glyph is narrower than about a third of the font size: start from the most letters

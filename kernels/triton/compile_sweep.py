@@ -247,13 +247,14 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     element_size = TORCH_DTYPES[dtype].itemsize
     estimate = tiles.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
+    threads = 32 * warps
     kept = kernel in tiles.kernels_for(arch.capability) and config in [tuple(c) for c in tiles.fitting_configs(
         tiles.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
         arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
     row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
               config=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages),
               registers=None, shared_bytes=None, spills=None, fits=None, kept=kept,
-              estimate_bytes=estimate, threads=32 * warps)
+              estimate_bytes=estimate, threads=threads)
     try:
         capability = arch.capability[0] * 10 + arch.capability[1]
         compiled, ptxas_log = compile_kernel(kernel, head_dim, config, target, dtype, causal)
@@ -268,7 +269,7 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
         row.registers = resources.registers
         row.shared_bytes = shared + resources.shared_bytes
         row.spills = resources.spill_store_bytes + resources.spill_load_bytes
-        row.fits = fits(target, row.shared_bytes, row.registers, row.threads)
+        row.fits = fits(target, row.shared_bytes, row.registers, threads)
     except Exception as err:  # a config the compiler refuses is a row too, with its reason
         row.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
         row.fits = False
@@ -349,6 +350,7 @@ def describe(row: Row) -> str:
             else f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} t{cfg['threads']}")
     if row.error:
         return f"{row.kernel:<16} {row.target} D={row.head_dim:<3} {tile:<18} failed: {row.error}"
+    assert row.shared_bytes is not None, "a row without an error was compiled, so its shared memory is known"
     est = "" if row.estimate_bytes is None else f" est {row.estimate_bytes / 1024:6.1f} KiB"
     return (f"{row.kernel:<16} {row.target} {row.dtype} D={row.head_dim:<3} {tile:<18} "
             f"regs {row.registers:>3}  smem {row.shared_bytes / 1024:6.1f} KiB{est}  spills {row.spills:>4} B  "

@@ -359,8 +359,8 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
     o32 = None
     if keep_fp32_o:
         o32 = o_target if o_target.dtype == torch.float32 else launch.new_output(q, torch.float32)
-    store_o32 = o32 is not None and o32 is not o_target
-    o32_ptr = o32 if store_o32 else o_target   # not written unless STORE_O32
+    o32_ptr = o_target if o32 is None else o32   # not written unless STORE_O32
+    store_o32 = o32_ptr is not o_target
     lse = torch.empty(batch * heads, s_q, device=q.device, dtype=torch.float32)
     pad = launch.padded_head_dim(head_dim)
     grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731

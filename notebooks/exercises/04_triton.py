@@ -150,8 +150,9 @@ ptxas info    : Function properties for _Z13flash_forwardPK6__halfS1_S1_PS_iif
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 168 registers, used 1 barriers, 24576 bytes smem, 392 bytes cmem[0]
 """
-registers = int(re.search(r"Used (\d+) registers", report).group(1))
-shared_bytes = int(re.search(r"(\d+) bytes smem", report).group(1))
+used = re.search(r"Used (\d+) registers, .* (\d+) bytes smem", report)
+assert used is not None, "the report above has its Used line"
+registers, shared_bytes = int(used.group(1)), int(used.group(2))
 threads = 128
 print(f"{threads} threads per block, {registers} registers per thread, {shared_bytes:,} B shared memory per block")
 

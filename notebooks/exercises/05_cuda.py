@@ -73,8 +73,13 @@ def read_ptxas(text, kernel, arch):
 def solution_read_ptxas(text, kernel, arch):
     start = text.index(f"Compiling entry function '{kernel}' for '{arch}'")
     used = re.compile(r"Used (\d+) registers.*").search(text, start)
+    if used is None:
+        raise ValueError(f"no 'Used ... registers' line after {kernel} for {arch}")
     block = text[start:used.end()]
-    stores, loads = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block).groups()
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block)
+    if spills is None:
+        raise ValueError(f"no spill line for {kernel} on {arch}")
+    stores, loads = spills.groups()
     smem = re.search(r"(\d+) bytes smem", used.group(0))
     return int(used.group(1)), int(smem.group(1)) if smem else 0, int(stores) + int(loads)
 

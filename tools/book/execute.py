@@ -232,15 +232,17 @@ def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed
     publish.stage_recorded(root, out)
     report: dict[str, Any] = {"preset": name, "parameters": params, "jobs": jobs, "environment": environment(),
                               "notebooks": []}
-    library = library_digest(root) if cache else None
-    keys = {path: cache_key(root, path, staged_parameters(path, params), library, report["environment"])
-            for path in every} if cache else {}
+    keys: dict[Path, str] = {}
     rows = {}
-    for path in every if cache else []:
-        if path not in chosen or not force:
-            row = cache_restore(Path(cache), keys[path], out, path)
-            if row is not None:
-                rows[path] = row
+    if cache is not None:
+        library = library_digest(root)
+        keys = {path: cache_key(root, path, staged_parameters(path, params), library, report["environment"])
+                for path in every}
+        for path in every:
+            if path not in chosen or not force:
+                row = cache_restore(cache, keys[path], out, path)
+                if row is not None:
+                    rows[path] = row
     todo = [path for path in chosen if path not in rows]
     print(f"Executing {len(todo)} notebook(s) with the {name!r} preset on {report['environment']['device']}"
           + (f", {jobs} at a time" if jobs > 1 else "")
@@ -267,8 +269,8 @@ def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed
                 rows[futures[done]] = done.result()
                 show(i, rows[futures[done]])
     for path in todo:
-        if cache and rows[path]["status"] == "ok":
-            cache_store(Path(cache), keys[path], out, path, rows[path])
+        if cache is not None and rows[path]["status"] == "ok":
+            cache_store(cache, keys[path], out, path, rows[path])
     report["notebooks"] = [rows.get(path) or {"notebook": str(path), "status": "not executed", "seconds": None,
                                                "error": "not chosen by --only, and no cached result"}
                            for path in every if path in rows or path in chosen or cache]
