@@ -100,11 +100,31 @@ def timed(result: Result, stage: str, fn):
         result.seconds[stage] = round(time.monotonic() - start)
 
 
+def _runs(python: str) -> bool:
+    return subprocess.run([python, "-c", "pass"], capture_output=True).returncode == 0
+
+
+def find_python(name: str) -> str:
+    """A working interpreter called ``name`` ("python3.12"): the one on PATH, or, where that is a
+    pyenv shim of a version that is installed but not selected (the shim then refuses to run),
+    that version's own binary."""
+    found = shutil.which(name)
+    if found and _runs(found):
+        return found
+    if shutil.which("pyenv"):
+        wanted = name.removeprefix("python")
+        versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True).stdout.split()
+        for version in sorted((v for v in versions if v == wanted or v.startswith(wanted + ".")), reverse=True):
+            prefix = subprocess.run(["pyenv", "prefix", version], capture_output=True, text=True).stdout.strip()
+            candidate = Path(prefix) / "bin" / name
+            if prefix and candidate.exists() and _runs(str(candidate)):
+                return str(candidate)
+    raise RuntimeError(f"no working {name} on PATH (nor a pyenv version of it); the cell needs it")
+
+
 def make_environment(cell: Cell, venv: Path, log: Path) -> None:
     """The cell's virtual environment with its torch and Triton (kept between runs)."""
-    python = shutil.which(cell.python)
-    if python is None:
-        raise RuntimeError(f"{cell.python} is not on PATH; the {cell.name} cell needs it")
+    python = find_python(cell.python)
     if not (venv / "bin" / "python").exists():
         if run([python, "-m", "venv", venv], log):
             raise RuntimeError(f"could not create a virtual environment with {cell.python}")

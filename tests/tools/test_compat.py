@@ -182,3 +182,10 @@ def test_the_matrixs_report_says_whether_make_book_built_the_html():
     rows = matrix.table([built, broken]).splitlines()[2:]
     assert "1 of 1 ok, HTML built" in rows[0] and "FAILED" not in rows[0], rows[0]
     assert "HTML not built" in rows[1] and "FAILED" in rows[1], "a book without its HTML fails the cell"
+
+
+def test_the_matrix_names_a_missing_interpreter(monkeypatch):
+    matrix = _matrix()
+    monkeypatch.setattr(matrix.shutil, "which", lambda name: None)   # neither python3.99 nor pyenv
+    with pytest.raises(RuntimeError, match="no working python3.99"):
+        matrix.find_python("python3.99")
