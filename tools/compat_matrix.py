@@ -65,6 +65,7 @@ VERSIONS = ("import sys, torch, numpy; import triton; "
 @dataclass
 class Result:
     cell: str
+    commit: str = ""                               # the clone's HEAD, short
     versions: dict = field(default_factory=dict)
     tests: dict = field(default_factory=dict)      # {"passed": n, "failed": n, ...} from pytest's last line
     tests_ok: bool = False
@@ -180,6 +181,8 @@ def run_cell(cell: Cell, root: Path, book: str, jobs: str) -> Result:
     try:
         timed(result, "install", lambda: make_environment(cell, venv, log))
         clone = fresh_clone(folder, log)
+        result.commit = subprocess.run(["git", "-C", clone, "rev-parse", "--short", "HEAD"],
+                                       capture_output=True, text=True).stdout.strip()
         make = ["make", "-C", clone, f"VENV={venv}", f"PYTHON={venv / 'bin' / 'python'}", f"TEST_JOBS={jobs}"]
         if timed(result, "setup", lambda: run([*make, "setup"], log, env=pip_environment())):
             raise RuntimeError(f"make setup failed (see {log})")
@@ -197,8 +200,8 @@ def run_cell(cell: Cell, root: Path, book: str, jobs: str) -> Result:
 
 
 def table(results: list) -> str:
-    lines = ["| cell | Python | torch | Triton | NumPy | make test | book | seconds (install, setup, tests, book) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| cell | commit | Python | torch | Triton | NumPy | make test | book | seconds (install, setup, tests, book) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         v = r.versions
         tests = ", ".join(f"{n} {w}" for w, n in r.tests.items()) or "-"
@@ -206,7 +209,7 @@ def table(results: list) -> str:
                 if r.book else "-") + (f", HTML {r.html}" if r.html else "")
         secs = ", ".join(str(r.seconds.get(s, "-")) for s in ("install", "setup", "tests", "book"))
         status = "" if r.ok else f" **FAILED**{': ' + r.error if r.error else ''}"
-        lines.append(f"| {r.cell}{status} | {v.get('python', '?')} | {v.get('torch', '?')} | {v.get('triton', '?')} "
+        lines.append(f"| {r.cell}{status} | {r.commit or '?'} | {v.get('python', '?')} | {v.get('torch', '?')} | {v.get('triton', '?')} "
                      f"| {v.get('numpy', '?')} | {tests} | {book} | {secs} |")
     return "\n".join(lines)
 
