@@ -32,8 +32,8 @@ HALF = (torch.float16, torch.bfloat16)
 # PyTorch builds its flash kernels for sm_80 through sm_121 (torch 2.11-2.13).
 FLASH_CAPABILITIES = ((8, 0), (12, 1))
 # When cuDNN takes head dims past 128 (sdp_utils.cpp's check_cudnn_tensor_shapes), read from the
-# compiled checks of the CUDA 13 wheels of torch 2.13.0, 2.14.1 and 2.15.0 (their constants; the
-# source on PyTorch's main branch says the same as 2.14/2.15):
+# compiled checks of the CUDA 13 wheels of torch 2.11.0, 2.13.0, 2.14.1 and 2.15.0 (their
+# constants; the source on PyTorch's main branch says the same as 2.14/2.15):
 # - torch 2.11 to 2.13: 256 on compute capability 9.0 only (`major == 9 && !minor`) with a runtime
 #   cuDNN of 9.10 or newer.
 # - torch 2.14 on: 256 on 9.0 and on every 10.x (but 10.7 before cuDNN 9.26) with a cuDNN newer than
