@@ -1,11 +1,13 @@
 """What the chapters read off a GPU run, and assert: the second half of every GPU branch.
 
 Each GPU branch of chapters 04-10 is two parts. The chapter runs the work on the GPU and
-profiles it (that part needs a GPU); it then hands the step, its kernels table or a result
-table to one function here, which reads it and states the chapter's lesson with
-``kernels.notebook.lesson`` (failing loudly when the trace disagrees). The tests hand the same
-functions fixture steps shaped like an H100's (``tests/hopper_trace.py``) and recordings,
-so the reading half of every GPU branch runs without a GPU.
+profiles or benchmarks it (that part needs a GPU); it then hands the step, its kernels table
+or the benchmark's points to one function here, which reads it, shows it and states the
+chapter's lesson with ``kernels.notebook.lesson`` (failing loudly when the run disagrees). The
+tests hand the same functions fixture steps and points shaped like an H100's
+(``tests/hopper_trace.py``) and recordings, so the reading half of every GPU branch runs
+without a GPU (``tools/gpu_branch_coverage.py`` counts it). One function here runs an
+implementation itself, chapter 5's check against the reference: the tests hand it a CPU one.
 
 Kernels are classified by ``kernels.trace.fingerprints`` only (never a regex of a chapter's own):
 a Hopper GEMM is ``nvjet_tst_*`` or ``sm90_xmma_gemm_*``, names no ``gemm|cutlass`` pattern
@@ -14,13 +16,17 @@ of the Ampere era is sure to cover.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
+import torch
 
+from kernels import reference
+from kernels.bench.results import BenchResult
+from kernels.cuda import flash as cuda_flash
 from kernels.trace import fingerprints
 from kernels.hw import occupancy
-from kernels.notebook import lesson
+from kernels.notebook import inputs, lesson
 from kernels.trace.reader import Step
 from kernels.trace.tables import kernel_table
 
@@ -81,14 +87,18 @@ def kineto_zero_rule(table: Mapping[str, Mapping]) -> None:
                f"{smem:,} B, trace {reported}%, ours {ours}%")
 
 
-def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, want_grid: Sequence[int],
-                              want_block: Sequence[int], arch: str, show: Callable = print) -> dict:
-    """Chapter 4's forward cell on a GPU run: the Triton forward's kernel and launch, SDPA
-    flash's single kernel when ``steps`` has it, their footprints and occupancy on ``arch``,
-    and Kineto's 48 KiB rule; ``show`` displays the tables (the notebook's ``display``).
-    Returns the footprint table ({} for a GPU the occupancy tables do not know)."""
+def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int], arch: str,
+                              show: Callable = print) -> dict:
+    """Chapter 4's forward cell on a GPU run: the Triton forward's kernel, launched as the
+    autotuner's ``config`` (a ``triton.Config``: its BLOCK_M and num_warps) implies at ``shape``
+    (batch, heads, seq), SDPA flash's single kernel when ``steps`` has it, their footprints and
+    occupancy on ``arch``, and Kineto's 48 KiB rule; ``show`` displays the tables (the
+    notebook's ``display``). Returns the footprint table ({} for a GPU the occupancy tables do
+    not know)."""
+    batch, heads, seq = shape
     show(kernel_table(steps["triton"]))
-    row = triton_forward(steps["triton"].gpu_work, fwd_name, want_grid, want_block)
+    row = triton_forward(steps["triton"].gpu_work, fwd_name, triton_grid(batch, heads, seq, config.kwargs["BLOCK_M"]),
+                         [32 * config.num_warps, 1, 1])
     try:
         table = {"triton": footprint(row, arch)}
         if "sdpa_flash" in steps:
@@ -118,14 +128,53 @@ def triton_backward(step: Step, fwd_name: str, show: Callable = print) -> list[s
     return names
 
 
-def ran_at_every_point(frame: pd.DataFrame, impl: str, what: str) -> None:
-    """A benchmark sweep's rows of ``impl`` all ran (status ok)."""
-    rows = frame[frame["impl"] == impl]
-    lesson(len(rows) > 0 and bool((rows["status"] == "ok").all()), what,
-           ", ".join(f"S={s}: {st}" for s, st in zip(rows["seq"], rows["status"])))
+def ran_at_every_point(results: Iterable[BenchResult], impl: str, what: str) -> None:
+    """A benchmark sweep's points of ``impl`` all ran (status ok)."""
+    points = [r for r in results if r.impl == impl]
+    lesson(len(points) > 0 and all(r.ok for r in points), what,
+           ", ".join(f"S={r.seq} {r.mode}: {r.status}" for r in points))
+
+
+def compiled_speed_note(cpu_ms: float) -> str:
+    """Chapter 4's sentence on a GPU run: the profiled forward's CPU time, launch included."""
+    return (f"This run used the compiled kernel: {cpu_ms:.2f} ms of CPU time per profiled forward, "
+            "launch included (the GPU's own time is in the benchmark below).")
 
 
 # ---- chapter 5: the CUDA kernels -------------------------------------------------------------
+
+def cuda_matches_reference(fn: Callable, name: str, heads: int, seq: int, head_dim: int, dtype: torch.dtype,
+                           device) -> int:
+    """Chapter 5's correctness cell: ``fn`` (the implementation ``name``) against the float64
+    reference by the course's rule, causal and not, at S = 203 (not a multiple of any tile), on
+    non-contiguous [B, S, H, D] views of the same values, at the chapter's shape, and with
+    grouped-query K/V heads and Sq != Sk both ways (a decode token; more queries than keys, whose
+    first causal rows see no key and must be 0). It runs ``fn`` on ``device`` (the chapter's GPU;
+    the tests hand it a CPU implementation). Returns how many outputs were judged."""
+    judged = 0
+    for b, h, s, layout in ((2, 3, 203, "bhsd"), (2, 3, 203, "bshd view"), (1, heads, seq, "bhsd")):
+        qs, ks, vs = inputs(b, h, s, head_dim, dtype=dtype, device=device, seed=s)
+        if layout == "bshd view":  # same values, laid out [B, S, H, D]: non-contiguous views
+            qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (qs, ks, vs))
+        for causal in (True, False):
+            verdict = reference.judge(fn(qs, ks, vs, causal=causal), qs, ks, vs, causal)
+            lesson(verdict.ok, f"{name} matches the float64 reference by the course's rule",
+                   f"B{b} H{h} S{s} D{head_dim} {layout} causal={causal}: {verdict}")
+            judged += 1
+    group = next(g for g in (4, 2, 1) if heads % g == 0)  # query heads per K/V head
+    for hq, hkv, sq, sk in ((heads, heads // group, 1, seq), (4, 2, 203, 77), (4, 1, 129, 300)):
+        g = torch.Generator().manual_seed(sq + sk)
+        qs = torch.randn(2, hq, sq, head_dim, generator=g).to(device, dtype)
+        ks, vs = (torch.randn(2, hkv, sk, head_dim, generator=g).to(device, dtype) for _ in range(2))
+        for causal in (True, False):
+            out = fn(qs, ks, vs, causal=causal)
+            verdict = reference.judge(out, qs, ks, vs, causal)
+            lesson(verdict.ok and not (causal and sq > sk and out[:, :, :sq - sk].any()),
+                   f"{name} matches the float64 reference with grouped K/V heads and Sq != Sk",
+                   f"Hq{hq} Hkv{hkv} Sq{sq} Sk{sk} causal={causal}: {verdict}")
+            judged += 1
+    return judged
+
 
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
     """One forward of ``cuda_v1``/``cuda_v2`` on the GPU track: one kernel, with its launcher's
@@ -151,10 +200,28 @@ def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -
             "GPU time per forward (us)": round(step.gpu_time_us, 1)}
 
 
-def tensor_cores_win(timing: pd.DataFrame) -> None:
-    """v2 (tensor cores) is faster than v1 (CUDA cores), by the benchmark's medians."""
-    t1, t2 = timing.loc["cuda_v1", "median_ms"], timing.loc["cuda_v2", "median_ms"]
-    lesson(t2 < t1, "tensor cores win: v2 is faster than v1", f"{t1:.3f} ms vs {t2:.3f} ms, {t1 / t2:.1f}x")
+def cuda_forwards(steps: Mapping[str, Step], head_dim: int, batch: int, heads: int, seq: int) -> pd.DataFrame:
+    """Each profiled forward of ``steps`` ({"cuda_v1": step, ...}) checked against its launcher
+    (``cuda_forward``); their footprints as the traces recorded them, one column per kernel."""
+    return pd.DataFrame({name: cuda_forward(step, name, cuda_flash.launch_config(name.removeprefix("cuda_"), head_dim),
+                                            batch, heads, seq)
+                         for name, step in steps.items()})
+
+
+def tensor_cores_win(results: Iterable[BenchResult]) -> bool:
+    """v2 (tensor cores) is faster than v1 (CUDA cores), by the benchmark's medians. Asserted
+    where the sweep timed both; returns whether it was (False: one of them was not in it)."""
+    points = {r.impl: r for r in results if r.impl in ("cuda_v1", "cuda_v2")}
+    if len(points) < 2:
+        return False
+    v1, v2 = points["cuda_v1"], points["cuda_v2"]
+    claim = "tensor cores win: v2 is faster than v1"
+    if v1.median_ms is None or v2.median_ms is None:
+        lesson(False, claim, f"not both timed: v1 {v1.status}, v2 {v2.status}")
+    else:
+        lesson(v2.median_ms < v1.median_ms, claim,
+               f"{v1.median_ms:.3f} ms vs {v2.median_ms:.3f} ms, {v1.median_ms / v2.median_ms:.1f}x")
+    return True
 
 
 # ---- chapter 6: the showdown -----------------------------------------------------------------
@@ -171,6 +238,14 @@ def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
     math_n, inplace_n = len(steps_of["sdpa_math"].gpu_work), len(steps_of["inplace"].gpu_work)
     lesson(math_n > inplace_n, "SDPA's math backend launches more GPU work than the hand-written in-place version",
            f"{math_n} vs {inplace_n}")
+
+
+def fused_medians(points: Mapping[str, BenchResult]) -> str:
+    """This run's median per forward of each fused SDPA backend ``points`` ({impl: point at the
+    chapter's shape}) holds, one line each, to read beside the article's A100 table."""
+    return "\n".join(f"this run, {r.impl}: {1e3 * r.median_ms:.1f} µs median per forward "
+                     f"(B={r.batch} H={r.heads} S={r.seq} D={r.head_dim}, {r.dtype})"
+                     for r in (points[n] for n in FUSED if n in points) if r.median_ms is not None)
 
 
 # ---- chapter 7: torch.compile and flex -------------------------------------------------------

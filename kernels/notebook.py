@@ -7,11 +7,13 @@
   a plain display elsewhere, e.g. in Colab without myst-nb).
 - ``lesson(condition, claim)``: the prose's claim, checked on the device that ran it.
 - ``say(text)``: a sentence for the reader, shown as prose that wraps (lessons, notices).
+- ``timed(fn, done)``: a step the reader waits on (a build), and how long it took.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import torch
 
@@ -100,6 +102,17 @@ def inputs(batch: int, heads: int, seq: int, head_dim: int, dtype=torch.float32,
     g = torch.Generator().manual_seed(seed)
     qkv = torch.randn(3, batch, heads, seq, head_dim, generator=g).to(device=device, dtype=dtype)
     return tuple(t.requires_grad_(requires_grad) for t in qkv.unbind(0))
+
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], done: str) -> T:
+    """``fn()``, then "<done> in 12.3 s" printed: for a step the reader waits on (a build)."""
+    started = time.perf_counter()
+    result = fn()
+    print(f"{done} in {time.perf_counter() - started:.1f} s")
+    return result
 
 
 class _Text(str):

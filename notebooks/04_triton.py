@@ -42,7 +42,7 @@ import kernels.triton.flash as tf
 from kernels import gpu_lessons, reference
 from kernels.attention import sdpa
 from kernels.bench import plots, sweep
-from kernels.bench.results import FORWARD, FORWARD_BACKWARD
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD, points_table
 from kernels.hw import occupancy
 from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables
@@ -56,9 +56,8 @@ triton_attention = kernels.get("triton")
 # The interpreter runs every tile operation as a NumPy call: seconds per forward at the
 # preset's size. On the CPU we keep the chapter's shapes small; on a GPU we use the preset's.
 INTERPRETER_MAX_HEADS, INTERPRETER_MAX_SEQ = 2, 256
-if on_gpu:
-    run_batch, run_heads, run_seq = batch, heads, seq
-else:
+run_batch, run_heads, run_seq = batch, heads, seq
+if not on_gpu:
     run_batch, run_heads, run_seq = 1, min(heads, INTERPRETER_MAX_HEADS), min(seq, INTERPRETER_MAX_SEQ)
 q, k, v = inputs(run_batch, run_heads, run_seq, head_dim, dtype=dtype, device=device)
 print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
@@ -407,7 +406,7 @@ lesson((fwd_name == "_attn_fwd_tma") == on_hopper, "the forward takes the TMA va
 # below checks whichever forward ran.)
 part = q[:1, :1, :81], k[:1, :1, :81], v[:1, :1, :81]
 if on_gpu:
-    print("compiled kernels: the reference check below judges", fwd_name)
+    print('compiled kernels: the judge under "Run it" below checks the forward that ran')
 elif tf.TensorDescriptor is not None and tf.tma_reason(dict(zip("qkv", part)), (9, 0)) is None:
     by_tma, by_pointers = (tf.flash_forward(*part, True, 1 / math.sqrt(head_dim), tma=use)[0] for use in (True, False))
     lesson(torch.equal(by_tma, by_pointers), "the TMA forward gives the pointer forward's output, bit for bit",
@@ -630,8 +629,7 @@ else:
 # %%
 triton_ms = step["triton"].cpu_time_us / 1e3
 if on_gpu:
-    speed_note = (f"This run used the compiled kernel: {triton_ms:.2f} ms of CPU time per profiled forward, "
-                  "launch included (the GPU's own time is in the benchmark below).")
+    speed_note = gpu_lessons.compiled_speed_note(triton_ms)
 else:
     speed_note = (f"This run's profiled forward took {triton_ms:.0f} ms in the interpreter, for "
                   f"{run_heads} heads of {run_seq} tokens.")
@@ -653,11 +651,10 @@ glue("speed_note", speed_note)
 
 # %%
 if on_gpu:
-    config = tf.FORWARD_KERNELS[fwd_name].best_config  # what the autotuner picked for this (S, D, causal)
-    gpu_lessons.triton_forward_footprints(step, fwd_name,
-                                          gpu_lessons.triton_grid(run_batch, run_heads, run_seq, config.kwargs["BLOCK_M"]),
-                                          [32 * config.num_warps, 1, 1],
-                                          occupancy.arch_of(torch.cuda.get_device_properties(device)), show=display)
+    arch = occupancy.arch_of(torch.cuda.get_device_properties(device))
+    # The autotuner's pick for this (S, D, causal) sets the grid and block the trace must show.
+    gpu_lessons.triton_forward_footprints(step, fwd_name, tf.FORWARD_KERNELS[fwd_name].best_config,
+                                          (run_batch, run_heads, run_seq), arch, show=display)
 else:
     say("This run is CPU-only: no GPU track, no kernels, no footprint. A GPU run checks all of this here.")
 
@@ -701,9 +698,8 @@ if on_gpu:
     results = sweep.sweep(["triton", "sdpa_flash"], seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
                           causal=(True,), modes=(FORWARD, FORWARD_BACKWARD),
                           batch=batch, heads=heads, device=device, max_seconds=0.5, memory=False, progress=None)
-    frame = results.to_frame()
-    display(frame[["impl", "mode", "seq", "status", "median_ms", "tflops"]].round(3))
-    gpu_lessons.ran_at_every_point(frame, "triton",
+    display(points_table(results, ["impl", "mode", "seq", "status", "median_ms", "tflops"]))
+    gpu_lessons.ran_at_every_point(results, "triton",
                                    "the Triton kernel ran at every point of the sweep, forward and forward+backward")
     display(plots.tflops_vs_seq(results))
 else:

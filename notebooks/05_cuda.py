@@ -45,12 +45,13 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import gpu_lessons, reference
+from kernels import gpu_lessons
 from kernels.bench import sweep
+from kernels.bench.results import points_table
 from kernels.cuda import design, flash as cuda_flash, ptxas, resources, threads
 from kernels.cuda.excerpts import cuda_excerpt, cuda_markdown
 from kernels.hw import occupancy
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timed
 from kernels.trace import reader, record
 
 device, dtype = setup(device, dtype)
@@ -668,59 +669,31 @@ glue("final_kib", f"{final_revision.kernel.total_shared_bytes / 1024:.0f}")
 # %%
 runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
             and head_dim in cuda_flash.HEAD_DIMS]
+for name in ("cuda_v1", "cuda_v2"):
+    if name not in runnable:
+        print("skipped:", kernels.available(device)[name] or f"{name}: head_dim {head_dim} not in {cuda_flash.HEAD_DIMS}")
 if not on_gpu:
-    print("This run is CPU-only, so nothing in this section runs here. The registry says why:")
-    for name in ("cuda_v1", "cuda_v2"):
-        print(f"  {kernels.available(device)[name]}")
-    print("There is no recorded GPU result for these kernels in the repository yet: the compiler "
-          "and occupancy sections above are what this machine can establish.")
-else:
-    for name in ("cuda_v1", "cuda_v2"):
-        if name not in runnable:
-            why = kernels.available(device)[name] or f"{name}: head_dim {head_dim} not in {cuda_flash.HEAD_DIMS}"
-            print("skipped:", why)
-    if runnable:
-        print("Building the CUDA extension if this machine has not yet (a minute or two)...")
-        started = time.perf_counter()
-        cuda_flash.extension()
-        print(f"extension ready in {time.perf_counter() - started:.1f} s")
+    print("This run is CPU-only, so nothing in this section runs here. There is no recorded GPU result for "
+          "these kernels in the repository yet: the compiler and occupancy sections above are what this "
+          "machine can establish.")
+elif runnable:
+    print("Building the CUDA extension if this machine has not yet (a minute or two)...")
+    timed(cuda_flash.extension, "extension ready")
 
 # %%
+# Each kernel against the float64 reference: odd shapes, [B, S, H, D] views, the chapter's shape,
+# grouped-query K/V heads and Sq != Sk both ways (see gpu_lessons.cuda_matches_reference).
 if on_gpu:
     for name in runnable:
-        fn = kernels.get(name)
-        for b, h, s, layout in ((2, 3, 203, "bhsd"), (2, 3, 203, "bshd view"), (1, heads, seq, "bhsd")):
-            qs, ks, vs = inputs(b, h, s, head_dim, dtype=dtype, device=device, seed=s)
-            if layout == "bshd view":  # same values, laid out [B, S, H, D]: non-contiguous views
-                qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (qs, ks, vs))
-            for causal in (True, False):
-                verdict = reference.judge(fn(qs, ks, vs, causal=causal), qs, ks, vs, causal)
-                lesson(verdict.ok, f"{name} matches the float64 reference by the course's rule",
-                       f"B{b} H{h} S{s} D{head_dim} {layout} causal={causal}: {verdict}")
-        # Grouped-query K/V heads and Sq != Sk both ways (decoding; more queries than keys,
-        # whose first causal rows see no key and must be 0).
-        group = next(g for g in (4, 2, 1) if heads % g == 0)  # query heads per K/V head
-        for hq, hkv, sq, sk in ((heads, heads // group, 1, seq), (4, 2, 203, 77), (4, 1, 129, 300)):
-            g = torch.Generator().manual_seed(sq + sk)
-            qs = torch.randn(2, hq, sq, head_dim, generator=g).to(device, dtype)
-            ks, vs = (torch.randn(2, hkv, sk, head_dim, generator=g).to(device, dtype) for _ in range(2))
-            for causal in (True, False):
-                out = fn(qs, ks, vs, causal=causal)
-                verdict = reference.judge(out, qs, ks, vs, causal)
-                lesson(verdict.ok and not (causal and sq > sk and out[:, :, :sq - sk].any()),
-                       f"{name} matches the float64 reference with grouped K/V heads and Sq != Sk",
-                       f"Hq{hq} Hkv{hkv} Sq{sq} Sk{sk} causal={causal}: {verdict}")
+        gpu_lessons.cuda_matches_reference(kernels.get(name), name, heads, seq, head_dim, dtype, device)
 
 # %%
 if on_gpu:
     q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
-    footprints = {}
-    for name in runnable:
-        step = reader.median_step(record.profile(kernels.get(name), q, k, v, label=name,
-                                                       active=active_steps, trace_dir=trace_dir).steps())
-        cfg = cuda_flash.launch_config(name.removeprefix("cuda_"), head_dim)
-        footprints[name] = gpu_lessons.cuda_forward(step, name, cfg, batch, heads, seq)
-    display(pd.DataFrame(footprints))
+    steps = {name: reader.median_step(record.profile(kernels.get(name), q, k, v, label=name,
+                                                     active=active_steps, trace_dir=trace_dir).steps())
+             for name in runnable}
+    display(gpu_lessons.cuda_forwards(steps, head_dim, batch, heads, seq))
 
 # %% [markdown]
 # On a GPU run, the table above lists each kernel's footprint as the trace recorded it. Its
@@ -733,10 +706,8 @@ if on_gpu:
     contenders = [n for n in ("sdpa_flash", "triton", *runnable) if kernels.available(device)[n] is None]
     results = sweep.sweep(contenders, seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), causal=(True,),
                           batch=batch, heads=heads, device=device, progress=None)
-    timing = results.to_frame().set_index("impl")[["status", "median_ms", "p10_ms", "p90_ms", "tflops", "reason"]]
-    display(timing.round(3))
-    if {"cuda_v1", "cuda_v2"} <= set(runnable):
-        gpu_lessons.tensor_cores_win(timing)
+    display(points_table(results, ["status", "median_ms", "p10_ms", "p90_ms", "tflops", "reason"], index="impl"))
+    gpu_lessons.tensor_cores_win(results)
 
 # %% [markdown]
 # Where this page was built on a CPU, the GPU section above printed why it did not run. For

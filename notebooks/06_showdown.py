@@ -590,9 +590,7 @@ _ = glue("article_fused_max_us", float(article.loc[["SDPA efficient", "SDPA flas
 
 # %%
 if on_gpu:
-    for name in (n for n in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn") if n in at_seq):
-        print(f"this run, {name}: {1e3 * at_seq[name].median_ms:.1f} µs median per forward "
-              f"(B={batch} H={heads} S={seq} D={head_dim}, {dtype})")
+    print(gpu_lessons.fused_medians(at_seq))
 else:
     print("This run is CPU-only: the GPU rows exist here only as the article recorded them.")
 

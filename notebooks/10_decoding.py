@@ -346,7 +346,8 @@ display(pd.DataFrame({"runs a GQA decode token": {n: r is None for n, r in probe
                       "why not": {n: r or "" for n, r in probed.items()}}))
 print(f"here, unpinned SDPA picks {chosen} for a multi-head decode token, {chosen_gqa} for the GQA one")
 if device.type == "cuda":
-    gpu_lessons.decode_backend(chosen, kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim))
+    predicted = kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim)
+    gpu_lessons.decode_backend(chosen, predicted)
 else:
     lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, as prefill does")
     print("No GPU here: the GPU rows above are PyTorch's rules, not a measurement; a GPU run of this notebook checks them.")

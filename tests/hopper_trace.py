@@ -41,14 +41,25 @@ traces); chapter 9's training steps add a prefetch copy and a memset on side str
 H100 launches may come as ``cudaLaunchKernelExC`` (HolisticTraceAnalysis issue #61): the
 fixture's nvjet GEMMs are launched so, Triton's through the driver's ``cuLaunchKernelEx``. Footprints carry Kineto's own estimate, computed as Kineto does
 (``kernels.hw.occupancy.kineto_estimate``, 132 SMs).
+
+``sweep_points`` is the other half a GPU branch reads: the points a benchmark sweep on an H100
+returns (``kernels.bench.results.BenchResult`` rows, counted by ``kernels.bench.sweep.new_point``
+at the cuda preset's bf16, batch 4, heads 16). Their medians are chosen, not measured: each
+implementation at a fixed rate (``H100_TFLOPS``), fused attention in the hundreds of TFLOP/s
+the FlashAttention-2 and -3 papers report for 16-bit attention on an H100, and the course's
+CUDA v1 (no tensor cores) an order of magnitude below v2.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
+import torch
+
+from kernels.bench import sweep
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD, BenchResult, BenchResults
+from kernels.hw import devices, occupancy
 from kernels.trace import reader
-from kernels.hw import occupancy
 
 CPU_PID, CPU_TID, ENGINE_TID, GPU_PID = 5151, 5151, 5160, 0
 MAIN, SIDE, SIDE2 = 7, 14, 20
@@ -266,3 +277,36 @@ def training_step(forward: list[Row], backward: list[str]) -> list[Row]:
 
 BACKWARD = {"naive": training_step(NAIVE, [GEMM_TNT, GEMM_NNT, SOFTMAX_BWD, FILL, MUL, GEMM_TNN, GEMM_NNT]),
             "sdpa_flash": training_step(FUSED["sdpa_flash"], [FLASH_BWD])}
+
+
+# ---- what a benchmark sweep on an H100 returns -------------------------------------------------
+
+# TFLOP/s of a causal bf16 forward (forward+backward: 0.7x), chosen, not measured (see above).
+H100_TFLOPS = {"naive": 40.0, "inplace": 45.0, "sdpa_math": 30.0, "sdpa_flash": 330.0, "sdpa_efficient": 200.0,
+               "sdpa_cudnn": 420.0, "triton": 300.0, "cuda_v2": 150.0, "cuda_v1": 15.0}
+
+
+def bench_point(impl: str, seq: int, mode: str = FORWARD, status: str = "ok", head_dim: int = 64) -> BenchResult:
+    """One point of an H100 sweep: its FLOPs and bytes as the sweep counts them, a median at
+    ``impl``'s rate, the spread of a quiet GPU; a failed point carries its status and no time."""
+    point = sweep.new_point(impl, torch.device("cuda"), torch.bfloat16, 4, 16, seq, head_dim, True, mode)
+    if status != "ok":
+        point.status, point.reason = status, f"{impl}: {status} (fixture)"
+        return point
+    rate = H100_TFLOPS[impl] * (0.7 if mode == FORWARD_BACKWARD else 1.0)
+    point.median_ms = point.flops / (rate * 1e12) * 1e3
+    point.p10_ms, point.p90_ms, point.reps = 0.98 * point.median_ms, 1.04 * point.median_ms, 100
+    sweep.rates(point)
+    return point
+
+
+def sweep_points(impls: Iterable[str], seqs: Iterable[int] = (1024, 2048, 4096), modes: Iterable[str] = (FORWARD,),
+                 failed: Optional[dict] = None) -> BenchResults:
+    """A sweep's points on an H100, every ``impl`` at every S and mode, with the run's device
+    description; ``failed`` maps (impl, seq, mode) to the status of a point that did not run."""
+    failed = failed or {}
+    rows = [bench_point(i, s, m, failed.get((i, s, m), "ok")) for i in impls for m in modes for s in seqs]
+    peaks = devices.match_gpu(H100["name"])
+    assert peaks is not None, "kernels.hw.devices has the H100 SXM's datasheet row"
+    return BenchResults(rows, meta={"device": {"name": H100["name"], "kind": "cuda", "capability": "sm_90",
+                                               "peaks": peaks.as_dict()}})

@@ -6,7 +6,8 @@ date, command, how everything was counted). ``save_results`` writes JSON and CSV
 ``load_results`` reads either back (older files too). The modes: ``forward`` (no grad),
 ``forward+backward`` (3.5x the forward's FLOPs), ``backward`` alone (replayed on forwards
 made before the clock starts), ``decode`` (one query against a cache of ``seq`` keys).
-``GOALS`` are the performance goals the README states, ``goal_ratios`` how a run meets them.
+``points_table`` is a run's points as a table to read. ``GOALS`` are the performance goals
+the README states, ``goal_ratios`` how a run meets them.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
@@ -132,6 +133,19 @@ class BenchResults(list):
         import pandas as pd
 
         return pd.DataFrame([r.as_row() for r in self], columns=COLUMNS)
+
+
+def points_table(results: Iterable[BenchResult], columns: Sequence[str], index: Optional[str] = None,
+                 digits: int = 3):
+    """The points as a table to read: ``columns`` (of ``COLUMNS``), one row per point, indexed
+    by the column ``index`` if given, numbers rounded to ``digits`` decimals."""
+    unknown = [c for c in [*columns, *([index] if index else [])] if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"no such column {', '.join(map(repr, unknown))}; the columns are: {', '.join(COLUMNS)}")
+    frame = BenchResults(results).to_frame()
+    if index is not None:
+        frame = frame.set_index(index)
+    return frame[list(columns)].round(digits)
 
 
 # --------------------------------------------------------------------------- where and how (meta)

@@ -231,6 +231,13 @@ def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(caps
     assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out
 
 
+def test_timed_says_how_long_the_step_took_and_returns_its_result(capsys):
+    from kernels.notebook import timed
+
+    assert timed(lambda: 42, "extension ready") == 42
+    assert re.fullmatch(r"extension ready in \d+\.\d s\n", capsys.readouterr().out)
+
+
 def test_a_reader_outside_the_runner_gets_the_gpu_and_the_release():
     """Opened in Colab, a notebook's own defaults apply: device and dtype "auto", and the
     install cell pins this version's release tag rather than whatever main holds."""

@@ -1,19 +1,25 @@
 """The reading half of every GPU branch of chapters 04-10, run on Hopper-shaped fixture steps.
 
-Each chapter's GPU branch profiles on the GPU, then calls a function of kernels.gpu_lessons
-on what it recorded. These tests call the same functions on steps built by
-tests/hopper_trace.py (what an H100 launches, names sourced there), and check that each
-lesson holds on a right step and fails on a step that breaks it. Chapters 00-03 read their
-GPU steps from a recording (tests/trace/test_recorded.py).
+Each chapter's GPU branch profiles or benchmarks on the GPU, then calls a function of
+kernels.gpu_lessons on what it recorded. These tests call the same functions on steps and
+benchmark points built by tests/hopper_trace.py (what an H100 launches, names sourced there;
+what its sweep returns), and check that each lesson holds on a right run and fails on a run
+that breaks it. Chapters 00-03 read their GPU steps from a recording
+(tests/trace/test_recorded.py). tools/gpu_branch_coverage.py runs this file to count the GPU
+branches' lines that CPU tests execute.
 """
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 import torch
 
+import kernels
 from kernels import gpu_lessons
 from kernels.cuda import flash as cuda_flash
 from kernels.hw import occupancy
 from kernels.attention import sdpa
+from kernels.bench.results import FORWARD, FORWARD_BACKWARD
 from kernels.notebook import LessonFailed
 from tests import hopper_trace as hop
 
@@ -45,17 +51,25 @@ def test_chapter4_forward_footprint_and_kineto_rule():
     gpu_lessons.kineto_zero_rule(table)
 
 
+def autotuned(block_m: int, warps: int):
+    """What the autotuner's best_config exposes to the lesson (a triton.Config's kwargs and num_warps)."""
+    return SimpleNamespace(kwargs={"BLOCK_M": block_m, "BLOCK_N": 64}, num_warps=warps, num_stages=3)
+
+
 def test_chapter4_forward_cell_on_its_steps(capsys):
     block_m, warps = 64, 4
     steps = {"triton": hop.step("triton", hop.triton_forward(B, H, S, block_m, warps)),
              "sdpa_flash": hop.step("sdpa_flash", hop.FUSED["sdpa_flash"])}
     shown = []
-    table = gpu_lessons.triton_forward_footprints(steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
-                                             [32 * warps, 1, 1], ARCH, show=shown.append)
+    table = gpu_lessons.triton_forward_footprints(steps, "_attn_fwd_tma", autotuned(block_m, warps), (B, H, S), ARCH,
+                                                  show=shown.append)
     assert set(table) == {"triton", "sdpa_flash"} and len(shown) == 3, "two kernel tables and the footprints"
     assert "occupancy not computed" in (gpu_lessons.triton_forward_footprints(
-        steps, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m), [32 * warps, 1, 1], "sm_99",
-        show=shown.append) or capsys.readouterr().out), "a GPU the tables do not know: said, not a crash"
+        steps, "_attn_fwd_tma", autotuned(block_m, warps), (B, H, S), "sm_99", show=shown.append)
+        or capsys.readouterr().out), "a GPU the tables do not know: said, not a crash"
+    with pytest.raises(LessonFailed, match="grid is"):
+        gpu_lessons.triton_forward_footprints(steps, "_attn_fwd_tma", autotuned(128, warps), (B, H, S), ARCH,
+                                              show=shown.append)
 
 
 def test_chapter4_forward_fails_on_the_wrong_grid_or_a_second_kernel():
@@ -88,13 +102,19 @@ def test_chapter4_backward():
 
 
 def test_chapter4_sweep_lesson():
-    frame = pd.DataFrame({"impl": ["triton", "triton", "sdpa_flash"], "seq": [512, 1024, 512],
-                          "status": ["ok", "ok", "failed"]})
-    gpu_lessons.ran_at_every_point(frame, "triton", "triton ran everywhere")
+    modes = (FORWARD, FORWARD_BACKWARD)
+    results = hop.sweep_points(["triton", "sdpa_flash"], seqs=(1024, 2048, 4096), modes=modes,
+                               failed={("sdpa_flash", 4096, FORWARD_BACKWARD): "oom"})
+    gpu_lessons.ran_at_every_point(results, "triton", "triton ran everywhere")
+    with pytest.raises(LessonFailed, match="S=4096 forward\\+backward: oom"):
+        gpu_lessons.ran_at_every_point(results, "sdpa_flash", "flash ran everywhere")
     with pytest.raises(LessonFailed):
-        gpu_lessons.ran_at_every_point(frame, "sdpa_flash", "flash ran everywhere")
-    with pytest.raises(LessonFailed):
-        gpu_lessons.ran_at_every_point(frame, "cuda_v2", "a contender that never ran did not run everywhere")
+        gpu_lessons.ran_at_every_point(results, "cuda_v2", "a contender that never ran did not run everywhere")
+
+
+def test_chapter4_speed_note_says_the_cpu_time_of_a_compiled_forward():
+    note = gpu_lessons.compiled_speed_note(0.0421)
+    assert note.startswith("This run used the compiled kernel: 0.04 ms of CPU time per profiled forward"), note
 
 
 # ---- chapter 5 -----------------------------------------------------------------------------
@@ -111,11 +131,43 @@ def test_chapter5_forward_matches_the_launcher(version):
                                  cfg, B, H, S)
 
 
+def test_chapter5_forwards_table_has_one_column_per_kernel():
+    steps = {f"cuda_{v}": hop.step(f"cuda_{v}", hop.cuda_forward(v, cuda_flash.launch_config(v, 64), B, H, S))
+             for v in ("v1", "v2")}
+    table = gpu_lessons.cuda_forwards(steps, 64, B, H, S)
+    assert list(table.columns) == ["cuda_v1", "cuda_v2"]
+    assert table.loc["shared memory (trace, B)", "cuda_v2"] == cuda_flash.launch_config("v2", 64).dynamic_shared_bytes
+    with pytest.raises(LessonFailed):  # v1's trace read against v2's launcher
+        gpu_lessons.cuda_forwards({"cuda_v2": steps["cuda_v1"]}, 64, B, H, S)
+
+
+def test_chapter5_correctness_cell_on_a_cpu_implementation():
+    naive = kernels.get("naive")
+    judged = gpu_lessons.cuda_matches_reference(naive, "naive", 4, 64, 16, torch.float32, "cpu")
+    assert judged == 12, "three layouts and three grouped/Sq != Sk cases, causal and not"
+    with pytest.raises(LessonFailed, match="by the course's rule"):
+        gpu_lessons.cuda_matches_reference(lambda q, k, v, causal: torch.zeros_like(q), "zeros", 4, 64, 16,
+                                           torch.float32, "cpu")
+
+    def square_only(q, k, v, causal):  # right until K/V heads are shared or Sq != Sk
+        return naive(q, k, v, causal=causal) if q.shape == k.shape else torch.zeros_like(q)
+
+    with pytest.raises(LessonFailed, match="grouped K/V heads and Sq != Sk"):
+        gpu_lessons.cuda_matches_reference(square_only, "square_only", 4, 64, 16, torch.float32, "cpu")
+
+
 def test_chapter5_tensor_cores_win():
-    timing = pd.DataFrame({"median_ms": {"cuda_v1": 3.0, "cuda_v2": 0.5}})
-    gpu_lessons.tensor_cores_win(timing)
-    with pytest.raises(LessonFailed):
-        gpu_lessons.tensor_cores_win(timing.iloc[::-1].set_axis(["cuda_v1", "cuda_v2"]))
+    results = hop.sweep_points(["sdpa_flash", "triton", "cuda_v1", "cuda_v2"], seqs=(S,))
+    assert gpu_lessons.tensor_cores_win(results) is True
+    slower = hop.sweep_points(["cuda_v1", "cuda_v2"], seqs=(S,))
+    slower[0].median_ms, slower[1].median_ms = slower[1].median_ms, slower[0].median_ms
+    with pytest.raises(LessonFailed, match="tensor cores win"):
+        gpu_lessons.tensor_cores_win(slower)
+    with pytest.raises(LessonFailed, match="not both timed: v1 ok, v2 error"):
+        gpu_lessons.tensor_cores_win(hop.sweep_points(["cuda_v1", "cuda_v2"], seqs=(S,),
+                                                      failed={("cuda_v2", S, FORWARD): "error"}))
+    assert gpu_lessons.tensor_cores_win(hop.sweep_points(["cuda_v2"], seqs=(S,))) is False, \
+        "v1 not in the sweep (it could not run): nothing to compare, nothing asserted"
 
 
 # ---- chapter 6 -----------------------------------------------------------------------------
@@ -133,6 +185,15 @@ def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
         gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_efficient=hop.FUSED["sdpa_efficient"] * 2))
     with pytest.raises(LessonFailed, match="math backend launches more"):
         gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_math=hop.MATH[:2]))
+
+
+def test_chapter6_fused_medians_one_line_per_backend_measured():
+    at_seq = {r.impl: r for r in hop.sweep_points(["naive", "sdpa_flash", "sdpa_cudnn"], seqs=(2048,))
+              if r.seq == 2048}
+    lines = gpu_lessons.fused_medians(at_seq).splitlines()
+    flash_us = 1e3 * at_seq["sdpa_flash"].median_ms
+    assert lines == [f"this run, sdpa_flash: {flash_us:.1f} µs median per forward (B=4 H=16 S=2048 D=64, bfloat16)",
+                     lines[1]] and lines[1].startswith("this run, sdpa_cudnn: "), "fused backends only, in FUSED's order"
 
 
 # ---- chapter 7 -----------------------------------------------------------------------------
