@@ -142,6 +142,12 @@ def fresh_clone(folder: Path, log: Path) -> Path:
     return clone
 
 
+def log_since(log: Path, start: int) -> str:
+    """The log's text from byte ``start`` on (a size from ``stat``: bytes, and pip's output
+    before it is not all ASCII, so slicing the decoded text there would cut in the wrong place)."""
+    return log.read_bytes()[start:].decode(errors="replace")
+
+
 def pytest_counts(text: str) -> dict:
     """{"passed": 1067, "failed": 5, ...} from pytest's closing line."""
     lines = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
@@ -190,7 +196,7 @@ def run_cell(cell: Cell, root: Path, book: str, jobs: str) -> Result:
         result.versions = dict(zip(("python", "torch", "triton", "numpy"), found.stdout.split()))
         start = log.stat().st_size
         code = timed(result, "tests", lambda: run([*make, "test"], log, env=pip_environment()))
-        result.tests = pytest_counts(log.read_text()[start:])
+        result.tests = pytest_counts(log_since(log, start))
         result.tests_ok = code == 0
         if book != "none":
             run_book(result, clone, make, venv, log, full=book == "full")

@@ -189,3 +189,12 @@ def test_the_matrix_names_a_missing_interpreter(monkeypatch):
     monkeypatch.setattr(matrix.shutil, "which", lambda name: None)   # neither python3.99 nor pyenv
     with pytest.raises(RuntimeError, match="no working python3.99"):
         matrix.find_python("python3.99")
+
+
+def test_the_matrix_reads_the_test_run_after_non_ascii_install_output(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("pip: ━━━━━━━━━━ 526.6/526.6 MB ✓\n" * 50, encoding="utf-8")
+    start = log.stat().st_size
+    with open(log, "a", encoding="utf-8") as out:
+        out.write("....\n== 1246 passed, 108 skipped, 17 warnings in 321.88s ==\n")
+    assert _matrix().pytest_counts(_matrix().log_since(log, start)) == {"passed": 1246, "skipped": 108}
