@@ -194,9 +194,7 @@ lesson(all(r.ok for r in results if r.seq == seq), "every contender was measured
 guess_memory_order = ["sdpa_flash", "inplace", "naive", "sdpa_math"]  # smallest peak first; edit me
 
 # %%
-peaks = devices.peaks(device)
-if peaks is None:
-    raise RuntimeError(f"kernels.hw.devices has no roofline for {device}: it knows CPUs and CUDA GPUs")
+peaks = devices.roofline_peaks(device)
 at_seq = {r.impl: r for r in results if r.seq == seq and r.ok}
 by_memory = sorted(at_seq, key=lambda n: at_seq[n].peak_memory_bytes)
 display(reveal([g for g in guess_memory_order if g in at_seq], by_memory, "contenders, smallest peak first"))

@@ -241,9 +241,7 @@ bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 409
 impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
 rows = decoding.bench_prefill_and_decode([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
                             device=device, reps=7)
-peaks_here = devices.peaks(device)
-if peaks_here is None:
-    raise RuntimeError(f"kernels.hw.devices has no roofline for {device}: it knows CPUs and CUDA GPUs")
+peaks_here = devices.roofline_peaks(device)
 display(rows.to_frame()[["impl", "seq", "median_ms", "p10_ms", "p90_ms", "flops", "bytes", "tflops"]]
         .assign(intensity=[r.intensity for r in rows]).round(4))
 plots.roofline(rows, device=peaks_here)

@@ -157,6 +157,14 @@ def peaks(device="cpu") -> Optional[Peaks]:
     return None
 
 
+def roofline_peaks(device="cpu") -> Peaks:
+    """``peaks(device)`` where a roofline is drawn: the ceilings, or a ValueError naming the device."""
+    found = peaks(device)
+    if found is None:
+        raise ValueError(f"kernels.hw.devices has no roofline for {device}: it knows CPUs and CUDA GPUs")
+    return found
+
+
 def versions() -> dict:
     """torch, Triton, CUDA and Python versions, as every result of the course records them."""
     try:

@@ -606,3 +606,9 @@ def test_a_compiled_entry_that_falls_back_to_eager_is_not_reported(monkeypatch):
         rows = sweep.sweep(["sdpa_math"], seqs=(16, 32), head_dims=(16,), memory=False, **QUICK)
     assert [r.status for r in rows] == ["ok", "error"], "the second length is past the limit of one compile"
     assert "recompile limit" in rows[1].reason and "eagerly" in rows[1].reason and rows[1].median_ms is None
+
+
+def test_a_roofline_needs_a_device_the_table_or_a_measurement_knows():
+    assert devices.roofline_peaks("cpu") is devices.peaks("cpu")
+    with pytest.raises(ValueError, match="no roofline for meta"):
+        devices.roofline_peaks("meta")
