@@ -29,6 +29,7 @@ a GPU branch calls is not run by the tests.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -298,7 +299,8 @@ def module_file(module: str) -> Optional[Path]:
     return None
 
 
-def function_lines(module: str, function: str) -> Optional[set[int]]:
+@functools.cache   # asked once per statement that names the function, and again by ran(): parse once
+def function_lines(module: str, function: str) -> Optional[frozenset[int]]:
     """The lines of ``function``'s body in ``module`` (its docstring left out), or None."""
     path = module_file(module)
     if path is None:
@@ -306,7 +308,7 @@ def function_lines(module: str, function: str) -> Optional[set[int]]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.FunctionDef) and node.name == function:
             body = node.body[1:] if ast.get_docstring(node) is not None and len(node.body) > 1 else node.body
-            return {line for s in body for line in range(s.lineno, (s.end_lineno or s.lineno) + 1)}
+            return frozenset(line for s in body for line in range(s.lineno, (s.end_lineno or s.lineno) + 1))
     return None
 
 
@@ -338,7 +340,7 @@ def ran(functions: tuple, executed: dict[str, set[int]]) -> list[str]:
     """The functions of ``functions`` that the tests did not run (empty: all ran)."""
     missing = []
     for module, function in functions:
-        lines = function_lines(module, function) or set()
+        lines = function_lines(module, function) or frozenset()
         if not lines & executed.get(module, set()):
             missing.append(f"{module}.{function}")
     return missing
