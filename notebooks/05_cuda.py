@@ -51,7 +51,7 @@ from kernels.bench.results import points_table
 from kernels.cuda import design, flash as cuda_flash, ptxas, resources, threads
 from kernels.cuda.excerpts import cuda_excerpt, cuda_markdown
 from kernels.hw import occupancy
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timed
+from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source, timed
 from kernels.trace import reader, record
 
 device, dtype = setup(device, dtype)
@@ -671,11 +671,11 @@ runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is
             and head_dim in cuda_flash.HEAD_DIMS]
 for name in ("cuda_v1", "cuda_v2"):
     if name not in runnable:
-        print("skipped:", kernels.available(device)[name] or f"{name}: head_dim {head_dim} not in {cuda_flash.HEAD_DIMS}")
+        say(f"skipped: {kernels.available(device)[name] or f'{name}: head_dim {head_dim} not in {cuda_flash.HEAD_DIMS}'}")
 if not on_gpu:
-    print("This run is CPU-only, so nothing in this section runs here. There is no recorded GPU result for "
-          "these kernels in the repository yet: the compiler and occupancy sections above are what this "
-          "machine can establish.")
+    say("This run is CPU-only, so nothing in this section runs here. There is no recorded GPU result for "
+        "these kernels in the repository yet: the compiler and occupancy sections above are what this "
+        "machine can establish.")
 elif runnable:
     print("Building the CUDA extension if this machine has not yet (a minute or two)...")
     timed(cuda_flash.extension, "extension ready")
