@@ -118,10 +118,28 @@ def test_details_and_captions_are_converted_and_a_half_caption_is_refused():
                                      "Five things.\n\n</details>\n\nAfter.")
     body, options = convert.caption_options("#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()")
     assert body == "fig = draw()" and options == {"caption": "Two tracks.", "alt": "A timeline."}
-    cell = convert.cell_from("", "#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()")
+    import nbformat
+
+    cell = convert.cell_from(nbformat.v4.new_code_cell("#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()"))
     assert cell.metadata["mystnb"] == {"figure": {"caption": "Two tracks."}, "image": {"alt": "A timeline."}}
     with pytest.raises(SystemExit, match="needs both"):
         convert.caption_options("#| caption: no alt\nfig")
+
+
+def test_the_shared_cells_are_written_here_and_a_misspelt_marker_is_refused(tmp_path):
+    convert = convert_module()
+    source = tmp_path / "page.py"
+    source.write_text('# %% [markdown]\n# # A page\n\n# %% [install]\n\n# %% [parameters]\nextra = 1\n\n'
+                      '# %% tags=["solution", "hide-input"]\nanswer = 42\n')
+    markdown, install, params, solution = [convert.cell_from(c) for c in convert.source_cells(source)]
+    assert markdown.cell_type == "markdown" and markdown.source == "# A page"
+    assert "pip install" in install.source and install.metadata["tags"] == ["hide-cell"]
+    assert params.metadata["tags"] == ["parameters", "hide-cell"], "papermill finds the cell by its tag"
+    assert params.source.endswith('trace_dir = "traces"\nextra = 1'), "lines under the marker are added"
+    assert solution.metadata["cellView"] == "form" and solution.source.endswith("\nanswer = 42")
+    source.write_text("# %% [paramters]\nx = 1\n")
+    with pytest.raises(SystemExit, match=r"'# %% \[paramters\]' is not a cell this book knows"):
+        convert.source_cells(source)
 
 
 def test_the_reading_time_counts_prose_words_at_200_a_minute_and_leaves_other_braces():

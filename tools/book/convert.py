@@ -3,10 +3,10 @@
     python -m tools.book.convert           # notebooks/**/*.py -> book/**/*.ipynb
     python -m tools.book.convert --check   # exit 1 if a book notebook differs from its source
 
-``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell (lines start with ``# ``),
-``tags=[...]`` after ``# %%`` tags it. Two cells every notebook shares are written here:
-``# %% [install]`` (installs the course's release in Colab) and ``# %% [parameters]`` (the
-cell papermill replaces: the ``cpu`` preset's chapter parameters, ``kernels/presets.yml``,
+jupytext reads the sources (``# %%`` a code cell, ``# %% [markdown]`` a markdown cell,
+``tags=[...]`` its tags). What is the course's own is written here: two cells every notebook
+shares, ``# %% [install]`` (installs the course's release in Colab) and ``# %% [parameters]``
+(the cell papermill replaces: the ``cpu`` preset's chapter parameters, ``kernels/presets.yml``,
 and ``trace_dir``; lines under the marker are added to it). Each cell's conventions (hint
 dropdowns as ``<details>``, ``#| caption:`` figures, folded solutions and setup) are applied
 by ``cell_from`` and ``fold_setup``; ``{reading_minutes}`` in markdown becomes the page's
@@ -21,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+import jupytext
 import nbformat
 import yaml
 
@@ -100,18 +101,21 @@ def caption_options(body: str) -> tuple[str, dict]:
     return "\n".join(kept), options
 
 
-def cell_from(header: str, body: str):
-    body = body.strip("\n")
-    if "[install]" in header:
+# jupytext reads ``# %% [install]`` as a code cell titled "[install]": the course's shared cells.
+SHARED_CELLS = ("[install]", "[parameters]")
+
+
+def cell_from(source_cell):
+    """The book's cell for one source cell as jupytext read it, with the course's conventions."""
+    body = source_cell.source.strip("\n")
+    tags = list(source_cell.metadata.get("tags", []))
+    shared_as = source_cell.metadata.get("title")
+    if shared_as == "[install]":
         body = INSTALL
-    elif "[parameters]" in header:
-        body, header = parameters(body), header + ' tags=["parameters"]'
-    found = re.findall(r"tags=\[([^\]]*)\]", header)
-    tags = [t.strip().strip("\"'") for t in found[0].split(",")] if found else []
-    if "[markdown]" in header:
-        lines = (line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line
-                 for line in body.splitlines())
-        cell = nbformat.v4.new_markdown_cell(details("\n".join(lines)))
+    elif shared_as == "[parameters]":
+        body, tags = parameters(body), tags + ["parameters"]
+    if source_cell.cell_type == "markdown":
+        cell = nbformat.v4.new_markdown_cell(details(body))
     else:
         body, figure = caption_options(body)
         if "solution" in tags:  # Colab ignores hide-input but folds a form cell to its title
@@ -133,6 +137,18 @@ def cell_from(header: str, body: str):
     if tags:
         cell.metadata["tags"] = tags
     return cell
+
+
+def source_cells(source: Path):
+    """The cells of ``source`` as jupytext reads them; a ``# %% [name]`` that is not a shared
+    cell (a misspelt ``[parameters]``) is refused rather than written as plain code."""
+    cells = jupytext.read(source, fmt="py:percent").cells
+    for cell in cells:
+        title = cell.metadata.get("title")
+        if title is not None and title not in SHARED_CELLS:
+            raise SystemExit(f"{source}: '# %% {title}' is not a cell this book knows; "
+                             f"the shared cells are {', '.join(SHARED_CELLS)}")
+    return cells
 
 
 def fill_reading_time(cells) -> None:
@@ -203,9 +219,8 @@ def learner_cell(cell, page: str):
 def notebook(source: Path, learner: bool = False) -> str:
     """The notebook ``source`` becomes, as the exact text written to disk; ``learner``: an
     exercise's copy without its solutions (what a learner downloads or opens in Colab)."""
-    parts = re.split(r"^# %%(.*)$", source.read_text(), flags=re.M)
     nb = nbformat.v4.new_notebook(metadata=METADATA)
-    nb.cells = [cell_from(h, b) for h, b in zip(parts[1::2], parts[2::2])]
+    nb.cells = [cell_from(cell) for cell in source_cells(source)]
     fill_reading_time(nb.cells)
     fold_setup(nb.cells)
     page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
