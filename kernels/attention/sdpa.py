@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from packaging.version import Version
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.registry import CannotRun, Reason, check_inputs, cuda_reason, get, register, resolve_scale
@@ -107,15 +108,9 @@ def _efficient_rule(cap, dtype, d) -> Reason:
     return None
 
 
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of "2.13.0+cu130", "2.15.0a0+git1234"."""
-    major, minor = version.split("+")[0].split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
-
 def cudnn_d256_rule(torch_version: str) -> dict:
     """The CUDNN_D256_RULES entry of the newest release at or before ``torch_version``."""
-    release = _release(torch_version)
+    release = Version(torch_version).release[:2]
     return CUDNN_D256_RULES[max((r for r in CUDNN_D256_RULES if r <= release), default=min(CUDNN_D256_RULES))]
 
 
@@ -127,6 +122,7 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version, torch_version, requ
     if d % 8:
         return f"needs head_dim to be a multiple of 8, got {d}"
     rule = cudnn_d256_rule(torch_version)
+    shown = Version(torch_version).public   # without the build's local tag (+cu130)
     sm107_newer_than = rule["sm107_newer_than"] if tuple(cap) == (10, 7) else None
     wide = (rule["capability"](cap) and cudnn_version is not None and cudnn_version > rule["newer_than"]
             and (sm107_newer_than is None or cudnn_version > sm107_newer_than))
@@ -134,11 +130,11 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version, torch_version, requ
     if d > limit:
         needs = ("compute capability 9.0 and cuDNN 9.10 or newer" if not rule["backward_gap"]
                  else "compute capability 9.0 or 10.x and a cuDNN newer than 9.22")
-        return (f"supports head_dim <= {limit} here, got {d} (with torch {torch_version.split('+')[0]}, 256 needs "
+        return (f"supports head_dim <= {limit} here, got {d} (with torch {shown}, 256 needs "
                 f"{needs}; this is {_sm(cap)} with cuDNN {cudnn_version})")
     if wide and rule["backward_gap"] and requires_grad and 128 < d < 256:
         return (f"computes gradients for head_dim <= 128 or exactly 256 on {_sm(cap)} "
-                f"(torch {torch_version.split('+')[0]}), got {d}")
+                f"(torch {shown}), got {d}")
     return None
 
 
@@ -155,7 +151,7 @@ CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
 
 
 def _cuda_major(cuda_version: Optional[str]) -> Optional[int]:
-    return int(cuda_version.split(".")[0]) if cuda_version else None
+    return Version(cuda_version).major if cuda_version else None
 
 
 def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,

@@ -92,6 +92,11 @@ def test_the_rules_follow_the_installed_torch_by_default():
                                          torch_version=torch.__version__)
     assert sdpa.cudnn_d256_rule("2.12.0") is sdpa.CUDNN_D256_RULES[(2, 11)]
     assert sdpa.cudnn_d256_rule("2.16.0.dev20261201") is sdpa.CUDNN_D256_RULES[(2, 14)]
+    assert sdpa.cudnn_d256_rule("2.15.0a0+git1234") is sdpa.CUDNN_D256_RULES[(2, 14)], "a source build's pre-release"
+    assert "with torch 2.13.0," in gpu_input_reason("sdpa_cudnn", A100, BF16, 256, cudnn_version=92000,
+                                                    torch_version="2.13.0+cu130"), "the build's local tag is not shown"
+    with pytest.raises(ValueError, match="2.x"):
+        sdpa.cudnn_d256_rule("2.x")
 
 
 def test_math_has_no_rules():
