@@ -11,7 +11,7 @@ TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test test-book test-compat book notebooks gpu-run gpu-check gpu-plan gpu-precompile gpu-wheels gpu-import clean
+.PHONY: setup test test-book book notebooks gpu-run gpu-check gpu-plan gpu-precompile gpu-wheels gpu-import clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -80,17 +80,6 @@ gpu-wheels:
 gpu-import:
 	@test -n "$(ARCHIVE)" || { echo "usage: make gpu-import ARCHIVE=path/to/gpu-run.tar.gz"; exit 2; }
 	$(PYTHON) tools/gpu_run.py import "$(ARCHIVE)" $(if $(ACCEPT_FAILED),--accept-failed $(ACCEPT_FAILED))
-
-# The compatibility matrix (README "Supported versions"): make test and one chapter per part of
-# the book, from fresh clones of HEAD, on the newest torch/Triton on the index (Python 3.11) and
-# on the oldest supported (Python 3.12, torch 2.11, Triton 3.6). Each stack lives in its own
-# environment under COMPAT_DIR, kept between runs. Its pip installs clear any machine-wide pip
-# constraint file (PIP_CONSTRAINT=/dev/null), which could otherwise cap torch below the newest.
-# COMPAT_ARGS: more options (tools/compat_matrix.py --help), e.g. --cells oldest, --discard.
-COMPAT_DIR ?= $(HOME)/.cache/attention-profiled/compat
-COMPAT_ARGS ?=
-test-compat:
-	COMPAT_DIR="$(COMPAT_DIR)" PIP_CONSTRAINT=/dev/null $(PYTHON) tools/compat_matrix.py $(COMPAT_ARGS)
 
 clean:
 	rm -rf _build .pytest_cache

@@ -1,9 +1,9 @@
 """Which torch, Triton and Python the course is tested with, and what is known to break.
 
 Readers bring their own stack: Colab installs the newest torch, GPU images pin older ones. The
-course is tested (``make test-compat``, and CI's scheduled job) on the newest torch and Triton
-on the package index and on the oldest it supports, the one GPU image seen so far (README,
-"Supported versions"). ``known_problem_reason`` names, in words, a combination within that range that
+course is tested (the ``compat`` matrix of ``.github/workflows/ci.yml``, weekly and by hand) on
+the newest torch and Triton on the package index and on the oldest it supports, the one GPU
+image seen so far (README, "Supported versions"). ``known_problem_reason`` names, in words, a combination within that range that
 is known to fail and that the library cannot work around here; ``kernels.available()`` reports
 it for the implementation it stops.
 """

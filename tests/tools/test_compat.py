@@ -1,7 +1,7 @@
 """The readers' stacks: torch 2.11 to 2.15, Triton 3.6 to 3.9 (kernels/compat.py, README
 "Supported versions").
 
-``make test-compat`` runs the whole suite on the newest and the oldest stack; these tests hold
+CI's ``compat`` matrix runs the whole suite on the newest and the oldest stack; these tests hold
 the pieces that differ between them to their contract on whatever stack runs them: the fix for
 Triton 3.6's interpreter with NumPy 2.4 is applied exactly where it is needed and does what
 Triton 3.7 does, and a combination the library cannot fix is reported by ``available()`` in words.
@@ -102,52 +102,6 @@ def test_the_tested_range_is_the_readmes():
         assert oldest in section and newest in section, f"README's supported versions omit {package} {oldest}-{newest}"
 
 
-def _matrix():
-    """tools/compat_matrix.py (a script, not part of the package), imported once."""
-    import importlib.util
-    import sys
-
-    from tests.helpers import ROOT
-
-    if "compat_matrix" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("compat_matrix", ROOT / "tools" / "compat_matrix.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module   # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules["compat_matrix"]
-
-
-def test_the_matrix_executes_one_chapter_of_each_part_of_the_book():
-    import yaml
-
-    from tests.helpers import ROOT
-
-    parts = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))["parts"]
-    chosen = _matrix().CHAPTERS
-    for part in parts:
-        files = [c["file"] for c in part["chapters"]]
-        picked = [c for c in chosen if c in files]
-        assert len(picked) == 1, f"part {part['caption']!r}: the matrix executes {picked}, want one of {files}"
-    assert len(chosen) == len(parts)
-
-
-def test_the_matrix_reads_pytests_closing_line():
-    text = "....\n=== short test summary info ===\nFAILED tests/test_x.py::test_y\n" \
-           "5 failed, 1067 passed, 12 skipped, 90 deselected in 301.2s\n"
-    assert _matrix().pytest_counts(text) == {"failed": 5, "passed": 1067, "skipped": 12, "deselected": 90}
-    assert _matrix().pytest_counts("no tests ran") == {}
-
-
-def test_the_matrixs_pip_calls_clear_the_constraint_file(monkeypatch):
-    monkeypatch.setenv("PIP_CONSTRAINT", "/etc/some/constraints.txt")
-    assert _matrix().pip_environment()["PIP_CONSTRAINT"] == "/dev/null"
-    cells = _matrix().CELLS
-    assert cells["newest"].upgrade and all("==" not in p for p in cells["newest"].packages), \
-        "the newest cell takes whatever is newest on the index"
-    assert set(cells["oldest"].packages) == {f"torch=={compat.TESTED['torch'][0]}.0",
-                                             f"triton=={compat.TESTED['triton'][0]}.0"}
-
-
 def test_spill_tables_are_per_triton_release():
     import kernels.triton.tiles as tiles
 
@@ -172,29 +126,3 @@ def test_spill_tables_are_per_triton_release():
                 assert spilled <= unmeasured[capability][key], "an unmeasured release drops what any release spilled"
     assert tiles._release("3.10.0+git1234") == (3, 10)
     assert tiles.SPILLS == tiles.spilling_configs(triton.__version__)
-
-
-def test_the_matrixs_report_says_whether_make_book_built_the_html():
-    matrix = _matrix()
-    built = matrix.Result("newest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"}, html="built")
-    broken = matrix.Result("oldest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"},
-                           book_ok=False, html="not built")
-    rows = matrix.table([built, broken]).splitlines()[2:]
-    assert "1 of 1 ok, HTML built" in rows[0] and "FAILED" not in rows[0], rows[0]
-    assert "HTML not built" in rows[1] and "FAILED" in rows[1], "a book without its HTML fails the cell"
-
-
-def test_the_matrix_names_a_missing_interpreter(monkeypatch):
-    matrix = _matrix()
-    monkeypatch.setattr(matrix.shutil, "which", lambda name: None)   # neither python3.99 nor pyenv
-    with pytest.raises(RuntimeError, match="no working python3.99"):
-        matrix.find_python("python3.99")
-
-
-def test_the_matrix_reads_the_test_run_after_non_ascii_install_output(tmp_path):
-    log = tmp_path / "log.txt"
-    log.write_text("pip: ━━━━━━━━━━ 526.6/526.6 MB ✓\n" * 50, encoding="utf-8")
-    start = log.stat().st_size
-    with open(log, "a", encoding="utf-8") as out:
-        out.write("....\n== 1246 passed, 108 skipped, 17 warnings in 321.88s ==\n")
-    assert _matrix().pytest_counts(_matrix().log_since(log, start)) == {"passed": 1246, "skipped": 108}

@@ -284,18 +284,31 @@ def test_ci_runs_the_readme_test_command_and_the_cpu_book():
 
 
 def test_ci_runs_the_compatibility_matrix_on_a_schedule_with_pip_constraints_cleared():
-    """The next torch release is found by CI (make test-compat, README "Supported versions"):
-    a scheduled job on both Pythons of the matrix, with no pip constraint file capping torch."""
+    """The next torch release is found by CI (README "Supported versions"): a scheduled matrix job
+    runs make test on the oldest supported stack and the newest on the index, with no pip
+    constraint file capping torch."""
+    from kernels import compat
+
     ci = workflow("ci.yml")
     on = triggers(ci)
     assert on["schedule"] and all(set(entry) == {"cron"} for entry in on["schedule"]), on
-    compat = ci["jobs"]["compat"]
-    assert "schedule" in compat["if"] and "schedule" in ci["jobs"]["test-and-book"]["if"], \
+    assert "workflow_dispatch" in on
+    job = ci["jobs"]["compat"]
+    assert "schedule" in job["if"] and "schedule" in ci["jobs"]["test-and-book"]["if"], \
         "the schedule runs the matrix, pushes and pull requests the usual tests"
-    assert "make test-compat" in run_commands({"jobs": {"compat": compat}}).splitlines()
-    assert compat["env"]["PIP_CONSTRAINT"] == "/dev/null", "a constraint file could cap torch below the newest"
-    (versions,) = python_versions({"jobs": {"compat": compat}})
-    assert set(versions.split()) == {"3.11", "3.12"}, versions
+    assert "make test" in run_commands({"jobs": {"compat": job}}).splitlines()
+    assert job["env"]["PIP_CONSTRAINT"] == "/dev/null", "a constraint file could cap torch below the newest"
+    cells = {cell["cell"]: cell for cell in job["strategy"]["matrix"]["include"]}
+    assert (cells["oldest"]["torch"], cells["oldest"]["triton"]) == \
+        (f"torch=={compat.TESTED['torch'][0]}.0", f"triton=={compat.TESTED['triton'][0]}.0")
+    assert {cell["python"] for cell in cells.values()} == set(compat.TESTED["python"])
+    assert (cells["newest"]["torch"], cells["newest"]["triton"]) == ("torch", "triton"), \
+        "the newest cell takes whatever is newest on the index"
+    assert python_versions({"jobs": {"compat": job}}) == {"${{ matrix.python }}"}
+    # make setup installs the cell's stack only if the Makefile lets the environment's specs win.
+    assert job["env"]["TORCH_SPEC"] == "${{ matrix.torch }}" and job["env"]["TRITON_SPEC"] == "${{ matrix.triton }}"
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^TORCH_SPEC \?=", makefile, re.M) and re.search(r"^TRITON_SPEC \?=", makefile, re.M)
 
 
 def test_gpu_workflow_runs_the_device_run_and_the_cuda_book_and_keeps_the_results():
