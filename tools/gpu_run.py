@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.metadata
+import importlib.util
 import io
 import json
 import os
@@ -30,14 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "book" / "data"
 FORMAT, VERSION = "attention-profiled/gpu-run", 2
 ARCHIVE_NAME = "gpu-run.tar.gz"
-LIMITS = {"gpu-tests": 20 * 60, "book": 60 * 60, "bench": 30 * 60}   # seconds each phase may take
+LIMITS = {"gpu-tests": 15 * 60, "book": 60 * 60, "bench": 20 * 60}   # seconds each phase may take
 TRACE = re.compile(r"^traces/[\w.-]+/[\w.-]+\.json\.gz$")             # traces/<notebook>/<variant>.json.gz
 
 # The dry run's book: one tiny profiled call, written where the runner puts a chapter's traces.
 DRY_BOOK = ("import sys, torch; from kernels.trace.record import profile; from kernels.attention.naive import naive;"
             "q = torch.randn(1, 1, 8, 8); profile(naive, q, q, q, label='naive', trace_dir=sys.argv[1], active=1)")
-DRY_BENCH = ["--device", "cpu", "--impls", "naive", "--seq", "16", "--head-dim", "8", "--batch", "1",
-             "--heads", "1", "--reps", "5", "--warmup", "1", "--max-seconds", "0.05", "--no-memory"]
+DRY_BENCH = "--device cpu --impls naive --seq 16 --head-dim 8 --batch 1 --heads 1 --reps 5 --warmup 1 --no-memory".split()
 
 
 class Refused(Exception):
@@ -71,11 +72,9 @@ def run_phase(name: str, argv, limit: float, log: Path) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)   # the whole group: papermill's kernels too
             proc.wait()
             rc = None
-    seconds = round(time.monotonic() - start, 1)
-    if rc is None:
-        return {"name": name, "status": "timed out", "seconds": seconds, "detail": f"killed after {limit:g} s"}
-    return {"name": name, "status": "ok" if rc == 0 else "failed", "seconds": seconds,
-            "detail": "" if rc == 0 else f"exit {rc}; see logs/{log.name}"}
+    status, detail = (("timed out", f"killed after {limit:g} s") if rc is None else ("ok", "") if rc == 0
+                      else ("failed", f"exit {rc}; see logs/{log.name}"))
+    return {"name": name, "status": status, "seconds": round(time.monotonic() - start, 1), "detail": detail}
 
 
 def environment() -> dict:
@@ -83,13 +82,8 @@ def environment() -> dict:
     import torch
 
     env = {"gpu": None, "capability": None, "sm_count": None, "driver": None, "torch": torch.__version__,
-           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-           "python": sys.version.split()[0], "triton": None}
-    try:
-        import triton
-        env["triton"] = triton.__version__
-    except ImportError:
-        pass
+           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "python": sys.version.split()[0],
+           "triton": importlib.metadata.version("triton") if importlib.util.find_spec("triton") else None}
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=p.name, capability=[p.major, p.minor], sm_count=p.multi_processor_count,
@@ -119,7 +113,7 @@ def run(out: Path, dry_run: bool) -> int:
         phases.append(run_phase(name, argv, LIMITS[name], work / "logs" / f"{name}.log"))
         print(f"gpu-run: {name}: {phases[-1]['status']} in {phases[-1]['seconds']} s {phases[-1]['detail']}", flush=True)
     manifest = {"format": FORMAT, "version": VERSION, "dry_run": dry_run, **env,
-                "device": env["gpu"] or "CPU (dry run: stand-ins, no GPU data)",
+                "device": env["gpu"] or "CPU (dry run)",
                 "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "commit": command_output(["git", "rev-parse", "HEAD"]) or "unknown", "phases": phases}
     pack(out / ARCHIVE_NAME, manifest, finished_files(work))
@@ -155,15 +149,15 @@ def read_archive(archive: Path) -> tuple[dict, dict]:
     """The manifest and every regular file's bytes."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+            members = {m.name: f.read() for m in tar.getmembers() if m.isfile() and (f := tar.extractfile(m))}
     except (OSError, tarfile.TarError) as err:
         raise Refused(f"{archive} is not a readable .tar.gz ({err})") from err
     if "manifest.json" not in members:
         raise Refused(f"{archive} has no manifest.json: `make gpu-run` did not write it")
     manifest = json.loads(members.pop("manifest.json"))
     if (manifest.get("format"), manifest.get("version")) != (FORMAT, VERSION):
-        raise Refused(f"{archive} is not a {FORMAT} archive of version {VERSION} "
-                      f"(it says {manifest.get('format')!r}, version {manifest.get('version')!r})")
+        raise Refused(f"{archive}'s manifest says format {manifest.get('format')!r} version "
+                      f"{manifest.get('version')!r}; this import reads {FORMAT!r} version {VERSION}")
     return manifest, members
 
 
@@ -189,32 +183,40 @@ def import_archive(archive: Path, data_root: Path = DATA) -> tuple[list[Path], l
     if manifest["dry_run"] and Path(data_root).resolve() == DATA.resolve():
         raise Refused(f"{archive} is a dry run's archive (stand-ins, no GPU data): it imports only into another "
                       "folder (--data), never into book/data")
-    traces = {name: data for name, data in members.items() if TRACE.match(name)}
+    traces = {name.removeprefix("traces/"): data for name, data in members.items() if TRACE.match(name)}
+    missing = lacking(manifest, members)
     if not traces and "bench.json" not in members:
-        raise Refused(f"{archive} holds neither traces nor a benchmark: nothing to import ({'; '.join(lacking(manifest, members))})")
-    name, missing = slug(manifest["device"]), lacking(manifest, members)
-    folder, written = Path(data_root) / "recorded" / name, []
-    if traces:
-        shutil.rmtree(folder, ignore_errors=True)   # a new recording of the same GPU replaces the old one
-    for path, data in sorted(traces.items()):
-        target = folder / path.removeprefix("traces/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        written.append(target)
-    keys = ("capability", "sm_count", "driver", "torch", "cuda", "cudnn", "triton", "python", "date", "commit", "dry_run", "phases")
-    meta = {"gpu": manifest["device"], **{k: manifest.get(k) for k in keys}, "preset": "cuda", "lacks": missing}
-    if traces:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        written.append(folder / "meta.json")
+        raise Refused(f"{archive} holds neither traces nor a benchmark, so there is nothing to import: "
+                      f"{'; '.join(missing)}")
+    keys = ("capability", "sm_count", "driver", "torch", "cuda", "cudnn", "triton", "python", "date", "commit",
+            "dry_run", "phases")
+    meta = {"gpu": manifest["device"], **{k: manifest.get(k) for k in keys}, "lacks": missing}
+    name = slug(manifest["device"])
+    written = write_recording(Path(data_root) / "recorded" / name, meta, traces) if traces else []
     if "bench.json" in members:
-        bench = json.loads(members["bench.json"])
-        bench.setdefault("meta", {})["recorded"] = {k: meta[k] for k in ("gpu", "date", "commit")}
-        target = Path(data_root) / "bench" / f"{name}.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(bench, indent=1, sort_keys=True) + "\n")
-        written.append(target)
+        written.append(write_bench(Path(data_root) / "bench" / f"{name}.json", meta, members["bench.json"]))
     return written, missing
+
+
+def write_recording(folder: Path, meta: dict, traces: dict) -> list[Path]:
+    """``folder``/meta.json and ``folder``/<notebook>/<variant>.json.gz, as kernels.recorded reads them."""
+    shutil.rmtree(folder, ignore_errors=True)   # a new recording of the same GPU replaces the old one
+    written = []
+    for path, data in sorted(traces.items()):
+        written.append(folder / path)
+        written[-1].parent.mkdir(parents=True, exist_ok=True)
+        written[-1].write_bytes(data)
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return [*written, folder / "meta.json"]
+
+
+def write_bench(target: Path, meta: dict, data: bytes) -> Path:
+    """The benchmark in kernels.bench's format, its meta labelled with the run that measured it."""
+    bench = json.loads(data)
+    bench.setdefault("meta", {})["recorded"] = {k: meta[k] for k in ("gpu", "date", "commit")}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(bench, indent=1, sort_keys=True) + "\n")
+    return target
 
 
 def main(argv=None) -> int:
@@ -234,8 +236,7 @@ def main(argv=None) -> int:
     except Refused as err:
         print(f"gpu-import: {err}", file=sys.stderr)
         return 2
-    for path in written:
-        print(f"wrote {path}")
+    print("\n".join(f"wrote {path}" for path in written))
     if missing:
         print(f"partial: {args.archive} lacks {'; '.join(missing)}")
     return 0
