@@ -51,7 +51,7 @@ def phase_commands(python: str, work: Path, dry_run: bool) -> dict:
         return {"gpu-tests": None,
                 "book": [python, "-c", DRY_BOOK, str(work / "executed" / "book" / "traces" / "dry_run")],
                 "bench": [python, "-m", "kernels.bench", *DRY_BENCH, "--out", str(work / "bench")]}
-    return {"gpu-tests": [python, "-m", "pytest", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider", "tests"],
+    return {"gpu-tests": [python, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "tests"],
             "book": [python, "-m", "tools.book.execute", "--preset", "cuda", "--no-cache", "--build",
                      "--out", str(work / "executed")],
             "bench": [python, "-m", "kernels.bench", "--device", "cuda", "--out", str(work / "bench")]}
