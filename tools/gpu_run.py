@@ -72,8 +72,10 @@ def run_phase(name: str, argv, limit: float, log: Path) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)   # the whole group: papermill's kernels too
             proc.wait()
             rc = None
-    status, detail = (("timed out", f"killed after {limit:g} s") if rc is None else ("ok", "") if rc == 0
-                      else ("failed", f"exit {rc}; see logs/{log.name}"))
+    if rc is None:
+        status, detail = "timed out", f"killed after {limit:g} s"
+    else:
+        status, detail = ("ok", "") if rc == 0 else ("failed", f"exit {rc}; see logs/{log.name}")
     return {"name": name, "status": status, "seconds": round(time.monotonic() - start, 1), "detail": detail}
 
 
@@ -92,6 +94,7 @@ def environment() -> dict:
 
 
 def command_output(argv) -> str | None:
+    """What a command printed, or None where it is missing or says nothing (no nvidia-smi, no git)."""
     try:
         return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=20).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
@@ -99,6 +102,7 @@ def command_output(argv) -> str | None:
 
 
 def run(out: Path, dry_run: bool) -> int:
+    """Every phase in turn, then one archive of what they left; exit 0 only when all went well."""
     env = environment()
     if env["gpu"] is None and not dry_run:
         print("gpu-run: no GPU visible (torch.cuda.is_available() is False), so there is nothing to record here; "
