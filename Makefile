@@ -11,7 +11,7 @@ TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test test-book book notebooks gpu-run gpu-check gpu-plan gpu-precompile gpu-wheels gpu-import clean
+.PHONY: setup test test-book book notebooks gpu-run gpu-import clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -36,8 +36,8 @@ test: setup
 
 # The tests that take minutes: every chapter and exercise executed (cpu preset, through make
 # book's cache), the HTML built with -W, the pages opened in headless Chromium, the chapters
-# and the GPU run's dry run against a fixture recording, and the compile sweep (every config
-# the autotuner may keep, compiled for sm_80 and sm_90).
+# against a fixture recording, and the compile sweep (every config the autotuner may keep,
+# compiled for sm_80 and sm_90).
 test-book: setup
 	$(PY) -m pytest -m "book or sweep"
 
@@ -48,38 +48,17 @@ notebooks: setup
 book: setup
 	$(PY) -m tools.book.execute --preset $(PRESET) --build
 
-# The GPU run, on a machine with a GPU (no network needed): see README "Running on a GPU".
-# Writes exactly $(OUT)/gpu-run.tar.gz and $(OUT)/summary.txt, in under 8 minutes a call.
-# It uses .venv's Python when there is one, else python3, and installs nothing from the network.
-# STOP_AFTER=phase|chapter ends the call there; RESUME=first.tar.gz runs only what that one lacks.
-gpu-run:
-	bash .ci/device-run $(if $(RESUME),--resume "$(RESUME)") $(if $(STOP_AFTER),--stop-after $(STOP_AFTER)) "$(OUT)"
-gpu-check: gpu-run
+# On a machine with a GPU: the GPU tests, the book on the cuda preset and the benchmark's
+# default sweep, each under a time limit, packed into $(OUT)/gpu-run.tar.gz with a manifest.
+# Without a GPU it stops and says so (tools/gpu_run.py run OUT --dry-run packs stand-ins).
+gpu-run: setup
+	$(PY) tools/gpu_run.py run "$(OUT)"
 
-# The GPU run's plan (tools/gpu_plan.json): each phase's and chapter's expected seconds on an
-# H100/H200 and the compile counts they come from, what is carried, the device commands.
-gpu-plan:
-	@test -x $(PY) || { echo "gpu-plan needs $(PY) (make setup)"; exit 2; }
-	$(PY) tools/gpu_plan.py
-
-# Triton's cache for the GPU run, compiled here for sm_90 with the GPU image's stack and then
-# checked from a fresh process (every launch a hit); carried as _build/triton-cache.
-# GPU_IMAGE_PYTHON: a Python 3.12 with torch 2.11, triton 3.6.0 and numpy<2.4 (README).
-GPU_IMAGE_PYTHON ?=
-gpu-precompile:
-	@test -n "$(GPU_IMAGE_PYTHON)" || { echo "usage: make gpu-precompile GPU_IMAGE_PYTHON=path/to/python3.12 (torch 2.11, triton 3.6.0, numpy<2.4)"; exit 2; }
-	$(GPU_IMAGE_PYTHON) tools/triton_cache.py build _build/triton-cache
-	$(GPU_IMAGE_PYTHON) tools/triton_cache.py check _build/triton-cache
-
-# On a networked CPU machine: the wheels the GPU image lacks (the book stack), into .wheels/.
-gpu-wheels:
-	$(PYTHON) tools/gpu_run.py wheels .wheels
-
-# Back on a CPU: check a GPU run's archive, then write book/data/recorded/<gpu>/ and
-# book/data/bench/<gpu>.json from it.  ACCEPT_FAILED="gpu-tests" imports despite a failed phase.
-gpu-import:
+# Back on any machine: an archive -> book/data/recorded/<gpu>/ and book/data/bench/<gpu>.json
+# (a partial archive imports what it holds and says what it lacks).
+gpu-import: setup
 	@test -n "$(ARCHIVE)" || { echo "usage: make gpu-import ARCHIVE=path/to/gpu-run.tar.gz"; exit 2; }
-	$(PYTHON) tools/gpu_run.py import "$(ARCHIVE)" $(if $(ACCEPT_FAILED),--accept-failed $(ACCEPT_FAILED))
+	$(PY) tools/gpu_run.py import "$(ARCHIVE)"
 
 clean:
 	rm -rf _build .pytest_cache

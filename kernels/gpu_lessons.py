@@ -6,8 +6,8 @@ or the benchmark's points to one function here, which reads it, shows it and sta
 chapter's lesson with ``kernels.notebook.lesson`` (failing loudly when the run disagrees). The
 tests hand the same functions fixture steps and points shaped like an H100's
 (``tests/hopper_trace.py``) and recordings, so the reading half of every GPU branch runs
-without a GPU (``tools/gpu_branch_coverage.py`` counts it). One function here runs an
-implementation itself, chapter 5's check against the reference: the tests hand it a CPU one.
+without a GPU. One function here runs an implementation itself, chapter 5's check against
+the reference: the tests hand it a CPU one.
 
 Kernels are classified by ``kernels.trace.fingerprints`` only (never a regex of a chapter's own):
 a Hopper GEMM is ``nvjet_tst_*`` or ``sm90_xmma_gemm_*``, names no ``gemm|cutlass`` pattern

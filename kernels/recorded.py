@@ -1,7 +1,7 @@
 """Recordings: traces of the course's own GPU run, kept for readers without a GPU.
 
 A chapter executed without a GPU has no GPU track of its own; what it can show, clearly
-labelled, is a *recording*, the steps of a run made earlier on real hardware (``.ci/device-run``
+labelled, is a *recording*, the steps of a run made earlier on real hardware (``make gpu-run``
 makes it, ``make gpu-import`` writes it here). Nothing is ever synthesised: no recording, no
 recorded steps. ``gpu_steps(device, live, notebook, variants)`` hands a chapter this run's own
 steps on a GPU, else the newest recording's.
@@ -103,8 +103,7 @@ def problems(root: Optional[Path] = None) -> list[str]:
     return found
 
 
-# A sentence for the reader; how a maintainer records a GPU run is in the README and in the
-# book's appendix on GPU runs (book/appendix/gpu_runs.md).
+# A sentence for the reader; how a maintainer records a GPU run is in MAINTAINING.md.
 NO_RECORDING = ("This build of the book ran on a CPU and no GPU run has been recorded for it yet, so "
                 "there is no GPU track here: on a GPU, the track would show each kernel these ops launch, "
                 "on its stream, with the CPU-side launch that queued it.")

@@ -537,8 +537,8 @@ _ = glue("time_ratio", race.median_ms["prefill"] / race.median_ms["decode"])
 # The course's kernels aim at SDPA's flash backend on H100/H200 (causal, bf16, S 1k-16k,
 # D 64 and 128, ratios of two medians of one run at the same shape, as
 # `kernels.bench.results.GOALS` holds them): {glue:text}`goals_text`. A CPU cannot measure them;
-# a GPU run's benchmark does ([the GPU runs appendix](appendix/gpu_runs.md) says how one is
-# made), and the cell below reads every such recording there is.
+# a GPU run's benchmark does (`make gpu-run` on a GPU machine, then `make gpu-import`), and
+# the cell below reads every such recording there is.
 
 # %%
 goals_text = "; ".join(f"{impl} {mode} at {goal:g}x {GOAL_BASELINE}'s speed or faster" for impl, mode, goal in GOALS)

@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.book)
     if has_cuda():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible); `.ci/device-run` runs these on a GPU")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible); `make gpu-run` runs these on a GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -169,7 +169,7 @@ def naive_a100_trace(steps: int = 2) -> dict:
 CHAPTER_VARIANTS = {"00_profiler_primer": ["mlp_step"], "01_naive": ["naive"], "02_inplace": ["naive", "inplace"],
                     "03_sdpa": ["inplace", "sdpa_math"], "03b_sdpa_fused": ["sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]}
 FIXTURE_GPU = {"gpu": "NVIDIA A100-SXM4-80GB", "capability": [8, 0], "sm_count": 108, "torch": "2.13.0+cu130",
-               "cuda": "13.0", "cudnn": 92000, "triton": "3.7.1", "driver": "580.65", "cuda_available": True,
+               "cuda": "13.0", "cudnn": 92000, "triton": "3.7.1", "driver": "580.65", "python": "3.11.7",
                "commit": "0123456789abcdef", "date": "2026-11-30 04:00 UTC"}
 
 
@@ -179,6 +179,7 @@ def fixture_archive(folder, variants=None, phases=None, dry_run=False, environme
     ``variants`` maps chapter -> {variant: rows} to replace a chapter's traces (e.g. to plant
     a wrong count); the archive goes through the same ``pack`` as a real run.
     """
+    import gzip
     import json
     from pathlib import Path
 
@@ -186,20 +187,19 @@ def fixture_archive(folder, variants=None, phases=None, dry_run=False, environme
 
     work = Path(folder) / "work"
     env = {**FIXTURE_GPU, **(environment or {})}
-    (work / "traces").mkdir(parents=True)
+    files = {}
     for chapter, names in CHAPTER_VARIANTS.items():
         for name in names:
             rows = (variants or {}).get(chapter, {}).get(name)
             path = work / "traces" / chapter / f"{name}.json.gz"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(gpu_run.gzip_json(forward_trace(name, steps=2, rows=rows)))
-    (work / "environment.json").write_text(json.dumps(env))
-    (work / "chapters.json").write_text(json.dumps([{"notebook": f"book/{c}.ipynb", "status": "ok", "seconds": 9.0,
-                                                      "error": None} for c in CHAPTER_VARIANTS]))
+            path.write_bytes(gzip.compress(json.dumps(forward_trace(name, steps=2, rows=rows)).encode()))
+            files[f"traces/{chapter}/{name}.json.gz"] = path
     (work / "bench.json").write_text(json.dumps({"meta": {"device": {"name": env["gpu"]}}, "results": []}))
+    files["bench.json"] = work / "bench.json"
     phases = phases or [{"name": n, "status": "ok", "seconds": 1.0, "detail": ""} for n in gpu_run.LIMITS]
-    manifest = {"format": gpu_run.FORMAT, "version": gpu_run.VERSION, "dry_run": dry_run, "date": env["date"],
-                "commit": env["commit"], "device": env["gpu"], "environment": env, "phases": phases}
+    manifest = {"format": gpu_run.FORMAT, "version": gpu_run.VERSION, "dry_run": dry_run, **env,
+                "device": env["gpu"], "phases": phases}
     archive = Path(folder) / gpu_run.ARCHIVE_NAME
-    gpu_run.pack(work, archive, manifest)
+    gpu_run.pack(archive, manifest, files)
     return archive

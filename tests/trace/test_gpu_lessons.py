@@ -5,8 +5,7 @@ kernels.gpu_lessons on what it recorded. These tests call the same functions on 
 benchmark points built by tests/hopper_trace.py (what an H100 launches, names sourced there;
 what its sweep returns), and check that each lesson holds on a right run and fails on a run
 that breaks it. Chapters 00-03 read their GPU steps from a recording
-(tests/trace/test_recorded.py). tools/gpu_branch_coverage.py runs this file to count the GPU
-branches' lines that CPU tests execute.
+(tests/trace/test_recorded.py).
 """
 from types import SimpleNamespace
 
