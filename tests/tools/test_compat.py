@@ -93,13 +93,13 @@ def test_this_stack_has_no_known_problem():
     assert compat.known_problem_reason("triton", torch.device("cpu")) is None
 
 
-def test_the_tested_range_is_the_readmes():
+def test_the_tested_range_is_maintainings():
     from tests.helpers import ROOT
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "MAINTAINING.md").read_text(encoding="utf-8")
     section = readme.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
     for package, (oldest, newest) in compat.TESTED.items():
-        assert oldest in section and newest in section, f"README's supported versions omit {package} {oldest}-{newest}"
+        assert oldest in section and newest in section, f"MAINTAINING.md's supported versions omit {package} {oldest}-{newest}"
 
 
 def test_spill_tables_are_per_triton_release():
