@@ -342,13 +342,15 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_len
                            "torch.distributed.init_process_group first (kernels.parallel.ranks.run does it for you)")
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     check_split(seq_len, world, layout)
-    _check_shards(q, k, v, shard_len(seq_len, world, rank, layout), rank)
+    check_shards(q, k, v, shard_len(seq_len, world, rank, layout), rank)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     plan = RingPlan(seq_len, world, rank, layout, bool(causal), scale, group, timeout_s)
     return _RingAttention.apply(q, k, v, plan)
 
 
-def _check_shards(q, k, v, rows: int, rank: int) -> None:
+def check_shards(q, k, v, rows: int, rank: int) -> None:
+    """Refuse, naming the problem, a rank's q, k, v shards unless they are 4-D tensors of one
+    dtype and device holding ``rows`` positions each (ring and Ulysses share this check)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
