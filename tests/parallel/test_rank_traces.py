@@ -93,7 +93,6 @@ def test_the_real_pairs_critical_path_has_a_round_per_communication_round(pair):
 def test_the_real_pair_draws_a_track_per_rank(pair):
     fig = pair.step().timeline()
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
-    assert len(fig.axes[0].collections) == 4  # compute and communication, per rank
 
 
 def test_the_nccl_trace_alone_is_rank_0_of_2_with_its_collectives_bytes(tmp_path):
