@@ -121,6 +121,7 @@ def test_small_sweep_measures_every_point(small_sweep):
         assert 3 <= r.reps <= 5
         assert 0 < r.p10_ms <= r.median_ms <= r.p90_ms
         assert r.tflops == pytest.approx(r.flops / (r.median_ms * 1e-3) / 1e12)
+        assert r.gbps == pytest.approx(r.bytes / (r.median_ms * 1e-3) / 1e9)
         assert r.memory_method == "profiler memory events"
 
 
@@ -510,6 +511,7 @@ def test_decode_sweep_times_one_query_against_the_cache():
         assert r.status == "ok", r.reason
         assert (r.mode, r.seq_q, r.kv_heads, r.heads) == ("decode", 1, 1, 2)
         assert r.flops == 4 * 1 * 2 * r.seq * 16
+        assert r.gbps == pytest.approx(r.bytes / (r.median_ms * 1e-3) / 1e9), "the rate is the median's"
     pool = sweep.InputPool((1, 2, 256, 16), torch.float32, CPU, backward=False, seq_q=1, kv_heads=1)
     q, k, v, grad = pool.next()
     assert (q.shape, k.shape, v.shape, grad.shape) == ((1, 2, 1, 16), (1, 1, 256, 16), (1, 1, 256, 16), (1, 2, 1, 16))
