@@ -16,7 +16,6 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.parallel import rank_traces
 from kernels.exercises.judge import Passed, draw_int, fail, passed, run_learner, seeded_generator
 
 __all__ = ["check_merge", "check_slow_rank", "write_rank_folder"]
@@ -155,8 +154,3 @@ def check_slow_rank(slow_rank: Callable, seed: Optional[int] = None) -> Passed:
             fail(f"{case} you returned rank {got}; the trace says rank {slow} computed longest "
                   f"({compute[slow]:.0f} ms of compute, the others {sorted(c for r, c in enumerate(compute) if r != slow)}).")
     return passed(f"slow_rank finds the rank the others waited for in {folders} fresh trace folders")
-
-
-def slow_rank_solution(folder) -> int:
-    """The course's solution, also used by tests: the rank with the most compute in the first step."""
-    return rank_traces.load_ranks(folder).step().slowest_rank()

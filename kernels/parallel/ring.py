@@ -61,11 +61,6 @@ def shard_len(seq_len: int, world: int, rank: int, layout: str) -> int:
     return sum(end - start for start, end in rank_chunks(seq_len, world, rank, layout))
 
 
-def positions(seq_len: int, world: int, rank: int, layout: str) -> torch.Tensor:
-    """The sequence position of each row of rank ``rank``'s shard, [S_r] int64."""
-    return torch.cat([torch.arange(a, b) for a, b in rank_chunks(seq_len, world, rank, layout)])
-
-
 def shard(x: torch.Tensor, rank: int, world: int, layout: str = "zigzag", dim: int = 2) -> torch.Tensor:
     """Rank ``rank``'s part of a whole tensor (sequence along ``dim``), contiguous."""
     parts = [x.narrow(dim, a, b - a) for a, b in rank_chunks(x.shape[dim], world, rank, layout)]
