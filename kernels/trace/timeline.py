@@ -28,11 +28,6 @@ LEGEND = [("matmul / GEMM", "#1f77b4"), ("copy", "#d62728"), ("mask / fill", "#f
           ("softmax", "#2ca02c"), ("fused attention", "#9467bd"), ("other", "#8c8c8c")]
 
 
-def category(colour: str) -> str:
-    """The legend's name for a bar colour of ``color``."""
-    return {c: label for label, c in LEGEND}[colour]
-
-
 def color(name: str) -> str:
     """The colour a bar gets from what its name says it does."""
     n = name.lower()

@@ -105,7 +105,8 @@ def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
     for step in (naive_step, load(tmp_path, forward_trace("sdpa_flash"), "f.json.gz").steps("sdpa_flash")[0]):
         fig = tl.timeline(step)
         ax = fig.axes[0]
-        drawn = {tl.category(matplotlib.colors.to_hex(c.get_facecolor()[0])) for c in ax.collections
+        category = {colour: label for label, colour in tl.LEGEND}
+        drawn = {category[matplotlib.colors.to_hex(c.get_facecolor()[0])] for c in ax.collections
                  if len(c.get_facecolor())}
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
         assert set(legend) == drawn and len(legend) == len(drawn), \
