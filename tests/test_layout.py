@@ -67,6 +67,17 @@ def resolve(module: Module, name: str, modules: dict) -> str | None:
     return script_sibling(module, name.split(".")[0], modules)
 
 
+def absolute_base(module: Module, node: ast.ImportFrom) -> str:
+    """What ``from <base> import ...`` names, a relative base made absolute."""
+    base = node.module or ""
+    if node.level:
+        package = module.name if module.is_package else module.name.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    return base
+
+
 def project_imports(module: Module, modules: dict) -> dict[str, int]:
     """Every project module ``module`` imports, anywhere in its body, with the first line."""
     found: dict[str, int] = {}
@@ -80,12 +91,7 @@ def project_imports(module: Module, modules: dict) -> dict[str, int]:
             for alias in node.names:
                 add(resolve(module, alias.name, modules), node.lineno)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = module.name if module.is_package else module.name.rpartition(".")[0]
-                for _ in range(node.level - 1):
-                    package = package.rpartition(".")[0]
-                base = f"{package}.{base}" if base else package
+            base = absolute_base(module, node)
             source = resolve(module, base, modules)
             for alias in node.names:
                 submodule = f"{source or base}.{alias.name}"
@@ -271,13 +277,7 @@ def is_private(name: str) -> bool:
 
 
 def import_source(module: Module, node: ast.ImportFrom, modules: dict) -> str | None:
-    base = node.module or ""
-    if node.level:
-        package = module.name if module.is_package else module.name.rpartition(".")[0]
-        for _ in range(node.level - 1):
-            package = package.rpartition(".")[0]
-        base = f"{package}.{base}" if base else package
-    return resolve(module, base, modules)
+    return resolve(module, absolute_base(module, node), modules)
 
 
 def module_aliases(module: Module, modules: dict) -> dict[str, str]:
