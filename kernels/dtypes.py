@@ -5,7 +5,7 @@ writes (results, captions, chapter parameters) is torch's own name ("bfloat16", 
 ``parse_dtype`` reads either spelling, "torch.bfloat16" and "half" too.
 
     parse_dtype("bf16") is torch.bfloat16
-    dtype_name(torch.bfloat16) == "bfloat16"; short_name(torch.bfloat16) == "bf16"
+    dtype_name(torch.bfloat16) == "bfloat16"
 """
 from __future__ import annotations
 
@@ -20,11 +20,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 TORCH_NAMES = tuple(dtype_name(d) for d in TORCH_DTYPES.values())
-
-
-def short_name(dtype: torch.dtype) -> str:
-    """The short name of a dtype ("bf16"), as Triton's signatures and the command lines spell it."""
-    return next(short for short, d in TORCH_DTYPES.items() if d == dtype)
 
 
 def parse_dtype(text) -> torch.dtype:

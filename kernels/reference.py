@@ -218,13 +218,6 @@ def check(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     return judge(out.detach(), q, k, v, causal, scale, grads=grads, grad_out=grad_out)
 
 
-def assert_close_to_reference(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
-                              scale: Optional[float] = None, *, grads: Optional[Sequence[torch.Tensor]] = None,
-                              grad_out: Optional[torch.Tensor] = None, label: str = "") -> Judgement:
-    """``judge(...)``, raising AssertionError with the failing tensors and bounds in words."""
-    return judge(out, q, k, v, causal, scale, grads=grads, grad_out=grad_out).assert_ok(label)
-
-
 def _plain_errors(q, k, v, causal, scale, grad_out, want) -> list:
     """Max |error| of plain same-dtype attention per tensor: the larger of its two usual orders.
 

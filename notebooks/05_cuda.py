@@ -329,14 +329,14 @@ def kineto_reads(k) -> float:
                                      grid_blocks=10**6, sm_count=1, arch=k.arch)
 
 zero_in_a_trace = [k for k in all_kernels if kineto_reads(k) == 0]
-display(pd.DataFrame([{"arch": k.arch, "kernel": resources.short_name(k.name), "shared KiB": round(k.total_shared_bytes / 1024, 1),
+display(pd.DataFrame([{"arch": k.arch, "kernel": resources.instance_label(k.name), "shared KiB": round(k.total_shared_bytes / 1024, 1),
                        "real occupancy %": resources.occupancy_of(k).percent, "a trace would read %": kineto_reads(k)}
                       for k in all_kernels]).set_index(["arch", "kernel"]))
 lesson(all((kineto_reads(k) == 0) == (k.total_shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT) for k in all_kernels)
        and all(resources.occupancy_of(k).blocks_per_sm > 0 for k in zero_in_a_trace),
        "exactly the kernels over 48 KiB of shared memory would read 0% in a trace, though each fits on an SM",
-       ", ".join(sorted({resources.short_name(k.name) for k in zero_in_a_trace})) or "none over 48 KiB")
-zero_kib = {resources.short_name(k.name): k.total_shared_bytes / 1024 for k in zero_in_a_trace}
+       ", ".join(sorted({resources.instance_label(k.name) for k in zero_in_a_trace})) or "none over 48 KiB")
+zero_kib = {resources.instance_label(k.name): k.total_shared_bytes / 1024 for k in zero_in_a_trace}
 glue("kineto_zero_kernels", ", ".join(f"{name} ({kib:.1f} KiB)" for name, kib in sorted(zero_kib.items())) or "none")
 
 # %% [markdown]
@@ -402,7 +402,7 @@ else:
             text = ptx[arch][source]
             for op in ("mma.sync", "fma.rn.f32", "ldmatrix", "cp.async.cg", "shfl.sync"):
                 for name, n in resources.instruction_counts(text, op).items():
-                    counts.setdefault((arch, resources.short_name(name)), {})[op] = n
+                    counts.setdefault((arch, resources.instance_label(name)), {})[op] = n
     counted = pd.DataFrame(counts).T.rename_axis(["arch", "kernel"])
     display(counted)
     v1_mma = {key: c["mma.sync"] for key, c in counts.items() if key[1].startswith("v1")}

@@ -350,7 +350,7 @@ glue("zigzag_imbalance", zigzag_imbalance)
 # all-to-all, from the library:
 
 # %%
-show_source(ulysses._to_heads)
+show_source(ulysses.to_heads)
 
 # %%
 small = cp.Case(batch=1, heads=4, kv_heads=2, seq=51, head_dim=16, seed=5)

@@ -49,3 +49,13 @@ def built_book():
     report = execute.run("cpu", out=out, root=ROOT, jobs=2, cache=ROOT / "_build" / "cache")
     html = html.build(out, html_parent=base)
     return report, out, html
+
+
+@pytest.fixture(scope="session")
+def book_in_chromium(built_book, tmp_path_factory):
+    """The built book served on loopback and one headless Chromium for every test that opens
+    its pages (tests/book/test_browser_book.py, tests/trace/test_figures.py): ``(tools, base URL)``."""
+    from tests.browser import served_in_chromium
+
+    with served_in_chromium(built_book[2], tmp_path_factory.mktemp("chromium-book")) as site:
+        yield site

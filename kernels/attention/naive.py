@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.reference import future_mask as _future_mask
+from kernels.reference import future_mask
 from kernels.registry import LRU, register
 
 MASKS_PER_MODULE = 8   # distinct (Sq, Sk, device) masks a module keeps
@@ -30,7 +30,7 @@ def grouped_future_mask(seq: int, device=None, keys: int | None = None, groups: 
     it for backward (``masked_fill`` does) would fail.
     """
     with torch.inference_mode(False):
-        mask = _future_mask(seq, seq if keys is None else keys, device)
+        mask = future_mask(seq, seq if keys is None else keys, device)
         return mask if groups == 1 else mask.repeat(groups, 1)
 
 
@@ -88,7 +88,7 @@ class NaiveAttention(nn.Module):
         """
         keys = seq if keys is None else keys
         if torch.compiler.is_compiling():
-            mask = _future_mask(seq, keys, device)                        # [Sq, Sk]
+            mask = future_mask(seq, keys, device)                        # [Sq, Sk]
             return mask if groups == 1 else mask.repeat(groups, 1)        # [G·Sq, Sk]
         return self.masks.get_or_make((seq, keys, groups, str(device)),
                                       lambda: grouped_future_mask(seq, device, keys, groups))

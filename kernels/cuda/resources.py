@@ -36,7 +36,8 @@ def parse_instance(name: str) -> tuple[str, str, int]:
     return m.group(1), SHORT_DTYPES.get(m.group(2), m.group(2)), int(m.group(3))
 
 
-def short_name(name: str) -> str:
+def instance_label(name: str) -> str:
+    """A kernel instance as a table names it: ``flash_v2_kernel<__half, 64>(...)`` -> ``v2<fp16, 64>``."""
     version, dtype, head_dim = parse_instance(name)
     return f"{version}<{dtype}, {head_dim}>"
 

@@ -15,7 +15,7 @@ import torch
 from kernels.trace import record
 from kernels import reference
 from kernels.registry import get
-from kernels.exercises.judge import Passed, _blank, _fail, _generator, _number, _passed, _pick, _run
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, passed, run_learner, seeded_generator
 
 __all__ = ["check_kept_for_backward", "check_training_flops", "training_step_traces"]
 
@@ -61,17 +61,17 @@ def training_step_traces(cases: dict, seed: int) -> dict:
 def check_kept_for_backward(kept_for_backward: Callable, seed: Optional[int] = None) -> Passed:
     """``kept_for_backward(step, nbytes)`` -> how many buffers of ``nbytes`` bytes the forward of a
     profiled training step left allocated for its backward."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     asked = []
-    shapes = {name: (1, _pick(g, 1, 4), _pick(g, 40, 97), (16, 32)[_pick(g, 0, 2)]) for name in ("naive", "sdpa_math", "sdpa_flash")}
-    traced = training_step_traces(shapes, _pick(g, 0, 2**30))
+    shapes = {name: (1, draw_int(g, 1, 4), draw_int(g, 40, 97), (16, 32)[draw_int(g, 0, 2)]) for name in ("naive", "sdpa_math", "sdpa_flash")}
+    traced = training_step_traces(shapes, draw_int(g, 0, 2**30))
     for name, shape in shapes.items():
         step = traced[name]
         b, h, s, _ = shape
         nbytes = b * h * s * s * 4
-        got = _run(kept_for_backward, step, nbytes, what="kept_for_backward(step, nbytes)")
-        if _blank(got) or isinstance(got, bool) or not isinstance(got, int):
-            _fail(f"kept_for_backward returned {got!r}; return a count (an int).")
+        got = run_learner(kept_for_backward, step, nbytes, what="kept_for_backward(step, nbytes)")
+        if is_blank(got) or isinstance(got, bool) or not isinstance(got, int):
+            fail(f"kept_for_backward returned {got!r}; return a count (an int).")
         want = _kept(step, nbytes)
         case = f"[{name}, shape {shape}, one S×S buffer = {nbytes} bytes]"
         asked.append(name)
@@ -81,27 +81,27 @@ def check_kept_for_backward(kept_for_backward: Callable, seed: Optional[int] = N
         t0 = _backward_start(step)
         before = m[m["ts"] < t0]
         if got == int((before["bytes"] == nbytes).sum()):
-            _fail(f"{case} you counted every S×S allocation of the forward ({got}); some were freed before the "
+            fail(f"{case} you counted every S×S allocation of the forward ({got}); some were freed before the "
                   f"backward began (the raw scores, a clone). Subtract the frees (events with bytes == -nbytes): "
                   f"{want} are still alive.")
         if got == int((m["bytes"] == nbytes).sum()) or got == int((m["bytes"] == nbytes).sum() - (m["bytes"] == -nbytes).sum()):
-            _fail(f"{case} you counted over the whole step, backward included. Stop at the backward's first op "
+            fail(f"{case} you counted over the whole step, backward included. Stop at the backward's first op "
                   "(the first op whose name starts with 'autograd::engine'): what is alive then is what the "
                   f"forward kept, {want} here.")
         if got == int((before["bytes"] > 0).sum() - (before["bytes"] < 0).sum()):
-            _fail(f"{case} you counted buffers of every size; count only those of exactly nbytes bytes.")
-        _fail(f"{case} the forward left {want} buffer(s) of {nbytes} bytes for the backward; you said {got}.")
-    return _passed(f"kept_for_backward reads what each forward keeps ({', '.join(asked)}) from fresh traces")
+            fail(f"{case} you counted buffers of every size; count only those of exactly nbytes bytes.")
+        fail(f"{case} the forward left {want} buffer(s) of {nbytes} bytes for the backward; you said {got}.")
+    return passed(f"kept_for_backward reads what each forward keeps ({', '.join(asked)}) from fresh traces")
 
 
 # ============================================================================ task 2
 
 def check_training_flops(training_flops: Callable, seed: Optional[int] = None) -> Passed:
     """``training_flops(batch, heads, seq, head_dim, causal)`` -> FLOPs of one forward + backward."""
-    g = _generator(seed)
-    cases = [(_pick(g, 1, 5), _pick(g, 1, 33), _pick(g, 100, 8193), (64, 128)[_pick(g, 0, 2)], causal) for causal in (True, False, True)]
+    g = seeded_generator(seed)
+    cases = [(draw_int(g, 1, 5), draw_int(g, 1, 33), draw_int(g, 100, 8193), (64, 128)[draw_int(g, 0, 2)], causal) for causal in (True, False, True)]
     for b, h, s, d, causal in cases:
-        got = _number(_run(training_flops, b, h, s, d, causal, what="training_flops(...)"), "training_flops")
+        got = as_number(run_learner(training_flops, b, h, s, d, causal, what="training_flops(...)"), "training_flops")
         want = reference.flops(b, h, s, d, causal=causal, backward=True)
         case = f"[B={b} H={h} S={s} D={d} causal={causal}]"
         if abs(got - want) <= 1e-9 * want:
@@ -117,6 +117,6 @@ def check_training_flops(training_flops: Callable, seed: Optional[int] = None) -
                  0.5: "each multiply-add is 2 FLOPs: the forward is 4·B·H·S²·D (halved when causal), you are 2x low."}
         for factor, message in words.items():
             if abs(r / factor - 1) < 1e-6 and not (factor == 2.0 and not causal):
-                _fail(f"{case} {message}")
-        _fail(f"{case} the step does {want:.4g} FLOPs (forward {forward:.4g} × 3.5); you said {got:.4g} ({r:.3g}x).")
-    return _passed(f"training_flops counts forward + backward (3.5x the forward, causal halved) on {len(cases)} fresh shapes")
+                fail(f"{case} {message}")
+        fail(f"{case} the step does {want:.4g} FLOPs (forward {forward:.4g} × 3.5); you said {got:.4g} ({r:.3g}x).")
+    return passed(f"training_flops counts forward + backward (3.5x the forward, causal halved) on {len(cases)} fresh shapes")

@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from kernels.attention import block as blocks
-from kernels.exercises.judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
+from kernels.exercises.judge import Passed, draw_int, fail, is_blank, passed, run_learner, seeded_generator
 
 __all__ = ["check_block_flops", "check_crossover", "check_block_forward"]
 
@@ -21,8 +21,8 @@ _PARTS = ("qkv", "attention", "proj", "mlp")
 
 def _configs(g):
     """(seq, width, batch, mlp_ratio) cases: odd lengths, widths that are not powers of two."""
-    return [(_pick(g, 17, 900), 64 * _pick(g, 2, 12), _pick(g, 1, 4), 4),
-            (_pick(g, 100, 3000), 96 * _pick(g, 1, 8), 1, _pick(g, 2, 6))]
+    return [(draw_int(g, 17, 900), 64 * draw_int(g, 2, 12), draw_int(g, 1, 4), 4),
+            (draw_int(g, 100, 3000), 96 * draw_int(g, 1, 8), 1, draw_int(g, 2, 6))]
 
 
 # ============================================================================ task 1: FLOPs by part
@@ -30,19 +30,19 @@ def _configs(g):
 def check_block_flops(block_flops: Callable, seed: Optional[int] = None) -> Passed:
     """``block_flops(seq, width, batch, mlp_ratio)`` -> {"qkv", "attention", "proj", "mlp"}: matmul
     FLOPs of one forward, attention computing every S×S score (what FlopCounterMode counts)."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     for seq, width, batch, ratio in _configs(g):
         want = blocks.flops_by_part(seq, width, batch, ratio)
-        got = _run(block_flops, seq, width, batch, ratio, what=f"block_flops({seq}, {width}, {batch}, {ratio})")
+        got = run_learner(block_flops, seq, width, batch, ratio, what=f"block_flops({seq}, {width}, {batch}, {ratio})")
         case = f"[S={seq}, W={width}, B={batch}, mlp_ratio={ratio}]"
-        if _blank(got) or not isinstance(got, dict):
-            _fail(f"block_flops must return a dict with keys {list(_PARTS)}; it returned {got!r}.")
+        if is_blank(got) or not isinstance(got, dict):
+            fail(f"block_flops must return a dict with keys {list(_PARTS)}; it returned {got!r}.")
         missing = [p for p in _PARTS if p not in got]
         if missing:
-            _fail(f"the dict is missing {missing}: give every part its FLOPs.")
+            fail(f"the dict is missing {missing}: give every part its FLOPs.")
         off = {p: float(got[p]) / want[p] for p in _PARTS}
         if all(abs(r - 0.5) < 1e-9 for r in off.values()):
-            _fail(f"{case} every part is half the right count: a multiply-add is 2 FLOPs (one multiply, one "
+            fail(f"{case} every part is half the right count: a multiply-add is 2 FLOPs (one multiply, one "
                   "add), so an [M, K] × [K, N] matmul costs 2·M·K·N.")
         for part in _PARTS:
             r = off[part]
@@ -59,8 +59,8 @@ def check_block_flops(block_flops: Callable, seed: Optional[int] = None) -> Pass
                 words = "qkv makes q, k and v: one [W, 3W] matmul, three times a [W, W] one."
             else:
                 words = f"expected {want[part]:.4g} FLOPs, got {float(got[part]):.4g} ({r:.3g}× the right count)."
-            _fail(f"{case} {part}: {words}")
-    return _passed("block_flops counts every part's matmul FLOPs right on fresh shapes and MLP ratios")
+            fail(f"{case} {part}: {words}")
+    return passed("block_flops counts every part's matmul FLOPs right on fresh shapes and MLP ratios")
 
 
 # ============================================================================ task 2: the crossover
@@ -74,26 +74,26 @@ def _crossover(width: int, mlp_ratio: int = 4, causal_skip: bool = False) -> flo
 def check_crossover(crossover: Callable, seed: Optional[int] = None) -> Passed:
     """``crossover(width, mlp_ratio, causal_skip)``: the sequence length at which attention is half
     the block's matmul FLOPs."""
-    g = _generator(seed)
-    cases = [(64 * _pick(g, 2, 20), r, c) for r, c in ((4, False), (_pick(g, 2, 8), False), (4, True))]
+    g = seeded_generator(seed)
+    cases = [(64 * draw_int(g, 2, 20), r, c) for r, c in ((4, False), (draw_int(g, 2, 8), False), (4, True))]
     for width, ratio, skip in cases:
         want = _crossover(width, ratio, skip)
-        got = _run(crossover, width, ratio, skip, what=f"crossover({width}, {ratio}, {skip})")
+        got = run_learner(crossover, width, ratio, skip, what=f"crossover({width}, {ratio}, {skip})")
         case = f"[W={width}, mlp_ratio={ratio}, causal_skip={skip}]"
-        if _blank(got):
-            _fail(f"crossover returned {got!r}; return a sequence length (a number).")
+        if is_blank(got):
+            fail(f"crossover returned {got!r}; return a sequence length (a number).")
         got = float(got)
         if abs(got - want) <= 1e-6 * want:
             continue
         if abs(got - 6 * width) < 1e-6 * want:
-            _fail(f"{case} 6·W holds for mlp_ratio 4 with every score computed; derive it from the counts: "
+            fail(f"{case} 6·W holds for mlp_ratio 4 with every score computed; derive it from the counts: "
                   "the linear layers cost 2·S·W²·(4 + 2·mlp_ratio), attention 4·S²·W (2·S²·W when causal "
                   "tiles are skipped).")
         if abs(got - _crossover(width, ratio, not skip)) < 1e-6 * want:
-            _fail(f"{case} causal_skip halves attention's FLOPs, which doubles the crossover length "
+            fail(f"{case} causal_skip halves attention's FLOPs, which doubles the crossover length "
                   "(or you halved it where nothing is skipped).")
-        _fail(f"{case} attention equals the rest at S = {want:g}; you said {got:g}.")
-    return _passed(f"crossover finds where attention is half the block on {len(cases)} fresh configurations")
+        fail(f"{case} attention equals the rest at S = {want:g}; you said {got:g}.")
+    return passed(f"crossover finds where attention is half the block on {len(cases)} fresh configurations")
 
 
 # ============================================================================ task 3: the forward
@@ -130,26 +130,26 @@ def _variants(blk, x):
 
 def check_block_forward(block_forward: Callable, seed: Optional[int] = None) -> Passed:
     """``block_forward(block, x)`` must compute the block's forward from its parts."""
-    g = _generator(seed)
-    torch.manual_seed(_pick(g, 0, 2**31 - 1))  # the blocks' weights, from the printed seed too
-    for width, heads, seq in ((48, 3, _pick(g, 5, 30)), (64, 4, 17)):
+    g = seeded_generator(seed)
+    torch.manual_seed(draw_int(g, 0, 2**31 - 1))  # the blocks' weights, from the printed seed too
+    for width, heads, seq in ((48, 3, draw_int(g, 5, 30)), (64, 4, 17)):
         blk = blocks.Block(width, heads, "naive", labels=False).eval()
         x = torch.randn(2, seq, width, generator=g)
         with torch.no_grad():
             want = blk(x)
-            got = _run(block_forward, blk, x, what="block_forward(block, x)")
+            got = run_learner(block_forward, blk, x, what="block_forward(block, x)")
         case = f"[B=2, S={seq}, W={width}, H={heads}]"
         if got is None or not isinstance(got, torch.Tensor):
-            _fail(f"block_forward returned {got!r}; return the block's output tensor, shape {tuple(x.shape)}.")
+            fail(f"block_forward returned {got!r}; return the block's output tensor, shape {tuple(x.shape)}.")
         if tuple(got.shape) != tuple(x.shape):
-            _fail(f"{case} the output has shape {tuple(got.shape)}; a block keeps x's shape {tuple(x.shape)}.")
+            fail(f"{case} the output has shape {tuple(got.shape)}; a block keeps x's shape {tuple(x.shape)}.")
         if torch.allclose(got, want, atol=1e-5, rtol=1e-4):
             continue
         with torch.no_grad():
             for words, out in _variants(blk, x):
                 if torch.allclose(got, out, atol=1e-5, rtol=1e-4):
-                    _fail(f"{case} {words}")
+                    fail(f"{case} {words}")
         err = float((got - want).abs().max())
-        _fail(f"{case} the output differs from block(x) by up to {err:.2e}, and not in a way the check "
+        fail(f"{case} the output differs from block(x) by up to {err:.2e}, and not in a way the check "
               "recognizes: compare your steps one by one with Block.forward.")
-    return _passed("block_forward computes the pre-norm block's forward from its parts")
+    return passed("block_forward computes the pre-norm block's forward from its parts")

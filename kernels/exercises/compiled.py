@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import torch
 
 from kernels.attention.torch_compile import block_counts, causal_mod
-from kernels.exercises.judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
+from kernels.exercises.judge import Passed, draw_int, fail, is_blank, passed, run_learner, seeded_generator
 
 __all__ = ["check_window_mask", "check_skipped_tiles", "check_softcap"]
 
@@ -40,15 +40,15 @@ def _dense(mask_mod: Callable, seq: int) -> torch.Tensor:
 
 def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> Passed:
     """``sliding_window(window)`` must return a mask_mod: query i sees keys j with i - window < j <= i."""
-    g = _generator(seed)
-    cases = [(_pick(g, 20, 90), _pick(g, 2, 12)) for _ in range(3)]
+    g = seeded_generator(seed)
+    cases = [(draw_int(g, 20, 90), draw_int(g, 2, 12)) for _ in range(3)]
     cases.append((9, 1))   # a window of one: each query sees only itself
     for seq, window in cases:
-        mod = _run(sliding_window, window, what=f"sliding_window({window})")
-        if _blank(mod) or not callable(mod):
-            _fail(f"sliding_window({window}) must return a function mask_mod(b, h, q_idx, kv_idx); "
+        mod = run_learner(sliding_window, window, what=f"sliding_window({window})")
+        if is_blank(mod) or not callable(mod):
+            fail(f"sliding_window({window}) must return a function mask_mod(b, h, q_idx, kv_idx); "
                   f"it returned {mod!r}.")
-        got = _run(_dense, mod, seq, what="your mask_mod (evaluated by create_mask)")
+        got = run_learner(_dense, mod, seq, what="your mask_mod (evaluated by create_mask)")
         want = _window(seq, window)
         if torch.equal(got, want):
             continue
@@ -67,12 +67,12 @@ def check_window_mask(sliding_window: Callable, seed: Optional[int] = None) -> P
         ]
         for mask, words in mistakes:
             if mask is not None and torch.equal(got, mask):
-                _fail(f"{case} {words}")
+                fail(f"{case} {words}")
         bad = (got != want).nonzero()[0].tolist()
-        _fail(f"{case} the mask differs from the sliding window at query {bad[0]}, key {bad[1]}: you say "
+        fail(f"{case} the mask differs from the sliding window at query {bad[0]}, key {bad[1]}: you say "
               f"{'visible' if got[bad[0], bad[1]] else 'hidden'}, it should be "
               f"{'visible' if want[bad[0], bad[1]] else 'hidden'}.")
-    return _passed(f"sliding_window gives the right mask on {len(cases)} fresh (length, window) pairs")
+    return passed(f"sliding_window gives the right mask on {len(cases)} fresh (length, window) pairs")
 
 
 # ============================================================================ task 2: tiles
@@ -82,30 +82,30 @@ def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> 
     ``create_block_mask`` itself)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    g = _generator(seed)
-    cases = [(128 * _pick(g, 2, 6), 128),
-             (_pick(g, 130, 700), 128),
-             (_pick(g, 40, 200), 32), (100, 128)]
+    g = seeded_generator(seed)
+    cases = [(128 * draw_int(g, 2, 6), 128),
+             (draw_int(g, 130, 700), 128),
+             (draw_int(g, 40, 200), 32), (100, 128)]
     for seq, block in cases:
         want = block_counts(create_block_mask(causal_mod(0), None, None, seq, seq, device="cpu",
                                               BLOCK_SIZE=block)).skipped
-        got = _run(skipped_tiles, seq, block, what=f"skipped_tiles({seq}, {block})")
-        if _blank(got):
-            _fail(f"skipped_tiles({seq}, {block}) returned {got!r}; return a number of tiles.")
+        got = run_learner(skipped_tiles, seq, block, what=f"skipped_tiles({seq}, {block})")
+        if is_blank(got):
+            fail(f"skipped_tiles({seq}, {block}) returned {got!r}; return a number of tiles.")
         if got == want:
             continue
         n_ceil, n_floor = math.ceil(seq / block), seq // block
         case = f"[S={seq}, block={block}: {n_ceil} tiles per row]"
         if got == n_ceil * (n_ceil + 1) // 2:
-            _fail(f"{case} you counted the tiles on the diagonal as skipped: they hold visible scores "
+            fail(f"{case} you counted the tiles on the diagonal as skipped: they hold visible scores "
                   "(the query sees itself), so they are computed, with a mask.")
         if got == n_ceil * n_ceil / 2 or got == n_ceil * n_ceil // 2:
-            _fail(f"{case} half of all tiles is the area above the diagonal, but tiles are whole: the n "
+            fail(f"{case} half of all tiles is the area above the diagonal, but tiles are whole: the n "
                   "diagonal tiles are computed, so n(n-1)/2 are skipped, not n²/2.")
         if got == n_floor * (n_floor - 1) // 2 and n_floor != n_ceil:
-            _fail(f"{case} the last, shorter tile row counts too: use ceil(S / block) tiles, not S // block.")
-        _fail(f"{case} create_block_mask skips {want} tiles; you said {got!r}.")
-    return _passed(f"skipped_tiles matches create_block_mask on {len(cases)} fresh lengths and tile sizes")
+            fail(f"{case} the last, shorter tile row counts too: use ceil(S / block) tiles, not S // block.")
+        fail(f"{case} create_block_mask skips {want} tiles; you said {got!r}.")
+    return passed(f"skipped_tiles matches create_block_mask on {len(cases)} fresh lengths and tile sizes")
 
 
 # ============================================================================ task 3: a score_mod
@@ -147,14 +147,14 @@ def _eager_flex(q, k, v, score_mod, causal: bool):
 
 def check_softcap(softcap: Callable, seed: Optional[int] = None) -> Passed:
     """``softcap(cap)`` must return a score_mod that maps each score to cap · tanh(score / cap)."""
-    g = _generator(seed)
-    s = _pick(g, 9, 40)
+    g = seeded_generator(seed)
+    s = draw_int(g, 9, 40)
     q, k, v = (t * 3 for t in torch.randn(3, 1, 2, s, 16, generator=g).unbind(0))   # large scores: the cap bites
-    for cap, causal in ((float(_pick(g, 2, 6)), True), (1.5, False)):
-        mod = _run(softcap, cap, what=f"softcap({cap})")
-        if _blank(mod) or not callable(mod):
-            _fail(f"softcap({cap}) must return a function score_mod(score, b, h, q_idx, kv_idx); it returned {mod!r}.")
-        out = _run(_eager_flex, q, k, v, mod, causal, what="flex_attention with your score_mod")
+    for cap, causal in ((float(draw_int(g, 2, 6)), True), (1.5, False)):
+        mod = run_learner(softcap, cap, what=f"softcap({cap})")
+        if is_blank(mod) or not callable(mod):
+            fail(f"softcap({cap}) must return a function score_mod(score, b, h, q_idx, kv_idx); it returned {mod!r}.")
+        out = run_learner(_eager_flex, q, k, v, mod, causal, what="flex_attention with your score_mod")
         want = _softcap(q, k, v, cap, causal)
         err = lambda o: float((o.double() - want).abs().max() / want.abs().max())  # noqa: E731
         if err(out) <= 1e-4:
@@ -171,7 +171,7 @@ def check_softcap(softcap: Callable, seed: Optional[int] = None) -> Passed:
         for words, wrong in tries.items():
             theirs = _eager_flex(q, k, v, wrong, causal).double()
             if float((out.double() - theirs).abs().max() / theirs.abs().max()) <= 1e-4:
-                _fail(f"{case} {words}")
-        _fail(f"{case} the output differs from soft-capped attention by {err(out):.2e} (relative): print "
+                fail(f"{case} {words}")
+        fail(f"{case} the output differs from soft-capped attention by {err(out):.2e} (relative): print "
               "your score_mod(torch.tensor([0.5, 5.0, 50.0]), 0, 0, 0, 0) and compare with cap·tanh(x/cap).")
-    return _passed("softcap's score_mod gives soft-capped attention (checked against float64, causal and not)")
+    return passed("softcap's score_mod gives soft-capped attention (checked against float64, causal and not)")

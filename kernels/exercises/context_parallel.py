@@ -16,8 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.parallel import rank_traces
-from kernels.exercises.judge import Passed, _fail, _generator, _passed, _pick, _run
+from kernels.exercises.judge import Passed, draw_int, fail, passed, run_learner, seeded_generator
 
 __all__ = ["check_merge", "check_slow_rank", "write_rank_folder"]
 
@@ -38,13 +37,13 @@ def _partial(q, k, v, keys: torch.Tensor, scale: float, causal_rows=None):
 def check_merge(merge: Callable, seed: Optional[int] = None) -> Passed:
     """``merge(out_a, lse_a, out_b, lse_b) -> (out, lse)``: two partial attentions of the same
     queries over disjoint sets of keys, made one (out [..., S, D], lse [..., S])."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     cases = 0
     for big_scores, causal in ((False, False), (True, False), (False, True)):
-        b, h, s, d = _pick(g, 1, 3), _pick(g, 1, 4), _pick(g, 5, 40), (8, 16, 24)[_pick(g, 0, 3)]
+        b, h, s, d = draw_int(g, 1, 3), draw_int(g, 1, 4), draw_int(g, 5, 40), (8, 16, 24)[draw_int(g, 0, 3)]
         q, k, v = (torch.randn(b, h, s, d, generator=g, dtype=torch.float64) for _ in range(3))
         scale = 200.0 if big_scores else 1 / math.sqrt(d)  # scores in the thousands: exp() overflows unless shifted
-        split = _pick(g, 1, s)
+        split = draw_int(g, 1, s)
         in_a = torch.zeros(s, dtype=torch.bool)
         in_a[:split] = True
         future = torch.ones(s, s, dtype=torch.bool).triu(1) if causal else None  # early queries see no key of b
@@ -53,38 +52,38 @@ def check_merge(merge: Callable, seed: Optional[int] = None) -> Passed:
         want, want_lse = _partial(q, k, v, torch.ones(s, dtype=torch.bool), scale, future)
         case = (f"[B={b}, H={h}, {s} queries, keys split at {split}{', causal: the first queries see no key of the second part' if causal else ''}"
                 f"{', scores in the thousands' if big_scores else ''}]")
-        got = _run(merge, out_a.clone(), lse_a.clone(), out_b.clone(), lse_b.clone(), what="merge(out_a, lse_a, out_b, lse_b)")
+        got = run_learner(merge, out_a.clone(), lse_a.clone(), out_b.clone(), lse_b.clone(), what="merge(out_a, lse_a, out_b, lse_b)")
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            _fail(f"{case} merge must return two tensors, (out, lse); it returned "
+            fail(f"{case} merge must return two tensors, (out, lse); it returned "
                   f"{type(got).__name__ if not isinstance(got, (tuple, list)) else f'{len(got)} values'}.")
         out, lse = got
         for name, t, shape in (("out", out, want.shape), ("lse", lse, want_lse.shape)):
             if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
-                _fail(f"{case} the merged {name} must be a tensor of shape {tuple(shape)}, got "
+                fail(f"{case} the merged {name} must be a tensor of shape {tuple(shape)}, got "
                       f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}.")
         out, lse = out.double(), lse.double()
         if not torch.isfinite(out).all():
             bad = "NaN" if torch.isnan(out).any() else "inf"
             if causal:
-                _fail(f"{case} the output has {bad}: where one part saw no key its lse is -inf, and exp(-inf - (-inf)) is "
+                fail(f"{case} the output has {bad}: where one part saw no key its lse is -inf, and exp(-inf - (-inf)) is "
                       "NaN. Weigh such a part by 0 (torch.where on torch.isfinite).")
-            _fail(f"{case} the output has {bad}: exp(lse) overflows when scores are large. Never exponentiate an lse "
+            fail(f"{case} the output has {bad}: exp(lse) overflows when scores are large. Never exponentiate an lse "
                   "alone: use exp(lse_a - lse) with lse = logaddexp(lse_a, lse_b).")
         if (out - want).abs().max() <= 1e-9 * max(1.0, want.abs().max().item()) and torch.allclose(lse, want_lse, atol=1e-9):
             cases += 1
             continue
         if torch.allclose(out, (out_a + out_b) / 2, atol=1e-9):
-            _fail(f"{case} you averaged the two outputs: each part must weigh by its share of the softmax "
+            fail(f"{case} you averaged the two outputs: each part must weigh by its share of the softmax "
                   "denominator, exp(lse_part - lse_total), not by one half.")
         if torch.allclose(lse, torch.maximum(lse_a, lse_b), atol=1e-9):
-            _fail(f"{case} the merged lse is the larger of the two: it is the log of the SUM of the two denominators, "
+            fail(f"{case} the merged lse is the larger of the two: it is the log of the SUM of the two denominators, "
                   "torch.logaddexp(lse_a, lse_b).")
         if torch.allclose(out, want, atol=1e-9):
-            _fail(f"{case} the output is right but the lse is not: return lse = logaddexp(lse_a, lse_b), so a third part "
+            fail(f"{case} the output is right but the lse is not: return lse = logaddexp(lse_a, lse_b), so a third part "
                   "can be merged later.")
-        _fail(f"{case} the merged output is off by {(out - want).abs().max().item():.2e} (max abs) from attention over all "
+        fail(f"{case} the merged output is off by {(out - want).abs().max().item():.2e} (max abs) from attention over all "
               "the keys, and not in a way the check recognizes.")
-    return _passed(f"merge combines two partial attentions exactly on {cases} fresh cases (large scores, a part "
+    return passed(f"merge combines two partial attentions exactly on {cases} fresh cases (large scores, a part "
                    "that saw no key)")
 
 
@@ -124,39 +123,34 @@ def write_rank_folder(folder, compute_ms: list[float], step_ms: float, steps: in
 def check_slow_rank(slow_rank: Callable, seed: Optional[int] = None) -> Passed:
     """``slow_rank(folder) -> int``: the rank the others wait for in the folder's first profiler
     step (the one that computed longest), for folders of rank traces it has never seen."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     folders = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for i, world in enumerate((2, _pick(g, 3, 7), _pick(g, 4, 9))):
-            slow = _pick(g, 0, world)
-            compute = [float(_pick(g, 5, 20)) for _ in range(world)]
-            compute[slow] = max(compute) + float(_pick(g, 10, 30))
+        for i, world in enumerate((2, draw_int(g, 3, 7), draw_int(g, 4, 9))):
+            slow = draw_int(g, 0, world)
+            compute = [float(draw_int(g, 5, 20)) for _ in range(world)]
+            compute[slow] = max(compute) + float(draw_int(g, 10, 30))
             step_ms = compute[slow] + 5
             folder = write_rank_folder(Path(tmp) / f"job{i}", compute, step_ms)
-            got = _run(slow_rank, str(folder), what="slow_rank(folder)")
+            got = run_learner(slow_rank, str(folder), what="slow_rank(folder)")
             case = f"[{world} ranks, files named worker-NNN.json.gz]"
             if isinstance(got, bool) or not isinstance(got, int):
-                _fail(f"{case} slow_rank must return a rank (an int), got {got!r}.")
+                fail(f"{case} slow_rank must return a rank (an int), got {got!r}.")
             if got == slow:
                 folders += 1
                 continue
             waits = [step_ms - c for c in compute]
             if got == max(range(world), key=lambda r: waits[r]):
-                _fail(f"{case} you returned rank {got}, the rank that waited longest: it is the fastest one, waiting "
+                fail(f"{case} you returned rank {got}, the rank that waited longest: it is the fastest one, waiting "
                       "for the slow rank. The slow rank computed longest.")
             if got not in range(world):
-                _fail(f"{case} rank {got} is not in this job of {world} ranks; read the rank from each trace "
+                fail(f"{case} rank {got} is not in this job of {world} ranks; read the rank from each trace "
                       "(distributedInfo), not from the file's position or name.")
             files = sorted(p.name for p in folder.iterdir())
             file_of = {r: f"worker-{(r * 7919) % 1000:03d}.json.gz" for r in range(world)}
             if files.index(file_of[slow]) == got:
-                _fail(f"{case} you returned the slow rank's position in the sorted file list ({got}); file names need not "
+                fail(f"{case} you returned the slow rank's position in the sorted file list ({got}); file names need not "
                       f"say the rank: the slow rank is rank {slow} by its trace's distributedInfo.")
-            _fail(f"{case} you returned rank {got}; the trace says rank {slow} computed longest "
+            fail(f"{case} you returned rank {got}; the trace says rank {slow} computed longest "
                   f"({compute[slow]:.0f} ms of compute, the others {sorted(c for r, c in enumerate(compute) if r != slow)}).")
-    return _passed(f"slow_rank finds the rank the others waited for in {folders} fresh trace folders")
-
-
-def slow_rank_solution(folder) -> int:
-    """The course's solution, also used by tests: the rank with the most compute in the first step."""
-    return rank_traces.load_ranks(folder).step().slowest_rank()
+    return passed(f"slow_rank finds the rank the others waited for in {folders} fresh trace folders")

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
+from kernels.exercises.judge import Passed, draw_int, fail, passed, printed_seed, run_learner
 from kernels.cuda.ptxas import parse_ptxas
 from kernels.cuda.threads import owners_v2
 
@@ -38,14 +38,14 @@ def fresh_ptxas_log(seed: int) -> str:
     lines = []
     for more, arch in enumerate(("sm_80", "sm_90")):  # registers differ by arch, so a wrong arch shows
         lines.append("ptxas info    : 0 bytes gmem")
-        spill_st, spill_ld = 8 * _pick(g, 20, 120), 8 * _pick(g, 20, 120)
-        frame = spill_st + 8 * _pick(g, 1, 40)
-        lines += _ptxas_block("_Z4manyILi64EEvPKfPfi", arch, 8 * _pick(g, 3 + 3 * more, 6 + 3 * more), 0, frame,
+        spill_st, spill_ld = 8 * draw_int(g, 20, 120), 8 * draw_int(g, 20, 120)
+        frame = spill_st + 8 * draw_int(g, 1, 40)
+        lines += _ptxas_block("_Z4manyILi64EEvPKfPfi", arch, 8 * draw_int(g, 3 + 3 * more, 6 + 3 * more), 0, frame,
                               spill_st, spill_ld, 0)
-        lines += _ptxas_block("_Z8tile_sumPKfPf", arch, _pick(g, 10 + 25 * more, 35 + 25 * more), 256 * _pick(g, 1, 64),
-                              8 * _pick(g, 1, 8), 0, 0, 1)
+        lines += _ptxas_block("_Z8tile_sumPKfPf", arch, draw_int(g, 10 + 25 * more, 35 + 25 * more), 256 * draw_int(g, 1, 64),
+                              8 * draw_int(g, 1, 8), 0, 0, 1)
         lines += ["ptxas info    : Function properties for _Z6helperPKfi",
-                  f"    {8 * _pick(g, 1, 8)} bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"]
+                  f"    {8 * draw_int(g, 1, 8)} bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"]
     return "\n".join(lines) + "\n"
 
 
@@ -58,24 +58,24 @@ def _ptxas_numbers(text: str) -> dict:
 def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed:
     """``read_ptxas(text, kernel, arch)`` -> (registers, static shared memory bytes, spilled bytes)
     of one kernel on one architecture, judged by ``kernels.cuda.ptxas.parse_ptxas``."""
-    seed = _seed(seed)
+    seed = printed_seed(seed)
     asked = 0
     for text in (fresh_ptxas_log(seed), fresh_ptxas_log(seed + 1)):
         found = _ptxas_numbers(text)
         for (kernel, arch), k in found.items():
             case = f"kernel {kernel} on {arch}"
-            got = _run(read_ptxas, text, kernel, arch, what="read_ptxas(text, kernel, arch)")
+            got = run_learner(read_ptxas, text, kernel, arch, what="read_ptxas(text, kernel, arch)")
             asked += 1
             if got is None:
-                _fail("read_ptxas returned None: return (registers, shared_bytes, spilled_bytes).")
+                fail("read_ptxas returned None: return (registers, shared_bytes, spilled_bytes).")
             if not (isinstance(got, (tuple, list)) and len(got) == 3):
-                _fail(f"read_ptxas must return three numbers (registers, shared_bytes, spilled_bytes); "
+                fail(f"read_ptxas must return three numbers (registers, shared_bytes, spilled_bytes); "
                       f"it returned {got!r}.")
             right = (k.registers, k.shared_bytes, k.spill_store_bytes + k.spill_load_bytes)
             if tuple(got) == right:
                 continue
-            _fail(f"[{case}] " + _ptxas_slip(tuple(got), right, k, found, kernel, arch))
-    return _passed(f"read_ptxas reads registers, shared memory and spills right for {asked} kernel entries "
+            fail(f"[{case}] " + _ptxas_slip(tuple(got), right, k, found, kernel, arch))
+    return passed(f"read_ptxas reads registers, shared memory and spills right for {asked} kernel entries "
                    "(two architectures, a kernel that spills, a device function that is not a kernel)")
 
 
@@ -123,16 +123,16 @@ def check_v2_lane(lane_elements: Callable) -> Passed:
 
     owner = owners_v2(8)  # one 8-column tile: every tile repeats its layout
     for tid in range(int(owner.max()) + 1):  # every thread of the block
-        got = _run(lane_elements, tid, what=f"lane_elements({tid})")
+        got = run_learner(lane_elements, tid, what=f"lane_elements({tid})")
         if got is None:
-            _fail("lane_elements returned None: return (rows, cols), two query rows and two columns.")
+            fail("lane_elements returned None: return (rows, cols), two query rows and two columns.")
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            _fail(f"lane_elements must return (rows, cols); lane_elements({tid}) returned {got!r}.")
+            fail(f"lane_elements must return (rows, cols); lane_elements({tid}) returned {got!r}.")
         rows_right, cols_right = (sorted({int(x) for x in a}) for a in np.nonzero(owner == tid))
         try:
             rows, cols = sorted(int(r) for r in got[0]), sorted(int(c) for c in got[1])
         except (TypeError, ValueError):
-            _fail(f"lane_elements({tid}) returned {got!r}: rows and cols must each be two integers.")
+            fail(f"lane_elements({tid}) returned {got!r}: rows and cols must each be two integers.")
         if rows == rows_right and cols == cols_right:
             continue
         warp, lane = divmod(tid, 32)
@@ -140,20 +140,20 @@ def check_v2_lane(lane_elements: Callable) -> Passed:
         where = f"thread {tid} (warp {warp}, lane {lane} = 4·{g} + {t})"
         if cols != cols_right:
             if cols == [2 * g, 2 * g + 1] and rows == [16 * warp + t, 16 * warp + t + 8]:
-                _fail(f"{where}: g and t are swapped. lane = 4g + t, so g = lane // 4 picks the row pair "
+                fail(f"{where}: g and t are swapped. lane = 4g + t, so g = lane // 4 picks the row pair "
                       "and t = lane % 4 the column pair.")
             if cols == [t, t + 1]:
-                _fail(f"{where}: a lane holds two neighbouring columns, 2t and 2t+1 ({cols_right}), "
+                fail(f"{where}: a lane holds two neighbouring columns, 2t and 2t+1 ({cols_right}), "
                       f"not t and t+1 ({cols}).")
-            _fail(f"{where}: its columns in each 8-column tile are {cols_right}, you said {cols}.")
+            fail(f"{where}: its columns in each 8-column tile are {cols_right}, you said {cols}.")
         if rows == [g, g + 8] and warp:
-            _fail(f"{where}: those are warp 0's rows. Warp w owns rows 16w to 16w+15: add 16 × warp.")
+            fail(f"{where}: those are warp 0's rows. Warp w owns rows 16w to 16w+15: add 16 × warp.")
         if rows == [tid // 4, tid // 4 + 8]:
-            _fail(f"{where}: g is the lane's group, lane // 4 with lane = tid % 32, not tid // 4; and "
+            fail(f"{where}: g is the lane's group, lane // 4 with lane = tid % 32, not tid // 4; and "
                   "the warp adds 16 × warp.")
         if rows == [16 * warp + g, 16 * warp + g + 1]:
-            _fail(f"{where}: the second row is g + 8, not g + 1: a warp's 16 rows are two halves of 8, and "
+            fail(f"{where}: the second row is g + 8, not g + 1: a warp's 16 rows are two halves of 8, and "
                   "a lane holds the same row of each half.")
-        _fail(f"{where}: its rows are {rows_right}, you said {rows}.")
-    return _passed(f"lane_elements places all {int(owner.max()) + 1} threads of v2's block: warp w holds rows 16w..16w+15, "
+        fail(f"{where}: its rows are {rows_right}, you said {rows}.")
+    return passed(f"lane_elements places all {int(owner.max()) + 1} threads of v2's block: warp w holds rows 16w..16w+15, "
                    "lane 4g + t rows g and g+8 of them, columns 2t and 2t+1 of every tile")

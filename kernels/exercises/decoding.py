@@ -13,7 +13,7 @@ import torch
 
 from kernels import reference
 from kernels.attention import decoding
-from kernels.exercises.judge import Passed, _fail, _generator, _number, _passed, _pick, _run
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, passed, run_learner, seeded_generator
 
 __all__ = ["check_decode_token", "check_decode_intensity"]
 
@@ -30,10 +30,10 @@ def _top_left(q, k, v):
 def check_decode_token(decode_token: Callable, seed: Optional[int] = None) -> Passed:
     """``decode_token(cache, q, k_new, v_new)``: append one token to a ``KVCache`` and return the
     new query's attention over every cached token, [B, H, 1, D]."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     tokens = 0
-    for hq, hkv in ((4, 4), (_pick(g, 2, 4) * 2, 2)):
-        b, d, prompt, extra = _pick(g, 1, 3), (16, 32)[_pick(g, 0, 2)], _pick(g, 5, 40), 3
+    for hq, hkv in ((4, 4), (draw_int(g, 2, 4) * 2, 2)):
+        b, d, prompt, extra = draw_int(g, 1, 3), (16, 32)[draw_int(g, 0, 2)], draw_int(g, 5, 40), 3
         cache = decoding.KVCache(b, hkv, prompt + extra + 4, d)
         k_all, v_all = (torch.randn(b, hkv, prompt + extra, d, generator=g) for _ in range(2))
         cache.append(k_all[:, :, :prompt], v_all[:, :, :prompt])
@@ -42,20 +42,20 @@ def check_decode_token(decode_token: Callable, seed: Optional[int] = None) -> Pa
             k_new, v_new = k_all[:, :, t:t + 1], v_all[:, :, t:t + 1]
             before = cache.length
             case = f"[B={b}, {hq} query heads, {hkv} K/V heads, D={d}, {before} tokens cached before this token]"
-            out = _run(decode_token, cache, q, k_new, v_new, what="decode_token(cache, q, k_new, v_new)")
+            out = run_learner(decode_token, cache, q, k_new, v_new, what="decode_token(cache, q, k_new, v_new)")
             tokens += 1
             if out is None:
-                _fail("decode_token returned None: return the attention output, shape [B, H, 1, D].")
+                fail("decode_token returned None: return the attention output, shape [B, H, 1, D].")
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
-                _fail(f"{case} decode_token must return a tensor of q's shape {tuple(q.shape)}, got "
+                fail(f"{case} decode_token must return a tensor of q's shape {tuple(q.shape)}, got "
                       f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}.")
             if cache.length == before:
-                _fail(f"{case} the cache still holds {before} tokens: append the new token's k and v "
+                fail(f"{case} the cache still holds {before} tokens: append the new token's k and v "
                       "(cache.append) before attending.")
             if cache.length != before + 1:
-                _fail(f"{case} the cache went from {before} to {cache.length} tokens: append the new token once.")
+                fail(f"{case} the cache went from {before} to {cache.length} tokens: append the new token once.")
             if not torch.equal(cache.keys()[:, :, -1:], k_new):
-                _fail(f"{case} the last cached key is not the new token's k: append k_new and v_new, in that order.")
+                fail(f"{case} the last cached key is not the new token's k: append k_new and v_new, in that order.")
             want = reference.attention(q, k_all[:, :, :t + 1], v_all[:, :, :t + 1], causal=True)
             if reference.max_rel_error(out, want) <= 1e-4:
                 continue
@@ -71,10 +71,10 @@ def check_decode_token(decode_token: Callable, seed: Optional[int] = None) -> Pa
             ]
             for words, wrong in mistakes:
                 if reference.max_rel_error(out, wrong) <= 1e-4:
-                    _fail(f"{case} {words}.")
-            _fail(f"{case} the output differs from attention over the {t + 1} cached tokens by "
+                    fail(f"{case} {words}.")
+            fail(f"{case} the output differs from attention over the {t + 1} cached tokens by "
                   f"{reference.max_rel_error(out, want):.2e} (relative), and not in a way the check recognizes.")
-    return _passed(f"decode_token appends and attends right on {tokens} fresh tokens, GQA included")
+    return passed(f"decode_token appends and attends right on {tokens} fresh tokens, GQA included")
 
 
 # ============================================================================ task 2
@@ -85,11 +85,11 @@ _ELEMENT_DTYPES = {2: torch.bfloat16, 4: torch.float32}
 def check_decode_intensity(decode_intensity: Callable, seed: Optional[int] = None) -> Passed:
     """``decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element)`` -> FLOP per byte
     of decoding one token (batch 1, one query, a fused kernel reading q, K, V once and writing o)."""
-    g = _generator(seed)
-    cases = [(32, 8, _pick(g, 500, 9000), 128, 2), (16, 16, _pick(g, 100, 3000), 64, 4), (8 * _pick(g, 1, 5), 1, _pick(g, 64, 4096), 64, 2)]
+    g = seeded_generator(seed)
+    cases = [(32, 8, draw_int(g, 500, 9000), 128, 2), (16, 16, draw_int(g, 100, 3000), 64, 4), (8 * draw_int(g, 1, 5), 1, draw_int(g, 64, 4096), 64, 2)]
     for hq, hkv, sk, d, elem in cases:
         dtype = _ELEMENT_DTYPES[elem]
-        got = _number(_run(decode_intensity, hq, hkv, sk, d, elem, what="decode_intensity(...)"), "decode_intensity")
+        got = as_number(run_learner(decode_intensity, hq, hkv, sk, d, elem, what="decode_intensity(...)"), "decode_intensity")
         want = decoding.intensity(1, hq, 1, sk, d, hkv, dtype)
         case = f"[{hq} query heads, {hkv} K/V heads, {sk} cached tokens, D={d}, {elem} bytes per element]"
         if abs(got - want) <= 1e-9 * want:
@@ -108,7 +108,7 @@ def check_decode_intensity(decode_intensity: Callable, seed: Optional[int] = Non
         }
         for words, value in alternatives.items():
             if abs(got - value) <= 1e-6 * value and abs(value - want) > 1e-9 * want:
-                _fail(f"{case} {words}.")
-        _fail(f"{case} the call does {flops:.4g} FLOPs over {decoding.call_bytes(1, hq, 1, sk, d, hkv, dtype):.4g} "
+                fail(f"{case} {words}.")
+        fail(f"{case} the call does {flops:.4g} FLOPs over {decoding.call_bytes(1, hq, 1, sk, d, hkv, dtype):.4g} "
               f"bytes: {want:.4g} FLOP/byte; you said {got:.4g}.")
-    return _passed(f"decode_intensity counts FLOPs over bytes moved on {len(cases)} fresh configurations (MHA, GQA, MQA)")
+    return passed(f"decode_intensity counts FLOPs over bytes moved on {len(cases)} fresh configurations (MHA, GQA, MQA)")

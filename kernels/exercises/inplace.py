@@ -12,32 +12,32 @@ from typing import Callable, Optional
 import torch
 
 from kernels.attention.naive import grouped_future_mask
-from kernels.exercises.judge import Passed, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
-from kernels.exercises.naive import _attention_cases, _attention_mistakes, _judge_attention
+from kernels.exercises.judge import Passed, fail, matches, mistake_matched, passed, printed_seed, profile_step, require_tensor, run_learner, top_level_ancestor
+from kernels.exercises.naive import attention_cases, attention_mistakes, judge_attention
 
 __all__ = ["check_inplace_mask", "check_lean_attention"]
 
 
 def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_mask_(scores, future)`` must write -inf where ``future`` is True, into ``scores`` itself."""
-    g = torch.Generator().manual_seed(_seed(seed))
+    g = torch.Generator().manual_seed(printed_seed(seed))
     s = 19
     original = torch.randn(2, 3, s, s, generator=g).to(device)  # [B, H, S, S] scores
     scores = original.clone()
     future = grouped_future_mask(s, device)
     ptr = scores.data_ptr()
-    out = _run(my_mask_, scores, future, what="my_mask_(scores, future)")
+    out = run_learner(my_mask_, scores, future, what="my_mask_(scores, future)")
     want = original.masked_fill(future, -math.inf)
     changed = not torch.equal(scores, original)
     if out is None and changed:
-        _fail("scores were filled in place, but my_mask_ returned None: return the tensor "
+        fail("scores were filled in place, but my_mask_ returned None: return the tensor "
               "(masked_fill_ returns it, so `return scores.masked_fill_(...)` does both).")
-    _is_tensor(out, "my_mask_", original.shape, original.dtype, original.device)
+    require_tensor(out, "my_mask_", original.shape, original.dtype, original.device)
     if out.data_ptr() != ptr or not changed:
-        if _close(out, want):
-            _fail("not in place: the result is right, but it is a new tensor and `scores` was left as it "
+        if matches(out, want):
+            fail("not in place: the result is right, but it is a new tensor and `scores` was left as it "
                   "was. That is masked_fill (a clone, then a fill); masked_fill_ writes into scores.")
-        _fail("not in place: `scores` was left unchanged and a different tensor came back.")
+        fail("not in place: `scores` was left unchanged and a different tensor came back.")
     mistakes = [
         ("the mask is off by one: it hides the diagonal too. A query may see itself.",
          original.masked_fill(torch.ones_like(future).triu(0), -math.inf), None),
@@ -47,43 +47,43 @@ def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = N
          original.masked_fill(future, 0.0), None),
         ("the mask was not applied: the scores came back unchanged.", original, None),
     ]
-    if not _close(scores, want):
-        known = _which(scores, mistakes)
+    if not matches(scores, want):
+        known = mistake_matched(scores, mistakes)
         hidden = scores[..., future]
         if not known and torch.isfinite(hidden).all() and (hidden < -1e3).all():
             known = ("the hidden scores are a large negative number, not -inf. It happens to work here, "
                      "but a fixed number breaks when dtype or score range change (-1e9 is -inf in "
                      "float16 anyway). Use float('-inf').")
-        _fail(known or "the scores are not masked as expected: -inf exactly where `future` is True, "
+        fail(known or "the scores are not masked as expected: -inf exactly where `future` is True, "
                        "untouched elsewhere.")
-    return _passed("my_mask_ fills -inf into the scores tensor itself: same storage, no copy")
+    return passed("my_mask_ fills -inf into the scores tensor itself: same storage, no copy")
 
 
 def check_lean_attention(lean_attention: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """Causal attention, right, that allocates at most one S×S buffer's worth of memory per call."""
-    seed = _seed(seed)
-    for case, (q, k, v), causal, scale in _attention_cases(device, seed):
+    seed = printed_seed(seed)
+    for case, (q, k, v), causal, scale in attention_cases(device, seed):
         if not causal or scale is not None:
             continue
-        out = _run(lean_attention, q, k, v, what="lean_attention(q, k, v)")
-        _judge_attention(out, q, k, v, True, None, case, "lean_attention",
-                         _attention_mistakes(q, k, v, True, None))
+        out = run_learner(lean_attention, q, k, v, what="lean_attention(q, k, v)")
+        judge_attention(out, q, k, v, True, None, case, "lean_attention",
+                         attention_mistakes(q, k, v, True, None))
     # Large enough that the S×S buffers dwarf everything else the call allocates.
     b, h, s, d = 1, 4, 256, 32
     g = torch.Generator().manual_seed(seed + 1)
     q, k, v = torch.randn(3, b, h, s, d, generator=g).to(device).unbind(0)
-    step = _profile_step(lean_attention, q, k, v, label="lean")
+    step = profile_step(lean_attention, q, k, v, label="lean")
     buffer = b * h * s * s * 4
     total = step.allocated_bytes
     budget = 1.5 * buffer  # one S×S float buffer, plus slack for the mask and row statistics
     if total > budget:
         ops = step.ops
         big = ops[ops["self_alloc_bytes"] >= buffer // 2]
-        culprits = sorted({_top_level_ancestor(step, int(i)) for i in big.index})
-        _fail(f"right values, but one call allocated {total / buffer:.1f} S×S buffers in total "
+        culprits = sorted({top_level_ancestor(step, int(i)) for i in big.index})
+        fail(f"right values, but one call allocated {total / buffer:.1f} S×S buffers in total "
               f"({total / 2**20:.1f} MiB; one buffer is {buffer / 2**20:.1f} MiB at B={b}, H={h}, S={s}). "
               f"The top-level ops that allocated a large buffer: {', '.join(culprits)}. Each out-of-place "
               "op (x * s, masked_fill, softmax) makes a new one; make all but the first matmul in place "
               "(mul_, masked_fill_, and a softmax from sub_, exp_, div_).")
-    return _passed(f"lean_attention is right and allocated {total / buffer:.2f} S×S buffers per call "
+    return passed(f"lean_attention is right and allocated {total / buffer:.2f} S×S buffers per call "
                    f"(naive attention allocates 4)")

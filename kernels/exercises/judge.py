@@ -5,8 +5,8 @@ non-contiguous views) and compares it with a judge (mostly ``kernels.reference``
 line and a :class:`Passed`, or :class:`ExerciseFailed` with a sentence about what is wrong.
 A check that draws random inputs prints its seed; pass it back as ``seed=`` to replay them.
 Each check also computes what the known mistakes would give (the scale left out, the mask
-off by one...) and names the one yours matches, else where yours differs. The underscored
-helpers are for the chapter modules, not for learners.
+off by one...) and names the one yours matches, else where yours differs. Learners need only
+``__all__``; the helpers below it are what the chapter modules build their checks from.
 """
 from __future__ import annotations
 
@@ -59,18 +59,18 @@ def showing_solutions(shown: bool) -> None:
             "Download the notebook (it comes without them) to answer yourself.")
 
 
-def _passed(message: str) -> Passed:
+def passed(message: str) -> Passed:
     say(f"✔ {'the course solution: ' if _SOLUTIONS_SHOWN else ''}{message}", kind="lesson")
     return Passed(message)
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
     raise ExerciseFailed(message)
 
 
 # ------------------------------------------------------------------------------- seeding
 
-def _seed(seed: Optional[int] = None) -> int:
+def printed_seed(seed: Optional[int] = None) -> int:
     """The seed of one check's random inputs: fresh each run unless given, and always printed,
     so a failure can be replayed exactly (pass the printed seed as ``seed=``)."""
     seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
@@ -78,56 +78,56 @@ def _seed(seed: Optional[int] = None) -> int:
     return seed
 
 
-def _generator(seed: Optional[int] = None) -> torch.Generator:
-    """A generator for one check's random inputs, from :func:`_seed` (printed)."""
-    return torch.Generator().manual_seed(_seed(seed))
+def seeded_generator(seed: Optional[int] = None) -> torch.Generator:
+    """A generator for one check's random inputs, from :func:`printed_seed` (printed)."""
+    return torch.Generator().manual_seed(printed_seed(seed))
 
 
-def _pick(g: torch.Generator, low: int, high: int) -> int:
+def draw_int(g: torch.Generator, low: int, high: int) -> int:
     """An int in [low, high), drawn from ``g``."""
     return int(torch.randint(low, high, (), generator=g))
 
 
 # ------------------------------------------------------------------------------- the learner's code
 
-def _run(fn: Callable, *args, what: str = "your function", **kwargs):
+def run_learner(fn: Callable, *args, what: str = "your function", **kwargs):
     """Call the learner's code; turn its exceptions into a sentence instead of a traceback."""
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        _fail(f"{what} is not written yet (it raised NotImplementedError).")
+        fail(f"{what} is not written yet (it raised NotImplementedError).")
     except ExerciseFailed:
         raise
     except Exception as err:  # any bug in learner code is a finding, not a crash of the check
-        _fail(f"{what} raised {type(err).__name__}: {err}")
+        fail(f"{what} raised {type(err).__name__}: {err}")
 
 
-def _blank(value) -> bool:
+def is_blank(value) -> bool:
     return value is None or value is Ellipsis or (isinstance(value, (list, tuple, dict, str)) and not value)
 
 
-def _number(got, what: str) -> float:
-    if _blank(got) or isinstance(got, bool) or not isinstance(got, (int, float)):
-        _fail(f"{what} returned {got!r}; return a number.")
+def as_number(got, what: str) -> float:
+    if is_blank(got) or isinstance(got, bool) or not isinstance(got, (int, float)):
+        fail(f"{what} returned {got!r}; return a number.")
     return float(got)
 
 
-def _is_tensor(out, what: str, expected_shape, expected_dtype=None, expected_device=None) -> None:
+def require_tensor(out, what: str, expected_shape, expected_dtype=None, expected_device=None) -> None:
     if out is None:
-        _fail(f"{what} returned None: it has no `return` yet (or returns nothing).")
+        fail(f"{what} returned None: it has no `return` yet (or returns nothing).")
     if not isinstance(out, torch.Tensor):
-        _fail(f"{what} returned a {type(out).__name__}, not a torch.Tensor.")
+        fail(f"{what} returned a {type(out).__name__}, not a torch.Tensor.")
     if tuple(out.shape) != tuple(expected_shape):
-        _fail(f"wrong shape: {what} returned {tuple(out.shape)}, expected {tuple(expected_shape)}.")
+        fail(f"wrong shape: {what} returned {tuple(out.shape)}, expected {tuple(expected_shape)}.")
     if expected_dtype is not None and out.dtype != expected_dtype:
-        _fail(f"wrong dtype: {what} returned {out.dtype}, expected {expected_dtype} (the input's dtype).")
+        fail(f"wrong dtype: {what} returned {out.dtype}, expected {expected_dtype} (the input's dtype).")
     if expected_device is not None and out.device != torch.device(expected_device):
-        _fail(f"wrong device: {what} returned a tensor on {out.device}, the inputs were on {expected_device}.")
+        fail(f"wrong device: {what} returned a tensor on {out.device}, the inputs were on {expected_device}.")
 
 
 # ------------------------------------------------------------------------------- comparisons
 
-def _close(out: torch.Tensor, ref: torch.Tensor, tol: float = FP32_TOL, rows=None) -> bool:
+def matches(out: torch.Tensor, ref: torch.Tensor, tol: float = FP32_TOL, rows=None) -> bool:
     """True if ``out`` matches ``ref`` (NaN where ref is NaN), optionally only on ``rows``
     (a bool mask over the second-to-last dimension)."""
     out = out.detach().to("cpu", torch.float64)
@@ -146,16 +146,16 @@ def _close(out: torch.Tensor, ref: torch.Tensor, tol: float = FP32_TOL, rows=Non
     return bool(((out[ok] - ref[ok]).abs().max() / scale) <= tol)
 
 
-def _which(out, candidates) -> Optional[str]:
+def mistake_matched(out, candidates) -> Optional[str]:
     """The message of the first known mistake whose result ``out`` reproduces; ``candidates``
     are (message, what that mistake returns or None, rows to compare or None)."""
     for message, expected, rows in candidates:
-        if expected is not None and _close(out, expected, rows=rows):
+        if expected is not None and matches(out, expected, rows=rows):
             return message
     return None
 
 
-def _not_finite(out: torch.Tensor, what: str) -> Optional[str]:
+def not_finite(out: torch.Tensor, what: str) -> Optional[str]:
     bad = ~torch.isfinite(out.detach())
     if not bad.any():
         return None
@@ -171,17 +171,17 @@ def _not_finite(out: torch.Tensor, what: str) -> Optional[str]:
 
 # ------------------------------------------------------------------------------- traces
 
-def _profile(fn, *args, label, active=1):
+def profile_trace(fn, *args, label, active=1):
 
     with tempfile.TemporaryDirectory() as tmp:
         return record.profile(fn, *args, label=label, wait=0, warmup=1, active=active, trace_dir=tmp)
 
 
-def _profile_step(fn, *args, label):
-    return _profile(fn, *args, label=label).step(0)
+def profile_step(fn, *args, label):
+    return profile_trace(fn, *args, label=label).step(0)
 
 
-def _top_level_ancestor(step, index: int) -> str:
+def top_level_ancestor(step, index: int) -> str:
     """The name of the depth-0 op that (directly or not) called op ``index``."""
     ops = step.ops
     while ops.at[index, "parent"] >= 0:

@@ -14,12 +14,12 @@ import torch
 
 from kernels.registry import get
 from kernels import reference
-from kernels.exercises.judge import FP32_TOL, Passed, _close, _fail, _is_tensor, _not_finite, _passed, _profile_step, _run, _seed, _top_level_ancestor, _which
+from kernels.exercises.judge import FP32_TOL, Passed, fail, matches, mistake_matched, not_finite, passed, printed_seed, profile_step, require_tensor, run_learner, top_level_ancestor
 
 __all__ = ["check_attention", "check_hidden_copy"]
 
 
-def _attention64(q, k, v, causal=True, scale=None, diagonal=1, hide="future", fill=-math.inf,
+def attention64(q, k, v, causal=True, scale=None, diagonal=1, hide="future", fill=-math.inf,
                  dim=-1, keep_mask=None, add_mask=None):
     """Attention in float64, with the knobs that reproduce the usual mistakes."""
     q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
@@ -37,10 +37,10 @@ def _attention64(q, k, v, causal=True, scale=None, diagonal=1, hide="future", fi
     return s.softmax(dim=dim) @ v
 
 
-def _attention_mistakes(q, k, v, causal, scale):
+def attention_mistakes(q, k, v, causal, scale):
     """(message, what that mistake returns, rows to compare or None) for each known mistake."""
     d = q.shape[-1]
-    a = lambda **kw: _attention64(q, k, v, **{"causal": causal, "scale": scale, **kw})  # noqa: E731
+    a = lambda **kw: attention64(q, k, v, **{"causal": causal, "scale": scale, **kw})  # noqa: E731
     default = 1.0 / math.sqrt(d)
     m = []
     if scale is not None:
@@ -72,7 +72,7 @@ def _attention_mistakes(q, k, v, causal, scale):
     return m
 
 
-def _attention_cases(device, seed: int):
+def attention_cases(device, seed: int):
     """Random inputs: odd sizes, a non-contiguous layout, both causal modes, a given scale."""
     g = torch.Generator().manual_seed(seed)
 
@@ -90,31 +90,31 @@ def _attention_cases(device, seed: int):
     ]
 
 
-def _judge_attention(out, q, k, v, causal, scale, case, what, mistakes=None):
-    _is_tensor(out, what, q.shape, q.dtype, q.device)
+def judge_attention(out, q, k, v, causal, scale, case, what, mistakes=None):
+    require_tensor(out, what, q.shape, q.dtype, q.device)
     ref = reference.attention(q, k, v, causal=causal, scale=scale)
-    if _close(out, ref):
+    if matches(out, ref):
         return
-    known = _which(out, mistakes if mistakes is not None else _attention_mistakes(q, k, v, causal, scale))
+    known = mistake_matched(out, mistakes if mistakes is not None else attention_mistakes(q, k, v, causal, scale))
     if known:
-        _fail(f"[{case}] {known}")
-    bad = _not_finite(out, what)
+        fail(f"[{case}] {known}")
+    bad = not_finite(out, what)
     if bad:
-        _fail(f"[{case}] {bad} Look for a row whose every score is -inf, or an overflow.")
+        fail(f"[{case}] {bad} Look for a row whose every score is -inf, or an overflow.")
     err = reference.max_rel_error(out, ref)
-    _fail(f"[{case}] values differ from the float64 reference (max relative error {err:.2e}, "
+    fail(f"[{case}] values differ from the float64 reference (max relative error {err:.2e}, "
           f"tolerance {FP32_TOL:g}), and not in a way the check recognizes: print your output next "
           f"to reference.attention(q, k, v) on a small input (S=4) and compare row by row.")
 
 
 def check_attention(my_attention: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_attention(q, k, v, causal=True, scale=None)`` against the float64 reference."""
-    cases = _attention_cases(device, _seed(seed))
+    cases = attention_cases(device, printed_seed(seed))
     for case, (q, k, v), causal, scale in cases:
-        out = _run(my_attention, q, k, v, causal=causal, scale=scale,
+        out = run_learner(my_attention, q, k, v, causal=causal, scale=scale,
                    what="my_attention(q, k, v, causal, scale)")
-        _judge_attention(out, q, k, v, causal, scale, case, "my_attention")
-    return _passed(f"my_attention matches the float64 reference on {len(cases)} fresh cases "
+        judge_attention(out, q, k, v, causal, scale, case, "my_attention")
+    return passed(f"my_attention matches the float64 reference on {len(cases)} fresh cases "
                    "(odd lengths, a non-contiguous layout, causal on and off, a given scale)")
 
 
@@ -122,7 +122,7 @@ def _hidden_copy(step, min_bytes: int) -> Optional[str]:
     copies = step.copies(min_bytes=min_bytes)
     if copies.empty:
         return None
-    return _top_level_ancestor(step, int(copies["bytes"].idxmax()))
+    return top_level_ancestor(step, int(copies["bytes"].idxmax()))
 
 
 def _upcast_attention(q, k, v):
@@ -133,34 +133,34 @@ def _upcast_attention(q, k, v):
 
 def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``find_hidden_copy(step, min_bytes)`` names the top-level op that made the largest copy."""
-    g = torch.Generator().manual_seed(_seed(seed))
+    g = torch.Generator().manual_seed(printed_seed(seed))
     b, h, s, d = 1, 2, 96 + int(torch.randint(0, 32, (), generator=g)), 16
     q, k, v = torch.randn(3, b, h, s, d, generator=g).to(device).unbind(0)
     scores_bytes = b * h * s * s * 4  # one float32 S×S buffer
     subjects = [("naive attention", get("naive")), ("in-place attention", get("inplace")),
                 ("attention with a float64 upcast", _upcast_attention)]
     for name, fn in subjects:
-        step = _profile_step(fn, q, k, v, label="subject")
+        step = profile_step(fn, q, k, v, label="subject")
         want = _hidden_copy(step, scores_bytes)
-        got = _run(find_hidden_copy, step, scores_bytes, what="find_hidden_copy(step, min_bytes)")
+        got = run_learner(find_hidden_copy, step, scores_bytes, what="find_hidden_copy(step, min_bytes)")
         if got == want:
             continue
         if want is None:
-            _fail(f"on the trace of {name}, no copy moves {scores_bytes:,} bytes or more, so the answer "
+            fail(f"on the trace of {name}, no copy moves {scores_bytes:,} bytes or more, so the answer "
                   f"is None; you said {got!r}. Filter copies by what they move "
                   f"(step.copies(min_bytes=...)), and return None when none is left.")
         if got is None:
-            _fail(f"you returned None, but the trace of {name} has a copy of at least {scores_bytes:,} "
+            fail(f"you returned None, but the trace of {name} has a copy of at least {scores_bytes:,} "
                   "bytes (one S×S float32 buffer).")
         if got in ("aten::copy_", "aten::clone", "aten::_to_copy"):
-            _fail(f"{got} does the copying, but your code never called it: walk up the `parent` "
+            fail(f"{got} does the copying, but your code never called it: walk up the `parent` "
                   f"column to the op at depth 0 (here {want}), the line of your code that caused it.")
         small = step.copies(min_bytes=1)
         small = small[small["bytes"] < scores_bytes]
-        if any(_top_level_ancestor(step, int(i)) == got for i in small.index):
-            _fail(f"on the trace of {name}, you named {got}, which only made a small copy (a few bytes: "
+        if any(top_level_ancestor(step, int(i)) == got for i in small.index):
+            fail(f"on the trace of {name}, you named {got}, which only made a small copy (a few bytes: "
                   f"the Python scalar turned into a tensor). Count copies by the bytes they move, not "
                   f"by their name; the big one is under {want}.")
-        _fail(f"on the trace of {name}, the largest copy was made under {want}; you said {got!r}.")
-    return _passed(f"find_hidden_copy names the op behind the S×S copy in all {len(subjects)} traces "
+        fail(f"on the trace of {name}, the largest copy was made under {want}; you said {got!r}.")
+    return passed(f"find_hidden_copy names the op behind the S×S copy in all {len(subjects)} traces "
                    "(and says None where there is none)")

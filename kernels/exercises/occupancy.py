@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 
 from kernels.hw.occupancy import ARCHES, occupancy
-from kernels.exercises.judge import Passed, _fail, _passed, _pick, _run, _seed
+from kernels.exercises.judge import Passed, draw_int, fail, passed, printed_seed, run_learner
 
 __all__ = ["check_occupancy"]
 
@@ -32,9 +32,9 @@ _CASES = ((128, 255, 0, "sm_80"), (128, 100, 0, "sm_80"), (256, 32, 41 * 1024, "
 def _random_case(g: torch.Generator, arch: str) -> tuple:
     """A footprint that can launch on ``arch``: at least one block's registers fit the SM."""
     lim = ARCHES[arch]
-    threads = 32 * _pick(g, 1, lim.max_threads_per_block // 32 + 1)
-    registers = _pick(g, 16, min(lim.max_registers_per_thread, lim.max_registers_per_block // threads) + 1)
-    return threads, registers, _pick(g, 0, lim.max_shared_mem_per_block + 1), arch
+    threads = 32 * draw_int(g, 1, lim.max_threads_per_block // 32 + 1)
+    registers = draw_int(g, 16, min(lim.max_registers_per_thread, lim.max_registers_per_block // threads) + 1)
+    return threads, registers, draw_int(g, 0, lim.max_shared_mem_per_block + 1), arch
 
 
 def _slips(threads: int, registers: int, shared: int, arch: str, other: Optional[str] = None) -> list:
@@ -75,7 +75,7 @@ def check_occupancy(my_occupancy: Callable, takes_arch: bool = False, seed: Opti
     0..1) on an A100 (sm_80); with ``takes_arch``, ``my_occupancy(threads, registers, shared_bytes,
     arch)`` on sm_80 and sm_90. Checked against ``kernels.hw.occupancy`` on fixed footprints that give
     each limit its turn, then on fresh random ones."""
-    g = torch.Generator().manual_seed(_seed(seed))
+    g = torch.Generator().manual_seed(printed_seed(seed))
     arches = _ASKED if takes_arch else (_A100,)
     cases = [c for c in _CASES if c[3] in arches]
     cases += [_random_case(g, arch) for arch in arches for _ in range(_FRESH_PER_ARCH)]
@@ -83,23 +83,23 @@ def check_occupancy(my_occupancy: Callable, takes_arch: bool = False, seed: Opti
     for threads, registers, shared, arch in cases:
         case = (f"{arch}: " if takes_arch else "") + \
             f"{threads} threads, {registers} registers/thread, {shared:,} B shared memory"
-        got = _run(my_occupancy, threads, registers, shared, *((arch,) if takes_arch else ()),
+        got = run_learner(my_occupancy, threads, registers, shared, *((arch,) if takes_arch else ()),
                    what=f"my_occupancy({signature})")
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            _fail(f"my_occupancy must return (blocks_per_sm, fraction); it returned {got!r}.")
+            fail(f"my_occupancy must return (blocks_per_sm, fraction); it returned {got!r}.")
         blocks, fraction = got
         right = occupancy(threads, registers, shared, arch=arch)
         numeric = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
         if blocks == right.blocks_per_sm and numeric and abs(fraction - right.fraction) < 1e-9:
             continue
         if blocks == right.blocks_per_sm and numeric and abs(fraction - right.percent) < 1e-6:
-            _fail(f"[{case}] you returned a percentage ({fraction}); return a fraction between 0 and 1 "
+            fail(f"[{case}] you returned a percentage ({fraction}); return a fraction between 0 and 1 "
                   f"({right.fraction}).")
         other = next(a for a in _ASKED if a != arch) if takes_arch else None
         slip = next((rule for rule, b in _slips(threads, registers, shared, arch, other)
                      if blocks == b != right.blocks_per_sm), None)
-        _fail(f"[{case}] the answer is {right.blocks_per_sm} blocks per SM, {right.percent:g}% occupancy; "
+        fail(f"[{case}] the answer is {right.blocks_per_sm} blocks per SM, {right.percent:g}% occupancy; "
               f"you said {blocks} blocks, fraction {fraction}. "
               + (f"Likely slip: {slip}." if slip else "Work it through with occupancy(...).explain()."))
-    return _passed(f"my_occupancy agrees with the CUDA occupancy calculator's rules on {len(cases)} footprints "
+    return passed(f"my_occupancy agrees with the CUDA occupancy calculator's rules on {len(cases)} footprints "
                    f"(each limit gets its turn) on {' and '.join(arches)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kernels.exercises.judge import Passed, _blank, _fail, _passed, _profile, _profile_step, _run
+from kernels.exercises.judge import Passed, fail, is_blank, passed, profile_step, profile_trace, run_learner
 
 __all__ = ["check_top_level_guess", "check_hottest_op"]
 
@@ -17,15 +17,15 @@ _ONE_LEVEL_DOWN = ("aten::mm", "aten::bmm", "aten::addmm")  # what aten::matmul 
 
 def check_top_level_guess(guess, fn: Callable, *args) -> Passed:
     """Your guess of the ops at the top level of ``fn(*args)``'s trace, then the trace."""
-    if _blank(guess):
-        _fail("write your guess first: a list of op names such as [\"aten::matmul\", ...]. "
+    if is_blank(guess):
+        fail("write your guess first: a list of op names such as [\"aten::matmul\", ...]. "
               "Guessing before looking is the habit; the trace is the answer key.")
     guess = list(guess)
-    seen = _profile_step(fn, *args, label="guess").top_level()["name"].tolist()
+    seen = profile_step(fn, *args, label="guess").top_level()["name"].tolist()
     if guess == seen:
-        return _passed(f"your guess matches the trace: {seen}")
+        return passed(f"your guess matches the trace: {seen}")
     if sorted(guess) == sorted(seen):
-        _fail(f"right ops, wrong order: the trace runs {seen}, you guessed {guess}.")
+        fail(f"right ops, wrong order: the trace runs {seen}, you guessed {guess}.")
     hint = []
     for name in (g for g in guess if g not in seen):
         hint.append(f"{name} is not at the top level"
@@ -35,7 +35,7 @@ def check_top_level_guess(guess, fn: Callable, *args) -> Passed:
     missing = [s for s in seen if s not in guess]
     if missing:
         hint.append(f"missing from your guess: {missing}")
-    _fail(f"the trace shows {seen}; you guessed {guess}. " + "; ".join(hint) + ".")
+    fail(f"the trace shows {seen}; you guessed {guess}. " + "; ".join(hint) + ".")
 
 
 def _hottest_op(step) -> str:
@@ -45,19 +45,19 @@ def _hottest_op(step) -> str:
 
 def check_hottest_op(hottest_op: Callable, fn: Callable, *args) -> Passed:
     """``hottest_op(step)`` must name the op with the most *self* time in a profiled step."""
-    run = _profile(fn, *args, label="hot", active=3)
+    run = profile_trace(fn, *args, label="hot", active=3)
     for step in run.steps():
-        got = _run(hottest_op, step, what="hottest_op(step)")
-        if _blank(got):
-            _fail("hottest_op(step) returned nothing: return the name of an op, e.g. \"aten::mm\".")
+        got = run_learner(hottest_op, step, what="hottest_op(step)")
+        if is_blank(got):
+            fail("hottest_op(step) returned nothing: return the name of an op, e.g. \"aten::mm\".")
         want = _hottest_op(step)
         if got == want:
             continue
         by_total = str(step.ops.loc[step.ops["dur_us"].idxmax(), "name"])
         if got == by_total:
-            _fail(f"you picked {got}, the op with the longest *total* time (dur_us). That time "
+            fail(f"you picked {got}, the op with the longest *total* time (dur_us). That time "
                   f"includes its children, so a parent always wins. Self time (self_us) is the "
                   f"time spent in the op itself: here {want} has the most.")
-        _fail(f"step {step.index}: the op with the most self time (self_us) is {want}, you said {got!r}.")
-    return _passed(f"hottest_op finds where the time went in all {len(run.steps())} steps "
+        fail(f"step {step.index}: the op with the most self time (self_us) is {want}, you said {got!r}.")
+    return passed(f"hottest_op finds where the time went in all {len(run.steps())} steps "
                    f"({_hottest_op(run.steps()[0])})")

@@ -16,8 +16,8 @@ import torch
 from kernels.attention import sdpa
 from kernels.attention.naive import grouped_future_mask
 from kernels.registry import available, get
-from kernels.exercises.judge import Passed, _blank, _close, _fail, _is_tensor, _passed, _profile_step, _run, _seed
-from kernels.exercises.naive import _attention64, _attention_cases, _judge_attention
+from kernels.exercises.judge import Passed, fail, is_blank, matches, passed, printed_seed, profile_step, require_tensor, run_learner
+from kernels.exercises.naive import attention64, attention_cases, judge_attention
 
 __all__ = ["check_work_op_count", "check_sdpa_mask", "check_safe_softmax", "check_backend_predictions",
            "BACKEND_SCENARIOS"]
@@ -30,9 +30,9 @@ def _work_op_count(step) -> int:
 
 def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", seed: Optional[int] = None) -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
-    g = torch.Generator().manual_seed(_seed(seed))
-    if _blank(guesses) or any(_blank(v) for v in guesses.values()):
-        _fail("write your guesses first, e.g. {\"sdpa_math\": 10, \"sdpa_flash\": 3}: a number per "
+    g = torch.Generator().manual_seed(printed_seed(seed))
+    if is_blank(guesses) or any(is_blank(v) for v in guesses.values()):
+        fail("write your guesses first, e.g. {\"sdpa_math\": 10, \"sdpa_flash\": 3}: a number per "
               "backend, made before profiling. A wrong guess is fine; no guess is not.")
     # Fused GPU backends take 16-bit inputs only; on a CPU every backend here takes float32.
     dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
@@ -45,30 +45,30 @@ def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", s
             lines.append(f"{name}: not checked here ({reason})")
             continue
         try:
-            step = _profile_step(get(name), q, k, v, label=name)
+            step = profile_step(get(name), q, k, v, label=name)
         except RuntimeError as err:  # this GPU or dtype is refused by the backend: say so, go on
             lines.append(f"{name}: not checked here ({err})")
             continue
-        got = _run(count_work_ops, step, what="count_work_ops(step)")
+        got = run_learner(count_work_ops, step, what="count_work_ops(step)")
         want = _work_op_count(step)
         if got != want:
             ops = step.ops
             if got == len(ops):
-                _fail(f"{name}: you counted every op ({got}), views and allocations included "
+                fail(f"{name}: you counted every op ({got}), views and allocations included "
                       f"(aten::transpose, aten::expand, aten::empty...: they move no data). Leave out "
                       f"rows where `is_view` is True.")
             if got == int((~ops["is_view"]).sum()):
-                _fail(f"{name}: you counted {got} ops that are not views, parents and children both: "
+                fail(f"{name}: you counted {got} ops that are not views, parents and children both: "
                       f"aten::matmul and the aten::bmm inside it are one piece of work. Count an op if no "
                       f"non-view op sits under it (its row index is nobody's `parent`), or if it allocated "
                       f"its own result (`self_alloc_bytes` > 0), as aten::mul does around its small copy_.")
             if got == len(step.top_level()):
-                _fail(f"{name}: you counted the top level only ({got}); SDPA is one call at the top, "
+                fail(f"{name}: you counted the top level only ({got}); SDPA is one call at the top, "
                       "the work happens underneath.")
-            _fail(f"{name}: the trace has {want} ops doing work; count_work_ops said {got!r}.")
+            fail(f"{name}: the trace has {want} ops doing work; count_work_ops said {got!r}.")
         off = f" (off by {want - guess:+d})" if isinstance(guess, int) and guess != want else ""
         lines.append(f"{name}: guessed {guess}, trace {want}{off}")
-    return _passed("count_work_ops counts the work in each backend's trace. " + "; ".join(lines))
+    return passed("count_work_ops counts the work in each backend's trace. " + "; ".join(lines))
 
 
 # The calls to predict (the questions; PyTorch's rules give the answers):
@@ -87,9 +87,9 @@ BACKEND_SCENARIOS = {
 def check_backend_predictions(predictions: dict) -> Passed:
     """Your prediction of the backend an unpinned causal SDPA call picks, per scenario, against
     PyTorch's rules (``kernels.attention.sdpa.predicted_backend``); a wrong one is told the rule that decides."""
-    missing = [name for name in BACKEND_SCENARIOS if _blank(predictions.get(name))]
+    missing = [name for name in BACKEND_SCENARIOS if is_blank(predictions.get(name))]
     if missing:
-        _fail(f"predict a backend for every scenario first (one of {', '.join(sdpa.BACKENDS)}); missing: "
+        fail(f"predict a backend for every scenario first (one of {', '.join(sdpa.BACKENDS)}); missing: "
               f"{'; '.join(missing)}")
     for name, (cap, dtype, d, cudnn, deprioritized, deterministic) in BACKEND_SCENARIOS.items():
         want = sdpa.predicted_backend(cap, dtype, d, cudnn_version=cudnn, deprioritized=deprioritized,
@@ -100,30 +100,30 @@ def check_backend_predictions(predictions: dict) -> Passed:
         order = sdpa.priority(cap, cudnn, deprioritized=deprioritized, deterministic=deterministic)
         refused = [f"{b} ({sdpa.gpu_input_reason(b, cap, dtype, d, deterministic=deterministic, cudnn_version=cudnn)})"
                    for b in order[:order.index(want)]]
-        _fail(f"{name}: SDPA tries {' -> '.join(order)} here and takes {want}"
+        fail(f"{name}: SDPA tries {' -> '.join(order)} here and takes {want}"
               + (f", after refusing {'; '.join(refused)}" if refused else ", the first it tries")
               + f"; you predicted {got!r}.")
-    return _passed(f"all {len(BACKEND_SCENARIOS)} predictions match PyTorch's rules")
+    return passed(f"all {len(BACKEND_SCENARIOS)} predictions match PyTorch's rules")
 
 
 def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
-    cases = [c for c in _attention_cases(device, _seed(seed)) if c[2] and c[3] is None]
+    cases = [c for c in attention_cases(device, printed_seed(seed)) if c[2] and c[3] is None]
     for case, (q, k, v), _, _ in cases:
         s = q.shape[-2]
         future = grouped_future_mask(s, device)
-        out = _run(sdpa_with_mask, q, k, v, future, what="sdpa_with_mask(q, k, v, future)")
+        out = run_learner(sdpa_with_mask, q, k, v, future, what="sdpa_with_mask(q, k, v, future)")
         some_key = future.any(-1).cpu()  # rows where keeping only `future` leaves something
         mistakes = [
             ("the mask is inverted: SDPA's boolean attn_mask marks what to KEEP (True = may attend), "
-             "the opposite of masked_fill's. Pass ~future.", _attention64(q, k, v, causal=False, keep_mask=future), some_key),
+             "the opposite of masked_fill's. Pass ~future.", attention64(q, k, v, causal=False, keep_mask=future), some_key),
             ("you passed the mask as numbers: a float attn_mask is ADDED to the scores (0 keeps, -inf "
              "hides), so adding 1.0 to the future hides nothing. Pass a bool mask (~future).",
-             _attention64(q, k, v, causal=False, add_mask=future.double()), None),
-            ("the mask was not applied: the result is non-causal attention.", _attention64(q, k, v, causal=False), None),
+             attention64(q, k, v, causal=False, add_mask=future.double()), None),
+            ("the mask was not applied: the result is non-causal attention.", attention64(q, k, v, causal=False), None),
         ]
-        _judge_attention(out, q, k, v, True, None, case, "sdpa_with_mask", mistakes)
-    return _passed("sdpa_with_mask reproduces causal attention from an explicit boolean mask")
+        judge_attention(out, q, k, v, True, None, case, "sdpa_with_mask", mistakes)
+    return passed("sdpa_with_mask reproduces causal attention from an explicit boolean mask")
 
 
 def _masked_scores(b, h, s, device, seed: int):
@@ -138,23 +138,23 @@ def _masked_scores(b, h, s, device, seed: int):
 
 def check_safe_softmax(safe_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``safe_softmax(x)``: softmax over the last dim, but a row of all -inf gives zeros, not NaN."""
-    x, dead = _masked_scores(2, 2, 11, device, _seed(seed))
+    x, dead = _masked_scores(2, 2, 11, device, printed_seed(seed))
     before = x.clone()
-    out = _run(safe_softmax, x, what="safe_softmax(x)")
-    _is_tensor(out, "safe_softmax", x.shape, x.dtype, x.device)
+    out = run_learner(safe_softmax, x, what="safe_softmax(x)")
+    require_tensor(out, "safe_softmax", x.shape, x.dtype, x.device)
     if not torch.equal(x, before):
-        _fail("safe_softmax changed its input: SDPA may reuse the scores, so leave x as it was.")
+        fail("safe_softmax changed its input: SDPA may reuse the scores, so leave x as it was.")
     live = ~dead.cpu()
     want = torch.softmax(x.double(), -1).nan_to_num(0.0)
-    if not _close(out, want, rows=live):
-        _fail("rows with at least one finite score must be an ordinary softmax over the last dimension; "
+    if not matches(out, want, rows=live):
+        fail("rows with at least one finite score must be an ordinary softmax over the last dimension; "
               "yours differ there.")
     dead_out = out.detach().cpu()[..., dead.cpu(), :]
     if torch.isnan(dead_out).any():
-        _fail("rows whose every score is -inf came out NaN (softmax computes 0/0 there). SDPA's "
+        fail("rows whose every score is -inf came out NaN (softmax computes 0/0 there). SDPA's "
               "_safe_softmax returns 0 for them: find those rows (x == -inf).all(-1) and zero them.")
-    if not _close(out, want, rows=dead.cpu()):
+    if not matches(out, want, rows=dead.cpu()):
         row = dead_out.flatten(0, -2)[0]
-        _fail(f"rows whose every score is -inf must be all zeros; one came out {row[:4].tolist()}... "
+        fail(f"rows whose every score is -inf must be all zeros; one came out {row[:4].tolist()}... "
               f"(sum {float(row.sum()):.2f}). A query that may see nothing attends to nothing.")
-    return _passed("safe_softmax is a softmax on live rows and gives 0, not NaN, on fully masked rows")
+    return passed("safe_softmax is a softmax on live rows and gives 0, not NaN, on fully masked rows")

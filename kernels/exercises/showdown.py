@@ -12,30 +12,30 @@ from typing import Callable, Optional
 import torch
 
 from kernels import reference
-from kernels.exercises.judge import Passed, _blank, _fail, _generator, _passed, _pick, _run
+from kernels.exercises.judge import Passed, draw_int, fail, is_blank, passed, run_learner, seeded_generator
 
 __all__ = ["check_tflops", "check_intensity"]
 
 
 def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
     """``my_tflops(batch, heads, seq, head_dim, causal, backward, ms)`` -> TFLOP/s achieved."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     cases = []
     for causal in (True, False):
         for backward in (False, True):
-            b, h = _pick(g, 1, 5), _pick(g, 1, 17)
-            s, d = _pick(g, 100, 4097), (64, 128)[_pick(g, 0, 2)]
+            b, h = draw_int(g, 1, 5), draw_int(g, 1, 17)
+            s, d = draw_int(g, 100, 4097), (64, 128)[draw_int(g, 0, 2)]
             ms = float(torch.rand((), generator=g)) * 5 + 0.1
             cases.append((b, h, s, d, causal, backward, ms))
     ratios = []
     for b, h, s, d, causal, backward, ms in cases:
-        got = _run(my_tflops, b, h, s, d, causal, backward, ms, what="my_tflops(...)")
-        if _blank(got) or not isinstance(got, (int, float)):
-            _fail(f"my_tflops returned {got!r}; return a number (TFLOP/s).")
+        got = run_learner(my_tflops, b, h, s, d, causal, backward, ms, what="my_tflops(...)")
+        if is_blank(got) or not isinstance(got, (int, float)):
+            fail(f"my_tflops returned {got!r}; return a number (TFLOP/s).")
         want = reference.flops(b, h, s, d, causal=causal, backward=backward) / (ms * 1e-3) / 1e12
         ratios.append((got / want, causal, backward))
     if all(abs(r - 1) < 1e-6 for r, _, _ in ratios):
-        return _passed(f"my_tflops matches 4·B·H·S²·D (halved when causal, ×3.5 with backward) on {len(cases)} cases")
+        return passed(f"my_tflops matches 4·B·H·S²·D (halved when causal, ×3.5 with backward) on {len(cases)} cases")
 
     def ratio_where(causal=None, backward=None):
         rs = {round(r, 6) for r, c, bw in ratios if (causal is None or c == causal) and (backward is None or bw == backward)}
@@ -44,14 +44,14 @@ def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
     causal_r, dense_r = ratio_where(causal=True), ratio_where(causal=False)
     fwd_r, bwd_r = ratio_where(backward=False), ratio_where(backward=True)
     if dense_r == 1 and causal_r == 2:
-        _fail("causal attention is counted at full price: a causal kernel skips the masked half of the "
+        fail("causal attention is counted at full price: a causal kernel skips the masked half of the "
               "scores, so its FLOPs are halved. Your TFLOP/s is 2x too high for causal runs (the mistake "
               "of triton PR #1849).")
     if fwd_r == 1 and bwd_r is not None and abs(bwd_r - 1 / 3.5) < 1e-6:
-        _fail("with backward=True the time covers forward AND backward: FLOPs are 3.5x the forward's "
+        fail("with backward=True the time covers forward AND backward: FLOPs are 3.5x the forward's "
               "(backward is 2.5x). You counted the forward only.")
     if fwd_r == 1 and bwd_r is not None and abs(bwd_r - 2.5 / 3.5) < 1e-6:
-        _fail("with backward=True, count forward + backward = 1 + 2.5 = 3.5x the forward FLOPs; you used 2.5x.")
+        fail("with backward=True, count forward + backward = 1 + 2.5 = 3.5x the forward FLOPs; you used 2.5x.")
     everywhere = ratio_where()
     if everywhere is not None:
         words = {0.5: "each multiply-add is 2 FLOPs: a matmul of [S, D] by [D, S] is 2·S²·D, and attention "
@@ -63,45 +63,45 @@ def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
                  1e-6: "units: you are 1e6x low; TFLOP/s = FLOPs / (ms · 1e-3) / 1e12."}
         for factor, message in words.items():
             if abs(everywhere / factor - 1) < 1e-6:
-                _fail(message)
+                fail(message)
     detail = ", ".join(f"{'causal' if c else 'dense'}{' fwd+bwd' if bw else ' fwd'}: {r:.3g}x" for r, c, bw in ratios)
-    _fail(f"my_tflops is off by these factors (yours / right): {detail}. FLOPs = 4·B·H·S²·D, halved when "
+    fail(f"my_tflops is off by these factors (yours / right): {detail}. FLOPs = 4·B·H·S²·D, halved when "
           "causal, ×3.5 with backward; TFLOP/s = FLOPs / (ms · 1e-3) / 1e12.")
 
 
 def check_intensity(my_intensity: Callable, seed: Optional[int] = None) -> Passed:
     """``my_intensity(batch, heads, seq, head_dim, causal, bytes_per_element)`` -> FLOP per byte of a
     fused forward that reads q, k, v and writes o once."""
-    g = _generator(seed)
+    g = seeded_generator(seed)
     cases = [(1, 8, 1024, 64, True, 2), (2, 16, 4096, 128, False, 2), (1, 4, 333, 64, True, 4),
              (1, 2, 100, 32, False, 4)]
-    cases += [(_pick(g, 1, 5), _pick(g, 1, 33), _pick(g, 64, 8193), (64, 128)[_pick(g, 0, 2)], causal, elem)
+    cases += [(draw_int(g, 1, 5), draw_int(g, 1, 33), draw_int(g, 64, 8193), (64, 128)[draw_int(g, 0, 2)], causal, elem)
               for causal, elem in ((True, 2), (False, 4))]
     ratios = []
     for b, h, s, d, causal, elem in cases:
-        got = _run(my_intensity, b, h, s, d, causal, elem, what="my_intensity(...)")
-        if _blank(got) or not isinstance(got, (int, float)):
-            _fail(f"my_intensity returned {got!r}; return a number (FLOP per byte).")
+        got = run_learner(my_intensity, b, h, s, d, causal, elem, what="my_intensity(...)")
+        if is_blank(got) or not isinstance(got, (int, float)):
+            fail(f"my_intensity returned {got!r}; return a number (FLOP per byte).")
         dtype = {2: torch.bfloat16, 4: torch.float32}[elem]
         want = reference.flops(b, h, s, d, causal=causal) / reference.io_bytes(b, h, s, d, dtype=dtype)
         ratios.append(got / want)
     if all(abs(r - 1) < 1e-6 for r in ratios):
-        return _passed(f"my_intensity: FLOPs over the bytes of q, k, v and o, on {len(cases)} cases")
+        return passed(f"my_intensity: FLOPs over the bytes of q, k, v and o, on {len(cases)} cases")
 
     def all_near(factors):
         return all(abs(r / f - 1) < 1e-6 for r, f in zip(ratios, factors))
 
     causal_flags = [c[4] for c in cases]
     if all_near([c[5] for c in cases]):
-        _fail("you divided by elements, not bytes: multiply the element count by bytes_per_element.")
+        fail("you divided by elements, not bytes: multiply the element count by bytes_per_element.")
     if all_near([4 / 3] * len(cases)):
-        _fail("a fused kernel moves four tensors: it reads q, k, v AND writes o (4·B·H·S·D elements); "
+        fail("a fused kernel moves four tensors: it reads q, k, v AND writes o (4·B·H·S·D elements); "
               "you counted three.")
     if all_near([2.0 if c else 1.0 for c in causal_flags]):
-        _fail("causal FLOPs are halved (the kernel skips the masked half); you counted them at full price.")
+        fail("causal FLOPs are halved (the kernel skips the masked half); you counted them at full price.")
     if all_near([0.5] * len(cases)):
-        _fail("FLOPs are 4·B·H·S²·D (two matmuls, 2 FLOPs per multiply-add); you are 2x low.")
+        fail("FLOPs are 4·B·H·S²·D (two matmuls, 2 FLOPs per multiply-add); you are 2x low.")
     detail = ", ".join(f"B={b} H={h} S={s} D={d} causal={c} {e} B/elem: {r:.3g}x"
                        for (b, h, s, d, c, e), r in zip(cases, ratios))
-    _fail(f"my_intensity is off by these factors (yours / right): {detail}. Intensity = "
+    fail(f"my_intensity is off by these factors (yours / right): {detail}. Intensity = "
           "FLOPs / (4·B·H·S·D·bytes_per_element), FLOPs = 4·B·H·S²·D, halved when causal.")

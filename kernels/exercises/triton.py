@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.exercises.judge import Passed, _close, _fail, _is_tensor, _not_finite, _passed, _run, _seed, _which
+from kernels.exercises.judge import Passed, fail, matches, mistake_matched, not_finite, passed, printed_seed, require_tensor, run_learner
 
 __all__ = ["check_online_update", "check_causal_softmax"]
 
@@ -37,7 +37,7 @@ def _stream(update, s, v, block):
     for start in range(0, s.shape[1], block):
         out = update(m, l, acc, s[:, start:start + block], v[start:start + block])
         if not (isinstance(out, tuple) and len(out) == 3):
-            _fail(f"online_update must return a tuple (m_new, l_new, acc_new); it returned {type(out).__name__}"
+            fail(f"online_update must return a tuple (m_new, l_new, acc_new); it returned {type(out).__name__}"
                   + ("" if not isinstance(out, tuple) else f" of length {len(out)}") + ".")
         m, l, acc = out
     return m, l, acc
@@ -60,35 +60,35 @@ _ONLINE_SLIPS = [
 
 def check_online_update(online_update: Callable, seed: Optional[int] = None) -> Passed:
     """``online_update(m, l, acc, s, v)`` -> (m, l, acc) after one tile of scores ``s`` and values ``v``."""
-    g = torch.Generator().manual_seed(_seed(seed))
+    g = torch.Generator().manual_seed(printed_seed(seed))
     rows, n, d, block = 5, 13, 8, 4
     # Later tiles get larger scores, so the running maximum must move and rescaling matters.
     s = torch.randn(rows, n, generator=g, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) / block
     v = torch.randn(n, d, generator=g, dtype=torch.float64)
-    first = _run(online_update, torch.full((rows,), -math.inf, dtype=s.dtype), torch.zeros(rows, dtype=s.dtype),
+    first = run_learner(online_update, torch.full((rows,), -math.inf, dtype=s.dtype), torch.zeros(rows, dtype=s.dtype),
                  torch.zeros(rows, d, dtype=s.dtype), s[:, :block], v[:block], what="online_update(m, l, acc, s, v)")
     if first is None:
-        _fail("online_update returned None: return (m_new, l_new, acc_new).")
-    m, l, acc = _stream(lambda *a: _run(online_update, *a, what="online_update(m, l, acc, s, v)"), s, v, block)
+        fail("online_update returned None: return (m_new, l_new, acc_new).")
+    m, l, acc = _stream(lambda *a: run_learner(online_update, *a, what="online_update(m, l, acc, s, v)"), s, v, block)
     want = torch.softmax(s, -1) @ v
     for name, t in (("m_new", m), ("l_new", l), ("acc_new", acc)):
         if not isinstance(t, torch.Tensor):
-            _fail(f"{name} is a {type(t).__name__}, not a tensor.")
+            fail(f"{name} is a {type(t).__name__}, not a tensor.")
     if not torch.isfinite(acc).all() or not torch.isfinite(l).all():
-        _fail("NaN or inf after the first tile: with m = -inf at the start, exp(m - m_new) is exp(-inf) = 0, "
+        fail("NaN or inf after the first tile: with m = -inf at the start, exp(m - m_new) is exp(-inf) = 0, "
               "fine, but exp(m_new - m) or (-inf) - (-inf) is not. Compute alpha = exp(m_old - m_new).")
     out = acc / l[:, None]
-    if _close(out, want) and _close(m, s.amax(-1)):
-        return _passed(f"online_update streams {math.ceil(n / block)} tiles (the last one ragged) to the "
+    if matches(out, want) and matches(m, s.amax(-1)):
+        return passed(f"online_update streams {math.ceil(n / block)} tiles (the last one ragged) to the "
                        "exact softmax(s)·v")
     for message, knobs in _ONLINE_SLIPS:
         with torch.no_grad():
             cm, cl, cacc = _stream(lambda *a: _online_reference(*a, **knobs), s, v, block)
-        if torch.isfinite(cacc).all() and _close(out, cacc / cl[:, None]):
-            _fail(message)
-    if not _close(m, s.amax(-1)):
-        _fail("after the last tile, m must be each row's maximum score; yours is not.")
-    _fail("the streamed result acc / l differs from softmax(s)·v. Check one step on paper: "
+        if torch.isfinite(cacc).all() and matches(out, cacc / cl[:, None]):
+            fail(message)
+    if not matches(m, s.amax(-1)):
+        fail("after the last tile, m must be each row's maximum score; yours is not.")
+    fail("the streamed result acc / l differs from softmax(s)·v. Check one step on paper: "
           "m_new = max(m, rowmax(s)); p = exp(s - m_new); l = l·alpha + rowsum(p); acc = acc·alpha + p·v.")
 
 
@@ -102,15 +102,15 @@ def _causal_softmax64(x, diagonal=1, hide="future"):
 
 def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``causal_softmax(x)`` on an [S, S] float32 matrix: softmax of each row over keys j <= i."""
-    g = torch.Generator().manual_seed(_seed(seed))
+    g = torch.Generator().manual_seed(printed_seed(seed))
     for s in (13, 32, 1):
         x = torch.randn(s, s, generator=g).to(device)
-        out = _run(causal_softmax, x, what="causal_softmax(x)")
-        _is_tensor(out, "causal_softmax", x.shape, x.dtype, x.device)
-        if _close(out, _causal_softmax64(x)):
+        out = run_learner(causal_softmax, x, what="causal_softmax(x)")
+        require_tensor(out, "causal_softmax", x.shape, x.dtype, x.device)
+        if matches(out, _causal_softmax64(x)):
             continue
         case = f"S={s}"
-        known = _which(out, [
+        known = mistake_matched(out, [
             ("the causal mask is off by one: `cols < row` hides the diagonal, so row 0 has no key left and "
              "comes out NaN. A query sees itself: keep cols <= row.", _causal_softmax64(x, diagonal=0), None),
             ("the causal mask is off by one the other way: each row also sees the next column. Keep cols <= row.",
@@ -120,8 +120,8 @@ def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[
             ("no causal mask: every row sees every column.", torch.softmax(x.double().cpu(), -1), None),
         ])
         if known:
-            _fail(f"[{case}] {known}")
-        bad = _not_finite(out, "causal_softmax")
-        _fail(f"[{case}] " + (bad or "rows differ from the causal softmax (keys j <= i only).")
+            fail(f"[{case}] {known}")
+        bad = not_finite(out, "causal_softmax")
+        fail(f"[{case}] " + (bad or "rows differ from the causal softmax (keys j <= i only).")
               + " Check the load mask (cols < S) and the `other=` value of masked-out columns (-inf).")
-    return _passed("causal_softmax masks exactly the future (S = 13, 32 and 1, padded to a power of two)")
+    return passed("causal_softmax masks exactly the future (S = 13, 32 and 1, padded to a power of two)")

@@ -245,10 +245,3 @@ def _end(procs, patience_s: float = 0.0) -> None:
             p.kill()
             p.join(timeout=3)
 
-
-def rank_env() -> dict:
-    """What a rank knows about itself (for a function run by ``run``): rank, world, backend."""
-    import torch.distributed as dist
-
-    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "backend": dist.get_backend(),
-            "pid": os.getpid()}

@@ -61,11 +61,6 @@ def shard_len(seq_len: int, world: int, rank: int, layout: str) -> int:
     return sum(end - start for start, end in rank_chunks(seq_len, world, rank, layout))
 
 
-def positions(seq_len: int, world: int, rank: int, layout: str) -> torch.Tensor:
-    """The sequence position of each row of rank ``rank``'s shard, [S_r] int64."""
-    return torch.cat([torch.arange(a, b) for a, b in rank_chunks(seq_len, world, rank, layout)])
-
-
 def shard(x: torch.Tensor, rank: int, world: int, layout: str = "zigzag", dim: int = 2) -> torch.Tensor:
     """Rank ``rank``'s part of a whole tensor (sequence along ``dim``), contiguous."""
     parts = [x.narrow(dim, a, b - a) for a, b in rank_chunks(x.shape[dim], world, rank, layout)]
@@ -342,13 +337,15 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_len
                            "torch.distributed.init_process_group first (kernels.parallel.ranks.run does it for you)")
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     check_split(seq_len, world, layout)
-    _check_shards(q, k, v, shard_len(seq_len, world, rank, layout), rank)
+    check_shards(q, k, v, shard_len(seq_len, world, rank, layout), rank)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     plan = RingPlan(seq_len, world, rank, layout, bool(causal), scale, group, timeout_s)
     return _RingAttention.apply(q, k, v, plan)
 
 
-def _check_shards(q, k, v, rows: int, rank: int) -> None:
+def check_shards(q, k, v, rows: int, rank: int) -> None:
+    """Refuse, naming the problem, a rank's q, k, v shards unless they are 4-D tensors of one
+    dtype and device holding ``rows`` positions each (ring and Ulysses share this check)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

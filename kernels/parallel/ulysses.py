@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from kernels.parallel.ring import _check_shards, check_split, chunk_bounds
+from kernels.parallel.ring import check_shards, check_split, chunk_bounds
 
 
 def check_heads(heads: int, kv_heads: int, world: int) -> None:
@@ -33,7 +33,7 @@ def check_heads(heads: int, kv_heads: int, world: int) -> None:
                          f"heads ({kv_heads}) must both be multiples of the world size {world} (use the ring instead)")
 
 
-def _to_heads(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
+def to_heads(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
     """[B, H, S_r, D] sequence shard -> [B, H/W, S, D]: this rank's heads over the whole sequence."""
     import torch.distributed as dist
 
@@ -48,7 +48,7 @@ def _to_heads(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
     return torch.cat(parts, dim=2).permute(1, 0, 2, 3)                     # [B, H/W, S, D]
 
 
-def _to_rows(x: torch.Tensor, sizes: list[int], rank: int, group) -> torch.Tensor:
+def to_rows(x: torch.Tensor, sizes: list[int], rank: int, group) -> torch.Tensor:
     """[B, H/W, S, D] -> [B, H, S_r, D]: every rank's rows back to it, all heads."""
     import torch.distributed as dist
 
@@ -77,17 +77,17 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     check_split(seq_len, world, "contiguous")
     sizes = [b - a for a, b in chunk_bounds(seq_len, world)]
-    _check_shards(q, k, v, sizes[rank], rank)
+    check_shards(q, k, v, sizes[rank], rank)
     check_heads(q.shape[1], k.shape[1], world)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     with record_function("ulysses:all_to_all in"):
-        qh, kh, vh = (_to_heads(t.contiguous(), sizes, group) for t in (q, k, v))  # [B, H/W, S, D] each
+        qh, kh, vh = (to_heads(t.contiguous(), sizes, group) for t in (q, k, v))  # [B, H/W, S, D] each
     with record_function("ulysses:attend"):
         # Sq = Sk = S here, so SDPA's top-left is_causal is the course's bottom-right causal.
         out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, scale=scale,
                                              enable_gqa=qh.shape[1] != kh.shape[1])
     with record_function("ulysses:all_to_all out"):
-        return _to_rows(out, sizes, rank, group)
+        return to_rows(out, sizes, rank, group)
 
 
 def message_bytes(batch: int, heads: int, kv_heads: int, seq_len: int, head_dim: int, world: int,

@@ -28,11 +28,6 @@ LEGEND = [("matmul / GEMM", "#1f77b4"), ("copy", "#d62728"), ("mask / fill", "#f
           ("softmax", "#2ca02c"), ("fused attention", "#9467bd"), ("other", "#8c8c8c")]
 
 
-def category(colour: str) -> str:
-    """The legend's name for a bar colour of ``color``."""
-    return {c: label for label, c in LEGEND}[colour]
-
-
 def color(name: str) -> str:
     """The colour a bar gets from what its name says it does."""
     n = name.lower()
@@ -81,7 +76,7 @@ NAME_PREFIXES = ("autograd::engine::evaluate_function: ", "aten::")
 TRACK_NAME_CHARS = 40  # a longer label (a benchmark's "[param|...]" range) would squeeze the tracks
 
 
-def short_name(name: str) -> str:
+def without_shared_prefix(name: str) -> str:
     """A bar's name without the prefix many bars share."""
     for prefix in NAME_PREFIXES:
         if name.startswith(prefix):
@@ -166,7 +161,7 @@ class _Bars:
     def add(self, y, start_us, dur_us, name):
         self.bars[(y, color(name))].append((start_us / 1e3, max(dur_us / 1e3, self.span_ms * 0.002)))
         if dur_us / 1e3 >= self.min_label_frac * self.span_ms:
-            self.texts.append((start_us / 1e3, (start_us + dur_us) / 1e3, y, short_name(name)))
+            self.texts.append((start_us / 1e3, (start_us + dur_us) / 1e3, y, without_shared_prefix(name)))
 
     def draw(self, step: Step, ops, rows: list) -> None:
         y_of = {track: i for i, track in enumerate(rows)}

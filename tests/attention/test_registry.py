@@ -169,7 +169,7 @@ def test_judge_fp32_bound_follows_plain_float32_at_a_large_scale():
 def test_judge_assert_names_the_failing_tensor_and_the_rule():
     q, k, v = make_attention_inputs(1, 1, 1, 5, 5, 8, seed=5)
     with pytest.raises(AssertionError, match=r"^mine: does not match the float64 reference.*out: .* exceeds"):
-        reference.assert_close_to_reference(q.clone(), q, k, v, label="mine")
+        reference.judge(q.clone(), q, k, v).assert_ok("mine")
 
 
 # ------------------------------------------------------------------------------ naive's caches

@@ -1,9 +1,15 @@
 """The built book, opened page by page in headless Chromium, as a reader would.
 
 Every page of _toc.yml renders with its title; every image on it loads; every internal
-link resolves to a file of the site; every notebook page has a Colab launch link for its
-own notebook and a download link to the executed .ipynb. Screenshots of the intro and one
-chapter are saved to _build/screenshots/ (CI uploads them as artifacts).
+link resolves to a file of the site; no table or figure runs past the column, no formula is
+left as TeX, no sentence is cut, and no page is wider than a phone; every notebook page has a
+Colab launch link for its own notebook and a download link to the executed .ipynb, and every
+figure a numbered caption and alt text. Screenshots of the intro and one chapter are saved to
+_build/screenshots/ (CI uploads them as artifacts).
+
+Each page is opened once at 1280 px and once at 390 px (a phone), everything measured in that
+one visit (``measured``), and the tests read the measurements: a page load is most of a
+browser test's time.
 """
 from __future__ import annotations
 
@@ -19,12 +25,13 @@ import yaml
 
 from tools.book import layout
 from tests.helpers import ROOT
-from tests.browser import DevTools, open_page_at, served_in_chromium
+from tests.browser import DevTools, open_page_at
 
 PAGES = [Path(f).with_suffix(".html").as_posix() for f in layout.toc_files(ROOT / "_toc.yml")]
 NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, layout.notebooks(ROOT)))]
 REPO = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].removeprefix("https://github.com/")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+SCREENSHOT_PAGES = ("book/intro.html", "book/01_naive.html")
 
 READ_PAGE = """(() => ({
   title: document.title,
@@ -35,15 +42,18 @@ READ_PAGE = """(() => ({
 
 
 @pytest.fixture(scope="module")
-def site(built_book, tmp_path_factory):
-    _, _, html = built_book
-    with served_in_chromium(html, tmp_path_factory.mktemp("chromium-book")) as (tools, base):
-        yield tools, base, html
+def site(built_book, book_in_chromium):
+    tools, base = book_in_chromium
+    return tools, base, built_book[2], {}
 
 
-def load(tools: DevTools, url: str) -> tuple[str, dict]:
-    session = open_page_at(tools, url)
-    return session, tools.evaluate(session, READ_PAGE)
+def measured(site, page: str, width: int = 1280) -> dict:
+    """Everything the tests below read on ``page`` at ``width`` px, from one visit (kept for
+    the next test of the same page): READ_PAGE, FIT_AND_MATH, CUT_TEXT and FIGURES."""
+    tools, base, _, seen = site
+    if (page, width) not in seen:
+        seen[page, width] = visit(tools, f"{base}/{page}", width, screenshot=width == 1280 and page in SCREENSHOT_PAGES)
+    return seen[page, width]
 
 
 def local_file(html: Path, base: str, href: str) -> Path | None:
@@ -58,18 +68,14 @@ def local_file(html: Path, base: str, href: str) -> Path | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_page_renders_with_its_images_and_links(site, page):
-    tools, base, html = site
-    session, seen = load(tools, f"{base}/{page}")
+    _, base, html, _ = site
+    seen = measured(site, page)["read"]
     assert seen["h1"].strip(), f"{page} has no title heading"
     assert seen["h1"].strip().rstrip("#").strip() in seen["title"], (seen["h1"], seen["title"])
     broken_images = [i["src"] for i in seen["images"] if not i["ok"]]
     assert not broken_images, f"images that did not load on {page}: {broken_images}"
     broken_links = sorted({h for h in seen["links"] if (f := local_file(html, base, h)) is not None and not f.exists()})
     assert not broken_links, f"internal links to missing files on {page}: {broken_links}"
-    if page in ("book/intro.html", "book/01_naive.html"):
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session)
-        (SCREENSHOTS / page.replace("/", "_").replace(".html", ".png")).write_bytes(base64.b64decode(shot["data"]))
 
 
 FIT_AND_MATH = r"""(() => {
@@ -78,40 +84,30 @@ FIT_AND_MATH = r"""(() => {
   const wide = Array.from(main.querySelectorAll("table, img, svg:not(.MathJax_SVG svg)"))
     .filter(e => e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().right > right + 1)
     .map(e => `${e.tagName.toLowerCase()} (${Math.round(e.getBoundingClientRect().right - right)} px over)`);
-  const visible = e => e.offsetWidth > 0 && e.offsetHeight > 0;
   return {
     wide,
     // Sphinx marks each formula .math.notranslate; MathJax adds spans of its own inside.
     math: main.querySelectorAll(".math.notranslate").length,
     typeset: Array.from(main.querySelectorAll(".math.notranslate")).filter(e => e.querySelector(".MathJax, .MathJax_Display")).length,
     raw_tex: Array.from(main.querySelectorAll(".math.notranslate")).filter(e => !e.querySelector(".MathJax, .MathJax_Display") && /\\\(|\\\[/.test(e.textContent)).length,
-    searches: Array.from(document.querySelectorAll(".search-button__button, .search-button-field")).filter(visible).length,
   };
 })()"""
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
-def test_page_fits_its_column_typesets_math_and_has_one_search_box(site, page):
-    tools, base, _ = site
-    session, _ = load(tools, f"{base}/{page}")
-    deadline = time.monotonic() + 20
-    while True:  # MathJax typesets after the load event
-        seen = tools.evaluate(session, FIT_AND_MATH)
-        if seen["typeset"] >= seen["math"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+def test_page_fits_its_column_and_typesets_its_math(site, page):
+    seen = measured(site, page)["fit"]
     assert not seen["wide"], f"{page}: tables or figures run past the main column at 1280 px: {seen['wide']}"
     assert seen["raw_tex"] == 0 and seen["typeset"] >= seen["math"], \
         f"{page}: {seen['raw_tex']} of {seen['math']} formulas left as raw TeX (MathJax is served by the book)"
-    assert seen["searches"] == 1, f"{page} shows {seen['searches']} search boxes"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", NOTEBOOK_PAGES)
 def test_notebook_page_has_launch_and_download_links(site, page):
-    tools, base, html = site
-    _, seen = load(tools, f"{base}/{page}")
+    _, base, html, _ = site
+    seen = measured(site, page)["read"]
     notebook = Path(page).with_suffix(".ipynb").as_posix()
     colab = [h for h in seen["links"] if "colab.research.google.com" in h]
     assert any(h.endswith(f"/github/{REPO}/blob/main/{notebook}") for h in colab), \
@@ -153,26 +149,39 @@ CUT_TEXT = r"""(() => {
 })()"""
 
 
-def read_and_close(tools: DevTools, url: str, expression: str, width: int = 1280):
-    """``expression`` evaluated on ``url`` at ``width`` px, in a tab closed afterwards (a
-    parametrized test over every page at two widths would otherwise leave dozens open)."""
+def visit(tools: DevTools, url: str, width: int, screenshot: bool = False) -> dict:
+    """``url`` measured at ``width`` px once MathJax has typeset it, in a tab closed afterwards
+    (every page at two widths would otherwise leave dozens open)."""
     session = open_page_at(tools, url, width=width)
     try:
-        return tools.evaluate(session, expression)
+        deadline = time.monotonic() + 20
+        while True:  # MathJax typesets after the load event, and changes what fits
+            fit = tools.evaluate(session, FIT_AND_MATH)
+            if fit is None or fit["typeset"] >= fit["math"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        seen = {"fit": fit, **{name: tools.evaluate(session, expression) for name, expression in
+                               (("read", READ_PAGE), ("cut", CUT_TEXT), ("figures", FIGURES))}}
+        if screenshot:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session)
+            name = urlparse(url).path.lstrip("/").replace("/", "_").replace(".html", ".png")
+            (SCREENSHOTS / name).write_bytes(base64.b64decode(shot["data"]))
     finally:
         for target in tools.send("Target.getTargets")["targetInfos"]:
             if target["type"] == "page" and target["url"].split("#")[0] == url:
                 tools.send("Target.closeTarget", {"targetId": target["targetId"]})
+    missing = [name for name, value in seen.items() if value is None]
+    assert not missing, f"{url} at {width} px: the measurement failed ({missing}): {tools.log[-3:]}"
+    return seen
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_lessons_notices_and_captions_wrap_and_no_page_is_wider_than_a_phone(site, page):
-    tools, base, _ = site
-    seen = read_and_close(tools, f"{base}/{page}", CUT_TEXT)
-    assert seen is not None, f"{page}: the measurement failed: {tools.log[-3:]}"
+    seen = measured(site, page)["cut"]
     assert not seen["cut"], f"{page}: text cut at 1280 px (it must wrap): {seen['cut']}"
-    narrow = read_and_close(tools, f"{base}/{page}", CUT_TEXT, width=390)
+    narrow = measured(site, page, width=390)["cut"]
     assert narrow["page_width"] <= narrow["viewport"] + 1, \
         f"{page} is {narrow['page_width']} px wide on a 390 px phone; widest: {narrow['wide']}"
 
@@ -195,10 +204,7 @@ FIGURES = r"""(() => {
 @pytest.mark.slow
 @pytest.mark.parametrize("page", NOTEBOOK_PAGES)
 def test_every_figure_has_a_numbered_caption_and_alt_text(site, page):
-    tools, base, _ = site
-    figures = read_and_close(tools, f"{base}/{page}", FIGURES)
-    assert figures is not None, f"{page}: the measurement failed: {tools.log[-3:]}"
-    for f in figures:
+    for f in measured(site, page)["figures"]:
         assert f["caption"] and re.match(r"Fig\. ?\d", f["number"]), f"{page}: a figure without a numbered caption: {f}"
         assert len(f["alt"]) > 20 and not re.search(r"\.(png|svg|jpg)$", f["alt"]), \
             f"{page}: alt text must say what the figure shows, not name its file: {f['alt']!r}"

@@ -190,10 +190,10 @@ def test_a_timelines_long_title_never_runs_under_its_legend():
 
 
 def test_bar_labels_drop_the_prefix_every_backward_bar_shares():
-    from kernels.trace.timeline import short_name
+    from kernels.trace.timeline import without_shared_prefix
 
-    assert short_name("autograd::engine::evaluate_function: MmBackward0") == "MmBackward0"
-    assert short_name("aten::softmax") == "softmax" and short_name("ProfilerStep#3") == "ProfilerStep#3"
+    assert without_shared_prefix("autograd::engine::evaluate_function: MmBackward0") == "MmBackward0"
+    assert without_shared_prefix("aten::softmax") == "softmax" and without_shared_prefix("ProfilerStep#3") == "ProfilerStep#3"
 
 
 def test_noisy_benchmark_figures_say_so_on_themselves_and_quiet_ones_do_not():

@@ -23,7 +23,7 @@ V1_NAME = "void (anonymous namespace)::flash_v1_kernel<__nv_bfloat16, 128>(flash
 
 def test_parse_instance_reads_version_dtype_and_head_dim():
     assert cr.parse_instance(V1_NAME) == ("v1", "bf16", 128)
-    assert cr.short_name("flash_v2_kernel<__half, 64>(flash::Problem, bool)") == "v2<fp16, 64>"
+    assert cr.instance_label("flash_v2_kernel<__half, 64>(flash::Problem, bool)") == "v2<fp16, 64>"
     with pytest.raises(ValueError, match="not a flash_v1/flash_v2"):
         cr.parse_instance("void other_kernel<float, 64>()")
 
@@ -179,7 +179,7 @@ def test_v2_holds_both_instantiations_of_the_tile_pass(compiled):
         for name, inlined in kernels.items():
             steps = {f for f in inlined if "::tile_pass<" in f}
             assert any("tile_pass<false>" in f for f in steps) and any("tile_pass<true>" in f for f in steps), (
-                f"{arch} {cr.short_name(name)} holds {sorted(steps)}")
+                f"{arch} {cr.instance_label(name)} holds {sorted(steps)}")
             assert all("Design<128, true, true, true>" in f for f in steps), "the launcher runs the production design"
 
 

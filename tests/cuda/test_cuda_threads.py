@@ -223,12 +223,3 @@ def test_a_changed_index_in_a_kernel_is_caught(version, line, edited, phase, tmp
     assert phase in mismatches(found, expected_owners(version, 64)), (
         f"an edited index in flash_{version}.cu ({edited!r}) went unnoticed in {phase}")
 
-
-def test_thread_map_draws_four_panels():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = ct.thread_map(64)
-    assert len(fig.axes) == 4
-    plt.close(fig)

@@ -176,7 +176,7 @@ def test_chapter1_wrong_answers():
 
     def first_copy_by_name(step, min_bytes):
         c = step.copies()
-        return None if c.empty else judge._top_level_ancestor(step, int(c.index[0]))
+        return None if c.empty else judge.top_level_ancestor(step, int(c.index[0]))
 
     _fails(r"only made a small copy .* by the bytes they move", ex1.check_hidden_copy, first_copy_by_name)
     _fails(r"aten::clone does the copying", ex1.check_hidden_copy, lambda step, n: "aten::clone")
@@ -335,17 +335,17 @@ def test_fresh_ptxas_logs_read_back_as_written():
 
 
 def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(capsys):
-    result = judge._passed("right")
+    result = judge.passed("right")
     assert result and repr(result) == "Passed('right')" and result._ipython_display_() is None
     judge.showing_solutions(True)
     try:
-        judge._passed("right")
+        judge.passed("right")
         out = capsys.readouterr().out
         assert "runs the course's solutions" in out and "✔ the course solution: right" in out, \
             "a built page's ✔ says it is the course's solution that passed, not the learner's empty cell"
     finally:
         judge.showing_solutions(False)
-    judge._passed("right")
+    judge.passed("right")
     assert capsys.readouterr().out == "✔ right\n"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from kernels.parallel import rank_traces
 from kernels.exercises import ExerciseFailed
-from kernels.exercises.context_parallel import check_slow_rank, slow_rank_solution, write_rank_folder
+from kernels.exercises.context_parallel import check_slow_rank, write_rank_folder
 from tests.helpers import ROOT
 
 REAL = ROOT / "tests" / "data" / "real_traces"
@@ -93,7 +93,6 @@ def test_the_real_pairs_critical_path_has_a_round_per_communication_round(pair):
 def test_the_real_pair_draws_a_track_per_rank(pair):
     fig = pair.step().timeline()
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
-    assert len(fig.axes[0].collections) == 4  # compute and communication, per rank
 
 
 def test_the_nccl_trace_alone_is_rank_0_of_2_with_its_collectives_bytes(tmp_path):
@@ -150,7 +149,7 @@ def test_ranks_come_from_the_file_name_without_distributed_info_and_duplicates_a
 
 
 def test_the_slow_rank_check_passes_the_solution_and_names_the_waiting_rank():
-    assert check_slow_rank(slow_rank_solution, seed=2)
+    assert check_slow_rank(lambda folder: rank_traces.load_ranks(folder).step().slowest_rank(), seed=2)
     with pytest.raises(ExerciseFailed, match="waited longest"):
         check_slow_rank(lambda f: int(rank_traces.load_ranks(f).step().summary()["exposed_communication_us"].idxmax()),
                         seed=2)

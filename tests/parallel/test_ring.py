@@ -45,8 +45,6 @@ def test_shard_then_unshard_is_the_identity(seq, world, layout):
     assert [s.shape[2] for s in shards] == [ring.shard_len(seq, world, r, layout) for r in range(world)]
     assert sum(s.shape[2] for s in shards) == seq
     assert torch.equal(ring.unshard(shards, layout), x)
-    assert torch.equal(torch.sort(torch.cat([ring.positions(seq, world, r, layout) for r in range(world)])).values,
-                       torch.arange(seq))
 
 
 @pytest.mark.parametrize("seq,world,layout", [(3, 4, "contiguous"), (7, 4, "zigzag"), (0, 1, "contiguous")])

@@ -1,6 +1,7 @@
 """What ships for Hugging Face Spaces: a Dockerfile that lints clean and a valid Space card."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kernels.compat import TESTED
 from tests.helpers import ROOT
 
 
@@ -33,8 +35,11 @@ def test_space_card_matches_the_dockerfile():
     dockerfile = (ROOT / "spaces" / "Dockerfile").read_text()
     start = (ROOT / "spaces" / "start.sh").read_text()
     assert f"--port={card['app_port']}" in start and f"EXPOSE {card['app_port']}" in dockerfile
-    assert 'CMD ["bash", "spaces/start.sh"]' in dockerfile
-    assert "torch==2.13.0" in dockerfile
+    assert 'CMD ["bash", "spaces/start.sh"]' in dockerfile, "the Space starts through start.sh, which demands a token"
+    pinned = re.search(r'"torch==(\d+)\.(\d+)\.\d+"', dockerfile)
+    oldest, newest = (tuple(map(int, v.split("."))) for v in TESTED["torch"])
+    assert pinned and oldest <= (int(pinned[1]), int(pinned[2])) <= newest, \
+        f"the Space pins a torch the course is tested with ({TESTED['torch']}): {pinned and pinned[0]}"
 
 
 def test_jobs_command_uses_the_configured_repository():

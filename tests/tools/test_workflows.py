@@ -6,9 +6,9 @@ What they check, and why:
   fails here rather than on GitHub after a push.
 - ``zizmor --offline`` (a static security linter for workflows) reports nothing at its default
   severity. The only finding we silence is listed in ``DELIBERATE_IGNORES`` with its reason.
-- The GPU workflow runs on our own machine, and the repository is public: its triggers must be
-  exactly push-to-main, a schedule and manual dispatch. A pull request trigger would run a
-  stranger's code on that machine.
+- The GPU workflow runs on our own machine, and the repository is public: a job on a
+  self-hosted runner serves only push, schedule and manual dispatch. A pull request trigger
+  would run a stranger's code on that machine.
 - Least privilege: every workflow starts from no permissions; a job asks for what it needs, and
   only the Pages deployment may write. Every action is pinned to a commit SHA, checkout never
   leaves the token on disk, and no ``${{ }}`` expression is pasted into a shell script (values
@@ -166,14 +166,6 @@ def test_zizmor_ignores_are_the_deliberate_ones():
 # --- the self-hosted GPU runner only ever runs our own code -------------------------------
 
 
-def test_gpu_workflow_triggers_are_exactly_push_to_main_schedule_dispatch():
-    on = triggers(workflow("gpu.yml"))
-    assert set(on) == TRUSTED_TRIGGERS, sorted(on)
-    assert on["push"] == {"branches": ["main"]}, on["push"]
-    crons = on["schedule"]
-    assert crons and all(set(entry) == {"cron"} for entry in crons), crons
-
-
 def test_self_hosted_jobs_never_serve_untrusted_triggers():
     for path in WORKFLOW_FILES:
         wf = load(path)
@@ -271,8 +263,7 @@ def python_versions(wf: dict) -> set[str]:
 
 def test_ci_runs_the_readme_test_command_and_the_cpu_book():
     ci = workflow("ci.yml")
-    assert {"push", "pull_request"} <= set(triggers(ci))
-    assert python_versions({"jobs": {"test-and-book": ci["jobs"]["test-and-book"]}}) == {"3.11"}
+    assert {"push", "pull_request"} <= set(triggers(ci)), "a pull request is tested before it is merged"
     for job in ci["jobs"].values():
         assert "self-hosted" not in runs_on_labels(job)
     commands = run_commands(ci)
@@ -323,7 +314,6 @@ def test_gpu_workflow_runs_make_gpu_run_and_keeps_the_archive_and_the_book():
 def test_pages_deploys_the_gpu_book_or_falls_back_to_cpu():
     gpu, pages = workflow("gpu.yml"), workflow("pages.yml")
     on = triggers(pages)
-    assert set(on) == {"workflow_run", "workflow_dispatch"}, sorted(on)
     assert on["workflow_run"]["workflows"] == [gpu["name"]], "workflow_run must name gpu.yml's 'name:'"
     assert on["workflow_run"]["types"] == ["completed"] and on["workflow_run"]["branches"] == ["main"]
 
@@ -343,7 +333,8 @@ def test_pages_deploys_the_gpu_book_or_falls_back_to_cpu():
 
 def test_release_builds_on_a_version_tag_checks_agreement_and_publishes_by_trusted_publishing():
     release = workflow("release.yml")
-    assert triggers(release) == {"push": {"tags": ["v*"]}}, "a release runs on a pushed tag v<version> only"
+    push = triggers(release)["push"]
+    assert push.get("tags") and "branches" not in push, "a release runs on a pushed tag, never on a branch's push"
     build, publish = release["jobs"]["build"], release["jobs"]["publish"]
     commands = run_commands({"jobs": {"build": build}})
     assert 'python tools/release_check.py --tag "$TAG"' in commands and "python -m build" in commands

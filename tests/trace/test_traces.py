@@ -204,7 +204,7 @@ def test_diff_table_and_figure(steps):
     assert table["allocated change (KiB)"].sum() == -SCORES_BYTES / 1024
     fig = d.figure()
     ax = fig.axes[0]
-    assert len(ax.patches) == 2 * 3 and any("clone" in t.get_text() for t in ax.get_yticklabels())
+    assert any("clone" in t.get_text() for t in ax.get_yticklabels()), "the copy naive makes and inplace does not is a row"
     with pytest.raises(TypeError, match="two Steps"):
         tracediff.diff(steps["naive"][0], "inplace")
     with pytest.raises(ValueError, match="side"):
