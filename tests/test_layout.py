@@ -379,8 +379,6 @@ KNOWN_BREACHES = {
     "notebooks/04_triton.py: kernels.triton.flash._attn_fwd_inner",
     "notebooks/04_triton.py: kernels.triton.flash._attn_fwd_tma",
     "notebooks/04_triton.py: kernels.triton.launch._tile",
-    "tools/triton_cache.py: kernels.triton.flash.INTERPRETED",
-    "tools/triton_cache.py: kernels.triton.flash._capability",
 }
 
 
