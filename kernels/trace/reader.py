@@ -144,6 +144,16 @@ def _shape_bytes(dims, dtype: str) -> int:
     return n * DTYPE_BYTES.get(dtype, 4)
 
 
+def _copy_bytes(dims: list, types: list) -> Optional[int]:
+    """Bytes a copy_ moves: its destination's (first input's) size, None where the trace left out
+    the shape or the type."""
+    if not types or not types[0] or types[0] not in DTYPE_BYTES:
+        return None
+    if not dims or not isinstance(dims[0], list):
+        return None
+    return _shape_bytes(dims[0], types[0])
+
+
 def _inclusive(values: list, parent: list) -> list:
     """Each op's value plus all its descendants' (children always follow their parent)."""
     total = list(values)
@@ -513,6 +523,8 @@ class Step:
             "dur_us": ops["dur"],
             "input_dims": [a.get("Input Dims", a.get("Input dims", [])) for a in args],
             "input_types": [a.get("Input type", []) for a in args],
+            # the values of scalar inputs (is_causal, a scale) as text; "" for a tensor, [] when not recorded
+            "concrete_inputs": [a.get("Concrete Inputs", []) for a in args],
             "ts": ops["ts"],
             "end": ops["end"],
             "pid": ops["pid"],
@@ -623,12 +635,17 @@ class Step:
                 if i not in wrappers or ops.at[i, "self_alloc_bytes"] > 0]
 
     def copies(self, min_bytes: int = 1) -> pd.DataFrame:
-        """Every ``aten::copy_`` with its size: copies are found by what they move, not by name."""
+        """Every ``aten::copy_`` with its size: copies are found by what they move, not by name.
+
+        ``bytes`` is None where the trace did not record the copy's shape and type (torch 1.8's
+        traces record dims without types): such a copy is kept whatever ``min_bytes`` is, since
+        its size is unknown, and ``size_known`` says so."""
         c = self.find("aten::copy_").copy()
-        c["bytes"] = [_shape_bytes(d[0], t[0]) if d and d[0] else _shape_bytes([], t[0] if t else "")
-                      for d, t in zip(c["input_dims"], c["input_types"])]
+        c["bytes"] = pd.Series([_copy_bytes(d, t) for d, t in zip(c["input_dims"], c["input_types"])],
+                               index=c.index, dtype=object)
+        c["size_known"] = [b is not None for b in c["bytes"]]
         c["called_from"] = [self.ops.at[p, "name"] if p >= 0 else None for p in c["parent"]]
-        return c[c["bytes"] >= min_bytes]
+        return c[[b is None or b >= min_bytes for b in c["bytes"]]]
 
     def summary(self) -> dict:
         """One row for a "so far" table."""
