@@ -71,8 +71,11 @@ VIEW_OPS = frozenset({
     "aten::resolve_neg", "aten::detach", "aten::lift_fresh", "aten::empty", "aten::empty_like",
     "aten::empty_strided", "aten::contiguous", "aten::split", "aten::unbind",
 })
+# Tensor element types as Kineto spells them ("long" in some traces, "long int" in others).
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1,
-               "long int": 8, "int": 4, "unsigned char": 1, "signed char": 1, "short int": 2}
+               "long int": 8, "long": 8, "int": 4, "unsigned char": 1, "signed char": 1, "short int": 2,
+               "short": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::complex<float>": 8,
+               "c10::complex<double>": 16}
 
 
 # ----------------------------------------------------------------------------- reading
@@ -645,7 +648,7 @@ class Step:
                                index=c.index, dtype=object)
         c["size_known"] = [b is not None for b in c["bytes"]]
         c["called_from"] = [self.ops.at[p, "name"] if p >= 0 else None for p in c["parent"]]
-        return c[[b is None or b >= min_bytes for b in c["bytes"]]]
+        return c[np.array([b is None or b >= min_bytes for b in c["bytes"]], dtype=bool)]
 
     def summary(self) -> dict:
         """One row for a "so far" table."""
