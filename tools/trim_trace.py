@@ -51,7 +51,7 @@ def the_range(events: list[dict], step: Optional[int], label: Optional[str]) -> 
     else:
         wanted = [e for e in ranges if e.get("name") == label]
         if not wanted:
-            raise ValueError(f"no range labelled {label!r}; labels: {sorted({e.get('name') for e in ranges})[:20]}")
+            raise ValueError(f"no range labelled {label!r}; labels: {sorted({str(e.get('name')) for e in ranges})[:20]}")
     return wanted[0]
 
 

@@ -87,9 +87,10 @@ class AttentionCall:
     @property
     def flops(self) -> Optional[float]:
         """Forward FLOPs by the module's convention; None where shapes or causality are unknown."""
-        if None in (self.batch_heads, self.sq, self.sk, self.d, self.dv):
+        bh, sq, sk, d, dv = self.batch_heads, self.sq, self.sk, self.d, self.dv
+        if bh is None or sq is None or sk is None or d is None or dv is None:
             return None
-        full = 2.0 * self.batch_heads * self.sq * self.sk * (self.d + self.dv)
+        full = 2.0 * bh * sq * sk * (d + dv)
         if self.how == "hand-written":
             return full
         if self.causal is None:
