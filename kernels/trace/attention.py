@@ -75,6 +75,8 @@ class AttentionCall:
     shapes: Optional[dict] = None   # the recorded input dims it was read from
     causal: Optional[bool] = None   # None: not recorded (hand-written cores, some traces)
     dtype: Optional[str] = None
+    cpu_start_us: Optional[float] = None    # where its ops begin on the CPU (None: kernels by name)
+    cpu_us: Optional[float] = None          # its ops' CPU wall time, launches included
 
     @property
     def gpu_us(self) -> float:
@@ -82,7 +84,10 @@ class AttentionCall:
 
     @property
     def start_us(self) -> float:
-        return float(self.kernels["start_us"].min()) if len(self.kernels) else math.nan
+        """When its first kernel started (µs from the step's start); on a CPU-only trace, its first op."""
+        if len(self.kernels):
+            return float(self.kernels["start_us"].min())
+        return self.cpu_start_us if self.cpu_start_us is not None else math.nan
 
     @property
     def flops(self) -> Optional[float]:
@@ -125,7 +130,7 @@ class AttentionCall:
             "how": self.how, "library": self.library, "op": self.op,
             "kernels": self.kernels["name"].tolist(),
             "main_kernel": None if main is None else main["name"],
-            "start_us": round(self.start_us, 3), "gpu_us": round(self.gpu_us, 3),
+            "start_us": round(self.start_us, 3), "gpu_us": round(self.gpu_us, 3), "cpu_us": self.cpu_us,
             "batch_heads": self.batch_heads, "sq": self.sq, "sk": self.sk, "d": self.d, "dv": self.dv,
             "shapes": self.shapes, "causal": self.causal, "dtype": self.dtype,
             "flops": self.flops, "tflops": self.tflops, "peak_share": self.peak_share(peak_flops),
@@ -275,7 +280,8 @@ def _fused_call(ops: pd.DataFrame, row: int, kernels: pd.DataFrame) -> tuple[Att
     mine = _launched_between(kernels, r["tid"], r["start_us"], r["start_us"] + r["dur_us"])
     named = [attention_kernel(n) for n in mine["name"]]
     library = next((x[0] for x in named if x), ATTENTION_OPS[r["name"]].library)
-    call = AttentionCall("fused", library, r["name"], mine)
+    call = AttentionCall("fused", library, r["name"], mine, cpu_start_us=float(r["start_us"]),
+                         cpu_us=float(r["dur_us"]))
     inner = ops[span & ops["name"].isin(list(ATTENTION_OPS))]   # the op itself first, then its backend ops
     for _, op in inner.iterrows():
         spec = ATTENTION_OPS[op["name"]]
@@ -337,7 +343,8 @@ def _hand_written(candidates: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataF
                 "hand-written", "PyTorch ops", f"{names[score]} -> {names[s]} -> {names[pv]}", mine,
                 batch_heads=max(_prod(a[:-2]), _prod(b[:-2])), sq=sq, sk=sk, d=a[-1], dv=v[-1],
                 shapes={"scores": [a, b], "softmax": x, "values": ops.at[pv, "input_dims"][:2]},
-                dtype=TYPE_NAMES.get(types[0]) if types else None))
+                dtype=TYPE_NAMES.get(types[0]) if types else None, cpu_start_us=float(ops.at[score, "start_us"]),
+                cpu_us=float(ops.at[pv, "end"] - ops.at[score, "ts"])))
     return calls
 
 

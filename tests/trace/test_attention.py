@@ -237,3 +237,50 @@ def test_the_command_says_what_is_wrong_in_words(tmp_path, case, words):
 def test_a_trace_without_profiler_steps_is_read_whole():
     trace = load_trace(borrowed.root() / BORROWED["sglang_decode"].file)
     assert attention.pick_step(trace, None).label == "(whole trace)"
+
+
+# ------------------------------------------------------------------ beyond the borrowed traces
+
+def test_the_courses_own_cpu_steps_are_found_with_their_shapes():
+    import torch
+
+    import kernels
+    from kernels.trace import record
+
+    b, h, s, d = 1, 2, 48, 16
+    q, k, v = (torch.randn(b, h, s, d) for _ in range(3))
+    for name, how, flops in (("sdpa_flash", "fused", 4 * b * h * s * s * d / 2),
+                             ("naive", "hand-written", 4 * b * h * s * s * d)):
+        step = record.profile(kernels.get(name), q, k, v, causal=True, label=name).steps()[0]
+        calls = attention.find_attention(step).calls
+        assert [c.how for c in calls] == [how], name
+        assert calls[0].flops == pytest.approx(flops), f"{name}: causal fused counts half, a hand-written core in full"
+        assert calls[0].gpu_us == 0 and calls[0].tflops is None and calls[0].cpu_us > 0
+
+
+def synthetic_trace(with_op: bool) -> dict:
+    """A vLLM decode op launching a FlashInfer kernel, then a second FlashInfer kernel replayed
+    from a graph (no op), a split-KV merge after it, and a GEMM that is not attention."""
+    def x(cat, name, ts, dur, tid, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1 if cat not in GPU_WORK else 0, "tid": tid,
+                "ts": ts, "dur": dur, "args": args}
+    events = [x("user_annotation", "ProfilerStep#1", 0, 1000, 1),
+              x("cuda_runtime", "cudaLaunchKernel", 20, 5, 1, correlation=1),
+              x("kernel", "BatchDecodeWithPagedKVCacheKernel<128>", 100, 40, 7, correlation=1, stream=7),
+              x("cuda_runtime", "cudaGraphLaunch", 300, 5, 1, correlation=2),
+              x("kernel", "BatchDecodeWithPagedKVCacheKernel<128>", 400, 30, 7, correlation=2, stream=7),
+              x("kernel", "MergeStatesKernel<8>", 431, 4, 7, correlation=2, stream=7),
+              x("kernel", "nvjet_tst_128x64_64x4_1x2_h_bz_TNT", 436, 20, 7, correlation=2, stream=7)]
+    if with_op:
+        events.insert(1, x("cpu_op", "vllm::unified_attention", 10, 50, 1))
+    return {"traceEvents": events}
+
+
+def test_other_libraries_ops_and_kernels_come_from_the_name_tables():
+    calls = attention.find_attention(load_trace(synthetic_trace(True)).profiler_steps()[0]).calls
+    assert [(c.how, c.op, len(c.kernels)) for c in calls] == [
+        ("fused", "vllm::unified_attention", 1), ("kernels", None, 2)]
+    assert calls[0].library == calls[1].library == "FlashInfer" and calls[1].gpu_us == 34
+    assert all(c.flops is None for c in calls), "no shapes recorded, no FLOPs"
+    bare = attention.find_attention(load_trace(synthetic_trace(False)).profiler_steps()[0]).calls
+    assert [len(c.kernels) for c in bare] == [1, 2]
