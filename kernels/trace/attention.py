@@ -39,6 +39,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import re
 import sys
 import zlib
@@ -482,11 +483,15 @@ def main(argv: Optional[list] = None) -> int:
         return 1
     finally:
         gc.enable()
-    if args.json:
-        print(json.dumps({"trace": Path(args.trace).name, **report.as_dict()}, indent=1))
-    else:
-        print(f"trace: {Path(args.trace).name}")
-        print(report.text())
+    try:
+        if args.json:
+            print(json.dumps({"trace": Path(args.trace).name, **report.as_dict()}, indent=1))
+        else:
+            print(f"trace: {Path(args.trace).name}")
+            print(report.text())
+        sys.stdout.flush()
+    except BrokenPipeError:   # the reader piped it into head: not an error of theirs
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
