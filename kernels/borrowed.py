@@ -1,17 +1,27 @@
 """GPU traces recorded by others on real GPUs, shown where the book has no recording of its own.
 
 Until the course's own GPU run is recorded (``kernels.recorded``), a page about GPU tracks can
-still show real ones: ``ALEXNET_FORWARD`` is one forward of AlexNet recorded on an A100 by
-Meta's HolisticTraceAnalysis project (its test data, MIT licence). Every use says who recorded
-it, on what GPU (read from the trace itself) and under which licence: ``credit(trace)``.
+still show real ones:
+
+- ``ALEXNET_FORWARD``: one forward of AlexNet on an A100, from Meta's HolisticTraceAnalysis
+  project (its test data, MIT licence);
+- ``TRACELENS``: one inference step of Hugging Face models in bfloat16 on an NVIDIA H100 and an
+  AMD MI300X (BERT-small, Qwen1.5-0.5B, a ViT image classifier, TimeSformer), and one decode step
+  of SGLang serving Qwen3-8B on an MI300X, from the test data of AMD's TraceLens (MIT licence),
+  sanitised, each trimmed to its profiler step by ``tools/trim_trace.py``.
+
+Every use says who recorded it, the model and its input, the GPU and torch version (read from
+the trace itself, not typed here), the licence, and that it is not this book's run:
+``credit(trace)``.
 
 The files live in ``book/data/borrowed/`` (in an installed package, ``kernels/data/borrowed``),
-with the licence notice beside them.
+with the licence notices beside them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from kernels.trace.reader import Step, Trace, load_trace
 
@@ -29,10 +39,10 @@ class Borrowed:
     """One trace recorded by others, and what must be said whenever it is shown."""
 
     file: str
-    label: str          # the labelled range that is one step
-    what: str           # what was recorded, in words
+    label: Optional[str]  # the labelled range that is one step; None: its profiler step, else the whole trace
+    what: str             # what was recorded, in words (the model and input where the trace has no metadata)
     recorded_by: str
-    source: str         # where the file comes from
+    source: str           # where the file comes from
     licence: str
 
     def trace(self) -> Trace:
@@ -42,9 +52,14 @@ class Borrowed:
                                     "(kernels/data/borrowed when installed)")
         return load_trace(path)
 
-    def step(self, index: int = 0) -> Step:
-        """The ``index``-th occurrence of the labelled range, as a step (a KeyError lists the labels)."""
-        return self.trace().steps(self.label)[index]
+    def step(self, index: int = 0, trace: Optional[Trace] = None) -> Step:
+        """The ``index``-th occurrence of the labelled range, as a step (a KeyError lists the labels);
+        without a label, the ``index``-th profiler step, or the whole trace when it has none."""
+        trace = trace if trace is not None else self.trace()
+        if self.label is not None:
+            return trace.steps(self.label)[index]
+        steps = trace.profiler_steps()
+        return steps[index] if steps else trace.whole()
 
     def gpu(self, trace: Trace) -> str:
         """The GPU the trace says it was recorded on (its deviceProperties), not what we typed."""
@@ -53,10 +68,31 @@ class Borrowed:
             raise ValueError(f"{self.file} names no GPU in its deviceProperties")
         return " and ".join(names)
 
-    def credit(self, trace: Trace) -> str:
-        """The sentence that goes with the figure: who, what, on which GPU, under which licence."""
-        return (f"{self.what[0].upper()}{self.what[1:]}, recorded by {self.recorded_by} on an {self.gpu(trace)} "
-                f"({self.source}; {self.licence}): not this book's run.")
+    def model_and_input(self, trace: Trace) -> str:
+        """The model and its input as the trace's own metadata records them, else ``what``."""
+        meta = trace.raw.get("metadata") if isinstance(trace.raw, dict) else None
+        experiment = (meta or {}).get("experiment") or {}
+        if not experiment.get("repo_id"):
+            return self.what
+        shape = ((meta or {}).get("current_task") or {}).get("shape") or {}
+        given = ", ".join(f"{k} {v}" for k, v in shape.items() if k != "tag")
+        return (f"the model {experiment['repo_id']} ({experiment.get('pipeline_tag', 'a model')}, "
+                f"{experiment.get('torch_dtype', 'dtype not recorded')}), input {given or 'not recorded'}")
+
+    def torch_version(self, trace: Trace) -> Optional[str]:
+        """torch's version as the trace records it (None where it does not)."""
+        meta = trace.raw.get("metadata") if isinstance(trace.raw, dict) else None
+        return (meta or {}).get("torch_version")
+
+    def credit(self, trace: Optional[Trace] = None) -> str:
+        """The sentence that goes with the figure: who, what, on which GPU, with which torch,
+        under which licence, and that it is not this book's run."""
+        trace = trace if trace is not None else self.trace()
+        what = self.model_and_input(trace)
+        torch_version = self.torch_version(trace)
+        torch_words = f"torch {torch_version}" if torch_version else "torch version not recorded in the trace"
+        return (f"{what[0].upper()}{what[1:]}, recorded by {self.recorded_by} on an {self.gpu(trace)} "
+                f"({torch_words}; {self.source}; {self.licence}): not this book's run.")
 
 
 ALEXNET_FORWARD = Borrowed(
@@ -67,3 +103,27 @@ ALEXNET_FORWARD = Borrowed(
     source="the test data of facebookresearch/HolisticTraceAnalysis",
     licence="MIT licence, notice in book/data/borrowed",
 )
+
+
+def _tracelens(file: str, what: str, folder: str) -> Borrowed:
+    return Borrowed(file=file, label=None, what=what, recorded_by="AMD's TraceLens project",
+                    source=f"the test data of AMD-AGI/TraceLens, {folder}, commit 171dd747, sanitised",
+                    licence="MIT licence, notice in book/data/borrowed/LICENSE-TraceLens")
+
+
+_MODELS = {   # key: (file name part, words for the model when the trace has no metadata)
+    "bert": ("gaunernst_bert-small-uncased__1016001", "one fill-mask step of BERT-small"),
+    "qwen": ("Qwen_Qwen1.5-0.5B-Chat__1016005", "one forward of Qwen1.5-0.5B-Chat"),
+    "vit": ("Falconsai_nsfw_image_detection__1016002", "one step of a ViT image classifier"),
+    "timesformer": ("facebook_timesformer-base-finetuned-k400__1016002", "one step of TimeSformer on a video"),
+}
+# "h100_qwen", "mi300x_bert", ... and "sglang_decode".
+TRACELENS: dict[str, Borrowed] = {
+    f"{gpu}_{model}": _tracelens(f"tracelens_{prefix}_{part}.json.gz", what, f"tests/traces/{folder}/")
+    for gpu, prefix, folder in (("h100", "h100", "h100"), ("mi300x", "mi300", "mi300"))
+    for model, (part, what) in _MODELS.items()
+}
+TRACELENS["sglang_decode"] = _tracelens(
+    "tracelens_inference_sglang_decode_sglang_Qwen3-8B_decode.json.gz",
+    "one decode step of SGLang serving Qwen3-8B to a batch of 32 requests (its attention kernels replayed "
+    "from a HIP graph)", "tests/traces/inference/sglang_decode/")

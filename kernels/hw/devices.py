@@ -6,9 +6,10 @@ to and from its memory (HBM bandwidth). Their ratio, the *ridge point* in FLOP p
 says how much work a kernel must do per byte it moves before the arithmetic, not the
 memory, becomes the limit.
 
-GPU peaks are NVIDIA's datasheet figures (dense, no sparsity): the A100 datasheet
-(312 TFLOP/s bf16, 2.04 TB/s for the 80 GB SXM) and the H100/H200 datasheets (989 TFLOP/s;
-3.35 TB/s for the H100 SXM, 4.8 TB/s for the H200). A CPU has no datasheet row here, so its ceilings are *measured*
+GPU peaks are the vendors' datasheet figures (dense, no sparsity): NVIDIA's A100 datasheet
+(312 TFLOP/s bf16, 2.04 TB/s for the 80 GB SXM), H100/H200 datasheets (989 TFLOP/s;
+3.35 TB/s for the H100 SXM, 4.8 TB/s for the H200) and B200 (2.25 PFLOP/s, 8 TB/s), and AMD's
+MI300X datasheet (1307.4 TFLOP/s, 5.3 TB/s). A CPU has no datasheet row here, so its ceilings are *measured*
 once per process: a matmul for FLOP/s and a tensor copy for bytes/s. Measured ceilings
 are lower than a CPU's theoretical ones, which is the honest comparison for PyTorch code.
 """
@@ -60,6 +61,12 @@ GPU_TABLE: list[tuple[tuple[str, ...], tuple[str, ...], Peaks]] = [
     # NVIDIA A100 datasheet: 80GB SXM 312 TFLOP/s dense bf16, 2.04 TB/s HBM (ridge 153).
     (("a100",), ("pcie", "40gb"),
      Peaks("NVIDIA A100 80GB SXM", 312 * TERA, 2.04e12, "bfloat16", "datasheet, dense (no sparsity)")),
+    # NVIDIA B200 (HGX B200, 1000 W): 2.25 PFLOP/s dense bf16 (the datasheet prints 4.5 PFLOP/s,
+    # "with sparsity"), 8 TB/s HBM3e (ridge 281). A GB200's B200 runs at higher power (2.5 PFLOP/s).
+    (("b200",), ("gb200",), Peaks("NVIDIA B200", 2250 * TERA, 8.0e12, "bfloat16", "datasheet, dense (no sparsity)")),
+    # AMD Instinct MI300X datasheet: 1307.4 TFLOP/s peak dense bf16 (2614.9 with sparsity), 5.3 TB/s
+    # HBM3 (ridge 247). A virtual function ("MI300X VF", what a cloud VM sees) is the same chip.
+    (("mi300x",), (), Peaks("AMD Instinct MI300X", 1307.4 * TERA, 5.3e12, "bfloat16", "datasheet, dense (no sparsity)")),
     # T4 (sm75) has no bf16 tensor cores: its ceiling is 65 TFLOP/s of fp16 tensor-core
     # math, and 320 GB/s of GDDR6 (NVIDIA T4 datasheet).
     (("t4",), (), Peaks("NVIDIA T4", 65 * TERA, 0.32e12, "float16", "datasheet, fp16 tensor cores")),

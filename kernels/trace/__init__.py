@@ -6,7 +6,10 @@
 - ``diff``: what changed between two steps;
 - ``timeline``: one step drawn as Perfetto draws it, one row per track;
 - ``fingerprints``: what a GPU kernel's name says about the work it does;
-- ``links``: "Download trace" and "Open in Perfetto" beside a figure.
+- ``links``: "Download trace" and "Open in Perfetto" beside a figure;
+- ``attention``: every attention call of a model's step (fused, replayed from a graph, or
+  hand-written) with its kernels, FLOPs, TFLOP/s and footprint; also a command,
+  ``python -m kernels.trace.attention TRACE``.
 
 Imports go one way: ``reader`` and ``fingerprints`` import nothing of the package, the others
 build on ``reader``; nothing here imports ``kernels.bench``.

@@ -531,5 +531,68 @@ def _sentence(text: str) -> str:
     return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-__all__ = ["KINDS", "MATMUL_OPS", "Fingerprint", "classify_many", "fingerprint", "inductor_style", "is_gemm",
-           "kind_of", "mentions_op"]
+# --------------------------------------------------------------------------- attention, by name
+# What ``kernels.trace.attention`` recognises as one attention call. Tables, not code: a library
+# that is missing gets a row here.
+
+@dataclass(frozen=True)
+class AttentionOp:
+    """A PyTorch op that is a whole attention forward, and how to read its recorded inputs."""
+
+    library: str
+    layout: Optional[str]        # "BHSD" or "BSHD": how q, k, v (inputs 0, 1, 2) are laid out; None: unknown
+    causal_arg: Optional[int]    # the input that holds is_causal (in "Concrete Inputs"), None: not recorded
+    mask_arg: Optional[int] = None   # an attn_mask/bias input: a recorded tensor there means masked
+
+
+# Forward ops only (signatures from ATen's native_functions.yaml and the libraries' op schemas).
+ATTENTION_OPS: dict[str, AttentionOp] = {
+    "aten::scaled_dot_product_attention": AttentionOp("PyTorch SDPA", "BHSD", 5, 3),
+    "aten::_scaled_dot_product_flash_attention": AttentionOp("SDPA flash backend", "BHSD", 4),
+    "aten::_scaled_dot_product_efficient_attention": AttentionOp("SDPA memory-efficient backend", "BHSD", 6, 3),
+    "aten::_scaled_dot_product_cudnn_attention": AttentionOp("SDPA cuDNN backend", "BHSD", 6, 3),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": AttentionOp("SDPA flash backend (CPU)", "BHSD", 4, 5),
+    "aten::_scaled_dot_product_fused_attention_overrideable": AttentionOp("SDPA fused backend", "BHSD", 6, 3),
+    "aten::_flash_attention_forward": AttentionOp("FlashAttention-2 (PyTorch)", "BSHD", 8),
+    "aten::_efficient_attention_forward": AttentionOp("memory-efficient attention (PyTorch)", "BSHD", None, 3),
+    "flash_attn::_flash_attn_forward": AttentionOp("flash-attn", "BSHD", 5),
+    "flash_attn_3::fwd": AttentionOp("FlashAttention-3", "BSHD", None),
+    "vllm::unified_attention": AttentionOp("vLLM", None, None),
+    "vllm::unified_attention_with_output": AttentionOp("vLLM", None, None),
+    "sglang::unified_attention_with_output": AttentionOp("SGLang", None, None),
+}
+
+# (kernel-name pattern, library, stage): "main" kernels compute attention; "combine" kernels merge
+# the partial results of a split over the keys (split-KV, paged decode) and belong to the main
+# kernel before them. Forward kernels only; the first pattern that matches wins.
+ATTENTION_KERNELS: tuple[tuple[str, str, str], ...] = (
+    (r"flash_fwd_splitkv_combine|flash_fwd_combine|FlashAttnFwdCombine", "FlashAttention", "combine"),
+    (r"pytorch_flash::flash_fwd|flash_fwd_\w*kernel|FlashAttnFwdSm\d+|FlashAttentionForwardSm\d+", "FlashAttention",
+     "main"),
+    (r"fmha_cutlassF", "memory-efficient (CUTLASS, from xFormers)", "main"),
+    (r"cudnn\w*sdpa\w*fprop|cudnn_generated\w*flash_fprop", "cuDNN", "main"),
+    (r"^attn_fwd\w*$|^_attn_fwd\w*$", "Triton FlashAttention (AMD's aotriton, the Triton tutorial)", "main"),
+    (r"paged_attention\w*reduce", "vLLM paged attention", "combine"),
+    (r"paged_attention", "vLLM paged attention", "main"),
+    (r"kernel_unified_attention", "vLLM unified attention (Triton)", "main"),
+    (r"MergeStates|merge_state", "FlashInfer", "combine"),
+    (r"BatchDecodeWith|BatchPrefillWith|SingleDecodeWith|SinglePrefillWith", "FlashInfer", "main"),
+    (r"_fwd_kernel_stage2|_decode_softmax_reducev", "SGLang decode attention (Triton)", "combine"),
+    (r"_fwd_(grouped_)?kernel_stage1|_decode_att_m_fwd", "SGLang decode attention (Triton)", "main"),
+    (r"fmha_fwd|FmhaFwd|mha_fwd", "composable kernel / aiter", "main"),
+    (r"\bflash_v\d+_kernel", "this course's CUDA FlashAttention", "main"),
+)
+_ATTENTION_KERNEL_RES = tuple((re.compile(p), lib, stage) for p, lib, stage in ATTENTION_KERNELS)
+
+
+def attention_kernel(name: str) -> Optional[tuple[str, str]]:
+    """(library, stage) of an attention forward kernel by its name, None for any other kernel."""
+    for pattern, library, stage in _ATTENTION_KERNEL_RES:
+        if pattern.search(name):
+            return library, stage
+    return None
+
+
+__all__ = ["ATTENTION_KERNELS", "ATTENTION_OPS", "KINDS", "MATMUL_OPS", "AttentionOp", "Fingerprint",
+           "attention_kernel", "classify_many", "fingerprint", "inductor_style", "is_gemm", "kind_of",
+           "mentions_op"]

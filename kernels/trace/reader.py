@@ -71,8 +71,11 @@ VIEW_OPS = frozenset({
     "aten::resolve_neg", "aten::detach", "aten::lift_fresh", "aten::empty", "aten::empty_like",
     "aten::empty_strided", "aten::contiguous", "aten::split", "aten::unbind",
 })
+# Tensor element types as Kineto spells them ("long" in some traces, "long int" in others).
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1,
-               "long int": 8, "int": 4, "unsigned char": 1, "signed char": 1, "short int": 2}
+               "long int": 8, "long": 8, "int": 4, "unsigned char": 1, "signed char": 1, "short int": 2,
+               "short": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::complex<float>": 8,
+               "c10::complex<double>": 16}
 
 
 # ----------------------------------------------------------------------------- reading
@@ -142,6 +145,16 @@ def _shape_bytes(dims, dtype: str) -> int:
     for d in dims:
         n *= d
     return n * DTYPE_BYTES.get(dtype, 4)
+
+
+def _copy_bytes(dims: list, types: list) -> Optional[int]:
+    """Bytes a copy_ moves: its destination's (first input's) size, None where the trace left out
+    the shape or the type."""
+    if not types or not types[0] or types[0] not in DTYPE_BYTES:
+        return None
+    if not dims or not isinstance(dims[0], list):
+        return None
+    return _shape_bytes(dims[0], types[0])
 
 
 def _inclusive(values: list, parent: list) -> list:
@@ -513,6 +526,8 @@ class Step:
             "dur_us": ops["dur"],
             "input_dims": [a.get("Input Dims", a.get("Input dims", [])) for a in args],
             "input_types": [a.get("Input type", []) for a in args],
+            # the values of scalar inputs (is_causal, a scale) as text; "" for a tensor, [] when not recorded
+            "concrete_inputs": [a.get("Concrete Inputs", []) for a in args],
             "ts": ops["ts"],
             "end": ops["end"],
             "pid": ops["pid"],
@@ -623,12 +638,17 @@ class Step:
                 if i not in wrappers or ops.at[i, "self_alloc_bytes"] > 0]
 
     def copies(self, min_bytes: int = 1) -> pd.DataFrame:
-        """Every ``aten::copy_`` with its size: copies are found by what they move, not by name."""
+        """Every ``aten::copy_`` with its size: copies are found by what they move, not by name.
+
+        ``bytes`` is None where the trace did not record the copy's shape and type (torch 1.8's
+        traces record dims without types): such a copy is kept whatever ``min_bytes`` is, since
+        its size is unknown, and ``size_known`` says so."""
         c = self.find("aten::copy_").copy()
-        c["bytes"] = [_shape_bytes(d[0], t[0]) if d and d[0] else _shape_bytes([], t[0] if t else "")
-                      for d, t in zip(c["input_dims"], c["input_types"])]
+        c["bytes"] = pd.Series([_copy_bytes(d, t) for d, t in zip(c["input_dims"], c["input_types"])],
+                               index=c.index, dtype=object)
+        c["size_known"] = [b is not None for b in c["bytes"]]
         c["called_from"] = [self.ops.at[p, "name"] if p >= 0 else None for p in c["parent"]]
-        return c[c["bytes"] >= min_bytes]
+        return c[np.array([b is None or b >= min_bytes for b in c["bytes"]], dtype=bool)]
 
     def summary(self) -> dict:
         """One row for a "so far" table."""

@@ -36,13 +36,19 @@ def _size_unit(largest: float) -> tuple[str, float]:
     return "bytes", 1
 
 
+# What the size column says of a copy whose trace recorded no shape or type (torch 1.8's format).
+UNKNOWN_SIZE = "unknown (no type recorded)"
+
+
 def copy_table(step: Step, min_bytes: int = 1) -> pd.DataFrame:
     """The step's ``aten::copy_`` calls for display (``Step.copies`` holds the raw columns):
     the op that called each, what it copied (shape, dtype) and its size in the unit of the
     largest copy. A size too small to show in that unit reads ``< 0.01``."""
     c = step.copies(min_bytes)
-    unit, scale = _size_unit(float(c["bytes"].max()) if len(c) else 0.0)
-    sizes = [f"{b / scale:,.2f}" if unit != "bytes" else f"{b:,d}" for b in c["bytes"]]
+    known = [b for b in c["bytes"] if b is not None]
+    unit, scale = _size_unit(float(max(known)) if known else 0.0)
+    sizes = [UNKNOWN_SIZE if b is None else f"{b / scale:,.2f}" if unit != "bytes" else f"{b:,d}"
+             for b in c["bytes"]]
     sizes = ["< 0.01" if b and text == "0.00" else text for b, text in zip(c["bytes"], sizes)]
     return pd.DataFrame({
         "op": c["name"].values,

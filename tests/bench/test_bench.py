@@ -65,6 +65,9 @@ def test_bytes_backward_bf16_by_hand():
     ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 989, 3.35),
     ("NVIDIA H200", "NVIDIA H200", 989, 4.8),
     ("Tesla T4", "NVIDIA T4", 65, 0.32),
+    ("NVIDIA B200", "NVIDIA B200", 2250, 8.0),
+    ("AMD Instinct MI300X", "AMD Instinct MI300X", 1307.4, 5.3),
+    ("AMD Instinct MI300X VF", "AMD Instinct MI300X", 1307.4, 5.3),   # a VM's view of the same chip
 ])
 def test_gpu_names_match_their_peaks(reported, table_name, tflops, tbps):
     found = devices.match_gpu(reported)
@@ -80,7 +83,7 @@ def test_ridge_points_match_reference():
 
 
 @pytest.mark.parametrize("other", ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 PCIe", "NVIDIA GH200 480GB",
-                                   "NVIDIA GeForce RTX 4090"])
+                                   "NVIDIA GeForce RTX 4090", "NVIDIA GB200", "AMD Instinct MI300A"])
 def test_gpus_not_in_table_are_not_guessed(other):
     assert devices.match_gpu(other) is None
 

@@ -27,6 +27,8 @@ HELPERS = {
     "splitKreduce_kernel": "sums the partial products of a GEMM that split its K dimension",
     "epilogue::impl::globalKernel": "cuBLASLt's epilogue pass (bias, activation) after the GEMM",
     "scal_kernel": "scales C by beta before an addmm's GEMM accumulates into it",
+    "copy_device_to_device": "addmm copying its bias into the output before the GEMM accumulates onto it "
+                             "(Kineto's torch 1.8 sample records no copy_ op under addmm for it)",
 }
 # GEMMs that ops other than a matmul launched: prefix -> why it is a GEMM.
 OTHER_GEMMS = {
