@@ -342,7 +342,8 @@ glue("step_zigzag_ms", step_zigzag / ACTIVE / 1e3)
 glue("step_naive_ms", step_naive / ACTIVE / 1e3)
 ring_steps = steps["contiguous"] + steps["zigzag"]
 if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks: the waits say it
-    transfer_ms = max(in_ranges(ring_steps, "gloo:send").max(), in_ranges(ring_steps, "gloo:recv").max()) / len(ring_steps) / 1e3
+    transfers = pd.concat([in_ranges(ring_steps, "gloo:send"), in_ranges(ring_steps, "gloo:recv")])
+    transfer_ms = transfers.max() / len(ring_steps) / 1e3
     kv_wait_ms = in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
     timing_lesson([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all()) for s in ring_steps],
                   "on every rank, the K/V block had arrived before the local attention ended: the transfer hid behind it",
@@ -433,7 +434,8 @@ if all(s.marks_waits(i) for s in steps["ulysses"] for i in range(world)):  # CPU
     a2a_wait_ms = in_ranges(steps["ulysses"], "ulysses:wait") / ACTIVE / 1e3  # the rank, blocked
     timing_lesson([bool((in_ranges([s], "ulysses:wait") >= 0.5 * in_ranges([s], "gloo:all_to_all")).all())
                    for s in steps["ulysses"]],
-                  "Ulysses' all-to-alls are mostly exposed: each rank blocks for them, the attention cannot start before they finish",
+                  "Ulysses' all-to-alls are mostly exposed: each rank blocks for them, "
+                  "the attention cannot start before they finish",
                   f"per step, the rank blocked {a2a_wait_ms.min():.1f}-{a2a_wait_ms.max():.1f} ms in its waits; "
                   f"gloo's all-to-alls took {a2a_ms.min():.1f}-{a2a_ms.max():.1f} ms")
 else:  # GPU ranks: NCCL's kernels

@@ -11,9 +11,9 @@ rest of the step's GPU work, or the step thread's time inside CPU ops that do no
 
 What a ``gloo:*`` range spans: it starts when the request is created (PyTorch's ``Work``; for a
 collective, when gloo's worker thread takes it up) and a point-to-point one ends when ``wait()``
-returns, so it is an upper bound of the transfer, as long as the code let it be before waiting,
-never its duration (``kernels.parallel.ring`` waits on a helper thread, so its ranges end when the
-transfer completed). Where the rank program marks its blocking waits with ``<name>:wait ...``
+returns: it lasts as long as the code took to come to wait, so it bounds the transfer from above
+and never times it (``kernels.parallel.ring`` waits on a helper thread, so its ranges end when
+the transfer completed). Where the rank program marks its blocking waits with ``<name>:wait ...``
 ranges on the step's thread (the course's ring, Ulysses and step barrier do), exposed
 communication is the time inside them: measured, not inferred from the gloo ranges; and a wait
 whose name ends ``(arrived)`` found its transfer already complete (it hid behind the compute
