@@ -183,7 +183,7 @@ def test_compiled_naive_runs_past_dynamos_recompile_limit_in_every_grad_mode(com
 
     scale = 0.29  # a scale no other test uses: a fresh module, whose graphs all count here
     module = compiled.compiled_module(True, scale, "cpu")
-    graphs = counters["stats"]["unique_graphs"]
+    graphs, given_up = counters["stats"]["unique_graphs"], compiled.compile_counts().gave_up
     with torch.no_grad():
         for dtype in (torch.float32, torch.float64):
             for hq, hkv, sq, sk in PAST_THE_LIMIT[:5] if dtype == torch.float64 else PAST_THE_LIMIT:
@@ -192,6 +192,7 @@ def test_compiled_naive_runs_past_dynamos_recompile_limit_in_every_grad_mode(com
                 reference.judge(out, q, k, v, causal=True, scale=scale).assert_ok(f"{(hq, hkv, sq, sk, dtype)}")
     assert counters["stats"]["unique_graphs"] - graphs > torch._dynamo.config.recompile_limit
     assert module.restarts >= 1, "the limit was reached, and the module compiled afresh instead of failing"
+    assert compiled.compile_counts().gave_up == given_up, "nothing ran eagerly, and Dynamo's counters say so"
 
     q, k, v = _mode_inputs(requires_grad=True)
     with torch.enable_grad():
