@@ -103,7 +103,13 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
             reason = _unavailable_reason(impl, q.device)
             if reason is not None:
                 raise CannotRun(f"{name}: {reason}")
-            return fn(q, k, v, causal=causal, scale=scale)
+            try:
+                return fn(q, k, v, causal=causal, scale=scale)
+            except RuntimeError as err:
+                if not is_out_of_memory(err):
+                    raise
+                same_kind = torch.OutOfMemoryError if isinstance(err, torch.OutOfMemoryError) else RuntimeError
+                raise same_kind(out_of_memory_message(impl, q, k, err)) from err
 
         impl.call = call
         _REGISTRY[name] = impl
@@ -116,8 +122,8 @@ def get(name: str) -> Callable:
     """The registered attention ``fn(q, k, v, causal=True, scale=None)`` called ``name``."""
     try:
         return _REGISTRY[name].call
-    except KeyError:
-        raise KeyError(f"no attention implementation named {name!r}; "
+    except (KeyError, TypeError):  # TypeError: an unhashable name, such as a list of names
+        raise KeyError(f"no attention implementation named {name!r} (one name, a str); "
                        f"registered: {', '.join(names())}") from None
 
 
@@ -128,8 +134,42 @@ def names() -> list[str]:
 
 def available(device="cpu") -> dict[str, Reason]:
     """``{name: None}`` for what runs on ``device``, else ``{name: reason in words}``."""
-    device = torch.device(device)
+    device = as_device(device)
     return {n: (f"{n}: {r}" if (r := _unavailable_reason(_REGISTRY[n], device)) else None) for n in names()}
+
+
+def as_device(device) -> torch.device:
+    """``device`` as a torch.device, or a ValueError naming what was given ("gpu" is not one)."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{device!r} is not a device torch knows: give a torch.device or a string such as "
+                         f"'cpu', 'cuda' or 'cuda:1' ({err})") from None
+
+
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """torch's own OutOfMemoryError (an accelerator's), or the CPU allocator's RuntimeError."""
+    return isinstance(err, torch.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and any(words in str(err).lower() for words in OUT_OF_MEMORY))
+
+
+def out_of_memory_message(impl: Implementation, q, k, err: BaseException) -> str:
+    """Which implementation ran out of memory, at what shapes, and what the S x S scores weigh there."""
+    b, hq, sq, _ = q.shape
+    sk = k.shape[2]
+    gib = b * hq * sq * sk * q.element_size() / 2**30
+    where = f"{impl.name}: out of memory on {q.device} at B={b}, Hq={hq}, Sq={sq}, Sk={sk} ({q.dtype}). "
+    if impl.materializes_scores:
+        advice = (f"It writes the S x S scores to memory: one B x Hq x Sq x Sk score matrix here is {gib:.1f} GiB, "
+                  "and its softmax needs more of that size; try shorter sequences, a smaller batch, or an "
+                  "implementation that does not materialise the scores (sdpa_flash, triton).")
+    else:
+        advice = (f"It does not write the S x S scores to memory (they would be {gib:.1f} GiB here); "
+                  "try shorter sequences or a smaller batch.")
+    return f"{where}{advice} The allocator said: {err}"
 
 
 def _unavailable_reason(impl: Implementation, device: torch.device) -> Reason:

@@ -144,7 +144,7 @@ lesson(verdict.ok, "merging two partial attentions by their log-sum-exp gives at
 # %% [markdown]
 # The ring's forward on one rank, as the library runs it (the send and receive are posted
 # before the local attention and waited on after it, so the transfer can overlap the
-# arithmetic):
+# arithmetic; `ring:wait` is where the rank blocks if it has not):
 
 # %%
 show_source(ring.ring_forward)
@@ -199,8 +199,18 @@ display(pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axi
 # early waits there, inside the step), and writes its own trace: a folder of `rank-0.json.gz`, `rank-1.json.gz`, the
 # shape PyTorch's profiler gives any distributed job. `kernels.parallel.rank_traces` reads the folder,
 # picks the same step on every rank and classifies what each rank did: its CPU ops are
-# compute, and gloo's own ranges (`gloo:send`, `gloo:recv`, recorded from the moment an
-# operation is posted to the moment it completes) are communication.
+# compute, gloo's own ranges are communication, and the ranges where the rank program blocked
+# (`ring:wait kv`, and `step:wait barrier` at the step's end) are **exposed** communication.
+#
+# What gloo's ranges measure needs care. PyTorch starts a `gloo:send` or `gloo:recv` range when
+# the request is created and ends it when `wait()` returns, so a rank that posts, computes for
+# 50 ms and then waits gets a 50 ms range whatever the transfer took: the range is an upper
+# bound of the transfer, never its duration. And gloo marks a send or receive completed only
+# inside `wait()`: `is_completed()` answers False until then. So the ring waits on each exchange
+# from a helper thread the moment it is posted (`ring.Exchange`): gloo's ranges then end when
+# the transfer completed, and the rank's own wait, named `ring:wait kv (arrived)` or
+# `ring:wait kv (in flight)`, says whether its block was already there when the local attention
+# ended, and how long the rank blocked if not.
 
 # %%
 shapes = cp.Case(batch=batch, heads=heads, kv_heads=heads, seq=seq_cp, head_dim=head_dim, dtype=cp_dtype,
@@ -226,14 +236,23 @@ def step_totals(steps):
     return total
 
 
+def in_ranges(steps, prefix):
+    """µs each rank spent inside ranges whose name starts with ``prefix`` (communication or
+    waits), summed over the steps."""
+    return pd.Series({rank: sum(float((rows["end"] - rows["ts"])[rows["name"].str.startswith(prefix)].sum())
+                                for rows in (s.activity[i] for s in steps))
+                      for i, rank in enumerate(steps[0].ranks)})
+
+
 steps = {layout: profiled_steps(folders[layout], "ring forward") for layout in ring.LAYOUTS}
 naive = step_totals(steps["contiguous"])
 display((naive[["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
-                "behind_slowest_us"]] / 1e3).round(2).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", "")))
+                "behind_slowest_us"]] / 1e3).round(2).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", ""))
+        .join(naive[["exchanges", "arrived_before_wait"]]))
 
 # %%
-#| caption: One ring forward with the contiguous split, a track per rank: compute (its CPU ops) beside gloo's sends and receives. Under the causal mask the last rank has the most work, so the others finish early and wait for it.
-#| alt: Timeline with one track per rank of compute bars and communication bars; the last rank's compute is the longest.
+#| caption: One ring forward with the contiguous split, a track per rank: compute (its CPU ops), gloo's sends and receives (posted to completed), and where the rank blocked in a wait. Under the causal mask the last rank has the most work, so the others finish early and wait for it.
+#| alt: Timeline with one track per rank of compute bars, communication bars and wait bars; the last rank's compute is the longest.
 def median_step(steps):
     """The step whose slowest rank took the median time: a representative one to draw."""
     return sorted(steps, key=lambda s: s.summary()["step_us"].max())[len(steps) // 2]
@@ -321,9 +340,24 @@ print(f"time on this run: the step (its slowest rank) {step_zigzag / ACTIVE / 1e
 glue("flop_cut", busiest["contiguous"] / busiest["zigzag"])
 glue("step_zigzag_ms", step_zigzag / ACTIVE / 1e3)
 glue("step_naive_ms", step_naive / ACTIVE / 1e3)
-hidden = min(naive["overlap_us"].min(), zigzag["overlap_us"].min())
-lesson(hidden > 0, "on every rank, the K/V transfer was in flight while the rank computed its local attention",
-       f"at least {hidden / ACTIVE / 1e3:.2f} ms of overlap per rank and step")
+ring_steps = steps["contiguous"] + steps["zigzag"]
+if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks: the waits say it
+    transfers = pd.concat([in_ranges(ring_steps, "gloo:send"), in_ranges(ring_steps, "gloo:recv")])
+    transfer_ms = transfers.max() / len(ring_steps) / 1e3
+    kv_wait_ms = in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
+    timing_lesson([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all()) for s in ring_steps],
+                  "on every rank, the K/V block had arrived when the rank came to wait for it, after its local "
+                  "attention: the transfer hid behind the compute",
+                  f"the transfer took {transfer_ms:.2f} ms per step at most (post to completion, the slowest rank's "
+                  f"mean), the rank's wait for it {kv_wait_ms:.2f} ms")
+    glue("transfer_ms", f"{transfer_ms:.2f}")
+    glue("kv_wait_ms", f"{kv_wait_ms:.2f}")
+else:  # GPU ranks: NCCL's kernels are the transfers, on their own stream
+    hidden = min(naive["overlap_us"].min(), zigzag["overlap_us"].min())
+    lesson(hidden > 0, "on every rank, NCCL's transfer kernels ran while the rank's attention kernels did",
+           f"at least {hidden / ACTIVE / 1e3:.2f} ms of overlap per rank and step")
+    glue("transfer_ms", "(see NCCL's kernels)")
+    glue("kv_wait_ms", "(see NCCL's kernels)")
 glue("zigzag_imbalance", zigzag_imbalance)
 
 # %% [markdown]
@@ -336,9 +370,15 @@ glue("zigzag_imbalance", zigzag_imbalance)
 #
 # PyTorch's own context parallelism balances causal load the same way: in torch 2.13 its
 # default, when the length divides by 2 × world, is a head-tail split (`_HeadTailLoadBalancer`).
-# On a CPU, gloo runs the transfers on its own threads, so a posted send can proceed while the
-# rank computes: the ranges were in flight during the attention (the overlap above). On GPUs
-# the same overlap comes from NCCL kernels on their own stream beside the attention kernel.
+# On a CPU, gloo moves the bytes on its own threads, so a posted send proceeds while the rank
+# computes. Measured as above (gloo's ranges ended by the helper thread's wait), the K/V
+# transfer took {glue:text}`transfer_ms` ms per step at most, and the rank, coming to wait
+# after its local attention, blocked {glue:text}`kv_wait_ms` ms for it: that is the hidden
+# communication, a transfer complete before it was needed. Read with the rank's own `wait()`
+# instead, gloo's ranges would have stretched over the whole local attention and shown an
+# "overlap" that the code's shape guarantees, whatever the transfer took. On GPUs the overlap
+# comes from NCCL kernels on their own stream beside the attention kernel, and there the
+# kernels' own times are the transfers.
 #
 # ## Ulysses: an all-to-all over heads
 #
@@ -390,9 +430,20 @@ lesson(all(abs(measured[s] - predicted[s]) <= 1e-9 * predicted[s] for s in predi
        f"{measured}")
 lesson(measured["ring"] == measured["ulysses"],
        "with two ranks and as many K/V heads as query heads, the ring and Ulysses send the same bytes")
-lesson(uly["exposed_communication_us"].median() > 0.5 * uly["communication_us"].median(),
-       "Ulysses' all-to-alls are mostly exposed: the attention cannot start before they finish",
-       f"{uly['exposed_communication_us'].median() / 1e3:.1f} of {uly['communication_us'].median() / 1e3:.1f} ms exposed")
+if all(s.marks_waits(i) for s in steps["ulysses"] for i in range(world)):  # CPU ranks
+    a2a_ms = in_ranges(steps["ulysses"], "gloo:all_to_all") / ACTIVE / 1e3  # on gloo's worker thread, while it works
+    a2a_wait_ms = in_ranges(steps["ulysses"], "ulysses:wait") / ACTIVE / 1e3  # the rank, blocked in the call
+    timing_lesson([bool((s.summary()["overlap_us"] < 0.5 * in_ranges([s], "gloo:all_to_all")).all())
+                   for s in steps["ulysses"]],
+                  "Ulysses' all-to-alls are exposed: the ranks computed during almost none of them, "
+                  "the attention cannot start before they finish",
+                  f"per step, gloo's all-to-alls took {a2a_ms.min():.1f}-{a2a_ms.max():.1f} ms, and each rank "
+                  f"blocked {a2a_wait_ms.min():.1f}-{a2a_wait_ms.max():.1f} ms in the calls; computed during them: "
+                  f"{uly['overlap_us'].max() / ACTIVE / 1e3:.2f} ms at most")
+else:  # GPU ranks: NCCL's kernels
+    lesson(uly["exposed_communication_us"].median() > 0.5 * uly["communication_us"].median(),
+           "Ulysses' all-to-alls are mostly exposed: the attention cannot start before they finish",
+           f"{uly['exposed_communication_us'].median() / 1e3:.1f} of {uly['communication_us'].median() / 1e3:.1f} ms exposed")
 median_step(steps["ulysses"]).timeline(f"Ulysses forward, {world} ranks (the median step)")
 
 # %% [markdown]
@@ -590,7 +641,8 @@ glue("elapsed_s", elapsed)
 # - Under a causal mask the contiguous split leaves early ranks idle; the per-rank traces show
 #   it as compute on one rank and waiting on the other, and zigzag removes it.
 # - Read ranks side by side: compute, communication, what overlapped and what was exposed, and
-#   the rank the critical path runs through.
+#   the rank the critical path runs through. Exposed communication is where a rank blocked in
+#   a wait; gloo's own ranges end when `wait()` returns, so they bound a transfer, never time it.
 #
 # The medians above are this run's (per rank, the median of six profiled forwards); the
 # benchmark `python -m kernels.bench --mode context-parallel --world 2` measures the same

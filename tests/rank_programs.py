@@ -46,3 +46,29 @@ def wrong_shard(rank: int, world: int) -> str:
 
 def whoami(rank: int, world: int) -> dict:
     return {"rank": dist.get_rank(), "world": dist.get_world_size(), "pid": os.getpid()}
+
+
+def post_sleep_wait(rank: int, world: int, trace_dir: str, sleep_s: float, late_rank: int = -1) -> str:
+    """One profiled ring exchange of 64 bytes per rank: post, sleep ``sleep_s``, wait. Given a
+    ``late_rank``, that rank sleeps before it posts and the others post and wait at once, so
+    their transfers wait on it."""
+    from pathlib import Path
+
+    from kernels.trace.record import quiet_kineto
+
+    kv = torch.full((2, 1, 1, 2, 4), float(rank))  # 16 floats: 64 bytes
+    plan = ring.RingPlan(2 * world, world, rank, "contiguous", True, 1.0, timeout_s=30)
+    path = Path(trace_dir) / f"rank-{rank}.json.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    with quiet_kineto(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("exchange"):
+            if rank == late_rank:
+                time.sleep(sleep_s)
+            recv, exchange = ring._exchange(kv, kv.shape, plan, "kv")
+            if late_rank < 0:
+                time.sleep(sleep_s)
+            ring._wait(exchange, plan, "kv")
+    prof.export_chrome_trace(str(path))
+    assert torch.equal(recv, torch.full_like(kv, float((rank - 1) % world))), "the previous rank's block arrived"
+    return str(path)

@@ -141,8 +141,8 @@ def _forward(scheme: str, rank: int, world: int, case: Case):
 def profile_scheme(rank: int, world: int, case: Case, scheme: str, trace_dir: str, active: int = 5,
                    warmup: int = 1) -> dict:
     """Profile ``active`` forwards of ``scheme`` on this rank, each started after a barrier and
-    ended, inside its ``<scheme> forward`` label, by another (where an early rank waits for the
-    slowest); the trace goes to ``trace_dir/rank-<rank>.json.gz``."""
+    ended, inside its ``<scheme> forward`` label, by another in a ``step:wait barrier`` range (where
+    an early rank waits for the slowest); the trace goes to ``trace_dir/rank-<rank>.json.gz``."""
     import torch.distributed as dist
 
     case = _device(case, rank)
@@ -161,7 +161,8 @@ def profile_scheme(rank: int, world: int, case: Case, scheme: str, trace_dir: st
                     torch.cuda.synchronize()
                 # The step ends at a barrier, as a training step ends at its next collective: a
                 # rank that finished early waits here, inside the step, where the trace shows it.
-                dist.barrier()
+                with record_function("step:wait barrier"):
+                    dist.barrier()
             prof.step()
     return {"rank": rank, "trace": str(path)}
 

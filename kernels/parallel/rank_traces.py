@@ -8,6 +8,16 @@ the wait on the slowest rank), ``critical_path()`` (the rank that set the pace o
 and ``timeline()`` (a track per rank). ``activity`` says what counts as communication: NCCL
 kernels on a GPU trace, the process group's ``gloo:*`` ranges on a CPU one; compute is the
 rest of the step's GPU work, or the step thread's time inside CPU ops that do not wait.
+
+What a ``gloo:*`` range spans: it starts when the request is created (PyTorch's ``Work``; for a
+collective, when gloo's worker thread takes it up) and a point-to-point one ends when ``wait()``
+returns: it lasts as long as the code took to come to wait, so it bounds the transfer from above
+and never times it (``kernels.parallel.ring`` waits on a helper thread, so its ranges end when
+the transfer completed). Where the rank program marks its blocking waits with ``<name>:wait ...``
+ranges on the step's thread (the course's ring, Ulysses and step barrier do), exposed
+communication is the time inside them: measured, not inferred from the gloo ranges; and a wait
+whose name ends ``(arrived)`` found its transfer already complete (it hid behind the compute
+before it), ``(in flight)`` did not.
 """
 from __future__ import annotations
 
@@ -24,13 +34,15 @@ from kernels.figures import apply_font_floor
 from kernels.trace.reader import DTYPE_BYTES, PROFILER_STEP, Step, Trace, load_trace, read_events
 
 COMM_SPAN = re.compile(r"^(gloo|nccl|mpi|ucc):")
+WAIT_SPAN = re.compile(r"^[\w ]+:wait\b")
+ARRIVED, IN_FLIGHT = "(arrived)", "(in flight)"
 COMM_OP = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::|^record_param_comms$")
 COMM_KERNEL = re.compile(r"^nccl", re.IGNORECASE)
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 RECEIVES = re.compile(r"(^|[:_])(recv|irecv)$")
 NCCL_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Byte": 1,
                     "Char": 1, "Int8": 1, "Bool": 1}
-COLOURS = {"compute": "#4c72b0", "communication": "#dd8452"}
+COLOURS = {"compute": "#4c72b0", "communication": "#dd8452", "wait": "#c44e52"}
 
 
 @dataclass
@@ -157,7 +169,8 @@ def _kernel_bytes(args: dict) -> float:
 
 
 def activity(step: Step) -> pd.DataFrame:
-    """The step's compute and communication intervals (absolute µs) with names and bytes."""
+    """The step's compute, communication and (on a CPU trace whose program marks them) wait
+    intervals, absolute µs, with names and bytes."""
     trace, t0, t1 = step.trace, float(step.range["ts"]), float(step.range["end"])
     gpu = trace.gpu
     gpu = gpu[(gpu["launch_ts"] >= t0) & (gpu["launch_ts"] <= t1)] if not gpu.empty else gpu
@@ -173,11 +186,15 @@ def activity(step: Step) -> pd.DataFrame:
                    & spans["cat"].isin(("user_annotation", "cpu_op"))]
     comm = inside[[bool(COMM_SPAN.match(n)) for n in inside["name"]]]
     top = _compute_ops(step, comm["ts"].to_numpy())
+    waits = inside[(inside["tid"] == step.range["tid"]) & (inside["cat"] == "user_annotation")
+                   & np.array([bool(WAIT_SPAN.match(n)) for n in inside["name"]], dtype=bool)]
     return pd.concat([
         pd.DataFrame({"kind": "compute", "name": top["name"].values, "ts": top["ts"].values, "end": top["end"].values,
                       "bytes": float("nan"), "where": "cpu"}),
         pd.DataFrame({"kind": "communication", "name": comm["name"].values, "ts": comm["ts"].values,
                       "end": comm["end"].values, "bytes": [_span_bytes(a) for a in comm["args"]], "where": "cpu"}),
+        pd.DataFrame({"kind": "wait", "name": waits["name"].values, "ts": waits["ts"].values,
+                      "end": waits["end"].values, "bytes": float("nan"), "where": "cpu"}),
     ], ignore_index=True).sort_values("ts", kind="stable").reset_index(drop=True)
 
 
@@ -249,16 +266,25 @@ class RankStep:
         return self._union_cache[i]
 
     def _compute_unions(self, i: int):
+        """(compute, communication, waits) of rank ``i``, each a sorted union of intervals."""
         rows = self.activity[i]
-        return (_union(zip(rows.loc[rows["kind"] == "compute", "ts"], rows.loc[rows["kind"] == "compute", "end"])),
-                _union(zip(rows.loc[rows["kind"] == "communication", "ts"],
-                           rows.loc[rows["kind"] == "communication", "end"])))
+        return tuple(_union(zip(rows.loc[rows["kind"] == kind, "ts"], rows.loc[rows["kind"] == kind, "end"]))
+                     for kind in ("compute", "communication", "wait"))
+
+    def marks_waits(self, i: int) -> bool:
+        """Whether rank ``i``'s program marked where it blocked (``<name>:wait`` ranges)."""
+        return bool((self.activity[i]["kind"] == "wait").any())
 
     def summary(self) -> pd.DataFrame:
         """One row per rank, µs: step, compute, communication, overlap (communication while
-        computing), exposed communication (while not), idle (neither), behind_slowest (the
-        slowest rank's compute minus this rank's), sent bytes, and the FLOPs of its matrix
-        products (``matmul_flop``, from the recorded shapes). Computed once per step."""
+        computing), exposed communication, idle (none of these), behind_slowest (the slowest
+        rank's compute minus this rank's), sent bytes, and the FLOPs of its matrix products
+        (``matmul_flop``, from the recorded shapes). Computed once per step.
+
+        Exposed communication is the time blocked in the program's ``<name>:wait`` ranges where it
+        marks them (``waited_us`` too; ``exchanges`` counts the waits that say whether their
+        transfer had arrived, ``arrived_before_wait`` those that had); elsewhere (NCCL kernels, a
+        trace without such marks) it is communication not overlapping compute."""
         if self._summary is None:
             self._summary = self._summarize()
         return self._summary.copy()
@@ -266,13 +292,18 @@ class RankStep:
     def _summarize(self) -> pd.DataFrame:
         rows = []
         for i, rank in enumerate(self.ranks):
-            compute, comm = self._unions(i)
+            compute, comm, waits = self._unions(i)
             t0, t1 = self._bounds[i]
             overlap = _overlap(compute, comm)
-            busy = _length(_union(compute + comm))
+            busy = _length(_union(compute + comm + waits))
+            marked = self.marks_waits(i)
+            names = self.activity[i].loc[self.activity[i]["kind"] == "wait", "name"]
             rows.append({"rank": rank, "step_us": t1 - t0, "compute_us": _length(compute),
                          "communication_us": _length(comm), "overlap_us": overlap,
-                         "exposed_communication_us": _length(comm) - overlap,
+                         "exposed_communication_us": _length(waits) if marked else _length(comm) - overlap,
+                         "waited_us": _length(waits) if marked else float("nan"),
+                         "exchanges": int(sum(n.endswith((ARRIVED, IN_FLIGHT)) for n in names)),
+                         "arrived_before_wait": int(sum(n.endswith(ARRIVED) for n in names)),
                          "idle_us": max(0.0, (t1 - t0) - busy),
                          "sent_bytes": _sent(self.activity[i], self.folder.world),
                          "matmul_flop": matmul_flop(self.steps[i])})
@@ -295,8 +326,8 @@ class RankStep:
         (the k-th round of each rank taken as the same round), and in each piece the rank that
         computed longest, since every other rank's next round waits for its data.
 
-        Columns: round, rank (on the path), compute_us and exposed_us (its communication not
-        hidden) in that piece, slack_us (how much less the least busy rank computed there).
+        Columns: round, rank (on the path), compute_us and exposed_us (its exposed communication,
+        as ``summary`` counts it) in that piece, slack_us (how much less the least busy rank computed there).
         ``matched`` is False when the ranks did not record the same number of rounds (then
         only the rounds every rank has are compared, and the path is a lower bound)."""
         per_rank = [self.rounds(i) for i in range(len(self.ranks))]
@@ -306,12 +337,15 @@ class RankStep:
         for k in range(n + 1):
             pieces = []
             for i in range(len(self.ranks)):
-                compute, comm = self._unions(i)
+                compute, comm, waits = self._unions(i)
                 t0, t1 = self._bounds[i]
                 lo = per_rank[i][k - 1][1] if k > 0 else t0
                 hi = per_rank[i][k][1] if k < n else t1
                 c = _length(_clip(compute, lo, hi))
-                e = _length(_clip(comm, lo, hi)) - _overlap(_clip(compute, lo, hi), _clip(comm, lo, hi))
+                if self.marks_waits(i):
+                    e = _length(_clip(waits, lo, hi))
+                else:
+                    e = _length(_clip(comm, lo, hi)) - _overlap(_clip(compute, lo, hi), _clip(comm, lo, hi))
                 pieces.append((c, e))
             at = int(np.argmax([c for c, _ in pieces]))
             rows.append({"round": k, "rank": self.ranks[at], "compute_us": pieces[at][0], "exposed_us": pieces[at][1],
@@ -319,23 +353,29 @@ class RankStep:
         return pd.DataFrame(rows)
 
     def timeline(self, title: Optional[str] = None) -> Figure:
-        """A track per rank (compute above, communication below), on one time axis in ms from
-        the earliest start of the step on any rank."""
+        """A track per rank (compute above, communication below, and where the program marks them
+        its blocking waits at the bottom), on one time axis in ms from the earliest start of the
+        step on any rank."""
         fig = Figure(figsize=(10, 0.9 * len(self.ranks) + 1.4), layout="constrained")
         ax = fig.add_subplot()
         origin = min(b[0] for b in self._bounds)
+        marked = any(self.marks_waits(i) for i in range(len(self.ranks)))
+        rows = ((0.62, "compute"), (0.33, "communication"), (0.04, "wait")) if marked else \
+            ((0.5, "compute"), (0.05, "communication"))
+        labels = {"compute": "compute", "communication": "communication", "wait": "blocked in a wait"}
         ticks, names = [], []
         for i, rank in enumerate(self.ranks):
             base = (len(self.ranks) - 1 - i) * 1.0
-            for row, kind in ((0.5, "compute"), (0.05, "communication")):
-                union = self._unions(i)[0 if kind == "compute" else 1]
-                ax.broken_barh([((a - origin) / 1e3, (b - a) / 1e3) for a, b in union], (base + row, 0.38),
-                               color=COLOURS[kind], label=kind if i == 0 else None)
+            for (row, kind), union in zip(rows, self._unions(i)):
+                ax.broken_barh([((a - origin) / 1e3, (b - a) / 1e3) for a, b in union],
+                               (base + row, 0.26 if marked else 0.38), color=COLOURS[kind],
+                               label=labels[kind] if i == 0 else None)
             ticks.append(base + 0.45)
             names.append(f"rank {rank}")
         ax.set_yticks(ticks, names)
         ax.set_xlabel("ms from the step's first start on any rank")
-        ax.set_title(title or f"{self.label}: a track per rank (compute above, communication below)")
+        below = "communication, then waits, below" if marked else "communication below"
+        ax.set_title(title or f"{self.label}: a track per rank (compute above, {below})")
         ax.legend(loc="upper right", fontsize="small")
         ax.grid(True, axis="x", alpha=0.3)
         apply_font_floor(fig)

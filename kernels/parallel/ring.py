@@ -7,11 +7,16 @@ rank's output shard; it is differentiable. ``check_split`` states the split rule
 (``contiguous``: world chunks; ``zigzag``: 2·world, rank r holding r and 2·world-1-r).
 Each step a rank attends to the K/V block it holds while that block moves to the next rank
 (``batch_isend_irecv``, gloo or NCCL), and partial results merge by their log-sum-exp
-(``merge``). Ranges ``ring:post``, ``ring:attend`` and ``ring:wait`` mark the trace.
+(``merge``). Ranges ``ring:post``, ``ring:attend`` and ``ring:wait`` mark the trace; ``ring:wait``
+is where the rank blocked for its data (exposed communication), its name ending ``(arrived)``
+when the transfer had completed before the rank came to wait. Under gloo a helper thread
+waits on each exchange as soon as it is posted (``Exchange``), so gloo's own ``gloo:send`` /
+``gloo:recv`` ranges, which end when ``wait()`` returns, end when the transfer completed.
 """
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Optional
@@ -229,7 +234,8 @@ class RingPlan:
 
 def _exchange(send: torch.Tensor, recv_shape, plan: RingPlan, what: str):
     """Post the send of ``send`` to the next rank and a receive from the previous one; return
-    the receive buffer and the requests (wait on them later: the transfer overlaps what runs between)."""
+    the receive buffer and the posted :class:`Exchange` (wait on it later: the transfer overlaps
+    what runs between)."""
     import torch.distributed as dist
 
     recv = send.new_empty(recv_shape)
@@ -238,16 +244,64 @@ def _exchange(send: torch.Tensor, recv_shape, plan: RingPlan, what: str):
         ops = [dist.P2POp(dist.isend, send, dist.get_global_rank(plan.group, nxt) if plan.group else nxt, plan.group),
                dist.P2POp(dist.irecv, recv, dist.get_global_rank(plan.group, prev) if plan.group else prev, plan.group)]
         requests = dist.batch_isend_irecv(ops)
-    return recv, requests
+    return recv, Exchange(requests, plan.timeout_s, watch=dist.get_backend(plan.group) == "gloo")
 
 
-def _wait(requests, plan: RingPlan, what: str) -> None:
-    with record_function(f"ring:wait {what}"):
-        for r in requests:
-            if plan.timeout_s is None:
-                r.wait()
-            else:
-                r.wait(timeout=timedelta(seconds=plan.timeout_s))
+def _wait(exchange: "Exchange", plan: RingPlan, what: str) -> None:
+    """Block until the exchange completed, in a range that says whether it already had:
+    ``ring:wait kv (arrived)`` (the transfer hid behind what ran since the post) or ``(in flight)``."""
+    with record_function(f"ring:wait {what} ({'arrived' if exchange.arrived else 'in flight'})"):
+        exchange.wait()
+
+
+def _wait_requests(requests, timeout_s: Optional[float]) -> None:
+    for r in requests:
+        if timeout_s is None:
+            r.wait()
+        else:
+            r.wait(timeout=timedelta(seconds=timeout_s))
+
+
+class Exchange:
+    """Posted point-to-point requests, and when they completed.
+
+    gloo marks a send or receive completed only inside ``wait()`` (``is_completed()`` stays False
+    until then, however long ago the bytes moved), and its profiler range, started when the
+    request was created, ends when ``wait()`` returns. So under gloo (``watch=True``) a helper
+    thread waits at once: the ``gloo:*`` ranges then end when the transfer completes, and
+    ``arrived`` says whether it had when the rank came to wait. NCCL's requests answer
+    ``is_completed()`` themselves and are waited on by the rank (a stream dependency)."""
+
+    def __init__(self, requests, timeout_s: Optional[float] = None, watch: bool = False):
+        self.requests, self.timeout_s = requests, timeout_s
+        self.error: Optional[BaseException] = None
+        self._done = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True, name="ring exchange") if watch else None
+        if self._watcher is not None:
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        try:
+            _wait_requests(self.requests, self.timeout_s)
+        except BaseException as err:  # handed to the rank, which raises it in wait()
+            self.error = err
+        finally:
+            self._done.set()
+
+    @property
+    def arrived(self) -> bool:
+        """Whether every request had completed (without blocking to find out)."""
+        if self._watcher is None:
+            return all(r.is_completed() for r in self.requests)
+        return self._done.is_set()
+
+    def wait(self) -> None:
+        if self._watcher is None:
+            _wait_requests(self.requests, self.timeout_s)
+            return
+        self._watcher.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _kv_shape(kv: torch.Tensor, plan: RingPlan, owner: int):
@@ -265,11 +319,11 @@ def ring_forward(q, k, v, plan: RingPlan):
         owner = plan.owner(step)
         moving = step < plan.world - 1
         if moving:
-            recv, requests = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
+            recv, exchange = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
         with record_function("ring:attend"):
             attend_chunks(q, kv[0], kv[1], mine, plan.chunks(owner), plan.causal, plan.scale, out, lse)
         if moving:
-            _wait(requests, plan, "kv")
+            _wait(exchange, plan, "kv")
             kv = recv
     return out, lse
 
@@ -289,7 +343,7 @@ def ring_backward(q, k, v, out, lse, grad_out, plan: RingPlan):
         owner = plan.owner(step)
         moving = step < plan.world - 1
         if moving:
-            recv, requests = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
+            recv, exchange = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
         with record_function("ring:attend backward"):
             for q_range, q_lo, seen in _pairs(mine, plan.chunks(owner), plan.causal):
                 rows = slice(q_lo, q_lo + q_range[1] - q_range[0])
@@ -299,13 +353,13 @@ def ring_backward(q, k, v, out, lse, grad_out, plan: RingPlan):
                 _scatter_keys(dkv[0], g_k, seen)
                 _scatter_keys(dkv[1], g_v, seen)
         if moving:
-            _wait(requests, plan, "kv")
+            _wait(exchange, plan, "kv")
             kv = recv
         if plan.world == 1:
             break  # one rank: its accumulator is already home
         # The accumulator follows its block: after the last step it lands on the block's owner.
-        dkv_recv, requests = _exchange(dkv, _kv_shape(dkv, plan, plan.owner(step + 1)), plan, "dkv")
-        _wait(requests, plan, "dkv")
+        dkv_recv, exchange = _exchange(dkv, _kv_shape(dkv, plan, plan.owner(step + 1)), plan, "dkv")
+        _wait(exchange, plan, "dkv")
         dkv = dkv_recv
     return dq, dkv[0], dkv[1]
 

@@ -12,7 +12,9 @@ whole heads, and its query heads' K/V heads with them); shards follow the contig
 ``kernels.parallel.ring.check_split`` (any S >= world, odd ones included). No backward here: the
 chapter uses it to compare communication, and ``torch.no_grad`` is not required but autograd
 through the all-to-all is not offered (a ``RuntimeError`` says so when asked for).
-Each rank records ``ulysses:all_to_all in``, ``ulysses:attend`` and ``ulysses:all_to_all out``.
+Each rank records ``ulysses:all_to_all in``, ``ulysses:attend`` and ``ulysses:all_to_all out``,
+and around each all-to-all call ``ulysses:wait all_to_all``, where it blocked for it (exposed
+communication; gloo's own ``gloo:all_to_all`` range runs on gloo's worker thread, while it works).
 """
 from __future__ import annotations
 
@@ -33,32 +35,36 @@ def check_heads(heads: int, kv_heads: int, world: int) -> None:
                          f"heads ({kv_heads}) must both be multiples of the world size {world} (use the ring instead)")
 
 
-def to_heads(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
-    """[B, H, S_r, D] sequence shard -> [B, H/W, S, D]: this rank's heads over the whole sequence."""
+def _all_to_all(recv: torch.Tensor, send: torch.Tensor, out_sizes: list[int], in_sizes: list[int], group) -> None:
+    """``all_to_all_single``, recorded as where the rank waits: nothing of its own can run until the
+    exchange is done (under gloo even ``async_op=True`` returns only then: its ``c10d::alltoall_base_``
+    op spanned the whole collective in the chapter's traces, torch 2.13), so the whole call is exposed."""
     import torch.distributed as dist
 
+    with record_function("ulysses:wait all_to_all"):
+        dist.all_to_all_single(recv, send, output_split_sizes=out_sizes, input_split_sizes=in_sizes, group=group)
+
+
+def to_heads(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
+    """[B, H, S_r, D] sequence shard -> [B, H/W, S, D]: this rank's heads over the whole sequence."""
     world = len(sizes)
     b, h, s_r, d = x.shape
     send = x.permute(1, 0, 2, 3).reshape(world, -1).contiguous()          # head group j first, for rank j
     per = h // world * b * d
     recv = x.new_empty(sum(per * s for s in sizes))
-    dist.all_to_all_single(recv, send.flatten(), output_split_sizes=[per * s for s in sizes],
-                           input_split_sizes=[per * s_r] * world, group=group)
+    _all_to_all(recv, send.flatten(), [per * s for s in sizes], [per * s_r] * world, group)
     parts = [p.view(h // world, b, s, d) for p, s in zip(recv.split([per * s for s in sizes]), sizes)]
     return torch.cat(parts, dim=2).permute(1, 0, 2, 3)                     # [B, H/W, S, D]
 
 
 def to_rows(x: torch.Tensor, sizes: list[int], rank: int, group) -> torch.Tensor:
     """[B, H/W, S, D] -> [B, H, S_r, D]: every rank's rows back to it, all heads."""
-    import torch.distributed as dist
-
     world = len(sizes)
     b, hw, _, d = x.shape
     send = torch.cat([p.permute(1, 0, 2, 3).flatten() for p in x.split(sizes, dim=2)])  # rows of rank i, for rank i
     per = hw * b * d
     recv = x.new_empty(per * sizes[rank] * world)
-    dist.all_to_all_single(recv, send, output_split_sizes=[per * sizes[rank]] * world,
-                           input_split_sizes=[per * s for s in sizes], group=group)
+    _all_to_all(recv, send, [per * sizes[rank]] * world, [per * s for s in sizes], group)
     heads = recv.view(world, hw, b, sizes[rank], d).reshape(world * hw, b, sizes[rank], d)
     return heads.permute(1, 0, 2, 3).contiguous()                           # [B, H, S_r, D]
 

@@ -162,4 +162,53 @@ def test_compiled_naive_sweeps_lengths_on_at_most_two_compiles_and_never_runs_ea
                                 f"{len(lengths)} lengths took {compiles}")
     assert sum(counters["unimplemented"].values()) == given_up, \
         f"Dynamo gave up on nothing (no frame left to run eagerly): {dict(counters['unimplemented'])}"
-    assert len(module._orig_mod.masks) == 0, "compiled, the module builds its mask in the graph, not in its cache"
+    assert len(module.module.masks) == 0, "compiled, the module builds its mask in the graph, not in its cache"
+
+
+# Shape classes and dtypes that each take a graph of their own, more than Dynamo's limit (8).
+PAST_THE_LIMIT = [(2, 2, 17, 17), (2, 2, 1, 30), (2, 2, 30, 20), (2, 2, 5, 40), (4, 2, 17, 17), (4, 1, 1, 30),
+                  (4, 2, 30, 20), (6, 3, 9, 9), (6, 2, 1, 12), (3, 1, 7, 21)]
+
+
+def _mode_inputs(requires_grad=False):
+    q, k, v = make_attention_inputs(1, 2, 2, 11, 11, 16, dtype=torch.float64, seed=11)
+    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def test_compiled_naive_runs_past_dynamos_recompile_limit_in_every_grad_mode(compiled):
+    """Once eight shapes had compiled, every new call used to raise torch's bare
+    FailOnRecompileLimitHit ("Hard failure due to fullgraph=True"). Now each call past the limit
+    runs (judged) or refuses in words naming compiled_naive with kernels.CannotRun."""
+    from torch._dynamo.utils import counters
+
+    scale = 0.29  # a scale no other test uses: a fresh module, whose graphs all count here
+    module = compiled.compiled_module(True, scale, "cpu")
+    graphs, given_up = counters["stats"]["unique_graphs"], compiled.compile_counts().gave_up
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.float64):
+            for hq, hkv, sq, sk in PAST_THE_LIMIT[:5] if dtype == torch.float64 else PAST_THE_LIMIT:
+                q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, 16, dtype=dtype, seed=sq + sk)
+                out = kernels.get("compiled_naive")(q, k, v, causal=True, scale=scale)
+                reference.judge(out, q, k, v, causal=True, scale=scale).assert_ok(f"{(hq, hkv, sq, sk, dtype)}")
+    assert counters["stats"]["unique_graphs"] - graphs > torch._dynamo.config.recompile_limit
+    assert module.restarts >= 1, "the limit was reached, and the module compiled afresh instead of failing"
+    assert compiled.compile_counts().gave_up == given_up, "nothing ran eagerly, and Dynamo's counters say so"
+
+    q, k, v = _mode_inputs(requires_grad=True)
+    with torch.enable_grad():
+        out = kernels.get("compiled_naive")(q, k, v, causal=True, scale=scale)
+        grad_out = torch.randn_like(out)
+        grads = torch.autograd.grad(out, (q, k, v), grad_out)
+        reference.judge(out.detach(), q.detach(), k.detach(), v.detach(), causal=True, scale=scale, grads=grads,
+                        grad_out=grad_out).assert_ok("requires_grad, with gradients")
+    for mode in (torch.inference_mode, torch.no_grad):
+        q, k, v = _mode_inputs()
+        with mode():
+            out = kernels.get("compiled_naive")(q, k, v, causal=True, scale=scale)
+        reference.judge(out, q, k, v, causal=True, scale=scale).assert_ok(mode.__name__)
+
+    q, k, v = _mode_inputs(requires_grad=True)
+    with torch.enable_grad():
+        out = kernels.get("compiled_naive")(q, k, v, causal=True, scale=scale)
+        with pytest.raises(kernels.CannotRun, match="compiled_naive: double backward"):
+            torch.autograd.grad(out.sum(), q, create_graph=True)

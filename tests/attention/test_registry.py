@@ -334,3 +334,53 @@ def test_flops_and_bytes_for_decoding_and_gqa_by_hand():
     # q and o: 2 * 32 * 1 * 128 = 8,192; k and v: 2 * 8 * 4096 * 128 = 8,388,608 elements.
     assert reference.io_bytes(1, 32, 1, 128, torch.float16, seq_k=4096, kv_heads=8) == (8_192 + 8_388_608) * 2
     assert reference.io_bytes(1, 8, 1024, 64, torch.float16, backward=True) == 12 * 8 * 1024 * 64 * 2
+
+
+def test_a_list_of_names_gets_the_key_error_that_lists_them():
+    with pytest.raises(KeyError, match="one name, a str.*registered: naive, inplace"):
+        kernels.get(["naive"])
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", 3.5])
+def test_a_device_torch_does_not_know_is_refused_in_words(device):
+    with pytest.raises(ValueError, match="is not a device torch knows"):
+        kernels.available(device)
+
+
+def _raises(error):
+    def impl(q, k, v, causal=True, scale=None):
+        raise error
+    return impl
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.31 GiB"),
+                                   RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't "
+                                                "allocate memory: you tried to allocate 10000000000 bytes")])
+@pytest.mark.parametrize("materializes", [True, False])
+def test_out_of_memory_names_the_implementation_and_the_scores_size(test_only, error, materializes):
+    from kernels import registry
+
+    test_only()  # registered, then replaced by one that runs out of memory at S = 50,000
+    registry._REGISTRY.pop("_test_only")
+    kernels.register("_test_only", order=999, materializes_scores=materializes)(_raises(error))
+    q = torch.zeros(1, 1, 50_000, 1)  # 1 x 1 x 50,000 x 50,000 float32 scores: 9.3 GiB, never allocated
+    with pytest.raises(type(error)) as caught:
+        kernels.get("_test_only")(q, q, q)
+    message = str(caught.value)
+    assert message.startswith("_test_only: out of memory") and "Sq=50000, Sk=50000" in message
+    assert "S x S scores" in message and "9.3 GiB" in message and str(error) in message
+    assert ("materialise" in message) == materializes
+    assert caught.value.__cause__ is error
+
+
+def test_other_runtime_errors_pass_through_unchanged(test_only):
+    from kernels import registry
+
+    test_only()
+    registry._REGISTRY.pop("_test_only")
+    error = RuntimeError("a kernel's own failure")
+    kernels.register("_test_only", order=999)(_raises(error))
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(RuntimeError) as caught:
+        kernels.get("_test_only")(q, q, q)
+    assert caught.value is error

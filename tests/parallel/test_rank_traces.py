@@ -157,3 +157,47 @@ def test_the_slow_rank_check_passes_the_solution_and_names_the_waiting_rank():
         check_slow_rank(lambda f: None, seed=2)  # the notebook's blank stub
     with pytest.raises(ExerciseFailed, match="not written yet"):
         check_slow_rank(lambda f: (_ for _ in ()).throw(NotImplementedError), seed=2)
+
+
+def _marked_rank(folder, rank, wait_name, wait_ms, barrier="step:wait barrier"):
+    """One rank's trace: 30 ms of matmul, a K/V exchange posted before it whose gloo ranges run to
+    a wait after it (the old reading: 31 ms "in flight during compute"), the rank's own marked wait
+    of ``wait_ms``, and a closing barrier wait of 4 ms, in a 40 ms step."""
+    pid = tid = 10 + rank
+    t0 = 1_000_000.0
+
+    def event(name, cat, at_ms, dur_ms, args=None):
+        return {"ph": "X", "cat": cat, "name": name, "ts": t0 + at_ms * 1e3, "dur": dur_ms * 1e3, "pid": pid,
+                "tid": tid, "args": args or {}}
+
+    shapes = {"Input Dims": [[256, 64]], "Input type": ["float"]}
+    matmul = {"Input Dims": [[512, 64], [64, 512]], "Input type": ["float", "float"]}
+    events = [event("ring forward", "user_annotation", 0, 40),
+              event("gloo:send", "user_annotation", 0.5, 31.5, shapes),
+              event("gloo:recv", "user_annotation", 0.5, 31.5, shapes),
+              event("aten::mm", "cpu_op", 1, 30, matmul),
+              event(wait_name, "user_annotation", 31.5, wait_ms),
+              event(barrier, "user_annotation", 35, 4)]
+    raw = {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}, "traceEvents": events}
+    (folder / f"rank-{rank}.json").write_text(json.dumps(raw))
+
+
+def test_marked_waits_are_the_exposed_communication_and_say_whether_the_block_had_arrived(tmp_path):
+    _marked_rank(tmp_path, 0, "ring:wait kv (arrived)", 0.5)
+    _marked_rank(tmp_path, 1, "ring:wait kv (in flight)", 3)
+    step = rank_traces.load_ranks(tmp_path).step("ring forward")
+    summary = step.summary()
+    assert summary["waited_us"].tolist() == [4500.0, 7000.0]  # the kv wait and the barrier's 4 ms
+    assert summary["exposed_communication_us"].tolist() == summary["waited_us"].tolist()
+    assert summary["exchanges"].tolist() == [1, 1] and summary["arrived_before_wait"].tolist() == [1, 0]
+    assert summary["compute_us"].tolist() == [30000.0] * 2
+    assert step.marks_waits(0) and step.marks_waits(1)
+    assert len(step.timeline().axes[0].collections) == 6  # compute, communication and waits, per rank
+
+
+def test_without_marked_waits_exposed_communication_is_what_compute_did_not_overlap(tmp_path):
+    for rank in (0, 1):  # no <name>:wait range in the trace
+        _marked_rank(tmp_path, rank, "ring:kv", 0.5, barrier="step:barrier")
+    summary = rank_traces.load_ranks(tmp_path).step("ring forward").summary()
+    assert summary["waited_us"].isna().all() and (summary["exchanges"] == 0).all()
+    assert summary["exposed_communication_us"].tolist() == [1500.0, 1500.0]  # 31.5 ms of gloo, 30 of it under compute

@@ -183,9 +183,40 @@ def test_the_ring_traces_read_side_by_side_show_the_split(two, tmp_path):
     assert (summary["sent_bytes"] == ring.message_bytes(1, 2, 128, 16, 2, 4)).all()
     work = ring.work_per_rank(128, 2, "contiguous")
     assert summary.loc[1, "matmul_flop"] / summary.loc[0, "matmul_flop"] == pytest.approx(work[1] / work[0], rel=1e-12)
-    assert (summary["overlap_us"] > 0).all() and (summary["overlap_us"] <= summary["communication_us"]).all()
+    assert (summary["overlap_us"] <= summary["communication_us"]).all()
+    # Exposed communication is the time blocked in the marked waits (the K/V exchange, the step's
+    # closing barrier), and each rank said whether its one exchange had arrived before it waited.
+    assert (summary["waited_us"] > 0).all() and (summary["exposed_communication_us"] == summary["waited_us"]).all()
+    assert (summary["exchanges"] == 1).all() and (summary["arrived_before_wait"] <= 1).all()
     fig = folder.step("ring forward", 0).timeline()
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
+    assert len(fig.axes[0].collections) == 6  # compute, communication and waits, per rank
+
+
+SLEEP_S = 0.2
+
+
+def test_a_transfer_that_completed_during_a_sleep_is_measured_as_short_and_hidden(two, tmp_path):
+    """gloo's ranges start when a request is created and end when wait() returns: posting 64
+    bytes, sleeping, then waiting gave ranges as long as the sleep, whatever the transfer took.
+    The ring's helper thread waits at once, so the ranges end when the bytes arrived, and the
+    rank's own wait, where it blocked, is short and says the block had arrived."""
+    two.run(rank_programs.post_sleep_wait, str(tmp_path), SLEEP_S)
+    summary = rank_traces.load_ranks(tmp_path).step("exchange").summary()
+    assert (summary["step_us"] >= SLEEP_S * 1e6).all()
+    assert (summary["communication_us"] < 0.25 * SLEEP_S * 1e6).all(), summary["communication_us"]
+    assert (summary["exposed_communication_us"] < 0.25 * SLEEP_S * 1e6).all(), summary["exposed_communication_us"]
+    assert (summary["exchanges"] == 1).all() and (summary["arrived_before_wait"] == 1).all()
+
+
+def test_a_transfer_held_up_by_a_late_peer_is_measured_as_exposed(two, tmp_path):
+    """The same exchange with rank 1 posting only after its sleep: rank 0's block is still in
+    flight when it comes to wait, and it blocks for most of the sleep."""
+    two.run(rank_programs.post_sleep_wait, str(tmp_path), SLEEP_S, 1)
+    summary = rank_traces.load_ranks(tmp_path).step("exchange").summary()
+    assert summary.loc[0, "arrived_before_wait"] == 0 and summary.loc[0, "exchanges"] == 1
+    assert summary.loc[0, "exposed_communication_us"] > 0.5 * SLEEP_S * 1e6
+    assert summary.loc[0, "communication_us"] > 0.5 * SLEEP_S * 1e6
 
 
 def test_ulysses_traces_count_the_bytes_the_shapes_predict(two, tmp_path):
@@ -193,6 +224,10 @@ def test_ulysses_traces_count_the_bytes_the_shapes_predict(two, tmp_path):
     two.run(cp.profile_scheme, case, "ulysses", str(tmp_path / "u"), 2)
     summary = rank_traces.load_ranks(tmp_path / "u").step("ulysses forward", 0).summary()
     assert (summary["sent_bytes"] == ulysses.message_bytes(1, 4, 2, 64, 8, 2, 4)).all()
+    # Each rank blocked in its waits on the all-to-alls (and the closing barrier): that is its
+    # exposed communication; no exchange there claims to have arrived before the wait.
+    assert (summary["waited_us"] > 0).all() and (summary["exposed_communication_us"] == summary["waited_us"]).all()
+    assert (summary["exchanges"] == 0).all()
 
 
 # ------------------------------------------------------------------ the launcher's promises
