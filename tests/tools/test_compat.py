@@ -19,12 +19,6 @@ from kernels.triton import interpreter as ti
 triton = pytest.importorskip("triton")
 
 
-@pytest.mark.parametrize("version, release", [("3.6.0", (3, 6)), ("2.4.0rc1", (2, 4)), ("3.10.1", (3, 10)),
-                                              ("2.15.0+cu132", (2, 15)), ("3", (3, 0))])
-def test_release_reads_major_and_minor(version, release):
-    assert ti._release(version) == release
-
-
 @pytest.mark.parametrize("triton_version, numpy_version, broken", [
     ("3.6.0", "2.4.0", True), ("3.6.0", "2.3.5", False), ("3.7.1", "2.4.6", False), ("3.9.0", "2.5.0", False),
     ("3.6.1", "3.0.0", True)])
@@ -78,7 +72,7 @@ def test_nothing_is_patched_where_the_interpreter_is_fine(monkeypatch):
 
 
 def test_an_unfixable_interpreter_is_reported_by_available_in_words(monkeypatch):
-    monkeypatch.setattr(ti, "wanted", lambda: True)
+    monkeypatch.setattr(ti, "asked", lambda: True)
     monkeypatch.setattr(ti, "squeeze_scalar_index", lambda: False)
     reason = kernels.available("cpu")["triton"]
     assert reason and "NumPy" in reason and "numpy<2.4" in reason and triton.__version__ in reason, reason
@@ -146,32 +140,6 @@ def test_the_matrixs_pip_calls_clear_the_constraint_file(monkeypatch):
         "the newest cell takes whatever is newest on the index"
     assert set(cells["oldest"].packages) == {f"torch=={compat.TESTED['torch'][0]}.0",
                                              f"triton=={compat.TESTED['triton'][0]}.0"}
-
-
-def test_spill_tables_are_per_triton_release():
-    import kernels.triton.tiles as tiles
-
-    measured = tiles.spilling_configs("3.9.0")
-    assert measured[9] == tiles.SPILLS_BY_TRITON[(3, 9)][9], "a measured release gets its own table"
-    assert (64, 128, 8, 2) in measured[9][("bwd_dq", 128)] and \
-        (64, 128, 8, 2) not in tiles.spilling_configs("3.7.1")[9].get(("bwd_dq", 128), set()), \
-        "Triton 3.9 spills the dQ config 3.7.1 holds"
-    for version, release in (("3.6.0", (3, 6)), ("3.8.0", (3, 8))):
-        table = tiles.spilling_configs(version)
-        for capability in (8, 9):
-            assert table[capability] == tiles.SPILLS_BY_TRITON[release][capability], \
-                f"Triton {version} gets the sm_{capability}0 table measured with it"
-    assert (32, 64, 4, 2) in tiles.spilling_configs("3.6.0")[8][("bwd_dkdv", 128)] and \
-        (32, 64, 4, 2) not in tiles.spilling_configs("3.8.0")[8][("bwd_dkdv", 128)], \
-        "Triton 3.6 spills the dK/dV config 3.8 holds: each release gets its own table, not the union"
-    assert (3, 10) not in tiles.SPILLS_BY_TRITON, "3.10 stands for a release without a table"
-    unmeasured = tiles.spilling_configs("3.10.0")
-    for table in tiles.SPILLS_BY_TRITON.values():
-        for capability, configs in table.items():
-            for key, spilled in configs.items():
-                assert spilled <= unmeasured[capability][key], "an unmeasured release drops what any release spilled"
-    assert tiles._release("3.10.0+git1234") == (3, 10)
-    assert tiles.SPILLS == tiles.spilling_configs(triton.__version__)
 
 
 def test_the_matrixs_report_says_whether_make_book_built_the_html():
