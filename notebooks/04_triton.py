@@ -347,7 +347,8 @@ show_source(tf._attn_fwd.fn)
 #   must be a power of 2" and "Shape element ... must be a power of 2"), while `tl.dot` asks
 #   for an inner dimension of at least 16 (Triton 3.7's check on NVIDIA targets: M >= 1,
 #   N >= 1, K >= 16 for 16- and 32-bit inputs). `D`, the real head dim, is a `tl.constexpr`
-#   too: a mask on the padded lanes is compiled in only where `D < HEAD_DIM`. With grouped-query attention, query head `h` reads key/value head `h // GROUP`
+#   too: the loop's unmasked stage masks the padded lanes only where `D < HEAD_DIM`. With
+#   grouped-query attention, query head `h` reads key/value head `h // GROUP`
 #   through its pointers, so K and V are never repeated in memory.
 # - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`, so
 #   the scores `tl.dot(q, kt) · qk_scale` are in log2 units and each probability is

@@ -169,7 +169,7 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
 
     # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
-    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL, BLOCK_M, BLOCK_N)
+    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
@@ -230,7 +230,7 @@ def _attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL, BLOCK_M, BLOCK_N)
+    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     # D=HEAD_DIM: the descriptors mask the padded lanes themselves; the strides are unused.
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, 0, full_hi, SQ, SK, qk_scale,
                                     MASKED=False, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
