@@ -10,9 +10,10 @@ multiple of Hkv (grouped-query attention). Calling an implementation that cannot
 raises ``kernels.CannotRun`` (a RuntimeError) with the same words ``available`` gives.
 
 Importing never needs a GPU, a compiler or a particular SDPA backend: each implementation
-says what it lacks only when asked (``available``) or called. Importing changes nothing in the
-process (no environment variable): without a GPU the Triton kernels borrow Triton's interpreter
-launch by launch (``kernels.triton.interpreter``).
+says what it lacks only when asked (``available``) or called. Where no CUDA GPU is visible,
+importing sets ``TRITON_INTERPRET=1`` for the process (unless it is set already), so that the
+Triton kernels, and any a reader defines afterwards, run in Triton's interpreter on CPU
+tensors (``kernels.triton``); where a GPU is visible it sets nothing.
 """
 from kernels import reference
 from kernels.registry import CannotRun, available, check_inputs, get, implementation, names, register

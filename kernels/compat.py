@@ -29,7 +29,7 @@ def known_problem_reason(name: str, device: torch.device) -> Optional[str]:
 
 def _interpreter_reason() -> Optional[str]:
     """Triton 3.6's interpreter with NumPy 2.4, where the library's fix could not be applied."""
-    if not interpreter.wanted():
+    if not interpreter.asked():
         return None           # compiled kernels: the interpreter is not used
     try:
         import numpy

@@ -47,7 +47,7 @@ from kernels.hw import occupancy
 from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables
 from kernels.trace.links import links
-from kernels.triton import backward as triton_backward, launch, tiles, tiling
+from kernels.triton import backward as triton_backward, configs, launch, tiling
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -96,7 +96,7 @@ show_source(tf.tiled_softmax)
 # read in {glue:text}`softmax_tiles` tiles of {glue:text}`softmax_block` keys.
 
 # %%
-softmax_block = tiles.INTERPRETER_BLOCKS["BLOCK_N"]
+softmax_block = configs.INTERPRETER_BLOCKS["BLOCK_N"]
 demo_keys = min(run_seq, 8 * softmax_block)  # at most eight tiles: a table, not a wall
 row = (q[0, 0, -1].double() @ k[0, 0, :demo_keys].double().T) / math.sqrt(head_dim)
 soft, history = tf.tiled_softmax(row, softmax_block)
@@ -212,7 +212,7 @@ show_source(tiling.tile_map)
 # %%
 #| caption: Which tiles each program computes, causal (left) and full (right), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
 #| alt: Two grids of tiles over query and key positions. Left, causal: blue tiles below the diagonal, orange on it, grey above it. Right, full: all blue but an orange ragged last column.
-block_m, block_n = tiles.INTERPRETER_BLOCKS["BLOCK_M"], tiles.INTERPRETER_BLOCKS["BLOCK_N"]
+block_m, block_n = configs.INTERPRETER_BLOCKS["BLOCK_M"], configs.INTERPRETER_BLOCKS["BLOCK_N"]
 fig_seq, fig_program = 200, 2
 fig = Figure(figsize=(12, 5.8), layout="constrained")
 left, right = fig.subplots(1, 2)
@@ -249,7 +249,7 @@ guess_causal_share_at_256 = 0.5  # edit me before running on
 # `BLOCK_N` = {glue:text}`gpu_block_n`:
 
 # %%
-gpu_block_m, gpu_block_n = tiles.GPU_CONFIGS[0][:2]
+gpu_block_m, gpu_block_n = configs.GPU_CONFIGS[0][:2]
 lengths = [256, 512, 1024, 2048, 4096, 8192, 16384]
 fractions = pd.DataFrame([{
     "S": s,
@@ -290,7 +290,7 @@ glue("overhead_pct", 100 * (overhead_here - 1))
 # $0 \times \text{NaN} = \text{NaN}$: the naive attention of chapter 1 is such a kernel.
 
 # %%
-unit = max(c[0] for c in tiles.GPU_CONFIGS) if on_gpu else tiles.INTERPRETER_BLOCKS["BLOCK_M"]
+unit = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else configs.INTERPRETER_BLOCKS["BLOCK_M"]
 poison_from = unit * max(1, (run_seq // unit) // 2)
 if poison_from < run_seq:
     v_poisoned = v.clone()
@@ -312,7 +312,7 @@ glue("poison_from", poison_from)
 # of the output of one (batch, head):
 
 # %%
-display(show_source(launch._tile.fn))   # the pointer helper the kernels share
+display(show_source(launch.tile_ptrs.fn))   # the pointer helper the kernels share
 show_source(tf._attn_fwd.fn)
 
 # %% [markdown]
@@ -328,14 +328,14 @@ show_source(tf._attn_fwd.fn)
 #   reasoning, not a FlashAttention paper's). Every program runs the same code on different
 #   data, and nothing is shared.
 # - **Pointer arithmetic with strides.** Triton has no tensors in the kernel, only pointers.
-#   `_tile` builds a `[rows, cols]` block of addresses: the base pointer plus
+#   `tile_ptrs` builds a `[rows, cols]` block of addresses: the base pointer plus
 #   `b·stride_b + h·stride_h + row·stride_s + col·stride_d`. Because every stride is passed
 #   in (`*q.stride()` in the launcher), a transposed `[B, S, H, D]` view works without a copy.
 #   The offsets are cast to int64 first: `b·stride_b` passes $2^{31}$ on large inputs.
 # - **Masks on loads.** `row_ok = offs_m < S` keeps the ragged last tile from reading past the
 #   end; masked-off lanes read 0 and are never stored.
 # - **Two causal stages.** Causal is aligned bottom-right: query $i$ sees keys
-#   $j \le i + (S_k - S_q)$, the `OFFSET` argument (0 when the lengths are equal; a decoding
+#   $j \le i + (S_k - S_q)$, `SK - SQ` in the kernel (0 when the lengths are equal; a decoding
 #   step's single query sees the whole cache). Stage 1 loops over the key tiles that every row
 #   of this query tile sees in full (`0 .. full_hi`) with `MASKED=False`: no comparison is
 #   computed at all. Stage 2 covers the tiles the diagonal crosses (`full_hi .. masked_hi`)
@@ -346,13 +346,17 @@ show_source(tf._attn_fwd.fn)
 #   `tl.arange` and every block shape must be powers of two (Triton 3.7 raises "arange's range
 #   must be a power of 2" and "Shape element ... must be a power of 2"), while `tl.dot` asks
 #   for an inner dimension of at least 16 (Triton 3.7's check on NVIDIA targets: M >= 1,
-#   N >= 1, K >= 16 for 16- and 32-bit inputs). `d_ok` masks the padding on every load and
-#   store. With grouped-query attention, query head `h` reads key/value head `h // GROUP`
+#   N >= 1, K >= 16 for 16- and 32-bit inputs). `D`, the real head dim, is a `tl.constexpr`
+#   too: the loop's unmasked stage masks the padded lanes only where `D < HEAD_DIM`. With
+#   grouped-query attention, query head `h` reads key/value head `h // GROUP`
 #   through its pointers, so K and V are never repeated in memory.
-# - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`. The
-#   row maximum is taken on the raw scores of `tl.dot`, and each probability is
-#   `exp2(s · qk_scale − m · qk_scale)`: one fused multiply-add feeding `tl.exp2`, with no
-#   separate pass to scale the tile.
+# - **exp2 with the scale folded in.** The launcher passes `qk_scale = scale · log2 e`, so
+#   the scores `tl.dot(q, kt) · qk_scale` are in log2 units and each probability is
+#   `exp2(s − m)` ($e^x = 2^{x \log_2 e}$, and `exp2` is the cheaper instruction). Scaling
+#   before the row maximum keeps any scale right, a negative or zero one included.
+#   `input_precision="ieee"` asks for exact float32 products: by default Triton multiplies
+#   float32 inputs in TF32 (about 1e-3 relative error); 16-bit inputs use the tensor cores
+#   either way.
 # - **The saved log-sum-exp.** After the loop, `acc / l_i` normalizes once, and
 #   `m_i + log2(l_i)` is stored per row for the backward.
 #
@@ -470,9 +474,9 @@ show_source(triton_backward.flash_backward)
 #   step holds the mask besides the tiles, and the smaller tile keeps it within the
 #   registers), then jumps to the ragged tail after the last whole unmasked step; the
 #   unmasked loop takes everything in between. One loop walks all (query head, query tile)
-#   pairs of a GQA group, rather than a loop over heads around a loop over tiles; in this
-#   form every config the autotuner keeps compiles without spills on sm_80 and sm_90
-#   (`python -m kernels.triton.compile_sweep`; tests/triton/test_compile_sweep.py checks it).
+#   pairs of a GQA group, rather than a loop over heads around a loop over tiles, which kept
+#   more registers live (`python -m kernels.triton.compile_sweep` shows what the compiler
+#   makes of each config: registers, spills, shared memory).
 
 # %%
 display(show_source(triton_backward._attn_bwd_dkdv.fn))
@@ -482,15 +486,14 @@ show_source(triton_backward._bwd_dkdv_steps.fn)
 # ## Run it
 #
 # Without a CUDA GPU the same kernels run in Triton's interpreter, on CPU tensors, with NumPy
-# doing the arithmetic tile by tile. Nothing in the notebook changes. Triton's own switch is
-# the variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a function, and its own
-# library functions (`tl.max`, `tl.sum`) are decorated once, when Triton is first imported,
-# which torch may do on its own (torch 2.13's profiler imports Triton;
-# tests/triton/test_triton_flash.py checks that order). So the library sets no variable: its
-# kernels stay compiled objects, and each launch borrows interpreted copies of them and of
-# Triton's library for as long as it runs (`kernels.triton.interpreter.interpreting`), the way
-# Triton's interpreter patches `triton.language` for each launch it runs itself (`_patch_lang`
-# in Triton's `runtime/interpreter.py`).
+# doing the arithmetic tile by tile. Nothing in the notebook changes. Triton's switch is the
+# variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a function, so `import
+# kernels` sets `TRITON_INTERPRET=1` where no GPU is visible, before any kernel of the course
+# is defined. It is set for the whole process: a kernel you define afterwards is interpreted
+# too. Where Triton was imported before (torch 2.13's profiler imports it), its own library
+# functions (`tl.max`, `tl.sum`) were already compiled, and the library swaps them once for
+# interpreted copies (`kernels.triton.interpreter`). A value you set yourself is kept, and
+# where a GPU is visible nothing is set.
 
 # %%
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED,
@@ -499,9 +502,8 @@ print("triton on", device, "->", kernels.available(device)["triton"] or "runs he
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 if not on_gpu:
     lesson(tf.INTERPRETED, "on a machine without a GPU, the kernels run in Triton's interpreter")
-if "TRITON_INTERPRET" not in os.environ:  # with TRITON_INTERPRET=1, @triton.jit itself interprets
-    lesson(type(tf._attn_fwd).__name__ == "JITFunction",
-           "the kernel stays a compiled object; only its launches here are interpreted")
+    lesson(type(tf._attn_fwd).__name__ == "InterpretedFunction" and os.environ.get("TRITON_INTERPRET") == "1",
+           "TRITON_INTERPRET=1 in this process, so @triton.jit made the kernel an interpreted one")
 
 # %% [markdown]
 # Forward and backward against the float64 reference, in both causal modes. The non-causal
@@ -688,8 +690,8 @@ else:
 # takes the tutorial's main ideas (two causal stages, exp2 with the scale folded in, the
 # transposed backward with masks only on the diagonal, TMA descriptors for the forward on
 # Hopper), but runs the backward's two passes as two kernels (three launches with the Δ
-# preprocessing) and narrows each head dim's autotune list to
-# the configs the compiler reports as fitting without spills, and its numbers come from our
+# preprocessing) and prunes its autotune list by a rule on each config's footprint
+# (`kernels.triton.configs.keep`: shared memory and registers), and its numbers come from our
 # own runs: read them next to SDPA's on the same GPU rather than against the paper's.
 
 # %%

@@ -7,9 +7,8 @@ S x S matrix. ``flash_backward`` launches them; ``kernels.triton.flash.FlashAtte
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations.
 import torch
 
-from kernels.triton import launch
-from kernels.triton import tiles
-from kernels.triton.launch import _tile, tl, triton
+from kernels.triton import configs, launch
+from kernels.triton.launch import tile_ptrs, tl, triton
 
 # With P = softmax(S), dP = dO·Vᵀ and dS = P ∘ (dP - Delta) where Delta = rowsum(dO ∘ O):
 #     dV = Pᵀ·dO,   dK = scale · dSᵀ·Q,   dQ = scale · dS·K.
@@ -50,10 +49,10 @@ from kernels.triton.launch import _tile, tl, triton
 # (tests/triton/test_triton_flash.py, test_fp32_backward_at_large_scales_...).
 # Delta must come from O as the forward computed it, before rounding to 16 bits: dP - Delta
 # is a small difference of two large numbers when a row's P is nearly uniform (short rows),
-# and the rounding of O would dominate it. The forward keeps an fp32 O for this (STORE_O32).
+# and the rounding of O would dominate it. The forward keeps an fp32 O for this (``keep_fp32_o``).
 
 @triton.jit
-def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, SQ, D,
+def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, SQ, D: tl.constexpr,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
     """Delta = rowsum(O ∘ dO), in float32. Grid: (B*H, cdiv(SQ, BLOCK_M))."""
     bh = tl.program_id(0)
@@ -66,17 +65,17 @@ def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = rows < SQ
     ok = row_ok[:, None] & (offs_d[None, :] < D)
-    o = tl.load(_tile(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), mask=ok, other=0.0)
-    do = tl.load(_tile(DO, b, h, first_row, offs_t, offs_d, sdb, sdh, sds, sdd), mask=ok, other=0.0)
+    o = tl.load(tile_ptrs(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), mask=ok, other=0.0)
+    do = tl.load(tile_ptrs(DO, b, h, first_row, offs_t, offs_d, sdb, sdh, sds, sdd), mask=ok, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(DELTA + bh.to(tl.int64) * SQ + rows, delta, mask=row_ok)
 
 
 @triton.jit
 def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
-                    cols, offs_d, d_ok, start_m, num_steps, jump_from, jump_to, H, GROUP, SQ, OFFSET, qk_scale,
-                    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, PAD_D: tl.constexpr,
-                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                    cols, start_m, num_steps, jump_from, jump_to, H, GROUP, SQ, SK, qk_scale,
+                    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr,
+                    HEAD_DIM: tl.constexpr):
     """Add ``num_steps`` query tiles of BLOCK_M rows, from row ``start_m``, of each of the
     GROUP query heads of key/value head ``kvh``, to one key tile's dK and dV ([BLOCK_N,
     HEAD_DIM] each). ``MASK``: hide rows past SQ and, when causal, (row, key) pairs above the
@@ -86,6 +85,8 @@ def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd,
     One loop runs over (head, query tile) pairs rather than a loop over heads around a loop
     over tiles: the outer loop made the compiler keep more registers live, and spill."""
     offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    d_ok = offs_d < D
     for step in range(0, num_steps * GROUP):
         g = step // num_steps
         first = start_m + (step - g * num_steps) * BLOCK_M
@@ -94,12 +95,10 @@ def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd,
         h = kvh * GROUP + g
         rows = first + offs_m
         # Qᵀ is read transposed ([HEAD_DIM, BLOCK_M]) straight from memory: only the pointers
-        # differ. (Written out rather than through `_tile`: in the interpreter every call of a
-        # jit function inside a loop costs a re-patching of triton.language.)
+        # differ from `tile_ptrs`'s, which dO's tile takes as it is.
         qt_ptrs = (Q + b * sqb + h * sqh + tl.cast(first, tl.int64) * sqs
                    + (offs_m[None, :] * sqs + offs_d[:, None] * sqd))
-        do_ptrs = (DO + b * sdob + h * sdoh + tl.cast(first, tl.int64) * sdos
-                   + (offs_m[:, None] * sdos + offs_d[None, :] * sdod))
+        do_ptrs = tile_ptrs(DO, b, h, first, offs_m, offs_d, sdob, sdoh, sdos, sdod)
         lse_ptrs = LSE + (b * H + h) * SQ + rows
         delta_ptrs = DELTA + (b * H + h) * SQ + rows
         if MASK:    # rows past SQ read as zeros, their LSE as +inf (so their P is 0)
@@ -108,7 +107,7 @@ def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd,
             do = tl.load(do_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
             lse = tl.load(lse_ptrs, mask=row_ok, other=float("inf"))
             delta = tl.load(delta_ptrs, mask=row_ok, other=0.0)
-        elif PAD_D:
+        elif D < HEAD_DIM:
             qt = tl.load(qt_ptrs, mask=d_ok[:, None], other=0.0)
             do = tl.load(do_ptrs, mask=d_ok[None, :], other=0.0)
             lse = tl.load(lse_ptrs)
@@ -118,19 +117,16 @@ def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd,
             do = tl.load(do_ptrs)
             lse = tl.load(lse_ptrs)
             delta = tl.load(delta_ptrs)
-        if UPCAST:
-            qt = qt.to(tl.float32)
-            do = do.to(tl.float32)
 
-        st = tl.dot(k, qt, input_precision=DOT_PRECISION)          # Sᵀ [BLOCK_N, BLOCK_M], raw
+        st = tl.dot(k, qt, input_precision="ieee")          # Sᵀ [BLOCK_N, BLOCK_M], raw
         pt = tl.exp2(st * qk_scale - lse[None, :])
         if MASK:
-            if CAUSAL:  # key c is hidden from row r when c > r + OFFSET
-                pt = tl.where(cols[:, None] <= rows[None, :] + OFFSET, pt, 0.0)
-        dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT_PRECISION)
-        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)   # dPᵀ = V·dOᵀ
+            if CAUSAL:  # key c is hidden from row r when c > r + SK - SQ
+                pt = tl.where(cols[:, None] <= rows[None, :] + SK - SQ, pt, 0.0)
+        dv += tl.dot(pt.to(do.dtype), do, input_precision="ieee")
+        dpt = tl.dot(v, tl.trans(do), input_precision="ieee")   # dPᵀ = V·dOᵀ
         dst = pt * (dpt - delta[None, :])
-        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT_PRECISION)
+        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision="ieee")
     return dk, dv
 
 
@@ -138,10 +134,8 @@ def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd,
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
                    sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                    sdob, sdoh, sdos, sdod, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd,
-                   H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
-                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   CAUSAL: tl.constexpr, PAD_D: tl.constexpr, UPCAST: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr):
+                   H, GROUP, SQ, SK, D: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """One program: BLOCK_N key rows of one (batch, key/value head); loops over its query
     heads and their query tiles. Grid: (B*H // GROUP, cdiv(SK, BLOCK_N)). The first key tiles
     are seen by the most query rows when causal, so the heaviest programs already come first."""
@@ -158,23 +152,20 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
     # Keys past SK load as zeros. Their dK/dV rows come out as garbage and are never stored;
     # they add nothing to the real keys' rows, so the steps need no key mask.
     kv_ok = (cols < SK)[:, None] & d_ok[None, :]
-    k = tl.load(_tile(K, b, kvh, first_col, offs_n, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
-    v = tl.load(_tile(V, b, kvh, first_col, offs_n, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k = tl.load(tile_ptrs(K, b, kvh, first_col, offs_n, offs_d, skb, skh, sks, skd), mask=kv_ok, other=0.0)
+    v = tl.load(tile_ptrs(V, b, kvh, first_col, offs_n, offs_d, svb, svh, svs, svd), mask=kv_ok, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     MASK_M: tl.constexpr = BLOCK_M // 2 if BLOCK_M >= 32 else BLOCK_M   # tl.dot needs >= 16
 
-    # Causal: row r sees key c when c <= r + OFFSET. Rows before `lo` see none of this tile's
+    # Causal: row r sees key c when c <= r + SK - SQ. Rows before `lo` see none of this tile's
     # keys (skipped); rows from `full` on see all of them (no mask); the rows between cross
     # the diagonal (at most BLOCK_N - 1 of them). The masked steps take those rows and the
     # ragged tail after the last whole unmasked step, in one loop: Triton then compiles one
     # masked loop and one unmasked, which holds fewer registers than a third loop would.
     if CAUSAL:
-        lo = tl.minimum(tl.maximum(first_col - OFFSET, 0), SQ)
-        full = tl.minimum(tl.maximum(first_col + BLOCK_N - 1 - OFFSET, 0), SQ)
+        lo = tl.minimum(tl.maximum(first_col - (SK - SQ), 0), SQ)
+        full = tl.minimum(tl.maximum(first_col + BLOCK_N - 1 - (SK - SQ), 0), SQ)
         n_diag = tl.cdiv(full - lo, MASK_M)
     else:
         lo = 0
@@ -184,27 +175,29 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
     tail = mid + n_full * BLOCK_M                    # the ragged tail past the last whole tile
     n_masked = n_diag + tl.cdiv(tl.maximum(SQ - tail, 0), MASK_M)
     dk, dv = _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
-                             cols, offs_d, d_ok, lo, n_masked, mid, tail, H, GROUP, SQ, OFFSET, qk_scale,
-                             True, CAUSAL, MASK_M, PAD_D, UPCAST, DOT_PRECISION)
+                             cols, lo, n_masked, mid, tail, H, GROUP, SQ, SK, qk_scale,
+                             MASK=True, CAUSAL=CAUSAL, BLOCK_M=MASK_M, D=D, HEAD_DIM=HEAD_DIM)
     dk, dv = _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
-                             cols, offs_d, d_ok, mid, n_full, SQ, SQ, H, GROUP, SQ, OFFSET, qk_scale,
-                             False, CAUSAL, BLOCK_M, PAD_D, UPCAST, DOT_PRECISION)
+                             cols, mid, n_full, SQ, SQ, H, GROUP, SQ, SK, qk_scale,
+                             MASK=False, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, D=D, HEAD_DIM=HEAD_DIM)
 
     dk = dk * sm_scale   # the scores were q·kᵀ·scale, so the chain rule brings the scale out
-    tl.store(_tile(DK, b, kvh, first_col, offs_n, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty),
+    tl.store(tile_ptrs(DK, b, kvh, first_col, offs_n, offs_d, sdkb, sdkh, sdks, sdkd), dk.to(DK.dtype.element_ty),
              mask=kv_ok)
-    tl.store(_tile(DV, b, kvh, first_col, offs_n, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty),
+    tl.store(tile_ptrs(DV, b, kvh, first_col, offs_n, offs_d, sdvb, sdvh, sdvs, sdvd), dv.to(DV.dtype.element_ty),
              mask=kv_ok)
 
 
 @triton.jit
 def _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, stride_vs, stride_vd,
-                  rows, offs_d, d_ok, start_n, num_steps, SK, OFFSET, qk_scale,
-                  MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, PAD_D: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                  rows, start_n, num_steps, SQ, SK, qk_scale,
+                  MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                  HEAD_DIM: tl.constexpr):
     """Add ``num_steps`` key tiles of BLOCK_N keys, from key ``start_n``, to one query tile's
     dQ ([BLOCK_M, HEAD_DIM]). ``MASK``: hide keys past SK and, when causal, keys above the diagonal."""
     offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    d_ok = offs_d < D
     # Kᵀ and Vᵀ are read transposed ([HEAD_DIM, BLOCK_N]) straight from memory.
     kt_tile = k_base + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
     vt_tile = v_base + (offs_n[None, :] * stride_vs + offs_d[:, None] * stride_vd)
@@ -216,25 +209,22 @@ def _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, s
         if MASK:
             kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
             vt = tl.load(vt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
-        elif PAD_D:
+        elif D < HEAD_DIM:
             kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
             vt = tl.load(vt_ptrs, mask=d_ok[:, None], other=0.0)
         else:
             kt = tl.load(kt_ptrs)
             vt = tl.load(vt_ptrs)
-        if UPCAST:
-            kt = kt.to(tl.float32)
-            vt = vt.to(tl.float32)
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION)               # [BLOCK_M, BLOCK_N], raw
+        s = tl.dot(q, kt, input_precision="ieee")               # [BLOCK_M, BLOCK_N], raw
         p = tl.exp2(s * qk_scale - lse[:, None])
         if MASK:
             keep = cols[None, :] < SK
             if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None] + OFFSET)
+                keep = keep & (cols[None, :] <= rows[:, None] + SK - SQ)
             p = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, vt, input_precision=DOT_PRECISION)
+        dp = tl.dot(do, vt, input_precision="ieee")
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PRECISION)
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision="ieee")
     return dq
 
 
@@ -242,10 +232,8 @@ def _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, s
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
                  sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                  sdob, sdoh, sdos, sdod, sdqb, sdqh, sdqs, sdqd,
-                 H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
-                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 CAUSAL: tl.constexpr, PAD_D: tl.constexpr, UPCAST: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr):
+                 H, GROUP, SQ, SK, D: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head); loops over key tiles.
     Grid: (B*H, cdiv(SQ, BLOCK_M)); causal launches the last (heaviest) query tiles first."""
     bh = tl.program_id(0)
@@ -265,42 +253,38 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
     q_ok = row_ok[:, None] & d_ok[None, :]
     # Rows past SQ load as zeros with an LSE of +inf, so their P is 0 in every step: the
     # steps need no row mask, and those rows are never stored.
-    q = tl.load(_tile(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
-    do = tl.load(_tile(DO, b, h, first_row, offs_t, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
+    q = tl.load(tile_ptrs(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=q_ok, other=0.0)
+    do = tl.load(tile_ptrs(DO, b, h, first_row, offs_t, offs_d, sdob, sdoh, sdos, sdod), mask=q_ok, other=0.0)
     lse = tl.load(LSE + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + bh.to(tl.int64) * SQ + rows, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     MASK_N: tl.constexpr = BLOCK_N // 2 if BLOCK_N >= 32 else BLOCK_N
 
-    # Causal: every row of the tile sees keys c <= first_row + OFFSET (whole tiles of them are
+    # Causal: every row of the tile sees keys c <= first_row + SK - SQ (whole tiles of them are
     # unmasked); its last real row sees up to `hi` (exclusive); keys past `hi` are skipped.
     if CAUSAL:
-        n_full = tl.minimum(tl.maximum(first_row + OFFSET + 1, 0), SK) // BLOCK_N
-        hi = tl.minimum(tl.maximum(tl.minimum(first_row + BLOCK_M, SQ) + OFFSET, 0), SK)
+        n_full = tl.minimum(tl.maximum(first_row + SK - SQ + 1, 0), SK) // BLOCK_N
+        hi = tl.minimum(tl.maximum(tl.minimum(first_row + BLOCK_M, SQ) + SK - SQ, 0), SK)
     else:
         n_full = SK // BLOCK_N
         hi = SK
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
-    dq = _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, sks, skd, svs, svd, rows, offs_d, d_ok,
-                       0, n_full, SK, OFFSET, qk_scale, False, CAUSAL, BLOCK_N, PAD_D, UPCAST, DOT_PRECISION)
+    dq = _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, sks, skd, svs, svd, rows,
+                       0, n_full, SQ, SK, qk_scale,
+                       MASK=False, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
     masked_lo = n_full * BLOCK_N
-    dq = _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, sks, skd, svs, svd, rows, offs_d, d_ok,
-                       masked_lo, tl.cdiv(tl.maximum(hi - masked_lo, 0), MASK_N), SK, OFFSET, qk_scale,
-                       True, CAUSAL, MASK_N, PAD_D, UPCAST, DOT_PRECISION)
+    dq = _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, sks, skd, svs, svd, rows,
+                       masked_lo, tl.cdiv(tl.maximum(hi - masked_lo, 0), MASK_N), SQ, SK, qk_scale,
+                       MASK=True, CAUSAL=CAUSAL, BLOCK_N=MASK_N, D=D, HEAD_DIM=HEAD_DIM)
 
     dq = dq * sm_scale
-    tl.store(_tile(DQ, b, h, first_row, offs_t, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty),
+    tl.store(tile_ptrs(DQ, b, h, first_row, offs_t, offs_d, sdqb, sdqh, sdqs, sdqd), dq.to(DQ.dtype.element_ty),
              mask=q_ok)
 
 
-attn_bwd_dkdv = tiles.autotuned(_attn_bwd_dkdv, "bwd_dkdv")
-attn_bwd_dq = tiles.autotuned(_attn_bwd_dq, "bwd_dq")
-# The interpreter's fixed tiles (tests narrow them to try other shapes).
-_FIXED_BACKWARD_BLOCKS = tiles.INTERPRETER_BACKWARD_BLOCKS if launch.INTERPRETED else {}
+attn_bwd_dkdv = configs.autotuned(_attn_bwd_dkdv, "bwd_dkdv")
+attn_bwd_dq = configs.autotuned(_attn_bwd_dq, "bwd_dq")
 
 
 def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
@@ -311,22 +295,19 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
     batch, heads, s_q, head_dim = q.shape
     kv_heads, s_k = k.shape[1], k.shape[2]
     pad = launch.padded_head_dim(head_dim)
-    sizes = launch.sizes(q, k)
+    q_in, k_in, v_in, do_in = launch.kernel_inputs(q, k, v, do)
     delta = torch.empty_like(lse)
-    pre_grid = (batch * heads, triton.cdiv(s_q, tiles.PREPROCESS_BLOCK_M))
-    dq, dk, dv = launch.new_output(q), launch.new_output(k), launch.new_output(v)
-    dq_t, dk_t, dv_t = launch.kernel_target(dq), launch.kernel_target(dk), launch.kernel_target(dv)
-    options = dict(HEAD_DIM=pad, CAUSAL=causal, PAD_D=pad != head_dim, **launch.kernel_options(q),
-                   **_FIXED_BACKWARD_BLOCKS)
+    dq, dk, dv = launch.new_output(q_in), launch.new_output(k_in), launch.new_output(v_in)
+    tiles = configs.INTERPRETER_BACKWARD_BLOCKS if launch.INTERPRETED else {}
+    pre_grid = (batch * heads, triton.cdiv(s_q, configs.PREPROCESS_BLOCK_M))
     kv_grid = lambda meta: (batch * kv_heads, triton.cdiv(s_k, meta["BLOCK_N"]))  # noqa: E731
     q_grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
-    with launch.launching(globals()):
-        _attn_bwd_preprocess[pre_grid](o32, do, delta, *o32.stride(), *do.stride(), heads, s_q, head_dim,
-                                       HEAD_DIM=pad, BLOCK_M=tiles.PREPROCESS_BLOCK_M)
-        attn_bwd_dkdv[kv_grid](q, k, v, do, dk_t, dv_t, lse, delta, scale, scale * launch.LOG2E,
-                               *q.stride(), *k.stride(), *v.stride(),
-                               *do.stride(), *dk_t.stride(), *dv_t.stride(), **sizes, **options)
-        attn_bwd_dq[q_grid](q, k, v, do, dq_t, lse, delta, scale, scale * launch.LOG2E,
-                            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_t.stride(),
-                            **sizes, **options)
-    return launch.copy_into_output(dq, dq_t), launch.copy_into_output(dk, dk_t), launch.copy_into_output(dv, dv_t)
+    _attn_bwd_preprocess[pre_grid](o32, do_in, delta, *o32.stride(), *do_in.stride(), heads, s_q,
+                                   D=head_dim, HEAD_DIM=pad, BLOCK_M=configs.PREPROCESS_BLOCK_M)
+    attn_bwd_dkdv[kv_grid](q_in, k_in, v_in, do_in, dk, dv, lse, delta, scale, scale * launch.LOG2E,
+                           *q_in.stride(), *k_in.stride(), *v_in.stride(), *do_in.stride(), *dk.stride(),
+                           *dv.stride(), **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
+    attn_bwd_dq[q_grid](q_in, k_in, v_in, do_in, dq, lse, delta, scale, scale * launch.LOG2E,
+                        *q_in.stride(), *k_in.stride(), *v_in.stride(), *do_in.stride(), *dq.stride(),
+                        **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
+    return launch.rounded(dq, q.dtype), launch.rounded(dk, k.dtype), launch.rounded(dv, v.dtype)

@@ -8,7 +8,7 @@ chose, ``kernels.cuda.ptxas.triton_ptxas``) reports registers and spills; shared
 the compiled kernel's ``metadata.shared``. Every config the autotuner may try, of every
 kernel and padded head dim, is compiled; each row says whether it *fits* the target
 (``kernels.hw.occupancy.ARCHES``) and whether the pruning *keeps* it
-(``kernels.triton.tiles.fitting_configs``), which must never keep one that does not fit.
+(``kernels.triton.configs.fitting_configs``), a rule on the footprint that the rows check.
 The hand-written CUDA kernels come from ``kernels.cuda.flash.kernel_resources``. A process
 started with ``TRITON_INTERPRET=1`` cannot compile: the CLI and ``sweep`` run a subprocess.
 """
@@ -31,7 +31,7 @@ from kernels.cuda.resources import parse_instance
 from kernels.dtypes import TORCH_DTYPES
 from kernels.triton import backward as tb
 from kernels.triton import flash as tf
-from kernels.triton import tiles
+from kernels.triton import configs
 from kernels.hw.occupancy import ARCHES
 
 TARGETS = ("sm_80", "sm_90")
@@ -40,7 +40,7 @@ REGISTERS_PER_SM = 64 * 1024
 
 # Argument names of the kernels, by kind (see kernels/triton/flash.py).
 _TENSORS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
-_FP32_TENSORS = {"O32", "LSE", "DELTA"}
+_FP32_TENSORS = {"LSE", "DELTA"}
 
 
 @dataclass
@@ -101,7 +101,7 @@ def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = N
     """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``.
 
     ``descriptors``: {argument: tile shape} of the arguments that are TMA tensor descriptors
-    (the TMA forward's Q, K, V, O, O32), typed as Triton types a host-side descriptor.
+    (the TMA forward's Q, K, V, O), typed as Triton types a host-side descriptor.
     """
     pointer = f"*{dtype}"
     signature, attrs = {}, {}
@@ -216,16 +216,13 @@ def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype
     block_m, block_n, warps, stages = config
     fn = {"fwd": tf._attn_fwd, "fwd_tma": tf._attn_fwd_tma, "bwd_dkdv": tb._attn_bwd_dkdv,
           "bwd_dq": tb._attn_bwd_dq}[kernel]
-    consts = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, UPCAST=False,
-                  PAD_D=False, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
-    if kernel in ("fwd", "fwd_tma"):
-        consts.update(STORE_O32=dtype != "fp32")
+    consts = dict(D=head_dim, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal)
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
     consts.update(_unit_strides(fn))
     descriptors = None
-    if kernel in tiles.TMA_KERNELS:
+    if kernel in configs.TMA_KERNELS:
         descriptors = {name: [1, 1, rows, head_dim] for name, rows in
-                       (("Q", block_m), ("O", block_m), ("O32", block_m), ("K", block_n), ("V", block_n))}
+                       (("Q", block_m), ("O", block_m), ("K", block_n), ("V", block_n))}
     signature, attrs = _signature(fn, consts, dtype, descriptors)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
     capability = limits(target).capability[0] * 10 + limits(target).capability[1]
@@ -245,11 +242,11 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     _triton_module()   # says why not, where these kernels cannot be compiled here (not a row)
     block_m, block_n, warps, stages = config
     element_size = TORCH_DTYPES[dtype].itemsize
-    estimate = tiles.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
+    estimate = configs.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
     threads = 32 * warps
-    kept = kernel in tiles.kernels_for(arch.capability) and config in [tuple(c) for c in tiles.fitting_configs(
-        tiles.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
+    kept = kernel in configs.kernels_for(arch.capability) and config in [tuple(c) for c in configs.fitting_configs(
+        configs.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
         arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
     row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
               config=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages),
@@ -277,16 +274,16 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     return row
 
 
-def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = tiles.KERNELS,
+def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = configs.KERNELS,
                 target: Optional[str] = None):
     """(kernel, head_dim, config) for every config the autotuner may try (on ``target``: the
     TMA forward only where it is chosen, sm_90)."""
     _triton_module()   # says why not, where these kernels cannot be compiled here
-    dims = list(head_dims) if head_dims is not None else list(tiles.PADDED_HEAD_DIMS)
+    dims = list(head_dims) if head_dims is not None else list(configs.PADDED_HEAD_DIMS)
     if target is not None:
-        launched = tiles.kernels_for(limits(target).capability)
+        launched = configs.kernels_for(limits(target).capability)
         kernels = [k for k in kernels if k in launched]
-    return [(k, d, tuple(c)) for k in kernels for d in dims for c in tiles.config_space(k, d)]
+    return [(k, d, tuple(c)) for k in kernels for d in dims for c in configs.config_space(k, d)]
 
 
 # --------------------------------------------------------------------------------- CUDA
@@ -309,7 +306,7 @@ def cuda_rows(target: str) -> list[Row]:
 # --------------------------------------------------------------------------------- all of it
 
 def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] = None,
-          kernels: Sequence[str] = tiles.KERNELS, jobs: Optional[Sequence[tuple]] = None,
+          kernels: Sequence[str] = configs.KERNELS, jobs: Optional[Sequence[tuple]] = None,
           cuda: bool = True, progress=None) -> list[Row]:
     """The sweep's rows for ``target``, in this process (which must not interpret Triton)."""
     limits(target)
@@ -365,7 +362,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", choices=SWEPT_DTYPES)
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     p.add_argument("--head-dim", type=int, nargs="+", help="padded head dims (default: all, 16..256)")
-    p.add_argument("--kernels", nargs="+", choices=tiles.KERNELS, default=list(tiles.KERNELS))
+    p.add_argument("--kernels", nargs="+", choices=configs.KERNELS, default=list(configs.KERNELS))
     p.add_argument("--no-cuda", action="store_true", help="leave out the CUDA kernels")
     p.add_argument("--jobs", help=argparse.SUPPRESS)  # JSON [[kernel, head_dim, [m, n, w, s]], ...]
     return p

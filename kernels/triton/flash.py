@@ -9,7 +9,7 @@ twin ``_attn_fwd_tma`` for sm_90 (``tma_reason``), the launcher (every stride pa
 non-contiguous inputs need no copy), the autograd Function (backward in
 ``kernels.triton.backward``) and the registry entry ``triton``. The kernels take the whole
 registry contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without
-repeating K/V. Without a GPU they run in Triton's interpreter (``kernels.triton.interpreter``).
+repeating K/V. Without a GPU they run in Triton's interpreter (``kernels.triton`` turns it on).
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
@@ -18,12 +18,10 @@ import math
 
 import torch
 
-from kernels.triton import interpreter
-from kernels.triton import launch
-from kernels.triton import tiles
-from kernels.registry import Reason, Span, cuda_reason, register
+from kernels.triton import configs, interpreter, launch
 from kernels.triton.backward import flash_backward
-from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, TensorDescriptor, _tile, tl, triton
+from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, TensorDescriptor, tile_ptrs, tl, triton
+from kernels.registry import Reason, Span, cuda_reason, register
 
 HEAD_DIMS = Span(1, 256)       # any head dim up to 256, padded to a power of two inside
 
@@ -62,19 +60,21 @@ def tiled_softmax(x: torch.Tensor, block: int):
 # Shapes the kernels take: q [B, H, SQ, D], k and v [B, H // GROUP, SK, D]. Query head h reads
 # key/value head h // GROUP (grouped-query attention), through its pointers: K and V are never
 # copied per query head. Causal is aligned bottom-right: query row r sees key columns
-# c <= r + OFFSET with OFFSET = SK - SQ. The head dim D is padded to HEAD_DIM, a power of two
-# (tl.arange needs one, tl.dot at least 16): the padded lanes load as 0 and are never stored,
-# and zeros add nothing to q·k or to p·v. Every tile is addressed through ``_tile``
-# (``kernels/triton/launch.py``): its first row in int64, the offsets inside it in int32.
+# c <= r + SK - SQ. The head dim D is padded to HEAD_DIM, a power of two (tl.arange needs one,
+# tl.dot at least 16): the padded lanes load as 0 and are never stored, and zeros add nothing
+# to q·k or to p·v. Every tile is addressed through ``tile_ptrs`` (``kernels/triton/launch.py``):
+# its first row in int64, the offsets inside it in int32. Every tl.dot asks for "ieee"
+# products: float32 inputs would otherwise be multiplied in TF32 (about 1e-3 relative error,
+# where the course holds float32 to 1e-5); 16-bit inputs use the tensor cores either way.
 #
 @triton.jit
-def _fwd_stages(first_row, SK, OFFSET, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _fwd_stages(first_row, SQ, SK, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """(full_hi, masked_hi): stage 1 takes the key tiles [0, full_hi) that every row of the
     query tile from ``first_row`` sees in full, unmasked; stage 2 the rest, [full_hi, masked_hi), masked."""
     if CAUSAL:
-        # The tile's first row sees keys c <= first row + OFFSET; its last row one more per row.
-        full_hi = tl.maximum(tl.minimum(first_row + OFFSET + 1, SK), 0) // BLOCK_N * BLOCK_N
-        masked_hi = tl.maximum(tl.minimum(first_row + BLOCK_M + OFFSET, SK), full_hi)
+        # The tile's first row sees keys c <= first row + SK - SQ; its last row one more per row.
+        full_hi = tl.maximum(tl.minimum(first_row + SK - SQ + 1, SK), 0) // BLOCK_N * BLOCK_N
+        masked_hi = tl.maximum(tl.minimum(first_row + BLOCK_M + SK - SQ, SK), full_hi)
     else:
         full_hi = (SK // BLOCK_N) * BLOCK_N                  # tiles inside the sequence
         masked_hi = SK                                       # the ragged tail, if any
@@ -83,16 +83,17 @@ def _fwd_stages(first_row, SK, OFFSET, CAUSAL: tl.constexpr, BLOCK_M: tl.constex
 
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd, stride_vs, stride_vd,
-                    offs_m, offs_d, d_ok, lo, hi, SK, OFFSET, qk_scale,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr,
-                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAD_D: tl.constexpr, TMA: tl.constexpr,
-                    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                    offs_m, lo, hi, SQ, SK, qk_scale,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr,
+                    BLOCK_N: tl.constexpr, D: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i).
 
     ``k_src``, ``v_src``: pointers to this head's K and V; with ``TMA``, tensor descriptors of
     the whole K and V (section 2b), in which (b, kvh) is the head. Only the loads differ.
     """
     offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    d_ok = offs_d < D
     if not TMA:
         # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
         kt_tile = k_src + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
@@ -109,58 +110,40 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd
             if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
                 kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
                 v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
-            elif PAD_D:   # a tile inside the sequence, but the head dim is padded
+            elif D < HEAD_DIM:   # a tile inside the sequence, but the head dim is padded
                 kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
                 v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
             else:         # a tile known to be fully inside: no mask to compute
                 kt = tl.load(kt_ptrs)
                 v = tl.load(v_ptrs)
-        if UPCAST:
-            kt = kt.to(tl.float32)
-            v = v.to(tl.float32)
 
-        s = tl.dot(q, kt, input_precision=DOT_PRECISION)   # raw scores q·k, not yet scaled
+        # The scores in log2 units (exp(x) = exp2(x·log2 e); the scale carries the log2 e).
+        s = tl.dot(q, kt, input_precision="ieee") * qk_scale
         if MASKED:
             keep = cols[None, :] < SK
             if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + OFFSET)
-            # A hidden score must end as -inf once scaled: -inf for a positive scale, +inf
-            # for a negative one.
-            s = tl.where(keep, s, float("inf") if NEG_SCALE else float("-inf"))
+                keep = keep & (cols[None, :] <= offs_m[:, None] + SK - SQ)
+            s = tl.where(keep, s, float("-inf"))
 
-        # The online softmax, in log2 units: the row max of the scaled scores is the row max
-        # of the raw ones times the scale (the min, for a negative scale), so the scale meets
-        # each score once, inside exp2's argument: s·scale - m is one fused multiply-add
-        # (as in Triton's tutorial 06-fused-attention). A row that has seen no key yet (all its
-        # scores -inf: a query before the first key when SQ > SK, or a padded row) takes 0 as
-        # its reference instead of -inf, so that exp2(-inf - -inf) = NaN cannot happen.
-        if NEG_SCALE:
-            m_tile = tl.min(s, 1) * qk_scale
-        else:
-            m_tile = tl.max(s, 1) * qk_scale
-        m_new = tl.maximum(m_i, m_tile)
+        # The online softmax. A row that has seen no key yet (all its scores -inf: a query
+        # before the first key when SQ > SK, or a padded row) takes 0 as its reference
+        # instead of -inf, so that exp2(-inf - -inf) = NaN cannot happen.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_ref)          # rescales what was summed under the old max
-        p = tl.exp2(s * qk_scale - m_ref[:, None])
+        p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
-              sqb, sqh, sqs, sqd, skb, skh, sks, skd,
-              svb, svh, svs, svd, sob, soh, sos, sod, s32b, s32h, s32s, s32d,
-              H, GROUP, SQ, SK, D, OFFSET, SQ_BUCKET, SK_BUCKET,
-              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, PAD_D: tl.constexpr,
-              STORE_O32: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One program: BLOCK_M query rows of one (batch, head). Grid: (B*H, cdiv(SQ, BLOCK_M)).
-
-    SQ_BUCKET and SK_BUCKET (the lengths rounded up to powers of two) are not used here: they
-    are the autotuner's key, so that decoding step by step does not re-tune at every length.
-    """
+def _attn_fwd(Q, K, V, O, LSE, qk_scale,
+              sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos, sod,
+              H, GROUP, SQ, SK, D: tl.constexpr, HEAD_DIM: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head). Grid: (B*H, cdiv(SQ, BLOCK_M))."""
     bh = tl.program_id(0)
     if CAUSAL:
         # The last query tiles see the most keys: launch them first, so that the longest
@@ -177,36 +160,30 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
     offs_m = first_row + offs_t
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < SQ
-    d_ok = offs_d < D
+    tile_ok = row_ok[:, None] & (offs_d < D)[None, :]
 
     # The query tile is loaded once and stays on-chip for the whole loop.
-    q = tl.load(_tile(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd),
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
+    q = tl.load(tile_ptrs(Q, b, h, first_row, offs_t, offs_d, sqb, sqh, sqs, sqd), mask=tile_ok, other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)   # running row max (log2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)                 # running row sum
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
 
     # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
-    full_hi, masked_hi = _fwd_stages(first_row, SK, OFFSET, CAUSAL, BLOCK_M, BLOCK_N)
+    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
-                                    offs_m, offs_d, d_ok, 0, full_hi, SK, OFFSET, qk_scale, False, CAUSAL,
-                                    NEG_SCALE, BLOCK_N, HEAD_DIM, PAD_D, False, UPCAST, DOT_PRECISION)
+                                    offs_m, 0, full_hi, SQ, SK, qk_scale,
+                                    MASKED=False, CAUSAL=CAUSAL, TMA=False, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
-                                    offs_m, offs_d, d_ok, full_hi, masked_hi, SK, OFFSET, qk_scale, True, CAUSAL,
-                                    NEG_SCALE, BLOCK_N, HEAD_DIM, PAD_D, False, UPCAST, DOT_PRECISION)
+                                    offs_m, full_hi, masked_hi, SQ, SK, qk_scale,
+                                    MASKED=True, CAUSAL=CAUSAL, TMA=False, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
 
     # Normalize once at the end, not once per tile. A query that saw no key outputs 0.
     seen = l_i > 0
     acc = acc / tl.where(seen, l_i, 1.0)[:, None]
-    out_ok = row_ok[:, None] & d_ok[None, :]
-    tl.store(_tile(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty),
-             mask=out_ok)
-    if STORE_O32:  # training in 16 bits: the backward's Delta needs O before it was rounded
-        tl.store(_tile(O32, b, h, first_row, offs_t, offs_d, s32b, s32h, s32s, s32d), acc, mask=out_ok)
+    tl.store(tile_ptrs(O, b, h, first_row, offs_t, offs_d, sob, soh, sos, sod), acc.to(O.dtype.element_ty),
+             mask=tile_ok)
     # log2 of each row's softmax denominator: the backward rebuilds P = exp2(s - lse) from it.
     # +inf for a row that saw no key, so that its P is exp2(-inf) = 0 there too.
     lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
@@ -229,11 +206,9 @@ def _attn_fwd(Q, K, V, O, O32, LSE, qk_scale,
 # function, `_attn_fwd_inner` with TMA=True, which differs only in its loads.
 
 @triton.jit
-def _attn_fwd_tma(Q, K, V, O, O32, LSE, qk_scale, H, GROUP, SQ, SK, OFFSET, SQ_BUCKET, SK_BUCKET, ELEMENT_BYTES,
-                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, NEG_SCALE: tl.constexpr, STORE_O32: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """`_attn_fwd` with Q, K, V, O (and O32) as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
+def _attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """`_attn_fwd` with Q, K, V and O as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
     Grid: (B*H, cdiv(SQ, BLOCK_M)), heaviest causal tiles first.
 
     ELEMENT_BYTES (unused here) is in the autotuner's key: it adds the dtypes of tensor
@@ -251,53 +226,35 @@ def _attn_fwd_tma(Q, K, V, O, O32, LSE, qk_scale, H, GROUP, SQ, SK, OFFSET, SQ_B
     offs_m = first_row + tl.arange(0, BLOCK_M)
 
     q = Q.load([b, h, first_row, 0]).reshape(BLOCK_M, HEAD_DIM)   # rows past SQ read as zeros
-    if UPCAST:
-        q = q.to(tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    offs_d = tl.arange(0, HEAD_DIM)   # unused with TMA: the descriptors mask D themselves
-    full_hi, masked_hi = _fwd_stages(first_row, SK, OFFSET, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0,
-                                    offs_m, offs_d, offs_d < HEAD_DIM, 0, full_hi, SK, OFFSET, qk_scale, False,
-                                    CAUSAL, NEG_SCALE, BLOCK_N, HEAD_DIM, False, True, UPCAST, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0,
-                                    offs_m, offs_d, offs_d < HEAD_DIM, full_hi, masked_hi, SK, OFFSET, qk_scale, True,
-                                    CAUSAL, NEG_SCALE, BLOCK_N, HEAD_DIM, False, True, UPCAST, DOT_PRECISION)
+    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    # D=HEAD_DIM: the descriptors mask the padded lanes themselves; the strides are unused.
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, 0, full_hi, SQ, SK, qk_scale,
+                                    MASKED=False, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
+                                    HEAD_DIM=HEAD_DIM)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, full_hi, masked_hi, SQ, SK,
+                                    qk_scale, MASKED=True, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
+                                    HEAD_DIM=HEAD_DIM)
 
     seen = l_i > 0
     acc = acc / tl.where(seen, l_i, 1.0)[:, None]
     # [BLOCK_M, HEAD_DIM] -> [1, 1, BLOCK_M, HEAD_DIM]; rows past SQ and lanes past D are not written.
     O.store([b, h, first_row, 0], acc.to(O.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
-    if STORE_O32:
-        O32.store([b, h, first_row, 0], acc.reshape(1, 1, BLOCK_M, HEAD_DIM))
     lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
     tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=offs_m < SQ)
 
 
-attn_fwd = tiles.autotuned(_attn_fwd, "fwd")
-attn_fwd_tma = tiles.autotuned_tma(_attn_fwd_tma)
+attn_fwd = configs.autotuned(_attn_fwd, "fwd")
+attn_fwd_tma = configs.autotuned_tma(_attn_fwd_tma)
 FORWARD_KERNELS = {"_attn_fwd": attn_fwd, "_attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
-# The interpreter's fixed tiles (tests narrow them to try other shapes).
-_FIXED_BLOCKS = tiles.INTERPRETER_BLOCKS if INTERPRETED else {}
 
 
 # --------------------------------------------------------------------------------------
 # 3. The forward's launcher
 # --------------------------------------------------------------------------------------
-
-# The forward multiplies raw scores by the scale inside exp2 and takes the row max before
-# scaling, so a score hidden as -inf would meet a zero scale as -inf·0 = NaN. A zero scale
-# (every score 0, the softmax uniform) is run as 2**-120 instead: |s|·2**-120 stays far below
-# float32's rounding of exp2's argument for any finite score, so the result is the same.
-_ZERO_SCALE_STANDIN = 2.0 ** -120
-
-
-def _forward_qk_scale(scale: float) -> float:
-    """The forward's scale in log2 units (exp(x) = exp2(x·log2 e))."""
-    return (scale if scale != 0 else _ZERO_SCALE_STANDIN) * LOG2E
-
 
 def tma_reason(tensors, capability, interpreted: bool = False, descriptors: bool = True) -> Reason:
     """Why the forward does not take its TMA variant (None when it does). Reads only its arguments.
@@ -329,8 +286,8 @@ def tma_reason(tensors, capability, interpreted: bool = False, descriptors: bool
 
 def forward_variant(q, k, v) -> tuple:
     """(the forward kernel the launcher takes for q, k, v, why not the TMA one: None if it is
-    the TMA one). O and its fp32 copy are allocated with q's strides (or contiguous ones),
-    which a descriptor takes whenever q's do; the launcher checks them too."""
+    the TMA one). O is allocated with q's strides (or contiguous ones), which a descriptor
+    takes whenever q's do; the launcher checks it too."""
     reason = tma_reason(dict(q=q, k=k, v=v), _capability(q), INTERPRETED, TensorDescriptor is not None)
     return ("_attn_fwd" if reason else "_attn_fwd_tma"), reason
 
@@ -354,35 +311,30 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
     `tma_reason` (None: TMA on Hopper when the tensors allow it).
     """
     batch, heads, s_q, head_dim = q.shape
-    o = launch.new_output(q)
-    o_target = launch.kernel_target(o)
-    o32 = None
-    if keep_fp32_o:
-        o32 = o_target if o_target.dtype == torch.float32 else launch.new_output(q, torch.float32)
-    o32_ptr = o_target if o32 is None else o32   # not written unless STORE_O32
-    store_o32 = o32_ptr is not o_target
+    q_in, k_in, v_in = launch.kernel_inputs(q, k, v)
+    # Training in 16 bits: the backward's Delta needs O before it was rounded, so the kernel
+    # writes float32 and PyTorch rounds it (one more pass over O, and no second store in the kernel).
+    o_written = launch.new_output(q_in, torch.float32 if keep_fp32_o else None)
     lse = torch.empty(batch * heads, s_q, device=q.device, dtype=torch.float32)
     pad = launch.padded_head_dim(head_dim)
     grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
-    options = dict(HEAD_DIM=pad, CAUSAL=causal, NEG_SCALE=scale < 0, STORE_O32=store_o32,
-                   **launch.kernel_options(q), **_FIXED_BLOCKS)
+    tiles = configs.INTERPRETER_BLOCKS if INTERPRETED else {}
     if tma is None:
-        tma = tma_reason(dict(q=q, k=k, v=v, o=o_target, o32=o32_ptr), _capability(q), INTERPRETED,
+        tma = tma_reason(dict(q=q_in, k=k_in, v=v_in, o=o_written), _capability(q), INTERPRETED,
                          TensorDescriptor is not None) is None
     if tma:
-        block_m, block_n = _FIXED_BLOCKS.get("BLOCK_M", 16), _FIXED_BLOCKS.get("BLOCK_N", 16)
+        block_m, block_n = tiles.get("BLOCK_M", 16), tiles.get("BLOCK_N", 16)
         descriptors = [_descriptor(t, rows, pad) for t, rows in
-                       ((q, block_m), (k, block_n), (v, block_n), (o_target, block_m), (o32_ptr, block_m))]
+                       ((q_in, block_m), (k_in, block_n), (v_in, block_n), (o_written, block_m))]
         sizes = {name: value for name, value in launch.sizes(q, k).items() if name != "D"}
-        with launch.launching(globals()):
-            attn_fwd_tma[grid](*descriptors, lse, _forward_qk_scale(scale), **sizes,
-                               ELEMENT_BYTES=q.element_size(), **options)
+        attn_fwd_tma[grid](*descriptors, lse, scale * LOG2E, **sizes, ELEMENT_BYTES=q.element_size(),
+                           HEAD_DIM=pad, CAUSAL=causal, **tiles)
     else:
-        with launch.launching(globals()):
-            attn_fwd[grid](q, k, v, o_target, o32_ptr, lse, _forward_qk_scale(scale),
-                           *q.stride(), *k.stride(), *v.stride(), *o_target.stride(), *o32_ptr.stride(),
-                           **launch.sizes(q, k), PAD_D=pad != head_dim, **options)
-    return launch.copy_into_output(o, o_target), lse, o32
+        attn_fwd[grid](q_in, k_in, v_in, o_written, lse, scale * LOG2E,
+                       *q_in.stride(), *k_in.stride(), *v_in.stride(), *o_written.stride(),
+                       **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
+    o32 = o_written if keep_fp32_o else None
+    return launch.rounded(o_written, q.dtype), lse, o32
 
 
 # --------------------------------------------------------------------------------------

@@ -1,28 +1,23 @@
-"""Chapter 4 without a GPU: Triton's interpreter, chosen by the library without changing the process.
+"""Chapter 4 without a GPU: what Triton's interpreter needs besides ``TRITON_INTERPRET=1``.
 
-Triton's own switch, ``TRITON_INTERPRET``, is read whenever ``@triton.jit`` decorates a
-function, so setting it late misses Triton's standard library (decorated at Triton's import,
-which torch itself triggers), and setting it at import would change every other Triton
-kernel in the process. So nothing here sets it unless asked:
+``kernels.triton`` sets ``TRITON_INTERPRET=1`` for the process where no GPU is visible, before
+it defines its kernels. Two things that switch cannot reach are fixed here, once:
 
-- ``wanted()``: whether the course's kernels run interpreted (``TRITON_INTERPRET`` if set,
-  else exactly when there is no CUDA GPU);
-- ``interpreting(namespace)``: for one launch, the compiled functions of ``triton.language``
-  and of ``namespace`` seen through interpreted copies, put back afterwards;
-- ``use_interpreter()``: turn the interpreter on for a whole process, for a reader's own kernels.
+- ``interpret_standard_library()``: Triton imported before the switch was set (``torch.profiler``
+  imports it) has its standard library (``tl.max``, ``tl.cdiv``, ...) compiled, which an
+  interpreted kernel cannot call; interpreted copies replace it for the process.
+- ``squeeze_scalar_index()``: Triton 3.6's interpreter with NumPy 2.4 fails on a scalar used
+  as an index (see ``scalar_index_broken``).
 """
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
-import sys
-import threading
 
-import torch
+from packaging.version import Version
 
 ENV_VAR = "TRITON_INTERPRET"
-_TRUE = ("1", "true", "yes", "on", "y")
+_TRUE = ("1", "true", "yes", "on", "y")    # the values Triton's own knob reads as on
 
 
 def asked() -> bool | None:
@@ -30,26 +25,6 @@ def asked() -> bool | None:
     if ENV_VAR not in os.environ:
         return None
     return os.environ[ENV_VAR].strip().lower() in _TRUE
-
-
-def wanted() -> bool:
-    """Whether Triton kernels should run interpreted here: ``TRITON_INTERPRET`` when it is set
-    (``1`` or ``0``), else exactly when no CUDA GPU is visible."""
-    said = asked()
-    return not torch.cuda.is_available() if said is None else said
-
-
-def _jit_types():
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-    squeeze_scalar_index()
-    return JITFunction, InterpretedFunction
-
-
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as "3.6.0" or "2.4.0rc1"."""
-    major, minor = (version.split(".") + ["0"])[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
 def scalar_index_broken() -> bool:
@@ -63,7 +38,8 @@ def scalar_index_broken() -> bool:
     import numpy
     import triton
 
-    return _release(triton.__version__) < (3, 7) and _release(numpy.__version__) >= (2, 4)
+    return (Version(triton.__version__).release[:2] < (3, 7)
+            and Version(numpy.__version__).release[:2] >= (2, 4))
 
 
 def squeeze_scalar_index() -> bool:
@@ -79,7 +55,7 @@ def squeeze_scalar_index() -> bool:
 
     patch = getattr(interpreter, "_patch_lang_tensor", None)
     if patch is None:
-        return False              # an interpreter laid out otherwise: reported by the registry
+        return False              # an interpreter laid out otherwise: reported by kernels.compat
     if getattr(patch, "squeezes_scalars", False):
         return True
 
@@ -92,110 +68,19 @@ def squeeze_scalar_index() -> bool:
     return True
 
 
-def _stdlib_modules():
+def interpret_standard_library() -> None:
+    """Replace the compiled functions of Triton's standard library with interpreted copies, for
+    the process. Needed only where Triton was imported before ``TRITON_INTERPRET=1`` was set;
+    where it was imported after, they are interpreted already and nothing changes."""
     import triton.language as tl
-    # Launching imports Triton's gluon package on first use (argument specialization), and its
-    # import checks that the standard library it wraps is compiled: import it before a swap.
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    # Launching imports Triton's gluon package on first use, and its import checks that the
+    # standard library it wraps is compiled: import it before the swap.
     with contextlib.suppress(ImportError):
         import triton.experimental.gluon  # noqa: F401
-    return (tl, tl.standard)
-
-
-_copies: dict[int, tuple] = {}   # id of a compiled function -> (it, its interpreted copy)
-
-
-def interpreted(kernel):
-    """The interpreted copy of a compiled kernel (made once); anything else unchanged."""
-    JITFunction, InterpretedFunction = _jit_types()
-    if not isinstance(kernel, JITFunction):
-        return kernel
-    if id(kernel) not in _copies:
-        _copies[id(kernel)] = (kernel, InterpretedFunction(kernel.fn))
-    return _copies[id(kernel)][1]
-
-
-def _swaps(namespaces) -> list[tuple[dict, str, object, object]]:
-    """(namespace, name, compiled, interpreted) for each compiled function found there."""
-    JITFunction, _ = _jit_types()
-    return [(space, name, value, interpreted(value)) for space in namespaces
-            for name, value in list(space.items()) if isinstance(value, JITFunction)]
-
-
-_lock = threading.RLock()
-
-
-@contextlib.contextmanager
-def interpreting(namespace: dict | None = None):
-    """Triton's standard library, and the compiled kernels in ``namespace`` (a module's
-    globals), interpreted for the duration of the block. Where they already are (Triton
-    imported with ``TRITON_INTERPRET=1``, or after ``use_interpreter``) nothing changes."""
-    spaces = [vars(m) for m in _stdlib_modules()] + ([namespace] if namespace is not None else [])
-    with _lock:
-        saved = _language_state(namespace)
-        try:
-            for space, name, _, copy in _swaps(spaces):
-                space[name] = copy
-            yield
-        finally:
-            _restore(saved)
-
-
-def _language_state(namespace: dict | None) -> list[tuple[object, dict]]:
-    """(owner, its attributes) for everything an interpreted launch may leave changed.
-
-    Triton's interpreter patches ``triton.language`` (its modules' builtins, ``tensor``'s and
-    ``dtype``'s methods) for the functions it runs and does not put all of it back (an
-    interpreted process never compiles). In a process that compiles too, a kernel compiled
-    afterwards would meet patched builtins, so what was there is saved here and put back
-    after the launch.
-    """
-    import triton.language as tl
-
-    modules = [m for m in (tl, tl.core, tl.standard, tl.math, getattr(tl, "semantic", None))
-               if inspect.ismodule(m)]
-    classes = {c for m in modules for c in vars(m).values()
-               if inspect.isclass(c) and c.__module__.startswith("triton.language")}
-    owners = [*modules, *classes]
-    state = [(owner, dict(vars(owner))) for owner in owners]
-    if namespace is not None:
-        state.append((namespace, dict(namespace)))
-    return state
-
-
-def _restore(state) -> None:
-    for owner, saved in state:
-        if isinstance(owner, dict) or inspect.ismodule(owner):
-            # Names the interpreter added to a module stay: the functions it rewrote run in
-            # that module's globals and read them (they shadow nothing a compile reads).
-            (owner if isinstance(owner, dict) else vars(owner)).update(saved)
-            continue
-        now = vars(owner)
-        for name in [n for n in now if n not in saved]:
-            delattr(owner, name)
-        for name, value in saved.items():
-            if now.get(name, _MISSING) is not value and name not in ("__dict__", "__weakref__"):
-                setattr(owner, name, value)
-
-
-_MISSING = object()
-
-
-def use_interpreter() -> bool:
-    """Turn Triton's interpreter on for this whole process where there is no GPU; returns
-    whether it is on.
-
-    Sets ``TRITON_INTERPRET=1`` (so kernels decorated from now on are interpreted) and, if Triton
-    was imported already, replaces its standard library with interpreted copies for good. Call
-    it before defining kernels of your own. With a GPU it does nothing, unless
-    ``TRITON_INTERPRET`` asks for the interpreter anyway.
-    """
-    if not wanted():
-        return False
-    os.environ[ENV_VAR] = "1"
-    with contextlib.suppress(ImportError):
-        squeeze_scalar_index()   # imports Triton; its standard library is interpreted as set above
-    if "triton" in sys.modules:
-        with _lock:
-            for space, name, _, copy in _swaps([vars(m) for m in _stdlib_modules()]):
-                space[name] = copy
-    return True
+    for module in (tl, tl.standard, tl.math):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                setattr(module, name, InterpretedFunction(value.fn))

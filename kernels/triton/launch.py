@@ -2,23 +2,21 @@
 
 ``kernels.triton.flash`` (the forward, and the registry entry ``triton``) and
 ``kernels.triton.backward`` (the backward) both take from here: Triton itself, or a stand-in
-that says what is missing; whether launches run in Triton's interpreter (``INTERPRETED``,
-decided without changing the process; see ``kernels.triton.interpreter``); the tile-pointer
-helper ``_tile`` every kernel loads through; the output buffers; and the size arguments every
+that says what is missing; whether the kernels run in Triton's interpreter (``INTERPRETED``:
+``kernels.triton`` turned it on where there is no GPU); the tile-pointer helper
+``tile_ptrs`` the kernels load through; the output buffers; and the size arguments every
 kernel takes after its tensors and strides.
 """
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
 # keeping them real objects rather than strings is the form every Triton version expects.
-import contextlib
-
 import torch
 
 from kernels.triton import interpreter
 from kernels.registry import Reason
 
-# Whether launches go through Triton's interpreter: TRITON_INTERPRET when it is set, else
-# exactly when there is no GPU. Deciding it changes nothing in the process.
-INTERPRETED = interpreter.wanted()
+# Whether the kernels run in Triton's interpreter: what TRITON_INTERPRET says now, as the
+# kernels below are decorated (``kernels.triton`` set it to 1 where no GPU is visible).
+INTERPRETED = bool(interpreter.asked())
 
 
 class _NoTriton:
@@ -49,17 +47,21 @@ try:
 except Exception:
     TensorDescriptor = None
 
+if INTERPRETED and not TRITON_MISSING:
+    interpreter.squeeze_scalar_index()
+    interpreter.interpret_standard_library()   # where Triton was imported before the switch
+
 LOG2E = 1.4426950408889634     # log2(e): exp(x) == exp2(x * LOG2E)
 
 
-# Offsets: a tile's first row is added to the base pointer in int64 (``_tile``), because
+# Offsets: a tile's first row is added to the base pointer in int64 (``tile_ptrs``), because
 # row · stride reaches 2**31 elements on long sequences (S = 128k in a [B, S, H, D] layout
 # with H·D = 16384 does); offsets inside a tile stay int32, which is cheaper.
 # The grid puts the B·H programs on axis 0, which may be 2**31 - 1 long, and the tiles of one
 # head on axis 1 (at most 65,535): B·H passes 65,535 sooner than the tiles of one sequence.
 
 @triton.jit
-def _tile(base, b, h, start, offs, cols, stride_b, stride_h, stride_s, stride_d):
+def tile_ptrs(base, b, h, start, offs, cols, stride_b, stride_h, stride_s, stride_d):
     """Pointers to rows start + offs, columns cols of head (b, h) of a [B, H, S, D] tensor with
     any strides. b, h and start are scaled in int64, the in-tile offsets in int32."""
     return (base + b * stride_b + h * stride_h + tl.cast(start, tl.int64) * stride_s
@@ -79,31 +81,19 @@ def new_output(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Te
     return torch.empty_like(like, dtype=dtype)
 
 
-def kernel_target(out: torch.Tensor) -> torch.Tensor:
-    """The tensor a kernel should write ``out`` through.
-
-    Usually ``out`` itself. The exception is bfloat16 in the interpreter: its float32 to
-    bfloat16 conversion truncates instead of rounding to nearest, so there the kernel
-    writes float32 and PyTorch rounds it into ``out`` (see `copy_into_output`).
-    """
-    if INTERPRETED and out.dtype == torch.bfloat16:
-        return new_output(out, torch.float32)
-    return out
+def kernel_inputs(*tensors: torch.Tensor) -> tuple:
+    """The tensors as the kernels read them: as they are on a GPU; in float32 in the
+    interpreter, whose 16-bit arithmetic is not the GPU's (bfloat16 is done on raw bits,
+    silently wrong, and its float32 to bfloat16 conversion truncates instead of rounding).
+    The kernels' outputs are then float32 too, and PyTorch rounds them (``rounded``)."""
+    if not INTERPRETED:
+        return tensors
+    return tuple(t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in tensors)
 
 
-def copy_into_output(out: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
-    if written is not out:
-        out.copy_(written)
-    return out
-
-
-def kernel_options(q: torch.Tensor) -> dict:
-    # The interpreter does bfloat16 arithmetic on raw bits (silently wrong), so there
-    # every tile is upcast to float32 right after its load. On a GPU, float32 matmuls
-    # would default to TF32 (about 1e-3 error). "ieee" keeps them exact to the course's
-    # 1e-5 tolerance, at the price of not using tensor cores.
-    return dict(UPCAST=INTERPRETED,
-                DOT_PRECISION="ieee" if q.dtype == torch.float32 or INTERPRETED else "tf32")
+def rounded(written: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """What a kernel wrote, in ``dtype`` (itself when it is already)."""
+    return written if written.dtype == dtype else written.to(dtype)
 
 
 def padded_head_dim(head_dim: int) -> int:
@@ -113,15 +103,4 @@ def padded_head_dim(head_dim: int) -> int:
 
 def sizes(q, k) -> dict:
     """The size arguments every kernel takes, after its tensors and strides."""
-    s_q, s_k = q.shape[2], k.shape[2]
-    return dict(H=q.shape[1], GROUP=q.shape[1] // k.shape[1], SQ=s_q, SK=s_k, D=q.shape[3],
-                OFFSET=s_k - s_q, SQ_BUCKET=next_power_of_2(s_q), SK_BUCKET=next_power_of_2(s_k))
-
-
-def launching(namespace: dict):
-    """Where a launcher's launches happen: in the interpreter, the kernels of ``namespace`` (the
-    launching module's globals) and Triton's standard library are seen as interpreted copies
-    until the block ends; on a GPU, nothing changes."""
-    if INTERPRETED and not TRITON_MISSING:
-        return interpreter.interpreting(namespace)
-    return contextlib.nullcontext()
+    return dict(H=q.shape[1], GROUP=q.shape[1] // k.shape[1], SQ=q.shape[2], SK=k.shape[2], D=q.shape[3])

@@ -6,10 +6,10 @@
 # kernel with a planted bug to find and fix, and the occupancy arithmetic that decides how
 # many copies of a kernel an SM can run at once.
 #
-# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. Your own kernels
-# need it turned on for the process: `use_interpreter()` below does that where there is no GPU
-# (it sets `TRITON_INTERPRET=1` and lends Triton's library to the interpreter, whatever was
-# imported before), and does nothing where there is one.
+# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. `import kernels`
+# turns it on for the whole process where there is no GPU (it sets `TRITON_INTERPRET=1`
+# before any kernel is defined), so your own kernels below are interpreted too; where there
+# is a GPU it sets nothing.
 
 # %% [install]
 
@@ -19,10 +19,12 @@ solutions = False
 
 # %% tags=["setup"]
 import math
+import os
 import re
 
 import torch
 
+import kernels  # first: without a GPU it turns Triton's interpreter on for the kernels defined below
 import triton
 import triton.language as tl
 
@@ -30,11 +32,10 @@ from kernels.exercises import showing_solutions
 from kernels.exercises.occupancy import check_occupancy
 from kernels.exercises.triton import check_causal_softmax, check_online_update
 from kernels.notebook import setup
-from kernels.triton.interpreter import use_interpreter
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
-print("Triton interpreter:", use_interpreter())
+print("Triton interpreter:", os.environ.get("TRITON_INTERPRET") == "1")
 
 # %% [markdown]
 # ## Task 1: one online-softmax step

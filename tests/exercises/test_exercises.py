@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -76,22 +75,6 @@ def notebook_module(name: str, tmp_dir: Path):
     spec.loader.exec_module(module)
     _modules[name] = module
     return module
-
-
-@pytest.fixture(scope="module", autouse=True)
-def triton_as_found():
-    """Exercise 4 calls use_interpreter(), which changes the process for good (TRITON_INTERPRET=1,
-    Triton's standard library interpreted): both are put back when this module's tests end, so
-    that tests compiling kernels later in this process find Triton as it was."""
-    from kernels.triton import interpreter
-    before = os.environ.get(interpreter.ENV_VAR)
-    state = interpreter._language_state(None)
-    yield
-    interpreter._restore(state)
-    if before is None:
-        os.environ.pop(interpreter.ENV_VAR, None)
-    else:
-        os.environ[interpreter.ENV_VAR] = before
 
 
 @pytest.fixture(scope="module")

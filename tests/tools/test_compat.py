@@ -19,12 +19,6 @@ from kernels.triton import interpreter as ti
 triton = pytest.importorskip("triton")
 
 
-@pytest.mark.parametrize("version, release", [("3.6.0", (3, 6)), ("2.4.0rc1", (2, 4)), ("3.10.1", (3, 10)),
-                                              ("2.15.0+cu132", (2, 15)), ("3", (3, 0))])
-def test_release_reads_major_and_minor(version, release):
-    assert ti._release(version) == release
-
-
 @pytest.mark.parametrize("triton_version, numpy_version, broken", [
     ("3.6.0", "2.4.0", True), ("3.6.0", "2.3.5", False), ("3.7.1", "2.4.6", False), ("3.9.0", "2.5.0", False),
     ("3.6.1", "3.0.0", True)])
@@ -78,7 +72,7 @@ def test_nothing_is_patched_where_the_interpreter_is_fine(monkeypatch):
 
 
 def test_an_unfixable_interpreter_is_reported_by_available_in_words(monkeypatch):
-    monkeypatch.setattr(ti, "wanted", lambda: True)
+    monkeypatch.setattr(ti, "asked", lambda: True)
     monkeypatch.setattr(ti, "squeeze_scalar_index", lambda: False)
     reason = kernels.available("cpu")["triton"]
     assert reason and "NumPy" in reason and "numpy<2.4" in reason and triton.__version__ in reason, reason
@@ -102,27 +96,27 @@ def test_the_tested_range_is_maintainings():
         assert oldest in section and newest in section, f"MAINTAINING.md's supported versions omit {package} {oldest}-{newest}"
 
 
-def test_spill_tables_are_per_triton_release():
-    import kernels.triton.tiles as tiles
+def test_the_matrixs_report_says_whether_make_book_built_the_html():
+    matrix = _matrix()
+    built = matrix.Result("newest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"}, html="built")
+    broken = matrix.Result("oldest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"},
+                           book_ok=False, html="not built")
+    rows = matrix.table([built, broken]).splitlines()[2:]
+    assert "1 of 1 ok, HTML built" in rows[0] and "FAILED" not in rows[0], rows[0]
+    assert "HTML not built" in rows[1] and "FAILED" in rows[1], "a book without its HTML fails the cell"
 
-    measured = tiles.spilling_configs("3.9.0")
-    assert measured[9] == tiles.SPILLS_BY_TRITON[(3, 9)][9], "a measured release gets its own table"
-    assert (64, 128, 8, 2) in measured[9][("bwd_dq", 128)] and \
-        (64, 128, 8, 2) not in tiles.spilling_configs("3.7.1")[9].get(("bwd_dq", 128), set()), \
-        "Triton 3.9 spills the dQ config 3.7.1 holds"
-    for version, release in (("3.6.0", (3, 6)), ("3.8.0", (3, 8))):
-        table = tiles.spilling_configs(version)
-        for capability in (8, 9):
-            assert table[capability] == tiles.SPILLS_BY_TRITON[release][capability], \
-                f"Triton {version} gets the sm_{capability}0 table measured with it"
-    assert (32, 64, 4, 2) in tiles.spilling_configs("3.6.0")[8][("bwd_dkdv", 128)] and \
-        (32, 64, 4, 2) not in tiles.spilling_configs("3.8.0")[8][("bwd_dkdv", 128)], \
-        "Triton 3.6 spills the dK/dV config 3.8 holds: each release gets its own table, not the union"
-    assert (3, 10) not in tiles.SPILLS_BY_TRITON, "3.10 stands for a release without a table"
-    unmeasured = tiles.spilling_configs("3.10.0")
-    for table in tiles.SPILLS_BY_TRITON.values():
-        for capability, configs in table.items():
-            for key, spilled in configs.items():
-                assert spilled <= unmeasured[capability][key], "an unmeasured release drops what any release spilled"
-    assert tiles._release("3.10.0+git1234") == (3, 10)
-    assert tiles.SPILLS == tiles.spilling_configs(triton.__version__)
+
+def test_the_matrix_names_a_missing_interpreter(monkeypatch):
+    matrix = _matrix()
+    monkeypatch.setattr(matrix.shutil, "which", lambda name: None)   # neither python3.99 nor pyenv
+    with pytest.raises(RuntimeError, match="no working python3.99"):
+        matrix.find_python("python3.99")
+
+
+def test_the_matrix_reads_the_test_run_after_non_ascii_install_output(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("pip: ━━━━━━━━━━ 526.6/526.6 MB ✓\n" * 50, encoding="utf-8")
+    start = log.stat().st_size
+    with open(log, "a", encoding="utf-8") as out:
+        out.write("....\n== 1246 passed, 108 skipped, 17 warnings in 321.88s ==\n")
+    assert _matrix().pytest_counts(_matrix().log_since(log, start)) == {"passed": 1246, "skipped": 108}

@@ -1,0 +1,173 @@
+"""Chapter 4's tile configs: what the autotuner may try on a GPU, and what the interpreter uses.
+
+A config is (BLOCK_M, BLOCK_N, num_warps, num_stages). Any pair of powers of two works:
+the causal stages are computed from the tile sizes, rounding down to a key-tile boundary.
+Every kernel is handed one list of candidates, in the spirit of the autotune space of
+Triton's tutorial 06-fused-attention (BLOCK_M {64, 128} x BLOCK_N {32, 64, 128} x stages x
+warps, here with 32-row tiles too, which the backward and large head dims need), and a
+rule on each config's footprint prunes it, as the tutorial's ``keep()`` does: what it holds
+in shared memory must fit the GPU, what it holds in registers must leave room
+(``register_footprint``), and on Hopper the forward's 8 warps need a 128x128 tile. Fewer
+configs also mean a shorter autotuning: each is compiled and timed on first use of every
+new key. What the compiler actually makes of each config (registers, spills, shared
+memory) is chapter 4's look at the compiler, ``python -m kernels.triton.compile_sweep``.
+"""
+import torch
+
+from kernels.triton import launch
+
+PADDED_HEAD_DIMS = (16, 32, 64, 128, 256)
+KERNELS = ("fwd", "fwd_tma", "bwd_dkdv", "bwd_dq")
+TMA_KERNELS = ("fwd_tma",)
+# The candidates, largest tiles first. The first is the forward's largest tile.
+GPU_CONFIGS = [(m, n, w, s) for m in (128, 64, 32) for n in (128, 64, 32) for w in (8, 4) for s in (3, 2)]
+
+
+def kernels_for(capability) -> tuple:
+    """The kernels a GPU of ``capability`` (major, minor) may launch: the TMA forward on sm_90 only."""
+    hopper = capability is not None and tuple(capability)[0] == 9
+    return tuple(k for k in KERNELS if hopper or k not in TMA_KERNELS)
+
+
+def config_space(kernel: str, head_dim: int) -> list:
+    """The configs the autotuner may try for ``kernel`` at padded ``head_dim``, before pruning."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if head_dim not in PADDED_HEAD_DIMS:
+        raise ValueError(f"head_dim must be a padded one, {PADDED_HEAD_DIMS}, got {head_dim}")
+    return list(GPU_CONFIGS)
+
+
+# The interpreter runs one program at a time, each tile operation one NumPy call, so fewer,
+# larger tiles run faster (64x32 is about 3x quicker than 32x16). BLOCK_M = 2·BLOCK_N
+# makes the causal diagonal span two key tiles, the case that needs care.
+INTERPRETER_BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 32}
+# The backward's masked steps are half as tall (dK/dV) or wide (dQ) as its tiles, so 64x64
+# tiles in the interpreter still take two masked steps per diagonal, the case that needs
+# care, in half the steps of 64x32.
+INTERPRETER_BACKWARD_BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64}
+PREPROCESS_BLOCK_M = 64
+
+
+def register_footprint(block_m: int, block_n: int, head_dim: int, kernel: str = "fwd") -> int:
+    """The float32 values a program keeps in registers across its loop: its accumulators and
+    one tile of scores. Forward and dQ: [BLOCK_M, HEAD_DIM] and [BLOCK_M, BLOCK_N]; dK/dV:
+    two [BLOCK_N, HEAD_DIM] (dK and dV) and [BLOCK_N, BLOCK_M]."""
+    if kernel in ("fwd", "fwd_tma", "bwd_dq"):
+        return block_m * head_dim + block_m * block_n
+    if kernel == "bwd_dkdv":
+        return 2 * block_n * head_dim + block_n * block_m
+    raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+# Float32 values per thread a config may keep (of 255 registers, the rest for the tiles on
+# their way to the tensor cores, addresses and loop state). Ampere's mma.sync takes both
+# operands from registers, where Hopper's wgmma reads one from shared memory, so sm_80 runs
+# out of registers on tiles that sm_90 holds.
+VALUES_PER_THREAD = {8: 80, 9: 128}
+DEFAULT_VALUES_PER_THREAD = 80
+
+
+def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim: int,
+                           element_size: int, kernel: str = "fwd") -> int:
+    """Bytes of shared memory a config needs, an upper bound of what Triton allocates.
+
+    Written from what each kernel keeps in shared memory, and checked against the
+    compiler's ``metadata.shared`` (tests/triton/test_compile_sweep.py: never below it):
+
+    * forward: the Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads.
+      The TMA forward adds 1 KiB: its copies' barriers, in an allocation aligned to the
+      1 KiB that 128-byte-swizzled tiles need.
+    * dK/dV: K and V of its key tile; ``num_stages`` buffered Q and dO tiles with their rows'
+      LSE and Delta (fp32), and at least two even for ``num_stages`` = 1 (the loop is not
+      pipelined then, and its loads change layout through shared memory instead); one
+      [BLOCK_M, BLOCK_N] tile on the way to the tensor cores.
+    * dQ: Q and dO of its rows, plus ``num_stages`` buffered K and V tiles.
+    """
+    if kernel in ("fwd", "fwd_tma"):
+        return (block_m + 2 * num_stages * block_n) * head_dim * element_size + (1024 if kernel == "fwd_tma" else 0)
+    if kernel == "bwd_dkdv":
+        buffered = max(num_stages, 2)
+        return ((2 * block_n + 2 * buffered * block_m) * head_dim * element_size
+                + 2 * buffered * block_m * 4 + block_m * block_n * element_size)
+    if kernel == "bwd_dq":
+        return (2 * block_m + 2 * num_stages * block_n) * head_dim * element_size
+    raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+def keep(config, head_dim: int, element_size: int, smem_limit: int, kernel: str = "fwd", capability=None) -> bool:
+    """Whether a config's footprint suits the GPU: its shared memory fits ``smem_limit``, and
+    its registers (`register_footprint`) fit the budget of ``capability`` (``VALUES_PER_THREAD``)
+    with the fewest warps that hold them, 4 or 8: 8 warps on a tile 4 can hold leave warps
+    idle (the rule Triton's tutorial applies on Hopper, 8 warps only for 128x128 tiles,
+    drawn from the footprint)."""
+    block_m, block_n, warps, stages = config
+    budget = VALUES_PER_THREAD.get(tuple(capability)[0], DEFAULT_VALUES_PER_THREAD) if capability else \
+        DEFAULT_VALUES_PER_THREAD
+    values = register_footprint(block_m, block_n, head_dim, kernel)
+    fewest_warps = 4 if values <= budget * 32 * 4 else 8
+    return (shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel) <= smem_limit
+            and values <= budget * 32 * warps and warps == fewest_warps)
+
+
+def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int,
+                    kernel: str = "fwd", capability=None, seq_k=None):
+    """The configs `keep` keeps whose tiles are not much longer than the sequence (BLOCK_M
+    than the queries, ``seq``; BLOCK_N than the keys, ``seq_k``, by default ``seq``).
+
+    Always returns at least one config: if nothing passes, the one with the smallest shared
+    memory estimate.
+    """
+    longest_m = max(16, launch.next_power_of_2(seq))
+    longest_n = max(16, launch.next_power_of_2(seq if seq_k is None else seq_k))
+    kept = [c for c in configs if c[0] <= longest_m and c[1] <= longest_n
+            and keep(c, head_dim, element_size, smem_limit, kernel, capability)]
+    if kept:
+        return kept
+    return [min(configs, key=lambda c: shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel))]
+
+
+def _pruner(kernel: str):
+    def prune(configs, named_args, **kwargs):
+        """early_config_prune hook: the configs `fitting_configs` keeps for this launch."""
+        args = {**named_args, **kwargs}
+        q = getattr(args["Q"], "base", args["Q"])   # the TMA forward's Q is a descriptor
+        props = torch.cuda.get_device_properties(q.device)
+        limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
+        as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
+        kept = fitting_configs(list(as_tuple), args["SQ"], args["HEAD_DIM"], q.element_size(), limit,
+                               kernel=kernel, capability=(props.major, props.minor), seq_k=args["SK"])
+        return [as_tuple[t] for t in kept]
+    return prune
+
+
+def autotuned(kernel, name: str):
+    """On a GPU, wrap ``kernel`` in @triton.autotune, keyed on the lengths and the shapes the
+    tiles depend on; in the interpreter (where autotune fails) return it unchanged, to be
+    launched with INTERPRETER_BLOCKS (the backward with INTERPRETER_BACKWARD_BLOCKS)."""
+    if launch.INTERPRETED or launch.TRITON_MISSING:
+        return kernel
+    configs = [launch.triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in GPU_CONFIGS]
+    return launch.triton.autotune(configs=configs, key=["SQ", "SK", "GROUP", "HEAD_DIM", "CAUSAL"],
+                                  prune_configs_by={"early_config_prune": _pruner(name)})(kernel)
+
+
+def _descriptor_tiles(args):
+    """Autotuner pre-hook of the TMA forward: a descriptor carries its tile's shape, so each
+    config sets the shape it tiles with before it runs."""
+    m, n, d = args["BLOCK_M"], args["BLOCK_N"], args["HEAD_DIM"]
+    for name, rows in (("Q", m), ("O", m), ("K", n), ("V", n)):
+        args[name].block_shape = [1, 1, rows, d]
+
+
+def autotuned_tma(kernel):
+    """`autotuned` for the TMA forward: the forward's configs, each with `_descriptor_tiles`."""
+    if launch.INTERPRETED or launch.TRITON_MISSING:
+        return kernel
+    configs = [launch.triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s,
+                                    pre_hook=_descriptor_tiles) for m, n, w, s in GPU_CONFIGS]
+    return launch.triton.autotune(configs=configs,
+                                  key=["SQ", "SK", "GROUP", "HEAD_DIM", "CAUSAL", "ELEMENT_BYTES"],
+                                  prune_configs_by={"early_config_prune": _pruner("fwd_tma")})(kernel)
+
