@@ -114,7 +114,7 @@ def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, 
     return table
 
 
-TRITON_BACKWARD = ("_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq")
+TRITON_BACKWARD = ("attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq")
 
 
 def triton_backward(step: Step, fwd_name: str, show: Callable = print) -> list[str]:

@@ -182,9 +182,9 @@ lesson(torch.allclose(online, exact, rtol=1e-12, atol=1e-12),
 s = torch.randn(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 10
 scale = 1 / math.sqrt(head_dim)
 base_e = torch.exp(s * scale - (s * scale).max())
-base_2 = torch.exp2(s * (scale * tf.LOG2E) - (s * (scale * tf.LOG2E)).max())
+base_2 = torch.exp2(s * (scale * launch.LOG2E) - (s * (scale * launch.LOG2E)).max())
 lesson(torch.allclose(base_e, base_2, rtol=1e-12), "exp(s·scale - m) = exp2(s·scale·log2 e - m·log2 e)")
-glue("log2e", tf.LOG2E)
+glue("log2e", launch.LOG2E)
 
 # %% [markdown]
 # **The log-sum-exp**: at the end of a row the forward knows $m$ and $\ell$, and
@@ -313,7 +313,7 @@ glue("poison_from", poison_from)
 
 # %%
 display(show_source(launch.tile_ptrs.fn))   # the pointer helper the kernels share
-show_source(tf._attn_fwd.fn)
+show_source(tf.attn_fwd.fn)
 
 # %% [markdown]
 # Reading it top to bottom:
@@ -360,12 +360,12 @@ show_source(tf._attn_fwd.fn)
 # - **The saved log-sum-exp.** After the loop, `acc / l_i` normalizes once, and
 #   `m_i + log2(l_i)` is stored per row for the backward.
 #
-# The loop itself lives in `_attn_fwd_inner`. Compare it with `online_attention_row` above:
+# The loop itself lives in `attn_fwd_inner`. Compare it with `online_attention_row` above:
 # the same four lines, on a `[BLOCK_M, BLOCK_N]` tile instead of one row. (Its `TMA` branch
 # loads the tiles another way, on Hopper: the next section.)
 
 # %%
-show_source(tf._attn_fwd_inner.fn)
+show_source(tf.attn_fwd_inner.fn)
 
 # %% [markdown]
 # The launcher and the autograd wrapper are ordinary Python. The forward allocates the output
@@ -387,8 +387,8 @@ show_source(tf.FlashAttention)
 # as zeros (and is not written by a store): the masks on ragged tails and padded head dims
 # are done by the hardware (CUDA Driver API, "Tensor Map Object Management",
 # `cuTensorMapEncodeTiled` and its out-of-bounds fill). Only the scores still need their mask, because a key of zeros
-# scores 0, not −∞. The Hopper forward, `_attn_fwd_tma` (below), is `_attn_fwd` with its
-# loads and stores through descriptors, and it runs the same `_attn_fwd_inner` with `TMA=True`.
+# scores 0, not −∞. The Hopper forward, `attn_fwd_tma` (below), is `attn_fwd` with its
+# loads and stores through descriptors, and it runs the same `attn_fwd_inner` with `TMA=True`.
 #
 # The descriptors are 4-D, `[B, H, S, D]` with the tensor's own strides, so a transposed
 # `[B, S, H, D]` view still needs no copy and a tile never runs into the next head. A
@@ -397,12 +397,12 @@ show_source(tf.FlashAttention)
 # GPU and the tensors only, and takes the pointer kernel whenever it gives a reason.
 
 # %%
-display(show_source(tf._attn_fwd_tma.fn))
+display(show_source(tf.attn_fwd_tma.fn))
 display(show_source(tf.tma_reason))
 fwd_name, why_not_tma = tf.forward_variant(q, k, v)
 on_hopper = on_gpu and torch.cuda.get_device_capability(device)[0] == 9
 print(f"the forward here: {fwd_name}" + (f" ({why_not_tma})" if why_not_tma else ""))
-lesson((fwd_name == "_attn_fwd_tma") == on_hopper, "the forward takes the TMA variant exactly on a Hopper GPU",
+lesson((fwd_name == "attn_fwd_tma") == on_hopper, "the forward takes the TMA variant exactly on a Hopper GPU",
        why_not_tma or fwd_name)
 # Triton's interpreter runs descriptors too, so on a CPU the variant's arithmetic is checked
 # here: on a ragged slice (one head, 81 tokens: not a multiple of a tile), both kernels, bit for bit.
@@ -411,13 +411,13 @@ lesson((fwd_name == "_attn_fwd_tma") == on_hopper, "the forward takes the TMA va
 part = q[:1, :1, :81], k[:1, :1, :81], v[:1, :1, :81]
 if on_gpu:
     print('compiled kernels: the judge under "Run it" below checks the forward that ran')
-elif tf.TensorDescriptor is not None and tf.tma_reason(dict(zip("qkv", part)), (9, 0)) is None:
+elif launch.TensorDescriptor is not None and tf.tma_reason(dict(zip("qkv", part)), (9, 0)) is None:
     by_tma, by_pointers = (tf.flash_forward(*part, True, 1 / math.sqrt(head_dim), tma=use)[0] for use in (True, False))
     lesson(torch.equal(by_tma, by_pointers), "the TMA forward gives the pointer forward's output, bit for bit",
            "the same arithmetic in the same order; only the loads and stores differ")
 else:
     print("this Triton or these inputs do not take tensor descriptors:",
-          "no TensorDescriptor" if tf.TensorDescriptor is None else tf.tma_reason(dict(zip("qkv", part)), (9, 0)))
+          "no TensorDescriptor" if launch.TensorDescriptor is None else tf.tma_reason(dict(zip("qkv", part)), (9, 0)))
 glue("fwd_name", fwd_name)
 
 # %% [markdown]
@@ -437,14 +437,14 @@ glue("fwd_name", fwd_name)
 show_source(triton_backward.flash_backward)
 
 # %% [markdown]
-# 1. **`_attn_bwd_preprocess`** computes $\Delta$, one number per row, from O and dO. It is
+# 1. **`attn_bwd_preprocess`** computes $\Delta$, one number per row, from O and dO. It is
 #    the row sum of $P \circ dP$ computed the cheap way (O already holds $P V$), so the main
 #    kernels need not form a whole row of $P$ to get it.
-# 2. **`_attn_bwd_dkdv`**: one program per *key* tile (up to 128 keys on a GPU, where the
+# 2. **`attn_bwd_dkdv`**: one program per *key* tile (up to 128 keys on a GPU, where the
 #    compiler says it fits). It holds its K and V tiles and loops over the query tiles that
 #    can see them (causal: from its diagonal downwards, the mirror image of the forward's
 #    skipping), rebuilding $P$ tile by tile and accumulating $dK$ and $dV$ in registers.
-# 3. **`_attn_bwd_dq`**: one program per *query* tile, looping over key tiles up to its diagonal.
+# 3. **`attn_bwd_dq`**: one program per *query* tile, looping over key tiles up to its diagonal.
 #
 # Why two passes, when one loop over key tiles could produce $dK$, $dV$ and $dQ$ together?
 # $dK$ and $dV$ are sums over query rows, $dQ$ is a sum over key columns. In a single pass
@@ -456,7 +456,7 @@ show_source(triton_backward.flash_backward)
 # Triton tutorial runs the dK/dV loop and then the dQ loop inside one kernel, without atomics.
 # We use two kernels for the two passes, so that every program owns what it writes; it costs
 # a second pass over $P$ and buys determinism and simpler code. Below are the dK/dV kernel
-# and the loop it runs twice, `_bwd_dkdv_steps`.
+# and the loop it runs twice, `bwd_dkdv_steps`.
 #
 # Two ideas from Triton's tutorial shape them.
 #
@@ -479,8 +479,8 @@ show_source(triton_backward.flash_backward)
 #   makes of each config: registers, spills, shared memory).
 
 # %%
-display(show_source(triton_backward._attn_bwd_dkdv.fn))
-show_source(triton_backward._bwd_dkdv_steps.fn)
+display(show_source(triton_backward.attn_bwd_dkdv.fn))
+show_source(triton_backward.bwd_dkdv_steps.fn)
 
 # %% [markdown]
 # ## Run it
@@ -496,13 +496,13 @@ show_source(triton_backward._bwd_dkdv_steps.fn)
 # where a GPU is visible nothing is set.
 
 # %%
-print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", tf.INTERPRETED,
-      "| the kernel object:", type(tf._attn_fwd).__name__)
+print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"), "| interpreted:", launch.INTERPRETED,
+      "| the kernel object:", type(tf.attn_fwd).__name__)
 print("triton on", device, "->", kernels.available(device)["triton"] or "runs here")
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 if not on_gpu:
-    lesson(tf.INTERPRETED, "on a machine without a GPU, the kernels run in Triton's interpreter")
-    lesson(type(tf._attn_fwd).__name__ == "InterpretedFunction" and os.environ.get("TRITON_INTERPRET") == "1",
+    lesson(launch.INTERPRETED, "on a machine without a GPU, the kernels run in Triton's interpreter")
+    lesson(type(tf.attn_fwd).__name__ == "InterpretedFunction" and os.environ.get("TRITON_INTERPRET") == "1",
            "TRITON_INTERPRET=1 in this process, so @triton.jit made the kernel an interpreted one")
 
 # %% [markdown]
@@ -547,7 +547,7 @@ glue("worst_err", float(errors.max().max()))
 #
 # ## Profile it
 #
-# Guess first. On a GPU the forward should be **one kernel**, `_attn_fwd`: the launcher
+# Guess first. On a GPU the forward should be **one kernel**, `attn_fwd`: the launcher
 # allocates O and the LSE (no kernel for that) and launches once. On a CPU there is no
 # kernel at all; the interesting question is what the profiler sees of the interpreter.
 

@@ -29,8 +29,8 @@ Each kernel name below is one a real Hopper run launches, and says where it come
   tests/gpu_trace.py and the shared real traces).
 - Inductor: ``triton_{poi,per,red,tem}_fused_<ops>_<n>`` (torch/_inductor names its kernels
   from the ATen ops they fuse; ``triton_tem_`` is a template such as FlexAttention's).
-- This course's kernels by their function names: ``_attn_fwd_tma`` (Hopper's TMA forward),
-  ``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq`` (kernels/triton/flash.py,
+- This course's kernels by their function names: ``attn_fwd_tma`` (Hopper's TMA forward),
+  ``attn_bwd_preprocess``, ``attn_bwd_dkdv``, ``attn_bwd_dq`` (kernels/triton/flash.py,
   kernels/triton/backward.py) and ``flash_v1_kernel`` / ``flash_v2_kernel`` (kernels/cuda/csrc).
 - Copies and fills as Kineto names them: ``Memcpy HtoD (Pinned -> Device)``,
   ``Memcpy DtoD (Device -> Device)``, ``Memset (Device)``.
@@ -100,8 +100,8 @@ SOFTMAX_BWD = ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<8, 
                "at::native::(anonymous namespace)::SoftMaxBackwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, "
                "c10::BFloat16 const*, int)")
 DTOD, HTOD, MEMSET = "Memcpy DtoD (Device -> Device)", "Memcpy HtoD (Pinned -> Device)", "Memset (Device)"
-TRITON_FWD_TMA = "_attn_fwd_tma"
-TRITON_BWD = ["_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
+TRITON_FWD_TMA = "attn_fwd_tma"
+TRITON_BWD = ["attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"]
 CUDA_V1 = "void (anonymous namespace)::flash_v1_kernel<__nv_bfloat16, 64>(flash::Problem)"
 CUDA_V2 = "void (anonymous namespace)::flash_v2_kernel<__nv_bfloat16, 64>(flash::Problem, bool)"
 

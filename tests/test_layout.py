@@ -361,35 +361,12 @@ def boundary_breaches(module: Module, modules: dict) -> dict[str, str]:
     return found
 
 
-# kernels/triton: fixed on the triton branch (empty this list once it is merged).
-KNOWN_BREACHES = {
-    "kernels/triton/backward.py: kernels.triton.launch._tile",
-    "kernels/triton/compile_sweep.py: kernels.triton.backward._attn_bwd_dkdv",
-    "kernels/triton/compile_sweep.py: kernels.triton.backward._attn_bwd_dq",
-    "kernels/triton/compile_sweep.py: kernels.triton.flash.TRITON_MISSING",
-    "kernels/triton/compile_sweep.py: kernels.triton.flash._attn_fwd",
-    "kernels/triton/compile_sweep.py: kernels.triton.flash._attn_fwd_tma",
-    "kernels/triton/flash.py: kernels.triton.launch._tile",
-    "notebooks/04_triton.py: kernels.triton.backward._attn_bwd_dkdv",
-    "notebooks/04_triton.py: kernels.triton.backward._bwd_dkdv_steps",
-    "notebooks/04_triton.py: kernels.triton.flash.INTERPRETED",
-    "notebooks/04_triton.py: kernels.triton.flash.LOG2E",
-    "notebooks/04_triton.py: kernels.triton.flash.TensorDescriptor",
-    "notebooks/04_triton.py: kernels.triton.flash._attn_fwd",
-    "notebooks/04_triton.py: kernels.triton.flash._attn_fwd_inner",
-    "notebooks/04_triton.py: kernels.triton.flash._attn_fwd_tma",
-    "notebooks/04_triton.py: kernels.triton.launch._tile",
-}
-
-
 def test_no_module_reaches_into_another():
     found: dict[str, str] = {}
     for module in [*MODULES.values(), *read_notebooks()]:
         found.update(boundary_breaches(module, MODULES))
-    new = [f"{key} ({why})" for key, why in found.items() if key not in KNOWN_BREACHES]
+    new = [f"{key} ({why})" for key, why in found.items()]
     assert not new, "a module takes another's public names, from where they are defined:\n" + "\n".join(new)
-    gone = sorted(KNOWN_BREACHES - set(found))
-    assert not gone, "fixed since, take them out of KNOWN_BREACHES:\n" + "\n".join(gone)
 
 
 def test_the_boundary_rules_can_fail():

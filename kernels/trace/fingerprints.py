@@ -180,8 +180,8 @@ def _flash(name: str) -> Optional[Fingerprint]:
 
 
 def _triton_attention(name: str) -> Optional[Fingerprint]:
-    # Triton's fused-attention tutorial (06-fused-attention.py) names its kernels _attn_fwd,
-    # _attn_bwd_preprocess, _attn_bwd (older versions _fwd_kernel, _bwd_kernel); a Triton
+    # Triton's fused-attention tutorial (06-fused-attention.py) names its kernels attn_fwd,
+    # attn_bwd_preprocess, _attn_bwd (older versions _fwd_kernel, _bwd_kernel); a Triton
     # kernel appears in a trace under its Python function name, often a private one.
     if re.fullmatch(r"_?attn_(fwd|bwd)\w*|_(fwd|bwd)_kernel\w*|_\w*(attn|attention|flash|fmha)\w*",
                     name):
@@ -571,7 +571,7 @@ ATTENTION_KERNELS: tuple[tuple[str, str, str], ...] = (
      "main"),
     (r"fmha_cutlassF", "memory-efficient (CUTLASS, from xFormers)", "main"),
     (r"cudnn\w*sdpa\w*fprop|cudnn_generated\w*flash_fprop", "cuDNN", "main"),
-    (r"^attn_fwd\w*$|^_attn_fwd\w*$", "Triton FlashAttention (AMD's aotriton, the Triton tutorial)", "main"),
+    (r"^attn_fwd\w*$|^attn_fwd\w*$", "Triton FlashAttention (AMD's aotriton, the Triton tutorial)", "main"),
     (r"paged_attention\w*reduce", "vLLM paged attention", "combine"),
     (r"paged_attention", "vLLM paged attention", "main"),
     (r"kernel_unified_attention", "vLLM unified attention (Triton)", "main"),

@@ -52,7 +52,7 @@ from kernels.triton.launch import tile_ptrs, tl, triton
 # and the rounding of O would dominate it. The forward keeps an fp32 O for this (``keep_fp32_o``).
 
 @triton.jit
-def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, SQ, D: tl.constexpr,
+def attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H, SQ, D: tl.constexpr,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
     """Delta = rowsum(O ∘ dO), in float32. Grid: (B*H, cdiv(SQ, BLOCK_M))."""
     bh = tl.program_id(0)
@@ -72,7 +72,7 @@ def _attn_bwd_preprocess(O, DO, DELTA, sob, soh, sos, sod, sdb, sdh, sds, sdd, H
 
 
 @triton.jit
-def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
+def bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
                     cols, start_m, num_steps, jump_from, jump_to, H, GROUP, SQ, SK, qk_scale,
                     MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr,
                     HEAD_DIM: tl.constexpr):
@@ -131,7 +131,7 @@ def _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd,
 
 
 @triton.jit
-def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
+def attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
                    sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                    sdob, sdoh, sdos, sdod, sdkb, sdkh, sdks, sdkd, sdvb, sdvh, sdvs, sdvd,
                    H, GROUP, SQ, SK, D: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -174,10 +174,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, qk_scale,
     n_full = tl.maximum(SQ - mid, 0) // BLOCK_M
     tail = mid + n_full * BLOCK_M                    # the ragged tail past the last whole tile
     n_masked = n_diag + tl.cdiv(tl.maximum(SQ - tail, 0), MASK_M)
-    dk, dv = _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
+    dk, dv = bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
                              cols, lo, n_masked, mid, tail, H, GROUP, SQ, SK, qk_scale,
                              MASK=True, CAUSAL=CAUSAL, BLOCK_M=MASK_M, D=D, HEAD_DIM=HEAD_DIM)
-    dk, dv = _bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
+    dk, dv = bwd_dkdv_steps(dk, dv, k, v, Q, DO, LSE, DELTA, b, kvh, sqb, sqh, sqs, sqd, sdob, sdoh, sdos, sdod,
                              cols, mid, n_full, SQ, SQ, H, GROUP, SQ, SK, qk_scale,
                              MASK=False, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, D=D, HEAD_DIM=HEAD_DIM)
 
@@ -229,7 +229,7 @@ def _bwd_dq_steps(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_kd, s
 
 
 @triton.jit
-def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
+def attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
                  sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd,
                  sdob, sdoh, sdos, sdod, sdqb, sdqh, sdqs, sdqd,
                  H, GROUP, SQ, SK, D: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -283,8 +283,8 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
              mask=q_ok)
 
 
-attn_bwd_dkdv = configs.autotuned(_attn_bwd_dkdv, "bwd_dkdv")
-attn_bwd_dq = configs.autotuned(_attn_bwd_dq, "bwd_dq")
+attn_bwd_dkdv = configs.autotuned(attn_bwd_dkdv, "bwd_dkdv")
+attn_bwd_dq = configs.autotuned(attn_bwd_dq, "bwd_dq")
 
 
 def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
@@ -302,7 +302,7 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
     pre_grid = (batch * heads, triton.cdiv(s_q, configs.PREPROCESS_BLOCK_M))
     kv_grid = lambda meta: (batch * kv_heads, triton.cdiv(s_k, meta["BLOCK_N"]))  # noqa: E731
     q_grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
-    _attn_bwd_preprocess[pre_grid](o32, do_in, delta, *o32.stride(), *do_in.stride(), heads, s_q,
+    attn_bwd_preprocess[pre_grid](o32, do_in, delta, *o32.stride(), *do_in.stride(), heads, s_q,
                                    D=head_dim, HEAD_DIM=pad, BLOCK_M=configs.PREPROCESS_BLOCK_M)
     attn_bwd_dkdv[kv_grid](q_in, k_in, v_in, do_in, dk, dv, lse, delta, scale, scale * launch.LOG2E,
                            *q_in.stride(), *k_in.stride(), *v_in.stride(), *do_in.stride(), *dk.stride(),

@@ -32,6 +32,7 @@ from kernels.dtypes import TORCH_DTYPES
 from kernels.triton import backward as tb
 from kernels.triton import flash as tf
 from kernels.triton import configs
+from kernels.triton import launch
 from kernels.hw.occupancy import ARCHES
 
 TARGETS = ("sm_80", "sm_90")
@@ -83,8 +84,8 @@ def fits(target: str, shared_bytes: int, registers: int, threads: int) -> bool:
 
 def _triton_module():
     """kernels.triton.flash, whose kernels must be compiled ones; RuntimeError when they are not."""
-    if tf.TRITON_MISSING:
-        raise RuntimeError(tf.TRITON_MISSING)
+    if launch.TRITON_MISSING:
+        raise RuntimeError(launch.TRITON_MISSING)
     if not _compiles_here():
         raise RuntimeError("TRITON_INTERPRET=1 made @triton.jit interpret the kernels in this process; "
                            "the compile sweep needs one where it is not set (sweep() starts one)")
@@ -94,7 +95,7 @@ def _triton_module():
 def _compiles_here() -> bool:
     """Whether the course's Triton kernels are compiled objects in this process (they are
     unless TRITON_INTERPRET=1 was set when they were defined)."""
-    return tf.TRITON_MISSING is not None or type(tf._attn_fwd).__name__ == "JITFunction"
+    return launch.TRITON_MISSING is not None or type(tf.attn_fwd).__name__ == "JITFunction"
 
 
 def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = None) -> tuple[dict, dict]:
@@ -214,8 +215,8 @@ def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype
     from triton.compiler import ASTSource
 
     block_m, block_n, warps, stages = config
-    fn = {"fwd": tf._attn_fwd, "fwd_tma": tf._attn_fwd_tma, "bwd_dkdv": tb._attn_bwd_dkdv,
-          "bwd_dq": tb._attn_bwd_dq}[kernel]
+    fn = {"fwd": tf.attn_fwd, "fwd_tma": tf.attn_fwd_tma, "bwd_dkdv": tb.attn_bwd_dkdv,
+          "bwd_dq": tb.attn_bwd_dq}[kernel]
     consts = dict(D=head_dim, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal)
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
     consts.update(_unit_strides(fn))

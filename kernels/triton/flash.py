@@ -4,8 +4,8 @@ FlashAttention never writes the S×S scores: one program keeps a tile of queries
 streams the keys and values past it, with an *online* softmax (a running row max ``m`` and
 sum ``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it
 in PyTorch). The file reads top to bottom like the Triton tutorials: ``tiled_softmax``, the
-forward kernel ``_attn_fwd`` (causal programs skip the tiles above the diagonal), its TMA
-twin ``_attn_fwd_tma`` for sm_90 (``tma_reason``), the launcher (every stride passed, so
+forward kernel ``attn_fwd`` (causal programs skip the tiles above the diagonal), its TMA
+twin ``attn_fwd_tma`` for sm_90 (``tma_reason``), the launcher (every stride passed, so
 non-contiguous inputs need no copy), the autograd Function (backward in
 ``kernels.triton.backward``) and the registry entry ``triton``. The kernels take the whole
 registry contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without
@@ -82,7 +82,7 @@ def _fwd_stages(first_row, SQ, SK, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, 
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd, stride_vs, stride_vd,
+def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd, stride_vs, stride_vd,
                     offs_m, lo, hi, SQ, SK, qk_scale,
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr,
                     BLOCK_N: tl.constexpr, D: tl.constexpr, HEAD_DIM: tl.constexpr):
@@ -139,7 +139,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, qk_scale,
+def attn_fwd(Q, K, V, O, LSE, qk_scale,
               sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos, sod,
               H, GROUP, SQ, SK, D: tl.constexpr, HEAD_DIM: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
@@ -172,10 +172,10 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
     full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
                                     offs_m, 0, full_hi, SQ, SK, qk_scale,
                                     MASKED=False, CAUSAL=CAUSAL, TMA=False, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
                                     offs_m, full_hi, masked_hi, SQ, SK, qk_scale,
                                     MASKED=True, CAUSAL=CAUSAL, TMA=False, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
 
@@ -202,13 +202,13 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale,
 # Only the scores still need a mask, because a key of zeros scores 0, not -inf.
 # The descriptors are 4-D, [B, H, S, D] with the tensor's own strides, so a transposed
 # [B, S, H, D] view needs no copy and a tile never runs into the next head. Everything else
-# (stages, online softmax, scale, launch order) is `_attn_fwd`'s: the inner loop is the same
-# function, `_attn_fwd_inner` with TMA=True, which differs only in its loads.
+# (stages, online softmax, scale, launch order) is `attn_fwd`'s: the inner loop is the same
+# function, `attn_fwd_inner` with TMA=True, which differs only in its loads.
 
 @triton.jit
-def _attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
+def attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """`_attn_fwd` with Q, K, V and O as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
+    """`attn_fwd` with Q, K, V and O as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
     Grid: (B*H, cdiv(SQ, BLOCK_M)), heaviest causal tiles first.
 
     ELEMENT_BYTES (unused here) is in the autotuner's key: it adds the dtypes of tensor
@@ -232,10 +232,10 @@ def _attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
 
     full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     # D=HEAD_DIM: the descriptors mask the padded lanes themselves; the strides are unused.
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, 0, full_hi, SQ, SK, qk_scale,
+    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, 0, full_hi, SQ, SK, qk_scale,
                                     MASKED=False, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
                                     HEAD_DIM=HEAD_DIM)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, full_hi, masked_hi, SQ, SK,
+    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, full_hi, masked_hi, SQ, SK,
                                     qk_scale, MASKED=True, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
                                     HEAD_DIM=HEAD_DIM)
 
@@ -247,9 +247,9 @@ def _attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
     tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=offs_m < SQ)
 
 
-attn_fwd = configs.autotuned(_attn_fwd, "fwd")
-attn_fwd_tma = configs.autotuned_tma(_attn_fwd_tma)
-FORWARD_KERNELS = {"_attn_fwd": attn_fwd, "_attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
+attn_fwd = configs.autotuned(attn_fwd, "fwd")
+attn_fwd_tma = configs.autotuned_tma(attn_fwd_tma)
+FORWARD_KERNELS = {"attn_fwd": attn_fwd, "attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
 
 
 # --------------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ def forward_variant(q, k, v) -> tuple:
     the TMA one). O is allocated with q's strides (or contiguous ones), which a descriptor
     takes whenever q's do; the launcher checks it too."""
     reason = tma_reason(dict(q=q, k=k, v=v), _capability(q), INTERPRETED, TensorDescriptor is not None)
-    return ("_attn_fwd" if reason else "_attn_fwd_tma"), reason
+    return ("attn_fwd" if reason else "attn_fwd_tma"), reason
 
 
 def _capability(t: torch.Tensor):

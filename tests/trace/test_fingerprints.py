@@ -42,8 +42,8 @@ REAL_NAMES = [
      "fused_attention", "cudnn", True, "fp16/bf16"),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", "fused_attention", "cudnn", True,
      "fp16/bf16"),
-    ("_attn_fwd", "fused_attention", "triton", None, None),
-    ("_attn_bwd_preprocess", "fused_attention", "triton", None, None),
+    ("attn_fwd", "fused_attention", "triton", None, None),
+    ("attn_bwd_preprocess", "fused_attention", "triton", None, None),
     ("void vllm::merge_attn_states_kernel<c10::BFloat16, 128>(...)", "fused_attention", None, None, "bf16"),
     ("BatchPrefillWithRaggedKVCacheKernel", "fused_attention", None, None, None),
     # --- this course's own kernels, as their templates in kernels/cuda/csrc will be named
@@ -51,7 +51,7 @@ REAL_NAMES = [
      "course", False, "fp32"),
     ("void (anonymous namespace)::flash_v2_kernel<__nv_bfloat16, 64, true>(flash::Problem)",
      "fused_attention", "course", True, "bf16"),
-    ("_attn_bwd_dkdv", "fused_attention", "triton", None, None),
+    ("attn_bwd_dkdv", "fused_attention", "triton", None, None),
     # --- GEMMs
     ("volta_sgemm_128x64_nn", "gemm", "cublas", False, "fp32"),
     ("ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn", "gemm", "cublas", True, "fp16"),

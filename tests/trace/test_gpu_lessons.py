@@ -41,7 +41,7 @@ def test_the_fixture_is_an_h100_with_work_on_several_streams():
 def test_chapter4_forward_footprint_and_kineto_rule():
     block_m, warps = 128, 8
     step = hop.step("triton", hop.triton_forward(B, H, S, block_m, warps))
-    row = gpu_lessons.triton_forward(step.gpu_work, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
+    row = gpu_lessons.triton_forward(step.gpu_work, "attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, block_m),
                                      [32 * warps, 1, 1])
     flash = gpu_lessons.single_kernel(hop.step("sdpa_flash", hop.FUSED["sdpa_flash"]).gpu_work, "SDPA flash")
     table = {"triton": gpu_lessons.footprint(row, ARCH), "sdpa_flash": gpu_lessons.footprint(flash, ARCH)}
@@ -60,14 +60,14 @@ def test_chapter4_forward_cell_on_its_steps(capsys):
     steps = {"triton": hop.step("triton", hop.triton_forward(B, H, S, block_m, warps)),
              "sdpa_flash": hop.step("sdpa_flash", hop.FUSED["sdpa_flash"])}
     shown = []
-    table = gpu_lessons.triton_forward_footprints(steps, "_attn_fwd_tma", autotuned(block_m, warps), (B, H, S), ARCH,
+    table = gpu_lessons.triton_forward_footprints(steps, "attn_fwd_tma", autotuned(block_m, warps), (B, H, S), ARCH,
                                                   show=shown.append)
     assert set(table) == {"triton", "sdpa_flash"} and len(shown) == 3, "two kernel tables and the footprints"
     assert "occupancy not computed" in (gpu_lessons.triton_forward_footprints(
-        steps, "_attn_fwd_tma", autotuned(block_m, warps), (B, H, S), "sm_99", show=shown.append)
+        steps, "attn_fwd_tma", autotuned(block_m, warps), (B, H, S), "sm_99", show=shown.append)
         or capsys.readouterr().out), "a GPU the tables do not know: said, not a crash"
     with pytest.raises(LessonFailed, match="grid is"):
-        gpu_lessons.triton_forward_footprints(steps, "_attn_fwd_tma", autotuned(128, warps), (B, H, S), ARCH,
+        gpu_lessons.triton_forward_footprints(steps, "attn_fwd_tma", autotuned(128, warps), (B, H, S), ARCH,
                                               show=shown.append)
 
 
@@ -76,13 +76,13 @@ def test_chapter4_forward_fails_on_the_wrong_grid_or_a_second_kernel():
     ks = step.gpu_work
     with pytest.raises(LessonFailed, match="no copy or memset"):
         copied = hop.triton_forward(B, H, S, 128, 8) + [hop.copy("aten::copy_", hop.HTOD)]
-        gpu_lessons.triton_forward(hop.step("triton", copied).gpu_work, "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
+        gpu_lessons.triton_forward(hop.step("triton", copied).gpu_work, "attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
     with pytest.raises(LessonFailed, match="grid is"):
-        gpu_lessons.triton_forward(ks, "_attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, 64), [256, 1, 1])
+        gpu_lessons.triton_forward(ks, "attn_fwd_tma", gpu_lessons.triton_grid(B, H, S, 64), [256, 1, 1])
     with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
-        gpu_lessons.triton_forward(pd.concat([ks, ks]), "_attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
+        gpu_lessons.triton_forward(pd.concat([ks, ks]), "attn_fwd_tma", [B * H, 8, 1], [256, 1, 1])
     with pytest.raises(LessonFailed, match="exactly one GPU kernel"):
-        gpu_lessons.triton_forward(ks, "_attn_fwd", [B * H, 8, 1], [256, 1, 1])  # the TMA one ran, not this
+        gpu_lessons.triton_forward(ks, "attn_fwd", [B * H, 8, 1], [256, 1, 1])  # the TMA one ran, not this
 
 
 def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
@@ -93,11 +93,11 @@ def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
 
 def test_chapter4_backward():
     step = hop.step("triton_fwd_bwd", hop.triton_forward_backward(B, H, S))
-    names = gpu_lessons.triton_backward(step, "_attn_fwd_tma")
+    names = gpu_lessons.triton_backward(step, "attn_fwd_tma")
     assert len(names) == 4
     zeroed = hop.triton_forward_backward(B, H, S) + [hop.copy("aten::zero_", hop.MEMSET, cat="gpu_memset")]
     with pytest.raises(LessonFailed, match="no memset"):
-        gpu_lessons.triton_backward(hop.step("triton_fwd_bwd", zeroed), "_attn_fwd_tma")
+        gpu_lessons.triton_backward(hop.step("triton_fwd_bwd", zeroed), "attn_fwd_tma")
 
 
 def test_chapter4_sweep_lesson():

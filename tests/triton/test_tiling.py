@@ -84,7 +84,7 @@ def test_classification_agrees_with_every_entry():
 
 
 def kernel_stages(seq: int, block_m: int, block_n: int, causal: bool) -> np.ndarray:
-    """The tiles `_attn_fwd` in kernels/triton/flash.py visits, from its two loop bounds:
+    """The tiles `attn_fwd` in kernels/triton/flash.py visits, from its two loop bounds:
     stage 1 (no mask) covers keys [0, full_hi), stage 2 (masked) covers [full_hi, masked_hi),
     with full_hi = start_m·BLOCK_M and masked_hi = min((start_m+1)·BLOCK_M, S) when causal,
     and full_hi = (S // BLOCK_N)·BLOCK_N, masked_hi = S when not."""

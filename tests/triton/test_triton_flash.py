@@ -105,13 +105,13 @@ def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
                 return self.real[grid](*args, **kwargs)
             return launch
 
-    for module, name in ((tf, "attn_fwd"), (tb, "attn_bwd_dkdv"), (tb, "attn_bwd_dq"), (tb, "_attn_bwd_preprocess")):
+    for module, name in ((tf, "attn_fwd"), (tb, "attn_bwd_dkdv"), (tb, "attn_bwd_dq"), (tb, "attn_bwd_preprocess")):
         monkeypatch.setattr(module, name, Spy(name, getattr(module, name)))
     q, k, v = (t.requires_grad_() for t in make_attention_inputs(3, 4, 2, 70, 70, 16, seed=5))
     triton_attention(q, k, v, causal=True).sum().backward()
     assert grids["attn_fwd"] == (3 * 4, math.ceil(70 / 64))
     assert grids["attn_bwd_dq"] == (3 * 4, math.ceil(70 / 64))
-    assert grids["_attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / configs.PREPROCESS_BLOCK_M))
+    assert grids["attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / configs.PREPROCESS_BLOCK_M))
     key_tile = configs.INTERPRETER_BACKWARD_BLOCKS["BLOCK_N"] if tf.INTERPRETED else 32   # or the spy's default
     assert grids["attn_bwd_dkdv"] == (3 * 2, math.ceil(70 / key_tile)), "dK/dV: one program per K/V head's key tile"
 
@@ -219,7 +219,7 @@ def test_the_launcher_asks_tma_reason_with_this_machines_facts(monkeypatch):
     q, k, v = make_qkv(1, 1, 3, 16)
     tf.flash_forward(q, k, v, True, 0.25)
     assert asked == [(["k", "o", "q", "v"], None, tf.INTERPRETED, tf.TensorDescriptor is not None)]
-    assert tf.forward_variant(q, k, v) == ("_attn_fwd", "no")
+    assert tf.forward_variant(q, k, v) == ("attn_fwd", "no")
 
 
 TMA_CASES = [  # (sq, sk, d, heads, causal, layout, dtype): ragged tails, Sq != Sk both ways, GQA, padded D
@@ -473,7 +473,7 @@ _COMPILE_PROBE = textwrap.dedent("""
 
     consts = dict(D=40, HEAD_DIM=64, BLOCK_M=64, BLOCK_N=32, CAUSAL=True)
     shared = {}
-    for fn in (tf._attn_fwd, tb._attn_bwd_dkdv, tb._attn_bwd_dq):
+    for fn in (tf.attn_fwd, tb.attn_bwd_dkdv, tb.attn_bwd_dq):
         src = ASTSource(fn=fn, signature=signature(fn, consts),
                         constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
         kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
@@ -489,7 +489,7 @@ def test_kernels_compile_for_a_gpu_without_one(tmp_path):
     so that nothing is read back. bf16, a padded head dim, causal: every branch the GPU takes."""
     shared = _probe(tmp_path, _COMPILE_PROBE, TRITON_INTERPRET="0",
                     TRITON_CACHE_DIR=str(tmp_path / "triton-cache"))
-    assert set(shared) == {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"}
+    assert set(shared) == {"attn_fwd", "attn_bwd_dkdv", "attn_bwd_dq"}
     for name, size in shared.items():
         assert 0 < size <= 227 * 1024, f"{name} must fit sm_90's 227 KiB of shared memory, needs {size}"
 
