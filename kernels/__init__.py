@@ -9,21 +9,22 @@ Causal attention is aligned bottom-right (query i sees keys j <= i + Sk - Sq); H
 multiple of Hkv (grouped-query attention). Calling an implementation that cannot run here
 raises ``kernels.CannotRun`` (a RuntimeError) with the same words ``available`` gives.
 
-Importing never needs a GPU, a compiler or a particular SDPA backend: each implementation
-says what it lacks only when asked (``available``) or called. Where no CUDA GPU is visible,
-importing sets ``TRITON_INTERPRET=1`` for the process (unless it is set already), so that the
-Triton kernels, and any a reader defines afterwards, run in Triton's interpreter on CPU
-tensors (``kernels.triton``); where a GPU is visible it sets nothing.
+Importing is cheap and never needs a GPU, a compiler or a particular SDPA backend: the
+registry (and torch with it) is imported on first use of the names below, and each
+implementation says what it lacks only when asked (``available``) or called. Without a CUDA
+GPU, importing ``kernels.triton`` (which ``get`` does) sets ``TRITON_INTERPRET=1`` for the
+process, so the course's Triton kernels, and any defined after it, run in Triton's interpreter.
 """
-from kernels import reference
-from kernels.registry import CannotRun, available, check_inputs, get, implementation, names, register
-
-# Each module registers its implementations on import, in the order of the chapters.
-from kernels.attention import naive
-from kernels.attention import inplace
-from kernels.attention import sdpa
-from kernels.triton import flash as triton_flash
-from kernels.cuda import flash as cuda_flash
-from kernels.attention import torch_compile
+import importlib
+from typing import Any
 
 __all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    """The registry's API and ``reference``, imported when first asked for (PEP 562)."""
+    if name == "reference":
+        return importlib.import_module("kernels.reference")
+    if name in __all__:
+        return getattr(importlib.import_module("kernels.registry"), name)
+    raise AttributeError(f"module 'kernels' has no attribute {name!r}")

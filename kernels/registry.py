@@ -13,6 +13,7 @@ bottom-right: query ``i`` sees keys ``j <= i + Sk - Sq``, so the last query sees
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import numbers
 from collections import OrderedDict
@@ -118,8 +119,22 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
     return wrap
 
 
+# The modules whose import registers the implementations. They import this module to call
+# register(), so it cannot import them at its top: it imports them by name on first use, which
+# keeps ``import kernels`` cheap (no torch, no Triton) for the trace tools.
+IMPLEMENTATION_MODULES = ("kernels.attention.naive", "kernels.attention.inplace", "kernels.attention.sdpa",
+                          "kernels.triton.flash", "kernels.cuda.flash", "kernels.attention.torch_compile")
+
+
+def load_implementations() -> None:
+    """Import every implementation module (each registers itself); cheap once they are imported."""
+    for module in IMPLEMENTATION_MODULES:
+        importlib.import_module(module)
+
+
 def get(name: str) -> Callable:
     """The registered attention ``fn(q, k, v, causal=True, scale=None)`` called ``name``."""
+    load_implementations()
     try:
         return _REGISTRY[name].call
     except (KeyError, TypeError):  # TypeError: an unhashable name, such as a list of names
@@ -129,12 +144,14 @@ def get(name: str) -> Callable:
 
 def names() -> list[str]:
     """All registered names, in the order the course teaches them."""
+    load_implementations()
     return [i.name for i in sorted(_REGISTRY.values(), key=lambda i: i.order)]
 
 
 def available(device="cpu") -> dict[str, Reason]:
     """``{name: None}`` for what runs on ``device``, else ``{name: reason in words}``."""
     device = as_device(device)
+    load_implementations()
     return {n: (f"{n}: {r}" if (r := _unavailable_reason(_REGISTRY[n], device)) else None) for n in names()}
 
 

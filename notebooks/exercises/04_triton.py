@@ -6,7 +6,7 @@
 # kernel with a planted bug to find and fix, and the occupancy arithmetic that decides how
 # many copies of a kernel an SM can run at once.
 #
-# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. `import kernels`
+# Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. `import kernels.triton`
 # turns it on for the whole process where there is no GPU (it sets `TRITON_INTERPRET=1`
 # before any kernel is defined), so your own kernels below are interpreted too; where there
 # is a GPU it sets nothing.
@@ -24,7 +24,7 @@ import re
 
 import torch
 
-import kernels  # first: without a GPU it turns Triton's interpreter on for the kernels defined below
+import kernels.triton  # first: without a GPU it turns Triton's interpreter on for the kernels defined below
 import triton
 import triton.language as tl
 

@@ -500,7 +500,7 @@ _PROCESS_PROBE = textwrap.dedent("""
     with torch.profiler.profile():      # the profiler imports Triton before the library does
         torch.ones(4) + 1
     before = "triton" in sys.modules
-    import kernels
+    import kernels, kernels.triton
     import triton, triton.language as tl
     q, k, v = (torch.randn(1, 2, n, 24) for n in (37, 50, 50))
     out = kernels.get("triton")(q, k, v, causal=True) if kernels.available("cpu")["triton"] is None else None
@@ -535,7 +535,7 @@ def _probe(tmp_path, script, **env):
 
 
 def test_importing_the_library_turns_the_interpreter_on_only_without_a_gpu(tmp_path):
-    """Without a GPU, `import kernels` sets TRITON_INTERPRET=1 for the process, even with Triton
+    """Without a GPU, `import kernels.triton` sets TRITON_INTERPRET=1 for the process, even with Triton
     imported first (by torch.profiler), and the Triton implementation and a reader's own
     kernel defined afterwards both run interpreted, and right. With a GPU nothing is set."""
     seen = _probe(tmp_path, _PROCESS_PROBE)
