@@ -18,6 +18,8 @@
 #
 # - say which SDPA backend a call takes and why (the priority order, each backend's checks,
 #   `debug=True`), and pin one to profile it alone;
+# - follow one SDPA call in a real GPU trace down to its kernel, on an NVIDIA H100 and an AMD
+#   MI300X, and check the backend it took against the rules, from the inputs the trace recorded;
 # - diff the math backend against chapter 2's module op by op, and read its extra ops in the
 #   trace;
 # - find the math backend's three costs: the fp32 upcast (and the GEMM kernel names that show
@@ -188,12 +190,11 @@ fig.tight_layout()
 # (`kernels.attention.sdpa.chain`; the views' own `as_strided` are left out):
 
 # %%
-chains = {gpu: kernels.attention.sdpa.chain(call) for gpu, call in first_call.items()}
+chains = {gpu: kernels.attention.sdpa.chain(call, indent=True) for gpu, call in first_call.items()}
 for gpu, tree in chains.items():
     say(f"On the {qwen[gpu].gpu(qwen_trace[gpu])}:")
-    display(tree.assign(name=["· " * level + name for level, name in zip(tree["level"], tree["name"])])
-            .drop(columns="level").set_index("name"))
-launches = {gpu: tree.loc[tree["kind"] == "runtime", "name"].tolist() for gpu, tree in chains.items()}
+    display(tree)
+launches = {gpu: [n.strip("· ") for n in tree.index[tree["kind"] == "runtime"]] for gpu, tree in chains.items()}
 lesson(launches["h100"] == ["cudaLaunchKernel"] and "hipModuleLaunchKernel" in launches["mi300x"],
        "one cudaLaunchKernel on the H100; on the MI300X the attention kernel is launched as a module",
        "; ".join(f"{gpu}: {', '.join(names)}" for gpu, names in launches.items()))
@@ -212,13 +213,8 @@ lesson(launches["h100"] == ["cudaLaunchKernel"] and "hipModuleLaunchKernel" in l
 # `kernels.attention.sdpa.recorded_calls` reads them for every call of the step:
 
 # %%
-inputs_read = pd.DataFrame([{"GPU": qwen[gpu].gpu(qwen_trace[gpu]), "calls": len(calls),
-                             "q shape [B, H, S, D]": str(calls[0].q), "dtype": str(calls[0].dtype).replace("torch.", ""),
-                             "attn_mask": "None" if calls[0].attn_mask is None else str(calls[0].attn_mask),
-                             "is_causal": calls[0].is_causal, "dropout_p": calls[0].dropout_p,
-                             "backend op": calls[0].backend_op, "backend": calls[0].backend}
-                            for gpu, calls in qwen_calls.items()]).set_index("GPU")
-display(inputs_read)
+display(pd.DataFrame({qwen[gpu].gpu(qwen_trace[gpu]): {"calls": len(calls), **calls[0].summary()}
+                     for gpu, calls in qwen_calls.items()}).T)
 for gpu, calls in qwen_calls.items():
     lesson(len({(str(c.q), c.dtype, c.is_causal, c.attn_mask is None, c.backend) for c in calls}) == 1,
            f"all {len(calls)} SDPA calls on the {gpu.upper()} have the same inputs and took the same backend",
@@ -430,13 +426,7 @@ if "sdpa_math" in gpu_steps:
 # they are on ours too, in that order, in every recorded step:
 
 # %%
-def mask_ops(s):
-    """Start times of the mask-building ops: ones, then tril and where on an S×S tensor."""
-    found = {"ones": s.find("aten::ones"), "tril": s.find("aten::tril", [seq, seq]),
-             "where": s.find("aten::where", [seq, seq])}
-    return {name: hits["start_us"].min() if not hits.empty else None for name, hits in found.items()}
-
-per_step = [mask_ops(s) for s in runs["sdpa_math"].steps()]
+per_step = [kernels.attention.sdpa.mask_build_starts(s, seq, seq) for s in runs["sdpa_math"].steps()]
 display(pd.DataFrame(per_step).round(1).rename_axis("recorded step"))
 lesson(all(None not in m.values() for m in per_step),
        f"every recorded math forward builds the causal mask anew ({len(per_step)} of {len(per_step)} steps)")

@@ -481,6 +481,13 @@ class RecordedSdpa:
         """The course's name of the backend that ran (``sdpa_flash``...), from its op."""
         return BACKEND_OPS.get(self.backend_op) if self.backend_op else None
 
+    def summary(self) -> dict:
+        """What the rules read, as the trace recorded it, for a table."""
+        return {"q shape [B, H, S, D]": str(self.q), "dtype": str(self.dtype).replace("torch.", ""),
+                "attn_mask": "None" if self.attn_mask is None else str(self.attn_mask),
+                "is_causal": self.is_causal, "dropout_p": self.dropout_p, "backend op": self.backend_op,
+                "backend": self.backend}
+
     def rules_reason(self) -> Reason:
         """Why ``predicted_backend`` cannot answer for this call (None: it can): it models an
         unpinned call with no mask, no dropout, and causal only with Sq == Sk."""
@@ -535,13 +542,14 @@ def call_step(step: "Step", call: RecordedSdpa) -> "Step":
     return Step(step.trace, SDPA_OP, 0, window)
 
 
-def chain(call: "Step", every_runtime_call: bool = False) -> "pd.DataFrame":
+def chain(call: "Step", every_runtime_call: bool = False, indent: bool = False) -> "pd.DataFrame":
     """The call's nesting, from ``scaled_dot_product_attention`` down to the kernel it launched:
     one row per op (views' own ``as_strided`` left out), per runtime call that launched GPU work
     (``every_runtime_call``: all of them), and per GPU kernel, right under its launch (kernel
     names shortened: no template arguments). ``call`` is a step cut to one call
     (``call_step``). Times in µs from the call's start; a kernel's start is on the GPU's clock
-    as the trace aligns it, so it may start after the call has returned."""
+    as the trace aligns it, so it may start after the call has returned. ``indent``: the names,
+    indented by one "· " per level, become the index (for display), and ``level`` goes."""
     import pandas as pd
 
     from kernels.trace.attention import short_kernel_name
@@ -567,7 +575,11 @@ def chain(call: "Step", every_runtime_call: bool = False) -> "pd.DataFrame":
                   "starts (µs)": k.start_us, "takes (µs)": k.dur_us, "order": r.ts - t0 + 1e-6}
                  for k in launched.itertuples()]
     table = pd.DataFrame(rows).sort_values(["order", "level"], kind="stable").drop(columns="order")
-    return table.round({"starts (µs)": 1, "takes (µs)": 1}).reset_index(drop=True)
+    table = table.round({"starts (µs)": 1, "takes (µs)": 1}).reset_index(drop=True)
+    if indent:
+        names = ["· " * level + name for level, name in zip(table["level"], table["name"])]
+        table = table.drop(columns=["level", "name"]).set_axis(pd.Index(names, name="name"))
+    return table
 
 
 def _level_at(ops: "pd.DataFrame", ts: float) -> int:
@@ -618,3 +630,25 @@ def flash_tiles(kernel_name: str) -> FlashTiles:
         raise ValueError(f"not a FlashAttention-2 forward kernel name with its template arguments: {kernel_name[:120]!r}")
     d, bm, bn, w = (int(x) for x in m.groups()[:4])
     return FlashTiles(d, bm, bn, w, m.group(5) == "true", m.group(6) == "true")
+
+
+# ---- what chapter 3 reads off a CPU step ------------------------------------------------------------
+
+def mask_build_starts(step: "Step", seq_q: int, seq_k: int) -> dict:
+    """When the math backend built its causal mask in ``step``: the start (µs) of its first
+    ``ones``, and of ``tril`` and ``where`` on an [Sq, Sk] tensor; None for an op that did not run."""
+    found = {"ones": step.find("aten::ones"), "tril": step.find("aten::tril", [seq_q, seq_k]),
+             "where": step.find("aten::where", [seq_q, seq_k])}
+    return {name: float(hits["start_us"].min()) if not hits.empty else None for name, hits in found.items()}
+
+
+def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> dict:
+    """The buffers one forward of PyTorch's CPU flash kernel allocated in ``step``: how many, whether
+    the output ([B, H, S, D]) and the float32 log-sum-exp ([B, H, S]) are among them, and the KiB of
+    the rest (the per-thread scratch buffer)."""
+    sizes = step.memory.loc[step.memory["bytes"] > 0, "bytes"].tolist()
+    out_bytes = batch * heads * seq * head_dim * element_size
+    lse_bytes = batch * heads * seq * 4
+    scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
+    return {"seq": seq, "allocations": len(sizes), "output": out_bytes in sizes, "log-sum-exp": lse_bytes in sizes,
+            "scratch (KiB)": sum(scratch) / 1024}

@@ -374,6 +374,17 @@ class TraceKernel:
         """The grid over what the GPU holds at once (5.0: five full rounds of blocks)."""
         return self.grid_blocks / self.resident_blocks if self.resident_blocks else math.inf
 
+    def summary(self) -> dict:
+        """The footprint as the trace recorded it, and what it allows, for a table."""
+        return {"kernel": re.split(r"[<(]", self.name.removeprefix("void "), maxsplit=1)[0],
+                "grid": list(self.grid), "block (threads)": list(self.block),
+                "registers per thread": self.registers_per_thread,
+                "shared memory (KiB)": self.shared_mem_per_block / KB,
+                "est. achieved occupancy % (the trace's)": self.recorded_percent,
+                "Kineto's estimate, recomputed %": round(self.kineto_percent, 2),
+                "resident blocks per SM": self.occupancy.blocks_per_sm, "limited by": self.occupancy.limited_by,
+                "SMs (numSms)": self.sm_count, "waves": round(self.waves, 2)}
+
 
 # deviceProperties field -> the calculator's table, for the limits a trace records
 _DEVICE_FIELDS = {"regsPerMultiprocessor": "registers_per_sm", "sharedMemPerMultiprocessor": "shared_mem_per_sm",

@@ -124,3 +124,47 @@ def test_flash_tiles_of_the_h100_kernel_give_its_recorded_shared_memory_and_grid
     assert tiles.grid(batch, heads, seq) == kernel["args"]["grid"]
     with pytest.raises(ValueError, match="FlashAttention-2"):
         sdpa.flash_tiles("attn_fwd")
+
+
+def test_chain_indented_for_display_keeps_the_rows_and_nests_the_names():
+    step = borrowed.TRACELENS["h100_qwen"].step()
+    call = sdpa.call_step(step, sdpa.recorded_calls(step)[0])
+    flat, shown = sdpa.chain(call), sdpa.chain(call, indent=True)
+    assert len(flat) == len(shown) and "level" not in shown.columns
+    assert [n.count("· ") for n in shown.index] == flat["level"].tolist()
+    assert [n.replace("· ", "") for n in shown.index] == flat["name"].tolist()
+
+
+def test_summary_says_what_the_rules_read():
+    call = sdpa.recorded_calls(borrowed.TRACELENS["mi300x_qwen"].step())[0]
+    row = call.summary()
+    assert row["dtype"] == "bfloat16" and row["attn_mask"] == "None" and row["is_causal"] is True
+    assert row["backend"] == "sdpa_flash" and row["q shape [B, H, S, D]"] == str(call.q)
+
+
+# ---- the CPU readings chapter 3 shows, on real CPU profiles -------------------------------------
+
+def _profile(name: str, seq: int, tmp_path):
+    from kernels.trace import record
+    from tests.helpers import make_qkv
+    import kernels
+
+    q, k, v = make_qkv(1, 2, seq, 16, seed=1)
+    run = record.profile(kernels.get(name), q, k, v, label=name, wait=0, warmup=1, active=1, trace_dir=tmp_path)
+    return run.step(), q
+
+
+def test_mask_build_starts_finds_ones_tril_where_in_order_in_a_math_step(tmp_path):
+    step, _ = _profile("sdpa_math", 64, tmp_path)
+    starts = sdpa.mask_build_starts(step, 64, 64)
+    assert None not in starts.values() and starts["ones"] < starts["tril"] < starts["where"]
+    assert sdpa.mask_build_starts(step, 63, 63)["tril"] is None   # no [63, 63] tensor in this step
+
+
+def test_cpu_flash_allocations_name_the_output_and_the_log_sum_exp(tmp_path):
+    step, q = _profile("sdpa_flash", 128, tmp_path)
+    got = sdpa.cpu_flash_allocations(step, 1, 2, 128, 16, q.element_size())
+    sizes = step.memory.loc[step.memory["bytes"] > 0, "bytes"].tolist()
+    assert got["allocations"] == len(sizes) >= 2
+    assert got["output"] and got["log-sum-exp"]
+    assert got["scratch (KiB)"] * 1024 == sum(sizes) - 1 * 2 * 128 * 16 * 4 - 1 * 2 * 128 * 4

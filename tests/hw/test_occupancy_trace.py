@@ -57,3 +57,14 @@ def test_a_rocm_kernel_without_registers_is_refused_in_words():
     attn = work[work["name"] == "attn_fwd"].iloc[0]
     with pytest.raises(ValueError, match="registers_per_thread"):
         occupancy.trace_kernel(attn, trace.device_properties)
+
+
+def test_summary_carries_the_trace_fields_and_the_recomputation():
+    kernels, props = raw_flash_kernels()
+    k = occupancy.trace_kernel(kernels[0], [props])
+    row = k.summary()
+    assert row["kernel"] == "pytorch_flash::flash_fwd_kernel"
+    assert row["grid"] == kernels[0]["args"]["grid"] and row["block (threads)"] == kernels[0]["args"]["block"]
+    assert row["shared memory (KiB)"] * 1024 == kernels[0]["args"]["shared memory"]
+    assert row["est. achieved occupancy % (the trace's)"] == kernels[0]["args"]["est. achieved occupancy %"]
+    assert row["limited by"] == "registers" and row["SMs (numSms)"] == props["numSms"]
