@@ -198,6 +198,9 @@ launches = {gpu: [n.strip("· ") for n in tree.index[tree["kind"] == "runtime"]]
 lesson(launches["h100"] == ["cudaLaunchKernel"] and "hipModuleLaunchKernel" in launches["mi300x"],
        "one cudaLaunchKernel on the H100; on the MI300X the attention kernel is launched as a module",
        "; ".join(f"{gpu}: {', '.join(names)}" for gpu, names in launches.items()))
+h100_kernel_start = chains["h100"].loc[chains["h100"]["kind"] == "GPU kernel", "starts (µs)"].iloc[0]
+lesson(h100_kernel_start > chains["h100"]["takes (µs)"].iloc[0], "on the H100 the kernel starts after the call returned",
+       f"kernel at {h100_kernel_start} µs, call over at {chains['h100']['takes (µs)'].iloc[0]} µs")
 
 # %% [markdown]
 # On both GPUs the call nests the same two ops: `_scaled_dot_product_flash_attention` (the
@@ -234,7 +237,8 @@ glue("qwen_h100_torch", h100_torch)
 glue("qwen_calls", len(qwen_calls["h100"]))
 
 # %% [markdown]
-# Every input the rules read is in the trace: bfloat16, head dim 64, no `attn_mask` (its
+# Every input the rules read is in the trace, the same for all {glue:text}`qwen_calls` calls:
+# bfloat16, head dim 64, no `attn_mask` (its
 # slot is empty), `is_causal=True` with equal query and key lengths, no dropout. Flash
 # accepts all of that, and it was first in line: the trace's torch, {glue:text}`qwen_h100_torch`,
 # predates torch 2.9, where cuDNN moved to the front on the H100 (it had been made opt-in

@@ -158,7 +158,7 @@ links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 #
 # The profiler's footprint of the flash kernel surprised the article's authors: about 13%
 # estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
-# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.cpp`.)
+# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.h`, `std::lround`.)
 # Occupancy is the share of an SM's warp slots that resident warps fill, and registers
 # decide it here. The article's arithmetic for a block of 128 threads at 255 registers each
 # on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
