@@ -253,7 +253,10 @@ lesson(real.occupancy.limited_by == "registers"
 lesson(real.kineto_rounded == real.recorded_percent,
        "Kineto's estimate, recomputed from the footprint and the grid, is the trace's number",
        f"{real.kineto_percent:g}% -> {real.kineto_rounded}, the trace says {real.recorded_percent:g}")
+lesson(real.occupancy.percent == flash_occ.percent, "the same footprint gives the H100 the A100's occupancy",
+       f"{real.occupancy.percent:g}% on both")
 glue("h100_blocks", real.occupancy.blocks_per_sm)
+glue("h100_warps_per_block", real.occupancy.warps_per_block)
 glue("h100_warps", real.occupancy.warps_per_sm)
 glue("h100_occ", real.occupancy.percent)
 glue("h100_recorded_occ", real.recorded_percent)
@@ -261,7 +264,7 @@ glue("h100_regs_per_block", real.registers_per_thread * real.threads_per_block)
 glue("h100_smem_blocks", real.occupancy.blocks_by_shared_memory)
 
 # %% [markdown]
-# {glue:text}`h100_blocks` blocks of 4 warps: {glue:text}`h100_warps` of 64 warp slots,
+# {glue:text}`h100_blocks` blocks of {glue:text}`h100_warps_per_block` warps: {glue:text}`h100_warps` of 64 warp slots,
 # {glue:text}`h100_occ:.1f`%, which the trace writes as {glue:text}`h100_recorded_occ:.0f`. A guess
 # of 6.25% counted one block per SM; but a block needs {glue:text}`h100_regs_per_block` registers
 # (after rounding, 8,192 per warp), and two fit in 65,536. The H100's SM has the A100's register
@@ -287,6 +290,7 @@ lesson(tiles.grid(batch_, heads_, seq_) == list(real.grid),
        "and its grid is one block per query tile, sequence and head of the recorded call", str(list(real.grid)))
 lesson(real.shared_mem_per_block <= KINETO_SHARED_MEM_LIMIT,
        "48 KiB is exactly the per-block default Kineto's estimate assumes, so this kernel does not read 0%")
+lesson(4 < real.waves < 5, "the grid takes four full waves of resident blocks and part of a fifth", f"{real.waves:.2f} waves")
 glue("h100_grid_blocks", real.grid_blocks)
 glue("h100_resident", real.resident_blocks)
 glue("h100_waves", real.waves)
