@@ -18,6 +18,8 @@
 #
 # - say which SDPA backend a call takes and why (the priority order, each backend's checks,
 #   `debug=True`), and pin one to profile it alone;
+# - follow one SDPA call in a real GPU trace down to its kernel, on an NVIDIA H100 and an AMD
+#   MI300X, and check the backend it took against the rules, from the inputs the trace recorded;
 # - diff the math backend against chapter 2's module op by op, and read its extra ops in the
 #   trace;
 # - find the math backend's three costs: the fp32 upcast (and the GEMM kernel names that show
@@ -34,14 +36,15 @@
 # %% [parameters]
 
 # %%
+import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 import kernels
 import kernels.attention.sdpa
-from kernels import recorded, reference
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels import borrowed, recorded, reference
+from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source
 from kernels.trace import diff as tracediff, reader, record, tables, timeline
 from kernels.trace.fingerprints import classify_many, mentions_op
 from kernels.trace.links import links
@@ -122,10 +125,13 @@ runnable = [n for n, r in probed.items() if r is None]
 pinned_out = kernels.get(chosen)(q, k, v)
 lesson(torch.equal(out, pinned_out), f"unpinned SDPA is exactly the {chosen} backend pinned",
        "bit-identical outputs")
+glue("default_backend", chosen)
+
+# %% tags=["remove-input"]
+# On a GPU run only: the rules above, asked about this machine, must name what SDPA picked.
 if device.type == "cuda":
     predicted = kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim)
     lesson(chosen == predicted, "on this GPU, SDPA picked the backend its priority rules predict", chosen)
-glue("default_backend", chosen)
 
 # %% [markdown]
 # Here the unpinned call picked **{glue:text}`default_backend`**. Pinning is done with the
@@ -152,6 +158,98 @@ if device.type == "cpu":
            "math and flash both run on a CPU")
 
 # %% [markdown]
+# ## The chain on a real GPU: an H100 and an MI300X
+#
+# This machine's call stops at a CPU kernel. On a GPU, SDPA's backend op launches a kernel,
+# and a trace records the whole chain: the call, the backend it chose, the launch on the CPU,
+# the kernel on a GPU stream. No GPU ran this page, so we read a real trace that others
+# recorded: one forward of a Qwen1.5-0.5B chat model in bfloat16, whose every layer calls
+# `scaled_dot_product_attention`, profiled on an NVIDIA H100 and on an AMD MI300X. Before
+# reading on: its inputs are 16-bit, causal, and have a head dim of 64. Which backend do
+# you expect on each GPU, and which kernel?
+
+# %%
+qwen = {gpu: borrowed.TRACELENS[f"{gpu}_qwen"] for gpu in ("h100", "mi300x")}
+qwen_trace = {gpu: entry.trace() for gpu, entry in qwen.items()}
+qwen_step = {gpu: qwen[gpu].step(trace=qwen_trace[gpu]) for gpu in qwen}
+qwen_calls = {gpu: kernels.attention.sdpa.recorded_calls(qwen_step[gpu]) for gpu in qwen}
+first_call = {gpu: kernels.attention.sdpa.call_step(qwen_step[gpu], calls[0]) for gpu, calls in qwen_calls.items()}
+for gpu in qwen:
+    say(qwen[gpu].credit(qwen_trace[gpu]))
+
+# %%
+#| caption: The first of the model's SDPA calls on each GPU, from the borrowed traces (credited above; not this book's run). Top rows: the CPU thread, the call and the ops nested in it; bottom row: the GPU stream, with a line from each launch to the kernel it queued.
+#| alt: Two timelines. H100: scaled_dot_product_attention, then _scaled_dot_product_flash_attention, then _flash_attention_forward on the CPU, and one flash_fwd_kernel on the GPU stream. MI300X: the same three ops, a small fill op, and on the GPU a tiny fill kernel then attn_fwd.
+fig, axes = plt.subplots(2, 1, figsize=(9, 6.5))
+for ax, gpu in zip(axes, qwen):
+    timeline.timeline(first_call[gpu], ax=ax, title=f"{qwen[gpu].gpu(qwen_trace[gpu])}: one SDPA call")
+fig.tight_layout()
+
+# %% [markdown]
+# The same chain as a table, one row per op, per launch and per kernel, indented by nesting
+# (`kernels.attention.sdpa.chain`; the views' own `as_strided` are left out):
+
+# %%
+chains = {gpu: kernels.attention.sdpa.chain(call, indent=True) for gpu, call in first_call.items()}
+for gpu, tree in chains.items():
+    say(f"On the {qwen[gpu].gpu(qwen_trace[gpu])}:")
+    display(tree)
+launches = {gpu: [n.strip("· ") for n in tree.index[tree["kind"] == "runtime"]] for gpu, tree in chains.items()}
+lesson(launches["h100"] == ["cudaLaunchKernel"] and "hipModuleLaunchKernel" in launches["mi300x"],
+       "one cudaLaunchKernel on the H100; on the MI300X the attention kernel is launched as a module",
+       "; ".join(f"{gpu}: {', '.join(names)}" for gpu, names in launches.items()))
+h100_kernel_start = chains["h100"].loc[chains["h100"]["kind"] == "GPU kernel", "starts (µs)"].iloc[0]
+lesson(h100_kernel_start > chains["h100"]["takes (µs)"].iloc[0], "on the H100 the kernel starts after the call returned",
+       f"kernel at {h100_kernel_start} µs, call over at {chains['h100']['takes (µs)'].iloc[0]} µs")
+
+# %% [markdown]
+# On both GPUs the call nests the same two ops: `_scaled_dot_product_flash_attention` (the
+# backend SDPA chose) and `_flash_attention_forward`, with the transposes of part two between
+# them. Below them the vendors part. On the H100 one `cudaLaunchKernel` queues FlashAttention-2's
+# `flash_fwd_kernel`; the kernel starts on the GPU after the CPU has already left the call.
+# On the MI300X PyTorch's ROCm build runs the same flash op on AMD's `attn_fwd` (a Triton
+# kernel compiled ahead of time, launched as a module with `hipModuleLaunchKernel`), after a
+# tiny fill kernel that zeroes a one-element integer buffer.
+#
+# Why flash? The trace recorded the call's inputs (`Input Dims`, `Input type`, and the values
+# of its scalar arguments, `Concrete Inputs`): that is everything the backend rules look at.
+# `kernels.attention.sdpa.recorded_calls` reads them for every call of the step:
+
+# %%
+display(pd.DataFrame({qwen[gpu].gpu(qwen_trace[gpu]): {"calls": len(calls), **calls[0].summary()}
+                     for gpu, calls in qwen_calls.items()}).T)
+for gpu, calls in qwen_calls.items():
+    lesson(len({(str(c.q), c.dtype, c.is_causal, c.attn_mask is None, c.backend) for c in calls}) == 1,
+           f"all {len(calls)} SDPA calls on the {gpu.upper()} have the same inputs and took the same backend",
+           f"{calls[0].backend}")
+h100_call, h100_props = qwen_calls["h100"][0], qwen_trace["h100"].device_properties[0]
+h100_cap = (h100_props["computeMajor"], h100_props["computeMinor"])
+h100_torch = qwen["h100"].torch_version(qwen_trace["h100"])
+lesson(h100_call.rules_reason() is None, "the recorded call is one the course's rules describe: no mask, no dropout, "
+       "causal with Sq == Sk", f"q {h100_call.q}, k {h100_call.k}")
+rules_say = kernels.attention.sdpa.predicted_backend(h100_cap, h100_call.dtype, h100_call.head_dim, torch_version=h100_torch)
+lesson(rules_say == h100_call.backend, f"by the backend rules of torch {h100_torch} on compute capability "
+       f"{h100_cap[0]}.{h100_cap[1]}, this call takes flash, and the trace shows flash ran", rules_say)
+today = kernels.attention.sdpa.predicted_backend(h100_cap, h100_call.dtype, h100_call.head_dim, cudnn_version=92000,
+                                                 torch_version="2.13.0")
+lesson(today == "sdpa_cudnn", "the same call under torch 2.13 with its cuDNN 9.20 would take cuDNN instead", today)
+glue("qwen_h100_torch", h100_torch)
+glue("qwen_calls", len(qwen_calls["h100"]))
+
+# %% [markdown]
+# Every input the rules read is in the trace, the same for all {glue:text}`qwen_calls` calls:
+# bfloat16, head dim 64, no `attn_mask` (its
+# slot is empty), `is_causal=True` with equal query and key lengths, no dropout. Flash
+# accepts all of that, and it was first in line: the trace's torch, {glue:text}`qwen_h100_torch`,
+# predates torch 2.9, where cuDNN moved to the front on the H100 (it had been made opt-in
+# after bugs in 2.5.0). Asked about a torch of today, the same rules put this call on cuDNN:
+# the backend is a fact about the inputs, the GPU *and* the torch version. The MI300X's
+# compute capability (9.4 in its trace) is AMD's numbering, not CUDA's, and the course's
+# rules are CUDA's; what the trace shows there is that PyTorch's ROCm build took the same
+# flash backend for the same inputs and ran it on AMD's kernel. Part two reads that H100
+# flash kernel's footprint.
+
+# %% [markdown]
 # ## Profile the math backend
 #
 # Same schedule as before, same inputs, one label per variant; chapter 2's in-place module
@@ -170,9 +268,13 @@ runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=acti
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition
 print({name: f"{n} ops doing work" for name, n in work_ops.items()})
-# The GPU run this chapter reads: this run's own on a GPU, else the newest recording.
+
+# %% tags=["remove-input"]
+# The math backend's GPU run, where there is one: this run's own on a GPU, else the book's recording.
+# No borrowed trace ran the math backend, so without either the checks below it stay silent.
 gpu_steps, gpu_source, gpu_capability = recorded.gpu_steps(device, step, "03_sdpa", variants)
-print(f"GPU run: {gpu_source}" if gpu_steps else gpu_source)
+if gpu_steps:
+    say(f"GPU run: {gpu_source}")
 
 # %% [markdown]
 # ## The math backend: one line, more work
@@ -189,6 +291,8 @@ reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-b
 lesson(work_ops["sdpa_math"] > work_ops["inplace"],
        "the math backend dispatches more ops per forward than the hand-written in-place module",
        f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+
+# %% tags=["remove-input"]
 if {"sdpa_math", "inplace"} <= set(gpu_steps):
     n_kernels = {n: int((gpu_steps[n].gpu_work["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
     print(f"kernels per forward ({gpu_source}):", n_kernels)
@@ -307,7 +411,7 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
 # is single precision on the ordinary CUDA cores. The upcast moves twice the bytes and
 # leaves the tensor cores idle.
 
-# %%
+# %% tags=["remove-input"]
 if "sdpa_math" in gpu_steps:
     fps = classify_many(gpu_steps["sdpa_math"].gpu_work["name"])
     display(fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70)))
@@ -326,20 +430,14 @@ if "sdpa_math" in gpu_steps:
 # they are on ours too, in that order, in every recorded step:
 
 # %%
-def mask_ops(s):
-    """Start times of the mask-building ops: ones, then tril and where on an S×S tensor."""
-    found = {"ones": s.find("aten::ones"), "tril": s.find("aten::tril", [seq, seq]),
-             "where": s.find("aten::where", [seq, seq])}
-    return {name: hits["start_us"].min() if not hits.empty else None for name, hits in found.items()}
-
-per_step = [mask_ops(s) for s in runs["sdpa_math"].steps()]
+per_step = [kernels.attention.sdpa.mask_build_starts(s, seq, seq) for s in runs["sdpa_math"].steps()]
 display(pd.DataFrame(per_step).round(1).rename_axis("recorded step"))
 lesson(all(None not in m.values() for m in per_step),
        f"every recorded math forward builds the causal mask anew ({len(per_step)} of {len(per_step)} steps)")
 lesson(all(m["ones"] < m["tril"] < m["where"] for m in per_step), "in the order ones -> tril -> where")
 lesson(not step["sdpa_math"].find("aten::add_").empty, "and adds it to the scores with add_")
 
-# %%
+# %% tags=["remove-input"]
 if "sdpa_math" in gpu_steps:
     tril_kernels = [mentions_op(n, "triu_tril") for n in gpu_steps["sdpa_math"].gpu_work["name"]]
     lesson(any(tril_kernels), "on the GPU track the mask shows up as a triu_tril kernel", gpu_source)

@@ -11,14 +11,17 @@
 # This part reads those kernels: their names, their footprint and the occupancy the
 # profiler estimates from it (and why that estimate can read 0%), what cuDNN costs on the
 # CPU, and what fusion does to memory. On a CPU the one fused backend is PyTorch's CPU
-# flash kernel; the GPU-only backends are read from the source article's A100 traces and,
-# when a GPU run exists (this run's own, or a recording), checked on it.
+# flash kernel; the GPU kernels are read from the source article's A100 traces and from a
+# real H100 trace recorded by others, and, when a GPU run exists (this run's own, or a
+# recording), checked on it.
 #
 # **You will learn to:**
 #
 # - read the fused backends' kernel names as fingerprints (CUTLASS, FlashAttention-2, cuDNN);
 # - compute a kernel's occupancy from its registers and shared memory, and see why flash's low
 #   occupancy is by design and why the profiler can read 0%;
+# - recompute the profiler's occupancy of a real H100 flash kernel from its footprint, and read
+#   its shared memory and grid off the tiles its name carries;
 # - see where cuDNN's CPU time goes: one opaque op, and a graph built once per shape;
 # - measure that fused attention's peak memory grows with S, the math backend's with S².
 #
@@ -32,19 +35,18 @@
 # %% [parameters]
 
 # %%
-import math
-
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
 import kernels
 import kernels.attention.sdpa
-from kernels import recorded
+from kernels import borrowed, recorded
 from kernels.bench import comparison
-from kernels.hw.occupancy import arch_of, kineto_estimate, KINETO_SHARED_MEM_LIMIT, occupancy
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, device_limits, occupancy, trace_kernel
+from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup
 from kernels.trace import reader, record, tables, timeline
+from kernels.trace.attention import short_kernel_name
 from kernels.trace.fingerprints import classify_many, fingerprint
 from kernels.trace.links import links
 
@@ -101,9 +103,12 @@ runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=acti
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: s.work_ops() for name, s in step.items()}  # the course's one definition
 print({name: f"{len(w)} ops doing work: {', '.join(w)}" for name, w in work_ops.items()})
-# The GPU run this part reads: this run's own on a GPU, else the newest recording.
+
+# %% tags=["remove-input"]
+# The fused backends' GPU run, where there is one: this run's own on a GPU, else the book's recording.
 gpu_steps, gpu_source, gpu_capability = recorded.gpu_steps(device, step, "03b_sdpa_fused", list(FUSED))
-print(f"GPU run: {gpu_source}" if gpu_steps else gpu_source)
+if gpu_steps:
+    say(f"GPU run: {gpu_source}")
 
 # %%
 transposes = pd.DataFrame(columns=["alloc_bytes"])
@@ -153,7 +158,7 @@ links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 #
 # The profiler's footprint of the flash kernel surprised the article's authors: about 13%
 # estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
-# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.cpp`.)
+# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.h`, `std::lround`.)
 # Occupancy is the share of an SM's warp slots that resident warps fill, and registers
 # decide it here. The article's arithmetic for a block of 128 threads at 255 registers each
 # on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
@@ -190,9 +195,9 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # whichever API launched it. Kineto also caps the blocks per SM at the grid's average, the
 # grid's block count divided by the number of SMs (the trace's "blocks per SM" is that
 # average, not a count of resident blocks), so a small grid reads low because it is small.
-# `kernels.hw.occupancy.kineto_estimate` does the same arithmetic, and the GPU-run cell below
-# recomputes the field with it for every fused kernel it sees. The footprint the article's
-# trace does report for cuDNN, 256 threads at 240 registers, gives the register-limited figure:
+# `kernels.hw.occupancy.kineto_estimate` does the same arithmetic; the next section recomputes
+# a real trace's field with it. The footprint the article's trace does report for cuDNN, 256
+# threads at 240 registers, gives the register-limited figure:
 
 # %%
 cudnn_occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
@@ -203,7 +208,107 @@ glue("cudnn_occ", cudnn_occ.percent)
 
 # %% [markdown]
 # One block of 61,440 registers fits in the SM's 65,536, a second does not:
-# {glue:text}`cudnn_occ:.1f`%, in line with flash. cuDNN has a CPU-side cost too. The article
+# {glue:text}`cudnn_occ:.1f`%, in line with flash.
+#
+# ## The flash kernel on a real H100
+#
+# The article's numbers come from screenshots of an A100 trace. Every kernel event of a trace
+# carries the same footprint, so the arithmetic can be redone on a real one: the H100 forward
+# of Qwen1.5-0.5B that part one read (16 sequences of 559 tokens, 16 heads of 64, bfloat16,
+# causal), recorded by others. Each of its SDPA calls ran one `flash_fwd_kernel`. Here is the
+# first one's footprint as the trace recorded it, and the SM's limits from the trace's
+# `deviceProperties`:
+
+# %%
+h100 = borrowed.TRACELENS["h100_qwen"]
+h100_trace = h100.trace()
+say(h100.credit(h100_trace))
+h100_step = h100.step(trace=h100_trace)
+h100_call = kernels.attention.sdpa.recorded_calls(h100_step)[0]
+h100_kernels = kernels.attention.sdpa.call_step(h100_step, h100_call).gpu_work
+lesson(len(h100_kernels) == 1, "the call launched exactly one kernel", short_kernel_name(h100_kernels["name"].iloc[0]))
+flash_row = h100_kernels.iloc[0]
+real = trace_kernel(flash_row, h100_trace.device_properties)
+display(pd.Series(real.summary(), name=h100.gpu(h100_trace)).to_frame())
+limits = pd.DataFrame(device_limits(h100_trace.device_properties[0]), columns=["deviceProperties field", "the trace",
+                                                                               "kernels.hw.occupancy's sm_90 table"])
+display(limits.set_index("deviceProperties field"))
+lesson((limits["the trace"] == limits["kernels.hw.occupancy's sm_90 table"]).all(),
+       "the SM limits the trace records are those the occupancy arithmetic uses for sm_90")
+
+# %% [markdown]
+# Before the reveal: 128 threads at 255 registers each, on an SM with 65,536 registers and 64
+# warp slots. How many of these blocks fit on one SM, and what occupancy (in %) does that give?
+
+# %%
+guess_h100_occupancy = 6.25  # edit me: the flash kernel's occupancy on the H100, in %
+
+# %%
+print(real.occupancy.explain())
+reveal(guess_h100_occupancy, real.occupancy.percent, "% occupancy of the H100's flash kernel")
+lesson(real.occupancy.limited_by == "registers"
+       and (real.occupancy.blocks_by_shared_memory or 0) > real.occupancy.blocks_per_sm,
+       "registers bind: shared memory alone would let more blocks in",
+       f"{real.occupancy.blocks_per_sm} blocks by registers, {real.occupancy.blocks_by_shared_memory} by shared memory")
+lesson(real.kineto_rounded == real.recorded_percent,
+       "Kineto's estimate, recomputed from the footprint and the grid, is the trace's number",
+       f"{real.kineto_percent:g}% -> {real.kineto_rounded}, the trace says {real.recorded_percent:g}")
+lesson(real.occupancy.percent == flash_occ.percent, "the same footprint gives the H100 the A100's occupancy",
+       f"{real.occupancy.percent:g}% on both")
+glue("h100_blocks", real.occupancy.blocks_per_sm)
+glue("h100_warps_per_block", real.occupancy.warps_per_block)
+glue("h100_warps", real.occupancy.warps_per_sm)
+glue("h100_occ", real.occupancy.percent)
+glue("h100_recorded_occ", real.recorded_percent)
+glue("h100_regs_per_block", real.registers_per_thread * real.threads_per_block)
+glue("h100_smem_blocks", real.occupancy.blocks_by_shared_memory)
+
+# %% [markdown]
+# {glue:text}`h100_blocks` blocks of {glue:text}`h100_warps_per_block` warps: {glue:text}`h100_warps` of 64 warp slots,
+# {glue:text}`h100_occ:.1f`%, which the trace writes as {glue:text}`h100_recorded_occ:.0f`. A guess
+# of 6.25% counted one block per SM; but a block needs {glue:text}`h100_regs_per_block` registers
+# (after rounding, 8,192 per warp), and two fit in 65,536. The H100's SM has the A100's register
+# file and warp slots, so the footprint gives the same figure as on the article's A100; its
+# larger shared memory would take {glue:text}`h100_smem_blocks` blocks, and registers bind first.
+#
+# The kernel's name says why it asks for exactly 48 KiB. Its template arguments,
+# `Flash_fwd_kernel_traits<64, 128, 128, 4, ...>`, are FlashAttention-2's tile configuration:
+# head dim 64, 128 query rows per block, 128 key rows per step of its loop, 4 warps. The tiles
+# in shared memory are one of Q and one each of K and V, in bfloat16:
+
+# %%
+tiles = kernels.attention.sdpa.flash_tiles(real.name)
+batch_, heads_, seq_ = h100_call.q[0], h100_call.q[1], h100_call.q[2]
+print(tiles)
+print(f"shared memory: ({tiles.block_m} + 2 x {tiles.block_n}) rows x {tiles.head_dim} x 2 bytes = "
+      f"{tiles.shared_bytes():,} B; grid: ceil({seq_} / {tiles.block_m}) query tiles x {batch_} x {heads_} = "
+      f"{tiles.grid(batch_, heads_, seq_)}")
+lesson(tiles.shared_bytes() == real.shared_mem_per_block and tiles.threads == real.threads_per_block,
+       "the tiles in the kernel's name account for its shared memory and its threads, byte for byte",
+       f"{tiles.shared_bytes():,} B, {tiles.threads} threads")
+lesson(tiles.grid(batch_, heads_, seq_) == list(real.grid),
+       "and its grid is one block per query tile, sequence and head of the recorded call", str(list(real.grid)))
+lesson(real.shared_mem_per_block <= KINETO_SHARED_MEM_LIMIT,
+       "48 KiB is exactly the per-block default Kineto's estimate assumes, so this kernel does not read 0%")
+lesson(4 < real.waves < 5, "the grid takes four full waves of resident blocks and part of a fifth", f"{real.waves:.2f} waves")
+glue("h100_grid_blocks", real.grid_blocks)
+glue("h100_resident", real.resident_blocks)
+glue("h100_waves", real.waves)
+glue("h100_sms", real.sm_count)
+glue("h100_avg_blocks", real.grid_blocks / real.sm_count)
+
+# %% [markdown]
+# The grid holds {glue:text}`h100_grid_blocks` blocks; the H100's {glue:text}`h100_sms` SMs
+# hold {glue:text}`h100_resident` of them at a time ({glue:text}`h100_blocks` each), so the
+# kernel runs in {glue:text}`h100_waves:.2f` waves: four full rounds and a last one that
+# leaves some SMs idle. Kineto's own "blocks per SM", {glue:text}`h100_avg_blocks:.2f`, is the
+# grid divided by the SMs, not what is resident; its estimate takes the smaller of that
+# average and what fits, here the {glue:text}`h100_blocks` that fit. A GPU run of this page
+# checks the same recomputation on every fused kernel it launches.
+#
+# ## cuDNN's CPU time
+#
+# cuDNN has a CPU-side cost too. The article
 # measured, per forward on its A100 (GPU / CPU time): efficient 277.9 / 117 µs, flash
 # 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no transposes at all, spends the most
 # CPU time, inside one opaque `_cudnn_attention_forward` bar. That is not a plan being chosen
@@ -214,11 +319,12 @@ glue("cudnn_occ", cudnn_occ.percent)
 # the profiled window it inflates the average. A cleaner trace did not mean less work; the
 # work moved where the profiler cannot split it.
 #
-# On a GPU the cell below measures that split directly, without the profiler (whose own
+# A GPU run of this page measures that split directly, without the profiler (whose own
 # bookkeeping of shapes and memory would add to every CPU time): the CPU time of cuDNN's first
-# call at a shape it has not seen, against the median of the calls after it.
+# call at a shape it has not seen, against the median of the calls after it. None of the
+# borrowed traces ran cuDNN.
 
-# %%
+# %% tags=["remove-input"]
 if device.type == "cuda" and "sdpa_cudnn" in fused_here:
     import statistics
     import time
@@ -226,96 +332,41 @@ if device.type == "cuda" and "sdpa_cudnn" in fused_here:
     cudnn = kernels.get("sdpa_cudnn")
     fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
 
-    def cpu_ms() -> float:
-        """CPU time of one call: the launch, not the kernel (the GPU runs on afterwards)."""
+    # CPU time of each call: the launch, not the kernel (the GPU runs on afterwards); the first at a new shape.
+    spent = []
+    for _ in range(21):
         torch.cuda.synchronize()
         start = time.perf_counter()
         cudnn(*fresh)
-        spent = (time.perf_counter() - start) * 1e3
-        torch.cuda.synchronize()
-        return spent
-
-    first = cpu_ms()
-    steady = statistics.median(cpu_ms() for _ in range(20))
+        spent.append((time.perf_counter() - start) * 1e3)
+    torch.cuda.synchronize()
+    first, steady = spent[0], statistics.median(spent[1:])
     print(f"cuDNN at a new shape: first call {first:.2f} ms of CPU time, then {steady:.3f} ms per call (median of 20)")
     lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
            "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
     glue("cudnn_first_ms", first)
     glue("cudnn_steady_ms", steady)
-else:
-    print("This run has no cuDNN backend to time (it needs a GPU with compute capability 8.0 or newer).")
 
-# %% [markdown]
-# ## On a GPU run
-#
-# The cell below checks the one-kernel shape of every fused backend on a GPU run, decodes
-# each kernel's name, and recomputes its occupancy from the footprint the trace carries: the
-# register- and shared-memory-limited figure, and Kineto's estimate as the profiler makes it.
-# The GPU run is this run's own when it ran on a GPU, else the repository's recording
-# (labelled as such), else there is none to read and the cell says so.
-
-# %%
-fused = [n for n in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn") if n in gpu_steps]
-if fused:
-    print(f"GPU run: {gpu_source}")
-    arch = None
-    try:
-        arch = arch_of(gpu_capability)
-    except ValueError as err:
-        print(f"no occupancy table for this GPU: {err}")
-    rows = []
-    for name in fused:
-        s = gpu_steps[name]
-        ks = s.gpu_work[s.gpu_work["cat"] == "kernel"]
-        lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
-        kern = ks.iloc[0]
-        fp = fingerprint(kern["name"])
-        lesson(fp.kind == "fused_attention", f"{name}'s kernel decodes as fused attention", fp.note)
-        computed = kineto = None
-        footprint = isinstance(kern["block"], (list, tuple)) and pd.notna(kern["registers_per_thread"])
-        smem = int(kern["shared_memory"]) if pd.notna(kern["shared_memory"]) else None
-        sm_count = next((int(p["numSms"]) for p in s.trace.device_properties
-                         if "numSms" in p and str(p.get("id", 0)) == str(kern["device"])), None)
-        if arch and footprint:
-            threads, regs = math.prod(int(x) for x in kern["block"]), int(kern["registers_per_thread"])
-            computed = occupancy(threads_per_block=threads, registers_per_thread=regs,
-                                 shared_mem_per_block=smem or 0, arch=arch).percent
-            if smem is not None and sm_count and isinstance(kern["grid"], (list, tuple)):
-                kineto = kineto_estimate(threads, regs, smem, grid_blocks=math.prod(int(x) for x in kern["grid"]),
-                                         sm_count=sm_count, arch=arch)
-        rows.append({"backend": name, "kernel": kern["name"][:60], "launched by": kern["launcher"],
-                     "regs/thread": kern["registers_per_thread"], "block": kern["block"],
-                     "shared KiB": None if smem is None else round(smem / 1024, 1),
-                     "reported occupancy %": kern["occupancy_pct"], "computed occupancy %": computed,
-                     "Kineto's estimate %": None if kineto is None else round(kineto, 1),
-                     "transposes (CPU)": len(s.find("aten::transpose")),
-                     "GPU us": s.gpu_time_us, "CPU us": s.cpu_time_us})
-    table = pd.DataFrame(rows)
-    display(table)
-    if "sdpa_flash" in fused and table.loc[fused.index("sdpa_flash"), "computed occupancy %"] is not None:
-        lesson(table.loc[fused.index("sdpa_flash"), "computed occupancy %"] < 50,
-               "flash's footprint gives low theoretical occupancy on this GPU too")
-    # Kineto's estimate assumes the 48 KiB default per-block shared-memory limit: a kernel
-    # that opts into more reads 0%, whatever launched it.
-    recomputed = table.dropna(subset=["Kineto's estimate %", "reported occupancy %"])
-    if not recomputed.empty:
-        lesson((abs(recomputed["Kineto's estimate %"] - recomputed["reported occupancy %"]) <= 1).all(),
-               "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid "
-               "(48 KiB default shared-memory limit, grid / SMs), it matches the reported field to the rounding",
-               "; ".join(f"{b}: {e}% vs {r}%" for b, e, r in zip(recomputed["backend"], recomputed["Kineto's estimate %"],
-                                                                 recomputed["reported occupancy %"])))
-    known = table.dropna(subset=["shared KiB", "reported occupancy %"])
-    over = known["shared KiB"] * 1024 > KINETO_SHARED_MEM_LIMIT
-    lesson(((known["reported occupancy %"] == 0) == over).all(),
+# %% tags=["remove-input"]
+# A GPU run only (this run's or the book's recording): each fused backend is one kernel, and the trace's
+# occupancy is Kineto's estimate recomputed from its footprint (0% above 48 KiB of shared memory).
+read = {}
+for name in [n for n in FUSED if n in gpu_steps]:
+    ks = gpu_steps[name].gpu_work[gpu_steps[name].gpu_work["cat"] == "kernel"]
+    lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
+    lesson(fingerprint(ks["name"].iloc[0]).kind == "fused_attention", f"{name}'s kernel decodes as fused attention")
+    read[name] = trace_kernel(ks.iloc[0], gpu_steps[name].trace.device_properties)
+    if name == "sdpa_cudnn":
+        lesson(ks["launcher"].iloc[0] != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel",
+               str(ks["launcher"].iloc[0]))
+if read:
+    display(pd.DataFrame({n: k.summary() for n, k in read.items()}))
+    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
+           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
+           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
+    lesson(all((k.kineto_percent == 0) == (k.shared_mem_per_block > KINETO_SHARED_MEM_LIMIT) for k in read.values()),
            "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
-           "; ".join(f"{b}: {kib} KiB, {pct}%" for b, kib, pct in
-                     zip(known["backend"], known["shared KiB"], known["reported occupancy %"])) or "no footprint recorded")
-    if "sdpa_cudnn" in fused:
-        launcher = table.loc[fused.index("sdpa_cudnn"), "launched by"]
-        lesson(launcher != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel", launcher)
-else:
-    print(f"{gpu_source}\nOn this machine the efficient and cuDNN backends have no kernel at all "
-          f"(the rules say: {refused['sdpa_cudnn']}).")
+           "; ".join(f"{n}: {k.shared_mem_per_block / 1024:g} KiB" for n, k in read.items()))
 
 # %% [markdown]
 # ## Memory: S² against S
@@ -346,7 +397,8 @@ for s_len in sweep_seqs:
         sweep.append({"backend": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
 peaks = pd.DataFrame(sweep).pivot(index="seq", columns="backend", values="peak (MiB)")
 growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
-display(pd.concat([peaks.round(2), growth.round(2)], axis=1))
+# "—": not run at that length, or no shorter length to compare with.
+display(pd.concat([peaks.round(2), growth.round(2)], axis=1).astype(object).fillna("—"))
 
 # %%
 #| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x).
@@ -413,15 +465,9 @@ else:  # a GPU without the flash backend (e.g. a T4): nothing to compare
 
 # %%
 if device.type == "cpu" and "sdpa_flash" in fused_here:
-    def flash_allocations(s_len):
-        st = sweep_steps["sdpa_flash", s_len]
-        sizes = st.memory.loc[st.memory["bytes"] > 0, "bytes"].tolist()
-        out_bytes = batch * heads * s_len * head_dim * q.element_size()
-        lse_bytes = batch * heads * s_len * 4  # one float32 log-sum-exp per query row
-        scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
-        return {"seq": s_len, "allocations": len(sizes), "output": out_bytes in sizes,
-                "log-sum-exp": lse_bytes in sizes, "scratch (KiB)": sum(scratch) / 1024}
-    acc = pd.DataFrame([flash_allocations(s) for s in sweep_seqs]).set_index("seq")
+    acc = pd.DataFrame([kernels.attention.sdpa.cpu_flash_allocations(sweep_steps["sdpa_flash", s], batch, heads, s,
+                                                                     head_dim, q.element_size())
+                        for s in sweep_seqs]).set_index("seq")
     display(acc)
     lesson((acc["allocations"] == 3).all() and acc["output"].all() and acc["log-sum-exp"].all(),
            "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, a scratch buffer")

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import warnings
-from typing import Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +24,11 @@ from packaging.version import Version
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.registry import CannotRun, Reason, check_inputs, cuda_reason, get, register, resolve_scale
+
+if TYPE_CHECKING:   # reading a trace needs pandas; importing the registry must stay cheap
+    import pandas as pd
+
+    from kernels.trace.reader import Step
 
 BACKENDS = {
     "sdpa_math": SDPBackend.MATH,
@@ -146,6 +153,10 @@ DEFAULT_PRIORITY = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn")
 # 2.14.1 and 2.15.0 compare with); a build against CUDA older than 13.0 does so only
 # on minor version 0 or 3 (sm_90, sm_100, sm_103): `(!minor || minor == 3)`.
 CUDNN_FIRST_MAJORS = (9, 10)
+# Before torch 2.9 no default order put cuDNN first: 2.5.1 made it opt-in after 2.5.0's bugs
+# (pytorch/pytorch#138522) and #162073 put it first again on sm90/sm100 for 2.9. (2.5.0 itself
+# tried cuDNN first on 9.x: its rules are not written down here.)
+CUDNN_FIRST_FROM = (2, 9)
 CUDNN_FIRST_AFTER = 91500
 CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
 
@@ -155,7 +166,8 @@ def _cuda_major(cuda_version: Optional[str]) -> Optional[int]:
 
 
 def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,
-             deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None) -> list[str]:
+             deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None,
+             torch_version: Optional[str] = None) -> list[str]:
     """The order an unpinned SDPA call on a GPU of capability ``cap`` tries its backends.
 
     ``order`` is the base order (``sdpa_kernel([...], set_priority=True)`` changes it). On
@@ -163,8 +175,15 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
     ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``) or deterministic algorithms are on.
     ``cuda_version`` is the CUDA torch was built with (``torch.version.cuda``): before 13.0,
     only minor versions 0 and 3 put cuDNN first. None reads as 13.0 or newer.
+    ``torch_version``: whose order (default: the installed torch's); before 2.9, never cuDNN first.
     """
     order = list(order)
+    release = Version(torch_version or torch.__version__).release[:3]
+    if release == (2, 5, 0):
+        raise ValueError("torch 2.5.0 put cuDNN first on compute capability 9.x by rules the course does not "
+                         "model (2.5.1 made cuDNN opt-in); ask about 2.5.1 or newer")
+    if release[:2] < CUDNN_FIRST_FROM:
+        return order
     cuda_major = _cuda_major(cuda_version)
     minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
     cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
@@ -183,7 +202,7 @@ def predicted_backend(cap: tuple[int, int], dtype: torch.dtype, head_dim: int, *
     the first in ``priority`` whose rules accept the inputs. Math accepts everything.
     ``torch_version``: whose rules (default: the installed torch's)."""
     for name in priority(cap, cudnn_version, deprioritized=deprioritized, deterministic=deterministic, order=order,
-                         cuda_version=cuda_version):
+                         cuda_version=cuda_version, torch_version=torch_version):
         if name == "sdpa_math" or gpu_input_reason(name, cap, dtype, head_dim, deterministic=deterministic,
                                                    cudnn_version=cudnn_version, torch_version=torch_version,
                                                    requires_grad=requires_grad) is None:
@@ -413,3 +432,223 @@ def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
         scores.add_(bias)                           # [Sq, Sk] broadcast over B and H
     probs = safe_softmax(scores, -1)                # [B, H, Sq, Sk]
     return (probs @ v).to(out_dtype)                # [B, H, Sq, Sk] @ [B, H, Sk, D] -> [B, H, Sq, D]
+
+
+# ---- an SDPA call as a trace recorded it --------------------------------------------------------
+
+# The op each backend runs under ``aten::scaled_dot_product_attention`` (CUDA, ROCm and CPU builds;
+# ROCm's flash backend keeps the CUDA op names and launches AMD's kernel below them).
+BACKEND_OPS = {
+    "aten::_scaled_dot_product_flash_attention": "sdpa_flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "sdpa_flash",
+    "aten::_scaled_dot_product_efficient_attention": "sdpa_efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "sdpa_cudnn",
+    "aten::_scaled_dot_product_attention_math": "sdpa_math",
+}
+SDPA_OP = "aten::scaled_dot_product_attention"
+# Kineto's names for tensor element types
+TRACE_DTYPES = {"c10::BFloat16": torch.bfloat16, "c10::Half": torch.float16, "float": torch.float32,
+                "double": torch.float64}
+# Ops that only re-describe memory inside a view op: left out of a call's chain
+_VIEW_INTERNALS = frozenset({"aten::as_strided"})
+
+
+@dataclass(frozen=True)
+class RecordedSdpa:
+    """One ``aten::scaled_dot_product_attention`` call as the trace recorded its inputs.
+
+    Read from the op's ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (the schema:
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)."""
+
+    row: int                  # the op's row in ``Step.ops``
+    q: list
+    k: list
+    v: list
+    dtype: torch.dtype
+    attn_mask: Optional[list]  # its dims; None: no mask was passed
+    dropout_p: float
+    is_causal: bool
+    scale: Optional[float]     # None: the default 1/sqrt(head_dim)
+    enable_gqa: bool
+    backend_op: Optional[str]  # the backend's op nested in it (None: none recorded)
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.q[-1])
+
+    @property
+    def backend(self) -> Optional[str]:
+        """The course's name of the backend that ran (``sdpa_flash``...), from its op."""
+        return BACKEND_OPS.get(self.backend_op) if self.backend_op else None
+
+    def summary(self) -> dict:
+        """What the rules read, as the trace recorded it, for a table."""
+        return {"q shape [B, H, S, D]": str(self.q), "dtype": str(self.dtype).replace("torch.", ""),
+                "attn_mask": "None" if self.attn_mask is None else str(self.attn_mask),
+                "is_causal": self.is_causal, "dropout_p": self.dropout_p, "backend op": self.backend_op,
+                "backend": self.backend}
+
+    def rules_reason(self) -> Reason:
+        """Why ``predicted_backend`` cannot answer for this call (None: it can): it models an
+        unpinned call with no mask, no dropout, and causal only with Sq == Sk."""
+        if self.attn_mask is not None:
+            return f"the call passed a mask of shape {self.attn_mask}"
+        if self.dropout_p:
+            return f"the call used dropout_p={self.dropout_p}"
+        if self.is_causal and self.q[-2] != self.k[-2]:
+            return f"causal with Sq {self.q[-2]} != Sk {self.k[-2]}"
+        return None
+
+
+def recorded_calls(step: "Step") -> list[RecordedSdpa]:
+    """Every ``aten::scaled_dot_product_attention`` call of ``step``, with its recorded inputs.
+
+    A ValueError says when the trace did not record the inputs (a profile without
+    ``record_shapes=True``, or a torch too old to record scalar values)."""
+    ops = step.ops
+    found = []
+    for row in ops.index[ops["name"] == SDPA_OP]:
+        found.append(_read_sdpa(ops, int(row)))
+    return found
+
+
+def _read_sdpa(ops: "pd.DataFrame", row: int) -> RecordedSdpa:
+    dims, types, values = (ops.at[row, c] for c in ("input_dims", "input_types", "concrete_inputs"))
+    if len(dims) < 3 or len(values) < 6 or not types:
+        raise ValueError(f"the SDPA call at row {row} has no recorded inputs (Input Dims {dims}, Concrete "
+                         f"Inputs {values}): profile with record_shapes=True on a torch that records scalars")
+    if types[0] not in TRACE_DTYPES:
+        raise ValueError(f"the SDPA call at row {row} has inputs of type {types[0]!r}, not a float type")
+    inner = ops.index[(ops["parent"] == row) & ops["name"].isin(list(BACKEND_OPS))]
+    mask_dims = dims[3] if len(dims) > 3 and dims[3] else None
+    return RecordedSdpa(
+        row=row, q=list(dims[0]), k=list(dims[1]), v=list(dims[2]), dtype=TRACE_DTYPES[types[0]],
+        attn_mask=mask_dims, dropout_p=float(values[4] or 0.0), is_causal=values[5].strip() == "True",
+        scale=float(values[6]) if len(values) > 6 and values[6] not in ("", "None") else None,
+        enable_gqa=len(values) > 7 and values[7].strip() == "True",
+        backend_op=str(ops.at[int(inner[0]), "name"]) if len(inner) else None)
+
+
+def call_step(step: "Step", call: RecordedSdpa) -> "Step":
+    """The one call as a step of its own: its ops, and the GPU work launched inside it
+    (for a timeline, or ``chain``)."""
+    import pandas as pd
+
+    from kernels.trace.reader import Step
+
+    op = step.ops.loc[call.row]
+    window = pd.Series({"name": SDPA_OP, "cat": "user_annotation", "pid": op["pid"], "tid": op["tid"],
+                       "ts": float(op["ts"]), "dur": float(op["dur_us"]), "args": {}, "end": float(op["end"])})
+    return Step(step.trace, SDPA_OP, 0, window)
+
+
+def chain(call: "Step", every_runtime_call: bool = False, indent: bool = False) -> "pd.DataFrame":
+    """The call's nesting, from ``scaled_dot_product_attention`` down to the kernel it launched:
+    one row per op (views' own ``as_strided`` left out), per runtime call that launched GPU work
+    (``every_runtime_call``: all of them), and per GPU kernel, right under its launch (kernel
+    names shortened: no template arguments). ``call`` is a step cut to one call
+    (``call_step``). Times in µs from the call's start; a kernel's start is on the GPU's clock
+    as the trace aligns it, so it may start after the call has returned. ``indent``: the names,
+    indented by one "· " per level, become the index (for display), and ``level`` goes."""
+    import pandas as pd
+
+    from kernels.trace.attention import short_kernel_name
+
+    t0, t1 = float(call.range["ts"]), float(call.range["end"])
+    ops = call.ops[~call.ops["name"].isin(_VIEW_INTERNALS)]
+    rows = [{"level": 0, "kind": "op", "name": str(call.range["name"]), "starts (µs)": 0.0,
+             "takes (µs)": t1 - t0, "order": 0.0}]
+    rows += [{"level": int(r.depth) + 1, "kind": "op", "name": r.name, "starts (µs)": r.start_us,
+              "takes (µs)": r.dur_us, "order": r.start_us} for r in ops.itertuples()]
+    work = call.gpu_work
+    spans = call.trace.spans
+    runtime = spans[spans["cat"].isin(["cuda_runtime", "cuda_driver"]) & (spans["tid"] == str(call.range["tid"]))
+                    & (spans["ts"] >= t0) & (spans["ts"] < t1)]
+    for r in runtime.itertuples():
+        launched = work[(work["launch_start_us"] - (r.ts - t0)).abs() < 1e-3]
+        if launched.empty and not every_runtime_call:
+            continue
+        level = _level_at(ops, r.ts) + 2
+        rows.append({"level": level, "kind": "runtime", "name": r.name, "starts (µs)": r.ts - t0,
+                     "takes (µs)": r.dur, "order": r.ts - t0})
+        rows += [{"level": level + 1, "kind": "GPU " + k.cat.replace("gpu_", ""), "name": short_kernel_name(k.name),
+                  "starts (µs)": k.start_us, "takes (µs)": k.dur_us, "order": r.ts - t0 + 1e-6}
+                 for k in launched.itertuples()]
+    table = pd.DataFrame(rows).sort_values(["order", "level"], kind="stable").drop(columns="order")
+    table = table.round({"starts (µs)": 1, "takes (µs)": 1}).reset_index(drop=True)
+    if indent:
+        names = ["· " * level + name for level, name in zip(table["level"], table["name"])]
+        table = table.drop(columns=["level", "name"]).set_axis(pd.Index(names, name="name"))
+    return table
+
+
+def _level_at(ops: "pd.DataFrame", ts: float) -> int:
+    """The depth of the innermost op running at ``ts`` (-1 if none)."""
+    inside = ops[(ops["ts"] <= ts) & (ops["end"] >= ts)]
+    return int(inside["depth"].max()) if len(inside) else -1
+
+
+# ---- FlashAttention-2's forward kernel, read from its name ----------------------------------------
+
+_FLASH_TRAITS = re.compile(r"Flash_fwd_kernel_traits<\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),"
+                           r"\s*(true|false)")
+
+
+@dataclass(frozen=True)
+class FlashTiles:
+    """The tile configuration a ``flash_fwd_kernel`` name carries in its template arguments
+    (``Flash_fwd_kernel_traits<head_dim, block_m, block_n, warps, Q in registers, Q/K share
+    shared memory, ...>``, FlashAttention-2's ``kernel_traits.h``)."""
+
+    head_dim: int
+    block_m: int      # query rows per thread block
+    block_n: int      # key/value rows per step of its loop
+    warps: int
+    q_in_regs: bool
+    share_q_k: bool
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def shared_bytes(self, element_bytes: int = 2) -> int:
+        """Shared memory the tiles take: a Q tile and a K and a V tile (kernel_traits.h's
+        kSmemSize: Q + K/V, or the larger of the two when Q and K share it)."""
+        q = self.block_m * self.head_dim * element_bytes
+        kv = 2 * self.block_n * self.head_dim * element_bytes
+        return max(q, kv) if self.share_q_k else q + kv
+
+    def grid(self, batch: int, heads: int, seq_q: int) -> list[int]:
+        """FlashAttention-2's forward grid: (query tiles, batch, heads)."""
+        return [math.ceil(seq_q / self.block_m), batch, heads]
+
+
+def flash_tiles(kernel_name: str) -> FlashTiles:
+    """The tiles of a FlashAttention-2 forward kernel, from its full (demangled) name."""
+    m = _FLASH_TRAITS.search(kernel_name)
+    if m is None:
+        raise ValueError(f"not a FlashAttention-2 forward kernel name with its template arguments: {kernel_name[:120]!r}")
+    d, bm, bn, w = (int(x) for x in m.groups()[:4])
+    return FlashTiles(d, bm, bn, w, m.group(5) == "true", m.group(6) == "true")
+
+
+# ---- what chapter 3 reads off a CPU step ------------------------------------------------------------
+
+def mask_build_starts(step: "Step", seq_q: int, seq_k: int) -> dict:
+    """When the math backend built its causal mask in ``step``: the start (µs) of its first
+    ``ones``, and of ``tril`` and ``where`` on an [Sq, Sk] tensor; None for an op that did not run."""
+    found = {"ones": step.find("aten::ones"), "tril": step.find("aten::tril", [seq_q, seq_k]),
+             "where": step.find("aten::where", [seq_q, seq_k])}
+    return {name: float(hits["start_us"].min()) if not hits.empty else None for name, hits in found.items()}
+
+
+def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> dict:
+    """The buffers one forward of PyTorch's CPU flash kernel allocated in ``step``: how many, whether
+    the output ([B, H, S, D]) and the float32 log-sum-exp ([B, H, S]) are among them, and the KiB of
+    the rest (the per-thread scratch buffer)."""
+    sizes = step.memory.loc[step.memory["bytes"] > 0, "bytes"].tolist()
+    out_bytes = batch * heads * seq * head_dim * element_size
+    lse_bytes = batch * heads * seq * 4
+    scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
+    return {"seq": seq, "allocations": len(sizes), "output": out_bytes in sizes, "log-sum-exp": lse_bytes in sizes,
+            "scratch (KiB)": sum(scratch) / 1024}

@@ -329,6 +329,115 @@ def kineto_estimate(threads_per_block: int, registers_per_thread: int, shared_me
     return 100.0 * blocks * threads_per_block / (lim.max_warps_per_sm * lim.warp_size)
 
 
+# ------------------------------------------------------------ a kernel as a trace recorded it
+
+@dataclass(frozen=True)
+class TraceKernel:
+    """One kernel's footprint as a Kineto trace recorded it, on the GPU its trace describes,
+    with the occupancy it allows and the profiler's estimate recomputed."""
+
+    name: str
+    grid: tuple
+    block: tuple
+    registers_per_thread: int
+    shared_mem_per_block: int
+    recorded_percent: Optional[float]   # the trace's "est. achieved occupancy %"
+    sm_count: int                       # the trace's deviceProperties numSms
+    occupancy: Occupancy                # what the footprint allows (resident blocks and warps)
+
+    @property
+    def grid_blocks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def kineto_percent(self) -> float:
+        """Kineto's estimate recomputed from the footprint (``kineto_estimate``), unrounded."""
+        return kineto_estimate(self.threads_per_block, self.registers_per_thread, self.shared_mem_per_block,
+                               self.grid_blocks, self.sm_count, self.occupancy.arch)
+
+    @property
+    def kineto_rounded(self) -> int:
+        """As the trace writes it: a whole number, halves rounded up (``std::lround``)."""
+        return math.floor(self.kineto_percent + 0.5)
+
+    @property
+    def resident_blocks(self) -> int:
+        """Blocks the whole GPU holds at once: resident blocks per SM x SMs."""
+        return self.occupancy.blocks_per_sm * self.sm_count
+
+    @property
+    def waves(self) -> float:
+        """The grid over what the GPU holds at once (5.0: five full rounds of blocks)."""
+        return self.grid_blocks / self.resident_blocks if self.resident_blocks else math.inf
+
+    def summary(self) -> dict:
+        """The footprint as the trace recorded it, and what it allows, for a table."""
+        return {"kernel": re.split(r"[<(]", self.name.removeprefix("void "), maxsplit=1)[0],
+                "grid": list(self.grid), "block (threads)": list(self.block),
+                "registers per thread": self.registers_per_thread,
+                "shared memory (KiB)": self.shared_mem_per_block / KB,
+                "est. achieved occupancy % (the trace's)": self.recorded_percent,
+                "Kineto's estimate, recomputed %": round(self.kineto_percent, 2),
+                "resident blocks per SM": self.occupancy.blocks_per_sm, "limited by": self.occupancy.limited_by,
+                "SMs (numSms)": self.sm_count, "waves": round(self.waves, 2)}
+
+
+# deviceProperties field -> the calculator's table, for the limits a trace records
+_DEVICE_FIELDS = {"regsPerMultiprocessor": "registers_per_sm", "sharedMemPerMultiprocessor": "shared_mem_per_sm",
+                  "sharedMemPerBlockOptin": "max_shared_mem_per_block", "warpSize": "warp_size"}
+
+
+def device_limits(props: Mapping) -> list:
+    """The SM limits a trace's ``deviceProperties`` entry records, beside the table's for its
+    architecture: ``[(field, trace's value, table's value)]``, threads per SM included."""
+    lim = _limits((int(props["computeMajor"]), int(props["computeMinor"])))
+    rows = [(f, props[f], getattr(lim, attr)) for f, attr in _DEVICE_FIELDS.items() if f in props]
+    if "maxThreadsPerMultiProcessor" in props or "maxThreadsPerMultiprocessor" in props:
+        threads = props.get("maxThreadsPerMultiProcessor", props.get("maxThreadsPerMultiprocessor"))
+        rows.append(("maxThreadsPerMultiprocessor", threads, lim.max_warps_per_sm * lim.warp_size))
+    return rows
+
+
+def trace_kernel(kernel: Mapping, device_properties: list) -> TraceKernel:
+    """A kernel row of ``Step.gpu_work`` (or a Kineto kernel event's ``args``) read with the
+    ``deviceProperties`` of its trace: the architecture from the recorded compute capability,
+    the SM count from ``numSms``. A ValueError names what the trace did not record (ROCm traces
+    record no registers or shared memory)."""
+    args = kernel.get("args", kernel)
+    get = {"registers_per_thread": "registers per thread", "shared_memory": "shared memory",
+           "occupancy_pct": "est. achieved occupancy %"}
+    value = {k: args.get(k, args.get(alias)) for k, alias in get.items()}
+    missing = [k for k in ("grid", "block", "registers_per_thread", "shared_memory")
+               if _absent(args.get(k, value.get(k)))]
+    if missing:
+        raise ValueError(f"the trace recorded no {', '.join(missing)} for {str(kernel.get('name', 'this kernel'))[:60]!r}"
+                         " (CUDA traces do; ROCm traces record grid and block only)")
+    device = str(args.get("device", 0))
+    props = next((p for p in device_properties if str(p.get("id", 0)) == device), None)
+    if props is None or "computeMajor" not in props or "numSms" not in props:
+        raise ValueError(f"the trace's deviceProperties say nothing of device {device} "
+                         "(its compute capability and SM count are needed)")
+    occ = occupancy(threads_per_block=math.prod(int(x) for x in args["block"]),
+                    registers_per_thread=int(value["registers_per_thread"]),
+                    shared_mem_per_block=int(value["shared_memory"]),
+                    arch=(int(props["computeMajor"]), int(props["computeMinor"])))
+    pct = value["occupancy_pct"]
+    return TraceKernel(name=str(kernel.get("name", "")), grid=tuple(int(x) for x in args["grid"]),
+                       block=tuple(int(x) for x in args["block"]),
+                       registers_per_thread=int(value["registers_per_thread"]),
+                       shared_mem_per_block=int(value["shared_memory"]),
+                       recorded_percent=None if _absent(pct) else float(pct),
+                       sm_count=int(props["numSms"]), occupancy=occ)
+
+
+def _absent(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 # --------------------------------------------------------------------------- the words
 
 def _explain(o: Occupancy, lim: ArchLimits) -> list:
@@ -402,5 +511,5 @@ def _pct(fraction: float) -> str:
     return f"{100 * fraction:.2f}".rstrip("0").rstrip(".") + "%"
 
 
-__all__ = ["ARCHES", "ArchLimits", "LIMITS", "Occupancy", "arch_of", "occupancy",
-           "occupancy_from_trace"]
+__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Occupancy", "TraceKernel", "arch_of",
+           "device_limits", "kineto_estimate", "occupancy", "occupancy_from_trace", "trace_kernel"]
