@@ -77,7 +77,8 @@ class Borrowed:
         shape = ((meta or {}).get("current_task") or {}).get("shape") or {}
         given = ", ".join(f"{k} {v}" for k, v in shape.items() if k != "tag")
         return (f"the model {experiment['repo_id']} ({experiment.get('pipeline_tag', 'a model')}, "
-                f"{experiment.get('torch_dtype', 'dtype not recorded')}), input {given or 'not recorded'}")
+                f"{experiment.get('torch_dtype', 'dtype not recorded')}), its harness's input settings "
+                f"{given or 'not recorded'} (the recorded tensor shapes say what ran)")
 
     def torch_version(self, trace: Trace) -> Optional[str]:
         """torch's version as the trace records it (None where it does not)."""
