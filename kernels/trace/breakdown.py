@@ -124,7 +124,7 @@ def share_bars(table: pd.DataFrame, ax=None, title: Optional[str] = None):
     ax.set_yticks(y, list(table.index))
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the step's GPU time (%)")
-    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     if title:
         ax.set_title(title)
     fig = ax.figure
