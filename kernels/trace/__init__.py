@@ -10,6 +10,8 @@
 - ``attention``: every attention call of a model's step (fused, replayed from a graph, or
   hand-written) with its kernels, FLOPs, TFLOP/s and footprint; also a command,
   ``python -m kernels.trace.attention TRACE``.
+- ``breakdown``: where a model step's GPU time goes: attention first, the rest by kind of
+  kernel (GEMM, elementwise, copy...), and the stacked bars that compare steps.
 
 Imports go one way: ``reader`` and ``fingerprints`` import nothing of the package, the others
 build on ``reader``; nothing here imports ``kernels.bench``.

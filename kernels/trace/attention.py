@@ -178,6 +178,36 @@ class AttentionReport:
             "calls": [c.as_dict(peak) for c in self.calls],
         }
 
+    def summary(self) -> dict:
+        """The step's attention in one column, to set one model's step on two devices side by
+        side: the device, how many calls, their kernels, the median call's GPU time, TFLOP/s and
+        share of peak, attention's share of the step, and the first call's footprint ("not
+        recorded" where the trace has none). Medians suit a step whose calls are alike (one
+        model's layers); a step with calls of two shapes is better read with ``table``."""
+        if not self.calls:
+            raise ValueError(f"step {self.step.label} has no attention call to summarise")
+        peak = self.peaks.flops if self.peaks else None
+        calls = pd.DataFrame([{"gpu_us": c.gpu_us, "kernels": len(c.kernels), "tflops": c.tflops,
+                               "peak": c.peak_share(peak)} for c in self.calls])
+        mains = sorted({short_kernel_name(m["name"]) for m in (c.main_kernel() for c in self.calls) if m is not None})
+        fp = self.calls[0].footprint()
+        missing = "not recorded"
+        share = self.attention_share
+        return {
+            "device": self.device or missing,
+            "attention calls": len(self.calls),
+            "kernels per call": int(calls["kernels"].median()),
+            "main kernel": ", ".join(mains) or "none",
+            "GPU µs per call (median)": round(float(calls["gpu_us"].median()), 1),
+            "TFLOP/s (median)": _median_or(calls["tflops"], missing, 1),
+            "% of dense 16-bit peak (median)": _median_or(100 * calls["peak"].astype(float), missing, 1),
+            "attention's share of the step (%)": missing if share is None else round(100 * share, 1),
+            "grid": _dims_text(fp["grid"]) or missing, "block": _dims_text(fp["block"]) or missing,
+            "registers per thread": missing if fp["registers_per_thread"] is None else int(fp["registers_per_thread"]),
+            "shared memory (KiB)": missing if fp["shared_memory"] is None else round(fp["shared_memory"] / 1024, 1),
+            "occupancy (%)": missing if fp["occupancy_pct"] is None else fp["occupancy_pct"],
+        }
+
     def table(self) -> pd.DataFrame:
         """One row per call, for display."""
         peak = self.peaks.flops if self.peaks else None
@@ -403,6 +433,11 @@ def _shape_text(c: AttentionCall) -> str:
         return "?"
     d = f"{c.d}" if c.d == c.dv else f"{c.d}/{c.dv}"
     return f"{c.batch_heads} x {c.sq} x {c.sk} x {d}"
+
+
+def _median_or(values: pd.Series, missing: str, digits: int):
+    known = pd.to_numeric(values, errors="coerce").dropna()
+    return round(float(known.median()), digits) if len(known) else missing
 
 
 def _dims_text(dims) -> str:

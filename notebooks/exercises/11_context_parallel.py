@@ -93,4 +93,4 @@ check_slow_rank(solution_slow_rank if solutions else slow_rank)
 # The rank that waits longest is the fastest one: waiting is what a rank does when it has
 # finished its share early.
 #
-# Back to [chapter 11](../11_context_parallel.ipynb).
+# Back to [chapter 11](../11_context_parallel.ipynb), or on to the [exercises of chapter 12](12_real_models.ipynb).
