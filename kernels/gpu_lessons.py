@@ -27,6 +27,8 @@ from kernels.cuda import flash as cuda_flash
 from kernels.trace import fingerprints
 from kernels.hw import occupancy
 from kernels.notebook import inputs, lesson
+from kernels.hw import devices
+from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.reader import Step
 from kernels.trace.tables import kernel_table
 
@@ -238,6 +240,58 @@ def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
     math_n, inplace_n = len(steps_of["sdpa_math"].gpu_work), len(steps_of["inplace"].gpu_work)
     lesson(math_n > inplace_n, "SDPA's math backend launches more GPU work than the hand-written in-place version",
            f"{math_n} vs {inplace_n}")
+
+
+def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
+    """One row per attention call of each report ({label: find_attention(step)}): the GPU the
+    trace names, the call's achieved TFLOP/s and the GPU's dense 16-bit peak (datasheet). A
+    report whose trace names no GPU the datasheet table knows, or a call without FLOPs (shapes
+    or causality not recorded), is a ValueError: the comparison would be empty."""
+    rows = []
+    for label, report in reports.items():
+        if report.peaks is None:
+            raise ValueError(f"{label}: no datasheet peak for its GPU ({report.device or 'no deviceProperties'})")
+        for i, call in enumerate(report.calls):
+            if call.tflops is None:
+                raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded)")
+            rows.append({"trace": label, "GPU": report.device, "call": i, "kernel": short_kernel_name(
+                call.main_kernel()["name"]), "GPU µs": call.gpu_us, "TFLOP/s": call.tflops,
+                "peak TFLOP/s": report.peaks.flops / 1e12, "% of peak": 100 * call.tflops * 1e12 / report.peaks.flops})
+    return pd.DataFrame(rows)
+
+
+def grid_against_sms(report: AttentionReport) -> pd.DataFrame:
+    """The launch of each distinct attention kernel of ``report`` against the GPU it ran on: its
+    grid in CTAs (workgroups on AMD), the SMs (CUs) the trace's deviceProperties count, how many
+    CTAs fit on one SM at once (the occupancy arithmetic of ``kernels.hw.occupancy``, where the
+    trace records registers and shared memory: CUDA traces do, ROCm traces do not), the waves
+    that makes (CTAs over SMs x CTAs per SM), and the share of SMs the grid can keep busy at all."""
+    props = report.step.trace.device_properties
+    if not props:
+        raise ValueError("the trace has no deviceProperties: its SM count is unknown")
+    sms = devices.multiprocessors(props[0])
+    arch = f"sm_{props[0].get('computeMajor')}{props[0].get('computeMinor')}"
+    rows: dict = {}
+    for call in report.calls:
+        main = call.main_kernel()
+        if main is None or main["grid"] is None:
+            continue
+        key = (short_kernel_name(main["name"]), tuple(main["grid"]), tuple(main["block"]))
+        if key in rows:
+            rows[key]["calls"] += 1
+            continue
+        ctas, threads = math.prod(main["grid"]), math.prod(main["block"])
+        per_sm = None
+        if pd.notna(main["registers_per_thread"]) and pd.notna(main["shared_memory"]):
+            per_sm = occupancy.occupancy(threads, int(main["registers_per_thread"]), int(main["shared_memory"]),
+                                         arch).blocks_per_sm
+        rows[key] = {"kernel": key[0], "calls": 1, "grid": "x".join(map(str, key[1])), "CTAs": ctas,
+                     "threads per CTA": threads, "SMs (CUs)": sms, "CTAs per SM at once": per_sm,
+                     "waves": ctas / (sms * per_sm) if per_sm else None,
+                     "% of SMs the grid can fill": 100 * min(ctas, sms) / sms}
+    if not rows:
+        raise ValueError("no attention kernel of this report recorded its grid")
+    return pd.DataFrame(list(rows.values()))
 
 
 def fused_medians(points: Mapping[str, BenchResult]) -> str:
