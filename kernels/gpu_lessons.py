@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from kernels import reference
+from kernels.attention import sdpa
 from kernels.bench.results import BenchResult
 from kernels.cuda import flash as cuda_flash
 from kernels.trace import fingerprints
@@ -361,3 +362,15 @@ def decode_backend(chosen: str, predicted: str) -> None:
     """On a GPU, SDPA sends the decode token to the backend its priority rules predict."""
     lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
            f"chose {chosen}, rules predict {predicted}")
+
+
+def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype, head_dim: int) -> None:
+    """Where unpinned SDPA sent chapter 10's decode tokens (``chosen``: multi-head, ``chosen_gqa``:
+    shared K/V heads) on this machine: on a GPU, the backend PyTorch's priority rules predict for
+    it (``decode_backend``); on a CPU, PyTorch's CPU flash kernel for both, as for prefill."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        decode_backend(chosen, sdpa.predicted_backend_here(device, dtype, head_dim))
+    else:
+        lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
+               "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")

@@ -44,12 +44,14 @@ import torch
 
 import kernels
 from kernels import gpu_lessons, recorded, reference
+from kernels.borrowed import TRACELENS
 from kernels.bench import comparison, plots, sweep
 from kernels.bench.results import BenchResults, DECODE, FORWARD_BACKWARD, GOAL_BASELINE, goal_ratios, GOALS, load_results
 from kernels.dtypes import dtype_name
 from kernels.hw import devices
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
 from kernels.trace import reader, record
+from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 
 with contextlib.suppress(ImportError):
@@ -152,7 +154,9 @@ lesson(all(len(work[n]) > len(work["sdpa_flash"]) for n in ("naive", "inplace", 
        ", ".join(f"{n} {len(work[n])}" for n in ("naive", "inplace", "sdpa_math")))
 lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs fewer ops than the naive one",
        f"{len(work['naive'])} vs {len(work['inplace'])}")
-if on_gpu:
+
+# %% tags=["remove-input"]
+if on_gpu:  # each fused backend is one kernel; the math backend launches more than in-place
     gpu_lessons.fused_one_kernel_math_more(steps_of)
 
 # %% [markdown]
@@ -532,25 +536,152 @@ _ = glue("time_ratio", race.median_ms["prefill"] / race.median_ms["decode"])
 # and the cache's dtype) matters more there than FLOPs.
 
 # %% [markdown]
+# ## On real GPUs: one model's attention on an H100 and an MI300X
+#
+# The sweep above measured the course's kernels on the machine that built this page. What does
+# the same kind of call reach on a datacenter GPU? Two real traces answer it: one forward of
+# Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's SDPA) profiled on an NVIDIA
+# H100 and on an AMD MI300X by AMD's TraceLens project. Neither is this book's run: each is
+# credited under its reading below. `kernels.trace.attention.find_attention` reads every SDPA
+# call of the step: its kernel, shapes, GPU time and FLOPs, counted the way this chapter counts
+# them ([causal is half](#counting-flops-causal-is-half)), so TFLOP/s here and in the sweep
+# mean the same thing.
+#
+# Before the reveal: what share of the H100's dense bf16 peak do you think one of these calls
+# reached?
+
+# %%
+guess_h100_percent_of_peak = 50  # edit me: % of the H100's dense bf16 peak, per call
+
+# %%
+qwen = {gpu: TRACELENS[f"{gpu}_qwen"] for gpu in ("h100", "mi300x")}
+qwen_traces = {gpu: borrowed.trace() for gpu, borrowed in qwen.items()}
+qwen_reports = {gpu: find_attention(borrowed.step(trace=qwen_traces[gpu])) for gpu, borrowed in qwen.items()}
+calls = gpu_lessons.achieved_against_peak(qwen_reports)
+per_gpu = calls.groupby("GPU", sort=False).agg(calls=("call", "size"), median_us=("GPU µs", "median"),
+                                               median_tflops=("TFLOP/s", "median"), peak_tflops=("peak TFLOP/s", "first"),
+                                               median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
+display(per_gpu.round(1))
+print("\n".join(borrowed.credit(qwen_traces[gpu]) for gpu, borrowed in qwen.items()))
+h100_row, mi300x_row = (per_gpu.loc[qwen_reports[gpu].device] for gpu in ("h100", "mi300x"))
+_ = reveal(guess_h100_percent_of_peak, round(h100_row["median_pct"], 1), "% of the H100's peak, median call")
+
+# %%
+#| caption: Every attention call of one Qwen1.5-0.5B forward (16 x 559 tokens, causal, bf16) on an H100 and on an MI300X, at its achieved TFLOP/s (causal FLOPs counted half), under each GPU's dense bf16 peak (dashed, datasheet). Recorded by AMD's TraceLens project, not this book's run.
+#| alt: Scatter of 24 points per GPU near the bottom of the chart, far below two dashed horizontal peak lines at 989 and 1307 TFLOP/s.
+plots.achieved_vs_peak(calls)
+
+# %%
+shapes = {(c.batch_heads, c.sq, c.sk, c.d, c.causal) for r in qwen_reports.values() for c in r.calls}
+lesson(len(shapes) == 1 and all(c.flops == reference.flops(1, c.batch_heads, c.sq, c.d, causal=True)
+                                for r in qwen_reports.values() for c in r.calls),
+       "every call on both GPUs is the same causal attention, counted by the course's formula (causal half)",
+       f"B·H, Sq, Sk, D, causal = {shapes}")
+lesson(calls["% of peak"].max() < 10, "no call reached a tenth of its GPU's dense bf16 peak",
+       f"best {calls['% of peak'].max():.1f}%")
+lesson(h100_row["median_tflops"] > mi300x_row["median_tflops"],
+       "the H100 ran these calls at more TFLOP/s than the MI300X, whose datasheet peak is higher",
+       f"{h100_row['median_tflops']:.1f} vs {mi300x_row['median_tflops']:.1f} TFLOP/s, median call")
+glue("qwen_h100_tflops", h100_row["median_tflops"]); glue("qwen_h100_pct", h100_row["median_pct"])
+glue("qwen_mi300x_tflops", mi300x_row["median_tflops"]); glue("qwen_mi300x_pct", mi300x_row["median_pct"])
+glue("qwen_h100_peak", h100_row["peak_tflops"]); _ = glue("qwen_mi300x_peak", mi300x_row["peak_tflops"])
+
+# %% [markdown]
+# The median call ran at {glue:text}`qwen_h100_tflops:.0f` TFLOP/s on the H100, {glue:text}`qwen_h100_pct:.1f`%
+# of its {glue:text}`qwen_h100_peak:.0f`, and at {glue:text}`qwen_mi300x_tflops:.0f` TFLOP/s on the MI300X,
+# {glue:text}`qwen_mi300x_pct:.1f`% of its {glue:text}`qwen_mi300x_peak:.0f`. A datasheet peak is what every
+# multiply unit of the chip, busy on every cycle, adds up to. So the question is how much of the
+# chip these calls kept busy.
+#
+# ### Why: the grid against the SMs
+#
+# A kernel is launched as a grid of thread blocks (CTAs; *workgroups* on AMD), and each block
+# runs whole on one SM (a *compute unit*, CU, on AMD). The trace records each kernel's grid and
+# block, and the GPU's SM count (`deviceProperties`). An SM holds as many blocks at once as its
+# registers, shared memory and warp slots allow (chapter 4's occupancy arithmetic, from the
+# registers and shared memory the trace records); a grid larger than the SMs times that runs in
+# *waves*, and the last wave may leave SMs idle. A third trace shows the short end: BERT-small,
+# one sentence of 141 tokens, on the same H100.
+
+# %%
+bert = TRACELENS["h100_bert"]
+bert_trace = bert.trace()
+bert_report = find_attention(bert.step(trace=bert_trace))
+grids = pd.concat({"Qwen1.5-0.5B, 16 x 559 tokens, H100": gpu_lessons.grid_against_sms(qwen_reports["h100"]),
+                   "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": gpu_lessons.grid_against_sms(qwen_reports["mi300x"]),
+                   "BERT-small, 1 x 141 tokens, H100": gpu_lessons.grid_against_sms(bert_report)}, names=["trace", ""])
+display(grids.droplevel(1).round(2))
+print(bert.credit(bert_trace))
+
+# %%
+h100_grid, mi300x_grid, bert_grid = (g.iloc[0] for g in (gpu_lessons.grid_against_sms(r) for r in
+                                                          (qwen_reports["h100"], qwen_reports["mi300x"], bert_report)))
+qwen_call, bert_call = qwen_reports["h100"].calls[0], bert_report.calls[0]
+query_tiles = math.ceil(qwen_call.sq / 128)
+lesson(h100_grid["CTAs"] == query_tiles * qwen_call.batch_heads,
+       "on the H100, flash launches one CTA per 128 query rows of each (batch, head): "
+       f"ceil({qwen_call.sq} / 128) x {qwen_call.batch_heads} CTAs", f"grid {h100_grid['grid']} = {h100_grid['CTAs']} CTAs")
+tail_idle = (math.ceil(h100_grid["waves"]) - h100_grid["waves"]) / math.ceil(h100_grid["waves"])
+lesson(h100_grid["waves"] > 4 and tail_idle < 0.05,
+       "those CTAs fill the H100's SMs in several waves, and the last wave's idle SMs cost under 5% of the call",
+       f"{h100_grid['CTAs']} CTAs / ({h100_grid['SMs (CUs)']} SMs x {h100_grid['CTAs per SM at once']} at once) = "
+       f"{h100_grid['waves']:.2f} waves")
+h100_occ = 100 * h100_grid["CTAs per SM at once"] * h100_grid["threads per CTA"] / 2048
+lesson(abs(h100_occ - float(qwen_call.footprint()["occupancy_pct"])) < 1,
+       "each SM holds only a few CTAs (registers: 255 per thread), the occupancy Kineto estimated",
+       f"{h100_occ:.1f}% of warp slots by our arithmetic, {qwen_call.footprint()['occupancy_pct']:g}% in the trace")
+lesson(bert_grid["CTAs"] < bert_grid["SMs (CUs)"] / 4,
+       "BERT-small's 141 tokens launch fewer CTAs than a quarter of the H100's SMs: most SMs get no work at all",
+       f"{bert_grid['CTAs']} CTAs on {bert_grid['SMs (CUs)']} SMs, {bert_call.tflops:.1f} TFLOP/s")
+cus, workgroups = mi300x_grid["SMs (CUs)"], mi300x_grid["CTAs"]
+lesson(workgroups % cus == 0 and all(workgroups != math.ceil(qwen_call.sq / m) * qwen_call.batch_heads
+                                     for m in (16, 32, 64, 128, 256)),
+       "on the MI300X the grid is a whole multiple of the CU count and no count of query tiles: "
+       "sized to the chip, each workgroup loops over tiles (a persistent kernel)",
+       f"{workgroups} workgroups = {workgroups // cus} x {cus} CUs")
+glue("qwen_ctas", int(h100_grid["CTAs"])); glue("qwen_waves", h100_grid["waves"]); glue("h100_sms", int(h100_grid["SMs (CUs)"]))
+glue("qwen_per_sm", int(h100_grid["CTAs per SM at once"])); glue("qwen_occ", h100_occ)
+glue("qwen_padded", query_tiles * 128); glue("qwen_sq", qwen_call.sq)
+glue("bert_ctas", int(bert_grid["CTAs"])); glue("bert_tflops", bert_call.tflops)
+glue("mi300x_wg", int(workgroups)); _ = glue("mi300x_cus", int(cus))
+
+# %% [markdown]
+# On the H100, {glue:text}`qwen_ctas` CTAs met {glue:text}`h100_sms` SMs holding
+# {glue:text}`qwen_per_sm` each: {glue:text}`qwen_waves:.2f` waves, so the half-empty last wave
+# is not where the time went. Two things are. Each SM ran only {glue:text}`qwen_occ:.1f`% of its
+# warp slots (FlashAttention keeps its tiles in registers, 255 per thread, and trades occupancy
+# for them), and each CTA had little to do: at S = {glue:text}`qwen_sq` a query tile meets at
+# most five key tiles, and {glue:text}`qwen_sq` rows are padded to {glue:text}`qwen_padded`, so
+# loading Q, writing O and masking the diagonal tile weigh as much as the multiplies. Longer
+# sequences amortise them: the FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measures
+# FlashAttention-2, the kernel here, on an H100 at 191 TFLOP/s for causal S = 512 and 335 at
+# S = 16k (D = 128); its own Hopper kernels, using instructions this one does not, reach more.
+#
+# Shorter still, BERT-small's 141 tokens launched {glue:text}`bert_ctas` CTAs per call: most of
+# the H100's SMs had no block at all, and the call ran at {glue:text}`bert_tflops:.1f` TFLOP/s.
+# The MI300X's kernel is launched differently: {glue:text}`mi300x_wg` workgroups for
+# {glue:text}`mi300x_cus` CUs, a grid sized to the chip, each workgroup looping over tiles, so no
+# wave is half empty; its calls were slower for other reasons the trace does not record (ROCm
+# traces carry no register counts).
+#
 # ## The course's own goals
 #
 # The course's kernels aim at SDPA's flash backend on H100/H200 (causal, bf16, S 1k-16k,
 # D 64 and 128, ratios of two medians of one run at the same shape, as
-# `kernels.bench.results.GOALS` holds them): {glue:text}`goals_text`. A CPU cannot measure them;
-# a GPU run's benchmark does (`make gpu-run` on a GPU machine, then `make gpu-import`), and
-# the cell below reads every such recording there is.
+# `kernels.bench.results.GOALS` holds them): {glue:text}`goals_text`. A GPU run's benchmark
+# measures them (`make gpu-run` on a GPU machine, then `make gpu-import`); each recording there
+# is then appears below as a table of those ratios.
 
 # %%
 goals_text = "; ".join(f"{impl} {mode} at {goal:g}x {GOAL_BASELINE}'s speed or faster" for impl, mode, goal in GOALS)
-glue("goals_text", goals_text)
-bench_files = sorted((recorded.default_root().parent / "bench").glob("*.json"))
-for path in bench_files:
+_ = glue("goals_text", goals_text)
+
+# %% tags=["remove-input"]
+for path in sorted((recorded.default_root().parent / "bench").glob("*.json")):
     recorded_run = load_results(path)
     meta = recorded_run.meta
     print(f"{path.stem}: recorded on {meta['device']['name']}, torch {meta['versions']['torch']}, {meta['date']}")
     display(pd.DataFrame(goal_ratios(recorded_run)).set_index(["impl", "mode"]))
-if not bench_files:
-    print(f"No GPU benchmark is recorded yet, so the goals are unmeasured: {goals_text}.")
 
 # %% [markdown]
 # ## Recorded elsewhere: the source article's A100
@@ -586,11 +717,9 @@ _ = glue("article_fused_max_us", float(article.loc[["SDPA efficient", "SDPA flas
 # them with the article's, but do not expect them to match: different shapes, a different
 # GPU and different library versions each move them.
 
-# %%
-if on_gpu:
+# %% tags=["remove-input"]
+if on_gpu:  # this run's fused medians, beside the article's
     print(gpu_lessons.fused_medians(at_seq))
-else:
-    print("This run is CPU-only: the GPU rows exist here only as the article recorded them.")
 
 # %% [markdown]
 # ## What to remember
