@@ -253,11 +253,14 @@ def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFram
         if report.peaks is None:
             raise ValueError(f"{label}: no datasheet peak for its GPU ({report.device or 'no deviceProperties'})")
         for i, call in enumerate(report.calls):
-            if call.tflops is None:
-                raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded)")
-            rows.append({"trace": label, "GPU": report.device, "call": i, "kernel": short_kernel_name(
-                call.main_kernel()["name"]), "GPU µs": call.gpu_us, "TFLOP/s": call.tflops,
-                "peak TFLOP/s": report.peaks.flops / 1e12, "% of peak": 100 * call.tflops * 1e12 / report.peaks.flops})
+            main = call.main_kernel()
+            if call.tflops is None or call.flops is None or main is None:
+                raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded) or no kernel")
+            rows.append({"trace": label, "GPU": report.device, "call": i, "kernel": short_kernel_name(main["name"]),
+                         "B·H": call.batch_heads, "Sq": call.sq, "Sk": call.sk, "D": call.d, "causal": call.causal,
+                         "GFLOP": call.flops / 1e9, "GPU µs": call.gpu_us, "TFLOP/s": call.tflops,
+                         "peak TFLOP/s": report.peaks.flops / 1e12,
+                         "% of peak": 100 * call.tflops * 1e12 / report.peaks.flops})
     return pd.DataFrame(rows)
 
 
@@ -266,7 +269,8 @@ def grid_against_sms(report: AttentionReport) -> pd.DataFrame:
     grid in CTAs (workgroups on AMD), the SMs (CUs) the trace's deviceProperties count, how many
     CTAs fit on one SM at once (the occupancy arithmetic of ``kernels.hw.occupancy``, where the
     trace records registers and shared memory: CUDA traces do, ROCm traces do not), the waves
-    that makes (CTAs over SMs x CTAs per SM), and the share of SMs the grid can keep busy at all."""
+    that makes (CTAs over SMs x CTAs per SM), the share of SMs the grid can keep busy at all, and the
+    occupancy (resident warps over warp slots) by that arithmetic beside Kineto's estimate."""
     props = report.step.trace.device_properties
     if not props:
         raise ValueError("the trace has no deviceProperties: its SM count is unknown")
@@ -282,14 +286,16 @@ def grid_against_sms(report: AttentionReport) -> pd.DataFrame:
             rows[key]["calls"] += 1
             continue
         ctas, threads = math.prod(main["grid"]), math.prod(main["block"])
-        per_sm = None
+        occ = None
         if pd.notna(main["registers_per_thread"]) and pd.notna(main["shared_memory"]):
-            per_sm = occupancy.occupancy(threads, int(main["registers_per_thread"]), int(main["shared_memory"]),
-                                         arch).blocks_per_sm
+            occ = occupancy.occupancy(threads, int(main["registers_per_thread"]), int(main["shared_memory"]), arch)
+        per_sm = occ.blocks_per_sm if occ else None
         rows[key] = {"kernel": key[0], "calls": 1, "grid": "x".join(map(str, key[1])), "CTAs": ctas,
                      "threads per CTA": threads, "SMs (CUs)": sms, "CTAs per SM at once": per_sm,
                      "waves": ctas / (sms * per_sm) if per_sm else None,
-                     "% of SMs the grid can fill": 100 * min(ctas, sms) / sms}
+                     "% of SMs the grid can fill": 100 * min(ctas, sms) / sms,
+                     "occupancy % (ours)": occ.percent if occ else None,
+                     "occupancy % (trace)": None if pd.isna(main["occupancy_pct"]) else float(main["occupancy_pct"])}
     if not rows:
         raise ValueError("no attention kernel of this report recorded its grid")
     return pd.DataFrame(list(rows.values()))

@@ -572,9 +572,9 @@ _ = reveal(guess_h100_percent_of_peak, round(h100_row["median_pct"], 1), "% of t
 plots.achieved_vs_peak(calls)
 
 # %%
-shapes = {(c.batch_heads, c.sq, c.sk, c.d, c.causal) for r in qwen_reports.values() for c in r.calls}
-lesson(len(shapes) == 1 and all(c.flops == reference.flops(1, c.batch_heads, c.sq, c.d, causal=True)
-                                for r in qwen_reports.values() for c in r.calls),
+shapes = set(calls[["B·H", "Sq", "Sk", "D", "causal"]].itertuples(index=False))
+lesson(len(shapes) == 1 and all(row.GFLOP * 1e9 == reference.flops(1, row[1], row.Sq, row.D, causal=True)
+                                for row in calls[["GFLOP", "B·H", "Sq", "D"]].itertuples(index=False)),
        "every call on both GPUs is the same causal attention, counted by the course's formula (causal half)",
        f"B·H, Sq, Sk, D, causal = {shapes}")
 lesson(calls["% of peak"].max() < 10, "no call reached a tenth of its GPU's dense bf16 peak",
@@ -616,33 +616,34 @@ print(bert.credit(bert_trace))
 # %%
 h100_grid, mi300x_grid, bert_grid = (g.iloc[0] for g in (gpu_lessons.grid_against_sms(r) for r in
                                                           (qwen_reports["h100"], qwen_reports["mi300x"], bert_report)))
-qwen_call, bert_call = qwen_reports["h100"].calls[0], bert_report.calls[0]
-query_tiles = math.ceil(qwen_call.sq / 128)
-lesson(h100_grid["CTAs"] == query_tiles * qwen_call.batch_heads,
+qwen_call = calls.iloc[0]
+bert_call = gpu_lessons.achieved_against_peak({"BERT-small, H100": bert_report}).iloc[0]
+query_tiles = math.ceil(qwen_call["Sq"] / 128)
+lesson(h100_grid["CTAs"] == query_tiles * qwen_call["B·H"],
        "on the H100, flash launches one CTA per 128 query rows of each (batch, head): "
-       f"ceil({qwen_call.sq} / 128) x {qwen_call.batch_heads} CTAs", f"grid {h100_grid['grid']} = {h100_grid['CTAs']} CTAs")
+       f"ceil({qwen_call['Sq']} / 128) x {qwen_call['B·H']} CTAs", f"grid {h100_grid['grid']} = {h100_grid['CTAs']} CTAs")
 tail_idle = (math.ceil(h100_grid["waves"]) - h100_grid["waves"]) / math.ceil(h100_grid["waves"])
 lesson(h100_grid["waves"] > 4 and tail_idle < 0.05,
        "those CTAs fill the H100's SMs in several waves, and the last wave's idle SMs cost under 5% of the call",
        f"{h100_grid['CTAs']} CTAs / ({h100_grid['SMs (CUs)']} SMs x {h100_grid['CTAs per SM at once']} at once) = "
        f"{h100_grid['waves']:.2f} waves")
-h100_occ = 100 * h100_grid["CTAs per SM at once"] * h100_grid["threads per CTA"] / 2048
-lesson(abs(h100_occ - float(qwen_call.footprint()["occupancy_pct"])) < 1,
+h100_occ = h100_grid["occupancy % (ours)"]
+lesson(abs(h100_occ - h100_grid["occupancy % (trace)"]) < 1,
        "each SM holds only a few CTAs (registers: 255 per thread), the occupancy Kineto estimated",
-       f"{h100_occ:.1f}% of warp slots by our arithmetic, {qwen_call.footprint()['occupancy_pct']:g}% in the trace")
+       f"{h100_occ:.1f}% of warp slots by our arithmetic, {h100_grid['occupancy % (trace)']:g}% in the trace")
 lesson(bert_grid["CTAs"] < bert_grid["SMs (CUs)"] / 4,
        "BERT-small's 141 tokens launch fewer CTAs than a quarter of the H100's SMs: most SMs get no work at all",
-       f"{bert_grid['CTAs']} CTAs on {bert_grid['SMs (CUs)']} SMs, {bert_call.tflops:.1f} TFLOP/s")
+       f"{bert_grid['CTAs']} CTAs on {bert_grid['SMs (CUs)']} SMs, {bert_call['TFLOP/s']:.1f} TFLOP/s")
 cus, workgroups = mi300x_grid["SMs (CUs)"], mi300x_grid["CTAs"]
-lesson(workgroups % cus == 0 and all(workgroups != math.ceil(qwen_call.sq / m) * qwen_call.batch_heads
+lesson(workgroups % cus == 0 and all(workgroups != math.ceil(qwen_call["Sq"] / m) * qwen_call["B·H"]
                                      for m in (16, 32, 64, 128, 256)),
        "on the MI300X the grid is a whole multiple of the CU count and no count of query tiles: "
        "sized to the chip, each workgroup loops over tiles (a persistent kernel)",
        f"{workgroups} workgroups = {workgroups // cus} x {cus} CUs")
 glue("qwen_ctas", int(h100_grid["CTAs"])); glue("qwen_waves", h100_grid["waves"]); glue("h100_sms", int(h100_grid["SMs (CUs)"]))
 glue("qwen_per_sm", int(h100_grid["CTAs per SM at once"])); glue("qwen_occ", h100_occ)
-glue("qwen_padded", query_tiles * 128); glue("qwen_sq", qwen_call.sq)
-glue("bert_ctas", int(bert_grid["CTAs"])); glue("bert_tflops", bert_call.tflops)
+glue("qwen_padded", query_tiles * 128); glue("qwen_sq", int(qwen_call["Sq"]))
+glue("bert_ctas", int(bert_grid["CTAs"])); glue("bert_tflops", bert_call["TFLOP/s"])
 glue("mi300x_wg", int(workgroups)); _ = glue("mi300x_cus", int(cus))
 
 # %% [markdown]

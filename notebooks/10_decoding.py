@@ -401,12 +401,13 @@ sglang = TRACELENS["sglang_decode"]
 sglang_trace = sglang.trace()
 decode_report = find_attention(sglang.step(trace=sglang_trace))
 pairs = decoding.split_and_reduce(decode_report)
+decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
 display(pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]].round(3)
         .rename(index={"count": "calls", "50%": "median"}))
 print(f"main: {pairs['main kernel'].iloc[0]}; reduce: {pairs['reduce kernel'].iloc[0]}; "
       f"launched by {', '.join(sorted(set(pairs['launched by'])))}")
 print(sglang.credit(sglang_trace))
-_ = reveal(guess_decode_attention_percent, round(100 * decode_report.attention_share, 1),
+_ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
            "% of the decode step's GPU time in attention")
 
 # %%
@@ -427,11 +428,11 @@ lesson(set(pairs["launched by"]) == {"hipGraphLaunch"}, "all of them were replay
 lesson(pairs["reduce share"].max() < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
        f"at most {pairs['reduce share'].max():.1%}")
 lesson(len(pairs) == QWEN3_8B["layers"], "one attention call per layer of Qwen3-8B", f"{len(pairs)} calls")
-mi300x = devices.match_gpu(decode_report.device)
-assert mi300x is not None, "kernels.hw.devices has the MI300X's datasheet row"
+mi300x = decode_report.peaks   # the datasheet row of the GPU the trace names
+assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
 most_bytes = mi300x.bandwidth * pairs["main µs"].median() * 1e-6
 tokens_read = most_bytes / decoding.cache_bytes(1, QWEN3_8B["kv_heads"], QWEN3_8B["head_dim"], torch.bfloat16)
-glue("sg_share", 100 * decode_report.attention_share); glue("sg_main_us", pairs["main µs"].median())
+glue("sg_share", 100 * decode_share); glue("sg_main_us", pairs["main µs"].median())
 glue("sg_reduce_pct", 100 * pairs["reduce share"].median()); glue("sg_mib", most_bytes / 2**20)
 glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth / 1e12)
 
