@@ -122,11 +122,6 @@ lessons = {name: LESSONS.get(name, "(no chapter lesson recorded for this impleme
 # %%
 glue("shape_b", batch); glue("shape_h", heads); glue("shape_s", seq); glue("shape_d", head_dim)
 
-def ops_text(names):
-    """'bmm ×2, mul, ...': each op once, in order of first appearance, with its count."""
-    counted = pd.Series([n.removeprefix("aten::") for n in names]).value_counts(sort=False)
-    return ", ".join(n if c == 1 else f"{n} ×{c}" for n, c in counted.items())
-
 steps_of = {}
 for name in list(contenders):
     try:
@@ -137,8 +132,9 @@ for name in list(contenders):
         continue
     steps_of[name] = reader.median_step(run.steps())
 work = {name: s.work_ops() for name, s in steps_of.items()}
+op_counts = {n: pd.Series([o.removeprefix("aten::") for o in w]).value_counts(sort=False) for n, w in work.items()}
 pd.DataFrame({"work ops per forward": {n: len(w) for n, w in work.items()},
-              "which": {n: ops_text(w) for n, w in work.items()},
+              "which": {n: ", ".join(o if k == 1 else f"{o} ×{k}" for o, k in c.items()) for n, c in op_counts.items()},
               **({"GPU activities per forward": {n: len(s.gpu_work) for n, s in steps_of.items()}} if on_gpu else {})})
 
 # %%
@@ -254,12 +250,9 @@ if not on_gpu:
 # appendix tells the story). Every row of this sweep is checked against the formula:
 
 # %%
-def counted_right(r):
-    by_hand = 2 * r.batch * r.heads * r.seq**2 * r.head_dim  # 4·B·H·S²·D, halved for causal
-    full = reference.flops(r.batch, r.heads, r.seq, r.head_dim, causal=False)
-    return r.causal and r.flops == by_hand == full / 2
-
-wrong = [(r.impl, r.seq) for r in results if not counted_right(r)]
+halved = [2 * r.batch * r.heads * r.seq**2 * r.head_dim for r in results]  # 4·B·H·S²·D, halved for causal
+full = [reference.flops(r.batch, r.heads, r.seq, r.head_dim, causal=False) for r in results]
+wrong = [(r.impl, r.seq) for r, half, whole in zip(results, halved, full) if not (r.causal and r.flops == half == whole / 2)]
 lesson(not wrong, "every row counts causal FLOPs as half of full attention, 2·B·H·S²·D",
        f"{len(results)} rows checked against kernels.reference.flops" if not wrong else f"wrong: {wrong}")
 flash = at_seq["sdpa_flash"]
@@ -307,12 +300,10 @@ plots.tflops_vs_seq(results, peak=peaks)
 plots.memory_vs_seq(results)
 
 # %%
-def peak_series(name):
-    return {r.seq: r.peak_memory_bytes for r in results if r.impl == name and r.ok}
-
+peak_series = {n: {r.seq: r.peak_memory_bytes for r in results if r.impl == n and r.ok} for n in contenders}
 doublings = {}
 for name in contenders:
-    mem = peak_series(name)
+    mem = peak_series[name]
     doublings[name] = {f"{s}->{2 * s}": mem[2 * s] / mem[s] for s in sorted(mem) if 2 * s in mem}
 growth = pd.DataFrame(doublings).T
 growth["average per doubling"] = [math.prod(d.values()) ** (1 / len(d)) if d else float("nan")
@@ -327,13 +318,13 @@ for name in materializing:
 flash_avg = float(growth.loc["sdpa_flash", "average per doubling"])
 lesson(flash_avg <= math.sqrt(2 * 4), "sdpa_flash's peak memory grows ~2x per doubling of S, closer to S than to S²",
        f"{flash_avg:.2f}x on average; per doubling " + ", ".join(f"{x:.2f}x" for x in doublings["sdpa_flash"].values()))
-s_max = max(peak_series("sdpa_flash"))
+s_max = max(peak_series["sdpa_flash"])
 one_scores = batch * heads * s_max**2 * torch.empty((), dtype=dtype).element_size()
-lesson(peak_series("sdpa_flash")[s_max] < one_scores,
+lesson(peak_series["sdpa_flash"][s_max] < one_scores,
        f"at S={s_max}, sdpa_flash's whole peak is smaller than one S×S score matrix",
-       f"{mib(peak_series('sdpa_flash')[s_max]):.2f} MiB < {mib(one_scores):.0f} MiB")
+       f"{mib(peak_series['sdpa_flash'][s_max]):.2f} MiB < {mib(one_scores):.0f} MiB")
 if not on_gpu:
-    lesson(all(peak_series("sdpa_flash")[s] == min(peak_series(n)[s] for n in contenders) for s in sweep_seqs),
+    lesson(all(peak_series["sdpa_flash"][s] == min(peak_series[n][s] for n in contenders) for s in sweep_seqs),
            "sdpa_flash has the smallest peak memory at every S of the sweep")
 glue("flash_growth", flash_avg)
 _ = glue("naive_growth", float(growth.loc["naive", "average per doubling"]))

@@ -35,6 +35,8 @@ from kernels.trace import reader, record, tables
 
 print("Inductor cache:", keep_inductor_cache_in_build() or "Inductor's default folder")
 
+import functools
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
@@ -55,20 +57,9 @@ torch.set_grad_enabled(False)                      # inference only; one grad mo
 device, dtype = setup(device, dtype)
 width = heads * head_dim
 torch.manual_seed(0)
-
-
-def tokens(seq_len: int) -> torch.Tensor:
-    """The block's input: [batch, seq_len, width] activations, standard normal, seeded."""
-    g = torch.Generator().manual_seed(seq_len)
-    return torch.randn(batch, seq_len, width, generator=g).to(device=device, dtype=dtype)
-
-
-def make_block(attention, labels: bool = True) -> Block:
-    """A block with the chapter's width and heads and the same weights for every attention."""
-    torch.manual_seed(0)
-    return Block(width, heads, attention, labels=labels).to(device=device, dtype=dtype).eval()
-
-
+# tokens(S): the block's [batch, S, width] input, seeded by S; make_block(attention): the same weights for every attention
+tokens = functools.partial(blocks.block_input, batch, width=width, device=device, dtype=dtype)
+make_block = functools.partial(blocks.seeded_block, width, heads, device=device, dtype=dtype)
 x = tokens(seq)
 print(f"x: {tuple(x.shape)} [batch, seq, width], width = {heads} heads × {head_dim}, {dtype} on {device}")
 
@@ -399,17 +390,10 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 
 # %%
 hidden_bytes = batch * seq * 4 * width * x.element_size()
-
-
-def hidden_buffers(s) -> int:
-    """How many [B, S, 4W] buffers a step allocated."""
-    return int((s.memory["bytes"] == hidden_bytes).sum())
-
-
-hid = {"eager": hidden_buffers(estep), "compiled": hidden_buffers(cstep)}
+hid = {name: int((st.memory["bytes"] == hidden_bytes).sum()) for name, st in (("eager", estep), ("compiled", cstep))}
 display(pd.Series(hid, name="[B, S, 4W] buffers per forward").to_frame())
-lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
-lesson(hidden_buffers(cstep) < hidden_buffers(estep),
+lesson(hid["eager"] == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
+lesson(hid["compiled"] < hid["eager"],
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
 # The order of matmuls and generated kernels: CPU ops on a CPU, the GPU track's kernels on a GPU.
 # Matmuls are what kernels.trace.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).

@@ -108,6 +108,21 @@ def counted_flops(module: nn.Module, x: torch.Tensor) -> dict:
     return {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}
 
 
+def block_input(batch: int, seq: int, width: int, device="cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A block's input: [batch, seq, width] standard-normal activations, seeded by ``seq`` (the
+    same tokens at the same length, whatever ran before)."""
+    g = torch.Generator().manual_seed(seq)
+    return torch.randn(batch, seq, width, generator=g).to(device=device, dtype=dtype)
+
+
+def seeded_block(width: int, heads: int, attention, labels: bool = True, device="cpu",
+                 dtype: torch.dtype = torch.float32) -> Block:
+    """A ``Block`` in eval mode with weights from seed 0: the same weights for every attention
+    plugged in, so their outputs can be compared."""
+    torch.manual_seed(0)
+    return Block(width, heads, attention, labels=labels).to(device=device, dtype=dtype).eval()
+
+
 # The parts of a real model's step, by what its kernels are (kernels.trace.fingerprints' kinds,
 # attention from kernels.trace.attention), in the words the chapter uses.
 GPU_PARTS = {"gemm": "GEMMs (the linear layers)", "attention": "attention", "reduction": "reductions (the norms' means)",
