@@ -87,3 +87,12 @@ def test_split_and_reduce_pairs_each_decode_call(reports):
     assert (pairs["reduce share"] < 0.15).all() and (pairs["reduce µs"] > 0).all()
     with pytest.raises(ValueError, match="no attention call found by kernel name"):
         decoding.split_and_reduce(reports["h100_qwen"])   # fused SDPA calls, not kernels by name
+
+
+def test_decode_backend_here_on_a_cpu_is_the_cpu_flash_kernel_for_both_calls():
+    import torch
+
+    from kernels.notebook import LessonFailed
+    gpu_lessons.decode_backend_here("sdpa_flash", "sdpa_flash", "cpu", torch.float32, 64)
+    with pytest.raises(LessonFailed):
+        gpu_lessons.decode_backend_here("sdpa_flash", "sdpa_math", "cpu", torch.float32, 64)
