@@ -21,7 +21,9 @@
 # - watch memory grow as S² or as S across sequence lengths, and place each implementation under
 #   the device's roofline;
 # - compare a forward with a training step and a decode token, and see why decoding is
-#   memory-bound.
+#   memory-bound;
+# - read a real model's attention calls on an H100 and an MI300X against each GPU's peak, and
+#   tell from the grid and the SM count why short sequences leave most of a GPU idle.
 #
 # **Before you start:** Chapters [1. Attention by hand](01_naive.ipynb) to [5. FlashAttention in
 # CUDA, by hand](05_cuda.ipynb): their implementations are the contenders. The training and
@@ -726,6 +728,8 @@ if on_gpu:  # this run's fused medians, beside the article's
 #   far below the prefill's and below any GPU's ridge, so there it is memory-bound, and GQA's
 #   smaller cache is fewer bytes to wait for.
 # - Numbers from another machine are quoted with their source, in a table of their own.
+# - A datasheet peak needs every SM busy: a short sequence's attention launches few CTAs, each
+#   with little work, and reaches a small fraction of it (under a tenth on the traces above).
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/06_showdown.ipynb), with automatic checks, hints and hidden solutions.

@@ -13,6 +13,7 @@
 # - split a profiled block by its labelled parts into time and memory, with each attention of
 #   the registry plugged in;
 # - see where the choice of attention shows first: S×S buffers inside the block, or none;
+# - split a real model's GPU step by kind of work (GEMMs, attention, elementwise passes, copies);
 # - read the compiled block: what Inductor fuses, what stays a library call, and what a fused
 #   MLP would save.
 #
@@ -421,6 +422,8 @@ glue("b_saved_mib", f"{mib(saved):.1f}")
 #   long ones.
 # - The choice of attention shows first in memory: hand-written attention allocates S×S
 #   buffers inside the block; a fused kernel never does.
+# - In a real model's eager step on a GPU, the small elementwise passes and copies can outweigh
+#   the GEMMs: each moves a whole activation tensor for a few FLOPs.
 # - Compiling the block fuses the norms, residual adds and GELU; the matmuls stay library
 #   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
 

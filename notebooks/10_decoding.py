@@ -18,7 +18,9 @@
 # - count a decode token's FLOPs and bytes, and place it on a roofline: memory-bound by
 #   construction;
 # - work out what grouped-query attention saves, and which SDPA backend takes a decode token
-#   here.
+#   here;
+# - read a serving engine's decode step: a split-KV attention kernel and its reduce per layer,
+#   replayed from a graph.
 #
 # **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb) (SDPA's
 # backends) and [6. Showdown](06_showdown.ipynb) (FLOP counts and the roofline).
@@ -456,6 +458,8 @@ glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth /
 # - A decode token moves its whole cache to do two FLOPs per element: about one FLOP per byte
 #   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
 # - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
+# - A serving engine's decode attention splits the cache and reduces the partials: the reduce
+#   is cheap, and the main kernel's time is bounded by reading the cache.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/10_decoding.ipynb), with automatic checks, hints and hidden solutions.
