@@ -9,6 +9,11 @@ tests hand the same functions fixture steps and points shaped like an H100's
 without a GPU. One function here runs an implementation itself, chapter 5's check against
 the reference: the tests hand it a CPU one.
 
+Chapter 6 also reads real traces recorded by others (``kernels.borrowed``) through
+``achieved_against_peak`` and ``grid_against_sms``: what a model's attention calls reached
+against the GPU's peak, and how their grids met the GPU's SMs; the tests run them on those
+traces (tests/trace/test_borrowed_lessons.py).
+
 Kernels are classified by ``kernels.trace.fingerprints`` only (never a regex of a chapter's own):
 a Hopper GEMM is ``nvjet_tst_*`` or ``sm90_xmma_gemm_*``, names no ``gemm|cutlass`` pattern
 of the Ampere era is sure to cover.
@@ -25,10 +30,9 @@ from kernels import reference
 from kernels.attention import sdpa
 from kernels.bench.results import BenchResult
 from kernels.cuda import flash as cuda_flash
-from kernels.trace import fingerprints
-from kernels.hw import occupancy
+from kernels.hw import devices, occupancy
 from kernels.notebook import inputs, lesson
-from kernels.hw import devices
+from kernels.trace import fingerprints
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.reader import Step
 from kernels.trace.tables import kernel_table
