@@ -9,6 +9,11 @@ tests hand the same functions fixture steps and points shaped like an H100's
 without a GPU. One function here runs an implementation itself, chapter 5's check against
 the reference: the tests hand it a CPU one.
 
+Chapter 6 also reads real traces recorded by others (``kernels.borrowed``) through
+``achieved_against_peak`` and ``grid_against_sms``: what a model's attention calls reached
+against the GPU's peak, and how their grids met the GPU's SMs; the tests run them on those
+traces (tests/trace/test_borrowed_lessons.py).
+
 Kernels are classified by ``kernels.trace.fingerprints`` only (never a regex of a chapter's own):
 a Hopper GEMM is ``nvjet_tst_*`` or ``sm90_xmma_gemm_*``, names no ``gemm|cutlass`` pattern
 of the Ampere era is sure to cover.
@@ -22,11 +27,13 @@ import pandas as pd
 import torch
 
 from kernels import reference
+from kernels.attention import sdpa
 from kernels.bench.results import BenchResult
 from kernels.cuda import flash as cuda_flash
-from kernels.trace import fingerprints
-from kernels.hw import occupancy
+from kernels.hw import devices, occupancy
 from kernels.notebook import inputs, lesson
+from kernels.trace import fingerprints
+from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.reader import Step
 from kernels.trace.tables import kernel_table
 
@@ -240,6 +247,64 @@ def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
            f"{math_n} vs {inplace_n}")
 
 
+def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
+    """One row per attention call of each report ({label: find_attention(step)}): the GPU the
+    trace names, the call's achieved TFLOP/s and the GPU's dense 16-bit peak (datasheet). A
+    report whose trace names no GPU the datasheet table knows, or a call without FLOPs (shapes
+    or causality not recorded), is a ValueError: the comparison would be empty."""
+    rows = []
+    for label, report in reports.items():
+        if report.peaks is None:
+            raise ValueError(f"{label}: no datasheet peak for its GPU ({report.device or 'no deviceProperties'})")
+        for i, call in enumerate(report.calls):
+            main = call.main_kernel()
+            if call.tflops is None or call.flops is None or main is None:
+                raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded) or no kernel")
+            rows.append({"trace": label, "GPU": report.device, "call": i, "kernel": short_kernel_name(main["name"]),
+                         "B·H": call.batch_heads, "Sq": call.sq, "Sk": call.sk, "D": call.d, "causal": call.causal,
+                         "GFLOP": call.flops / 1e9, "GPU µs": call.gpu_us, "TFLOP/s": call.tflops,
+                         "peak TFLOP/s": report.peaks.flops / 1e12,
+                         "% of peak": 100 * call.tflops * 1e12 / report.peaks.flops})
+    return pd.DataFrame(rows)
+
+
+def grid_against_sms(report: AttentionReport) -> pd.DataFrame:
+    """The launch of each distinct attention kernel of ``report`` against the GPU it ran on: its
+    grid in CTAs (workgroups on AMD), the SMs (CUs) the trace's deviceProperties count, how many
+    CTAs fit on one SM at once (the occupancy arithmetic of ``kernels.hw.occupancy``, where the
+    trace records registers and shared memory: CUDA traces do, ROCm traces do not), the waves
+    that makes (CTAs over SMs x CTAs per SM), the share of SMs the grid can keep busy at all, and the
+    occupancy (resident warps over warp slots) by that arithmetic beside Kineto's estimate."""
+    props = report.step.trace.device_properties
+    if not props:
+        raise ValueError("the trace has no deviceProperties: its SM count is unknown")
+    sms = devices.multiprocessors(props[0])
+    arch = f"sm_{props[0].get('computeMajor')}{props[0].get('computeMinor')}"
+    rows: dict = {}
+    for call in report.calls:
+        main = call.main_kernel()
+        if main is None or main["grid"] is None:
+            continue
+        key = (short_kernel_name(main["name"]), tuple(main["grid"]), tuple(main["block"]))
+        if key in rows:
+            rows[key]["calls"] += 1
+            continue
+        ctas, threads = math.prod(main["grid"]), math.prod(main["block"])
+        occ = None
+        if pd.notna(main["registers_per_thread"]) and pd.notna(main["shared_memory"]):
+            occ = occupancy.occupancy(threads, int(main["registers_per_thread"]), int(main["shared_memory"]), arch)
+        per_sm = occ.blocks_per_sm if occ else None
+        rows[key] = {"kernel": key[0], "calls": 1, "grid": "x".join(map(str, key[1])), "CTAs": ctas,
+                     "threads per CTA": threads, "SMs (CUs)": sms, "CTAs per SM at once": per_sm,
+                     "waves": ctas / (sms * per_sm) if per_sm else None,
+                     "% of SMs the grid can fill": 100 * min(ctas, sms) / sms,
+                     "occupancy % (ours)": occ.percent if occ else None,
+                     "occupancy % (trace)": None if pd.isna(main["occupancy_pct"]) else float(main["occupancy_pct"])}
+    if not rows:
+        raise ValueError("no attention kernel of this report recorded its grid")
+    return pd.DataFrame(list(rows.values()))
+
+
 def fused_medians(points: Mapping[str, BenchResult]) -> str:
     """This run's median per forward of each fused SDPA backend ``points`` ({impl: point at the
     chapter's shape}) holds, one line each, to read beside the article's A100 table."""
@@ -307,3 +372,15 @@ def decode_backend(chosen: str, predicted: str) -> None:
     """On a GPU, SDPA sends the decode token to the backend its priority rules predict."""
     lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
            f"chose {chosen}, rules predict {predicted}")
+
+
+def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype, head_dim: int) -> None:
+    """Where unpinned SDPA sent chapter 10's decode tokens (``chosen``: multi-head, ``chosen_gqa``:
+    shared K/V heads) on this machine: on a GPU, the backend PyTorch's priority rules predict for
+    it (``decode_backend``); on a CPU, PyTorch's CPU flash kernel for both, as for prefill."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        decode_backend(chosen, sdpa.predicted_backend_here(device, dtype, head_dim))
+    else:
+        lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
+               "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")

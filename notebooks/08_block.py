@@ -13,6 +13,7 @@
 # - split a profiled block by its labelled parts into time and memory, with each attention of
 #   the registry plugged in;
 # - see where the choice of attention shows first: S×S buffers inside the block, or none;
+# - split a real model's GPU step by kind of work (GEMMs, attention, elementwise passes, copies);
 # - read the compiled block: what Inductor fuses, what stays a library call, and what a fused
 #   MLP would save.
 #
@@ -35,6 +36,8 @@ from kernels.trace import reader, record, tables
 
 print("Inductor cache:", keep_inductor_cache_in_build() or "Inductor's default folder")
 
+import functools
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
@@ -42,9 +45,11 @@ import torch._inductor.config as inductor_config
 
 import kernels
 from kernels import gpu_lessons
+from kernels.borrowed import TRACELENS
 from kernels.attention import block as blocks, torch_compile
 from kernels.attention.block import Block
 from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
+from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
@@ -53,20 +58,9 @@ torch.set_grad_enabled(False)                      # inference only; one grad mo
 device, dtype = setup(device, dtype)
 width = heads * head_dim
 torch.manual_seed(0)
-
-
-def tokens(seq_len: int) -> torch.Tensor:
-    """The block's input: [batch, seq_len, width] activations, standard normal, seeded."""
-    g = torch.Generator().manual_seed(seq_len)
-    return torch.randn(batch, seq_len, width, generator=g).to(device=device, dtype=dtype)
-
-
-def make_block(attention, labels: bool = True) -> Block:
-    """A block with the chapter's width and heads and the same weights for every attention."""
-    torch.manual_seed(0)
-    return Block(width, heads, attention, labels=labels).to(device=device, dtype=dtype).eval()
-
-
+# tokens(S): the block's [batch, S, width] input, seeded by S; make_block(attention): the same weights for every attention
+tokens = functools.partial(blocks.block_input, batch, width=width, device=device, dtype=dtype)
+make_block = functools.partial(blocks.seeded_block, width, heads, device=device, dtype=dtype)
 x = tokens(seq)
 print(f"x: {tuple(x.shape)} [batch, seq, width], width = {heads} heads × {head_dim}, {dtype} on {device}")
 
@@ -254,6 +248,68 @@ glue("b_trend_verdict", "both repeats agree that it grows" if robust else "this 
 # counts above fix the direction: at a fixed width the linear layers grow with S and
 # attention with S², so a long enough sequence is dominated by attention.
 #
+# ## A real model's step on a GPU
+#
+# The block above is small and runs on a CPU. A real decoder on a GPU is the same parts in a
+# different costume: Qwen1.5-0.5B-Chat has 24 layers of width 1024, each with RMSNorm instead of
+# layer norm, rotary position embeddings, attention through SDPA and a SwiGLU MLP (three linear
+# layers). AMD's TraceLens project profiled one forward of it, 16 prompts of 559 tokens in
+# bfloat16 (559 tokens each in the attention calls' shapes), on an H100; it is not this book's run, and is credited under the table. Every piece
+# of GPU work in that step is sorted here by what it is: the attention calls that
+# `kernels.trace.attention.find_attention` finds, then every other kernel by its name's
+# fingerprint (`kernels.trace.fingerprints`), with the ATen ops that launched most of each part's
+# time.
+#
+# Before the reveal: rank four of those parts by the GPU time you think they took, most first.
+
+# %%
+guess_parts_order = ["GEMMs (the linear layers)", "attention", "elementwise passes", "copies and casts"]  # edit me
+
+# %%
+qwen = TRACELENS["h100_qwen"]
+qwen_trace = qwen.trace()
+qwen_report = find_attention(qwen.step(trace=qwen_trace))
+parts = blocks.gpu_time_by_part(qwen_report)
+layers = len(qwen_report.calls)   # one attention per decoder layer
+display(parts.assign(**{"GPU ms": parts["GPU µs"] / 1e3, "per layer (µs)": parts["GPU µs"] / layers})
+        .drop(columns="GPU µs").style.format({"GPU ms": "{:.2f}", "per layer (µs)": "{:.0f}", "share of the step": "{:.1%}"}))
+print(qwen.credit(qwen_trace))
+display(reveal(guess_parts_order, [p for p in parts.index if p in guess_parts_order], "parts, most GPU time first"))
+
+# %%
+#| caption: Where the GPU time of one Qwen1.5-0.5B forward (16 x 559 tokens, bf16, 24 layers) went on an H100, by kind of work: attention from its calls, the rest by kernel name. Recorded by AMD's TraceLens project, not this book's run.
+#| alt: Horizontal bars of the share of the step's GPU time per part; elementwise passes longest, then GEMMs, copies, attention, reductions.
+ax = parts["share of the step"].iloc[::-1].plot.barh(figsize=(7, 3), color="tab:blue")
+ax.set(xlabel="share of the step's GPU time", ylabel="", title=f"{qwen_report.device}: one forward, {layers} layers")
+plt.show()
+
+# %%
+gemms, elementwise, copies = (parts.loc[blocks.GPU_PARTS[k]] for k in ("gemm", "elementwise", "copy"))
+attention_part = parts.loc[blocks.GPU_PARTS["attention"]]
+lesson(abs(attention_part["share of the step"] - qwen_report.attention_share) < 1e-9 and attention_part["kernels"] == layers,
+       "attention is one kernel per layer, and its share of the step is find_attention's",
+       f"{layers} calls, {attention_part['share of the step']:.1%} of the step's GPU time")
+lesson(gemms["kernels"] // layers == 7,
+       "each layer runs seven GEMMs: the q, k, v and output projections and the MLP's three",
+       f"{gemms['kernels']} GEMM kernels for {layers} layers")
+lesson(elementwise["GPU µs"] + copies["GPU µs"] > gemms["GPU µs"] > attention_part["GPU µs"],
+       "at this size the elementwise passes and copies take more GPU time than the GEMMs, and the GEMMs more "
+       "than attention", f"{(elementwise['GPU µs'] + copies['GPU µs']) / 1e3:.1f} ms vs {gemms['GPU µs'] / 1e3:.1f} ms "
+       f"vs {attention_part['GPU µs'] / 1e3:.1f} ms")
+glue("q_att_share", 100 * attention_part["share of the step"]); glue("q_gemm_share", 100 * gemms["share of the step"])
+glue("q_elem_share", 100 * (elementwise["share of the step"] + copies["share of the step"]))
+glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glue("q_layers", layers)
+
+# %% [markdown]
+# Attention took {glue:text}`q_att_share:.1f`% of this step's GPU time, the GEMMs
+# {glue:text}`q_gemm_share:.0f`%, and elementwise passes, copies and casts together
+# {glue:text}`q_elem_share:.0f`%: {glue:text}`q_elem_kernels` small kernels over
+# {glue:text}`q_layers` layers, each reading and writing a whole activation tensor to do a few
+# FLOPs per element (the `mul`, `pow` and `add` of an RMSNorm computed in float32, the casts back
+# to bfloat16, the rotary embedding's `cat`). At 559 tokens attention's FLOPs are a small part
+# of the layer's, as the formula above says; what the GPU spends its time on is memory traffic.
+# That is what compiling the block attacks.
+#
 # ## The block compiled
 #
 # `torch.compile` takes the whole block, if Dynamo can trace all of it. Before compiling,
@@ -335,17 +391,10 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 
 # %%
 hidden_bytes = batch * seq * 4 * width * x.element_size()
-
-
-def hidden_buffers(s) -> int:
-    """How many [B, S, 4W] buffers a step allocated."""
-    return int((s.memory["bytes"] == hidden_bytes).sum())
-
-
-hid = {"eager": hidden_buffers(estep), "compiled": hidden_buffers(cstep)}
+hid = {name: int((st.memory["bytes"] == hidden_bytes).sum()) for name, st in (("eager", estep), ("compiled", cstep))}
 display(pd.Series(hid, name="[B, S, 4W] buffers per forward").to_frame())
-lesson(hidden_buffers(estep) == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
-lesson(hidden_buffers(cstep) < hidden_buffers(estep),
+lesson(hid["eager"] == 2, "eager, the MLP allocates two [B, S, 4W] buffers: fc_in's output and GELU's")
+lesson(hid["compiled"] < hid["eager"],
        "compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
 # The order of matmuls and generated kernels: CPU ops on a CPU, the GPU track's kernels on a GPU.
 # Matmuls are what kernels.trace.fingerprints says (cuBLAS's nvjet_* GEMMs on Hopper among them).
@@ -373,6 +422,8 @@ glue("b_saved_mib", f"{mib(saved):.1f}")
 #   long ones.
 # - The choice of attention shows first in memory: hand-written attention allocates S×S
 #   buffers inside the block; a fused kernel never does.
+# - In a real model's eager step on a GPU, the small elementwise passes and copies can outweigh
+#   the GEMMs: each moves a whole activation tensor for a few FLOPs.
 # - Compiling the block fuses the norms, residual adds and GELU; the matmuls stay library
 #   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
 

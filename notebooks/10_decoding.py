@@ -18,7 +18,9 @@
 # - count a decode token's FLOPs and bytes, and place it on a roofline: memory-bound by
 #   construction;
 # - work out what grouped-query attention saves, and which SDPA backend takes a decode token
-#   here.
+#   here;
+# - read a serving engine's decode step: a split-KV attention kernel and its reduce per layer,
+#   replayed from a graph.
 #
 # **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb) (SDPA's
 # backends) and [6. Showdown](06_showdown.ipynb) (FLOP counts and the roofline).
@@ -30,6 +32,7 @@
 # %% [parameters]
 
 # %%
+import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -43,7 +46,9 @@ from kernels.attention.decoding import KVCache
 from kernels.bench import comparison, plots
 from kernels.hw import devices
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.borrowed import TRACELENS
 from kernels.trace import record
+from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 device, dtype = setup(device, dtype)
 print(f"batch {batch}, heads {heads}, head_dim {head_dim}, {dtype}, on {device}; prompt + generated tokens up to {seq}")
@@ -343,16 +348,13 @@ probed = kernels.attention.sdpa.probe(q_dec, k_c, v_c)
 display(pd.DataFrame({"runs a GQA decode token": {n: r is None for n, r in probed.items()},
                       "why not": {n: r or "" for n, r in probed.items()}}))
 print(f"here, unpinned SDPA picks {chosen} for a multi-head decode token, {chosen_gqa} for the GQA one")
-if device.type == "cuda":
-    predicted = kernels.attention.sdpa.predicted_backend_here(device, dtype, head_dim)
-    gpu_lessons.decode_backend(chosen, predicted)
-else:
-    lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, as prefill does")
-    print("No GPU here: the GPU rows above are PyTorch's rules, not a measurement; a GPU run of this notebook checks them.")
+gpu_lessons.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
 glue("decode_backend", chosen)
 
 # %% [markdown]
-# Here the decode token went to **{glue:text}`decode_backend`**.
+# Here the decode token went to **{glue:text}`decode_backend`**. The GPU rows of the table
+# above are PyTorch's rules, not a measurement; on a GPU the same cell checks that the backend
+# SDPA chose is the one they predict.
 #
 # ## Decode tokens, measured where they run
 #
@@ -377,6 +379,77 @@ glue("decode_verdict", result.verdict())
 # On this run: {glue:text}`decode_verdict`. (On a CPU the Triton interpreter is left out: it
 # runs the kernel in NumPy, one program at a time, and measures the interpreter, not the kernel.)
 #
+# %% [markdown]
+# ## A real decode step: split over the cache, then reduce
+#
+# A serving engine decodes many requests at once, and its attention kernel is written for one
+# query against a long cache. AMD's TraceLens project profiled one decode step of SGLang
+# serving Qwen3-8B to 32 requests on an MI300X; it is not this book's run, and is credited
+# under the table. Its attention is vLLM's paged-attention kernel for ROCm, in two kernels per
+# layer: the main one splits each request's cache into partitions and computes, per partition,
+# a partial softmax-weighted sum of V with its row maximum and sum; the reduce kernel then merges
+# the partials with the same rescaling as chapter 4's online softmax. The step was replayed
+# from a HIP graph, so no CPU op launched these kernels and the trace records no shapes:
+# `kernels.trace.attention.find_attention` finds each call by its kernels' names, a main kernel
+# and the reduce after it (`kernels.attention.decoding.split_and_reduce` lays them out).
+#
+# Before the reveal: what share of this decode step's GPU time is attention?
+
+# %%
+guess_decode_attention_percent = 50  # edit me: % of the step's GPU time
+
+# %%
+sglang = TRACELENS["sglang_decode"]
+sglang_trace = sglang.trace()
+decode_report = find_attention(sglang.step(trace=sglang_trace))
+pairs = decoding.split_and_reduce(decode_report)
+decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
+display(pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]].round(3)
+        .rename(index={"count": "calls", "50%": "median"}))
+print(f"main: {pairs['main kernel'].iloc[0]}; reduce: {pairs['reduce kernel'].iloc[0]}; "
+      f"launched by {', '.join(sorted(set(pairs['launched by'])))}")
+print(sglang.credit(sglang_trace))
+_ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
+           "% of the decode step's GPU time in attention")
+
+# %%
+#| caption: The attention of each of the 36 layers in one SGLang decode step of Qwen3-8B (batch 32, MI300X): the split-KV main kernel's GPU time, with the reduce kernel's stacked on top. Recorded by AMD's TraceLens project, not this book's run.
+#| alt: Stacked bars, one per layer, of nearly equal height: a tall main-kernel part and a thin reduce part on top.
+ax = pairs[["main µs", "reduce µs"]].plot.bar(stacked=True, figsize=(8, 3), width=0.8)
+ax.set(xlabel="attention call (one per layer)", ylabel="GPU µs", title=f"{decode_report.device}: one decode step")
+ax.set_xticks(range(0, len(pairs), 5), range(0, len(pairs), 5), rotation=0)
+plt.show()
+
+# %%
+QWEN3_8B = {"layers": 36, "kv_heads": 8, "head_dim": 128}  # Qwen3-8B's published config.json
+lesson((pairs["kernels"] == 2).all() and pairs["main kernel"].notna().all() and pairs["reduce kernel"].notna().all(),
+       "every attention call of the decode step is two kernels: a split over the KV cache, then a reduce",
+       f"{len(pairs)} calls")
+lesson(set(pairs["launched by"]) == {"hipGraphLaunch"}, "all of them were replayed from a graph (hipGraphLaunch)",
+       ", ".join(sorted(set(pairs["launched by"]))))
+lesson(pairs["reduce share"].max() < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
+       f"at most {pairs['reduce share'].max():.1%}")
+lesson(len(pairs) == QWEN3_8B["layers"], "one attention call per layer of Qwen3-8B", f"{len(pairs)} calls")
+mi300x = decode_report.peaks   # the datasheet row of the GPU the trace names
+assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
+most_bytes = mi300x.bandwidth * pairs["main µs"].median() * 1e-6
+tokens_read = most_bytes / decoding.cache_bytes(1, QWEN3_8B["kv_heads"], QWEN3_8B["head_dim"], torch.bfloat16)
+glue("sg_share", 100 * decode_share); glue("sg_main_us", pairs["main µs"].median())
+glue("sg_reduce_pct", 100 * pairs["reduce share"].median()); glue("sg_mib", most_bytes / 2**20)
+glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth / 1e12)
+
+# %% [markdown]
+# Attention was {glue:text}`sg_share:.1f`% of the decode step's GPU time; the rest is the
+# layers' GEMMs (one query row per request: they too read far more weight bytes than they
+# compute with), norms and the cache writes. Each layer's main kernel took
+# {glue:text}`sg_main_us:.0f` µs (median), and the reduce added {glue:text}`sg_reduce_pct:.1f`%
+# to it. The trace has no shapes, so the bytes the kernel read are not known, but they are
+# bounded: at the MI300X's {glue:text}`sg_bandwidth:.1f` TB/s (datasheet) that time reads at
+# most {glue:text}`sg_mib:.0f` MiB, the keys and values of about {glue:text}`sg_tokens:.0f`
+# cached tokens per request with Qwen3-8B's 8 K/V heads of 128 (its published configuration).
+# That is this chapter's lesson at serving scale: a decode kernel's time is the time to read the
+# cache it is handed, so its length, its dtype and how many K/V heads share it set the cost.
+#
 # ## What to remember
 #
 # - A KV cache turns generation into prefill (Sq = Sk) and decode tokens (Sq = 1, Sk long);
@@ -385,6 +458,8 @@ glue("decode_verdict", result.verdict())
 # - A decode token moves its whole cache to do two FLOPs per element: about one FLOP per byte
 #   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
 # - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
+# - A serving engine's decode attention splits the cache and reduces the partials: the reduce
+#   is cheap, and the main kernel's time is bounded by reading the cache.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/10_decoding.ipynb), with automatic checks, hints and hidden solutions.

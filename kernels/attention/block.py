@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import contextlib
 
+import pandas as pd
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.profiler import record_function
 
 from kernels.registry import get
+from kernels.trace import fingerprints
+from kernels.trace.attention import AttentionReport
 
 PARTS = ("norm1", "qkv", "attention", "proj", "norm2", "mlp")
 
@@ -103,3 +106,47 @@ def counted_flops(module: nn.Module, x: torch.Tensor) -> dict:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         module(x)
     return {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+def block_input(batch: int, seq: int, width: int, device="cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A block's input: [batch, seq, width] standard-normal activations, seeded by ``seq`` (the
+    same tokens at the same length, whatever ran before)."""
+    g = torch.Generator().manual_seed(seq)
+    return torch.randn(batch, seq, width, generator=g).to(device=device, dtype=dtype)
+
+
+def seeded_block(width: int, heads: int, attention, labels: bool = True, device="cpu",
+                 dtype: torch.dtype = torch.float32) -> Block:
+    """A ``Block`` in eval mode with weights from seed 0: the same weights for every attention
+    plugged in, so their outputs can be compared."""
+    torch.manual_seed(0)
+    return Block(width, heads, attention, labels=labels).to(device=device, dtype=dtype).eval()
+
+
+# The parts of a real model's step, by what its kernels are (kernels.trace.fingerprints' kinds,
+# attention from kernels.trace.attention), in the words the chapter uses.
+GPU_PARTS = {"gemm": "GEMMs (the linear layers)", "attention": "attention", "reduction": "reductions (the norms' means)",
+             "elementwise": "elementwise passes", "softmax": "softmax", "copy": "copies and casts",
+             "memset": "memsets", "other": "other"}
+
+
+def gpu_time_by_part(report: AttentionReport) -> pd.DataFrame:
+    """A model's step split by the kind of each piece of GPU work: its attention calls (those of
+    ``report``, a ``kernels.trace.attention.AttentionReport``), then every other kernel, copy and
+    memset by its fingerprint (``kernels.trace.fingerprints.kind_of``). One row per part: GPU
+    time (µs), share of the step's GPU time, how many kernels, and the ATen ops that launched
+    most of that time."""
+    work = report.step.gpu_work
+    if work.empty:
+        raise ValueError(f"{report.step.label}: no GPU work in this step (a CPU-only trace)")
+    in_attention = work.index.isin([i for call in report.calls for i in call.kernels.index])
+    kinds = ["attention" if hit else fingerprints.kind_of(name) for hit, name in zip(in_attention, work["name"])]
+    work = work.assign(part=[GPU_PARTS.get(k, k) for k in kinds], op=work["op"].fillna("(no op)"))
+    rows = []
+    for part, group in work.groupby("part"):
+        by_op = group.groupby("op")["dur_us"].sum().sort_values(ascending=False)
+        rows.append({"part": part, "GPU µs": group["dur_us"].sum(), "kernels": len(group),
+                     "launched by (most time first)": ", ".join(o.removeprefix("aten::") for o in by_op.index[:4])})
+    table = pd.DataFrame(rows).set_index("part").sort_values("GPU µs", ascending=False)
+    table["share of the step"] = table["GPU µs"] / report.step.gpu_time_us
+    return table

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import pandas as pd
 import torch
 
 from kernels import reference
@@ -20,6 +21,8 @@ from kernels.bench.results import FORWARD, BenchResult, BenchResults
 from kernels.dtypes import dtype_name
 from kernels.bench.sweep import failure_status
 from kernels.bench.timing import spread, time_calls
+from kernels.trace.attention import AttentionReport, short_kernel_name
+from kernels.trace.fingerprints import attention_kernel
 
 
 class KVCache:
@@ -169,3 +172,27 @@ def bench_prefill_and_decode(impls: Sequence[str], seqs: Sequence[int], *, phase
                     row.status, row.reason = failure_status(name, err)
                 rows.append(row)
     return rows
+
+
+def split_and_reduce(report: AttentionReport) -> pd.DataFrame:
+    """The attention calls of a decode step found by kernel name (``kernels.trace.attention``:
+    a "main" kernel, then the "combine" kernel that reduces its partial results over the split KV
+    cache), one row per call: each kernel's short name and GPU time, the reduce's share of the
+    call, and the API call that launched them (``hipGraphLaunch``/``cudaGraphLaunch`` for a
+    graph replay). A report without such calls is a ValueError."""
+    rows = []
+    for i, call in enumerate(c for c in report.calls if c.how == "kernels"):
+        stages = [(attention_kernel(name) or ("", "?"))[1] for name in call.kernels["name"]]
+        k = call.kernels.assign(stage=stages)
+        main, reduce = k[k["stage"] == "main"], k[k["stage"] == "combine"]
+        rows.append({"call": i, "kernels": len(k),
+                     "main kernel": short_kernel_name(main["name"].iloc[0]) if len(main) else None,
+                     "main µs": float(main["dur_us"].sum()),
+                     "reduce kernel": short_kernel_name(reduce["name"].iloc[0]) if len(reduce) else None,
+                     "reduce µs": float(reduce["dur_us"].sum()),
+                     "launched by": ", ".join(sorted(set(k["launcher"].dropna())))})
+    if not rows:
+        raise ValueError("no attention call found by kernel name in this report (no split-KV decode kernels)")
+    table = pd.DataFrame(rows).set_index("call")
+    table["reduce share"] = table["reduce µs"] / (table["main µs"] + table["reduce µs"])
+    return table

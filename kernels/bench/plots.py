@@ -225,3 +225,17 @@ def roofline(results: Iterable, device=None) -> Figure:
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     return finish_figure(fig, ax, groups)
+
+
+def achieved_vs_peak(calls) -> Figure:
+    """Each attention call's achieved TFLOP/s as a point, one colour per GPU, under that GPU's
+    dense 16-bit peak (dashed): the table of ``kernels.gpu_lessons.achieved_against_peak``."""
+    fig, ax = new_axes("Attention calls of one step against the GPU's peak", "call (in the step's order)",
+                       "TFLOP/s (causal FLOPs counted half)")
+    for gpu, rows in calls.groupby("GPU", sort=False):
+        dots = ax.plot(rows["call"], rows["TFLOP/s"], "o", label=f"{gpu}: each call")[0]
+        peak = float(rows["peak TFLOP/s"].iloc[0])
+        ax.axhline(peak, ls="--", color=dots.get_color(), label=f"{gpu}: dense bf16 peak, {peak:g} TFLOP/s")
+    ax.set_ylim(0, 1.1 * float(calls["peak TFLOP/s"].max()))
+    ax.legend(fontsize="small", loc="center right")
+    return fig

@@ -207,3 +207,14 @@ def peaks_from_description(description: Optional[dict]) -> Optional[Peaks]:
     if not data:
         return None
     return Peaks(data["name"], data["flops"], data["bandwidth"], data["flops_dtype"], data["source"])
+
+
+def multiprocessors(properties: dict) -> int:
+    """How many SMs (NVIDIA) or compute units (AMD) a GPU has, from one entry of a trace's
+    ``deviceProperties`` (Kineto writes ``numSms`` for both vendors; ``multiProcessorCount`` is
+    CUDA's own name, as ``torch.cuda.get_device_properties`` spells it)."""
+    for key in ("numSms", "multiProcessorCount", "multi_processor_count"):
+        if properties.get(key):
+            return int(properties[key])
+    raise ValueError(f"the device properties of {properties.get('name', 'this GPU')!r} give no SM or CU count "
+                     f"(no numSms or multiProcessorCount among {sorted(properties)})")

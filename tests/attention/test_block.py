@@ -128,3 +128,12 @@ def test_compiled_checks(capsys):
     with pytest.raises(ExerciseFailed, match="multiply it by cap again"):
         exc.check_softcap(lambda cap: (lambda s, b, h, q, kv: torch.tanh(s / cap)), seed=6)
     assert "seed 6" in capsys.readouterr().out, "the checks print their seed"
+
+
+def test_block_input_is_seeded_by_its_length_and_seeded_block_by_seed_zero():
+    from kernels.attention.block import block_input, seeded_block
+    a, b = block_input(2, 16, 8), block_input(2, 16, 8)
+    assert a.shape == (2, 16, 8) and torch.equal(a, b) and not torch.equal(block_input(2, 17, 8)[:, :16], a)
+    one, two = seeded_block(8, 2, "naive"), seeded_block(8, 2, "sdpa_math", labels=False)
+    assert not one.training and all(torch.equal(p, q) for p, q in zip(one.parameters(), two.parameters()))
+    assert torch.allclose(one(a), two(a), atol=1e-5)
