@@ -4,7 +4,7 @@ Every page of _toc.yml renders with its title; every image on it loads; every in
 link resolves to a file of the site; no table or figure runs past the column, no formula is
 left as TeX, no sentence is cut, and no page is wider than a phone; no number reads as a
 tuple, no NaN shows where a value should, and no generated sentence is left unfinished; every notebook page has a
-Colab launch link for its own notebook and a download link to the executed .ipynb, and every
+Colab and a Binder launch link for its own notebook and a download link to the executed .ipynb, and every
 figure a numbered caption and alt text. Screenshots of the intro and one chapter are saved to
 _build/screenshots/ (CI uploads them as artifacts).
 
@@ -113,6 +113,9 @@ def test_notebook_page_has_launch_and_download_links(site, page):
     colab = [h for h in seen["links"] if "colab.research.google.com" in h]
     assert any(h.endswith(f"/github/{REPO}/blob/main/{notebook}") for h in colab), \
         f"no Colab launch link for {notebook} on {page}: {colab}"
+    binder = [h for h in seen["links"] if h.startswith(f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=")]
+    assert any(h.endswith(f"/{notebook}") for h in binder), \
+        f"no Binder launch link for {notebook} on {page} (it needs no release): {binder}"
     downloads = [f for h in seen["links"] if h.endswith(".ipynb") and (f := local_file(html, base, h)) is not None]
     assert downloads and all(f.exists() for f in downloads), f"no working .ipynb download on {page}: {downloads}"
     downloaded = json.loads(downloads[0].read_text())
