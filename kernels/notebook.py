@@ -116,7 +116,8 @@ def timed(fn: Callable[[], T], done: str) -> T:
 
 
 class _Text(str):
-    """A string whose repr is itself, so glued text shows without quotes."""
+    """A string whose repr is itself, so text glued with ``display=True`` outside the book shows
+    without quotes (the book's glue needs the quotes: see ``glue_bundle``)."""
 
     def __repr__(self) -> str:
         return str(self)
@@ -126,29 +127,47 @@ def glue(name: str, value, display: bool = False):
     """Record ``value`` under ``name`` for ``{glue:text}`` in the prose (returns nothing, so a
     glue on a cell's last line adds no output).
 
-    Strings are glued as they read (no quotes); numbers can be formatted in the prose,
-    e.g. ``{glue:text}`name:.2f```.
+    Strings are glued as they read ("134,217,728" stays that, not a tuple); numbers can be
+    formatted in the prose, e.g. ``{glue:text}`name:.2f```.
     """
-    if isinstance(value, str):
-        value = _Text(value)
-    elif hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        value = value.item()  # numpy/torch scalars -> Python numbers, so `:.2f` formats work
+    value = python_scalar(value)
     import importlib.util
 
     from IPython.display import display as show
 
     if importlib.util.find_spec("myst_nb") is None:  # outside the book build (Colab, plain Jupyter): just show it
         if display:
-            show(value)
+            show(_Text(value) if isinstance(value, str) else value)
         return
     # What myst_nb.glue writes (myst_nb/ext/glue/__init__.py), written out here because importing
     # myst_nb's glue imports nbformat and jsonschema: seconds of CPU in every notebook.
+    mimebundle, metadata = glue_bundle(name, value, display)
+    show(mimebundle, raw=True, metadata=metadata)
+
+
+def python_scalar(value):
+    """A numpy or torch scalar as the Python number it holds (its repr, "np.float32(2.5)", is
+    no number to the prose's ``:.2f``); anything else as it is."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    return value
+
+
+def glue_bundle(name: str, value, display: bool = False) -> tuple[dict, dict]:
+    """The output ``glue`` displays: ``value``'s mimebundle (its mime types prefixed unless it
+    is displayed) and the metadata that names it.
+
+    A string's text/plain is its quoted repr, as myst_nb's own glue writes it: ``{glue:text}``
+    passes text/plain through ``ast.literal_eval`` to strip those quotes, and unquoted text it
+    parses as Python instead ("134,217,728" would become the tuple (134, 217, 728), "1_000" the
+    number 1000).
+    """
     from IPython.core.formatters import format_display_data
 
-    mimebundle, metadata = format_display_data(value)
+    mimebundle, metadata = format_display_data(python_scalar(value))
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
-    show({prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
+    return {prefix + k: v for k, v in mimebundle.items()}, metadata
 
 
 # The mime prefix of a value glued without display (myst_nb's GLUE_PREFIX, read by the book build).

@@ -101,9 +101,12 @@ else:
 #
 # On a CPU, `time.perf_counter()` is the right clock: monotonic (it never jumps back when the
 # system clock is adjusted, unlike `time.time()`) and with sub-microsecond resolution.
-# On a GPU, a pair of CUDA events recorded on the stream before and after the work time the
-# GPU's own execution, without the CPU's launch overhead and without a synchronize between
-# every call: `kernels.bench` records all the event pairs, synchronises once, then reads them.
+# On a GPU, a pair of CUDA events recorded on the stream before and after the work time what
+# the stream did between them, without a synchronize between every call: `kernels.bench`
+# records all the event pairs, synchronises once, then reads them. That includes the time the
+# GPU sat idle. While the CPU launches work faster than the GPU runs it, the queue stays full
+# and the events time the kernels alone; a call too short for that (launch-bound: a few tiny
+# kernels) leaves the GPU waiting for each launch, and its events time the launches too.
 
 # %%
 show_source(timing.time_calls)
@@ -289,7 +292,8 @@ for label, pool in (("same inputs every call", one_set), ("rotated inputs", rota
 # ## The checklist
 #
 # - Warm up; never time the first call.
-# - On a GPU, synchronise before reading a CPU clock, or use CUDA events.
+# - On a GPU, synchronise before reading a CPU clock, or use CUDA events (which count the
+#   GPU's idle time when the calls are launch-bound).
 # - Quote the median and the spread of many calls, not the mean, and not one call.
 # - Random inputs, never zeros; poison outputs in tests.
 # - Count causal attention at half the FLOPs of full attention.

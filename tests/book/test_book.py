@@ -294,9 +294,9 @@ def test_glue_records_what_myst_nb_glue_records(monkeypatch):
     record = lambda obj, raw=False, metadata=None: shown.append((obj, raw, metadata))  # noqa: E731
     monkeypatch.setattr(myst_glue, "ipy_display", record)
     monkeypatch.setattr(IPython.display, "display", record)
-    for value, display in (("a sentence", False), (3.25, False), (7, True)):
+    for value, display in (("a sentence", False), ("134,217,728", False), (3.25, False), (7, True)):
         shown.clear()
-        myst_glue.glue("name", notebook._Text(value) if isinstance(value, str) else value, display=display)
+        myst_glue.glue("name", value, display=display)
         notebook.glue("name", value, display=display)
         assert len(shown) == 2 and shown[0] == shown[1], shown
 

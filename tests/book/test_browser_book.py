@@ -2,8 +2,9 @@
 
 Every page of _toc.yml renders with its title; every image on it loads; every internal
 link resolves to a file of the site; no table or figure runs past the column, no formula is
-left as TeX, no sentence is cut, and no page is wider than a phone; every notebook page has a
-Colab launch link for its own notebook and a download link to the executed .ipynb, and every
+left as TeX, no sentence is cut, and no page is wider than a phone; no number reads as a
+tuple, no NaN shows where a value should, and no generated sentence is left unfinished; every notebook page has a
+Colab and a Binder launch link for its own notebook and a download link to the executed .ipynb, and every
 figure a numbered caption and alt text. Screenshots of the intro and one chapter are saved to
 _build/screenshots/ (CI uploads them as artifacts).
 
@@ -112,6 +113,9 @@ def test_notebook_page_has_launch_and_download_links(site, page):
     colab = [h for h in seen["links"] if "colab.research.google.com" in h]
     assert any(h.endswith(f"/github/{REPO}/blob/main/{notebook}") for h in colab), \
         f"no Colab launch link for {notebook} on {page}: {colab}"
+    binder = [h for h in seen["links"] if h.startswith(f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=")]
+    assert any(h.endswith(f"/{notebook}") for h in binder), \
+        f"no Binder launch link for {notebook} on {page} (it needs no release): {binder}"
     downloads = [f for h in seen["links"] if h.endswith(".ipynb") and (f := local_file(html, base, h)) is not None]
     assert downloads and all(f.exists() for f in downloads), f"no working .ipynb download on {page}: {downloads}"
     downloaded = json.loads(downloads[0].read_text())
@@ -161,7 +165,7 @@ def visit(tools: DevTools, url: str, width: int, screenshot: bool = False) -> di
                 break
             time.sleep(0.2)
         seen = {"fit": fit, **{name: tools.evaluate(session, expression) for name, expression in
-                               (("read", READ_PAGE), ("cut", CUT_TEXT), ("figures", FIGURES))}}
+                               (("read", READ_PAGE), ("cut", CUT_TEXT), ("figures", FIGURES), ("prose", PROSE))}}
         if screenshot:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session)
@@ -230,3 +234,114 @@ def test_every_cell_of_every_exercise_download_is_free_of_solution_code(built_bo
             assert not leaked, f"{page}'s download holds solution code: {leaked[:3]}"
         markdown = "".join(c.source for c in served.cells if c.cell_type == "markdown")
         assert "<details" in markdown and ":::{dropdown}" not in markdown, f"{page}: hints fold in Jupyter"
+
+
+# ------------------------------------------------------------------------- what the text says
+
+# The text a reader reads, block by block (paragraphs, list items, captions, headings, table
+# cells), each without its code, math or nested blocks: code and printed output may hold
+# tuples, None and nan legitimately; prose and tables may not.
+PROSE = r"""(() => {
+  const main = document.querySelector("article.bd-article") || document.querySelector("main");
+  const code = "pre, code, kbd, samp, script, style, .math, .MathJax, .MathJax_Display, .MathJax_Preview, .highlight";
+  const blocks = "p, li, dt, dd, figcaption, caption, h1, h2, h3, h4, h5, h6, td, th";
+  const own = e => {
+    const copy = e.cloneNode(true);
+    copy.querySelectorAll(code + ", ul, ol, dl, table, " + blocks).forEach(x => x.remove());
+    return copy.textContent.replace(/\s+/g, " ").trim();
+  };
+  return Array.from(main.querySelectorAll(blocks)).filter(e => !e.closest(code))
+    .map(e => ({kind: e.closest("td, th") ? "table" : "prose", text: own(e)})).filter(b => b.text);
+})()"""
+
+# A number printed with thousands separators that Python parsed back as a tuple: "524,288"
+# reads (524, 288). (A group with a leading zero does not parse, and "1,000" reads (1, 0),
+# which a capability such as sm_80's (8, 0) also reads: those are left alone.)
+TUPLE_NUMBER = re.compile(r"\(\d{1,3}(?:, [1-9]\d\d)+\)")
+# Python writes a float NaN "nan" (the prose writes the concept "NaN"); pandas fills a missing
+# cell with NaN, <NA> or NaT; a unit after NaN is a value that was never computed.
+NAN_IN_TEXT = re.compile(r"(?<![A-Za-z])nan(?![a-z]{2})|\bNaN ?(?:x|%|[KMG]i?B|ms|µs|s|TFLOP/s)(?![A-Za-z])")
+MISSING_CELL = re.compile(r"(?i)nan|<NA>|NaT|None")
+# Sentences a generated glue left unfinished.
+UNFINISHED = {
+    "a placeholder where a value should be": re.compile(r"\(not read here\)"),
+    "a doubled 'so' (a glued clause repeating the sentence's own)": re.compile(r"\bSo\b[^.!?]*,\s+so\b"),
+    "Python's None inside a sentence": re.compile(r"(?<=[\w,;:] )None\b(?! of\b)|\(None\)"),
+}
+
+
+def excerpt(text: str, match: re.Match) -> str:
+    return f"...{text[max(0, match.start() - 40):match.end() + 40]}..."
+
+
+def numbers_read_as_tuples(blocks: list[dict]) -> list[str]:
+    return [excerpt(b["text"], m) for b in blocks for m in TUPLE_NUMBER.finditer(b["text"])]
+
+
+def nans_a_reader_sees(blocks: list[dict]) -> list[str]:
+    found = [excerpt(b["text"], m) for b in blocks for m in NAN_IN_TEXT.finditer(b["text"])]
+    return found + [f"a table cell reading {b['text']!r}" for b in blocks
+                    if b["kind"] == "table" and MISSING_CELL.fullmatch(b["text"])]
+
+
+def unfinished_sentences(blocks: list[dict]) -> list[str]:
+    return [f"{why}: {excerpt(b['text'], m)}" for b in blocks for why, pattern in UNFINISHED.items()
+            for m in pattern.finditer(b["text"])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_no_number_reads_as_a_tuple(site, page):
+    found = numbers_read_as_tuples(measured(site, page)["prose"])
+    assert not found, (f"{page}: numbers shown as Python tuples (a '{{x:,}}' string parsed back by the glue role; "
+                       f"kernels.notebook.glue quotes strings, so look for another path to the page): {found}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_no_nan_shows_where_a_value_should(site, page):
+    found = nans_a_reader_sees(measured(site, page)["prose"])
+    assert not found, f"{page}: a reader sees NaN where a value should be (say in words what was not measured): {found}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_no_generated_sentence_is_left_unfinished(site, page):
+    found = unfinished_sentences(measured(site, page)["prose"])
+    assert not found, f"{page}: {found}"
+
+
+# A page built like the book's (the article, prose, a pandas table, a say box, code, printed
+# output, math) with each defect planted once, beside look-alikes a reader may legitimately see.
+PLANTED = """<!doctype html><html><head><title>Planted</title></head><body><main><article class="bd-article">
+<h1>Planted defects</h1>
+<p>The matmul does (134, 217, 728) multiply-adds; the relu 1,048,576 comparisons.</p>
+<p>Block shapes are <code>(64, 128)</code>; the grid is [5, 16, 16]; sm_80 is (8, 0).</p>
+<p>Fill V with NaN: a kernel that reads it spreads NaN, in nanoseconds. Its peak was nan MiB, up nanx.</p>
+<table><thead><tr><th>S</th><th>peak (MiB)</th><th>note</th></tr></thead>
+<tbody><tr><td>128</td><td>NaN</td><td>NaN-guarded softmax</td></tr><tr><td>256</td><td>2.5</td><td>None of it</td></tr></tbody></table>
+<p>In that step rank (not read here) computed longer.</p>
+<div class="ap-say ap-note" role="note"><p>So this machine was too noisy to separate these two, so no time says it.</p></div>
+<p>None of the ops ran twice. So the order matters. The fastest was None here.</p>
+<div class="cell_output"><pre>(134, 217, 728) nan None (not read here)</pre></div>
+<p>Math: <span class="math notranslate nohighlight">\\(x = nan\\)</span>.</p>
+</article></main></body></html>"""
+
+
+@pytest.mark.slow
+def test_the_reading_checks_find_each_planted_defect_and_nothing_else(tmp_path):
+    from tests.browser import served_in_chromium
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "planted.html").write_text(PLANTED)
+    with served_in_chromium(tmp_path / "site", tmp_path / "profile") as (tools, base):
+        blocks = visit(tools, f"{base}/planted.html", 1280)["prose"]
+    tuples = numbers_read_as_tuples(blocks)
+    assert len(tuples) == 1 and "does (134, 217, 728) multiply-adds" in tuples[0], tuples
+    nans = nans_a_reader_sees(blocks)
+    assert len(nans) == 3 and "nan MiB" in nans[0] and "nanx" in nans[1] and nans[2] == "a table cell reading 'NaN'", nans
+    unfinished = unfinished_sentences(blocks)
+    assert [u.split(":")[0] for u in unfinished] == [
+        "a placeholder where a value should be", "a doubled 'so' (a glued clause repeating the sentence's own)",
+        "Python's None inside a sentence"], unfinished
+    assert "was None here" in unfinished[2]
