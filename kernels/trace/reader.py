@@ -147,6 +147,30 @@ def _shape_bytes(dims, dtype: str) -> int:
     return n * DTYPE_BYTES.get(dtype, 4)
 
 
+def tensor_bytes(dims: list, type_name: str) -> int:
+    """Bytes of a tensor of shape ``dims`` and Kineto element type ``type_name`` (``c10::BFloat16``,
+    ``float``...); a ValueError names a type the reader does not know the size of."""
+    if type_name not in DTYPE_BYTES:
+        raise ValueError(f"no known element size for the type {type_name!r}; known: {sorted(DTYPE_BYTES)}")
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in dims):
+        raise ValueError(f"not a tensor shape: {dims!r}")
+    return _shape_bytes(dims, type_name)
+
+
+def is_contiguous(dims: list, strides: list) -> bool:
+    """Whether a tensor of shape ``dims`` with ``strides`` (in elements, as Kineto records them)
+    is laid out row-major with no gaps, as ``Tensor.is_contiguous()`` says; dimensions of size 1
+    have any stride."""
+    if len(dims) != len(strides):
+        raise ValueError(f"{len(dims)} dims but {len(strides)} strides: {dims} {strides}")
+    expected = 1
+    for d, s in zip(reversed(dims), reversed(strides)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
 def _copy_bytes(dims: list, types: list) -> Optional[int]:
     """Bytes a copy_ moves: its destination's (first input's) size, None where the trace left out
     the shape or the type."""
@@ -526,6 +550,7 @@ class Step:
             "dur_us": ops["dur"],
             "input_dims": [a.get("Input Dims", a.get("Input dims", [])) for a in args],
             "input_types": [a.get("Input type", []) for a in args],
+            "input_strides": [a.get("Input Strides", []) for a in args],   # [] where not recorded
             # the values of scalar inputs (is_causal, a scale) as text; "" for a tensor, [] when not recorded
             "concrete_inputs": [a.get("Concrete Inputs", []) for a in args],
             "ts": ops["ts"],
@@ -578,6 +603,36 @@ class Step:
         for col in ("launcher", "op", "thread", "linked_by"):   # None, not pandas 3's NaN, where missing
             table[col] = pd.Series(_none_for_missing(table[col]), index=table.index, dtype=object)
         return table.sort_values("start_us", kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def runtime_calls(self) -> pd.DataFrame:
+        """The CUDA/HIP runtime and driver calls made on the CPU inside the range (launches,
+        copies, synchronisations, attribute queries) and the profiler's own ``overhead`` rows, in
+        start order: name, cat, start_us, dur_us, pid, tid and ``op``, the innermost op of its
+        thread the call was made in (None outside every op)."""
+        spans = self.trace.spans
+        t0, t1 = float(self.range["ts"]), float(self.range["end"])
+        calls = spans[spans["cat"].isin(LAUNCH_CATEGORIES + ("overhead",))
+                      & (spans["ts"] >= t0) & (spans["ts"] < t1)].sort_values("ts", kind="stable")
+        hits = _innermost(self.ops, list(zip(calls["pid"], calls["tid"])), calls["ts"].tolist())
+        names = self.ops["name"].tolist()
+        table = pd.DataFrame({
+            "name": calls["name"].values, "cat": calls["cat"].values,
+            "start_us": (calls["ts"] - t0).values, "dur_us": calls["dur"].values,
+            "pid": calls["pid"].values, "tid": calls["tid"].values,
+        })
+        table["op"] = pd.Series([names[h] if h >= 0 else None for h in hits], index=table.index, dtype=object)
+        return table
+
+    def python_stack(self, row: int) -> list[str]:
+        """The Python frames and ``nn.Module`` ranges around op ``row`` of ``ops``, outermost
+        first, as a trace recorded ``with_stack=True`` / ``with_modules=True`` holds them; []
+        where it recorded none."""
+        op = self.ops.loc[row]
+        spans = self.trace.spans
+        around = spans[(spans["cat"] == "python_function") & (spans["pid"] == op["pid"]) & (spans["tid"] == op["tid"])
+                       & (spans["ts"] <= op["ts"]) & (spans["end"] >= op["end"])]
+        return around.sort_values(["ts", "dur"], ascending=[True, False], kind="stable")["name"].tolist()
 
     # --- what chapters ask
     @property

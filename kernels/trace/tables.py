@@ -8,7 +8,14 @@ a page shows:
 * ``kernel_table(step)``: the GPU work, with each kernel's launch footprint and stream;
 * ``copy_table(step)``: every ``aten::copy_``, who called it, the shape as the prose writes
   it (``shape_text``) and its size in one unit;
-* ``counts(steps)``: one row per step, so a reader sees every step looks alike.
+* ``counts(steps)``: one row per step, so a reader sees every step looks alike;
+* ``gpu_gaps(step)`` and ``gpu_summary(step)``: where each GPU stream sat idle between two
+  pieces of work, and whether the CPU had launched the next one yet;
+* ``runtime_table(step)``: the CUDA/HIP runtime calls on the CPU, by name, with the GPU work
+  each kind launched;
+* ``work_table(kernels)``: rows of GPU work (a step's, or one attention call's) by short name;
+* ``score_tensor(call)``: a hand-written attention call's S×S score tensor, shape, type and bytes,
+  from the shapes the trace recorded.
 """
 from __future__ import annotations
 
@@ -16,7 +23,8 @@ from typing import Optional
 
 import pandas as pd
 
-from kernels.trace.reader import Step
+from kernels.trace.attention import AttentionCall, short_kernel_name
+from kernels.trace.reader import Step, tensor_bytes
 
 
 # One per level of nesting in op_table: a visible dot and a no-break space, so the depth reads
@@ -92,3 +100,96 @@ def counts(steps: list[Step]) -> pd.DataFrame:
     """Per step: how many ops (and kernels), so a reader can see every step looks alike."""
     return pd.DataFrame([{"step": s.index, **{k: v for k, v in s.summary().items() if k != "label"}}
                          for s in steps]).set_index("step")
+
+
+def gpu_gaps(step: Step) -> pd.DataFrame:
+    """Every stretch a GPU stream sat idle between two pieces of the step's work, in order: the
+    work before and after it, the gap (µs), and ``cpu_late``: whether the launch of the work
+    after it began only after the work before it had ended, i.e. the GPU waited for the CPU to
+    ask (a launch-bound gap), rather than for a dependency."""
+    k = step.gpu_work
+    rows = []
+    for (device, stream), work in k.groupby(["device", "stream"], sort=False):
+        ends = (work["start_us"] + work["dur_us"]).tolist()
+        starts, launches, names = work["start_us"].tolist(), work["launch_start_us"].tolist(), work["name"].tolist()
+        busy_until = ends[0]
+        for i in range(1, len(work)):
+            if starts[i] > busy_until:
+                rows.append({"device": device, "stream": stream, "after": short_kernel_name(names[i - 1]),
+                             "before": short_kernel_name(names[i]), "gap_us": starts[i] - busy_until,
+                             "cpu_late": launches[i] >= busy_until})
+            busy_until = max(busy_until, ends[i])
+    return pd.DataFrame(rows, columns=["device", "stream", "after", "before", "gap_us", "cpu_late"])
+
+
+def gpu_summary(step: Step) -> dict:
+    """The step's GPU work in numbers: kernels, copies/memsets, GPU busy time (µs, summed over
+    streams), the step's CPU time, the span from the first work's start to the last one's end,
+    the idle gaps inside it and how many of them the CPU was late for, and the median time from
+    a launch call's start to its work's start on the GPU."""
+    k = step.gpu_work
+    if k.empty:
+        raise ValueError(f"{step.label}: no GPU work in this step (a CPU-only trace?)")
+    gaps = gpu_gaps(step)
+    return {
+        "kernels": int((k["cat"] == "kernel").sum()),
+        "copies and memsets": int(k["cat"].isin(["gpu_memcpy", "gpu_memset"]).sum()),
+        "streams": int(k[["device", "stream"]].drop_duplicates().shape[0]),
+        "gpu_busy_us": step.gpu_time_us,
+        "step_us": step.cpu_time_us,
+        "gpu_span_us": float((k["start_us"] + k["dur_us"]).max() - k["start_us"].min()),
+        "gaps": len(gaps),
+        "idle_us": float(gaps["gap_us"].sum()),
+        "median_gap_us": float(gaps["gap_us"].median()) if len(gaps) else 0.0,
+        "cpu_late_gaps": int(gaps["cpu_late"].sum()),
+        "median_launch_to_start_us": float((k["start_us"] - k["launch_start_us"]).median()),
+    }
+
+
+def runtime_table(step: Step) -> pd.DataFrame:
+    """The runtime and driver calls of the step by name, most CPU time first: how many, their
+    CPU time, how many pieces of GPU work calls of that name launched, and the ops they were
+    made in."""
+    calls = step.runtime_calls
+    launched = step.gpu_work["launcher"].value_counts()
+    rows = []
+    for name, group in calls.groupby("name", sort=False):
+        ops = group["op"].dropna().value_counts()
+        rows.append({"call": name, "calls": len(group), "CPU µs": round(float(group["dur_us"].sum()), 1),
+                     "GPU work launched": int(launched.get(name, 0)),
+                     "made in": ", ".join(without_aten(o) for o in ops.index[:3]) + (" ..." if len(ops) > 3 else "")})
+    table = pd.DataFrame(rows, columns=["call", "calls", "CPU µs", "GPU work launched", "made in"])
+    return table.sort_values("CPU µs", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def without_aten(name: str) -> str:
+    return name[len("aten::"):] if name.startswith("aten::") else name
+
+
+def work_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Rows of GPU work (``Step.gpu_work``, or an ``AttentionCall.kernels``) in GPU order, by short
+    name: the op that launched each, its time, its start after the first one's, and its grid."""
+    t0 = float(kernels["start_us"].min()) if len(kernels) else 0.0
+    return pd.DataFrame({
+        "kernel": [short_kernel_name(n) for n in kernels["name"]],
+        "launched by": kernels["op"].values,
+        "time (µs)": kernels["dur_us"].round(1).values,
+        "starts at (µs)": (kernels["start_us"] - t0).round(1).values,
+        "grid": ["x".join(str(int(g)) for g in grid) if isinstance(grid, list) else "" for grid in kernels["grid"]],
+    })
+
+
+# Kineto's element type for the short names AttentionCall.dtype uses.
+KINETO_TYPES = {"bf16": "c10::BFloat16", "fp16": "c10::Half", "fp32": "float", "fp64": "double"}
+
+
+def score_tensor(call: AttentionCall) -> dict:
+    """A hand-written attention call's score tensor (the softmax's input, S×S per head): its
+    shape and element type as the trace recorded them, and its bytes."""
+    if call.how != "hand-written" or not call.shapes or "softmax" not in call.shapes:
+        raise ValueError(f"a {call.how} call has no score tensor of its own in the trace: only a hand-written "
+                         "attention core materialises one")
+    if call.dtype not in KINETO_TYPES:
+        raise ValueError(f"the call's element type was not recorded as a float type (dtype {call.dtype!r})")
+    shape = list(call.shapes["softmax"])
+    return {"shape": shape, "dtype": call.dtype, "bytes": tensor_bytes(shape, KINETO_TYPES[call.dtype])}
