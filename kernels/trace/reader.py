@@ -659,6 +659,14 @@ class Step:
         """Total of every allocation in the step (a buffer allocated twice counts twice)."""
         return int(self.memory.loc[self.memory["bytes"] > 0, "bytes"].sum())
 
+    def most_alive(self, nbytes: int) -> int:
+        """The most tensors of exactly ``nbytes`` alive at once during the step, from its
+        allocation events (a free of one allocated before the step counts down from 0)."""
+        events = self.memory[self.memory["bytes"].abs() == nbytes].sort_values("ts", kind="stable")
+        if events.empty:
+            return 0
+        return max(0, int(events["bytes"].gt(0).map({True: 1, False: -1}).cumsum().max()))
+
     def top_level(self) -> pd.DataFrame:
         """The ops your code called directly (depth 0 on the label's own thread), views and
         allocations left out."""

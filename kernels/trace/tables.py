@@ -13,12 +13,15 @@ a page shows:
   pieces of work, and whether the CPU had launched the next one yet;
 * ``runtime_table(step)``: the CUDA/HIP runtime calls on the CPU, by name, with the GPU work
   each kind launched;
+* ``copy_groups(step)``: the step's copies grouped by where they come from (op, shape, type,
+  the Python call and frame, the ``nn.Module``), largest total first;
 * ``work_table(kernels)``: rows of GPU work (a step's, or one attention call's) by short name;
 * ``score_tensor(call)``: a hand-written attention call's S×S score tensor, shape, type and bytes,
   from the shapes the trace recorded.
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import pandas as pd
@@ -193,3 +196,63 @@ def score_tensor(call: AttentionCall) -> dict:
         raise ValueError(f"the call's element type was not recorded as a float type (dtype {call.dtype!r})")
     shape = list(call.shapes["softmax"])
     return {"shape": shape, "dtype": call.dtype, "bytes": tensor_bytes(shape, KINETO_TYPES[call.dtype])}
+
+
+def python_call(frame: str) -> str:
+    """A Python stack entry as the prose names it: ``<built-in method contiguous of Tensor object
+    at 0x7d...>`` reads ``Tensor.contiguous``, ``<built-in function linear>`` reads ``linear``, a
+    frame ``path/file.py(18): name`` stays as it is."""
+    method = re.match(r"<built-in method (\w+) of (\w+) object", frame)
+    if method:
+        return f"{method.group(2)}.{method.group(1)}"
+    function = re.match(r"<built-in function (\w+)>", frame)
+    return function.group(1) if function else frame
+
+
+def where_from(stack: list[str]) -> dict:
+    """From a Python stack (``Step.python_stack``): the innermost built-in call, the innermost
+    Python frame and the innermost ``nn.Module`` (its instance number dropped); "" for what the
+    stack does not hold."""
+    builtins = [f for f in stack if f.startswith("<built-in")]
+    frames = [f for f in stack if re.match(r".+\.py\(\d+\): ", f)]
+    modules = [f[len("nn.Module: "):] for f in stack if f.startswith("nn.Module: ")]
+    return {"call": python_call(builtins[-1]) if builtins else "", "frame": frames[-1] if frames else "",
+            "module": re.sub(r"_\d+$", "", modules[-1]) if modules else ""}
+
+
+def copy_groups(step: Step) -> pd.DataFrame:
+    """The step's ``aten::copy_`` calls grouped by where they come from: the op that made each
+    (``clone``, ``_to_copy``...), what it copied (shape, type), and, where the trace recorded
+    Python stacks and modules, the Python call, frame and ``nn.Module`` around it. One row per
+    group, largest total first: count, size of one (MiB), total (MiB), and the GPU time of the
+    work they launched (0 on a CPU-only step)."""
+    c = step.copies()
+    if c.empty:
+        return pd.DataFrame(columns=["made by", "shape", "dtype", "call", "frame", "module", "count",
+                                     "MiB each", "MiB total", "GPU µs"])
+    # the op that asked for the copy: the copy_'s parent (clone, _to_copy), with that op's stack
+    asker = [p if p >= 0 else i for i, p in zip(c.index, c["parent"])]
+    origin = pd.DataFrame([where_from(step.python_stack(a)) for a in asker], index=c.index)
+    rows = pd.DataFrame({
+        "made by": [without_aten(n) if n else "(your code)" for n in c["called_from"]],
+        "shape": [shape_text(d[0] if d else []) for d in c["input_dims"]],
+        "dtype": [t[0] if t else "" for t in c["input_types"]],
+        **{k: origin[k] for k in ("call", "frame", "module")},
+        "bytes": [b if b is not None else 0 for b in c["bytes"]],
+        "gpu_us": [_gpu_us_launched(step, r) for _, r in c.iterrows()],
+    })
+    keys = ["made by", "shape", "dtype", "call", "frame", "module"]
+    grouped = rows.groupby(keys, sort=False)
+    table = grouped["bytes"].agg(["count", "first", "sum"]).reset_index()
+    table["MiB each"] = (table["first"] / 2**20).round(2)
+    table["MiB total"] = (table["sum"] / 2**20).round(1)
+    table["GPU µs"] = grouped["gpu_us"].sum().round(1).values
+    return table.sort_values("sum", ascending=False, kind="stable").drop(columns=["first", "sum"]).reset_index(drop=True)
+
+
+def _gpu_us_launched(step: Step, op: pd.Series) -> float:
+    """GPU time of the work launched from inside one op (on its thread): 0 on a CPU-only step."""
+    k = step.gpu_work
+    inside = (k["thread"] == op["tid"]) & (k["launch_start_us"] >= op["start_us"]) & \
+        (k["launch_start_us"] <= op["start_us"] + op["dur_us"])
+    return float(k.loc[inside, "dur_us"].sum())
