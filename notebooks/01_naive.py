@@ -160,14 +160,11 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 # This run's own GPU forward (or the book's recording of it): the article's six activities and its one copy.
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
 if gpu_steps:
-    print(f"GPU run: {gpu_source}")
     gpu = gpu_steps["naive"].gpu_work
-    display(tables.kernel_table(gpu_steps["naive"]))
+    display(f"GPU run: {gpu_source}", tables.kernel_table(gpu_steps["naive"]))
     copies = gpu[gpu["cat"] == "gpu_memcpy"]
-    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100",
-           f"{len(gpu)} on the GPU track: {int((gpu['cat'] == 'kernel').sum())} kernels, {len(copies)} copies")
-    lesson(len(copies) == 1 and (copies["op"] == "aten::copy_").all(),
-           "exactly one of them is a copy, launched by the clone's copy_ under masked_fill", ", ".join(copies["name"].str.slice(0, 40)))
+    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100", f"{len(gpu)} on the GPU track")
+    lesson(len(copies) == 1 and (copies["op"] == "aten::copy_").all(), "exactly one of them is a copy, the clone's copy_")
 
 # %% [markdown]
 # ### A hand-written attention core in a real model
@@ -180,10 +177,8 @@ if gpu_steps:
 # step by its ops and shapes:
 
 # %%
-tf = borrowed.TRACELENS["h100_timesformer"]
-tf_trace = tf.trace()
-tf_step = tf.step(trace=tf_trace)
-say(tf.credit(tf_trace))
+tf_step = borrowed.TRACELENS["h100_timesformer"].step()
+say(borrowed.TRACELENS["h100_timesformer"].credit(tf_step.trace))
 tf_report = find_attention(tf_step)
 sizes = tf_report.table().drop_duplicates(subset=["B·H x Sq x Sk x D"])   # the first call of each size
 display(sizes[["#", "how", "kernels", "main kernel", "B·H x Sq x Sk x D", "GPU µs"]])
@@ -218,15 +213,18 @@ glue("tf_scores_vs_ours", f"{scores['bytes'] / scores_bytes:,.0f}")
 # The trace recorded the softmax's input as {glue:text}`tf_scores_shape` in bfloat16:
 # {glue:text}`tf_scores_gib` GiB for one call, {glue:text}`tf_scores_vs_ours` times this page's
 # own S×S buffer above.
-# Here are that call's kernels, in the order the GPU ran them:
+# Here are that call's kernels, in the order the GPU ran them: the short name of each, the op
+# whose launch queued it, how long it ran, when it started after the call's first kernel, and
+# its grid (how many thread blocks it launched). The scale and the softmax launch blocks by
+# the hundred thousand, in proportion to the score tensor's size; the GEMMs tile their output
+# in far fewer, larger blocks.
 
 # %%
 work = tables.work_table(call.kernels)
 display(work)
 by_op = call.kernels.groupby("op")["dur_us"].sum()
 elementwise_us = float(by_op.get("aten::mul", 0) + by_op.get("aten::_softmax", 0))
-lesson(list(call.kernels["op"].value_counts().sort_index().index) == ["aten::_softmax", "aten::bmm", "aten::copy_", "aten::mul"]
-       and (call.kernels["op"] == "aten::bmm").sum() == 2,
+lesson(by_op.index.tolist() == ["aten::_softmax", "aten::bmm", "aten::copy_", "aten::mul"] and work["launched by"].eq("aten::bmm").sum() == 2,
        "one call runs the two GEMMs (bmm), the scale (mul) and the softmax, plus copies of its inputs", ", ".join(work["kernel"]))
 lesson(elementwise_us > by_op["aten::bmm"],
        "the scale and the softmax, which only read and write the score tensor, take longer on the GPU than the two GEMMs",
@@ -256,19 +254,16 @@ glue("tf_mul_pct", f"{100 * mul_tbps * 1e12 / tf_report.peaks.bandwidth:.0f}" if
 # model's next ops while the GPU worked through these:
 
 # %%
-launched_by = float(call.kernels["launch_start_us"].max() - call.kernels["launch_start_us"].min())
-waited = call.kernels["start_us"] - call.kernels["launch_start_us"]
-lesson(launched_by < call.gpu_us / 10, "the CPU launched the whole call in under a tenth of the time the GPU took to run it",
-       f"launched within {launched_by:.0f} µs, run in {call.gpu_us / 1e3:.1f} ms")
-lesson(waited.max() > 1000, "so kernels waited in the GPU's queue: the last one started milliseconds after its launch",
-       f"longest wait {waited.max() / 1e3:.1f} ms")
+launched_by, waited = call.kernels["launch_start_us"].agg(["min", "max"]), call.kernels["start_us"] - call.kernels["launch_start_us"]
+lesson(launched_by["max"] - launched_by["min"] < call.gpu_us / 10 and waited.max() > 1000,
+       "the CPU launched the whole call in under a tenth of the time the GPU took to run it, so kernels waited milliseconds in the queue",
+       f"launched within {launched_by['max'] - launched_by['min']:.0f} µs, run in {call.gpu_us / 1e3:.1f} ms, longest wait {waited.max() / 1e3:.1f} ms")
 
 # %%
 #| caption: One long hand-written attention call of TimeSformer on an H100 (recorded by others, TraceLens's test data), from its first op on the CPU to its last kernel's end. The GPU row runs its kernels back to back: copies (red), a GEMM (blue), the scale (grey), the softmax (green), a copy and a GEMM. Above, the CPU has long moved on, launching the model's next ops; the grey lines from those launches lead off to the right, to kernels that wait in the queue.
 #| alt: Zoomed timeline of one attention call, about 11 ms: the CPU rows are full of short op bars of later layers; the GPU row holds a few long bars: small red copies, a blue GEMM, a grey scale, a long green softmax, a red copy and a blue GEMM.
-call_end_ms = float((call.kernels["start_us"] + call.kernels["dur_us"]).max()) / 1e3
-timeline.timeline(tf_step, window_ms=(float(call.kernels["launch_start_us"].min()) / 1e3, call_end_ms),
-                  title="TimeSformer on an H100: one hand-written attention call")
+call_ms = (float(launched_by["min"]) / 1e3, float((call.kernels["start_us"] + call.kernels["dur_us"]).max()) / 1e3)
+timeline.timeline(tf_step, window_ms=call_ms, title="TimeSformer on an H100: one hand-written attention call")
 
 # %% [markdown]
 # ## What to remember
