@@ -164,7 +164,9 @@ if gpu_steps:
     display(f"GPU run: {gpu_source}", tables.kernel_table(gpu_steps["naive"]))
     copies = gpu[gpu["cat"] == "gpu_memcpy"]
     lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100", f"{len(gpu)} on the GPU track")
-    lesson(len(copies) == 1 and (copies["op"] == "aten::copy_").all(), "exactly one of them is a copy, the clone's copy_")
+    fill = gpu_steps["naive"].find("aten::masked_fill").iloc[0]
+    lesson(len(copies) == 1 and fill["start_us"] <= copies["launch_start_us"].iloc[0] <= fill["start_us"] + fill["dur_us"],
+           "exactly one of them is a copy, launched inside masked_fill (its clone)")
 
 # %% [markdown]
 # ### A hand-written attention core in a real model

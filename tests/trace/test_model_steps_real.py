@@ -192,3 +192,21 @@ def test_most_alive_counts_tensors_of_one_size_alive_together():
               mem(7, -64, 136)]
     step = load_trace({"traceEvents": events}).profiler_steps()[0]
     assert step.most_alive(64) == 3 and step.most_alive(8) == 1 and step.most_alive(16) == 0
+
+
+def test_runtime_calls_place_each_call_in_its_op_on_the_synthetic_mlp_step():
+    """Chapter 0's GPU reading of its own mlp_step, on the tests' A100-shaped step (Part 1 of the
+    source series): the occupancy query inside aten::mm before the GEMM's launch, the
+    synchronize after the label but inside the profiler step."""
+    from tests.gpu_trace import forward_trace
+    step = load_trace(forward_trace("mlp_step", steps=1)).steps("mlp_step")[0]
+    outer = next(p for p in step.trace.profiler_steps()
+                 if p.range["ts"] <= step.range["ts"] and p.range["end"] >= step.range["end"])
+    calls = step.runtime_calls
+    query = calls[calls["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")]
+    gemm_launch = step.gpu_work.loc[step.gpu_work["op"] == "aten::mm", "launch_start_us"].min()
+    assert query["op"].tolist() == ["aten::mm"] and (query["start_us"] < gemm_launch).all()
+    after_label = outer.runtime_calls[outer.runtime_calls["start_us"] >= float(step.range["end"] - outer.range["ts"])]
+    assert "cudaDeviceSynchronize" in after_label["name"].tolist()
+    assert "cudaDeviceSynchronize" not in calls["name"].tolist()
+    assert set(tables.runtime_table(outer)["call"]) >= {"cudaLaunchKernel", "Activity Buffer Request"}
