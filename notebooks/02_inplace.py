@@ -272,30 +272,24 @@ glue("qwen_rotary_mib", f"{rotary:.2f}")
 # precision, and the copies are the price. The other is `Tensor.contiguous` in transformers'
 # `sdpa_attention_forward`, three copies per layer of `q`, `k` and `v`, and one of the output.
 # Were they needed? The trace recorded every input's **strides** as well as its shape, so it
-# can say what each copy changed:
+# can say how each tensor lay in memory (B batch, H heads, S sequence, D head dimension, the
+# outermost first), whatever shape it was viewed as:
 
 # %%
 clone = qwen_step.find("aten::clone").iloc[0]          # the first input copy: q's, in the first layer
-dims, strides = clone["input_dims"][0], clone["input_strides"][0]
-as_bshd = [0, 2, 1, 3]                                   # [B, H, S, D] seen as [B, S, H, D]
-lesson(not reader.is_contiguous(dims, strides)
-       and reader.is_contiguous([dims[i] for i in as_bshd], [strides[i] for i in as_bshd]),
-       "the tensor .contiguous() copied was already laid out in memory as [batch, seq, heads, head_dim]",
-       f"shape {dims}, strides {strides}")
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
-lesson(flash["input_dims"][0] == [dims[i] for i in as_bshd]
-       and not reader.is_contiguous(flash["input_dims"][0], flash["input_strides"][0]),
-       "the flash kernel's op takes [batch, seq, heads, head_dim], and after the copy got a strided view of it",
-       f"shape {flash['input_dims'][0]}, strides {flash['input_strides'][0]}")
+out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the copy of the output
+layouts = pd.Series({
+    "q, as .contiguous() got it (viewed BHSD)": reader.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD"),
+    "q, as the flash op got it (viewed BSHD)": reader.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
+    "the output, as the last .contiguous() got it (viewed BSHD)": reader.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD"),
+}, name="laid out in memory as")
+display(layouts)
+lesson(layouts.tolist() == ["BSHD", "BHSD", "BHSD"],
+       "q was already laid out [B, S, H, D], the flash op's own view; after the copy, the flash op and the output were [B, H, S, D]")
 sdpa = qwen_step.find("aten::scaled_dot_product_attention").iloc[0]
-lesson(sdpa["input_dims"][3] == [] and sdpa["concrete_inputs"][5] == "True",
-       "the model passed SDPA no mask, only is_causal=True", f"attn_mask dims {sdpa['input_dims'][3]}, is_causal {sdpa['concrete_inputs'][5]}")
-out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]    # the output's copy
-out_dims, out_strides = out["input_dims"][0], out["input_strides"][0]
-lesson(not reader.is_contiguous(out_dims, out_strides)
-       and reader.is_contiguous([out_dims[i] for i in as_bshd], [out_strides[i] for i in as_bshd]),
-       "the attention output came back laid out [batch, heads, seq, head_dim], so the final .contiguous() copied it too",
-       f"shape {out_dims}, strides {out_strides}")
+lesson(sdpa["input_dims"][3] == [] and sdpa["concrete_inputs"][5] == "True", "the model passed SDPA no mask, only is_causal=True",
+       f"attn_mask dims {sdpa['input_dims'][3]}, is_causal {sdpa['concrete_inputs'][5]}")
 sdpa_copies = groups[groups["frame"].str.endswith("sdpa_attention_forward")]
 glue("qwen_sdpa_copies", int(sdpa_copies["count"].sum()))
 glue("qwen_sdpa_gib", f"{sdpa_copies['MiB total'].sum() / 1024:.2f}")

@@ -171,6 +171,19 @@ def is_contiguous(dims: list, strides: list) -> bool:
     return True
 
 
+def memory_layout(dims: list, strides: list, names: str) -> Optional[str]:
+    """The order a tensor's dimensions are laid out in memory, outermost first, by their
+    ``names`` (one letter each, in the order of ``dims``): a ``[B, H, S, D]`` view of a
+    ``[B, S, H, D]`` buffer reads ``"BSHD"``. None when no order makes it contiguous (a slice,
+    a broadcast): it is not a rearranged dense buffer."""
+    if not len(dims) == len(strides) == len(names):
+        raise ValueError(f"{len(dims)} dims, {len(strides)} strides and {len(names)} names ({names!r}) must match")
+    order = sorted(range(len(dims)), key=lambda i: (-strides[i], i))
+    if not is_contiguous([dims[i] for i in order], [strides[i] for i in order]):
+        return None
+    return "".join(names[i] for i in order)
+
+
 def _copy_bytes(dims: list, types: list) -> Optional[int]:
     """Bytes a copy_ moves: its destination's (first input's) size, None where the trace left out
     the shape or the type."""

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from kernels import borrowed
 from kernels.trace import tables, timeline
 from kernels.trace.attention import find_attention
-from kernels.trace.reader import LAUNCH_CATEGORIES, is_contiguous, load_trace, tensor_bytes
+from kernels.trace.reader import LAUNCH_CATEGORIES, is_contiguous, load_trace, memory_layout, tensor_bytes
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +152,21 @@ def test_qwen_strides_show_what_the_contiguous_copies_changed(qwen):
     dims, strides = clone["input_dims"][0], clone["input_strides"][0]
     assert not is_contiguous(dims, strides)
     assert is_contiguous([dims[0], dims[2], dims[1], dims[3]], [strides[0], strides[2], strides[1], strides[3]])
+    assert memory_layout(dims, strides, "BHSD") == "BSHD"
+    flash = qwen.find("aten::_flash_attention_forward").iloc[0]
+    assert memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD") == "BHSD"
+    assert len(qwen.find("aten::clone")) == 4 * len(qwen.find("aten::_flash_attention_forward"))
+
+
+def test_memory_layout_names_the_order_torch_laid_a_tensor_out_in():
+    torch = pytest.importorskip("torch")
+    bshd = torch.empty(2, 5, 3, 4)
+    for view, names, want in ((bshd.transpose(1, 2), "BHSD", "BSHD"), (bshd, "BSHD", "BSHD"),
+                              (bshd.permute(3, 0, 1, 2), "DBSH", "BSHD"), (bshd[:, :2], "BSHD", None),
+                              (torch.empty(3, 1).expand(3, 4), "AB", None)):
+        assert memory_layout(list(view.shape), list(view.stride()), names) == want, (view.shape, view.stride())
+    with pytest.raises(ValueError, match="must match"):
+        memory_layout([2, 3], [3, 1], "ABC")
 
 
 def test_python_calls_read_as_the_prose_names_them():
