@@ -300,10 +300,8 @@ guess_busy_pct = 50  # edit me: the GPU's busy time as a percentage of the step'
 # %%
 #| caption: One inference step of BERT-small (1 × 141 tokens, bfloat16) on an H100, recorded by others (AMD's TraceLens test data). The CPU rows are busy from start to end; the GPU stream row at the bottom holds thin bars with white gaps between them, each tied by a grey line to the launch that queued it.
 #| alt: Timeline of one BERT-small step about 4.4 ms long. Five rows of CPU ops by nesting depth span the whole step; the single GPU stream row holds about sixty narrow kernel bars spread across it, mostly empty space between them.
-bert = borrowed.TRACELENS["h100_bert"]
-bert_trace = bert.trace()
-bert_step = bert.step(trace=bert_trace)
-say(bert.credit(bert_trace))
+bert_step = borrowed.TRACELENS["h100_bert"].step()
+say(borrowed.TRACELENS["h100_bert"].credit(bert_step.trace))
 timeline.timeline(bert_step, title="BERT-small, one step on an H100 (recorded by TraceLens)")
 
 # %%

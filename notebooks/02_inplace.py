@@ -248,10 +248,8 @@ if len(gpu_steps) == 2:
 guess_module = "Qwen2RotaryEmbedding"  # edit me: Qwen2RotaryEmbedding, Qwen2Attention, Qwen2RMSNorm or Qwen2MLP
 
 # %%
-qwen = borrowed.TRACELENS["h100_qwen"]
-qwen_trace = qwen.trace()
-qwen_step = qwen.step(trace=qwen_trace)
-say(qwen.credit(qwen_trace))
+qwen_step = borrowed.TRACELENS["h100_qwen"].step()
+say(borrowed.TRACELENS["h100_qwen"].credit(qwen_step.trace))
 groups = tables.copy_groups(qwen_step)
 display(groups.drop(columns=["frame"]))
 by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=False)
