@@ -404,6 +404,9 @@ glue("primer_trace_kib", round(size_kib, 1))
 # ## What to remember
 #
 # - Profile with a schedule (skip the first calls) and label what you call.
+# - On a GPU, set the GPU's busy time against the step's time and look at the gaps between
+#   kernels: a step whose GPU waits for each launch is launch-bound, and faster kernels will
+#   not help it.
 # - Read the per-step table and the timeline, not only the summary: order and nesting
 #   are where the stories are.
 # - Guess before you look. In the next chapter the guess for hand-written attention will be

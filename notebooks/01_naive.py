@@ -12,6 +12,9 @@
 # - find the op you did not write: the `clone` and `copy_` under `masked_fill`, a full copy of
 #   the attention scores;
 # - count copies by the bytes they move, not by their names;
+# - find the hand-written attention core in a real model's GPU step, compute its S×S score
+#   tensor's bytes from the recorded shapes, and see the kernels that only move it outlast the
+#   GEMMs;
 # - read a forward's peak and total memory from the trace's allocations, and see both grow with
 #   S².
 #
@@ -273,6 +276,8 @@ timeline.timeline(tf_step, window_ms=call_ms, title="TimeSformer on an H100: one
 #   exception here: it is `clone` followed by `masked_fill_`, so on a
 #   {glue:text}`naive_copy_mib` MiB tensor it also makes a {glue:text}`naive_copy_mib` MiB copy.
 # - Count copies by their shape and bytes, not by name.
+# - The S×S score tensor is what a hand-written core costs on a GPU too: in a real model it
+#   runs to gigabytes, and the kernels that read and write it take longer than the GEMMs.
 #
 # Next: make the mask in place, and prove the copy is gone.
 

@@ -13,7 +13,9 @@
 #   listing exactly the ops that went;
 # - tell total allocation from peak memory: one S×S allocation fewer, the same peak;
 # - compare two forwards' times apart from the profiler, and when to call neither one faster;
-# - see when an in-place op breaks autograd, and why `masked_fill_` does not.
+# - see when an in-place op breaks autograd, and why `masked_fill_` does not;
+# - find the copies in a real model's step by their bytes, trace each to the Python call and
+#   module that made it, and judge from the recorded strides whether it was needed.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb). What `backward()` does, for the
 # last section.
@@ -317,6 +319,8 @@ glue("qwen_sdpa_pct", f"{100 * sdpa_copies['GPU µs'].sum() / qwen_step.gpu_time
 # - A smaller total allocation is not a smaller peak: what matters for the peak is what is
 #   alive at the same time.
 # - In-place is unsafe on a tensor autograd saved; PyTorch tells you at backward time.
+# - In a real model, group the copies by where they come from; the strides say whether a
+#   `.contiguous()` changed anything the next kernel needed.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/02_inplace.ipynb), with automatic checks, hints and hidden solutions.
