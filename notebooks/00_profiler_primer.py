@@ -6,8 +6,8 @@
 #
 # > **Guess what the trace will show, then look. Every mismatch is a lesson.**
 #
-# Everything here runs on a CPU. On a GPU the same calls record a second track, the GPU's,
-# and we say below what changes.
+# Everything here runs on a CPU. On a GPU the same calls record a second track, the GPU's:
+# the end of the chapter reads one, a whole model step recorded on an H100.
 #
 # **You will learn to:**
 #
@@ -16,6 +16,8 @@
 #   table of ops in call order, and a timeline;
 # - tell a CPU track from a GPU track: launches against kernels, tied by correlation ids, and
 #   why a timer around GPU code must synchronise;
+# - read a real model's GPU step: how many kernels, how long the GPU was busy against the
+#   step's time, the gaps between kernels, and when a step is launch-bound;
 # - open the trace file in Perfetto and follow a launch to its kernel.
 #
 # **Before you start:** No earlier chapter. Python and basic PyTorch (tensors, `@`, calling a
@@ -125,7 +127,7 @@ print(run.table(sort_by="cpu_time_total", row_limit=8))
 #   When a label's CPU time is far above the GPU time of its kernels, the GPU spent the step
 #   waiting for launches: the code is overhead-bound, and a faster kernel will not help; when
 #   the GPU time dominates, it is compute- or memory-bound, and kernels are what to work on.
-#   The GPU-track cell further down makes that comparison on a real GPU track when there is one.
+#   The whole model step further down makes that comparison on a real GPU track.
 
 # %%
 rows = {e.key: e for e in run.averages}
@@ -236,7 +238,7 @@ links(run)
 #
 # The CPU side of a GPU run holds more than ops. Part 1 of the source series
 # (Hugging Face blog, torch-profiler.md) reads four kinds of runtime rows in its matmul
-# trace, and this page's GPU run can be read for the same:
+# trace; the whole model step further down has most of them:
 #
 # - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
@@ -249,102 +251,139 @@ links(run)
 #   activity into. The series found one leaving a gap in its GPU track; where it falls depends
 #   on when the profiler's buffers run out.
 #
-# When this page has a GPU run (this run's own on a GPU, else a recording, labelled as
-# such), the cell below counts those rows in one recorded step and checks what can be
-# checked: every kernel has its launch, the step ends with the synchronize, and an occupancy
-# query, where there is one, sits inside `aten::mm` before the GEMM's launch. It also sets
-# the label's CPU time beside its kernels' GPU time (overhead-bound or not). The trace we just
-# recorded has no GPU track when this run's device is the CPU:
+# The trace we just recorded has a GPU track only when this page ran on a GPU:
 
 # %%
-if device.type == "cuda":
-    lesson(run.trace.has_gpu, "a GPU run records a GPU track of kernels",
-           f"{len(step.gpu_work)} GPU activities in one step")
-else:
-    lesson(not run.trace.has_gpu, "a CPU-only run records no GPU track: ops run where they are dispatched")
+lesson(run.trace.has_gpu == (device.type == "cuda"),
+       "a GPU run records a GPU track of kernels; a CPU-only run records none (ops run where they are dispatched)",
+       f"{len(step.gpu_work)} GPU activities in one step on {device.type}")
+
+# %% tags=["hide-input"]
+# On a GPU (or with the book's recording), the same rows read off mlp_step's own GPU step.
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
 if gpu_steps:
     gpu_step = gpu_steps["mlp_step"]
-    label_ts, label_end = float(gpu_step.range["ts"]), float(gpu_step.range["end"])
-    print(f"GPU run: {gpu_source}")
-    display(tables.kernel_table(gpu_step))
-    # The recorded step around this label: the label, then what the step does after it.
     outer = next(p for p in gpu_step.trace.profiler_steps()
-                 if p.range["ts"] <= label_ts and p.range["end"] >= label_end)
-    spans = gpu_step.trace.spans
-    rows_ = spans[spans["cat"].isin(["cuda_runtime", "cuda_driver", "overhead"])
-                  & (spans["ts"] >= outer.range["ts"]) & (spans["end"] <= outer.range["end"])].copy()
-    rows_["where"] = ["in the label" if label_ts <= t and e <= label_end else "after the label" if t >= label_end
-                      else "before the label" for t, e in zip(rows_["ts"], rows_["end"])]
-    display(rows_.groupby(["name", "where"])["dur"].agg(["count", "sum"]).rename(
-        columns={"count": "calls", "sum": "CPU µs"}).sort_values("CPU µs", ascending=False))
+                 if p.range["ts"] <= gpu_step.range["ts"] and p.range["end"] >= gpu_step.range["end"])
+    print(f"GPU run: {gpu_source}")
+    display(tables.kernel_table(gpu_step), tables.runtime_table(outer))
+    calls = gpu_step.runtime_calls
     kernels_ = gpu_step.gpu_work[gpu_step.gpu_work["cat"] == "kernel"]
-    launches = rows_[rows_["name"].str.contains("LaunchKernel") & (rows_["where"] == "in the label")]
-    lesson(len(launches) >= len(kernels_) and gpu_step.gpu_work["launcher"].notna().all(),
-           "each kernel on the GPU track has its launch call on the CPU thread's track",
-           f"{len(launches)} launch calls, {len(kernels_)} kernels")
-    syncs = rows_[(rows_["name"] == "cudaDeviceSynchronize") & (rows_["where"] == "after the label")]
-    lesson(len(syncs) >= 1, "the recorded step ends with a cudaDeviceSynchronize after the label",
-           f"{len(syncs)} in {outer.label}")
-    ops = gpu_step.ops
-
-    def innermost_op(t):
-        around = ops[(ops["ts"] <= t) & (ops["end"] >= t) & (ops["tid"] == str(gpu_step.range["tid"]))]
-        return around.sort_values("depth").iloc[-1]["name"] if not around.empty else None
-
-    queries = rows_[rows_["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")]
-    mm_launch = (gpu_step.gpu_work.loc[gpu_step.gpu_work["op"] == "aten::mm", "launch_start_us"] + label_ts).min()
-    if queries.empty:
-        print("no occupancy query in this GPU run's step: this GPU's cuBLAS planned its launch without one")
-    else:
-        inside = [innermost_op(t) for t in queries["ts"]]
-        lesson(all(o == "aten::mm" for o in inside) and (queries["ts"] < mm_launch).all(),
-               "every occupancy query sits inside aten::mm, before the GEMM's launch; the relu makes none",
-               f"{len(queries)} queries, inside {sorted(set(map(str, inside)))}")
-    requests = rows_[rows_["name"] == "Activity Buffer Request"]
-    print(f"activity-buffer requests in {outer.label}: {len(requests)}"
-          + (f", {requests['dur'].sum():.0f} µs" if len(requests) else ""))
-    bound = ("overhead-bound: the GPU waited for launches" if gpu_step.cpu_time_us > gpu_step.gpu_time_us
-             else "GPU-bound: the kernels, not the launches, set the pace")
-    print(f"label's CPU time {gpu_step.cpu_time_us:.0f} µs vs its kernels' GPU time {gpu_step.gpu_time_us:.0f} µs: {bound}")
-else:
-    print(gpu_source)
+    lesson(calls["name"].str.contains("LaunchKernel").sum() >= len(kernels_) and gpu_step.gpu_work["launcher"].notna().all(),
+           "each kernel on the GPU track has its launch call on the CPU thread's track")
+    after = outer.runtime_calls[outer.runtime_calls["start_us"] >= float(gpu_step.range["end"] - outer.range["ts"])]
+    lesson((after["name"] == "cudaDeviceSynchronize").any(), "the recorded step ends with a cudaDeviceSynchronize after the label")
+    queries = calls[calls["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")]
+    mm_launch = gpu_step.gpu_work.loc[gpu_step.gpu_work["op"] == "aten::mm", "launch_start_us"].min()
+    lesson(((queries["op"] == "aten::mm") & (queries["start_us"] < mm_launch)).all(),
+           "every occupancy query (if cuBLAS made one) sits inside aten::mm, before the GEMM's launch", f"{len(queries)} queries")
+    numbers = tables.gpu_summary(gpu_step)
+    print(f"label's CPU time {numbers['step_us']:.0f} µs vs its kernels' GPU time {numbers['gpu_busy_us']:.0f} µs")
 
 # %% [markdown]
-# ### A real GPU run, recorded by others
+# ### A whole model step on an H100
 #
-# Until this course's own GPU recording exists, here is a GPU run that other people recorded
-# on a real GPU: one forward of AlexNet on an A100, from the test data of Meta's
-# HolisticTraceAnalysis project (MIT licence). It is not attention and not this book's run,
-# but it has everything the section above describes: the CPU tracks of ops, a GPU track per
-# stream, and a grey arrow from each launch on the CPU to the kernel it queued on the GPU.
+# A two-op function is a small subject for a GPU. Here is a real model instead: one inference
+# step of BERT-small on one short sentence, in bfloat16, recorded on an H100 by AMD's TraceLens
+# project for its test data (the note under the figure says exactly what and where). It is
+# not this book's run and it is not our code, but it is the kind of trace this course reads:
+# a CPU thread of ops and launch calls, a GPU stream of kernels, and an arrow from each launch
+# to its kernel.
+#
+# Guess first. BERT-small is tiny by today's standards and its input is one sentence; the
+# H100 is one of the fastest GPUs made. Of the time the CPU spent in this step, what
+# percentage was the GPU busy running kernels?
 
 # %%
-#| caption: A GPU run recorded by others (HolisticTraceAnalysis's test data, an A100). The CPU rows are busy across the whole label; the GPU work (the thin bars on the two GPU-stream rows at the bottom) takes a small part of it, each bar tied by a grey arrow to the launch that queued it.
-#| alt: Timeline of one AlexNet forward on an A100. Rows of CPU ops (zeros, mul, conv2d, convolution, cudnn_convolution) span about 80 ms; the two GPU stream rows hold narrow kernel bars near the right edge only.
-a100 = borrowed.ALEXNET_FORWARD
-a100_trace = a100.trace()
-a100_step = a100.step()
-say(a100.credit(a100_trace))
-timeline.timeline(a100_step, title="AlexNet, one forward on an A100 (recorded by HolisticTraceAnalysis)")
+guess_busy_pct = 50  # edit me: the GPU's busy time as a percentage of the step's CPU time
 
 # %%
-a100_kernels = a100_step.gpu_work
-glue("a100_cpu_ms", round(a100_step.cpu_time_us / 1e3, 1))
-glue("a100_gpu_ms", round(a100_step.gpu_time_us / 1e3, 1))
-glue("a100_work", len(a100_kernels))
-lesson(a100_kernels["launcher"].notna().all(),
-       "every kernel and memset on the borrowed GPU tracks has its launch call on a CPU thread's track",
-       f"{a100_kernels['launcher'].notna().sum()} of {len(a100_kernels)}")
-lesson(a100_kernels["stream"].nunique() >= 2, "the borrowed GPU run has work on more than one stream's track",
-       f"streams {sorted(a100_kernels['stream'].unique().tolist())}")
-lesson(a100_step.gpu_time_us < a100_step.cpu_time_us,
-       "in the borrowed forward the GPU was busy for less time than the CPU spent in the label",
-       f"{a100_step.gpu_time_us / 1e3:.1f} ms of GPU work in {a100_step.cpu_time_us / 1e3:.1f} ms")
+#| caption: One inference step of BERT-small (1 × 141 tokens, bfloat16) on an H100, recorded by others (AMD's TraceLens test data). The CPU rows are busy from start to end; the GPU stream row at the bottom holds thin bars with white gaps between them, each tied by a grey line to the launch that queued it.
+#| alt: Timeline of one BERT-small step about 4.4 ms long. Five rows of CPU ops by nesting depth span the whole step; the single GPU stream row holds about sixty narrow kernel bars spread across it, mostly empty space between them.
+bert_step = borrowed.TRACELENS["h100_bert"].step()
+say(borrowed.TRACELENS["h100_bert"].credit(bert_step.trace))
+timeline.timeline(bert_step, title="BERT-small, one step on an H100 (recorded by TraceLens)")
+
+# %%
+bert_gpu = tables.gpu_summary(bert_step)
+busy_pct = 100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]
+reveal(guess_busy_pct, round(busy_pct), "the GPU's busy share of the step (%)")
+lesson(busy_pct < 50, "in BERT-small's step on one sentence the GPU was busy for less than half of the step's CPU time",
+       f"{bert_gpu['gpu_busy_us']:.0f} µs of kernels in a {bert_gpu['step_us']:.0f} µs step")
+lesson(bert_gpu["gaps"] > 0 and bert_gpu["cpu_late_gaps"] == bert_gpu["gaps"],
+       "every gap on the GPU stream is one the CPU was late for: the next launch began after the GPU had gone idle",
+       f"{bert_gpu['cpu_late_gaps']} of {bert_gpu['gaps']} gaps")
+tokens = bert_step.find("aten::embedding")["input_dims"].iloc[0][1]   # the token ids: [batch, tokens]
+glue("bert_tokens", " × ".join(map(str, tokens)))
+glue("bert_layers", len(bert_step.find("aten::scaled_dot_product_attention")))
+glue("bert_kernels", bert_gpu["kernels"])
+glue("bert_other_work", bert_gpu["copies and memsets"])
+glue("bert_busy_us", f"{bert_gpu['gpu_busy_us']:.0f}")
+glue("bert_step_ms", f"{bert_gpu['step_us'] / 1e3:.1f}")
+glue("bert_busy_pct", f"{busy_pct:.0f}")
+glue("bert_gaps", bert_gpu["gaps"])
+glue("bert_idle_ms", f"{bert_gpu['idle_us'] / 1e3:.1f}")
+glue("bert_median_gap_us", f"{bert_gpu['median_gap_us']:.0f}")
+glue("bert_launch_to_start_us", f"{bert_gpu['median_launch_to_start_us']:.1f}")
+tables.gpu_gaps(bert_step).sort_values("gap_us", ascending=False).head(5).round(1).drop(columns=["device", "stream"])
 
 # %% [markdown]
-# The GPU did {glue:text}`a100_work` pieces of work (kernels and a memset) in
-# {glue:text}`a100_gpu_ms` ms, inside a label that held the CPU for {glue:text}`a100_cpu_ms` ms.
+# The model read {glue:text}`bert_tokens` token ids (the recording's settings name a longer
+# maximum; the sentence was this long) through {glue:text}`bert_layers` encoder layers, one
+# attention call each. The step ran {glue:text}`bert_kernels` kernels and
+# {glue:text}`bert_other_work` copy on one stream, busy for {glue:text}`bert_busy_us` µs of a {glue:text}`bert_step_ms` ms step: the GPU
+# worked {glue:text}`bert_busy_pct`% of the time. Between its first kernel and its last it sat
+# idle {glue:text}`bert_gaps` times, {glue:text}`bert_idle_ms` ms in all, a median
+# {glue:text}`bert_median_gap_us` µs each, while a typical kernel here runs for a few
+# microseconds. And each kernel started a median {glue:text}`bert_launch_to_start_us` µs after
+# its launch call began: the queue was empty, the GPU waiting for the CPU to ask. The table
+# above lists the five longest gaps, with the kernels on either side.
+#
+# This is a **launch-bound** step (also called overhead-bound): the pace is set by the CPU
+# dispatching ops one by one through Python and PyTorch, not by the GPU. A faster kernel would
+# not shorten it at all. What helps is giving the GPU more work per launch (a larger batch,
+# longer inputs: the same kernels take longer while the launches cost the same) or fewer
+# launches (fused kernels, CUDA graphs, `torch.compile`, in [chapter 7](07_compiled.ipynb)).
+#
+# Zoom in on one encoder layer, from one attention call to the next, and the launches can be
+# followed one by one. The CPU rows have gaps too: time spent in Python, between ops, that
+# the profiler's op rows do not show:
+
+# %%
+#| caption: The same BERT-small step, zoomed in on one encoder layer (from the first `scaled_dot_product_attention` call to the second). Each grey line runs from a launch on the CPU to the kernel it queued; the kernels (bottom row) are short and the white stretches between them are the GPU waiting.
+#| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (linear, addmm, scaled_dot_product_attention, layer_norm, gelu) fill the rows above; the GPU row below holds a dozen short kernel bars, each joined by a thin grey line to the CPU row above it, with wide gaps between them.
+attention_starts = bert_step.find("aten::scaled_dot_product_attention")["start_us"].tolist()
+layer_ms = (attention_starts[0] / 1e3, attention_starts[1] / 1e3)
+timeline.timeline(bert_step, window_ms=layer_ms, title="BERT-small on an H100: one encoder layer, launches to kernels")
+
+# %% [markdown]
+# Every kernel has its launch. The runtime calls on the CPU, by name, with the GPU work each
+# kind launched and the ops it was made in:
+
+# %%
+bert_calls = tables.runtime_table(bert_step)
+display(bert_calls)
+launch_calls = bert_calls[bert_calls["call"].str.contains("LaunchKernel")]
+lesson(bert_step.gpu_work["launcher"].notna().all() and launch_calls["calls"].sum() == bert_gpu["kernels"],
+       "one launch call per kernel, each kernel tied to its launch on the CPU thread",
+       f"{launch_calls['calls'].sum()} launch calls ({', '.join(launch_calls['call'])}), {bert_gpu['kernels']} kernels")
+sync = bert_step.runtime_calls[bert_step.runtime_calls["name"] == "cudaStreamSynchronize"]
+lesson(len(sync) == 1 and sync["op"].iloc[0] == "aten::_local_scalar_dense",
+       "the step waits for the GPU once, inside aten::_local_scalar_dense: the CPU reading a value the GPU computed",
+       f"{len(sync)} cudaStreamSynchronize, in {sync['op'].tolist()}")
+where = bert_step.python_stack(bert_step.find("aten::_local_scalar_dense").index[0])
+print("called from:", where[-1])
+
+# %% [markdown]
+# Three kinds of launch appear: `cudaLaunchKernel` for PyTorch's own kernels, the driver's
+# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No occupancy query
+# here: the cuBLAS this run used planned its GEMMs without one. The one synchronisation is
+# worth knowing: before the encoder runs, the model asks whether its attention mask is all
+# ones (the Python frame printed above), a Python `if` on a GPU tensor, so the CPU copies one
+# value back (the `Memcpy DtoH` on the GPU row) and waits for it. In a launch-bound step that
+# wait costs little; in a step where the GPU runs ahead of the CPU, such a read drains the
+# queue and leaves the GPU idle until the CPU catches up.
+#
 # Reading such a trace is the skill this course trains: the CPU tracks say what was asked and
 # when, the GPU tracks say what ran and for how long, and the arrows say which is which.
 
@@ -365,6 +404,9 @@ glue("primer_trace_kib", round(size_kib, 1))
 # ## What to remember
 #
 # - Profile with a schedule (skip the first calls) and label what you call.
+# - On a GPU, set the GPU's busy time against the step's time and look at the gaps between
+#   kernels: a step whose GPU waits for each launch is launch-bound, and faster kernels will
+#   not help it.
 # - Read the per-step table and the timeline, not only the summary: order and nesting
 #   are where the stories are.
 # - Guess before you look. In the next chapter the guess for hand-written attention will be

@@ -12,6 +12,9 @@
 # - find the op you did not write: the `clone` and `copy_` under `masked_fill`, a full copy of
 #   the attention scores;
 # - count copies by the bytes they move, not by their names;
+# - find the hand-written attention core in a real model's GPU step, compute its S×S score
+#   tensor's bytes from the recorded shapes, and see the kernels that only move it outlast the
+#   GEMMs;
 # - read a forward's peak and total memory from the trace's allocations, and see both grow with
 #   S².
 #
@@ -26,13 +29,16 @@
 # %% [parameters]
 
 # %%
+import math
+
 import torch
 
 import kernels
-from kernels import recorded, reference
+from kernels import borrowed, recorded, reference
 from kernels.attention.naive import NaiveAttention
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables, timeline
+from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
@@ -150,25 +156,117 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 # On a GPU the same forward becomes a row of kernels, one per op that does work. The
 # source article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts
 # **6 kernels** per forward: matmul, mul, a **Memcpy** for the clone, the mask, softmax,
-# matmul. The cell below reads a GPU run: this run's own when it ran on a GPU, else the
-# newest recording (labelled as such), and checks both counts on it.
+# matmul. When this page runs on a GPU (or the book's own recording of it exists), a hidden
+# cell below checks both counts on that run.
+
+# %% tags=["hide-input"]
+# This run's own GPU forward (or the book's recording of it): the article's six activities and its one copy.
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
+if gpu_steps:
+    gpu = gpu_steps["naive"].gpu_work
+    display(f"GPU run: {gpu_source}", tables.kernel_table(gpu_steps["naive"]))
+    copies = gpu[gpu["cat"] == "gpu_memcpy"]
+    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100", f"{len(gpu)} on the GPU track")
+    fill = gpu_steps["naive"].find("aten::masked_fill").iloc[0]
+    lesson(len(copies) == 1 and fill["start_us"] <= copies["launch_start_us"].iloc[0] <= fill["start_us"] + fill["dur_us"],
+           "exactly one of them is a copy, launched inside masked_fill (its clone)")
+
+# %% [markdown]
+# ### A hand-written attention core in a real model
+#
+# Real models write attention by hand too. TimeSformer, a video classifier, computes its
+# attention exactly as this chapter does, minus the mask: `q @ k^T`, times the scale,
+# softmax, times `v`. Here is one inference step of it in bfloat16 on an H100, recorded by
+# AMD's TraceLens project (not this book's run; the note below says what and where).
+# `kernels.trace.attention.find_attention` finds every matmul → softmax → matmul core in the
+# step by its ops and shapes:
 
 # %%
-gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
-if not gpu_steps:
-    print(gpu_source)
-else:
-    print(f"GPU run: {gpu_source}")
-    gpu = gpu_steps["naive"].gpu_work
-    display(tables.kernel_table(gpu_steps["naive"]))
-    copies = gpu[gpu["cat"] == "gpu_memcpy"]
-    fills = gpu_steps["naive"].find("aten::masked_fill")
-    in_fill = [any(f.start_us <= t <= f.start_us + f.dur_us for f in fills.itertuples())
-               for t in copies["launch_start_us"]]
-    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100",
-           f"{len(gpu)} on the GPU track: {int((gpu['cat'] == 'kernel').sum())} kernels, {len(copies)} copies")
-    lesson(len(copies) == 1 and all(in_fill), "exactly one of them is a copy, launched inside masked_fill (its clone)",
-           ", ".join(copies["name"].str.slice(0, 40)))
+tf_step = borrowed.TRACELENS["h100_timesformer"].step()
+say(borrowed.TRACELENS["h100_timesformer"].credit(tf_step.trace))
+tf_report = find_attention(tf_step)
+display(tf_report.table().drop_duplicates(subset=["B·H x Sq x Sk x D"])[["#", "how", "kernels", "main kernel", "B·H x Sq x Sk x D", "GPU µs"]])
+lesson(len(tf_report.calls) > 0 and all(c.how == "hand-written" for c in tf_report.calls),
+       "every attention call in TimeSformer's step is a hand-written matmul -> softmax -> matmul core",
+       f"{len(tf_report.calls)} calls")
+glue("tf_calls", len(tf_report.calls))
+glue("tf_share", f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}")
+
+# %% [markdown]
+# The step holds {glue:text}`tf_calls` attention calls, which took {glue:text}`tf_share`% of the
+# step's GPU time. They come in two sizes (the table shows the first call of each): short ones
+# over a few positions, and long ones over thousands. Take the longest. How big is its score tensor, the S×S matrix this
+# chapter's copy was made of? Work it out from the row above (B·H × Sq × Sk, two bytes per
+# bfloat16 element) and write your guess in GiB:
+
+# %%
+guess_scores_gib = 1.0  # edit me: one long call's score tensor, in GiB
+
+# %%
+call = max(tf_report.calls, key=lambda c: c.gpu_us)   # the longest
+scores = tables.score_tensor(call)
+reveal(guess_scores_gib, round(scores["bytes"] / 2**30, 2), "one score tensor (GiB)")
+lesson(scores["shape"][-2:] == [call.sq, call.sk] and scores["bytes"] == math.prod(scores["shape"]) * 2,
+       "the score tensor is B·H × S × S bfloat16 elements, as this chapter's S×S lesson counts them",
+       f"{tables.shape_text(scores['shape'])} {scores['dtype']} = {scores['bytes']:,} bytes")
+glue("tf_scores_shape", tables.shape_text(scores["shape"]))
+glue("tf_scores_gib", f"{scores['bytes'] / 2**30:.2f}")
+glue("tf_scores_vs_ours", f"{scores['bytes'] / scores_bytes:,.0f}")
+
+# %% [markdown]
+# The trace recorded the softmax's input as {glue:text}`tf_scores_shape` in bfloat16:
+# {glue:text}`tf_scores_gib` GiB for one call, {glue:text}`tf_scores_vs_ours` times this page's
+# own S×S buffer above.
+# Here are that call's kernels, in the order the GPU ran them: the short name of each, the op
+# whose launch queued it, how long it ran, when it started after the call's first kernel, and
+# its grid (how many thread blocks it launched). The scale and the softmax launch blocks by
+# the hundred thousand, in proportion to the score tensor's size; the GEMMs tile their output
+# in far fewer, larger blocks.
+
+# %%
+work = tables.work_table(call.kernels)
+display(work)
+by_op = call.kernels.groupby("op")["dur_us"].sum()
+elementwise_us = float(by_op.get("aten::mul", 0) + by_op.get("aten::_softmax", 0))
+lesson(by_op.index.tolist() == ["aten::_softmax", "aten::bmm", "aten::copy_", "aten::mul"] and work["launched by"].eq("aten::bmm").sum() == 2,
+       "one call runs the two GEMMs (bmm), the scale (mul) and the softmax, plus copies of its inputs", ", ".join(work["kernel"]))
+lesson(elementwise_us > by_op["aten::bmm"],
+       "the scale and the softmax, which only read and write the score tensor, take longer on the GPU than the two GEMMs",
+       f"mul + softmax {elementwise_us / 1e3:.2f} ms, the two bmm {by_op['aten::bmm'] / 1e3:.2f} ms")
+bandwidth = tf_report.peaks.bandwidth if tf_report.peaks else math.nan   # the datasheet's, for the GPU the trace names
+mul_share = 2 * scores["bytes"] / (by_op["aten::mul"] * 1e-6) / bandwidth   # the scale reads the scores once, writes them once
+lesson(0.5 <= mul_share <= 1, "the scale streams the score tensor at more than half the GPU's memory bandwidth, never above it",
+       f"{mul_share * bandwidth / 1e12:.2f} TB/s, {100 * mul_share:.0f}% of the {bandwidth / 1e12:.2f} TB/s datasheet peak")
+glue("tf_elementwise_ms", f"{elementwise_us / 1e3:.1f}")
+glue("tf_gemm_ms", f"{by_op['aten::bmm'] / 1e3:.1f}")
+glue("tf_mul_tbps", f"{mul_share * bandwidth / 1e12:.1f}")
+glue("tf_mul_pct", f"{100 * mul_share:.0f}")
+
+# %% [markdown]
+# The two GEMMs do the arithmetic in {glue:text}`tf_gemm_ms` ms; the scale and the softmax,
+# which compute almost nothing, take {glue:text}`tf_elementwise_ms` ms, because each reads the
+# whole score tensor from memory and writes it back. The scale alone streams it at
+# {glue:text}`tf_mul_tbps` TB/s, {glue:text}`tf_mul_pct`% of the H100's memory bandwidth: it
+# cannot go much faster, and only fewer bytes would help. (The three `copy_` kernels copy `q`,
+# `k` and `v` into contiguous buffers for `bmm`: more copies nobody wrote.) The S×S tensor is what
+# a hand-written core costs, on a CPU and on the fastest GPU alike; the fused kernels of
+# chapter 3 never write it to memory at all.
+#
+# Here the GPU, not the CPU, sets the pace: the opposite of chapter 0's BERT step. The CPU
+# queued all of the call's kernels within a fraction of a millisecond and went on to queue the
+# model's next ops while the GPU worked through these:
+
+# %%
+launched_by, waited = call.kernels["launch_start_us"].agg(["min", "max"]), call.kernels["start_us"] - call.kernels["launch_start_us"]
+lesson(launched_by["max"] - launched_by["min"] < call.gpu_us / 10 and waited.max() > 1000,
+       "the CPU launched the whole call in under a tenth of the time the GPU took to run it, so kernels waited milliseconds in the queue",
+       f"launched within {launched_by['max'] - launched_by['min']:.0f} µs, run in {call.gpu_us / 1e3:.1f} ms, longest wait {waited.max() / 1e3:.1f} ms")
+
+# %%
+#| caption: One long hand-written attention call of TimeSformer on an H100 (recorded by others, TraceLens's test data), from its first op on the CPU to its last kernel's end. The GPU row runs its kernels back to back: copies (red), a GEMM (blue), the scale (grey), the softmax (green), a copy and a GEMM. Above, the CPU has long moved on, launching the model's next ops; the grey lines from those launches lead off to the right, to kernels that wait in the queue.
+#| alt: Zoomed timeline of one attention call, about 11 ms: the CPU rows are full of short op bars of later layers; the GPU row holds a few long bars: small red copies, a blue GEMM, a grey scale, a long green softmax, a red copy and a blue GEMM.
+call_ms = (float(launched_by["min"]) / 1e3, float((call.kernels["start_us"] + call.kernels["dur_us"]).max()) / 1e3)
+timeline.timeline(tf_step, window_ms=call_ms, title="TimeSformer on an H100: one hand-written attention call")
 
 # %% [markdown]
 # ## What to remember
@@ -178,6 +276,8 @@ else:
 #   exception here: it is `clone` followed by `masked_fill_`, so on a
 #   {glue:text}`naive_copy_mib` MiB tensor it also makes a {glue:text}`naive_copy_mib` MiB copy.
 # - Count copies by their shape and bytes, not by name.
+# - The S×S score tensor is what a hand-written core costs on a GPU too: in a real model it
+#   runs to gigabytes, and the kernels that read and write it take longer than the GEMMs.
 #
 # Next: make the mask in place, and prove the copy is gone.
 

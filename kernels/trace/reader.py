@@ -147,6 +147,43 @@ def _shape_bytes(dims, dtype: str) -> int:
     return n * DTYPE_BYTES.get(dtype, 4)
 
 
+def tensor_bytes(dims: list, type_name: str) -> int:
+    """Bytes of a tensor of shape ``dims`` and Kineto element type ``type_name`` (``c10::BFloat16``,
+    ``float``...); a ValueError names a type the reader does not know the size of."""
+    if type_name not in DTYPE_BYTES:
+        raise ValueError(f"no known element size for the type {type_name!r}; known: {sorted(DTYPE_BYTES)}")
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in dims):
+        raise ValueError(f"not a tensor shape: {dims!r}")
+    return _shape_bytes(dims, type_name)
+
+
+def is_contiguous(dims: list, strides: list) -> bool:
+    """Whether a tensor of shape ``dims`` with ``strides`` (in elements, as Kineto records them)
+    is laid out row-major with no gaps, as ``Tensor.is_contiguous()`` says; dimensions of size 1
+    have any stride."""
+    if len(dims) != len(strides):
+        raise ValueError(f"{len(dims)} dims but {len(strides)} strides: {dims} {strides}")
+    expected = 1
+    for d, s in zip(reversed(dims), reversed(strides)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+def memory_layout(dims: list, strides: list, names: str) -> Optional[str]:
+    """The order a tensor's dimensions are laid out in memory, outermost first, by their
+    ``names`` (one letter each, in the order of ``dims``): a ``[B, H, S, D]`` view of a
+    ``[B, S, H, D]`` buffer reads ``"BSHD"``. None when no order makes it contiguous (a slice,
+    a broadcast): it is not a rearranged dense buffer."""
+    if not len(dims) == len(strides) == len(names):
+        raise ValueError(f"{len(dims)} dims, {len(strides)} strides and {len(names)} names ({names!r}) must match")
+    order = sorted(range(len(dims)), key=lambda i: (-strides[i], i))
+    if not is_contiguous([dims[i] for i in order], [strides[i] for i in order]):
+        return None
+    return "".join(names[i] for i in order)
+
+
 def _copy_bytes(dims: list, types: list) -> Optional[int]:
     """Bytes a copy_ moves: its destination's (first input's) size, None where the trace left out
     the shape or the type."""
@@ -526,6 +563,7 @@ class Step:
             "dur_us": ops["dur"],
             "input_dims": [a.get("Input Dims", a.get("Input dims", [])) for a in args],
             "input_types": [a.get("Input type", []) for a in args],
+            "input_strides": [a.get("Input Strides", []) for a in args],   # [] where not recorded
             # the values of scalar inputs (is_causal, a scale) as text; "" for a tensor, [] when not recorded
             "concrete_inputs": [a.get("Concrete Inputs", []) for a in args],
             "ts": ops["ts"],
@@ -579,6 +617,36 @@ class Step:
             table[col] = pd.Series(_none_for_missing(table[col]), index=table.index, dtype=object)
         return table.sort_values("start_us", kind="stable").reset_index(drop=True)
 
+    @cached_property
+    def runtime_calls(self) -> pd.DataFrame:
+        """The CUDA/HIP runtime and driver calls made on the CPU inside the range (launches,
+        copies, synchronisations, attribute queries) and the profiler's own ``overhead`` rows, in
+        start order: name, cat, start_us, dur_us, pid, tid and ``op``, the innermost op of its
+        thread the call was made in (None outside every op)."""
+        spans = self.trace.spans
+        t0, t1 = float(self.range["ts"]), float(self.range["end"])
+        calls = spans[spans["cat"].isin(LAUNCH_CATEGORIES + ("overhead",))
+                      & (spans["ts"] >= t0) & (spans["ts"] < t1)].sort_values("ts", kind="stable")
+        hits = _innermost(self.ops, list(zip(calls["pid"], calls["tid"])), calls["ts"].tolist())
+        names = self.ops["name"].tolist()
+        table = pd.DataFrame({
+            "name": calls["name"].values, "cat": calls["cat"].values,
+            "start_us": (calls["ts"] - t0).values, "dur_us": calls["dur"].values,
+            "pid": calls["pid"].values, "tid": calls["tid"].values,
+        })
+        table["op"] = pd.Series([names[h] if h >= 0 else None for h in hits], index=table.index, dtype=object)
+        return table
+
+    def python_stack(self, row: int) -> list[str]:
+        """The Python frames and ``nn.Module`` ranges around op ``row`` of ``ops``, outermost
+        first, as a trace recorded ``with_stack=True`` / ``with_modules=True`` holds them; []
+        where it recorded none."""
+        op = self.ops.loc[row]
+        spans = self.trace.spans
+        around = spans[(spans["cat"] == "python_function") & (spans["pid"] == op["pid"]) & (spans["tid"] == op["tid"])
+                       & (spans["ts"] <= op["ts"]) & (spans["end"] >= op["end"])]
+        return around.sort_values(["ts", "dur"], ascending=[True, False], kind="stable")["name"].tolist()
+
     # --- what chapters ask
     @property
     def cpu_time_us(self) -> float:
@@ -603,6 +671,14 @@ class Step:
     def allocated_bytes(self) -> int:
         """Total of every allocation in the step (a buffer allocated twice counts twice)."""
         return int(self.memory.loc[self.memory["bytes"] > 0, "bytes"].sum())
+
+    def most_alive(self, nbytes: int) -> int:
+        """The most tensors of exactly ``nbytes`` alive at once during the step, from its
+        allocation events (a free of one allocated before the step counts down from 0)."""
+        events = self.memory[self.memory["bytes"].abs() == nbytes].sort_values("ts", kind="stable")
+        if events.empty:
+            return 0
+        return max(0, int(events["bytes"].gt(0).map({True: 1, False: -1}).cumsum().max()))
 
     def top_level(self) -> pd.DataFrame:
         """The ops your code called directly (depth 0 on the label's own thread), views and

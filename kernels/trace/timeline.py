@@ -97,12 +97,15 @@ def track_name(track: tuple, step: Step, several_devices: bool) -> str:
 
 
 def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: float = 0.06,
-             views: bool = False) -> Figure:
+             views: bool = False, window_ms: Optional[tuple[float, float]] = None) -> Figure:
     """Draw one step; returns the Figure (a new one unless ``ax`` is given).
 
     Time is in milliseconds from the start of the label. Bars of one track and colour are
-    drawn as one collection, so a training step's thousands of ops draw quickly.
+    drawn as one collection, so a training step's thousands of ops draw quickly. ``window_ms``
+    (start, end) zooms into part of the step: bars are labelled and sized for that window.
     """
+    if window_ms is not None and not (0 <= window_ms[0] < window_ms[1]):
+        raise ValueError(f"window_ms must be (start, end) with 0 <= start < end, not {window_ms}")
     rows = tracks(step, views)
     owns_figure = ax is None
     if owns_figure:
@@ -113,13 +116,16 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     k = step.gpu_work
     ends = (k["start_us"] + k["dur_us"]).tolist() + (ops["start_us"] + ops["dur_us"]).tolist()
     span_ms = max([step.cpu_time_us] + ends) / 1e3 or 1.0
-    bars = _Bars(ax, span_ms, min_label_frac, size)
+    bars = _Bars(ax, span_ms if window_ms is None else window_ms[1] - window_ms[0], min_label_frac, size)
     bars.draw(step, ops, rows)
     several = len({track[1] for track in rows if track[0] == "gpu"}) > 1
     ax.set_yticks(range(len(rows)), [track_name(track, step, several) for track in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)  # top track first, as in Perfetto
     ax.set_xlabel("time since the labelled call began (ms)")
-    _span_shared_x(ax, span_ms)
+    if window_ms is None:
+        _span_shared_x(ax, span_ms)
+    else:
+        ax.set_xlim(*window_ms)
     drawn = [(label, c) for label, c in LEGEND if c in bars.colours()]
     # The legend in a row of its own right above the tracks, the title above that row (its pad
     # leaves the room), so a long title never runs under the legend; outside the data.
