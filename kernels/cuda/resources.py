@@ -113,10 +113,12 @@ def snapshot_kernels(snapshot: Union[dict[str, Any], None] = None) -> list[Kerne
     return out
 
 
-def v2_launch(batch_heads: int, seq: int, head_dim: int, dtype: str, arch: str,
+def v2_launch(batch_heads: Optional[int], seq: Optional[int], head_dim: int, dtype: str, arch: str,
               kernels: Optional[Iterable[KernelResources]] = None) -> Launch:
     """The launch ``cuda_v2`` makes for one attention call: its grid and block from
     ``launch_config``, its registers and shared memory from ``kernels`` (default: the nvcc snapshot)."""
+    if batch_heads is None or seq is None:   # a trace that recorded no shapes
+        raise ValueError(f"batch_heads and seq must be known, got {batch_heads}, {seq}")
     cfg = cuda_flash.launch_config("v2", head_dim)
     kernel = find_kernel(snapshot_kernels() if kernels is None else kernels, arch, "v2", dtype, head_dim)
     return Launch(f"cuda_v2 {instance_label(kernel.name)}", cfg.grid(batch_heads, 1, seq), cfg.threads,
