@@ -43,9 +43,12 @@ from kernels import gpu_lessons, reference
 from kernels.attention import sdpa
 from kernels.bench import plots, sweep
 from kernels.bench.results import FORWARD, FORWARD_BACKWARD, points_table
+from kernels.borrowed import TRACELENS
+from kernels.dtypes import TORCH_DTYPES
 from kernels.hw import occupancy
 from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables
+from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 from kernels.triton import backward as triton_backward, configs, launch, tiling
 
@@ -309,10 +312,9 @@ glue("poison_from", poison_from)
 #
 # Here is the forward kernel, shown from the library's source (`@triton.jit` wraps the
 # function; `.fn` is the Python function underneath). One *program* computes `BLOCK_M` rows
-# of the output of one (batch, head):
+# of the output of one (batch, head); its pointers come from `kernels.triton.launch.tile_ptrs`:
 
 # %%
-display(show_source(launch.tile_ptrs.fn))   # the pointer helper the kernels share
 show_source(tf.attn_fwd.fn)
 
 # %% [markdown]
@@ -368,13 +370,10 @@ show_source(tf.attn_fwd.fn)
 show_source(tf.attn_fwd_inner.fn)
 
 # %% [markdown]
-# The launcher and the autograd wrapper are ordinary Python. The forward allocates the output
-# and the LSE, builds the grid from the tile size, passes every stride, and returns both; the
-# `torch.autograd.Function` saves Q, K, V, O and the LSE (not the S×S probabilities):
-
-# %%
-display(show_source(tf.flash_forward))
-show_source(tf.FlashAttention)
+# The launcher and the autograd wrapper are ordinary Python (`kernels.triton.flash.flash_forward`
+# and `FlashAttention`). The forward allocates the output and the LSE, builds the grid
+# `(B·H, cdiv(S, BLOCK_M))`, passes every stride, and returns both; the
+# `torch.autograd.Function` saves Q, K, V, O and the LSE (not the S×S probabilities).
 
 # %% [markdown]
 # ### On Hopper: the same kernel, its tiles moved by the TMA
@@ -387,18 +386,16 @@ show_source(tf.FlashAttention)
 # as zeros (and is not written by a store): the masks on ragged tails and padded head dims
 # are done by the hardware (CUDA Driver API, "Tensor Map Object Management",
 # `cuTensorMapEncodeTiled` and its out-of-bounds fill). Only the scores still need their mask, because a key of zeros
-# scores 0, not −∞. The Hopper forward, `attn_fwd_tma` (below), is `attn_fwd` with its
+# scores 0, not −∞. The Hopper forward, `attn_fwd_tma`, is `attn_fwd` with its
 # loads and stores through descriptors, and it runs the same `attn_fwd_inner` with `TMA=True`.
 #
 # The descriptors are 4-D, `[B, H, S, D]` with the tensor's own strides, so a transposed
 # `[B, S, H, D]` view still needs no copy and a tile never runs into the next head. A
 # descriptor needs its tensor 16-byte aligned, contiguous along D and every other stride a
-# multiple of 16 bytes (the same page of the Driver API); the launcher asks `tma_reason` (below the kernel), a function of the
+# multiple of 16 bytes (the same page of the Driver API); the launcher asks `tma_reason`, a function of the
 # GPU and the tensors only, and takes the pointer kernel whenever it gives a reason.
 
 # %%
-display(show_source(tf.attn_fwd_tma.fn))
-display(show_source(tf.tma_reason))
 fwd_name, why_not_tma = tf.forward_variant(q, k, v)
 on_hopper = on_gpu and torch.cuda.get_device_capability(device)[0] == 9
 print(f"the forward here: {fwd_name}" + (f" ({why_not_tma})" if why_not_tma else ""))
@@ -455,8 +452,9 @@ show_source(triton_backward.flash_backward)
 # additions varies. It is the single *pass* that needs atomics, not the single kernel: the
 # Triton tutorial runs the dK/dV loop and then the dQ loop inside one kernel, without atomics.
 # We use two kernels for the two passes, so that every program owns what it writes; it costs
-# a second pass over $P$ and buys determinism and simpler code. Below are the dK/dV kernel
-# and the loop it runs twice, `bwd_dkdv_steps`.
+# a second pass over $P$ and buys determinism and simpler code. The dK/dV kernel,
+# `attn_bwd_dkdv`, and the loop it runs twice, `bwd_dkdv_steps`, are in
+# `kernels/triton/backward.py`.
 #
 # Two ideas from Triton's tutorial shape them.
 #
@@ -477,10 +475,6 @@ show_source(triton_backward.flash_backward)
 #   pairs of a GQA group, rather than a loop over heads around a loop over tiles, which kept
 #   more registers live (`python -m kernels.triton.compile_sweep` shows what the compiler
 #   makes of each config: registers, spills, shared memory).
-
-# %%
-display(show_source(triton_backward.attn_bwd_dkdv.fn))
-show_source(triton_backward.bwd_dkdv_steps.fn)
 
 # %% [markdown]
 # ## Run it
@@ -597,10 +591,7 @@ if not on_gpu:
     self_share = float(ops.loc[top.index[0], "self_us"] / flash_span["dur_us"])
     lesson(self_share > 0.9, "almost all of the FlashAttention span is its own time: NumPy work the profiler cannot see",
            f"{100 * self_share:.1f}% self time")
-    copies = step["triton"].copies()
     display(tables.copy_table(step["triton"]))
-else:
-    print("On a GPU the kernels are compiled; the interpreter's traces are a CPU-only story.")
 
 # %% [markdown]
 # Compare SDPA's flash backend on the same inputs. On the CPU it is one op as well,
@@ -638,52 +629,97 @@ else:
 glue("speed_note", speed_note)
 
 # %% [markdown]
-# ### On a GPU: one kernel, its footprint, its occupancy
+# ### On a GPU: the grid, the block, the occupancy
 #
-# On a GPU run the cells below check the guess on the GPU track: exactly one kernel per
-# forward, launched with the grid and block size the autotuner chose, and they turn the
-# footprint the trace records (threads per block, registers per thread, shared memory) into a
-# theoretical occupancy with `kernels.hw.occupancy`. The trace's own "est. achieved occupancy %"
-# is not a measurement: Kineto computes it from the same footprint, assuming the 48 KiB default
-# limit of shared memory per block, so a Triton config that uses more shared memory (most
-# multi-stage configs at D = 128 do) reads 0% whatever its real occupancy. We therefore
-# compute occupancy from the footprint with the real limits, and show Kineto's number beside
-# it. For SDPA's flash kernel the source article saw about 13% estimated occupancy on an
-# A100, by design: registers go to keeping tiles on-chip.
+# On a GPU the forward is one kernel, `attn_fwd` (`attn_fwd_tma` on Hopper), launched with
+# the grid and block of the config the autotuner picks. What would it launch for a real
+# model's attention? The trace below was recorded by others: Qwen1.5-0.5B's forward on an
+# H100, where SDPA ran PyTorch's own `flash_fwd_kernel`, and the trace records that kernel's
+# grid, block, registers and shared memory. Beside it, what our forward would launch for the
+# same shape on the same GPU: one row per tile the pruning (`kernels.triton.configs.keep`)
+# keeps there; the autotuner times them and runs one. Registers need a compile
+# (`python -m kernels.triton.compile_sweep --target sm_90`), so for those rows the occupancy
+# is an upper bound from shared memory and warps alone. Guess first: torch's kernel spends
+# 255 registers per thread, on 128 threads; how many of its blocks fit one SM?
 
 # %%
+guess_torch_ctas_per_sm = 8  # edit me before running on
+
+# %%
+qwen = TRACELENS["h100_qwen"]
+qwen_trace = qwen.trace()
+qwen_call = find_attention(qwen.step(trace=qwen_trace)).calls[0]
+gpu = qwen_trace.device_properties[0]
+capability = (gpu["computeMajor"], gpu["computeMinor"])
+qwen_arch = occupancy.arch_of(capability)
+torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (torch)", qwen_call.footprint(), "the trace")
+triton_launches = configs.forward_launches(qwen_call.batch_heads, qwen_call.sq, qwen_call.d,
+                                           TORCH_DTYPES[str(qwen_call.dtype)].itemsize, capability,
+                                           gpu["sharedMemPerBlockOptin"])
+say(qwen.credit(qwen_trace))
+print(f"{qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, {qwen_call.dtype}, "
+      f"causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
+occupancy.launch_table([torch_launch, *triton_launches], qwen_arch, gpu["numSms"])
+
+# %%
+torch_occ = torch_launch.occupancy(qwen_arch)
+reveal(guess_torch_ctas_per_sm, torch_occ.blocks_per_sm, "CTAs of torch's flash kernel per SM", source="the trace's footprint")
+lesson(torch_occ.limited_by == "registers", "torch's flash kernel is limited by its registers",
+       f"{torch_occ.blocks_per_sm} CTAs x {torch_occ.warps_per_block} warps per SM = {torch_occ.percent:g}%")
+kineto = occupancy.kineto_estimate(torch_launch.threads_per_block, torch_launch.registers_per_thread or 0,
+                                   torch_launch.shared_mem_per_block, torch_launch.blocks, gpu["numSms"], qwen_arch)
+lesson(abs(kineto - qwen_call.footprint()["occupancy_pct"]) < 1,
+       "the trace's 'est. achieved occupancy' is Kineto's arithmetic on the same footprint",
+       f"recomputed {kineto:.1f}%, recorded {qwen_call.footprint()['occupancy_pct']}%")
+same_rows = [t for t in triton_launches if t.blocks == torch_launch.blocks]
+lesson(bool(same_rows) and all(t.grid[0] == qwen_call.batch_heads for t in triton_launches),
+       "our 128-row tiles launch as many programs as torch's kernel, with B·H on the grid's x axis where torch puts "
+       "the query tiles", f"{torch_launch.blocks} CTAs: torch {torch_launch.grid}, ours {same_rows[0].grid if same_rows else None}")
+glue("torch_ctas", torch_occ.blocks_per_sm)
+glue("torch_occ", torch_occ.percent)
+glue("torch_waves", torch_launch.waves(qwen_arch, gpu["numSms"]))
+glue("torch_blocks", torch_launch.blocks)
+glue("gpu_sms", gpu["numSms"])
+
+# %% [markdown]
+# On this {glue:text}`gpu_sms`-SM GPU, torch's kernel fits {glue:text}`torch_ctas` CTAs per
+# SM ({glue:text}`torch_occ:.1f`% occupancy, limited by registers), so its
+# {glue:text}`torch_blocks` CTAs run in {glue:text}`torch_waves:.2f` waves: the last wave
+# leaves most SMs idle, the tail that launching the longest causal tiles first shortens.
+# The trace's own "est. achieved occupancy %" is not a measurement: Kineto computes it from
+# the same footprint, assuming the 48 KiB default limit of shared memory per block, so a
+# Triton config that uses more (the deeper tiles above) would read 0% whatever its real
+# occupancy. When this page is built on a GPU, the hidden cell below reads this run's own
+# `attn_fwd` and SDPA's kernel from its trace the same way.
+
+# %% tags=["hide-input"]
 if on_gpu:
     arch = occupancy.arch_of(torch.cuda.get_device_properties(device))
-    # The autotuner's pick for this (S, D, causal) sets the grid and block the trace must show.
     gpu_lessons.triton_forward_footprints(step, fwd_name, tf.FORWARD_KERNELS[fwd_name].best_config,
                                           (run_batch, run_heads, run_seq), arch, show=display)
-else:
-    say("This run is CPU-only: no GPU track, no kernels, no footprint. A GPU run checks all of this here.")
 
 # %% [markdown]
 # The backward, on a GPU, is three more kernels: the Δ preprocessing, dK/dV and dQ, and no
-# memset, because nothing is accumulated with atomics into a zero-filled buffer.
+# memset, because nothing is accumulated with atomics into a zero-filled buffer. No borrowed
+# trace holds a backward pass (all are inference), so the hidden cell below checks that only
+# when this page runs on a GPU.
 
-# %%
+# %% tags=["hide-input"]
 if on_gpu:
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     grad_out = torch.randn_like(q)
-
-    def forward_backward(q, k, v):
-        return torch.autograd.grad(triton_attention(q, k, v, causal=True), (q, k, v), grad_out)
-
-    fb = reader.median_step(record.profile(forward_backward, qg, kg, vg, label="triton_fwd_bwd",
-                                                 active=active_steps, trace_dir=trace_dir).steps())
+    fb = reader.median_step(record.profile(lambda *qkv: torch.autograd.grad(
+        triton_attention(*qkv, causal=True), qkv, grad_out), qg, kg, vg,
+        label="triton_fwd_bwd", active=active_steps, trace_dir=trace_dir).steps())
     gpu_lessons.triton_backward(fb, fwd_name, show=display)
-else:
-    print("CPU-only run: the backward's kernels are checked on a GPU run.")
 
 # %% [markdown]
-# ## Speed (GPU only)
+# ## Speed
 #
 # On a GPU, `kernels.bench` times Triton against SDPA's flash backend, forward and
 # forward+backward, over sequence lengths around the preset's, and converts each median time
-# into TFLOP/s with the causal FLOP count halved (`kernels.reference.flops`). For published
+# into TFLOP/s with the causal FLOP count halved (`kernels.reference.flops`); the hidden cell
+# below does that when this page runs on a GPU. For published
 # H100 numbers of the Triton tutorial's kernel next to FlashAttention-2, cuDNN and
 # FlashAttention-3, see the FlashAttention-3 paper's forward-speed benchmarks (arXiv
 # 2407.08608, section 4.1), which state their head dims, masks and batch sizes. Our kernel
@@ -694,7 +730,7 @@ else:
 # (`kernels.triton.configs.keep`: shared memory and registers), and its numbers come from our
 # own runs: read them next to SDPA's on the same GPU rather than against the paper's.
 
-# %%
+# %% tags=["hide-input"]
 if on_gpu:
     sweep_seqs = sorted({max(128, seq // 2), seq, 2 * seq})   # small: each new length re-runs the autotuner
     results = sweep.sweep(["triton", "sdpa_flash"], seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
@@ -704,8 +740,6 @@ if on_gpu:
     gpu_lessons.ran_at_every_point(results, "triton",
                                    "the Triton kernel ran at every point of the sweep, forward and forward+backward")
     display(plots.tflops_vs_seq(results))
-else:
-    print("CPU-only run: no benchmark. The interpreter's speed says nothing about the kernel.")
 
 # %% [markdown]
 # ## What to remember

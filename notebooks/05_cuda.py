@@ -48,11 +48,13 @@ import kernels
 from kernels import gpu_lessons
 from kernels.bench import sweep
 from kernels.bench.results import points_table
+from kernels.borrowed import TRACELENS
 from kernels.cuda import design, flash as cuda_flash, ptxas, resources, threads
 from kernels.cuda.excerpts import cuda_excerpt, cuda_markdown
 from kernels.hw import occupancy
 from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source, timed
 from kernels.trace import reader, record
+from kernels.trace.attention import find_attention
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -345,8 +347,8 @@ glue("kineto_zero_kernels", ", ".join(f"{name} ({kib:.1f} KiB)" for name, kib in
 # opts in (`cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, ...)`,
 # without which the launch would fail), and Kineto's estimate, which assumes the default,
 # finds no block fitting an SM. The "0%" beside a running kernel is the estimate's blind
-# spot, not the kernel's occupancy; the GPU cells below check that prediction on the trace
-# when a GPU runs this chapter.
+# spot, not the kernel's occupancy; a GPU run of this chapter checks that prediction on
+# its own trace.
 
 # %% [markdown]
 # On sm_80, v1 reaches {glue:text}`v1_occ_sm_80:.1f`% occupancy (limited by
@@ -656,53 +658,67 @@ glue("final_kib", f"{final_revision.kernel.total_shared_bytes / 1024:.0f}")
 # benchmark below (and the showdown chapter) says what it is worth.
 
 # %% [markdown]
+# ## Beside PyTorch's flash kernel, on a real trace
+#
+# How does v2's launch compare with the kernel PyTorch itself runs? The trace below was
+# recorded by others: Qwen1.5-0.5B's forward on an H100, where SDPA ran `flash_fwd_kernel`,
+# and the trace records its grid, block, registers and shared memory. Beside it, what v2
+# would launch for the same shape, its grid and block from `launch_config` and its
+# registers from the compiler rows above, and the occupancy of each on that GPU.
+
+# %%
+qwen = TRACELENS["h100_qwen"]
+qwen_trace = qwen.trace()
+qwen_call = find_attention(qwen.step(trace=qwen_trace)).calls[0]
+gpu = qwen_trace.device_properties[0]
+qwen_arch = occupancy.arch_of((gpu["computeMajor"], gpu["computeMinor"]))
+torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (torch)", qwen_call.footprint(), "the trace")
+v2_launch = resources.v2_launch(qwen_call.batch_heads, qwen_call.sq, int(qwen_call.d or 0), str(qwen_call.dtype), qwen_arch,
+                                all_kernels)
+say(qwen.credit(qwen_trace))
+print(f"{qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, {qwen_call.dtype}, "
+      f"causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
+occupancy.launch_table([torch_launch, v2_launch], qwen_arch, gpu["numSms"])
+
+# %%
+occ_torch, occ_v2 = torch_launch.occupancy(qwen_arch), v2_launch.occupancy(qwen_arch)
+lesson(torch_launch.blocks == v2_launch.blocks, "v2 launches as many CTAs as torch's kernel: 128 query rows each",
+       f"{v2_launch.blocks}: torch's grid {torch_launch.grid}, v2's {v2_launch.grid}")
+lesson(occ_torch.limited_by == occ_v2.limited_by == "registers", "both kernels are limited by registers on this GPU",
+       f"torch {occ_torch.blocks_per_sm} CTAs x {occ_torch.warps_per_block} warps, "
+       f"v2 {occ_v2.blocks_per_sm} x {occ_v2.warps_per_block}")
+glue("qwen_torch_warps", occ_torch.warps_per_sm)
+glue("qwen_v2_warps", occ_v2.warps_per_sm)
+glue("qwen_torch_waves", torch_launch.waves(qwen_arch, gpu["numSms"]))
+glue("qwen_v2_waves", v2_launch.waves(qwen_arch, gpu["numSms"]))
+
+# %% [markdown]
+# Both launch one CTA per 128 query rows of one (batch, head), and both spend registers for
+# tiles on chip: torch's kernel keeps {glue:text}`qwen_torch_warps` warps per SM resident,
+# v2 {glue:text}`qwen_v2_warps`, so torch's CTAs run in {glue:text}`qwen_torch_waves:.2f`
+# waves over the SMs and v2's in {glue:text}`qwen_v2_waves:.2f`: the same work in CTAs
+# of a different shape, and the table says which resource sets each one's count per SM.
+#
 # ## On a GPU: correct, one kernel, and how fast
 #
-# The rest needs a GPU with a CUDA build of PyTorch: the first call builds the extension
-# (`torch.utils.cpp_extension`, a minute or two, cached afterwards). The cells below check
-# both kernels against the float64 reference on odd shapes, non-contiguous views, grouped
-# K/V heads and Sq ≠ Sk, profile one forward of each (one kernel per forward, with the
-# footprint the trace records), and time them against `triton` and `sdpa_flash` with
-# `kernels.bench`. Nothing in this chapter so far needed a GPU: the kernels above have been
-# compiled, not run, wherever this page was built on a CPU.
+# Running the kernels needs a GPU with a CUDA build of PyTorch; where this page is built on
+# one, the hidden cells below build the extension, check both kernels against the float64
+# reference on odd shapes, profile one forward of each (one kernel per forward, with the
+# footprint the trace records) and time them against `triton` and `sdpa_flash`.
 
-# %%
+# %% tags=["hide-input"]
 runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
             and head_dim in cuda_flash.HEAD_DIMS]
-for name in ("cuda_v1", "cuda_v2"):
-    if name not in runnable:
-        say(f"skipped: {kernels.available(device)[name] or f'{name}: head_dim {head_dim} not in {cuda_flash.HEAD_DIMS}'}")
-if not on_gpu:
-    say("This run is CPU-only, so nothing in this section runs here. There is no recorded GPU result for "
-        "these kernels in the repository yet: the compiler and occupancy sections above are what this "
-        "machine can establish.")
-elif runnable:
-    print("Building the CUDA extension if this machine has not yet (a minute or two)...")
+if runnable:
     timed(cuda_flash.extension, "extension ready")
-
-# %%
-# Each kernel against the float64 reference: odd shapes, [B, S, H, D] views, the chapter's shape,
-# grouped-query K/V heads and Sq != Sk both ways (see gpu_lessons.cuda_matches_reference).
-if on_gpu:
+    # Odd shapes, [B, S, H, D] views, grouped-query K/V heads and Sq != Sk both ways.
     for name in runnable:
         gpu_lessons.cuda_matches_reference(kernels.get(name), name, heads, seq, head_dim, dtype, device)
-
-# %%
-if on_gpu:
     q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
     steps = {name: reader.median_step(record.profile(kernels.get(name), q, k, v, label=name,
                                                      active=active_steps, trace_dir=trace_dir).steps())
              for name in runnable}
     display(gpu_lessons.cuda_forwards(steps, head_dim, batch, heads, seq))
-
-# %% [markdown]
-# On a GPU run, the table above lists each kernel's footprint as the trace recorded it. Its
-# registers should match the resources table's row for the GPU's architecture when the same
-# `nvcc` built both (PyTorch's extension build compiles for the GPU it finds). Then the
-# timing, the median of many calls:
-
-# %%
-if on_gpu:
     contenders = [n for n in ("sdpa_flash", "triton", *runnable) if kernels.available(device)[n] is None]
     results = sweep.sweep(contenders, seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), causal=(True,),
                           batch=batch, heads=heads, device=device, progress=None)
@@ -710,8 +726,7 @@ if on_gpu:
     gpu_lessons.tensor_cores_win(results)
 
 # %% [markdown]
-# Where this page was built on a CPU, the GPU section above printed why it did not run. For
-# scale, the course's reference notes record that a from-scratch FlashAttention-2 in CUDA
+# For scale, the course's reference notes record that a from-scratch FlashAttention-2 in CUDA
 # can get close to the real thing (one write-up in 16 iterations reached about 99% of FlashAttention-2
 # on an A100 at D = 128, non-causal), and that FlashAttention-2 itself reaches up to
 # 230 TFLOP/s forward on an A100, 73% of its 312 TFLOP/s bf16 peak (arXiv 2307.08691). v2

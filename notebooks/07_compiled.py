@@ -55,7 +55,7 @@ from kernels import gpu_lessons, reference
 from kernels.attention import torch_compile
 from kernels.attention.inplace import InplaceAttention
 from kernels.attention.naive import NaiveAttention
-from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.trace import fingerprints
 from kernels.trace.links import links
 
@@ -238,16 +238,17 @@ links(runs["naive"])
 # On a GPU, Inductor writes Triton kernels instead of C++ loops, and names them the same
 # way: `triton_per_fused_...` or `triton_red_fused_...` for a softmax (`per` keeps a whole
 # row in one block, `red` loops over it), next to the matmuls it leaves to cuBLAS.
-# `kernels.trace.fingerprints` reads those names. When this chapter runs on a GPU the cell below
-# checks the GPU track; the course has no recording of it yet.
+# `kernels.trace.fingerprints` reads those names: a GPU trace of this forward would show
+# the two matmuls' cuBLAS kernels and one such Triton kernel for the scale, mask and softmax
+# (no borrowed trace is of a compiled model; when this page runs on a GPU, the hidden cell
+# below checks its own track). Here is how the reader classifies such a name:
 
 # %%
+fingerprints.classify_many(["triton_per_fused__softmax_masked_fill_mul_0"])[["name", "kind", "family", "note"]]
+
+# %% tags=["hide-input"]
 if device.type == "cuda":
     display(gpu_lessons.compiled_forward(step["naive"].gpu_work))
-else:
-    say(f"This run is on {device.type}: no GPU track here, and no recording of this chapter yet. "
-        "A name such as these is what the GPU track would hold:")
-    display(fingerprints.classify_many(["triton_per_fused__softmax_masked_fill_mul_0"])[["name", "kind", "family", "note"]])
 
 # %% [markdown]
 # ## A graph break
@@ -380,14 +381,12 @@ glue("flex_out_mib", f"{mib(q.numel() * q.element_size()):.1f}")
 #
 # On a GPU, compiled flex runs Inductor's FlexAttention template, a Triton kernel whose
 # name starts `triton_tem_fused_`: one kernel per forward is what to expect, like SDPA's
-# fused backends, and the cell below checks that when it runs on a GPU.
+# fused backends; on a CPU it is Inductor's C++ template instead, run inside
+# the compiled region. When this page runs on a GPU, the hidden cell below checks the one kernel.
 
-# %%
+# %% tags=["hide-input"]
 if device.type == "cuda":
     display(gpu_lessons.flex_forward(flex_step.gpu_work))
-else:
-    say(f"This run is on {device.type}: the kernel is Inductor's C++ FlexAttention template, run inside "
-        "the compiled region; no GPU track here, and no recording of this chapter yet.")
 
 # %% [markdown]
 # ### Its cost against SDPA's flash backend

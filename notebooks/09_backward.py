@@ -352,14 +352,14 @@ else:
 #
 # On a GPU, each backward node launches kernels, and they are launched from the engine's
 # device thread. The trace reader assigns GPU work to a step by where its launch happened,
-# on any thread, so the backward's kernels belong to the step that ran them. The GPU run is this
-# run's own when it ran on a GPU, else a recording, else the cell says why there is none.
+# on any thread, so the backward's kernels belong to the step that ran them: a GPU trace of
+# this step would show the backward's kernels on the same stream as the forward's, queued
+# from a second CPU thread. No borrowed trace holds a backward pass (all are inference), so
+# the hidden cell below reads this run's own GPU trace, or the book's recording, where one exists.
 
-# %%
+# %% tags=["hide-input"]
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, steps, "09_backward", variants)
-if not gpu_steps:
-    print(gpu_source)
-else:
+if gpu_steps:
     print(f"GPU run: {gpu_source}")
     display(gpu_lessons.backward_threads(gpu_steps, gpu_source))
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Optional, Union
 
 from kernels.cuda import flash as cuda_flash
-from kernels.hw.occupancy import Occupancy, occupancy
+from kernels.hw.occupancy import Launch, Occupancy, occupancy
 from kernels.cuda.ptxas import KernelResources, compile_cuda, demangle_names, with_launch
 
 WARP = 32
@@ -111,6 +111,19 @@ def snapshot_kernels(snapshot: Union[dict[str, Any], None] = None) -> list[Kerne
                                  barriers=row["barriers"])
         out.append(with_launch(kernel, cfg.threads, cfg.dynamic_shared_bytes))
     return out
+
+
+def v2_launch(batch_heads: Optional[int], seq: Optional[int], head_dim: int, dtype: str, arch: str,
+              kernels: Optional[Iterable[KernelResources]] = None) -> Launch:
+    """The launch ``cuda_v2`` makes for one attention call: its grid and block from
+    ``launch_config``, its registers and shared memory from ``kernels`` (default: the nvcc snapshot)."""
+    if batch_heads is None or seq is None:   # a trace that recorded no shapes
+        raise ValueError(f"batch_heads and seq must be known, got {batch_heads}, {seq}")
+    cfg = cuda_flash.launch_config("v2", head_dim)
+    kernel = find_kernel(snapshot_kernels() if kernels is None else kernels, arch, "v2", dtype, head_dim)
+    return Launch(f"cuda_v2 {instance_label(kernel.name)}", cfg.grid(batch_heads, 1, seq), cfg.threads,
+                  kernel.registers, kernel.total_shared_bytes,
+                  "launch_config, ptxas -v" + (" (nvcc snapshot)" if kernels is None else ""))
 
 
 def kernel_rows(kernels: Iterable[KernelResources]) -> list[dict[str, Any]]:

@@ -511,5 +511,69 @@ def _pct(fraction: float) -> str:
     return f"{100 * fraction:.2f}".rstrip("0").rstrip(".") + "%"
 
 
-__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Occupancy", "TraceKernel", "arch_of",
-           "device_limits", "kineto_estimate", "occupancy", "occupancy_from_trace", "trace_kernel"]
+
+# --------------------------------------------------------------------------- a launch
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: its grid and footprint, and where they were read or computed from.
+
+    ``registers_per_thread`` is None where only a compile can tell (a Triton config before it
+    is compiled): occupancy then counts shared memory, warps and block slots only, an upper bound.
+    """
+
+    kernel: str
+    grid: tuple
+    threads_per_block: int
+    registers_per_thread: Optional[int]
+    shared_mem_per_block: int
+    source: str
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(int(x) for x in self.grid)
+
+    def occupancy(self, arch: ArchLike) -> Occupancy:
+        return occupancy(self.threads_per_block, self.registers_per_thread or 0, self.shared_mem_per_block, arch)
+
+    def waves(self, arch: ArchLike, sm_count: int) -> float:
+        """Blocks over what all SMs hold at once: 1.0 fills the GPU exactly once."""
+        if sm_count < 1:
+            raise ValueError(f"sm_count must be at least 1, got {sm_count}")
+        per_sm = self.occupancy(arch).blocks_per_sm
+        if per_sm == 0:
+            raise ValueError(f"{self.kernel}: no block of this footprint fits one SM of {_limits(arch).name}")
+        return self.blocks / (per_sm * sm_count)
+
+
+def launch_from_footprint(kernel: str, footprint: Mapping, source: str) -> Launch:
+    """A Launch from a trace's footprint (``AttentionCall.footprint()``: grid, block,
+    registers_per_thread, shared_memory)."""
+    missing = [k for k in ("grid", "block", "registers_per_thread", "shared_memory") if footprint.get(k) is None]
+    if missing:
+        raise ValueError(f"the footprint has no {', '.join(missing)}: only GPU kernel events carry one")
+    return Launch(kernel, tuple(int(x) for x in footprint["grid"]), math.prod(int(x) for x in footprint["block"]),
+                  int(footprint["registers_per_thread"]), int(footprint["shared_memory"]), source)
+
+
+def launch_table(launches, arch: ArchLike, sm_count: int):
+    """One row per launch: grid, block, footprint, CTAs per SM, occupancy and waves on ``sm_count`` SMs."""
+    import pandas as pd
+
+    rows = []
+    for launch in launches:
+        occ = launch.occupancy(arch)
+        bound = launch.registers_per_thread is None
+        rows.append({"kernel": launch.kernel, "grid": " x ".join(map(str, launch.grid)), "blocks": launch.blocks,
+                     "threads per block": launch.threads_per_block,
+                     "registers": "?" if bound else launch.registers_per_thread,
+                     "shared KiB": round(launch.shared_mem_per_block / KB, 1),
+                     "CTAs per SM": f"<= {occ.blocks_per_sm}" if bound else occ.blocks_per_sm,
+                     "occupancy %": f"<= {occ.percent:g}" if bound else round(occ.percent, 2),
+                     "limited by": " and ".join(_LIMIT_WORDS[k] for k in occ.limiters),
+                     "waves": f">= {launch.waves(arch, sm_count):.2f}" if bound else round(launch.waves(arch, sm_count), 2),
+                     "from": launch.source})
+    return pd.DataFrame(rows).set_index("kernel")
+
+
+__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "occupancy_from_trace", "trace_kernel"]

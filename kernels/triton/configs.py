@@ -12,8 +12,11 @@ configs also mean a shorter autotuning: each is compiled and timed on first use 
 new key. What the compiler actually makes of each config (registers, spills, shared
 memory) is chapter 4's look at the compiler, ``python -m kernels.triton.compile_sweep``.
 """
+from typing import Optional
+
 import torch
 
+from kernels.hw.occupancy import Launch
 from kernels.triton import launch
 
 PADDED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -125,6 +128,31 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
     if kept:
         return kept
     return [min(configs, key=lambda c: shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel))]
+
+
+def forward_launches(batch_heads: Optional[int], seq: Optional[int], head_dim: Optional[int], element_size: int,
+                     capability, smem_limit: int) -> list:
+    """The launches the forward may make for one attention call, one per config the pruning
+    keeps (the autotuner times these and runs one): grid (B·H, cdiv(S, BLOCK_M)), as
+    ``flash_forward`` builds it, ``num_warps`` x 32 threads, and `shared_memory_estimate`
+    (an upper bound of Triton's). Registers are left unknown: only a compile tells them.
+    On sm_90 the forward is the TMA one. Of configs differing only in stages, the deepest is kept."""
+    if batch_heads is None or seq is None or head_dim is None:   # a trace that recorded no shapes
+        raise ValueError(f"batch_heads, seq and head_dim must be known, got {batch_heads}, {seq}, {head_dim}")
+    if min(batch_heads, seq, head_dim, element_size) < 1:
+        raise ValueError(f"batch_heads, seq, head_dim and element_size must be >= 1, got "
+                         f"{batch_heads}, {seq}, {head_dim}, {element_size}")
+    kernel = "fwd_tma" if "fwd_tma" in kernels_for(capability) else "fwd"
+    padded = launch.padded_head_dim(head_dim)
+    kept = fitting_configs(GPU_CONFIGS, seq, padded, element_size, smem_limit, kernel=kernel, capability=capability)
+    deepest: dict = {}
+    for m, n, w, s in kept:
+        deepest[m, n, w] = max(s, deepest.get((m, n, w), 0))
+    name = "attn_" + kernel
+    return [Launch(f"{name} {m}x{n}, {w} warps, {s} stages", (batch_heads, -(-seq // m), 1), 32 * w, None,
+                   shared_memory_estimate(m, n, s, padded, element_size, kernel),
+                   "configs: kept by the pruning")
+            for (m, n, w), s in deepest.items()]
 
 
 def _pruner(kernel: str):
