@@ -187,6 +187,17 @@ def test_fp32_backward_at_large_scales_is_as_exact_as_plain_float32(scale, causa
     judgement.assert_ok(f"triton fp32 backward, scale {scale}")
 
 
+@needs_interpreter_or_gpu
+def test_double_backward_is_refused_in_words():
+    # Without the refusal autograd says only that dQ "does not have a grad_fn".
+    q, k, v = (t.requires_grad_() for t in make_attention_inputs(1, 2, 1, 9, 9, 16, seed=5))
+    out = triton_attention(q, k, v, causal=True)
+    with pytest.raises(kernels.CannotRun, match="triton: double backward .create_graph=True. is not supported"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    (dq,) = torch.autograd.grad(triton_attention(q, k, v, causal=True).sum(), q)   # a single backward still runs
+    assert dq.shape == q.shape and dq.grad_fn is None
+
+
 # --- the TMA forward (Hopper): chosen by a pure function, checked in the interpreter -----
 
 def _hopper_inputs(d=64, dtype=torch.float16, layout="bhsd"):
