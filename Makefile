@@ -11,7 +11,7 @@ TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test test-book test-sweep book notebooks gpu-run gpu-import clean
+.PHONY: setup test test-haswell test-book test-sweep book notebooks gpu-run gpu-import clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -33,6 +33,13 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 # one worker, so a module's fixtures are built once); TEST_JOBS=0 runs it in this process.
 test: setup
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope -m "not book and not sweep"
+
+# The Triton and contract tests again with OpenBLAS's Haswell kernels, which AMD machines and
+# OPENBLAS_CORETYPE=Haswell select: the interpreter's tl.dot is NumPy's matmul, and which kernel
+# OpenBLAS picks changes its rounding (kernels/reference.py's float32 bound must not depend on it).
+test-haswell: setup
+	OPENBLAS_CORETYPE=Haswell $(PY) -m pytest -n $(TEST_JOBS) --dist loadscope -m "not book and not sweep" \
+	  tests/triton tests/attention/test_contract.py
 
 # The tests that take minutes: every chapter and exercise executed (cpu preset, through make
 # book's cache), the HTML built with -W, the pages opened in headless Chromium, the chapters
