@@ -125,7 +125,8 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version, torch_version, requ
     if dtype not in HALF:
         return f"takes float16 or bfloat16, got {dtype}"
     if deterministic:
-        return "is not used while torch.use_deterministic_algorithms(True) is on"
+        # check_cudnn_deterministic; with warn_only=True it only warns and cuDNN still runs.
+        return "is not used while torch.use_deterministic_algorithms(True) is on (without warn_only)"
     if d % 8:
         return f"needs head_dim to be a multiple of 8, got {d}"
     rule = cudnn_d256_rule(torch_version)
@@ -172,7 +173,10 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
 
     ``order`` is the base order (``sdpa_kernel([...], set_priority=True)`` changes it). On
     capability 9.x and 10.x with cuDNN newer than 9.15.0, cuDNN goes first, unless
-    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``) or deterministic algorithms are on.
+    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``). Deterministic algorithms do not
+    change the order (sdp_utils.cpp): cuDNN keeps its place and fails its own check
+    (``check_cudnn_deterministic``, see ``gpu_input_reason``); ``deterministic`` is accepted here
+    only so callers can pass one set of settings to both.
     ``cuda_version`` is the CUDA torch was built with (``torch.version.cuda``): before 13.0,
     only minor versions 0 and 3 put cuDNN first. None reads as 13.0 or newer.
     ``torch_version``: whose order (default: the installed torch's); before 2.9, never cuDNN first.
@@ -187,7 +191,7 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
     cuda_major = _cuda_major(cuda_version)
     minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
     cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
-                   and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized and not deterministic)
+                   and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized)
     if cudnn_first and "sdpa_cudnn" in order:
         order.remove("sdpa_cudnn")
         order.insert(0, "sdpa_cudnn")
