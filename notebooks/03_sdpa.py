@@ -77,9 +77,12 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree to with
 # By default it is flash, memory-efficient, math, cuDNN; but torch 2.11 to 2.13 move cuDNN
 # to the front on compute capability 9.x and 10.x (H100, H200, B200) when the runtime cuDNN
 # is newer than 9.15.0 (a torch built against CUDA 12 does it on minor versions 0 and 3
-# only: sm_90, sm_100, sm_103), unless the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1`,
-# deterministic algorithms are on, or `torch.backends.cuda.enable_cudnn_sdp(False)` turns it
-# off; and `sdpa_kernel([...], set_priority=True)` imposes an order of your own. So the same
+# only: sm_90, sm_100, sm_103), unless the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1`
+# or `torch.backends.cuda.enable_cudnn_sdp(False)` turns it off; and
+# `sdpa_kernel([...], set_priority=True)` imposes an order of your own. Deterministic
+# algorithms do not reorder anything: cuDNN then fails its own check and the next backend in
+# line runs, unless `torch.use_deterministic_algorithms(True, warn_only=True)` asked only for
+# warnings, in which case cuDNN still runs. So the same
 # unpinned bf16 causal call picks flash on an A100 and cuDNN on an H200.
 # `kernels.attention.sdpa.predicted_backend` writes those rules down as a pure function of the GPU.
 # They are read from PyTorch's own checks, `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`,
@@ -362,8 +365,9 @@ display(links(runs["inplace"]), links(runs["sdpa_math"]))
 #
 # ### 1. The fp32 upcast
 #
-# The math backend values accuracy over speed: bfloat16 or float16 inputs are converted
-# to float32 first, and every S×S intermediate is float32. This run's inputs are
+# The math backend values accuracy over speed: by default bfloat16 or float16 inputs are
+# converted to float32 first, and every S×S intermediate is float32
+# (`torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)` turns the upcast off). This run's inputs are
 # {glue:text}`run_dtype`, so to watch the conversion on this device we profile one small
 # bfloat16 forward:
 
@@ -408,8 +412,10 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
 
 # %% [markdown]
 # `s16816` is the tensor-core matrix instruction (m16n8k16) with fp32 accumulation; `sgemm`
-# is single precision on the ordinary CUDA cores. The upcast moves twice the bytes and
-# leaves the tensor cores idle.
+# is single precision on the ordinary CUDA cores. The upcast moves twice the bytes and, with
+# PyTorch's default of no TF32 for matmuls, leaves the [tensor cores](glossary.md#tensor-core)
+# idle; with TF32 allowed (`torch.backends.cuda.matmul.allow_tf32 = True`), float32 GEMMs run
+# on the tensor cores in TF32, and the name changes with them.
 
 # %% tags=["remove-input"]
 if "sdpa_math" in gpu_steps:

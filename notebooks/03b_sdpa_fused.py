@@ -4,7 +4,8 @@
 # [The first part of this chapter](03_sdpa.ipynb) took SDPA's math backend apart: attention
 # in primitive ops, each S×S intermediate written to memory and read back. The other three
 # backends (memory-efficient, FlashAttention-2 and cuDNN) exist to collapse all of that into
-# a single kernel that keeps 16-bit inputs in 16 bits, runs on tensor cores, and never
+# a single [kernel](glossary.md#kernel) that keeps 16-bit inputs in 16 bits, runs on
+# [tensor cores](glossary.md#tensor-core), and never
 # writes the S×S scores to memory: it walks K and V in tiles, keeps a running (online)
 # softmax, and accumulates the output tile by tile.
 #
@@ -35,7 +36,8 @@
 # %% [parameters]
 
 # %%
-import matplotlib.pyplot as plt
+import functools
+
 import pandas as pd
 import torch
 
@@ -44,7 +46,7 @@ import kernels.attention.sdpa
 from kernels import borrowed, recorded
 from kernels.bench import comparison
 from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, device_limits, occupancy, trace_kernel
-from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup
+from kernels.notebook import glue, inputs, lesson, reveal, say, setup
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import short_kernel_name
 from kernels.trace.fingerprints import classify_many, fingerprint
@@ -80,7 +82,9 @@ lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].
 # %% [markdown]
 # Read left to right, `fmha_cutlassF_bf16_aligned_64x64_rf_sm80` says: fused multi-head
 # attention, built from CUTLASS templates, forward, bfloat16, aligned inputs, 64×64 tiles,
-# working set in the register file, compiled for sm_80. It is the memory-efficient kernel
+# the output accumulator kept in [registers](glossary.md#registers) (`rf`; `gmem` would keep it
+# in global memory), and `sm80` the lowest architecture of the range the kernel was built for
+# (sm_80 and newer). It is the memory-efficient kernel
 # that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is FlashAttention-2,
 # vendored into PyTorch. The cuDNN name is not a fixed binary at all: `cudnn_generated`
 # kernels are produced for the problem at hand, `flash_fprop` names the algorithm
@@ -159,9 +163,10 @@ links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 # The profiler's footprint of the flash kernel surprised the article's authors: about 13%
 # estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
 # number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.h`, `std::lround`.)
-# Occupancy is the share of an SM's warp slots that resident warps fill, and registers
-# decide it here. The article's arithmetic for a block of 128 threads at 255 registers each
-# on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
+# [Occupancy](glossary.md#occupancy) is the share of an [SM](glossary.md#sm)'s
+# [warp](glossary.md#warp) slots that resident warps fill, and registers decide it here.
+# The article's arithmetic for a block (a [CTA](glossary.md#cta)) of 128 threads at 255
+# registers each on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
 
 # %%
 flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
@@ -179,15 +184,16 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # {glue:text}`flash_warps` resident warps of {glue:text}`max_warps`: {glue:text}`flash_occ:.1f`%.
 # That is not a flaw.
 # High occupancy hides memory latency by having other warps to switch to. Flash still streams
-# every K and V tile from HBM, but it hides that latency another way: while the tensor cores
-# work on the current tile, the next one is already on its way into shared memory
+# every K and V tile from [HBM](glossary.md#hbm), but it hides that latency another way: while the tensor cores
+# work on the current tile, the next one is already on its way into
+# [shared memory](glossary.md#shared-memory)
 # (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
 # running softmax, and low occupancy is the price of never writing the scores to memory.
 #
 # ## cuDNN: a 0% that is not real
 #
 # The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
-# not a measurement: Kineto, the profiler's tracing library, computes it itself from the
+# not a measurement: [Kineto](glossary.md#kineto), the profiler's tracing library, computes it itself from the
 # kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
 # assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
 # `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
@@ -300,7 +306,7 @@ glue("h100_avg_blocks", real.grid_blocks / real.sm_count)
 # %% [markdown]
 # The grid holds {glue:text}`h100_grid_blocks` blocks; the H100's {glue:text}`h100_sms` SMs
 # hold {glue:text}`h100_resident` of them at a time ({glue:text}`h100_blocks` each), so the
-# kernel runs in {glue:text}`h100_waves:.2f` waves: four full rounds and a last one that
+# kernel runs in {glue:text}`h100_waves:.2f` [waves](glossary.md#wave): four full rounds and a last one that
 # leaves some SMs idle. Kineto's own "blocks per SM", {glue:text}`h100_avg_blocks:.2f`, is the
 # grid divided by the SMs, not what is resident; its estimate takes the smaller of that
 # average and what fits, here the {glue:text}`h100_blocks` that fit. A GPU run of this page
@@ -384,40 +390,18 @@ guess_growth = {"sdpa_math": 2.0, "sdpa_flash": 2.0}  # edit me: peak memory x p
 # On a GPU one doubling longer: the larger batch and heads there have bigger S-sized
 # (not S×S) buffers, which would blur the 4x at short sequences.
 sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
-sweep_for = {"sdpa_math": sweep_seqs[:-1], "sdpa_flash": sweep_seqs}
-sweep, sweep_steps = [], {}
-for s_len in sweep_seqs:
-    qs, ks_, vs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device)
-    for name, lengths in sweep_for.items():
-        if refused[name] is not None or s_len not in lengths:
-            continue
-        st = record.profile(kernels.get(name), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
-                               trace_dir=trace_dir, trace_name=f"{name}_S{s_len}").step()
-        sweep_steps[name, s_len] = st
-        sweep.append({"backend": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
-peaks = pd.DataFrame(sweep).pivot(index="seq", columns="backend", values="peak (MiB)")
-growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
-# "—": not run at that length, or no shorter length to compare with.
-display(pd.concat([peaks.round(2), growth.round(2)], axis=1).astype(object).fillna("—"))
+sweep_for = {name: seqs for name, seqs in (("sdpa_math", sweep_seqs[:-1]), ("sdpa_flash", sweep_seqs))
+             if refused[name] is None}
+peaks, sweep_steps = kernels.attention.sdpa.peak_memory_sweep(sweep_for, batch, heads, head_dim, dtype=dtype,
+                                                              device=device, trace_dir=trace_dir)
+growth = kernels.attention.sdpa.growth_per_doubling(peaks)
+display(kernels.attention.sdpa.peaks_and_growth(peaks))
 
 # %%
 #| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x).
 #| alt: Log-log line chart of peak memory against sequence length for sdpa_math and sdpa_flash, with guide lines proportional to S and to S squared.
-fig, ax = plt.subplots(figsize=(7, 4.5))
-for name in peaks.columns:
-    measured = peaks[name].dropna()
-    ax.plot(measured.index, measured, "o-", label=name)
-s0 = peaks.index[0]
-for power, style, anchor in ((2, ":", "sdpa_math"), (1, "--", "sdpa_flash")):
-    if anchor in peaks:
-        guide = peaks[anchor].iloc[0] * (peaks.index / s0) ** power
-        ax.plot(peaks.index, guide, style, color="grey", label=f"∝ S{'²' if power == 2 else ''} (from the first point)")
-ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak memory of one forward (MiB)",
-       title=f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).replace('torch.', '')}")
-ax.xaxis.set_minor_locator(plt.NullLocator())  # log axes label minor ticks otherwise
-ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
-ax.legend()
-fig.tight_layout()
+kernels.attention.sdpa.peak_memory_figure(peaks, f"Peak memory, B={batch} H={heads} D={head_dim}, "
+                                                 f"{str(dtype).replace('torch.', '')}")
 
 # %%
 # The traces behind each point: download them, or open them in Perfetto.
@@ -432,7 +416,7 @@ reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_m
 glue("math_growth_last", float(math_growth.iloc[-1]))
 glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
 glue("math_max_seq", sweep_for["sdpa_math"][-1])
-glue("flash_max_seq", sweep_for["sdpa_flash"][-1])
+glue("flash_reading", "This GPU has no flash backend, so there is no flash curve to compare.")
 if "sdpa_flash" in peaks:
     flash_growth = growth["sdpa_flash x per doubling"].dropna()
     lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
@@ -442,11 +426,8 @@ if "sdpa_flash" in peaks:
     lesson(peaks.loc[common, "sdpa_flash"] < peaks.loc[common, "sdpa_math"] / 4,
            "at the longest sequence both ran, the flash backend's peak is a small fraction of the math backend's",
            f"S={common}: {peaks.loc[common, 'sdpa_flash']:.2f} vs {peaks.loc[common, 'sdpa_math']:.1f} MiB")
-    glue("flash_growth_last", float(flash_growth.iloc[-1]))
-    glue("flash_peak_max", float(peaks["sdpa_flash"].iloc[-1]))
-else:  # a GPU without the flash backend (e.g. a T4): nothing to compare
-    glue("flash_growth_last", float("nan"))
-    glue("flash_peak_max", float("nan"))
+    glue("flash_reading", f"At S = {peaks.index[-1]} flash peaked at {peaks['sdpa_flash'].iloc[-1]:.1f} MiB, "
+                          f"up {flash_growth.iloc[-1]:.2f}x from the length before.")
 
 # %% [markdown]
 # The math backend holds S×S intermediates (the scores, the probabilities, the guards), so
@@ -456,9 +437,8 @@ else:  # a GPU without the flash backend (e.g. a T4): nothing to compare
 # with S, about 2x once S is large; a guess of 4x treated it like the math backend.
 #
 # At S = {glue:text}`math_max_seq` the math backend peaked at {glue:text}`math_peak_max:.0f` MiB,
-# its last doubling costing {glue:text}`math_growth_last:.2f`x. At S = {glue:text}`flash_max_seq`
-# flash peaked at {glue:text}`flash_peak_max:.1f` MiB, up {glue:text}`flash_growth_last:.2f`x
-# from the length before. On a CPU the flash curve has a bump in the middle. The CPU
+# its last doubling costing {glue:text}`math_growth_last:.2f`x. {glue:text}`flash_reading`
+# On a CPU the flash curve has a bump in the middle. The CPU
 # kernel (ATen's `cpu_flash_attention`) gives every thread a scratch buffer for one block
 # of queries against one block of keys, and it picks larger blocks for longer sequences;
 # the buffer follows the block sizes, not S. Its allocations add up exactly:
@@ -491,10 +471,8 @@ if device.type == "cpu" and "sdpa_flash" in fused_here:
 # tenth of calls beats every other's fastest tenth (`kernels.bench.compare`):
 
 # %%
-contenders = {"inplace": lambda: kernels.get("inplace")(q, k, v),
-              "sdpa_math": lambda: kernels.get("sdpa_math")(q, k, v)}
-if "sdpa_flash" in fused_here:
-    contenders["sdpa_flash"] = lambda: kernels.get("sdpa_flash")(q, k, v)
+contenders = {name: functools.partial(kernels.get(name), q, k, v)
+              for name in ("inplace", "sdpa_math", "sdpa_flash") if name != "sdpa_flash" or name in fused_here}
 timing = comparison.compare(contenders, device=device, rounds=11)
 verdict = timing.verdict()
 print(verdict)

@@ -196,8 +196,11 @@ display(pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axi
 # That is counted from the split alone. The traces should show it too. Each rank now runs
 # six profiled forwards after a warm-up, each started by a barrier so the ranks begin together
 # and ended by another, as a training step ends at its next collective (a rank that finishes
-# early waits there, inside the step), and writes its own trace: a folder of `rank-0.json.gz`, `rank-1.json.gz`, the
-# shape PyTorch's profiler gives any distributed job. `kernels.parallel.rank_traces` reads the folder,
+# early waits there, inside the step), and writes its own trace into one folder, one file
+# per rank. The rank program names them `rank-0.json.gz`, `rank-1.json.gz`; PyTorch's own
+# `tensorboard_trace_handler` names them by host and process
+# (`{hostname}_{pid}.{ns}.pt.trace.json.gz`) and writes the rank inside the trace, in its
+# `distributedInfo`, which is where the reader looks first. `kernels.parallel.rank_traces` reads the folder,
 # picks the same step on every rank and classifies what each rank did: its CPU ops are
 # compute, gloo's own ranges are communication, and the ranges where the rank program blocked
 # (`ring:wait kv`, and `step:wait barrier` at the step's end) are **exposed** communication.
@@ -223,42 +226,14 @@ for layout in ring.LAYOUTS:
 print(folders["contiguous"])
 
 
-def profiled_steps(folder, label):
-    """The profiled steps of a folder, each read once (every rank's step i, side by side)."""
-    return [folder.step(label, i) for i in range(ACTIVE)]
-
-
-def step_totals(steps):
-    """Each rank's numbers summed over the profiled steps: on a busy machine one step's times
-    are noisy, their total much less so (the hidden fraction is recomputed from the totals)."""
-    total = pd.concat([s.summary() for s in steps]).groupby(level=0).sum()
-    total["hidden_fraction"] = total["overlap_us"] / total["communication_us"]
-    return total
-
-
-def in_ranges(steps, prefix):
-    """µs each rank spent inside ranges whose name starts with ``prefix`` (communication or
-    waits), summed over the steps."""
-    return pd.Series({rank: sum(float((rows["end"] - rows["ts"])[rows["name"].str.startswith(prefix)].sum())
-                                for rows in (s.activity[i] for s in steps))
-                      for i, rank in enumerate(steps[0].ranks)})
-
-
-steps = {layout: profiled_steps(folders[layout], "ring forward") for layout in ring.LAYOUTS}
-naive = step_totals(steps["contiguous"])
-display((naive[["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
-                "behind_slowest_us"]] / 1e3).round(2).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", ""))
-        .join(naive[["exchanges", "arrived_before_wait"]]))
+steps = {layout: folders[layout].steps("ring forward", ACTIVE) for layout in ring.LAYOUTS}
+naive = rank_traces.step_totals(steps["contiguous"])
+display(rank_traces.times_ms(naive).join(naive[["exchanges", "arrived_before_wait"]]))
 
 # %%
 #| caption: One ring forward with the contiguous split, a track per rank: compute (its CPU ops), gloo's sends and receives (posted to completed), and where the rank blocked in a wait. Under the causal mask the last rank has the most work, so the others finish early and wait for it.
 #| alt: Timeline with one track per rank of compute bars, communication bars and wait bars; the last rank's compute is the longest.
-def median_step(steps):
-    """The step whose slowest rank took the median time: a representative one to draw."""
-    return sorted(steps, key=lambda s: s.summary()["step_us"].max())[len(steps) // 2]
-
-
-step = median_step(steps["contiguous"])
+step = rank_traces.median_step(steps["contiguous"])
 display(*(links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
 step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)")
 
@@ -320,11 +295,11 @@ guess_zigzag = 2.0  # edit me
 # %%
 #| caption: The same ring forward with the zigzag split: each rank holds one early and one late block of the sequence, so the ranks' compute comes out about equal.
 #| alt: Timeline with one track per rank of compute and communication bars, the ranks' compute bars of about equal length.
-zigzag = step_totals(steps["zigzag"])
+zigzag = rank_traces.step_totals(steps["zigzag"])
 zigzag_imbalance = zigzag["compute_us"].max() / zigzag["compute_us"].min()
 reveal(guess_zigzag, round(zigzag.loc[last, "compute_us"] / zigzag.loc[first, "compute_us"], 2),
        "last rank's compute over rank 0's, zigzag")
-median_step(steps["zigzag"]).timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
+rank_traces.median_step(steps["zigzag"]).timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
 
 # %%
 lesson(work["zigzag"][0] == work["zigzag"][-1] and zigzag["matmul_flop"].nunique() == 1,
@@ -342,9 +317,9 @@ glue("step_zigzag_ms", step_zigzag / ACTIVE / 1e3)
 glue("step_naive_ms", step_naive / ACTIVE / 1e3)
 ring_steps = steps["contiguous"] + steps["zigzag"]
 if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks: the waits say it
-    transfers = pd.concat([in_ranges(ring_steps, "gloo:send"), in_ranges(ring_steps, "gloo:recv")])
+    transfers = pd.concat([rank_traces.in_ranges(ring_steps, "gloo:send"), rank_traces.in_ranges(ring_steps, "gloo:recv")])
     transfer_ms = transfers.max() / len(ring_steps) / 1e3
-    kv_wait_ms = in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
+    kv_wait_ms = rank_traces.in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
     timing_lesson([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all()) for s in ring_steps],
                   "on every rank, the K/V block had arrived when the rank came to wait for it, after its local "
                   "attention: the transfer hid behind the compute",
@@ -416,8 +391,8 @@ guess_ratio = 2.0  # edit me: the ring's bytes over Ulysses' bytes, per rank and
 #| alt: Timeline with one track per rank: communication bars of the all-to-alls around the compute bars of the attention.
 group.run(cp.profile_scheme, shapes.with_(layout="contiguous"), "ulysses", f"{trace_dir}/ulysses", ACTIVE)
 folders["ulysses"] = rank_traces.load_ranks(f"{trace_dir}/ulysses")
-steps["ulysses"] = profiled_steps(folders["ulysses"], "ulysses forward")
-uly = step_totals(steps["ulysses"])
+steps["ulysses"] = folders["ulysses"].steps("ulysses forward", ACTIVE)
+uly = rank_traces.step_totals(steps["ulysses"])
 element = torch.finfo(getattr(torch, cp_dtype)).bits // 8
 predicted = {"ring": ring.message_bytes(batch, heads, seq_cp, head_dim, world, element),
              "ulysses": ulysses.message_bytes(batch, heads, heads, seq_cp, head_dim, world, element)}
@@ -431,9 +406,9 @@ lesson(all(abs(measured[s] - predicted[s]) <= 1e-9 * predicted[s] for s in predi
 lesson(measured["ring"] == measured["ulysses"],
        "with two ranks and as many K/V heads as query heads, the ring and Ulysses send the same bytes")
 if all(s.marks_waits(i) for s in steps["ulysses"] for i in range(world)):  # CPU ranks
-    a2a_ms = in_ranges(steps["ulysses"], "gloo:all_to_all") / ACTIVE / 1e3  # on gloo's worker thread, while it works
-    a2a_wait_ms = in_ranges(steps["ulysses"], "ulysses:wait") / ACTIVE / 1e3  # the rank, blocked in the call
-    timing_lesson([bool((s.summary()["overlap_us"] < 0.5 * in_ranges([s], "gloo:all_to_all")).all())
+    a2a_ms = rank_traces.in_ranges(steps["ulysses"], "gloo:all_to_all") / ACTIVE / 1e3  # on gloo's worker thread, while it works
+    a2a_wait_ms = rank_traces.in_ranges(steps["ulysses"], "ulysses:wait") / ACTIVE / 1e3  # the rank, blocked in the call
+    timing_lesson([bool((s.summary()["overlap_us"] < 0.5 * rank_traces.in_ranges([s], "gloo:all_to_all")).all())
                    for s in steps["ulysses"]],
                   "Ulysses' all-to-alls are exposed: the ranks computed during almost none of them, "
                   "the attention cannot start before they finish",
@@ -444,7 +419,7 @@ else:  # GPU ranks: NCCL's kernels
     lesson(uly["exposed_communication_us"].median() > 0.5 * uly["communication_us"].median(),
            "Ulysses' all-to-alls are mostly exposed: the attention cannot start before they finish",
            f"{uly['exposed_communication_us'].median() / 1e3:.1f} of {uly['communication_us'].median() / 1e3:.1f} ms exposed")
-median_step(steps["ulysses"]).timeline(f"Ulysses forward, {world} ranks (the median step)")
+rank_traces.median_step(steps["ulysses"]).timeline(f"Ulysses forward, {world} ranks (the median step)")
 
 # %% [markdown]
 # With two ranks and as many K/V heads as query heads the two schemes send the same bytes. They
@@ -572,11 +547,13 @@ else:
 # ## Real multi-rank traces, read the same way
 #
 # The same reader takes the folders real jobs write. Two ranks of a 128-rank training job
-# on A100s (from HolisticTraceAnalysis' test data), where communication is NCCL kernels on
-# their own stream, and compute every other kernel:
+# (from HolisticTraceAnalysis' test data), where communication is NCCL kernels on their own
+# stream, and compute every other kernel. The traces record no device properties: that the
+# GPUs were Ampere ones (most likely A100s) is read from the kernels' names, cuBLAS's
+# `ampere_sgemm_...` GEMMs, not from the trace:
 
 # %%
-#| caption: A real step of two ranks of a 128-rank training job on A100s (HolisticTraceAnalysis's test data, MIT licence), read the same way: NCCL kernels on their own stream are communication, every other kernel compute.
+#| caption: A real step of two ranks of a 128-rank training job on Ampere GPUs, by its kernel names (HolisticTraceAnalysis's test data, MIT licence), read the same way: NCCL kernels on their own stream are communication, every other kernel compute.
 #| alt: Timeline with a track per rank of a real training step: compute kernels and NCCL communication kernels on separate rows.
 import shutil
 from pathlib import Path
@@ -591,8 +568,7 @@ if data.is_dir():
     print(pair)
     real_step = pair.step()  # the first ProfilerStep#N both ranks recorded
     real_summary = real_step.summary()
-    display((real_summary[["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
-                           "behind_slowest_us"]] / 1e3).round(1).add_suffix(" (ms)").rename(columns=lambda c: c.replace("_us", "")))
+    display(rank_traces.times_ms(real_summary, digits=1))
     display(real_step.timeline(f"{real_step.label} of a 128-rank job: ranks 0 and 1"))
     slow = real_step.slowest_rank()
     fast = [r for r in real_summary.index if r != slow][0]
@@ -602,14 +578,15 @@ if data.is_dir():
            "in the real job too, the rank with less compute spent longer in communication it could not hide",
            f"rank {fast}: {real_summary.loc[fast, 'exposed_communication_us'] / 1e3:.0f} ms, rank {slow}: "
            f"{real_summary.loc[slow, 'exposed_communication_us'] / 1e3:.0f} ms")
-    glue("real_slow", slow)
+    glue("real_reading", f"In that step rank {slow} computed longer; only two of the job's 128 traces are here, "
+                         "so its own wait on ranks further away is beyond this folder.")
 else:
-    print("The real traces live in the repository's tests/data (not installed with the package): skipped.")
-    glue("real_slow", "(not read here)")
+    glue("real_reading", "This copy of the course was installed without the repository's test data, where "
+                         "those two traces live, so this section has nothing to read here; a clone of the "
+                         "repository shows it.")
 
 # %% [markdown]
-# In that step rank {glue:text}`real_slow` computed longer; only two of the job's 128 traces
-# are here, so its own wait on ranks further away is beyond this folder.
+# {glue:text}`real_reading`
 #
 # ## What cannot be recorded without GPUs
 #
@@ -617,9 +594,9 @@ else:
 # chapter cannot show: NCCL kernels on their own CUDA stream running beside the attention
 # kernel (the overlap is then between two streams of one GPU, not two CPU threads); NVLink's
 # and InfiniBand's real bandwidths, so the model above stays a model; the copy engines, and
-# how much of the SMs NCCL takes from the attention. With a single GPU lent, the ring still
-# needs at least two ranks with a device each, so none of that can be recorded either: the
-# chapter then runs this CPU path and says so at the top.
+# how much of the [SMs](glossary.md#sm) NCCL takes from the attention. On a machine with a
+# single GPU none of that can be recorded either: NCCL needs a GPU per rank, so the chapter
+# runs this CPU path there too and says so at the top.
 
 # %%
 group.close()

@@ -125,7 +125,8 @@ def _cudnn_rule(cap, dtype, d, deterministic, cudnn_version, torch_version, requ
     if dtype not in HALF:
         return f"takes float16 or bfloat16, got {dtype}"
     if deterministic:
-        return "is not used while torch.use_deterministic_algorithms(True) is on"
+        # check_cudnn_deterministic; with warn_only=True it only warns and cuDNN still runs.
+        return "is not used while torch.use_deterministic_algorithms(True) is on (without warn_only)"
     if d % 8:
         return f"needs head_dim to be a multiple of 8, got {d}"
     rule = cudnn_d256_rule(torch_version)
@@ -172,7 +173,10 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
 
     ``order`` is the base order (``sdpa_kernel([...], set_priority=True)`` changes it). On
     capability 9.x and 10.x with cuDNN newer than 9.15.0, cuDNN goes first, unless
-    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``) or deterministic algorithms are on.
+    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (``deprioritized``). Deterministic algorithms do not
+    change the order (sdp_utils.cpp): cuDNN keeps its place and fails its own check
+    (``check_cudnn_deterministic``, see ``gpu_input_reason``); ``deterministic`` is accepted here
+    only so callers can pass one set of settings to both.
     ``cuda_version`` is the CUDA torch was built with (``torch.version.cuda``): before 13.0,
     only minor versions 0 and 3 put cuDNN first. None reads as 13.0 or newer.
     ``torch_version``: whose order (default: the installed torch's); before 2.9, never cuDNN first.
@@ -187,7 +191,7 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
     cuda_major = _cuda_major(cuda_version)
     minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
     cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
-                   and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized and not deterministic)
+                   and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized)
     if cudnn_first and "sdpa_cudnn" in order:
         order.remove("sdpa_cudnn")
         order.insert(0, "sdpa_cudnn")
@@ -634,12 +638,17 @@ def flash_tiles(kernel_name: str) -> FlashTiles:
 
 # ---- what chapter 3 reads off a CPU step ------------------------------------------------------------
 
-def mask_build_starts(step: "Step", seq_q: int, seq_k: int) -> dict:
-    """When the math backend built its causal mask in ``step``: the start (µs) of its first
-    ``ones``, and of ``tril`` and ``where`` on an [Sq, Sk] tensor; None for an op that did not run."""
+def mask_build_order(step: "Step", seq_q: int, seq_k: int) -> dict:
+    """Where the math backend built its causal mask in ``step``: the position (1 = first) of its
+    first ``ones``, and of ``tril`` and ``where`` on an [Sq, Sk] tensor, among the step's ops in
+    the order they started; None for an op that did not run. Positions, not start times: the
+    order is the lesson, and a start time on a busy machine measures everything before it."""
+    ops = step.ops.sort_values("start_us", kind="stable").reset_index(drop=True)
     found = {"ones": step.find("aten::ones"), "tril": step.find("aten::tril", [seq_q, seq_k]),
              "where": step.find("aten::where", [seq_q, seq_k])}
-    return {name: float(hits["start_us"].min()) if not hits.empty else None for name, hits in found.items()}
+    position = {start: i + 1 for i, start in reversed(list(enumerate(ops["start_us"])))}
+    return {name: position[float(hits["start_us"].min())] if not hits.empty else None
+            for name, hits in found.items()}
 
 
 def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> dict:
@@ -652,3 +661,65 @@ def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_d
     scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
     return {"seq": seq, "allocations": len(sizes), "output": out_bytes in sizes, "log-sum-exp": lse_bytes in sizes,
             "scratch (KiB)": sum(scratch) / 1024}
+
+
+# ---- peak memory against sequence length (chapter 3b) -----------------------------------------
+
+def peak_memory_sweep(lengths: dict, batch: int, heads: int, head_dim: int, *, dtype: torch.dtype,
+                      device: torch.device, trace_dir: str) -> tuple["pd.DataFrame", dict]:
+    """Profile one forward of each backend at each of its sequence lengths (``lengths``: name ->
+    list of S) and read its peak memory. Returns the peaks in MiB (index: S, a column per
+    backend, NaN where a backend did not run at that S) and the steps, keyed (name, S)."""
+    import pandas as pd
+
+    from kernels.notebook import inputs
+    from kernels.trace import record
+
+    if not lengths or not all(lengths.values()):
+        raise ValueError(f"peak_memory_sweep needs at least one sequence length per backend, got {lengths}")
+    rows, steps = [], {}
+    for s_len in sorted({s for seqs in lengths.values() for s in seqs}):
+        q, k, v = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device)
+        for name in [n for n, seqs in lengths.items() if s_len in seqs]:
+            step = record.profile(get(name), q, k, v, label=name, wait=0, warmup=1, active=1,
+                                  trace_dir=trace_dir, trace_name=f"{name}_S{s_len}").step()
+            steps[name, s_len] = step
+            rows.append({"backend": name, "seq": s_len, "peak (MiB)": step.peak_bytes / 2**20})
+    return pd.DataFrame(rows).pivot(index="seq", columns="backend", values="peak (MiB)"), steps
+
+
+def growth_per_doubling(peaks: "pd.DataFrame") -> "pd.DataFrame":
+    """Each backend's peak over its peak at the length before (the sweep doubles S each time)."""
+    return (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
+
+
+def peaks_and_growth(peaks: "pd.DataFrame") -> "pd.DataFrame":
+    """The peaks and their growth side by side, for display: "—" where a backend did not run
+    at that length or has no shorter length to compare with (never a NaN cell)."""
+    import pandas as pd
+
+    return pd.concat([peaks.round(2), growth_per_doubling(peaks).round(2)], axis=1).astype(object).fillna("—")
+
+
+def peak_memory_figure(peaks: "pd.DataFrame", title: str):
+    """Peak memory against S, log-log, with guides through the first point of the math backend
+    (∝ S²) and of the flash backend (∝ S). Returns the Figure."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    for name in peaks.columns:
+        measured = peaks[name].dropna()
+        ax.plot(measured.index, measured, "o-", label=name)
+    for power, style, anchor in ((2, ":", "sdpa_math"), (1, "--", "sdpa_flash")):
+        if anchor in peaks:
+            first = peaks[anchor].dropna()
+            guide = first.iloc[0] * (peaks.index / first.index[0]) ** power
+            ax.plot(peaks.index, guide, style, color="grey", label=f"∝ S{'²' if power == 2 else ''} (from the first point)")
+    ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak memory of one forward (MiB)", title=title)
+    ax.xaxis.set_minor_locator(NullLocator())  # log axes would label the minor ticks too
+    ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
+    ax.legend()
+    fig.tight_layout()
+    return fig

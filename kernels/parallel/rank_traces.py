@@ -107,6 +107,10 @@ class RankFolder:
         return (f"RankFolder(ranks {[r.rank for r in self.ranks]} of {self.world}"
                 + (f", {len(self.missing)} missing" if self.missing else "") + ")")
 
+    def steps(self, label: str, count: int) -> list["RankStep"]:
+        """The first ``count`` steps labelled ``label``, each read once on every rank."""
+        return [self.step(label, i) for i in range(count)]
+
     def step(self, label: Optional[str] = None, index: int = 0) -> "RankStep":
         """Step ``index`` labelled ``label`` on every rank; with no label, the ``index``-th
         ``ProfilerStep#N`` that every rank recorded (matched by name)."""
@@ -380,3 +384,43 @@ class RankStep:
         ax.grid(True, axis="x", alpha=0.3)
         apply_font_floor(fig)
         return fig
+
+
+# ----------------------------------------------------------------------------- several steps
+
+# The columns of ``RankStep.summary`` that are times, in the order a table shows them.
+TIME_COLUMNS = ["step_us", "compute_us", "communication_us", "overlap_us", "exposed_communication_us",
+                "behind_slowest_us"]
+
+
+def median_step(steps: list["RankStep"]) -> "RankStep":
+    """The step whose slowest rank took the median time: a representative one to draw.
+    (``kernels.trace.reader.median_step`` does the same for one process's steps.)"""
+    if not steps:
+        raise ValueError("median_step needs at least one step")
+    return sorted(steps, key=lambda s: s.summary()["step_us"].max())[len(steps) // 2]
+
+
+def step_totals(steps: list["RankStep"]) -> pd.DataFrame:
+    """Each rank's summary summed over ``steps``: one step's times are noisy on a busy machine,
+    their total much less so. The hidden fraction is recomputed from the totals."""
+    if not steps:
+        raise ValueError("step_totals needs at least one step")
+    total = pd.concat([s.summary() for s in steps]).groupby(level=0).sum()
+    total["hidden_fraction"] = total["overlap_us"] / total["communication_us"]
+    return total
+
+
+def in_ranges(steps: list["RankStep"], prefix: str) -> pd.Series:
+    """µs each rank spent inside ranges whose name starts with ``prefix`` (a communication op
+    or a wait), summed over ``steps``."""
+    if not steps:
+        raise ValueError("in_ranges needs at least one step")
+    return pd.Series({rank: sum(float((rows["end"] - rows["ts"])[rows["name"].str.startswith(prefix)].sum())
+                                for rows in (s.activity[i] for s in steps))
+                      for i, rank in enumerate(steps[0].ranks)})
+
+
+def times_ms(summary: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
+    """The time columns of a summary (one step's or ``step_totals``) in ms, named without ``_us``."""
+    return (summary[TIME_COLUMNS] / 1e3).round(digits).rename(columns=lambda c: c.replace("_us", " (ms)"))

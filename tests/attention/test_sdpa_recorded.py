@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -154,11 +155,29 @@ def _profile(name: str, seq: int, tmp_path):
     return run.step(), q
 
 
-def test_mask_build_starts_finds_ones_tril_where_in_order_in_a_math_step(tmp_path):
+def test_mask_build_order_finds_ones_tril_where_in_order_in_a_math_step(tmp_path):
     step, _ = _profile("sdpa_math", 64, tmp_path)
-    starts = sdpa.mask_build_starts(step, 64, 64)
-    assert None not in starts.values() and starts["ones"] < starts["tril"] < starts["where"]
-    assert sdpa.mask_build_starts(step, 63, 63)["tril"] is None   # no [63, 63] tensor in this step
+    order = sdpa.mask_build_order(step, 64, 64)
+    assert None not in order.values() and 1 <= order["ones"] < order["tril"] < order["where"] <= len(step.ops)
+    ops = step.ops.sort_values("start_us", kind="stable")["name"].tolist()
+    assert ops[order["tril"] - 1] == "aten::tril" and ops[order["ones"] - 1] == "aten::ones"
+    assert sdpa.mask_build_order(step, 63, 63)["tril"] is None   # no [63, 63] tensor in this step
+
+
+def test_the_peak_memory_sweep_grows_4x_for_math_and_says_where_a_backend_did_not_run(tmp_path):
+    lengths = {"sdpa_math": [64, 128], "sdpa_flash": [64, 128, 256]}
+    peaks, steps = sdpa.peak_memory_sweep(lengths, 1, 2, 16, dtype=torch.float32, device=torch.device("cpu"),
+                                          trace_dir=str(tmp_path))
+    assert sorted(steps) == sorted((n, s) for n, seqs in lengths.items() for s in seqs)
+    assert peaks.index.tolist() == [64, 128, 256] and pd.isna(peaks.loc[256, "sdpa_math"])
+    growth = sdpa.growth_per_doubling(peaks)["sdpa_math x per doubling"].dropna()
+    assert 3 < growth.iloc[-1] < 4.5                     # the S x S buffers
+    shown = sdpa.peaks_and_growth(peaks)
+    assert shown.loc[256, "sdpa_math"] == "—" and not shown.isna().any().any()
+    assert len(sdpa.peak_memory_figure(peaks, "t").axes[0].lines) == 4   # two backends, two guides
+    with pytest.raises(ValueError, match="at least one sequence length"):
+        sdpa.peak_memory_sweep({"sdpa_math": []}, 1, 2, 16, dtype=torch.float32, device=torch.device("cpu"),
+                               trace_dir=str(tmp_path))
 
 
 def test_cpu_flash_allocations_name_the_output_and_the_log_sum_exp(tmp_path):

@@ -201,3 +201,20 @@ def test_without_marked_waits_exposed_communication_is_what_compute_did_not_over
     summary = rank_traces.load_ranks(tmp_path).step("ring forward").summary()
     assert summary["waited_us"].isna().all() and (summary["exchanges"] == 0).all()
     assert summary["exposed_communication_us"].tolist() == [1500.0, 1500.0]  # 31.5 ms of gloo, 30 of it under compute
+
+
+def test_several_steps_give_their_median_their_totals_and_their_time_in_named_ranges(tmp_path):
+    # Three one-step folders whose steps take 40, 90 and 60 ms: the median is the 60 ms one.
+    steps = [rank_traces.load_ranks(write_rank_folder(tmp_path / str(ms), [12.0, 30.0], ms)).step()
+             for ms in (40.0, 90.0, 60.0)]
+    assert rank_traces.median_step(steps) is steps[2]
+    totals = rank_traces.step_totals(steps)
+    assert totals["step_us"].tolist() == [190.0e3, 190.0e3]
+    assert totals["compute_us"].tolist() == [36.0e3, 90.0e3]
+    assert (totals["hidden_fraction"] == totals["overlap_us"] / totals["communication_us"]).all()
+    assert rank_traces.in_ranges(steps, "no such range").tolist() == [0.0, 0.0]
+    table = rank_traces.times_ms(totals)
+    assert table.loc[0, "step (ms)"] == 190.0 and "step_us" not in table
+    for fn in (rank_traces.median_step, rank_traces.step_totals):
+        with pytest.raises(ValueError, match="at least one step"):
+            fn([])
