@@ -181,14 +181,14 @@ glue("primer_mm_flops", f"{x.shape[0] * w.shape[0] * w.shape[1]:,}")
 glue("primer_relu_elems", f"{y.numel():,}")
 glue("primer_ops_verdict", ops_timing.verdict())
 glue("primer_ops_reading", {
-    "relu": f"the relu is the cheaper op on this machine, {ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x "
+    "relu": f"The relu is the cheaper op on this machine, {ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x "
             "faster by the medians, as its arithmetic says",
-    None: "this machine was too noisy to separate even these two, so no time in the profiled table above says "
-          "what an op costs here: read its order and nesting, not its times",
+    None: "This machine was too noisy to separate even these two: no time in the profiled table above says "
+          "what an op costs here; read its order and nesting, not its times",
 }[ops_timing.faster()])
 
 # %% [markdown]
-# On this run: {glue:text}`primer_ops_verdict`. So {glue:text}`primer_ops_reading`.
+# On this run: {glue:text}`primer_ops_verdict`. {glue:text}`primer_ops_reading`.
 
 # %% [markdown]
 # Every recorded step should look alike; if one does not, something (a first-time
