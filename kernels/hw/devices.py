@@ -21,7 +21,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import torch
 
 TERA = 1e12
 
@@ -113,6 +112,7 @@ def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
     measured in fp32 (what the course's cpu preset runs); a GPU missing from the
     table in 16-bit, on its tensor cores.
     """
+    import torch  # here, not at the top: the trace tools read the peaks without torch
     on_gpu = torch.device(device).type == "cuda"
     n, copy_mib = (4096, COPY_MIB["cuda"]) if on_gpu else (768, COPY_MIB["cpu"])
     # bf16 tensor cores start at sm80 (Ampere); older GPUs get fp16.
@@ -150,12 +150,14 @@ def cpu_name() -> str:
 
 
 def device_name(device) -> str:
+    import torch  # here, not at the top: the trace tools read the peaks without torch
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def peaks(device="cpu") -> Optional[Peaks]:
     """Ceilings of ``device``: the table's row for a known GPU, else measured; None if unusable."""
+    import torch  # here, not at the top: the trace tools read the peaks without torch
     device = torch.device(device)
     if device.type == "cpu":
         return measured_peaks("cpu")
@@ -174,6 +176,7 @@ def roofline_peaks(device="cpu") -> Peaks:
 
 def versions() -> dict:
     """torch, Triton, CUDA and Python versions, as every result of the course records them."""
+    import torch  # here, not at the top: the trace tools read the peaks without torch
     try:
         import triton  # optional: not every environment has it
         triton_version = triton.__version__
@@ -185,6 +188,7 @@ def versions() -> dict:
 
 def describe_device(device="cpu") -> dict:
     """Everything a benchmark result should carry about where it ran, as plain data."""
+    import torch  # here, not at the top: the trace tools read the peaks without torch
     device = torch.device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
