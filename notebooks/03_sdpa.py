@@ -436,8 +436,8 @@ if "sdpa_math" in gpu_steps:
 # they are on ours too, in that order, in every recorded step:
 
 # %%
-per_step = [kernels.attention.sdpa.mask_build_starts(s, seq, seq) for s in runs["sdpa_math"].steps()]
-display(pd.DataFrame(per_step).round(1).rename_axis("recorded step"))
+per_step = [kernels.attention.sdpa.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]
+display(pd.DataFrame(per_step).rename_axis("recorded step (position of each op in the forward)"))
 lesson(all(None not in m.values() for m in per_step),
        f"every recorded math forward builds the causal mask anew ({len(per_step)} of {len(per_step)} steps)")
 lesson(all(m["ones"] < m["tril"] < m["where"] for m in per_step), "in the order ones -> tril -> where")
