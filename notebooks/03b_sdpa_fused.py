@@ -416,7 +416,7 @@ reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_m
 glue("math_growth_last", float(math_growth.iloc[-1]))
 glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
 glue("math_max_seq", sweep_for["sdpa_math"][-1])
-glue("flash_reading", "This GPU has no flash backend, so there is no flash curve to compare.")
+flash_reading = "This GPU has no flash backend, so there is no flash curve to compare."
 if "sdpa_flash" in peaks:
     flash_growth = growth["sdpa_flash x per doubling"].dropna()
     lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
@@ -426,8 +426,9 @@ if "sdpa_flash" in peaks:
     lesson(peaks.loc[common, "sdpa_flash"] < peaks.loc[common, "sdpa_math"] / 4,
            "at the longest sequence both ran, the flash backend's peak is a small fraction of the math backend's",
            f"S={common}: {peaks.loc[common, 'sdpa_flash']:.2f} vs {peaks.loc[common, 'sdpa_math']:.1f} MiB")
-    glue("flash_reading", f"At S = {peaks.index[-1]} flash peaked at {peaks['sdpa_flash'].iloc[-1]:.1f} MiB, "
-                          f"up {flash_growth.iloc[-1]:.2f}x from the length before.")
+    flash_reading = (f"At S = {peaks.index[-1]} flash peaked at {peaks['sdpa_flash'].iloc[-1]:.1f} MiB, "
+                     f"up {flash_growth.iloc[-1]:.2f}x from the length before.")
+glue("flash_reading", flash_reading)
 
 # %% [markdown]
 # The math backend holds S×S intermediates (the scores, the probabilities, the guards), so
