@@ -399,7 +399,7 @@ for s_len in sweep_seqs:
         mem_rows.append({"variant": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
 peaks = pd.DataFrame(mem_rows).pivot(index="seq", columns="variant", values="peak (MiB)")
 growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
-display(pd.concat([peaks.round(2), growth.round(2)], axis=1))
+display(pd.concat([peaks.round(2), growth.round(2)], axis=1).astype(object).fillna("—"))  # no growth before the first length
 for name in ("sdpa_math", "sdpa_flash"):
     if name in peaks:
         reveal(guess_growth[name], round(float(growth[f"{name} x per doubling"].iloc[-1]), 2),

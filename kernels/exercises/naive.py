@@ -163,4 +163,4 @@ def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[i
                   f"by their name; the big one is under {want}.")
         fail(f"on the trace of {name}, the largest copy was made under {want}; you said {got!r}.")
     return passed(f"find_hidden_copy names the op behind the S×S copy in all {len(subjects)} traces "
-                   "(and says None where there is none)")
+                   "(and names no op where there is none)")

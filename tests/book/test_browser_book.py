@@ -260,8 +260,8 @@ PROSE = r"""(() => {
 TUPLE_NUMBER = re.compile(r"\(\d{1,3}(?:, [1-9]\d\d)+\)")
 # Python writes a float NaN "nan" (the prose writes the concept "NaN"); pandas fills a missing
 # cell with NaN, <NA> or NaT; a unit after NaN is a value that was never computed.
-NAN_IN_TEXT = re.compile(r"(?<![A-Za-z])nan(?![a-z]{2})|\bNaN ?(?:x|%|[KMG]i?B|ms|µs|s|TFLOP/s)(?![A-Za-z])")
-MISSING_CELL = re.compile(r"(?i)nan|<NA>|NaT|None")
+NAN_IN_TEXT = re.compile(r"(?<![A-Za-z])nan(?![A-Za-z]{2})|\bNaN(?: ?(?:x|%|[KMG]i?B|ms|µs|TFLOP/s)| s)(?![A-Za-z])")
+MISSING_CELL = re.compile(r"(?i)nan|<NA>|NaT")
 # Sentences a generated glue left unfinished.
 UNFINISHED = {
     "a placeholder where a value should be": re.compile(r"\(not read here\)"),
@@ -275,7 +275,8 @@ def excerpt(text: str, match: re.Match) -> str:
 
 
 def numbers_read_as_tuples(blocks: list[dict]) -> list[str]:
-    return [excerpt(b["text"], m) for b in blocks for m in TUPLE_NUMBER.finditer(b["text"])]
+    """In prose only: a table's column of tensor shapes holds real tuples, (512, 512) among them."""
+    return [excerpt(b["text"], m) for b in blocks if b["kind"] == "prose" for m in TUPLE_NUMBER.finditer(b["text"])]
 
 
 def nans_a_reader_sees(blocks: list[dict]) -> list[str]:
