@@ -18,9 +18,9 @@ import torch
 from kernels.bench.results import first_line
 
 # Where each autotuned kernel lives: (module, attribute).
-TRITON_KERNELS = {"fwd": ("kernels.triton.flash", "attn_fwd"), "fwd_tma": ("kernels.triton.flash", "attn_fwd_tma"),
-                  "bwd_dkdv": ("kernels.triton.backward", "attn_bwd_dkdv"),
-                  "bwd_dq": ("kernels.triton.backward", "attn_bwd_dq")}
+TRITON_KERNELS = {"fwd": ("kernels.triton.flash", "attn_fwd_tuned"), "fwd_tma": ("kernels.triton.flash", "attn_fwd_tma_tuned"),
+                  "bwd_dkdv": ("kernels.triton.backward", "attn_bwd_dkdv_tuned"),
+                  "bwd_dq": ("kernels.triton.backward", "attn_bwd_dq_tuned")}
 
 
 def chosen_configs(name: str) -> Optional[str]:

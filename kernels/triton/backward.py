@@ -284,8 +284,8 @@ def attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, qk_scale,
              mask=q_ok)
 
 
-attn_bwd_dkdv = configs.autotuned(attn_bwd_dkdv, "bwd_dkdv")
-attn_bwd_dq = configs.autotuned(attn_bwd_dq, "bwd_dq")
+attn_bwd_dkdv_tuned = configs.autotuned(attn_bwd_dkdv, "bwd_dkdv")
+attn_bwd_dq_tuned = configs.autotuned(attn_bwd_dq, "bwd_dq")
 
 
 def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
@@ -305,10 +305,10 @@ def flash_backward(q, k, v, o32, lse, do, causal: bool, scale: float):
     q_grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
     attn_bwd_preprocess[pre_grid](o32, do_in, delta, *o32.stride(), *do_in.stride(), heads, s_q,
                                    D=head_dim, HEAD_DIM=pad, BLOCK_M=configs.PREPROCESS_BLOCK_M)
-    attn_bwd_dkdv[kv_grid](q_in, k_in, v_in, do_in, dk, dv, lse, delta, scale, scale * launch.LOG2E,
+    attn_bwd_dkdv_tuned[kv_grid](q_in, k_in, v_in, do_in, dk, dv, lse, delta, scale, scale * launch.LOG2E,
                            *q_in.stride(), *k_in.stride(), *v_in.stride(), *do_in.stride(), *dk.stride(),
                            *dv.stride(), **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
-    attn_bwd_dq[q_grid](q_in, k_in, v_in, do_in, dq, lse, delta, scale, scale * launch.LOG2E,
+    attn_bwd_dq_tuned[q_grid](q_in, k_in, v_in, do_in, dq, lse, delta, scale, scale * launch.LOG2E,
                         *q_in.stride(), *k_in.stride(), *v_in.stride(), *do_in.stride(), *dq.stride(),
                         **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
     return launch.rounded(dq, q.dtype), launch.rounded(dk, k.dtype), launch.rounded(dv, v.dtype)

@@ -247,8 +247,8 @@ def attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
     tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=offs_m < SQ)
 
 
-attn_fwd = configs.autotuned(attn_fwd, "fwd")
-attn_fwd_tma = configs.autotuned_tma(attn_fwd_tma)
+attn_fwd_tuned = configs.autotuned(attn_fwd, "fwd")
+attn_fwd_tma_tuned = configs.autotuned_tma(attn_fwd_tma)
 FORWARD_KERNELS = {"attn_fwd": attn_fwd, "attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
 
 
@@ -327,10 +327,10 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
         descriptors = [_descriptor(t, rows, pad) for t, rows in
                        ((q_in, block_m), (k_in, block_n), (v_in, block_n), (o_written, block_m))]
         sizes = {name: value for name, value in launch.sizes(q, k).items() if name != "D"}
-        attn_fwd_tma[grid](*descriptors, lse, scale * LOG2E, **sizes, ELEMENT_BYTES=q.element_size(),
+        attn_fwd_tma_tuned[grid](*descriptors, lse, scale * LOG2E, **sizes, ELEMENT_BYTES=q.element_size(),
                            HEAD_DIM=pad, CAUSAL=causal, **tiles)
     else:
-        attn_fwd[grid](q_in, k_in, v_in, o_written, lse, scale * LOG2E,
+        attn_fwd_tuned[grid](q_in, k_in, v_in, o_written, lse, scale * LOG2E,
                        *q_in.stride(), *k_in.stride(), *v_in.stride(), *o_written.stride(),
                        **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
     o32 = o_written if keep_fp32_o else None

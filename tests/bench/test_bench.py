@@ -413,8 +413,8 @@ def test_triton_config_is_recorded_when_autotuned(monkeypatch):
             self.best_config = type("Config", (), {"kwargs": {"BLOCK_M": m, "BLOCK_N": n},
                                                    "num_warps": w, "num_stages": s})()
 
-    monkeypatch.setattr(tf, "attn_fwd", Tuned(128, 64, 8, 3))
-    monkeypatch.setattr(tb, "attn_bwd_dq", Tuned(64, 64, 4, 3))
+    monkeypatch.setattr(tf, "attn_fwd_tuned", Tuned(128, 64, 8, 3))
+    monkeypatch.setattr(tb, "attn_bwd_dq_tuned", Tuned(64, 64, 4, 3))
     chosen = json.loads(gpu_checks.chosen_configs("triton"))
     assert chosen["fwd"] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     assert set(chosen) == {"fwd", "bwd_dq"}, "kernels without best_config (not yet tuned) are left out"

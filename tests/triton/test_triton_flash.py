@@ -120,7 +120,7 @@ def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
 def test_gqa_reads_shared_heads_without_copies(monkeypatch):
     # The kernels must receive K and V as they are, [B, Hkv, Sk, D]: never repeated per query head.
     seen = []
-    real = tf.attn_fwd
+    real = tf.attn_fwd_tuned
 
     class Spy:
         def __getitem__(self, grid):
@@ -129,7 +129,7 @@ def test_gqa_reads_shared_heads_without_copies(monkeypatch):
                 return real[grid](q, k, v, *args, **kwargs)
             return launch
 
-    monkeypatch.setattr(tf, "attn_fwd", Spy())
+    monkeypatch.setattr(tf, "attn_fwd_tuned", Spy())
     q, k, v = make_attention_inputs(1, 8, 1, 9, 9, 16, seed=2)
     triton_attention(q, k, v)
     assert seen == [((1, 1, 9, 16), k.data_ptr(), (1, 1, 9, 16), v.data_ptr())]
@@ -267,7 +267,7 @@ def test_backward_after_the_tma_forward(monkeypatch):
         def __getitem__(self, grid):
             raise AssertionError("the pointer forward was launched, not the TMA one")
 
-    monkeypatch.setattr(tf, "attn_fwd", PointerForward())
+    monkeypatch.setattr(tf, "attn_fwd_tuned", PointerForward())
     q, k, v = make_attention_inputs(1, 4, 2, 33, 20, 32, dtype=torch.float16, layouts="bshd", seed=2)
     reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=2).assert_ok("triton TMA")
 
@@ -434,7 +434,7 @@ def one_autotune_config(monkeypatch):
     if tf.INTERPRETED:  # interpreted kernels are not autotuned: nothing to narrow
         return
     keep = [(64, 32, 4, 2)]
-    for kernel in (tf.attn_fwd, tf.attn_fwd_tma, tb.attn_bwd_dkdv, tb.attn_bwd_dq):
+    for kernel in (tf.attn_fwd_tuned, tf.attn_fwd_tma_tuned, tb.attn_bwd_dkdv_tuned, tb.attn_bwd_dq_tuned):
         configs = [c for c in kernel.configs
                    if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in keep]
         monkeypatch.setattr(kernel, "configs", configs)
