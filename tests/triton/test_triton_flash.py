@@ -105,8 +105,9 @@ def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
                 return self.real[grid](*args, **kwargs)
             return launch
 
-    for module, name in ((tf, "attn_fwd"), (tb, "attn_bwd_dkdv"), (tb, "attn_bwd_dq"), (tb, "attn_bwd_preprocess")):
-        monkeypatch.setattr(module, name, Spy(name, getattr(module, name)))
+    for module, name in ((tf, "attn_fwd_tuned"), (tb, "attn_bwd_dkdv_tuned"), (tb, "attn_bwd_dq_tuned"),
+                         (tb, "attn_bwd_preprocess")):
+        monkeypatch.setattr(module, name, Spy(name.removesuffix("_tuned"), getattr(module, name)))
     q, k, v = (t.requires_grad_() for t in make_attention_inputs(3, 4, 2, 70, 70, 16, seed=5))
     triton_attention(q, k, v, causal=True).sum().backward()
     assert grids["attn_fwd"] == (3 * 4, math.ceil(70 / 64))
