@@ -96,27 +96,3 @@ def test_the_tested_range_is_maintainings():
         assert oldest in section and newest in section, f"MAINTAINING.md's supported versions omit {package} {oldest}-{newest}"
 
 
-def test_the_matrixs_report_says_whether_make_book_built_the_html():
-    matrix = _matrix()
-    built = matrix.Result("newest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"}, html="built")
-    broken = matrix.Result("oldest", tests={"passed": 3}, tests_ok=True, book={"book/00.ipynb": "ok"},
-                           book_ok=False, html="not built")
-    rows = matrix.table([built, broken]).splitlines()[2:]
-    assert "1 of 1 ok, HTML built" in rows[0] and "FAILED" not in rows[0], rows[0]
-    assert "HTML not built" in rows[1] and "FAILED" in rows[1], "a book without its HTML fails the cell"
-
-
-def test_the_matrix_names_a_missing_interpreter(monkeypatch):
-    matrix = _matrix()
-    monkeypatch.setattr(matrix.shutil, "which", lambda name: None)   # neither python3.99 nor pyenv
-    with pytest.raises(RuntimeError, match="no working python3.99"):
-        matrix.find_python("python3.99")
-
-
-def test_the_matrix_reads_the_test_run_after_non_ascii_install_output(tmp_path):
-    log = tmp_path / "log.txt"
-    log.write_text("pip: ━━━━━━━━━━ 526.6/526.6 MB ✓\n" * 50, encoding="utf-8")
-    start = log.stat().st_size
-    with open(log, "a", encoding="utf-8") as out:
-        out.write("....\n== 1246 passed, 108 skipped, 17 warnings in 321.88s ==\n")
-    assert _matrix().pytest_counts(_matrix().log_since(log, start)) == {"passed": 1246, "skipped": 108}
