@@ -56,6 +56,16 @@ def default_jobs(params: dict) -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def share_cores(jobs: int) -> None:
+    """Give each of ``jobs`` notebooks executing at once its share of the cores. The kernels
+    papermill starts inherit this environment; left alone, each torch would start one thread
+    per core, the notebooks' threads would outnumber the cores, and every large op would wait
+    for a descheduled thread (about 10 ms an op on two cores, seen as noise in the timings)."""
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = threads
+
+
 def environment() -> dict:
     """What executed the book: recorded in the report and shown on the book's build page.
     The device and versions come from ``kernels.hw.devices``, as a benchmark's do."""
@@ -232,6 +242,8 @@ def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed
     publish.stage_recorded(root, out)
     report: dict[str, Any] = {"preset": name, "parameters": params, "jobs": jobs, "environment": environment(),
                               "notebooks": []}
+    if jobs > 1:  # each notebook's torch gets its share of the cores (share_cores)
+        report["environment"]["torch_threads"] = max(1, (os.cpu_count() or 1) // jobs)
     keys: dict[Path, str] = {}
     rows = {}
     if cache is not None:
@@ -263,7 +275,8 @@ def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=share_cores, initargs=(jobs,)) as pool:
             futures = {pool.submit(execute_staged, path, out, params, False): path for path in todo}
             for i, done in enumerate(as_completed(futures), 1):
                 rows[futures[done]] = done.result()
