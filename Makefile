@@ -50,7 +50,7 @@ test-book: setup
 # The whole compile sweep: every config the autotuner may keep, compiled for sm_80 and sm_90
 # (six minutes of a core on a cold Triton cache). `make test` compiles its covering subset (per
 # kernel and target, the kept config nearest the shared-memory limit, and one that must not
-# fit); run this after editing kernels/triton/tiles.py or the kernels, and on CI's schedule.
+# fit); run this after editing kernels/triton/configs.py or the kernels (CI runs it weekly).
 test-sweep: setup
 	$(PY) -m pytest -m "sweep"
 
