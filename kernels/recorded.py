@@ -104,9 +104,8 @@ def problems(root: Optional[Path] = None) -> list[str]:
 
 
 # A sentence for the reader; how a maintainer records a GPU run is in MAINTAINING.md.
-NO_RECORDING = ("This build of the book ran on a CPU and no GPU run has been recorded for it yet, so "
-                "there is no GPU track here: on a GPU, the track would show each kernel these ops launch, "
-                "on its stream, with the CPU-side launch that queued it.")
+NO_RECORDING = ("this book's own GPU run is not recorded (the GPU sections read a borrowed trace "
+                "instead: kernels.borrowed)")
 
 
 def gpu_steps(device, live: dict, notebook: str, variants, root: Optional[Path] = None):
