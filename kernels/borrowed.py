@@ -5,6 +5,10 @@ still show real ones:
 
 - ``ALEXNET_FORWARD``: one forward of AlexNet on an A100, from Meta's HolisticTraceAnalysis
   project (its test data, MIT licence);
+- ``COMPILED_POINTWISE``: one call of a function compiled by torch.compile on an A100 (one
+  Inductor-generated Triton kernel), and ``TRAINING_STEP``: one data-parallel training step of a
+  convolutional network on an A100 (forward, backward and NCCL's all-reduce), both from the
+  same project;
 - ``TRACELENS``: one inference step of Hugging Face models in bfloat16 on an NVIDIA H100 and an
   AMD MI300X (BERT-small, Qwen1.5-0.5B, a ViT image classifier, TimeSformer), and one decode step
   of SGLang serving Qwen3-8B on an MI300X, from the test data of AMD's TraceLens (MIT licence),
@@ -102,6 +106,26 @@ ALEXNET_FORWARD = Borrowed(
     what="one forward of AlexNet in float32",
     recorded_by="Meta's HolisticTraceAnalysis project",
     source="the test data of facebookresearch/HolisticTraceAnalysis",
+    licence="MIT licence, notice in book/data/borrowed",
+)
+
+
+COMPILED_POINTWISE = Borrowed(
+    file="hta_triton_example_triton_example.json.gz",
+    label=None,
+    what="one call of a small function compiled with torch.compile (Inductor generated one Triton kernel)",
+    recorded_by="Meta's HolisticTraceAnalysis project",
+    source="the test data of facebookresearch/HolisticTraceAnalysis",
+    licence="MIT licence, notice in book/data/borrowed",
+)
+
+TRAINING_STEP = Borrowed(
+    file="hta_nccl_parser_config_nccl_data.json.gz",
+    label=None,
+    what=("one data-parallel training step (rank 0 of 2, NCCL) of a convolutional network "
+          "with 53 convolutions and batch norms, as ResNet-50 has"),
+    recorded_by="Meta's HolisticTraceAnalysis project",
+    source="the test data of facebookresearch/HolisticTraceAnalysis, trimmed to ProfilerStep#4",
     licence="MIT licence, notice in book/data/borrowed",
 )
 

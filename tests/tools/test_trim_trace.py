@@ -82,3 +82,11 @@ def test_the_command_writes_a_reproducible_gzip_and_names_a_missing_step(tmp_pat
     assert trim_trace.main([str(source), str(tmp_path / "c.json.gz"), "--step", "9"]) == 1
     err = capsys.readouterr().err
     assert "no ProfilerStep#9" in err and "ProfilerStep#551" in err
+
+
+def test_the_borrowed_training_step_is_its_source_step_and_the_compiled_call_is_a_byte_copy():
+    entry = borrowed.TRAINING_STEP
+    source = load(trim_trace.read(DATA / entry.file)).profiler_steps()
+    assert_same_step(source[0], entry.step(trace=load(trim_trace.read(borrowed.root() / entry.file))))
+    copy = borrowed.COMPILED_POINTWISE.file
+    assert (borrowed.root() / copy).read_bytes() == (DATA / copy).read_bytes()
