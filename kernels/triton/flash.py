@@ -170,7 +170,7 @@ def attn_fwd(Q, K, V, O, LSE, qk_scale,
     if CAUSAL:
         # The last query tiles see the most keys: launch them first, so that the longest
         # programs do not start last and leave the GPU idle at the end (longest job first:
-        # the course's own reasoning, not a rule from the FlashAttention papers).
+        # our own reasoning, not a rule from the FlashAttention papers).
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
     else:
         start_m = tl.program_id(1)
