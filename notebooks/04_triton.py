@@ -338,7 +338,7 @@ show_lines(triton_backward.flash_backward, "pre_grid = ", "q_grid = ")
 # them (causal: from its diagonal down, the mirror of the forward's skipping), accumulating
 # $dK$ and $dV$. `attn_bwd_dq` has one program per query tile. A single pass over key tiles
 # could produce all three gradients, but then every program would hold only part of the sum
-# for each $dQ$ row and would have to add it into shared memory with atomic adds, as
+# for each $dQ$ row and would have to add it into that row in memory with atomic adds, as
 # FlashAttention-2's CUDA backward does: a zero-filled float32 buffer, and last bits that
 # change from run to run. With two passes every program owns what it writes, at the cost of
 # rebuilding $P$ twice. The dK/dV program computes $S^\top = K Q^\top$ directly (Triton's
@@ -359,9 +359,9 @@ lesson(launch.INTERPRETED == (not on_gpu), "the kernels are interpreted exactly 
 
 # %% [markdown]
 # Forward and backward against the float64 reference (`kernels.reference.check`: in float32
-# within about 1e-5 of the largest value; in 16 bits at most twice the error of plain attention
-# computed in the same dtype, three times for gradients, FlashAttention's own test rule),
-# causal at {glue:text}`run_seq_text` tokens and non-causal at a ragged {glue:text}`ragged_seq`
+# an error of about 1e-5 times the largest value; in 16 bits at most twice the error of plain
+# attention computed in the same dtype, three times for gradients, FlashAttention's own test
+# rule), causal at {glue:text}`run_seq_text` tokens and non-causal at a ragged {glue:text}`ragged_seq`
 # tokens, so the last tiles hang past the end; one batch element and two heads, since every
 # (batch, head) is computed independently:
 

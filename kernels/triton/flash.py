@@ -1,15 +1,16 @@
 """Chapter 4: FlashAttention-2 in Triton, forward and backward.
 
 FlashAttention never writes the S×S scores: one program keeps a tile of queries on-chip and
-streams the keys and values past it, with an *online* softmax (a running row max ``m`` and
-sum ``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it
-in PyTorch). The file reads top to bottom like the Triton tutorials: ``tiled_softmax``, the
-forward kernel ``attn_fwd`` (causal programs skip the tiles above the diagonal), its TMA
-twin ``attn_fwd_tma`` for sm_90 (``tma_reason``), the launcher (every stride passed, so
-non-contiguous inputs need no copy), the autograd Function (backward in
-``kernels.triton.backward``) and the registry entry ``triton``. The kernels take the whole
-registry contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without
-repeating K/V. Without a GPU they run in Triton's interpreter (``kernels.triton`` turns it on).
+streams the keys and values past it, with an *online* softmax (a running row max ``m`` and sum
+``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it in
+PyTorch, ``online_attention_row`` the same for one row of attention). The file reads top to
+bottom like the Triton tutorials: ``tiled_softmax``, the forward kernel ``attn_fwd`` (causal
+programs skip the tiles above the diagonal), its TMA twin ``attn_fwd_tma`` for sm_90
+(``tma_reason``), the launcher (every stride passed, so non-contiguous inputs need no copy),
+the autograd Function (backward in ``kernels.triton.backward``), the registry entry ``triton``
+and ``forward_backward``, one training step's attention. The kernels take the whole registry
+contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without repeating K/V.
+Without a GPU they run in Triton's interpreter (``kernels.triton`` turns it on).
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
