@@ -228,29 +228,29 @@ glue("share_16k", share[16384])
 
 # %% [markdown]
 # Query tile $i$ of $n$ computes the $i$ tiles left of its diagonal and its diagonal tile:
-# summed over the tiles, $(n+1)/(2n)$ of the full kernel, which approaches one half from
-# above ({glue:text}`share_16k:.4f` at S = 16,384). The FLOP count that [TFLOP/s](glossary.md#flop-s) divides by
-# counts causal attention as exactly half ([chapter 6](06_showdown.ipynb) says why), so the
-# masked half of each diagonal tile is work done and not credited.
+# summed over the tiles, $(n+1)/(2n)$ of the full kernel, which approaches one half from above
+# ({glue:text}`share_16k:.4f` at S = 16,384). The FLOP count that
+# [TFLOP/s](glossary.md#flop-s) divides by counts causal attention as exactly half
+# ([chapter 6](06_showdown.ipynb) says why), so the masked half of each diagonal tile is work
+# done and not credited.
 #
 # ### The skipping is real: a poison test
 #
-# A claim about which tiles a kernel loads can be checked from outside. Fill V with NaN for
-# every key from position {glue:text}`poison_from` on (a multiple of every `BLOCK_M` the
-# kernel may use). A kernel that skips the tiles above the diagonal never reads those rows
-# for the queries before {glue:text}`poison_from`, so their outputs stay finite. A kernel
-# that reads everything and masks afterwards multiplies a probability of exactly 0 by NaN,
-# and $0 \times \text{NaN} = \text{NaN}$: chapter 1's naive attention is such a kernel.
+# A claim about which tiles a kernel loads can be checked from outside. Take a sequence of
+# twice {glue:text}`poison_from` tokens (the largest `BLOCK_M` the kernel may use here) and
+# fill V with NaN for every key from position {glue:text}`poison_from` on. A kernel that skips
+# the tiles above the diagonal never reads those rows for the queries before
+# {glue:text}`poison_from`, so their outputs stay finite. A kernel that reads everything and
+# masks afterwards multiplies a probability of exactly 0 by NaN, and
+# $0 \times \text{NaN} = \text{NaN}$: chapter 1's naive attention is such a kernel.
 
 # %%
-unit = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else block_m
-poison_from = unit * max(1, (run_seq // unit) // 2)
-v_poisoned = v.clone()
-v_poisoned[:, :, poison_from:] = float("nan")
-rows_nan = {name: kernels.get(name)(q, k, v_poisoned, causal=True).isnan().any(dim=-1)[0, 0]
+poison_from = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else block_m   # the largest BLOCK_M here
+qp, kp, vp = inputs(1, 1, 2 * poison_from, head_dim, dtype=dtype, device=device)
+vp[:, :, poison_from:] = float("nan")
+rows_nan = {name: kernels.get(name)(qp, kp, vp, causal=True).isnan().any(dim=-1)[0, 0]
             for name in ("triton", "naive")}
-lesson(poison_from < run_seq and not rows_nan["triton"][:poison_from].any()
-       and bool(rows_nan["triton"][poison_from:].all()),
+lesson(not rows_nan["triton"][:poison_from].any() and bool(rows_nan["triton"][poison_from:].all()),
        f"Triton: rows before {poison_from} stay finite, so no tile holding a later key was loaded for them")
 lesson(bool(rows_nan["naive"].all()), "naive attention reads every key for every row: all rows are NaN")
 glue("poison_from", poison_from)
@@ -358,12 +358,12 @@ lesson(launch.INTERPRETED == (not on_gpu), "the kernels are interpreted exactly 
        f"interpreted: {launch.INTERPRETED}; the kernel object is a {type(tf.attn_fwd).__name__}")
 
 # %% [markdown]
-# Forward and backward against the float64 reference (`kernels.reference.check`: in float32
-# an error of about 1e-5 times the largest value; in 16 bits at most twice the error of plain
+# Forward and backward against the float64 reference (`kernels.reference.check`: in float32 an
+# error of about 1e-5 times the largest value; in 16 bits at most twice the error of plain
 # attention computed in the same dtype, three times for gradients, FlashAttention's own test
-# rule), causal at {glue:text}`run_seq_text` tokens and non-causal at a ragged {glue:text}`ragged_seq`
-# tokens, so the last tiles hang past the end; one batch element and two heads, since every
-# (batch, head) is computed independently:
+# rule), causal at {glue:text}`run_seq_text` tokens and non-causal at a ragged
+# {glue:text}`ragged_seq` tokens, so the last tiles hang past the end; one batch element and
+# two heads, since every (batch, head) is computed independently:
 
 # %%
 ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # e.g. 113: not a multiple of any tile
@@ -492,18 +492,18 @@ glue("other_tiles", len(triton_launches) - len(same_rows))
 glue("max_blocks", max(t.blocks for t in triton_launches))
 
 # %% [markdown]
-# On this {glue:text}`gpu_sms`-SM GPU, torch's kernel fits {glue:text}`torch_ctas` CTAs per
-# SM ({glue:text}`torch_occ:.1f`% occupancy, limited by registers), so its
+# On this {glue:text}`gpu_sms`-SM GPU, torch's kernel fits {glue:text}`torch_ctas` CTAs per SM
+# ({glue:text}`torch_occ:.1f`% occupancy, limited by registers), so its
 # {glue:text}`torch_blocks` CTAs run in {glue:text}`torch_waves:.2f`
 # [waves](glossary.md#wave): the last wave leaves most SMs idle, the tail that launching the
 # longest causal tiles first shortens. Our {glue:text}`other_tiles` other tile shapes, with 64
-# or 32 rows, launch more and smaller programs, up to {glue:text}`max_blocks`. The trace's "est. achieved occupancy"
-# is [Kineto](glossary.md#kineto)'s arithmetic on the same footprint, not a measurement, and
-# reads 0% for any kernel above 48 KiB of shared memory, as most of our tile shapes would
-# ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule). When this page is built on a GPU,
-# the hidden cells below read this run's own `attn_fwd` and SDPA's kernel the same way, and
-# check that forward + backward is four kernels with no memset (nothing is zero-filled for
-# atomic adds).
+# or 32 rows, launch more and smaller programs, up to {glue:text}`max_blocks`. The trace's
+# "est. achieved occupancy" is [Kineto](glossary.md#kineto)'s arithmetic on the same
+# footprint, not a measurement, and reads 0% for any kernel above 48 KiB of shared memory, as
+# most of our tile shapes would ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule). When
+# this page is built on a GPU, the hidden cells below read this run's own `attn_fwd` and
+# SDPA's kernel the same way, and check that forward + backward is four kernels with no memset
+# (nothing is zero-filled for atomic adds).
 
 # %% tags=["hide-input"]
 if on_gpu:
