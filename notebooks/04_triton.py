@@ -230,7 +230,7 @@ glue("share_16k", share[16384])
 # Query tile $i$ of $n$ computes the $i$ tiles left of its diagonal and its diagonal tile:
 # summed over the tiles, $(n+1)/(2n)$ of the full kernel, which approaches one half from above
 # ({glue:text}`share_16k:.4f` at S = 16,384). The FLOP count that
-# [TFLOP/s](glossary.md#flop-s) divides by counts causal attention as exactly half
+# [TFLOP/s](glossary.md#flops) divides by counts causal attention as exactly half
 # ([chapter 6](06_showdown.ipynb) says why), so the masked half of each diagonal tile is work
 # done and not credited.
 #
