@@ -294,3 +294,30 @@ def show_source(obj):
 
     obj = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
     return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
+
+
+def show_lines(obj, first: str, last: str | None = None):
+    """The lines of a library function from the first line containing ``first`` through the
+    next line containing ``last`` (just that line when ``last`` is None), as a highlighted code
+    block headed by the module, function and line numbers they come from.
+
+    A chapter shows a kernel in the pieces it explains, each where it is explained. The markers
+    are text of the lines themselves, so a piece follows its code when lines move, and a marker
+    that no longer matches raises ``ValueError`` naming it rather than showing another piece.
+    """
+    import inspect
+    import textwrap
+
+    from IPython.display import Markdown
+
+    fn = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
+    lines, start = inspect.getsourcelines(fn)
+    where = f"{fn.__module__.replace('.', '/')}.py, {fn.__qualname__}"
+    begin = next((i for i, line in enumerate(lines) if first in line), None)
+    if begin is None:
+        raise ValueError(f"no line of {where} contains {first!r}")
+    end = begin if last is None else next((i for i in range(begin, len(lines)) if last in lines[i]), None)
+    if end is None:
+        raise ValueError(f"no line of {where} from {first!r} on contains {last!r}")
+    code = textwrap.dedent("".join(lines[begin:end + 1])).rstrip()
+    return Markdown(f"```python\n# {where}, lines {start + begin}-{start + end}\n{code}\n```")

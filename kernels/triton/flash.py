@@ -1,15 +1,16 @@
 """Chapter 4: FlashAttention-2 in Triton, forward and backward.
 
 FlashAttention never writes the S×S scores: one program keeps a tile of queries on-chip and
-streams the keys and values past it, with an *online* softmax (a running row max ``m`` and
-sum ``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it
-in PyTorch). The file reads top to bottom like the Triton tutorials: ``tiled_softmax``, the
-forward kernel ``attn_fwd`` (causal programs skip the tiles above the diagonal), its TMA
-twin ``attn_fwd_tma`` for sm_90 (``tma_reason``), the launcher (every stride passed, so
-non-contiguous inputs need no copy), the autograd Function (backward in
-``kernels.triton.backward``) and the registry entry ``triton``. The kernels take the whole
-registry contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without
-repeating K/V. Without a GPU they run in Triton's interpreter (``kernels.triton`` turns it on).
+streams the keys and values past it, with an *online* softmax (a running row max ``m`` and sum
+``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it in
+PyTorch, ``online_attention_row`` the same for one row of attention). The file reads top to
+bottom like the Triton tutorials: ``tiled_softmax``, the forward kernel ``attn_fwd`` (causal
+programs skip the tiles above the diagonal), its TMA twin ``attn_fwd_tma`` for sm_90
+(``tma_reason``), the launcher (every stride passed, so non-contiguous inputs need no copy),
+the autograd Function (backward in ``kernels.triton.backward``), the registry entry ``triton``
+and ``forward_backward``, one training step's attention. The kernels take the whole registry
+contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without repeating K/V.
+Without a GPU they run in Triton's interpreter (``kernels.triton`` turns it on).
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations, and
@@ -54,6 +55,28 @@ def tiled_softmax(x: torch.Tensor, block: int):
     return softmax, history
 
 
+def online_attention_row(q_row: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int) -> torch.Tensor:
+    """One query row ``[D]`` attending to every key of ``k``, ``v`` (``[S, D]``; no causal mask),
+    reading ``block`` keys at a time: ``tiled_softmax``'s running max and sum, plus the running
+    unnormalized output ``acc``, rescaled by the same factor and divided by the sum once at the
+    end. It is the forward kernel's inner loop for a single row, in PyTorch and base e.
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    m = torch.tensor(float("-inf"), dtype=q_row.dtype)
+    l = torch.tensor(0.0, dtype=q_row.dtype)
+    acc = torch.zeros(v.shape[-1], dtype=q_row.dtype)
+    for start in range(0, k.shape[0], block):
+        s = k[start:start + block] @ q_row / math.sqrt(q_row.shape[-1])
+        m_new = torch.maximum(m, s.max())
+        alpha = torch.exp(m - m_new)          # how much the old max overstated the new one
+        p = torch.exp(s - m_new)
+        l = l * alpha + p.sum()
+        acc = acc * alpha + p @ v[start:start + block]
+        m = m_new
+    return acc / l
+
+
 # --------------------------------------------------------------------------------------
 # 2. The forward kernel
 # --------------------------------------------------------------------------------------
@@ -68,7 +91,7 @@ def tiled_softmax(x: torch.Tensor, block: int):
 # where the course holds float32 to 1e-5); 16-bit inputs use the tensor cores either way.
 #
 @triton.jit
-def _fwd_stages(first_row, SQ, SK, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def fwd_stages(first_row, SQ, SK, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """(full_hi, masked_hi): stage 1 takes the key tiles [0, full_hi) that every row of the
     query tile from ``first_row`` sees in full, unmasked; stage 2 the rest, [full_hi, masked_hi), masked."""
     if CAUSAL:
@@ -148,7 +171,7 @@ def attn_fwd(Q, K, V, O, LSE, qk_scale,
     if CAUSAL:
         # The last query tiles see the most keys: launch them first, so that the longest
         # programs do not start last and leave the GPU idle at the end (longest job first:
-        # the course's own reasoning, not a rule from the FlashAttention papers).
+        # our own reasoning, not a rule from the FlashAttention papers).
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
     else:
         start_m = tl.program_id(1)
@@ -169,7 +192,7 @@ def attn_fwd(Q, K, V, O, LSE, qk_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)       # unnormalized output
 
     # Stage 1 covers key tiles every row of this tile may see in full. Stage 2 the rest, masked.
-    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    full_hi, masked_hi = fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
     acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
@@ -230,7 +253,7 @@ def attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    full_hi, masked_hi = _fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    full_hi, masked_hi = fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     # D=HEAD_DIM: the descriptors mask the padded lanes themselves; the strides are unused.
     acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, 0, full_hi, SQ, SK, qk_scale,
                                     MASKED=False, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
@@ -393,3 +416,11 @@ def triton_attention(q, k, v, causal: bool = True, scale: float | None = None):
     for_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return FlashAttention.apply(q, k, v, causal, scale, for_backward)
 
+
+def forward_backward(q, k, v, grad_out, causal: bool = True):
+    """One training step's attention with the Triton kernels: the forward, then (dQ, dK, dV) for
+    ``grad_out``. The inputs are left as they are (their detached copies take the gradients), and
+    gradients are on even where the caller turned them off (a profiler session does)."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        return torch.autograd.grad(triton_attention(*leaves, causal=causal), leaves, grad_out)

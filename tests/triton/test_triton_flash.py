@@ -64,6 +64,22 @@ def test_tiled_softmax_history_by_hand():
     torch.testing.assert_close(soft, torch.tensor([0.25, 0.25, 0.5], dtype=torch.float64))
 
 
+
+@pytest.mark.parametrize("block", [1, 7, 16, 50])
+def test_online_attention_row_equals_the_reference_row(block):
+    # 50 keys with scores far apart, so the running max rises several times and a missing
+    # rescale of `l` or `acc` moves the result far past the tolerance.
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, 50, 8, generator=g, dtype=torch.float64) * 3 for _ in range(3))
+    want = reference.attention(q[:, :, -1:], k, v, causal=False)[0, 0, 0]
+    torch.testing.assert_close(tf.online_attention_row(q[0, 0, -1], k[0, 0], v[0, 0], block), want,
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_online_attention_row_refuses_an_empty_block():
+    with pytest.raises(ValueError, match="block must be >= 1"):
+        tf.online_attention_row(torch.zeros(4), torch.zeros(3, 4), torch.zeros(3, 4), 0)
+
 # --- forward (its grid is the contract: tests/attention/test_contract.py) -------------
 
 @needs_interpreter_or_gpu
@@ -71,6 +87,18 @@ def test_batch_and_head_split_of_the_grid():
     # batch > 1 with GQA: program (b, h) must read K/V head h // group of batch b.
     q, k, v = make_attention_inputs(3, 4, 2, 17, 33, 32, layouts="bshd", seed=8)
     reference.judge(triton_attention(q, k, v, causal=True), q, k, v).assert_ok("triton B=3")
+
+
+
+@needs_interpreter_or_gpu
+def test_forward_backward_gives_the_reference_gradients_with_grad_off():
+    q, k, v = make_qkv(1, 2, 40, 16, seed=5)
+    grad_out = torch.randn(q.shape, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():   # as inside a profiler session on inputs that do not require grad
+        grads = tf.forward_backward(q, k, v, grad_out, causal=True)
+    verdict = reference.judge(triton_attention(q, k, v, causal=True), q, k, v, True, grads=grads, grad_out=grad_out)
+    assert verdict.ok, verdict
+    assert not any(t.requires_grad or t.grad is not None for t in (q, k, v))
 
 
 @needs_interpreter_or_gpu

@@ -1,0 +1,29 @@
+"""kernels.notebook.show_lines: a chapter shows a library function in the pieces it explains."""
+from __future__ import annotations
+
+import pytest
+
+import kernels.triton.flash as tf
+from kernels.notebook import show_lines
+
+
+def test_a_piece_runs_from_the_first_marker_to_the_next_line_with_the_second():
+    block = show_lines(tf.tiled_softmax, "new_max = torch.maximum", "running_max = new_max").data
+    header, *code = block.removeprefix("```python\n").removesuffix("\n```").splitlines()
+    assert header.startswith("# kernels/triton/flash.py, tiled_softmax, lines ")
+    assert code[0] == "new_max = torch.maximum(running_max, tile.amax(dim=-1))"   # dedented
+    assert code[-1] == "running_max = new_max" and len(code) == 5
+    first, last = map(int, header.rsplit(" ", 1)[1].split("-"))
+    assert last - first + 1 == len(code)
+
+
+def test_a_triton_kernel_is_read_through_its_python_function_and_one_marker_shows_one_line():
+    block = show_lines(tf.attn_fwd, "bh = tl.program_id(0)").data
+    assert ", attn_fwd, lines " in block and block.count("\n") == 3
+
+
+@pytest.mark.parametrize("first, last, named", [("no such line", None, "'no such line'"),
+                                                ("new_max = torch.maximum", "no such end", "'no such end'")])
+def test_a_marker_that_matches_nothing_is_named_in_the_error(first, last, named):
+    with pytest.raises(ValueError, match=named):
+        show_lines(tf.tiled_softmax, first, last)
