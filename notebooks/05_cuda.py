@@ -52,7 +52,7 @@ from kernels.trace.attention import find_attention
 device, dtype = setup(device, dtype)
 V1, V2 = cuda_flash.CSRC / "flash_v1.cu", cuda_flash.CSRC / "flash_v2.cu"
 # The kernels exist for head_dim 64 and 128, and v2 takes 16-bit inputs only: where this run is
-# in fp32 (the CPU preset), the compiler sections read the bf16 kernels.
+# in fp32 (as on a CPU), the compiler sections read the bf16 kernels.
 kernel_dim = head_dim if head_dim in cuda_flash.HEAD_DIMS else 64
 kernel_dtype = "fp16" if dtype == torch.float16 else "bf16"
 glue("kernel_dim", kernel_dim)
@@ -98,7 +98,8 @@ fig = threads.thread_map(head_dim=kernel_dim)
 
 # %%
 v1_softmax_warps = threads.rows_of_warps(threads.owners_v1_softmax())
-lesson(list(v1_softmax_warps) == [0], "v1's softmax runs on warp 0 alone: the other 3 warps wait at the barrier")
+lesson(list(v1_softmax_warps) == [0],
+       f"v1's softmax runs on warp 0 alone: the other {launches['v1']['warps per block'] - 1} warps wait at the barrier")
 v2_rows = threads.rows_of_warps(threads.owners_v2(kernel_dim))
 lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items()),
        "in v2 each warp owns 16 whole query rows, so a row's softmax never leaves its warp", f"{len(v2_rows)} warps")
@@ -304,13 +305,13 @@ revision_of = {(r.kernel.arch, r.index): r for r in design_rows}
 cost = design.register_cost(design_rows)
 reveal(guess_costliest_revision_in_registers, max(cost, key=cost.__getitem__), "revision adding the most registers",
        source="the compiler's resources")
-on_sm80 = design.design_table(design_rows).set_index(["arch", "revision"]).loc["sm_80"]
-for i in on_sm80.index:
-    glue(f"rev{i}_regs", on_sm80.loc[i, "registers"])
-    glue(f"rev{i}_warps", on_sm80.loc[i, "warps/SM"])
+by_revision = design.design_table(design_rows).set_index(["arch", "revision"])
+for a, i in by_revision.index:
+    glue(f"rev{i}_regs_{a}", by_revision.loc[(a, i), "registers"])
+    glue(f"rev{i}_warps_{a}", by_revision.loc[(a, i), "warps/SM"])
 lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
        "no revision spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
-on_sm80.drop(columns=["change", "limited by", "a trace reads %", "blocks/SM", "spilled (B)"])
+by_revision.loc["sm_80"].drop(columns=["change", "limited by", "a trace reads %", "blocks/SM", "spilled (B)"])
 
 # %% [markdown]
 # One row per revision on sm_80, bf16, D = {glue:text}`kernel_dim`,
@@ -320,11 +321,12 @@ on_sm80.drop(columns=["change", "limited by", "a trace reads %", "blocks/SM", "s
 # %% [markdown]
 # **128 query rows per block.** Revision 1 doubles a block's rows and warps. A warp's own work
 # does not change (16 rows against a 64-key tile), so neither do its registers much
-# ({glue:text}`rev0_regs` → {glue:text}`rev1_regs`). What changes is reuse: every K/V tile
-# copied into shared memory serves twice as many queries, so a forward reads K and V from
-# [L2](glossary.md#l2-cache) or [HBM](glossary.md#hbm) half as often. The price is occupancy:
-# one block of 8 warps now fills the registers, and warps per SM go {glue:text}`rev0_warps` →
-# {glue:text}`rev1_warps`.
+# ({glue:text}`rev0_regs_sm_80` → {glue:text}`rev1_regs_sm_80`). What changes is reuse: every
+# K/V tile copied into shared memory serves twice as many queries, so a forward reads K and V
+# from [L2](glossary.md#l2-cache) or [HBM](glossary.md#hbm) half as often. The price, where
+# there is one, is occupancy: a block of 8 warps is a bigger unit to fit, and warps per SM go
+# {glue:text}`rev0_warps_sm_80` → {glue:text}`rev1_warps_sm_80` on sm_80 and
+# {glue:text}`rev0_warps_sm_90` → {glue:text}`rev1_warps_sm_90` on sm_90.
 
 # %%
 lesson(all(revision_of[a, 1].revision.block_m == 2 * revision_of[a, 0].revision.block_m
@@ -332,6 +334,8 @@ lesson(all(revision_of[a, 1].revision.block_m == 2 * revision_of[a, 0].revision.
            and abs(revision_of[a, 1].kernel.registers - revision_of[a, 0].kernel.registers)
            <= 0.1 * revision_of[a, 0].kernel.registers for a in archs),
        "twice the rows and the threads per block move registers per thread by at most 10%: a warp's work is unchanged")
+lesson(all(by_revision.loc[(a, 1), "warps/SM"] <= by_revision.loc[(a, 0), "warps/SM"] for a in archs),
+       "bigger blocks never raise the warps per SM")
 
 # %% [markdown]
 # **Masked and unmasked tile passes.** Most key tiles a block reads are visible to all its
@@ -352,8 +356,8 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
        "splitting the mask off doubles the tile pass's code: two bodies, each with one tile's mma.sync")
 
 # %% [markdown]
-# The PTX shows the second body (the `mma.sync` count doubles) for
-# {glue:text}`rev1_regs` → {glue:text}`rev2_regs` registers. At S = {glue:text}`kernel_seq` causal,
+# The PTX shows the second body (the `mma.sync` count doubles), at {glue:text}`rev1_regs_sm_80`
+# → {glue:text}`rev2_regs_sm_80` registers. At S = {glue:text}`kernel_seq` causal,
 # {glue:text}`census_share`% of the tiles a block reads skip the mask, a share that grows with
 # S. Tiles above the diagonal are never loaded at all, which is why causal attention costs
 # about half the work ([chapter 6](06_showdown.ipynb)).
@@ -376,7 +380,7 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
        "revision 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one")
 
 # %% [markdown]
-# Registers move {glue:text}`rev2_regs` → {glue:text}`rev3_regs`. The gain is in instructions
+# Registers move {glue:text}`rev2_regs_sm_80` → {glue:text}`rev3_regs_sm_80` on sm_80. The gain is in instructions
 # per score, which resource counts cannot show and a GPU run must.
 #
 # **K/V double-buffered.** With one buffer, tile j + 1 can load only after every warp is done
