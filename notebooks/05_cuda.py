@@ -107,9 +107,9 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # %% [markdown]
 # ## v1, read from the source
 #
-# The kernel carves its dynamic shared memory into the tiles it keeps (Q for the whole kernel,
-# K and V for the current key tile, the scores, one factor per row) and finds its query rows
-# and its (batch, head) from its block's coordinates:
+# The kernel, `flash_v1_kernel`, carves its dynamic shared memory into the tiles it keeps (Q
+# for the whole kernel, K and V for the current key tile, the scores, one factor per row) and
+# finds its query rows and its (batch, head) from its block's coordinates:
 
 # %%
 cuda_markdown(cuda_excerpt(V1, "extern __shared__ float smem[];", "const int b = bh / p.heads"))
@@ -175,9 +175,10 @@ table[table.dtype == kernel_dtype].drop(columns="dtype").set_index(["arch", "ker
 # %% [markdown]
 # These numbers were {glue:text}`resources_source`; sm_80 is the A100, sm_90 the H100 and
 # H200. The columns from "blocks/SM" on are not the compiler's: they are the occupancy those
-# resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and what a PyTorch trace would estimate. Both kernels tell ptxas how they launch (`__launch_bounds__`), which
-# lets it use up to 255 registers per thread, and v2 spends them on what v1 keeps in shared
-# memory: its warp's rows of Q, the scores and the output.
+# resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and what a PyTorch trace would
+# estimate. Both kernels tell ptxas how they launch (`__launch_bounds__`), which lets it use up
+# to 255 registers per thread, and v2 spends them on what v1 keeps in shared memory: its
+# warp's rows of Q, the scores and the output.
 
 # %%
 for (arch, version), k in focus.items():
@@ -217,7 +218,8 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 # (`cp.async` in v2) while the tensor cores work on the current one.
 #
 # A PyTorch trace would show {glue:text}`kineto_zero_kernels` at 0% (the last column): each
-# asks for more than 48 KiB of shared memory per block, which
+# asks for more than 48 KiB of shared memory per block (its launcher opts in with
+# `cudaFuncSetAttribute`), which
 # [Kineto](glossary.md#kineto)'s estimate does not allow for ([chapter 3b](03b_sdpa_fused.ipynb)
 # explains that 0%).
 #
@@ -229,7 +231,7 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 # f16/bf16 inputs, needs sm_80 (Ampere) or newer (Volta's and Turing's tensor cores have
 # `mma.m8n8k4` and WMMA). It multiplies a 16×16 tile by a 16×8 tile, 16 · 8 · 16 =
 # {glue:text}`mma_macs` multiply-adds, as *one* instruction of a warp, with fp32 accumulators.
-# v2 issues it from inline PTX:
+# v2 issues it from inline PTX (`mma_16x8x16`):
 
 # %%
 mma_macs = resources.MMA_M * resources.MMA_N * resources.MMA_K
@@ -269,8 +271,9 @@ else:
 # tensor cores, `sgemm`: CUDA cores); here it is read from the program itself. (SASS calls
 # the instruction `HMMA`; reading SASS needs `cuobjdump`, which a minimal CUDA toolkit lacks.)
 #
-# The rest of v2 feeds those instructions. For the scores of a 64-key tile, K fragments come
-# from shared memory with `ldmatrix`, four 8×8 matrices per instruction, each feeding two `mma`s:
+# The rest of v2 feeds those instructions. For the scores of a 64-key tile (in
+# `Block::tile_pass`), K fragments come from shared memory with `ldmatrix`, four 8×8 matrices
+# per instruction, each feeding two `mma`s:
 
 # %%
 cuda_markdown(cuda_excerpt(V2, "for (int ks = 0; ks < kDSteps; ++ks) {"))
@@ -342,7 +345,7 @@ lesson(all(by_revision.loc[(a, 1), "warps/SM"] <= by_revision.loc[(a, 0), "warps
 # rows; only the tiles on the causal diagonal, and a ragged last tile, need the mask. The first
 # version tested every score anyway. Now the tile pass is a template on `kMasked`: only the
 # masked instantiation asks `flash::visible(query, key, ...)` of each score, and which loop a
-# tile is in decides, once per tile, which instantiation runs it:
+# tile is in (`attention_block`) decides, once per tile, which instantiation runs it:
 
 # %%
 cuda_markdown(cuda_excerpt(V2, "const int unmasked = Dsg::split_mask", "// Epilogue"))
@@ -380,14 +383,14 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
        "revision 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one")
 
 # %% [markdown]
-# Registers move {glue:text}`rev2_regs_sm_80` → {glue:text}`rev3_regs_sm_80` on sm_80. The gain is in instructions
-# per score, which resource counts cannot show and a GPU run must.
+# Registers move {glue:text}`rev2_regs_sm_80` → {glue:text}`rev3_regs_sm_80` on sm_80. The
+# gain is in instructions per score, which resource counts cannot show and a GPU run must.
 #
 # **K/V double-buffered.** With one buffer, tile j + 1 can load only after every warp is done
 # with tile j: a barrier before the compute and one after, and nothing to overlap the load
 # with. With two, the copies of tile j + 1 (`cp.async`, global memory straight into shared
 # memory) go into the other buffer and land while tile j computes; one barrier per tile does
-# both jobs:
+# both jobs (the top of `tile_pass`):
 
 # %%
 cuda_markdown(cuda_excerpt(V2, "cp_async_wait<0>();  // this thread's copies of tile j", "const T* k_s = kv_buffer(j);"))
@@ -410,9 +413,10 @@ glue("buffer_registers", f"it costs up to {cost[4]} registers per thread ({moves
 # ## Beside PyTorch's flash kernel, on a real trace
 #
 # How does v2's launch compare with the kernel PyTorch itself runs? The trace below was
-# recorded by others: Qwen1.5-0.5B's forward on an H100, where [SDPA](glossary.md#sdpa) ran `flash_fwd_kernel`,
-# and the trace records its grid, block, registers and shared memory. Beside it, what v2
-# would launch for the same shape (`launch_config` and the compiler's registers).
+# recorded by others: Qwen1.5-0.5B's forward on an H100, where [SDPA](glossary.md#sdpa) ran
+# `flash_fwd_kernel`, and the trace records its grid, block, registers and shared memory.
+# Beside it, what v2 would launch for the same shape (`launch_config` and the compiler's
+# registers).
 
 # %%
 qwen = TRACELENS["h100_qwen"]
