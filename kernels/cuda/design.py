@@ -25,8 +25,8 @@ from typing import Any, Iterable, Optional, Union
 import numpy as np
 
 from kernels.cuda import flash as cuda_flash
-from kernels.cuda.resources import (MMA_M, WARP, compile_device_code, instruction_counts, kineto_reads,
-                                    load_snapshot, mma_per_key_tile, occupancy_of)
+from kernels.cuda.resources import (MMA_M, WARP, compile_device_code, compile_failed, instruction_counts,
+                                    kineto_reads, load_snapshot, mma_per_key_tile, occupancy_of)
 from kernels.reference import future_mask
 from kernels.cuda.ptxas import KernelResources, nvcc_path, with_launch
 
@@ -118,14 +118,15 @@ def read_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90")):
     from kernels.cuda.ptxas import nvcc_version
 
     archs = list(archs)
+    why_not = "this machine has no nvcc"
     if nvcc_path() is not None:
         try:
             return design_revisions(head_dim, archs, live=True), f"compiled now by nvcc {nvcc_version()}"
-        except RuntimeError:   # a toolkit too old for these kernels: the snapshot still holds them
-            pass
+        except RuntimeError as err:   # a toolkit too old for these kernels: the snapshot still holds them
+            why_not = compile_failed(err)
     snapshot = load_snapshot()
     return (design_revisions(head_dim, archs, live=False),
-            f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}")
+            f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}")
 
 
 def register_cost(revisions: Iterable[RevisionResources]) -> dict[int, int]:

@@ -106,11 +106,16 @@ def read_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
             kernels, ptx = compile_kernels(archs)
             return kernels, ptx, f"compiled now by nvcc {nvcc_version()} in {time.perf_counter() - started:.1f} s"
         except RuntimeError as err:
-            why_not = f"the compile with this machine's nvcc failed ({str(err).splitlines()[0]})"
+            why_not = compile_failed(err)
     snapshot = load_snapshot()
     archs = set(archs)
     kernels = [k for k in snapshot_kernels(snapshot) if k.arch in archs]
     return kernels, None, f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}"
+
+
+def compile_failed(err: Exception) -> str:
+    """Why the page reads the snapshot after a failed compile, in words: the error's first line."""
+    return f"the compile with this machine's nvcc failed ({(str(err).splitlines() or [type(err).__name__])[0]})"
 
 
 def find_kernel(kernels: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:

@@ -107,4 +107,13 @@ def test_read_revisions_without_nvcc_reads_the_snapshot(monkeypatch):
     monkeypatch.setattr(cd, "nvcc_path", lambda: None)
     revisions, where = cd.read_revisions(64, ["sm_80"])
     assert len(revisions) == len(cd.DESIGN_REVISIONS) and {r.kernel.arch for r in revisions} == {"sm_80"}
-    assert where.startswith("read from a snapshot of nvcc")
+    assert where.startswith("read from a snapshot of nvcc") and where.endswith("no nvcc")
+
+
+def test_read_revisions_falls_back_when_the_compile_fails(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("ptxas fatal: unknown target")
+    monkeypatch.setattr(cd, "nvcc_path", lambda: "/somewhere/nvcc")
+    monkeypatch.setattr(cd, "compile_device_code", broken)
+    revisions, where = cd.read_revisions(64, ["sm_80"])
+    assert len(revisions) == len(cd.DESIGN_REVISIONS) and "failed (ptxas fatal: unknown target)" in where
