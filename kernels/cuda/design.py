@@ -10,7 +10,10 @@ it instantiates the kernel once per revision of ``DESIGN_REVISIONS``.
   else read from the nvcc snapshot (``kernels.cuda.resources.load_snapshot``).
 * ``design_table(revisions)``: those, with the occupancy each allows and Kineto's estimate;
   ``tile_bodies`` and ``barriers_per_tile`` read the unrolled tile passes out of the counts.
-* ``tile_census(...)``: which (query block, key tile) pairs of a launch need the mask.
+* ``read_revisions(head_dim)``: ``design_revisions`` falling back on the snapshot, and where
+  the rows came from in words; ``register_cost(revisions)``: registers each change added.
+* ``tile_census(...)``: which (query block, key tile) pairs of a launch need the mask;
+  ``unmasked_percent(census)``: the share of the tiles read that skip it.
 """
 from __future__ import annotations
 
@@ -22,9 +25,8 @@ from typing import Any, Iterable, Optional, Union
 import numpy as np
 
 from kernels.cuda import flash as cuda_flash
-from kernels.cuda.resources import (MMA_M, WARP, compile_device_code, instruction_counts, load_snapshot,
-                                    mma_per_key_tile, occupancy_of)
-from kernels.hw.occupancy import kineto_estimate
+from kernels.cuda.resources import (MMA_M, WARP, compile_device_code, compile_failed, instruction_counts,
+                                    kineto_reads, load_snapshot, mma_per_key_tile, occupancy_of)
 from kernels.reference import future_mask
 from kernels.cuda.ptxas import KernelResources, nvcc_path, with_launch
 
@@ -110,6 +112,34 @@ def design_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
     return sorted(out, key=lambda r: (r.kernel.arch, r.index))
 
 
+def read_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90")):
+    """``(revisions, where_from)``: ``design_revisions`` compiled now where nvcc is and the
+    compile works, else the nvcc snapshot's; ``where_from`` says which, in words for the page."""
+    from kernels.cuda.ptxas import nvcc_version
+
+    archs = list(archs)
+    why_not = "this machine has no nvcc"
+    if nvcc_path() is not None:
+        try:
+            return design_revisions(head_dim, archs, live=True), f"compiled now by nvcc {nvcc_version()}"
+        except RuntimeError as err:   # a toolkit too old for these kernels: the snapshot still holds them
+            why_not = compile_failed(err)
+    snapshot = load_snapshot()
+    return (design_revisions(head_dim, archs, live=False),
+            f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}")
+
+
+def register_cost(revisions: Iterable[RevisionResources]) -> dict[int, int]:
+    """{revision index: the most registers per thread it added to the revision before it, over
+    the architectures of ``revisions``} (negative where it saved registers everywhere)."""
+    regs = {(r.kernel.arch, r.head_dim, r.index): r.kernel.registers for r in revisions}
+    added: dict[int, list[int]] = {}
+    for (arch, d, i), n in regs.items():
+        if (arch, d, i - 1) in regs:
+            added.setdefault(i, []).append(n - regs[arch, d, i - 1])
+    return {i: max(added[i]) for i in sorted(added)}
+
+
 def revision_rows(revisions: Iterable[RevisionResources]) -> list[dict[str, Any]]:
     """Revisions in the snapshot's "design_revisions" row format, in a fixed order."""
     rows = [{"arch": r.kernel.arch, "head_dim": r.head_dim, "revision": r.index, "registers": r.kernel.registers,
@@ -162,8 +192,7 @@ def design_table(revisions: Iterable[RevisionResources]):
                      "spilled (B)": k.spill_store_bytes + k.spill_load_bytes,
                      "blocks/SM": occ.blocks_per_sm, "warps/SM": occ.warps_per_sm,
                      "occupancy %": round(occ.percent, 2), "limited by": " and ".join(occ.limiters),
-                     "a trace reads %": round(kineto_estimate(occ.threads_per_block, k.registers, k.total_shared_bytes,
-                                                              grid_blocks=10**6, sm_count=1, arch=k.arch), 2),
+                     "a trace reads %": round(kineto_reads(k), 2),
                      "mma.sync": r.counts["mma.sync"], "tile-pass bodies": tile_bodies(r),
                      "ex2.approx.f32": r.counts["ex2.approx.f32"], "ex2.approx.ftz.f32": r.counts["ex2.approx.ftz.f32"],
                      "barriers per tile": barriers_per_tile(r)})
@@ -186,3 +215,11 @@ def tile_census(seq_q: int, seq_k: int, block_m: int, block_n: int, causal: bool
             counts[kind] += 1
     return counts
 
+
+def unmasked_percent(census: dict) -> float:
+    """Share (%) of the key tiles a launch reads (``tile_census``: skipped tiles are not read)
+    that go through the tile pass without the mask."""
+    read = census["unmasked"] + census["masked"]
+    if read == 0:
+        raise ValueError(f"the census reads no tile: {census}")
+    return 100 * census["unmasked"] / read

@@ -8,7 +8,7 @@ only file that sees torch. ``torch.utils.cpp_extension.load`` builds the extensi
 time a kernel is called, so importing this module never compiles anything.
 
 Also here: each kernel's launch configuration (``launch_config``, the formulas of
-``flash_api.h``) and ``kernel_resources(archs)``, ptxas' registers, shared memory and spills of
+``flash_api.h``; ``launch_table`` shows both for one shape) and ``kernel_resources(archs)``, ptxas' registers, shared memory and spills of
 every instantiation completed with its launch, which needs ``nvcc`` but no GPU.
 """
 from __future__ import annotations
@@ -90,6 +90,22 @@ def launch_config(version: str, head_dim: int) -> LaunchConfig:
         return LaunchConfig(threads=32 * m // 16, block_m=m, block_n=V2_BLOCK_N,
                             dynamic_shared_bytes=v2_shared_bytes(head_dim, m), heads_on_x=True)
     raise ValueError(f"version must be 'v1' or 'v2', got {version!r}")
+
+
+def launch_table(batch: int, heads: int, seq: int, head_dim: int):
+    """Both kernels' launches for one shape, side by side: block, warps, tile sizes, grid."""
+    import pandas as pd
+
+    rows = {}
+    for version in ("v1", "v2"):
+        cfg = launch_config(version, head_dim)
+        grid = cfg.grid(batch, heads, seq)
+        rows[version] = {"threads per block": cfg.threads, "warps per block": cfg.threads // 32,
+                         "query rows per block (BLOCK_M)": cfg.block_m, "keys per tile (BLOCK_N)": cfg.block_n,
+                         "grid (x, y)": "(B·H, query tiles)" if cfg.heads_on_x else "(query tiles, B·H)",
+                         f"grid at B={batch} H={heads} S={seq}": f"{grid[0]} × {grid[1]}",
+                         "blocks": grid[0] * grid[1], "dynamic shared memory (B)": cfg.dynamic_shared_bytes}
+    return pd.DataFrame(rows)
 
 
 _KERNEL_NAME = re.compile(r"flash_(v\d)_kernel<[^,>]+,\s*(\d+)>")

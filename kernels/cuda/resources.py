@@ -8,6 +8,9 @@
 * ``compile_kernels(archs)``: the resources and the PTX of every kernel, in one compile;
   ``instruction_counts(ptx, opcode)`` and ``inlined_functions(ptx)`` read the PTX.
 * ``mma_per_key_tile(head_dim)``: mma.sync instructions per key tile, from the tile shapes.
+* ``read_kernels(archs)``: the kernels compiled now where nvcc is, else the snapshot's, and
+  where they came from in words; ``instruction_table(ptx, opcodes)`` counts opcodes per kernel.
+* ``kineto_reads(kernel)``: what a PyTorch trace's "est. achieved occupancy %" would say.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from kernels.cuda import flash as cuda_flash
-from kernels.hw.occupancy import Launch, Occupancy, occupancy
+from kernels.hw.occupancy import Launch, Occupancy, kineto_estimate, occupancy
 from kernels.cuda.ptxas import KernelResources, compile_cuda, demangle_names, with_launch
 
 WARP = 32
@@ -53,8 +56,18 @@ def occupancy_of(kernel: KernelResources) -> Occupancy:
                      shared_mem_per_block=kernel.total_shared_bytes, arch=kernel.arch)
 
 
+def kineto_reads(kernel: KernelResources) -> float:
+    """Kineto's "est. achieved occupancy %" for ``kernel`` on a grid large enough to fill every
+    SM: its real occupancy, except 0 above 48 KiB of shared memory per block (the default
+    Kineto's estimate assumes, whatever the kernel opted in to)."""
+    occ = occupancy_of(kernel)
+    return kineto_estimate(occ.threads_per_block, kernel.registers, kernel.total_shared_bytes,
+                           grid_blocks=10**6, sm_count=1, arch=kernel.arch)
+
+
 def resources_table(kernels: Iterable[KernelResources]):
-    """One row per (arch, kernel): what ptxas said, what the launcher adds, what occupancy follows."""
+    """One row per (arch, kernel): what ptxas said, what the launcher adds, what occupancy
+    follows, and what a PyTorch trace would estimate (``kineto_reads``)."""
     import pandas as pd
 
     rows = []
@@ -66,12 +79,43 @@ def resources_table(kernels: Iterable[KernelResources]):
                      "static smem (B)": k.shared_bytes, "dynamic smem (B)": k.dynamic_shared_bytes,
                      "spilled (B)": k.spill_store_bytes + k.spill_load_bytes,
                      "blocks/SM": occ.blocks_per_sm, "warps/SM": occ.warps_per_sm,
-                     "occupancy %": round(occ.percent, 2), "limited by": " and ".join(occ.limiters)})
+                     "occupancy %": round(occ.percent, 2), "limited by": " and ".join(occ.limiters),
+                     "a trace reads %": round(kineto_reads(k), 2)})
     order = {"fp32": 0, "fp16": 1, "bf16": 2}
     table = pd.DataFrame(rows)
     table["_dtype"] = table["dtype"].map(order)
     return (table.sort_values(["arch", "kernel", "head_dim", "_dtype"]).drop(columns="_dtype")
             .reset_index(drop=True))
+
+
+def read_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
+    """Every kernel instantiation for ``archs``: ``(kernels, ptx, where_from)``.
+
+    Compiled now by nvcc where it is found (``compile_kernels``: resources and PTX); else, or
+    when that compile fails (a toolkit too old for these kernels), the nvcc snapshot's
+    resources with ``ptx`` None. ``where_from`` says which, in words for the page.
+    """
+    import time
+
+    from kernels.cuda.ptxas import nvcc_path, nvcc_version
+
+    why_not = "this machine has no nvcc (no PATH entry, no CUDA_HOME)"
+    if nvcc_path() is not None:
+        started = time.perf_counter()
+        try:
+            kernels, ptx = compile_kernels(archs)
+            return kernels, ptx, f"compiled now by nvcc {nvcc_version()} in {time.perf_counter() - started:.1f} s"
+        except RuntimeError as err:
+            why_not = compile_failed(err)
+    snapshot = load_snapshot()
+    archs = set(archs)
+    kernels = [k for k in snapshot_kernels(snapshot) if k.arch in archs]
+    return kernels, None, f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}"
+
+
+def compile_failed(err: Exception) -> str:
+    """Why the page reads the snapshot after a failed compile, in words: the error's first line."""
+    return f"the compile with this machine's nvcc failed ({(str(err).splitlines() or [type(err).__name__])[0]})"
 
 
 def find_kernel(kernels: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:
@@ -193,6 +237,20 @@ def instruction_counts(ptx: str, opcode: str) -> dict[str, int]:
     """
     pattern = re.compile(r"^\s*(?:@!?%\w+\s+)?" + re.escape(opcode) + r"\b", re.M)
     return {name: len(pattern.findall(body)) for name, body in ptx_kernels(ptx).items()}
+
+
+def instruction_table(ptx: dict[str, dict[str, str]], opcodes: Iterable[str]):
+    """How often each of ``opcodes`` occurs in each kernel's PTX (``ptx[arch][file]``, as
+    ``compile_kernels`` returns it): one row per (arch, kernel label), one column per opcode."""
+    import pandas as pd
+
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for arch, files in ptx.items():
+        for text in files.values():
+            for op in opcodes:
+                for name, n in instruction_counts(text, op).items():
+                    counts.setdefault((arch, instance_label(name)), {})[op] = n
+    return pd.DataFrame(counts).T.rename_axis(["arch", "kernel"]).sort_index()
 
 
 _INFO_STRING = re.compile(r"^(\$L__info_string\d+):\s*\n((?:\s*\.b8[^\n]*\n)+)", re.M)

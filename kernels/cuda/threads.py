@@ -9,6 +9,7 @@ code on the host and checks these maps against what each thread writes):
 * ``owners_v2(cols)``: the thread holding each accumulator of v2's S or O tile, the C
   fragment layout of ``mma.m16n8k16``.
 * ``thread_map(head_dim)``: the figure of all four, coloured by warp.
+* ``rows_of_warps(owners)``: the rows of a tile each warp's threads touch.
 """
 from __future__ import annotations
 
@@ -55,6 +56,15 @@ def owners_v2(cols: int, block_m: int = 128, threads: int = 256) -> np.ndarray:
             for tile in range(cols // MMA_N):
                 owner[row, tile * MMA_N + 2 * t: tile * MMA_N + 2 * t + 2] = tid
     return owner
+
+
+def rows_of_warps(owners: np.ndarray) -> dict[int, set[int]]:
+    """{warp: the rows of ``owners`` (a map of thread ids, -1 for none) its threads hold an
+    element of}: in v2 each warp's set is 16 whole rows, in v1's output phase rows are shared."""
+    rows: dict[int, set[int]] = {}
+    for r, c in zip(*np.nonzero(owners >= 0)):
+        rows.setdefault(int(owners[r, c]) // WARP, set()).add(int(r))
+    return dict(sorted(rows.items()))
 
 
 def thread_map(head_dim: int = 64, lane: int = 5):

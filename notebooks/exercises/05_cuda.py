@@ -102,7 +102,7 @@ pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), r
 # Take each architecture's limits from `ARCHES[arch]` (`kernels.hw.occupancy.ARCHES`): the
 # fields `registers_per_sm`, `sub_partitions`, `register_granularity`, `shared_mem_per_sm`,
 # `reserved_shared_mem_per_block`, `shared_mem_granularity`, `max_warps_per_sm` and
-# `max_blocks_per_sm`. The rules are the ones of chapter 5's hand check; what differs
+# `max_blocks_per_sm`. The rules are the ones chapter 5 works through by hand; what differs
 # between the two architectures is in the table:
 
 # %% tags=["setup"]

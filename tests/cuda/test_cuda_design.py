@@ -84,3 +84,36 @@ def test_design_revisions_are_the_sources_and_the_snapshot(live_revisions):
     assert cd.revision_rows(live_revisions) == cd.revision_rows(cd.snapshot_revisions(snapshot)), (
         "the kernel or its design revisions changed: run python -m tools.nvcc_snapshot to write "
         "kernels/cuda/nvcc_snapshot.json anew")
+
+
+def test_register_cost_is_the_most_any_arch_added():
+    from dataclasses import replace
+
+    revisions = cd.design_revisions(64, live=False)
+    made_up = {"sm_80": [100, 90, 95, 95, 120], "sm_90": [100, 100, 90, 99, 110]}
+    edited = [replace(r, kernel=replace(r.kernel, registers=made_up[r.kernel.arch][r.index])) for r in revisions]
+    assert cd.register_cost(edited) == {1: 0, 2: 5, 3: 9, 4: 25}
+
+
+def test_unmasked_percent_of_the_tiles_read():
+    assert cd.unmasked_percent({"unmasked": 3, "masked": 1, "skipped": 40}) == 75
+    # Causal S = 512, 128-row blocks, 64-key tiles: block b reads 2b whole tiles and 2 on the diagonal.
+    assert cd.unmasked_percent(cd.tile_census(512, 512, 128, 64)) == 100 * 12 / 20
+    with pytest.raises(ValueError, match="reads no tile"):
+        cd.unmasked_percent({"unmasked": 0, "masked": 0, "skipped": 3})
+
+
+def test_read_revisions_without_nvcc_reads_the_snapshot(monkeypatch):
+    monkeypatch.setattr(cd, "nvcc_path", lambda: None)
+    revisions, where = cd.read_revisions(64, ["sm_80"])
+    assert len(revisions) == len(cd.DESIGN_REVISIONS) and {r.kernel.arch for r in revisions} == {"sm_80"}
+    assert where.startswith("read from a snapshot of nvcc") and where.endswith("no nvcc")
+
+
+def test_read_revisions_falls_back_when_the_compile_fails(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("ptxas fatal: unknown target")
+    monkeypatch.setattr(cd, "nvcc_path", lambda: "/somewhere/nvcc")
+    monkeypatch.setattr(cd, "compile_device_code", broken)
+    revisions, where = cd.read_revisions(64, ["sm_80"])
+    assert len(revisions) == len(cd.DESIGN_REVISIONS) and "failed (ptxas fatal: unknown target)" in where

@@ -194,3 +194,45 @@ def test_v2_exp2_is_the_fast_one_and_each_tile_has_one_barrier(compiled):
             # Per tile pass and row pair: 64 probabilities over 4 lanes (2 x 16) plus 2 rescale factors.
             assert n["ex2.approx.f32"] == 0 and n["ex2.approx.ftz.f32"] == 2 * 34, (arch, name, n)
             assert n["bar.sync"] == 1 + 2, f"{arch} {name}: one barrier before the loop and one per tile pass"
+
+
+# ---- what the chapter reads: where the kernels came from, Kineto's estimate, counts per kernel ----
+
+def test_kineto_reads_zero_exactly_above_48_kib():
+    kernels = cr.snapshot_kernels()
+    small = cr.find_kernel(kernels, "sm_80", "v2", "bf16", 64)     # 36,864 B of shared memory
+    big = cr.find_kernel(kernels, "sm_80", "v2", "bf16", 128)      # 69,632 B: opted in above the default
+    assert small.total_shared_bytes <= occupancy.KINETO_SHARED_MEM_LIMIT < big.total_shared_bytes
+    assert cr.kineto_reads(small) == cr.occupancy_of(small).percent > 0
+    assert cr.kineto_reads(big) == 0 < cr.occupancy_of(big).percent, "0% in a trace, yet a block fits"
+    table = cr.resources_table([small, big])
+    assert list(table["a trace reads %"]) == [cr.occupancy_of(small).percent, 0]
+
+
+def test_read_kernels_without_nvcc_reads_the_snapshot_and_says_so(monkeypatch):
+    monkeypatch.setattr(ptxas, "nvcc_path", lambda: None)
+    kernels, ptx, where = cr.read_kernels(["sm_90"])
+    assert ptx is None and {k.arch for k in kernels} == {"sm_90"}
+    assert len(kernels) == len(cr.snapshot_kernels()) // 2
+    assert "snapshot" in where and "no nvcc" in where
+
+
+def test_read_kernels_falls_back_when_the_compile_fails(monkeypatch):
+    def broken(archs):
+        raise RuntimeError("nvcc said no\nmore detail")
+    monkeypatch.setattr(ptxas, "nvcc_path", lambda: "/somewhere/nvcc")
+    monkeypatch.setattr(cr, "compile_kernels", broken)
+    kernels, ptx, where = cr.read_kernels()
+    assert ptx is None and kernels and "failed (nvcc said no)" in where
+
+
+@needs_nvcc
+def test_instruction_table_counts_each_kernel(compiled):
+    _, ptx = compiled
+    table = cr.instruction_table(ptx, ["mma.sync", "fma.rn.f32"])
+    assert len(table) == 2 * (6 + 4), "every instantiation of both files, on both archs"
+    for arch, files in ptx.items():
+        for name, n in cr.instruction_counts(files["flash_v2.cu"], "mma.sync").items():
+            assert table.loc[(arch, cr.instance_label(name)), "mma.sync"] == n
+    v1 = table[table.index.get_level_values("kernel").str.startswith("v1")]
+    assert (v1["mma.sync"] == 0).all() and (v1["fma.rn.f32"] > 0).all()

@@ -223,3 +223,18 @@ def test_a_changed_index_in_a_kernel_is_caught(version, line, edited, phase, tmp
     assert phase in mismatches(found, expected_owners(version, 64)), (
         f"an edited index in flash_{version}.cu ({edited!r}) went unnoticed in {phase}")
 
+
+
+def test_rows_of_warps():
+    assert ct.rows_of_warps(np.array([[0, 33], [-1, 64]])) == {0: {0}, 1: {0}, 2: {1}}
+    v2 = ct.rows_of_warps(ct.owners_v2(64))
+    assert v2 == {w: set(range(16 * w, 16 * w + 16)) for w in range(8)}, "v2: 16 whole rows per warp"
+    v1 = ct.rows_of_warps(ct.owners_v1_output(64))
+    assert v1[0] == v1[1] == set(range(0, 32, 2)), "v1's output phase: two warps share each even row"
+
+
+def test_launch_table_for_one_shape():
+    table = cf.launch_table(batch=1, heads=8, seq=512, head_dim=64)
+    assert table.loc["blocks", "v1"] == 16 * 8 and table.loc["grid at B=1 H=8 S=512", "v1"] == "16 × 8"
+    assert table.loc["blocks", "v2"] == 8 * 4 and table.loc["warps per block", "v2"] == 8
+    assert table.loc["dynamic shared memory (B)", "v2"] == cf.launch_config("v2", 64).dynamic_shared_bytes
