@@ -4,7 +4,7 @@
 # So far every trace showed the ops we wrote, one after the other, each reading and writing
 # a whole tensor. `torch.compile` changes that contract: TorchDynamo captures the Python
 # code as a graph, and Inductor, its default backend, writes new code for that graph, fusing
-# neighbouring ops into one loop (C++ on a CPU, Triton kernels on a GPU). What is left for
+# neighbouring ops into one loop (C++ on a CPU, [Triton kernels](glossary.md#kernel) on a GPU). What is left for
 # the profiler to show is one *compiled region* with the library calls Inductor kept and the
 # kernels it wrote. This chapter reads such traces: the naive and in-place modules compiled,
 # what a graph break does, and then FlexAttention, which compiles a whole attention with a
@@ -22,7 +22,7 @@
 #   score_mod (ALiBi) at no S×S memory.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [2. In place](02_inplace.ipynb)
-# and [3b. The fused backends](03b_sdpa_fused.ipynb) (SDPA's flash backend, which FlexAttention
+# and [3b. The fused backends](03b_sdpa_fused.ipynb) ([SDPA's](glossary.md#sdpa) flash backend, which FlexAttention
 # is timed against).
 #
 # **Time:** about {reading_minutes} min to read.
@@ -124,7 +124,7 @@ tables.op_table(step["naive"])
 # shapes, dtypes, grad mode...) that decide whether the compiled code fits this call; the
 # `Torch-Compiled Region` is the compiled graph running. Inside it: two `aten::bmm` (the
 # matmuls, which Inductor hands to the same library as eager PyTorch does) and one
-# [kernel](glossary.md#kernel) Inductor wrote, named after the ops it fused.
+# kernel Inductor wrote, named after the ops it fused.
 
 # %%
 gen = {name: torch_compile.generated_kernels(s) for name, s in step.items()}

@@ -13,7 +13,7 @@
 # - split a profiled block by its labelled parts and read its memory, with each attention
 #   implementation plugged in;
 # - see where the choice of attention shows first: S×S buffers inside the block, or none;
-# - split a real model's GPU step by kind of work (GEMMs, attention, elementwise passes, copies);
+# - split a real model's GPU step by kind of work ([GEMMs](glossary.md#gemm), attention, elementwise passes, copies);
 # - read the compiled block: what Inductor fuses, what stays a library call, and what a fused
 #   MLP would save.
 #
@@ -106,7 +106,7 @@ glue("b_half_at", f"{half_at:.0f}")
 glue("b_share_range", f"{fl['attention share'].iloc[0]:.1%} at S={seqs[0]} to {fl['attention share'].iloc[-1]:.1%} at S={seqs[-1]}")
 
 # %% [markdown]
-# Attention's share of the arithmetic grows from {glue:text}`b_share_range`, and passes one half at S = {glue:text}`b_half_at` (6·W). A causal kernel that skips the
+# Attention's share of the arithmetic grows from {glue:text}`b_share_range`, and passes one half at S = {glue:text}`b_half_at` (6·W). A causal [kernel](glossary.md#kernel) that skips the
 # tiles above the diagonal does about half of that attention work (why: [chapter
 # 6](06_showdown.ipynb)), which moves the crossing to about 12·W.
 
@@ -149,7 +149,7 @@ glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
 # S={glue:text}`b_seq` one S×S buffer (all heads) is {glue:text}`b_scores_mib` MiB, and with
 # hand-written attention it is the block's largest allocation. Memory is where attention's
 # choice shows without any noise: the hand-written versions allocate S×S buffers inside the
-# block, SDPA flash never does.
+# block, [SDPA](glossary.md#sdpa) flash never does.
 #
 # ## A real model's step on a GPU
 #

@@ -5,8 +5,8 @@
 # forward *and* the backward, and the backward changes what the trace holds: ops the
 # autograd engine runs for you, tensors the forward must keep alive until the backward
 # reads them, and more arithmetic than the forward itself. This chapter profiles one
-# training step of the hand-written module, of every SDPA backend that runs here, and of
-# the Triton kernel, and reads three things out of the trace: what autograd records, what
+# training step of the hand-written module, of every [SDPA](glossary.md#sdpa) backend that runs here, and of
+# the [Triton kernel](glossary.md#kernel), and reads three things out of the trace: what autograd records, what
 # each forward saves for the backward, and how FlashAttention avoids saving the S×S
 # probabilities.
 #
