@@ -37,7 +37,7 @@ import torch
 
 from kernels import borrowed, reference
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source, timing_lesson
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
 from kernels.parallel import programs as cp, rank_traces, ranks, ring, ulysses
 from kernels.trace.links import links
 
@@ -242,7 +242,8 @@ shown = rank_traces.timing_claims([
      f"{after_exchange['slack_us'] / 1e3:.0f} ms more than rank 0 there")])
 glue("time_reading", f"it computed {measured_imbalance:.2f} times as long (a diagonal block, computed whole and then "
      "masked, costs more than its share of pairs), and rank 0 spent the difference waiting at the step's end" if shown
-     else "its times on this run were too noisy to show that in time, so the FLOP count is the statement")
+     else "its times on this run were too noisy to show that (a machine shared with other work moves them), "
+     "so the FLOP count is the statement")
 glue("flop_ratio", flop_ratio)
 
 # %% [markdown]
@@ -292,11 +293,12 @@ if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks
     transfers = pd.concat([rank_traces.in_ranges(ring_steps, "gloo:send"), rank_traces.in_ranges(ring_steps, "gloo:recv")])
     transfer_ms = transfers.max() / len(ring_steps) / 1e3
     kv_wait_ms = rank_traces.in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
-    timing_lesson([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all()) for s in ring_steps],
-                  "on every rank, the K/V block had arrived when the rank came to wait for it, after its local "
-                  "attention: the transfer hid behind the compute",
-                  f"the transfer took {transfer_ms:.2f} ms per step at most (post to completion, the slowest rank's "
-                  f"mean), the rank's wait for it {kv_wait_ms:.2f} ms")
+    rank_traces.timing_claims([([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all())
+                                  for s in ring_steps],
+                                 "on every rank, the K/V block had arrived when the rank came to wait for it, after its "
+                                 "local attention: the transfer hid behind the compute",
+                                 f"the transfer took {transfer_ms:.2f} ms per step at most (post to completion, the "
+                                 f"slowest rank's mean), the rank's wait for it {kv_wait_ms:.2f} ms")])
     glue("transfer_ms", f"{transfer_ms:.2f}")
     glue("kv_wait_ms", f"{kv_wait_ms:.2f}")
 else:  # GPU ranks: NCCL's kernels are the transfers, on their own stream
@@ -376,13 +378,13 @@ lesson(measured["ring"] == measured["ulysses"],
 if all(s.marks_waits(i) for s in steps["ulysses"] for i in range(world)):  # CPU ranks
     a2a_ms = rank_traces.in_ranges(steps["ulysses"], "gloo:all_to_all") / ACTIVE / 1e3  # on gloo's worker thread, while it works
     a2a_wait_ms = rank_traces.in_ranges(steps["ulysses"], "ulysses:wait") / ACTIVE / 1e3  # the rank, blocked in the call
-    timing_lesson([bool((s.summary()["overlap_us"] < 0.5 * rank_traces.in_ranges([s], "gloo:all_to_all")).all())
-                   for s in steps["ulysses"]],
-                  "Ulysses' all-to-alls are exposed: the ranks computed during almost none of them, "
-                  "the attention cannot start before they finish",
-                  f"per step, gloo's all-to-alls took {a2a_ms.min():.1f}-{a2a_ms.max():.1f} ms, and each rank "
-                  f"blocked {a2a_wait_ms.min():.1f}-{a2a_wait_ms.max():.1f} ms in the calls; computed during them: "
-                  f"{uly['overlap_us'].max() / ACTIVE / 1e3:.2f} ms at most")
+    rank_traces.timing_claims([([bool((s.summary()["overlap_us"] < 0.5 * rank_traces.in_ranges([s], "gloo:all_to_all")).all())
+                                  for s in steps["ulysses"]],
+                                 "Ulysses' all-to-alls are exposed: the ranks computed during almost none of them, "
+                                 "the attention cannot start before they finish",
+                                 f"per step, gloo's all-to-alls took {a2a_ms.min():.1f}-{a2a_ms.max():.1f} ms, and each "
+                                 f"rank blocked {a2a_wait_ms.min():.1f}-{a2a_wait_ms.max():.1f} ms in the calls; computed "
+                                 f"during them: {uly['overlap_us'].max() / ACTIVE / 1e3:.2f} ms at most")])
 else:  # GPU ranks: NCCL's kernels
     lesson(uly["exposed_communication_us"].median() > 0.5 * uly["communication_us"].median(),
            "Ulysses' all-to-alls are mostly exposed: the attention cannot start before they finish",

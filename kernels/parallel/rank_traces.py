@@ -435,12 +435,14 @@ def times_ms(summary: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
 
 
 def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
-    """Assert several timing claims about the same profiled steps, saying "too noisy" at most once.
+    """Assert several timing claims about the same profiled steps, with one note for those the steps
+    could not decide.
 
     Each claim is (held per step, claim, evidence). As ``kernels.notebook.timing_lesson`` rules
     (the same 80% / 20% shares): a claim that held in at least 80% of the steps is asserted, one
     that held in at most 20% fails (the trace contradicts the prose); those in between are named
-    together in one note. Returns True when every claim was asserted."""
+    together in one note, which says "not asserted" (the page explains the noise once, in its
+    prose). Returns True when every claim was asserted."""
     from kernels.notebook import lesson, say
 
     if not claims or any(not held for held, _, _ in claims):
@@ -454,6 +456,6 @@ def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
         else:
             undecided.append(f"{claim} ({tally})")
     if undecided:
-        say("Too noisy to tell on this run (a timing claim is asserted when it held in at least 80% of the "
-            "steps): " + "; ".join(undecided), kind="note")
+        say("Not asserted on this run, the profiled steps disagree (a timing claim is asserted when it held "
+            "in at least 80% of them): " + "; ".join(undecided), kind="note")
     return not undecided
