@@ -152,3 +152,22 @@ TRACELENS["sglang_decode"] = _tracelens(
     "tracelens_inference_sglang_decode_sglang_Qwen3-8B_decode.json.gz",
     "one decode step of SGLang serving Qwen3-8B to a batch of 32 requests (its attention kernels replayed "
     "from a HIP graph)", "tests/traces/inference/sglang_decode/")
+
+# Two ranks (0 and 1) of a 128-rank training job, from HolisticTraceAnalysis' test data: each trace
+# carries its rank and the world size in ``distributedInfo`` and no ``deviceProperties``, so the GPU
+# (Ampere: cuBLAS's ``ampere_*`` kernels) is read from kernel names, never from the trace's own word.
+HTA_RANK_PAIR = ("hta_trace_filter_sampled_rank-0.json.gz", "hta_trace_filter_sampled_rank-1.json.gz")
+HTA_RANK_PAIR_CREDIT = ("two ranks of a 128-rank training job, recorded by Meta's HolisticTraceAnalysis project "
+                        "(its test data, tests/data/trace_filter, commit f4d0062c; MIT licence, notice in book/data/borrowed): "
+                        "not this book's run")
+
+
+def rank_pair() -> list[Path]:
+    """The borrowed rank traces ``HTA_RANK_PAIR`` as paths, for ``kernels.parallel.rank_traces.load_ranks``."""
+    paths = [root() / name for name in HTA_RANK_PAIR]
+    missing = [p.name for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"{missing} missing from {root()}: the borrowed traces ship in book/data/borrowed "
+                                "(kernels/data/borrowed when installed)")
+    return paths
+

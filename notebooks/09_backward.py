@@ -5,10 +5,10 @@
 # forward *and* the backward, and the backward changes what the trace holds: ops the
 # autograd engine runs for you, tensors the forward must keep alive until the backward
 # reads them, and more arithmetic than the forward itself. This chapter profiles one
-# training step of the hand-written module, of every SDPA backend that runs here, and of
-# the Triton kernel, and reads four things out of the trace: what autograd records, what
-# each forward saves for the backward, how FlashAttention avoids saving the S×S
-# probabilities, and what a training step costs as the sequence grows.
+# training step of the hand-written module, of every [SDPA](glossary.md#sdpa) backend that runs here, and of
+# the [Triton kernel](glossary.md#kernel), and reads three things out of the trace: what autograd records, what
+# each forward saves for the backward, and how FlashAttention avoids saving the S×S
+# probabilities.
 #
 # **You will learn to:**
 #
@@ -17,8 +17,7 @@
 # - measure what each forward keeps for the backward, from the allocation events and from
 #   autograd's saved-tensor hooks;
 # - see why fused backwards recompute the probabilities from one log-sum-exp per row, and where
-#   the 2.5x backward and 3.5x step FLOP counts come from;
-# - watch a training step's peak memory grow with S for the math backend and for flash.
+#   the 2.5x backward and 3.5x step FLOP counts come from.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
 # `scaled_dot_product_attention`](03_sdpa.ipynb), [3b. The fused backends](03b_sdpa_fused.ipynb)
@@ -32,23 +31,22 @@
 # %% [parameters]
 
 # %%
-import math
-
-import pandas as pd
-import torch
-
 import kernels
 import kernels.attention.sdpa
-from kernels import gpu_lessons, recorded, reference
-from kernels.bench import comparison
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels import gpu_lessons, recorded
+from kernels.attention import backward
+from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
 from kernels.trace import record, tables, timeline
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
-q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)
-grad_out = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=1)[0]
-print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}, requires_grad=True")
+avail = kernels.available(device)
+variants = ["naive"] + [n for n in (*kernels.attention.sdpa.BACKENDS, "triton") if avail[n] is None]
+# Triton runs in its interpreter on a CPU (NumPy, one program at a time): a tiny shape there.
+step_inputs = {n: backward.step_inputs(*((1, 2, 32, 16) if n == "triton" and device.type == "cpu"
+                                         else (batch, heads, seq, head_dim)), dtype=dtype, device=device)
+               for n in variants}
+print({n: tuple(t[0].shape) for n, t in step_inputs.items()}, dtype, device, "requires_grad=True")
 
 # %% [markdown]
 # ## One training step
@@ -59,38 +57,7 @@ print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {de
 # work. `record.profile` turns autograd on because the inputs require grad:
 
 # %%
-def training_step(name, grad_out):
-    """One forward + backward of registry implementation ``name``."""
-    attention = kernels.get(name)
-
-    def step(q, k, v):
-        for t in (q, k, v):
-            t.grad = None                 # what optimizer.zero_grad() does
-        out = attention(q, k, v, causal=True)
-        out.backward(grad_out)
-
-    return step
-
-
-def backward_start(step):
-    """When the backward began: the first op the autograd engine ran, on any thread."""
-    ops = step.ops
-    return float(ops.loc[ops["name"].str.startswith("autograd::engine"), "ts"].min())
-
-
-avail = kernels.available(device)
-variants = ["naive"] + [n for n in kernels.attention.sdpa.BACKENDS if avail[n] is None] + (["triton"] if avail["triton"] is None else [])
-# Triton runs in its interpreter on a CPU (NumPy, one program at a time): give it a tiny shape there.
-shapes = {n: (1, 2, 32, 16) if (n == "triton" and device.type == "cpu") else (batch, heads, seq, head_dim)
-          for n in variants}
-step_inputs = {}
-for name, shape in shapes.items():
-    if shape == tuple(q.shape):
-        step_inputs[name] = (q, k, v, grad_out)
-    else:
-        q_, k_, v_ = inputs(*shape, dtype=dtype, device=device, requires_grad=True)
-        step_inputs[name] = (q_, k_, v_, inputs(*shape, dtype=dtype, device=device, seed=1)[0])
-print("shapes:", shapes)
+show_source(backward.training_step)
 
 # %% [markdown]
 # ## What autograd records
@@ -106,32 +73,14 @@ print("shapes:", shapes)
 guess_nodes = ["BmmBackward0", "MulBackward0", "MaskedFillBackward0", "SoftmaxBackward0", "BmmBackward0"]  # edit me
 
 # %%
-runs, steps = {}, {}
-for name in variants:
-    q_, k_, v_, g_ = step_inputs[name]
-    runs[name] = record.profile(training_step(name, g_), q_, k_, v_, label=name, wait=0, warmup=1, active=1,
-                                   trace_dir=trace_dir)
-    steps[name] = runs[name].step()
-
-PREFIX = "autograd::engine::evaluate_function: "
-BOOKKEEPING = ("View", "Expand", "UnsafeView", "ReshapeAlias", "Transpose", "torch::autograd::AccumulateGrad")
-
-
-def backward_nodes(step, bookkeeping=False):
-    """The autograd nodes the engine ran, in order, by name."""
-    ops = step.ops
-    nodes = ops.loc[ops["name"].str.startswith(PREFIX), "name"].str.removeprefix(PREFIX).tolist()
-    return nodes if bookkeeping else [n for n in nodes if not n.startswith(BOOKKEEPING)]
-
-
-naive_nodes = backward_nodes(steps["naive"])
+runs = {name: record.profile(backward.training_step(name, g), q_, k_, v_, label=name, wait=0, warmup=1, active=1,
+                             trace_dir=trace_dir) for name, (q_, k_, v_, g) in step_inputs.items()}
+steps = {name: run.step() for name, run in runs.items()}
+naive_nodes = backward.backward_nodes(steps["naive"])
 display(reveal(guess_nodes, naive_nodes, "backward nodes doing arithmetic"))
-forward_top = [n for n in steps["naive"].top_level()["name"] if not n.startswith("autograd::")]
-node_of = {"aten::matmul": "BmmBackward0", "aten::mul": "MulBackward0", "aten::masked_fill": "MaskedFillBackward0",
-           "aten::softmax": "SoftmaxBackward0"}
-lesson(naive_nodes == [node_of[n] for n in reversed(forward_top)],
+lesson(naive_nodes == backward.forward_grad_fns(steps["naive"]),
        "the backward runs one node per forward op, in reverse order", " <- ".join(naive_nodes))
-accumulate = backward_nodes(steps["naive"], bookkeeping=True).count("torch::autograd::AccumulateGrad")
+accumulate = backward.backward_nodes(steps["naive"], bookkeeping=True).count("torch::autograd::AccumulateGrad")
 lesson(accumulate == 3, "three AccumulateGrad nodes hand the gradients to q, k and v", f"{accumulate}")
 
 # %% [markdown]
@@ -167,10 +116,7 @@ display(*(links(run) for run in runs.values()))
 # than one thread took part.
 
 # %%
-threads = pd.DataFrame([{"variant": n, "label's thread": s.thread[1],
-                         "forward ops' threads": sorted(set(s.ops.loc[s.ops["ts"] < backward_start(s), "tid"])),
-                         "backward ops' threads": sorted(set(s.ops.loc[s.ops["ts"] >= backward_start(s), "tid"]))}
-                        for n, s in steps.items()]).set_index("variant")
+threads = backward.threads_table(steps)
 display(threads)
 on_other = {n: set(t) - {threads.at[n, "label's thread"]} for n, t in threads["backward ops' threads"].items()}
 if device.type == "cpu":
@@ -196,44 +142,7 @@ else:
 guess_kept = [2, 3, 1, 0]  # edit me: one number per variant
 
 # %%
-def square_sizes(name):
-    """Bytes of one S×S tensor per head, in the dtype the variant computes it in (the math
-    backend upcasts 16-bit inputs to float32)."""
-    b, h, s, _ = shapes[name]
-    return {b * h * s * s * e for e in {q.element_size(), 4 if name == "sdpa_math" else q.element_size()}}
-
-
-def square_buffers_kept(step, name):
-    """S×S buffers allocated in the forward and not freed when the backward begins."""
-    m = step.memory[step.memory["ts"] < backward_start(step)]
-    sizes = square_sizes(name)
-    return int(m["bytes"].isin(sizes).sum() - (-m["bytes"]).isin(sizes).sum())
-
-
-def saved_by_autograd(name):
-    """What the forward hands autograd to keep: torch.autograd.graph.saved_tensors_hooks sees each one."""
-    q_, k_, v_, _ = step_inputs[name]
-    seen = []
-
-    def pack(t):
-        seen.append((tuple(t.shape), str(t.dtype).replace("torch.", ""), t.untyped_storage().data_ptr(),
-                     t.untyped_storage().nbytes()))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        kernels.get(name)(q_, k_, v_, causal=True)
-    return seen
-
-
-rows = []
-for name, s in steps.items():
-    saved = saved_by_autograd(name)
-    square = {(ptr, nb) for shape, dt, ptr, nb in saved if nb in square_sizes(name)}
-    live = int(s.memory.loc[s.memory["ts"] < backward_start(s), "bytes"].sum())
-    rows.append({"variant": name, "S×S kept (trace)": square_buffers_kept(s, name),
-                 "S×S saved (hooks)": len(square), "alive at backward (MiB)": round(mib(live), 3),
-                 "shapes saved": sorted({shape for shape, *_ in saved})})
-kept = pd.DataFrame(rows).set_index("variant")
+kept = backward.kept_table(steps, step_inputs)
 display(kept)
 for name, guessed in zip(kept.index, guess_kept):
     reveal(guessed, int(kept.at[name, "S×S kept (trace)"]), f"S×S buffers {name} keeps for its backward")
@@ -254,7 +163,7 @@ lesson((kept.loc[unfused, "S×S kept (trace)"] == 1).all(),
 lesson((kept.loc[fused, "S×S kept (trace)"] == 0).all(),
        "the fused forwards keep no S×S buffer at all", ", ".join(fused))
 glue("naive_kept_mib", float(kept.loc["naive", "alive at backward (MiB)"]))
-glue("square_mib", mib(batch * heads * seq * seq * q.element_size()))
+glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].element_size()))
 
 # %% [markdown]
 # The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here, one
@@ -265,13 +174,7 @@ glue("square_mib", mib(batch * heads * seq * seq * q.element_size()))
 # tensor instead of an S×S one.
 
 # %%
-def per_row(name):
-    """Saved shapes with one value per query row or so: at least B·H·S elements, fewer than q."""
-    b, h, s, d = shapes[name]
-    return [shape for shape in kept.at[name, "shapes saved"] if b * h * s <= math.prod(shape) < b * h * s * d]
-
-
-lse_shapes = {n: per_row(n) for n in fused}
+lse_shapes = {n: backward.per_row_shapes(kept.at[n, "shapes saved"], step_inputs[n][0].shape) for n in fused}
 print(lse_shapes)
 lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (the log-sum-exp) and nothing S×S",
        "; ".join(f"{n}: {s}" for n, s in lse_shapes.items()))
@@ -289,16 +192,7 @@ lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (th
 # probabilities, then of the scores), the fused ones none.
 
 # %%
-rows = []
-for name, s in steps.items():
-    t0 = backward_start(s)
-    fwd, bwd = s.ops[s.ops["ts"] < t0], s.ops[s.ops["ts"] >= t0]
-    m_bwd = s.memory[(s.memory["ts"] >= t0) & (s.memory["bytes"] > 0)]
-    rows.append({"variant": name, "bmm in forward": int((fwd["name"] == "aten::bmm").sum()),
-                 "bmm in backward": int((bwd["name"] == "aten::bmm").sum()),
-                 "S×S allocations in backward": int(m_bwd["bytes"].isin(square_sizes(name)).sum()),
-                 "largest backward allocation (KiB)": round(float(m_bwd["bytes"].max()) / 1024, 1)})
-recompute = pd.DataFrame(rows).set_index("variant")
+recompute = backward.recompute_table(steps, step_inputs)
 display(recompute)
 lesson(recompute.at["naive", "bmm in forward"] == 2 and recompute.at["naive", "bmm in backward"] == 4,
        "the hand-written backward does two matmuls per forward matmul: four, reading the saved probabilities")
@@ -325,20 +219,14 @@ glue("flash_bwd_largest_kib", float(recompute.loc[fused, "largest backward alloc
 # for the mask it adds, and two `MulBackward1` for the scale it splits over q and k.
 
 # %%
-if "sdpa_math" in steps:
-    math_nodes = backward_nodes(steps["sdpa_math"])
-    print(" <- ".join(math_nodes))
-    lesson({"SafeSoftmaxBackward0", "AddBackward0"} <= set(math_nodes) and math_nodes.count("MulBackward1") == 2,
-           "the math backend's backward differentiates its decomposed ops: safe softmax, mask add, two scalings")
-    extra = kept.at["sdpa_math", "alive at backward (MiB)"] - kept.at["naive", "alive at backward (MiB)"]
-    qk_mib = 2 * mib(batch * heads * seq * head_dim * 4)
-    print(f"alive at the backward: math {kept.at['sdpa_math', 'alive at backward (MiB)']:.3f} MiB, "
-          f"naive {kept.at['naive', 'alive at backward (MiB)']:.3f} MiB; the scaled q and k in float32: {qk_mib:.3f} MiB")
-    lesson(extra > 0, "the math backend keeps more for its backward than the hand-written module",
-           f"+{extra:.3f} MiB: its scaled copies of q and k")
-    glue("math_extra_mib", float(extra))
-else:
-    glue("math_extra_mib", float("nan"))
+math_nodes = backward.backward_nodes(steps["sdpa_math"])
+print(" <- ".join(math_nodes))
+lesson({"SafeSoftmaxBackward0", "AddBackward0"} <= set(math_nodes) and math_nodes.count("MulBackward1") == 2,
+       "the math backend's backward differentiates its decomposed ops: safe softmax, mask add, two scalings")
+extra = kept.at["sdpa_math", "alive at backward (MiB)"] - kept.at["naive", "alive at backward (MiB)"]
+lesson(extra > 0, "the math backend keeps more for its backward than the hand-written module",
+       f"+{extra:.3f} MiB; its scaled q and k in float32 take {2 * mib(batch * heads * seq * head_dim * 4):.3f} MiB")
+glue("math_extra_mib", float(extra))
 
 # %% [markdown]
 # Besides the probabilities, the math backend saves its scaled copies of q and k
@@ -350,12 +238,10 @@ else:
 #
 # ## The backward's kernels on a GPU run
 #
-# On a GPU, each backward node launches kernels, and they are launched from the engine's
-# device thread. The trace reader assigns GPU work to a step by where its launch happened,
-# on any thread, so the backward's kernels belong to the step that ran them: a GPU trace of
-# this step would show the backward's kernels on the same stream as the forward's, queued
-# from a second CPU thread. No borrowed trace holds a backward pass (all are inference), so
-# the hidden cell below reads this run's own GPU trace, or the book's recording, where one exists.
+# On a GPU each backward node launches its [kernels](glossary.md#kernel) from the engine's
+# device thread: a GPU trace of this step would show the backward's kernels on the same stream
+# as the forward's, queued from a second CPU thread (the trace reader counts GPU work in the
+# step whose range its launch started in, on any thread).
 
 # %% tags=["hide-input"]
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, steps, "09_backward", variants)
@@ -366,97 +252,10 @@ if gpu_steps:
 # %% [markdown]
 # ## Cost as the sequence grows
 #
-# FLOPs first. They come from the counts, not the clock: a training step is 3.5x the
-# forward, and causal attention counts half the scores.
-
-# %%
-sweep_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [512, 1024, 2048, 4096]
-flop_rows = [{"seq": s, "forward GFLOP": reference.flops(batch, heads, s, head_dim) / 1e9,
-              "training step GFLOP": reference.flops(batch, heads, s, head_dim, backward=True) / 1e9}
-             for s in sweep_seqs]
-display(pd.DataFrame(flop_rows).set_index("seq").round(3))
-lesson(all(abs(r["training step GFLOP"] / r["forward GFLOP"] - 3.5) < 1e-9 for r in flop_rows),
-       "a training step counts 3.5x the forward's FLOPs (backward = 2.5x forward)")
-
-# %% [markdown]
-# Memory is measured: one profiled training step per length, its peak above what was
-# allocated before it (`Step.peak_bytes`). Guess first: per doubling of S, by how much does
-# the math backend's training peak grow, and by how much flash's?
-
-# %%
-guess_growth = {"sdpa_math": 4.0, "sdpa_flash": 2.0}  # edit me
-
-# %%
-mem_variants = [n for n in ("sdpa_math", "sdpa_flash") if n in variants]  # the unfused and the fused extreme
-mem_rows, mem_steps = [], {}
-for s_len in sweep_seqs:
-    qs, ks_, vs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device, requires_grad=True)
-    gs = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device, seed=1)[0]
-    for name in mem_variants:
-        st = record.profile(training_step(name, gs), qs, ks_, vs, label=name, wait=0, warmup=1, active=1,
-                               trace_dir=trace_dir, trace_name=f"{name}_train_S{s_len}").step()
-        mem_steps[name, s_len] = st
-        mem_rows.append({"variant": name, "seq": s_len, "peak (MiB)": mib(st.peak_bytes)})
-peaks = pd.DataFrame(mem_rows).pivot(index="seq", columns="variant", values="peak (MiB)")
-growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
-display(pd.concat([peaks.round(2), growth.round(2)], axis=1).astype(object).fillna("—"))  # no growth before the first length
-for name in ("sdpa_math", "sdpa_flash"):
-    if name in peaks:
-        reveal(guess_growth[name], round(float(growth[f"{name} x per doubling"].iloc[-1]), 2),
-               f"{name}'s growth at the last doubling")
-
-# %%
-#| caption: Peak memory of one training step against sequence length, log-log: the math backend's grows about 4x per doubling (it keeps the S×S probabilities for the backward), flash's far less.
-#| alt: Log-log line chart of a training step's peak memory against sequence length for the math and flash backends; the math line is steeper.
-ax = peaks.plot(marker="o", logx=True, logy=True, figsize=(7, 4.5),
-                title=f"Peak memory of one training step, B={batch} H={heads} D={head_dim}")
-ax.set(xlabel="sequence length S", ylabel="peak (MiB)")
-ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
-ax.minorticks_off()
-
-# %%
-# The traces behind each point: download them, or open them in Perfetto.
-display(*(links(st) for st in mem_steps.values()))
-
-# %%
-last = {n: float(growth[f"{n} x per doubling"].iloc[-1]) for n in mem_variants}
-lesson(last.get("sdpa_math", 4.0) > 3.2,
-       "the math backend's training peak grows about 4x per doubling of S: it keeps S×S buffers",
-       ", ".join(f"{n}: {x:.2f}x" for n, x in last.items()))
-if {"sdpa_flash", "sdpa_math"} <= set(last):
-    ratio = peaks["sdpa_math"] / peaks["sdpa_flash"]
-    # the shortest length is left out: there fixed-size allocations weigh as much as the S×S ones
-    lesson(ratio.iloc[1:].is_monotonic_increasing and ratio.iloc[-1] > 4,
-           "the math backend's training peak pulls away from flash's as S grows: flash keeps nothing S×S",
-           "math / flash: " + ", ".join(f"{x:.1f}x" for x in ratio))
-glue("mem_last_seq", sweep_seqs[-1])
-glue("math_train_peak", float(peaks["sdpa_math"].iloc[-1]) if "sdpa_math" in peaks else float("nan"))
-glue("flash_train_peak", float(peaks["sdpa_flash"].iloc[-1]) if "sdpa_flash" in peaks else float("nan"))
-
-# %% [markdown]
-# At S = {glue:text}`mem_last_seq` one training step of the math backend peaked at
-# {glue:text}`math_train_peak:.1f` MiB, flash at {glue:text}`flash_train_peak:.1f` MiB. On a
-# CPU flash's growth per doubling wanders around 2x: as chapter 3b found for its forward, the
-# CPU kernel's scratch buffers follow the block sizes it picks for each length, not S itself.
-#
-# Time, last, because it is the least trustworthy number here: the machine that builds this
-# book may be busy with other work. `kernels.bench.compare` runs the training steps in
-# interleaved rounds, so a burst of load hits every variant alike, and only calls one faster
-# when its slowest tenth of rounds beats the other's fastest tenth.
-
-# %%
-timed = [n for n in ("sdpa_math", "sdpa_flash") if n in variants]
-s_time = sweep_seqs[1]  # a short length keeps the rounds quick
-qt, kt, vt = inputs(batch, heads, s_time, head_dim, dtype=dtype, device=device, requires_grad=True)
-gt = inputs(batch, heads, s_time, head_dim, dtype=dtype, device=device, seed=1)[0]
-result = comparison.compare({n: (lambda f=training_step(n, gt): f(qt, kt, vt)) for n in timed}, device=device, rounds=7)
-print(result.verdict())
-glue("timing_verdict", result.verdict())
-
-glue("time_seq", s_time)
-
-# %% [markdown]
-# On this run, one training step at S = {glue:text}`time_seq`: {glue:text}`timing_verdict`.
+# What the backward adds to memory follows from the tables above, without a sweep: the
+# unfused variants keep one S×S buffer per head for it, which quadruples with every doubling
+# of S, while the fused ones keep q-sized tensors and one value per query row, which double.
+# [Chapter 3b](03b_sdpa_fused.ipynb) measures that S against S² growth for the forward.
 #
 # ## What to remember
 #

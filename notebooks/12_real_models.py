@@ -5,7 +5,7 @@
 # model attention is one layer among many, written by someone else, run on whichever GPU the
 # job landed on. This chapter reads the traces of real Hugging Face models that other people
 # recorded on real GPUs: the same language model on an NVIDIA H100 and on an AMD MI300X, a
-# video model whose attention is written by hand beside an image model that calls SDPA, and
+# video model whose attention is written by hand beside an image model that calls [SDPA](glossary.md#sdpa), and
 # the share of each step that attention takes, with where the rest goes. Last, the command
 # that does all of this for a trace of your own.
 #
@@ -13,9 +13,9 @@
 #
 # - find every attention call in a model's step, fused or hand-written, with
 #   `kernels.trace.attention.find_attention`;
-# - compare one model's attention on two vendors: the kernel each runs, its time per call,
-#   its TFLOP/s against the datasheet peak, and what each vendor's trace records of it;
-# - tell hand-written attention (a GEMM, a scale, a softmax, a GEMM) from a fused kernel in a
+# - compare one model's attention on two vendors: the [kernel](glossary.md#kernel) each runs, its time per call,
+#   its [TFLOP/s](glossary.md#flop-s) against the datasheet peak, and what each vendor's trace records of it;
+# - tell hand-written attention (a [GEMM](glossary.md#gemm), a scale, a softmax, a GEMM) from a fused kernel in a
 #   trace, and see what writing it by hand costs a whole model;
 # - split a step's GPU time into attention and the rest, by kind of kernel;
 # - run `python -m kernels.trace.attention` on a trace of your own, recorded with shapes.
@@ -49,7 +49,7 @@ share = {key: breakdown.time_by_kind(r).loc["attention", "share"] for key, r in 
 
 # %% [markdown]
 # The traces come from the test data of AMD's TraceLens project (MIT licence): Hugging Face
-# models in bfloat16, one profiler step each, recorded with shapes and kernel footprints, on
+# models in bfloat16, one [profiler step](glossary.md#profiler-step) each, recorded with shapes and kernel footprints, on
 # an H100 with torch 2.6 and on an MI300X with torch 2.7 for ROCm. They are not this book's
 # runs; every table and figure below says which trace it read, and the GPU named is the one
 # the trace records. `find_attention(step)` reads one step and returns an `AttentionReport`:
@@ -122,7 +122,7 @@ glue("mi300x_kernels_per_call", mi300x.summary()["kernels per call"])
 #   cost of loading its queries and writing its output. Fused kernels climb towards their
 #   peak with the sequence length (chapter 6 measures it); a prefill this short does not.
 # - **Each vendor's trace records a different footprint.** The CUDA trace carries the
-#   kernel's registers per thread, shared memory and Kineto's occupancy estimate; the ROCm
+#   kernel's [registers](glossary.md#registers) per thread, [shared memory](glossary.md#shared-memory) and [Kineto's](glossary.md#kineto) [occupancy](glossary.md#occupancy) estimate; the ROCm
 #   trace carries the grid and the block, no more. Whatever you conclude about occupancy on
 #   an AMD GPU has to come from elsewhere (the compiler's report, `rocprof`), not from this
 #   file.

@@ -72,7 +72,7 @@ def sdpa_causal(q, k, v, causal: bool = True):
     """SDPA with its default backend choice, for a compiled block: Sq == Sk in a block, so
     SDPA's top-left ``is_causal`` is the contract's bottom-right. (The registry's pinned SDPA
     entries trace into one graph too: under torch.compile they skip the warning capture that
-    would break it; chapter 8 checks both with ``torch._dynamo.explain``.)"""
+    would break it; tests/attention/test_block.py checks both with ``torch._dynamo.explain``.)"""
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
@@ -150,3 +150,96 @@ def gpu_time_by_part(report: AttentionReport) -> pd.DataFrame:
     table = pd.DataFrame(rows).set_index("part").sort_values("GPU µs", ascending=False)
     table["share of the step"] = table["GPU µs"] / report.step.gpu_time_us
     return table
+
+
+def pluggable(device) -> list[str]:
+    """The registered attentions worth plugging into a block on ``device``: those that run here,
+    less the compiled entries (they compile once per shape; chapter 8 compiles the whole block
+    instead) and, on a CPU, Triton's interpreter (seconds per call, no performance number)."""
+    from kernels.registry import available
+
+    device = torch.device(device)
+    return [name for name, why in available(device).items()
+            if why is None and name not in ("compiled_naive", "flex") and not (name == "triton" and device.type == "cpu")]
+
+
+def largest_difference(outs: dict) -> float:
+    """The largest difference between any output in ``outs`` and the first, relative to the
+    first's largest magnitude: one number that says whether every attention gave the block the
+    same result."""
+    if not outs:
+        raise ValueError("largest_difference needs at least one output")
+    base = next(iter(outs.values()))
+    return max((o - base).abs().max().item() for o in outs.values()) / base.abs().max().item()
+
+
+def flop_shares(module: nn.Module, batch: int, width: int, seqs, device="cpu",
+                dtype: torch.dtype = torch.float32) -> pd.DataFrame:
+    """One row per length in ``seqs``: the linear layers' and attention's GFLOP of one forward of
+    ``module`` as FlopCounterMode counts them (addmm, bmm), beside ``flops_by_part``'s formula,
+    and attention's counted share. ``module`` is a block whose attention computes every score
+    (``naive``), so the formula is the dense one."""
+    rows = []
+    for s in seqs:
+        counted = counted_flops(module, block_input(batch, s, width, device=device, dtype=dtype))
+        formula = flops_by_part(s, width, batch)
+        rows.append({"seq": s, "linear (GFLOP)": counted.get("addmm", 0) / 1e9,
+                     "attention (GFLOP)": counted.get("bmm", 0) / 1e9,
+                     "formula linear": (formula["qkv"] + formula["proj"] + formula["mlp"]) / 1e9,
+                     "formula attention": formula["attention"] / 1e9})
+    table = pd.DataFrame(rows).set_index("seq")
+    table["attention share"] = table["attention (GFLOP)"] / (table["attention (GFLOP)"] + table["linear (GFLOP)"])
+    return table
+
+
+def share_figure(shares: pd.DataFrame, width: int):
+    """Attention's share of a block's FLOPs against S: ``flop_shares``' counted points on the
+    formula's curves S / (S + 6W) (every score computed) and S / (S + 12W) (causal tiles skipped)."""
+    import matplotlib.pyplot as plt
+
+    grid = [32 * 2**i for i in range(9)]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    ax.plot(shares.index, shares["attention share"], "o", label="counted (FlopCounterMode, naive attention)")
+    ax.plot(grid, [attention_share(s, width) for s in grid], "-", label="S / (S + 6W): all scores computed")
+    ax.plot(grid, [attention_share(s, width, causal_skip=True) for s in grid], "--",
+            label="S / (S + 12W): causal tiles skipped")
+    ax.axhline(0.5, color="grey", lw=0.6)
+    ax.set(xscale="log", xlabel="sequence length S", ylabel="attention's share of block FLOPs",
+           title=f"one block, width {width}", ylim=(0, 1))
+    ax.legend(fontsize=8)
+    return fig
+
+
+def memory_by_attention(blocks_by_name: dict, x: torch.Tensor, *, active: int, trace_dir="traces") -> tuple[dict, pd.DataFrame]:
+    """Profile each block of ``blocks_by_name`` (one warm-up step, then ``active`` steps) and read
+    its memory: the block's peak and total allocated, what its ``block.attention`` part allocated,
+    and its largest single allocation (MiB). Returns each block's median step and that table."""
+    from kernels.trace import reader, record
+
+    steps, rows = {}, {}
+    for name, module in blocks_by_name.items():
+        run = record.profile(module, x, label="block", wait=0, warmup=1, active=active, trace_dir=trace_dir,
+                             trace_name=f"block_{name}")
+        steps[name] = step = reader.median_step(run.steps())
+        rows[name] = {"block peak (MiB)": step.peak_bytes / 2**20, "block allocated (MiB)": step.allocated_bytes / 2**20,
+                      "attention allocated (MiB)": run.trace.steps("block.attention")[-1].allocated_bytes / 2**20,
+                      "largest allocation (MiB)": step.memory["bytes"].max() / 2**20}
+    return steps, pd.DataFrame(rows).T.round(2)
+
+
+def parts_figure(parts: pd.DataFrame, title: str):
+    """Horizontal bars of each part's share of a step's GPU time (``gpu_time_by_part``'s table),
+    the largest on top."""
+    ax = parts["share of the step"].iloc[::-1].plot.barh(figsize=(7, 3), color="tab:blue")
+    ax.set(xlabel="share of the step's GPU time", ylabel="", title=title)
+    return ax.figure
+
+
+def parts_table(parts: pd.DataFrame, layers: int):
+    """``gpu_time_by_part``'s table as the page shows it: GPU ms, µs per layer (``layers``
+    decoder layers in the step) and share of the step, formatted."""
+    if layers < 1:
+        raise ValueError(f"layers must be at least 1, got {layers}")
+    shown = parts.assign(**{"GPU ms": parts["GPU µs"] / 1e3, "per layer (µs)": parts["GPU µs"] / layers})
+    return shown.drop(columns="GPU µs").style.format({"GPU ms": "{:.2f}", "per layer (µs)": "{:.0f}",
+                                                      "share of the step": "{:.1%}"})

@@ -5,7 +5,8 @@ Inductor fuses scale, mask and softmax into one generated kernel and keeps the m
 library calls) and ``flex`` (``flex_attention`` with a bottom-right causal ``BlockMask``: one
 fused kernel that skips the tiles the mask hides). Both compile on the first call at each
 new shape (seconds); nothing is set at import. The helpers are what chapter 7 reads traces
-with: ``generated_kernels``, ``fused_ops``, ``block_counts`` and ``alibi``.
+with: ``generated_kernels``, ``fused_ops``, ``block_counts``, ``score_buffers``, ``memory_table``,
+``alibi`` and ``alibi_error``.
 """
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ import shutil
 import time
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 import torch
 
+from kernels import reference
 from kernels.attention.naive import NaiveAttention
 from kernels.registry import LRU, CannotRun, Reason, register
 
 if TYPE_CHECKING:
     import pandas
+
+    from kernels.trace.reader import Step
 
 MODULES = 16        # compiled naive modules kept, one per (causal, scale, device)
 BLOCK_MASKS = 16    # block masks kept, one per (Sq, Sk, device)
@@ -158,26 +162,6 @@ class BrokenAttention(NaiveAttention):
         return super().mask_scores(scores, future)
 
 
-def keep_inductor_cache_in_build(cwd=None) -> Optional[str]:
-    """Point Inductor's on-disk cache (TORCHINDUCTOR_CACHE_DIR) at ``_build/inductor-cache`` when
-    ``cwd`` lies inside a ``_build`` folder (where the book's runner executes its copies), so a
-    rebuild reuses what the last build compiled. Unset only: a reader's own setting wins, and
-    outside ``_build`` Inductor's default (a folder under the system's temp dir) stays.
-    Returns the folder used, or None when this left Inductor's choice alone.
-    """
-    import os
-    from pathlib import Path
-
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    here = Path(cwd or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        if folder.name == "_build":
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor-cache")
-            return os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    return None
-
-
 # ------------------------------------------------------------------------------ flex
 
 def causal_mod(offset: int) -> Callable:
@@ -280,6 +264,18 @@ def alibi_reference(q, k, v, causal: bool = True, scale=None, dtype=torch.float6
     if causal:
         scores = scores.masked_fill(j > i + (sk - sq), float("-inf"))
     return scores.softmax(-1) @ v                                                   # [B, H, Sq, D]
+
+
+def alibi_error(out: torch.Tensor, q, k, v, causal: bool = True) -> tuple[float, float]:
+    """``out``'s max abs error against float64 ALiBi attention, and the bound it must stay within:
+    FlashAttention's rule for 16-bit inputs (2x the error of plain ALiBi attention computed in
+    that dtype, + 1e-5), else the course's fp32 rule (``reference.tolerance`` of max |ref| + 1e-6)."""
+    want = alibi_reference(q, k, v, causal=causal)
+    err = reference.max_abs_error(out, want)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        plain = alibi_reference(q, k, v, causal=causal, dtype=q.dtype)
+        return err, 2 * reference.max_abs_error(plain, want) + 1e-5
+    return err, reference.tolerance(q.dtype) * want.abs().max().item() + 1e-6
 
 
 # ------------------------------------------------------------------------------ reading them
@@ -428,3 +424,21 @@ def first_and_steady(fn: Callable, *args, steady_calls: int = 5, between: Option
             between()
         steady = sorted(one() for _ in range(steady_calls))
     return first, steady[len(steady) // 2]
+
+
+def score_buffers(step, scores_bytes: int) -> int:
+    """How many buffers of exactly one S×S scores tensor (``scores_bytes`` bytes) ``step`` allocated:
+    the count that says whether fusion kept a pass's output in memory."""
+    if scores_bytes <= 0:
+        raise ValueError(f"scores_bytes must be positive, got {scores_bytes}")
+    return int((step.memory["bytes"] == scores_bytes).sum())
+
+
+def memory_table(steps: Mapping[str, "Step"], scores_bytes: int) -> "pandas.DataFrame":  # noqa: F821
+    """One row per labelled step: S×S buffers allocated, peak and total MiB, copies of S×S size."""
+    import pandas as pd
+
+    return pd.DataFrame({label: {"S×S buffers allocated": score_buffers(s, scores_bytes),
+                                 "peak (MiB)": s.peak_bytes / 2**20, "allocated (MiB)": s.allocated_bytes / 2**20,
+                                 "copies of S×S": len(s.copies(min_bytes=scores_bytes))}
+                         for label, s in steps.items()}).T.round(2)

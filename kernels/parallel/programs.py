@@ -118,6 +118,20 @@ def judge_ulysses(results: list[dict], case: Case) -> reference.Judgement:
     return reference.judge(gather(results, "out", "contiguous"), q, k, v, causal=case.causal)
 
 
+def check_cases(group, cases: list[Case], device: str, dtype: str):
+    """Run ``ring_check`` (forward and backward) for each case on ``group`` (a
+    ``kernels.parallel.ranks.Ranks``), gather and judge every rank's shards: one row per case
+    with its shape, each tensor's error / bound, and whether all passed."""
+    import pandas as pd
+
+    rows = []
+    for case in cases:
+        judged = judge_ring(group.run(ring_check, case.with_(device=device, dtype=dtype)), case.with_(dtype=dtype))
+        rows.append({"layout": case.layout, "causal": case.causal, "S": case.seq, "Hq:Hkv": f"{case.heads}:{case.kv_heads}",
+                     **{name: f"{v.error:.1e} / {v.bound:.1e}" for name, v in judged.items()}, "ok": judged.ok})
+    return pd.DataFrame(rows)
+
+
 # ----------------------------------------------------------------------------- one forward, each scheme
 
 def _forward(scheme: str, rank: int, world: int, case: Case):

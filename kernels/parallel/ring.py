@@ -118,6 +118,14 @@ def _visible(q_range, k_range, causal: bool) -> str:
     return "none" if ka > qb - 1 else "part"
 
 
+def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: slice, scale: Optional[float] = None):
+    """Attention of every query over the keys ``keys`` only, in float64, with its log-sum-exp:
+    one part for ``merge`` (no mask: the parts of a check of the merge on one process)."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q.double() @ k[..., keys, :].double().transpose(-1, -2)) * scale
+    return torch.softmax(scores, -1) @ v[..., keys, :].double(), torch.logsumexp(scores, -1)
+
+
 def _pairs(q_chunks, k_chunks, causal: bool):
     """For each local query chunk: its local slice, and the key chunks it sees (local slices,
     and whether a mask is needed). Key chunks no query of the chunk sees are never computed."""
@@ -438,3 +446,58 @@ def work_per_rank(seq_len: int, world: int, layout: str, causal: bool = True) ->
 def message_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int, world: int, element_size: int) -> int:
     """Bytes one rank sends in one forward: its K and V block, world - 1 times (a shard of S/world rows)."""
     return 2 * batch * kv_heads * (seq_len // world) * head_dim * element_size * (world - 1)
+
+
+# ----------------------------------------------------------------------------- the scaling model
+
+def step_times(world: int, bandwidth: float, flops_per_s: float, seq_len: int, heads: int, kv_heads: int,
+               head_dim: int, element_size: int = 2) -> tuple[float, float]:
+    """One ring step of a causal, zigzag-balanced forward on one rank (batch 1), modelled:
+    (compute, communication) in seconds. With c = S / world rows per rank, compute is
+    2·H·c²·D FLOPs at ``flops_per_s`` (a ceiling, so the time is a lower bound) and
+    communication one K/V block, 2·H_kv·c·D elements of ``element_size`` bytes, over
+    ``bandwidth`` bytes/s one way."""
+    if world < 1 or bandwidth <= 0 or flops_per_s <= 0:
+        raise ValueError(f"world >= 1 and positive rates needed, got world={world}, "
+                         f"bandwidth={bandwidth}, flops_per_s={flops_per_s}")
+    c = seq_len / world
+    return 2 * heads * c * c * head_dim / flops_per_s, 2 * kv_heads * c * head_dim * element_size / bandwidth
+
+
+def crossover_world(bandwidth: float, flops_per_s: float, seq_len: int, heads: int, kv_heads: int,
+                    element_size: int = 2) -> float:
+    """The world size past which ``step_times``' transfer outlasts its compute: compute grows as c²
+    and communication as c, so they meet at c* = H_kv·e·F / (H·BW), that is at S / c* ranks."""
+    return seq_len * heads * bandwidth / (kv_heads * element_size * flops_per_s)
+
+
+def scaling_figure(links: dict, flops_per_s: float, gpu: str, seq_len: int, heads: int, kv_heads: int,
+                   head_dim: int, worlds=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)):
+    """``step_times`` per forward and per rank (world steps) against the world size, log-log: the
+    compute line and one transfer line per link of ``links`` ({name: bytes/s one way}), with each
+    link's ``crossover_world`` marked. Returns the figure and {link: crossover}."""
+    from matplotlib.figure import Figure
+
+    from kernels.figures import apply_font_floor
+
+    fig = Figure(figsize=(8, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    shape = (seq_len, heads, kv_heads, head_dim)
+    ax.plot(worlds, [w * step_times(w, 1, flops_per_s, *shape)[0] * 1e3 for w in worlds], "k-", lw=2,
+            label="compute per rank")
+    crossovers = {}
+    for (name, bw), colour in zip(links.items(), ("C0", "C1", "C2", "C3")):
+        ax.plot(worlds, [w * step_times(w, bw, flops_per_s, *shape)[1] * 1e3 for w in worlds], f"{colour}--",
+                label=f"K/V transfers, {name}")
+        crossovers[name] = crossover_world(bw, flops_per_s, seq_len, heads, kv_heads)
+        ax.axvline(crossovers[name], color=colour, alpha=0.4)
+        ax.annotate(f"crossover: {crossovers[name]:.0f} ranks", (crossovers[name], 0.02), rotation=90,
+                    va="bottom", ha="right", color=colour)
+    ax.set(xscale="log", yscale="log", xlabel="ranks (world size)", ylabel="ms per forward, per rank",
+           title=f"Ring attention model: S={seq_len:,}, H={heads}, Hkv={kv_heads}, D={head_dim}, bf16,\n"
+                 f"{gpu} at {flops_per_s / 1e12:.0f} TFLOP/s")
+    ax.set_xscale("log", base=2)
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+    apply_font_floor(fig)
+    return fig, crossovers

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
+from kernels.parallel import ring
 from kernels.parallel.ring import check_shards, check_split, chunk_bounds
 
 
@@ -101,3 +102,19 @@ def message_bytes(batch: int, heads: int, kv_heads: int, seq_len: int, head_dim:
     """Bytes one rank sends in one forward: (world-1)/world of its q, k, v and output shards."""
     shard = batch * (seq_len // world) * head_dim * element_size
     return shard * (2 * heads + 2 * kv_heads) * (world - 1) // world
+
+
+def volume_table(worlds=(2, 4, 8, 16, 64), heads: int = 32, kv_heads=(32, 8), seq_len: int = 131072,
+                 head_dim: int = 128, element_size: int = 2):
+    """Bytes per rank and forward of the ring (``ring.message_bytes``) and of Ulysses
+    (``message_bytes``) for each world size and K/V head count, in MiB, with their ratio."""
+    import pandas as pd
+
+    rows = [{"world": w, "Hq:Hkv": f"{heads}:{hkv}",
+             "ring (MiB)": ring.message_bytes(1, hkv, seq_len, head_dim, w, element_size) / 2**20,
+             "ulysses (MiB)": message_bytes(1, heads, hkv, seq_len, head_dim, w, element_size) / 2**20}
+            for w in worlds for hkv in kv_heads]
+    table = pd.DataFrame(rows).set_index(["world", "Hq:Hkv"])
+    table["ring / ulysses"] = table["ring (MiB)"] / table["ulysses (MiB)"]
+    return table
+

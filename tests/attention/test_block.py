@@ -137,3 +137,46 @@ def test_block_input_is_seeded_by_its_length_and_seeded_block_by_seed_zero():
     one, two = seeded_block(8, 2, "naive"), seeded_block(8, 2, "sdpa_math", labels=False)
     assert not one.training and all(torch.equal(p, q) for p, q in zip(one.parameters(), two.parameters()))
     assert torch.allclose(one(a), two(a), atol=1e-5)
+
+
+def test_pluggable_leaves_out_compiled_entries_and_the_cpu_interpreter():
+    names = blocks.pluggable("cpu")
+    assert "naive" in names and "sdpa_flash" in names
+    assert not {"compiled_naive", "flex", "triton"} & set(names)
+
+
+def test_largest_difference_is_relative_to_the_first_output():
+    a = torch.tensor([1.0, -4.0])
+    assert blocks.largest_difference({"a": a, "b": a.clone()}) == 0
+    assert blocks.largest_difference({"a": a, "b": a + torch.tensor([0.0, 0.4])}) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="at least one"):
+        blocks.largest_difference({})
+
+
+def test_flop_shares_count_the_formula_and_grow():
+    table = blocks.flop_shares(blocks.seeded_block(64, 4, "naive"), 1, 64, [32, 128])
+    assert (table["linear (GFLOP)"] - table["formula linear"]).abs().max() < 1e-12
+    assert (table["attention (GFLOP)"] - table["formula attention"]).abs().max() < 1e-12
+    assert table["attention share"].is_monotonic_increasing
+
+
+def test_memory_by_attention_sees_the_scores_buffer_only_with_hand_written_attention(tmp_path):
+    seq, width = 128, 64
+    x = blocks.block_input(1, seq, width)
+    steps, table = blocks.memory_by_attention({n: blocks.seeded_block(width, 4, n) for n in ("naive", "sdpa_flash")},
+                                              x, active=1, trace_dir=tmp_path)
+    scores_mib = 4 * seq * seq * 4 / 2**20
+    assert table.loc["naive", "largest allocation (MiB)"] >= round(scores_mib, 2)
+    assert table.loc["sdpa_flash", "largest allocation (MiB)"] < scores_mib
+    assert set(steps) == {"naive", "sdpa_flash"}
+
+
+@pytest.mark.parametrize("attention", ["sdpa_flash", blocks.sdpa_causal])
+def test_a_block_with_sdpa_traces_into_one_graph(attention):
+    # The pinned SDPA entry captures warnings eagerly; under torch.compile it must skip that
+    # capture, which would otherwise break the block's graph in two.
+    import torch._dynamo
+
+    with torch.no_grad():
+        explained = torch._dynamo.explain(blocks.seeded_block(64, 4, attention, labels=False))(torch.randn(1, 32, 64))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons

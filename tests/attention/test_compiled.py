@@ -127,17 +127,6 @@ def test_broken_attention_is_naive_attention_eager(compiled):
         "the graph break changes nothing eager"
 
 
-def test_inductor_cache_goes_under_build(compiled, monkeypatch, tmp_path):
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    inside = tmp_path / "_build" / "executed" / "book"
-    inside.mkdir(parents=True)
-    assert compiled.keep_inductor_cache_in_build(inside) == str((tmp_path / "_build" / "inductor-cache").resolve())
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "mine")
-    assert compiled.keep_inductor_cache_in_build(inside) == "mine", "a reader's own setting wins"
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
-    assert compiled.keep_inductor_cache_in_build(tmp_path) is None, "outside _build, Inductor's default stays"
-
-
 def test_compiled_naive_sweeps_lengths_on_at_most_two_compiles_and_never_runs_eager(compiled):
     # The mask cache once lived inside the compiled call: Dynamo guarded on its length, every
     # new length compiled twice, and after recompile_limit (8) compiles the module ran eagerly.
@@ -212,3 +201,27 @@ def test_compiled_naive_runs_past_dynamos_recompile_limit_in_every_grad_mode(com
         out = kernels.get("compiled_naive")(q, k, v, causal=True, scale=scale)
         with pytest.raises(kernels.CannotRun, match="compiled_naive: double backward"):
             torch.autograd.grad(out.sum(), q, create_graph=True)
+
+
+def test_alibi_error_passes_alibi_and_fails_plain_attention(compiled):
+    q, k, v = make_attention_inputs(1, 4, 4, 33, 33, 16)
+    err, bound = compiled.alibi_error(compiled.alibi_reference(q, k, v, dtype=torch.float32), q, k, v)
+    assert err <= bound, "fp32 ALiBi attention stays within the fp32 bound"
+    err, bound = compiled.alibi_error(reference.attention(q, k, v, causal=True).float(), q, k, v)
+    assert err > 100 * bound, "plain causal attention is not ALiBi attention"
+
+
+def test_score_buffers_and_memory_table_count_exact_scores_buffers(compiled):
+    import pandas as pd
+    from types import SimpleNamespace
+
+    nbytes = 4 * 64 * 64
+    step = SimpleNamespace(memory=pd.DataFrame({"bytes": [nbytes, nbytes, nbytes - 4, -nbytes, 2 * nbytes]}),
+                           peak_bytes=2 * nbytes, allocated_bytes=4 * nbytes,
+                           copies=lambda min_bytes: pd.DataFrame({"bytes": [min_bytes]}))
+    assert compiled.score_buffers(step, nbytes) == 2, "only allocations of exactly one S×S buffer count"
+    row = compiled.memory_table({"eager": step}, nbytes).loc["eager"]
+    assert row["S×S buffers allocated"] == 2 and row["copies of S×S"] == 1
+    assert row["peak (MiB)"] == round(2 * nbytes / 2**20, 2)
+    with pytest.raises(ValueError, match="scores_bytes"):
+        compiled.score_buffers(step, 0)

@@ -307,3 +307,11 @@ def test_the_cli_runs_two_cpu_notebooks_at_once_and_gpu_notebooks_alone(monkeypa
     assert execute.default_jobs({"device": "cpu"}) == 2, "on two cores the CPU book executes two notebooks at a time"
     monkeypatch.setattr(execute.os, "cpu_count", lambda: 1)
     assert execute.default_jobs({"device": "cpu"}) == 1, "one core: one notebook at a time"
+
+
+def test_inductor_cache_goes_beside_the_executed_book(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    out = tmp_path / "_build" / "executed"
+    assert execute.keep_inductor_cache(out) == str((tmp_path / "_build" / "inductor-cache").resolve())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "mine")
+    assert execute.keep_inductor_cache(out) == "mine", "a caller's own setting wins"

@@ -218,3 +218,28 @@ def test_several_steps_give_their_median_their_totals_and_their_time_in_named_ra
     for fn in (rank_traces.median_step, rank_traces.step_totals):
         with pytest.raises(ValueError, match="at least one step"):
             fn([])
+
+
+def test_the_borrowed_rank_pair_loads_from_a_list_of_files_as_from_its_folder(pair):
+    from kernels import borrowed
+
+    listed = rank_traces.load_ranks(borrowed.rank_pair())
+    assert [r.rank for r in listed.ranks] == [0, 1] and listed.world == pair.world == 128
+    assert listed.step().summary().equals(pair.step().summary())
+    with pytest.raises(ValueError, match="no such rank trace"):
+        rank_traces.load_ranks([ROOT / "no-such-rank-0.json.gz"])
+    with pytest.raises(ValueError, match="empty list"):
+        rank_traces.load_ranks([])
+
+
+def test_timing_claims_assert_refute_and_name_the_undecided_in_one_note(capsys):
+    from kernels.notebook import LessonFailed
+
+    assert rank_traces.timing_claims([([True] * 5, "steady claim", "e")]) is True
+    assert rank_traces.timing_claims([([True] * 5, "a", ""), ([True, False] * 3, "b", ""), ([False, True] * 3, "c", "")]) is False
+    out = capsys.readouterr().out
+    assert out.count("Not asserted") == 1 and "b (held in 3 of 6" in out and "c (held in 3 of 6" in out
+    with pytest.raises(LessonFailed, match="refuted claim"):
+        rank_traces.timing_claims([([False] * 5, "refuted claim", "")])
+    with pytest.raises(ValueError, match="at least one"):
+        rank_traces.timing_claims([])

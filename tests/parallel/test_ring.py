@@ -321,3 +321,38 @@ def test_bench_context_parallel_writes_medians_per_rank(tmp_path, capsys):
         assert row["status"] == "ok" and len(row["median_ms_per_rank"]) == 2
         assert all(math.isfinite(m) and m > 0 for m in row["median_ms_per_rank"])
     assert "median ms per rank" in capsys.readouterr().err
+
+
+def test_partial_attentions_merge_to_attention_over_all_keys():
+    q, k, v = (torch.randn(1, 2, 23, 8, generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3))
+    merged, _ = ring.merge(*ring.partial_attention(q, k, v, slice(0, 9)), *ring.partial_attention(q, k, v, slice(9, 23)))
+    reference.judge(merged.float(), q, k, v, causal=False).assert_ok("merged parts")
+    assert not reference.judge(ring.partial_attention(q, k, v, slice(0, 9))[0].float(), q, k, v, causal=False).ok, \
+        "one part alone is not attention over all keys"
+
+
+def test_the_scaling_model_crosses_where_compute_equals_transfer():
+    flops, bw, shape = 989e12, 450e9, (131072, 32, 8, 128)
+    w = ring.crossover_world(bw, flops, 131072, 32, 8)
+    compute, comm = ring.step_times(w, bw, flops, *shape)
+    assert compute == pytest.approx(comm)
+    small, large = ring.step_times(w / 2, bw, flops, *shape), ring.step_times(w * 2, bw, flops, *shape)
+    assert small[0] > small[1] and large[0] < large[1], "compute hides the transfer below the crossover only"
+    assert ring.crossover_world(50e9, flops, 131072, 32, 8) < w, "a slower link crosses at fewer ranks"
+    fig, crossovers = ring.scaling_figure({"fast": bw, "slow": 50e9}, flops, "a GPU", *shape)
+    assert crossovers == {"fast": pytest.approx(w), "slow": pytest.approx(ring.crossover_world(50e9, flops, 131072, 32, 8))}
+    with pytest.raises(ValueError, match="positive rates"):
+        ring.step_times(2, 0, flops, *shape)
+
+
+def test_volume_table_ring_grows_against_ulysses_with_the_world():
+    table = ulysses.volume_table(worlds=(2, 64), heads=8, kv_heads=(8,), seq_len=1024, head_dim=16)
+    assert table.loc[(2, "8:8"), "ring / ulysses"] == pytest.approx(1.0)
+    assert table.loc[(64, "8:8"), "ring / ulysses"] > 1
+
+
+def test_check_cases_tabulates_one_judged_row_per_case(two):
+    cases = [cp.Case(batch=1, heads=2, kv_heads=2, seq=20, head_dim=8, layout=layout, seed=7) for layout in ring.LAYOUTS]
+    table = cp.check_cases(two, cases, "cpu", "float32")
+    assert list(table["layout"]) == list(ring.LAYOUTS) and table["ok"].all()
+    assert {"out", "dq", "dk", "dv"} <= set(table.columns)

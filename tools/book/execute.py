@@ -66,6 +66,14 @@ def share_cores(jobs: int) -> None:
         os.environ[var] = threads
 
 
+def keep_inductor_cache(out: Path) -> str:
+    """Point Inductor's on-disk cache (TORCHINDUCTOR_CACHE_DIR, inherited by the kernels papermill
+    starts) at ``inductor-cache`` beside ``out``, so a rebuild of the book loads what the last build
+    compiled instead of compiling again (chapters 7 and 8 compile). Unset only: a caller's own
+    setting wins. Returns the folder Inductor will use."""
+    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(out).resolve().parent / "inductor-cache"))
+
+
 def environment() -> dict:
     """What executed the book: recorded in the report and shown on the book's build page.
     The device and versions come from ``kernels.hw.devices``, as a benchmark's do."""
@@ -240,6 +248,7 @@ def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed
     progress = sys.stderr.isatty() if progress is None and jobs == 1 else bool(progress)
     stage(root, out)
     publish.stage_recorded(root, out)
+    keep_inductor_cache(out)
     report: dict[str, Any] = {"preset": name, "parameters": params, "jobs": jobs, "environment": environment(),
                               "notebooks": []}
     if jobs > 1:  # each notebook's torch gets its share of the cores (share_cores)
