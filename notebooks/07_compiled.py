@@ -48,6 +48,7 @@ import kernels
 from kernels import gpu_lessons, reference
 from kernels.attention import torch_compile
 from kernels.attention.inplace import InplaceAttention
+from kernels.borrowed import COMPILED_POINTWISE
 from kernels.attention.naive import NaiveAttention
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
 from kernels.trace import fingerprints, reader, record, tables, timeline
@@ -196,14 +197,52 @@ links(runs["naive"])
 # ## On a GPU
 #
 # On a GPU, Inductor writes Triton kernels instead of C++ loops, and names them the same
-# way: `triton_per_fused_...` or `triton_red_fused_...` for a softmax (`per` keeps a whole
-# row in one block, `red` loops over it), next to the matmuls ([GEMMs](glossary.md#gemm)) it
-# leaves to cuBLAS. A GPU trace of this forward would show the two matmuls' cuBLAS kernels
-# and one such Triton kernel for the scale, mask and softmax. `kernels.trace.fingerprints`
-# reads those names:
+# way: `triton_poi_fused_...` for a pointwise pass, `triton_per_fused_...` or
+# `triton_red_fused_...` for a softmax (`per` keeps a whole row in one block, `red` loops over
+# it), next to the matmuls ([GEMMs](glossary.md#gemm)) it leaves to cuBLAS. So a GPU trace of
+# this forward would show the two matmuls' cuBLAS kernels and one Triton kernel for the scale,
+# mask and softmax.
+#
+# Meta's HolisticTraceAnalysis project keeps, in its test data, a trace of one call of a small
+# compiled function on an A100 (credited under the tables; not this book's run). Before the
+# reveal: how many kernels did the GPU run for it, and what share of the compiled region's CPU
+# time was the GPU busy?
 
 # %%
-fingerprints.classify_many(["triton_per_fused__softmax_masked_fill_mul_0"])[["name", "kind", "family", "note"]]
+guess_kernels, guess_gpu_busy_share = 3, 0.5  # edit me before running on
+
+# %%
+compiled_step = COMPILED_POINTWISE.step()
+gpu_work = compiled_step.gpu_work
+display(compiled_step.ops[["name", "depth", "dur_us"]])
+display(gpu_work[["name", "launcher", "dur_us", "grid", "block"]])
+print(COMPILED_POINTWISE.credit(compiled_step.trace))
+kernel = fingerprints.fingerprint(gpu_work["name"].iloc[0])
+region_us = compiled_step.ops.loc[compiled_step.ops["name"].str.startswith("Torch-Compiled Region"), "dur_us"].sum()
+gpu_busy_share = gpu_work["dur_us"].sum() / region_us
+glue("compiled_gpu_us", f"{gpu_work['dur_us'].sum():.2f}")
+glue("compiled_region_us", f"{region_us:,.0f}")
+reveal(guess_kernels, len(gpu_work), "kernels")
+reveal(guess_gpu_busy_share, round(gpu_busy_share, 4), "GPU busy share of the compiled region")
+lesson(len(gpu_work) == 1 and kernel.family == "triton" and kernel.kind == "elementwise",
+       "the compiled call ran one kernel, a pointwise Triton kernel Inductor generated", kernel.note)
+names = compiled_step.ops["name"].tolist()
+lesson(names[0] == "TorchDynamo Cache Lookup" and names[1].startswith("Torch-Compiled Region") and names[2] == kernel.name,
+       "Dynamo's guard check, then the compiled region, and inside it an op named after the kernel", " > ".join(names))
+lesson(set(gpu_work["launcher"]) == {"cuLaunchKernel"},
+       "Inductor's kernel is launched through the driver API (cuLaunchKernel), not cudaLaunchKernel")
+lesson(gpu_busy_share < 0.1, "the GPU was busy for under a tenth of the compiled region's CPU time",
+       f"{gpu_busy_share:.2%}")
+
+# %% [markdown]
+# The trace holds `TorchDynamo Cache Lookup` (Dynamo checking its guards) and then the
+# `Torch-Compiled Region`, inside which the one generated kernel is an op of its own name,
+# launched with `cuLaunchKernel`, the driver call Triton uses (the row to look for when a
+# search for `cudaLaunchKernel` finds nothing). Its name lists what Inductor fused into one
+# pass over memory: an add, a cos and a sin. And the kernel ran {glue:text}`compiled_gpu_us` µs
+# against a region of {glue:text}`compiled_region_us` µs on the CPU: for a call this small,
+# compiling removed the passes over memory, and what is left is the CPU's work around one
+# launch.
 
 # %% tags=["hide-input"]
 if device.type == "cuda":

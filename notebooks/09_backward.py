@@ -34,9 +34,11 @@
 import kernels
 import kernels.attention.sdpa
 from kernels import gpu_lessons, recorded
+from kernels.borrowed import TRAINING_STEP
 from kernels.attention import backward
 from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
 from kernels.trace import record, tables, timeline
+from kernels.trace.phases import time_by_phase
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
@@ -248,6 +250,38 @@ gpu_steps, gpu_source, _ = recorded.gpu_steps(device, steps, "09_backward", vari
 if gpu_steps:
     print(f"GPU run: {gpu_source}")
     display(gpu_lessons.backward_threads(gpu_steps, gpu_source))
+
+# %% [markdown]
+# ### A real training step on a GPU
+#
+# Meta's HolisticTraceAnalysis project keeps, in its test data, one data-parallel training
+# step of a convolutional network recorded on an A100 (credited under the table): not
+# attention, and not this book's run, but the same engine at work. Its thread names say which
+# CPU thread launched each kernel: `pt_main_thread` ran the forward, `pt_autograd_0` (the
+# engine's device thread) the backward, and the gradients' all-reduce across the two ranks
+# ran as NCCL kernels, counted apart (`kernels.trace.phases`).
+#
+# Before the reveal: how many times the forward's GPU time did the backward's kernels take?
+
+# %%
+guess_backward_over_forward = 1.0  # edit me before running on
+
+# %%
+trained = TRAINING_STEP.step()
+phases = time_by_phase(trained)
+display(phases.style.format({"GPU µs": "{:,.0f}", "share": "{:.1%}"}))
+print(TRAINING_STEP.credit(trained.trace))
+backward_over_forward = phases.loc["backward", "GPU µs"] / phases.loc["forward", "GPU µs"]
+glue("backward_over_forward", f"{backward_over_forward:.2f}")
+reveal(guess_backward_over_forward, round(backward_over_forward, 2), "backward GPU time / forward GPU time")
+lesson(backward_over_forward > 1, "in this training step the backward's kernels took longer than the forward's",
+       f"{backward_over_forward:.2f}x")
+
+# %% [markdown]
+# The backward took {glue:text}`backward_over_forward` times the forward's GPU time. Most of
+# a convolution's or a matmul's backward is two products the size of its forward, one for the
+# gradient of the input and one for the weights, so about twice is what to expect; attention's
+# fused backward does more (the recompute, above), and the all-reduce adds time of its own.
 
 # %% [markdown]
 # ## Cost as the sequence grows

@@ -21,10 +21,6 @@ NO_GPU_NOTICE = re.compile(r"no GPU run has been recorded", re.I)
 # Chapters 0 to 10 (3b included) and chapter 12: the pages about GPU tracks. Chapter 11 runs
 # ranks on CPU processes and says what a GPU recording would add.
 GPU_CHAPTER = re.compile(r"^(0\d|10)b?_|^12_")
-# Not yet: no borrowed trace is a compiled model (7) or a training step (9): every one is an
-# inference forward. Each of these pages says in one sentence what a GPU would show; a real
-# trace of either would take its name off this list.
-NO_BORROWED_TRACE_YET = {"07_compiled.html", "09_backward.html"}
 
 
 class _Cells(HTMLParser):
@@ -92,7 +88,7 @@ def test_every_gpu_chapter_shows_a_real_gpu_trace_with_its_credit(built_book):
     _, _, html = built_book
     pages = gpu_chapter_pages(html)
     assert len(pages) >= 13, [p.name for p in pages]
-    missing = [p.name for p in pages if not credited_trace_shown(p.read_text()) and p.name not in NO_BORROWED_TRACE_YET]
+    missing = [p.name for p in pages if not credited_trace_shown(p.read_text())]
     assert not missing, ("these chapters show no figure or table of a real GPU trace with its credit "
                          f"(\"...: not this book's run.\") in the same or the next cell: {missing}")
 
