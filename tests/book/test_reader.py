@@ -142,15 +142,22 @@ def test_the_shared_cells_are_written_here_and_a_misspelt_marker_is_refused(tmp_
         convert.source_cells(source)
 
 
-def test_the_reading_time_counts_prose_words_at_200_a_minute_and_leaves_other_braces():
+def test_the_reading_time_counts_prose_at_200_words_and_shown_code_at_15_lines_a_minute():
     import nbformat
 
     convert = convert_module()
     prose = " ".join(["word"] * 396)   # with the last line's four words: 400 words, 2 minutes
+    setup = nbformat.v4.new_code_cell("\n".join(["import x"] * 50))   # the folded setup cell: not counted
+    hidden = nbformat.v4.new_code_cell("\n".join(["gpu_only()"] * 50), metadata={"tags": ["hide-input"]})
     cells = [nbformat.v4.new_markdown_cell(f"{prose}\n\nTime: {{reading_minutes}} {{glue:text}}`x` {{other}}"),
-             nbformat.v4.new_code_cell(" ".join(["code"] * 1000))]   # code is not read as prose
+             setup, hidden, nbformat.v4.new_code_cell(" ".join(["code"] * 1000))]   # one line of code
     convert.fill_reading_time(cells)
-    assert cells[0].source.endswith("Time: 2 {glue:text}`x` {other}"), cells[0].source[-60:]
+    assert cells[0].source.endswith("Time: 3 {glue:text}`x` {other}"), \
+        "400 words (2 min) and one shown line (1/15 min) round up to 3; setup and hidden cells are not read"
+    cells = [nbformat.v4.new_markdown_cell(f"{prose} {{reading_minutes}}"), setup,
+             nbformat.v4.new_code_cell("\n".join(["y = 1"] * 30))]
+    convert.fill_reading_time(cells)
+    assert cells[0].source.endswith(" 4"), "400 words and 30 shown lines of code: 2 + 2 minutes"
     cells = [nbformat.v4.new_markdown_cell(" ".join(["w"] * 400) + " {reading_minutes}")]
     convert.fill_reading_time(cells)
     assert cells[0].source.endswith(" 3"), "401 words round up to 3 minutes, never down"

@@ -55,6 +55,7 @@ HIDE_PROMPTS = {"solution": "Hide the solution"}
 # A chapter's first screen says how long it takes to read (fill_reading_time).
 READING_TIME = "{reading_minutes}"
 READING_WORDS_PER_MINUTE = 200
+READING_CODE_LINES_PER_MINUTE = 15
 # MyST's dropdown renders only in the built book; HTML <details> folds in Jupyter and Colab too.
 DROPDOWN = re.compile(r"^:::\{dropdown\}[ \t]*(.*?)\n(.*?)\n:::[ \t]*$", re.M | re.S)
 METADATA = {
@@ -151,15 +152,25 @@ def source_cells(source: Path):
     return cells
 
 
+def shown_code_lines(cells) -> int:
+    """Non-blank lines of the code a reader sees: not the hidden cells, not the parameters,
+    not the first code cell (the imports and setup, folded behind a toggle by ``fold_setup``)."""
+    hidden = {"hide-input", "hide-cell", "remove-input", "remove-cell", "parameters", "install"}
+    code = [c for c in cells if c.cell_type == "code" and not hidden & set(c.metadata.get("tags", []))]
+    return sum(1 for c in code[1:] for line in c.source.splitlines() if line.strip())
+
+
 def fill_reading_time(cells) -> None:
     """Write the page's reading time where its markdown says ``{reading_minutes}``.
 
-    The rule: the words of the page's markdown cells (code cells not counted), at 200 a
-    minute, rounded up to whole minutes, at least 1. Only that exact placeholder is replaced:
+    The rule: the words of the page's markdown cells at 200 a minute, plus the lines of code it
+    shows (``shown_code_lines``) at 15 a minute, rounded up to whole minutes, at least 1. Tables
+    and figures are not counted: the time is a floor. Only that exact placeholder is replaced:
     MyST's glue roles ({glue:text}`name`) and any other braces are left as they are.
     """
     words = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
-    minutes = str(max(1, math.ceil(words / READING_WORDS_PER_MINUTE)))
+    minutes = words / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
+    minutes = str(max(1, math.ceil(minutes)))
     for cell in cells:
         if cell.cell_type == "markdown":
             cell.source = cell.source.replace(READING_TIME, minutes)
