@@ -11,7 +11,7 @@
 #
 # - prove that a change did what it claims: the same output bit for bit, and `tracediff.diff`
 #   listing exactly the ops that went;
-# - tell total allocation from peak memory: one S×S allocation fewer, the same peak;
+# - tell total allocation from peak memory, and which of the two removing a copy lowers;
 # - compare two forwards' times apart from the profiler, and when to call neither one faster;
 # - see when an in-place op breaks autograd, and why `masked_fill_` does not;
 # - find the copies in a real model's step by their bytes, trace each to the Python call and
@@ -109,7 +109,7 @@ changes.figure()
 display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
-# ## One S×S allocation fewer, same peak
+# ## Total allocation and peak
 #
 # Removing the clone removes an allocation of exactly one scores tensor. Will the *peak*
 # move too? Guess, in S×S buffers, before reading on:

@@ -678,6 +678,26 @@ def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_d
             "scratch (KiB)": sum(scratch) / 1024}
 
 
+def first_call_cpu_ms(fn, args, calls: int = 21) -> tuple[float, float]:
+    """CPU time of ``fn(*args)``: its first call, and the median of the ``calls - 1`` after it,
+    in ms (chapter 3b times cuDNN's first call at a shape it has not seen). On a GPU the time is
+    the launch, not the kernel: the stream is synchronised before each call, not inside it."""
+    if calls < 2:
+        raise ValueError(f"calls must be at least 2 (a first call and one after it), got {calls}")
+    import statistics
+    import time
+
+    sync = torch.cuda.synchronize if any(getattr(a, "is_cuda", False) for a in args) else (lambda: None)
+    spent = []
+    for _ in range(calls):
+        sync()
+        start = time.perf_counter()
+        fn(*args)
+        spent.append((time.perf_counter() - start) * 1e3)
+    sync()
+    return spent[0], statistics.median(spent[1:])
+
+
 # ---- peak memory against sequence length (chapter 3b) -----------------------------------------
 
 def peak_memory_sweep(lengths: dict, batch: int, heads: int, head_dim: int, *, dtype: torch.dtype,
