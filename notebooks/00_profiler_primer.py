@@ -181,7 +181,8 @@ glue("primer_relu_elems", f"{y.numel():,}")
 glue("primer_work_ratio", f"{x.shape[0] * w.shape[0] * w.shape[1] // y.numel():,}")
 glue("primer_ops_reading", {
     "relu": f"Timed apart from the profiler, the relu is the faster op, "
-            f"{ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x by the medians ({medians})",
+            f"{ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x by the medians ({medians}): less than its "
+            "arithmetic says, because a relu's time goes to reading and writing its elements, not to comparing them",
     None: "On this run the two ranges overlapped, so this page shows no time for them: the arithmetic above is the answer",
 }[ops_timing.faster()])
 
@@ -234,9 +235,10 @@ links(run)
 #   (`torch.cuda.synchronize()`, or CUDA events). `kernels.trace.record.profile` synchronises at
 #   the end of each step so that steps do not bleed into each other.
 #
-# The CPU side of a GPU run holds more than ops. Part 1 of the source series
-# (Hugging Face blog, torch-profiler.md) reads four kinds of runtime rows in its matmul
-# trace; the whole model step further down has most of them:
+# A GPU run's trace holds more than ops. Part 1 of the source series (Hugging Face blog,
+# torch-profiler.md) reads four kinds of rows besides ops in its matmul trace, three runtime
+# calls on the CPU thread's track and one of the profiler's own; the whole model step further
+# down has most of them:
 #
 # - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
@@ -375,7 +377,7 @@ print("called from:", where[-1])
 
 # %% [markdown]
 # Three kinds of launch appear: `cudaLaunchKernel` for PyTorch's own kernels, the driver's
-# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No occupancy query
+# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No [occupancy](glossary.md#occupancy) query
 # here: the cuBLAS this run used planned its GEMMs without one. The one synchronisation is
 # worth knowing: before the encoder runs, the model asks whether its attention mask is all
 # ones (the Python frame printed above), a Python `if` on a GPU tensor, so the CPU copies one

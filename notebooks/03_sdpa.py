@@ -12,7 +12,7 @@
 # reasons (an fp32 upcast, a mask rebuilt on every call, a NaN guard) are what this
 # chapter reads out of the trace. This part is about the call itself: which backend SDPA
 # picks and why, and the math backend taken apart. The fused backends, their single
-# kernels, their occupancy and their memory are the [second part](03b_sdpa_fused.ipynb).
+# kernels, their [occupancy](glossary.md#occupancy) and their memory are the [second part](03b_sdpa_fused.ipynb).
 #
 # **You will learn to:**
 #
@@ -257,7 +257,11 @@ runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=acti
         for name in variants}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # no views, no bare allocations
-print({name: f"{n} ops doing work" for name, n in work_ops.items()})
+reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
+lesson(work_ops["sdpa_math"] > work_ops["inplace"], "the math backend dispatches more ops per forward than the "
+       "hand-written in-place module", f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+glue("math_ops", work_ops["sdpa_math"])
+glue("inplace_ops", work_ops["inplace"])
 
 # %% tags=["remove-input"]
 # The math backend's GPU run, where there is one: this run's own on a GPU, else the book's recording.
@@ -272,15 +276,8 @@ if gpu_steps:
 # The source article's first surprise: on its A100, the math backend launched **20
 # kernels** per forward where the hand-written in-place version launched **5**, and its
 # forward was 3.7x slower (7.239 ms against 1.955 ms of GPU time per forward). The CPU
-# trace shows the same inflation as ops:
-
-# %%
-glue("math_ops", work_ops["sdpa_math"])
-glue("inplace_ops", work_ops["inplace"])
-reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
-lesson(work_ops["sdpa_math"] > work_ops["inplace"],
-       "the math backend dispatches more ops per forward than the hand-written in-place module",
-       f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+# trace shows the same inflation as ops: {glue:text}`math_ops` ops doing work against
+# {glue:text}`inplace_ops`.
 
 # %% tags=["remove-input"]
 if {"sdpa_math", "inplace"} <= set(gpu_steps):
@@ -289,9 +286,9 @@ if {"sdpa_math", "inplace"} <= set(gpu_steps):
            "than the in-place module", f"kernels per forward: {n_kernels}, {gpu_source}")
 
 # %% [markdown]
-# {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. To see what they
-# are, here is the math backend written out in Python, one ATen op per line, as
-# `kernels.attention.sdpa.math_decomposed`. It mirrors ATen's `_scaled_dot_product_attention_math`:
+# To see what those ops are, here is the math backend written out in Python, one ATen op per
+# line, as `kernels.attention.sdpa.math_decomposed`. It mirrors ATen's
+# `_scaled_dot_product_attention_math`:
 
 # %%
 show_source(kernels.attention.sdpa.math_decomposed)
@@ -381,9 +378,9 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
        "s16816 names a bf16 tensor-core GEMM; sgemm names an fp32 GEMM on CUDA cores")
 
 # %% [markdown]
-# `s16816` is the tensor-core matrix instruction (m16n8k16) with fp32 accumulation; `sgemm`
+# `s16816` is the [tensor-core](glossary.md#tensor-core) matrix instruction (m16n8k16) with fp32 accumulation; `sgemm`
 # is single precision on the ordinary CUDA cores. The upcast moves twice the bytes and, with
-# PyTorch's default of no TF32 for matmuls, leaves the [tensor cores](glossary.md#tensor-core)
+# PyTorch's default of no TF32 for matmuls, leaves the tensor cores
 # idle; with TF32 allowed (`torch.backends.cuda.matmul.allow_tf32 = True`), float32 GEMMs run
 # on the tensor cores in TF32, and the name changes with them.
 

@@ -19,7 +19,8 @@
 # **You will learn to:**
 #
 # - read the fused backends' kernel names as fingerprints (CUTLASS, FlashAttention-2, cuDNN);
-# - compute a kernel's occupancy from its registers and shared memory, and see why flash's low
+# - compute a kernel's [occupancy](glossary.md#occupancy) from its [registers](glossary.md#registers) and
+#   [shared memory](glossary.md#shared-memory), and see why flash's low
 #   occupancy is by design and why the profiler can read 0%;
 # - recompute the profiler's occupancy of a real H100 flash kernel from its footprint, and read
 #   its shared memory and grid off the tiles its name carries;
@@ -74,14 +75,14 @@ if device.type == "cpu":
 # %%
 article = classify_many(kernels.attention.sdpa.ARTICLE_A100_KERNELS.values())
 article.insert(0, "backend", list(kernels.attention.sdpa.ARTICLE_A100_KERNELS))
-display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]])
+display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]].fillna("—"))   # the shortened flash name carries no dtype
 lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
        "each article kernel decodes as one fused attention kernel on tensor cores")
 
 # %% [markdown]
 # Read left to right, `fmha_cutlassF_bf16_aligned_64x64_rf_sm80` says: fused multi-head
 # attention, built from CUTLASS templates, forward, bfloat16, aligned inputs, 64×64 tiles,
-# the output accumulator kept in [registers](glossary.md#registers) (`rf`; `gmem` would keep it
+# the output accumulator kept in registers (`rf`; `gmem` would keep it
 # in global memory), and `sm80` the lowest architecture of the range the kernel was built for
 # (sm_80 and newer). It is the memory-efficient kernel
 # that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is FlashAttention-2,
@@ -157,8 +158,9 @@ links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 #
 # The profiler's footprint of the flash kernel surprised the article's authors: about 13%
 # estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
-# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.h`, `std::lround`.)
-# [Occupancy](glossary.md#occupancy) is the share of an [SM](glossary.md#sm)'s
+# number, rounded half up, so 12.5% reads 13: [Kineto](glossary.md#kineto), the profiler's tracing
+# library, rounds it with `std::lround` in `libkineto/src/CuptiActivity.h`, pytorch/kineto.)
+# Occupancy is the share of an [SM](glossary.md#sm)'s
 # [warp](glossary.md#warp) slots that resident warps fill, and registers decide it here.
 # The article's arithmetic for a block (a [CTA](glossary.md#cta)) of 128 threads at 255
 # registers each on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
@@ -181,14 +183,14 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # High occupancy hides memory latency by having other warps to switch to. Flash still streams
 # every K and V tile from [HBM](glossary.md#hbm), but it hides that latency another way: while the tensor cores
 # work on the current tile, the next one is already on its way into
-# [shared memory](glossary.md#shared-memory)
+# shared memory
 # (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
 # running softmax, and low occupancy is the price of never writing the scores to memory.
 #
 # ## cuDNN: a 0% that is not real
 #
 # The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
-# not a measurement: [Kineto](glossary.md#kineto), the profiler's tracing library, computes it itself from the
+# not a measurement: Kineto computes it itself from the
 # kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
 # assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
 # `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
@@ -376,7 +378,7 @@ math_growth = growth["sdpa_math x per doubling"].dropna()
 lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] > 3.5,
        "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
        ", ".join(f"{x:.2f}x" for x in math_growth))
-reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak, x per doubling (the last one)")
+reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep's traces")
 glue("math_growth_last", float(math_growth.iloc[-1]))
 glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
 glue("math_max_seq", sweep_for["sdpa_math"][-1])
@@ -385,7 +387,7 @@ if "sdpa_flash" in peaks:
     flash_growth = growth["sdpa_flash x per doubling"].dropna()
     lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
            ", ".join(f"{x:.2f}x" for x in flash_growth))
-    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak, x per doubling (the last one)")
+    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak x, last doubling", source="the sweep's traces")
     common = peaks.dropna().index[-1]
     lesson(peaks.loc[common, "sdpa_flash"] < peaks.loc[common, "sdpa_math"] / 4,
            "at the longest sequence both ran, the flash backend's peak is a small fraction of the math backend's",
