@@ -125,13 +125,13 @@ guess_peak_drop = 1  # how many S×S buffers lower will the in-place forward's p
 mem = pd.DataFrame({name: {"peak (MiB)": mib(s.peak_bytes), "allocated (MiB)": mib(s.allocated_bytes), "ops": len(s.ops)}
                     for name, s in step.items()}).T.round(2)
 display(mem)
+reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
+       "the peak's drop, in S×S buffers")
 saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
 lesson(saved == scores_bytes, "the in-place forward allocates exactly one S×S scores tensor less",
        f"{mib(saved):.2f} MiB = {batch}×{heads}×{seq}×{seq}×{q.element_size()} bytes")
 lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory is the same for both")
 alive = {name: s.most_alive(scores_bytes) for name, s in step.items()}   # S×S-sized tensors alive at once
-reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
-       "the peak's drop, in S×S buffers")
 lesson(alive == {"naive": 2, "inplace": 2}, "at most two S×S tensors are alive at once, in either version",
        f"most alive at once: {alive}")
 glue("inplace_saved_mib", mib(saved))
