@@ -247,6 +247,30 @@ def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
            f"{math_n} vs {inplace_n}")
 
 
+def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
+    """Chapter 3b on a GPU run: each fused SDPA backend in ``steps_of`` runs one kernel per
+    forward that decodes as fused attention (cuDNN's launched through the driver, not
+    ``cudaLaunchKernel``); the trace's occupancy is Kineto's estimate, which the kernel's
+    footprint and grid reproduce, and it reads 0% exactly where the kernel asks for more than
+    48 KiB of shared memory per block. Returns each kernel's footprint, a column per backend."""
+    read = {}
+    for name in (n for n in FUSED if n in steps_of):
+        ks = launched(steps_of[name].gpu_work)
+        lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", names_text(ks, 60))
+        lesson(fingerprints.fingerprint(ks["name"].iloc[0]).kind == "fused_attention", f"{name}'s kernel decodes as fused attention")
+        if name == "sdpa_cudnn":
+            lesson(ks["launcher"].iloc[0] != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel",
+                   str(ks["launcher"].iloc[0]))
+        read[name] = occupancy.trace_kernel(ks.iloc[0], steps_of[name].trace.device_properties)
+    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
+           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
+           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
+    lesson(all((k.kineto_percent == 0) == (k.shared_mem_per_block > occupancy.KINETO_SHARED_MEM_LIMIT) for k in read.values()),
+           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
+           "; ".join(f"{n}: {k.shared_mem_per_block / 1024:g} KiB" for n, k in read.items()))
+    return pd.DataFrame({n: k.summary() for n, k in read.items()})
+
+
 def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
     """One row per attention call of each report ({label: find_attention(step)}): the GPU the
     trace names, the call's achieved TFLOP/s and the GPU's dense 16-bit peak (datasheet). A

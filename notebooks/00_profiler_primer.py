@@ -14,7 +14,7 @@
 # - record a trace with a schedule (`wait`, `warmup`, `active` steps) and a label on each call;
 # - read one trace three ways: PyTorch's summary table (CPU total against Self CPU), a per-step
 #   table of ops in call order, and a timeline;
-# - tell a CPU track from a GPU track: launches against kernels, tied by correlation ids, and
+# - tell a CPU track from a GPU track: launches against [kernels](glossary.md#kernel), tied by correlation ids, and
 #   why a timer around GPU code must synchronise;
 # - read a real model's GPU step: how many kernels, how long the GPU was busy against the
 #   step's time, the gaps between kernels, and when a step is launch-bound;
@@ -30,6 +30,7 @@
 # %% [parameters]
 
 # %%
+import functools
 import inspect
 
 import torch
@@ -37,7 +38,7 @@ import torch
 import kernels
 from kernels import borrowed, recorded
 from kernels.bench import comparison
-from kernels.notebook import glue, inputs, lesson, reveal, say, setup
+from kernels.notebook import glue, lesson, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.links import links
 
@@ -67,33 +68,31 @@ print(src[src.index("    with quiet_kineto()"):src.index("    return ProfiledRun
 # ## Guess first
 #
 # Our first subject is tiny on purpose: a matrix product followed by a ReLU.
-#
-# ```python
-# def mlp_step(x, w):
-#     return torch.relu(x @ w)
-# ```
-#
-# Before profiling, write your guess down in the cell below: which ops will the trace show
-# at its top level, in order? (The list there is one reader's guess; make it yours.)
 
 # %%
-guess = ["aten::matmul", "aten::relu"]  # edit me before running the next cell
+show_source(record.mlp_step)
+
+# %% [markdown]
+# Before profiling, write your guess down in the cell below: which ops will the trace show
+# at its top level, in order? Op names in a trace look like `aten::add` (`aten` is PyTorch's
+# library of ops).
+
+# %%
+guess: list[str] = []  # edit me before running the next cell: op names, in order
 
 # %% [markdown]
 # Now profile it, and compare:
 
 # %%
-def mlp_step(x, w):
-    return torch.relu(x @ w)
-
 x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
-run = record.profile(mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
+run = record.profile(record.mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
 
 seen = step.top_level()["name"].tolist()
 display(reveal(guess, seen, "top-level ops"))
-lesson(seen == ["aten::matmul", "aten::relu"], "the top level of the trace is exactly the two ops mlp_step calls: matmul, then relu")
+lesson(seen == ["aten::matmul", "aten::relu"], "the top level of the trace is exactly the two ops mlp_step calls: matmul, then relu",
+       ", ".join(seen))
 lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kernel aten::mm underneath")
 
 # %% [markdown]
@@ -119,7 +118,7 @@ print(run.table(sort_by="cpu_time_total", row_limit=8))
 #   dispatches, and its child `aten::mm` does the work. Total = self + the children's totals.
 # - **# of Calls** counts every recorded step: the averages divide by it.
 # - Self times never overlap, so the Self CPU column adds up to the outermost row, the
-#   `ProfilerStep*` that wraps each recorded step.
+#   `ProfilerStep*` that wraps each recorded step (a [profiler step](glossary.md#profiler-step)).
 # - On a GPU run the table grows **Self CUDA** and **CUDA total** columns (time the GPU spent
 #   in kernels an op launched, its children's included in the total) and a "Self CUDA time
 #   total" line under it; the cell below checks they are there when this page ran on a GPU.
@@ -161,34 +160,34 @@ tables.op_table(step)
 # %% [markdown]
 # Should the relu take a large share of the matmul's time? The matmul does
 # {glue:text}`primer_mm_flops` multiply-adds; the relu one comparison per element of its
-# output, {glue:text}`primer_relu_elems` of them. A profiled step is a poor clock for that
-# question: it is one sample, the profiler adds its own bookkeeping to every op, and on a
-# busy machine a thread that loses its core can stretch any op by milliseconds. So the cell
-# below times the two ops apart from the profiler, alternating them call by call, and calls
-# one faster only when its slowest tenth of calls beats the other's fastest tenth
-# (`kernels.bench.compare`; the [measuring appendix](appendix/measuring.ipynb) explains each
-# precaution):
+# output, {glue:text}`primer_relu_elems` of them: {glue:text}`primer_work_ratio` times less
+# work. A profiled step is a poor clock for that question: it is one sample, the profiler adds
+# its own bookkeeping to every op, and on a busy machine a thread that loses its core can
+# stretch any op by milliseconds. So the cell below times the two ops apart from the profiler,
+# alternating them call by call, and calls one faster only when its slowest tenth of calls
+# beats the other's fastest tenth (`kernels.bench.compare`; the
+# [measuring appendix](appendix/measuring.ipynb) explains each precaution). This book shows a
+# CPU time as a result only where it passes that check; where the two ranges overlap, the
+# machine was too noisy to tell, and the page gives the arithmetic instead.
 
 # %%
 y = x @ w
-ops_timing = comparison.compare({"matmul": lambda: x @ w, "relu": lambda: torch.relu(y)}, device=device, rounds=15)
-print(ops_timing.verdict())
-profiled_ms = {name: float(step.find(op)["dur_us"].sum()) / 1e3 for name, op in (("matmul", "aten::mm"), ("relu", "aten::clamp_min"))}
-print("in the profiled step: " + ", ".join(f"{n} {t:.3f} ms" for n, t in profiled_ms.items()))
-lesson(ops_timing.faster() in (None, "relu"), "timed apart from the profiler, the relu is never the slower of the two",
-       ops_timing.verdict())
+ops_timing = comparison.compare({"matmul": functools.partial(torch.matmul, x, w), "relu": functools.partial(torch.relu, y)},
+                                device=device, rounds=15)
+medians = ", ".join(f"{n} {ms:.3g} ms" for n, ms in ops_timing.median_ms.items())
+lesson(ops_timing.faster() in (None, "relu"), "timed apart from the profiler, the relu is never the slower of the two", medians)
 glue("primer_mm_flops", f"{x.shape[0] * w.shape[0] * w.shape[1]:,}")
 glue("primer_relu_elems", f"{y.numel():,}")
-glue("primer_ops_verdict", ops_timing.verdict())
+glue("primer_work_ratio", f"{x.shape[0] * w.shape[0] * w.shape[1] // y.numel():,}")
 glue("primer_ops_reading", {
-    "relu": f"The relu is the cheaper op on this machine, {ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x "
-            "faster by the medians, as its arithmetic says",
-    None: "This machine was too noisy to separate even these two: no time in the profiled table above says "
-          "what an op costs here; read its order and nesting, not its times",
+    "relu": f"Timed apart from the profiler, the relu is the faster op, "
+            f"{ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x by the medians ({medians}): less than its "
+            "arithmetic says, because a relu's time goes to reading and writing its elements, not to comparing them",
+    None: "On this run the two ranges overlapped, so this page shows no time for them: the arithmetic above is the answer",
 }[ops_timing.faster()])
 
 # %% [markdown]
-# On this run: {glue:text}`primer_ops_verdict`. {glue:text}`primer_ops_reading`.
+# {glue:text}`primer_ops_reading`.
 
 # %% [markdown]
 # Every recorded step should look alike; if one does not, something (a first-time
@@ -236,20 +235,22 @@ links(run)
 #   (`torch.cuda.synchronize()`, or CUDA events). `kernels.trace.record.profile` synchronises at
 #   the end of each step so that steps do not bleed into each other.
 #
-# The CPU side of a GPU run holds more than ops. Part 1 of the source series
-# (Hugging Face blog, torch-profiler.md) reads four kinds of runtime rows in its matmul
-# trace; the whole model step further down has most of them:
+# A GPU run's trace holds more than ops. Part 1 of the source series (Hugging Face blog,
+# torch-profiler.md) reads four kinds of rows besides ops in its matmul trace, three runtime
+# calls on the CPU thread's track and one of the profiler's own; the whole model step further
+# down has most of them:
 #
 # - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
-#   how many blocks of a kernel fit one SM. In the series' trace cuBLAS made it inside
-#   `aten::mm`, before the GEMM's launch, and the elementwise kernel had none; a different
-#   cuBLAS may not make it at all.
+#   how many blocks of a kernel fit one [SM](glossary.md#sm). In the series' trace cuBLAS made it
+#   inside `aten::mm`, before the [GEMM](glossary.md#gemm)'s launch, and the elementwise kernel
+#   had none; a different cuBLAS may not make it at all.
 # - `cudaDeviceSynchronize`: here the one `kernels.trace.record.profile` calls after each
 #   labelled call, still inside the recorded step (`ProfilerStep#N`) but after the label.
-# - `Activity Buffer Request`: the profiler's own row, CUPTI asking for memory to record GPU
-#   activity into. The series found one leaving a gap in its GPU track; where it falls depends
-#   on when the profiler's buffers run out.
+# - `Activity Buffer Request`: the profiler's own work, [CUPTI](glossary.md#cupti) asking for
+#   memory to record GPU activity into. It is not on a CPU thread's track: the trace puts it on
+#   a profiler-overhead track of its own. The series found one leaving a gap in its GPU track;
+#   where it falls depends on when the profiler's buffers run out.
 #
 # The trace we just recorded has a GPU track only when this page ran on a GPU:
 
@@ -376,7 +377,7 @@ print("called from:", where[-1])
 
 # %% [markdown]
 # Three kinds of launch appear: `cudaLaunchKernel` for PyTorch's own kernels, the driver's
-# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No occupancy query
+# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No [occupancy](glossary.md#occupancy) query
 # here: the cuBLAS this run used planned its GEMMs without one. The one synchronisation is
 # worth knowing: before the encoder runs, the model asks whether its attention mask is all
 # ones (the Python frame printed above), a Python `if` on a GPU tensor, so the CPU copies one
@@ -409,8 +410,8 @@ glue("primer_trace_kib", round(size_kib, 1))
 #   not help it.
 # - Read the per-step table and the timeline, not only the summary: order and nesting
 #   are where the stories are.
-# - Guess before you look. In the next chapter the guess for hand-written attention will be
-#   wrong by exactly one op, and that op costs a full copy of the attention scores.
+# - Guess before you look, then let the trace correct you. Next, hand-written attention:
+#   guess its ops before the trace shows them.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/00_profiler_primer.ipynb), with automatic checks, hints and hidden solutions.

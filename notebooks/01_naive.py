@@ -13,8 +13,8 @@
 #   the attention scores;
 # - count copies by the bytes they move, not by their names;
 # - find the hand-written attention core in a real model's GPU step, compute its S×S score
-#   tensor's bytes from the recorded shapes, and see the kernels that only move it outlast the
-#   GEMMs;
+#   tensor's bytes from the recorded shapes, and see the [kernels](glossary.md#kernel) that only
+#   move it outlast the [GEMMs](glossary.md#gemm);
 # - read a forward's peak and total memory from the trace's allocations, and see both grow with
 #   S².
 #
@@ -30,6 +30,7 @@
 
 # %%
 import math
+import operator
 
 import torch
 
@@ -63,7 +64,7 @@ show_source(NaiveAttention)
 naive = kernels.get("naive")
 out = naive(q, k, v, causal=True)
 verdict = reference.judge(out, q, k, v, causal=True)  # fp32: 1e-5 relative; 16-bit: FlashAttention's rule
-lesson(verdict.ok, "naive attention matches the float64 reference by the course's rule", str(verdict))
+lesson(verdict.ok, "naive attention matches the float64 reference within its dtype's tolerance", str(verdict))
 glue("naive_err", verdict["out"].error)
 
 # %% [markdown]
@@ -73,7 +74,7 @@ glue("naive_err", verdict["out"].error)
 # the trace, in order, before looking.
 
 # %%
-guess = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # edit me
+guess: list[str] = []  # edit me: op names in order, as chapter 0's trace wrote them (aten::...)
 
 # %%
 run = record.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
@@ -84,7 +85,7 @@ called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "at
 lesson(top == called, "the ops forward calls appear at the top of the trace exactly as written", ", ".join(top))
 
 # %% [markdown]
-# The top level agrees. The story is one level down. Here is every op of one recorded
+# The top level is the five calls of `forward`, in order. The story is one level down. Here is every op of one recorded
 # forward that does work (views hidden), indented under the op that called it:
 
 # %%
@@ -119,8 +120,9 @@ glue("naive_copy_share", f"{100 * copy_ms / (step.cpu_time_us / 1e3):.0f}")
 glue("naive_step_ms", f"{step.cpu_time_us / 1e3:.2f}")
 
 # %% [markdown]
-# The copy moves {glue:text}`naive_copy_mib` MiB and took {glue:text}`naive_copy_ms` ms, about
-# {glue:text}`naive_copy_share`% of this {glue:text}`naive_step_ms` ms forward. Here is the
+# The copy moves {glue:text}`naive_copy_mib` MiB; in this profiled forward the trace shows it
+# taking {glue:text}`naive_copy_ms` ms, {glue:text}`naive_copy_share`% of the
+# {glue:text}`naive_step_ms` ms step. Here is the
 # same step as a timeline; copies are drawn in red:
 
 # %%
@@ -203,9 +205,9 @@ glue("tf_share", f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}"
 guess_scores_gib = 1.0  # edit me: one long call's score tensor, in GiB
 
 # %%
-call = max(tf_report.calls, key=lambda c: c.gpu_us)   # the longest
+call = max(tf_report.calls, key=operator.attrgetter("gpu_us"))   # the longest
 scores = tables.score_tensor(call)
-reveal(guess_scores_gib, round(scores["bytes"] / 2**30, 2), "one score tensor (GiB)")
+reveal(guess_scores_gib, round(scores["bytes"] / 2**30, 2), "one score tensor (GiB)", source="its recorded shape")
 lesson(scores["shape"][-2:] == [call.sq, call.sk] and scores["bytes"] == math.prod(scores["shape"]) * 2,
        "the score tensor is B·H × S × S bfloat16 elements, as this chapter's S×S lesson counts them",
        f"{tables.shape_text(scores['shape'])} {scores['dtype']} = {scores['bytes']:,} bytes")
@@ -246,7 +248,7 @@ glue("tf_mul_pct", f"{100 * mul_share:.0f}")
 # The two GEMMs do the arithmetic in {glue:text}`tf_gemm_ms` ms; the scale and the softmax,
 # which compute almost nothing, take {glue:text}`tf_elementwise_ms` ms, because each reads the
 # whole score tensor from memory and writes it back. The scale alone streams it at
-# {glue:text}`tf_mul_tbps` TB/s, {glue:text}`tf_mul_pct`% of the H100's memory bandwidth: it
+# {glue:text}`tf_mul_tbps` TB/s, {glue:text}`tf_mul_pct`% of the H100's [HBM](glossary.md#hbm) bandwidth: it
 # cannot go much faster, and only fewer bytes would help. (The three `copy_` kernels copy `q`,
 # `k` and `v` into contiguous buffers for `bmm`: more copies nobody wrote.) The S×S tensor is what
 # a hand-written core costs, on a CPU and on the fastest GPU alike; the fused kernels of

@@ -11,7 +11,7 @@
 #
 # - prove that a change did what it claims: the same output bit for bit, and `tracediff.diff`
 #   listing exactly the ops that went;
-# - tell total allocation from peak memory: one S×S allocation fewer, the same peak;
+# - tell total allocation from peak memory, and which of the two removing a copy lowers;
 # - compare two forwards' times apart from the profiler, and when to call neither one faster;
 # - see when an in-place op breaks autograd, and why `masked_fill_` does not;
 # - find the copies in a real model's step by their bytes, trace each to the Python call and
@@ -27,21 +27,21 @@
 # %% [parameters]
 
 # %%
-import matplotlib.pyplot as plt
+import functools
+
 import pandas as pd
 import torch
 
 import kernels
 from kernels import borrowed, recorded, reference
-from kernels.attention.inplace import InplaceAttention
+from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout
 from kernels.bench import comparison
 from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
-from kernels.trace import diff as tracediff, reader, record, tables, timeline
+from kernels.trace import diff as tracediff, reader, record, tables
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
-naive, inplace = kernels.get("naive"), kernels.get("inplace")
 
 # %% [markdown]
 # ## The change
@@ -58,10 +58,10 @@ show_source(InplaceAttention)
 # just close to the naive one: it is bit for bit the same.
 
 # %%
-same = torch.equal(naive(q, k, v), inplace(q, k, v))
-lesson(same, "naive and in-place attention return bit-identical outputs")
-verdict = reference.judge(inplace(q, k, v), q, k, v)
-lesson(verdict.ok, "in-place attention matches the float64 reference by the course's rule", str(verdict))
+lesson(torch.equal(kernels.get("naive")(q, k, v), kernels.get("inplace")(q, k, v)),
+       "naive and in-place attention return bit-identical outputs")
+verdict = reference.judge(kernels.get("inplace")(q, k, v), q, k, v)
+lesson(verdict.ok, "in-place attention matches the float64 reference within its dtype's tolerance", str(verdict))
 
 # %% [markdown]
 # ## The copy is gone
@@ -72,7 +72,6 @@ lesson(verdict.ok, "in-place attention matches the float64 reference by the cour
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in ("naive", "inplace")}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
-scores_shape = [batch, heads, seq, seq]
 scores_bytes = batch * heads * seq * seq * q.element_size()
 
 big_copies = {name: len(s.copies(min_bytes=scores_bytes)) for name, s in step.items()}
@@ -83,10 +82,12 @@ lesson(step["inplace"].find("aten::clone").empty, "no aten::clone is left in the
 # %% [markdown]
 # What exactly changed? `tracediff.diff` matches every op of one forward with the other's by
 # name *and* input shapes (a view or a bare allocation counts towards the op that called it)
-# and keeps the rows whose count or allocated bytes differ:
+# and keeps the rows whose count or allocated bytes differ. Given every recorded forward of
+# each, it reports each row's self time as the median over them: one profiled step is one
+# sample, and on a busy machine any op in it can stall for milliseconds.
 
 # %%
-changes = tracediff.diff(step["naive"], step["inplace"])
+changes = tracediff.diff(runs["naive"].steps(), runs["inplace"].steps())
 changes.table()
 
 # %% [markdown]
@@ -96,16 +97,11 @@ changes.table()
 # work is the same in both traces:
 
 # %%
-#| caption: What changed between one naive and one in-place forward. Only rows whose count or allocation differs are drawn, one bar per step that has them: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums every row that matched.
+#| caption: What changed between the naive and the in-place forward. Only rows whose count or allocation differs are drawn, one bar per side that has them, each the row's median self time over the recorded forwards: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums every row that matched.
 #| alt: Horizontal bar chart of self time per changed op; every bar belongs to the naive forward (copy_, masked_fill, clone), the copy_ the longest.
 changed = changes.changed().query("kind == 'op'")  # CPU ops here; the GPU section below checks kernels
-expected = {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"}
-lesson(set(changed["name"]) <= expected, "the only ops that differ are the mask step and its clone",
-       ", ".join(changed["name"]))
-copy_rows = changes.ops[changes.ops["name"] == "aten::copy_"]
-gone = changed[changed["name"] == "aten::copy_"]
-lesson(copy_rows["count_change"].sum() == -1 and gone["shapes"].str.startswith(str(tuple(scores_shape))).all(),
-       "the in-place forward runs exactly one copy_ fewer", f"the {batch}×{heads}×{seq}×{seq} one")
+lesson(set(changed["name"]) <= {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"},
+       "the only ops that differ are the mask step and its clone", ", ".join(changed["name"]))
 changes.figure()
 
 # %%
@@ -113,7 +109,7 @@ changes.figure()
 display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
-# ## One S×S allocation fewer, same peak
+# ## Total allocation and peak
 #
 # Removing the clone removes an allocation of exactly one scores tensor. Will the *peak*
 # move too? Guess, in S×S buffers, before reading on:
@@ -122,60 +118,51 @@ display(links(runs["naive"]), links(runs["inplace"]))
 guess_peak_drop = 1  # how many S×S buffers lower will the in-place forward's peak be? edit me
 
 # %% [markdown]
-# Each step of the forward replaces the tensor before it: in the naive version the
-# clone takes the place of the scaled scores (freed as soon as `scores` is rebound), and the
-# softmax reads the clone and writes its own output. So at the busiest moment two S×S
-# tensors are alive in either version: the softmax's input and its output. The memory
-# events say how many S×S tensors were alive at once:
+# The trace's memory events give each forward's peak, its total allocation, and how many
+# S×S tensors were alive at once:
 
 # %%
-mem = pd.DataFrame({name: {"peak (MiB)": mib(s.peak_bytes), "allocated (MiB)": mib(s.allocated_bytes),
-                           "CPU time (ms)": s.cpu_time_us / 1e3, "ops": len(s.ops)}
+mem = pd.DataFrame({name: {"peak (MiB)": mib(s.peak_bytes), "allocated (MiB)": mib(s.allocated_bytes), "ops": len(s.ops)}
                     for name, s in step.items()}).T.round(2)
 display(mem)
+reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
+       "the peak's drop, in S×S buffers")
 saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
 lesson(saved == scores_bytes, "the in-place forward allocates exactly one S×S scores tensor less",
        f"{mib(saved):.2f} MiB = {batch}×{heads}×{seq}×{seq}×{q.element_size()} bytes")
 lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory is the same for both")
 alive = {name: s.most_alive(scores_bytes) for name, s in step.items()}   # S×S-sized tensors alive at once
-reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
-       "the peak's drop, in S×S buffers")
 lesson(alive == {"naive": 2, "inplace": 2}, "at most two S×S tensors are alive at once, in either version",
        f"most alive at once: {alive}")
 glue("inplace_saved_mib", mib(saved))
 glue("inplace_ops_fewer", len(step["naive"].ops) - len(step["inplace"].ops))
 
 # %% [markdown]
-# The in-place forward allocates {glue:text}`inplace_saved_mib:.1f` MiB less and dispatches
-# {glue:text}`inplace_ops_fewer` fewer ops. Is it faster? Profiled steps are a poor clock
-# (the profiler adds its own overhead to every op), so the cell below times both forwards
-# apart from the profiler, alternating them call by call, and calls one faster only when
-# its slowest tenth of calls beats the other's fastest tenth (`kernels.bench.compare`):
+# The peak did not move. Each step of the forward replaces the tensor before it: in the naive
+# version the clone takes the place of the scaled scores (freed as soon as `scores` is
+# rebound), and the softmax reads the clone and writes its own output. So at the busiest
+# moment two S×S tensors are alive in either version, the softmax's input and its output,
+# and removing the clone lowers the total allocated by {glue:text}`inplace_saved_mib:.1f` MiB,
+# not the peak. The in-place forward also dispatches {glue:text}`inplace_ops_fewer` fewer ops.
+#
+# Is it faster? It skips one S×S copy: {glue:text}`inplace_saved_mib:.1f` MiB read and as many
+# written per forward, out of a forward whose matmuls, scale, mask and softmax each pass over
+# the same S×S data. The cell below times both forwards apart from the profiler, alternating
+# them call by call, with chapter 0's spread check:
 
 # %%
-timing = comparison.compare({"naive": lambda: naive(q, k, v), "inplace": lambda: inplace(q, k, v)},
-                       device=device, rounds=15)
-print(timing.verdict())
-glue("timing_verdict", timing.verdict())
+timing = comparison.compare({name: functools.partial(kernels.get(name), q, k, v) for name in ("naive", "inplace")},
+                            device=device, rounds=15)
+medians = ", ".join(f"{n} {ms:.3g} ms" for n, ms in timing.median_ms.items())
+lesson(timing.faster() != "naive", "timed apart from the profiler, the naive forward is never the faster one", medians)
+glue("timing_reading", {
+    "inplace": f"Timed apart from the profiler the in-place forward is the faster one ({medians}, by the medians "
+               f"{100 * (1 - timing.median_ms['inplace'] / timing.median_ms['naive']):.0f}% less)",
+    None: "On this run the two ranges overlapped, so this page shows no time for them: one copy among the "
+          "forward's S×S passes is a difference within this machine's spread"}[timing.faster()])
 
 # %% [markdown]
-# On this run: {glue:text}`timing_verdict`. One S×S copy less is a small share of a forward
-# whose matmuls and softmax each touch the same S×S data, so the difference is small next to
-# a busy machine's noise. The showdown chapter benchmarks every variant. Side by side, one
-# profiled forward of each:
-
-# %%
-#| caption: One profiled forward of each, on one time axis: the naive forward (top) has the red `clone` and `copy_` under its `masked_fill`, the in-place one (bottom) runs `masked_fill_` with nothing under it. Single profiled steps: their lengths are not a benchmark.
-#| alt: Two timelines on a shared time axis, naive above and inplace below, with the same sequence of matmul, mul, mask, softmax and matmul; only the naive one has copy bars.
-# One time axis for both (it spans the longer step); each panel's legend lists what it draws.
-fig, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
-for ax, name in zip(axes, ("naive", "inplace")):
-    timeline.timeline(step[name], ax=ax, title=f"{name}: one forward")
-fig.tight_layout()
-
-# %%
-# The two traces behind this figure: download them, or open them in Perfetto.
-display(links(runs["naive"]), links(runs["inplace"]))
+# {glue:text}`timing_reading`. The showdown chapter benchmarks every variant.
 
 # %% [markdown]
 # ## When in place breaks autograd
@@ -187,13 +174,8 @@ display(links(runs["naive"]), links(runs["inplace"]))
 # in-place dropout) breaks the backward pass:
 
 # %%
+show_source(attention_with_inplace_dropout)
 qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
-
-def attention_with_inplace_dropout(q, k, v):
-    probs = torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
-    probs.mul_(torch.rand_like(probs) > 0.1)  # in-place dropout on what softmax saved
-    return probs @ v
-
 try:
     attention_with_inplace_dropout(qg, kg, vg).sum().backward()
     error = None
@@ -208,18 +190,15 @@ lesson(error is not None and "modified by an inplace operation" in error,
 # gradients equal the naive version's.
 
 # %%
-grads = {}
-for name in ("naive", "inplace"):
-    qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
-    kernels.get(name)(qg, kg, vg).square().sum().backward()
-    grads[name] = (qg.grad, kg.grad, vg.grad)
+grads = {name: torch.autograd.grad(kernels.get(name)(qg, kg, vg).square().sum(), (qg, kg, vg))
+         for name in ("naive", "inplace")}
 lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
        "in-place masking gives the same gradients as the out-of-place version")
 
 # %% [markdown]
 # ## On a GPU
 #
-# The source article's A100 trace goes from 6 kernels to **5**: the Memcpy disappears, and
+# The source article's A100 trace goes from 6 [kernels](glossary.md#kernel) to **5**: the Memcpy disappears, and
 # the mask step dispatches fewer CPU ops. When this page runs on a GPU (or the book's own
 # recording of it exists), a hidden cell below checks the same on that run.
 
@@ -228,11 +207,9 @@ lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, step, "02_inplace", ["naive", "inplace"])
 if len(gpu_steps) == 2:
     print(f"GPU run: {gpu_source}")
-    activities = {n: len(s.gpu_work) for n, s in gpu_steps.items()}
-    copies = {n: int((s.gpu_work["cat"] == "gpu_memcpy").sum()) for n, s in gpu_steps.items()}
-    lesson(activities == {"naive": 6, "inplace": 5}, "the GPU track goes from 6 activities to 5, as on the article's A100",
-           f"naive {activities['naive']}, in-place {activities['inplace']}")
-    lesson(copies == {"naive": 1, "inplace": 0}, "the activity that disappeared is the copy", str(copies))
+    counts = {n: (len(s.gpu_work), int((s.gpu_work["cat"] == "gpu_memcpy").sum())) for n, s in gpu_steps.items()}
+    lesson(counts == {"naive": (6, 1), "inplace": (5, 0)}, "the GPU track goes from 6 activities to 5, as on the "
+           "article's A100, and the one that went is the copy", f"(activities, copies): {counts}")
 
 # %% [markdown]
 # ### A copy a real model did not need
@@ -256,8 +233,6 @@ groups = tables.copy_groups(qwen_step)
 display(groups.drop(columns=["frame"]))
 by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=False)
 display(reveal([guess_module], [by_module.index[0]], "the module whose copies move the most bytes"))
-lesson(qwen_step.copies()["size_known"].all(), "every copy in the step has its size: the trace recorded shapes and types",
-       f"{len(qwen_step.copies())} copies")
 rotary = by_module.get("Qwen2RotaryEmbedding", 0.0)
 lesson(rotary < 1, "the rotary embedding's copies are small casts, under 1 MiB in all", f"{rotary:.2f} MiB")
 glue("qwen_copies", len(qwen_step.copies()))
@@ -292,22 +267,21 @@ lesson(sdpa["input_dims"][3] == [] and sdpa["concrete_inputs"][5] == "True", "th
        f"attn_mask dims {sdpa['input_dims'][3]}, is_causal {sdpa['concrete_inputs'][5]}")
 sdpa_copies = groups[groups["frame"].str.endswith("sdpa_attention_forward")]
 glue("qwen_sdpa_copies", int(sdpa_copies["count"].sum()))
-glue("qwen_sdpa_gib", f"{sdpa_copies['MiB total'].sum() / 1024:.2f}")
-glue("qwen_sdpa_ms", f"{sdpa_copies['GPU µs'].sum() / 1e3:.1f}")
-glue("qwen_sdpa_pct", f"{100 * sdpa_copies['GPU µs'].sum() / qwen_step.gpu_time_us:.0f}")
+glue("qwen_sdpa_cost", f"{sdpa_copies['MiB total'].sum() / 1024:.2f} GiB, {sdpa_copies['GPU µs'].sum() / 1e3:.1f} ms of GPU "
+                       f"time, {100 * sdpa_copies['GPU µs'].sum() / qwen_step.gpu_time_us:.0f}% of the step's")
 
 # %% [markdown]
 # So: the projections (and the rotary embedding after them) left `q`, `k` and `v` laid out as
 # [batch, seq, heads, head_dim], the layout
-# FlashAttention reads, and the model viewed them as [batch, heads, seq, head_dim] for SDPA.
+# FlashAttention reads, and the model viewed them as [batch, heads, seq, head_dim] for
+# [SDPA](glossary.md#sdpa).
 # `.contiguous()` rewrote each one in the viewed layout; SDPA's flash path then viewed the copy
 # back as [batch, seq, heads, head_dim], now strided; its output came back in the copied
 # layout, and one more `.contiguous()` copied it once more. Transformers' source gives the
 # reason next to those calls: "SDPA with memory-efficient backend is bugged with non-contiguous
 # inputs and custom attn_mask for some torch versions" (pytorch/pytorch issue 112577). This
 # step passed no mask and ran the flash backend, so the workaround did not apply to it: for
-# this run the {glue:text}`qwen_sdpa_copies` copies ({glue:text}`qwen_sdpa_gib` GiB,
-# {glue:text}`qwen_sdpa_ms` ms of GPU time, {glue:text}`qwen_sdpa_pct`% of the step's) were
+# this run the {glue:text}`qwen_sdpa_copies` copies ({glue:text}`qwen_sdpa_cost`) were
 # not needed. They are needed where the workaround applies (a padding mask on an affected
 # torch with the memory-efficient backend), which is why a library cannot simply drop them,
 # and why the trace, not the code, tells you what they cost here.

@@ -2,9 +2,9 @@
 # # 3. One call: `scaled_dot_product_attention`
 #
 # Chapters 1 and 2 wrote attention by hand. PyTorch has it as one function,
-# `F.scaled_dot_product_attention(q, k, v, is_causal=True)` (SDPA), and behind that one
-# call sit several implementations, called *backends*: a plain-PyTorch **math** fallback,
-# a CUTLASS **memory-efficient** kernel, **FlashAttention-2**, and **cuDNN**'s generated
+# `F.scaled_dot_product_attention(q, k, v, is_causal=True)` ([SDPA](glossary.md#sdpa)), and
+# behind that one call sit several implementations, called *backends*: a plain-PyTorch
+# **math** fallback, a CUTLASS **memory-efficient** [kernel](glossary.md#kernel), **FlashAttention-2**, and **cuDNN**'s generated
 # kernel. SDPA picks one per call; we can pin one and profile it on its own.
 #
 # The guess most of us make: one call instead of five ops, so the trace gets simpler. For
@@ -12,7 +12,7 @@
 # reasons (an fp32 upcast, a mask rebuilt on every call, a NaN guard) are what this
 # chapter reads out of the trace. This part is about the call itself: which backend SDPA
 # picks and why, and the math backend taken apart. The fused backends, their single
-# kernels, their occupancy and their memory are the [second part](03b_sdpa_fused.ipynb).
+# kernels, their [occupancy](glossary.md#occupancy) and their memory are the [second part](03b_sdpa_fused.ipynb).
 #
 # **You will learn to:**
 #
@@ -22,7 +22,7 @@
 #   MI300X, and check the backend it took against the rules, from the inputs the trace recorded;
 # - diff the math backend against chapter 2's module op by op, and read its extra ops in the
 #   trace;
-# - find the math backend's three costs: the fp32 upcast (and the GEMM kernel names that show
+# - find the math backend's three costs: the fp32 upcast (and the [GEMM](glossary.md#gemm) kernel names that show
 #   it), a causal mask rebuilt on every call, and the NaN guards of `_safe_softmax`.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb) and [2. In
@@ -64,9 +64,9 @@ print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {de
 # %%
 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
 verdict = reference.judge(out, q, k, v, causal=True)
-lesson(verdict.ok, "SDPA matches the float64 reference by the course's rule", str(verdict))
+lesson(verdict.ok, "SDPA matches the float64 reference within its dtype's tolerance", str(verdict))
 both = reference.judge(kernels.get("inplace")(q, k, v), q, k, v, causal=True)
-lesson(both.ok, "so does the hand-written in-place module: the two agree to within the rule",
+lesson(both.ok, "so does the hand-written in-place module: the two agree within that tolerance",
        f"SDPA {verdict['out'].error:.1e}, in-place {both['out'].error:.1e}, bound {verdict['out'].bound:.1e}")
 
 # %% [markdown]
@@ -95,16 +95,14 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree to with
 # for a newer version:
 
 # %%
-predictions = pd.DataFrame([{"GPU": gpu, "dtype": str(dt).replace("torch.", ""), "head_dim": d,
-                             "unpinned SDPA picks": kernels.attention.sdpa.predicted_backend(cap, dt, d, cudnn_version=92000,
-                                                                                  deprioritized=deprioritized),
-                             "note": note}
-                            for gpu, cap, dt, d, deprioritized, note in [
-                                ("A100 (sm_80)", (8, 0), torch.bfloat16, 64, False, "the default order"),
-                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, False, "cuDNN first"),
-                                ("H200 (sm_90)", (9, 0), torch.bfloat16, 64, True, "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
-                                ("H200 (sm_90)", (9, 0), torch.float32, 64, False, "flash and cuDNN take 16 bits only"),
-                                ("T4 (sm_75)", (7, 5), torch.float16, 64, False, "no flash before sm_80")]])
+cases = [("A100 (sm_80)", (8, 0), torch.bfloat16, False, "the default order"),
+         ("H200 (sm_90)", (9, 0), torch.bfloat16, False, "cuDNN first"),
+         ("H200 (sm_90)", (9, 0), torch.bfloat16, True, "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
+         ("H200 (sm_90)", (9, 0), torch.float32, False, "flash and cuDNN take 16 bits only"),
+         ("T4 (sm_75)", (7, 5), torch.float16, False, "no flash before sm_80")]
+predictions = pd.DataFrame([{"GPU": gpu, "dtype (head dim 64)": str(dt)[6:], "note": note, "unpinned SDPA picks":
+                             kernels.attention.sdpa.predicted_backend(cap, dt, 64, cudnn_version=92000, deprioritized=dep)}
+                            for gpu, cap, dt, dep, note in cases])
 display(predictions.set_index("GPU"))
 lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules the same bf16 call picks flash on an A100 and cuDNN on an H200 (cuDNN 9.20)")
@@ -115,18 +113,15 @@ lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_c
 # `torch.backends.cuda.can_use_flash_attention(torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, True, False), debug=True)`
 # (`can_use_efficient_attention` and `can_use_cudnn_attention` likewise; on a CPU-only build
 # they simply return False). PyTorch exposes the final decision as `torch._fused_sdp_choice`;
-# `kernels.attention.sdpa.default_backend_name` translates it into the course's names, and
+# `kernels.attention.sdpa.default_backend_name` translates it into this book's names, and
 # `kernels.attention.sdpa.probe` simply tries every backend pinned on its own:
 
 # %%
 chosen = kernels.attention.sdpa.default_backend_name(q, k, v)
 probed = kernels.attention.sdpa.probe(q, k, v)
-print("unpinned SDPA picks:", chosen)
 display(pd.DataFrame({"runs on these inputs": {n: r is None for n, r in probed.items()},
                       "why not": {n: r or "" for n, r in probed.items()}}))
-runnable = [n for n, r in probed.items() if r is None]
-pinned_out = kernels.get(chosen)(q, k, v)
-lesson(torch.equal(out, pinned_out), f"unpinned SDPA is exactly the {chosen} backend pinned",
+lesson(torch.equal(out, kernels.get(chosen)(q, k, v)), f"unpinned SDPA is exactly the {chosen} backend pinned",
        "bit-identical outputs")
 glue("default_backend", chosen)
 
@@ -139,20 +134,13 @@ if device.type == "cuda":
 # %% [markdown]
 # Here the unpinned call picked **{glue:text}`default_backend`**. Pinning is done with the
 # `torch.nn.attention.sdpa_kernel` context manager, as the source article's scripts do.
-# The course wraps each backend in a registry function that pins it, so `sdpa_math` is
-# always the math backend and fails loudly (with PyTorch's own reason) rather than
-# quietly falling back to another one:
+# This book wraps each backend in a function that pins it, so `sdpa_math` is always the
+# math backend and fails loudly (with PyTorch's own reason) rather than quietly falling
+# back to another one. On this machine the table above already says which backends
+# refuse these inputs, and why:
 
 # %%
 show_source(kernels.attention.sdpa.pinned)
-
-# %% [markdown]
-# Before running anything, the registry can already say what cannot run on this device,
-# and why (`kernels.available(device)`; `None` means it runs here):
-
-# %%
-avail = kernels.available(device)
-display(pd.Series({n: r or "runs here" for n, r in avail.items()}, name="kernels.available").to_frame())
 if device.type == "cpu":
     lesson(chosen == "sdpa_flash", "on a CPU, unpinned SDPA uses PyTorch's CPU flash kernel")
     lesson(probed["sdpa_efficient"] is not None and probed["sdpa_cudnn"] is not None,
@@ -223,12 +211,11 @@ display(pd.DataFrame({qwen[gpu].gpu(qwen_trace[gpu]): {"calls": len(calls), **ca
                      for gpu, calls in qwen_calls.items()}).T)
 for gpu, calls in qwen_calls.items():
     lesson(len({(str(c.q), c.dtype, c.is_causal, c.attn_mask is None, c.backend) for c in calls}) == 1,
-           f"all {len(calls)} SDPA calls on the {gpu.upper()} have the same inputs and took the same backend",
-           f"{calls[0].backend}")
-h100_call, h100_props = qwen_calls["h100"][0], qwen_trace["h100"].device_properties[0]
-h100_cap = (h100_props["computeMajor"], h100_props["computeMinor"])
+           f"all {len(calls)} SDPA calls on the {gpu.upper()} have the same inputs and took the same backend", str(calls[0].backend))
+h100_call = qwen_calls["h100"][0]
+h100_cap = tuple(qwen_trace["h100"].device_properties[0][f"compute{part}"] for part in ("Major", "Minor"))
 h100_torch = qwen["h100"].torch_version(qwen_trace["h100"])
-lesson(h100_call.rules_reason() is None, "the recorded call is one the course's rules describe: no mask, no dropout, "
+lesson(h100_call.rules_reason() is None, "the recorded call is one the backend rules above describe: no mask, no dropout, "
        "causal with Sq == Sk", f"q {h100_call.q}, k {h100_call.k}")
 rules_say = kernels.attention.sdpa.predicted_backend(h100_cap, h100_call.dtype, h100_call.head_dim, torch_version=h100_torch)
 lesson(rules_say == h100_call.backend, f"by the backend rules of torch {h100_torch} on compute capability "
@@ -247,8 +234,8 @@ glue("qwen_calls", len(qwen_calls["h100"]))
 # predates torch 2.9, where cuDNN moved to the front on the H100 (it had been made opt-in
 # after bugs in 2.5.0). Asked about a torch of today, the same rules put this call on cuDNN:
 # the backend is a fact about the inputs, the GPU *and* the torch version. The MI300X's
-# compute capability (9.4 in its trace) is AMD's numbering, not CUDA's, and the course's
-# rules are CUDA's; what the trace shows there is that PyTorch's ROCm build took the same
+# compute capability (9.4 in its trace) is AMD's numbering, not CUDA's, and the rules above
+# are CUDA's; what the trace shows there is that PyTorch's ROCm build took the same
 # flash backend for the same inputs and ran it on AMD's kernel. Part two reads that H100
 # flash kernel's footprint.
 
@@ -258,7 +245,7 @@ glue("qwen_calls", len(qwen_calls["h100"]))
 # Same schedule as before, same inputs, one label per variant; chapter 2's in-place module
 # is profiled again so that the comparisons below set like against like.
 # Before the reveal: the hand-written module does five things (matmul, scale, mask,
-# softmax, matmul). How many ops doing work (`Step.work_ops`: no views or bare
+# softmax, matmul). How many ops doing work (ops that compute: no views, no bare
 # allocations) do you expect one forward of SDPA's math backend to run on this machine?
 
 # %%
@@ -269,8 +256,12 @@ variants = ["inplace", "sdpa_math"]
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in variants}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
-work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # the course's one definition
-print({name: f"{n} ops doing work" for name, n in work_ops.items()})
+work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # no views, no bare allocations
+reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
+lesson(work_ops["sdpa_math"] > work_ops["inplace"], "the math backend dispatches more ops per forward than the "
+       "hand-written in-place module", f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+glue("math_ops", work_ops["sdpa_math"])
+glue("inplace_ops", work_ops["inplace"])
 
 # %% tags=["remove-input"]
 # The math backend's GPU run, where there is one: this run's own on a GPU, else the book's recording.
@@ -285,73 +276,56 @@ if gpu_steps:
 # The source article's first surprise: on its A100, the math backend launched **20
 # kernels** per forward where the hand-written in-place version launched **5**, and its
 # forward was 3.7x slower (7.239 ms against 1.955 ms of GPU time per forward). The CPU
-# trace shows the same inflation as ops:
-
-# %%
-glue("math_ops", work_ops["sdpa_math"])
-glue("inplace_ops", work_ops["inplace"])
-reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
-lesson(work_ops["sdpa_math"] > work_ops["inplace"],
-       "the math backend dispatches more ops per forward than the hand-written in-place module",
-       f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+# trace shows the same inflation as ops: {glue:text}`math_ops` ops doing work against
+# {glue:text}`inplace_ops`.
 
 # %% tags=["remove-input"]
 if {"sdpa_math", "inplace"} <= set(gpu_steps):
     n_kernels = {n: int((gpu_steps[n].gpu_work["cat"] == "kernel").sum()) for n in ("inplace", "sdpa_math")}
-    print(f"kernels per forward ({gpu_source}):", n_kernels)
-    lesson(n_kernels["sdpa_math"] > n_kernels["inplace"],
-           "the math backend launches more GPU kernels per forward than the in-place module",
-           f"{n_kernels['sdpa_math']} vs {n_kernels['inplace']}, {gpu_source}")
+    lesson(n_kernels["sdpa_math"] > n_kernels["inplace"], "the math backend launches more GPU kernels per forward "
+           "than the in-place module", f"kernels per forward: {n_kernels}, {gpu_source}")
 
 # %% [markdown]
-# {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. To see what they
-# are, here is the math backend written out in Python, one ATen op per line, as
-# `kernels.attention.sdpa.math_decomposed`. It mirrors ATen's `_scaled_dot_product_attention_math`:
+# To see what those ops are, here is the math backend written out in Python, one ATen op per
+# line, as `kernels.attention.sdpa.math_decomposed`. It mirrors ATen's
+# `_scaled_dot_product_attention_math`:
 
 # %%
 show_source(kernels.attention.sdpa.math_decomposed)
 
 # %%
-same = torch.equal(kernels.attention.sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v))
-lesson(same, "math_decomposed returns the math backend's output bit for bit")
+lesson(torch.equal(kernels.attention.sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v)),
+       "math_decomposed returns the math backend's output bit for bit")
 tables.op_table(step["sdpa_math"])
 
 # %% [markdown]
-# Which of those ops are new? `tracediff.diff`, chapter 2's tool, matches one forward of the
-# in-place module with one of the math backend, op by op, by name *and* input shapes, and
-# keeps the rows whose count or allocated bytes differ:
+# Which of those ops are new? `tracediff.diff`, chapter 2's tool, matches the in-place
+# module's forward with the math backend's, op by op, by name *and* input shapes, keeps the
+# rows whose count or allocated bytes differ, and gives each row's median self time over the
+# recorded forwards:
 
 # %%
-changes = tracediff.diff(step["inplace"], step["sdpa_math"])
+changes = tracediff.diff(runs["inplace"].steps(), runs["sdpa_math"].steps())
 changes.table()
 
 # %%
-#| caption: The rows that differ between the in-place module and SDPA's math backend. Red bars: ops only the in-place forward runs (its cached mask applied with `masked_fill_`, its scale on the S×S scores). Blue bars: ops only the math backend runs (the mask built anew, the scale split over q and k, its softmax's NaN guard).
+#| caption: The rows that differ between the in-place module and SDPA's math backend, each bar a row's median self time over the recorded forwards. Red bars: ops only the in-place forward runs (its cached mask applied with `masked_fill_`, its scale on the S×S scores). Blue bars: ops only the math backend runs (the mask built anew, the scale split over q and k, its softmax's NaN guard).
 #| alt: Horizontal bar chart of self time per changed op: two red bars for inplace-only ops and about ten blue bars for math-backend-only ops such as isneginf, all, where, tril and add_.
 only_inplace, only_math = changes.only_in("inplace"), changes.only_in("sdpa_math")
-scores_dims, qk_dims = str((batch, heads, seq, seq)), (str((batch, heads, seq, head_dim)), str((batch, heads, head_dim, seq)))
-inplace_muls = only_inplace.loc[only_inplace["name"] == "aten::mul", "shapes"]
-math_muls = only_math.loc[only_math["name"] == "aten::mul", "shapes"]
-lesson("aten::masked_fill_" in set(only_inplace["name"]) and inplace_muls.str.startswith(scores_dims).any(),
+inplace_muls, math_muls = (d.loc[d["name"] == "aten::mul", "shapes"] for d in (only_inplace, only_math))
+lesson("aten::masked_fill_" in set(only_inplace["name"]) and inplace_muls.str.startswith(str((batch, heads, seq, seq))).any(),
        "only the in-place module applies a cached mask with masked_fill_ and scales the S×S scores",
        ", ".join(sorted(set(only_inplace["name"]))))
 lesson({"aten::ones", "aten::tril", "aten::where", "aten::add_"} <= set(only_math["name"]),
        "only the math backend builds the causal mask (ones, tril, where) and adds it (add_)")
-lesson({"aten::_safe_softmax", "aten::isneginf", "aten::all"} <= set(only_math["name"]),
-       "only the math backend runs _safe_softmax with its guards (isneginf, all)")
-lesson(all(math_muls.str.startswith(dims).any() for dims in qk_dims),
+lesson(all(math_muls.str.startswith(str(dims)).any() for dims in ((batch, heads, seq, head_dim), (batch, heads, head_dim, seq))),
        "the math backend scales q and k, S×D tensors, instead of the S×S scores",
        ", ".join(math_muls))
-changed_names = set(changes.changed()["name"])
-if dtype == torch.float32:
-    lesson(not {"aten::bmm", "aten::_softmax"} & changed_names,
-           "in float32 the matmuls and the softmax itself are matched: same count, same bytes")
-else:
-    lesson("aten::bmm" in changed_names, "at 16 bits even the matmuls differ: the math backend's are float32")
+lesson(("aten::bmm" in set(changes.changed()["name"])) == (dtype != torch.float32),
+       "the matmuls differ only at 16 bits, where the math backend's run in float32", f"run in {dtype}")
 changes.figure()
 
 # %%
-# The two traces behind this figure: download them, or open them in Perfetto.
 display(links(runs["inplace"]), links(runs["sdpa_math"]))
 
 # %% [markdown]
@@ -373,21 +347,14 @@ display(links(runs["inplace"]), links(runs["sdpa_math"]))
 
 # %%
 glue("run_dtype", str(dtype).replace("torch.", ""))
-seq16 = 64
-q16, k16, v16 = inputs(1, 2, seq16, 16, dtype=torch.bfloat16, device=device)
+q16, k16, v16 = inputs(1, 2, 64, 16, dtype=torch.bfloat16, device=device)
 small = record.profile(kernels.get("sdpa_math"), q16, k16, v16, label="sdpa_math_bf16",
-                          wait=0, warmup=1, active=1, trace_dir=trace_dir).step()
-copies = small.find("aten::copy_")
-upcasts = copies[[t[:2] == ["float", "c10::BFloat16"] and d[0] == list(q16.shape)
-                  for t, d in zip(copies["input_types"], copies["input_dims"])]]
-downcasts = copies[[t[:2] == ["c10::BFloat16", "float"] for t in copies["input_types"]]]
-bmm_types = {tuple(t[:2]) for t in small.find("aten::bmm")["input_types"]}
-print("upcasts (dst float <- src bf16):", upcasts["input_dims"].map(lambda d: d[0]).tolist())
-print("downcasts (dst bf16 <- src float):", downcasts["input_dims"].map(lambda d: d[0]).tolist())
-print("matmul (bmm) input types:", bmm_types)
-lesson(len(upcasts) == 3, "the math backend copies q, k and v from bfloat16 to float32 on every call")
-lesson(bmm_types == {("float", "float")}, "both of its matmuls then run in float32")
-lesson([seq16, seq16] in [d[0][-2:] for d in downcasts["input_dims"]],
+                       wait=0, warmup=1, active=1, trace_dir=trace_dir).step()
+casts = kernels.attention.sdpa.dtype_casts(small)   # copy_ shapes: bf16 -> float32 (up) and back (down)
+display(pd.Series(casts, name="in one bfloat16 forward").to_frame())
+lesson(casts["upcasts"] == [list(q16.shape)] * 3, "the math backend copies q, k and v from bfloat16 to float32 on every call")
+lesson(casts["matmul input types"] == {("float", "float")}, "both of its matmuls then run in float32")
+lesson([64, 64] in [d[-2:] for d in casts["downcasts"]],
        "it also converts the S×S probabilities back to bfloat16", "a copy_ of a [..., 64, 64] tensor")
 
 # %% [markdown]
@@ -411,9 +378,9 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
        "s16816 names a bf16 tensor-core GEMM; sgemm names an fp32 GEMM on CUDA cores")
 
 # %% [markdown]
-# `s16816` is the tensor-core matrix instruction (m16n8k16) with fp32 accumulation; `sgemm`
+# `s16816` is the [tensor-core](glossary.md#tensor-core) matrix instruction (m16n8k16) with fp32 accumulation; `sgemm`
 # is single precision on the ordinary CUDA cores. The upcast moves twice the bytes and, with
-# PyTorch's default of no TF32 for matmuls, leaves the [tensor cores](glossary.md#tensor-core)
+# PyTorch's default of no TF32 for matmuls, leaves the tensor cores
 # idle; with TF32 allowed (`torch.backends.cuda.matmul.allow_tf32 = True`), float32 GEMMs run
 # on the tensor cores in TF32, and the name changes with them.
 
@@ -457,11 +424,10 @@ if "sdpa_math" in gpu_steps:
 
 # %%
 math_ops = step["sdpa_math"].ops
-safe = math_ops[math_ops["name"] == "aten::_safe_softmax"]
+safe = step["sdpa_math"].find("aten::_safe_softmax")
 children = set(math_ops.loc[math_ops["parent"].isin(safe.index), "name"])
-print("inside _safe_softmax:", sorted(children))
 lesson(len(safe) == 1 and {"aten::softmax", "aten::isneginf", "aten::all", "aten::where"} <= children,
-       "the math backend's softmax carries isneginf, all and where as NaN guards")
+       "the math backend's softmax carries isneginf, all and where as NaN guards", f"inside _safe_softmax: {sorted(children)}")
 show_source(kernels.attention.sdpa.safe_softmax)
 
 # %% [markdown]
@@ -471,8 +437,7 @@ show_source(kernels.attention.sdpa.safe_softmax)
 # $e^{-\infty} / \sum e^{-\infty} = 0/0$ there:
 
 # %%
-row = torch.full((1, 4), float("-inf"), device=device, dtype=dtype)
-scores = torch.cat([torch.tensor([[0.5, -1.0, float("-inf"), 2.0]], device=device, dtype=dtype), row])
+scores = torch.tensor([[0.5, -1.0, float("-inf"), 2.0], [float("-inf")] * 4], device=device, dtype=dtype)
 plain = torch.softmax(scores, dim=-1)
 guarded = kernels.attention.sdpa.safe_softmax(scores, dim=-1)
 print("plain softmax:\n", plain, "\nsafe softmax:\n", guarded)
@@ -480,7 +445,6 @@ lesson(bool(torch.isnan(plain[1]).all()) and not torch.isnan(plain[0]).any(),
        "a plain softmax turns a fully masked row into NaN", f"on {device.type}")
 lesson(torch.equal(guarded[1], torch.zeros_like(guarded[1])) and torch.equal(guarded[0], plain[0]),
        "the safe softmax returns zeros there and the plain softmax everywhere else")
-lesson(torch.allclose(guarded, torch._safe_softmax(scores, -1)), "the course's safe_softmax matches ATen's _safe_softmax")
 
 # %% [markdown]
 # Through SDPA, a query whose mask row is all `False` gets an output of zeros from the
@@ -506,7 +470,6 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
 timeline.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
 
 # %%
-# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
 links(runs["sdpa_math"])
 # %% [markdown]
 # ## So far
@@ -515,28 +478,17 @@ links(runs["sdpa_math"])
 # and those doing work), its peak memory, and on a GPU the kernels and their GPU time.
 
 # %%
-table = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")
-table["work"] = [len(s.work_ops()) for s in step.values()]
-columns = {"ops": "ops", "work": "ops doing work", "peak_MiB": "peak (MiB)"}
-if device.type == "cuda":
-    columns = {"ops": "ops", "work": "ops doing work", "kernels": "kernels", "gpu_time_ms": "GPU time (ms)",
-               "peak_MiB": "peak (MiB)"}
-so_far = table[list(columns)].rename(columns=columns).round(2)
-so_far.index.name = "variant"
-display(so_far)
-lesson(so_far.loc["sdpa_math", "ops"] > so_far.loc["inplace", "ops"],
-       "the math backend's forward dispatches more ops, views included, than the in-place module's",
-       f"{so_far.loc['sdpa_math', 'ops']} vs {so_far.loc['inplace', 'ops']}")
+columns = ["ops", "peak_MiB"] + (["kernels", "gpu_time_ms"] if device.type == "cuda" else [])
+so_far = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")[columns].assign(**{"ops doing work": pd.Series(work_ops)})
+display(so_far.round(2).rename_axis("variant"))
 
 # %% [markdown]
-# The table leaves out CPU time on purpose. A profiled step is a poor clock: the profiler
-# adds its own bookkeeping to every op, and one step is one sample on a machine that may be
-# busy. The article's A100 put the math backend 3.7x behind the in-place module in bfloat16,
-# with its GEMMs in float32 on CUDA cores (the upcast above), a cost a CPU run in float32
-# cannot show.
-# [Part two](03b_sdpa_fused.ipynb) times the in-place module, the math backend and the flash
-# kernel against each other apart from the profiler, and says when the machine was too
-# noisy to tell; the showdown chapter benchmarks every variant.
+# The table leaves out CPU time on purpose: a profiled step is a poor clock (chapter 0). The
+# article's A100 (its numbers, quoted) put the math backend 3.7x behind the in-place module in
+# bfloat16, with its GEMMs in float32 on CUDA cores (the upcast above), a cost a CPU run in
+# float32 cannot show. [Part two](03b_sdpa_fused.ipynb) times the in-place module, the math
+# backend and the flash kernel against each other apart from the profiler; the showdown
+# chapter benchmarks every variant.
 #
 # ## What to remember
 #

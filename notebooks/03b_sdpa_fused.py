@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 3b. The fused backends: one kernel, low occupancy, memory in S
 #
-# [The first part of this chapter](03_sdpa.ipynb) took SDPA's math backend apart: attention
+# [The first part of this chapter](03_sdpa.ipynb) took [SDPA](glossary.md#sdpa)'s math backend apart: attention
 # in primitive ops, each S×S intermediate written to memory and read back. The other three
 # backends (memory-efficient, FlashAttention-2 and cuDNN) exist to collapse all of that into
 # a single [kernel](glossary.md#kernel) that keeps 16-bit inputs in 16 bits, runs on
@@ -19,7 +19,8 @@
 # **You will learn to:**
 #
 # - read the fused backends' kernel names as fingerprints (CUTLASS, FlashAttention-2, cuDNN);
-# - compute a kernel's occupancy from its registers and shared memory, and see why flash's low
+# - compute a kernel's [occupancy](glossary.md#occupancy) from its [registers](glossary.md#registers) and
+#   [shared memory](glossary.md#shared-memory), and see why flash's low
 #   occupancy is by design and why the profiler can read 0%;
 # - recompute the profiler's occupancy of a real H100 flash kernel from its footprint, and read
 #   its shared memory and grid off the tiles its name carries;
@@ -43,18 +44,17 @@ import torch
 
 import kernels
 import kernels.attention.sdpa
-from kernels import borrowed, recorded
+from kernels import borrowed, gpu_lessons, recorded
 from kernels.bench import comparison
 from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, device_limits, occupancy, trace_kernel
 from kernels.notebook import glue, inputs, lesson, reveal, say, setup
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import short_kernel_name
-from kernels.trace.fingerprints import classify_many, fingerprint
+from kernels.trace.fingerprints import classify_many
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
-print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
 # Which backends take these inputs on this device, by the rules of part one (no call needed).
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
 refused = {n: kernels.attention.sdpa.device_reason(n, device) or kernels.attention.sdpa.input_reason(n, q, k)
@@ -75,14 +75,14 @@ if device.type == "cpu":
 # %%
 article = classify_many(kernels.attention.sdpa.ARTICLE_A100_KERNELS.values())
 article.insert(0, "backend", list(kernels.attention.sdpa.ARTICLE_A100_KERNELS))
-display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]])
+display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]].fillna("—"))   # the shortened flash name carries no dtype
 lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
        "each article kernel decodes as one fused attention kernel on tensor cores")
 
 # %% [markdown]
 # Read left to right, `fmha_cutlassF_bf16_aligned_64x64_rf_sm80` says: fused multi-head
 # attention, built from CUTLASS templates, forward, bfloat16, aligned inputs, 64×64 tiles,
-# the output accumulator kept in [registers](glossary.md#registers) (`rf`; `gmem` would keep it
+# the output accumulator kept in registers (`rf`; `gmem` would keep it
 # in global memory), and `sm80` the lowest architecture of the range the kernel was built for
 # (sm_80 and newer). It is the memory-efficient kernel
 # that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is FlashAttention-2,
@@ -105,7 +105,7 @@ guess_flash_work_ops = 3  # edit me before running on
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in fused_here}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
-work_ops = {name: s.work_ops() for name, s in step.items()}  # the course's one definition
+work_ops = {name: s.work_ops() for name, s in step.items()}  # ops that compute: no views, no bare allocations
 print({name: f"{len(w)} ops doing work: {', '.join(w)}" for name, w in work_ops.items()})
 
 # %% tags=["remove-input"]
@@ -122,11 +122,8 @@ if "sdpa_flash" in step:
     display(tables.op_table(fl, views=True))
     transposes = fl.find("aten::transpose")
     if device.type == "cpu":
-        work = fl.ops.loc[~fl.ops["is_view"], "name"].tolist()
-        lesson(work == ["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"],
-               "a CPU flash forward is a single fused op under scaled_dot_product_attention", ", ".join(work))
         lesson(work_ops["sdpa_flash"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"],
-               "so it runs exactly one op doing work: the fused kernel", ", ".join(work_ops["sdpa_flash"]))
+               "a CPU flash forward runs exactly one op doing work: the fused kernel", ", ".join(work_ops["sdpa_flash"]))
     lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
            "the flash forward's transposes only rearrange metadata: they allocate nothing",
            f"{len(transposes)} transposes, 0 bytes")
@@ -154,7 +151,6 @@ if "sdpa_flash" in step:
     display(timeline.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})"))
 
 # %%
-# The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
 links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 
 # %% [markdown]
@@ -162,8 +158,9 @@ links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
 #
 # The profiler's footprint of the flash kernel surprised the article's authors: about 13%
 # estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
-# number, rounded half up, so 12.5% reads 13: pytorch/kineto, `libkineto/src/CuptiActivity.h`, `std::lround`.)
-# [Occupancy](glossary.md#occupancy) is the share of an [SM](glossary.md#sm)'s
+# number, rounded half up, so 12.5% reads 13: [Kineto](glossary.md#kineto), the profiler's tracing
+# library, rounds it with `std::lround` in `libkineto/src/CuptiActivity.h`, pytorch/kineto.)
+# Occupancy is the share of an [SM](glossary.md#sm)'s
 # [warp](glossary.md#warp) slots that resident warps fill, and registers decide it here.
 # The article's arithmetic for a block (a [CTA](glossary.md#cta)) of 128 threads at 255
 # registers each on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
@@ -186,14 +183,14 @@ glue("max_warps", flash_occ.max_warps_per_sm)
 # High occupancy hides memory latency by having other warps to switch to. Flash still streams
 # every K and V tile from [HBM](glossary.md#hbm), but it hides that latency another way: while the tensor cores
 # work on the current tile, the next one is already on its way into
-# [shared memory](glossary.md#shared-memory)
+# shared memory
 # (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
 # running softmax, and low occupancy is the price of never writing the scores to memory.
 #
 # ## cuDNN: a 0% that is not real
 #
 # The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
-# not a measurement: [Kineto](glossary.md#kineto), the profiler's tracing library, computes it itself from the
+# not a measurement: Kineto computes it itself from the
 # kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
 # assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
 # `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
@@ -233,8 +230,7 @@ h100_step = h100.step(trace=h100_trace)
 h100_call = kernels.attention.sdpa.recorded_calls(h100_step)[0]
 h100_kernels = kernels.attention.sdpa.call_step(h100_step, h100_call).gpu_work
 lesson(len(h100_kernels) == 1, "the call launched exactly one kernel", short_kernel_name(h100_kernels["name"].iloc[0]))
-flash_row = h100_kernels.iloc[0]
-real = trace_kernel(flash_row, h100_trace.device_properties)
+real = trace_kernel(h100_kernels.iloc[0], h100_trace.device_properties)
 display(pd.Series(real.summary(), name=h100.gpu(h100_trace)).to_frame())
 limits = pd.DataFrame(device_limits(h100_trace.device_properties[0]), columns=["deviceProperties field", "the trace",
                                                                                "kernels.hw.occupancy's sm_90 table"])
@@ -251,7 +247,7 @@ guess_h100_occupancy = 6.25  # edit me: the flash kernel's occupancy on the H100
 
 # %%
 print(real.occupancy.explain())
-reveal(guess_h100_occupancy, real.occupancy.percent, "% occupancy of the H100's flash kernel")
+reveal(guess_h100_occupancy, real.occupancy.percent, "% occupancy of the H100's flash kernel", source="the arithmetic")
 lesson(real.occupancy.limited_by == "registers"
        and (real.occupancy.blocks_by_shared_memory or 0) > real.occupancy.blocks_per_sm,
        "registers bind: shared memory alone would let more blocks in",
@@ -332,22 +328,8 @@ glue("h100_avg_blocks", real.grid_blocks / real.sm_count)
 
 # %% tags=["remove-input"]
 if device.type == "cuda" and "sdpa_cudnn" in fused_here:
-    import statistics
-    import time
-
-    cudnn = kernels.get("sdpa_cudnn")
     fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
-
-    # CPU time of each call: the launch, not the kernel (the GPU runs on afterwards); the first at a new shape.
-    spent = []
-    for _ in range(21):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        cudnn(*fresh)
-        spent.append((time.perf_counter() - start) * 1e3)
-    torch.cuda.synchronize()
-    first, steady = spent[0], statistics.median(spent[1:])
-    print(f"cuDNN at a new shape: first call {first:.2f} ms of CPU time, then {steady:.3f} ms per call (median of 20)")
+    first, steady = kernels.attention.sdpa.first_call_cpu_ms(kernels.get("sdpa_cudnn"), fresh, calls=21)
     lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
            "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
     glue("cudnn_first_ms", first)
@@ -356,23 +338,8 @@ if device.type == "cuda" and "sdpa_cudnn" in fused_here:
 # %% tags=["remove-input"]
 # A GPU run only (this run's or the book's recording): each fused backend is one kernel, and the trace's
 # occupancy is Kineto's estimate recomputed from its footprint (0% above 48 KiB of shared memory).
-read = {}
-for name in [n for n in FUSED if n in gpu_steps]:
-    ks = gpu_steps[name].gpu_work[gpu_steps[name].gpu_work["cat"] == "kernel"]
-    lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(ks["name"].str.slice(0, 60)))
-    lesson(fingerprint(ks["name"].iloc[0]).kind == "fused_attention", f"{name}'s kernel decodes as fused attention")
-    read[name] = trace_kernel(ks.iloc[0], gpu_steps[name].trace.device_properties)
-    if name == "sdpa_cudnn":
-        lesson(ks["launcher"].iloc[0] != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel",
-               str(ks["launcher"].iloc[0]))
-if read:
-    display(pd.DataFrame({n: k.summary() for n, k in read.items()}))
-    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
-           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
-           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
-    lesson(all((k.kineto_percent == 0) == (k.shared_mem_per_block > KINETO_SHARED_MEM_LIMIT) for k in read.values()),
-           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
-           "; ".join(f"{n}: {k.shared_mem_per_block / 1024:g} KiB" for n, k in read.items()))
+if any(n in gpu_steps for n in FUSED):
+    display(gpu_lessons.fused_kernels_read(gpu_steps))
 
 # %% [markdown]
 # ## Memory: S² against S
@@ -381,14 +348,14 @@ if read:
 # by what factor do you expect one forward's peak memory to grow, with the math backend and
 # with the flash kernel? The cell after yours measures one forward at a few sequence lengths
 # (the same batch, heads and head dim as above; math stops one doubling earlier, its largest
-# point would cost more than all the others).
+# point would cost more than all the others). On a GPU the sweep starts one doubling later:
+# the larger batch and heads there have bigger S-sized (not S×S) buffers, which would blur
+# the 4x at short sequences.
 
 # %%
-guess_growth = {"sdpa_math": 2.0, "sdpa_flash": 2.0}  # edit me: peak memory x per doubling of S
+guess_growth = {"sdpa_math": None, "sdpa_flash": None}  # edit me: peak memory x per doubling of S, e.g. 3.0
 
 # %%
-# On a GPU one doubling longer: the larger batch and heads there have bigger S-sized
-# (not S×S) buffers, which would blur the 4x at short sequences.
 sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
 sweep_for = {name: seqs for name, seqs in (("sdpa_math", sweep_seqs[:-1]), ("sdpa_flash", sweep_seqs))
              if refused[name] is None}
@@ -404,7 +371,6 @@ kernels.attention.sdpa.peak_memory_figure(peaks, f"Peak memory, B={batch} H={hea
                                                  f"{str(dtype).replace('torch.', '')}")
 
 # %%
-# The traces behind each point: download them, or open them in Perfetto.
 display(*(links(st) for st in sweep_steps.values()))
 
 # %%
@@ -412,7 +378,7 @@ math_growth = growth["sdpa_math x per doubling"].dropna()
 lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] > 3.5,
        "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
        ", ".join(f"{x:.2f}x" for x in math_growth))
-reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak, x per doubling (the last one)")
+reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep's traces")
 glue("math_growth_last", float(math_growth.iloc[-1]))
 glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
 glue("math_max_seq", sweep_for["sdpa_math"][-1])
@@ -421,7 +387,7 @@ if "sdpa_flash" in peaks:
     flash_growth = growth["sdpa_flash x per doubling"].dropna()
     lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
            ", ".join(f"{x:.2f}x" for x in flash_growth))
-    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak, x per doubling (the last one)")
+    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak x, last doubling", source="the sweep's traces")
     common = peaks.dropna().index[-1]
     lesson(peaks.loc[common, "sdpa_flash"] < peaks.loc[common, "sdpa_math"] / 4,
            "at the longest sequence both ran, the flash backend's peak is a small fraction of the math backend's",
@@ -472,21 +438,18 @@ if device.type == "cpu" and "sdpa_flash" in fused_here:
 # tenth of calls beats every other's fastest tenth (`kernels.bench.compare`):
 
 # %%
-contenders = {name: functools.partial(kernels.get(name), q, k, v)
-              for name in ("inplace", "sdpa_math", "sdpa_flash") if name != "sdpa_flash" or name in fused_here}
-timing = comparison.compare(contenders, device=device, rounds=11)
-verdict = timing.verdict()
-print(verdict)
-reading = {"sdpa_flash": "the fused kernel is the fastest of the three on this machine, as on the article's A100",
-           "inplace": "here the in-place module came out fastest",
-           "sdpa_math": "here the math backend came out fastest",
-           None: "this machine could not single out a fastest one, so this run ranks none of them"}[timing.faster()]
-glue("fused_timing_verdict", verdict)
-glue("fused_timing_reading", reading)
+contenders = [n for n in ("inplace", "sdpa_math", "sdpa_flash") if n != "sdpa_flash" or n in fused_here]
+timing = comparison.compare({n: functools.partial(kernels.get(n), q, k, v) for n in contenders}, device=device, rounds=11)
+medians = ", ".join(f"{n} {ms:.3g} ms" for n, ms in timing.median_ms.items())
+lesson("sdpa_flash" not in contenders or timing.faster() in (None, "sdpa_flash"),
+       "timed apart from the profiler, neither the in-place module nor the math backend beats the fused kernel", medians)
+glue("fused_timing_reading", f"Timed apart from the profiler, {timing.faster()} is the fastest of the three ({medians}, "
+     "by the medians), its slowest tenth of calls below the others' fastest" if timing.faster()
+     else "On this run the ranges overlapped, so this page ranks none of the three")
 
 # %% [markdown]
-# On this run: {glue:text}`fused_timing_verdict`. So {glue:text}`fused_timing_reading`. The
-# showdown chapter benchmarks every implementation over a sweep of shapes.
+# {glue:text}`fused_timing_reading`. The showdown chapter benchmarks every implementation over a
+# sweep of shapes.
 #
 # ## What to remember
 #

@@ -24,3 +24,17 @@ class InplaceAttention(NaiveAttention):
 def inplace(q, k, v, causal=True, scale=None):
     """Hand-written attention with an in-place masked_fill_ (chapter 2)."""
     return cached_module(InplaceAttention, causal, scale, q.device)(q, k, v)
+
+
+def attention_with_inplace_dropout(q, k, v, p: float = 0.1):
+    """Where in place is NOT allowed (chapter 2): attention that drops probabilities in place.
+
+    Softmax saves its output for the backward pass, and ``mul_`` then writes into that saved
+    tensor, so ``backward()`` raises autograd's "modified by an inplace operation" error. The
+    forward itself runs fine; only differentiating through it fails.
+    """
+    import torch
+
+    probs = torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
+    probs.mul_(torch.rand_like(probs) > p)  # in-place dropout on what softmax saved
+    return probs @ v

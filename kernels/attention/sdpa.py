@@ -651,6 +651,21 @@ def mask_build_order(step: "Step", seq_q: int, seq_k: int) -> dict:
             for name, hits in found.items()}
 
 
+def dtype_casts(step: "Step") -> dict:
+    """The dtype conversions in one math-backend forward of 16-bit inputs (chapter 3): the
+    input shapes of every ``copy_`` from a 16-bit dtype into float32 (``upcasts``) and back
+    (``downcasts``), and the set of (input, input) types its ``bmm`` calls ran on. The math
+    backend upcasts q, k and v by default (``allow_fp16_bf16_reduction_math_sdp`` turns that
+    off), multiplies in float32 and converts its outputs back."""
+    copies = step.find("aten::copy_")
+    sixteen = {"c10::BFloat16", "c10::Half"}
+    types = [t[:2] for t in copies["input_types"]]
+    dims = [d[0] for d in copies["input_dims"]]
+    return {"upcasts": [d for t, d in zip(types, dims) if t[0] == "float" and t[1] in sixteen],
+            "downcasts": [d for t, d in zip(types, dims) if t[0] in sixteen and t[1] == "float"],
+            "matmul input types": {tuple(t[:2]) for t in step.find("aten::bmm")["input_types"]}}
+
+
 def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> dict:
     """The buffers one forward of PyTorch's CPU flash kernel allocated in ``step``: how many, whether
     the output ([B, H, S, D]) and the float32 log-sum-exp ([B, H, S]) are among them, and the KiB of
@@ -661,6 +676,26 @@ def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_d
     scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
     return {"seq": seq, "allocations": len(sizes), "output": out_bytes in sizes, "log-sum-exp": lse_bytes in sizes,
             "scratch (KiB)": sum(scratch) / 1024}
+
+
+def first_call_cpu_ms(fn, args, calls: int = 21) -> tuple[float, float]:
+    """CPU time of ``fn(*args)``: its first call, and the median of the ``calls - 1`` after it,
+    in ms (chapter 3b times cuDNN's first call at a shape it has not seen). On a GPU the time is
+    the launch, not the kernel: the stream is synchronised before each call, not inside it."""
+    if calls < 2:
+        raise ValueError(f"calls must be at least 2 (a first call and one after it), got {calls}")
+    import statistics
+    import time
+
+    sync = torch.cuda.synchronize if any(getattr(a, "is_cuda", False) for a in args) else (lambda: None)
+    spent = []
+    for _ in range(calls):
+        sync()
+        start = time.perf_counter()
+        fn(*args)
+        spent.append((time.perf_counter() - start) * 1e3)
+    sync()
+    return spent[0], statistics.median(spent[1:])
 
 
 # ---- peak memory against sequence length (chapter 3b) -----------------------------------------

@@ -8,17 +8,21 @@ are compared.
 Views and bare allocations (``VIEW_OPS``) do no work of their own, so their time and bytes
 are credited to the op that called them: ``clone`` owns the buffer its ``empty_like``
 allocated. Times are self times, so the rows of one step add up to its whole op time.
+
+One profiled step is one sample: on a busy machine any op in it can stall for milliseconds
+while its thread waits for a core. Give ``diff`` each side's recorded steps (a list) and
+every row's time is its median over them, while counts and bytes come from the median step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import pandas as pd
 from matplotlib.figure import Figure
 
 from kernels.figures import apply_font_floor, font_floor
-from kernels.trace.reader import Step
+from kernels.trace.reader import Step, median_step
 
 
 def _shapes_key(dims) -> str:
@@ -102,6 +106,7 @@ class StepDiff:
     label_b: str
     ops: pd.DataFrame
     gpu_work: pd.DataFrame
+    steps_per_side: tuple = (1, 1)   # how many recorded steps each side's times are the median of
 
     def changed(self) -> pd.DataFrame:
         """Ops and kernels whose count or allocated bytes differ: the substance of the diff.
@@ -165,7 +170,9 @@ class StepDiff:
         if not labels:
             ax.text(0.5, 0.5, "no op or kernel changed its count or allocation", ha="center",
                     va="center", transform=ax.transAxes)
-        ax.set_xlabel("self time in one step (ms)\n"
+        over = ("in one step" if self.steps_per_side == (1, 1)
+                else f"per step, the median of {'/'.join(map(str, self.steps_per_side))} recorded steps")
+        ax.set_xlabel(f"self time {over} (ms)\n"
                       f"everything else: {len(rest)} matched rows with the same counts and bytes,\n"
                       f"{rest['time_us_a'].sum() / 1e3:.2f} ms ({self.label_a}) vs "
                       f"{rest['time_us_b'].sum() / 1e3:.2f} ms ({self.label_b})")
@@ -192,17 +199,37 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def diff(a: Step, b: Step, label_a: Optional[str] = None, label_b: Optional[str] = None) -> StepDiff:
+def _median_times(groups, steps: list[Step], base: pd.DataFrame) -> pd.DataFrame:
+    """``base`` (one step's rows) with each row's time replaced by its median over ``steps``;
+    a row absent from a step counts as 0 µs there."""
+    per_step = [groups(s).set_index(["name", "shapes"])["time_us"] for s in steps]
+    times = pd.concat(per_step, axis=1).fillna(0).median(axis=1)
+    return base.assign(time_us=[float(times.get((n, sh), t)) for n, sh, t in
+                                zip(base["name"], base["shapes"], base["time_us"])])
+
+
+def _side(x: Union[Step, Sequence[Step]], which: str) -> tuple[Step, list[Step]]:
+    steps = [x] if isinstance(x, Step) else list(x) if isinstance(x, (list, tuple)) else None
+    if not steps or not all(isinstance(s, Step) for s in steps):
+        raise TypeError(f"diff compares two Steps, or two lists of a profile's Steps (profile(...).steps()); "
+                        f"got {type(x).__name__} for {which}")
+    return median_step(steps), steps
+
+
+def diff(a: Union[Step, Sequence[Step]], b: Union[Step, Sequence[Step]],
+         label_a: Optional[str] = None, label_b: Optional[str] = None) -> StepDiff:
     """Compare two steps op by op (name and input shapes) and kernel by kernel (name and
     launch shape): what only one of them runs, and which counts, times and allocations moved.
 
-    ``diff(naive_step, inplace_step).table()`` lists the rows of substance (count or bytes
-    changed); ``.figure()`` draws them; ``.totals()`` compares the two steps' summaries.
+    ``a`` and ``b`` are Steps, or lists of one profile's recorded Steps: then counts and bytes
+    are the median step's and each row's self time is its median over the list.
+    ``diff(naive_steps, inplace_steps).table()`` lists the rows of substance (count or bytes
+    changed); ``.figure()`` draws them; ``.totals()`` compares the two median steps' summaries.
     """
-    if not isinstance(a, Step) or not isinstance(b, Step):
-        raise TypeError(f"diff compares two Steps (profile(...).step(i)), got {type(a).__name__} and {type(b).__name__}")
+    (a, steps_a), (b, steps_b) = _side(a, "a"), _side(b, "b")
     label_a, label_b = label_a or a.label, label_b or b.label
     if label_a == label_b:
         label_a, label_b = f"{label_a} (a)", f"{label_b} (b)"
-    return StepDiff(a, b, label_a, label_b, _compare(_op_groups(a), _op_groups(b)),
-                    _compare(_kernel_groups(a), _kernel_groups(b)))
+    ops = [_median_times(_op_groups, st, _op_groups(s)) for s, st in ((a, steps_a), (b, steps_b))]
+    gpu = [_median_times(_kernel_groups, st, _kernel_groups(s)) for s, st in ((a, steps_a), (b, steps_b))]
+    return StepDiff(a, b, label_a, label_b, _compare(*ops), _compare(*gpu), (len(steps_a), len(steps_b)))

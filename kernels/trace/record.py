@@ -110,3 +110,11 @@ def quiet_kineto():
                     if not KINETO_NOISE.match(line)]
             if kept:
                 sys.stderr.write("".join(kept))
+
+
+def mlp_step(x, w):
+    """The profiler primer's first subject: a matrix product, then a ReLU. Two ops at the top
+    level of its trace (``matmul``, ``relu``), with ``matmul`` dispatching to ``mm`` beneath:
+    small enough to read every row, and the two ops differ in arithmetic by a factor of the
+    inner dimension (``x.shape[1]`` multiply-adds per output element against one comparison)."""
+    return torch.relu(x @ w)

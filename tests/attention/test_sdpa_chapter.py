@@ -114,3 +114,21 @@ def test_each_part_links_to_the_other():
     assert "(03b_sdpa_fused.ipynb)" in first and "(03_sdpa.ipynb)" in second
     intro = (ROOT / "book" / "intro.md").read_text()
     assert "(03_sdpa.ipynb)" in intro and "(03b_sdpa_fused.ipynb)" in intro
+
+
+def test_first_call_cpu_ms_separates_a_slow_first_call_from_the_median_after_it():
+    import time
+
+    from kernels.attention.sdpa import first_call_cpu_ms
+
+    seen = []
+
+    def builds_once(x):
+        if not seen:
+            time.sleep(0.05)   # the first call at a new shape builds a plan
+        seen.append(x)
+
+    first, steady = first_call_cpu_ms(builds_once, (torch.zeros(1),), calls=5)
+    assert len(seen) == 5 and first >= 50 and steady < first / 5
+    with pytest.raises(ValueError, match="at least 2"):
+        first_call_cpu_ms(builds_once, (), calls=1)

@@ -187,3 +187,20 @@ def test_cpu_flash_allocations_name_the_output_and_the_log_sum_exp(tmp_path):
     assert got["allocations"] == len(sizes) >= 2
     assert got["output"] and got["log-sum-exp"]
     assert got["scratch (KiB)"] * 1024 == sum(sizes) - 1 * 2 * 128 * 16 * 4 - 1 * 2 * 128 * 4
+
+
+def test_dtype_casts_find_the_math_backends_upcast_of_bf16_inputs_and_none_in_fp32(tmp_path):
+    from tests.helpers import make_qkv
+    import kernels
+
+    q, k, v = make_qkv(1, 2, 64, 16, dtype=torch.bfloat16)
+    from kernels.trace import record
+
+    step = record.profile(kernels.get("sdpa_math"), q, k, v, label="m", wait=0, warmup=1, active=1,
+                          trace_dir=tmp_path).step()
+    casts = sdpa.dtype_casts(step)
+    assert casts["upcasts"] == [list(q.shape)] * 3
+    assert casts["matmul input types"] == {("float", "float")}
+    assert [64, 64] in [d[-2:] for d in casts["downcasts"]]
+    fp32_step, _ = _profile("sdpa_math", 64, tmp_path)
+    assert sdpa.dtype_casts(fp32_step)["upcasts"] == [] and sdpa.dtype_casts(fp32_step)["downcasts"] == []

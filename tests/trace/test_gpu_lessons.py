@@ -186,6 +186,13 @@ def test_chapter6_fused_backends_are_one_kernel_and_math_launches_more():
         gpu_lessons.fused_one_kernel_math_more(steps_of(sdpa_math=hop.MATH[:2]))
 
 
+def test_chapter3b_fused_kernels_read_one_kernel_each_and_kinetos_zero_rule():
+    table = gpu_lessons.fused_kernels_read(steps_of())
+    assert list(table.columns) == [n for n in gpu_lessons.FUSED if n in hop.FUSED]
+    with pytest.raises(LessonFailed, match="sdpa_efficient launches exactly one kernel"):
+        gpu_lessons.fused_kernels_read(steps_of(sdpa_efficient=hop.FUSED["sdpa_efficient"] * 2))
+
+
 def test_chapter6_fused_medians_one_line_per_backend_measured():
     at_seq = {r.impl: r for r in hop.sweep_points(["naive", "sdpa_flash", "sdpa_cudnn"], seqs=(2048,))
               if r.seq == 2048}

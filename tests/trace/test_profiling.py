@@ -107,6 +107,14 @@ def test_profile_keeps_kineto_noise_out_of_stderr(capfd, tmp_path):
     assert "USDT" not in capfd.readouterr().err
 
 
+def test_mlp_step_traces_as_matmul_then_relu_with_mm_beneath(tmp_path):
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    assert torch.equal(record.mlp_step(x, w), torch.relu(x @ w))
+    step = record.profile(record.mlp_step, x, w, label="mlp", active=2, trace_dir=tmp_path).step()
+    assert step.top_level()["name"].tolist() == ["aten::matmul", "aten::relu"]
+    assert not step.find("aten::mm").empty
+
+
 # ------------------------------------------------------------------- synthetic GPU trace
 
 @pytest.fixture

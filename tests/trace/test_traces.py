@@ -211,6 +211,24 @@ def test_diff_table_and_figure(steps):
         d.only_in("sdpa")
 
 
+def test_diff_of_step_lists_takes_each_rows_median_time_so_one_stalled_step_cannot_rank_it(steps):
+    import dataclasses
+
+    inplace = steps["inplace"]
+    fill = inplace[0].ops["name"] == "aten::masked_fill_"
+    stalled = dataclasses.replace(inplace[0])
+    stalled.ops = inplace[0].ops.assign(self_us=inplace[0].ops["self_us"].where(~fill, 1e6))   # its masked_fill_ stalled
+    d = tracediff.diff(steps["naive"], [stalled, inplace[0], inplace[1]])
+    row = d.ops[d.ops["name"] == "aten::masked_fill_"]
+    times = sorted(float(s.ops.loc[s.ops["name"] == "aten::masked_fill_", "self_us"].sum()) for s in (stalled, *inplace))
+    assert row["time_us_b"].item() == pytest.approx(times[1]) and row["time_us_b"].item() < 1e6
+    assert set(d.changed()["name"]) == {"aten::masked_fill", "aten::clone", "aten::copy_"}   # counts: the median step's
+    one = tracediff.diff(steps["naive"][0], stalled)
+    assert one.ops.loc[one.ops["name"] == "aten::masked_fill_", "time_us_b"].item() >= 1e6   # a single step keeps its sample
+    with pytest.raises(TypeError, match="two Steps"):
+        tracediff.diff([], steps["inplace"])
+
+
 def test_diff_matches_gpu_kernels_by_name_and_launch_shape():
     raw = naive_a100_trace(steps=2)
     # drop the second step's device-to-device copy: what the in-place version does on a GPU
