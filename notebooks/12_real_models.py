@@ -14,7 +14,7 @@
 # - find every attention call in a model's step, fused or hand-written, with
 #   `kernels.trace.attention.find_attention`;
 # - compare one model's attention on two vendors: the [kernel](glossary.md#kernel) each runs, its time per call,
-#   its [TFLOP/s](glossary.md#flop-s) against the datasheet peak, and what each vendor's trace records of it;
+#   its [TFLOP/s](glossary.md#flops) against the datasheet peak, and what each vendor's trace records of it;
 # - tell hand-written attention (a [GEMM](glossary.md#gemm), a scale, a softmax, a GEMM) from a fused kernel in a
 #   trace, and see what writing it by hand costs a whole model;
 # - split a step's GPU time into attention and the rest, by kind of kernel;
