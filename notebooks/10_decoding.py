@@ -18,6 +18,8 @@
 #   `is_causal` is not;
 # - count a decode token's FLOPs and bytes, and place it on a roofline: memory-bound by
 #   construction;
+# - tell a ceiling that does not describe a point (inputs left in cache, a roof measured on busy
+#   cores) from a kernel beating the hardware;
 # - work out what grouped-query attention saves, and which SDPA backend takes a decode token
 #   here;
 # - read a serving engine's decode step: a split-KV attention kernel and its reduce per layer,
@@ -40,10 +42,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
-import kernels.attention.sdpa
 from kernels import gpu_lessons, reference
-from kernels.attention import decoding
-from kernels.attention.decoding import ConcatCache, KVCache
+from kernels.attention import decoding, sdpa
 from kernels.bench import plots, sweep
 from kernels.bench.results import DECODE, FORWARD
 from kernels.borrowed import TRACELENS
@@ -65,7 +65,7 @@ print(f"{where['name']}, torch {where['versions']['torch']}; batch {batch}, head
 # returns views of everything filled so far; nothing is copied when reading.
 
 # %%
-show_source(KVCache)
+show_source(decoding.KVCache)
 
 # %% [markdown]
 # Prefill a prompt, then decode token by token. Through the registry, each call is
@@ -79,7 +79,7 @@ prompt, generated = seq // 2, 8
 total = prompt + generated
 q_all, k_all, v_all = inputs(batch, heads, total, head_dim, dtype=dtype, device=device)
 
-cache = KVCache(batch, heads, total, head_dim, dtype=dtype, device=device)
+cache = decoding.KVCache(batch, heads, total, head_dim, dtype=dtype, device=device)
 attend = kernels.get("sdpa_flash") if kernels.available(device)["sdpa_flash"] is None else kernels.get("sdpa_math")
 keys, values = cache.append(k_all[:, :, :prompt], v_all[:, :, :prompt])
 rows = [attend(q_all[:, :, :prompt], keys, values, causal=True)]       # prefill: Sq = Sk = prompt
@@ -110,10 +110,9 @@ guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tok
 # %%
 k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, seed=3)[1:]
 q_new = q_all[:, :, -1:]
-steps_run = 3  # profile(..., wait=0, warmup=2, active=1) calls each step three times
-grown = KVCache(batch, heads, seq + steps_run, head_dim, dtype=dtype, device=device)
+grown = decoding.KVCache(batch, heads, seq + 3, head_dim, dtype=dtype, device=device)  # profile calls a step 3 times
 grown.append(*inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)[1:])
-concat = ConcatCache(grown.keys().clone(), grown.values().clone())
+concat = decoding.ConcatCache(grown.keys().clone(), grown.values().clone())
 cached_step, cat_step = (record.profile(decoding.decode_step(c, attend), q_new, k_new, v_new, label=label, wait=0,
                                         warmup=2, active=1, trace_dir=trace_dir).step()
                          for c, label in ((grown, "decode_kvcache"), (concat, "decode_cat")))
@@ -148,16 +147,15 @@ glue("cat_mib", mib(cat_step.allocated_bytes)); glue("cache_step_kib", cached_st
 guess_keys_seen = 1024  # edit me: how many of the cached keys does the query attend to?
 
 # %%
-q1 = q_all[:, :, -1:]
 with sdpa_kernel(SDPBackend.MATH):  # the reference semantics; the fused backends should agree
-    top_left = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
-unpinned = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
+    top_left = F.scaled_dot_product_attention(q_new, k_all, v_all, is_causal=True)
 only_first = torch.allclose(top_left, v_all[:, :, :1])  # attending to key 0 alone returns v[0]
 reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True",
        source="the output")
 lesson(only_first, "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
-if device.type == "cpu":
-    lesson(torch.allclose(unpinned, v_all[:, :, :1]), "the CPU's unpinned SDPA does the same")
+if device.type == "cpu":  # unpinned: whichever backend SDPA picks here
+    lesson(torch.allclose(F.scaled_dot_product_attention(q_new, k_all, v_all, is_causal=True), v_all[:, :, :1]),
+           "the CPU's unpinned SDPA does the same")
 
 # %% [markdown]
 # That is why the course's SDPA entries never pass `is_causal=True` when Sq ≠ Sk: one query
@@ -237,12 +235,11 @@ lesson(all(r.intensity < peaks_here.ridge for r in rows if r.mode == DECODE),
        f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte)")
 lesson(not over, "every point drawn sits at or under its ceiling: decode under the memory slope, prefill under its roof",
        f"{len(shown)} of {len(rows)} points drawn; roof {peaks_here.source}")
-both = sorted({r.seq for r in shown if r.mode == DECODE} & {r.seq for r in shown if r.mode == FORWARD})
-if not both:
+pair = decoding.phase_pair(shown)    # prefill and decode at the longest S where both passed the spread check
+if pair is None:
     say("Too noisy on this run to compare prefill and decode times: no length passed the spread check in both phases.")
 else:
-    longest = both[-1]
-    pre, dec = (next(r for r in shown if r.mode == m and r.seq == longest) for m in (FORWARD, DECODE))
+    (pre, dec), longest = pair, pair[0].seq
     lesson(dec.flops / dec.p10_ms < pre.flops / pre.p90_ms,
            "decode achieves fewer FLOP/s than prefill: its fastest call is below prefill's slowest",
            f"{dec.tflops * 1e3:.2f} vs {pre.tflops * 1e3:.2f} GFLOP/s (medians) at S = {longest}")
@@ -298,7 +295,7 @@ glue("gqa_step_saving", float(step_saving))
 
 # %%
 decode_predictions = pd.DataFrame([
-    {"GPU": gpu, "unpinned decode token picks": kernels.attention.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
+    {"GPU": gpu, "unpinned decode token picks": sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
     for gpu, cap in (("A100 (sm_80)", (8, 0)), ("H200 (sm_90)", (9, 0)), ("T4 (sm_75), fp16", (7, 5)))]).set_index("GPU")
 display(decode_predictions)
 lesson(decode_predictions["unpinned decode token picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
@@ -309,9 +306,8 @@ kv_heads = max(1, heads // 4)
 q_dec = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
 _, k_c, v_c = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
 # The priority rules know nothing of shared heads, so the GPU comparison uses a multi-head decode token.
-q_mha, k_mha, v_mha = q_dec, k_c.repeat_interleave(heads // kv_heads, dim=1), v_c.repeat_interleave(heads // kv_heads, dim=1)
-chosen = kernels.attention.sdpa.default_backend_name(q_mha, k_mha, v_mha)
-chosen_gqa = kernels.attention.sdpa.default_backend_name(q_dec, k_c, v_c)
+chosen = sdpa.default_backend_name(q_dec, *(t.repeat_interleave(heads // kv_heads, dim=1) for t in (k_c, v_c)))
+chosen_gqa = sdpa.default_backend_name(q_dec, k_c, v_c)
 gpu_lessons.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
 glue("decode_backend", chosen)
 
@@ -394,6 +390,8 @@ glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth /
 #   `is_causal` is not.
 # - A decode token moves its whole cache to do two FLOPs per element: about one FLOP per byte
 #   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
+# - A point above its roof is a ceiling that does not describe it: time decode on inputs fresh from
+#   main memory, and measure the roof on the cores the timings get.
 # - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
 # - A serving engine's decode attention splits the cache and reduces the partials: the reduce
 #   is cheap, and the main kernel's time is bounded by reading the cache.

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from kernels import reference
+from kernels.bench.results import DECODE as DECODE_MODE, FORWARD as FORWARD_MODE
 from kernels.dtypes import dtype_name
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.fingerprints import attention_kernel
@@ -187,6 +188,15 @@ def decode_step(cache, attend):
         keys, values = cache.append(k, v)
         return attend(q, keys, values, causal=True)
     return step
+
+
+def phase_pair(rows) -> Optional[tuple]:
+    """(prefill row, decode row) of a ``kernels.bench.sweep`` run in modes ``forward`` and
+    ``decode``, at the longest S both were measured at, or None where no S has both (pass the
+    rows that passed the spread check, ``kernels.bench.plots.steady``, to compare timings)."""
+    by = {(r.mode, r.seq): r for r in rows if r.ok}
+    both = sorted(s for mode, s in by if mode == FORWARD_MODE and (DECODE_MODE, s) in by)
+    return (by[FORWARD_MODE, both[-1]], by[DECODE_MODE, both[-1]]) if both else None
 
 
 def copies_table(steps: dict) -> pd.DataFrame:

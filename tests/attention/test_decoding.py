@@ -310,3 +310,16 @@ def test_exercise_notebook_stubs_fail_with_their_message_and_solutions_pass(name
         exec(compile(cell, f"<check of {name}>", "exec"), module)
     printed = capsys.readouterr().out
     assert printed.count("✔") == len(checks), printed
+
+
+def test_phase_pair_takes_the_longest_length_measured_in_both_phases():
+    from kernels.bench.results import DECODE, FORWARD, BenchResult
+
+    def row(mode, seq, status="ok"):
+        return BenchResult(impl="sdpa_flash", device="cpu", dtype="float32", batch=1, heads=2, seq=seq, head_dim=8,
+                           causal=True, mode=mode, status=status)
+
+    rows = [row(FORWARD, 64), row(DECODE, 64), row(FORWARD, 128), row(DECODE, 128, status="error"), row(DECODE, 256)]
+    prefill, decode = decoding.phase_pair(rows)
+    assert (prefill.mode, prefill.seq, decode.mode, decode.seq) == (FORWARD, 64, DECODE, 64)
+    assert decoding.phase_pair([row(FORWARD, 64), row(DECODE, 128)]) is None
