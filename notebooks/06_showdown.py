@@ -262,7 +262,7 @@ lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops /
 # %% [markdown]
 # ## On real GPUs: one model's attention on an H100 and an MI300X
 #
-# The sweep above measured the course's kernels on the machine that built this page. What does
+# The sweep above measured the book's implementations on the machine that built this page. What does
 # the same kind of call reach on a datacenter GPU? Two real traces answer it: one forward of
 # Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's SDPA) profiled on an NVIDIA
 # H100 and on an AMD MI300X by AMD's TraceLens project. Neither is this book's run: each is

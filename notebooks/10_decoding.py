@@ -68,7 +68,7 @@ print(f"{where['name']}, torch {where['versions']['torch']}; batch {batch}, head
 show_source(decoding.KVCache)
 
 # %% [markdown]
-# Prefill a prompt, then decode token by token. Through the registry, each call is
+# Prefill a prompt, then decode token by token. Through the library, each call is
 # `kernels.get(name)(q, k, v, causal=True)` with the cache's keys and values: causal
 # attention is aligned bottom-right (query i sees keys j ≤ i + Sk − Sq), so a single query
 # sees every cached key, and a chunk of queries sees what its positions may see. Does that
@@ -95,7 +95,7 @@ glue("prompt", prompt); glue("generated", generated)
 
 # %% [markdown]
 # A prompt of {glue:text}`prompt` tokens, then {glue:text}`generated` tokens one at a time:
-# the same rows, to the course's tolerance.
+# the same rows, within the float64 reference's tolerance for this dtype.
 #
 # ### What a decode token copies
 #
@@ -158,7 +158,7 @@ if device.type == "cpu":  # unpinned: whichever backend SDPA picks here
            "the CPU's unpinned SDPA does the same")
 
 # %% [markdown]
-# That is why the course's SDPA entries never pass `is_causal=True` when Sq ≠ Sk: one query
+# That is why the book's SDPA wrappers never pass `is_causal=True` when Sq ≠ Sk: one query
 # needs no mask at all (it may see everything before it), and longer chunks get a
 # bottom-right mask.
 #
@@ -248,7 +248,7 @@ else:
            f"{where['name']}, torch {where['versions']['torch']}")
 
 # %% [markdown]
-# The per-token costs are in the last check above. Prefill shares its fixed costs among S tokens and
+# Where both phases passed the spread check, the cell above gives their per-token costs. Prefill shares its fixed costs among S tokens and
 # reuses every key it loads; a decode token pays them for one token and reads the whole cache to do
 # it. On a GPU the intensity above is the whole story once S is long: the step takes as long as
 # reading the cache takes. Either way, the cure is the same: move fewer bytes per token.
@@ -279,14 +279,13 @@ glue("gqa_step_saving", float(step_saving))
 # The whole cache for one 8192-token sequence is {glue:text}`gqa_cache_mha:.1f` GiB with
 # multi-head attention and {glue:text}`gqa_cache_gqa:.1f` GiB with 8 K/V heads, and a decode
 # step reads {glue:text}`gqa_step_saving:.2f`x fewer bytes, so at the same bandwidth it can
-# take that much less time. Every implementation of the course takes shared K/V heads without
-# repeating K and V in memory where it can avoid it, and gives the float64 reference's answer for
-# a GQA decode token (the library's tests check each one).
+# take that much less time. The book's implementations take shared K/V heads as they are (SDPA
+# with `enable_gqa=True`), without repeating K and V in memory where they can avoid it.
 
 # %% [markdown]
 # ## Which SDPA backend takes a decode token?
 #
-# Through the registry a decode token is an SDPA call with one query, no mask and
+# Through the library a decode token is an SDPA call with one query, no mask and
 # `is_causal=False` (nothing to hide), and `enable_gqa=True` when K/V heads are shared. None
 # of PyTorch's backend checks (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses
 # a single query there: flash refuses `is_causal` with Sq ≠ Sk, which this call does not
@@ -343,8 +342,7 @@ pairs = decoding.split_and_reduce(decode_report)
 decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
 display(pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]].round(3)
         .rename(index={"count": "calls", "50%": "median"}))
-print(f"main: {pairs['main kernel'].iloc[0]}; reduce: {pairs['reduce kernel'].iloc[0]}; "
-      f"launched by {', '.join(sorted(set(pairs['launched by'])))}")
+print(f"main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
 print(sglang.credit(sglang_trace))
 _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
            "% of the decode step's GPU time in attention")
