@@ -133,7 +133,8 @@ def measured_peaks(device: str = "cpu", repeats: int = 30) -> Peaks:
     copy_s = _best_seconds(lambda: dst.copy_(src), repeats, sync)
     what = f"{n}³ {str(dtype).replace('torch.', '')} matmul, {copy_mib} MiB copy, best of {repeats}"
     if not on_gpu:
-        what += f", {torch.get_num_threads()} threads"
+        threads = torch.get_num_threads()
+        what += f", {threads} thread{'s' if threads != 1 else ''}"
     return Peaks(name=device_name(device), flops=2 * n**3 / matmul_s,
                  bandwidth=2 * src.numel() * src.element_size() / copy_s,
                  flops_dtype=str(dtype).replace("torch.", ""),
