@@ -16,7 +16,7 @@
 # **You will learn to:**
 #
 # - read a benchmark table the build regenerates: the median per forward with its spread, peak
-#   memory and [FLOP/s](glossary.md#flop-s);
+#   memory and [FLOP/s](glossary.md#flops);
 # - count causal FLOPs at half, and see what counting them in full does to TFLOP/s;
 # - place each implementation under the device's roofline;
 # - count what a training step and a decode token cost against a forward;

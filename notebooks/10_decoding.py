@@ -196,7 +196,7 @@ glue("h200_ridge", gpu_peaks.ridge)
 # FLOPs per two bytes: {glue:text}`decode_4k:.2f` FLOP per byte, however long the cache. A
 # prefill reuses each key for every query, so its intensity grows with S:
 # {glue:text}`prefill_4k:.0f` at S = 4096. An H200 needs {glue:text}`h200_ridge:.0f` FLOPs per
-# byte to keep its [tensor cores](glossary.md#tensor-core) busy (989 [TFLOP/s](glossary.md#flop-s) dense
+# byte to keep its [tensor cores](glossary.md#tensor-core) busy (989 [TFLOP/s](glossary.md#flops) dense
 # bf16 over 4.8 TB/s of [HBM](glossary.md#hbm), NVIDIA's datasheet, quoted). Below that ridge, a kernel
 # waits on memory: decode sits two orders of magnitude below it.
 #
