@@ -4,11 +4,12 @@
 # A language model generates in two phases. **Prefill** runs the whole prompt through
 # attention at once: as many queries as keys (Sq = Sk), the case every chapter so far has
 # profiled. **Decode** then makes one token per step: one new query (Sq = 1) against the
-# keys and values of every token so far, which the model keeps in a **KV cache** instead of
-# recomputing them. This chapter builds the cache, checks that decoding through it gives what
+# keys and values of every token so far, which the model keeps in a **[KV cache](glossary.md#kv-cache)**
+# instead of recomputing them. This chapter builds the cache, checks that decoding through it gives what
 # a full causal pass gives, counts what one decode token computes and what it moves, and
-# shows on a roofline why decode is limited by memory, not arithmetic, and what grouped-query
-# attention (GQA) saves. Last, which SDPA backend takes a decode token, and how fast it runs here.
+# shows on a [roofline](glossary.md#roofline) why decode is limited by memory, not arithmetic, and what
+# grouped-query attention (GQA) saves. Last, which [SDPA](glossary.md#sdpa) backend takes a decode token,
+# and what a serving engine's decode [kernels](glossary.md#kernel) look like on a real GPU.
 #
 # **You will learn to:**
 #
@@ -17,13 +18,16 @@
 #   `is_causal` is not;
 # - count a decode token's FLOPs and bytes, and place it on a roofline: memory-bound by
 #   construction;
+# - tell a ceiling that does not describe a point (inputs left in cache, a roof measured on busy
+#   cores) from a kernel beating the hardware;
 # - work out what grouped-query attention saves, and which SDPA backend takes a decode token
 #   here;
 # - read a serving engine's decode step: a split-KV attention kernel and its reduce per layer,
 #   replayed from a graph.
 #
 # **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb) (SDPA's
-# backends) and [6. Showdown](06_showdown.ipynb) (FLOP counts and the roofline).
+# backends) and [6. Showdown](06_showdown.ipynb) (FLOP counts, causal counted half). This chapter is
+# the book's home of the decode roofline.
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -32,26 +36,26 @@
 # %% [parameters]
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
-import kernels.attention.sdpa
 from kernels import gpu_lessons, reference
-from kernels.attention import decoding
-from kernels.attention.decoding import KVCache
-from kernels.bench import comparison, plots
-from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.attention import decoding, sdpa
+from kernels.bench import plots, sweep
+from kernels.bench.results import DECODE, FORWARD
 from kernels.borrowed import TRACELENS
+from kernels.hw import devices
+from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
 from kernels.trace import record
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 device, dtype = setup(device, dtype)
-print(f"batch {batch}, heads {heads}, head_dim {head_dim}, {dtype}, on {device}; prompt + generated tokens up to {seq}")
+where = devices.describe_device(device)
+print(f"{where['name']}, torch {where['versions']['torch']}; batch {batch}, heads {heads}, head_dim {head_dim}, "
+      f"{dtype}; prompt + generated tokens up to {seq}")
 
 # %% [markdown]
 # ## A KV cache
@@ -61,10 +65,10 @@ print(f"batch {batch}, heads {heads}, head_dim {head_dim}, {dtype}, on {device};
 # returns views of everything filled so far; nothing is copied when reading.
 
 # %%
-show_source(KVCache)
+show_source(decoding.KVCache)
 
 # %% [markdown]
-# Prefill a prompt, then decode token by token. Through the registry, each call is
+# Prefill a prompt, then decode token by token. Through the library, each call is
 # `kernels.get(name)(q, k, v, causal=True)` with the cache's keys and values: causal
 # attention is aligned bottom-right (query i sees keys j ≤ i + Sk − Sq), so a single query
 # sees every cached key, and a chunk of queries sees what its positions may see. Does that
@@ -75,7 +79,7 @@ prompt, generated = seq // 2, 8
 total = prompt + generated
 q_all, k_all, v_all = inputs(batch, heads, total, head_dim, dtype=dtype, device=device)
 
-cache = KVCache(batch, heads, total, head_dim, dtype=dtype, device=device)
+cache = decoding.KVCache(batch, heads, total, head_dim, dtype=dtype, device=device)
 attend = kernels.get("sdpa_flash") if kernels.available(device)["sdpa_flash"] is None else kernels.get("sdpa_math")
 keys, values = cache.append(k_all[:, :, :prompt], v_all[:, :, :prompt])
 rows = [attend(q_all[:, :, :prompt], keys, values, causal=True)]       # prefill: Sq = Sk = prompt
@@ -87,19 +91,18 @@ verdict = reference.judge(decoded, q_all, k_all, v_all, causal=True)    # agains
 lesson(cache.length == total and verdict.ok,
        f"prefill + {generated} decode tokens through the cache give the rows of one causal pass",
        f"{verdict}, {attend.__name__}")
-glue("prompt", prompt)
-glue("generated", generated)
+glue("prompt", prompt); glue("generated", generated)
 
 # %% [markdown]
 # A prompt of {glue:text}`prompt` tokens, then {glue:text}`generated` tokens one at a time:
-# the same rows, to the course's tolerance.
+# the same rows, within the float64 reference's tolerance for this dtype.
 #
 # ### What a decode token copies
 #
 # The cache exists so that a step does not redo, or move, what earlier steps made. The trace
-# can check that. Here are two decode tokens profiled: one appends to a `KVCache`, the other
-# keeps K and V as plain tensors and grows them with `torch.cat`, a common first version.
-# Before looking: how many bytes does each step copy or allocate?
+# can check that. Here are two decode tokens profiled (`decoding.decode_step`): one appends to a
+# `KVCache`, the other to a `ConcatCache`, which keeps K and V as plain tensors and grows them with
+# `torch.cat`, a common first version. Before looking: how many bytes does each step copy or allocate?
 
 # %%
 guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tokens cached
@@ -107,34 +110,15 @@ guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tok
 # %%
 k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, seed=3)[1:]
 q_new = q_all[:, :, -1:]
-steps_run = 3  # profile(..., wait=0, warmup=2, active=1) calls each step three times
-grown = KVCache(batch, heads, seq + steps_run, head_dim, dtype=dtype, device=device)
+grown = decoding.KVCache(batch, heads, seq + 3, head_dim, dtype=dtype, device=device)  # profile calls a step 3 times
 grown.append(*inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)[1:])
-plain = {"k": grown.keys().clone(), "v": grown.values().clone()}
-
-
-def step_with_cache(q, k, v):
-    keys, values = grown.append(k, v)
-    return attend(q, keys, values, causal=True)
-
-
-def step_with_cat(q, k, v):
-    plain["k"], plain["v"] = torch.cat([plain["k"], k], dim=2), torch.cat([plain["v"], v], dim=2)
-    return attend(q, plain["k"], plain["v"], causal=True)
-
-
-cached_step = record.profile(step_with_cache, q_new, k_new, v_new, label="decode_kvcache", wait=0, warmup=2,
-                                active=1, trace_dir=trace_dir).step()
-cat_step = record.profile(step_with_cat, q_new, k_new, v_new, label="decode_cat", wait=0, warmup=2,
-                             active=1, trace_dir=trace_dir).step()
+concat = decoding.ConcatCache(grown.keys().clone(), grown.values().clone())
+cached_step, cat_step = (record.profile(decoding.decode_step(c, attend), q_new, k_new, v_new, label=label, wait=0,
+                                        warmup=2, active=1, trace_dir=trace_dir).step()
+                         for c, label in ((grown, "decode_kvcache"), (concat, "decode_cat")))
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
 cache_kv_bytes = 2 * batch * heads * (seq + 2) * head_dim * q_all.element_size()  # K and V of the cache then
-moved = pd.DataFrame([{"decode token": name,
-                       "largest copy_ (KiB)": float(st.copies()["bytes"].max()) / 1024 if len(st.copies()) else 0.0,
-                       "allocated (KiB)": st.allocated_bytes / 1024,
-                       "aten::cat calls": len(st.find("aten::cat"))}
-                      for name, st in (("KVCache.append", cached_step), ("torch.cat", cat_step))]).set_index("decode token")
-display(moved.round(1))
+display(decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step}).round(1))
 reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.cat step allocates")
 lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
        "appending to the KV cache copies one token's K and V and allocates far less than the cache",
@@ -143,8 +127,7 @@ lesson(cat_step.allocated_bytes >= cache_kv_bytes,
        "growing K and V with torch.cat allocates (and copies into) the whole cache again on every step",
        f"{mib(cat_step.allocated_bytes):.2f} MiB for {seq + 2} cached tokens")
 display(links(cached_step), links(cat_step))
-glue("cat_mib", mib(cat_step.allocated_bytes))
-glue("cache_step_kib", cached_step.allocated_bytes / 1024)
+glue("cat_mib", mib(cat_step.allocated_bytes)); glue("cache_step_kib", cached_step.allocated_bytes / 1024)
 
 # %% [markdown]
 # With `torch.cat` every step allocated {glue:text}`cat_mib:.2f` MiB and copied the whole
@@ -164,31 +147,25 @@ glue("cache_step_kib", cached_step.allocated_bytes / 1024)
 guess_keys_seen = 1024  # edit me: how many of the cached keys does the query attend to?
 
 # %%
-q1 = q_all[:, :, -1:]
 with sdpa_kernel(SDPBackend.MATH):  # the reference semantics; the fused backends should agree
-    top_left = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
-unpinned = F.scaled_dot_product_attention(q1, k_all, v_all, is_causal=True)
+    top_left = F.scaled_dot_product_attention(q_new, k_all, v_all, is_causal=True)
 only_first = torch.allclose(top_left, v_all[:, :, :1])  # attending to key 0 alone returns v[0]
 reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True",
        source="the output")
 lesson(only_first, "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
-print("unpinned SDPA, whichever backend it picks here, gives "
-      + ("the same" if torch.allclose(unpinned, v_all[:, :, :1]) else "something else"))
-if device.type == "cpu":
-    lesson(torch.allclose(unpinned, v_all[:, :, :1]), "the CPU's unpinned SDPA does the same")
-right = kernels.get("sdpa_math")(q1, k_all, v_all, causal=True)
-lesson(reference.judge(right, q1, k_all, v_all, causal=True).ok,
-       "the registry's bottom-right causal gives the last row of the full causal pass")
+if device.type == "cpu":  # unpinned: whichever backend SDPA picks here
+    lesson(torch.allclose(F.scaled_dot_product_attention(q_new, k_all, v_all, is_causal=True), v_all[:, :, :1]),
+           "the CPU's unpinned SDPA does the same")
 
 # %% [markdown]
-# That is why the course's SDPA entries never pass `is_causal=True` when Sq ≠ Sk: one query
+# That is why the book's SDPA wrappers never pass `is_causal=True` when Sq ≠ Sk: one query
 # needs no mask at all (it may see everything before it), and longer chunks get a
-# bottom-right mask (`kernels.attention.sdpa`'s `_causal_args`).
+# bottom-right mask.
 #
 # ## What one step computes, and what it moves
 #
-# Count both for a fused kernel (`kernels.reference.flops` and `io_bytes`, which take
-# Sq ≠ Sk and shared K/V heads). A prefill of S tokens computes about 2·H·S²·D FLOPs (causal)
+# Count both for a fused kernel (`decoding.counts_table`, from `kernels.reference.flops` and
+# `io_bytes`, which take Sq ≠ Sk and shared K/V heads). A prefill of S tokens computes about 2·H·S²·D FLOPs (causal)
 # and moves q, k, v and o, 4·H·S·D elements. A decode token against a cache of S tokens
 # computes 4·H·S·D FLOPs and moves the whole cache, 2·Hkv·S·D elements, to do it. Before
 # looking: at S = 4096 in bfloat16 with as many K/V heads as query heads, how many FLOPs does
@@ -200,27 +177,17 @@ guess_decode_intensity = 64  # edit me: FLOP per byte
 # %%
 gpu_peaks = devices.match_gpu("NVIDIA H200")
 assert gpu_peaks is not None, "kernels.hw.devices has the H200's datasheet row"
-count_rows = []
-for s in (512, 1024, 2048, 4096, 8192):
-    for phase, s_q in (("prefill", s), ("decode", 1)):
-        count_rows.append({"S (keys)": s, "phase": phase,
-                           "FLOPs": decoding.call_flops(1, 32, s_q, s, 128),
-                           "bytes (bf16)": decoding.call_bytes(1, 32, s_q, s, 128, dtype=torch.bfloat16),
-                           "FLOP/byte": decoding.intensity(1, 32, s_q, s, 128, dtype=torch.bfloat16)})
-counts = pd.DataFrame(count_rows).pivot(index="S (keys)", columns="phase")
+counts = decoding.counts_table((512, 1024, 2048, 4096, 8192), heads=32, head_dim=128, dtype=torch.bfloat16)
 display(counts.round(1))
 decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
 reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode token at S = 4096", source="the counts")
-lesson(abs(decoding.call_flops(1, 32, 1, 4096, 128) - 4 * 32 * 4096 * 128) < 1e-6,
-       "a decode token counts every key: 4·H·S·D FLOPs, no causal half")
 lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
        "decode does about one FLOP per byte in bfloat16, at every cache length", f"{decode_4k:.3f}")
 lesson(counts[("FLOP/byte", "prefill")].is_monotonic_increasing and
        counts[("FLOP/byte", "prefill")].loc[4096] > gpu_peaks.ridge,
        f"prefill's intensity grows with S and passes the H200's ridge ({gpu_peaks.ridge:.0f} FLOP/byte)",
        f"{counts[('FLOP/byte', 'prefill')].loc[4096]:.0f} at S = 4096")
-glue("decode_4k", decode_4k)
-glue("prefill_4k", float(counts[("FLOP/byte", "prefill")].loc[4096]))
+glue("decode_4k", decode_4k); glue("prefill_4k", float(counts[("FLOP/byte", "prefill")].loc[4096]))
 glue("h200_ridge", gpu_peaks.ridge)
 
 # %% [markdown]
@@ -229,50 +196,62 @@ glue("h200_ridge", gpu_peaks.ridge)
 # FLOPs per two bytes: {glue:text}`decode_4k:.2f` FLOP per byte, however long the cache. A
 # prefill reuses each key for every query, so its intensity grows with S:
 # {glue:text}`prefill_4k:.0f` at S = 4096. An H200 needs {glue:text}`h200_ridge:.0f` FLOPs per
-# byte to keep its tensor cores busy (989 TFLOP/s dense bf16 over 4.8 TB/s, NVIDIA's
-# datasheet). Below that ridge, a kernel waits on memory: decode sits two orders of magnitude
-# below it.
+# byte to keep its [tensor cores](glossary.md#tensor-core) busy (989 [TFLOP/s](glossary.md#flops) dense
+# bf16 over 4.8 TB/s of [HBM](glossary.md#hbm), NVIDIA's datasheet, quoted). Below that ridge, a kernel
+# waits on memory: decode sits two orders of magnitude below it.
 #
 # ## On a roofline, measured here
 #
-# `kernels.attention.decoding.bench_prefill_and_decode` times prefill and decode tokens with `kernels.bench`'s timer,
-# carrying the FLOP and byte counts above; `kernels.bench.plots.roofline` draws them under this
-# machine's two ceilings (on a CPU, a matmul and a copy measured by `kernels.hw.devices`).
+# `kernels.bench.sweep` times a prefill (mode `forward`) and a decode token (mode `decode`) of one
+# implementation at a few cache lengths, each on fresh inputs rotated through more memory than the
+# caches hold, so the bytes counted really come from main memory; `kernels.bench.plots.roofline`
+# draws them under this machine's two ceilings (on a CPU, a matmul and a 32 MiB copy measured by
+# `kernels.hw.devices`). Only points whose timed calls pass the spread check (`plots.steady`: the
+# 90th percentile within 2x the 10th) are drawn.
+#
+# Fresh inputs matter here. Timed again and again on the same K and V, a decode token at these
+# lengths reads a cache of a few MiB that stays in the CPU's own caches between calls: its bytes
+# never cross main memory, and the point lands *above* the memory slope, which was measured with a
+# copy too large for the caches. The roof itself must be measured on the cores the timings get: a
+# roof measured while another job held half of them reads low, and prefill points then sit above
+# it. Neither point would be a kernel beating the hardware; each would be a ceiling that does not
+# describe it.
 
 # %%
-#| caption: Prefill and decode tokens measured here, on this machine's roofline: prefill to the right (many FLOPs per byte), every decode token far to the left under the memory slope, whatever the cache length.
-#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity, decode points clustered far left under the sloped bandwidth line.
+#| caption: Prefill and decode calls measured here on this machine's roofline: prefill to the right, every decode point far to the left of the ridge, each point under its ceiling (asserted below).
+#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points clustered far left under the sloped bandwidth line.
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
 impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
-rows = decoding.bench_prefill_and_decode([impl], bench_seqs, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype,
-                            device=device, reps=7)
+rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,),
+                   batch=batch, heads=heads, device=device, memory=False, progress=None,
+                   reps=15, warmup=2, min_reps=5, max_seconds=0.3)
 peaks_here = devices.roofline_peaks(device)
-display(rows.to_frame()[["impl", "seq", "median_ms", "p10_ms", "p90_ms", "flops", "bytes", "tflops"]]
-        .assign(intensity=[r.intensity for r in rows]).round(4))
-plots.roofline(rows, device=peaks_here)
+shown = plots.steady(rows)
+display(plots.roofline(shown, device=peaks_here))
 
 # %%
-by = {(r.impl.split()[-1], r.seq): r for r in rows if r.ok}
-longest = bench_seqs[-1]
-per_token = {p: by[p, longest].median_ms / (longest if p == "prefill" else 1) for p in ("prefill", "decode")}
-lesson(all(by["decode", s].intensity < peaks_here.ridge for s in bench_seqs),
+over = [f"{r.mode} S={r.seq}" for r in shown if r.tflops * 1e12 > peaks_here.attainable(r.intensity)]
+lesson(all(r.intensity < peaks_here.ridge for r in rows if r.mode == DECODE),
        f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte)")
-lesson(by["decode", longest].tflops < by["prefill", longest].tflops,
-       "decode achieves fewer FLOP/s than prefill at the same cache length",
-       f"{by['decode', longest].tflops * 1e3:.2f} vs {by['prefill', longest].tflops * 1e3:.2f} GFLOP/s at S = {longest}")
-lesson(per_token["decode"] > 2 * per_token["prefill"],
-       "a token costs more than twice as much to decode as to prefill",
-       f"{per_token['decode']:.3f} ms vs {per_token['prefill']:.4f} ms per token at S = {longest}")
-glue("decode_ms_token", per_token["decode"])
-glue("prefill_ms_token", per_token["prefill"])
-glue("bench_longest", longest)
+lesson(not over, "every point drawn sits at or under its ceiling: decode under the memory slope, prefill under its roof",
+       f"{len(shown)} of {len(rows)} points drawn; roof {peaks_here.source}")
+pair = decoding.phase_pair(shown)    # prefill and decode at the longest S where both passed the spread check
+if pair is None:
+    say("Too noisy on this run to compare prefill and decode times: no length passed the spread check in both phases.")
+else:
+    (pre, dec), longest = pair, pair[0].seq
+    lesson(dec.flops / dec.p10_ms < pre.flops / pre.p90_ms,
+           "decode achieves fewer FLOP/s than prefill: its fastest call is below prefill's slowest",
+           f"{dec.tflops * 1e3:.2f} vs {pre.tflops * 1e3:.2f} GFLOP/s (medians) at S = {longest}")
+    lesson(dec.p10_ms > 2 * pre.p90_ms / longest, "a token costs more than twice as much to decode as to prefill",
+           f"{dec.median_ms:.3f} ms vs {pre.median_ms / longest:.4f} ms per token (medians) at S = {longest}, "
+           f"{where['name']}, torch {where['versions']['torch']}")
 
 # %% [markdown]
-# At S = {glue:text}`bench_longest`, a prefill spent {glue:text}`prefill_ms_token:.4f` ms per
-# token, a decode token {glue:text}`decode_ms_token:.3f` ms for its one token. On a CPU part of
-# that gap is fixed cost per call (a small call spends more of its time getting started); on a
-# GPU the intensity above is the whole story once S is long: the step takes as long as reading
-# the cache takes. Either way, the cure is the same: move fewer bytes per token.
+# Where both phases passed the spread check, the cell above gives their per-token costs. Prefill shares its fixed costs among S tokens and
+# reuses every key it loads; a decode token pays them for one token and reads the whole cache to do
+# it. On a GPU the intensity above is the whole story once S is long: the step takes as long as
+# reading the cache takes. Either way, the cure is the same: move fewer bytes per token.
 #
 # ## What grouped-query attention saves
 #
@@ -283,13 +262,9 @@ glue("bench_longest", longest)
 # 8192-token context:
 
 # %%
-layers, hq, hkv, d_model_head, ctx = 32, 32, 8, 128, 8192
-gqa_rows = pd.DataFrame([
-    {"attention": name, "K/V heads": kv,
-     "KV cache (MiB)": mib(decoding.cache_bytes(ctx, kv, d_model_head, torch.bfloat16, layers=layers)),
-     "bytes per decode token, one layer (MiB)": mib(decoding.call_bytes(1, hq, 1, ctx, d_model_head, kv)),
-     "FLOP/byte": decoding.intensity(1, hq, 1, ctx, d_model_head, kv)}
-    for name, kv in (("multi-head (MHA)", hq), ("grouped-query (GQA)", hkv), ("multi-query (MQA)", 1))]).set_index("attention")
+hq, hkv = 32, 8
+gqa_rows = decoding.sharing_table(layers=32, heads=hq, head_dim=128, context=8192,
+                                  kv_options={"multi-head (MHA)": hq, "grouped-query (GQA)": hkv, "multi-query (MQA)": 1})
 display(gqa_rows.round(2))
 saving = gqa_rows.iloc[0]["KV cache (MiB)"] / gqa_rows.iloc[1]["KV cache (MiB)"]
 step_saving = gqa_rows.iloc[0]["bytes per decode token, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode token, one layer (MiB)"]
@@ -304,27 +279,13 @@ glue("gqa_step_saving", float(step_saving))
 # The whole cache for one 8192-token sequence is {glue:text}`gqa_cache_mha:.1f` GiB with
 # multi-head attention and {glue:text}`gqa_cache_gqa:.1f` GiB with 8 K/V heads, and a decode
 # step reads {glue:text}`gqa_step_saving:.2f`x fewer bytes, so at the same bandwidth it can
-# take that much less time. The registry runs GQA without repeating K and V in memory where
-# the implementation can avoid it; every implementation that runs here gives the float64
-# reference's answer for a GQA decode token:
-
-# %%
-kv_heads = max(1, heads // 4)
-q_dec = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
-_, k_c, v_c = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
-# On a CPU the compiled entries are left out: each new shape costs a compile (chapter 7 checks them).
-runnable = [n for n, r in kernels.available(device).items() if r is None
-            and not (device.type == "cpu" and n in ("compiled_naive", "flex"))]
-gqa_verdicts = {n: reference.check(kernels.get(n), q_dec, k_c, v_c, causal=True) for n in runnable}
-display(pd.Series({n: str(j) for n, j in gqa_verdicts.items()}, name="judged against float64").to_frame())
-lesson(all(j.ok for j in gqa_verdicts.values()),
-       f"a GQA decode token ({heads} query heads, {kv_heads} K/V heads, {seq} cached tokens) is right for every implementation here",
-       ", ".join(runnable))
+# take that much less time. The book's implementations take shared K/V heads as they are (SDPA
+# with `enable_gqa=True`), without repeating K and V in memory where they can avoid it.
 
 # %% [markdown]
 # ## Which SDPA backend takes a decode token?
 #
-# Through the registry a decode token is an SDPA call with one query, no mask and
+# Through the library a decode token is an SDPA call with one query, no mask and
 # `is_causal=False` (nothing to hide), and `enable_gqa=True` when K/V heads are shared. None
 # of PyTorch's backend checks (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses
 # a single query there: flash refuses `is_causal` with Sq ≠ Sk, which this call does not
@@ -333,21 +294,19 @@ lesson(all(j.ok for j in gqa_verdicts.values()),
 
 # %%
 decode_predictions = pd.DataFrame([
-    {"GPU": gpu, "unpinned decode token picks": kernels.attention.sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
+    {"GPU": gpu, "unpinned decode token picks": sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
     for gpu, cap in (("A100 (sm_80)", (8, 0)), ("H200 (sm_90)", (9, 0)), ("T4 (sm_75), fp16", (7, 5)))]).set_index("GPU")
 display(decode_predictions)
 lesson(decode_predictions["unpinned decode token picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules a bf16 decode token goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
 
 # %%
+kv_heads = max(1, heads // 4)
+q_dec = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
+_, k_c, v_c = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
 # The priority rules know nothing of shared heads, so the GPU comparison uses a multi-head decode token.
-q_mha, k_mha, v_mha = q_dec, k_c.repeat_interleave(heads // kv_heads, dim=1), v_c.repeat_interleave(heads // kv_heads, dim=1)
-chosen = kernels.attention.sdpa.default_backend_name(q_mha, k_mha, v_mha)
-chosen_gqa = kernels.attention.sdpa.default_backend_name(q_dec, k_c, v_c)
-probed = kernels.attention.sdpa.probe(q_dec, k_c, v_c)
-display(pd.DataFrame({"runs a GQA decode token": {n: r is None for n, r in probed.items()},
-                      "why not": {n: r or "" for n, r in probed.items()}}))
-print(f"here, unpinned SDPA picks {chosen} for a multi-head decode token, {chosen_gqa} for the GQA one")
+chosen = sdpa.default_backend_name(q_dec, *(t.repeat_interleave(heads // kv_heads, dim=1) for t in (k_c, v_c)))
+chosen_gqa = sdpa.default_backend_name(q_dec, k_c, v_c)
 gpu_lessons.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
 glue("decode_backend", chosen)
 
@@ -355,37 +314,14 @@ glue("decode_backend", chosen)
 # Here the decode token went to **{glue:text}`decode_backend`**. The GPU rows of the table
 # above are PyTorch's rules, not a measurement; on a GPU the same cell checks that the backend
 # SDPA chose is the one they predict.
-#
-# ## Decode tokens, measured where they run
-#
-# Last, the implementations that run here, one decode token each against the same GQA cache,
-# timed in interleaved rounds (`kernels.bench.compare`), so a burst of load from elsewhere hits
-# them all alike. Guess the fastest first:
 
-# %%
-guess_fastest = "naive"  # edit me: one of the implementations that run here
-
-# %%
-timed = [n for n in runnable if n != "triton"] if device.type == "cpu" else runnable
-calls = {n: (lambda f=kernels.get(n): f(q_dec, k_c, v_c, causal=True)) for n in timed}
-with torch.no_grad():
-    result = comparison.compare(calls, device=device, rounds=9)
-print(result.verdict())
-winner = result.faster()
-print(f"you guessed {guess_fastest}; " + (f"this run says {winner}" if winner else "this run cannot tell them apart"))
-glue("decode_verdict", result.verdict())
-
-# %% [markdown]
-# On this run: {glue:text}`decode_verdict`. (On a CPU the Triton interpreter is left out: it
-# runs the kernel in NumPy, one program at a time, and measures the interpreter, not the kernel.)
-#
 # %% [markdown]
 # ## A real decode step: split over the cache, then reduce
 #
 # A serving engine decodes many requests at once, and its attention kernel is written for one
 # query against a long cache. AMD's TraceLens project profiled one decode step of SGLang
 # serving Qwen3-8B to 32 requests on an MI300X; it is not this book's run, and is credited
-# under the table. Its attention is vLLM's paged-attention kernel for ROCm, in two kernels per
+# under the table. Its attention is vLLM's paged-attention [kernel](glossary.md#kernel) for ROCm, in two kernels per
 # layer: the main one splits each request's cache into partitions and computes, per partition,
 # a partial softmax-weighted sum of V with its row maximum and sum; the reduce kernel then merges
 # the partials with the same rescaling as chapter 4's online softmax. The step was replayed
@@ -406,8 +342,7 @@ pairs = decoding.split_and_reduce(decode_report)
 decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
 display(pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]].round(3)
         .rename(index={"count": "calls", "50%": "median"}))
-print(f"main: {pairs['main kernel'].iloc[0]}; reduce: {pairs['reduce kernel'].iloc[0]}; "
-      f"launched by {', '.join(sorted(set(pairs['launched by'])))}")
+print(f"main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
 print(sglang.credit(sglang_trace))
 _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
            "% of the decode step's GPU time in attention")
@@ -415,21 +350,17 @@ _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
 # %%
 #| caption: The attention of each of the 36 layers in one SGLang decode step of Qwen3-8B (batch 32, MI300X): the split-KV main kernel's GPU time, with the reduce kernel's stacked on top. Recorded by AMD's TraceLens project, not this book's run.
 #| alt: Stacked bars, one per layer, of nearly equal height: a tall main-kernel part and a thin reduce part on top.
-ax = pairs[["main µs", "reduce µs"]].plot.bar(stacked=True, figsize=(8, 3), width=0.8)
-ax.set(xlabel="attention call (one per layer)", ylabel="GPU µs", title=f"{decode_report.device}: one decode step")
-ax.set_xticks(range(0, len(pairs), 5), range(0, len(pairs), 5), rotation=0)
-plt.show()
+plots.split_kv_bars(pairs, f"{decode_report.device}: one decode step")
 
 # %%
 QWEN3_8B = {"layers": 36, "kv_heads": 8, "head_dim": 128}  # Qwen3-8B's published config.json
-lesson((pairs["kernels"] == 2).all() and pairs["main kernel"].notna().all() and pairs["reduce kernel"].notna().all(),
-       "every attention call of the decode step is two kernels: a split over the KV cache, then a reduce",
+lesson(len(pairs) == QWEN3_8B["layers"] and (pairs["kernels"] == 2).all() and pairs["reduce kernel"].notna().all(),
+       "one attention call per layer of Qwen3-8B, each two kernels: a split over the KV cache, then a reduce",
        f"{len(pairs)} calls")
 lesson(set(pairs["launched by"]) == {"hipGraphLaunch"}, "all of them were replayed from a graph (hipGraphLaunch)",
        ", ".join(sorted(set(pairs["launched by"]))))
 lesson(pairs["reduce share"].max() < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
        f"at most {pairs['reduce share'].max():.1%}")
-lesson(len(pairs) == QWEN3_8B["layers"], "one attention call per layer of Qwen3-8B", f"{len(pairs)} calls")
 mi300x = decode_report.peaks   # the datasheet row of the GPU the trace names
 assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
 most_bytes = mi300x.bandwidth * pairs["main µs"].median() * 1e-6
@@ -440,7 +371,7 @@ glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth /
 
 # %% [markdown]
 # Attention was {glue:text}`sg_share:.1f`% of the decode step's GPU time; the rest is the
-# layers' GEMMs (one query row per request: they too read far more weight bytes than they
+# layers' [GEMMs](glossary.md#gemm) (one query row per request: they too read far more weight bytes than they
 # compute with), norms and the cache writes. Each layer's main kernel took
 # {glue:text}`sg_main_us:.0f` µs (median), and the reduce added {glue:text}`sg_reduce_pct:.1f`%
 # to it. The trace has no shapes, so the bytes the kernel read are not known, but they are
@@ -457,6 +388,8 @@ glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth /
 #   `is_causal` is not.
 # - A decode token moves its whole cache to do two FLOPs per element: about one FLOP per byte
 #   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
+# - A point above its roof is a ceiling that does not describe it: time decode on inputs fresh from
+#   main memory, and measure the roof on the cores the timings get.
 # - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
 # - A serving engine's decode attention splits the cache and reduces the partials: the reduce
 #   is cheap, and the main kernel's time is bounded by reading the cache.

@@ -4,9 +4,10 @@
 and values, the *KV cache*; **decode** then makes one token per call: one new query (Sq = 1)
 against every key kept so far. ``KVCache`` is one layer's cache (preallocated, ``append``,
 the filled part as views); ``call_flops`` / ``call_bytes`` / ``intensity`` are one attention
-call's FLOPs, bytes and their ratio; ``cache_bytes`` what a cache holds;
-``bench_prefill_and_decode`` times both phases with ``kernels.bench.timing`` as rows
-``kernels.bench.plots.roofline`` draws (``python -m kernels.bench --mode decode`` is the full harness).
+call's FLOPs, bytes and their ratio; ``cache_bytes`` what a cache holds; ``counts_table`` and
+``sharing_table`` tabulate them; ``ConcatCache`` is the torch.cat version a KVCache replaces and
+``decode_step`` one token through either. Timing both phases is ``kernels.bench.sweep``'s job
+(modes ``forward`` and ``decode``), on inputs rotated through more memory than the caches hold.
 """
 from __future__ import annotations
 
@@ -16,11 +17,8 @@ import pandas as pd
 import torch
 
 from kernels import reference
-from kernels.registry import get
-from kernels.bench.results import FORWARD, BenchResult, BenchResults
+from kernels.bench.results import DECODE as DECODE_MODE, FORWARD as FORWARD_MODE
 from kernels.dtypes import dtype_name
-from kernels.bench.sweep import failure_status
-from kernels.bench.timing import spread, time_calls
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.fingerprints import attention_kernel
 
@@ -123,55 +121,92 @@ def cache_bytes(seq: int, kv_heads: int, head_dim: int, dtype: torch.dtype = tor
     return 2 * layers * batch * kv_heads * seq * head_dim * elem
 
 
-# --------------------------------------------------------------------------- measuring
+# --------------------------------------------------------------------------- tables
 
-PREFILL, DECODE = "prefill", "decode"
+def counts_table(seqs: Sequence[int], heads: int = 32, head_dim: int = 128,
+                 dtype: torch.dtype = torch.bfloat16) -> pd.DataFrame:
+    """FLOPs, bytes and FLOP/byte of a prefill (Sq = Sk = S) and a decode token (Sq = 1,
+    Sk = S), batch 1, causal, one row per S in ``seqs`` and one column group per phase."""
+    rows = [{"S (keys)": s, "phase": phase, "FLOPs": call_flops(1, heads, s_q, s, head_dim),
+             f"bytes ({dtype_name(dtype)})": call_bytes(1, heads, s_q, s, head_dim, dtype=dtype),
+             "FLOP/byte": intensity(1, heads, s_q, s, head_dim, dtype=dtype)}
+            for s in seqs for phase, s_q in (("prefill", s), ("decode", 1))]
+    return pd.DataFrame(rows).pivot(index="S (keys)", columns="phase")
 
 
-def bench_prefill_and_decode(impls: Sequence[str], seqs: Sequence[int], *, phases: Sequence[str] = (PREFILL, DECODE),
-                batch: int = 1, heads: int = 8, kv_heads: Optional[int] = None, head_dim: int = 64,
-                dtype: torch.dtype = torch.float32, device="cpu", reps: int = 10, warmup: int = 2,
-                seed: int = 0) -> BenchResults:
-    """Time prefill (Sq = Sk = S) and decode (Sq = 1 against Sk = S) calls, causal, no grad.
+def sharing_table(layers: int, heads: int, kv_options: dict, head_dim: int, context: int,
+                  dtype: torch.dtype = torch.bfloat16) -> pd.DataFrame:
+    """What sharing K/V heads saves for one sequence of ``context`` tokens: the whole cache over
+    ``layers``, the bytes one layer's decode token moves, and its FLOP/byte, one row per entry
+    of ``kv_options`` (name -> K/V heads, each dividing ``heads``)."""
+    for name, kv in kv_options.items():
+        if kv < 1 or heads % kv:
+            raise ValueError(f"sharing_table: {name} has {kv} K/V heads, which must divide the {heads} query heads")
+    return pd.DataFrame([
+        {"attention": name, "K/V heads": kv,
+         "KV cache (MiB)": cache_bytes(context, kv, head_dim, dtype, layers=layers) / 2**20,
+         "bytes per decode token, one layer (MiB)": call_bytes(1, heads, 1, context, head_dim, kv, dtype) / 2**20,
+         "FLOP/byte": intensity(1, heads, 1, context, head_dim, kv, dtype)}
+        for name, kv in kv_options.items()]).set_index("attention")
 
-    One ``BenchResult`` row per (implementation, phase, S), timed with ``timing.time_calls``
-    (median and p10/p90 of ``reps`` calls after ``warmup``), with FLOPs and bytes from
-    ``call_flops`` / ``call_bytes`` so that Sq != Sk and shared K/V heads are counted right.
-    The row's ``impl`` reads ``"<name> <phase>"`` and its ``seq`` is Sk: ``kernels.bench.plots``
-    then draws one line per implementation and phase.
+
+# --------------------------------------------------------------------------- growing K and V
+
+class ConcatCache:
+    """K and V kept as plain tensors and grown with ``torch.cat``: the common first version of
+    a cache, with ``KVCache``'s ``append``. Every append allocates tensors for the whole history
+    and copies it into them, so a decode token's cost grows with the cache before attention
+    even reads it.
+
+    >>> cache = ConcatCache(torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8))
+    >>> k, v = cache.append(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))
+    >>> k.shape, cache.length
+    (torch.Size([1, 2, 6, 8]), 6)
     """
-    device = torch.device(device)
-    kv_heads = heads if kv_heads is None else kv_heads
-    g = torch.Generator().manual_seed(seed)
-    rows = BenchResults(meta={"device": {"name": str(device)}, "what": "prefill and decode calls"})
-    for name in impls:
-        fn = get(name)
-        for phase in phases:
-            for s in seqs:
-                s_q = s if phase == PREFILL else 1
-                q = torch.randn(batch, heads, s_q, head_dim, generator=g).to(device, dtype)
-                k, v = (torch.randn(batch, kv_heads, s, head_dim, generator=g).to(device, dtype) for _ in range(2))
-                row = BenchResult(
-                    impl=f"{name} {phase}", device=device.type, dtype=dtype_name(dtype), batch=batch,
-                    heads=heads, seq=s, head_dim=head_dim, causal=True, mode=FORWARD, seq_q=s_q, kv_heads=kv_heads,
-                    flops=call_flops(batch, heads, s_q, s, head_dim),
-                    bytes=call_bytes(batch, heads, s_q, s, head_dim, kv_heads, dtype))
 
-                def call(q=q, k=k, v=v):
-                    with torch.no_grad():
-                        fn(q, k, v, causal=True)
+    def __init__(self, k: torch.Tensor, v: torch.Tensor):
+        if k.dim() != 4 or k.shape != v.shape:
+            raise ValueError(f"ConcatCache: k and v must be 4-d [B, Hkv, S, D] of one shape, got "
+                             f"{tuple(k.shape)} and {tuple(v.shape)}")
+        self.k, self.v = k, v
 
-                try:
-                    for _ in range(warmup):
-                        call()
-                    row.median_ms, row.p10_ms, row.p90_ms = spread(time_calls(call, device, reps))
-                    row.reps = reps
-                    row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12
-                    row.gbps = row.bytes / (row.median_ms * 1e-3) / 1e9
-                except Exception as err:  # the sweep goes on; the row says what happened
-                    row.status, row.reason = failure_status(name, err)
-                rows.append(row)
-    return rows
+    @property
+    def length(self) -> int:
+        return self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """New tensors holding every token so far: the history is copied on every call."""
+        self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+
+def decode_step(cache, attend):
+    """One decode token as a callable ``step(q, k, v)``: append the new token's ``k``, ``v``
+    to ``cache`` (a ``KVCache`` or a ``ConcatCache``), then ``attend(q, keys, values,
+    causal=True)`` over everything cached, as a profiler or a timer calls it."""
+    def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        keys, values = cache.append(k, v)
+        return attend(q, keys, values, causal=True)
+    return step
+
+
+def phase_pair(rows) -> Optional[tuple]:
+    """(prefill row, decode row) of a ``kernels.bench.sweep`` run in modes ``forward`` and
+    ``decode``, at the longest S both were measured at, or None where no S has both (pass the
+    rows that passed the spread check, ``kernels.bench.plots.steady``, to compare timings)."""
+    by = {(r.mode, r.seq): r for r in rows if r.ok}
+    both = sorted(s for mode, s in by if mode == FORWARD_MODE and (DECODE_MODE, s) in by)
+    return (by[FORWARD_MODE, both[-1]], by[DECODE_MODE, both[-1]]) if both else None
+
+
+def copies_table(steps: dict) -> pd.DataFrame:
+    """What each profiled decode step (name -> ``kernels.trace.reader.Step``) copied and allocated:
+    its largest ``aten::copy_`` and the bytes it allocated, in KiB, and its ``aten::cat`` calls."""
+    return pd.DataFrame([{"decode token": name,
+                          "largest copy_ (KiB)": float(step.copies()["bytes"].max()) / 1024 if len(step.copies()) else 0.0,
+                          "allocated (KiB)": step.allocated_bytes / 1024,
+                          "aten::cat calls": len(step.find("aten::cat"))}
+                         for name, step in steps.items()]).set_index("decode token")
 
 
 def split_and_reduce(report: AttentionReport) -> pd.DataFrame:

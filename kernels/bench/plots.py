@@ -15,7 +15,7 @@ from typing import Iterable, Optional
 from matplotlib.figure import Figure
 
 from kernels.hw import devices
-from kernels.bench.results import MODE_LABELS
+from kernels.bench.results import MODE_LABELS, BenchResults
 
 # What a series may differ by besides the implementation, with how to print it.
 SERIES_KEYS = {
@@ -82,6 +82,14 @@ def noisy_points(results: Iterable) -> list:
     """The successful rows whose p10-p90 spread is wider than ``NOISY_SPREAD``."""
     return [r for r in results if r.status == "ok" and r.p10_ms and r.p90_ms
             and r.p90_ms / r.p10_ms > NOISY_SPREAD]
+
+
+def steady(results: Iterable):
+    """The successful rows that pass the spread check (p90 / p10 within ``NOISY_SPREAD``): the
+    ones a page may show as timings, as BenchResults (with the rows' ``meta``, if they had one)."""
+    noisy = {id(r) for r in noisy_points(results)}
+    kept = [r for r in results if r.status == "ok" and id(r) not in noisy]
+    return BenchResults(kept, getattr(results, "meta", None))
 
 
 def mark_noise(ax, results: Iterable) -> Optional[str]:
@@ -238,4 +246,17 @@ def achieved_vs_peak(calls) -> Figure:
         ax.axhline(peak, ls="--", color=dots.get_color(), label=f"{gpu}: dense bf16 peak, {peak:g} TFLOP/s")
     ax.set_ylim(0, 1.1 * float(calls["peak TFLOP/s"].max()))
     ax.legend(fontsize="small", loc="center right")
+    return fig
+
+
+def split_kv_bars(pairs, title: str) -> Figure:
+    """One stacked bar per attention call of a decode step: the split-KV main kernel's GPU time,
+    the reduce kernel's on top (the table of ``kernels.attention.decoding.split_and_reduce``)."""
+    fig, ax = new_axes(title, "attention call (one per layer)", "GPU µs", size=(8, 3))
+    calls = list(range(len(pairs)))
+    ax.bar(calls, pairs["main µs"], width=0.8, label="main (split over the cache)")
+    ax.bar(calls, pairs["reduce µs"], width=0.8, bottom=pairs["main µs"], label="reduce")
+    ax.set_xticks(calls[::5], [str(c) for c in calls[::5]])
+    ax.grid(False)
+    ax.legend(fontsize="small")
     return fig

@@ -104,8 +104,11 @@ COPY_MIB = {"cpu": 32, "cuda": 256}
 
 
 @functools.lru_cache(maxsize=None)
-def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
+def measured_peaks(device: str = "cpu", repeats: int = 30) -> Peaks:
     """Measure a device once per process: matmul FLOP/s and copy bytes/s (well under 2 s).
+
+    The best of many runs, not of a few: on a machine whose cores other work shares, a few runs
+    can all land in a busy moment and read a roof too low, and honest points then sit above it.
 
     A square matmul of n does 2·n³ FLOPs. A copy of N bytes reads N and writes N, so it
     moves 2·N bytes. Both take the best of a few runs, after one warm-up run. CPUs are
@@ -130,7 +133,8 @@ def measured_peaks(device: str = "cpu", repeats: int = 10) -> Peaks:
     copy_s = _best_seconds(lambda: dst.copy_(src), repeats, sync)
     what = f"{n}³ {str(dtype).replace('torch.', '')} matmul, {copy_mib} MiB copy, best of {repeats}"
     if not on_gpu:
-        what += f", {torch.get_num_threads()} threads"
+        threads = torch.get_num_threads()
+        what += f", {threads} thread{'s' if threads != 1 else ''}"
     return Peaks(name=device_name(device), flops=2 * n**3 / matmul_s,
                  bandwidth=2 * src.numel() * src.element_size() / copy_s,
                  flops_dtype=str(dtype).replace("torch.", ""),

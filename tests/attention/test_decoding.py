@@ -1,4 +1,4 @@
-"""kernels.attention.decoding (the KV cache, decode-step counts, bench_prefill_and_decode) and the checks of
+"""kernels.attention.decoding (the KV cache, decode-step counts and tables, ConcatCache) and the checks of
 kernels.exercises.backward and kernels.exercises.decoding (chapters 9 and 10's exercises)."""
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import torch.nn.functional as F
 import kernels
 from kernels import reference
 from kernels.attention import decoding
-from kernels.hw import devices
-from kernels.bench import plots
 from kernels.attention.decoding import KVCache
 from kernels.exercises import ExerciseFailed, Passed
 from kernels.exercises.backward import check_kept_for_backward, check_training_flops
@@ -107,22 +105,46 @@ def test_cache_bytes_by_hand():
     assert decoding.cache_bytes(16, 2, 8) == KVCache(1, 2, 16, 8, dtype=torch.bfloat16).nbytes
 
 
-def test_bench_steps_rows_carry_the_decode_counts_and_draw_on_a_roofline():
-    rows = decoding.bench_prefill_and_decode(["sdpa_math"], [16, 32], heads=4, kv_heads=2, head_dim=8, reps=2, warmup=1)
-    assert [(r.impl, r.seq) for r in rows] == [("sdpa_math prefill", 16), ("sdpa_math prefill", 32),
-                                               ("sdpa_math decode", 16), ("sdpa_math decode", 32)]
-    assert all(r.ok and r.median_ms > 0 and r.tflops > 0 for r in rows)
-    decode = rows[3]
-    assert decode.flops == 4 * 4 * 32 * 8
-    assert decode.bytes == (2 * 4 * 8 + 2 * 2 * 32 * 8) * 4
-    fig = plots.roofline(rows, device=devices.match_gpu("NVIDIA H200"))
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert "sdpa_math prefill" in labels and "sdpa_math decode" in labels
+def test_counts_table_holds_both_phases_by_hand():
+    table = decoding.counts_table((64, 128), heads=4, head_dim=8, dtype=torch.float32)
+    assert table.loc[128, ("FLOPs", "decode")] == 4 * 4 * 128 * 8                    # every key, no half
+    assert table.loc[128, ("FLOPs", "prefill")] == 2 * 4 * 128 * 128 * 8             # causal half
+    assert table.loc[64, ("bytes (float32)", "decode")] == (2 * 4 * 8 + 2 * 4 * 64 * 8) * 4
+    assert table.loc[128, ("FLOP/byte", "prefill")] == pytest.approx(2 * table.loc[64, ("FLOP/byte", "prefill")])
 
 
-def test_bench_steps_records_a_refusal_instead_of_stopping():
-    rows = decoding.bench_prefill_and_decode(["sdpa_cudnn"], [16], phases=("decode",), heads=2, head_dim=8, reps=1, warmup=0)
-    assert rows[0].status in ("unavailable", "unsupported", "error") and "sdpa_cudnn" in rows[0].reason
+def test_sharing_table_divides_the_cache_by_the_group_size_and_refuses_a_bad_group():
+    table = decoding.sharing_table(2, 8, {"mha": 8, "gqa": 2}, 16, 100)
+    assert table.loc["mha", "KV cache (MiB)"] == 4 * table.loc["gqa", "KV cache (MiB)"]
+    assert table.loc["gqa", "KV cache (MiB)"] == 2 * 2 * 2 * 100 * 16 * 2 / 2**20
+    assert table.loc["gqa", "FLOP/byte"] > table.loc["mha", "FLOP/byte"]
+    with pytest.raises(ValueError, match="must divide the 8 query heads"):
+        decoding.sharing_table(2, 8, {"odd": 3}, 16, 100)
+
+
+def test_concat_cache_copies_the_history_where_the_kv_cache_does_not():
+    k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    concat, kv = decoding.ConcatCache(k, v), KVCache(1, 2, 8, 4)
+    kv.append(k, v)
+    before = concat.k.data_ptr(), kv.k.data_ptr()
+    k1, v1 = torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4)
+    (ck, cv), (kk, kv_v) = concat.append(k1, v1), kv.append(k1, v1)
+    assert torch.equal(ck, kk) and torch.equal(cv, kv_v) and concat.length == kv.length == 6
+    assert ck.data_ptr() != before[0]                 # a new tensor: the history was copied
+    assert kk.data_ptr() == before[1]                 # a view of the same buffer
+    with pytest.raises(ValueError, match="of one shape"):
+        decoding.ConcatCache(k, torch.randn(1, 2, 4, 4))
+
+
+def test_decode_step_appends_then_attends_over_everything_cached():
+    q, k, v = (torch.randn(1, 4, 9, 8) for _ in range(3))
+    k, v = k[:, :2], v[:, :2]
+    cache = KVCache(1, 2, 9, 8)
+    cache.append(k[:, :, :8], v[:, :, :8])
+    step = decoding.decode_step(cache, kernels.get("naive"))
+    out = step(q[:, :, 8:], k[:, :, 8:], v[:, :, 8:])
+    assert cache.length == 9
+    assert reference.max_rel_error(out, reference.attention(q, k, v, causal=True)[:, :, 8:]) < 1e-5
 
 
 def test_sdpa_is_causal_with_one_query_is_top_left():
@@ -288,3 +310,16 @@ def test_exercise_notebook_stubs_fail_with_their_message_and_solutions_pass(name
         exec(compile(cell, f"<check of {name}>", "exec"), module)
     printed = capsys.readouterr().out
     assert printed.count("✔") == len(checks), printed
+
+
+def test_phase_pair_takes_the_longest_length_measured_in_both_phases():
+    from kernels.bench.results import DECODE, FORWARD, BenchResult
+
+    def row(mode, seq, status="ok"):
+        return BenchResult(impl="sdpa_flash", device="cpu", dtype="float32", batch=1, heads=2, seq=seq, head_dim=8,
+                           causal=True, mode=mode, status=status)
+
+    rows = [row(FORWARD, 64), row(DECODE, 64), row(FORWARD, 128), row(DECODE, 128, status="error"), row(DECODE, 256)]
+    prefill, decode = decoding.phase_pair(rows)
+    assert (prefill.mode, prefill.seq, decode.mode, decode.seq) == (FORWARD, 64, DECODE, 64)
+    assert decoding.phase_pair([row(FORWARD, 64), row(DECODE, 128)]) is None

@@ -137,3 +137,22 @@ def test_bench_figures_keep_the_floor():
                            meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
     for fig in (plots.time_vs_seq(results), plots.memory_vs_seq(results), plots.roofline(results)):
         assert not too_small(fig), f"{fig.axes[0].get_title()}: {too_small(fig)}"
+
+
+def test_steady_keeps_only_the_rows_that_pass_the_spread_check(results):
+    noisy = results[0]
+    noisy.p90_ms = noisy.p10_ms * (plots.NOISY_SPREAD + 0.5)
+    kept = plots.steady(results)
+    assert isinstance(kept, BenchResults) and kept.meta == results.meta
+    assert noisy not in kept and all(r.ok for r in kept)
+    assert len(kept) == len([r for r in results if r.ok]) - 1
+    assert plots.mark_noise(only_axes(plots.time_vs_seq(kept)), kept) is None
+
+
+def test_split_kv_bars_stack_the_reduce_on_the_main_kernel():
+    import pandas as pd
+
+    pairs = pd.DataFrame({"main µs": [50.0, 52.0], "reduce µs": [5.0, 4.0]})
+    ax = only_axes(plots.split_kv_bars(pairs, "one decode step"))
+    tops = sorted(p.get_y() + p.get_height() for p in ax.patches)
+    assert tops == pytest.approx([50.0, 52.0, 55.0, 56.0])

@@ -1,0 +1,95 @@
+"""Chapter 6's showdown tables: who runs here, what each forward runs, and one row per contender.
+
+``contenders`` splits the registry into what is measured on a device and why the rest is not;
+``LESSONS`` is each implementation's lesson in one line, from the chapter that built it;
+``ops_table`` counts the ops (or, on a GPU, the kernels and copies) of each profiled forward;
+``glance`` is one row per contender at one shape, its time shown only where the timed calls pass
+the spread check (``kernels.bench.plots.steady``); ``ARTICLE_A100`` holds the source article's
+A100 numbers, quoted, never measured here.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import pandas as pd
+import torch
+
+import kernels
+from kernels.bench import plots
+from kernels.bench.results import BenchResult
+from kernels.hw.devices import Peaks
+
+LESSONS = {
+    "naive": "Read one level below your code: out-of-place masked_fill copies the whole S×S score matrix.",
+    "inplace": "masked_fill_ removes the copy and one S×S allocation, but not the peak: two S×S buffers stay alive.",
+    "sdpa_math": "SDPA's math backend is reference code: it rebuilds the mask, guards softmax, and runs more ops than ours.",
+    "sdpa_flash": "One fused op: the S×S scores live only in tiles, so memory grows with S, not S².",
+    "sdpa_efficient": "One fused kernel (xFormers-derived CUTLASS); it also takes fp32 on a GPU.",
+    "sdpa_cudnn": "One fused kernel with no transposes; its per-call setup (graph cached per shape) costs CPU time.",
+    "triton": "FlashAttention-2 in Triton: a Q tile stays on chip while K and V stream past, softmax online.",
+    "cuda_v1": "The same algorithm in plain CUDA on CUDA cores: correct, readable, and far from the roof.",
+    "cuda_v2": "Tensor cores (mma.sync), 128-row query tiles, scores in registers, K/V tiles double-buffered, "
+               "only diagonal tiles masked, tiles above the diagonal skipped.",
+}
+
+# The source article's A100 table (REFERENCE.md): kernels per forward, the profiler's average CUDA
+# time per forward, and CPU time where the article gives it (the fused backends only).
+ARTICLE_A100 = pd.DataFrame([
+    ("naive (masked_fill)", 6, None, None, "matmul, mul, Memcpy, mask, softmax, matmul"),
+    ("in-place (masked_fill_)", 5, 1955.0, None, "the Memcpy is gone"),
+    ("SDPA math", 20, 7239.0, None, "fp32 upcast, mask rebuilt per call, NaN guards"),
+    ("SDPA efficient", 1, 277.9, 117.0, "fmha_cutlassF (xFormers-derived)"),
+    ("SDPA flash", 1, 146.8, 138.0, "pytorch_flash (FlashAttention-2)"),
+    ("SDPA cuDNN", 1, 186.3, 214.0, "cudnn flash_fprop; per-call setup on the CPU"),
+], columns=["variant", "kernels per forward", "CUDA time per forward (µs)", "CPU time (µs)",
+            "trace shows"]).set_index("variant")
+
+
+def contenders(device) -> tuple[list[str], dict[str, str]]:
+    """The implementations measured on ``device``, and {name: why not} for the others. On a CPU,
+    entries flagged ``slow_on_cpu`` (Triton's interpreter, compiled per shape) are left out too:
+    correct there, but their time is not a performance number."""
+    on_gpu = torch.device(device).type == "cuda"
+    reasons = kernels.available(device)
+    for name, why in reasons.items():
+        if why is None and not on_gpu and kernels.implementation(name).slow_on_cpu:
+            reasons[name] = (f"{name}: correct on a CPU, but its time there is not a performance number "
+                             "(interpreted, or compiled per shape); left out of the CPU showdown")
+    return ([name for name, why in reasons.items() if why is None],
+            {name: why for name, why in reasons.items() if why is not None})
+
+
+def ops_table(steps: Mapping, on_gpu: bool) -> pd.DataFrame:
+    """Per profiled forward (name -> ``kernels.trace.reader.Step``): how many ops do arithmetic
+    themselves (``Step.work_ops``) and which, and on a GPU the kernels, copies and memsets."""
+    table = pd.DataFrame({
+        "work ops per forward": {n: len(s.work_ops()) for n, s in steps.items()},
+        "which": {n: ", ".join(op if count == 1 else f"{op} ×{count}" for op, count in
+                               pd.Series([o.removeprefix("aten::") for o in s.work_ops()])
+                               .value_counts(sort=False).items())
+                  for n, s in steps.items()}})
+    if on_gpu:
+        table["GPU activities per forward"] = pd.Series({n: len(s.gpu_work) for n, s in steps.items()})
+    return table
+
+
+def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
+    """One row per contender (name -> its sweep row at one shape): median and p10-p90 time (empty
+    where the spread check fails), peak memory, TFLOP/s, FLOP/byte, % of the roof at that
+    intensity, the side of the ridge, and the implementation's lesson."""
+    steady = {id(r) for r in plots.steady(list(points.values()))}
+    rows = []
+    for name, r in points.items():
+        timed, rate = id(r) in steady, r.tflops or 0.0
+        rows.append({
+            "implementation": name,
+            "median ms": r.median_ms if timed else None,
+            "p10-p90 ms": f"{r.p10_ms:.3g}-{r.p90_ms:.3g}" if timed else None,
+            "peak MiB": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
+            "TFLOP/s": rate if timed else None,
+            "FLOP/byte": r.intensity,
+            "% of roof": 100 * rate * 1e12 / peaks.attainable(r.intensity) if timed else None,
+            "side of ridge": "memory-bound" if r.intensity < peaks.ridge else "compute-bound",
+            "the lesson": LESSONS.get(name, ""),
+        })
+    return pd.DataFrame(rows).set_index("implementation")

@@ -1,0 +1,55 @@
+"""kernels.bench.showdown: chapter 6's contenders, op counts and glance table."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import kernels
+from kernels.bench import plots, showdown
+from kernels.bench.results import FORWARD, BenchResult
+from kernels.hw.devices import Peaks
+
+# 100 GFLOP/s and 10 GB/s: the ridge is 10 FLOP/byte.
+ROOF = Peaks("test CPU", 100e9, 10e9, "float32", "made up for the test")
+
+
+def point(impl, p10, p90, flops=1e9, nbytes=1e9):
+    median = (p10 + p90) / 2
+    return BenchResult(impl=impl, device="cpu", dtype="float32", batch=1, heads=8, seq=512, head_dim=64,
+                       causal=True, mode=FORWARD, flops=flops, bytes=nbytes, median_ms=median, p10_ms=p10,
+                       p90_ms=p90, tflops=flops / (median * 1e-3) / 1e12, reps=10, peak_memory_bytes=2**20)
+
+
+def test_contenders_on_a_cpu_leave_out_the_interpreted_and_compiled_entries_with_a_reason():
+    measured, left_out = showdown.contenders("cpu")
+    assert measured == ["naive", "inplace", "sdpa_math", "sdpa_flash"]
+    slow = [n for n in kernels.names() if kernels.implementation(n).slow_on_cpu]
+    assert slow and all("not a performance number" in left_out[n] for n in slow)
+    assert set(measured) | set(left_out) == set(kernels.names())
+
+
+def test_glance_shows_a_time_only_where_the_spread_check_passes():
+    quiet, noisy = point("naive", 10.0, 11.0), point("sdpa_flash", 1.0, 1.0 * (plots.NOISY_SPREAD + 1), nbytes=1e7)
+    table = showdown.glance({"naive": quiet, "sdpa_flash": noisy}, ROOF)
+    assert table.loc["naive", "median ms"] == pytest.approx(10.5)
+    assert table.loc["naive", "% of roof"] == pytest.approx(100 * quiet.tflops * 1e12 / 10e9)   # intensity 1: the slope
+    assert table.loc["naive", "side of ridge"] == "memory-bound"
+    assert table.loc["sdpa_flash", "side of ridge"] == "compute-bound"                        # 100 FLOP/byte
+    assert table[["median ms", "TFLOP/s", "% of roof", "p10-p90 ms"]].loc["sdpa_flash"].isna().all()
+    assert table.loc["sdpa_flash", "peak MiB"] == 1.0 and "tiles" in table.loc["sdpa_flash", "the lesson"]
+
+
+def test_ops_table_counts_and_names_the_work_ops():
+    step = SimpleNamespace(work_ops=lambda: ["aten::bmm", "aten::mul", "aten::bmm"], gpu_work=[1, 2, 3])
+    table = showdown.ops_table({"naive": step}, on_gpu=True)
+    assert table.loc["naive", "work ops per forward"] == 3
+    assert table.loc["naive", "which"] == "bmm ×2, mul"
+    assert table.loc["naive", "GPU activities per forward"] == 3
+    assert "GPU activities per forward" not in showdown.ops_table({"naive": step}, on_gpu=False)
+
+
+def test_the_articles_a100_table_matches_the_reference_numbers():
+    cuda_us = showdown.ARTICLE_A100["CUDA time per forward (µs)"]
+    assert cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"] == pytest.approx(3.7, abs=0.01)
+    assert showdown.ARTICLE_A100["kernels per forward"].tolist() == [6, 5, 20, 1, 1, 1]
