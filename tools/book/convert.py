@@ -169,8 +169,8 @@ def fill_reading_time(cells) -> None:
     MyST's glue roles ({glue:text}`name`) and any other braces are left as they are.
     """
     words = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
-    minutes = words / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
-    minutes = str(max(1, math.ceil(minutes)))
+    read = words / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
+    minutes = str(max(1, math.ceil(read)))
     for cell in cells:
         if cell.cell_type == "markdown":
             cell.source = cell.source.replace(READING_TIME, minutes)
