@@ -11,30 +11,29 @@ from kernels import reference
 from kernels.trace.fingerprints import fingerprint
 from kernels.attention.sdpa import ARTICLE_A100_KERNELS, math_decomposed, safe_softmax
 
-from tests.helpers import make_qkv
+from tests.helpers import make_attention_inputs, make_qkv
 
 NEG_INF = float("-inf")
 
 
+# Square and not (bottom-right causal), grouped-query heads (repeated per query head, as the math
+# backend does), non-contiguous views, a given scale and a negative one (its sign kept on q's root).
+SHAPES = [(3, 3, 1, 1, "bhsd", None), (3, 3, 17, 17, "bshd", 0.3), (3, 3, 113, 113, "bhsd", None),
+          (3, 3, 203, 203, "bshd", None), (4, 2, 5, 9, "bhsd", -0.3), (8, 1, 9, 5, "bshd", None),
+          (2, 2, 1, 7, "bhsd", None)]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-@pytest.mark.parametrize("s, layout", [(1, "bhsd"), (17, "bshd"), (113, "bhsd"), (203, "bshd")])
-def test_math_decomposed_is_the_math_backend_bit_for_bit(dtype, causal, s, layout):
-    q, k, v = make_qkv(2, 3, s, 16, dtype=dtype, layout=layout, seed=s)
-    ours = math_decomposed(q, k, v, causal=causal)
-    theirs = kernels.get("sdpa_math")(q, k, v, causal=causal)
+@pytest.mark.parametrize("hq, hkv, sq, sk, layout, scale", SHAPES)
+def test_math_decomposed_is_the_math_backend_bit_for_bit(dtype, causal, hq, hkv, sq, sk, layout, scale):
+    q, k, v = make_attention_inputs(2, hq, hkv, sq, sk, 16, dtype=dtype, layouts=layout, seed=sq)
+    ours = math_decomposed(q, k, v, causal=causal, scale=scale)
     assert ours.dtype == dtype and ours.shape == q.shape
-    assert torch.equal(ours, theirs)
-    err = reference.max_rel_error(ours, reference.attention(q, k, v, causal=causal))
-    assert err <= reference.tolerance(dtype)
-
-
-def test_math_decomposed_honours_an_explicit_scale():
-    q, k, v = make_qkv(1, 2, 17, 16, seed=3)
-    ours = math_decomposed(q, k, v, causal=True, scale=0.3)
-    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=0.3))
-    # A different scale must change the result, or the argument would be ignored silently.
-    assert not torch.equal(ours, math_decomposed(q, k, v, causal=True))
+    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=causal, scale=scale))
+    reference.judge(ours, q, k, v, causal, scale).assert_ok("math_decomposed")
+    if scale is not None and sk > 1:   # a given scale is used, not ignored silently
+        assert not torch.equal(ours, math_decomposed(q, k, v, causal=causal))
 
 
 def test_math_decomposed_rejects_bad_input():

@@ -137,18 +137,6 @@ def test_rules_agree_with_pytorch_on_this_gpu(name, dtype, d):
         reference.judge(kernels.get(name)(q, k, v), q, k, v).assert_ok(name)
 
 
-@pytest.mark.parametrize("dtype", [FP32, BF16], ids=str)
-@pytest.mark.parametrize("hq, hkv, sq, sk", [(4, 2, 5, 9), (8, 1, 9, 5), (2, 2, 1, 7)])
-@pytest.mark.parametrize("scale", [None, -0.3])
-def test_math_decomposed_follows_the_contract_bit_for_bit(dtype, hq, hkv, sq, sk, scale):
-    # GQA (K/V repeated per query head, as the math backend does), bottom-right causal, a
-    # negative scale (its sign kept on q's root): still the math backend's output, bit for bit.
-    q, k, v = make_attention_inputs(2, hq, hkv, sq, sk, 16, dtype=dtype, seed=sq)
-    ours = sdpa.math_decomposed(q, k, v, causal=True, scale=scale)
-    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=scale))
-    reference.judge(ours, q, k, v, True, scale).assert_ok("math_decomposed")
-
-
 def test_default_backend_is_asked_with_the_registrys_arguments():
     # Without enable_gqa, SDPA would answer "math" for grouped-query inputs on a CPU.
     q, k, v = make_attention_inputs(1, 4, 2, 5, 5, 8)
