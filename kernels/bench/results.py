@@ -82,11 +82,6 @@ class BenchResult:
     # and their spread, (max - min) / median of them.
     round_medians_ms: Optional[str] = None
     round_spread: Optional[float] = None
-    # Cross-checks on a GPU: triton.testing.do_bench (flushes L2 between calls) and
-    # do_bench_cudagraph (replays a CUDA graph: no Python dispatch), medians in ms.
-    do_bench_ms: Optional[float] = None
-    cudagraph_ms: Optional[float] = None
-    crosscheck: str = ""        # what was run, or why not
     # Queries per head (1 for decode; ``seq`` otherwise) and K/V heads (``heads`` unless
     # grouped-query attention shares them). None in files written before these columns.
     seq_q: Optional[int] = None
