@@ -1,11 +1,11 @@
-"""kernels.cuda.excerpts: the lines of the .cu files chapter 5 shows, cut out by their markers."""
+"""kernels.cuda.excerpts: the lines of the .cu files chapter 5 shows, cut out by their markers. (A
+marker the chapter names and a .cu file lost fails the chapter itself, with the marker in the error.)"""
 from __future__ import annotations
 
 import textwrap
 
 import pytest
 
-import kernels.cuda.flash as cf
 from kernels.cuda.excerpts import cuda_excerpt
 
 
@@ -32,30 +32,5 @@ def test_cuda_excerpt_block_and_range(tmp_path):
 
 
 # The excerpts chapter 5 shows: if a .cu file changes, these markers must still be there.
-CHAPTER_EXCERPTS = [
-    ("flash_v1.cu", "int launch(const flash::Problem& p", None),
-    ("flash_v1.cu", "__global__ void __launch_bounds__", "load_tile<T, D>(q_s"),
-    ("flash_v1.cu", "__device__ void load_tile", None),
-    ("flash_v1.cu", "// Phase 1: scores", "// Phase 2"),
-    ("flash_v1.cu", "// Phase 2: online softmax", "// Phase 3"),
-    ("flash_v1.cu", "// Phase 3: O = alpha", "template <typename T, int D>"),
-    ("flash_v2.cu", "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,",
-     None),
-    ("flash_v2.cu", "// S = Q K_j^T.", "// The masked instantiation"),
-    ("flash_v2.cu", "// C layout of S tiles", "// O += P V_j"),
-    ("flash_v2.cu", "template <int kBlockM, bool kSplitMask", None),
-    ("flash_v2.cu", "// One key tile: S = Q K_j^T", "// S = Q K_j^T."),
-    ("flash_v2.cu", "// The masked instantiation", "// Online softmax."),
-    ("flash_v2.cu", "// Online softmax.", "// C layout of S tiles"),
-    ("flash_v2.cu", "// Fully visible tiles first", "// Epilogue"),
-    ("flash_v2.cu", "__device__ __forceinline__ float fast_exp2(float x)", None),
-    ("flash_v2.cu", "int launch(const flash::Problem& p", None),
-    ("flash_api.h", "FLASH_HOST_DEVICE constexpr KeyTiles key_tiles(", None),
-    ("flash_api.h", "// The course's causal rule", "// Which key tiles"),
-]
 
 
-@pytest.mark.parametrize("source, start, end", CHAPTER_EXCERPTS)
-def test_chapter_excerpts_exist(source, start, end):
-    text = cuda_excerpt(cf.CSRC / source, start, end)
-    assert 2 <= len(text.splitlines()) <= 60
