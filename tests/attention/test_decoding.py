@@ -176,11 +176,6 @@ def test_training_flops_check_names_the_mistake(wrong, words):
         check_training_flops(wrong, seed=5)
 
 
-def decode_solution(cache, q, k_new, v_new):
-    keys, values = cache.append(k_new, v_new)
-    return kernels.get("sdpa_math")(q, keys, values, causal=True)
-
-
 def decode_before_append(cache, q, k_new, v_new):
     out = kernels.get("sdpa_math")(q, cache.keys(), cache.values(), causal=True)
     cache.append(k_new, v_new)
