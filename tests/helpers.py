@@ -4,9 +4,12 @@ in every memory layout the contract promises. Test modules import from here
 from __future__ import annotations
 
 import io
+import shutil
 import struct
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 from matplotlib.text import Text
 
@@ -17,6 +20,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def has_cuda() -> bool:
     return torch.cuda.is_available()
+
+
+def console_script(name: str, package: str) -> str:
+    """Path of a test tool's console script, the running interpreter's environment first: pytest
+    may run as ``.venv/bin/python -m pytest`` without the venv on PATH. Missing, the test fails
+    with what to install (``package``, as requirements-test.txt names it)."""
+    beside_python = Path(sys.executable).parent / name
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: `python -m pip install -r requirements-test.txt` ({package})")
+    return found
 
 
 # ------------------------------------------------------------------ the full contract's inputs

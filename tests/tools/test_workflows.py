@@ -21,23 +21,16 @@ Both tools are test requirements; a missing one fails the test with the command 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.helpers import ROOT
+from tests.helpers import ROOT, console_script
 
 WORKFLOW_DIR = ROOT / ".github" / "workflows"
 DEPENDABOT = ROOT / ".github" / "dependabot.yml"
 WORKFLOW_FILES = sorted(WORKFLOW_DIR.glob("*.yml")) + sorted(WORKFLOW_DIR.glob("*.yaml"))
-
-INSTALL_HINT = (
-    "install the workflow test tools into this environment: "
-    "python -m pip install 'check-jsonschema==0.39.0' 'zizmor==1.32.0'"
-)
 
 # Triggers that never run code from a fork: the only ones a self-hosted runner may serve.
 TRUSTED_TRIGGERS = {"push", "schedule", "workflow_dispatch"}
@@ -94,21 +87,6 @@ def run_commands(wf: dict) -> str:
     return "\n".join(step["run"] for _, step in steps(wf) if "run" in step)
 
 
-def tool(name: str) -> str:
-    """Path of a console script, preferring the running interpreter's environment.
-
-    pytest may run as ``.venv/bin/python -m pytest`` without the venv on PATH, so look
-    next to sys.executable before PATH.
-    """
-    beside_python = Path(sys.executable).parent / name
-    if beside_python.exists():
-        return str(beside_python)
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed; {INSTALL_HINT}")
-    return found
-
-
 def run_tool(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
@@ -118,7 +96,7 @@ def run_tool(args: list[str]) -> subprocess.CompletedProcess:
 
 def test_workflows_match_githubs_schema():
     result = run_tool(
-        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows"]
+        [console_script("check-jsonschema", "check-jsonschema"), "--builtin-schema", "vendor.github-workflows"]
         + [str(path) for path in WORKFLOW_FILES]
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -127,7 +105,7 @@ def test_workflows_match_githubs_schema():
 def test_dependabot_config_matches_its_schema():
     if not DEPENDABOT.exists():
         pytest.skip("no .github/dependabot.yml")  # optional file
-    result = run_tool([tool("check-jsonschema"), "--builtin-schema", "vendor.dependabot", str(DEPENDABOT)])
+    result = run_tool([console_script("check-jsonschema", "check-jsonschema"), "--builtin-schema", "vendor.dependabot", str(DEPENDABOT)])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -135,7 +113,7 @@ def test_zizmor_finds_nothing():
     # Input .github (workflows and dependabot.yml), not the whole tree: a checkout without .git
     # would otherwise have zizmor walk .venv. --strict-collection: a file zizmor cannot parse is
     # an error, not a silent skip. zizmor exits 0 with no findings and 10 + severity with some.
-    result = run_tool([tool("zizmor"), "--offline", "--strict-collection", "--no-progress", ".github"])
+    result = run_tool([console_script("zizmor", "zizmor"), "--offline", "--strict-collection", "--no-progress", ".github"])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
