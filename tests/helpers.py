@@ -4,9 +4,12 @@ in every memory layout the contract promises. Test modules import from here
 from __future__ import annotations
 
 import io
+import shutil
 import struct
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 from matplotlib.text import Text
 
@@ -19,22 +22,17 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def make_qkv(b, h, s, d, dtype=torch.float32, device="cpu", layout="bhsd", seed=0,
-             requires_grad=False):
-    """Random q, k, v of logical shape [b, h, s, d].
-
-    layout="bshd" returns non-contiguous [b, h, s, d] views of [b, s, h, d] storage,
-    the layout a model produces before its transpose.
-    """
-    g = torch.Generator().manual_seed(seed)
-    shape = (3, b, s, h, d) if layout == "bshd" else (3, b, h, s, d)
-    qkv = torch.randn(*shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
-    if layout == "bshd":
-        qkv = qkv.transpose(2, 3)
-    q, k, v = (t.requires_grad_(requires_grad) if requires_grad else t for t in qkv.unbind(0))
-    if layout == "bshd":
-        assert not q.is_contiguous()
-    return q, k, v
+def console_script(name: str, package: str) -> str:
+    """Path of a test tool's console script, the running interpreter's environment first: pytest
+    may run as ``.venv/bin/python -m pytest`` without the venv on PATH. Missing, the test fails
+    with what to install (``package``, as requirements-test.txt names it)."""
+    beside_python = Path(sys.executable).parent / name
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: `python -m pip install -r requirements-test.txt` ({package})")
+    return found
 
 
 # ------------------------------------------------------------------ the full contract's inputs
@@ -69,6 +67,12 @@ def make_attention_inputs(b, hq, hkv, sq, sk, d, dtype=torch.float32, device="cp
     shapes = ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))
     return tuple(laid_out(torch.randn(shape, generator=g) * scale, lay, dtype, device)
                  for shape, lay in zip(shapes, layouts))
+
+
+def make_qkv(b, h, s, d, dtype=torch.float32, device="cpu", layout="bhsd", seed=0):
+    """Random q, k, v of logical shape [b, h, s, d]: ``make_attention_inputs`` with as many K/V
+    heads as query heads and as many keys as queries."""
+    return make_attention_inputs(b, h, h, s, s, d, dtype, device, layout, seed)
 
 
 def covering(*axes):

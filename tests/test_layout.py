@@ -16,6 +16,7 @@ hold three rules of the package layout:
 from __future__ import annotations
 
 import ast
+import graphlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,55 +100,17 @@ def project_imports(module: Module, modules: dict) -> dict[str, int]:
     return found
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Each strongly connected group of more than one node (Tarjan), as one cycle through it."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[set[str]] = []
+def cycle_in(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` (node -> the nodes it imports) from a node back to it, or [] if none.
 
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            group = set()
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                group.add(top)
-                if top == node:
-                    break
-            if len(group) > 1:
-                groups.append(group)
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return [cycle_through(group, graph) for group in groups]
-
-
-def cycle_through(group: set[str], graph: dict[str, set[str]]) -> list[str]:
-    """One cycle inside a strongly connected group, from its first node back to it (breadth first)."""
-    start = min(group)
-    paths = {start: [start]}
-    queue = [start]
-    while queue:
-        node = queue.pop(0)
-        for nxt in sorted(graph.get(node, ()) & group):
-            if nxt == start:
-                return paths[node] + [start]
-            if nxt not in paths:
-                paths[nxt] = paths[node] + [nxt]
-                queue.append(nxt)
-    raise AssertionError(f"{group} is not strongly connected")
+    graphlib reports a cycle when it cannot order the nodes; its list runs from each node to the
+    one that depends on it, so it is reversed to read in the direction of the imports.
+    """
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return error.args[1][::-1]
+    return []
 
 
 def describe(cycle: list[str], modules: dict[str, Module]) -> str:
@@ -160,9 +123,9 @@ MODULES = read_modules()
 
 def test_no_module_imports_one_that_imports_it_back():
     graph = {name: set(m.imports) for name, m in MODULES.items()}
-    found = cycles(graph)
-    assert not found, "import cycles (every import counts, in a function or not; the first import line of each step):\n" \
-        + "\n".join(describe(c, MODULES) for c in found)
+    found = cycle_in(graph)
+    assert not found, "an import cycle (every import counts, in a function or not; the first import line of each step):\n" \
+        + describe(found, MODULES)
 
 
 def imported_names(module: Module) -> dict[str, tuple[str, int, bool]]:
@@ -238,17 +201,19 @@ def test_no_package_of_kernels_imports_one_that_imports_it_back():
             if there and there != here:
                 graph.setdefault(here, set()).add(there)
                 why.setdefault((here, there), f"{module.path.relative_to(ROOT)}:{line} imports {target}")
-    found = cycles(graph)
-    assert not found, "packages of kernels/ that import each other (one import of each step):\n" + "\n".join(
-        " -> ".join(c) + "  (" + "; ".join(why[a, b] for a, b in zip(c, c[1:])) + ")" for c in found)
+    found = cycle_in(graph)
+    assert not found, "packages of kernels/ that import each other (one import of each step):\n" + \
+        " -> ".join(found) + "  (" + "; ".join(why[a, b] for a, b in zip(found, found[1:])) + ")"
 
 
 def test_the_layout_rules_can_fail(tmp_path):
     """The readers above see what they must: a function-level import, a relative one, a
     script's bare sibling import, and a cycle through them."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert cycles(graph) == [["a", "b", "c", "a"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+    found = cycle_in(graph)
+    assert found[0] == found[-1] and set(found) == {"a", "b", "c"}, found
+    assert all(b in graph[a] for a, b in zip(found, found[1:])), f"{found} runs along the imports"
+    assert cycle_in({"a": {"b"}, "b": set()}) == []
     script = Module("tools.x", ROOT / "tools/x.py", ast.parse("def f():\n    from gpu_run import pack\n"), False)
     assert set(project_imports(script, MODULES)) == {"tools.gpu_run"}, "a script's function-level sibling import counts"
     relative = Module("kernels.trace.x", ROOT / "kernels/trace/x.py",

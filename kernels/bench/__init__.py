@@ -2,6 +2,7 @@
 
 ``results`` (a row, the modes, the run's meta, JSON/CSV), ``timing`` (warm up, time calls,
 spread, peak memory), ``sweep`` (input sets, the timed call of each mode, the sweep),
-``comparison`` (interleaved rounds of a few callables), ``gpu_checks`` (Triton's own timers),
-``plots`` (scaling figures and the roofline), ``showdown`` (chapter 6's tables), ``cli`` (the command line).
+``comparison`` (interleaved rounds of a few callables), ``gpu_checks`` (the configs Triton's
+autotuner chose), ``plots`` (scaling figures and the roofline), ``showdown`` (chapter 6's tables),
+``cli`` (the command line).
 """

@@ -70,8 +70,6 @@ def parser() -> argparse.ArgumentParser:
                    help="also time the backward alone (FLOPs 2.5x the forward's; same as adding --mode backward)")
     p.add_argument("--repeats", type=int, default=1,
                    help="run the sweep this many times and record each point's spread (default 1)")
-    p.add_argument("--crosscheck", action="store_true",
-                   help="on a GPU, also time each point with triton.testing.do_bench and do_bench_cudagraph")
     p.add_argument("--reps", type=int, default=30, help="timed calls per point, at most (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up calls per point (default 3)")
     p.add_argument("--max-seconds", type=float, default=2.0,
@@ -126,7 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         head_dims=split_list(args.head_dim, int) or preset["head_dim"],
         dtypes=split_list(args.dtype) or preset["dtype"],
         causal=(args.causal,), modes=modes,
-        repeats=args.repeats, crosscheck=args.crosscheck,
+        repeats=args.repeats,
         batch=args.batch or preset["batch"], heads=heads, kv_heads=heads // args.gqa,
         device=device, reps=args.reps, warmup=args.warmup, max_seconds=args.max_seconds,
         memory=not args.no_memory, progress=sys.stderr,

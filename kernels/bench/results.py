@@ -3,7 +3,7 @@
 A *point* is one implementation at one shape, dtype, causal flag and mode; ``BenchResult``
 is its row, ``BenchResults`` the rows plus ``meta`` (``run_meta``: device, versions, peaks,
 date, command, how everything was counted). ``save_results`` writes JSON and CSV,
-``load_results`` reads either back (older files too). The modes: ``forward`` (no grad),
+``load_results`` reads the JSON back (older files too). The modes: ``forward`` (no grad),
 ``forward+backward`` (3.5x the forward's FLOPs), ``backward`` alone (replayed on forwards
 made before the clock starts), ``decode`` (one query against a cache of ``seq`` keys).
 ``points_table`` is a run's points as a table to read. ``GOALS`` are the performance goals
@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import torch
 
@@ -82,11 +82,6 @@ class BenchResult:
     # and their spread, (max - min) / median of them.
     round_medians_ms: Optional[str] = None
     round_spread: Optional[float] = None
-    # Cross-checks on a GPU: triton.testing.do_bench (flushes L2 between calls) and
-    # do_bench_cudagraph (replays a CUDA graph: no Python dispatch), medians in ms.
-    do_bench_ms: Optional[float] = None
-    cudagraph_ms: Optional[float] = None
-    crosscheck: str = ""        # what was run, or why not
     # Queries per head (1 for decode; ``seq`` otherwise) and K/V heads (``heads`` unless
     # grouped-query attention shares them). None in files written before these columns.
     seq_q: Optional[int] = None
@@ -218,39 +213,14 @@ def save_results(results: BenchResults, out) -> tuple[Path, Path]:
 
 
 def load_results(path) -> BenchResults:
-    """Read back a JSON (rows and meta) or CSV (rows only) file that save_results wrote."""
-    path = Path(path)
-    if path.suffix not in (".json", ".csv") and not path.exists():
-        path = output_paths(path)[0]  # a stem, as --out was given
-    if path.suffix == ".csv":
-        with open(path, newline="") as f:
-            return BenchResults(row_from_text(row) for row in csv.DictReader(f))
+    """Read back the JSON file (rows and meta) that save_results wrote; a stem or the CSV's
+    name finds it. The CSV beside it is for spreadsheets and ``pandas.read_csv``: it holds
+    the same rows, without their types and without the meta."""
+    path = output_paths(path)[0] if Path(path).suffix != ".json" else Path(path)
     data = json.loads(path.read_text())
     # Derived columns (intensity) are recomputed, not stored; absent columns take their default.
     return BenchResults((BenchResult(**{k: v for k, v in row.items() if k in FIELDS}) for row in data["results"]),
                         data.get("meta", {}))
-
-
-def row_from_text(row: dict) -> BenchResult:
-    """A CSV row (all strings) back into typed fields; empty cells are None, absent columns
-    (a file older than the column) take the field's default."""
-    values: dict[str, Any] = {}
-    for field in dataclasses.fields(BenchResult):
-        if field.name not in row:
-            continue
-        text = row[field.name]
-        kind = str(field.type)
-        if text == "" and "Optional" in kind:
-            values[field.name] = None
-        elif "bool" in kind:
-            values[field.name] = text == "True"
-        elif "int" in kind:
-            values[field.name] = int(text)
-        elif "float" in kind:
-            values[field.name] = float(text)
-        else:
-            values[field.name] = text
-    return BenchResult(**values)
 
 
 # ------------------------------------------------------------------------ the goals

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import torch
 
 from kernels import reference
-from kernels.bench.gpu_checks import chosen_configs, cross_check
+from kernels.bench.gpu_checks import chosen_configs
 from kernels.dtypes import dtype_name, parse_dtype
 from kernels.registry import CannotRun, available, implementation, names
 from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES, BenchResult, BenchResults, call_text, first_line, locals_for_command, run_meta
@@ -215,14 +215,13 @@ def no_eager_fallback(name: str):
 
 
 def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, reps: int,
-            warmup: int, min_reps: int, max_seconds: float, memory: bool,
-            crosscheck: bool = False) -> BenchResult:
+            warmup: int, min_reps: int, max_seconds: float, memory: bool) -> BenchResult:
     """Fill in one point's timings, rates and memory, or its failure status (a compiled entry
     that falls back to eager is an error, see ``no_eager_fallback``)."""
     try:
         with no_eager_fallback(point.impl):
             return _measure(point, device, dtype, reps=reps, warmup=warmup, min_reps=min_reps,
-                            max_seconds=max_seconds, memory=memory, crosscheck=crosscheck)
+                            max_seconds=max_seconds, memory=memory)
     except EagerFallback as err:
         if point.status == "ok":   # else the timed call's own FailOnRecompileLimitHit already said it
             point.status, point.reason = failure_status(point.impl, err)
@@ -231,8 +230,7 @@ def measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, rep
 
 
 def _measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, reps: int,
-             warmup: int, min_reps: int, max_seconds: float, memory: bool,
-             crosscheck: bool = False) -> BenchResult:
+             warmup: int, min_reps: int, max_seconds: float, memory: bool) -> BenchResult:
     fn = implementation(point.impl).call
     shape = (point.batch, point.heads, point.seq, point.head_dim)
     pool = None
@@ -248,8 +246,6 @@ def _measure(point: BenchResult, device: torch.device, dtype: torch.dtype, *, re
         point.median_ms, point.p10_ms, point.p90_ms = spread(time_calls(timed_call, device, n))
         point.reps = n
         point.config = chosen_configs(point.impl)
-        if crosscheck:
-            point.do_bench_ms, point.cudagraph_ms, point.crosscheck = cross_check(timed_call, device)
         if memory:
             point.peak_memory_bytes, point.memory_method = peak_memory(timed_call, device)
     except Exception as err:  # the sweep goes on; the row says what happened
@@ -301,7 +297,7 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
           causal: Sequence[bool] = (True,), modes: Sequence[str] = (FORWARD,), *,
           batch: int = 1, heads: int = 8, kv_heads: Optional[int] = None, device="cpu",
           reps: int = 30, warmup: int = 3, min_reps: int = 5, max_seconds: float = 2.0,
-          memory: bool = True, repeats: int = 1, crosscheck: bool = False,
+          memory: bool = True, repeats: int = 1,
           progress=sys.stderr, command: Optional[str] = None) -> BenchResults:
     """Benchmark implementations x seqs x head_dims x dtypes x causal x modes.
 
@@ -312,8 +308,7 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
     Each point takes at most about ``max_seconds`` of timed calls (at least ``min_reps``, at
     most ``reps`` of them). ``repeats`` > 1 runs the whole sweep that many times, so that drift
     (clocks, other load) shows as the spread of each point's round medians; the point's median
-    is then the median of its rounds. ``crosscheck`` also times each point with Triton's
-    do_bench and do_bench_cudagraph (GPU only; on a CPU each row says it was not run, and why).
+    is then the median of its rounds.
     A progress line per point goes to ``progress`` (None for silence).
     """
     device = torch.device(device)
@@ -344,8 +339,7 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
                 point.reason = why_not
             else:
                 measure(point, device, dtype, reps=reps, warmup=warmup, min_reps=min_reps,
-                        max_seconds=max_seconds, memory=memory and round_no == 0,
-                        crosscheck=crosscheck and round_no == 0)
+                        max_seconds=max_seconds, memory=memory and round_no == 0)
             rounds.setdefault(i, []).append(point)
             if progress is not None:
                 label = f"round {round_no + 1}/{repeats} " if repeats > 1 else ""
@@ -356,8 +350,8 @@ def sweep(impls: Optional[Sequence[str]] = None, seqs: Sequence[int] = (128, 256
 
 
 def merge_rounds(measured: list) -> BenchResult:
-    """One row from the rounds of one point: the first round's row (its memory, its
-    cross-check), with the median of the round medians, their spread, and the widest p10-p90."""
+    """One row from the rounds of one point: the first round's row (its memory), with the
+    median of the round medians, their spread, and the widest p10-p90."""
     first = measured[0]
     failed = [r for r in measured if not r.ok]
     if failed:

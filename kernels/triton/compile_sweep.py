@@ -247,7 +247,7 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     arch = limits(target)
     threads = 32 * warps
     kept = kernel in configs.kernels_for(arch.capability) and config in [tuple(c) for c in configs.fitting_configs(
-        configs.config_space(kernel, head_dim), 1 << 16, head_dim, element_size,
+        configs.GPU_CONFIGS, 1 << 16, head_dim, element_size,
         arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
     row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
               config=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages),
@@ -284,7 +284,7 @@ def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str
     if target is not None:
         launched = configs.kernels_for(limits(target).capability)
         kernels = [k for k in kernels if k in launched]
-    return [(k, d, tuple(c)) for k in kernels for d in dims for c in configs.config_space(k, d)]
+    return [(k, d, tuple(c)) for k in kernels for d in dims for c in configs.GPU_CONFIGS]
 
 
 # --------------------------------------------------------------------------------- CUDA

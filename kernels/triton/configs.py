@@ -32,15 +32,6 @@ def kernels_for(capability) -> tuple:
     return tuple(k for k in KERNELS if hopper or k not in TMA_KERNELS)
 
 
-def config_space(kernel: str, head_dim: int) -> list:
-    """The configs the autotuner may try for ``kernel`` at padded ``head_dim``, before pruning."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    if head_dim not in PADDED_HEAD_DIMS:
-        raise ValueError(f"head_dim must be a padded one, {PADDED_HEAD_DIMS}, got {head_dim}")
-    return list(GPU_CONFIGS)
-
-
 # The interpreter runs one program at a time, each tile operation one NumPy call, so fewer,
 # larger tiles run faster (64x32 is about 3x quicker than 32x16). BLOCK_M = 2·BLOCK_N
 # makes the causal diagonal span two key tiles, the case that needs care.

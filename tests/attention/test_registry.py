@@ -354,6 +354,8 @@ def test_flops_and_bytes_for_decoding_and_gqa_by_hand():
     # 4 * 1 * 32 heads * 1 * 4096 * 128 = 67,108,864.
     assert reference.flops(1, 32, 1, 128, causal=True, seq_k=4096) == 67_108_864
     assert reference.flops(1, 32, 1, 128, causal=False, seq_k=4096) == 67_108_864
+    # Sk = 1: 4 * 1 * 2 * 1 * 16 = 128 (the Sq == Sk halving convention must not apply to a decode)
+    assert reference.decode_flops(1, 2, 1, 16) == 128
     # Sq = 2, Sk = 5 causal: the queries see 4 and 5 keys, 9 pairs of 10.
     assert reference.visible_pairs(2, 5) == 9
     assert reference.flops(1, 1, 2, 1, causal=True, seq_k=5) == 4 * 9

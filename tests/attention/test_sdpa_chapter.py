@@ -1,9 +1,7 @@
-"""Chapter 3 in its two parts (03_sdpa: the call and the math backend; 03b_sdpa_fused: the fused
-backends and occupancy), and the helpers they show: the math backend written out, its safe
-softmax, the article's kernels."""
+"""The helpers chapter 3 shows (03_sdpa and 03b_sdpa_fused): the math backend written out, its
+safe softmax, the article's kernels."""
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
@@ -13,31 +11,29 @@ from kernels import reference
 from kernels.trace.fingerprints import fingerprint
 from kernels.attention.sdpa import ARTICLE_A100_KERNELS, math_decomposed, safe_softmax
 
-from tests.gpu_trace import CHAPTER_VARIANTS
-from tests.helpers import ROOT, make_qkv
+from tests.helpers import make_attention_inputs, make_qkv
 
 NEG_INF = float("-inf")
 
 
+# Square and not (bottom-right causal), grouped-query heads (repeated per query head, as the math
+# backend does), non-contiguous views, a given scale and a negative one (its sign kept on q's root).
+SHAPES = [(3, 3, 1, 1, "bhsd", None), (3, 3, 17, 17, "bshd", 0.3), (3, 3, 113, 113, "bhsd", None),
+          (3, 3, 203, 203, "bshd", None), (4, 2, 5, 9, "bhsd", -0.3), (8, 1, 9, 5, "bshd", None),
+          (2, 2, 1, 7, "bhsd", None)]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-@pytest.mark.parametrize("s, layout", [(1, "bhsd"), (17, "bshd"), (113, "bhsd"), (203, "bshd")])
-def test_math_decomposed_is_the_math_backend_bit_for_bit(dtype, causal, s, layout):
-    q, k, v = make_qkv(2, 3, s, 16, dtype=dtype, layout=layout, seed=s)
-    ours = math_decomposed(q, k, v, causal=causal)
-    theirs = kernels.get("sdpa_math")(q, k, v, causal=causal)
+@pytest.mark.parametrize("hq, hkv, sq, sk, layout, scale", SHAPES)
+def test_math_decomposed_is_the_math_backend_bit_for_bit(dtype, causal, hq, hkv, sq, sk, layout, scale):
+    q, k, v = make_attention_inputs(2, hq, hkv, sq, sk, 16, dtype=dtype, layouts=layout, seed=sq)
+    ours = math_decomposed(q, k, v, causal=causal, scale=scale)
     assert ours.dtype == dtype and ours.shape == q.shape
-    assert torch.equal(ours, theirs)
-    err = reference.max_rel_error(ours, reference.attention(q, k, v, causal=causal))
-    assert err <= reference.tolerance(dtype)
-
-
-def test_math_decomposed_honours_an_explicit_scale():
-    q, k, v = make_qkv(1, 2, 17, 16, seed=3)
-    ours = math_decomposed(q, k, v, causal=True, scale=0.3)
-    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=0.3))
-    # A different scale must change the result, or the argument would be ignored silently.
-    assert not torch.equal(ours, math_decomposed(q, k, v, causal=True))
+    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=causal, scale=scale))
+    reference.judge(ours, q, k, v, causal, scale).assert_ok("math_decomposed")
+    if scale is not None and sk > 1:   # a given scale is used, not ignored silently
+        assert not torch.equal(ours, math_decomposed(q, k, v, causal=causal))
 
 
 def test_math_decomposed_rejects_bad_input():
@@ -68,52 +64,6 @@ def test_the_articles_kernels_decode_as_one_fused_attention_each():
         fp = fingerprint(name)
         assert fp.kind == "fused_attention" and fp.family == families[backend], (backend, fp)
         assert fp.tensor_cores is True
-
-
-PARTS = ("03_sdpa", "03b_sdpa_fused")
-
-
-def test_the_two_parts_follow_each_other_in_the_book():
-    from tools.book import execute
-
-    stems = [p.stem for p in execute.notebooks(ROOT)]
-    i = stems.index("03_sdpa")
-    assert stems[i - 1:i + 3] == ["02_inplace", "03_sdpa", "03b_sdpa_fused", "04_triton"]
-    assert sorted(["02_inplace", "03b_sdpa_fused", "03_sdpa", "04_triton"]) == \
-        ["02_inplace", "03_sdpa", "03b_sdpa_fused", "04_triton"], "the sources sort in reading order too"
-
-
-@pytest.mark.parametrize("part", PARTS)
-def test_each_part_has_a_guess_before_its_reveal(part):
-    source = (ROOT / "notebooks" / f"{part}.py").read_text()
-    guesses = [m.start() for m in re.finditer(r"^guess\w* = .*# edit me", source, re.M)]
-    reveals = [m.start() for m in re.finditer(r"\breveal\(guess", source)]
-    assert guesses and reveals and min(guesses) < min(reveals), f"{part}: a guess cell the reader edits, then a reveal"
-
-
-@pytest.mark.parametrize("part", PARTS)
-def test_each_part_reads_its_own_gpu_steps(part):
-    """A part asks for the steps a GPU run records under its own name, the ones the fixtures plant."""
-    source = (ROOT / "notebooks" / f"{part}.py").read_text()
-    assert f'recorded.gpu_steps(device, step, "{part}"' in source
-    other = {"03_sdpa": "03b_sdpa_fused", "03b_sdpa_fused": "03_sdpa"}[part]
-    assert f'"{other}"' not in source, f"{part} reads no steps recorded under {other}"
-    assert part in CHAPTER_VARIANTS, "tests/gpu_trace.py plants this part's steps in the fixture recording"
-
-
-def test_the_parts_split_the_variants_between_them():
-    assert CHAPTER_VARIANTS["03_sdpa"] == ["inplace", "sdpa_math"]
-    assert CHAPTER_VARIANTS["03b_sdpa_fused"] == ["sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]
-    fused = (ROOT / "notebooks" / "03b_sdpa_fused.py").read_text()
-    assert 'FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")' in fused
-
-
-def test_each_part_links_to_the_other():
-    first = (ROOT / "notebooks" / "03_sdpa.py").read_text()
-    second = (ROOT / "notebooks" / "03b_sdpa_fused.py").read_text()
-    assert "(03b_sdpa_fused.ipynb)" in first and "(03_sdpa.ipynb)" in second
-    intro = (ROOT / "book" / "intro.md").read_text()
-    assert "(03_sdpa.ipynb)" in intro and "(03b_sdpa_fused.ipynb)" in intro
 
 
 def test_first_call_cpu_ms_separates_a_slow_first_call_from_the_median_after_it():

@@ -104,21 +104,6 @@ def test_math_has_no_rules():
         assert gpu_input_reason("sdpa_math", cap, FP64, 1000) is None
 
 
-def test_bottom_right_causal_arguments():
-    # Sq == Sk: SDPA's own is_causal. One query: nothing to hide. Otherwise an explicit mask.
-    q, k, _ = make_attention_inputs(1, 2, 2, 5, 5, 8)
-    assert sdpa._causal_args("sdpa_math", q, k, True, 0.3) == {"is_causal": True}
-    q1, k9, _ = make_attention_inputs(1, 2, 2, 1, 9, 8)
-    assert sdpa._causal_args("sdpa_math", q1, k9, True, 0.3) == {"is_causal": False}
-    q3, _, _ = make_attention_inputs(1, 2, 2, 3, 9, 8)
-    args = sdpa._causal_args("sdpa_math", q3, k9, True, 0.3)
-    assert args["is_causal"] is False
-    assert torch.equal(args["attn_mask"], ~reference.future_mask(3, 9))
-    # CPU flash with scale <= 0: the mask, not is_causal (whose CPU kernel returns NaN there).
-    assert "attn_mask" in sdpa._causal_args("sdpa_flash", q, k, True, -0.5)
-    assert sdpa._causal_args("sdpa_flash", q, k, True, 0.5) == {"is_causal": True}
-
-
 def test_cpu_flash_refusal_keeps_pytorchs_reasons(monkeypatch):
     # If PyTorch refuses, the error names the pinned backend and PyTorch's own reasons.
     def refuse(*args, **kwargs):
@@ -150,18 +135,6 @@ def test_rules_agree_with_pytorch_on_this_gpu(name, dtype, d):
     assert pytorch_ran is (reason is None), f"{name} {dtype} d={d}: rules say {reason!r}"
     if reason is None:
         reference.judge(kernels.get(name)(q, k, v), q, k, v).assert_ok(name)
-
-
-@pytest.mark.parametrize("dtype", [FP32, BF16], ids=str)
-@pytest.mark.parametrize("hq, hkv, sq, sk", [(4, 2, 5, 9), (8, 1, 9, 5), (2, 2, 1, 7)])
-@pytest.mark.parametrize("scale", [None, -0.3])
-def test_math_decomposed_follows_the_contract_bit_for_bit(dtype, hq, hkv, sq, sk, scale):
-    # GQA (K/V repeated per query head, as the math backend does), bottom-right causal, a
-    # negative scale (its sign kept on q's root): still the math backend's output, bit for bit.
-    q, k, v = make_attention_inputs(2, hq, hkv, sq, sk, 16, dtype=dtype, seed=sq)
-    ours = sdpa.math_decomposed(q, k, v, causal=True, scale=scale)
-    assert torch.equal(ours, kernels.get("sdpa_math")(q, k, v, causal=True, scale=scale))
-    reference.judge(ours, q, k, v, True, scale).assert_ok("math_decomposed")
 
 
 def test_default_backend_is_asked_with_the_registrys_arguments():

@@ -41,9 +41,6 @@ def results():
     return BenchResults(rows, meta={"device": {"kind": "cuda", "peaks": DEVICE.as_dict()}})
 
 
-SERIES = 4  # 2 implementations x 2 modes; the failed rows add none
-
-
 def only_axes(fig):
     assert isinstance(fig, Figure)
     (ax,) = fig.axes

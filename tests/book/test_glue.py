@@ -40,9 +40,3 @@ def test_numbers_take_the_prose_format():
     assert rendered(torch.tensor(7), "d") == "7"
 
 
-def test_the_unfixed_glue_would_have_shown_a_tuple():
-    """The cause, kept in view: text/plain written without quotes (as glue once wrote strings)
-    is parsed as Python by the glue role."""
-    from myst_nb.core.variables import format_plain_text
-
-    assert format_plain_text("134,217,728", "") == "(134, 217, 728)"

@@ -75,6 +75,7 @@ def test_arch_names_have_one_pattern():
 def test_compile_resources_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(ptxas, "nvcc_path", lambda: None)
     assert not ptxas.nvcc_available()
+    assert ptxas.nvcc_version() is None
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k() {}\n")
     with pytest.raises(RuntimeError, match="needs the CUDA compiler nvcc"):

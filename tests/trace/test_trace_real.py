@@ -121,6 +121,10 @@ def test_the_whole_trace_holds_all_launched_work(real):
     assert reader_work(whole)["counts"] == want["counts"], "every GPU event with a launch in the trace is in whole()"
     linked = tr.gpu["linked_by"].notna().sum()
     assert linked == sum(want["counts"].values()), "a GPU event is linked exactly when its launch is in the trace"
+    launched = launch_times(events)
+    per_stream = Counter(e["args"]["stream"] for e in events if e.get("ph") == "X" and e.get("cat") in GPU_WORK
+                         and e.get("args", {}).get("correlation") in launched)
+    assert Counter(whole.gpu_work["stream"].astype(int)) == per_stream, "each GPU event on the stream it ran on"
 
 
 def test_work_launched_by_another_thread_is_counted():

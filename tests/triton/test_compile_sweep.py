@@ -39,7 +39,7 @@ def _limit(target):
 
 def kept(kernel, head_dim, target):
     arch = ARCHES[target]
-    return configs.fitting_configs(configs.config_space(kernel, head_dim), 1 << 16, head_dim, BF16, _limit(target),
+    return configs.fitting_configs(configs.GPU_CONFIGS, 1 << 16, head_dim, BF16, _limit(target),
                               kernel=kernel, capability=arch.capability)
 
 

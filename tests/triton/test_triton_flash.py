@@ -369,32 +369,22 @@ def test_import_without_triton_explains_instead_of_failing():
 def test_gpu_configs_are_pruned_to_what_fits():
     # fp16, head_dim 128: (128 + 2·3·64)·128·2 bytes = 131072 for the forward's (128, 64, 8, 3).
     assert configs.shared_memory_estimate(128, 64, 3, 128, 2) == (128 + 2 * 3 * 64) * 128 * 2
-    space = configs.config_space("fwd", 128)
+    space = configs.GPU_CONFIGS
     limit = 64 * 1024
     kept = configs.fitting_configs(space, 4096, 128, 2, smem_limit=limit)
     assert kept and all(configs.shared_memory_estimate(m, n, st, 128, 2) <= limit for m, n, w, st in kept)
     assert (128, 64, 8, 3) not in kept
     # A 40-token sequence has no use for 128-row or 128-key tiles.
-    assert all(max(m, n) <= 64 for m, n, *_ in configs.fitting_configs(configs.config_space("fwd", 64), 40, 64, 2,
+    assert all(max(m, n) <= 64 for m, n, *_ in configs.fitting_configs(configs.GPU_CONFIGS, 40, 64, 2,
                                                                     smem_limit=10**9))
     # 64 queries against 4096 keys (a chunk of decoding): no 128-row query tiles, 128-key ones still.
-    short_q = configs.fitting_configs(configs.config_space("fwd", 64), 64, 64, 2, smem_limit=10**9, seq_k=4096)
+    short_q = configs.fitting_configs(configs.GPU_CONFIGS, 64, 64, 2, smem_limit=10**9, seq_k=4096)
     assert all(m <= 64 for m, *_ in short_q) and any(n == 128 for _, n, *_ in short_q), short_q
-    assert all(n <= 32 for _, n, *_ in configs.fitting_configs(configs.config_space("fwd", 64), 4096, 64, 2,
+    assert all(n <= 32 for _, n, *_ in configs.fitting_configs(configs.GPU_CONFIGS, 4096, 64, 2,
                                                             smem_limit=10**9, seq_k=20))
     # Nothing fits: the smallest config is kept rather than none.
     smallest = min(space, key=lambda c: configs.shared_memory_estimate(c[0], c[1], c[3], 128, 2))
     assert configs.fitting_configs(space, 4096, 128, 2, smem_limit=1) == [smallest]
-
-
-def test_config_space_names_its_arguments():
-    for d in configs.PADDED_HEAD_DIMS:
-        for kernel in configs.KERNELS:
-            assert configs.config_space(kernel, d) == configs.GPU_CONFIGS
-    with pytest.raises(ValueError, match="padded"):
-        configs.config_space("fwd", 80)
-    with pytest.raises(ValueError, match="kernel"):
-        configs.config_space("bwd", 64)
 
 
 def test_register_footprint_counts_accumulators_and_one_score_tile():
