@@ -346,3 +346,35 @@ def test_the_reading_checks_find_each_planted_defect_and_nothing_else(tmp_path):
         "a placeholder where a value should be", "a doubled 'so' (a glued clause repeating the sentence's own)",
         "Python's None inside a sentence"], unfinished
     assert "was None here" in unfinished[2]
+
+
+# Issue 37 item 10: a chapter is prose, calls and figures. Counted on the notebook each chapter
+# page serves: non-blank lines of its code cells (the shared install and parameters cells and
+# papermill's injected parameters left out) against non-blank lines of its markdown.
+SHARED_CELL_TAGS = {"parameters", "injected-parameters"}
+DEFINES = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s|\blambda\b", re.M)
+
+
+def non_blank_lines(cells) -> int:
+    return sum(1 for c in cells for line in c.source.splitlines() if line.strip())
+
+
+def code_and_prose_lines(cells) -> tuple[int, int]:
+    from tools.book.convert import INSTALL
+
+    code = [c for c in cells if c.cell_type == "code" and not SHARED_CELL_TAGS & set(c.metadata.get("tags", []))
+            and not c.source.startswith(INSTALL.splitlines()[0])]
+    return non_blank_lines(code), non_blank_lines([c for c in cells if c.cell_type == "markdown"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in NOTEBOOK_PAGES if p.startswith("book/") and p[5:7].isdigit()])
+def test_a_chapter_has_fewer_code_lines_than_prose_and_defines_nothing(built_book, page):
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    _, _, html = built_book
+    cells = nbformat.read(html / "_sources" / Path(page).with_suffix(".ipynb"), as_version=4).cells
+    code, prose = code_and_prose_lines(cells)
+    assert code < prose, f"{page}: {code} lines of code against {prose} of prose (library code belongs in kernels/)"
+    defined = [m.group(0).strip() for c in cells if c.cell_type == "code" for m in DEFINES.finditer(c.source)]
+    assert not defined, f"{page} defines {defined}: a chapter calls the library, it does not define it"
