@@ -408,3 +408,17 @@ def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype
     else:
         lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
                "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")
+
+
+def per_gpu(calls: pd.DataFrame) -> pd.DataFrame:
+    """``achieved_against_peak``'s calls summed up per GPU: how many, their median GPU time and
+    TFLOP/s, the GPU's peak, and the median and best share of that peak."""
+    return calls.groupby("GPU", sort=False).agg(
+        calls=("call", "size"), median_us=("GPU µs", "median"), median_tflops=("TFLOP/s", "median"),
+        peak_tflops=("peak TFLOP/s", "first"), median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
+
+
+def grids_against_sms(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
+    """``grid_against_sms`` of each report ({label: report}), one table indexed by label, in
+    the order given (a report with several attention kernels has one row for each)."""
+    return pd.concat({label: grid_against_sms(r) for label, r in reports.items()}, names=["trace", ""]).droplevel(1)

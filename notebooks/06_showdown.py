@@ -36,29 +36,21 @@
 
 # %%
 %matplotlib inline
-import contextlib
 import math
 
 import pandas as pd
 
-import kernels
 from kernels import gpu_lessons, reference
 from kernels.borrowed import TRACELENS
 from kernels.bench import plots, showdown, sweep
 from kernels.hw import devices
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
-from kernels.trace import reader, record
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 
-with contextlib.suppress(ImportError):
-    import kernels.cuda.flash
-
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
-where = devices.describe_device(device)
-run_label = f"{where['name']} ({device.type}), " + ", ".join(f"{k} {v}" for k, v in where["versions"].items() if v)
-glue("run_label", run_label)
+glue("run_label", run_label := devices.run_label(device))
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 
 # %% [markdown]
@@ -91,15 +83,8 @@ if not on_gpu:
 
 # %%
 glue("shape_b", batch); glue("shape_h", heads); glue("shape_s", seq); glue("shape_d", head_dim)
-steps_of = {}
-for name in list(contenders):
-    try:
-        run = record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
-    except Exception as err:  # e.g. a CUDA extension that fails to build: say so, go on without it
-        print(f"{name} could not run here and leaves the showdown: {type(err).__name__}: {err}")
-        contenders.remove(name)
-        continue
-    steps_of[name] = reader.median_step(run.steps())
+steps_of = showdown.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # one that fails leaves
+contenders = list(steps_of)
 work = {name: s.work_ops() for name, s in steps_of.items()}
 display(showdown.ops_table(steps_of, on_gpu))
 # The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
@@ -135,11 +120,10 @@ if on_gpu:  # each fused backend is one kernel; the math backend launches more t
 
 # %%
 sweep_seqs = sorted({512, 1024, 2048, 4096, seq} if on_gpu else {128, 256, 512, 1024, seq})
-budget = dict(reps=30, warmup=3, min_reps=5, max_seconds=0.5) if on_gpu else dict(reps=15, warmup=2, min_reps=5, max_seconds=0.3)
-common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None, **budget)
+common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None,
+              **sweep.book_budget(on_gpu))  # short, so the book builds in minutes
 results = sweep.sweep(contenders, seqs=(seq,), **common)      # the chapter's shape, with peak memory
 results.extend(sweep.sweep(contenders, seqs=[s for s in sweep_seqs if s != seq], memory=False, **common))
-print("\n".join(f"{r.impl} at S={r.seq}: {r.reason}" for r in results if not r.ok) or "every point measured")
 at_seq = {r.impl: r for r in results if r.seq == seq and r.ok}
 lesson(set(at_seq) == set(contenders), "every contender was measured at the chapter's shape")
 
@@ -160,9 +144,8 @@ memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
 display(reveal([g for g in guess_memory_order if g in at_seq], sorted(memory, key=memory.__getitem__),
                "contenders, smallest peak first"))
 glance = showdown.glance(at_seq, peaks)
-display(glance.style.format({"median ms": "{:.3g}", "peak MiB": "{:.3g}", "TFLOP/s": "{:.3g}", "FLOP/byte": "{:.3g}",
-                             "% of roof": "{:.2g}"}, na_rep="").set_caption(
-    f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, causal, forward. Roof: {peaks.source}."))
+display(showdown.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, "
+                                         f"causal, forward. Roof: {peaks.source}."))
 smallest = min(memory, key=memory.__getitem__)
 glue("smallest", smallest); glue("smallest_mib", mib(memory[smallest])); glue("naive_mib", mib(memory["naive"]))
 glue("untimed", ", ".join(glance.index[glance["median ms"].isna()]) or "none"); glue("ridge", peaks.ridge)
@@ -288,10 +271,7 @@ qwen = {gpu: TRACELENS[f"{gpu}_qwen"] for gpu in ("h100", "mi300x")}
 qwen_traces = {gpu: borrowed.trace() for gpu, borrowed in qwen.items()}
 qwen_reports = {gpu: find_attention(borrowed.step(trace=qwen_traces[gpu])) for gpu, borrowed in qwen.items()}
 calls = gpu_lessons.achieved_against_peak(qwen_reports)
-per_gpu = calls.groupby("GPU", sort=False).agg(calls=("call", "size"), median_us=("GPU µs", "median"),
-                                               median_tflops=("TFLOP/s", "median"), peak_tflops=("peak TFLOP/s", "first"),
-                                               median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
-display(per_gpu.round(1))
+display((per_gpu := gpu_lessons.per_gpu(calls)).round(1))
 print("\n".join(borrowed.credit(qwen_traces[gpu]) for gpu, borrowed in qwen.items()))
 h100_row, mi300x_row = (per_gpu.loc[qwen_reports[gpu].device] for gpu in ("h100", "mi300x"))
 _ = reveal(guess_h100_percent_of_peak, round(h100_row["median_pct"], 1), "% of the H100's peak, median call")
@@ -337,15 +317,14 @@ glue("qwen_h100_peak", h100_row["peak_tflops"]); _ = glue("qwen_mi300x_peak", mi
 bert = TRACELENS["h100_bert"]
 bert_trace = bert.trace()
 bert_report = find_attention(bert.step(trace=bert_trace))
-grids = pd.concat({"Qwen1.5-0.5B, 16 x 559 tokens, H100": gpu_lessons.grid_against_sms(qwen_reports["h100"]),
-                   "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": gpu_lessons.grid_against_sms(qwen_reports["mi300x"]),
-                   "BERT-small, 1 x 141 tokens, H100": gpu_lessons.grid_against_sms(bert_report)}, names=["trace", ""])
-display(grids.droplevel(1).round(2))
+grids = gpu_lessons.grids_against_sms({"Qwen1.5-0.5B, 16 x 559 tokens, H100": qwen_reports["h100"],
+                                       "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": qwen_reports["mi300x"],
+                                       "BERT-small, 1 x 141 tokens, H100": bert_report})
+display(grids.round(2))
 print(bert.credit(bert_trace))
 
 # %%
-h100_grid, mi300x_grid, bert_grid = (g.iloc[0] for g in (gpu_lessons.grid_against_sms(r) for r in
-                                                          (qwen_reports["h100"], qwen_reports["mi300x"], bert_report)))
+h100_grid, mi300x_grid, bert_grid = (grids.loc[[label]].iloc[0] for label in grids.index.unique())
 qwen_call = calls.iloc[0]
 bert_call = gpu_lessons.achieved_against_peak({"BERT-small, H100": bert_report}).iloc[0]
 query_tiles = math.ceil(qwen_call["Sq"] / 128)
@@ -404,11 +383,8 @@ glue("mi300x_wg", int(workgroups)); _ = glue("mi300x_cus", int(cus))
 # They are kept in their own table, never mixed with this run's.
 
 # %%
-article = showdown.ARTICLE_A100
-display(article.style.format(na_rep="not reported", precision=1).set_caption(
-    "Recorded elsewhere (source article, A100), not measured by this build: 'Profiling in PyTorch "
-    "(Part 3): Attention is all you profile', Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16."))
-cuda_us = article["CUDA time per forward (µs)"]
+display(showdown.article_styled())
+cuda_us = showdown.ARTICLE_A100["CUDA time per forward (µs)"]
 glue("article_math_ratio", float(cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"]))
 _ = glue("article_fused_max_us", float(cuda_us[["SDPA efficient", "SDPA flash", "SDPA cuDNN"]].max()))
 

@@ -36,26 +36,22 @@
 # %% [parameters]
 
 # %%
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
 from kernels import gpu_lessons, reference
-from kernels.attention import decoding, sdpa
+from kernels.attention import decoding
 from kernels.bench import plots, sweep
 from kernels.bench.results import DECODE, FORWARD
 from kernels.borrowed import TRACELENS
 from kernels.hw import devices
 from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
-from kernels.trace import record
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 device, dtype = setup(device, dtype)
-where = devices.describe_device(device)
-print(f"{where['name']}, torch {where['versions']['torch']}; batch {batch}, heads {heads}, head_dim {head_dim}, "
-      f"{dtype}; prompt + generated tokens up to {seq}")
+print(run_label := devices.run_label(device))
 
 # %% [markdown]
 # ## A KV cache
@@ -75,18 +71,14 @@ show_source(decoding.KVCache)
 # give the same rows as one causal pass over the whole sequence? It should, and here is the check:
 
 # %%
+show_source(decoding.prefill_then_decode)
+
+# %%
 prompt, generated = seq // 2, 8
 total = prompt + generated
 q_all, k_all, v_all = inputs(batch, heads, total, head_dim, dtype=dtype, device=device)
-
-cache = decoding.KVCache(batch, heads, total, head_dim, dtype=dtype, device=device)
-attend = kernels.get("sdpa_flash") if kernels.available(device)["sdpa_flash"] is None else kernels.get("sdpa_math")
-keys, values = cache.append(k_all[:, :, :prompt], v_all[:, :, :prompt])
-rows = [attend(q_all[:, :, :prompt], keys, values, causal=True)]       # prefill: Sq = Sk = prompt
-for t in range(prompt, total):                                          # decode: Sq = 1, Sk = t + 1
-    keys, values = cache.append(k_all[:, :, t:t + 1], v_all[:, :, t:t + 1])
-    rows.append(attend(q_all[:, :, t:t + 1], keys, values, causal=True))
-decoded = torch.cat(rows, dim=2)
+impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
+decoded, cache = decoding.prefill_then_decode(attend := kernels.get(impl), q_all, k_all, v_all, prompt)
 verdict = reference.judge(decoded, q_all, k_all, v_all, causal=True)    # against float64, the course's rule
 lesson(cache.length == total and verdict.ok,
        f"prefill + {generated} decode tokens through the cache give the rows of one causal pass",
@@ -110,20 +102,15 @@ guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tok
 # %%
 k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, seed=3)[1:]
 q_new = q_all[:, :, -1:]
-grown = decoding.KVCache(batch, heads, seq + 3, head_dim, dtype=dtype, device=device)  # profile calls a step 3 times
-grown.append(*inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)[1:])
-concat = decoding.ConcatCache(grown.keys().clone(), grown.values().clone())
-cached_step, cat_step = (record.profile(decoding.decode_step(c, attend), q_new, k_new, v_new, label=label, wait=0,
-                                        warmup=2, active=1, trace_dir=trace_dir).step()
-                         for c, label in ((grown, "decode_kvcache"), (concat, "decode_cat")))
+cached_step, cat_step = decoding.profile_cache_steps(inputs(batch, heads, seq, head_dim, dtype=dtype, device=device,
+                                                            seed=4)[1:], attend, q_new, k_new, v_new, trace_dir)
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
-cache_kv_bytes = 2 * batch * heads * (seq + 2) * head_dim * q_all.element_size()  # K and V of the cache then
 display(decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step}).round(1))
 reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.cat step allocates")
 lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
        "appending to the KV cache copies one token's K and V and allocates far less than the cache",
        f"largest copy {token_bytes} bytes")
-lesson(cat_step.allocated_bytes >= cache_kv_bytes,
+lesson(cat_step.allocated_bytes >= decoding.cache_bytes(seq + 2, heads, head_dim, dtype, batch=batch),  # then
        "growing K and V with torch.cat allocates (and copies into) the whole cache again on every step",
        f"{mib(cat_step.allocated_bytes):.2f} MiB for {seq + 2} cached tokens")
 display(links(cached_step), links(cat_step))
@@ -221,10 +208,8 @@ glue("h200_ridge", gpu_peaks.ridge)
 #| caption: Prefill and decode calls measured here on this machine's roofline: prefill to the right, every decode point far to the left of the ridge, each point under its ceiling (asserted below).
 #| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points clustered far left under the sloped bandwidth line.
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
-impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
-rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,),
-                   batch=batch, heads=heads, device=device, memory=False, progress=None,
-                   reps=15, warmup=2, min_reps=5, max_seconds=0.3)
+rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,), batch=batch,
+                   heads=heads, device=device, memory=False, progress=None, **sweep.book_budget(on_gpu=False))
 peaks_here = devices.roofline_peaks(device)
 shown = plots.steady(rows)
 display(plots.roofline(shown, device=peaks_here))
@@ -244,8 +229,7 @@ else:
            "decode achieves fewer FLOP/s than prefill: its fastest call is below prefill's slowest",
            f"{dec.tflops * 1e3:.2f} vs {pre.tflops * 1e3:.2f} GFLOP/s (medians) at S = {longest}")
     lesson(dec.p10_ms > 2 * pre.p90_ms / longest, "a token costs more than twice as much to decode as to prefill",
-           f"{dec.median_ms:.3f} ms vs {pre.median_ms / longest:.4f} ms per token (medians) at S = {longest}, "
-           f"{where['name']}, torch {where['versions']['torch']}")
+           f"{dec.median_ms:.3f} ms vs {pre.median_ms / longest:.4f} ms per token (medians) at S = {longest}, {run_label}")
 
 # %% [markdown]
 # Where both phases passed the spread check, the cell above gives their per-token costs. Prefill shares its fixed costs among S tokens and
@@ -293,20 +277,14 @@ glue("gqa_step_saving", float(step_saving))
 # prefill (`kernels.attention.sdpa.predicted_backend`):
 
 # %%
-decode_predictions = pd.DataFrame([
-    {"GPU": gpu, "unpinned decode token picks": sdpa.predicted_backend(cap, torch.bfloat16, 128, cudnn_version=92000)}
-    for gpu, cap in (("A100 (sm_80)", (8, 0)), ("H200 (sm_90)", (9, 0)), ("T4 (sm_75), fp16", (7, 5)))]).set_index("GPU")
+decode_predictions = decoding.predicted_decode_backends({"A100 (sm_80)": (8, 0), "H200 (sm_90)": (9, 0),
+                                                        "T4 (sm_75), fp16": (7, 5)})
 display(decode_predictions)
 lesson(decode_predictions["unpinned decode token picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules a bf16 decode token goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
 
 # %%
-kv_heads = max(1, heads // 4)
-q_dec = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
-_, k_c, v_c = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
-# The priority rules know nothing of shared heads, so the GPU comparison uses a multi-head decode token.
-chosen = sdpa.default_backend_name(q_dec, *(t.repeat_interleave(heads // kv_heads, dim=1) for t in (k_c, v_c)))
-chosen_gqa = sdpa.default_backend_name(q_dec, k_c, v_c)
+chosen, chosen_gqa = decoding.decode_backends(batch, heads, seq, head_dim, dtype, device)  # multi-head, GQA
 gpu_lessons.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
 glue("decode_backend", chosen)
 
@@ -340,8 +318,7 @@ sglang_trace = sglang.trace()
 decode_report = find_attention(sglang.step(trace=sglang_trace))
 pairs = decoding.split_and_reduce(decode_report)
 decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
-display(pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]].round(3)
-        .rename(index={"count": "calls", "50%": "median"}))
+display(decoding.split_summary(pairs).round(3))
 print(f"main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
 print(sglang.credit(sglang_trace))
 _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),

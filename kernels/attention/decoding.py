@@ -6,7 +6,8 @@ against every key kept so far. ``KVCache`` is one layer's cache (preallocated, `
 the filled part as views); ``call_flops`` / ``call_bytes`` / ``intensity`` are one attention
 call's FLOPs, bytes and their ratio; ``cache_bytes`` what a cache holds; ``counts_table`` and
 ``sharing_table`` tabulate them; ``ConcatCache`` is the torch.cat version a KVCache replaces and
-``decode_step`` one token through either. Timing both phases is ``kernels.bench.sweep``'s job
+``decode_step`` one token through either (``prefill_then_decode``, ``filled_caches`` and
+``profile_cache_steps`` are the chapter's runs of them). Timing both phases is ``kernels.bench.sweep``'s job
 (modes ``forward`` and ``decode``), on inputs rotated through more memory than the caches hold.
 """
 from __future__ import annotations
@@ -190,6 +191,28 @@ def decode_step(cache, attend):
     return step
 
 
+def prefill_then_decode(attend, q, k, v, prompt: int):
+    """Prefill the first ``prompt`` tokens of ``q``, ``k``, ``v`` through a ``KVCache``, then
+    decode the rest one token at a time against it; returns (the output rows, the cache)."""
+    batch, heads, total, head_dim = k.shape
+    cache = KVCache(batch, heads, total, head_dim, dtype=k.dtype, device=k.device)
+    keys, values = cache.append(k[:, :, :prompt], v[:, :, :prompt])
+    rows = [attend(q[:, :, :prompt], keys, values, causal=True)]     # prefill: Sq = Sk = prompt
+    for t in range(prompt, total):                                    # decode: Sq = 1, Sk = t + 1
+        keys, values = cache.append(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        rows.append(attend(q[:, :, t:t + 1], keys, values, causal=True))
+    return torch.cat(rows, dim=2), cache
+
+
+def filled_caches(k: torch.Tensor, v: torch.Tensor, room: int) -> tuple:
+    """A ``KVCache`` holding ``k`` and ``v`` with ``room`` more tokens free, and a
+    ``ConcatCache`` holding copies of them: the two caches a decode step is compared on."""
+    batch, heads, seq, head_dim = k.shape
+    cache = KVCache(batch, heads, seq + room, head_dim, dtype=k.dtype, device=k.device)
+    cache.append(k, v)
+    return cache, ConcatCache(k.clone(), v.clone())
+
+
 def phase_pair(rows) -> Optional[tuple]:
     """(prefill row, decode row) of a ``kernels.bench.sweep`` run in modes ``forward`` and
     ``decode``, at the longest S both were measured at, or None where no S has both (pass the
@@ -231,3 +254,55 @@ def split_and_reduce(report: AttentionReport) -> pd.DataFrame:
     table = pd.DataFrame(rows).set_index("call")
     table["reduce share"] = table["reduce µs"] / (table["main µs"] + table["reduce µs"])
     return table
+
+
+def split_summary(pairs: pd.DataFrame) -> pd.DataFrame:
+    """``split_and_reduce``'s calls summed up: how many, and the min, median and max of the main
+    kernel's and the reduce's GPU time and of the reduce's share of the call."""
+    return (pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]]
+            .rename(index={"count": "calls", "50%": "median"}))
+
+
+def predicted_decode_backends(gpus: dict, dtype: torch.dtype = torch.bfloat16, head_dim: int = 128,
+                              cudnn_version: int = 92000) -> pd.DataFrame:
+    """The backend PyTorch's priority rules (``sdpa.predicted_backend``) give an unpinned decode
+    token on each GPU of ``gpus`` ({label: compute capability}), one row per GPU."""
+    from kernels.attention import sdpa  # here: sdpa registers implementations on import
+
+    return pd.DataFrame([{"GPU": gpu, "unpinned decode token picks":
+                          sdpa.predicted_backend(cap, dtype, head_dim, cudnn_version=cudnn_version)}
+                         for gpu, cap in gpus.items()]).set_index("GPU")
+
+
+def decode_backends(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, device,
+                    group: int = 4) -> tuple[str, str]:
+    """The backend unpinned SDPA picks here for a decode token (one query against ``seq`` cached
+    tokens): (with every query head its own K/V head, with K/V heads shared by ``group``). The
+    priority rules know nothing of shared heads, so a GPU's rules are checked on the first."""
+    from kernels.attention import sdpa
+    from kernels.notebook import inputs
+
+    kv_heads = max(1, heads // group)
+    if heads % kv_heads:
+        raise ValueError(f"decode_backends: {heads} query heads cannot share {kv_heads} K/V heads evenly")
+    q = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device)[0]
+    _, k, v = inputs(batch, kv_heads, seq, head_dim, dtype=dtype, device=device, seed=2)
+    repeated = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
+    return sdpa.default_backend_name(q, *repeated), sdpa.default_backend_name(q, k, v)
+
+
+def profile_cache_steps(cached: Sequence[torch.Tensor], attend, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        trace_dir) -> tuple:
+    """Profile one decode token (``decode_step``: append ``k``, ``v``, attend with ``q``) on a
+    ``KVCache`` and on a ``ConcatCache`` that both hold ``cached`` (its keys, its values) first;
+    returns their steps (``kernels.trace.reader.Step``): (KVCache's, torch.cat's), traces saved
+    under ``trace_dir``."""
+    from kernels.trace import record  # here: the profiler is heavy, the counts are not
+
+    if len(cached) != 2:
+        raise ValueError(f"profile_cache_steps: cached must be (keys, values), got {len(cached)} tensors")
+
+    # the profiler calls the step wait + warmup + active = 3 times, so the cache keeps room for 3
+    caches = dict(zip(("decode_kvcache", "decode_cat"), filled_caches(cached[0], cached[1], room=3)))
+    return tuple(record.profile(decode_step(cache, attend), q, k, v, label=label, wait=0, warmup=2, active=1,
+                                trace_dir=trace_dir).step() for label, cache in caches.items())

@@ -93,3 +93,37 @@ def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
             "the lesson": LESSONS.get(name, ""),
         })
     return pd.DataFrame(rows).set_index("implementation")
+
+
+def profile_forwards(names, q, k, v, active: int, trace_dir) -> dict:
+    """Profile one forward of each implementation in ``names`` (``kernels.trace.record``) and
+    keep its median step: {name: Step}. One that cannot run here (a CUDA extension that fails to
+    build, say) is reported with its error and left out, so the showdown goes on without it."""
+    from kernels.trace import reader, record  # here: the trace recorder is heavy, the tables are not
+
+    steps = {}
+    for name in names:
+        try:
+            run = record.profile(kernels.get(name), q, k, v, label=name, active=active, trace_dir=trace_dir)
+        except Exception as err:  # any failure to build or run: say so, go on without it
+            print(f"{name} could not run here and leaves the showdown: {type(err).__name__}: {err}")
+            continue
+        steps[name] = reader.median_step(run.steps())
+    return steps
+
+
+GLANCE_FORMATS = {"median ms": "{:.3g}", "peak MiB": "{:.3g}", "TFLOP/s": "{:.3g}", "FLOP/byte": "{:.3g}",
+                  "% of roof": "{:.2g}"}
+
+
+def glance_styled(table: pd.DataFrame, caption: str):
+    """``glance``'s table as the page shows it: three significant digits, empty cells blank,
+    and ``caption`` (where and at which shape it was measured)."""
+    return table.style.format(GLANCE_FORMATS, na_rep="").set_caption(caption)
+
+
+def article_styled():
+    """``ARTICLE_A100`` as the page shows it, captioned as recorded elsewhere, never by this build."""
+    return ARTICLE_A100.style.format(na_rep="not reported", precision=1).set_caption(
+        "Recorded elsewhere (source article, A100), not measured by this build: 'Profiling in PyTorch "
+        "(Part 3): Attention is all you profile', Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16.")

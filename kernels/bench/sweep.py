@@ -394,3 +394,11 @@ def progress_line(i: int, total: int, r: BenchResult) -> str:
     mem = "" if r.peak_memory_bytes is None else f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB"
     return (f"{where} {r.median_ms:9.3f} ms (p10 {r.p10_ms:.3f}, p90 {r.p90_ms:.3f}, n={r.reps})"
             f"  {r.tflops:7.3f} TFLOP/s  {r.gbps:7.1f} GB/s  {r.intensity:7.2f} FLOP/B{mem}")
+
+
+def book_budget(on_gpu: bool) -> dict:
+    """The short timing budget of a chapter's sweep (``sweep``'s reps, warmup, min_reps and
+    max_seconds), so the book builds in minutes; ``python -m kernels.bench`` runs longer ones."""
+    if on_gpu:
+        return dict(reps=30, warmup=3, min_reps=5, max_seconds=0.5)
+    return dict(reps=15, warmup=2, min_reps=5, max_seconds=0.3)

@@ -226,3 +226,10 @@ def multiprocessors(properties: dict) -> int:
             return int(properties[key])
     raise ValueError(f"the device properties of {properties.get('name', 'this GPU')!r} give no SM or CU count "
                      f"(no numSms or multiProcessorCount among {sorted(properties)})")
+
+
+def run_label(device="cpu") -> str:
+    """Where a chapter's numbers were measured, in one line: the device's name and kind, and the
+    versions of torch and its companions that are installed."""
+    where = describe_device(device)
+    return f"{where['name']} ({where['kind']}), " + ", ".join(f"{k} {v}" for k, v in where["versions"].items() if v)

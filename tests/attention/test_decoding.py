@@ -251,3 +251,45 @@ def test_phase_pair_takes_the_longest_length_measured_in_both_phases():
     prefill, decode = decoding.phase_pair(rows)
     assert (prefill.mode, prefill.seq, decode.mode, decode.seq) == (FORWARD, 64, DECODE, 64)
     assert decoding.phase_pair([row(FORWARD, 64), row(DECODE, 128)]) is None
+
+
+# ------------------------------------------------------------------------- chapter 10's library calls
+
+
+def test_prefill_then_decode_gives_the_rows_of_one_causal_pass_with_shared_heads():
+    q, k, v = (torch.randn(1, 4, 12, 8) for _ in range(3))
+    k, v = k[:, :2], v[:, :2]
+    out, cache = decoding.prefill_then_decode(kernels.get("naive"), q, k, v, prompt=9)
+    assert cache.length == 12 and out.shape == q.shape
+    assert reference.max_rel_error(out, reference.attention(q, k, v, causal=True)) < 1e-5
+
+
+def test_filled_caches_hold_the_same_history_and_the_kv_cache_keeps_room():
+    k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    kv, concat = decoding.filled_caches(k, v, room=3)
+    assert kv.length == concat.length == 5 and kv.max_seq == 8
+    assert torch.equal(kv.keys(), concat.k) and concat.k.data_ptr() != k.data_ptr()
+
+
+def test_profile_cache_steps_shows_torch_cat_allocating_the_history(tmp_path):
+    cached = [torch.randn(1, 2, 256, 16) for _ in range(2)]
+    q, k, v = (torch.randn(1, 2, 1, 16) for _ in range(3))
+    kv_step, cat_step = decoding.profile_cache_steps(cached, kernels.get("naive"), q, k, v, tmp_path)
+    assert cat_step.allocated_bytes >= decoding.cache_bytes(257, 2, 16, torch.float32)
+    assert kv_step.allocated_bytes < cat_step.allocated_bytes and len(cat_step.find("aten::cat")) == 2
+    with pytest.raises(ValueError, match="keys, values"):
+        decoding.profile_cache_steps(cached[:1], kernels.get("naive"), q, k, v, tmp_path)
+
+
+def test_predicted_decode_backends_follow_the_priority_rules():
+    from kernels.attention import sdpa
+
+    table = decoding.predicted_decode_backends({"A100": (8, 0), "H200": (9, 0)})
+    assert table["unpinned decode token picks"].tolist() == ["sdpa_flash", "sdpa_cudnn"]
+    assert table.loc["H200"].iloc[0] == sdpa.predicted_backend((9, 0), torch.bfloat16, 128, cudnn_version=92000)
+
+
+def test_decode_backends_on_a_cpu_and_a_group_that_does_not_divide():
+    assert decoding.decode_backends(1, 8, 64, 16, torch.float32, "cpu") == ("sdpa_flash", "sdpa_flash")
+    with pytest.raises(ValueError, match="evenly"):
+        decoding.decode_backends(1, 9, 64, 16, torch.float32, "cpu")

@@ -76,6 +76,8 @@ def test_cpu_is_measured_once_and_described():
     assert info["kind"] == "cpu"
     assert info["peaks"]["flops"] == first.flops
     assert info["versions"]["torch"] == torch.__version__
+    label = devices.run_label("cpu")
+    assert label.startswith(f"{devices.device_name('cpu')} (cpu), ") and f"torch {torch.__version__}" in label
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
@@ -87,6 +89,14 @@ def test_describe_cuda_without_gpu_says_what_it_needs():
 # ----------------------------------------------------------------------------- sweeps
 
 QUICK = dict(batch=1, heads=2, warmup=1, reps=5, min_reps=3, max_seconds=0.2, progress=None)
+
+
+def test_book_budget_is_sweep_arguments_and_shorter_on_a_cpu():
+    import inspect
+
+    cpu, gpu = sweep.book_budget(False), sweep.book_budget(True)
+    inspect.signature(sweep.sweep).bind(**cpu)   # a TypeError if a key is not one of sweep's
+    assert cpu["reps"] < gpu["reps"] and cpu["max_seconds"] < gpu["max_seconds"]
 
 
 @pytest.fixture(scope="module")

@@ -53,3 +53,18 @@ def test_the_articles_a100_table_matches_the_reference_numbers():
     cuda_us = showdown.ARTICLE_A100["CUDA time per forward (µs)"]
     assert cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"] == pytest.approx(3.7, abs=0.01)
     assert showdown.ARTICLE_A100["kernels per forward"].tolist() == [6, 5, 20, 1, 1, 1]
+
+
+def test_profile_forwards_keeps_a_median_step_each_and_leaves_out_what_cannot_run(capsys, tmp_path):
+    import torch
+
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    steps = showdown.profile_forwards(["naive", "no_such_implementation"], q, k, v, active=2, trace_dir=tmp_path)
+    assert list(steps) == ["naive"] and steps["naive"].work_ops()
+    assert "no_such_implementation could not run here" in capsys.readouterr().out
+
+
+def test_glance_and_article_tables_are_captioned():
+    table = showdown.glance({"naive": point("naive", 1.0, 1.2)}, ROOF)
+    assert showdown.glance_styled(table, "this run").caption == "this run"
+    assert "not measured by this build" in showdown.article_styled().caption
