@@ -408,3 +408,24 @@ def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype
     else:
         lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
                "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")
+
+
+def naive_copy_on_gpu(step: Step) -> pd.DataFrame:
+    """Chapter 1 on a GPU run: the naive forward runs the article's six GPU activities, one of
+    them a copy launched inside ``masked_fill`` (its clone). Returns the step's kernel table."""
+    gpu = step.gpu_work
+    copies = gpu[gpu["cat"] == "gpu_memcpy"]
+    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100", f"{len(gpu)} on the GPU track")
+    fill = step.find("aten::masked_fill").iloc[0]
+    lesson(len(copies) == 1 and fill["start_us"] <= copies["launch_start_us"].iloc[0] <= fill["start_us"] + fill["dur_us"],
+           "exactly one of them is a copy, launched inside masked_fill (its clone)")
+    return kernel_table(step)
+
+
+def inplace_drops_the_copy_on_gpu(steps_of: Mapping[str, Step], source: str = "") -> None:
+    """Chapter 2 on a GPU run (``source`` names it in the evidence): the naive forward's six GPU
+    activities become five in place, and the one that went is the copy."""
+    counts = {n: (len(steps_of[n].gpu_work), int((steps_of[n].gpu_work["cat"] == "gpu_memcpy").sum()))
+              for n in ("naive", "inplace")}
+    lesson(counts == {"naive": (6, 1), "inplace": (5, 0)}, "the GPU track goes from 6 activities to 5, as on the "
+           "article's A100, and the one that went is the copy", f"(activities, copies): {counts}" + (f", {source}" if source else ""))
