@@ -429,3 +429,15 @@ def inplace_drops_the_copy_on_gpu(steps_of: Mapping[str, Step], source: str = ""
               for n in ("naive", "inplace")}
     lesson(counts == {"naive": (6, 1), "inplace": (5, 0)}, "the GPU track goes from 6 activities to 5, as on the "
            "article's A100, and the one that went is the copy", f"(activities, copies): {counts}" + (f", {source}" if source else ""))
+
+
+def math_gemms_not_16bit(step: Step, source: str) -> pd.DataFrame:
+    """Chapter 3 on a GPU run (``source`` names it): no GEMM the math backend launched runs in 16
+    bits, read from the kernel names. Returns each kernel's name (cut to 70 characters), kind,
+    tensor-core use and dtype."""
+    fps = fingerprints.classify_many(step.gpu_work["name"])
+    gemm_dtypes = set(fps.loc[fps["kind"] == "gemm", "dtype"])
+    lesson(bool(gemm_dtypes) and not gemm_dtypes & {"bf16", "fp16"},
+           "no GEMM of the math backend runs in 16 bits on the GPU track",
+           f"GEMM dtypes from the names: {gemm_dtypes}, {source}")
+    return fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70))

@@ -70,3 +70,14 @@ def test_deterministic_mode_keeps_cudnn_first_and_cudnn_refuses_itself():
     assert order[0] == "sdpa_cudnn"
     assert "deterministic" in sdpa.gpu_input_reason("sdpa_cudnn", H200, torch.bfloat16, 64, deterministic=True,
                                                     cudnn_version=CUDNN_9_20, torch_version="2.13.0")
+
+
+def test_predictions_reads_each_case_through_the_rules():
+    from kernels.attention import sdpa as rules
+
+    table = rules.predictions()
+    assert list(table.index) == [case[0] for case in rules.PREDICTION_CASES]
+    assert table["unpinned SDPA picks"].tolist() == ["sdpa_flash", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient",
+                                                     "sdpa_efficient"]
+    t4_fp32 = rules.predictions([("T4", (7, 5), torch.float32, False, "fp32")])
+    assert t4_fp32["unpinned SDPA picks"].tolist() == ["sdpa_efficient"]

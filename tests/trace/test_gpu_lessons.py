@@ -282,3 +282,10 @@ def test_the_naive_copy_reads_on_an_a100_run_and_its_absence_fails(tmp_path):
         gpu_lessons.naive_copy_on_gpu(inplace)
     with pytest.raises(LessonFailed, match="6 activities to 5"):
         gpu_lessons.inplace_drops_the_copy_on_gpu({"naive": naive, "inplace": naive})
+
+
+def test_the_math_backends_gemms_read_fp32_and_a_16_bit_gemm_fails(tmp_path):
+    table = gpu_lessons.math_gemms_not_16bit(a100_step(tmp_path, "sdpa_math"), "fixture A100")
+    assert "gemm" in set(table["kind"]) and table["name"].str.len().max() <= 70
+    with pytest.raises(LessonFailed, match="16 bits"):
+        gpu_lessons.math_gemms_not_16bit(a100_step(tmp_path, "naive"), "fixture A100")
