@@ -112,8 +112,8 @@ lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_c
 # %%
 chosen = kernels.attention.sdpa.default_backend_name(q, k, v)
 probed = kernels.attention.sdpa.probe(q, k, v)
-display(pd.DataFrame({"runs on these inputs": {n: r is None for n, r in probed.items()},
-                      "why not": {n: r or "" for n, r in probed.items()}}))
+display(kernels.attention.sdpa.reasons_table(probed))
+
 lesson(torch.equal(out, kernels.get(chosen)(q, k, v)), f"unpinned SDPA is exactly the {chosen} backend pinned",
        "bit-identical outputs")
 glue("default_backend", chosen)

@@ -388,6 +388,19 @@ def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
     return result
 
 
+
+def rule_reasons(names, device: torch.device, q: torch.Tensor, k: torch.Tensor) -> dict[str, Reason]:
+    """Why each backend of ``names`` would refuse these inputs on ``device`` by the rules alone
+    (``device_reason``, then ``input_reason``), without calling it: ``{name: None}`` if it takes them."""
+    return {n: device_reason(n, device) or input_reason(n, q, k) for n in names}
+
+
+def reasons_table(reasons: dict[str, Reason]) -> "pd.DataFrame":
+    """``probe``'s or ``rule_reasons``' answers as a table: whether each backend runs, and why not."""
+    import pandas as pd
+
+    return pd.DataFrame({"runs on these inputs": {n: r is None for n, r in reasons.items()},
+                         "why not": {n: r or "" for n, r in reasons.items()}})
 def default_backend_name(q, k, v, causal: bool = True) -> str:
     """Which backend SDPA picks unpinned, as the first in its priority order that works here.
 

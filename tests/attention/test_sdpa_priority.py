@@ -81,3 +81,12 @@ def test_predictions_reads_each_case_through_the_rules():
                                                      "sdpa_efficient"]
     t4_fp32 = rules.predictions([("T4", (7, 5), torch.float32, False, "fp32")])
     assert t4_fp32["unpinned SDPA picks"].tolist() == ["sdpa_efficient"]
+
+
+def test_rule_reasons_on_a_cpu_refuse_the_gpu_backends_and_the_table_says_why():
+    q, k, _ = make_qkv(1, 2, 16, 16)
+    reasons = sdpa.rule_reasons(("sdpa_math", "sdpa_flash", "sdpa_cudnn"), torch.device("cpu"), q, k)
+    assert reasons["sdpa_math"] is None and reasons["sdpa_flash"] is None and reasons["sdpa_cudnn"]
+    table = sdpa.reasons_table(reasons)
+    assert table["runs on these inputs"].tolist() == [True, True, False]
+    assert table.loc["sdpa_cudnn", "why not"] == reasons["sdpa_cudnn"] and table.loc["sdpa_math", "why not"] == ""
