@@ -422,3 +422,36 @@ def grids_against_sms(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
     """``grid_against_sms`` of each report ({label: report}), one table indexed by label, in
     the order given (a report with several attention kernels has one row for each)."""
     return pd.concat({label: grid_against_sms(r) for label, r in reports.items()}, names=["trace", ""]).droplevel(1)
+
+
+def naive_copy_on_gpu(step: Step) -> pd.DataFrame:
+    """Chapter 1 on a GPU run: the naive forward runs the article's six GPU activities, one of
+    them a copy launched inside ``masked_fill`` (its clone). Returns the step's kernel table."""
+    gpu = step.gpu_work
+    copies = gpu[gpu["cat"] == "gpu_memcpy"]
+    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100", f"{len(gpu)} on the GPU track")
+    fill = step.find("aten::masked_fill").iloc[0]
+    lesson(len(copies) == 1 and fill["start_us"] <= copies["launch_start_us"].iloc[0] <= fill["start_us"] + fill["dur_us"],
+           "exactly one of them is a copy, launched inside masked_fill (its clone)")
+    return kernel_table(step)
+
+
+def inplace_drops_the_copy_on_gpu(steps_of: Mapping[str, Step], source: str = "") -> None:
+    """Chapter 2 on a GPU run (``source`` names it in the evidence): the naive forward's six GPU
+    activities become five in place, and the one that went is the copy."""
+    counts = {n: (len(steps_of[n].gpu_work), int((steps_of[n].gpu_work["cat"] == "gpu_memcpy").sum()))
+              for n in ("naive", "inplace")}
+    lesson(counts == {"naive": (6, 1), "inplace": (5, 0)}, "the GPU track goes from 6 activities to 5, as on the "
+           "article's A100, and the one that went is the copy", f"(activities, copies): {counts}" + (f", {source}" if source else ""))
+
+
+def math_gemms_not_16bit(step: Step, source: str) -> pd.DataFrame:
+    """Chapter 3 on a GPU run (``source`` names it): no GEMM the math backend launched runs in 16
+    bits, read from the kernel names. Returns each kernel's name (cut to 70 characters), kind,
+    tensor-core use and dtype."""
+    fps = fingerprints.classify_many(step.gpu_work["name"])
+    gemm_dtypes = set(fps.loc[fps["kind"] == "gemm", "dtype"])
+    lesson(bool(gemm_dtypes) and not gemm_dtypes & {"bf16", "fp16"},
+           "no GEMM of the math backend runs in 16 bits on the GPU track",
+           f"GEMM dtypes from the names: {gemm_dtypes}, {source}")
+    return fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70))

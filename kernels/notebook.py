@@ -321,3 +321,15 @@ def show_lines(obj, first: str, last: str | None = None):
         raise ValueError(f"no line of {where} from {first!r} on contains {last!r}")
     code = textwrap.dedent("".join(lines[begin:end + 1])).rstrip()
     return Markdown(f"```python\n# {where}, lines {start + begin}-{start + end}\n{code}\n```")
+
+
+def glue_all(**values) -> None:
+    """``glue`` each keyword's value under its name: one call for the numbers a paragraph reads.
+
+    ``glue_all(peak_mib=1.5, total_mib=3.0)`` records exactly what ``glue("peak_mib", 1.5)``
+    and ``glue("total_mib", 3.0)`` would, in that order.
+    """
+    if not values:
+        raise ValueError("glue_all needs at least one name=value to glue")
+    for name, value in values.items():
+        glue(name, value)

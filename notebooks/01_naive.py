@@ -35,9 +35,9 @@ import operator
 import torch
 
 import kernels
-from kernels import borrowed, recorded, reference
+from kernels import borrowed, gpu_lessons, recorded, reference
 from kernels.attention.naive import NaiveAttention
-from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_source
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
@@ -102,7 +102,6 @@ tables.op_table(step)
 # count copies by name; we count them by **what they move**:
 
 # %%
-copies = step.copies()
 display(tables.copy_table(step))
 scores_shape = [batch, heads, seq, seq]
 scores_bytes = batch * heads * seq * seq * q.element_size()
@@ -114,10 +113,8 @@ clone = step.find("aten::clone", shape=scores_shape)
 lesson(len(clone) == 1 and step.ops.at[clone.index[0], "parent"] in step.find("aten::masked_fill").index,
        "the copy comes from aten::clone, called by the out-of-place aten::masked_fill")
 copy_ms = float(big["dur_us"].iloc[0]) / 1e3
-glue("naive_copy_mib", f"{mib(scores_bytes):.1f}")
-glue("naive_copy_ms", f"{copy_ms:.2f}")
-glue("naive_copy_share", f"{100 * copy_ms / (step.cpu_time_us / 1e3):.0f}")
-glue("naive_step_ms", f"{step.cpu_time_us / 1e3:.2f}")
+glue_all(naive_copy_mib=f"{mib(scores_bytes):.1f}", naive_copy_ms=f"{copy_ms:.2f}",
+         naive_copy_share=f"{100 * copy_ms / (step.cpu_time_us / 1e3):.0f}", naive_step_ms=f"{step.cpu_time_us / 1e3:.2f}")
 
 # %% [markdown]
 # The copy moves {glue:text}`naive_copy_mib` MiB; in this profiled forward the trace shows it
@@ -142,11 +139,9 @@ links(run)
 # more than that in total, because the clone is one more S×S buffer:
 
 # %%
-peak, total = step.peak_bytes, step.allocated_bytes
-print(f"peak {mib(peak):.1f} MiB, allocated in total {mib(total):.1f} MiB, one S×S buffer = {mib(scores_bytes):.1f} MiB")
-lesson(peak >= 2 * scores_bytes, "at its peak the forward holds at least two S×S buffers")
-glue("naive_peak_mib", f"{mib(peak):.1f}")
-glue("naive_total_mib", f"{mib(total):.1f}")
+lesson(step.peak_bytes >= 2 * scores_bytes, "at its peak the forward holds at least two S×S buffers",
+       f"peak {mib(step.peak_bytes):.1f} MiB, one S×S buffer {mib(scores_bytes):.1f} MiB")
+glue_all(naive_peak_mib=f"{mib(step.peak_bytes):.1f}", naive_total_mib=f"{mib(step.allocated_bytes):.1f}")
 
 # %% [markdown]
 # Peak {glue:text}`naive_peak_mib` MiB, {glue:text}`naive_total_mib` MiB allocated in all.
@@ -165,13 +160,7 @@ glue("naive_total_mib", f"{mib(total):.1f}")
 # This run's own GPU forward (or the book's recording of it): the article's six activities and its one copy.
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
 if gpu_steps:
-    gpu = gpu_steps["naive"].gpu_work
-    display(f"GPU run: {gpu_source}", tables.kernel_table(gpu_steps["naive"]))
-    copies = gpu[gpu["cat"] == "gpu_memcpy"]
-    lesson(len(gpu) == 6, "the naive forward runs six GPU activities, as on the article's A100", f"{len(gpu)} on the GPU track")
-    fill = gpu_steps["naive"].find("aten::masked_fill").iloc[0]
-    lesson(len(copies) == 1 and fill["start_us"] <= copies["launch_start_us"].iloc[0] <= fill["start_us"] + fill["dur_us"],
-           "exactly one of them is a copy, launched inside masked_fill (its clone)")
+    display(f"GPU run: {gpu_source}", gpu_lessons.naive_copy_on_gpu(gpu_steps["naive"]))
 
 # %% [markdown]
 # ### A hand-written attention core in a real model
@@ -191,8 +180,7 @@ display(tf_report.table().drop_duplicates(subset=["B·H x Sq x Sk x D"])[["#", "
 lesson(len(tf_report.calls) > 0 and all(c.how == "hand-written" for c in tf_report.calls),
        "every attention call in TimeSformer's step is a hand-written matmul -> softmax -> matmul core",
        f"{len(tf_report.calls)} calls")
-glue("tf_calls", len(tf_report.calls))
-glue("tf_share", f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}")
+glue_all(tf_calls=len(tf_report.calls), tf_share=f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}")
 
 # %% [markdown]
 # The step holds {glue:text}`tf_calls` attention calls, which took {glue:text}`tf_share`% of the
@@ -211,9 +199,8 @@ reveal(guess_scores_gib, round(scores["bytes"] / 2**30, 2), "one score tensor (G
 lesson(scores["shape"][-2:] == [call.sq, call.sk] and scores["bytes"] == math.prod(scores["shape"]) * 2,
        "the score tensor is B·H × S × S bfloat16 elements, as this chapter's S×S lesson counts them",
        f"{tables.shape_text(scores['shape'])} {scores['dtype']} = {scores['bytes']:,} bytes")
-glue("tf_scores_shape", tables.shape_text(scores["shape"]))
-glue("tf_scores_gib", f"{scores['bytes'] / 2**30:.2f}")
-glue("tf_scores_vs_ours", f"{scores['bytes'] / scores_bytes:,.0f}")
+glue_all(tf_scores_shape=tables.shape_text(scores["shape"]), tf_scores_gib=f"{scores['bytes'] / 2**30:.2f}",
+         tf_scores_vs_ours=f"{scores['bytes'] / scores_bytes:,.0f}")
 
 # %% [markdown]
 # The trace recorded the softmax's input as {glue:text}`tf_scores_shape` in bfloat16:
@@ -239,10 +226,9 @@ bandwidth = tf_report.peaks.bandwidth if tf_report.peaks else math.nan   # the d
 mul_share = 2 * scores["bytes"] / (by_op["aten::mul"] * 1e-6) / bandwidth   # the scale reads the scores once, writes them once
 lesson(0.5 <= mul_share <= 1, "the scale streams the score tensor at more than half the GPU's memory bandwidth, never above it",
        f"{mul_share * bandwidth / 1e12:.2f} TB/s, {100 * mul_share:.0f}% of the {bandwidth / 1e12:.2f} TB/s datasheet peak")
-glue("tf_elementwise_ms", f"{elementwise_us / 1e3:.1f}")
-glue("tf_gemm_ms", f"{by_op['aten::bmm'] / 1e3:.1f}")
-glue("tf_mul_tbps", f"{mul_share * bandwidth / 1e12:.1f}")
-glue("tf_mul_pct", f"{100 * mul_share:.0f}")
+glue_all(tf_elementwise_ms=f"{elementwise_us / 1e3:.1f}", tf_gemm_ms=f"{by_op['aten::bmm'] / 1e3:.1f}",
+         tf_mul_tbps=f"{mul_share * bandwidth / 1e12:.1f}", tf_mul_pct=f"{100 * mul_share:.0f}")
+
 
 # %% [markdown]
 # The two GEMMs do the arithmetic in {glue:text}`tf_gemm_ms` ms; the scale and the softmax,

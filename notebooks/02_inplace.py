@@ -33,10 +33,10 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import borrowed, recorded, reference
-from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout
+from kernels import borrowed, gpu_lessons, recorded, reference
+from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout, backward_error
 from kernels.bench import comparison
-from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_source
 from kernels.trace import diff as tracediff, reader, record, tables
 from kernels.trace.links import links
 
@@ -122,9 +122,7 @@ guess_peak_drop = 1  # how many S×S buffers lower will the in-place forward's p
 # S×S tensors were alive at once:
 
 # %%
-mem = pd.DataFrame({name: {"peak (MiB)": mib(s.peak_bytes), "allocated (MiB)": mib(s.allocated_bytes), "ops": len(s.ops)}
-                    for name, s in step.items()}).T.round(2)
-display(mem)
+display(pd.DataFrame([s.summary() for s in step.values()]).set_index("label")[["peak_MiB", "allocated_MiB", "ops"]].round(2))
 reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
        "the peak's drop, in S×S buffers")
 saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
@@ -134,8 +132,7 @@ lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory 
 alive = {name: s.most_alive(scores_bytes) for name, s in step.items()}   # S×S-sized tensors alive at once
 lesson(alive == {"naive": 2, "inplace": 2}, "at most two S×S tensors are alive at once, in either version",
        f"most alive at once: {alive}")
-glue("inplace_saved_mib", mib(saved))
-glue("inplace_ops_fewer", len(step["naive"].ops) - len(step["inplace"].ops))
+glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=len(step["naive"].ops) - len(step["inplace"].ops))
 
 # %% [markdown]
 # The peak did not move. Each step of the forward replaces the tensor before it: in the naive
@@ -153,10 +150,9 @@ glue("inplace_ops_fewer", len(step["naive"].ops) - len(step["inplace"].ops))
 # %%
 timing = comparison.compare({name: functools.partial(kernels.get(name), q, k, v) for name in ("naive", "inplace")},
                             device=device, rounds=15)
-medians = ", ".join(f"{n} {ms:.3g} ms" for n, ms in timing.median_ms.items())
-lesson(timing.faster() != "naive", "timed apart from the profiler, the naive forward is never the faster one", medians)
+lesson(timing.faster() != "naive", "timed apart from the profiler, the naive forward is never the faster one", timing.medians())
 glue("timing_reading", {
-    "inplace": f"Timed apart from the profiler the in-place forward is the faster one ({medians}, by the medians "
+    "inplace": f"Timed apart from the profiler the in-place forward is the faster one ({timing.medians()}, by the medians "
                f"{100 * (1 - timing.median_ms['inplace'] / timing.median_ms['naive']):.0f}% less)",
     None: "On this run the two ranges overlapped, so this page shows no time for them: one copy among the "
           "forward's S×S passes is a difference within this machine's spread"}[timing.faster()])
@@ -176,14 +172,9 @@ glue("timing_reading", {
 # %%
 show_source(attention_with_inplace_dropout)
 qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
-try:
-    attention_with_inplace_dropout(qg, kg, vg).sum().backward()
-    error = None
-except RuntimeError as err:
-    error = str(err)
-print(error)
+error = backward_error(attention_with_inplace_dropout, qg, kg, vg)
 lesson(error is not None and "modified by an inplace operation" in error,
-       "autograd refuses to backpropagate through a saved tensor that was modified in place")
+       "autograd refuses to backpropagate through a saved tensor that was modified in place", str(error))
 
 # %% [markdown]
 # Our `masked_fill_` is not in that situation: the in-place attention trains, and its
@@ -206,10 +197,8 @@ lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
 # This run's own GPU forwards (or the book's recording of them): 6 activities to 5, the copy gone.
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, step, "02_inplace", ["naive", "inplace"])
 if len(gpu_steps) == 2:
-    print(f"GPU run: {gpu_source}")
-    counts = {n: (len(s.gpu_work), int((s.gpu_work["cat"] == "gpu_memcpy").sum())) for n, s in gpu_steps.items()}
-    lesson(counts == {"naive": (6, 1), "inplace": (5, 0)}, "the GPU track goes from 6 activities to 5, as on the "
-           "article's A100, and the one that went is the copy", f"(activities, copies): {counts}")
+    gpu_lessons.inplace_drops_the_copy_on_gpu(gpu_steps, gpu_source)
+
 
 # %% [markdown]
 # ### A copy a real model did not need
@@ -235,9 +224,9 @@ by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=Fa
 display(reveal([guess_module], [by_module.index[0]], "the module whose copies move the most bytes"))
 rotary = by_module.get("Qwen2RotaryEmbedding", 0.0)
 lesson(rotary < 1, "the rotary embedding's copies are small casts, under 1 MiB in all", f"{rotary:.2f} MiB")
-glue("qwen_copies", len(qwen_step.copies()))
-glue("qwen_copied_gib", f"{groups['MiB total'].sum() / 1024:.1f}")
-glue("qwen_rotary_mib", f"{rotary:.2f}")
+glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB total'].sum() / 1024:.1f}",
+         qwen_rotary_mib=f"{rotary:.2f}")
+
 
 # %% [markdown]
 # The step makes {glue:text}`qwen_copies` copies, {glue:text}`qwen_copied_gib` GiB in all. The

@@ -43,8 +43,8 @@ import torch.nn.functional as F
 
 import kernels
 import kernels.attention.sdpa
-from kernels import borrowed, recorded, reference
-from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_source
+from kernels import borrowed, gpu_lessons, recorded, reference
+from kernels.notebook import glue, glue_all, inputs, lesson, reveal, say, setup, show_source
 from kernels.trace import diff as tracediff, reader, record, tables, timeline
 from kernels.trace.fingerprints import classify_many, mentions_op
 from kernels.trace.links import links
@@ -95,15 +95,8 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree within 
 # for a newer version:
 
 # %%
-cases = [("A100 (sm_80)", (8, 0), torch.bfloat16, False, "the default order"),
-         ("H200 (sm_90)", (9, 0), torch.bfloat16, False, "cuDNN first"),
-         ("H200 (sm_90)", (9, 0), torch.bfloat16, True, "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
-         ("H200 (sm_90)", (9, 0), torch.float32, False, "flash and cuDNN take 16 bits only"),
-         ("T4 (sm_75)", (7, 5), torch.float16, False, "no flash before sm_80")]
-predictions = pd.DataFrame([{"GPU": gpu, "dtype (head dim 64)": str(dt)[6:], "note": note, "unpinned SDPA picks":
-                             kernels.attention.sdpa.predicted_backend(cap, dt, 64, cudnn_version=92000, deprioritized=dep)}
-                            for gpu, cap, dt, dep, note in cases])
-display(predictions.set_index("GPU"))
+predictions = kernels.attention.sdpa.predictions()   # kernels.attention.sdpa.PREDICTION_CASES, through the rules above
+display(predictions)
 lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules the same bf16 call picks flash on an A100 and cuDNN on an H200 (cuDNN 9.20)")
 
@@ -119,8 +112,8 @@ lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_c
 # %%
 chosen = kernels.attention.sdpa.default_backend_name(q, k, v)
 probed = kernels.attention.sdpa.probe(q, k, v)
-display(pd.DataFrame({"runs on these inputs": {n: r is None for n, r in probed.items()},
-                      "why not": {n: r or "" for n, r in probed.items()}}))
+display(kernels.attention.sdpa.reasons_table(probed))
+
 lesson(torch.equal(out, kernels.get(chosen)(q, k, v)), f"unpinned SDPA is exactly the {chosen} backend pinned",
        "bit-identical outputs")
 glue("default_backend", chosen)
@@ -223,8 +216,7 @@ lesson(rules_say == h100_call.backend, f"by the backend rules of torch {h100_tor
 today = kernels.attention.sdpa.predicted_backend(h100_cap, h100_call.dtype, h100_call.head_dim, cudnn_version=92000,
                                                  torch_version="2.13.0")
 lesson(today == "sdpa_cudnn", "the same call under torch 2.13 with its cuDNN 9.20 would take cuDNN instead", today)
-glue("qwen_h100_torch", h100_torch)
-glue("qwen_calls", len(qwen_calls["h100"]))
+glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(qwen_calls["h100"]))
 
 # %% [markdown]
 # Every input the rules read is in the trace, the same for all {glue:text}`qwen_calls` calls:
@@ -260,8 +252,7 @@ work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # no views, no
 reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
 lesson(work_ops["sdpa_math"] > work_ops["inplace"], "the math backend dispatches more ops per forward than the "
        "hand-written in-place module", f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
-glue("math_ops", work_ops["sdpa_math"])
-glue("inplace_ops", work_ops["inplace"])
+glue_all(math_ops=work_ops["sdpa_math"], inplace_ops=work_ops["inplace"])
 
 # %% tags=["remove-input"]
 # The math backend's GPU run, where there is one: this run's own on a GPU, else the book's recording.
@@ -386,12 +377,8 @@ lesson(gemms["tensor_cores"].tolist() == [True, False],
 
 # %% tags=["remove-input"]
 if "sdpa_math" in gpu_steps:
-    fps = classify_many(gpu_steps["sdpa_math"].gpu_work["name"])
-    display(fps[["name", "kind", "tensor_cores", "dtype"]].assign(name=fps["name"].str.slice(0, 70)))
-    gemm_dtypes = set(fps.loc[fps["kind"] == "gemm", "dtype"])
-    lesson(bool(gemm_dtypes) and not gemm_dtypes & {"bf16", "fp16"},
-           "no GEMM of the math backend runs in 16 bits on the GPU track",
-           f"GEMM dtypes from the names: {gemm_dtypes}, {gpu_source}")
+    display(gpu_lessons.math_gemms_not_16bit(gpu_steps["sdpa_math"], gpu_source))
+
 
 # %% [markdown]
 # ### 2. The causal mask, rebuilt on every call

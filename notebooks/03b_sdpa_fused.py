@@ -46,8 +46,8 @@ import kernels
 import kernels.attention.sdpa
 from kernels import borrowed, gpu_lessons, recorded
 from kernels.bench import comparison
-from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, device_limits, occupancy, trace_kernel
-from kernels.notebook import glue, inputs, lesson, reveal, say, setup
+from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, device_limits_table, occupancy, trace_kernel
+from kernels.notebook import glue, glue_all, inputs, lesson, reveal, say, setup
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import short_kernel_name
 from kernels.trace.fingerprints import classify_many
@@ -57,11 +57,9 @@ device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 # Which backends take these inputs on this device, by the rules of part one (no call needed).
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
-refused = {n: kernels.attention.sdpa.device_reason(n, device) or kernels.attention.sdpa.input_reason(n, q, k)
-           for n in ("sdpa_math",) + FUSED}
+refused = kernels.attention.sdpa.rule_reasons(("sdpa_math",) + FUSED, device, q, k)
 fused_here = [n for n in FUSED if refused[n] is None]
-display(pd.DataFrame({"runs on these inputs": {n: refused[n] is None for n in FUSED},
-                      "why not": {n: refused[n] or "" for n in FUSED}}))
+display(kernels.attention.sdpa.reasons_table({n: refused[n] for n in FUSED}))
 if device.type == "cpu":
     lesson(fused_here == ["sdpa_flash"], "on a CPU the one fused backend that runs is PyTorch's CPU flash kernel")
 
@@ -73,8 +71,8 @@ if device.type == "cpu":
 # decoded:
 
 # %%
-article = classify_many(kernels.attention.sdpa.ARTICLE_A100_KERNELS.values())
-article.insert(0, "backend", list(kernels.attention.sdpa.ARTICLE_A100_KERNELS))
+article = classify_many(kernels.attention.sdpa.ARTICLE_A100_KERNELS.values()).assign(backend=list(kernels.attention.sdpa.ARTICLE_A100_KERNELS))
+
 display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]].fillna("—"))   # the shortened flash name carries no dtype
 lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
        "each article kernel decodes as one fused attention kernel on tensor cores")
@@ -106,7 +104,6 @@ runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=acti
         for name in fused_here}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: s.work_ops() for name, s in step.items()}  # ops that compute: no views, no bare allocations
-print({name: f"{len(w)} ops doing work: {', '.join(w)}" for name, w in work_ops.items()})
 
 # %% tags=["remove-input"]
 # The fused backends' GPU run, where there is one: this run's own on a GPU, else the book's recording.
@@ -127,10 +124,8 @@ if "sdpa_flash" in step:
     lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
            "the flash forward's transposes only rearrange metadata: they allocate nothing",
            f"{len(transposes)} transposes, 0 bytes")
-else:
-    print(f"The flash backend does not run here: {refused['sdpa_flash']}")
-glue("flash_transposes", len(transposes))
-glue("flash_work_ops", len(work_ops.get("sdpa_flash", [])))
+
+glue_all(flash_transposes=len(transposes), flash_work_ops=len(work_ops.get("sdpa_flash", [])))
 
 # %% [markdown]
 # This run's flash forward: {glue:text}`flash_work_ops` op(s) doing work, where the math
@@ -170,11 +165,8 @@ flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_
 print(flash_occ.explain())
 lesson(flash_occ.blocks_per_sm == 2 and flash_occ.warps_per_sm == 8 and flash_occ.percent == 12.5,
        "128 threads x 255 registers on sm_80: 2 blocks, 8 of 64 warps, 12.5% occupancy")
-glue("flash_occ", flash_occ.percent)
-glue("flash_blocks", flash_occ.blocks_per_sm)
-glue("flash_warps_per_block", flash_occ.warps_per_block)
-glue("flash_warps", flash_occ.warps_per_sm)
-glue("max_warps", flash_occ.max_warps_per_sm)
+glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flash_warps_per_block=flash_occ.warps_per_block,
+         flash_warps=flash_occ.warps_per_sm, max_warps=flash_occ.max_warps_per_sm)
 
 # %% [markdown]
 # {glue:text}`flash_blocks` blocks of {glue:text}`flash_warps_per_block` warps make
@@ -232,9 +224,8 @@ h100_kernels = kernels.attention.sdpa.call_step(h100_step, h100_call).gpu_work
 lesson(len(h100_kernels) == 1, "the call launched exactly one kernel", short_kernel_name(h100_kernels["name"].iloc[0]))
 real = trace_kernel(h100_kernels.iloc[0], h100_trace.device_properties)
 display(pd.Series(real.summary(), name=h100.gpu(h100_trace)).to_frame())
-limits = pd.DataFrame(device_limits(h100_trace.device_properties[0]), columns=["deviceProperties field", "the trace",
-                                                                               "kernels.hw.occupancy's sm_90 table"])
-display(limits.set_index("deviceProperties field"))
+limits = device_limits_table(h100_trace.device_properties[0])
+display(limits)
 lesson((limits["the trace"] == limits["kernels.hw.occupancy's sm_90 table"]).all(),
        "the SM limits the trace records are those the occupancy arithmetic uses for sm_90")
 
@@ -257,13 +248,10 @@ lesson(real.kineto_rounded == real.recorded_percent,
        f"{real.kineto_percent:g}% -> {real.kineto_rounded}, the trace says {real.recorded_percent:g}")
 lesson(real.occupancy.percent == flash_occ.percent, "the same footprint gives the H100 the A100's occupancy",
        f"{real.occupancy.percent:g}% on both")
-glue("h100_blocks", real.occupancy.blocks_per_sm)
-glue("h100_warps_per_block", real.occupancy.warps_per_block)
-glue("h100_warps", real.occupancy.warps_per_sm)
-glue("h100_occ", real.occupancy.percent)
-glue("h100_recorded_occ", real.recorded_percent)
-glue("h100_regs_per_block", real.registers_per_thread * real.threads_per_block)
-glue("h100_smem_blocks", real.occupancy.blocks_by_shared_memory)
+glue_all(h100_blocks=real.occupancy.blocks_per_sm, h100_warps_per_block=real.occupancy.warps_per_block,
+         h100_warps=real.occupancy.warps_per_sm, h100_occ=real.occupancy.percent, h100_recorded_occ=real.recorded_percent,
+         h100_regs_per_block=real.registers_per_thread * real.threads_per_block,
+         h100_smem_blocks=real.occupancy.blocks_by_shared_memory)
 
 # %% [markdown]
 # {glue:text}`h100_blocks` blocks of {glue:text}`h100_warps_per_block` warps: {glue:text}`h100_warps` of 64 warp slots,
@@ -293,11 +281,8 @@ lesson(tiles.grid(batch_, heads_, seq_) == list(real.grid),
 lesson(real.shared_mem_per_block <= KINETO_SHARED_MEM_LIMIT,
        "48 KiB is exactly the per-block default Kineto's estimate assumes, so this kernel does not read 0%")
 lesson(4 < real.waves < 5, "the grid takes four full waves of resident blocks and part of a fifth", f"{real.waves:.2f} waves")
-glue("h100_grid_blocks", real.grid_blocks)
-glue("h100_resident", real.resident_blocks)
-glue("h100_waves", real.waves)
-glue("h100_sms", real.sm_count)
-glue("h100_avg_blocks", real.grid_blocks / real.sm_count)
+glue_all(h100_grid_blocks=real.grid_blocks, h100_resident=real.resident_blocks, h100_waves=real.waves,
+         h100_sms=real.sm_count, h100_avg_blocks=real.grid_blocks / real.sm_count)
 
 # %% [markdown]
 # The grid holds {glue:text}`h100_grid_blocks` blocks; the H100's {glue:text}`h100_sms` SMs
@@ -332,8 +317,7 @@ if device.type == "cuda" and "sdpa_cudnn" in fused_here:
     first, steady = kernels.attention.sdpa.first_call_cpu_ms(kernels.get("sdpa_cudnn"), fresh, calls=21)
     lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
            "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
-    glue("cudnn_first_ms", first)
-    glue("cudnn_steady_ms", steady)
+    glue_all(cudnn_first_ms=first, cudnn_steady_ms=steady)
 
 # %% tags=["remove-input"]
 # A GPU run only (this run's or the book's recording): each fused backend is one kernel, and the trace's
@@ -379,9 +363,8 @@ lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] 
        "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
        ", ".join(f"{x:.2f}x" for x in math_growth))
 reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep's traces")
-glue("math_growth_last", float(math_growth.iloc[-1]))
-glue("math_peak_max", float(peaks["sdpa_math"].dropna().iloc[-1]))
-glue("math_max_seq", sweep_for["sdpa_math"][-1])
+glue_all(math_growth_last=float(math_growth.iloc[-1]), math_peak_max=float(peaks["sdpa_math"].dropna().iloc[-1]),
+         math_max_seq=sweep_for["sdpa_math"][-1])
 flash_reading = "This GPU has no flash backend, so there is no flash curve to compare."
 if "sdpa_flash" in peaks:
     flash_growth = growth["sdpa_flash x per doubling"].dropna()
@@ -412,10 +395,9 @@ glue("flash_reading", flash_reading)
 
 # %%
 if device.type == "cpu" and "sdpa_flash" in fused_here:
-    acc = pd.DataFrame([kernels.attention.sdpa.cpu_flash_allocations(sweep_steps["sdpa_flash", s], batch, heads, s,
-                                                                     head_dim, q.element_size())
-                        for s in sweep_seqs]).set_index("seq")
+    acc = kernels.attention.sdpa.cpu_flash_allocation_table(sweep_steps, batch, heads, head_dim, q.element_size())
     display(acc)
+
     lesson((acc["allocations"] == 3).all() and acc["output"].all() and acc["log-sum-exp"].all(),
            "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, a scratch buffer")
     lesson(acc["scratch (KiB)"].is_monotonic_increasing and acc["scratch (KiB)"].nunique() > 1,
@@ -440,10 +422,10 @@ if device.type == "cpu" and "sdpa_flash" in fused_here:
 # %%
 contenders = [n for n in ("inplace", "sdpa_math", "sdpa_flash") if n != "sdpa_flash" or n in fused_here]
 timing = comparison.compare({n: functools.partial(kernels.get(n), q, k, v) for n in contenders}, device=device, rounds=11)
-medians = ", ".join(f"{n} {ms:.3g} ms" for n, ms in timing.median_ms.items())
 lesson("sdpa_flash" not in contenders or timing.faster() in (None, "sdpa_flash"),
-       "timed apart from the profiler, neither the in-place module nor the math backend beats the fused kernel", medians)
-glue("fused_timing_reading", f"Timed apart from the profiler, {timing.faster()} is the fastest of the three ({medians}, "
+       "timed apart from the profiler, neither the in-place module nor the math backend beats the fused kernel", timing.medians())
+glue("fused_timing_reading", f"Timed apart from the profiler, {timing.faster()} is the fastest of the three ({timing.medians()}, "
+
      "by the medians), its slowest tenth of calls below the others' fastest" if timing.faster()
      else "On this run the ranges overlapped, so this page ranks none of the three")
 

@@ -38,3 +38,13 @@ def attention_with_inplace_dropout(q, k, v, p: float = 0.1):
     probs = torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
     probs.mul_(torch.rand_like(probs) > p)  # in-place dropout on what softmax saved
     return probs @ v
+
+
+def backward_error(fn, *inputs) -> str | None:
+    """The message of the ``RuntimeError`` autograd raises on ``fn(*inputs).sum().backward()``,
+    or None when the backward pass goes through (chapter 2's in-place dropout does not)."""
+    try:
+        fn(*inputs).sum().backward()
+    except RuntimeError as err:
+        return str(err)
+    return None

@@ -16,7 +16,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -225,6 +225,25 @@ def predicted_backend_here(device: torch.device, dtype: torch.dtype, head_dim: i
                              cuda_version=torch.version.cuda)
 
 
+# Chapter 3's five GPUs and settings: (GPU, capability, dtype, TORCH_CUDNN_SDPA_DEPRIORITIZED, why it is there).
+PREDICTION_CASES = (("A100 (sm_80)", (8, 0), torch.bfloat16, False, "the default order"),
+                    ("H200 (sm_90)", (9, 0), torch.bfloat16, False, "cuDNN first"),
+                    ("H200 (sm_90)", (9, 0), torch.bfloat16, True, "TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
+                    ("H200 (sm_90)", (9, 0), torch.float32, False, "flash and cuDNN take 16 bits only"),
+                    ("T4 (sm_75)", (7, 5), torch.float16, False, "no flash before sm_80"))
+
+
+def predictions(cases=PREDICTION_CASES, head_dim: int = 64, cudnn_version: int = 92000) -> "pd.DataFrame":
+    """One row per case of ``cases`` (see ``PREDICTION_CASES``), indexed by GPU: the dtype, why the
+    case is there, and the backend ``predicted_backend`` says an unpinned SDPA call picks."""
+    import pandas as pd
+
+    return pd.DataFrame([{"GPU": gpu, f"dtype (head dim {head_dim})": str(dt).replace("torch.", ""), "note": note,
+                          "unpinned SDPA picks": predicted_backend(cap, dt, head_dim, cudnn_version=cudnn_version,
+                                                                   deprioritized=dep)}
+                         for gpu, cap, dt, dep, note in cases]).set_index("GPU")
+
+
 # ---- the same rules, asked about this machine ------------------------------------------------
 
 def device_reason(name: str, device: torch.device) -> Reason:
@@ -369,6 +388,19 @@ def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
     return result
 
 
+
+def rule_reasons(names, device: torch.device, q: torch.Tensor, k: torch.Tensor) -> dict[str, Reason]:
+    """Why each backend of ``names`` would refuse these inputs on ``device`` by the rules alone
+    (``device_reason``, then ``input_reason``), without calling it: ``{name: None}`` if it takes them."""
+    return {n: device_reason(n, device) or input_reason(n, q, k) for n in names}
+
+
+def reasons_table(reasons: dict[str, Reason]) -> "pd.DataFrame":
+    """``probe``'s or ``rule_reasons``' answers as a table: whether each backend runs, and why not."""
+    import pandas as pd
+
+    return pd.DataFrame({"runs on these inputs": {n: r is None for n, r in reasons.items()},
+                         "why not": {n: r or "" for n, r in reasons.items()}})
 def default_backend_name(q, k, v, causal: bool = True) -> str:
     """Which backend SDPA picks unpinned, as the first in its priority order that works here.
 
@@ -678,6 +710,18 @@ def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_d
             "scratch (KiB)": sum(scratch) / 1024}
 
 
+
+def cpu_flash_allocation_table(sweep_steps: Mapping, batch: int, heads: int, head_dim: int,
+                               element_size: int) -> "pd.DataFrame":
+    """``cpu_flash_allocations`` of every flash step in ``sweep_steps`` ({(backend, seq): step},
+    as ``peak_memory_sweep`` returns them), one row per sequence length, indexed by it."""
+    import pandas as pd
+
+    rows = [cpu_flash_allocations(step, batch, heads, seq, head_dim, element_size)
+            for (name, seq), step in sweep_steps.items() if name == "sdpa_flash"]
+    if not rows:
+        raise ValueError("sweep_steps holds no sdpa_flash step: the sweep did not run the flash backend")
+    return pd.DataFrame(rows).set_index("seq").sort_index()
 def first_call_cpu_ms(fn, args, calls: int = 21) -> tuple[float, float]:
     """CPU time of ``fn(*args)``: its first call, and the median of the ``calls - 1`` after it,
     in ms (chapter 3b times cuDNN's first call at a shape it has not seen). On a GPU the time is

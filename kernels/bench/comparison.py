@@ -37,6 +37,10 @@ class Comparison:
                 return name
         return None
 
+    def medians(self) -> str:
+        """Each name's median, in call order, as a page reads them: "naive 1.2 ms, inplace 1.1 ms"."""
+        return ", ".join(f"{n} {ms:.3g} ms" for n, ms in self.median_ms.items())
+
     def verdict(self) -> str:
         ranges = ", ".join(f"{n} {self.median_ms[n]:.3g} ms (p10-p90 {self.p10_ms[n]:.3g}-{self.p90_ms[n]:.3g})"
                            for n in self.median_ms)

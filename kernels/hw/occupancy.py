@@ -402,6 +402,15 @@ def device_limits(props: Mapping) -> list:
     return rows
 
 
+
+def device_limits_table(props: Mapping):
+    """``device_limits`` as a table indexed by deviceProperties field: the trace's value, then
+    the occupancy table's for the architecture the trace records."""
+    import pandas as pd
+
+    arch = arch_of((int(props["computeMajor"]), int(props["computeMinor"])))
+    columns = ["deviceProperties field", "the trace", f"kernels.hw.occupancy's {arch} table"]
+    return pd.DataFrame(device_limits(props), columns=columns).set_index(columns[0])
 def trace_kernel(kernel: Mapping, device_properties: list) -> TraceKernel:
     """A kernel row of ``Step.gpu_work`` (or a Kineto kernel event's ``args``) read with the
     ``deviceProperties`` of its trace: the architecture from the recorded compute capability,
@@ -576,4 +585,4 @@ def launch_table(launches, arch: ArchLike, sm_count: int):
     return pd.DataFrame(rows).set_index("kernel")
 
 
-__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "occupancy_from_trace", "trace_kernel"]
+__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits", "device_limits_table", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "occupancy_from_trace", "trace_kernel"]

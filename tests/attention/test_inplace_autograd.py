@@ -29,3 +29,12 @@ def test_inplace_masking_keeps_the_naive_gradients():
     grads = {name: torch.autograd.grad(kernels.get(name)(q, k, v).square().sum(), (q, k, v))
              for name in ("naive", "inplace")}
     assert all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"]))
+
+
+def test_backward_error_names_the_inplace_failure_and_is_none_when_backward_works():
+    from kernels.attention.inplace import attention_with_inplace_dropout, backward_error
+    from kernels.notebook import inputs
+
+    qkv = inputs(1, 2, 16, 16, requires_grad=True)
+    assert "modified by an inplace operation" in backward_error(attention_with_inplace_dropout, *qkv)
+    assert backward_error(kernels.get("inplace"), *inputs(1, 2, 16, 16, requires_grad=True)) is None

@@ -70,3 +70,23 @@ def test_deterministic_mode_keeps_cudnn_first_and_cudnn_refuses_itself():
     assert order[0] == "sdpa_cudnn"
     assert "deterministic" in sdpa.gpu_input_reason("sdpa_cudnn", H200, torch.bfloat16, 64, deterministic=True,
                                                     cudnn_version=CUDNN_9_20, torch_version="2.13.0")
+
+
+def test_predictions_reads_each_case_through_the_rules():
+    from kernels.attention import sdpa as rules
+
+    table = rules.predictions()
+    assert list(table.index) == [case[0] for case in rules.PREDICTION_CASES]
+    assert table["unpinned SDPA picks"].tolist() == ["sdpa_flash", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient",
+                                                     "sdpa_efficient"]
+    t4_fp32 = rules.predictions([("T4", (7, 5), torch.float32, False, "fp32")])
+    assert t4_fp32["unpinned SDPA picks"].tolist() == ["sdpa_efficient"]
+
+
+def test_rule_reasons_on_a_cpu_refuse_the_gpu_backends_and_the_table_says_why():
+    q, k, _ = make_qkv(1, 2, 16, 16)
+    reasons = sdpa.rule_reasons(("sdpa_math", "sdpa_flash", "sdpa_cudnn"), torch.device("cpu"), q, k)
+    assert reasons["sdpa_math"] is None and reasons["sdpa_flash"] is None and reasons["sdpa_cudnn"]
+    table = sdpa.reasons_table(reasons)
+    assert table["runs on these inputs"].tolist() == [True, True, False]
+    assert table.loc["sdpa_cudnn", "why not"] == reasons["sdpa_cudnn"] and table.loc["sdpa_math", "why not"] == ""

@@ -204,3 +204,14 @@ def test_dtype_casts_find_the_math_backends_upcast_of_bf16_inputs_and_none_in_fp
     assert [64, 64] in [d[-2:] for d in casts["downcasts"]]
     fp32_step, _ = _profile("sdpa_math", 64, tmp_path)
     assert sdpa.dtype_casts(fp32_step)["upcasts"] == [] and sdpa.dtype_casts(fp32_step)["downcasts"] == []
+
+
+def test_cpu_flash_allocation_table_reads_only_the_flash_steps_and_refuses_none(tmp_path):
+    step, q = _profile("sdpa_flash", 128, tmp_path)
+    table = sdpa.cpu_flash_allocation_table({("sdpa_math", 128): None, ("sdpa_flash", 128): step}, 1, 2, 16,
+                                            q.element_size())
+    assert table.index.tolist() == [128]
+    assert table.loc[128].to_dict() == {k: v for k, v in sdpa.cpu_flash_allocations(step, 1, 2, 128, 16, q.element_size()).items()
+                                        if k != "seq"}
+    with pytest.raises(ValueError, match="no sdpa_flash step"):
+        sdpa.cpu_flash_allocation_table({("sdpa_math", 128): step}, 1, 2, 16, q.element_size())

@@ -545,3 +545,9 @@ def test_a_roofline_needs_a_device_the_table_or_a_measurement_knows():
     assert devices.roofline_peaks("cpu") is devices.peaks("cpu")
     with pytest.raises(ValueError, match="no roofline for meta"):
         devices.roofline_peaks("meta")
+
+
+def test_medians_reads_each_median_in_call_order():
+    result = comparison.Comparison(median_ms={"naive": 1.234, "inplace": 0.5}, p10_ms={"naive": 1.0, "inplace": 0.4},
+                                   p90_ms={"naive": 1.5, "inplace": 0.6}, rounds=5)
+    assert result.medians() == "naive 1.23 ms, inplace 0.5 ms"

@@ -40,3 +40,12 @@ def test_numbers_take_the_prose_format():
     assert rendered(torch.tensor(7), "d") == "7"
 
 
+
+
+def test_glue_all_glues_each_name_as_glue_would(monkeypatch):
+    seen = []
+    monkeypatch.setattr(notebook, "glue", lambda name, value: seen.append((name, value)))
+    notebook.glue_all(peak_mib=1.5, label="1,024")
+    assert seen == [("peak_mib", 1.5), ("label", "1,024")]
+    with pytest.raises(ValueError, match="at least one"):
+        notebook.glue_all()

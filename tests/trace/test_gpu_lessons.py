@@ -259,3 +259,33 @@ def test_chapter10_decode_backend_on_hopper():
     gpu_lessons.decode_backend(predicted, predicted)
     with pytest.raises(LessonFailed):
         gpu_lessons.decode_backend("sdpa_math", predicted)
+
+
+def a100_step(tmp_path, label: str):
+    import gzip
+    import json
+
+    from kernels.trace import reader
+    from tests.gpu_trace import forward_trace
+
+    path = tmp_path / f"{label}.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(forward_trace(label), f)
+    return reader.load_trace(path).steps(label)[0]
+
+
+def test_the_naive_copy_reads_on_an_a100_run_and_its_absence_fails(tmp_path):
+    naive, inplace = a100_step(tmp_path, "naive"), a100_step(tmp_path, "inplace")
+    assert len(gpu_lessons.naive_copy_on_gpu(naive)) > 0
+    gpu_lessons.inplace_drops_the_copy_on_gpu({"naive": naive, "inplace": inplace}, "fixture A100")
+    with pytest.raises(LessonFailed, match="six GPU activities"):
+        gpu_lessons.naive_copy_on_gpu(inplace)
+    with pytest.raises(LessonFailed, match="6 activities to 5"):
+        gpu_lessons.inplace_drops_the_copy_on_gpu({"naive": naive, "inplace": naive})
+
+
+def test_the_math_backends_gemms_read_fp32_and_a_16_bit_gemm_fails(tmp_path):
+    table = gpu_lessons.math_gemms_not_16bit(a100_step(tmp_path, "sdpa_math"), "fixture A100")
+    assert "gemm" in set(table["kind"]) and table["name"].str.len().max() <= 70
+    with pytest.raises(LessonFailed, match="16 bits"):
+        gpu_lessons.math_gemms_not_16bit(a100_step(tmp_path, "naive"), "fixture A100")
