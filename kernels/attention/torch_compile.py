@@ -6,7 +6,7 @@ library calls) and ``flex`` (``flex_attention`` with a bottom-right causal ``Blo
 fused kernel that skips the tiles the mask hides). Both compile on the first call at each
 new shape (seconds); nothing is set at import. The helpers are what chapter 7 reads traces
 with: ``generated_kernels``, ``fused_ops``, ``block_counts``, ``score_buffers``, ``memory_table``,
-``alibi`` and ``alibi_error``.
+``alibi``, ``alibi_error`` and ``compiled_call`` (a borrowed GPU trace of one compiled call).
 """
 from __future__ import annotations
 
