@@ -40,19 +40,15 @@
 # %%
 from functools import partial
 
-import pandas as pd
 import torch
 import torch._inductor.config as inductor_config
 
 import kernels
 from kernels import gpu_lessons, reference
-from kernels.attention import torch_compile
-from kernels.attention.inplace import InplaceAttention
+from kernels.attention import inplace, naive, torch_compile
 from kernels.borrowed import COMPILED_POINTWISE
-from kernels.attention.naive import NaiveAttention
 from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
-from kernels.trace import fingerprints, reader, record, tables, timeline
-from kernels.trace.links import links
+from kernels.trace import links, reader, record, tables, timeline
 
 inductor_config.cpp.enable_kernel_profile = True  # name each generated C++ kernel in the trace
 torch.set_grad_enabled(False)  # Dynamo guards on the grad mode: one mode, one compile
@@ -60,7 +56,6 @@ torch.set_grad_enabled(False)  # Dynamo guards on the grad mode: one mode, one c
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 scores_bytes = batch * heads * seq * seq * q.element_size()
-print(f"q, k, v: {tuple(q.shape)}, {dtype}, on {device}; one S×S buffer = {mib(scores_bytes):.1f} MiB")
 
 # %% [markdown]
 # ## Compile the naive module
@@ -74,25 +69,22 @@ print(f"q, k, v: {tuple(q.shape)}, {dtype}, on {device}; one S×S buffer = {mib(
 # part compiled (`torch_compile.timed_compiles`).
 
 # %%
-eager = {"naive": NaiveAttention(causal=True), "inplace": InplaceAttention(causal=True)}
+eager = {"naive": naive.NaiveAttention(causal=True), "inplace": inplace.InplaceAttention(causal=True)}
 compiled_mod = {name: torch.compile(m, dynamic=False) for name, m in eager.items()}
 
 paid = {name: torch_compile.timed_compiles(fn, q, k, v) for name, fn in compiled_mod.items()}
-first_s, steady_s = ({n: getattr(t, f) for n, t in paid.items()} for f in ("first_s", "steady_s"))
 for name in compiled_mod:
     verdict = reference.judge(compiled_mod[name](q, k, v), q, k, v, causal=True)
     lesson(verdict.ok, f"compiled {name} attention matches the float64 reference", str(verdict))
-lesson(all(t.first.graphs == 1 and t.first.cache_hits + t.first.cache_misses == 1 and t.steady.graphs == 0
-           and not t.first.gave_up + t.steady.gave_up for t in paid.values()),
-       "each module compiles one graph, on its first call, and no later call compiles again: "
+lesson(all(t.compiled_once for t in paid.values()), "each module compiles one graph, on its first call, and no later call compiles again: "
        "the first call's time is the whole compile cost",
        "; ".join(f"{n}: first call {t.first}, later calls {t.steady}" for n, t in paid.items()))
-lesson(all(first_s[n] > 2 * steady_s[n] for n in compiled_mod),
+lesson(all(t.first_s > 2 * t.steady_s for t in paid.values()),
        "the first call of a compiled module costs more than two steady-state calls (compile or cache load)",
-       ", ".join(f"{n}: {first_s[n]:.2f} s vs {1e3 * steady_s[n]:.1f} ms" for n in compiled_mod))
-glue("c_first_s", f"{first_s['naive']:.1f}")
-glue("c_steady_ms", f"{1e3 * steady_s['naive']:.1f}")
-glue("c_first_calls", f"{first_s['naive'] / steady_s['naive']:,.0f}")
+       ", ".join(f"{n}: {t.first_s:.2f} s vs {1e3 * t.steady_s:.1f} ms" for n, t in paid.items()))
+glue("c_first_s", f"{paid['naive'].first_s:.1f}")
+glue("c_steady_ms", f"{1e3 * paid['naive'].steady_s:.1f}")
+glue("c_first_calls", f"{paid['naive'].first_s / paid['naive'].steady_s:,.0f}")
 
 # %% [markdown]
 # Compile time and steady-state time are different currencies. The first call of the
@@ -111,11 +103,9 @@ glue("c_first_calls", f"{first_s['naive'] / steady_s['naive']:,.0f}")
 guess_compiled_ops = ["aten::bmm", "aten::masked_fill", "aten::bmm"]  # edit me before running on
 
 # %%
-runs = {name: record.profile(fn, q, k, v, label=f"compiled_{name}", active=active_steps, trace_dir=trace_dir)
-        for name, fn in compiled_mod.items()}
+runs = {name: record.profile(fn, q, k, v, label=f"{name}_forward", active=active_steps, trace_dir=trace_dir)
+        for name, fn in {**compiled_mod, "eager_naive": eager["naive"].forward}.items()}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
-eager_step = reader.median_step(record.profile(eager["naive"], q, k, v, label="eager_naive",
-                                                     active=active_steps, trace_dir=trace_dir).steps())
 seen_aten = [n for n in step["naive"].ops["name"] if n.startswith("aten::") and n != "aten::resolve_conj"]
 display(reveal(guess_compiled_ops, seen_aten, "ATen ops in the compiled forward"))
 tables.op_table(step["naive"])
@@ -128,17 +118,15 @@ tables.op_table(step["naive"])
 # kernel Inductor wrote, named after the ops it fused.
 
 # %%
-gen = {name: torch_compile.generated_kernels(s) for name, s in step.items()}
-naive_gen = gen["naive"]
-display(naive_gen[["name", "fused", "dur_us"]])
+gen = {name: torch_compile.generated_kernels(step[name]) for name in compiled_mod}
+display(gen["naive"][["name", "fused", "dur_us"]])
 lesson(len(torch_compile.regions(step["naive"])) == 1, "the compiled naive forward runs as one compiled region")
 lesson(len(step["naive"].find("aten::bmm")) == 2, "the two matmuls stay: two aten::bmm calls per forward")
 lesson(all(step["naive"].find(op).empty for op in ("aten::mul", "aten::masked_fill", "aten::softmax", "aten::clone")),
        "scale, mask and softmax no longer run as ATen ops, and nothing is cloned")
-lesson(len(naive_gen) == 1 and {"softmax", "masked_fill", "mul"} <= set(naive_gen["fused"].iloc[0]),
-       "one generated kernel fuses the scale (mul), the mask (masked_fill) and the softmax",
-       naive_gen["name"].iloc[0] if len(naive_gen) else "no generated kernel found")
-glue("c_kernel", naive_gen["name"].iloc[0])
+lesson(len(gen["naive"]) == 1 and {"softmax", "masked_fill", "mul"} <= set(gen["naive"]["fused"].iloc[0]),
+       "one generated kernel fuses the scale (mul), the mask (masked_fill) and the softmax", ", ".join(gen["naive"]["name"]))
+glue("c_kernel", gen["naive"]["name"].iloc[0])
 
 # %% [markdown]
 # The kernel Inductor wrote is {glue:text}`c_kernel`: its name lists the ops it took over,
@@ -167,17 +155,17 @@ lesson(gen["naive"]["fused"].tolist() == gen["inplace"]["fused"].tolist()
 # buffer is all the forward allocates:
 
 # %%
-mem = torch_compile.memory_table({"eager naive": eager_step, "compiled naive": step["naive"],
+mem = torch_compile.memory_table({"eager naive": step["eager_naive"], "compiled naive": step["naive"],
                                   "compiled in-place": step["inplace"]}, scores_bytes)
 display(mem)
 lesson(list(mem["S×S buffers allocated"]) == [4, 1, 1] and list(mem["copies of S×S"]) == [1, 0, 0],
        "eager, the naive forward allocates four S×S buffers and copies one; compiled, each forward "
        "allocates one and copies none")
-lesson(step["naive"].peak_bytes < 2 * scores_bytes <= eager_step.peak_bytes,
+lesson(step["naive"].peak_bytes < 2 * scores_bytes <= step["eager_naive"].peak_bytes,
        "the compiled peak stays under two S×S buffers; the eager peak reaches two",
-       f"{mib(step['naive'].peak_bytes):.1f} vs {mib(eager_step.peak_bytes):.1f} MiB")
+       f"{mib(step['naive'].peak_bytes):.1f} vs {mib(step['eager_naive'].peak_bytes):.1f} MiB")
 glue("c_peak_mib", f"{mib(step['naive'].peak_bytes):.1f}")
-glue("e_peak_mib", f"{mib(eager_step.peak_bytes):.1f}")
+glue("e_peak_mib", f"{mib(step['eager_naive'].peak_bytes):.1f}")
 
 # %% [markdown]
 # Peak memory falls from {glue:text}`e_peak_mib` MiB to {glue:text}`c_peak_mib` MiB. The S×S
@@ -191,7 +179,7 @@ glue("e_peak_mib", f"{mib(eager_step.peak_bytes):.1f}")
 timeline.timeline(step["naive"], title=f"compiled naive attention, one forward ({device.type})")
 
 # %%
-links(runs["naive"])
+links.links(runs["naive"])
 
 # %% [markdown]
 # ## On a GPU
@@ -212,27 +200,20 @@ links(runs["naive"])
 guess_kernels, guess_gpu_busy_share = 3, 0.5  # edit me before running on
 
 # %%
-compiled_step = COMPILED_POINTWISE.step()
-gpu_work = compiled_step.gpu_work
-display(compiled_step.ops[["name", "depth", "dur_us"]])
-display(gpu_work[["name", "launcher", "dur_us", "grid", "block"]])
-print(COMPILED_POINTWISE.credit(compiled_step.trace))
-kernel = fingerprints.fingerprint(gpu_work["name"].iloc[0])
-region_us = compiled_step.ops.loc[compiled_step.ops["name"].str.startswith("Torch-Compiled Region"), "dur_us"].sum()
-gpu_busy_share = gpu_work["dur_us"].sum() / region_us
-glue("compiled_gpu_us", f"{gpu_work['dur_us'].sum():.2f}")
-glue("compiled_region_us", f"{region_us:,.0f}")
-reveal(guess_kernels, len(gpu_work), "kernels")
-reveal(guess_gpu_busy_share, round(gpu_busy_share, 4), "GPU busy share of the compiled region")
-lesson(len(gpu_work) == 1 and kernel.family == "triton" and kernel.kind == "elementwise",
-       "the compiled call ran one kernel, a pointwise Triton kernel Inductor generated", kernel.note)
-names = compiled_step.ops["name"].tolist()
-lesson(names[0] == "TorchDynamo Cache Lookup" and names[1].startswith("Torch-Compiled Region") and names[2] == kernel.name,
-       "Dynamo's guard check, then the compiled region, and inside it an op named after the kernel", " > ".join(names))
-lesson(set(gpu_work["launcher"]) == {"cuLaunchKernel"},
+call = torch_compile.compiled_call(COMPILED_POINTWISE)
+display(call.ops, call.kernels)
+print(call.credit)
+glue("compiled_gpu_us", f"{call.gpu_us:.2f}")
+glue("compiled_region_us", f"{call.region_us:,.0f}")
+reveal(guess_kernels, len(call.kernels), "kernels")
+reveal(guess_gpu_busy_share, round(call.busy_share, 4), "GPU busy share of the compiled region")
+lesson(len(call.kernels) == 1 and call.kernel.family == "triton" and call.kernel.kind == "elementwise",
+       "the compiled call ran one kernel, a pointwise Triton kernel Inductor generated", call.kernel.note)
+lesson(call.names[:3] == ["TorchDynamo Cache Lookup", call.names[1], call.kernel.name] and "Compiled Region" in call.names[1],
+       "Dynamo's guard check, then the compiled region, and inside it an op named after the kernel", " > ".join(call.names))
+lesson(set(call.kernels["launcher"]) == {"cuLaunchKernel"},
        "Inductor's kernel is launched through the driver API (cuLaunchKernel), not cudaLaunchKernel")
-lesson(gpu_busy_share < 0.1, "the GPU was busy for under a tenth of the compiled region's CPU time",
-       f"{gpu_busy_share:.2%}")
+lesson(call.busy_share < 0.1, "the GPU was busy for under a tenth of the compiled region's CPU time", f"{call.busy_share:.2%}")
 
 # %% [markdown]
 # The trace holds `TorchDynamo Cache Lookup` (Dynamo checking its guards) and then the
@@ -261,9 +242,7 @@ show_source(torch_compile.BrokenAttention)
 
 # %%
 broken = torch.compile(torch_compile.BrokenAttention(causal=True), dynamic=False)
-broken(q, k, v)
 explained = torch._dynamo.explain(torch_compile.BrokenAttention(causal=True))(q, k, v)
-print(f"graphs: {explained.graph_count}, graph breaks: {explained.graph_break_count}")
 print("reason:", explained.break_reasons[0].reason if explained.break_reasons else "none")
 broken_step = reader.median_step(record.profile(broken, q, k, v, label="broken", active=active_steps,
                                                 trace_dir=trace_dir).steps())
@@ -327,9 +306,7 @@ guess_skipped_tiles = 8  # edit me before running on
 block_mask = torch_compile.causal_block_mask(seq, seq, device)
 counts = torch_compile.block_counts(block_mask)
 n = -(-seq // counts.block[1])   # tiles per row of the score matrix
-display(pd.Series({"tile (queries × keys)": f"{counts.block[0]} × {counts.block[1]}", "tiles": counts.total,
-                   "full": counts.full, "partial (masked)": counts.partial, "skipped": counts.skipped,
-                   "skipped share": f"{counts.skipped_share:.1%}"}).to_frame("causal block mask"))
+display(counts.table())
 reveal(guess_skipped_tiles, counts.skipped, "tiles skipped per head", source="the block mask")
 if seq % counts.block[1] == 0:
     lesson(counts.skipped == n * (n - 1) // 2 and counts.partial == n,
@@ -405,8 +382,7 @@ if device.type == "cuda":
 show_source(torch_compile.alibi)
 
 # %%
-alibi = torch_compile.alibi(heads, device)
-flex_alibi = partial(torch_compile.flex_call, block_mask=block_mask, score_mod=alibi)
+flex_alibi = partial(torch_compile.flex_call, block_mask=block_mask, score_mod=torch_compile.alibi(heads, device))
 alibi_out = flex_alibi(q, k, v)
 err, bound = torch_compile.alibi_error(alibi_out, q, k, v)
 lesson(err <= bound, "flex with ALiBi matches the float64 ALiBi attention computed here",

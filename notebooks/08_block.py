@@ -40,9 +40,7 @@ from kernels import gpu_lessons
 from kernels.borrowed import TRACELENS
 from kernels.attention import block as blocks, torch_compile
 from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
-from kernels.trace import reader, record, tables
-from kernels.trace.attention import find_attention
-from kernels.trace.links import links
+from kernels.trace import links, tables
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
 torch.set_grad_enabled(False)                      # inference only; one grad mode for Dynamo's guards
@@ -51,7 +49,6 @@ device, dtype = setup(device, dtype)
 width = heads * head_dim
 make_block = functools.partial(blocks.seeded_block, width, heads, device=device, dtype=dtype)
 x = blocks.block_input(batch, seq, width, device=device, dtype=dtype)
-print(f"x: {tuple(x.shape)} [batch, seq, width], width = {heads} heads × {head_dim}, {dtype} on {device}")
 
 # %% [markdown]
 # ## The module
@@ -95,7 +92,7 @@ glue("b_width", width)
 seqs = [64, 128, 256, 512, 1024]
 fl = blocks.flop_shares(make_block("naive"), batch, width, seqs, device=device, dtype=dtype)
 display(fl.round(4))
-lesson((abs(fl[["linear (GFLOP)", "attention (GFLOP)"]].to_numpy() - fl[["formula linear", "formula attention"]].to_numpy()) < 1e-9).all(),
+lesson(blocks.formula_gap(fl) < 1e-9,
        "FlopCounterMode counts exactly the formula's FLOPs: 24·B·S·W² in the linear layers, 4·B·S²·W in attention")
 lesson(fl["attention share"].is_monotonic_increasing and fl["attention share"].nunique() == len(seqs),
        "attention's share of the block's FLOPs grows with the sequence length at fixed width",
@@ -131,13 +128,11 @@ block_steps, memory = blocks.memory_by_attention({n: make_block(n) for n in plug
 display(memory)
 largest = {n: block_steps[n].memory["bytes"].max() for n in plugged}
 hand = [n for n in plugged if n in ("naive", "inplace", "sdpa_math")]
-lesson(all(largest[n] >= scores_bytes for n in hand),
-       "with hand-written or math attention, the block's largest allocation is an S×S buffer (or more)",
-       ", ".join(f"{n}: {mib(largest[n]):.1f} MiB" for n in hand))
+lesson(all(largest[n] >= scores_bytes for n in hand),  # the table's last column, in MiB
+       "with hand-written or math attention, the block's largest allocation is an S×S buffer (or more)")
 if "sdpa_flash" in plugged:
-    lesson(largest["sdpa_flash"] < scores_bytes,
-           "with SDPA flash, no allocation in the whole block is as large as one S×S buffer",
-           f"{mib(largest['sdpa_flash']):.2f} MiB < {mib(scores_bytes):.1f} MiB")
+    lesson(largest["sdpa_flash"] < scores_bytes,  # the table's last column again
+           "with SDPA flash, no allocation in the whole block is as large as one S×S buffer")
     lesson(block_steps["sdpa_flash"].peak_bytes < min(block_steps[n].peak_bytes for n in hand),
            "and the block's peak memory is lowest with SDPA flash")
 glue("b_seq", seq)
@@ -169,35 +164,27 @@ glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
 guess_parts_order = ["GEMMs (the linear layers)", "attention", "elementwise passes", "copies and casts"]  # edit me
 
 # %%
-qwen = TRACELENS["h100_qwen"]
-qwen_trace = qwen.trace()
-qwen_report = find_attention(qwen.step(trace=qwen_trace))
-parts = blocks.gpu_time_by_part(qwen_report)
-layers = len(qwen_report.calls)   # one attention per decoder layer
-display(blocks.parts_table(parts, layers))
-print(qwen.credit(qwen_trace))
-display(reveal(guess_parts_order, [p for p in parts.index if p in guess_parts_order], "parts, most GPU time first"))
+qwen = blocks.forward_parts(TRACELENS["h100_qwen"])
+display(blocks.parts_table(qwen.parts, qwen.layers))
+print(qwen.credit)
+display(reveal(guess_parts_order, [p for p in qwen.parts.index if p in guess_parts_order], "parts, most GPU time first"))
 
 # %%
 #| caption: Where the GPU time of one Qwen1.5-0.5B forward (16 x 559 tokens, bf16, 24 layers) went on an H100, by kind of work: attention from its calls, the rest by kernel name. Recorded by AMD's TraceLens project, not this book's run.
 #| alt: Horizontal bars of the share of the step's GPU time per part; elementwise passes longest, then GEMMs, copies, attention, reductions.
-blocks.parts_figure(parts, title=f"{qwen_report.device}: one forward, {layers} layers");
+blocks.parts_figure(qwen.parts, title=f"{qwen.device}: one forward, {qwen.layers} layers");
 
 # %%
-gemms, elementwise, copies = (parts.loc[blocks.GPU_PARTS[k]] for k in ("gemm", "elementwise", "copy"))
-attention_part = parts.loc[blocks.GPU_PARTS["attention"]]
-lesson(attention_part["kernels"] == layers, "attention is one kernel per layer",
-       f"{layers} calls, {attention_part['share of the step']:.1%} of the step's GPU time")
-lesson(gemms["kernels"] // layers == 7,
-       "each layer runs seven GEMMs: the q, k, v and output projections and the MLP's three",
-       f"{gemms['kernels']} GEMM kernels for {layers} layers")
+gemms, elementwise, copies, attention_part = (qwen.part(k) for k in ("gemm", "elementwise", "copy", "attention"))
+lesson(attention_part["kernels"] == qwen.layers, "attention is one kernel per layer (one call per layer)")
+lesson(gemms["kernels"] // qwen.layers == 7, "each layer runs seven GEMMs: the q, k, v and output projections "
+       "and the MLP's three", f"{gemms['kernels']} GEMM kernels for {qwen.layers} layers")
 lesson(elementwise["GPU µs"] + copies["GPU µs"] > gemms["GPU µs"] > attention_part["GPU µs"],
        "at this size the elementwise passes and copies take more GPU time than the GEMMs, and the GEMMs more "
-       "than attention", f"{(elementwise['GPU µs'] + copies['GPU µs']) / 1e3:.1f} ms vs {gemms['GPU µs'] / 1e3:.1f} ms "
-       f"vs {attention_part['GPU µs'] / 1e3:.1f} ms")
+       "than attention (GPU µs in the table above)")
 glue("q_att_share", 100 * attention_part["share of the step"]); glue("q_gemm_share", 100 * gemms["share of the step"])
 glue("q_elem_share", 100 * (elementwise["share of the step"] + copies["share of the step"]))
-glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glue("q_layers", layers)
+glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glue("q_layers", qwen.layers)
 
 # %% [markdown]
 # Attention took {glue:text}`q_att_share:.1f`% of this step's GPU time, the GEMMs
@@ -225,11 +212,9 @@ eager_sdpa = make_block(blocks.sdpa_causal)
 err = blocks.largest_difference({"eager": eager_sdpa(x), "compiled": compiled_block(x)})
 lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled block computes what the eager block does",
        f"relative difference {err:.1e}")
-crun = record.profile(compiled_block, x, label="compiled_block", wait=0, warmup=1, active=min(active_steps, 3),
-                      trace_dir=trace_dir)
-cstep = reader.median_step(crun.steps())
-estep = reader.median_step(record.profile(eager_sdpa, x, label="block", wait=0, warmup=1, active=min(active_steps, 3),
-                                                trace_dir=trace_dir, trace_name="block_sdpa_eager").steps())
+cruns, csteps = blocks.profile_blocks({"sdpa_eager": eager_sdpa, "compiled": compiled_block}, x,
+                                      active=min(active_steps, 3), trace_dir=trace_dir)
+cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
 tables.op_table(cstep)
 
 # %% [markdown]
@@ -246,13 +231,11 @@ lesson(len(matmuls) == 4, "the four linear layers stay library matmuls (qkv, pro
        f"{len(matmuls)} × {sorted(set(matmuls))}")
 lesson(cstep.find("aten::gelu").empty and cstep.find("aten::layer_norm").empty and cstep.find("aten::add").empty,
        "GELU, the layer norms and the residual adds no longer run as ATen ops")
-fused_all = [set(f) for f in gen["fused"]]
-lesson(any("gelu" in f for f in fused_all) and any({"add", "native_layer_norm"} <= f for f in fused_all),
+lesson(any("gelu" in f for f in gen["fused"]) and any({"add", "native_layer_norm"} <= set(f) for f in gen["fused"]),
        "Inductor wrote a GELU kernel and fused the first residual add into the second layer norm",
        ", ".join(gen["name"]))
-lesson(cstep.allocated_bytes < estep.allocated_bytes,
-       "the compiled block allocates less than the eager one (fused ops write no intermediates)",
-       f"{mib(cstep.allocated_bytes):.1f} vs {mib(estep.allocated_bytes):.1f} MiB")
+lesson(cstep.allocated_bytes < estep.allocated_bytes,  # the two numbers are glued in the sentence below
+       "the compiled block allocates less than the eager one (fused ops write no intermediates)")
 glue("b_compile_s", f"{first:.1f}")
 glue("b_c_alloc", f"{mib(cstep.allocated_bytes):.1f}")
 glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
@@ -273,13 +256,12 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 
 # %%
 hidden_bytes = batch * seq * 4 * width * x.element_size()
-hid = {name: torch_compile.score_buffers(st, hidden_bytes) for name, st in (("eager", estep), ("compiled", cstep))}
-lesson(hid["eager"] == 2 > hid["compiled"], "eager, the MLP allocates two [B, S, 4W] buffers (fc_in's output and "
+hid = {name: torch_compile.score_buffers(st, hidden_bytes) for name, st in csteps.items()}
+lesson(hid["sdpa_eager"] == 2 > hid["compiled"], "eager, the MLP allocates two [B, S, 4W] buffers (fc_in's output and "
        "GELU's); compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
 gpu_lessons.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
-saved = (4 - 2) * hidden_bytes  # trips of the [B, S, 4W] tensor through memory: 4 eager or compiled, 2 fused
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
-glue("b_saved_mib", f"{mib(saved):.1f}")
+glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W] through memory: 4 unfused, 2 fused
 
 # %% [markdown]
 # Each [B, S, 4W] buffer is {glue:text}`b_hidden_mib` MiB here. Eager, or compiled with
@@ -305,7 +287,7 @@ glue("b_saved_mib", f"{mib(saved):.1f}")
 #   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
 
 # %%
-links(crun)
+links.links(cruns["compiled"])
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/08_block.ipynb), with automatic checks, hints and hidden solutions.

@@ -32,7 +32,6 @@
 # %%
 import time
 
-import pandas as pd
 import torch
 
 from kernels import borrowed, reference
@@ -49,8 +48,7 @@ world = 2
 cp_device = "cuda" if torch.cuda.device_count() >= world else "cpu"
 cp_dtype = "bfloat16" if cp_device == "cuda" else "float32"
 seq_cp = seq  # the whole sequence, split over the ranks
-print(f"{world} ranks on {cp_device} ({ranks.default_backend(world)}), {cp_dtype}; "
-      f"B={batch} H={heads} S={seq_cp} D={head_dim}")
+print(f"{world} ranks on {cp_device} ({ranks.default_backend(world)}), {cp_dtype}")
 
 # %% [markdown]
 # ## Why attention is the layer that needs the whole sequence
@@ -123,8 +121,7 @@ q, k, v = inputs(2, 4, 77, 32, seed=2)
 merged, merged_lse = ring.merge(*ring.partial_attention(q, k, v, slice(0, 45)),
                                 *ring.partial_attention(q, k, v, slice(45, 77)))
 verdict = reference.judge(merged.float(), q, k, v, causal=False)
-lesson(verdict.ok, "merging two partial attentions by their log-sum-exp gives attention over all the keys",
-       str(verdict))
+lesson(verdict.ok, "merging two partial attentions by their log-sum-exp gives attention over all the keys", str(verdict))
 
 # %% [markdown]
 # The ring's forward on one rank, as the library runs it (the send and receive are posted
@@ -152,9 +149,8 @@ cases = [cp.Case(batch=2, heads=4, kv_heads=4, seq=67, head_dim=16, layout=layou
 cases += [cp.Case(batch=1, heads=6, kv_heads=2, seq=45, head_dim=24, layout="zigzag", causal=True, seed=4)]
 checked = cp.check_cases(group, cases, cp_device, cp_dtype)
 display(checked)
-lesson(checked["ok"].all(),
-       f"the ring's output and gradients, gathered from {world} ranks, pass the judge in every case",
-       f"{len(checked)} cases, error / bound per tensor in the table")
+lesson(checked["ok"].all(),  # error / bound per tensor in the table
+       f"the ring's output and gradients, gathered from {world} ranks, pass the judge in every case")
 
 # %% [markdown]
 # ## The imbalance of a causal ring
@@ -168,10 +164,10 @@ lesson(checked["ok"].all(),
 guess_imbalance = 1.0  # edit me: the last rank's work over rank 0's, contiguous split, 2 ranks
 
 # %%
-work = {layout: ring.work_per_rank(seq_cp, world, layout) for layout in ring.LAYOUTS}
-reveal(guess_imbalance, work["contiguous"][-1] / work["contiguous"][0], "last rank's work over rank 0's",
-       source="the split")
-display(pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axis("query-key pairs computed"))
+work = ring.work_table(seq_cp, world)
+predicted_ratio = work["contiguous"].iloc[-1] / work["contiguous"].iloc[0]
+reveal(guess_imbalance, predicted_ratio, "last rank's work over rank 0's", source="the split")
+display(work)
 
 # %% [markdown]
 # That is counted from the split alone. The traces should show it too. Each rank now runs
@@ -200,11 +196,8 @@ display(pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axi
 shapes = cp.Case(batch=batch, heads=heads, kv_heads=heads, seq=seq_cp, head_dim=head_dim, dtype=cp_dtype,
                  device=cp_device)
 ACTIVE = 6  # profiled forwards per scheme
-folders = {}
-for layout in ring.LAYOUTS:
-    group.run(cp.profile_scheme, shapes.with_(layout=layout), "ring", f"{trace_dir}/ring-{layout}", ACTIVE)
-    folders[layout] = rank_traces.load_ranks(f"{trace_dir}/ring-{layout}")
-print(folders["contiguous"])
+folders = {layout: cp.profiled(group, shapes.with_(layout=layout), "ring", f"{trace_dir}/ring-{layout}", ACTIVE)
+           for layout in ring.LAYOUTS}
 steps = {layout: folders[layout].steps("ring forward", ACTIVE) for layout in ring.LAYOUTS}
 naive = rank_traces.step_totals(steps["contiguous"])
 display(rank_traces.times_ms(naive).join(naive[["exchanges", "arrived_before_wait"]]))
@@ -218,7 +211,6 @@ step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)"
 
 # %%
 last, first = naive.index[-1], naive.index[0]
-predicted_ratio = work["contiguous"][-1] / work["contiguous"][0]
 flop_ratio = naive.loc[last, "matmul_flop"] / naive.loc[first, "matmul_flop"]
 lesson(abs(flop_ratio - predicted_ratio) <= 1e-9 * predicted_ratio,
        "the matrix products the trace recorded (their shapes) give the last rank the arithmetic the split predicts",
@@ -261,8 +253,7 @@ glue("flop_ratio", flop_ratio)
 # "cheap" queries as "expensive" ones:
 
 # %%
-display(pd.DataFrame({f"rank {r}": [f"positions {a} to {b - 1}" for a, b in ring.rank_chunks(seq_cp, world, r, "zigzag")]
-                      for r in range(world)}, index=["chunk 1", "chunk 2"]))
+display(ring.chunks_table(seq_cp, world, "zigzag"))
 
 # %% [markdown]
 # Guess again: with zigzag, the last rank's matmul FLOPs over rank 0's, as the trace's shapes
@@ -280,9 +271,8 @@ reveal(guess_zigzag, round(zigzag.loc[last, "matmul_flop"] / zigzag.loc[first, "
 rank_traces.median_step(steps["zigzag"]).timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
 
 # %%
-lesson(work["zigzag"][0] == work["zigzag"][-1] and zigzag["matmul_flop"].nunique() == 1,
-       "zigzag gives every rank the same number of query-key pairs, and the trace the same matmul FLOPs",
-       f"{work['zigzag']}")
+lesson(work["zigzag"].nunique() == 1 and zigzag["matmul_flop"].nunique() == 1,  # pairs: the table above
+       "zigzag gives every rank the same number of query-key pairs, and the trace the same matmul FLOPs")
 busiest = {name: t["matmul_flop"].max() for name, t in (("contiguous", naive), ("zigzag", zigzag))}
 lesson(busiest["zigzag"] < busiest["contiguous"],
        "the busiest rank's arithmetic, read from the trace's matmul shapes, drops with zigzag",
@@ -290,8 +280,7 @@ lesson(busiest["zigzag"] < busiest["contiguous"],
 glue("flop_cut", busiest["contiguous"] / busiest["zigzag"])
 ring_steps = steps["contiguous"] + steps["zigzag"]
 if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks: the waits say it
-    transfers = pd.concat([rank_traces.in_ranges(ring_steps, "gloo:send"), rank_traces.in_ranges(ring_steps, "gloo:recv")])
-    transfer_ms = transfers.max() / len(ring_steps) / 1e3
+    transfer_ms = max(rank_traces.in_ranges(ring_steps, f"gloo:{op}").max() for op in ("send", "recv")) / len(ring_steps) / 1e3
     kv_wait_ms = rank_traces.in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
     rank_traces.timing_claims([([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all())
                                   for s in ring_steps],
@@ -359,20 +348,15 @@ guess_ratio = 2.0  # edit me: the ring's bytes over Ulysses' bytes, per rank and
 # %%
 #| caption: One Ulysses forward, a track per rank: the all-to-alls that trade sequence shards for head shards, and the attention, which cannot start until they finish.
 #| alt: Timeline with one track per rank: communication bars of the all-to-alls around the compute bars of the attention.
-group.run(cp.profile_scheme, shapes.with_(layout="contiguous"), "ulysses", f"{trace_dir}/ulysses", ACTIVE)
-folders["ulysses"] = rank_traces.load_ranks(f"{trace_dir}/ulysses")
+folders["ulysses"] = cp.profiled(group, shapes.with_(layout="contiguous"), "ulysses", f"{trace_dir}/ulysses", ACTIVE)
 steps["ulysses"] = folders["ulysses"].steps("ulysses forward", ACTIVE)
 uly = rank_traces.step_totals(steps["ulysses"])
-element = torch.finfo(getattr(torch, cp_dtype)).bits // 8
-predicted = {"ring": ring.message_bytes(batch, heads, seq_cp, head_dim, world, element),
-             "ulysses": ulysses.message_bytes(batch, heads, heads, seq_cp, head_dim, world, element)}
-measured = {"ring": int(naive["sent_bytes"].median()) // ACTIVE, "ulysses": int(uly["sent_bytes"].median()) // ACTIVE}
-display(pd.DataFrame({"from the shapes (MiB)": {s: b / 2**20 for s, b in predicted.items()},
-                      "in the traces (MiB)": {s: b / 2**20 for s, b in measured.items()}}).round(3))
+sent = cp.sent_bytes(shapes, world, {"ring": naive, "ulysses": uly}, ACTIVE)
+display(sent)
+predicted, measured = sent["from the shapes (bytes)"], sent["in the traces (bytes)"]
 reveal(guess_ratio, round(measured["ring"] / measured["ulysses"], 3), "ring bytes over Ulysses bytes")
-lesson(all(abs(measured[s] - predicted[s]) <= 1e-9 * predicted[s] for s in predicted),
-       "the bytes each rank sends, summed from the traces, are the bytes the shapes predict, for both schemes",
-       f"{measured}")
+lesson(((measured - predicted).abs() <= 1e-9 * predicted).all(),  # both columns in the table above
+       "the bytes each rank sends, summed from the traces, are the bytes the shapes predict, for both schemes")
 lesson(measured["ring"] == measured["ulysses"],
        "with two ranks and as many K/V heads as query heads, the ring and Ulysses send the same bytes")
 if all(s.marks_waits(i) for s in steps["ulysses"] for i in range(world)):  # CPU ranks
@@ -433,17 +417,12 @@ lesson(volumes.loc[(64, "32:32"), "ring / ulysses"] > volumes.loc[(2, "32:32"), 
 #| alt: Log-log chart of milliseconds per forward and per rank against the number of ranks: a falling black line for compute, two dashed lines for the K/V transfers over NVLink and InfiniBand, and a vertical line at each crossover.
 h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kernels.hw.devices (NVIDIA's datasheet)
 assert h100 is not None, "kernels.hw.devices has the H100 SXM's datasheet row"
-LINKS = {"NVLink 4 (450 GB/s each way)": 450e9, "InfiniBand NDR (50 GB/s each way)": 50e9}
-LINK_SOURCES = {"NVLink 4 (450 GB/s each way)": "NVIDIA H100 Tensor Core GPU page, www.nvidia.com/en-us/data-center/h100/",
-                "InfiniBand NDR (50 GB/s each way)": "NVIDIA ConnectX-7 VPI adapter manual, docs.nvidia.com/networking/display/ConnectX7VPI/Introduction"}
-fig, crossovers = ring.scaling_figure(LINKS, h100.flops, f"{h100.name} ({h100.source})", seq_len=131072, heads=32,
+fig, crossovers = ring.scaling_figure(ring.LINKS, h100.flops, f"{h100.name} ({h100.source})", seq_len=131072, heads=32,
                                       kv_heads=8, head_dim=128)
 display(fig)
-display(pd.DataFrame({"bandwidth (GB/s each way)": {n: b / 1e9 for n, b in LINKS.items()},
-                      "crossover (ranks)": crossovers, "source": LINK_SOURCES}))
+display(ring.links_table(crossovers))
 lesson(crossovers["NVLink 4 (450 GB/s each way)"] > crossovers["InfiniBand NDR (50 GB/s each way)"],
-       "over InfiniBand the transfers stop hiding behind compute at fewer ranks than over NVLink",
-       ", ".join(f"{name}: {ranks_:.0f} ranks" for name, ranks_ in crossovers.items()))
+       "over InfiniBand the transfers stop hiding behind compute at fewer ranks than over NVLink")
 glue("cross_nvlink", crossovers["NVLink 4 (450 GB/s each way)"])
 glue("cross_ib", crossovers["InfiniBand NDR (50 GB/s each way)"])
 
@@ -491,7 +470,6 @@ else:
 #| caption: A real step of two ranks of a 128-rank training job on Ampere GPUs, by its kernel names (HolisticTraceAnalysis's test data, MIT licence), read the same way: NCCL kernels on their own stream are communication, every other kernel compute.
 #| alt: Timeline with a track per rank of a real training step: compute kernels and NCCL communication kernels on separate rows.
 pair = rank_traces.load_ranks(borrowed.rank_pair())
-print(pair)
 real_step = pair.step()  # the first ProfilerStep#N both ranks recorded
 real_summary = real_step.summary()
 display(rank_traces.times_ms(real_summary, digits=1))
@@ -502,9 +480,7 @@ fast = [r for r in real_summary.index if r != slow][0]
 lesson((real_summary["communication_us"] > 0).all() and pair.world == 128,
        "both ranks of the real job spent GPU time in NCCL kernels, and the traces say the job had 128 ranks")
 lesson(real_summary.loc[fast, "exposed_communication_us"] > real_summary.loc[slow, "exposed_communication_us"],
-       "in the real job too, the rank with less compute spent longer in communication it could not hide",
-       f"rank {fast}: {real_summary.loc[fast, 'exposed_communication_us'] / 1e3:.0f} ms, rank {slow}: "
-       f"{real_summary.loc[slow, 'exposed_communication_us'] / 1e3:.0f} ms")
+       "in the real job too, the rank with less compute spent longer in communication it could not hide")
 glue("real_slow", int(slow))
 
 # %% [markdown]

@@ -13,6 +13,7 @@ block's matmul FLOPs by part, the way ``FlopCounterMode`` counts what runs.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -192,6 +193,13 @@ def flop_shares(module: nn.Module, batch: int, width: int, seqs, device="cpu",
     return table
 
 
+def formula_gap(shares: pd.DataFrame) -> float:
+    """The largest difference (GFLOP) between what FlopCounterMode counted and the formula, over
+    ``flop_shares``' table: linear layers and attention, every length."""
+    counted = shares[["linear (GFLOP)", "attention (GFLOP)"]].to_numpy()
+    return float(abs(counted - shares[["formula linear", "formula attention"]].to_numpy()).max())
+
+
 def share_figure(shares: pd.DataFrame, width: int):
     """Attention's share of a block's FLOPs against S: ``flop_shares``' counted points on the
     formula's curves S / (S + 6W) (every score computed) and S / (S + 12W) (causal tiles skipped)."""
@@ -214,17 +222,53 @@ def memory_by_attention(blocks_by_name: dict, x: torch.Tensor, *, active: int, t
     """Profile each block of ``blocks_by_name`` (one warm-up step, then ``active`` steps) and read
     its memory: the block's peak and total allocated, what its ``block.attention`` part allocated,
     and its largest single allocation (MiB). Returns each block's median step and that table."""
-    from kernels.trace import reader, record
-
-    steps, rows = {}, {}
-    for name, module in blocks_by_name.items():
-        run = record.profile(module, x, label="block", wait=0, warmup=1, active=active, trace_dir=trace_dir,
-                             trace_name=f"block_{name}")
-        steps[name] = step = reader.median_step(run.steps())
+    runs, steps = profile_blocks(blocks_by_name, x, active=active, trace_dir=trace_dir)
+    rows = {}
+    for name, step in steps.items():
+        run = runs[name]
         rows[name] = {"block peak (MiB)": step.peak_bytes / 2**20, "block allocated (MiB)": step.allocated_bytes / 2**20,
                       "attention allocated (MiB)": run.trace.steps("block.attention")[-1].allocated_bytes / 2**20,
                       "largest allocation (MiB)": step.memory["bytes"].max() / 2**20}
     return steps, pd.DataFrame(rows).T.round(2)
+
+
+def profile_blocks(blocks_by_name: dict, x: torch.Tensor, *, active: int, trace_dir="traces") -> tuple[dict, dict]:
+    """Profile each block of ``blocks_by_name`` on ``x`` (one warm-up step, then ``active`` steps,
+    trace ``block_<name>``). Returns each block's run and its median step, by name."""
+    from kernels.trace import reader, record
+
+    if not blocks_by_name:
+        raise ValueError("profile_blocks needs at least one block to profile")
+    runs = {name: record.profile(module, x, label="block", wait=0, warmup=1, active=active, trace_dir=trace_dir,
+                                 trace_name=f"block_{name}") for name, module in blocks_by_name.items()}
+    return runs, {name: reader.median_step(run.steps()) for name, run in runs.items()}
+
+
+@dataclass(frozen=True)
+class ForwardParts:
+    """One model forward read from a GPU trace, split by kind of work (``forward_parts``)."""
+
+    parts: pd.DataFrame   # ``gpu_time_by_part``'s table
+    layers: int           # decoder layers: one attention call each
+    device: str
+    credit: str           # who recorded the trace, where (shown beside its table)
+
+    def part(self, kind: str) -> pd.Series:
+        """The row of one kind of work: a key of ``GPU_PARTS`` ("gemm", "attention", ...)."""
+        return self.parts.loc[GPU_PARTS[kind]]
+
+
+def forward_parts(borrowed) -> ForwardParts:
+    """Read a borrowed model forward (a ``kernels.borrowed.Borrowed``): its GPU time by part,
+    its number of layers (one attention call per layer), the GPU and the trace's credit."""
+    from kernels.trace.attention import find_attention
+
+    trace = borrowed.trace()
+    report = find_attention(borrowed.step(trace=trace))
+    if not report.calls:
+        raise ValueError(f"{borrowed.file}: no attention call found, so no layers to count")
+    return ForwardParts(gpu_time_by_part(report), len(report.calls), report.device or borrowed.gpu(trace),
+                        borrowed.credit(trace))
 
 
 def parts_figure(parts: pd.DataFrame, title: str):

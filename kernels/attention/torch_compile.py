@@ -6,7 +6,7 @@ library calls) and ``flex`` (``flex_attention`` with a bottom-right causal ``Blo
 fused kernel that skips the tiles the mask hides). Both compile on the first call at each
 new shape (seconds); nothing is set at import. The helpers are what chapter 7 reads traces
 with: ``generated_kernels``, ``fused_ops``, ``block_counts``, ``score_buffers``, ``memory_table``,
-``alibi`` and ``alibi_error``.
+``alibi``, ``alibi_error`` and ``compiled_call`` (a borrowed GPU trace of one compiled call).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from kernels.registry import LRU, CannotRun, Reason, register
 if TYPE_CHECKING:
     import pandas
 
+    from kernels.trace.fingerprints import Fingerprint
     from kernels.trace.reader import Step
 
 MODULES = 16        # compiled naive modules kept, one per (causal, scale, device)
@@ -301,6 +302,14 @@ class BlockCounts:
     def skipped_share(self) -> float:
         return self.skipped / self.total
 
+    def table(self) -> "pandas.DataFrame":  # noqa: F821
+        """The counts as the page shows them: tile size, tiles, full, partial, skipped, skipped share."""
+        import pandas as pd
+
+        return pd.Series({"tile (queries × keys)": f"{self.block[0]} × {self.block[1]}", "tiles": self.total,
+                          "full": self.full, "partial (masked)": self.partial, "skipped": self.skipped,
+                          "skipped share": f"{self.skipped_share:.1%}"}).to_frame("causal block mask")
+
 
 def block_counts(block_mask) -> BlockCounts:
     """Count the tiles a BlockMask computes in full, computes with a mask, and skips (all heads)."""
@@ -396,6 +405,13 @@ class FirstAndSteady:
     first: Compiles    # what the first call compiled
     steady: Compiles   # what the steady calls compiled (nothing, when one compile serves the shape)
 
+    @property
+    def compiled_once(self) -> bool:
+        """One graph compiled (or loaded from Inductor's cache) on the first call, none after it,
+        and Dynamo gave up on nothing: the first call's time is the whole compile cost."""
+        return (self.first.graphs == 1 and self.first.cache_hits + self.first.cache_misses == 1
+                and self.steady.graphs == 0 and not self.first.gave_up + self.steady.gave_up)
+
 
 def timed_compiles(fn: Callable, *args, steady_calls: int = 5, **kwargs) -> FirstAndSteady:
     """``first_and_steady`` that also counts every compile each part paid for (Dynamo's counters),
@@ -442,3 +458,41 @@ def memory_table(steps: Mapping[str, "Step"], scores_bytes: int) -> "pandas.Data
                                  "peak (MiB)": s.peak_bytes / 2**20, "allocated (MiB)": s.allocated_bytes / 2**20,
                                  "copies of S×S": len(s.copies(min_bytes=scores_bytes))}
                          for label, s in steps.items()}).T.round(2)
+
+
+@dataclass(frozen=True)
+class CompiledCall:
+    """One compiled call read from a GPU trace (``compiled_call``)."""
+
+    ops: "pandas.DataFrame"      # noqa: F821  every CPU op: name, depth, dur_us
+    kernels: "pandas.DataFrame"  # noqa: F821  the GPU work: name, launcher, dur_us, grid, block
+    kernel: "Fingerprint"        # noqa: F821  the first kernel, read from its name
+    region_us: float             # CPU time of the Torch-Compiled Region(s)
+    gpu_us: float                # GPU time of all its kernels
+    credit: str                  # who recorded it, where (shown beside the tables)
+
+    @property
+    def names(self) -> list[str]:
+        return self.ops["name"].tolist()
+
+    @property
+    def busy_share(self) -> float:
+        """The GPU's busy time as a share of the compiled region's CPU time."""
+        return self.gpu_us / self.region_us
+
+
+def compiled_call(borrowed) -> CompiledCall:
+    """Read a borrowed GPU trace of one ``torch.compile``d call (a ``kernels.borrowed.Borrowed``):
+    its ops, its kernels, the first kernel's fingerprint, and GPU time against region time."""
+    from kernels.trace import fingerprints
+
+    trace = borrowed.trace()
+    step = borrowed.step(trace=trace)
+    work = step.gpu_work
+    in_region = step.ops["name"].str.startswith(COMPILED_REGION)
+    if work.empty or not in_region.any():
+        raise ValueError(f"{borrowed.file}: a compiled call needs GPU work and a {COMPILED_REGION} "
+                         f"({len(work)} kernels, {int(in_region.sum())} regions)")
+    return CompiledCall(step.ops[["name", "depth", "dur_us"]], work[["name", "launcher", "dur_us", "grid", "block"]],
+                        fingerprints.fingerprint(work["name"].iloc[0]), float(step.ops.loc[in_region, "dur_us"].sum()),
+                        float(work["dur_us"].sum()), borrowed.credit(trace))

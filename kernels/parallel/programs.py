@@ -310,3 +310,28 @@ def bench_main(args) -> int:
         "rows": rows}, indent=1, default=str))
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def profiled(group, case: Case, scheme: str, folder: str, active: int):
+    """Profile ``scheme`` ("ring" or "ulysses") on every rank of ``group`` (``profile_scheme``,
+    ``active`` forwards) and load the rank traces it wrote to ``folder``."""
+    from kernels.parallel import rank_traces
+
+    group.run(profile_scheme, case, scheme, folder, active)
+    return rank_traces.load_ranks(folder)
+
+
+def sent_bytes(case: Case, world: int, totals: dict, active: int):
+    """Bytes one rank sends per forward, for the ring and Ulysses: predicted from ``case``'s shapes
+    (``message_bytes``) and summed from the traces (``totals``: {"ring": ..., "ulysses": ...},
+    ``rank_traces.step_totals`` over ``active`` steps; the median rank)."""
+    import pandas as pd
+
+    if set(totals) != {"ring", "ulysses"}:
+        raise ValueError(f"totals must hold 'ring' and 'ulysses', got {sorted(totals)}")
+    element = parse_dtype(case.dtype).itemsize
+    shape = (case.batch, case.kv_heads, case.seq, case.head_dim, world, element)
+    predicted = {"ring": ring.message_bytes(*shape),
+                 "ulysses": ulysses.message_bytes(case.batch, case.heads, case.kv_heads, *shape[2:])}
+    measured = {s: int(t["sent_bytes"].median()) // active for s, t in totals.items()}
+    return pd.DataFrame({"from the shapes (bytes)": predicted, "in the traces (bytes)": measured})

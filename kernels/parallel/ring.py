@@ -501,3 +501,38 @@ def scaling_figure(links: dict, flops_per_s: float, gpu: str, seq_len: int, head
     ax.grid(True, which="both", alpha=0.3)
     apply_font_floor(fig)
     return fig, crossovers
+
+
+# Two links' one-way bandwidths for the scaling model, with where their makers state them.
+LINKS = {"NVLink 4 (450 GB/s each way)": 450e9, "InfiniBand NDR (50 GB/s each way)": 50e9}
+LINK_SOURCES = {"NVLink 4 (450 GB/s each way)": "NVIDIA H100 Tensor Core GPU page, www.nvidia.com/en-us/data-center/h100/",
+                "InfiniBand NDR (50 GB/s each way)":
+                    "NVIDIA ConnectX-7 VPI adapter manual, docs.nvidia.com/networking/display/ConnectX7VPI/Introduction"}
+
+
+def links_table(crossovers: dict):
+    """``LINKS`` as the page shows them: bandwidth, the crossover world ``scaling_figure`` found for
+    each (``crossovers``, {link: ranks}), and the source of each bandwidth."""
+    import pandas as pd
+
+    if set(crossovers) != set(LINKS):
+        raise ValueError(f"crossovers must name exactly the links {list(LINKS)}, got {list(crossovers)}")
+    return pd.DataFrame({"bandwidth (GB/s each way)": {n: b / 1e9 for n, b in LINKS.items()},
+                         "crossover (ranks)": crossovers, "source": LINK_SOURCES})
+
+
+def work_table(seq_len: int, world: int):
+    """``work_per_rank`` for each layout of ``LAYOUTS``: query-key pairs per rank (causal), one column a layout."""
+    import pandas as pd
+
+    work = {layout: work_per_rank(seq_len, world, layout) for layout in LAYOUTS}
+    return pd.DataFrame(work, index=[f"rank {r}" for r in range(world)]).rename_axis("query-key pairs computed")
+
+
+def chunks_table(seq_len: int, world: int, layout: str):
+    """The positions of the sequence each rank holds under ``layout``, one column a rank."""
+    import pandas as pd
+
+    chunks = {f"rank {r}": [f"positions {a} to {b - 1}" for a, b in rank_chunks(seq_len, world, r, layout)]
+              for r in range(world)}
+    return pd.DataFrame(chunks, index=[f"chunk {i + 1}" for i in range(len(chunks["rank 0"]))])

@@ -180,3 +180,28 @@ def test_a_block_with_sdpa_traces_into_one_graph(attention):
     with torch.no_grad():
         explained = torch._dynamo.explain(blocks.seeded_block(64, 4, attention, labels=False))(torch.randn(1, 32, 64))
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_forward_parts_reads_the_borrowed_qwen_forward():
+    from kernels.borrowed import COMPILED_POINTWISE, TRACELENS
+
+    qwen = blocks.forward_parts(TRACELENS["h100_qwen"])
+    assert qwen.layers == 24 and qwen.part("attention")["kernels"] == qwen.layers
+    assert abs(qwen.parts["share of the step"].sum() - 1) < 1e-9
+    assert "H100" in qwen.device and "not this book's run" in qwen.credit
+    with pytest.raises(ValueError, match="no attention call"):
+        blocks.forward_parts(COMPILED_POINTWISE)
+
+
+def test_profile_blocks_returns_a_run_and_a_step_per_block(tmp_path):
+    x = blocks.block_input(1, 16, 64)
+    runs, steps = blocks.profile_blocks({"a": _block(), "b": _block("inplace")}, x, active=1, trace_dir=tmp_path)
+    assert set(runs) == set(steps) == {"a", "b"} and all(s.allocated_bytes > 0 for s in steps.values())
+    with pytest.raises(ValueError, match="at least one block"):
+        blocks.profile_blocks({}, x, active=1, trace_dir=tmp_path)
+
+
+def test_formula_gap_is_zero_for_the_count_and_sees_a_wrong_formula():
+    fl = blocks.flop_shares(_block(), 1, 64, [16, 32])
+    assert blocks.formula_gap(fl) < 1e-9
+    assert blocks.formula_gap(fl.assign(**{"formula attention": fl["formula attention"] * 2})) > 0

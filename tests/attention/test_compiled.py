@@ -219,3 +219,27 @@ def test_score_buffers_and_memory_table_count_exact_scores_buffers(compiled):
     assert row["peak (MiB)"] == round(2 * nbytes / 2**20, 2)
     with pytest.raises(ValueError, match="scores_bytes"):
         compiled.score_buffers(step, 0)
+
+
+def test_compiled_call_reads_the_borrowed_a100_trace():
+    from kernels.attention import torch_compile
+    from kernels.borrowed import COMPILED_POINTWISE, TRAINING_STEP
+
+    call = torch_compile.compiled_call(COMPILED_POINTWISE)
+    assert len(call.kernels) == 1 and call.kernel.family == "triton" and call.kernel.kind == "elementwise"
+    assert call.names[0] == "TorchDynamo Cache Lookup" and call.names[1].startswith("Torch-Compiled Region")
+    assert 0 < call.gpu_us < call.region_us and 0 < call.busy_share < 1
+    assert "not this book's run" in call.credit
+    with pytest.raises(ValueError, match="Torch-Compiled Region"):
+        torch_compile.compiled_call(TRAINING_STEP)  # an eager training step has no compiled region
+
+
+def test_compiled_once_and_block_counts_table():
+    from kernels.attention.torch_compile import BlockCounts, Compiles, FirstAndSteady
+
+    one, none = Compiles(1, 0, 1, 0), Compiles(0, 0, 0, 0)
+    assert FirstAndSteady(1.0, 0.1, one, none).compiled_once
+    assert not FirstAndSteady(1.0, 0.1, one, one).compiled_once  # a recompile on a later call
+    assert not FirstAndSteady(1.0, 0.1, Compiles(1, 0, 1, 1), none).compiled_once  # Dynamo gave up
+    table = BlockCounts((128, 128), 6, 4, 6).table()["causal block mask"]
+    assert table["tiles"] == 16 and table["skipped"] == 6 and table["skipped share"] == "37.5%"

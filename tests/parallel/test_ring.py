@@ -176,8 +176,7 @@ def test_the_ring_traces_read_side_by_side_show_the_split(two, tmp_path):
     """The chapter's claims on a small run: bytes sent as the shapes say, matmul FLOPs as the
     split says, the transfer in flight during the local attention, one track per rank."""
     case = cp.Case(batch=1, heads=2, kv_heads=2, seq=128, head_dim=16, layout="contiguous")
-    two.run(cp.profile_scheme, case, "ring", str(tmp_path / "ring"), 2)
-    folder = rank_traces.load_ranks(tmp_path / "ring")
+    folder = cp.profiled(two, case, "ring", str(tmp_path / "ring"), 2)  # profile every rank, load its traces
     assert [r.rank for r in folder.ranks] == [0, 1] and folder.world == 2 and not folder.missing
     summary = folder.step("ring forward", 1).summary()
     assert (summary["sent_bytes"] == ring.message_bytes(1, 2, 128, 16, 2, 4)).all()
@@ -356,3 +355,40 @@ def test_check_cases_tabulates_one_judged_row_per_case(two):
     table = cp.check_cases(two, cases, "cpu", "float32")
     assert list(table["layout"]) == list(ring.LAYOUTS) and table["ok"].all()
     assert {"out", "dq", "dk", "dv"} <= set(table.columns)
+
+
+def test_work_and_chunks_tables_follow_the_split():
+    from kernels.parallel import ring
+
+    work = ring.work_table(64, 2)
+    assert list(work.columns) == list(ring.LAYOUTS) and list(work.index) == ["rank 0", "rank 1"]
+    assert work["contiguous"].iloc[-1] > work["contiguous"].iloc[0] and work["zigzag"].nunique() == 1
+    chunks = ring.chunks_table(64, 2, "zigzag")
+    assert chunks["rank 0"].tolist() == ["positions 0 to 15", "positions 48 to 63"]
+
+
+def test_links_table_names_each_link_and_refuses_others():
+    from kernels.parallel import ring
+
+    table = ring.links_table({name: 10.0 * i for i, name in enumerate(ring.LINKS, 1)})
+    assert table.loc["NVLink 4 (450 GB/s each way)", "bandwidth (GB/s each way)"] == 450
+    assert table["source"].str.contains("NVIDIA").all()
+    with pytest.raises(ValueError, match="exactly the links"):
+        ring.links_table({"NVLink 4 (450 GB/s each way)": 1.0})
+
+
+def test_sent_bytes_predicts_from_the_shapes_and_reads_the_median_rank():
+    import pandas as pd
+
+    from kernels.parallel import ring, ulysses
+
+    case = cp.Case(batch=1, heads=4, kv_heads=2, seq=64, head_dim=16, dtype="bfloat16")
+    ring_bytes = ring.message_bytes(1, 2, 64, 16, 2, 2)
+    totals = {"ring": pd.DataFrame({"sent_bytes": [3 * ring_bytes, 3 * ring_bytes]}),
+              "ulysses": pd.DataFrame({"sent_bytes": [3, 9, 6]})}
+    sent = cp.sent_bytes(case, 2, totals, active=3)
+    assert sent.loc["ring", "from the shapes (bytes)"] == sent.loc["ring", "in the traces (bytes)"] == ring_bytes
+    assert sent.loc["ulysses", "from the shapes (bytes)"] == ulysses.message_bytes(1, 4, 2, 64, 16, 2, 2)
+    assert sent.loc["ulysses", "in the traces (bytes)"] == 2
+    with pytest.raises(ValueError, match="'ring' and 'ulysses'"):
+        cp.sent_bytes(case, 2, {"ring": totals["ring"]}, active=3)
