@@ -3,7 +3,6 @@ of the exercises with no solution in them, hints that fold outside the book, fig
 captions (tools/book/convert.py, kernels/notebook.py)."""
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
