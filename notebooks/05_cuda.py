@@ -168,7 +168,7 @@ glue("resources_source", resources_source)
 focus = {(arch, version): resources.find_kernel(all_kernels, arch, version, kernel_dtype, kernel_dim)
          for arch in archs for version in ("v1", "v2")}
 occ = {key: resources.occupancy_of(k) for key, k in focus.items()}
-reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's resources")
+reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's resource report")
 table = resources.resources_table(all_kernels)
 table[table.dtype == kernel_dtype].drop(columns="dtype").set_index(["arch", "kernel", "head_dim"])
 
@@ -307,7 +307,7 @@ glue("revisions_source", revisions_source)
 revision_of = {(r.kernel.arch, r.index): r for r in design_rows}
 cost = design.register_cost(design_rows)
 reveal(guess_costliest_revision_in_registers, max(cost, key=cost.__getitem__), "revision adding the most registers",
-       source="the compiler's resources")
+       source="the compiler's resource report")
 by_revision = design.design_table(design_rows).set_index(["arch", "revision"])
 for a, i in by_revision.index:
     glue(f"rev{i}_regs_{a}", by_revision.loc[(a, i), "registers"])

@@ -141,7 +141,7 @@ else:
 # below):
 
 # %%
-guess_kept = [2, 3, 1, 0]  # edit me: one number per variant
+guess_kept = [2, 3, 1, 1]  # edit me: one number per variant
 
 # %%
 kept = backward.kept_table(steps, step_inputs)

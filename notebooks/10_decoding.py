@@ -167,7 +167,7 @@ assert gpu_peaks is not None, "kernels.hw.devices has the H200's datasheet row"
 counts = decoding.counts_table((512, 1024, 2048, 4096, 8192), heads=32, head_dim=128, dtype=torch.bfloat16)
 display(counts.round(1))
 decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
-reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode token at S = 4096", source="the counts")
+reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode token at S = 4096", source="the count")
 lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
        "decode does about one FLOP per byte in bfloat16, at every cache length", f"{decode_4k:.3f}")
 lesson(counts[("FLOP/byte", "prefill")].is_monotonic_increasing and
