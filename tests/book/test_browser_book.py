@@ -260,7 +260,7 @@ PROSE = r"""(() => {
 TUPLE_NUMBER = re.compile(r"\(\d{1,3}(?:, [1-9]\d\d)+\)")
 # Python writes a float NaN "nan" (the prose writes the concept "NaN"); pandas fills a missing
 # cell with NaN, <NA> or NaT; a unit after NaN is a value that was never computed.
-NAN_IN_TEXT = re.compile(r"(?<![A-Za-z])nan(?![A-Za-z]{2})|\bNaN(?: ?(?:x|%|[KMG]i?B|ms|µs|TFLOP/s)| s)(?![A-Za-z])")
+NAN_IN_TEXT = re.compile(r"(?<![A-Za-z_])nan(?![A-Za-z]{2})|\bNaN(?: ?(?:x|%|[KMG]i?B|ms|µs|TFLOP/s)| s)(?![A-Za-z])")
 MISSING_CELL = re.compile(r"(?i)nan|<NA>|NaT")
 # Sentences a generated glue left unfinished.
 UNFINISHED = {
@@ -319,6 +319,7 @@ PLANTED = """<!doctype html><html><head><title>Planted</title></head><body><main
 <p>The matmul does (134, 217, 728) multiply-adds; the relu 1,048,576 comparisons.</p>
 <p>Block shapes are <code>(64, 128)</code>; the grid is [5, 16, 16]; sm_80 is (8, 0).</p>
 <p>Fill V with NaN: a kernel that reads it spreads NaN, in nanoseconds. Its peak was nan MiB, up nanx.</p>
+<p>The error names the switch: autograd.set_detect_anomaly(True, check_nan=False).</p>
 <table><thead><tr><th>S</th><th>peak (MiB)</th><th>note</th></tr></thead>
 <tbody><tr><td>128</td><td>NaN</td><td>NaN-guarded softmax</td></tr><tr><td>256</td><td>2.5</td><td>None of it</td></tr></tbody></table>
 <p>In that step rank (not read here) computed longer.</p>
