@@ -71,9 +71,8 @@ class Block(nn.Module):
 
 def sdpa_causal(q, k, v, causal: bool = True):
     """SDPA with its default backend choice, for a compiled block: Sq == Sk in a block, so
-    SDPA's top-left ``is_causal`` is the contract's bottom-right. (The registry's pinned SDPA
-    entries trace into one graph too: under torch.compile they skip the warning capture that
-    would break it; tests/attention/test_block.py checks both with ``torch._dynamo.explain``.)"""
+    SDPA's top-left ``is_causal`` is the same mask as the bottom-right one ``kernels.get``'s
+    implementations use, and the call compiles into one graph."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 

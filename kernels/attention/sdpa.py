@@ -455,7 +455,7 @@ def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
     bias = None
     if causal:
         # Rebuilt on every call: ones -> tril -> where (0 where allowed, -inf above the diagonal).
-        # The diagonal is shifted by Sk - Sq: bottom-right alignment, as the registry passes it.
+        # The diagonal is shifted by Sk - Sq: bottom-right alignment, as kernels.get's implementations take it.
         s_q, s_k = q.shape[-2], k.shape[-2]
         allowed = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)   # [Sq, Sk]
         bias = torch.where(allowed, 0.0, float("-inf")).to(q.dtype)                       # [Sq, Sk]

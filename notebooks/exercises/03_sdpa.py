@@ -30,7 +30,7 @@ showing_solutions(solutions)
 # False) and either no such op runs under it, or it allocates its own result:
 # `aten::matmul` dispatches to `aten::bmm`, and the work is the `bmm`; `aten::mul` computes
 # into a buffer it allocates, even though a tiny `copy_` of the Python scale runs under it.
-# This is the course's one definition, `Step.work_ops()`, used by every chapter. First write down how many ops doing work you expect in one forward of
+# The trace reader's `Step.work_ops()` applies the same rule in every chapter. First write down how many ops doing work you expect in one forward of
 # two backends on this machine, before looking: `sdpa_math` (SDPA written with ordinary
 # ops) and `sdpa_flash` (on a CPU: PyTorch's fused CPU kernel). Then write
 # `count_work_ops(step)`, which the check runs on each backend's trace. A wrong guess

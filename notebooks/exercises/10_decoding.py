@@ -45,7 +45,7 @@ def decode_token(cache, q, k_new, v_new):
 #
 # :::{dropdown} Hint 2: the mask
 # `F.scaled_dot_product_attention(..., is_causal=True)` aligns its mask top-left. What does
-# that let a single query see? The registry's `causal=True` aligns bottom-right.
+# that let a single query see? The course's implementations (`kernels.get(name)(..., causal=True)`) align it bottom-right.
 # :::
 
 # %% tags=["solution", "hide-input"]
