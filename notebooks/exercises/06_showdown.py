@@ -33,7 +33,7 @@ showing_solutions(solutions)
 # attention call that took `ms` milliseconds. With `backward=True` the time covers the
 # forward *and* the backward pass. The conventions (FlashAttention's benchmarks use them
 # too): each of the two matmuls, $QK^\top$ and $PV$, costs $2 S^2 D$ FLOPs per head (a
-# multiply-add is two FLOPs); a causal kernel skips the masked half; the backward does 2.5
+# multiply-add is two FLOPs); a causal kernel skips the masked half ([chapter 6](../06_showdown.ipynb#counting-flops-causal-is-half)); the backward does 2.5
 # times the forward's work.
 
 # %% tags=["stub"]
