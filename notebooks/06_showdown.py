@@ -253,7 +253,7 @@ lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops /
 #
 # The sweep above measured the book's implementations on the machine that built this page. What does
 # the same kind of call reach on a datacenter GPU? Two real traces answer it: one forward of
-# Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's SDPA) profiled on an NVIDIA
+# Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's [SDPA](glossary.md#sdpa)) profiled on an NVIDIA
 # H100 and on an AMD MI300X by AMD's TraceLens project. Neither is this book's run: each is
 # credited under its reading below. `kernels.trace.attention.find_attention` reads every SDPA
 # call of the step: its kernel, shapes, GPU time and FLOPs, counted the way this chapter counts
