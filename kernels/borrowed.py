@@ -100,34 +100,22 @@ class Borrowed:
                 f"({torch_words}; {self.source}; {self.licence}): not this book's run.")
 
 
-ALEXNET_FORWARD = Borrowed(
-    file="hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
-    label="[param|pytorch.model.alex_net|0|0|0|measure|forward]",
-    what="one forward of AlexNet in float32",
-    recorded_by="Meta's HolisticTraceAnalysis project",
-    source="the test data of facebookresearch/HolisticTraceAnalysis",
-    licence="MIT licence, notice in book/data/borrowed",
-)
+def _hta(file: str, what: str, label: Optional[str] = None, how: str = "") -> Borrowed:
+    """One of HolisticTraceAnalysis's test traces (``how``: what was done to the copy, if anything)."""
+    return Borrowed(file=file, label=label, what=what, recorded_by="Meta's HolisticTraceAnalysis project",
+                    source="the test data of facebookresearch/HolisticTraceAnalysis" + how,
+                    licence="MIT licence, notice in book/data/borrowed")
 
 
-COMPILED_POINTWISE = Borrowed(
-    file="hta_triton_example_triton_example.json.gz",
-    label=None,
-    what="one call of a small function compiled with torch.compile (Inductor generated one Triton kernel)",
-    recorded_by="Meta's HolisticTraceAnalysis project",
-    source="the test data of facebookresearch/HolisticTraceAnalysis",
-    licence="MIT licence, notice in book/data/borrowed",
-)
-
-TRAINING_STEP = Borrowed(
-    file="hta_nccl_parser_config_nccl_data.json.gz",
-    label=None,
-    what=("one data-parallel training step (rank 0 of 2, NCCL) of a convolutional network "
-          "with 53 convolutions and batch norms, as ResNet-50 has"),
-    recorded_by="Meta's HolisticTraceAnalysis project",
-    source="the test data of facebookresearch/HolisticTraceAnalysis, trimmed to ProfilerStep#4",
-    licence="MIT licence, notice in book/data/borrowed",
-)
+ALEXNET_FORWARD = _hta("hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
+                       "one forward of AlexNet in float32", label="[param|pytorch.model.alex_net|0|0|0|measure|forward]")
+COMPILED_POINTWISE = _hta(
+    "hta_triton_example_triton_example.json.gz",
+    "one call of a small function compiled with torch.compile (Inductor generated one Triton kernel)")
+TRAINING_STEP = _hta(
+    "hta_nccl_parser_config_nccl_data.json.gz",
+    "one data-parallel training step (rank 0 of 2, NCCL) of a convolutional network with 53 convolutions "
+    "and batch norms, as ResNet-50 has", how=", trimmed to ProfilerStep#4")
 
 
 def _tracelens(file: str, what: str, folder: str) -> Borrowed:

@@ -36,6 +36,15 @@ class CannotRun(RuntimeError):
     """
 
 
+def refuse_double_backward(name: str, why: str) -> None:
+    """Call first in an autograd ``backward``: a backward asked to build a graph of its own
+    (``create_graph=True``, for gradients of gradients) raises ``CannotRun`` saying ``why`` this
+    implementation cannot, instead of failing later with a message that names neither."""
+    if torch.is_grad_enabled():  # autograd enables grad inside a backward only for create_graph=True
+        raise CannotRun(f"{name}: double backward (a backward with create_graph=True) is not supported: {why}; "
+                        "use naive or sdpa_math for gradients of gradients")
+
+
 @dataclass(frozen=True)
 class Span:
     """The inclusive range ``lo..hi`` of head dims an implementation takes (``d in Span(1, 256)``)."""

@@ -22,7 +22,7 @@ import torch
 
 from kernels import reference
 from kernels.attention.naive import NaiveAttention
-from kernels.registry import LRU, CannotRun, Reason, register
+from kernels.registry import LRU, Reason, refuse_double_backward, register
 
 if TYPE_CHECKING:
     import pandas
@@ -137,10 +137,7 @@ class _OnceDifferentiable(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if torch.is_grad_enabled():  # autograd enables grad in a backward only for create_graph=True
-            raise CannotRun("compiled_naive: double backward (a backward with create_graph=True) is not "
-                            "supported: torch.compile's AOTAutograd compiles a single backward; use naive "
-                            "or sdpa_math for gradients of gradients")
+        refuse_double_backward("compiled_naive", "torch.compile's AOTAutograd compiles a single backward")
         return grad
 
 

@@ -22,7 +22,7 @@ import torch
 from kernels.triton import configs, interpreter, launch
 from kernels.triton.backward import flash_backward
 from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, TensorDescriptor, tile_ptrs, tl, triton
-from kernels.registry import CannotRun, Reason, Span, cuda_reason, register
+from kernels.registry import Reason, Span, cuda_reason, refuse_double_backward, register
 
 HEAD_DIMS = Span(1, 256)       # any head dim up to 256, padded to a power of two inside
 
@@ -382,10 +382,7 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        if torch.is_grad_enabled():  # autograd enables grad in a backward only for create_graph=True
-            raise CannotRun("triton: double backward (create_graph=True) is not supported: "
-                            "the backward kernels' dQ, dK, dV are not differentiable themselves; use naive "
-                            "or sdpa_math for gradients of gradients")
+        refuse_double_backward("triton", "the backward kernels' dQ, dK, dV are not differentiable themselves")
         q, k, v, o32, lse = ctx.saved_tensors
         dq, dk, dv = flash_backward(q, k, v, o32, lse, do, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None
