@@ -1,8 +1,8 @@
 """Chapter 5's source excerpts: lines of the kernels' ``.cu`` files, to show in the book.
 
 ``cuda_excerpt(source, start, end)`` cuts them out by markers in the text (not by line
-numbers, which every edit would move; tests/cuda/test_cuda_excerpts.py checks that every marker
-the chapter uses is still there), and ``cuda_markdown(code)`` shows them highlighted as CUDA.
+numbers, which every edit would move; a marker a ``.cu`` file lost raises ``ValueError`` naming
+it, so the chapter fails to execute), and ``cuda_markdown(code)`` shows them highlighted as CUDA.
 """
 from __future__ import annotations
 
