@@ -291,37 +291,8 @@ show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 # `tl.dot` an inner dimension of at least 16); the padded lanes load as zeros, which add
 # nothing to $q \cdot k$ or to $p V$. The whole kernel is `attn_fwd` in
 # `kernels/triton/flash.py`.
-#
-# ### On Hopper: the same kernel, its tiles moved by the TMA
-#
-# An H100 or H200 (sm_90) has a copy engine in every [SM](glossary.md#sm), the *Tensor
-# Memory Accelerator*. A program hands it a *tensor descriptor* (the tensor's base, shape and
-# strides and a tile's shape, made once on the host) and a tile's coordinates, and the TMA
-# copies the whole tile between [HBM](glossary.md#hbm) and
-# [shared memory](glossary.md#shared-memory) while the [warps](glossary.md#warp) compute;
-# what lies past the tensor's edge reads as zeros, so the hardware does the load masks (CUDA
-# Driver API, `cuTensorMapEncodeTiled`). `attn_fwd_tma` is `attn_fwd` with its loads and
-# stores through descriptors, running the same `attn_fwd_inner`. A descriptor needs its
-# tensor 16-byte aligned and contiguous along D; `tma_reason` says when that fails, and the
-# launcher then takes the pointer kernel. Triton's interpreter runs descriptors too, so a CPU
-# can check that both kernels compute the same thing:
-
-# %%
-fwd_name, why_not_tma = tf.forward_variant(q, k, v)
-on_hopper = on_gpu and torch.cuda.get_device_capability(device)[0] == 9
-lesson((fwd_name == "attn_fwd_tma") == on_hopper, "the forward takes the TMA variant exactly on a Hopper GPU",
-       why_not_tma or fwd_name)
-part = q[:1, :1, :81], k[:1, :1, :81], v[:1, :1, :81]   # 81 tokens: not a multiple of any tile
-if not on_gpu and launch.TensorDescriptor is not None and tf.tma_reason(dict(zip("qkv", part)), (9, 0)) is None:
-    by_tma, by_pointers = (tf.flash_forward(*part, True, scale, tma=use)[0] for use in (True, False))
-    lesson(torch.equal(by_tma, by_pointers), "the TMA forward gives the pointer forward's output, bit for bit",
-           "the same arithmetic in the same order; only the loads and stores differ")
-glue("fwd_name", fwd_name)
 
 # %% [markdown]
-# This run's forward is {glue:text}`fwd_name`. (On a GPU the autotuner may give the two
-# kernels different tiles, so there the check under "Run it" judges whichever one ran.)
-#
 # ### The backward: three kernels, no atomics
 #
 # With $P$ rebuilt from the LSE, $dV = P^\top dO$, $dP = dO\,V^\top$,
@@ -508,11 +479,11 @@ glue("max_blocks", max(t.blocks for t in triton_launches))
 # %% tags=["hide-input"]
 if on_gpu:
     arch = occupancy.arch_of(torch.cuda.get_device_properties(device))
-    gpu_lessons.triton_forward_footprints(step, fwd_name, tf.FORWARD_KERNELS[fwd_name].best_config,
+    gpu_lessons.triton_forward_footprints(step, "attn_fwd", tf.attn_fwd_tuned.best_config,
                                           (run_batch, run_heads, run_seq), arch, show=display)
     fb = reader.median_step(record.profile(tf.forward_backward, q, k, v, torch.randn_like(q),
                                            label="triton_fwd_bwd", active=active_steps, trace_dir=trace_dir).steps())
-    gpu_lessons.triton_backward(fb, fwd_name, show=display)
+    gpu_lessons.triton_backward(fb, "attn_fwd", show=display)
 
 # %% [markdown]
 # ## Speed
@@ -522,8 +493,8 @@ if on_gpu:
 # TFLOP/s with causal counted as half. For published H100 numbers of
 # the Triton tutorial's kernel beside FlashAttention-2, cuDNN and FlashAttention-3, see the
 # FlashAttention-3 paper (arXiv 2407.08608, section 4.1). Our kernel takes the tutorial's main
-# ideas (two causal stages, exp2 with the scale folded in, the transposed backward, TMA on
-# Hopper) but runs the backward's two passes as two kernels, so read its numbers next to
+# ideas (two causal stages, exp2 with the scale folded in, the transposed backward) but runs
+# the backward's two passes as two kernels, so read its numbers next to
 # SDPA's on the same GPU rather than against the paper's.
 
 # %% tags=["hide-input"]

@@ -48,7 +48,7 @@ _FP32_TENSORS = {"LSE", "DELTA"}
 class Row:
     """One compiled kernel: what the compiler reports and what that means on the target."""
 
-    kernel: str                 # "triton fwd", "triton fwd_tma", "triton bwd_dkdv", "triton bwd_dq", "cuda_v2", ...
+    kernel: str                 # "triton fwd", "triton bwd_dkdv", "triton bwd_dq", "cuda_v2", ...
     target: str                 # "sm_80", "sm_90"
     dtype: str
     head_dim: int
@@ -60,7 +60,6 @@ class Row:
     kept: Optional[bool]        # the autotuner's pruning keeps it (CUDA: always launched)
     estimate_bytes: Optional[int] = None   # the pruning's shared-memory estimate (Triton)
     threads: Optional[int] = None
-    tma_copies: Optional[int] = None       # TMA copy instructions in the PTX (Triton)
     error: str = ""             # the compiler's message when the compile failed
 
     def as_dict(self) -> dict:
@@ -98,21 +97,13 @@ def _compiles_here() -> bool:
     return launch.TRITON_MISSING is not None or type(tf.attn_fwd).__name__ == "JITFunction"
 
 
-def _signature(fn, constexprs: dict, dtype: str, descriptors: Optional[dict] = None) -> tuple[dict, dict]:
-    """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``.
-
-    ``descriptors``: {argument: tile shape} of the arguments that are TMA tensor descriptors
-    (the TMA forward's Q, K, V, O), typed as Triton types a host-side descriptor.
-    """
+def _signature(fn, constexprs: dict, dtype: str) -> tuple[dict, dict]:
+    """(signature, attrs) as Triton's JIT would specialize a contiguous input of ``dtype``."""
     pointer = f"*{dtype}"
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             signature[name] = "constexpr"
-            continue
-        if descriptors and name in descriptors:
-            element = "fp32" if name in _FP32_TENSORS else pointer[1:]
-            signature[name] = f"tensordesc<{element}[{','.join(str(n) for n in descriptors[name])}]>"
             continue
         if name in _TENSORS:
             signature[name] = pointer
@@ -149,39 +140,10 @@ def _ptxas_resources(ptx: str, arch: str, capability: int):
     return found[0]
 
 
-_CACHE: dict = {}
-
-
-def _compile_with_ptxas_log(src, target, options):
-    """(compiled kernel, what Triton's own ``ptxas -v`` printed, or "" on a cache hit).
-
-    Triton runs ptxas with ``-v`` (and the flags `_ptxas_resources` uses) when it builds the
-    cubin, and prints the log when asked to (``knobs.nvidia.dump_ptxas_log``): reading it
-    saves running ptxas a second time on a kernel Triton has just compiled.
-    """
-    import contextlib
-    import io
-
-    import triton
-
-    nvidia = getattr(getattr(triton, "knobs", None), "nvidia", None)
-    if nvidia is None or not hasattr(nvidia, "dump_ptxas_log"):
-        return triton.compile(src, target=target, options=options), ""
-    before, log = nvidia.dump_ptxas_log, io.StringIO()
-    nvidia.dump_ptxas_log = True
-    try:
-        with contextlib.redirect_stdout(log):
-            compiled = triton.compile(src, target=target, options=options)
-    finally:
-        nvidia.dump_ptxas_log = before
-    return compiled, log.getvalue()
-
-
-def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
+def _ptxas_cached(ptx: str, arch: str, capability: int):
     """`_ptxas_resources`, remembered on disk beside Triton's own cache (which keeps the compiled
     kernel, but not what ptxas says about its registers and spills): a second sweep, or a
-    second test run, then pays only for kernels whose PTX changed. ``log``: Triton's own
-    ptxas output for this PTX, when it just compiled it, read instead of running ptxas."""
+    second test run, then pays only for kernels whose PTX changed."""
     import triton   # an optional dependency: the sweep needs it, the library does not
 
     key = hashlib.sha256("\0".join((triton.__version__, triton_ptxas(capability), arch, ptx)).encode())
@@ -195,8 +157,7 @@ def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
             return KernelResources(**json.load(f))
     except (OSError, ValueError, TypeError):
         pass
-    from_log = parse_ptxas(log, demangle=False) if log else []
-    found = from_log[0] if len(from_log) == 1 and from_log[0].arch == arch else _ptxas_resources(ptx, arch, capability)
+    found = _ptxas_resources(ptx, arch, capability)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
@@ -209,44 +170,37 @@ def _ptxas_cached(ptx: str, arch: str, capability: int, log: str = ""):
 
 def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
                    causal: bool = True):
-    """(Triton's compiled kernel, its ptxas log or "" on a Triton cache hit) for one config and target."""
+    """Triton's compiled kernel for one config and target."""
     tf = _triton_module()
-    from triton.backends.compiler import GPUTarget   # an optional dependency, as above
+    import triton   # an optional dependency, as above
+    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     block_m, block_n, warps, stages = config
-    fn = {"fwd": tf.attn_fwd, "fwd_tma": tf.attn_fwd_tma, "bwd_dkdv": tb.attn_bwd_dkdv,
-          "bwd_dq": tb.attn_bwd_dq}[kernel]
+    fn = {"fwd": tf.attn_fwd, "bwd_dkdv": tb.attn_bwd_dkdv, "bwd_dq": tb.attn_bwd_dq}[kernel]
     consts = dict(D=head_dim, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal)
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
     consts.update(_unit_strides(fn))
-    descriptors = None
-    if kernel in configs.TMA_KERNELS:
-        descriptors = {name: [1, 1, rows, head_dim] for name, rows in
-                       (("Q", block_m), ("O", block_m), ("K", block_n), ("V", block_n))}
-    signature, attrs = _signature(fn, consts, dtype, descriptors)
+    signature, attrs = _signature(fn, consts, dtype)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
     capability = limits(target).capability[0] * 10 + limits(target).capability[1]
-    return _compile_with_ptxas_log(src, GPUTarget("cuda", capability, 32), dict(num_warps=warps, num_stages=stages))
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32), options=dict(num_warps=warps, num_stages=stages))
 
 
 def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",
                    causal: bool = True) -> Row:
     """Compile one Triton kernel at one config for ``target``: its row.
 
-    ``kernel``: "fwd", "fwd_tma", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
-    num_stages). Results are cached per process.
+    ``kernel``: "fwd", "bwd_dkdv" or "bwd_dq"; ``config``: (BLOCK_M, BLOCK_N, num_warps,
+    num_stages).
     """
-    key = (kernel, head_dim, tuple(config), target, dtype, causal)
-    if key in _CACHE:
-        return _CACHE[key]
     _triton_module()   # says why not, where these kernels cannot be compiled here (not a row)
     block_m, block_n, warps, stages = config
     element_size = TORCH_DTYPES[dtype].itemsize
     estimate = configs.shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel=kernel)
     arch = limits(target)
     threads = 32 * warps
-    kept = kernel in configs.kernels_for(arch.capability) and config in [tuple(c) for c in configs.fitting_configs(
+    kept = config in [tuple(c) for c in configs.fitting_configs(
         configs.GPU_CONFIGS, 1 << 16, head_dim, element_size,
         arch.max_shared_mem_per_block, kernel=kernel, capability=arch.capability)]
     row = Row(kernel=f"triton {kernel}", target=target, dtype=dtype, head_dim=head_dim,
@@ -255,15 +209,10 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
               estimate_bytes=estimate, threads=threads)
     try:
         capability = arch.capability[0] * 10 + arch.capability[1]
-        compiled, ptxas_log = compile_kernel(kernel, head_dim, config, target, dtype, causal)
+        compiled = compile_kernel(kernel, head_dim, config, target, dtype, causal)
         shared = int(compiled.metadata.shared)
-        ptx = compiled.asm["ptx"]
-        row.tma_copies = ptx.count("cp.async.bulk.tensor")
-        digest = hashlib.sha256(ptx.encode()).hexdigest()
-        if digest not in _CACHE:
-            _CACHE[digest] = _ptxas_cached(ptx, f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
-                                           capability, ptxas_log)
-        resources = _CACHE[digest]
+        resources = _ptxas_cached(compiled.asm["ptx"], f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
+                                  capability)
         row.registers = resources.registers
         row.shared_bytes = shared + resources.shared_bytes
         row.spills = resources.spill_store_bytes + resources.spill_load_bytes
@@ -271,19 +220,13 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
     except Exception as err:  # a config the compiler refuses is a row too, with its reason
         row.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
         row.fits = False
-    _CACHE[key] = row
     return row
 
 
-def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = configs.KERNELS,
-                target: Optional[str] = None):
-    """(kernel, head_dim, config) for every config the autotuner may try (on ``target``: the
-    TMA forward only where it is chosen, sm_90)."""
+def triton_jobs(head_dims: Optional[Iterable[int]] = None, kernels: Iterable[str] = configs.KERNELS):
+    """(kernel, head_dim, config) for every config the autotuner may try."""
     _triton_module()   # says why not, where these kernels cannot be compiled here
     dims = list(head_dims) if head_dims is not None else list(configs.PADDED_HEAD_DIMS)
-    if target is not None:
-        launched = configs.kernels_for(limits(target).capability)
-        kernels = [k for k in kernels if k in launched]
     return [(k, d, tuple(c)) for k in kernels for d in dims for c in configs.GPU_CONFIGS]
 
 
@@ -311,7 +254,7 @@ def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] =
           cuda: bool = True, progress=None) -> list[Row]:
     """The sweep's rows for ``target``, in this process (which must not interpret Triton)."""
     limits(target)
-    todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels, target)
+    todo = list(jobs) if jobs is not None else triton_jobs(head_dims, kernels)
     rows = []
     for i, (kernel, head_dim, config) in enumerate(todo, 1):
         rows.append(compile_triton(kernel, head_dim, tuple(config), target, dtype))

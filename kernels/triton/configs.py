@@ -20,16 +20,9 @@ from kernels.hw.occupancy import Launch
 from kernels.triton import launch
 
 PADDED_HEAD_DIMS = (16, 32, 64, 128, 256)
-KERNELS = ("fwd", "fwd_tma", "bwd_dkdv", "bwd_dq")
-TMA_KERNELS = ("fwd_tma",)
+KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
 # The candidates, largest tiles first. The first is the forward's largest tile.
 GPU_CONFIGS = [(m, n, w, s) for m in (128, 64, 32) for n in (128, 64, 32) for w in (8, 4) for s in (3, 2)]
-
-
-def kernels_for(capability) -> tuple:
-    """The kernels a GPU of ``capability`` (major, minor) may launch: the TMA forward on sm_90 only."""
-    hopper = capability is not None and tuple(capability)[0] == 9
-    return tuple(k for k in KERNELS if hopper or k not in TMA_KERNELS)
 
 
 # The interpreter runs one program at a time, each tile operation one NumPy call, so fewer,
@@ -47,7 +40,7 @@ def register_footprint(block_m: int, block_n: int, head_dim: int, kernel: str = 
     """The float32 values a program keeps in registers across its loop: its accumulators and
     one tile of scores. Forward and dQ: [BLOCK_M, HEAD_DIM] and [BLOCK_M, BLOCK_N]; dK/dV:
     two [BLOCK_N, HEAD_DIM] (dK and dV) and [BLOCK_N, BLOCK_M]."""
-    if kernel in ("fwd", "fwd_tma", "bwd_dq"):
+    if kernel in ("fwd", "bwd_dq"):
         return block_m * head_dim + block_m * block_n
     if kernel == "bwd_dkdv":
         return 2 * block_n * head_dim + block_n * block_m
@@ -70,16 +63,14 @@ def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim
     compiler's ``metadata.shared`` (tests/triton/test_compile_sweep.py: never below it):
 
     * forward: the Q tile, plus ``num_stages`` buffered K and V tiles for the pipelined loads.
-      The TMA forward adds 1 KiB: its copies' barriers, in an allocation aligned to the
-      1 KiB that 128-byte-swizzled tiles need.
     * dK/dV: K and V of its key tile; ``num_stages`` buffered Q and dO tiles with their rows'
       LSE and Delta (fp32), and at least two even for ``num_stages`` = 1 (the loop is not
       pipelined then, and its loads change layout through shared memory instead); one
       [BLOCK_M, BLOCK_N] tile on the way to the tensor cores.
     * dQ: Q and dO of its rows, plus ``num_stages`` buffered K and V tiles.
     """
-    if kernel in ("fwd", "fwd_tma"):
-        return (block_m + 2 * num_stages * block_n) * head_dim * element_size + (1024 if kernel == "fwd_tma" else 0)
+    if kernel == "fwd":
+        return (block_m + 2 * num_stages * block_n) * head_dim * element_size
     if kernel == "bwd_dkdv":
         buffered = max(num_stages, 2)
         return ((2 * block_n + 2 * buffered * block_m) * head_dim * element_size
@@ -127,21 +118,19 @@ def forward_launches(batch_heads: Optional[int], seq: Optional[int], head_dim: O
     keeps (the autotuner times these and runs one): grid (B·H, cdiv(S, BLOCK_M)), as
     ``flash_forward`` builds it, ``num_warps`` x 32 threads, and `shared_memory_estimate`
     (an upper bound of Triton's). Registers are left unknown: only a compile tells them.
-    On sm_90 the forward is the TMA one. Of configs differing only in stages, the deepest is kept."""
+    Of configs differing only in stages, the deepest is kept."""
     if batch_heads is None or seq is None or head_dim is None:   # a trace that recorded no shapes
         raise ValueError(f"batch_heads, seq and head_dim must be known, got {batch_heads}, {seq}, {head_dim}")
     if min(batch_heads, seq, head_dim, element_size) < 1:
         raise ValueError(f"batch_heads, seq, head_dim and element_size must be >= 1, got "
                          f"{batch_heads}, {seq}, {head_dim}, {element_size}")
-    kernel = "fwd_tma" if "fwd_tma" in kernels_for(capability) else "fwd"
     padded = launch.padded_head_dim(head_dim)
-    kept = fitting_configs(GPU_CONFIGS, seq, padded, element_size, smem_limit, kernel=kernel, capability=capability)
+    kept = fitting_configs(GPU_CONFIGS, seq, padded, element_size, smem_limit, kernel="fwd", capability=capability)
     deepest: dict = {}
     for m, n, w, s in kept:
         deepest[m, n, w] = max(s, deepest.get((m, n, w), 0))
-    name = "attn_" + kernel
-    return [Launch(f"{name} {m}x{n}, {w} warps, {s} stages", (batch_heads, -(-seq // m), 1), 32 * w, None,
-                   shared_memory_estimate(m, n, s, padded, element_size, kernel),
+    return [Launch(f"attn_fwd {m}x{n}, {w} warps, {s} stages", (batch_heads, -(-seq // m), 1), 32 * w, None,
+                   shared_memory_estimate(m, n, s, padded, element_size, "fwd"),
                    "configs: kept by the pruning")
             for (m, n, w), s in deepest.items()]
 
@@ -150,7 +139,7 @@ def _pruner(kernel: str):
     def prune(configs, named_args, **kwargs):
         """early_config_prune hook: the configs `fitting_configs` keeps for this launch."""
         args = {**named_args, **kwargs}
-        q = getattr(args["Q"], "base", args["Q"])   # the TMA forward's Q is a descriptor
+        q = args["Q"]
         props = torch.cuda.get_device_properties(q.device)
         limit = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
         as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
@@ -170,23 +159,3 @@ def autotuned(kernel, name: str):
                for m, n, w, s in GPU_CONFIGS]
     return launch.triton.autotune(configs=configs, key=["SQ", "SK", "GROUP", "HEAD_DIM", "CAUSAL"],
                                   prune_configs_by={"early_config_prune": _pruner(name)})(kernel)
-
-
-def _descriptor_tiles(args):
-    """Autotuner pre-hook of the TMA forward: a descriptor carries its tile's shape, so each
-    config sets the shape it tiles with before it runs."""
-    m, n, d = args["BLOCK_M"], args["BLOCK_N"], args["HEAD_DIM"]
-    for name, rows in (("Q", m), ("O", m), ("K", n), ("V", n)):
-        args[name].block_shape = [1, 1, rows, d]
-
-
-def autotuned_tma(kernel):
-    """`autotuned` for the TMA forward: the forward's configs, each with `_descriptor_tiles`."""
-    if launch.INTERPRETED or launch.TRITON_MISSING:
-        return kernel
-    configs = [launch.triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s,
-                                    pre_hook=_descriptor_tiles) for m, n, w, s in GPU_CONFIGS]
-    return launch.triton.autotune(configs=configs,
-                                  key=["SQ", "SK", "GROUP", "HEAD_DIM", "CAUSAL", "ELEMENT_BYTES"],
-                                  prune_configs_by={"early_config_prune": _pruner("fwd_tma")})(kernel)
-

@@ -5,8 +5,8 @@ streams the keys and values past it, with an *online* softmax (a running row max
 ``l``, rescaled by ``exp(m_old - m_new)`` when the max rises; ``tiled_softmax`` shows it in
 PyTorch, ``online_attention_row`` the same for one row of attention). The file reads top to
 bottom like the Triton tutorials: ``tiled_softmax``, the forward kernel ``attn_fwd`` (causal
-programs skip the tiles above the diagonal), its TMA twin ``attn_fwd_tma`` for sm_90
-(``tma_reason``), the launcher (every stride passed, so non-contiguous inputs need no copy),
+programs skip the tiles above the diagonal), the launcher (every stride passed, so
+non-contiguous inputs need no copy),
 the autograd Function (backward in ``kernels.triton.backward``), the registry entry ``triton``
 and ``forward_backward``, one training step's attention. The kernels take the whole registry
 contract: head dims to 256 (padded inside), Sq != Sk bottom-right, GQA without repeating K/V.
@@ -21,7 +21,7 @@ import torch
 
 from kernels.triton import configs, interpreter, launch
 from kernels.triton.backward import flash_backward
-from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, TensorDescriptor, tile_ptrs, tl, triton
+from kernels.triton.launch import INTERPRETED, LOG2E, TRITON_MISSING, tile_ptrs, tl, triton
 from kernels.registry import Reason, Span, cuda_reason, refuse_double_backward, register
 
 HEAD_DIMS = Span(1, 256)       # any head dim up to 256, padded to a power of two inside
@@ -105,40 +105,34 @@ def fwd_stages(first_row, SQ, SK, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, B
 
 
 @triton.jit
-def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, kvh, stride_ks, stride_kd, stride_vs, stride_vd,
+def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_kd, stride_vs, stride_vd,
                     offs_m, lo, hi, SQ, SK, qk_scale,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                     BLOCK_N: tl.constexpr, D: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Stream the key/value tiles [lo, hi) past one query tile, updating (acc, l_i, m_i).
 
-    ``k_src``, ``v_src``: pointers to this head's K and V; with ``TMA``, tensor descriptors of
-    the whole K and V (section 2b), in which (b, kvh) is the head. Only the loads differ.
+    ``k_src``, ``v_src``: pointers to this head's K and V.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     d_ok = offs_d < D
-    if not TMA:
-        # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
-        kt_tile = k_src + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
-        v_tile = v_src + (offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
+    # K is read transposed ([D, BLOCK_N]) straight from memory: only the pointers differ.
+    kt_tile = k_src + (offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd)
+    v_tile = v_src + (offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        if TMA:       # [1, 1, BLOCK_N, HEAD_DIM] -> [BLOCK_N, HEAD_DIM]; past SK and D: zeros
-            kt = tl.trans(k_src.load([b, kvh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
-            v = v_src.load([b, kvh, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-        else:
-            first = tl.cast(start_n, tl.int64)
-            kt_ptrs = kt_tile + first * stride_ks
-            v_ptrs = v_tile + first * stride_vs
-            if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
-                kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
-                v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
-            elif D < HEAD_DIM:   # a tile inside the sequence, but the head dim is padded
-                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
-                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-            else:         # a tile known to be fully inside: no mask to compute
-                kt = tl.load(kt_ptrs)
-                v = tl.load(v_ptrs)
+        first = tl.cast(start_n, tl.int64)
+        kt_ptrs = kt_tile + first * stride_ks
+        v_ptrs = v_tile + first * stride_vs
+        if MASKED:    # the diagonal tiles or the ragged tail: columns past SK read as zeros
+            kt = tl.load(kt_ptrs, mask=(cols[None, :] < SK) & d_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & d_ok[None, :], other=0.0)
+        elif D < HEAD_DIM:   # a tile inside the sequence, but the head dim is padded
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        else:         # a tile known to be fully inside: no mask to compute
+            kt = tl.load(kt_ptrs)
+            v = tl.load(v_ptrs)
 
         # The scores in log2 units (exp(x) = exp2(x·log2 e); the scale carries the log2 e).
         s = tl.dot(q, kt, input_precision="ieee") * qk_scale
@@ -195,12 +189,12 @@ def attn_fwd(Q, K, V, O, LSE, qk_scale,
     full_hi, masked_hi = fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     k_base = K + b * skb + kvh * skh
     v_base = V + b * svb + kvh * svh
-    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
                                     offs_m, 0, full_hi, SQ, SK, qk_scale,
-                                    MASKED=False, CAUSAL=CAUSAL, TMA=False, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
-    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, b, kvh, sks, skd, svs, svd,
+                                    MASKED=False, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
+    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, sks, skd, svs, svd,
                                     offs_m, full_hi, masked_hi, SQ, SK, qk_scale,
-                                    MASKED=True, CAUSAL=CAUSAL, TMA=False, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
+                                    MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, D=D, HEAD_DIM=HEAD_DIM)
 
     # Normalize once at the end, not once per tile. A query that saw no key outputs 0.
     seen = l_i > 0
@@ -213,125 +207,18 @@ def attn_fwd(Q, K, V, O, LSE, qk_scale,
     tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=row_ok)
 
 
-# --------------------------------------------------------------------------------------
-# 2b. The forward on Hopper: the same kernel, its tiles moved by the TMA
-# --------------------------------------------------------------------------------------
-# Hopper (sm_90) gives each SM a copy engine, the Tensor Memory Accelerator (TMA), that moves
-# a whole tile between global and shared memory from a *tensor descriptor*: the tensor's
-# base, shape and strides and the tile's shape, made once on the host. A program asks for
-# "the tile at (b, h, row, 0)" instead of computing an address per element, the copy runs
-# while the warps compute, and what lies past the tensor's edge reads as zeros (and is not
-# written on a store): the hardware does the masking of ragged tails and padded head dims.
-# Only the scores still need a mask, because a key of zeros scores 0, not -inf.
-# The descriptors are 4-D, [B, H, S, D] with the tensor's own strides, so a transposed
-# [B, S, H, D] view needs no copy and a tile never runs into the next head. Everything else
-# (stages, online softmax, scale, launch order) is `attn_fwd`'s: the inner loop is the same
-# function, `attn_fwd_inner` with TMA=True, which differs only in its loads.
-
-@triton.jit
-def attn_fwd_tma(Q, K, V, O, LSE, qk_scale, H, GROUP, SQ, SK, ELEMENT_BYTES,
-                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """`attn_fwd` with Q, K, V and O as tensor descriptors with tiles [1, 1, rows, HEAD_DIM].
-    Grid: (B*H, cdiv(SQ, BLOCK_M)), heaviest causal tiles first.
-
-    ELEMENT_BYTES (unused here) is in the autotuner's key: it adds the dtypes of tensor
-    arguments to its key by itself, but a descriptor is not a tensor.
-    """
-    bh = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
-    else:
-        start_m = tl.program_id(1)
-    b = bh // H                 # descriptor coordinates are int32, and so are these
-    h = bh % H
-    kvh = h // GROUP
-    first_row = start_m * BLOCK_M
-    offs_m = first_row + tl.arange(0, BLOCK_M)
-
-    q = Q.load([b, h, first_row, 0]).reshape(BLOCK_M, HEAD_DIM)   # rows past SQ read as zeros
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-
-    full_hi, masked_hi = fwd_stages(first_row, SQ, SK, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
-    # D=HEAD_DIM: the descriptors mask the padded lanes themselves; the strides are unused.
-    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, 0, full_hi, SQ, SK, qk_scale,
-                                    MASKED=False, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
-                                    HEAD_DIM=HEAD_DIM)
-    acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, K, V, b, kvh, 0, 0, 0, 0, offs_m, full_hi, masked_hi, SQ, SK,
-                                    qk_scale, MASKED=True, CAUSAL=CAUSAL, TMA=True, BLOCK_N=BLOCK_N, D=HEAD_DIM,
-                                    HEAD_DIM=HEAD_DIM)
-
-    seen = l_i > 0
-    acc = acc / tl.where(seen, l_i, 1.0)[:, None]
-    # [BLOCK_M, HEAD_DIM] -> [1, 1, BLOCK_M, HEAD_DIM]; rows past SQ and lanes past D are not written.
-    O.store([b, h, first_row, 0], acc.to(O.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
-    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
-    tl.store(LSE + bh.to(tl.int64) * SQ + offs_m, lse, mask=offs_m < SQ)
-
-
 attn_fwd_tuned = configs.autotuned(attn_fwd, "fwd")
-attn_fwd_tma_tuned = configs.autotuned_tma(attn_fwd_tma)
-FORWARD_KERNELS = {"attn_fwd": attn_fwd, "attn_fwd_tma": attn_fwd_tma}   # by the names forward_variant gives
 
 
 # --------------------------------------------------------------------------------------
 # 3. The forward's launcher
 # --------------------------------------------------------------------------------------
 
-def tma_reason(tensors, capability, interpreted: bool = False, descriptors: bool = True) -> Reason:
-    """Why the forward does not take its TMA variant (None when it does). Reads only its arguments.
-
-    ``tensors``: {name: tensor} of what the kernel reads and writes through descriptors;
-    ``capability``: the GPU's (major, minor), None on a CPU; ``descriptors``: whether this
-    Triton has host-side tensor descriptors. The variant is for Hopper (sm_90) only, and a TMA
-    descriptor needs its tensor 16-byte aligned, contiguous along D, and every other stride a
-    multiple of 16 bytes (a head dim of 80 in bf16: 160 bytes a row, fine; 59: not).
-    """
-    if not descriptors:
-        return "this Triton has no host-side tensor descriptors (triton.tools.tensor_descriptor)"
-    if interpreted:
-        return "Triton's interpreter runs the pointer kernel (the TMA variant is chosen on sm_90 GPUs)"
-    if capability is None:
-        return "the TMA variant runs on Hopper GPUs (sm_90), not on a CPU"
-    if tuple(capability)[0] != 9:
-        return f"the TMA variant is for Hopper (sm_90); this GPU is sm_{capability[0]}{capability[1]}"
-    for name, t in tensors.items():
-        size = t.element_size()
-        if t.stride(-1) != 1:
-            return f"{name} is not contiguous along the head dim (stride {t.stride(-1)})"
-        if any(st * size % 16 for st in t.stride()[:-1]):
-            return f"{name}'s strides {tuple(t.stride())} are not all multiples of 16 bytes"
-        if t.data_ptr() % 16:
-            return f"{name} does not start on a 16-byte boundary"
-    return None
-
-
-def forward_variant(q, k, v) -> tuple:
-    """(the forward kernel the launcher takes for q, k, v, why not the TMA one: None if it is
-    the TMA one). O is allocated with q's strides (or contiguous ones), which a descriptor
-    takes whenever q's do; the launcher checks it too."""
-    reason = tma_reason(dict(q=q, k=k, v=v), _capability(q), INTERPRETED, TensorDescriptor is not None)
-    return ("attn_fwd" if reason else "attn_fwd_tma"), reason
-
-
-def _capability(t: torch.Tensor):
-    return torch.cuda.get_device_capability(t.device) if t.is_cuda else None
-
-
-def _descriptor(t: torch.Tensor, rows: int, head_dim: int):
-    """A 4-D TMA descriptor of a [B, H, S, D] tensor, tiled [1, 1, rows, head_dim].
-    On a GPU the autotuner's pre-hook sets the tile shape of the config it runs."""
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, head_dim])
-
-
-def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False, tma: bool | None = None):
+def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False):
     """Launch the forward kernel. Returns (O, LSE, O32).
 
     q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D]. LSE is [B·Hq, Sq] float32, in log2 units. O32 is
     O in float32 before rounding, kept when ``keep_fp32_o`` (for the backward), else None.
-    ``tma``: take the TMA variant (True), the pointer kernel (False), or decide by
-    `tma_reason` (None: TMA on Hopper when the tensors allow it).
     """
     batch, heads, s_q, head_dim = q.shape
     q_in, k_in, v_in = launch.kernel_inputs(q, k, v)
@@ -342,20 +229,9 @@ def flash_forward(q, k, v, causal: bool, scale: float, keep_fp32_o: bool = False
     pad = launch.padded_head_dim(head_dim)
     grid = lambda meta: (batch * heads, triton.cdiv(s_q, meta["BLOCK_M"]))  # noqa: E731
     tiles = configs.INTERPRETER_BLOCKS if INTERPRETED else {}
-    if tma is None:
-        tma = tma_reason(dict(q=q_in, k=k_in, v=v_in, o=o_written), _capability(q), INTERPRETED,
-                         TensorDescriptor is not None) is None
-    if tma:
-        block_m, block_n = tiles.get("BLOCK_M", 16), tiles.get("BLOCK_N", 16)
-        descriptors = [_descriptor(t, rows, pad) for t, rows in
-                       ((q_in, block_m), (k_in, block_n), (v_in, block_n), (o_written, block_m))]
-        sizes = {name: value for name, value in launch.sizes(q, k).items() if name != "D"}
-        attn_fwd_tma_tuned[grid](*descriptors, lse, scale * LOG2E, **sizes, ELEMENT_BYTES=q.element_size(),
-                           HEAD_DIM=pad, CAUSAL=causal, **tiles)
-    else:
-        attn_fwd_tuned[grid](q_in, k_in, v_in, o_written, lse, scale * LOG2E,
-                       *q_in.stride(), *k_in.stride(), *v_in.stride(), *o_written.stride(),
-                       **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
+    attn_fwd_tuned[grid](q_in, k_in, v_in, o_written, lse, scale * LOG2E,
+                   *q_in.stride(), *k_in.stride(), *v_in.stride(), *o_written.stride(),
+                   **launch.sizes(q, k), HEAD_DIM=pad, CAUSAL=causal, **tiles)
     o32 = o_written if keep_fp32_o else None
     return launch.rounded(o_written, q.dtype), lse, o32
 

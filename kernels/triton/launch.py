@@ -40,12 +40,6 @@ try:
 except Exception as err:  # ImportError, or a broken install failing in its own way
     triton = tl = _NoTriton()
     TRITON_MISSING = f"needs the triton package, which failed to import ({type(err).__name__}: {err})"
-try:
-    # Host-side tensor descriptors (Triton >= 3.4; the TMA forward's arguments). Without them
-    # the forward keeps its pointer kernel everywhere.
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except Exception:
-    TensorDescriptor = None
 
 if INTERPRETED and not TRITON_MISSING:
     interpreter.squeeze_scalar_index()

@@ -141,15 +141,6 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
     return fig
 
 
-def diagonal_overhead(seq: int, block_m: int, block_n: int) -> float:
-    """Work a causal kernel computes over the causal FLOP count (half the full one).
-
-    ``computed_fraction / 0.5``: 1.0 would mean no wasted work; the excess is the masked
-    half of the diagonal tiles, which shrinks as ``1/n`` with ``n = seq / block_m`` tiles.
-    """
-    return computed_fraction(seq, block_m, block_n) / 0.5
-
-
 def expected_fraction(n_query_tiles: int) -> float:
     """``(n+1)/(2n)``: the causal fraction for ``seq = n·block_m`` with ``block_n`` dividing ``block_m``."""
     _check_positive_int("n_query_tiles", n_query_tiles)

@@ -2,7 +2,7 @@
 
 Triton compiles for sm_80 and sm_90 without a GPU (kernels/triton/compile_sweep.py). A compile
 takes seconds here, so the default tests compile a covering subset, once per session: for
-each kernel the target launches (forward, dK/dV, dQ, and on sm_90 the TMA forward), the
+each kernel the target launches (forward, dK/dV, dQ), the
 config the pruning keeps with the largest shared-memory estimate at D = 128 (the one nearest
 the limit), and one config the compiler must show does not fit.
 ``test_every_kept_config_compiles_within_limits`` (marked ``sweep``: six minutes of one core
@@ -13,10 +13,6 @@ these tests hold it only to what must not fail: fitting the GPU.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -26,7 +22,6 @@ import kernels.triton.configs as configs
 from kernels.triton import compile_sweep as cr
 from kernels.cuda import ptxas
 from kernels.hw.occupancy import ARCHES
-from tests.helpers import ROOT
 
 pytestmark = pytest.mark.skipif(tf.TRITON_MISSING is not None, reason=str(tf.TRITON_MISSING))
 TARGETS = cr.TARGETS
@@ -54,7 +49,7 @@ TOO_LARGE = {"sm_80": ("fwd", 128, (128, 128, 8, 4)), "sm_90": ("fwd", 128, (128
 
 def covering_jobs(target):
     jobs = [(k, 128, max(kept(k, 128, target), key=lambda c: estimate(k, 128, c)))
-            for k in configs.kernels_for(ARCHES[target].capability)]
+            for k in configs.KERNELS]
     return jobs + [TOO_LARGE[target]]
 
 
@@ -114,15 +109,6 @@ def test_a_config_that_does_not_fit_is_not_kept(swept, target):
                               capability=ARCHES[target].capability) == [small]
 
 
-def test_the_tma_forward_is_compiled_for_hopper_only_and_uses_the_tma(swept):
-    tma = {t: [r for r in triton_rows(swept[t]) if r["kernel"] == "triton fwd_tma"] for t in TARGETS}
-    assert not tma["sm_80"], "the TMA forward is not launched on sm_80, so not in its report"
-    assert tma["sm_90"] and all(r["tma_copies"] > 0 and r["kept"] for r in tma["sm_90"]), tma["sm_90"]
-    pointer_kernels = [r for r in triton_rows(swept["sm_90"]) if r["kernel"] != "triton fwd_tma"]
-    assert pointer_kernels and all(r["tma_copies"] == 0 for r in pointer_kernels)
-    assert "fwd_tma" not in configs.kernels_for((8, 0)) and "fwd_tma" in configs.kernels_for((9, 0))
-
-
 @pytest.mark.skipif(not ptxas.nvcc_available(), reason="needs nvcc for the CUDA kernels")
 @pytest.mark.parametrize("target", TARGETS)
 def test_cuda_kernels_are_in_the_report_and_fit(swept, target):
@@ -170,38 +156,11 @@ def test_the_report_runs_the_ptxas_triton_chooses_for_each_target():
         assert ptxas.triton_ptxas(capability) == get_ptxas(capability).path, capability
 
 
-_FRESH_PTXAS = """
-import json, sys
-from kernels.triton import compile_sweep as cr
-from kernels.hw.occupancy import ARCHES
-target, kernel, head_dim, config = sys.argv[1], sys.argv[2], int(sys.argv[3]), tuple(json.loads(sys.argv[4]))
-capability = ARCHES[target].capability[0] * 10 + ARCHES[target].capability[1]
-compiled, _ = cr.compile_kernel(kernel, head_dim, config, target)
-arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
-fresh = cr._ptxas_resources(compiled.asm["ptx"], arch, capability)
-print(json.dumps(dict(arch=fresh.arch, expected=arch, registers=fresh.registers)))
-"""
-
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_ptxas_reads_the_ptx_triton_wrote_as_on_a_cache_hit(target):
-    """On a Triton cache hit no ptxas log comes with the kernel, so the report runs ptxas
-    itself: it must be one that reads the PTX version Triton wrote for that target. (Compiled
-    in a process of its own, where TRITON_INTERPRET=0 keeps the kernels compiled objects.)"""
-    kernel, head_dim, config = covering_jobs(target)[0]
-    done = subprocess.run([sys.executable, "-c", _FRESH_PTXAS, target, kernel, str(head_dim), json.dumps(config)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    fresh = json.loads(done.stdout.strip().splitlines()[-1])
-    assert fresh["arch"] == fresh["expected"] and fresh["registers"] > 0, fresh
-
-
 @pytest.mark.slow
 @pytest.mark.sweep
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_kept_config_compiles_within_limits(target):
-    jobs = [(k, d, c) for k in configs.kernels_for(ARCHES[target].capability) for d in configs.PADDED_HEAD_DIMS
+    jobs = [(k, d, c) for k in configs.KERNELS for d in configs.PADDED_HEAD_DIMS
             for c in kept(k, d, target)]
     rows = cr.sweep(target, jobs=jobs, cuda=False, timeout=3000)
     bad = [r for r in rows if not r["fits"] or r["estimate_bytes"] < r["shared_bytes"]]

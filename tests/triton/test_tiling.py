@@ -126,7 +126,6 @@ def test_causal_fraction_falls_towards_one_half():
     fractions = [tiling.computed_fraction(s, 128, 64) for s in (256, 1024, 4096, 16384)]
     assert all(a > b > 0.5 for a, b in zip(fractions, fractions[1:]))
     assert fractions[-1] - 0.5 == pytest.approx(1 / (2 * 16384 / 128))
-    assert tiling.diagonal_overhead(16384, 128, 64) == pytest.approx(2 * fractions[-1])
 
 
 @pytest.mark.parametrize("bad,err", [

@@ -1,10 +1,9 @@
 """The Triton FlashAttention kernels: what the contract grid (tests/attention/test_contract.py) leaves out.
 
 The online softmax in PyTorch, the launch grid, GQA without copies, the fp32 output kept for
-the backward, other tile shapes, the Hopper (TMA) forward (chosen by a pure function, its
-numerics checked in the interpreter, which runs tensor descriptors too), the autotuner's
-pruning, refusals in words, the GPU grid at realistic sizes, and the interpreter's effect on
-the process. Without a GPU these run in Triton's interpreter (slow: keep S <= ~256).
+the backward, other tile shapes, the autotuner's pruning, refusals in words, the GPU grid at
+realistic sizes, and the interpreter's effect on the process. Without a GPU these run in
+Triton's interpreter (slow: keep S <= ~256).
 """
 from __future__ import annotations
 
@@ -51,20 +50,6 @@ def test_tiled_softmax_equals_torch_softmax(block):
     torch.testing.assert_close(final_sum, torch.exp(x - x.amax(dim=-1, keepdim=True)).sum(-1))
 
 
-def test_tiled_softmax_history_by_hand():
-    # x = [0, 0, ln 2] in tiles of 2.
-    # Tile 1: max 0, sum e^0 + e^0 = 2.
-    # Tile 2: the max rises to ln 2, so the old sum is rescaled: 2·e^(0 - ln 2) + e^0 = 1 + 1 = 2.
-    # Softmax: [1, 1, 2] / 4.
-    x = torch.tensor([0.0, 0.0, math.log(2.0)], dtype=torch.float64)
-    soft, history = tf.tiled_softmax(x, 2)
-    (m1, l1), (m2, l2) = history
-    assert (m1.item(), l1.item()) == (0.0, 2.0)
-    assert m2.item() == pytest.approx(math.log(2.0)) and l2.item() == pytest.approx(2.0)
-    torch.testing.assert_close(soft, torch.tensor([0.25, 0.25, 0.5], dtype=torch.float64))
-
-
-
 @pytest.mark.parametrize("block", [1, 7, 16, 50])
 def test_online_attention_row_equals_the_reference_row(block):
     # 50 keys with scores far apart, so the running max rises several times and a missing
@@ -83,14 +68,6 @@ def test_online_attention_row_refuses_an_empty_block():
 # --- forward (its grid is the contract: tests/attention/test_contract.py) -------------
 
 @needs_interpreter_or_gpu
-def test_batch_and_head_split_of_the_grid():
-    # batch > 1 with GQA: program (b, h) must read K/V head h // group of batch b.
-    q, k, v = make_attention_inputs(3, 4, 2, 17, 33, 32, layouts="bshd", seed=8)
-    reference.judge(triton_attention(q, k, v, causal=True), q, k, v).assert_ok("triton B=3")
-
-
-
-@needs_interpreter_or_gpu
 def test_forward_backward_gives_the_reference_gradients_with_grad_off():
     q, k, v = make_qkv(1, 2, 40, 16, seed=5)
     grad_out = torch.randn(q.shape, generator=torch.Generator().manual_seed(6))
@@ -99,15 +76,6 @@ def test_forward_backward_gives_the_reference_gradients_with_grad_off():
     verdict = reference.judge(triton_attention(q, k, v, causal=True), q, k, v, True, grads=grads, grad_out=grad_out)
     assert verdict.ok, verdict
     assert not any(t.requires_grad or t.grad is not None for t in (q, k, v))
-
-
-@needs_interpreter_or_gpu
-def test_forward_explicit_scale():
-    q, k, v = make_qkv(1, 2, 17, 32, seed=3)
-    out = triton_attention(q, k, v, causal=True, scale=0.3)
-    reference.judge(out, q, k, v, True, 0.3).assert_ok("triton scale=0.3")
-    # A different scale must change the result (the kernel really uses it).
-    assert reference.max_rel_error(triton_attention(q, k, v, causal=True), out) > 1e-3
 
 
 @needs_interpreter_or_gpu
@@ -136,8 +104,9 @@ def test_grids_put_batch_times_heads_on_axis_0(monkeypatch):
     for module, name in ((tf, "attn_fwd_tuned"), (tb, "attn_bwd_dkdv_tuned"), (tb, "attn_bwd_dq_tuned"),
                          (tb, "attn_bwd_preprocess")):
         monkeypatch.setattr(module, name, Spy(name.removesuffix("_tuned"), getattr(module, name)))
-    q, k, v = (t.requires_grad_() for t in make_attention_inputs(3, 4, 2, 70, 70, 16, seed=5))
-    triton_attention(q, k, v, causal=True).sum().backward()
+    # batch > 1 with GQA: program (b, h) must read K/V head h // group of batch b, and be right.
+    q, k, v = make_attention_inputs(3, 4, 2, 70, 70, 16, layouts="bshd", seed=5)
+    reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=5).assert_ok("triton B=3")
     assert grids["attn_fwd"] == (3 * 4, math.ceil(70 / 64))
     assert grids["attn_bwd_dq"] == (3 * 4, math.ceil(70 / 64))
     assert grids["attn_bwd_preprocess"] == (3 * 4, math.ceil(70 / configs.PREPROCESS_BLOCK_M))
@@ -227,78 +196,6 @@ def test_double_backward_is_refused_in_words():
         torch.autograd.grad(out.sum(), q, create_graph=True)
     (dq,) = torch.autograd.grad(triton_attention(q, k, v, causal=True).sum(), q)   # a single backward still runs
     assert dq.shape == q.shape and dq.grad_fn is None
-
-
-# --- the TMA forward (Hopper): chosen by a pure function, checked in the interpreter -----
-
-def _hopper_inputs(d=64, dtype=torch.float16, layout="bhsd"):
-    return dict(zip("qkv", make_attention_inputs(1, 2, 1, 5, 7, d, dtype=dtype, layouts=layout)))
-
-
-def test_tma_is_chosen_on_hopper_only():
-    ok = _hopper_inputs()
-    assert tf.tma_reason(ok, (9, 0)) is None
-    assert "sm_80" in tf.tma_reason(ok, (8, 0)) and "sm_100" in tf.tma_reason(ok, (10, 0))
-    assert "CPU" in tf.tma_reason(ok, None)
-    assert "interpreter" in tf.tma_reason(ok, (9, 0), interpreted=True)
-    assert "tensor descriptors" in tf.tma_reason(ok, (9, 0), descriptors=False)
-
-
-def test_tma_needs_what_a_descriptor_needs():
-    # A transposed [B, S, H, D] view is fine: the descriptors take the tensors' own strides.
-    assert tf.tma_reason(_hopper_inputs(layout="bshd"), (9, 0)) is None
-    assert tf.tma_reason(_hopper_inputs(d=80, dtype=torch.bfloat16), (9, 0)) is None   # 160-byte rows
-    assert "16 bytes" in tf.tma_reason(_hopper_inputs(d=59), (9, 0))                # 118-byte rows
-    assert "contiguous along the head dim" in tf.tma_reason(_hopper_inputs(layout="dstride"), (9, 0))
-    shifted = torch.zeros(1 * 2 * 5 * 64 + 1, dtype=torch.float16)[1:].view(1, 2, 5, 64)
-    assert "16-byte boundary" in tf.tma_reason({**_hopper_inputs(), "q": shifted}, (9, 0))
-
-
-def test_the_launcher_asks_tma_reason_with_this_machines_facts(monkeypatch):
-    asked = []
-    monkeypatch.setattr(tf, "tma_reason", lambda tensors, capability, interpreted, descriptors:
-                        asked.append((sorted(tensors), capability, interpreted, descriptors)) or "no")
-    q, k, v = make_qkv(1, 1, 3, 16)
-    tf.flash_forward(q, k, v, True, 0.25)
-    assert asked == [(["k", "o", "q", "v"], None, tf.INTERPRETED, tf.TensorDescriptor is not None)]
-    assert tf.forward_variant(q, k, v) == ("attn_fwd", "no")
-
-
-TMA_CASES = [  # (sq, sk, d, heads, causal, layout, dtype): ragged tails, Sq != Sk both ways, GQA, padded D
-    (50, 90, 40, (4, 2), True, "bshd", torch.float32),
-    (90, 33, 64, (2, 1), True, "bhsd", torch.float16),
-    (17, 40, 16, (2, 2), False, "bhsd", torch.bfloat16),
-]
-
-
-@needs_interpreter_or_gpu
-@pytest.mark.skipif(tf.TensorDescriptor is None, reason="this Triton has no host-side tensor descriptors")
-@pytest.mark.parametrize("sq,sk,d,heads,causal,layout,dtype", TMA_CASES, ids=str)
-def test_tma_forward_matches_the_reference_and_the_pointer_kernel(sq, sk, d, heads, causal, layout, dtype):
-    q, k, v = make_attention_inputs(1, *heads, sq, sk, d, dtype=dtype, layouts=layout, seed=sq)
-    scale = d ** -0.5
-    o, lse, o32 = tf.flash_forward(q, k, v, causal, scale, keep_fp32_o=True, tma=True)
-    reference.judge(o, q, k, v, causal).assert_ok(f"triton TMA forward q{sq} k{sk} d{d}")
-    o_ptr, lse_ptr, o32_ptr = tf.flash_forward(q, k, v, causal, scale, keep_fp32_o=True, tma=False)
-    # The same arithmetic in the same order: only the loads differ.
-    torch.testing.assert_close(o, o_ptr, rtol=0, atol=0)
-    torch.testing.assert_close(o32, o32_ptr, rtol=0, atol=0)
-    torch.testing.assert_close(lse, lse_ptr, rtol=0, atol=0)   # +inf for rows that see no key
-
-
-@needs_interpreter_or_gpu
-@pytest.mark.skipif(tf.TensorDescriptor is None, reason="this Triton has no host-side tensor descriptors")
-def test_backward_after_the_tma_forward(monkeypatch):
-    # As on an H100: the autograd Function takes the TMA forward, then the (pointer) backward.
-    monkeypatch.setattr(tf, "tma_reason", lambda *args, **kwargs: None)
-
-    class PointerForward:
-        def __getitem__(self, grid):
-            raise AssertionError("the pointer forward was launched, not the TMA one")
-
-    monkeypatch.setattr(tf, "attn_fwd_tuned", PointerForward())
-    q, k, v = make_attention_inputs(1, 4, 2, 33, 20, 32, dtype=torch.float16, layouts="bshd", seed=2)
-    reference.check(triton_attention, q, k, v, causal=True, backward=True, seed=2).assert_ok("triton TMA")
 
 
 # --- every output element is written ----------------------------------------------------
@@ -421,8 +318,6 @@ def test_backward_estimates_count_what_the_backward_keeps():
     # One stage is no pipelining, not less memory: dK/dV (32, 32, 8, 1) at D = 256 takes 80 KiB
     # on both targets, more than (32, 32, 8, 2) (compile sweep, Triton 3.7.1).
     assert configs.shared_memory_estimate(32, 32, 1, 256, 2, kernel="bwd_dkdv") >= 80 * 1024
-    # The TMA forward's barriers: (128, 128, 8, 2) at D = 128 takes 161 KiB on sm_90, not 160.
-    assert configs.shared_memory_estimate(128, 128, 2, 128, 2, kernel="fwd_tma") >= 161 * 1024
     with pytest.raises(ValueError):
         configs.shared_memory_estimate(64, 64, 2, 64, 2, kernel="nope")
 
@@ -453,7 +348,7 @@ def one_autotune_config(monkeypatch):
     if tf.INTERPRETED:  # interpreted kernels are not autotuned: nothing to narrow
         return
     keep = [(64, 32, 4, 2)]
-    for kernel in (tf.attn_fwd_tuned, tf.attn_fwd_tma_tuned, tb.attn_bwd_dkdv_tuned, tb.attn_bwd_dq_tuned):
+    for kernel in (tf.attn_fwd_tuned, tb.attn_bwd_dkdv_tuned, tb.attn_bwd_dq_tuned):
         configs = [c for c in kernel.configs
                    if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in keep]
         monkeypatch.setattr(kernel, "configs", configs)
