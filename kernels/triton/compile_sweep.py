@@ -184,7 +184,8 @@ def compile_kernel(kernel: str, head_dim: int, config: tuple, target: str, dtype
     signature, attrs = _signature(fn, consts, dtype)
     src = ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
     capability = limits(target).capability[0] * 10 + limits(target).capability[1]
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32), options=dict(num_warps=warps, num_stages=stages))
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                          options=dict(num_warps=warps, num_stages=stages))
 
 
 def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype: str = "bf16",

@@ -5,9 +5,10 @@ takes seconds here, so the default tests compile a covering subset, once per ses
 each kernel the target launches (forward, dK/dV, dQ), the
 config the pruning keeps with the largest shared-memory estimate at D = 128 (the one nearest
 the limit), and one config the compiler must show does not fit.
-``test_every_kept_config_compiles_within_limits`` (marked ``sweep``: six minutes of one core
-on a cold Triton cache, so ``make test-book`` runs it) compiles every kept config of every
-head dim, as ``python -m kernels.triton.compile_sweep`` does. Whether a kept config spills is
+``test_every_kept_config_compiles_within_limits`` (marked ``sweep``: seven to eight minutes of
+one core on cold caches, ptxas run once by Triton and once by the sweep, so ``make test-book``
+runs it) compiles every kept config of every head dim, as ``python -m
+kernels.triton.compile_sweep`` does. Whether a kept config spills is
 the compiler's to say and the sweep's to show; the pruning is a rule on the footprint, and
 these tests hold it only to what must not fail: fitting the GPU.
 """
