@@ -1,6 +1,6 @@
 """Chapter 4: FlashAttention-2 in Triton, and what the compiler makes of it.
 
-``flash`` (the forward kernels, the autograd Function, the registry entry), ``backward``
+``flash`` (the forward kernel, the autograd Function, the registry entry), ``backward``
 (the backward kernels), ``launch`` (Triton or its stand-in, buffers, size arguments),
 ``configs`` (the autotuner's configs and their pruning), ``interpreter`` (running the kernels
 without a GPU), ``tiling`` (the tile map figure), ``compile_sweep`` (what every config costs
