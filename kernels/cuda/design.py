@@ -18,14 +18,13 @@ it instantiates the kernel once per revision of ``DESIGN_REVISIONS``.
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
 from kernels.cuda import flash as cuda_flash
-from kernels.cuda.resources import (MMA_M, WARP, compile_device_code, compile_failed, instruction_counts,
+from kernels.cuda.resources import (MMA_M, WARP, compile_failed, instruction_counts,
                                     kineto_reads, load_snapshot, mma_per_key_tile, occupancy_of)
 from kernels.reference import future_mask
 from kernels.cuda.ptxas import KernelResources, nvcc_path, with_launch
@@ -99,13 +98,11 @@ def design_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
     if not live:
         return [r for r in snapshot_revisions() if r.head_dim == head_dim and r.kernel.arch in archs]
     defines = (f"-DFLASH_V2_DESIGN_REVISIONS={head_dim}", "-diag-suppress=177")  # 177: fp16 helpers unused here
-    jobs = [(arch, defines) for arch in archs]
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        compiled = list(pool.map(lambda job: compile_device_code(cuda_flash.CSRC / "flash_v2.cu", *job), jobs))
+    compiled = cuda_flash.compile_sources(archs, ("flash_v2.cu",), defines)["flash_v2.cu"]
     out = []
-    for ptx, kernels in compiled:
-        counts = {op: instruction_counts(ptx, op) for op in REVISION_OPCODES}
-        for k in kernels:
+    for arch in archs:
+        counts = {op: instruction_counts(compiled.ptx[arch], op) for op in REVISION_OPCODES}
+        for k in (k for k in compiled.kernels if k.arch == arch):
             d, revision = parse_design(k.name)
             out.append(RevisionResources(d, revision, with_launch(k, revision.threads, revision.dynamic_shared_bytes(d)),
                                          {op: counts[op][k.name] for op in REVISION_OPCODES}))

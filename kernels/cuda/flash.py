@@ -37,9 +37,8 @@ TORCH_STD = "c++20"
 TORCH_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                     "--expt-relaxed-constexpr")
-# What extension() adds on top. -lineinfo maps SASS back to source lines for profilers, and
-# its debug strings name every function inlined into a kernel (how a test sees both tile
-# passes of cuda_v2); it does not change the code ptxas generates.
+# What extension() adds on top. -lineinfo maps SASS back to source lines for profilers; it
+# does not change the code ptxas generates.
 EXTRA_CUDA_FLAGS = ("-O3", "-lineinfo")
 V2_BLOCK_N = 64
 V2_PAD = 8  # 16-bit elements added to every shared-memory row (conflict-free ldmatrix)

@@ -7,19 +7,17 @@ Ask ``nvcc`` to be verbose (``-Xptxas -v``) and the assembler logs, per kernel::
         0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
     ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]
 
-``parse_ptxas`` turns that log into :class:`KernelResources`; ``compile_cuda`` (and its short
-form ``compile_resources``) runs ``nvcc`` on a torch-free ``.cu`` file and parses its log.
+``parse_ptxas`` turns that log into :class:`KernelResources`; ``compile_cuda`` runs ``nvcc``
+on a torch-free ``.cu`` file and parses its log.
 Also the one home of the nvcc preamble: ``nvcc_path``, ``nvcc_version``, ``check_archs``,
-``gencode_flags``, and the on-disk cache of compiles. Needs the CUDA compiler, not a GPU.
+``gencode_flags``. Needs the CUDA compiler, not a GPU.
 "smem" is *static* shared memory; dynamic shared memory is set at launch, so callers that
 know the launch add it (``with_launch``).
 """
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
-import pickle
 import re
 import shutil
 import subprocess
@@ -195,59 +193,7 @@ def compile_cuda(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm
         raise FileNotFoundError(f"no CUDA source at {source}")
     archs = check_archs(arch)
     flags = [f"-std={std}", "-O3", *gencode_flags(archs), "-Xptxas", "-v", *extra_flags]
-    key = _cache_key(nvcc, source, flags, keep_ptx)
-    cached = _cache_read(key)
-    if cached is not None:
-        return cached
-    compiled = _run_nvcc(nvcc, source, archs, flags, keep_ptx, timeout)
-    _cache_write(key, compiled)
-    return compiled
-
-
-# nvcc takes tens of seconds for the course's kernels, and the chapter, its exercise and the
-# tests ask for the same compiles in different processes: what a compile returned is kept on
-# disk, keyed by everything that decides it (the compiler and its version, the command line,
-# the source and the headers beside it). ATTENTION_PROFILED_CACHE moves the folder (empty:
-# no disk cache).
-
-def cache_folder() -> Optional[Path]:
-    """Where compiles are kept: $ATTENTION_PROFILED_CACHE/nvcc, else ~/.cache/attention-profiled/nvcc."""
-    root = os.environ.get("ATTENTION_PROFILED_CACHE")
-    if root is None:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "attention-profiled")
-    return Path(root) / "nvcc" if root else None
-
-
-def _cache_key(nvcc: str, source: Path, flags: list, keep_ptx: bool) -> str:
-    digest = hashlib.sha256(repr((nvcc, nvcc_version(), flags, keep_ptx, source.name)).encode())
-    for path in sorted(source.parent.iterdir()):  # the source and every header it may include
-        if path.suffix in (".cu", ".cuh", ".h", ".hpp") and (path == source or path.suffix != ".cu"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def _cache_read(key: str) -> Optional[Compiled]:
-    folder = cache_folder()
-    if folder is None:
-        return None
-    try:
-        with open(folder / f"{key}.pickle", "rb") as f:
-            return pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        return None  # absent, or written by another version or layout of this module: compile again
-
-
-def _cache_write(key: str, compiled: Compiled) -> None:
-    folder = cache_folder()
-    if folder is None:
-        return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False) as f:
-            pickle.dump(compiled, f)
-        os.replace(f.name, folder / f"{key}.pickle")  # whole or absent, with two writers too
-    except OSError:
-        pass  # a read-only home: compile every time
+    return _run_nvcc(nvcc, source, archs, flags, keep_ptx, timeout)
 
 
 def _run_nvcc(nvcc: str, source: Path, archs: list, flags: list, keep_ptx: bool, timeout: float) -> Compiled:
@@ -268,16 +214,6 @@ def _run_nvcc(nvcc: str, source: Path, archs: list, flags: list, keep_ptx: bool,
                 raise RuntimeError(f"expected PTX for {archs} from nvcc -keep, found {[p.name for p in kept]}")
         object_code = (Path(tmp) / "kernel.o").read_bytes()
     return Compiled(parse_ptxas(done.stdout + "\n" + done.stderr), ptx, object_code)
-
-
-def compile_resources(source: Union[str, Path], arch: Union[str, Iterable[str]] = "sm_80",
-                   extra_flags: Iterable[str] = (), std: str = "c++17",
-                   timeout: float = 300) -> list[KernelResources]:
-    """The resources of every kernel in ``source`` (a torch-free .cu file): ``nvcc -c -Xptxas -v``, parsed.
-
-    ``arch`` is one architecture ("sm_80") or several (["sm_80", "sm_90"]): see ``compile_cuda``.
-    """
-    return compile_cuda(source, arch, extra_flags, std, timeout=timeout).kernels
 
 
 def triton_ptxas(capability: int) -> str:

@@ -6,7 +6,7 @@
   logged them (``nvcc_snapshot.json``, written by ``python -m tools.nvcc_snapshot``), for
   machines without nvcc; ``kernel_rows`` is that file's row format.
 * ``compile_kernels(archs)``: the resources and the PTX of every kernel, in one compile;
-  ``instruction_counts(ptx, opcode)`` and ``inlined_functions(ptx)`` read the PTX.
+  ``instruction_counts(ptx, opcode)`` reads the PTX.
 * ``mma_per_key_tile(head_dim)``: mma.sync instructions per key tile, from the tile shapes.
 * ``read_kernels(archs)``: the kernels compiled now where nvcc is, else the snapshot's, and
   where they came from in words; ``instruction_table(ptx, opcodes)`` counts opcodes per kernel.
@@ -21,7 +21,7 @@ from typing import Any, Iterable, Optional, Union
 
 from kernels.cuda import flash as cuda_flash
 from kernels.hw.occupancy import Launch, Occupancy, kineto_estimate, occupancy
-from kernels.cuda.ptxas import KernelResources, compile_cuda, demangle_names, with_launch
+from kernels.cuda.ptxas import KernelResources, demangle_names, with_launch
 
 WARP = 32
 MMA_M, MMA_N, MMA_K = 16, 8, 16   # the shape of one mma.sync.m16n8k16 (A 16x16, B 16x8, C 16x8)
@@ -184,19 +184,6 @@ def kernel_rows(kernels: Iterable[KernelResources]) -> list[dict[str, Any]]:
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
-def compile_device_code(source: Union[str, Path], arch: str = "sm_80", defines: Iterable[str] = (),
-                        timeout: float = 300):
-    """PTX and kernel resources of a torch-free .cu file for one arch: ``(ptx text, [KernelResources])``.
-
-    What ``cuda_flash.kernel_resources`` compiles, under the same flags (those of the extension
-    build), with ``-keep`` leaving the PTX behind for us to read. Launch configurations are
-    not added here.
-    """
-    compiled = compile_cuda(source, [arch], (*cuda_flash.EXTRA_CUDA_FLAGS, *cuda_flash.TORCH_NVCC_FLAGS, *defines),
-                            cuda_flash.TORCH_STD, keep_ptx=True, timeout=timeout)
-    return compiled.ptx[arch], compiled.kernels
-
-
 def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90"), sources=cuda_flash.KERNEL_SOURCES):
     """Every kernel of ``sources`` (files in kernels/cuda/csrc) for every arch.
 
@@ -251,28 +238,6 @@ def instruction_table(ptx: dict[str, dict[str, str]], opcodes: Iterable[str]):
                 for name, n in instruction_counts(text, op).items():
                     counts.setdefault((arch, instance_label(name)), {})[op] = n
     return pd.DataFrame(counts).T.rename_axis(["arch", "kernel"]).sort_index()
-
-
-_INFO_STRING = re.compile(r"^(\$L__info_string\d+):\s*\n((?:\s*\.b8[^\n]*\n)+)", re.M)
-_FUNCTION_NAME = re.compile(r"function_name\s+(\$L__info_string\d+)")
-
-
-def inlined_functions(ptx: str) -> dict[str, set]:
-    """{kernel: names of the functions whose code it holds} from PTX compiled with -lineinfo.
-
-    Every ``.loc`` line of inlined code names its function (``function_name
-    $L__info_stringN``), and the PTX's ``.debug_str`` section spells each name out as bytes.
-    A template instantiation that was inlined shows up here although no symbol is left for
-    it. Empty sets without line information.
-    """
-    strings = {}
-    for m in _INFO_STRING.finditer(ptx):
-        raw = bytes(int(b) for line in m.group(2).split("\n") if line.strip()
-                    for b in line.strip().removeprefix(".b8").split(","))
-        strings[m.group(1)] = raw.split(b"\0", 1)[0].decode("ascii", "replace")
-    readable = demangle_names(strings.values())
-    return {name: {readable[strings[label]] for label in _FUNCTION_NAME.findall(body) if label in strings}
-            for name, body in ptx_kernels(ptx).items()}
 
 
 def mma_per_key_tile(head_dim: int, block_n: int = 64) -> int:

@@ -114,6 +114,6 @@ def test_read_revisions_falls_back_when_the_compile_fails(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("ptxas fatal: unknown target")
     monkeypatch.setattr(cd, "nvcc_path", lambda: "/somewhere/nvcc")
-    monkeypatch.setattr(cd, "compile_device_code", broken)
+    monkeypatch.setattr(cf, "compile_sources", broken)
     revisions, where = cd.read_revisions(64, ["sm_80"])
     assert len(revisions) == len(cd.DESIGN_REVISIONS) and "failed (ptxas fatal: unknown target)" in where

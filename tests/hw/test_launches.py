@@ -19,16 +19,6 @@ def qwen():
     return call, props, occupancy.arch_of((props["computeMajor"], props["computeMinor"]))
 
 
-def test_torch_flash_launch_read_from_the_trace(qwen):
-    call, props, arch = qwen
-    launch = occupancy.launch_from_footprint("flash_fwd_kernel", call.footprint(), "trace")
-    assert arch == "sm_90" and props["numSms"] == 132
-    assert launch.blocks == math.ceil(call.sq / 128) * call.batch_heads   # 128 query rows per CTA
-    occ = launch.occupancy(arch)
-    assert occ.blocks_per_sm == 2 and occ.limited_by == "registers"     # 255 registers x 128 threads
-    assert launch.waves(arch, props["numSms"]) == pytest.approx(launch.blocks / (2 * 132))
-
-
 def test_triton_forward_launches_follow_the_pruning(qwen):
     call, props, arch = qwen
     launches = configs.forward_launches(call.batch_heads, call.sq, call.d, 2, (9, 0), props["sharedMemPerBlockOptin"])

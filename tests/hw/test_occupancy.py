@@ -6,7 +6,9 @@ per scheduler, 4 schedulers; shared memory + 1 KB reserved on sm_80+, rounded to
 256 B on sm_75). The last test compiles cuda_occupancy.h (the CUDA toolkit's header-only
 calculator, also bundled with Triton) and compares a sweep over every architecture of the
 table, where a C++ compiler exists: that sweep, not a hand-worked case per architecture, holds
-the newer tables (Volta, Orin, Blackwell) to NVIDIA's numbers.
+the newer tables (Volta, Orin, Blackwell) to NVIDIA's numbers, and the blocks per SM of each
+rule's own footprints (register rounding at 128 x 100, the per-scheduler split at 96 x 192,
+sm_75's 256-B units at 10,800 B, a partial warp at 33 x 255, warp slots at 1,024 x 16).
 """
 from __future__ import annotations
 
@@ -58,26 +60,6 @@ def test_explain_shows_the_article_arithmetic():
 
 # --------------------------------------------------------------------------- each limit
 
-def test_register_rounding_changes_the_answer():
-    # 100 registers x 32 = 3,200 per warp -> rounded up to 3,328 (13 x 256).
-    # 16,384 // 3,328 = 4 warps per scheduler -> 16 warps -> 16 // 4 = 4 blocks.
-    # Without the rounding: 16,384 // 3,200 = 5 -> 20 warps -> 5 blocks.
-    occ = occupancy(threads_per_block=128, registers_per_thread=100, arch="sm_80")
-    assert occ.registers_per_warp == 3328
-    assert (occ.blocks_per_sm, occ.warps_per_sm) == (4, 16)
-    assert occ.fraction == pytest.approx(0.25)
-
-
-def test_scheduler_split_changes_the_answer():
-    # 192 x 32 = 6,144 per warp. Per scheduler 16,384 // 6,144 = 2 warps -> 8 warps per SM
-    # -> 64 threads = 2 warps -> 4 blocks. The whole file would say 65,536 // 6,144 = 10
-    # warps = 5 blocks, but a warp cannot straddle two schedulers' register files.
-    occ = occupancy(threads_per_block=64, registers_per_thread=192, arch="sm_80")
-    assert occ.blocks_by_registers == 4
-    assert (occ.blocks_per_sm, occ.warps_per_sm) == (4, 8)
-    assert occ.limited_by == "registers"
-
-
 def test_shared_memory_limited_with_the_reserved_kilobyte():
     # 32 KB = 32,768 B + 1,024 reserved = 33,792 B (a multiple of 128) per block;
     # 167,936 // 33,792 = 4 blocks (without the reserved KB it would be 5).
@@ -92,18 +74,6 @@ def test_shared_memory_limited_with_the_reserved_kilobyte():
     assert occ.limited_by == "shared_memory"
 
 
-def test_shared_memory_granularity_on_turing():
-    # sm_75 rounds shared memory to 256 B and reserves nothing: 10,800 -> 11,008 B
-    # (43 x 256); 65,536 // 11,008 = 5 blocks (with 128-B units it would be 10,880 -> 6).
-    # 5 blocks x 4 warps = 20 warps of 32 = 62.5%.
-    occ = occupancy(threads_per_block=128, registers_per_thread=32,
-                    shared_mem_per_block=10_800, arch="sm_75")
-    assert occ.shared_mem_allocated_per_block == 11008
-    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.max_warps_per_sm) == (5, 20, 32)
-    assert occ.fraction == pytest.approx(0.625)
-    assert occ.limited_by == "shared_memory"
-
-
 def test_block_slot_limited_on_sm86():
     # 32 threads = 1 warp, 16 registers (512 per warp -> 32 per scheduler -> 128 blocks),
     # shared memory 102,400 // 1,024 = 100, warp slots 48 // 1 = 48, block slots 16.
@@ -115,14 +85,6 @@ def test_block_slot_limited_on_sm86():
     assert occ.limited_by == "blocks"
 
 
-def test_warp_slot_limited_full_occupancy():
-    # 1,024 threads = 32 warps, 16 registers (512 per warp -> 128 warps -> 4 blocks):
-    # warp slots 64 // 32 = 2 blocks -> 64 warps of 64 = 100%.
-    occ = occupancy(threads_per_block=1024, registers_per_thread=16, arch="sm_80")
-    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.fraction) == (2, 64, 1.0)
-    assert occ.limited_by == "warps"
-
-
 def test_ties_name_every_limit():
     # 64 threads x 32 registers: warp slots 64 // 2 = 32, block slots 32, registers
     # 1,024 per warp -> 64 warps -> 32 blocks. Three limits allow exactly 32 blocks.
@@ -131,12 +93,6 @@ def test_ties_name_every_limit():
     assert occ.limiters == ("registers", "warps", "blocks")
     assert occ.limited_by == "registers"  # the first, in LIMITS order
     assert set(occ.limiters) <= set(LIMITS)
-
-
-def test_partial_warp_counts_as_a_whole_warp():
-    # 33 threads occupy 2 warps: warp slots 64 // 2 = 32 blocks; 32 x 2 = 64 warps = 100%.
-    occ = occupancy(threads_per_block=33, registers_per_thread=32, arch="sm_80")
-    assert (occ.warps_per_block, occ.warps_per_sm) == (2, 64)
 
 
 def test_registers_that_cannot_fit_one_block_give_zero():

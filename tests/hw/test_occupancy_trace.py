@@ -32,24 +32,6 @@ def test_recomputed_kineto_estimate_equals_every_recorded_flash_kernel_field():
         assert k.occupancy.blocks_per_sm < e["args"]["blocks per SM"]
 
 
-def test_the_flash_kernel_is_register_limited_to_two_blocks_of_four_warps():
-    kernels, props = raw_flash_kernels()
-    k = occupancy.trace_kernel(kernels[0], [props])
-    assert k.occupancy.arch == "sm_90" and k.occupancy.limited_by == "registers"
-    assert (k.occupancy.blocks_per_sm, k.occupancy.warps_per_sm) == (2, 8)
-    assert k.occupancy.percent == 12.5 and k.kineto_percent == 12.5
-    assert k.shared_mem_per_block <= occupancy.KINETO_SHARED_MEM_LIMIT   # else Kineto would write 0
-    assert k.resident_blocks == 2 * props["numSms"]
-    assert 4 < k.waves < 5
-
-
-def test_the_traces_device_limits_are_the_calculators_for_its_architecture():
-    _, props = raw_flash_kernels()
-    rows = occupancy.device_limits(props)
-    assert len(rows) >= 4
-    assert all(trace == table for _, trace, table in rows), rows
-
-
 def test_a_rocm_kernel_without_registers_is_refused_in_words():
     entry = borrowed.TRACELENS["mi300x_qwen"]
     trace = entry.trace()
