@@ -46,7 +46,7 @@ class Case:
     seed: int = 0
     device: str = "cpu"
 
-    def whole(self, requires_grad: bool = False):
+    def whole(self):
         """The whole q, k, v (and a gradient of the output), the same on every rank."""
         g = torch.Generator().manual_seed(self.seed)
         dt = parse_dtype(self.dtype)
@@ -54,8 +54,7 @@ class Case:
         def draw(heads):
             return torch.randn(self.batch, heads, self.seq, self.head_dim, generator=g).to(self.device, dt)
 
-        q, k, v, grad_out = draw(self.heads), draw(self.kv_heads), draw(self.kv_heads), draw(self.heads)
-        return tuple(t.requires_grad_(requires_grad) for t in (q, k, v)) + (grad_out,)
+        return draw(self.heads), draw(self.kv_heads), draw(self.kv_heads), draw(self.heads)
 
     def with_(self, **changes) -> "Case":
         return replace(self, **changes)
