@@ -514,8 +514,7 @@ glue("elapsed_s", time.perf_counter() - started)
 #   the rank the critical path runs through. Exposed communication is where a rank blocked in
 #   a wait; gloo's own ranges end when `wait()` returns, so they bound a transfer, never time it.
 #
-# The benchmark `python -m kernels.bench --mode context-parallel --world 2` times the same
-# schemes beside one device. This chapter took {glue:text}`elapsed_s:.0f` s to execute here.
+# This chapter took {glue:text}`elapsed_s:.0f` s to execute here.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/11_context_parallel.ipynb), with automatic checks, hints and hidden solutions.

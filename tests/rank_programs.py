@@ -44,10 +44,6 @@ def wrong_shard(rank: int, world: int) -> str:
     return "accepted"
 
 
-def whoami(rank: int, world: int) -> dict:
-    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "pid": os.getpid()}
-
-
 def post_sleep_wait(rank: int, world: int, trace_dir: str, sleep_s: float, late_rank: int = -1) -> str:
     """One profiled ring exchange of 64 bytes per rank: post, sleep ``sleep_s``, wait. Given a
     ``late_rank``, that rank sleeps before it posts and the others post and wait at once, so

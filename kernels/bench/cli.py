@@ -8,7 +8,6 @@ also holds the performance goals the README states).
     python -m kernels.bench --out bench_cpu                 # the CPU sweep, < 2 min on 2 cores
     python -m kernels.bench --mode forward training --device cuda --out bench_gpu
     python -m kernels.bench --mode decode --seq 4096 16384 --gqa 4 --out decode
-    python -m kernels.bench --mode context-parallel --world 2 --seq 1024   # ring, Ulysses, one device
 """
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ from kernels.registry import names
 from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, STATUSES, save_results
 from kernels.bench.sweep import sweep
 from kernels.bench.timing import warm_gpu
-from kernels.parallel import programs
 
 # What --mode accepts: each mode's own name, and the words people use for it.
 MODE_WORDS = {"forward": FORWARD, "fwd": FORWARD,
@@ -77,8 +75,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--warm-gpu", type=float, default=0.0, metavar="SECONDS",
                    help="on a GPU, run matmuls this long first so the clocks leave their idle state")
-    p.add_argument("--world", type=int, default=2,
-                   help="with --mode context-parallel: the number of ranks (processes; default 2)")
     p.add_argument("--out", default=str(Path("_build") / "bench" / "bench_results"),
                    help="output stem: writes OUT.json and OUT.csv (default: _build/bench/bench_results)")
     return p
@@ -99,11 +95,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cli = parser()
     args = cli.parse_args(argv)
-    if "context-parallel" in (split_list(args.mode) or []):  # ranks in processes: kernels.parallel.programs
-        if args.world < 1:
-            cli.error(f"--world must be a positive number of ranks, got {args.world}")
-        args.argv = argv
-        return programs.bench_main(args)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         cli.error("--device cuda needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")

@@ -2,6 +2,5 @@
 
 ``ranks`` (run a function on N processes in one group, gloo or NCCL), ``ring`` (ring
 attention), ``ulysses`` (all-to-all sequence parallelism), ``programs`` (what each rank
-runs in the chapter and in ``python -m kernels.bench --mode context-parallel``),
-``rank_traces`` (a folder of per-rank profiler traces, read side by side).
+runs in the chapter), ``rank_traces`` (a folder of per-rank profiler traces, read side by side).
 """

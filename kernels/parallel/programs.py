@@ -1,9 +1,9 @@
-"""What each rank runs in chapter 11, its tests and ``kernels.bench --mode context-parallel``.
+"""What each rank runs in chapter 11 and its tests.
 
-Every function here is a rank program for ``kernels.parallel.ranks.run(fn, world, case, ...)``: it is
-called as ``fn(rank, world, case, ...)`` inside a joined process group, draws the same whole
+Every function here is a rank program for ``kernels.parallel.ranks.Ranks(world).run(fn, case, ...)``: it
+is called as ``fn(rank, world, case, ...)`` inside a joined process group, draws the same whole
 inputs on every rank from ``case.seed``, takes its own shard, and returns plain data (shards,
-trace paths, times) for the parent to gather. ``Case`` says the shapes; ``gather`` puts the
+trace paths) for the parent to gather. ``Case`` says the shapes; ``gather`` puts the
 ranks' shards back in sequence order; ``judge_ring`` / ``judge_ulysses`` gather and judge them
 against the float64 reference (``kernels.reference.judge``: fp32 within ~1e-5, 16-bit by
 FlashAttention's rule).
@@ -15,12 +15,6 @@ each rank has a GPU, and says why otherwise.
 """
 from __future__ import annotations
 
-import datetime
-import json
-import shlex
-import statistics
-import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -29,14 +23,12 @@ import torch
 from torch.profiler import ProfilerActivity, record_function, schedule
 
 from kernels import reference
-from kernels.dtypes import dtype_name, parse_dtype
-from kernels.hw import devices
-from kernels.parallel import ranks as launcher
+from kernels.dtypes import parse_dtype
 from kernels.parallel import ring
 from kernels.parallel import ulysses
 from kernels.trace.record import quiet_kineto
 
-SCHEMES = ("ring", "ulysses", "one device", "one device sdpa")
+SCHEMES = ("ring", "ulysses")
 
 
 @dataclass(frozen=True)
@@ -54,7 +46,7 @@ class Case:
     seed: int = 0
     device: str = "cpu"
 
-    def whole(self, requires_grad: bool = False):
+    def whole(self):
         """The whole q, k, v (and a gradient of the output), the same on every rank."""
         g = torch.Generator().manual_seed(self.seed)
         dt = parse_dtype(self.dtype)
@@ -62,8 +54,7 @@ class Case:
         def draw(heads):
             return torch.randn(self.batch, heads, self.seq, self.head_dim, generator=g).to(self.device, dt)
 
-        q, k, v, grad_out = draw(self.heads), draw(self.kv_heads), draw(self.kv_heads), draw(self.heads)
-        return tuple(t.requires_grad_(requires_grad) for t in (q, k, v)) + (grad_out,)
+        return draw(self.heads), draw(self.kv_heads), draw(self.kv_heads), draw(self.heads)
 
     def with_(self, **changes) -> "Case":
         return replace(self, **changes)
@@ -144,11 +135,6 @@ def _forward(scheme: str, rank: int, world: int, case: Case):
     if scheme == "ulysses":
         mine = [ring.shard(t, rank, world, "contiguous") for t in (q, k, v)]
         return lambda: ulysses.ulysses_attention(*mine, seq_len=case.seq, causal=case.causal)
-    if scheme == "one device":  # the ring's arithmetic on the whole sequence, cut as zigzag cuts it
-        return lambda: ring.one_device(q, k, v, 2 * world, causal=case.causal)
-    if scheme == "one device sdpa":  # Ulysses' arithmetic (SDPA) on the whole sequence
-        return lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=case.causal, enable_gqa=case.heads != case.kv_heads)
     raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
 
 
@@ -179,30 +165,6 @@ def profile_scheme(rank: int, world: int, case: Case, scheme: str, trace_dir: st
                     dist.barrier()
             prof.step()
     return {"rank": rank, "trace": str(path)}
-
-
-def time_scheme(rank: int, world: int, case: Case, scheme: str, repeats: int = 5, warmup: int = 1) -> list[float]:
-    """Seconds of each of ``repeats`` forwards of ``scheme`` on this rank, every one started
-    after a barrier (so a rank's time includes its wait on the others)."""
-    import torch.distributed as dist
-
-    case = _device(case, rank)
-    step = _forward(scheme, rank, world, case)
-    times = []
-    with torch.no_grad():
-        for i in range(warmup + repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            step()
-            if case.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    return times
-
-
-def medians(per_rank: list[list[float]]) -> list[float]:
-    return [statistics.median(t) for t in per_rank]
 
 
 # ----------------------------------------------------------------------------- PyTorch's own
@@ -239,77 +201,6 @@ def torch_context_parallel(rank: int, world: int, case: Case) -> dict:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=case.causal)
     (whole,) = context_parallel_unshard(mesh, [out], [2])
     return {"out": whole.cpu()}
-
-
-# ----------------------------------------------------------------------------- the benchmark
-
-# Each scheme beside the one-device run with the same arithmetic: the ring's chunked fp32
-# matmuls (``ring.one_device``), and SDPA for Ulysses, whose ranks run SDPA on whole heads.
-BENCH_SCHEMES = (("ring", "contiguous"), ("ring", "zigzag"), ("one device", "ring arithmetic"),
-                 ("ulysses", "contiguous"), ("one device sdpa", "sdpa"))
-
-
-def bench(world: int, case: Case, repeats: int = 7, timeout_s: float = 120.0, ranks=None) -> list[dict]:
-    """Per-rank median ms of one forward of each scheme on ``world`` ranks, same shapes
-    (``one device``: every rank computes the whole attention alone, one thread each, at once,
-    with the ring's arithmetic; ``one device sdpa``: the same with SDPA, Ulysses' arithmetic).
-    A scheme the shapes do not allow (Ulysses with heads not divisible by the world) records why."""
-    rows = []
-    group = ranks or launcher.Ranks(world, timeout_s=timeout_s)
-    try:
-        for scheme, layout in BENCH_SCHEMES:
-            row = {"scheme": scheme, "layout": layout, "world": world, "seq": case.seq, "batch": case.batch,
-                   "heads": case.heads, "kv_heads": case.kv_heads, "head_dim": case.head_dim, "dtype": case.dtype,
-                   "causal": case.causal, "repeats": repeats}
-            try:
-                if scheme == "ulysses":
-                    ulysses.check_heads(case.heads, case.kv_heads, world)
-                times = group.run(time_scheme, case.with_(layout=layout if scheme == "ring" else case.layout),
-                                  scheme, repeats)
-            except ValueError as err:
-                rows.append({**row, "status": "unsupported", "reason": str(err)})
-                continue
-            rows.append({**row, "status": "ok", "median_ms_per_rank": [m * 1e3 for m in medians(times)],
-                         "median_ms": max(medians(times)) * 1e3})
-    finally:
-        if ranks is None:
-            group.close()
-    return rows
-
-
-def bench_main(args) -> int:
-    """``python -m kernels.bench --mode context-parallel --world N``: print and save the medians."""
-    if args.device != "cpu" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda needs a CUDA GPU; none is visible")
-    seq = (args.seq and int(str(args.seq[0]).split(",")[0])) or 1024
-    heads = args.heads or 8
-    if args.gqa < 1 or heads % args.gqa:
-        raise SystemExit(f"--gqa {args.gqa} must be a positive divisor of the {heads} query heads")
-    dtype = dtype_name(parse_dtype((args.dtype or ["fp32"])[0]))
-    case = Case(batch=args.batch or 1, heads=heads, kv_heads=heads // args.gqa, seq=seq,
-                head_dim=int(str((args.head_dim or [64])[0]).split(",")[0]), dtype=dtype, causal=args.causal,
-                device=args.device)
-    world = args.world
-    print(f"context parallel on {world} ranks: B={case.batch} H={case.heads} Hkv={case.kv_heads} S={case.seq} "
-          f"D={case.head_dim} {case.dtype} {'causal' if case.causal else 'non-causal'}", file=sys.stderr)
-    rows = bench(world, case, repeats=max(3, args.reps if args.reps != 30 else 7))
-    for r in rows:
-        if r["status"] == "ok":
-            per_rank = ", ".join(f"{m:.2f}" for m in r["median_ms_per_rank"])
-            print(f"{r['scheme']:>10} {r['layout']:>10}: median ms per rank [{per_rank}]", file=sys.stderr)
-        else:
-            print(f"{r['scheme']:>10} {r['layout']:>10}: {r['status']}: {r['reason']}", file=sys.stderr)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    path = out.with_name(out.name + "_context_parallel.json")
-    path.write_text(json.dumps({"meta": {
-        "device": devices.describe_device(torch.device(args.device)),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "-m", "kernels.bench", *getattr(args, "argv", [])]),
-        "timing": "time.perf_counter around each forward, each started after a barrier; the median per rank"},
-        "rows": rows}, indent=1, default=str))
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
 
 
 def profiled(group, case: Case, scheme: str, folder: str, active: int):

@@ -2,11 +2,11 @@
 
 ``Ranks(world)`` spawns ``world`` fresh processes (``spawn``, so it works from a notebook),
 joins them in one group over a free TCP port (gloo on a CPU, NCCL with one GPU per rank),
-and ``ranks.run(fn, *args)`` returns ``fn(rank, world, *args)`` of each rank, in rank order;
-``run(fn, world, *args)`` does it once on fresh processes. Nothing is left hanging: every
-op of the group has a timeout, each run a deadline (:class:`RankTimeout`); a rank that
-raises or dies ends the run with :class:`RankFailed` naming it; ``close()`` ends every
-process. ``fn`` must be importable by name, and its result travels back by ``torch.save``.
+and ``ranks.run(fn, *args)`` returns ``fn(rank, world, *args)`` of each rank, in rank order.
+Nothing is left hanging: every op of the group has a timeout, each run a deadline
+(:class:`RankTimeout`); a rank that raises or dies ends the run with :class:`RankFailed` naming
+it; ``close()`` ends every process. ``fn`` must be importable by name, and its result travels
+back by ``torch.save``.
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ class Ranks:
     fails (a rank raised, died or timed out) closes the whole group, since a group missing a
     rank, or with messages left in flight, cannot be trusted again: open a new one. ``close()``
     (or leaving the ``with``) ends every process; a rank whose parent has gone exits on its own.
+    ``threads`` is each rank's ``torch.set_num_threads`` (one per rank keeps N ranks from
+    fighting over N cores).
     """
 
     def __init__(self, world: int, *, timeout_s: float = 60.0, backend: str | None = None, threads: int = 1):
@@ -149,20 +151,6 @@ class Ranks:
             dead = _dead(procs, got, errors)
             raise RankFailed(_died_message(procs, dead, errors) if dead else _error_message(errors))
         return [got[r] for r in range(len(procs))]
-
-
-def run(fn: Callable[..., Any], world: int, *args, timeout_s: float = 60.0, backend: str | None = None,
-        threads: int = 1) -> list:
-    """``[fn(0, world, *args), ..., fn(world - 1, world, *args)]`` on ``world`` fresh processes,
-    which end with the call (``Ranks`` keeps them for many calls).
-
-    ``threads`` is each rank's ``torch.set_num_threads`` (one per rank keeps N ranks from
-    fighting over N cores). Raises :class:`RankFailed` / :class:`RankTimeout` (see the module
-    docstring); ``ValueError`` for a world below 1 or a function that cannot be sent to a child.
-    """
-    _check_sendable(fn)
-    with Ranks(world, timeout_s=timeout_s, backend=backend, threads=threads) as ranks:
-        return ranks.run(fn, *args)
 
 
 def _check_sendable(fn) -> None:

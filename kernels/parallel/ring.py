@@ -179,17 +179,6 @@ def attend_chunks(q, k, v, q_chunks, k_chunks, causal: bool, scale: float, out, 
         out[:, :, rows], lse[:, :, rows] = merge(out[:, :, rows], lse[:, :, rows], part, part_lse)
 
 
-def one_device(q, k, v, chunks: int, causal: bool = True, scale: Optional[float] = None) -> torch.Tensor:
-    """The whole attention on one process with the ring's arithmetic: the sequence cut into
-    ``chunks`` chunks, every visible chunk pair computed once (what the ring computes in all)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    bounds = chunk_bounds(q.shape[2], chunks)
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device)
-    attend_chunks(q, k, v, bounds, bounds, causal, scale, out, lse)
-    return out.to(q.dtype)
-
-
 def _backward_block(q, k, v, do, lse, delta, q_range, seen, scale):
     """Gradients of one query chunk's attention over the key chunks it sees, fp32:
     dq [B, Hq, Sc, D] and dk, dv [B, Hkv, Sk_c, D] (summed over each K/V head's query heads)."""
@@ -396,7 +385,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_len
 
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention runs on every rank of a torch.distributed process group: call "
-                           "torch.distributed.init_process_group first (kernels.parallel.ranks.run does it for you)")
+                           "torch.distributed.init_process_group first (kernels.parallel.ranks.Ranks does it for you)")
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     check_split(seq_len, world, layout)
     check_shards(q, k, v, shard_len(seq_len, world, rank, layout), rank)

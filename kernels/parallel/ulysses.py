@@ -77,7 +77,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_
 
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ulysses_attention runs on every rank of a torch.distributed process group: call "
-                           "torch.distributed.init_process_group first (kernels.parallel.ranks.run does it for you)")
+                           "torch.distributed.init_process_group first (kernels.parallel.ranks.Ranks does it for you)")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise RuntimeError("ulysses_attention is forward only in this course: call it under torch.no_grad() "
                            "(kernels.parallel.ring.ring_attention has a backward)")

@@ -53,12 +53,6 @@ def _nccl_in_step(raw, step_name):
             and e["name"].startswith("nccl") and t0 <= launches.get(e["args"].get("correlation"), -1) <= t1]
 
 
-def test_the_real_pair_is_two_ranks_of_a_128_rank_job(pair):
-    assert [r.rank for r in pair.ranks] == [0, 1]
-    assert pair.world == 128 and len(pair.missing) == 126
-    assert {r.backend for r in pair.ranks} == {"nccl"}
-
-
 def test_the_real_pair_matches_its_steps_by_name_and_finds_nccl_communication(pair):
     step = pair.step()
     assert step.label == "ProfilerStep#551" and [s.label for s in step.steps] == ["ProfilerStep#551"] * 2
@@ -69,7 +63,6 @@ def test_the_real_pair_matches_its_steps_by_name_and_finds_nccl_communication(pa
     accounted = summary["compute_us"] + summary["exposed_communication_us"] + summary["idle_us"]
     assert accounted.tolist() == pytest.approx(summary["step_us"].tolist(), rel=1e-9)
     assert summary["behind_slowest_us"].min() == 0
-    assert step.slowest_rank() == int(summary["compute_us"].idxmax())
 
 
 def test_the_real_pairs_communication_is_what_the_raw_json_says(pair):
@@ -88,11 +81,6 @@ def test_the_real_pairs_critical_path_has_a_round_per_communication_round(pair):
     assert len(path) == min(rounds) + 1
     assert set(path["rank"]) <= {0, 1} and (path["compute_us"] >= 0).all() and (path["slack_us"] >= 0).all()
     assert path["matched"].all() == (rounds[0] == rounds[1])
-
-
-def test_the_real_pair_draws_a_track_per_rank(pair):
-    fig = pair.step().timeline()
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
 
 
 def test_the_nccl_trace_alone_is_rank_0_of_2_with_its_collectives_bytes(tmp_path):
@@ -225,6 +213,7 @@ def test_the_borrowed_rank_pair_loads_from_a_list_of_files_as_from_its_folder(pa
 
     listed = rank_traces.load_ranks(borrowed.rank_pair())
     assert [r.rank for r in listed.ranks] == [0, 1] and listed.world == pair.world == 128
+    assert {r.backend for r in pair.ranks} == {"nccl"} and len(pair.missing) == 126
     assert listed.step().summary().equals(pair.step().summary())
     with pytest.raises(ValueError, match="no such rank trace"):
         rank_traces.load_ranks([ROOT / "no-such-rank-0.json.gz"])
