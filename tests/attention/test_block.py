@@ -21,15 +21,6 @@ def _block(attention="naive", width=64, heads=4):
     return blocks.Block(width, heads, attention).eval()
 
 
-def test_block_keeps_the_shape_and_agrees_across_attentions():
-    x = torch.randn(2, 19, 64)
-    with torch.no_grad():
-        outs = {n: _block(n)(x) for n in ("naive", "inplace", "sdpa_math", "sdpa_flash")}
-    for name, out in outs.items():
-        assert out.shape == x.shape, f"{name}: a block keeps x's shape"
-        assert torch.allclose(out, outs["naive"], atol=1e-5), f"{name}: the attention choice must not change the block"
-
-
 def test_block_is_causal():
     # Changing a later token must not change an earlier token's output.
     x = torch.randn(1, 12, 64)

@@ -507,25 +507,6 @@ def test_cpu_peak_memory_is_the_trace_readers_step_peak(tmp_path):
     assert peak == run.step().peak_bytes, "the benchmark's peak and the trace's step peak are one number"
 
 
-def test_goal_ratios_take_each_goals_worst_shape_from_one_run():
-    from kernels.bench.results import FORWARD, FORWARD_BACKWARD, BenchResult, goal_ratios
-
-    def row(impl, mode, seq, ms):
-        return BenchResult(impl=impl, device="cuda", dtype="bf16", batch=4, heads=16, seq=seq, head_dim=64,
-                           causal=True, mode=mode, median_ms=ms)
-
-    rows = [row("sdpa_flash", FORWARD, 1024, 1.0), row("sdpa_flash", FORWARD, 4096, 10.0),
-            row("triton", FORWARD, 1024, 0.8), row("triton", FORWARD, 4096, 12.5),      # 1.25x, then 0.8x
-            row("triton", FORWARD_BACKWARD, 1024, 3.0),                                  # no baseline at fwd+bwd
-            row("cuda_v2", FORWARD, 1024, 1.25)]                                          # 0.8x
-    got = {(g["impl"], g["mode"]): g for g in goal_ratios(rows)}
-    assert got["triton", FORWARD]["worst_ratio"] == pytest.approx(0.8) and got["triton", FORWARD]["at"] == "S=4096, D=64"
-    assert got["triton", FORWARD]["met"] is False and got["triton", FORWARD]["shapes"] == 2, \
-        "a goal is met only when its worst shape meets it"
-    assert got["triton", FORWARD_BACKWARD]["met"] is None, "nothing to compare against is no verdict, not a pass"
-    assert got["cuda_v2", FORWARD]["met"] is True and got["cuda_v2", FORWARD]["worst_ratio"] == pytest.approx(0.8)
-
-
 def test_a_compiled_entry_that_falls_back_to_eager_is_not_reported(monkeypatch):
     # Past torch._dynamo.config.recompile_limit, Dynamo runs a function eagerly with only a
     # logged warning; the sweep must not time that under a compiled name.
