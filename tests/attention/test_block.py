@@ -39,14 +39,6 @@ def test_block_refuses_in_words():
         blocks.Block(64, 4, "flash9")
 
 
-@pytest.mark.parametrize("seq,width", [(17, 64), (113, 96)])
-def test_flop_counter_counts_the_formula(seq, width):
-    counted = blocks.counted_flops(blocks.Block(width, 4, "naive").eval(), torch.randn(2, seq, width))
-    f = blocks.flops_by_part(seq, width, batch=2)
-    assert counted["addmm"] == f["qkv"] + f["proj"] + f["mlp"], "linear layers: 24·B·S·W² FLOPs"
-    assert counted["bmm"] == f["attention"], "naive attention computes all S×S scores: 4·B·S²·W"
-
-
 def test_attention_share_grows_and_crosses_half_at_6w():
     w = 256
     shares = [blocks.attention_share(s, w) for s in (64, 256, 1024, 4096)]

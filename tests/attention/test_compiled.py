@@ -168,14 +168,6 @@ def test_compiled_naive_runs_past_dynamos_recompile_limit_in_every_grad_mode(com
             torch.autograd.grad(out.sum(), q, create_graph=True)
 
 
-def test_alibi_error_passes_alibi_and_fails_plain_attention(compiled):
-    q, k, v = make_attention_inputs(1, 4, 4, 33, 33, 16)
-    err, bound = compiled.alibi_error(compiled.alibi_reference(q, k, v, dtype=torch.float32), q, k, v)
-    assert err <= bound, "fp32 ALiBi attention stays within the fp32 bound"
-    err, bound = compiled.alibi_error(reference.attention(q, k, v, causal=True).float(), q, k, v)
-    assert err > 100 * bound, "plain causal attention is not ALiBi attention"
-
-
 def test_score_buffers_and_memory_table_count_exact_scores_buffers(compiled):
     import pandas as pd
     from types import SimpleNamespace
@@ -192,15 +184,13 @@ def test_score_buffers_and_memory_table_count_exact_scores_buffers(compiled):
         compiled.score_buffers(step, 0)
 
 
-def test_compiled_call_reads_the_borrowed_a100_trace():
+def test_compiled_call_credits_the_borrowed_a100_trace_and_refuses_an_eager_step():
+    # What the call holds (one pointwise Triton kernel, its region, the GPU's busy share) is
+    # chapter 7's lessons, asserted when the chapter executes.
     from kernels.attention import torch_compile
     from kernels.borrowed import COMPILED_POINTWISE, TRAINING_STEP
 
-    call = torch_compile.compiled_call(COMPILED_POINTWISE)
-    assert len(call.kernels) == 1 and call.kernel.family == "triton" and call.kernel.kind == "elementwise"
-    assert call.names[0] == "TorchDynamo Cache Lookup" and call.names[1].startswith("Torch-Compiled Region")
-    assert 0 < call.gpu_us < call.region_us and 0 < call.busy_share < 1
-    assert "not this book's run" in call.credit
+    assert "not this book's run" in torch_compile.compiled_call(COMPILED_POINTWISE).credit
     with pytest.raises(ValueError, match="Torch-Compiled Region"):
         torch_compile.compiled_call(TRAINING_STEP)  # an eager training step has no compiled region
 
