@@ -263,17 +263,6 @@ def split_summary(pairs: pd.DataFrame) -> pd.DataFrame:
             .rename(index={"count": "calls", "50%": "median"}))
 
 
-def predicted_decode_backends(gpus: dict, dtype: torch.dtype = torch.bfloat16, head_dim: int = 128,
-                              cudnn_version: int = 92000) -> pd.DataFrame:
-    """The backend PyTorch's priority rules (``sdpa.predicted_backend``) give an unpinned decode
-    token on each GPU of ``gpus`` ({label: compute capability}), one row per GPU."""
-    from kernels.attention import sdpa  # here: sdpa registers implementations on import
-
-    return pd.DataFrame([{"GPU": gpu, "unpinned decode token picks":
-                          sdpa.predicted_backend(cap, dtype, head_dim, cudnn_version=cudnn_version)}
-                         for gpu, cap in gpus.items()]).set_index("GPU")
-
-
 def decode_backends(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, device,
                     group: int = 4) -> tuple[str, str]:
     """The backend unpinned SDPA picks here for a decode token (one query against ``seq`` cached

@@ -136,24 +136,6 @@ def test_largest_difference_is_relative_to_the_first_output():
         blocks.largest_difference({})
 
 
-def test_flop_shares_count_the_formula_and_grow():
-    table = blocks.flop_shares(blocks.seeded_block(64, 4, "naive"), 1, 64, [32, 128])
-    assert (table["linear (GFLOP)"] - table["formula linear"]).abs().max() < 1e-12
-    assert (table["attention (GFLOP)"] - table["formula attention"]).abs().max() < 1e-12
-    assert table["attention share"].is_monotonic_increasing
-
-
-def test_memory_by_attention_sees_the_scores_buffer_only_with_hand_written_attention(tmp_path):
-    seq, width = 128, 64
-    x = blocks.block_input(1, seq, width)
-    steps, table = blocks.memory_by_attention({n: blocks.seeded_block(width, 4, n) for n in ("naive", "sdpa_flash")},
-                                              x, active=1, trace_dir=tmp_path)
-    scores_mib = 4 * seq * seq * 4 / 2**20
-    assert table.loc["naive", "largest allocation (MiB)"] >= round(scores_mib, 2)
-    assert table.loc["sdpa_flash", "largest allocation (MiB)"] < scores_mib
-    assert set(steps) == {"naive", "sdpa_flash"}
-
-
 @pytest.mark.parametrize("attention", ["sdpa_flash", blocks.sdpa_causal])
 def test_a_block_with_sdpa_traces_into_one_graph(attention):
     # The pinned SDPA entry captures warnings eagerly; under torch.compile it must skip that
