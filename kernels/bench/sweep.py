@@ -255,7 +255,8 @@ def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode,
     """A row with its FLOPs and bytes (``seq`` is Sk; Sq is 1 in decode, ``seq`` otherwise).
 
     Backward alone: forward+backward less the forward, so 2.5x the forward's FLOPs, and the
-    bytes dO, dQ, dK, dV add. Decode: ``reference.decode_flops`` / ``decode_bytes``.
+    bytes dO, dQ, dK, dV add. Decode: ``reference.decode_flops``, and ``reference.io_bytes`` with
+    Sq = 1 (the K/V cache read once, q read, o written).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     materialized = implementation(name).materializes_scores
@@ -267,8 +268,8 @@ def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode,
 
     if mode == DECODE:
         flops = reference.decode_flops(batch, heads, seq, head_dim)
-        nbytes = reference.decode_bytes(batch, heads, seq, head_dim, dtype=dtype, kv_heads=kv_heads,
-                                        materialized=materialized)
+        nbytes = reference.io_bytes(batch, heads, 1, head_dim, dtype=dtype, materialized=materialized,
+                                    seq_k=seq, kv_heads=kv_heads)
     else:
         flops, nbytes = count(mode != FORWARD)
         if mode == BACKWARD:
