@@ -53,27 +53,6 @@ def test_cache_refuses_bad_sizes_and_mismatched_lengths():
 # ------------------------------------------------------------------------- counts, by hand
 
 
-def test_decode_flops_count_every_key_and_ignore_shared_heads():
-    b, h, sk, d = 2, 8, 300, 64
-    assert decoding.call_flops(b, h, 1, sk, d) == 4 * b * h * sk * d        # no causal half for one query
-    assert decoding.call_flops(b, h, 1, sk, d, causal=False) == 4 * b * h * sk * d
-    assert decoding.call_flops(b, h, sk, sk, d) == 2 * b * h * sk * sk * d  # prefill: the square convention
-    # a chunk of 3 queries at the end of 10 keys sees 8 + 9 + 10 pairs
-    assert decoding.call_flops(1, 1, 3, 10, 4) == 4 * (8 + 9 + 10) * 4
-
-
-def test_decode_bytes_read_each_shared_head_once():
-    b, h, hkv, sk, d = 2, 32, 8, 4096, 128
-    elem = 2
-    want = (2 * b * h * 1 * d + 2 * b * hkv * sk * d) * elem               # q and o, then K and V
-    assert decoding.call_bytes(b, h, 1, sk, d, hkv, torch.bfloat16) == want
-    mha = decoding.call_bytes(b, h, 1, sk, d, h, torch.bfloat16)
-    assert mha == (2 * b * h * d + 2 * b * h * sk * d) * elem
-    assert 0.99 * (h // hkv) < mha / want < h // hkv
-    # the square case is what chapter 6 counts
-    assert decoding.call_bytes(1, 8, 512, 512, 64, dtype=torch.float32) == reference.io_bytes(1, 8, 512, 64)
-
-
 def test_decode_intensity_tends_to_the_group_size_per_byte():
     for h, hkv, elem, dtype in ((32, 32, 2, torch.bfloat16), (32, 8, 2, torch.bfloat16), (16, 16, 4, torch.float32)):
         got = decoding.intensity(1, h, 1, 1 << 16, 128, hkv, dtype)
