@@ -78,10 +78,6 @@ class KVCache:
     def values(self) -> torch.Tensor:
         return self.v[:, :, :self.length]      # [B, Hkv, length, D]
 
-    def reset(self) -> None:
-        """Forget every token (the buffers stay allocated, for the next sequence)."""
-        self.length = 0
-
     @property
     def nbytes(self) -> int:
         """Bytes the two buffers hold (allocated for max_seq tokens, filled or not)."""

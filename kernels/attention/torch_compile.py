@@ -288,10 +288,6 @@ class BlockCounts:
         return self.full + self.partial + self.skipped
 
     @property
-    def computed(self) -> int:
-        return self.full + self.partial
-
-    @property
     def skipped_share(self) -> float:
         return self.skipped / self.total
 
