@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from packaging.version import Version
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from kernels.reference import future_mask
 from kernels.registry import CannotRun, Reason, check_inputs, cuda_reason, get, register, resolve_scale
 
 if TYPE_CHECKING:   # reading a trace needs pandas; importing the registry must stay cheap
@@ -272,11 +273,6 @@ def input_reason(name: str, q: torch.Tensor, k: Optional[torch.Tensor] = None, c
 
 # ---- the call ----------------------------------------------------------------------------------
 
-def allowed_mask(s_q: int, s_k: int, device) -> torch.Tensor:
-    """[s_q, s_k] bool, True where query i may see key j <= i + s_k - s_q (SDPA's "keep" sense)."""
-    return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril(s_k - s_q)
-
-
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     # Every fused backend needs stride 1 along head_dim ("All fused kernels require the last
     # dimension of the input to have stride 1"); any other stride is made here, with a copy.
@@ -302,7 +298,7 @@ def _causal_args(name: str, q, k, causal: bool, scale: float) -> dict:
     if name == "sdpa_flash" and q.device.type == "cuda":
         from torch.nn.attention.bias import causal_lower_right
         return dict(is_causal=False, attn_mask=causal_lower_right(s_q, s_k))
-    return dict(is_causal=False, attn_mask=allowed_mask(s_q, s_k, q.device))
+    return dict(is_causal=False, attn_mask=~future_mask(s_q, s_k, q.device))   # SDPA's mask: True = keep
 
 
 def _flash_lower_right_reason(q, k, v) -> Reason:
