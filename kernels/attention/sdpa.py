@@ -163,10 +163,6 @@ CUDNN_FIRST_AFTER = 91500
 CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
 
 
-def _cuda_major(cuda_version: Optional[str]) -> Optional[int]:
-    return Version(cuda_version).major if cuda_version else None
-
-
 def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,
              deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None,
              torch_version: Optional[str] = None) -> list[str]:
@@ -189,7 +185,7 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
                          "model (2.5.1 made cuDNN opt-in); ask about 2.5.1 or newer")
     if release[:2] < CUDNN_FIRST_FROM:
         return order
-    cuda_major = _cuda_major(cuda_version)
+    cuda_major = Version(cuda_version).major if cuda_version else None
     minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
     cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
                    and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized)
