@@ -359,16 +359,6 @@ def decode_flops(batch: int, heads: int, seq_k: int, head_dim: int) -> float:
     return flops(batch, heads, 1, head_dim, causal=False, seq_k=seq_k)
 
 
-def decode_bytes(batch: int, heads: int, seq_k: int, head_dim: int, dtype: torch.dtype = torch.float32,
-                 kv_heads: int | None = None, materialized: bool = False) -> float:
-    """Bytes one decode token must move (``io_bytes`` with Sq = 1): the K/V cache,
-    2·B·Hkv·Sk·D elements, read once, plus q read and o written, 2·B·Hq·D; an implementation
-    that materializes the scores adds 4·B·Hq·Sk. The cache dominates as Sk grows, and
-    grouped-query attention divides it by Hq / Hkv."""
-    return io_bytes(batch, heads, 1, head_dim, dtype=dtype, materialized=materialized,
-                    seq_k=seq_k, kv_heads=kv_heads)
-
-
 def visible_pairs(s_q: int, s_k: int) -> int:
     """(query, key) pairs bottom-right causal attention computes: sum over i of min(Sk, max(0, i + Sk - Sq + 1))."""
     return int((~future_mask(s_q, s_k)).sum())

@@ -277,10 +277,12 @@ glue("gqa_step_saving", float(step_saving))
 # prefill (`kernels.attention.sdpa.predicted_backend`):
 
 # %%
-decode_predictions = decoding.predicted_decode_backends({"A100 (sm_80)": (8, 0), "H200 (sm_90)": (9, 0),
-                                                        "T4 (sm_75), fp16": (7, 5)})
+decode_predictions = kernels.attention.sdpa.predictions(
+    [("A100 (sm_80)", (8, 0), torch.bfloat16, False, "the default order"),
+     ("H200 (sm_90)", (9, 0), torch.bfloat16, False, "cuDNN first"),
+     ("T4 (sm_75)", (7, 5), torch.float16, False, "no flash before sm_80")], head_dim=128)
 display(decode_predictions)
-lesson(decode_predictions["unpinned decode token picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
+lesson(decode_predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules a bf16 decode token goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
 
 # %%

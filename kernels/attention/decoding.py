@@ -78,10 +78,6 @@ class KVCache:
     def values(self) -> torch.Tensor:
         return self.v[:, :, :self.length]      # [B, Hkv, length, D]
 
-    def reset(self) -> None:
-        """Forget every token (the buffers stay allocated, for the next sequence)."""
-        self.length = 0
-
     @property
     def nbytes(self) -> int:
         """Bytes the two buffers hold (allocated for max_seq tokens, filled or not)."""
@@ -261,17 +257,6 @@ def split_summary(pairs: pd.DataFrame) -> pd.DataFrame:
     kernel's and the reduce's GPU time and of the reduce's share of the call."""
     return (pairs[["main µs", "reduce µs", "reduce share"]].describe().loc[["count", "min", "50%", "max"]]
             .rename(index={"count": "calls", "50%": "median"}))
-
-
-def predicted_decode_backends(gpus: dict, dtype: torch.dtype = torch.bfloat16, head_dim: int = 128,
-                              cudnn_version: int = 92000) -> pd.DataFrame:
-    """The backend PyTorch's priority rules (``sdpa.predicted_backend``) give an unpinned decode
-    token on each GPU of ``gpus`` ({label: compute capability}), one row per GPU."""
-    from kernels.attention import sdpa  # here: sdpa registers implementations on import
-
-    return pd.DataFrame([{"GPU": gpu, "unpinned decode token picks":
-                          sdpa.predicted_backend(cap, dtype, head_dim, cudnn_version=cudnn_version)}
-                         for gpu, cap in gpus.items()]).set_index("GPU")
 
 
 def decode_backends(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, device,

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from packaging.version import Version
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from kernels.reference import future_mask
 from kernels.registry import CannotRun, Reason, check_inputs, cuda_reason, get, register, resolve_scale
 
 if TYPE_CHECKING:   # reading a trace needs pandas; importing the registry must stay cheap
@@ -162,10 +163,6 @@ CUDNN_FIRST_AFTER = 91500
 CUDNN_FIRST_MINORS_BEFORE_CUDA_13 = (0, 3)
 
 
-def _cuda_major(cuda_version: Optional[str]) -> Optional[int]:
-    return Version(cuda_version).major if cuda_version else None
-
-
 def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritized: bool = False,
              deterministic: bool = False, order=DEFAULT_PRIORITY, cuda_version: Optional[str] = None,
              torch_version: Optional[str] = None) -> list[str]:
@@ -188,7 +185,7 @@ def priority(cap: tuple[int, int], cudnn_version: Optional[int], *, deprioritize
                          "model (2.5.1 made cuDNN opt-in); ask about 2.5.1 or newer")
     if release[:2] < CUDNN_FIRST_FROM:
         return order
-    cuda_major = _cuda_major(cuda_version)
+    cuda_major = Version(cuda_version).major if cuda_version else None
     minor_ok = cuda_major is None or cuda_major >= 13 or cap[1] in CUDNN_FIRST_MINORS_BEFORE_CUDA_13
     cudnn_first = (cap[0] in CUDNN_FIRST_MAJORS and minor_ok and cudnn_version is not None
                    and cudnn_version > CUDNN_FIRST_AFTER and not deprioritized)
@@ -272,11 +269,6 @@ def input_reason(name: str, q: torch.Tensor, k: Optional[torch.Tensor] = None, c
 
 # ---- the call ----------------------------------------------------------------------------------
 
-def allowed_mask(s_q: int, s_k: int, device) -> torch.Tensor:
-    """[s_q, s_k] bool, True where query i may see key j <= i + s_k - s_q (SDPA's "keep" sense)."""
-    return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril(s_k - s_q)
-
-
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     # Every fused backend needs stride 1 along head_dim ("All fused kernels require the last
     # dimension of the input to have stride 1"); any other stride is made here, with a copy.
@@ -302,7 +294,7 @@ def _causal_args(name: str, q, k, causal: bool, scale: float) -> dict:
     if name == "sdpa_flash" and q.device.type == "cuda":
         from torch.nn.attention.bias import causal_lower_right
         return dict(is_causal=False, attn_mask=causal_lower_right(s_q, s_k))
-    return dict(is_causal=False, attn_mask=allowed_mask(s_q, s_k, q.device))
+    return dict(is_causal=False, attn_mask=~future_mask(s_q, s_k, q.device))   # SDPA's mask: True = keep
 
 
 def _flash_lower_right_reason(q, k, v) -> Reason:

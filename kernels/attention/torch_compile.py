@@ -10,6 +10,7 @@ with: ``generated_kernels``, ``fused_ops``, ``block_counts``, ``score_buffers``,
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 import shutil
@@ -189,17 +190,12 @@ def causal_block_mask(sq: int, sk: int, device):
         (sq, sk, str(device)), lambda: create_block_mask(mod, None, None, sq, sk, device=str(device)))
 
 
-_flex_fn = None
-
-
+@functools.cache
 def compiled_flex() -> Callable:
     """``torch.compile(flex_attention)``, made on first use (PyTorch's documented way to run it:
     called eagerly, flex_attention materializes the scores and warns)."""
-    global _flex_fn
-    if _flex_fn is None:
-        from torch.nn.attention.flex_attention import flex_attention
-        _flex_fn = torch.compile(flex_attention)
-    return _flex_fn
+    from torch.nn.attention.flex_attention import flex_attention
+    return torch.compile(flex_attention)
 
 
 def flex_call(q, k, v, *, block_mask=None, score_mod=None, scale=None):
@@ -290,10 +286,6 @@ class BlockCounts:
     @property
     def total(self) -> int:
         return self.full + self.partial + self.skipped
-
-    @property
-    def computed(self) -> int:
-        return self.full + self.partial
 
     @property
     def skipped_share(self) -> float:

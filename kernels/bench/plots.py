@@ -4,8 +4,8 @@ Each function takes a sweep's rows and returns a ``matplotlib.figure.Figure`` (n
 no GUI backend, no global state). Only rows with status "ok" are drawn, one line per
 *series* (an implementation plus whatever else varies: mode, dtype, head dim, causal, K/V
 heads), so a line never joins points that are not comparable: ``time_vs_seq`` (log-log, the
-p10-p90 spread shaded), ``tflops_vs_seq`` (under the device's peak), ``memory_vs_seq`` (with
-S and S² guides) and ``roofline`` (FLOP/s against FLOP/byte under the two ceilings).
+p10-p90 spread shaded), ``tflops_vs_seq`` (under the device's peak) and ``roofline`` (FLOP/s
+against FLOP/byte under the two ceilings).
 """
 from __future__ import annotations
 
@@ -165,30 +165,6 @@ def tflops_vs_seq(results: Iterable, peak=None) -> Figure:
     ax.set_ylim(bottom=0)
     mark_noise(ax, results)  # throughput is FLOPs over the same noisy times
     return finish_figure(fig, ax, groups)
-
-
-def memory_vs_seq(results: Iterable) -> Figure:
-    """Peak memory of one call against sequence length (log-log), with S and S² guides."""
-    groups = {label: [r for r in rs if r.peak_memory_bytes] for label, rs in series(results).items()}
-    groups = {label: rs for label, rs in groups.items() if rs}
-    fig, ax = new_axes("Peak memory of one call", "sequence length S (tokens)", "peak memory (MiB)")
-    for label, rs in groups.items():
-        ax.plot([r.seq for r in rs], [r.peak_memory_bytes / 2**20 for r in rs], marker="o", label=label)
-    if groups:
-        draw_guides(ax, groups)
-    seq_axis(ax, groups)
-    ax.set_yscale("log")
-    return finish_figure(fig, ax, groups)
-
-
-def draw_guides(ax, groups: dict) -> None:
-    """Dotted lines ∝ S and ∝ S², both through the largest memory at the shortest S."""
-    seqs = sorted({r.seq for rs in groups.values() for r in rs})
-    s0 = seqs[0]
-    m0 = max(r.peak_memory_bytes for rs in groups.values() for r in rs if r.seq == s0) / 2**20
-    for power, text in ((1, "∝ S"), (2, "∝ S²")):
-        ax.plot(seqs, [m0 * (s / s0) ** power for s in seqs], color="gray",
-                linestyle=":" if power == 1 else "-.", linewidth=1, label=text)
 
 
 def device_peaks(device, results=None) -> devices.Peaks:

@@ -7,7 +7,7 @@ date, command, how everything was counted). ``save_results`` writes JSON and CSV
 ``forward+backward`` (3.5x the forward's FLOPs), ``backward`` alone (replayed on forwards
 made before the clock starts), ``decode`` (one query against a cache of ``seq`` keys).
 ``points_table`` is a run's points as a table to read. ``GOALS`` are the performance goals
-the README states, ``goal_ratios`` how a run meets them.
+MAINTAINING.md states.
 """
 from __future__ import annotations
 
@@ -226,28 +226,6 @@ def load_results(path) -> BenchResults:
 # ------------------------------------------------------------------------ the goals
 
 # The course's kernels against SDPA's flash backend, on H100/H200, causal bf16, S 1k-16k,
-# D 64 and 128 (README, "Performance goals"): (implementation, mode, least speed ratio).
+# D 64 and 128 (MAINTAINING.md, "Performance goals"): (implementation, mode, least speed ratio).
 GOALS = (("triton", FORWARD, 1.0), ("triton", FORWARD_BACKWARD, 0.85), ("cuda_v2", FORWARD, 0.7))
 GOAL_BASELINE = "sdpa_flash"
-
-
-def goal_ratios(results: Iterable[BenchResult]) -> list[dict]:
-    """Each goal's worst speed ratio over the shapes one run measured both at.
-
-    The ratio at a shape is the baseline's median time over the implementation's (above 1:
-    faster than the baseline); a goal's row carries the smallest one, where it was seen, how
-    many shapes were compared, and whether it meets the goal (None where nothing compared).
-    """
-    timed = [(r, r.median_ms) for r in results if r.ok and r.causal and r.median_ms]
-    key = lambda r: (r.mode, r.dtype, r.batch, r.heads, r.seq, r.head_dim)  # noqa: E731
-    base = {key(r): ms for r, ms in timed if r.impl == GOAL_BASELINE}
-    rows = []
-    for impl, mode, goal in GOALS:
-        ratios = [(base[key(r)] / ms, r.seq, r.head_dim) for r, ms in timed
-                  if r.impl == impl and r.mode == mode and key(r) in base]
-        worst = min(ratios) if ratios else None
-        rows.append({"impl": impl, "mode": mode, "goal": goal, "shapes": len(ratios),
-                     "worst_ratio": worst[0] if worst else None,
-                     "at": f"S={worst[1]}, D={worst[2]}" if worst else None,
-                     "met": (worst[0] >= goal) if worst else None})
-    return rows

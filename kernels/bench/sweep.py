@@ -23,7 +23,7 @@ import torch
 from kernels import reference
 from kernels.bench.gpu_checks import chosen_configs
 from kernels.dtypes import dtype_name, parse_dtype
-from kernels.registry import CannotRun, available, implementation, names
+from kernels.registry import CannotRun, available, implementation, is_out_of_memory, names
 from kernels.bench.results import BACKWARD, DECODE, FORWARD, FORWARD_BACKWARD, MODE_LABELS, MODES, BenchResult, BenchResults, call_text, first_line, locals_for_command, run_meta
 from kernels.bench.timing import peak_memory, spread, time_calls, warm_up
 
@@ -110,7 +110,7 @@ def make_timed_call(fn, pool: InputPool, causal: bool, backward):
             # autograd.grad, not .backward(): no .grad accumulates on the inputs between calls.
             return torch.autograd.grad(out, inputs, grad, retain_graph=retain)
         except (RuntimeError, NotImplementedError) as err:
-            if is_oom(err):
+            if is_out_of_memory(err):
                 raise
             raise NoBackward(f"its backward failed: {err}") from err
 
@@ -139,19 +139,9 @@ def make_timed_call(fn, pool: InputPool, causal: bool, backward):
     return backward_only
 
 
-OOM_WORDS = ("out of memory", "can't allocate", "cannot allocate", "failed to allocate")
-
-
-def is_oom(err: BaseException) -> bool:
-    """Out of memory, whichever way the allocator said it."""
-    if isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)):
-        return True
-    return isinstance(err, RuntimeError) and any(w in str(err).lower() for w in OOM_WORDS)
-
-
 def failure_status(name: str, err: BaseException) -> tuple[str, str]:
     """(status, reason) for an exception raised while benchmarking ``name``."""
-    if is_oom(err):
+    if isinstance(err, MemoryError) or is_out_of_memory(err):   # Python's own, or an allocator's
         return "oom", first_line(err)
     if isinstance(err, EagerFallback):
         return "error", str(err)
@@ -265,7 +255,8 @@ def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode,
     """A row with its FLOPs and bytes (``seq`` is Sk; Sq is 1 in decode, ``seq`` otherwise).
 
     Backward alone: forward+backward less the forward, so 2.5x the forward's FLOPs, and the
-    bytes dO, dQ, dK, dV add. Decode: ``reference.decode_flops`` / ``decode_bytes``.
+    bytes dO, dQ, dK, dV add. Decode: ``reference.decode_flops``, and ``reference.io_bytes`` with
+    Sq = 1 (the K/V cache read once, q read, o written).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     materialized = implementation(name).materializes_scores
@@ -277,8 +268,8 @@ def new_point(name, device, dtype, batch, heads, seq, head_dim, causal, mode,
 
     if mode == DECODE:
         flops = reference.decode_flops(batch, heads, seq, head_dim)
-        nbytes = reference.decode_bytes(batch, heads, seq, head_dim, dtype=dtype, kv_heads=kv_heads,
-                                        materialized=materialized)
+        nbytes = reference.io_bytes(batch, heads, 1, head_dim, dtype=dtype, materialized=materialized,
+                                    seq_k=seq, kv_heads=kv_heads)
     else:
         flops, nbytes = count(mode != FORWARD)
         if mode == BACKWARD:

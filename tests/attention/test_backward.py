@@ -1,4 +1,6 @@
-"""The training-step readers of chapter 9 (kernels/attention/backward.py), on real profiled steps."""
+"""The training-step readers of chapter 9 (kernels/attention/backward.py) beyond what the chapter
+asserts when it executes (its lessons read the backward's nodes, the kept and recompute tables
+and the threads off real profiled steps): the step itself, a step without backward, the sizes."""
 from __future__ import annotations
 
 import pytest
@@ -7,15 +9,6 @@ from kernels.attention import backward
 from kernels.trace import record
 
 SHAPE = (1, 2, 128, 32)
-
-
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory):
-    out = tmp_path_factory.mktemp("traces")
-    inputs = {name: backward.step_inputs(*SHAPE) for name in ("naive", "sdpa_flash", "sdpa_math")}
-    steps = {name: record.profile(backward.training_step(name, g), q, k, v, label=name, wait=0, warmup=1, active=1,
-                                  trace_dir=out).step() for name, (q, k, v, g) in inputs.items()}
-    return steps, inputs
 
 
 def test_training_step_drops_the_last_gradients_and_runs_backward():
@@ -27,34 +20,7 @@ def test_training_step_drops_the_last_gradients_and_runs_backward():
     assert (q.grad == first).all(), "the second step's gradient replaces the first, it is not added to it"
 
 
-def test_naive_backward_is_the_forward_reversed(profiled):
-    steps, _ = profiled
-    nodes = backward.backward_nodes(steps["naive"])
-    assert nodes == backward.forward_grad_fns(steps["naive"]) and nodes[0] == "BmmBackward0"
-    assert backward.backward_nodes(steps["naive"], bookkeeping=True).count("torch::autograd::AccumulateGrad") == 3
-
-
-def test_kept_table_agrees_with_the_hooks_and_tells_fused_from_unfused(profiled):
-    steps, inputs = profiled
-    kept = backward.kept_table(steps, inputs)
-    assert (kept["S×S kept (trace)"] == kept["S×S saved (hooks)"]).all()
-    assert kept.at["naive", "S×S kept (trace)"] == 1 and kept.at["sdpa_flash", "S×S kept (trace)"] == 0
-    assert backward.per_row_shapes(kept.at["sdpa_flash", "shapes saved"], SHAPE), "flash saves a per-row tensor"
-    assert not backward.per_row_shapes(kept.at["naive", "shapes saved"], SHAPE)
-
-
-def test_recompute_table_counts_matmuls_and_square_allocations(profiled):
-    steps, inputs = profiled
-    table = backward.recompute_table(steps, inputs)
-    assert table.at["naive", "bmm in forward"] == 2 and table.at["naive", "bmm in backward"] == 4
-    assert table.at["naive", "S×S allocations in backward"] > 0 == table.at["sdpa_flash", "S×S allocations in backward"]
-
-
-def test_threads_table_and_a_step_without_backward(profiled, tmp_path):
-    steps, _ = profiled
-    threads = backward.threads_table(steps)
-    assert all(set(t) <= {threads.at[n, "label's thread"]} for n, t in threads["backward ops' threads"].items()), \
-        "on a CPU the backward runs on the caller's thread"
+def test_a_step_without_backward_is_refused_in_words(tmp_path):
     q, k, v, _ = backward.step_inputs(*SHAPE)
     forward_only = record.profile(lambda q, k, v: q + k + v, q.detach(), k.detach(), v.detach(), label="fwd",
                                   wait=0, warmup=0, active=1, trace_dir=tmp_path).step()
@@ -65,3 +31,9 @@ def test_threads_table_and_a_step_without_backward(profiled, tmp_path):
 def test_square_sizes_adds_float32_for_the_upcast():
     assert backward.square_sizes((1, 2, 8, 4), 2) == {256}
     assert backward.square_sizes((1, 2, 8, 4), 2, upcast=True) == {256, 512}
+
+
+def test_per_row_shapes_keeps_the_log_sum_exp_and_nothing_q_sized_or_square():
+    q_shape = (1, 2, 128, 32)
+    saved = [(1, 2, 128, 32), (1, 2, 128, 128), (1, 2, 128), (1, 2, 128, 1)]
+    assert backward.per_row_shapes(saved, q_shape) == [(1, 2, 128), (1, 2, 128, 1)]

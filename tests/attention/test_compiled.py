@@ -1,9 +1,9 @@
 """The compiled implementations (kernels/attention/torch_compile.py) beyond the contract grid
 (tests/attention/test_contract.py), and the helpers chapter 7 reads traces with.
 
-A poisoned output fails the judge, refusals in words, block-mask counts against the dense
-mask, Inductor's fused-op names, the ALiBi reference, the Inductor cache under build/, and a
-sweep over lengths that compiles at most twice. Every compile costs seconds on a CPU.
+Refusals in words, block-mask counts against the dense mask, Inductor's fused-op names, the
+ALiBi reference, the Inductor cache under build/, and a sweep over lengths that compiles at
+most twice. Every compile costs seconds on a CPU.
 """
 from __future__ import annotations
 
@@ -16,12 +16,6 @@ import kernels
 from kernels import reference
 from tests.helpers import make_attention_inputs
 
-COMPILED = ("compiled_naive", "flex")
-
-# (hq, hkv, sq, sk, d, causal, scale, layouts): the contract grid's first compiled row's shape,
-# so no new compile: causal bottom-right, GQA, Sq < Sk, [B,S,H,D] views.
-SHAPE = (4, 2, 17, 113, 16, True, None, "bshd")
-
 
 @pytest.fixture(scope="module")
 def compiled():
@@ -29,29 +23,6 @@ def compiled():
 
     with torch.no_grad():  # one grad mode for every call, as Dynamo guards on it
         yield module
-
-
-def _check(name, case):
-    hq, hkv, sq, sk, d, causal, scale, layouts = case
-    q, k, v = make_attention_inputs(1, hq, hkv, sq, sk, d, layouts=layouts, seed=sq * 7 + sk)
-    out = kernels.get(name)(q, k, v, causal=causal, scale=scale)
-    assert out.shape == q.shape and out.dtype == q.dtype, f"{name}: the output must have q's shape and dtype"
-    reference.judge(out, q, k, v, causal=causal, scale=scale).assert_ok(f"{name} {case}")
-    return out, (q, k, v, causal, scale)
-
-
-@pytest.mark.parametrize("name", COMPILED)
-def test_a_poisoned_output_fails_the_judge(compiled, name):
-    # The check above can fail: one wrong element, or one NaN, in a real output is caught.
-    out, (q, k, v, causal, scale) = _check(name, SHAPE)
-    for poison in (float("nan"), 1.0):
-        bad = out.clone()
-        bad[0, 1, 5, 3] = poison if math.isnan(poison) else bad[0, 1, 5, 3] + poison
-        assert not reference.judge(bad, q, k, v, causal=causal, scale=scale).ok, \
-            f"{name}: a poisoned output ({poison}) must fail"
-    ignored_scale = kernels.get(name)(q, k, v, causal=causal, scale=None)
-    assert not reference.judge(ignored_scale, q, k, v, causal=causal, scale=0.5).ok, \
-        "the judge tells a wrong scale apart"
 
 
 def test_refusals_in_words(compiled, monkeypatch):
@@ -197,14 +168,6 @@ def test_compiled_naive_runs_past_dynamos_recompile_limit_in_every_grad_mode(com
             torch.autograd.grad(out.sum(), q, create_graph=True)
 
 
-def test_alibi_error_passes_alibi_and_fails_plain_attention(compiled):
-    q, k, v = make_attention_inputs(1, 4, 4, 33, 33, 16)
-    err, bound = compiled.alibi_error(compiled.alibi_reference(q, k, v, dtype=torch.float32), q, k, v)
-    assert err <= bound, "fp32 ALiBi attention stays within the fp32 bound"
-    err, bound = compiled.alibi_error(reference.attention(q, k, v, causal=True).float(), q, k, v)
-    assert err > 100 * bound, "plain causal attention is not ALiBi attention"
-
-
 def test_score_buffers_and_memory_table_count_exact_scores_buffers(compiled):
     import pandas as pd
     from types import SimpleNamespace
@@ -221,15 +184,13 @@ def test_score_buffers_and_memory_table_count_exact_scores_buffers(compiled):
         compiled.score_buffers(step, 0)
 
 
-def test_compiled_call_reads_the_borrowed_a100_trace():
+def test_compiled_call_credits_the_borrowed_a100_trace_and_refuses_an_eager_step():
+    # What the call holds (one pointwise Triton kernel, its region, the GPU's busy share) is
+    # chapter 7's lessons, asserted when the chapter executes.
     from kernels.attention import torch_compile
     from kernels.borrowed import COMPILED_POINTWISE, TRAINING_STEP
 
-    call = torch_compile.compiled_call(COMPILED_POINTWISE)
-    assert len(call.kernels) == 1 and call.kernel.family == "triton" and call.kernel.kind == "elementwise"
-    assert call.names[0] == "TorchDynamo Cache Lookup" and call.names[1].startswith("Torch-Compiled Region")
-    assert 0 < call.gpu_us < call.region_us and 0 < call.busy_share < 1
-    assert "not this book's run" in call.credit
+    assert "not this book's run" in torch_compile.compiled_call(COMPILED_POINTWISE).credit
     with pytest.raises(ValueError, match="Torch-Compiled Region"):
         torch_compile.compiled_call(TRAINING_STEP)  # an eager training step has no compiled region
 

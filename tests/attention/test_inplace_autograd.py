@@ -1,7 +1,6 @@
 """kernels.attention.inplace: where writing in place breaks autograd, and where it does not."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 import kernels
@@ -9,26 +8,11 @@ from kernels.attention.inplace import attention_with_inplace_dropout
 from tests.helpers import make_qkv
 
 
-def test_inplace_dropout_on_softmax_output_breaks_backward():
-    q, k, v = (t.requires_grad_() for t in make_qkv(1, 2, 16, 16))
-    out = attention_with_inplace_dropout(q, k, v)
-    assert out.shape == q.shape
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        out.sum().backward()
-
-
 def test_inplace_dropout_without_grad_runs_and_drops_nothing_at_p0():
     q, k, v = make_qkv(1, 2, 16, 16)
     torch.manual_seed(0)
     expected = torch.softmax(q @ k.transpose(-2, -1) / 4, dim=-1) @ v
     torch.testing.assert_close(attention_with_inplace_dropout(q, k, v, p=0.0), expected)
-
-
-def test_inplace_masking_keeps_the_naive_gradients():
-    q, k, v = (t.requires_grad_() for t in make_qkv(1, 2, 16, 16))
-    grads = {name: torch.autograd.grad(kernels.get(name)(q, k, v).square().sum(), (q, k, v))
-             for name in ("naive", "inplace")}
-    assert all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"]))
 
 
 def test_backward_error_names_the_inplace_failure_and_is_none_when_backward_works():

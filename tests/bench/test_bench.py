@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -125,16 +123,6 @@ def test_materializing_implementation_peaks_above_its_scores(small_sweep):
     assert inplace_32.peak_memory_bytes < inplace_128.peak_memory_bytes
 
 
-def test_cpu_peak_memory_keeps_profiler_noise_out_of_stderr(capfd):
-    # Kineto prints start/stop lines ("USDT: ... SyncActivityProfilerHandler") straight to
-    # file descriptor 2; a notebook calling the sweep would show them in every cell.
-    q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
-    peak, method = timing.peak_memory(lambda: kernels.get("inplace")(q, k, v), torch.device("cpu"))
-    # the 64x64 scores of 2 heads in fp32: 2*64*64*4 = 32,768 bytes are alive at the peak
-    assert peak >= 32_768 and method == "profiler memory events"
-    assert "SyncActivityProfilerHandler" not in capfd.readouterr().err
-
-
 def test_results_round_trip_through_json_and_csv(small_sweep, tmp_path):
     json_path, csv_path = results.save_results(small_sweep, tmp_path / "run")
     assert (json_path.name, csv_path.name) == ("run.json", "run.csv")
@@ -249,26 +237,6 @@ def test_output_paths():
 
 
 # ----------------------------------------------------------------------------- CLI
-
-def test_cli_runs_a_tiny_sweep_and_writes_json(tmp_path):
-    out = tmp_path / "tiny"
-    args = ["--impls", "inplace", "sdpa_efficient", "--seq", "16,32", "--head-dim", "16",
-            "--heads", "2", "--reps", "3", "--warmup", "1", "--max-seconds", "0.1", "--no-memory",
-            "--out", str(out)]
-    done = subprocess.run([sys.executable, "-m", "kernels.bench", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
-    assert len(progress) == 4  # 2 implementations x 2 sequence lengths, one line each
-    back = results.load_results(out.with_suffix(".json"))
-    assert [(r.impl, r.seq, r.status) for r in back] == [
-        ("inplace", 16, "ok"), ("inplace", 32, "ok"),
-        ("sdpa_efficient", 16, "unavailable"), ("sdpa_efficient", 32, "unavailable")]
-    assert back.meta["command"].split()[:3] == ["python", "-m", "kernels.bench"]
-    assert back.meta["command"].endswith(str(out))
-    assert all(r.heads == 2 and r.head_dim == 16 and r.causal for r in back)
-    assert out.with_suffix(".csv").exists()
-
 
 def test_roofline_is_bandwidth_bound_below_the_ridge():
     from kernels.hw.devices import Peaks
@@ -431,7 +399,6 @@ def test_decode_bytes_by_hand_are_the_cache_plus_q_and_o():
     assert decode_point("naive", 2, 8, 1024, 64).bytes == 8_658_944
     # bf16 halves every byte: 4,198,400
     assert decode_point("sdpa_flash", 2, 8, 1024, 64, dtype=torch.bfloat16).bytes == 4_198_400
-    assert kernels.reference.decode_bytes(2, 8, 1024, 64, torch.float32) == 8_396_800
 
 
 def test_training_step_counts_three_and_a_half_forwards_with_gqa_bytes():
@@ -477,6 +444,8 @@ def test_cli_decode_and_training_rows_have_their_columns(tmp_path, capsys):
     assert train.mode == "forward+backward" and train.flops == 3.5 * (4 * 1 * 4 * 64**2 * 16 / 2)
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["results"][0]["intensity"] == pytest.approx(decode.flops / decode.bytes)
+    command = data["meta"]["command"]
+    assert command.split()[:3] == ["python", "-m", "kernels.bench"] and command.endswith(str(out))
 
 
 def test_cli_refuses_a_bad_mode_or_gqa_in_one_line(capsys):
@@ -497,33 +466,18 @@ def test_files_from_before_the_decode_columns_still_load(small_sweep, tmp_path):
     assert all(r.seq_q is None and r.kv_heads is None for r in back), "absent columns take their default"
 
 
-def test_cpu_peak_memory_is_the_trace_readers_step_peak(tmp_path):
+def test_cpu_peak_memory_is_the_trace_readers_step_peak(tmp_path, capfd):
     # One rule for "peak above the start": kernels.trace.reader.Step.peak_bytes; the benchmark reads it.
 
     q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
     run = record.profile(kernels.get("inplace"), q, k, v, label="inplace", wait=0, warmup=1, active=1,
                             trace_dir=tmp_path)
+    capfd.readouterr()
     peak, _ = timing.peak_memory(lambda: kernels.get("inplace")(q, k, v), CPU)
     assert peak == run.step().peak_bytes, "the benchmark's peak and the trace's step peak are one number"
-
-
-def test_goal_ratios_take_each_goals_worst_shape_from_one_run():
-    from kernels.bench.results import FORWARD, FORWARD_BACKWARD, BenchResult, goal_ratios
-
-    def row(impl, mode, seq, ms):
-        return BenchResult(impl=impl, device="cuda", dtype="bf16", batch=4, heads=16, seq=seq, head_dim=64,
-                           causal=True, mode=mode, median_ms=ms)
-
-    rows = [row("sdpa_flash", FORWARD, 1024, 1.0), row("sdpa_flash", FORWARD, 4096, 10.0),
-            row("triton", FORWARD, 1024, 0.8), row("triton", FORWARD, 4096, 12.5),      # 1.25x, then 0.8x
-            row("triton", FORWARD_BACKWARD, 1024, 3.0),                                  # no baseline at fwd+bwd
-            row("cuda_v2", FORWARD, 1024, 1.25)]                                          # 0.8x
-    got = {(g["impl"], g["mode"]): g for g in goal_ratios(rows)}
-    assert got["triton", FORWARD]["worst_ratio"] == pytest.approx(0.8) and got["triton", FORWARD]["at"] == "S=4096, D=64"
-    assert got["triton", FORWARD]["met"] is False and got["triton", FORWARD]["shapes"] == 2, \
-        "a goal is met only when its worst shape meets it"
-    assert got["triton", FORWARD_BACKWARD]["met"] is None, "nothing to compare against is no verdict, not a pass"
-    assert got["cuda_v2", FORWARD]["met"] is True and got["cuda_v2", FORWARD]["worst_ratio"] == pytest.approx(0.8)
+    # Kineto prints start/stop lines ("USDT: ... SyncActivityProfilerHandler") straight to
+    # file descriptor 2; a notebook calling the sweep would show them in every cell.
+    assert "SyncActivityProfilerHandler" not in capfd.readouterr().err
 
 
 def test_a_compiled_entry_that_falls_back_to_eager_is_not_reported(monkeypatch):
