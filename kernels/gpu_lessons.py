@@ -6,8 +6,7 @@ or the benchmark's points to one function here, which reads it, shows it and sta
 chapter's lesson with ``kernels.notebook.lesson`` (failing loudly when the run disagrees). The
 tests hand the same functions fixture steps and points shaped like an H100's
 (``tests/hopper_trace.py``) and recordings, so the reading half of every GPU branch runs
-without a GPU. One function here runs an implementation itself, chapter 5's check against
-the reference: the tests hand it a CPU one.
+without a GPU.
 
 Chapter 6 also reads real traces recorded by others (``kernels.borrowed``) through
 ``achieved_against_peak`` and ``grid_against_sms``: what a model's attention calls reached
@@ -26,12 +25,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import torch
 
-from kernels import reference
 from kernels.attention import sdpa
 from kernels.bench.results import BenchResult
 from kernels.cuda import flash as cuda_flash
 from kernels.hw import devices, occupancy
-from kernels.notebook import inputs, lesson
+from kernels.notebook import lesson
 from kernels.trace import fingerprints
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.reader import Step
@@ -150,39 +148,6 @@ def compiled_speed_note(cpu_ms: float) -> str:
 
 # ---- chapter 5: the CUDA kernels -------------------------------------------------------------
 
-def cuda_matches_reference(fn: Callable, name: str, heads: int, seq: int, head_dim: int, dtype: torch.dtype,
-                           device) -> int:
-    """Chapter 5's correctness cell: ``fn`` (the implementation ``name``) against the float64
-    reference by the course's rule, causal and not, at S = 203 (not a multiple of any tile), on
-    non-contiguous [B, S, H, D] views of the same values, at the chapter's shape, and with
-    grouped-query K/V heads and Sq != Sk both ways (a decode token; more queries than keys, whose
-    first causal rows see no key and must be 0). It runs ``fn`` on ``device`` (the chapter's GPU;
-    the tests hand it a CPU implementation). Returns how many outputs were judged."""
-    judged = 0
-    for b, h, s, layout in ((2, 3, 203, "bhsd"), (2, 3, 203, "bshd view"), (1, heads, seq, "bhsd")):
-        qs, ks, vs = inputs(b, h, s, head_dim, dtype=dtype, device=device, seed=s)
-        if layout == "bshd view":  # same values, laid out [B, S, H, D]: non-contiguous views
-            qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (qs, ks, vs))
-        for causal in (True, False):
-            verdict = reference.judge(fn(qs, ks, vs, causal=causal), qs, ks, vs, causal)
-            lesson(verdict.ok, f"{name} matches the float64 reference by the course's rule",
-                   f"B{b} H{h} S{s} D{head_dim} {layout} causal={causal}: {verdict}")
-            judged += 1
-    group = next(g for g in (4, 2, 1) if heads % g == 0)  # query heads per K/V head
-    for hq, hkv, sq, sk in ((heads, heads // group, 1, seq), (4, 2, 203, 77), (4, 1, 129, 300)):
-        g = torch.Generator().manual_seed(sq + sk)
-        qs = torch.randn(2, hq, sq, head_dim, generator=g).to(device, dtype)
-        ks, vs = (torch.randn(2, hkv, sk, head_dim, generator=g).to(device, dtype) for _ in range(2))
-        for causal in (True, False):
-            out = fn(qs, ks, vs, causal=causal)
-            verdict = reference.judge(out, qs, ks, vs, causal)
-            lesson(verdict.ok and not (causal and sq > sk and out[:, :, :sq - sk].any()),
-                   f"{name} matches the float64 reference with grouped K/V heads and Sq != Sk",
-                   f"Hq{hq} Hkv{hkv} Sq{sq} Sk{sk} causal={causal}: {verdict}")
-            judged += 1
-    return judged
-
-
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
     """One forward of ``cuda_v1``/``cuda_v2`` on the GPU track: one kernel, with its launcher's
     grid, block and dynamic shared memory; returns its footprint as the trace recorded it."""
@@ -234,17 +199,6 @@ def tensor_cores_win(results: Iterable[BenchResult]) -> bool:
 # ---- chapter 6: the showdown -----------------------------------------------------------------
 
 FUSED = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
-
-
-def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
-    """Each fused SDPA backend launches one kernel per forward; the math backend launches more
-    GPU work than the hand-written in-place forward."""
-    for n in (n for n in FUSED if n in steps_of):
-        count = len(launched(steps_of[n].gpu_work))
-        lesson(count == 1, f"{n} launches one kernel per forward", f"{count} kernels")
-    math_n, inplace_n = len(steps_of["sdpa_math"].gpu_work), len(steps_of["inplace"].gpu_work)
-    lesson(math_n > inplace_n, "SDPA's math backend launches more GPU work than the hand-written in-place version",
-           f"{math_n} vs {inplace_n}")
 
 
 def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
@@ -392,19 +346,15 @@ def backward_threads(steps: Mapping[str, Step], source: str) -> pd.DataFrame:
 
 # ---- chapter 10: decoding --------------------------------------------------------------------
 
-def decode_backend(chosen: str, predicted: str) -> None:
-    """On a GPU, SDPA sends the decode token to the backend its priority rules predict."""
-    lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
-           f"chose {chosen}, rules predict {predicted}")
-
-
 def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype, head_dim: int) -> None:
     """Where unpinned SDPA sent chapter 10's decode tokens (``chosen``: multi-head, ``chosen_gqa``:
     shared K/V heads) on this machine: on a GPU, the backend PyTorch's priority rules predict for
-    it (``decode_backend``); on a CPU, PyTorch's CPU flash kernel for both, as for prefill."""
+    it; on a CPU, PyTorch's CPU flash kernel for both, as for prefill."""
     device = torch.device(device)
     if device.type == "cuda":
-        decode_backend(chosen, sdpa.predicted_backend_here(device, dtype, head_dim))
+        predicted = sdpa.predicted_backend_here(device, dtype, head_dim)
+        lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
+               f"chose {chosen}, rules predict {predicted}")
     else:
         lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
                "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")
