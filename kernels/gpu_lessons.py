@@ -76,20 +76,11 @@ def triton_grid(batch: int, heads: int, seq: int, block_m: int) -> list[int]:
     return [batch * heads, math.ceil(seq / block_m), 1]
 
 
-def single_kernel(kernels: pd.DataFrame, name: str):
-    """A fused backend's forward is one kernel; returns its row."""
-    ks = launched(kernels)
-    lesson(len(ks) == 1, f"{name} is also a single kernel per forward: the same shape of trace", names_text(kernels))
-    return ks.iloc[0]
-
-
-def kineto_zero_rule(table: Mapping[str, Mapping]) -> None:
+def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
     """Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%."""
-    for name, f in table.items():
-        smem, reported, ours = int(f["shared memory (B)"]), f["trace's estimate %"], f["occupancy (ours) %"]
-        lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
-               f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
-               f"{smem:,} B, trace {reported}%, ours {ours}%")
+    lesson((reported == 0) == (shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT),
+           f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
+           f"{shared_bytes:,} B, trace {reported}%")
 
 
 def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int], arch: str,
@@ -108,14 +99,16 @@ def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, 
         table = {"triton": footprint(row, arch)}
         if "sdpa_flash" in steps:
             show(kernel_table(steps["sdpa_flash"]))
-            table["sdpa_flash"] = footprint(single_kernel(steps["sdpa_flash"].gpu_work, "SDPA flash"), arch)
+            # one kernel per fused forward is chapter 3b's lesson (fused_kernels_read), on this same run
+            table["sdpa_flash"] = footprint(launched(steps["sdpa_flash"].gpu_work).iloc[0], arch)
     except ValueError as err:  # a GPU the occupancy tables do not know yet
         print("occupancy not computed:", err)
         return {}
     for name, f in table.items():
         print(f"{name}:\n{f['explain']}\n")
     show(pd.DataFrame(table).drop(index="explain"))
-    kineto_zero_rule(table)
+    for name, f in table.items():
+        kineto_zero_rule(name, int(f["shared memory (B)"]), f["trace's estimate %"])
     return table
 
 
@@ -161,11 +154,8 @@ def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -
     lesson(int(row["shared_memory"]) == cfg.dynamic_shared_bytes,
            f"{name}'s shared memory in the trace is the launcher's dynamic shared memory",
            f"{int(row['shared_memory']):,} B")
-    smem, reported = int(row["shared_memory"]), row["occupancy_pct"]
-    if reported is not None and pd.notna(reported):
-        lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
-               f"{name}: the trace reads 0% occupancy exactly when its shared memory passes 48 KiB",
-               f"{smem:,} B, trace {reported}%")
+    if pd.notna(row["occupancy_pct"]):
+        kineto_zero_rule(name, int(row["shared_memory"]), row["occupancy_pct"])
     return {"kernel": row["name"][:60], "registers (trace)": row["registers_per_thread"],
             "shared memory (trace, B)": row["shared_memory"],
             "est. achieved occupancy % (trace)": row["occupancy_pct"],

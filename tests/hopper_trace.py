@@ -51,7 +51,7 @@ CUDA v1 (no tensor cores) an order of magnitude below v2.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import torch
@@ -119,7 +119,6 @@ class Row:
     footprint: Optional[tuple] = SMALL      # (grid, block, registers per thread, shared memory bytes)
     launcher: str = "cudaLaunchKernel"
     tid: int = CPU_TID                      # the CPU thread that launches it (the autograd engine's: ENGINE_TID)
-    extra: dict = field(default_factory=dict)
     dims: Optional[list] = None             # the op's "Input Dims", where the test reads shapes
     before: tuple = ()                      # runtime calls the op makes before its launch
 
@@ -184,8 +183,7 @@ def trace(label: str, rows: list[Row], steps: int = 2, device: dict = H100) -> d
                            "ts": ts + 20, "dur": 6.0, "args": {"External id": ext, "correlation": corr}})
             events.append({"ph": "s", "id": corr, "pid": CPU_PID, "tid": row.tid, "ts": ts + 20, "cat": "ac2g",
                            "name": "ac2g"})
-            args = {"External id": ext, "correlation": corr, "device": 0, "context": 1, "stream": row.stream,
-                    **row.extra}
+            args = {"External id": ext, "correlation": corr, "device": 0, "context": 1, "stream": row.stream}
             if row.footprint:
                 grid, block, regs, smem = row.footprint[:4]
                 args.update({"grid": list(grid), "block": list(block), "registers per thread": regs,

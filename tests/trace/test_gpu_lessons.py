@@ -77,9 +77,10 @@ def test_chapter4_forward_fails_on_the_wrong_grid_or_a_second_kernel():
 
 
 def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
-    table = {"k": {"shared memory (B)": 100_000, "trace's estimate %": 25.0, "occupancy (ours) %": 25.0}}
     with pytest.raises(LessonFailed, match="reads 0%"):
-        gpu_lessons.kineto_zero_rule(table)
+        gpu_lessons.kineto_zero_rule("k", 100_000, 25.0)
+    with pytest.raises(LessonFailed, match="reads 0%"):
+        gpu_lessons.kineto_zero_rule("k", 40_000, 0.0)
 
 
 def test_chapter4_backward():
@@ -136,7 +137,7 @@ def test_chapter5_tensor_cores_win():
 # ---- chapter 6 -----------------------------------------------------------------------------
 
 def steps_of(**replace):
-    rows = {"naive": hop.NAIVE, "inplace": hop.INPLACE, "sdpa_math": hop.MATH, **hop.FUSED, **replace}
+    rows = {**hop.FUSED, **replace}
     return {name: hop.step(name, r) for name, r in rows.items()}
 
 
