@@ -133,12 +133,6 @@ def ran_at_every_point(results: Iterable[BenchResult], impl: str, what: str) -> 
            ", ".join(f"S={r.seq} {r.mode}: {r.status}" for r in points))
 
 
-def compiled_speed_note(cpu_ms: float) -> str:
-    """Chapter 4's sentence on a GPU run: the profiled forward's CPU time, launch included."""
-    return (f"This run used the compiled kernel: {cpu_ms:.2f} ms of CPU time per profiled forward, "
-            "launch included (the GPU's own time is in the benchmark below).")
-
-
 # ---- chapter 5: the CUDA kernels -------------------------------------------------------------
 
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
