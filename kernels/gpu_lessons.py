@@ -47,17 +47,6 @@ def names_text(kernels: pd.DataFrame, width: int = 50) -> str:
 
 # ---- chapter 4: the Triton kernel ------------------------------------------------------------
 
-def footprint(kernel_row: Mapping, arch: str) -> dict:
-    """The launch footprint of one trace kernel, and the occupancy it allows on ``arch``."""
-    event = {"block": kernel_row["block"], "registers per thread": kernel_row["registers_per_thread"],
-             "shared memory": kernel_row["shared_memory"]}
-    occ = occupancy.occupancy_from_trace(event, arch)
-    return {"kernel": kernel_row["name"][:60], "grid": kernel_row["grid"], "block": kernel_row["block"],
-            "registers/thread": kernel_row["registers_per_thread"], "shared memory (B)": kernel_row["shared_memory"],
-            "occupancy (ours) %": round(occ.percent, 1), "limited by": occ.limited_by,
-            "trace's estimate %": kernel_row["occupancy_pct"], "explain": occ.explain()}
-
-
 def triton_forward(kernels: pd.DataFrame, fwd_name: str, want_grid: Sequence[int], want_block: Sequence[int]):
     """One Triton forward is one kernel, ``fwd_name``, launched with the grid and block the
     autotuner's config implies; returns that kernel's row."""
@@ -83,32 +72,44 @@ def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
            f"{shared_bytes:,} B, trace {reported}%")
 
 
-def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int], arch: str,
-                              show: Callable = print) -> dict:
+def kernel_footprints(read: Mapping[str, occupancy.TraceKernel]) -> pd.DataFrame:
+    """Kernels read from their traces (``occupancy.trace_kernel``), one column each: the trace's
+    occupancy is Kineto's estimate, which each kernel's footprint and grid reproduce, and it
+    reads 0% exactly where the kernel asks for more than 48 KiB of shared memory per block."""
+    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
+           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
+           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
+    for name, k in read.items():
+        if k.recorded_percent is not None:
+            kineto_zero_rule(name, k.shared_mem_per_block, k.recorded_percent)
+    return pd.DataFrame({n: k.summary() for n, k in read.items()})
+
+
+def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int],
+                              show: Callable = print) -> pd.DataFrame:
     """Chapter 4's forward cell on a GPU run: the Triton forward's kernel, launched as the
     autotuner's ``config`` (a ``triton.Config``: its BLOCK_M and num_warps) implies at ``shape``
-    (batch, heads, seq), SDPA flash's single kernel when ``steps`` has it, their footprints and
-    occupancy on ``arch``, and Kineto's 48 KiB rule; ``show`` displays the tables (the
-    notebook's ``display``). Returns the footprint table ({} for a GPU the occupancy tables do
-    not know)."""
+    (batch, heads, seq), and SDPA flash's kernel when ``steps`` has it, their occupancy on the
+    GPU their traces name, and Kineto's rules (``kernel_footprints``); ``show`` displays the
+    tables (the notebook's ``display``). Returns the footprint table (empty for a GPU the
+    occupancy tables do not know)."""
     batch, heads, seq = shape
     show(kernel_table(steps["triton"]))
-    row = triton_forward(steps["triton"].gpu_work, fwd_name, triton_grid(batch, heads, seq, config.kwargs["BLOCK_M"]),
-                         [32 * config.num_warps, 1, 1])
+    grid = triton_grid(batch, heads, seq, config.kwargs["BLOCK_M"])
+    rows = {"triton": triton_forward(steps["triton"].gpu_work, fwd_name, grid, [32 * config.num_warps, 1, 1])}
+    if "sdpa_flash" in steps:
+        show(kernel_table(steps["sdpa_flash"]))
+        # one kernel per fused forward is chapter 3b's lesson (fused_kernels_read), on this same run
+        rows["sdpa_flash"] = launched(steps["sdpa_flash"].gpu_work).iloc[0]
     try:
-        table = {"triton": footprint(row, arch)}
-        if "sdpa_flash" in steps:
-            show(kernel_table(steps["sdpa_flash"]))
-            # one kernel per fused forward is chapter 3b's lesson (fused_kernels_read), on this same run
-            table["sdpa_flash"] = footprint(launched(steps["sdpa_flash"].gpu_work).iloc[0], arch)
+        read = {name: occupancy.trace_kernel(row, steps[name].trace.device_properties) for name, row in rows.items()}
     except ValueError as err:  # a GPU the occupancy tables do not know yet
         print("occupancy not computed:", err)
-        return {}
-    for name, f in table.items():
-        print(f"{name}:\n{f['explain']}\n")
-    show(pd.DataFrame(table).drop(index="explain"))
-    for name, f in table.items():
-        kineto_zero_rule(name, int(f["shared memory (B)"]), f["trace's estimate %"])
+        return pd.DataFrame()
+    for name, k in read.items():
+        print(f"{name}:\n{k.occupancy.explain()}\n")
+    table = kernel_footprints(read)
+    show(table)
     return table
 
 
@@ -200,13 +201,7 @@ def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
             lesson(ks["launcher"].iloc[0] != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel",
                    str(ks["launcher"].iloc[0]))
         read[name] = occupancy.trace_kernel(ks.iloc[0], steps_of[name].trace.device_properties)
-    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
-           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
-           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
-    lesson(all((k.kineto_percent == 0) == (k.shared_mem_per_block > occupancy.KINETO_SHARED_MEM_LIMIT) for k in read.values()),
-           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
-           "; ".join(f"{n}: {k.shared_mem_per_block / 1024:g} KiB" for n, k in read.items()))
-    return pd.DataFrame({n: k.summary() for n, k in read.items()})
+    return kernel_footprints(read)
 
 
 def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:

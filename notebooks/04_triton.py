@@ -508,9 +508,8 @@ glue("max_blocks", max(t.blocks for t in triton_launches))
 
 # %% tags=["hide-input"]
 if on_gpu:
-    arch = occupancy.arch_of(torch.cuda.get_device_properties(device))
     gpu_lessons.triton_forward_footprints(step, fwd_name, tf.FORWARD_KERNELS[fwd_name].best_config,
-                                          (run_batch, run_heads, run_seq), arch, show=display)
+                                          (run_batch, run_heads, run_seq), show=display)
     fb = reader.median_step(record.profile(tf.forward_backward, q, k, v, torch.randn_like(q),
                                            label="triton_fwd_bwd", active=active_steps, trace_dir=trace_dir).steps())
     gpu_lessons.triton_backward(fb, fwd_name, show=display)

@@ -15,7 +15,6 @@ import torch
 
 from kernels import gpu_lessons
 from kernels.cuda import flash as cuda_flash
-from kernels.hw import occupancy
 from kernels.attention import sdpa
 from kernels.bench.results import FORWARD, FORWARD_BACKWARD
 from kernels.notebook import LessonFailed
@@ -25,7 +24,6 @@ from tests.gpu_trace import forward_trace
 
 pytestmark = pytest.mark.book  # `make test-book`, beside the executed chapters
 B, H, S = 2, 16, 1024
-ARCH = occupancy.arch_of(hop.H100["name"])
 
 
 # ---- chapter 4 -----------------------------------------------------------------------------
@@ -35,21 +33,28 @@ def autotuned(block_m: int, warps: int):
     return SimpleNamespace(kwargs={"BLOCK_M": block_m, "BLOCK_N": 64}, num_warps=warps, num_stages=3)
 
 
+def on_an_unknown_gpu(label: str, rows):
+    data = hop.trace(label, rows)
+    data["deviceProperties"] = [{**hop.H100, "computeMinor": 9}]   # sm_99: no occupancy table knows it
+    return reader.median_step(reader.load_trace(data).steps(label))
+
+
 def test_chapter4_forward_cell_on_its_steps(capsys):
     block_m, warps = 64, 4
-    steps = {"triton": hop.step("triton", hop.triton_forward(B, H, S, block_m, warps)),
-             "sdpa_flash": hop.step("sdpa_flash", hop.FUSED["sdpa_flash"])}
+    rows = {"triton": hop.triton_forward(B, H, S, block_m, warps), "sdpa_flash": hop.FUSED["sdpa_flash"]}
+    steps = {name: hop.step(name, r) for name, r in rows.items()}
     shown = []
-    table = gpu_lessons.triton_forward_footprints(steps, "attn_fwd_tma", autotuned(block_m, warps), (B, H, S), ARCH,
+    table = gpu_lessons.triton_forward_footprints(steps, "attn_fwd_tma", autotuned(block_m, warps), (B, H, S),
                                                   show=shown.append)
-    assert set(table) == {"triton", "sdpa_flash"} and len(shown) == 3, "two kernel tables and the footprints"
-    assert table["triton"]["trace's estimate %"] == 0, "114688 B of shared memory: Kineto reads 0%"
-    assert table["triton"]["occupancy (ours) %"] > 0, "while the real limit (227 KiB on sm_90) lets it run"
-    assert "occupancy not computed" in (gpu_lessons.triton_forward_footprints(
-        steps, "attn_fwd_tma", autotuned(block_m, warps), (B, H, S), "sm_99", show=shown.append)
-        or capsys.readouterr().out), "a GPU the tables do not know: said, not a crash"
+    assert list(table.columns) == ["triton", "sdpa_flash"] and len(shown) == 3, "two kernel tables and the footprints"
+    assert table.loc["est. achieved occupancy % (the trace's)", "triton"] == 0, "114688 B of shared memory: Kineto reads 0%"
+    assert table.loc["resident blocks per SM", "triton"] > 0, "while the real limit (227 KiB on sm_90) lets it run"
+    unknown = {name: on_an_unknown_gpu(name, r) for name, r in rows.items()}
+    assert gpu_lessons.triton_forward_footprints(unknown, "attn_fwd_tma", autotuned(block_m, warps), (B, H, S),
+                                                 show=shown.append).empty
+    assert "occupancy not computed" in capsys.readouterr().out, "a GPU the tables do not know: said, not a crash"
     with pytest.raises(LessonFailed, match="grid is"):
-        gpu_lessons.triton_forward_footprints(steps, "attn_fwd_tma", autotuned(128, warps), (B, H, S), ARCH,
+        gpu_lessons.triton_forward_footprints(steps, "attn_fwd_tma", autotuned(128, warps), (B, H, S),
                                               show=shown.append)
 
 

@@ -154,7 +154,7 @@ def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, m
         "book/03b_sdpa_fused.ipynb": ["sdpa_flash launches exactly one kernel per forward",
                                       "sdpa_cudnn launches exactly one kernel per forward",
                                       "the trace's occupancy is Kineto's estimate",
-                                      "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB",
+                                      "sdpa_cudnn: the trace reads 0% exactly when the kernel uses more than 48 KiB",
                                       "cuDNN does not launch through cudaLaunchKernel"],
     }
     for notebook, claims in expected.items():
