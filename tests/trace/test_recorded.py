@@ -29,12 +29,6 @@ def test_the_import_is_what_the_loader_reads(recording):
     assert rec.folder.name == GPU and rec.capability == (8, 0)
     assert rec.label.startswith("recorded on NVIDIA A100-SXM4-80GB on 2026-11-30 04:00 UTC")
     assert "commit 0123456789" in rec.label, "a recording is labelled with its commit"
-    step = rec.trace("01_naive", "naive").steps("naive")[0]
-    assert len(step.gpu_work) == 6 and step.gpu_work["cat"].eq("gpu_memcpy").sum() == 1
-    primer = rec.trace("00_profiler_primer", "mlp_step")
-    runtime = set(primer.spans.loc[primer.spans["cat"].isin(["cuda_runtime", "overhead"]), "name"])
-    assert {"cudaDeviceSynchronize", "Activity Buffer Request", "cudaOccupancyMaxActiveBlocksPerMultiprocessor"} <= runtime, \
-        "the import keeps the runtime rows a recorded step holds outside its label (chapter 0 reads them)"
 
 
 def test_gpu_steps_on_a_cpu_come_from_the_recording(recording):
