@@ -6,8 +6,7 @@ or the benchmark's points to one function here, which reads it, shows it and sta
 chapter's lesson with ``kernels.notebook.lesson`` (failing loudly when the run disagrees). The
 tests hand the same functions fixture steps and points shaped like an H100's
 (``tests/hopper_trace.py``) and recordings, so the reading half of every GPU branch runs
-without a GPU. One function here runs an implementation itself, chapter 5's check against
-the reference: the tests hand it a CPU one.
+without a GPU.
 
 Chapter 6 also reads real traces recorded by others (``kernels.borrowed``) through
 ``achieved_against_peak`` and ``grid_against_sms``: what a model's attention calls reached
@@ -26,12 +25,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import torch
 
-from kernels import reference
 from kernels.attention import sdpa
 from kernels.bench.results import BenchResult
 from kernels.cuda import flash as cuda_flash
 from kernels.hw import devices, occupancy
-from kernels.notebook import inputs, lesson
+from kernels.notebook import lesson
 from kernels.trace import fingerprints
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.reader import Step
@@ -49,22 +47,11 @@ def names_text(kernels: pd.DataFrame, width: int = 50) -> str:
 
 # ---- chapter 4: the Triton kernel ------------------------------------------------------------
 
-def footprint(kernel_row: Mapping, arch: str) -> dict:
-    """The launch footprint of one trace kernel, and the occupancy it allows on ``arch``."""
-    event = {"block": kernel_row["block"], "registers per thread": kernel_row["registers_per_thread"],
-             "shared memory": kernel_row["shared_memory"]}
-    occ = occupancy.occupancy_from_trace(event, arch)
-    return {"kernel": kernel_row["name"][:60], "grid": kernel_row["grid"], "block": kernel_row["block"],
-            "registers/thread": kernel_row["registers_per_thread"], "shared memory (B)": kernel_row["shared_memory"],
-            "occupancy (ours) %": round(occ.percent, 1), "limited by": occ.limited_by,
-            "trace's estimate %": kernel_row["occupancy_pct"], "explain": occ.explain()}
-
-
 def triton_forward(kernels: pd.DataFrame, fwd_name: str, want_grid: Sequence[int], want_block: Sequence[int]):
     """One Triton forward is one kernel, ``fwd_name``, launched with the grid and block the
     autotuner's config implies; returns that kernel's row."""
     first = kernels["name"].iloc[0] if len(kernels) else ""
-    lesson(len(kernels) == 1 and fwd_name in first and ("_tma" in first) == fwd_name.endswith("_tma"),
+    lesson(len(kernels) == 1 and first == fwd_name,
            f"one Triton forward is exactly one GPU kernel, {fwd_name}, and no copy or memset", names_text(kernels))
     row = kernels.iloc[0]
     lesson(list(row["grid"]) == list(want_grid) and list(row["block"]) == list(want_block),
@@ -78,46 +65,51 @@ def triton_grid(batch: int, heads: int, seq: int, block_m: int) -> list[int]:
     return [batch * heads, math.ceil(seq / block_m), 1]
 
 
-def single_kernel(kernels: pd.DataFrame, name: str):
-    """A fused backend's forward is one kernel; returns its row."""
-    ks = launched(kernels)
-    lesson(len(ks) == 1, f"{name} is also a single kernel per forward: the same shape of trace", names_text(kernels))
-    return ks.iloc[0]
-
-
-def kineto_zero_rule(table: Mapping[str, Mapping]) -> None:
+def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
     """Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%."""
-    for name, f in table.items():
-        smem, reported, ours = int(f["shared memory (B)"]), f["trace's estimate %"], f["occupancy (ours) %"]
-        lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
-               f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
-               f"{smem:,} B, trace {reported}%, ours {ours}%")
+    lesson((reported == 0) == (shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT),
+           f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
+           f"{shared_bytes:,} B, trace {reported}%")
 
 
-def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int], arch: str,
-                              show: Callable = print) -> dict:
+def kernel_footprints(read: Mapping[str, occupancy.TraceKernel]) -> pd.DataFrame:
+    """Kernels read from their traces (``occupancy.trace_kernel``), one column each: the trace's
+    occupancy is Kineto's estimate, which each kernel's footprint and grid reproduce, and it
+    reads 0% exactly where the kernel asks for more than 48 KiB of shared memory per block."""
+    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
+           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
+           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
+    for name, k in read.items():
+        if k.recorded_percent is not None:
+            kineto_zero_rule(name, k.shared_mem_per_block, k.recorded_percent)
+    return pd.DataFrame({n: k.summary() for n, k in read.items()})
+
+
+def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int],
+                              show: Callable = print) -> pd.DataFrame:
     """Chapter 4's forward cell on a GPU run: the Triton forward's kernel, launched as the
     autotuner's ``config`` (a ``triton.Config``: its BLOCK_M and num_warps) implies at ``shape``
-    (batch, heads, seq), SDPA flash's single kernel when ``steps`` has it, their footprints and
-    occupancy on ``arch``, and Kineto's 48 KiB rule; ``show`` displays the tables (the
-    notebook's ``display``). Returns the footprint table ({} for a GPU the occupancy tables do
-    not know)."""
+    (batch, heads, seq), and SDPA flash's kernel when ``steps`` has it, their occupancy on the
+    GPU their traces name, and Kineto's rules (``kernel_footprints``); ``show`` displays the
+    tables (the notebook's ``display``). Returns the footprint table (empty for a GPU the
+    occupancy tables do not know)."""
     batch, heads, seq = shape
     show(kernel_table(steps["triton"]))
-    row = triton_forward(steps["triton"].gpu_work, fwd_name, triton_grid(batch, heads, seq, config.kwargs["BLOCK_M"]),
-                         [32 * config.num_warps, 1, 1])
+    grid = triton_grid(batch, heads, seq, config.kwargs["BLOCK_M"])
+    rows = {"triton": triton_forward(steps["triton"].gpu_work, fwd_name, grid, [32 * config.num_warps, 1, 1])}
+    if "sdpa_flash" in steps:
+        show(kernel_table(steps["sdpa_flash"]))
+        # one kernel per fused forward is chapter 3b's lesson (fused_kernels_read), on this same run
+        rows["sdpa_flash"] = launched(steps["sdpa_flash"].gpu_work).iloc[0]
     try:
-        table = {"triton": footprint(row, arch)}
-        if "sdpa_flash" in steps:
-            show(kernel_table(steps["sdpa_flash"]))
-            table["sdpa_flash"] = footprint(single_kernel(steps["sdpa_flash"].gpu_work, "SDPA flash"), arch)
+        read = {name: occupancy.trace_kernel(row, steps[name].trace.device_properties) for name, row in rows.items()}
     except ValueError as err:  # a GPU the occupancy tables do not know yet
         print("occupancy not computed:", err)
-        return {}
-    for name, f in table.items():
-        print(f"{name}:\n{f['explain']}\n")
-    show(pd.DataFrame(table).drop(index="explain"))
-    kineto_zero_rule(table)
+        return pd.DataFrame()
+    for name, k in read.items():
+        print(f"{name}:\n{k.occupancy.explain()}\n")
+    table = kernel_footprints(read)
+    show(table)
     return table
 
 
@@ -142,46 +134,7 @@ def ran_at_every_point(results: Iterable[BenchResult], impl: str, what: str) -> 
            ", ".join(f"S={r.seq} {r.mode}: {r.status}" for r in points))
 
 
-def compiled_speed_note(cpu_ms: float) -> str:
-    """Chapter 4's sentence on a GPU run: the profiled forward's CPU time, launch included."""
-    return (f"This run used the compiled kernel: {cpu_ms:.2f} ms of CPU time per profiled forward, "
-            "launch included (the GPU's own time is in the benchmark below).")
-
-
 # ---- chapter 5: the CUDA kernels -------------------------------------------------------------
-
-def cuda_matches_reference(fn: Callable, name: str, heads: int, seq: int, head_dim: int, dtype: torch.dtype,
-                           device) -> int:
-    """Chapter 5's correctness cell: ``fn`` (the implementation ``name``) against the float64
-    reference by the course's rule, causal and not, at S = 203 (not a multiple of any tile), on
-    non-contiguous [B, S, H, D] views of the same values, at the chapter's shape, and with
-    grouped-query K/V heads and Sq != Sk both ways (a decode token; more queries than keys, whose
-    first causal rows see no key and must be 0). It runs ``fn`` on ``device`` (the chapter's GPU;
-    the tests hand it a CPU implementation). Returns how many outputs were judged."""
-    judged = 0
-    for b, h, s, layout in ((2, 3, 203, "bhsd"), (2, 3, 203, "bshd view"), (1, heads, seq, "bhsd")):
-        qs, ks, vs = inputs(b, h, s, head_dim, dtype=dtype, device=device, seed=s)
-        if layout == "bshd view":  # same values, laid out [B, S, H, D]: non-contiguous views
-            qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (qs, ks, vs))
-        for causal in (True, False):
-            verdict = reference.judge(fn(qs, ks, vs, causal=causal), qs, ks, vs, causal)
-            lesson(verdict.ok, f"{name} matches the float64 reference by the course's rule",
-                   f"B{b} H{h} S{s} D{head_dim} {layout} causal={causal}: {verdict}")
-            judged += 1
-    group = next(g for g in (4, 2, 1) if heads % g == 0)  # query heads per K/V head
-    for hq, hkv, sq, sk in ((heads, heads // group, 1, seq), (4, 2, 203, 77), (4, 1, 129, 300)):
-        g = torch.Generator().manual_seed(sq + sk)
-        qs = torch.randn(2, hq, sq, head_dim, generator=g).to(device, dtype)
-        ks, vs = (torch.randn(2, hkv, sk, head_dim, generator=g).to(device, dtype) for _ in range(2))
-        for causal in (True, False):
-            out = fn(qs, ks, vs, causal=causal)
-            verdict = reference.judge(out, qs, ks, vs, causal)
-            lesson(verdict.ok and not (causal and sq > sk and out[:, :, :sq - sk].any()),
-                   f"{name} matches the float64 reference with grouped K/V heads and Sq != Sk",
-                   f"Hq{hq} Hkv{hkv} Sq{sq} Sk{sk} causal={causal}: {verdict}")
-            judged += 1
-    return judged
-
 
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
     """One forward of ``cuda_v1``/``cuda_v2`` on the GPU track: one kernel, with its launcher's
@@ -196,11 +149,8 @@ def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -
     lesson(int(row["shared_memory"]) == cfg.dynamic_shared_bytes,
            f"{name}'s shared memory in the trace is the launcher's dynamic shared memory",
            f"{int(row['shared_memory']):,} B")
-    smem, reported = int(row["shared_memory"]), row["occupancy_pct"]
-    if reported is not None and pd.notna(reported):
-        lesson((reported == 0) == (smem > occupancy.KINETO_SHARED_MEM_LIMIT),
-               f"{name}: the trace reads 0% occupancy exactly when its shared memory passes 48 KiB",
-               f"{smem:,} B, trace {reported}%")
+    if pd.notna(row["occupancy_pct"]):
+        kineto_zero_rule(name, int(row["shared_memory"]), row["occupancy_pct"])
     return {"kernel": row["name"][:60], "registers (trace)": row["registers_per_thread"],
             "shared memory (trace, B)": row["shared_memory"],
             "est. achieved occupancy % (trace)": row["occupancy_pct"],
@@ -236,17 +186,6 @@ def tensor_cores_win(results: Iterable[BenchResult]) -> bool:
 FUSED = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
 
 
-def fused_one_kernel_math_more(steps_of: Mapping[str, Step]) -> None:
-    """Each fused SDPA backend launches one kernel per forward; the math backend launches more
-    GPU work than the hand-written in-place forward."""
-    for n in (n for n in FUSED if n in steps_of):
-        count = len(launched(steps_of[n].gpu_work))
-        lesson(count == 1, f"{n} launches one kernel per forward", f"{count} kernels")
-    math_n, inplace_n = len(steps_of["sdpa_math"].gpu_work), len(steps_of["inplace"].gpu_work)
-    lesson(math_n > inplace_n, "SDPA's math backend launches more GPU work than the hand-written in-place version",
-           f"{math_n} vs {inplace_n}")
-
-
 def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
     """Chapter 3b on a GPU run: each fused SDPA backend in ``steps_of`` runs one kernel per
     forward that decodes as fused attention (cuDNN's launched through the driver, not
@@ -262,13 +201,7 @@ def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
             lesson(ks["launcher"].iloc[0] != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel",
                    str(ks["launcher"].iloc[0]))
         read[name] = occupancy.trace_kernel(ks.iloc[0], steps_of[name].trace.device_properties)
-    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
-           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
-           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
-    lesson(all((k.kineto_percent == 0) == (k.shared_mem_per_block > occupancy.KINETO_SHARED_MEM_LIMIT) for k in read.values()),
-           "the kernels that read 0% estimated occupancy are exactly those using more than 48 KiB of shared memory",
-           "; ".join(f"{n}: {k.shared_mem_per_block / 1024:g} KiB" for n, k in read.items()))
-    return pd.DataFrame({n: k.summary() for n, k in read.items()})
+    return kernel_footprints(read)
 
 
 def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
@@ -392,19 +325,15 @@ def backward_threads(steps: Mapping[str, Step], source: str) -> pd.DataFrame:
 
 # ---- chapter 10: decoding --------------------------------------------------------------------
 
-def decode_backend(chosen: str, predicted: str) -> None:
-    """On a GPU, SDPA sends the decode token to the backend its priority rules predict."""
-    lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
-           f"chose {chosen}, rules predict {predicted}")
-
-
 def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype, head_dim: int) -> None:
     """Where unpinned SDPA sent chapter 10's decode tokens (``chosen``: multi-head, ``chosen_gqa``:
     shared K/V heads) on this machine: on a GPU, the backend PyTorch's priority rules predict for
-    it (``decode_backend``); on a CPU, PyTorch's CPU flash kernel for both, as for prefill."""
+    it; on a CPU, PyTorch's CPU flash kernel for both, as for prefill."""
     device = torch.device(device)
     if device.type == "cuda":
-        decode_backend(chosen, sdpa.predicted_backend_here(device, dtype, head_dim))
+        predicted = sdpa.predicted_backend_here(device, dtype, head_dim)
+        lesson(chosen == predicted, "on this GPU the decode token goes to the backend the priority rules predict",
+               f"chose {chosen}, rules predict {predicted}")
     else:
         lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
                "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")

@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import gpu_lessons
+from kernels import gpu_lessons, reference
 from kernels.bench import sweep
 from kernels.bench.results import points_table
 from kernels.borrowed import TRACELENS
@@ -453,17 +453,19 @@ glue("qwen_v2_waves", v2_launch.waves(qwen_arch, gpu["numSms"]))
 #
 # Running the kernels needs a GPU with a CUDA build of PyTorch; where this page is built on
 # one, the hidden cell below builds the extension, checks both kernels against the float64
-# reference on odd shapes, profiles one forward of each (one kernel per forward) and times them
-# against `triton` and `sdpa_flash`.
+# reference at this page's shape (the GPU tests judge them on odd shapes too), profiles one
+# forward of each (one kernel per forward) and times them against `triton` and `sdpa_flash`.
 
 # %% tags=["hide-input"]
 runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
             and head_dim in cuda_flash.HEAD_DIMS]
 if runnable:
     timed(cuda_flash.extension, "extension ready")
-    for name in runnable:  # odd shapes, [B, S, H, D] views, grouped-query K/V heads, Sq != Sk both ways
-        gpu_lessons.cuda_matches_reference(kernels.get(name), name, heads, seq, head_dim, dtype, device)
     q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
+    for name in runnable:  # odd shapes, views, grouped heads and Sq != Sk: the GPU tests (tests/cuda)
+        for causal in (True, False):
+            verdict = reference.judge(kernels.get(name)(q, k, v, causal=causal), q, k, v, causal)
+            lesson(verdict.ok, f"{name} matches the float64 reference by the course's rule", f"causal={causal}: {verdict}")
     steps = {name: reader.median_step(record.profile(kernels.get(name), q, k, v, label=name,
                                                      active=active_steps, trace_dir=trace_dir).steps())
              for name in runnable}

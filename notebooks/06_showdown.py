@@ -100,10 +100,6 @@ lesson(all(len(work[n]) > len(work["sdpa_flash"]) for n in ("naive", "inplace", 
 lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs fewer ops than the naive one",
        f"{len(work['naive'])} vs {len(work['inplace'])}")
 
-# %% tags=["remove-input"]
-if on_gpu:  # each fused backend is one kernel; the math backend launches more than in-place
-    gpu_lessons.fused_one_kernel_math_more(steps_of)
-
 # %% [markdown]
 # ## Timing and memory: the sweep
 #

@@ -1,6 +1,7 @@
 """Synthetic GPU traces, shaped like torch.profiler's Chrome export on an A100.
 
-They stand in for recordings in tests only (never under book/data/): CPU ops inside a
+They stand in for recordings in tests only (never under book/data/), built by the tests' one
+trace builder (``tests/hopper_trace.trace``, given an A100's deviceProperties): CPU ops inside a
 label, ``cudaLaunchKernel`` / ``cudaMemcpyAsync`` runtime calls (or the driver's
 ``cuLaunchKernelEx`` for cuDNN) linked by correlation id to ``kernel`` and ``gpu_memcpy``
 events on the GPU's own pid/tid, with the launch footprint CUPTI records. Kernel names and
@@ -15,7 +16,8 @@ SMs, rounded to a whole percent as Kineto writes it).
 """
 from __future__ import annotations
 
-CPU_PID, CPU_TID, GPU_PID, GPU_TID = 4242, 4242, 0, 7
+from tests import hopper_trace
+
 S, SCORES = 1024, [1, 8, 1024, 1024]
 QKV = [1, 8, 1024, 64]
 
@@ -95,69 +97,21 @@ MLP_A100 = [
 VARIANTS = {"naive": NAIVE_A100, "inplace": INPLACE_A100, "sdpa_math": MATH_A100, **FUSED_A100, "mlp_step": MLP_A100}
 
 
+A100 = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "numSms": 108,
+        "regsPerMultiprocessor": 65536, "maxThreadsPerMultiProcessor": 2048}
+
+
+def as_row(op, dims, kernel, cat, footprint, launch, before=()) -> hopper_trace.Row:
+    """One row above as the tests' trace builder takes it (``launch``: (category, launcher) or None)."""
+    launcher = launch[1] if launch else "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
+    return hopper_trace.Row(op, kernel, cat=cat or "kernel", footprint=footprint, launcher=launcher, dims=dims,
+                            before=tuple(before))
+
+
 def forward_trace(label: str = "naive", steps: int = 2, rows=None) -> dict:
-    """Chrome-trace JSON of ``steps`` labelled forwards of ``label`` with their GPU work."""
+    """Chrome-trace JSON of ``steps`` labelled forwards of ``label`` with their GPU work, on an A100."""
     rows = VARIANTS[label] if rows is None else rows
-    events = [
-        {"ph": "M", "name": "process_name", "pid": CPU_PID, "tid": 0, "args": {"name": "python"}},
-        {"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0, "args": {"name": "GPU 0"}},
-    ]
-    ts, corr, ext = 1_000_000.0, 100, 1
-    for step in range(steps):
-        start = ts
-        profiler_step = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 3}",
-                         "pid": CPU_PID, "tid": CPU_TID, "ts": start - 5, "dur": 0, "args": {}}
-        events.append(profiler_step)
-        if step == 0:  # CUPTI asks for an activity buffer: an overhead row on its own pid
-            events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
-                           "ts": start - 4, "dur": 2.0, "args": {}})
-        label_event = {"ph": "X", "cat": "user_annotation", "name": label, "pid": CPU_PID, "tid": CPU_TID,
-                       "ts": start, "dur": 0, "args": {"External id": ext}}
-        events.append(label_event)
-        gpu_ts = start + 40
-        ts += 10
-        for op, dims, kernel, cat, footprint, launch, *before in rows:
-            ext += 1
-            events.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": CPU_PID, "tid": CPU_TID, "ts": ts,
-                           "dur": 30.0, "args": {"External id": ext, "Input Dims": dims,
-                                                 "Input type": ["c10::BFloat16"] * len(dims)}})
-            if kernel is None:  # a view: CPU only
-                ts += 35
-                continue
-            for n, call in enumerate(before[0] if before else []):  # runtime calls before the launch
-                corr += 1
-                events.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": CPU_PID, "tid": CPU_TID,
-                               "ts": ts + 5 + 4 * n, "dur": 3.0, "args": {"correlation": corr, "cbid": 254}})
-            launch_cat, launcher = launch or ("cuda_runtime", "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel")
-            corr += 1
-            events.append({"ph": "X", "cat": launch_cat, "name": launcher, "pid": CPU_PID, "tid": CPU_TID,
-                           "ts": ts + 20, "dur": 6.0, "args": {"External id": ext, "correlation": corr, "cbid": 211}})
-            gpu_dur = 25.0 if "gemm" in kernel else 12.0
-            args = {"External id": ext, "correlation": corr, "device": 0, "context": 1, "stream": GPU_TID}
-            if footprint:
-                grid, block, regs, smem, occ = footprint
-                args.update({"grid": grid, "block": block, "registers per thread": regs, "shared memory": smem,
-                             "blocks per SM": 1.5, "warps per SM": 12.0, "est. achieved occupancy %": occ})
-            else:
-                args.update({"bytes": 16 * 2**20, "memory bandwidth (GB/s)": 1300.0})
-            gpu_ts = max(gpu_ts, ts + 30)
-            events.append({"ph": "X", "cat": cat, "name": kernel, "pid": GPU_PID, "tid": GPU_TID,
-                           "ts": gpu_ts, "dur": gpu_dur, "args": args})
-            events.append({"ph": "f", "id": corr, "pid": GPU_PID, "tid": GPU_TID, "ts": gpu_ts,
-                           "cat": "ac2g", "name": "ac2g", "bp": "e"})
-            gpu_ts += gpu_dur + 1
-            ts += 35
-        # the CPU is done launching long before the GPU is done running
-        label_event["dur"] = ts - start
-        sync_end = ts + 5 + max(gpu_ts - ts, 1.0)
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": CPU_PID,
-                       "tid": CPU_TID, "ts": ts + 5, "dur": sync_end - ts - 5, "args": {"correlation": corr + 1}})
-        profiler_step["dur"] = sync_end + 2 - profiler_step["ts"]
-        corr += 2
-        ts = max(ts, gpu_ts, sync_end) + 100
-    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB",
-            "computeMajor": 8, "computeMinor": 0, "numSms": 108, "regsPerMultiprocessor": 65536,
-            "maxThreadsPerMultiProcessor": 2048}], "traceEvents": events}
+    return hopper_trace.trace(label, [as_row(*row) for row in rows], steps, device=A100)
 
 
 def naive_a100_trace(steps: int = 2) -> dict:

@@ -29,7 +29,7 @@ Each kernel name below is one a real Hopper run launches, and says where it come
   tests/gpu_trace.py and the shared real traces).
 - Inductor: ``triton_{poi,per,red,tem}_fused_<ops>_<n>`` (torch/_inductor names its kernels
   from the ATen ops they fuse; ``triton_tem_`` is a template such as FlexAttention's).
-- This course's kernels by their function names: ``attn_fwd_tma`` (Hopper's TMA forward),
+- This course's kernels by their function names: ``attn_fwd``,
   ``attn_bwd_preprocess``, ``attn_bwd_dkdv``, ``attn_bwd_dq`` (kernels/triton/flash.py,
   kernels/triton/backward.py) and ``flash_v1_kernel`` / ``flash_v2_kernel`` (kernels/cuda/csrc).
 - Copies and fills as Kineto names them: ``Memcpy HtoD (Pinned -> Device)``,
@@ -51,7 +51,7 @@ CUDA v1 (no tensor cores) an order of magnitude below v2.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import torch
@@ -100,7 +100,7 @@ SOFTMAX_BWD = ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<8, 
                "at::native::(anonymous namespace)::SoftMaxBackwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, "
                "c10::BFloat16 const*, int)")
 DTOD, HTOD, MEMSET = "Memcpy DtoD (Device -> Device)", "Memcpy HtoD (Pinned -> Device)", "Memset (Device)"
-TRITON_FWD_TMA = "attn_fwd_tma"
+TRITON_FWD = "attn_fwd"
 TRITON_BWD = ["attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"]
 CUDA_V1 = "void (anonymous namespace)::flash_v1_kernel<__nv_bfloat16, 64>(flash::Problem)"
 CUDA_V2 = "void (anonymous namespace)::flash_v2_kernel<__nv_bfloat16, 64>(flash::Problem, bool)"
@@ -119,7 +119,8 @@ class Row:
     footprint: Optional[tuple] = SMALL      # (grid, block, registers per thread, shared memory bytes)
     launcher: str = "cudaLaunchKernel"
     tid: int = CPU_TID                      # the CPU thread that launches it (the autograd engine's: ENGINE_TID)
-    extra: dict = field(default_factory=dict)
+    dims: Optional[list] = None             # the op's "Input Dims", where the test reads shapes
+    before: tuple = ()                      # runtime calls the op makes before its launch
 
 
 def kernel(op: str, name: str, footprint=SMALL, **kw) -> Row:
@@ -133,15 +134,20 @@ def copy(op: str, name: str = DTOD, cat: str = "gpu_memcpy", **kw) -> Row:
     return Row(op, name, cat=cat, footprint=None, launcher=launcher, **kw)
 
 
-def _kineto_percent(footprint) -> float:
+def _kineto_percent(footprint, device: dict) -> float:
+    """The trace's estimate: a fifth footprint field as given, else Kineto's arithmetic on ``device``."""
+    if len(footprint) == 5:
+        return footprint[4]
     grid, block, regs, smem = footprint
     blocks = grid[0] * grid[1] * grid[2]
     return round(occupancy.kineto_estimate(block[0] * block[1] * block[2], regs, smem, grid_blocks=blocks,
-                                           sm_count=H100["numSms"], arch="sm_90"), 0)
+                                           sm_count=device["numSms"],
+                                           arch=f"sm_{device['computeMajor']}{device['computeMinor']}"), 0)
 
 
-def trace(label: str, rows: list[Row], steps: int = 2) -> dict:
-    """Chrome-trace JSON of ``steps`` recorded steps of ``label``, each running ``rows``."""
+def trace(label: str, rows: list[Row], steps: int = 2, device: dict = H100) -> dict:
+    """Chrome-trace JSON of ``steps`` recorded steps of ``label``, each running ``rows``, on
+    ``device`` (its deviceProperties; tests/gpu_trace.py passes an A100's)."""
     events = [{"ph": "M", "name": "process_name", "pid": CPU_PID, "tid": 0, "args": {"name": "python"}},
               {"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0, "args": {"name": "GPU 0"}}]
     ts, corr, ext = 2_000_000.0, 500, 1
@@ -152,15 +158,24 @@ def trace(label: str, rows: list[Row], steps: int = 2) -> dict:
         mark = {"ph": "X", "cat": "user_annotation", "name": label, "pid": CPU_PID, "tid": CPU_TID, "ts": start,
                 "dur": 0, "args": {"External id": ext}}
         events += [outer, mark]
+        if step == 0:  # CUPTI asks for an activity buffer: an overhead row on its own pid
+            events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
+                           "ts": start - 4, "dur": 2.0, "args": {}})
         gpu_free = {MAIN: start + 40, SIDE: start + 40, SIDE2: start + 40}
         ts += 10
         for row in rows:
             ext += 1
+            shapes = {"Input type": ["c10::BFloat16"]} if row.dims is None else \
+                {"Input Dims": row.dims, "Input type": ["c10::BFloat16"] * len(row.dims)}
             events.append({"ph": "X", "cat": "cpu_op", "name": row.op, "pid": CPU_PID, "tid": row.tid, "ts": ts,
-                           "dur": 30.0, "args": {"External id": ext, "Input type": ["c10::BFloat16"]}})
+                           "dur": 30.0, "args": {"External id": ext, **shapes}})
             if row.kernel is None:
                 ts += 35
                 continue
+            for n, call in enumerate(row.before):
+                corr += 1
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": CPU_PID, "tid": row.tid,
+                               "ts": ts + 5 + 4 * n, "dur": 3.0, "args": {"correlation": corr}})
             corr += 1
             launch_cat = "cuda_driver" if row.launcher.startswith("cu") and not row.launcher.startswith("cuda") \
                 else "cuda_runtime"
@@ -168,12 +183,11 @@ def trace(label: str, rows: list[Row], steps: int = 2) -> dict:
                            "ts": ts + 20, "dur": 6.0, "args": {"External id": ext, "correlation": corr}})
             events.append({"ph": "s", "id": corr, "pid": CPU_PID, "tid": row.tid, "ts": ts + 20, "cat": "ac2g",
                            "name": "ac2g"})
-            args = {"External id": ext, "correlation": corr, "device": 0, "context": 1, "stream": row.stream,
-                    **row.extra}
+            args = {"External id": ext, "correlation": corr, "device": 0, "context": 1, "stream": row.stream}
             if row.footprint:
-                grid, block, regs, smem = row.footprint
+                grid, block, regs, smem = row.footprint[:4]
                 args.update({"grid": list(grid), "block": list(block), "registers per thread": regs,
-                             "shared memory": smem, "est. achieved occupancy %": _kineto_percent(row.footprint)})
+                             "shared memory": smem, "est. achieved occupancy %": _kineto_percent(row.footprint, device)})
             else:
                 args.update({"bytes": 8 * 2**20, "memory bandwidth (GB/s)": 2400.0})
             begin = max(gpu_free[row.stream], ts + 30)
@@ -191,7 +205,7 @@ def trace(label: str, rows: list[Row], steps: int = 2) -> dict:
         outer["dur"] = sync_end + 2 - outer["ts"]
         corr += 2
         ts = sync_end + 100
-    return {"schemaVersion": 1, "deviceProperties": [H100], "traceEvents": events}
+    return {"schemaVersion": 1, "deviceProperties": [device], "traceEvents": events}
 
 
 def step(label: str, rows: list[Row], steps: int = 2) -> reader.Step:
@@ -221,9 +235,9 @@ FUSED = {"sdpa_flash": [Row("aten::transpose"), kernel("aten::_flash_attention_f
 
 
 def triton_forward(batch: int, heads: int, seq: int, block_m: int, warps: int) -> list[Row]:
-    """Chapter 4: one TMA forward on Hopper, on a grid the config implies."""
+    """Chapter 4: one forward on Hopper, on a grid the config implies."""
     grid = (batch * heads, -(-seq // block_m), 1)
-    return [kernel("triton_attention", TRITON_FWD_TMA, (grid, (32 * warps, 1, 1), 232, 114688),
+    return [kernel("triton_attention", TRITON_FWD, (grid, (32 * warps, 1, 1), 232, 114688),
                    launcher="cuLaunchKernelEx")]
 
 
@@ -231,7 +245,7 @@ def triton_forward_backward(batch: int, heads: int, seq: int) -> list[Row]:
     """Chapter 4: forward then the three backward kernels, the backward's from the autograd
     engine's thread."""
     grid = (batch * heads, -(-seq // 128), 1)
-    fwd = kernel("triton_attention", TRITON_FWD_TMA, (grid, (256, 1, 1), 232, 114688), launcher="cuLaunchKernelEx")
+    fwd = kernel("triton_attention", TRITON_FWD, (grid, (256, 1, 1), 232, 114688), launcher="cuLaunchKernelEx")
     bwd = [kernel("TritonAttentionBackward", n, ((batch * heads, -(-seq // 64), 1), (256, 1, 1), 200, 98304),
                   launcher="cuLaunchKernelEx", tid=ENGINE_TID) for n in TRITON_BWD]
     return [fwd, *bwd]

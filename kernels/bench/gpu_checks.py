@@ -9,7 +9,7 @@ import sys
 from typing import Optional
 
 # Where each autotuned kernel lives: (module, attribute).
-TRITON_KERNELS = {"fwd": ("kernels.triton.flash", "attn_fwd_tuned"), "fwd_tma": ("kernels.triton.flash", "attn_fwd_tma_tuned"),
+TRITON_KERNELS = {"fwd": ("kernels.triton.flash", "attn_fwd_tuned"),
                   "bwd_dkdv": ("kernels.triton.backward", "attn_bwd_dkdv_tuned"),
                   "bwd_dq": ("kernels.triton.backward", "attn_bwd_dq_tuned")}
 

@@ -105,6 +105,6 @@ def test_every_fixture_kernel_has_a_kind():
     """The fixtures' other kernels are read too: attention, softmax, elementwise, copies."""
     kinds = {n: fingerprints.kind_of(n) for n in fixture_kernels()}
     assert [n for n, k in kinds.items() if k == "other" and fingerprints.inductor_style(n) != "tem"] == []
-    assert kinds[hopper_trace.CUDNN] == kinds[hopper_trace.FLASH] == kinds[hopper_trace.TRITON_FWD_TMA] \
+    assert kinds[hopper_trace.CUDNN] == kinds[hopper_trace.FLASH] == kinds[hopper_trace.TRITON_FWD] \
         == "fused_attention"
     assert fingerprints.kind_of(hopper_trace.DTOD) == "copy" and fingerprints.kind_of(hopper_trace.MEMSET) == "memset"
