@@ -9,8 +9,6 @@ every step whole. Tables: op_table's nesting and the copies table read in any HT
 from __future__ import annotations
 
 import copy
-import gzip
-import json
 
 import matplotlib
 import pytest
@@ -33,13 +31,6 @@ matplotlib.use("Agg")
 COLUMN_PX = figures.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
 
 
-def load(tmp_path, data: dict, name: str = "t.json.gz"):
-    path = tmp_path / name
-    with gzip.open(path, "wt") as f:
-        json.dump(data, f)
-    return reader.load_trace(path)
-
-
 def stretched(data: dict, factor: float) -> dict:
     """The same trace with every time and duration multiplied by ``factor`` (a slower step)."""
     out = copy.deepcopy(data)
@@ -51,8 +42,8 @@ def stretched(data: dict, factor: float) -> dict:
 
 
 @pytest.fixture
-def naive_step(tmp_path):
-    return load(tmp_path, forward_trace("naive")).steps("naive")[0]
+def naive_step():
+    return reader.load_trace(forward_trace("naive")).steps("naive")[0]
 
 
 def renderer_of(fig):
@@ -91,8 +82,8 @@ def test_bar_labels_fit_inside_their_bars(naive_step):
                 f"the label {t.get_text()!r} spills out of its bar"
 
 
-def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
-    for step in (naive_step, load(tmp_path, forward_trace("sdpa_flash"), "f.json.gz").steps("sdpa_flash")[0]):
+def test_timeline_legend_lists_only_the_categories_drawn(naive_step):
+    for step in (naive_step, reader.load_trace(forward_trace("sdpa_flash")).steps("sdpa_flash")[0]):
         fig = tl.timeline(step)
         ax = fig.axes[0]
         category = {colour: label for label, colour in tl.LEGEND}
@@ -106,10 +97,10 @@ def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
 
 
 @pytest.mark.parametrize("order", ["long first", "short first"])
-def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
+def test_shared_x_axis_spans_the_longest_step(order):
     data = forward_trace("naive")
-    short = load(tmp_path, data, "short.json.gz").steps("naive")[0]
-    long = load(tmp_path, stretched(data, 1.5), "long.json.gz").steps("naive")[0]
+    short = reader.load_trace(data).steps("naive")[0]
+    long = reader.load_trace(stretched(data, 1.5)).steps("naive")[0]
 
     def span_ms(step):
         k, ops = step.gpu_work, step.ops
@@ -129,9 +120,9 @@ def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
 
 # --------------------------------------------------------------------------- diff, tiles, threads
 
-def test_diff_figure_text_and_legend(tmp_path):
-    a = load(tmp_path, forward_trace("naive"), "a.json.gz").steps("naive")[0]
-    b = load(tmp_path, forward_trace("inplace"), "b.json.gz").steps("inplace")[0]
+def test_diff_figure_text_and_legend():
+    a = reader.load_trace(forward_trace("naive")).steps("naive")[0]
+    b = reader.load_trace(forward_trace("inplace")).steps("inplace")[0]
     fig = tracediff.diff(a, b).figure()
     assert not too_small(fig), f"diff figure text below the floor: {too_small(fig)}"
     ax = fig.axes[0]
