@@ -108,7 +108,7 @@ lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kerne
 # step each op belonged to are gone.
 
 # %% tags=["wide-text"]
-print(run.table(sort_by="cpu_time_total", row_limit=8))
+print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
 
 # %% [markdown]
 # How to read its columns, checked on this table:
@@ -140,7 +140,7 @@ lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
        "the Self CPU column adds up to the outermost row (ProfilerStep*)",
        f"{self_sum:.0f} vs {outer.cpu_time_total:.0f} µs")
 if device.type == "cuda":
-    text = run.table(sort_by="cpu_time_total", row_limit=8)
+    text = run.averages.table(sort_by="cpu_time_total", row_limit=8)
     lesson("Self CUDA" in text and "CUDA total" in text and "Self CUDA time total" in text,
            "on a GPU the table has Self CUDA and CUDA total columns and a Self CUDA time total line")
     print(f"mlp_step's CUDA time avg in the table: {rows['mlp_step'].device_time_total / rows['mlp_step'].count:.1f} µs; "

@@ -1,9 +1,9 @@
 """Trim a Kineto trace to one step: what the book ships of a trace recorded by others.
 
-    python -m tools.trim_trace SOURCE DEST [--step N | --label NAME] [--drop-python]
+    python -m tools.trim_trace SOURCE DEST [--step N] [--drop-python]
 
-Keeps, of SOURCE, the events of one labelled range (``ProfilerStep#N``, by default the first;
-or the first range named NAME): every CPU event (ops, labels, Python frames, runtime and driver
+Keeps, of SOURCE, the events of one profiler step (``ProfilerStep#N``, by default the first):
+every CPU event (ops, labels, Python frames, runtime and driver
 calls, instant and ``[memory]`` events) that starts inside the range, the GPU work (kernels,
 memcpys, memsets) those launches queued, wherever it ran, with its flow arrows, the GPU-side
 label of the same range, and every metadata event (process and thread names) and top-level field
@@ -38,28 +38,22 @@ def read(path: Path) -> dict:
     return raw
 
 
-def the_range(events: list[dict], step: Optional[int], label: Optional[str]) -> dict:
-    """The CPU-side labelled range to keep (a ValueError lists what the trace has)."""
+def the_range(events: list[dict], step: Optional[int]) -> dict:
+    """The CPU-side profiler step to keep (a ValueError lists the steps the trace has)."""
     ranges = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "Operator")),
                     key=lambda e: float(e.get("ts", 0)))
     steps = [e for e in ranges if str(e.get("name", "")).startswith(STEP_PREFIX)]
-    if label is None:
-        wanted = [e for e in steps if step is None or e["name"] == f"{STEP_PREFIX}{step}"]
-        if not wanted:
-            raise ValueError(f"no {STEP_PREFIX}{step if step is not None else 'N'} in it; its profiler steps: "
-                             f"{[e['name'] for e in steps] or 'none'} (give --label NAME for another range)")
-    else:
-        wanted = [e for e in ranges if e.get("name") == label]
-        if not wanted:
-            raise ValueError(f"no range labelled {label!r}; labels: {sorted({str(e.get('name')) for e in ranges})[:20]}")
+    wanted = [e for e in steps if step is None or e["name"] == f"{STEP_PREFIX}{step}"]
+    if not wanted:
+        raise ValueError(f"no {STEP_PREFIX}{step if step is not None else 'N'} in it; its profiler steps: "
+                         f"{[e['name'] for e in steps] or 'none'}")
     return wanted[0]
 
 
-def trim(raw: dict, step: Optional[int] = None, label: Optional[str] = None, source: str = "",
-         drop_python: bool = False) -> dict:
+def trim(raw: dict, step: Optional[int] = None, source: str = "", drop_python: bool = False) -> dict:
     """A new trace dict holding only the chosen range's events (see the module docstring)."""
     events = [e for e in raw["traceEvents"] if isinstance(e, dict)]
-    r = the_range(events, step, label)
+    r = the_range(events, step)
     t0, t1 = float(r["ts"]), float(r["ts"]) + float(r.get("dur", 0))
 
     def inside(e: dict) -> bool:
@@ -103,14 +97,11 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.trim_trace", description=__doc__.split("\n")[0])
     parser.add_argument("source", type=Path)
     parser.add_argument("dest", type=Path)
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--step", type=int, help="N of ProfilerStep#N (default: the first profiler step)")
-    which.add_argument("--label", help="the name of another labelled range to keep instead")
+    parser.add_argument("--step", type=int, help="N of ProfilerStep#N (default: the first profiler step)")
     parser.add_argument("--drop-python", action="store_true", help="leave out the Python frames (python_function)")
     args = parser.parse_args(argv)
     try:
-        trace = trim(read(args.source), args.step, args.label, source=args.source.name,
-                     drop_python=args.drop_python)
+        trace = trim(read(args.source), args.step, source=args.source.name, drop_python=args.drop_python)
     except (OSError, ValueError) as e:
         print(f"error: {args.source}: {e}", file=sys.stderr)
         return 1

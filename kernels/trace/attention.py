@@ -372,7 +372,7 @@ def _hand_written(candidates: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataF
             types = ops.at[score, "input_types"]
             calls.append(AttentionCall(
                 "hand-written", "PyTorch ops", f"{names[score]} -> {names[s]} -> {names[pv]}", mine,
-                batch_heads=max(_prod(a[:-2]), _prod(b[:-2])), sq=sq, sk=sk, d=a[-1], dv=v[-1],
+                batch_heads=max(math.prod(a[:-2]), math.prod(b[:-2])), sq=sq, sk=sk, d=a[-1], dv=v[-1],
                 shapes={"scores": [a, b], "softmax": x, "values": ops.at[pv, "input_dims"][:2]},
                 dtype=TYPE_NAMES.get(types[0]) if types else None, cpu_start_us=float(ops.at[score, "start_us"]),
                 cpu_us=float(ops.at[pv, "end"] - ops.at[score, "ts"])))
@@ -391,10 +391,6 @@ def _is_value_gemm(dims: list, sq: int, sk: int) -> bool:
         return False
     p, v = dims[:2]
     return p[-2] == sq and p[-1] == sk and v[-2] == sk
-
-
-def _prod(xs: list) -> int:
-    return math.prod(xs) if xs else 1
 
 
 def _by_kernel_name(kernels: pd.DataFrame) -> list[AttentionCall]:

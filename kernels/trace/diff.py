@@ -16,7 +16,7 @@ every row's time is its median over them, while counts and bytes come from the m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Sequence, Union
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -216,8 +216,7 @@ def _side(x: Union[Step, Sequence[Step]], which: str) -> tuple[Step, list[Step]]
     return median_step(steps), steps
 
 
-def diff(a: Union[Step, Sequence[Step]], b: Union[Step, Sequence[Step]],
-         label_a: Optional[str] = None, label_b: Optional[str] = None) -> StepDiff:
+def diff(a: Union[Step, Sequence[Step]], b: Union[Step, Sequence[Step]]) -> StepDiff:
     """Compare two steps op by op (name and input shapes) and kernel by kernel (name and
     launch shape): what only one of them runs, and which counts, times and allocations moved.
 
@@ -227,7 +226,7 @@ def diff(a: Union[Step, Sequence[Step]], b: Union[Step, Sequence[Step]],
     changed); ``.figure()`` draws them; ``.totals()`` compares the two median steps' summaries.
     """
     (a, steps_a), (b, steps_b) = _side(a, "a"), _side(b, "b")
-    label_a, label_b = label_a or a.label, label_b or b.label
+    label_a, label_b = a.label, b.label
     if label_a == label_b:
         label_a, label_b = f"{label_a} (a)", f"{label_b} (b)"
     ops = [_median_times(_op_groups, st, _op_groups(s)) for s, st in ((a, steps_a), (b, steps_b))]

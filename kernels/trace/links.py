@@ -50,13 +50,6 @@ def _device_of(path: Path) -> str:
     return ", ".join(names) if names else "CPU"
 
 
-def relative_url(path: Path, start: Optional[Path] = None) -> str:
-    """``path`` relative to ``start`` (default: the working directory) as a URL path."""
-    start = Path(start or os.getcwd()).resolve()
-    rel = os.path.relpath(Path(path).resolve(), start)
-    return Path(rel).as_posix()
-
-
 @dataclass
 class TraceLinks:
     """The "Download trace" / "Open in Perfetto" links of one trace; shows as HTML."""
@@ -83,20 +76,20 @@ class TraceLinks:
         )
 
 
-def links(source, title: Optional[str] = None, chapter: Optional[str] = None,
-          start: Optional[Path] = None) -> TraceLinks:
+def links(source, title: Optional[str] = None) -> TraceLinks:
     """The links to show beside a trace's figure or table, e.g. ``traces.links(run)``.
 
     ``source`` is what ``profiling.profile`` returned, one of its steps, or a trace path
     (a recorded trace: ``"data/recorded/nvidia-a100-sxm4-80gb/01_naive/naive.json.gz"``). The title Perfetto shows names
-    the chapter (by default the trace's folder, which the runner names after the notebook),
+    the chapter (the trace's folder, which the runner names after the notebook),
     the variant (the file name) and the device the trace was recorded on.
     """
     path = _resolve(source)
     if not path.exists():
         raise FileNotFoundError(f"no trace at {path}: profile(..., trace_dir=trace_dir) writes it first")
-    if chapter is None:
-        chapter = path.parent.name if path.parent.name not in (TRACES_FOLDER, "", ".") else ""
+    chapter = path.parent.name if path.parent.name not in (TRACES_FOLDER, "", ".") else ""
     variant = path.name.removesuffix(".json.gz").removesuffix(".json")
     title = title or " · ".join(p for p in (chapter, variant, _device_of(path)) if p)
-    return TraceLinks(path=path, url=relative_url(path, start), title=title, size=path.stat().st_size)
+    # The notebook runs in its own folder, and the page is published beside the same tree.
+    url = Path(os.path.relpath(path.resolve(), Path.cwd().resolve())).as_posix()
+    return TraceLinks(path=path, url=url, title=title, size=path.stat().st_size)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import math
 import os
 import warnings
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -140,13 +141,6 @@ def _device_properties(raw) -> list:
     return props if isinstance(props, list) else []
 
 
-def _shape_bytes(dims, dtype: str) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n * DTYPE_BYTES.get(dtype, 4)
-
-
 def tensor_bytes(dims: list, type_name: str) -> int:
     """Bytes of a tensor of shape ``dims`` and Kineto element type ``type_name`` (``c10::BFloat16``,
     ``float``...); a ValueError names a type the reader does not know the size of."""
@@ -154,7 +148,7 @@ def tensor_bytes(dims: list, type_name: str) -> int:
         raise ValueError(f"no known element size for the type {type_name!r}; known: {sorted(DTYPE_BYTES)}")
     if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in dims):
         raise ValueError(f"not a tensor shape: {dims!r}")
-    return _shape_bytes(dims, type_name)
+    return math.prod(dims) * DTYPE_BYTES[type_name]
 
 
 def is_contiguous(dims: list, strides: list) -> bool:
@@ -191,7 +185,7 @@ def _copy_bytes(dims: list, types: list) -> Optional[int]:
         return None
     if not dims or not isinstance(dims[0], list):
         return None
-    return _shape_bytes(dims[0], types[0])
+    return math.prod(dims[0]) * DTYPE_BYTES[types[0]]
 
 
 def _inclusive(values: list, parent: list) -> list:

@@ -35,17 +35,13 @@ class ProfiledRun:
     label: str
     trace_path: Path
     trace: "Trace"
-    averages: "EventList"  # prof.key_averages()
+    averages: "EventList"  # prof.key_averages(): its .table() is PyTorch's own summary table
 
     def steps(self) -> list["Step"]:
         return self.trace.steps(self.label)
 
     def step(self, index: int = -1) -> "Step":
         return self.steps()[index]
-
-    def table(self, sort_by: str = "cpu_time_total", row_limit: int = 12) -> str:
-        """PyTorch's own summary table (``prof.key_averages().table()``)."""
-        return self.averages.table(sort_by=sort_by, row_limit=row_limit)
 
 
 def profile(fn: Callable, *args, label: Optional[str] = None, wait: int = 1, warmup: int = 2,

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.browser import DevTools, QuietFiles, find_or_install_chromium, serve
+from tests.browser import DevTools, QuietFiles, find_or_install_chromium, open_page_at, serve
 from tests.fake_book import FAKE_CHAPTER, build_fake_book, page_boxes
 
 STAND_IN = """<!doctype html><title>Perfetto stand-in</title>
@@ -81,12 +81,9 @@ def fake_book(tmp_path_factory):
 
 def open_page(browser: DevTools, url: str) -> str:
     """A fresh tab on ``url``, once the page's trace script has run; returns its session."""
-    target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-    session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-    browser.send("Runtime.enable", session=session)
-    browser.send("Page.navigate", {"url": url}, session)
+    session = open_page_at(browser, url)
     deadline = time.monotonic() + 30
-    while not browser.evaluate(session, "document.readyState === 'complete' && window.AP_TRACES_READY === true"):
+    while not browser.evaluate(session, "window.AP_TRACES_READY === true"):
         assert time.monotonic() < deadline, f"{url} never loaded perfetto.js; console: {browser.log}"
         time.sleep(0.1)
     return session

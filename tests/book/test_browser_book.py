@@ -214,28 +214,6 @@ def test_every_figure_has_a_numbered_caption_and_alt_text(site, page):
             f"{page}: alt text must say what the figure shows, not name its file: {f['alt']!r}"
 
 
-@pytest.mark.slow
-def test_every_cell_of_every_exercise_download_is_free_of_solution_code(built_book):
-    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
-
-    from tests.book.test_reader import solution_lines
-
-    _, _, html = built_book
-    pages = [p for p in NOTEBOOK_PAGES if "/exercises/" in p]
-    assert pages
-    for page in pages:
-        notebook = Path(page).with_suffix(".ipynb")
-        served = nbformat.read(html / "_sources" / notebook, as_version=4)
-        solved = solution_lines(nbformat.read(ROOT / notebook, as_version=4))
-        assert solved, f"{notebook} has solutions the download must leave out"
-        for cell in served.cells:
-            assert "solution" not in cell.metadata.get("tags", []), f"{page}'s download holds a solution cell"
-            leaked = [line for line in cell.source.splitlines() if line.strip() in solved]
-            assert not leaked, f"{page}'s download holds solution code: {leaked[:3]}"
-        markdown = "".join(c.source for c in served.cells if c.cell_type == "markdown")
-        assert "<details" in markdown and ":::{dropdown}" not in markdown, f"{page}: hints fold in Jupyter"
-
-
 # ------------------------------------------------------------------------- what the text says
 
 # The text a reader reads, block by block (paragraphs, list items, captions, headings, table

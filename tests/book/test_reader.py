@@ -110,35 +110,20 @@ def test_solutions_fold_behind_solution_and_the_page_links_its_learner_copy():
         assert f"blob/main/book/exercises/unsolved/{path.name}" in intro and "colab.research.google.com" in intro
 
 
-def test_details_and_captions_are_converted_and_a_half_caption_is_refused():
-    convert = convert_module()
-    text = ":::{dropdown} Hint 1: the guess\nFive things.\n:::\n\nAfter."
-    assert convert.details(text) == ('<details class="ap-hint">\n<summary>Hint 1: the guess</summary>\n\n'
-                                     "Five things.\n\n</details>\n\nAfter.")
-    body, options = convert.caption_options("#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()")
-    assert body == "fig = draw()" and options == {"caption": "Two tracks.", "alt": "A timeline."}
-    import nbformat
-
-    cell = convert.cell_from(nbformat.v4.new_code_cell("#| caption: Two tracks.\n#| alt: A timeline.\nfig = draw()"))
-    assert cell.metadata["mystnb"] == {"figure": {"caption": "Two tracks."}, "image": {"alt": "A timeline."}}
+def test_a_half_caption_is_refused():
+    # What converted hints and captions become is checked where a reader meets them: hints as
+    # <details> in every exercise (above), captions and alt text on every built page (test_browser_book).
     with pytest.raises(SystemExit, match="needs both"):
-        convert.caption_options("#| caption: no alt\nfig")
+        convert_module().caption_options("#| caption: no alt\nfig")
 
 
-def test_the_shared_cells_are_written_here_and_a_misspelt_marker_is_refused(tmp_path):
-    convert = convert_module()
+def test_a_misspelt_cell_marker_is_refused(tmp_path):
+    # The shared cells' conversion is checked on every real notebook: test_book's clean-source,
+    # parameters-cover-every-preset and solutions-fold-in-Colab tests.
     source = tmp_path / "page.py"
-    source.write_text('# %% [markdown]\n# # A page\n\n# %% [install]\n\n# %% [parameters]\nextra = 1\n\n'
-                      '# %% tags=["solution", "hide-input"]\nanswer = 42\n')
-    markdown, install, params, solution = [convert.cell_from(c) for c in convert.source_cells(source)]
-    assert markdown.cell_type == "markdown" and markdown.source == "# A page"
-    assert "pip install" in install.source and install.metadata["tags"] == ["hide-cell"]
-    assert params.metadata["tags"] == ["parameters", "hide-cell"], "papermill finds the cell by its tag"
-    assert params.source.endswith('trace_dir = "traces"\nextra = 1'), "lines under the marker are added"
-    assert solution.metadata["cellView"] == "form" and solution.source.endswith("\nanswer = 42")
     source.write_text("# %% [paramters]\nx = 1\n")
     with pytest.raises(SystemExit, match=r"'# %% \[paramters\]' is not a cell this book knows"):
-        convert.source_cells(source)
+        convert_module().source_cells(source)
 
 
 def test_the_reading_time_counts_prose_at_200_words_and_shown_code_at_15_lines_a_minute():

@@ -103,9 +103,6 @@ def test_every_notebook_has_the_parts(nb_dir):
         for c in cells:
             if "solution" in c.metadata.get("tags", []):
                 assert "hide-input" in c.metadata["tags"], f"{name}: solutions are hidden in the book"
-        text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
-        assert "<details" in text, f"{name}: hints are <details> that fold in Jupyter and Colab"
-        assert f"](../{name}.ipynb)" in text, f"{name} links back to its chapter"
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the planted NaN bug

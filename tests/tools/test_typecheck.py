@@ -17,22 +17,6 @@ def test_library_tools_and_every_chapter_type_check():
     assert "Success: no issues found" in report, report
 
 
-def test_the_parameters_cell_is_typed_from_the_presets():
-    line = typecheck.parameters_line()
-    assert "active_steps: int = " in line and "seq: int = " in line and "trace_dir: str = " in line, line
-    assert "device: Any = " in line, "device is resolved by setup() into a torch.device, so it is typed Any"
-
-
-def test_magics_are_commented_out_and_lines_are_kept(tmp_path):
-    source = tmp_path / "chapter.py"
-    source.write_text("# %% [markdown]\n# # A page\n\n# %% [parameters]\n\n# %%\n%matplotlib inline\n"
-                      "  !pip install x\nx = 1\n")
-    staged = typecheck.staged_text(source, "a: int = 1")
-    lines = staged.splitlines()
-    assert len(lines) == len(source.read_text().splitlines()), "one line per source line, so errors keep their lines"
-    assert lines[3].startswith("a: int = 1") and lines[6] == "# %matplotlib inline" and lines[7] == "  # !pip install x"
-
-
 BROKEN = '''\
 # %% [markdown]
 # # A chapter that shadows a parameter

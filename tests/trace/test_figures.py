@@ -9,8 +9,6 @@ every step whole. Tables: op_table's nesting and the copies table read in any HT
 from __future__ import annotations
 
 import copy
-import gzip
-import json
 
 import matplotlib
 import pytest
@@ -20,7 +18,6 @@ from matplotlib.figure import Figure
 from kernels.trace import diff as tracediff
 from kernels.trace import reader
 from kernels.trace import record
-from kernels.trace import timeline
 from kernels.cuda import threads
 from kernels import figures
 from kernels.triton import tiling
@@ -34,13 +31,6 @@ matplotlib.use("Agg")
 COLUMN_PX = figures.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
 
 
-def load(tmp_path, data: dict, name: str = "t.json.gz"):
-    path = tmp_path / name
-    with gzip.open(path, "wt") as f:
-        json.dump(data, f)
-    return reader.load_trace(path)
-
-
 def stretched(data: dict, factor: float) -> dict:
     """The same trace with every time and duration multiplied by ``factor`` (a slower step)."""
     out = copy.deepcopy(data)
@@ -52,8 +42,8 @@ def stretched(data: dict, factor: float) -> dict:
 
 
 @pytest.fixture
-def naive_step(tmp_path):
-    return load(tmp_path, forward_trace("naive")).steps("naive")[0]
+def naive_step():
+    return reader.load_trace(forward_trace("naive")).steps("naive")[0]
 
 
 def renderer_of(fig):
@@ -73,17 +63,8 @@ def legend_clear_of_data(fig, ax, legend) -> bool:
 
 # ------------------------------------------------------------------------------------ the floor
 
-def test_font_floor_is_what_the_column_scale_needs():
-    # 11 in drawn to its edges saves as 11.2 in (0.1 in padding each side) = 1120 px at 100 dpi,
-    # shown at 676 px: 9 px needs 9 / (100/72 · 676/1120) = 10.74 pt, rounded up to 10.8.
-    assert figures.font_floor(Figure(figsize=(11, 3), dpi=100)) == pytest.approx(10.8, abs=0.05)
-    # A figure narrower than the column is shown unscaled: 9 px = 6.48 pt at 100 dpi.
-    assert figures.font_floor(Figure(figsize=(5, 5), dpi=100)) == pytest.approx(6.5, abs=0.1)
-
-
-@pytest.mark.parametrize("pyplot", [False, True], ids=["Figure", "timeline.timeline"])
-def test_timeline_text_is_at_least_9px_in_the_column(naive_step, pyplot):
-    fig = timeline.timeline(naive_step) if pyplot else tl.timeline(naive_step)
+def test_timeline_text_is_at_least_9px_in_the_column(naive_step):
+    fig = tl.timeline(naive_step)
     assert not too_small(fig), f"timeline text below {figures.MIN_FONT_PX} px at {COLUMN_PX} px: {too_small(fig)}"
     labels = [t for t in fig.axes[0].texts if isinstance(t, tl._BarLabel) and t.get_text()]
     assert labels, "wide bars keep a label"
@@ -101,8 +82,8 @@ def test_bar_labels_fit_inside_their_bars(naive_step):
                 f"the label {t.get_text()!r} spills out of its bar"
 
 
-def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
-    for step in (naive_step, load(tmp_path, forward_trace("sdpa_flash"), "f.json.gz").steps("sdpa_flash")[0]):
+def test_timeline_legend_lists_only_the_categories_drawn(naive_step):
+    for step in (naive_step, reader.load_trace(forward_trace("sdpa_flash")).steps("sdpa_flash")[0]):
         fig = tl.timeline(step)
         ax = fig.axes[0]
         category = {colour: label for label, colour in tl.LEGEND}
@@ -116,10 +97,10 @@ def test_timeline_legend_lists_only_the_categories_drawn(naive_step, tmp_path):
 
 
 @pytest.mark.parametrize("order", ["long first", "short first"])
-def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
+def test_shared_x_axis_spans_the_longest_step(order):
     data = forward_trace("naive")
-    short = load(tmp_path, data, "short.json.gz").steps("naive")[0]
-    long = load(tmp_path, stretched(data, 1.5), "long.json.gz").steps("naive")[0]
+    short = reader.load_trace(data).steps("naive")[0]
+    long = reader.load_trace(stretched(data, 1.5)).steps("naive")[0]
 
     def span_ms(step):
         k, ops = step.gpu_work, step.ops
@@ -139,14 +120,13 @@ def test_shared_x_axis_spans_the_longest_step(tmp_path, order):
 
 # --------------------------------------------------------------------------- diff, tiles, threads
 
-def test_diff_figure_text_and_legend(tmp_path):
-    a = load(tmp_path, forward_trace("naive"), "a.json.gz").steps("naive")[0]
-    b = load(tmp_path, forward_trace("inplace"), "b.json.gz").steps("inplace")[0]
-    for d in (tracediff.diff(a, b), tracediff.diff(a, b)):
-        fig = d.figure()
-        assert not too_small(fig), f"diff figure text below the floor: {too_small(fig)}"
-        ax = fig.axes[0]
-        assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend covers none of the rows"
+def test_diff_figure_text_and_legend():
+    a = reader.load_trace(forward_trace("naive")).steps("naive")[0]
+    b = reader.load_trace(forward_trace("inplace")).steps("inplace")[0]
+    fig = tracediff.diff(a, b).figure()
+    assert not too_small(fig), f"diff figure text below the floor: {too_small(fig)}"
+    ax = fig.axes[0]
+    assert legend_clear_of_data(fig, ax, ax.get_legend()), "the legend covers none of the rows"
 
 
 @pytest.mark.parametrize("layout", ["alone", "two panels, 12 in (chapter 4)"])

@@ -36,17 +36,6 @@ def fake_book(tmp_path_factory):
 # ------------------------------------------------------------------- runner and published book
 
 @pytest.mark.slow
-def test_runner_keeps_each_notebooks_traces_in_its_own_folder(fake_book):
-    row = fake_book.report["notebooks"][0]
-    assert row["status"] == "ok", row
-    assert [t["path"] for t in row["traces"]] == [f"book/traces/{FAKE_CHAPTER}/mm.json.gz"]
-    trace = fake_book.out / row["traces"][0]["path"]
-    assert row["traces"][0]["bytes"] == trace.stat().st_size
-    active = fake_book.report["parameters"]["active_steps"]  # the fake book's cpu preset: 2
-    assert len(reader.load_trace(trace).steps("mm")) == active, "only the active steps are exported"
-
-
-@pytest.mark.slow
 def test_pages_link_to_published_traces_that_exist_and_parse(fake_book):
     page = page_boxes(fake_book.html, f"book/{FAKE_CHAPTER}.html")
     assert len(page.boxes) == 2, "one box per links.links() output"
