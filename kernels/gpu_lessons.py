@@ -347,12 +347,6 @@ def per_gpu(calls: pd.DataFrame) -> pd.DataFrame:
         peak_tflops=("peak TFLOP/s", "first"), median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
 
 
-def grids_against_sms(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
-    """``grid_against_sms`` of each report ({label: report}), one table indexed by label, in
-    the order given (a report with several attention kernels has one row for each)."""
-    return pd.concat({label: grid_against_sms(r) for label, r in reports.items()}, names=["trace", ""]).droplevel(1)
-
-
 def naive_copy_on_gpu(step: Step) -> pd.DataFrame:
     """Chapter 1 on a GPU run: the naive forward runs the article's six GPU activities, one of
     them a copy launched inside ``masked_fill`` (its clone). Returns the step's kernel table."""

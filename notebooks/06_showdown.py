@@ -313,9 +313,10 @@ glue("qwen_h100_peak", h100_row["peak_tflops"]); _ = glue("qwen_mi300x_peak", mi
 bert = TRACELENS["h100_bert"]
 bert_trace = bert.trace()
 bert_report = find_attention(bert.step(trace=bert_trace))
-grids = gpu_lessons.grids_against_sms({"Qwen1.5-0.5B, 16 x 559 tokens, H100": qwen_reports["h100"],
-                                       "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": qwen_reports["mi300x"],
-                                       "BERT-small, 1 x 141 tokens, H100": bert_report})
+grids = pd.concat({label: gpu_lessons.grid_against_sms(report) for label, report in {
+    "Qwen1.5-0.5B, 16 x 559 tokens, H100": qwen_reports["h100"],
+    "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": qwen_reports["mi300x"],
+    "BERT-small, 1 x 141 tokens, H100": bert_report}.items()}, names=["trace", ""]).droplevel(1)
 display(grids.round(2))
 print(bert.credit(bert_trace))
 

@@ -107,12 +107,6 @@ def test_per_gpu_sums_up_the_calls_of_each_gpu(reports):
     assert per_gpu.iloc[0]["best_pct"] == h100["% of peak"].max() > per_gpu.iloc[0]["median_pct"]
 
 
-def test_grids_against_sms_keeps_each_report_under_its_label_in_order(reports):
-    grids = gpu_lessons.grids_against_sms({"bert": reports["h100_bert"], "qwen": reports["h100_qwen"]})
-    assert list(grids.index.unique()) == ["bert", "qwen"]
-    assert grids.loc[["qwen"]].iloc[0]["CTAs"] == 1280 and grids.loc[["bert"]].iloc[0]["CTAs"] == 16
-
-
 def test_split_summary_sums_up_the_decode_calls(reports):
     pairs = decoding.split_and_reduce(reports["sglang_decode"])
     summary = decoding.split_summary(pairs)
