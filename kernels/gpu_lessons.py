@@ -339,14 +339,6 @@ def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype
                "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")
 
 
-def per_gpu(calls: pd.DataFrame) -> pd.DataFrame:
-    """``achieved_against_peak``'s calls summed up per GPU: how many, their median GPU time and
-    TFLOP/s, the GPU's peak, and the median and best share of that peak."""
-    return calls.groupby("GPU", sort=False).agg(
-        calls=("call", "size"), median_us=("GPU µs", "median"), median_tflops=("TFLOP/s", "median"),
-        peak_tflops=("peak TFLOP/s", "first"), median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
-
-
 def naive_copy_on_gpu(step: Step) -> pd.DataFrame:
     """Chapter 1 on a GPU run: the naive forward runs the article's six GPU activities, one of
     them a copy launched inside ``masked_fill`` (its clone). Returns the step's kernel table."""
