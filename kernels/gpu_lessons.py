@@ -208,20 +208,22 @@ def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFram
     """One row per attention call of each report ({label: find_attention(step)}): the GPU the
     trace names, the call's achieved TFLOP/s and the GPU's dense 16-bit peak (datasheet). A
     report whose trace names no GPU the datasheet table knows, or a call without FLOPs (shapes
-    or causality not recorded), is a ValueError: the comparison would be empty."""
+    or causality not recorded) or not in 16 bits, is a ValueError: the comparison would be empty
+    or against the wrong peak."""
     rows = []
     for label, report in reports.items():
         if report.peaks is None:
             raise ValueError(f"{label}: no datasheet peak for its GPU ({report.device or 'no deviceProperties'})")
         for i, call in enumerate(report.calls):
-            main = call.main_kernel()
-            if call.tflops is None or call.flops is None or main is None:
-                raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded) or no kernel")
+            main, share = call.main_kernel(), call.peak_share(report.peaks.flops)
+            if share is None or main is None:
+                raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded), inputs not "
+                                 "16-bit, or no kernel")
             rows.append({"trace": label, "GPU": report.device, "call": i, "kernel": short_kernel_name(main["name"]),
                          "B·H": call.batch_heads, "Sq": call.sq, "Sk": call.sk, "D": call.d, "causal": call.causal,
                          "GFLOP": call.flops / 1e9, "GPU µs": call.gpu_us, "TFLOP/s": call.tflops,
                          "peak TFLOP/s": report.peaks.flops / 1e12,
-                         "% of peak": 100 * call.tflops * 1e12 / report.peaks.flops})
+                         "% of peak": 100 * share})
     return pd.DataFrame(rows)
 
 
@@ -337,20 +339,6 @@ def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype
     else:
         lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
                "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")
-
-
-def per_gpu(calls: pd.DataFrame) -> pd.DataFrame:
-    """``achieved_against_peak``'s calls summed up per GPU: how many, their median GPU time and
-    TFLOP/s, the GPU's peak, and the median and best share of that peak."""
-    return calls.groupby("GPU", sort=False).agg(
-        calls=("call", "size"), median_us=("GPU µs", "median"), median_tflops=("TFLOP/s", "median"),
-        peak_tflops=("peak TFLOP/s", "first"), median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
-
-
-def grids_against_sms(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
-    """``grid_against_sms`` of each report ({label: report}), one table indexed by label, in
-    the order given (a report with several attention kernels has one row for each)."""
-    return pd.concat({label: grid_against_sms(r) for label, r in reports.items()}, names=["trace", ""]).droplevel(1)
 
 
 def naive_copy_on_gpu(step: Step) -> pd.DataFrame:

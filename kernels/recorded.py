@@ -79,30 +79,6 @@ def latest(root: Optional[Path] = None) -> Optional[Recording]:
     return found[0] if found else None
 
 
-LABELS = ("gpu", "capability", "torch", "cuda", "date", "commit")  # what a recording is labelled with
-
-
-def problems(root: Optional[Path] = None) -> list[str]:
-    """What is wrong with the recordings under ``root``, one sentence each (empty: all well).
-
-    A recording is a folder with a meta.json holding every one of ``LABELS`` and at least one
-    trace; any other folder there is a recording that lost its meta.json.
-    """
-    root = Path(root) if root is not None else default_root()
-    found = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        meta = folder / "meta.json"
-        if not meta.exists():
-            found.append(f"{folder.name}: no meta.json, so nothing says which GPU recorded it")
-            continue
-        missing = [k for k in LABELS if k not in json.loads(meta.read_text())]
-        if missing:
-            found.append(f"{folder.name}: meta.json lacks {', '.join(missing)}")
-        if not list(folder.rglob("*.json.gz")):
-            found.append(f"{folder.name}: holds no traces")
-    return found
-
-
 # A sentence for the reader; how a maintainer records a GPU run is in MAINTAINING.md.
 NO_RECORDING = ("this book's own GPU run is not recorded (the GPU sections read a borrowed trace "
                 "instead: kernels.borrowed)")

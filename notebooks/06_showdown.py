@@ -267,7 +267,10 @@ qwen = {gpu: TRACELENS[f"{gpu}_qwen"] for gpu in ("h100", "mi300x")}
 qwen_traces = {gpu: borrowed.trace() for gpu, borrowed in qwen.items()}
 qwen_reports = {gpu: find_attention(borrowed.step(trace=qwen_traces[gpu])) for gpu, borrowed in qwen.items()}
 calls = gpu_lessons.achieved_against_peak(qwen_reports)
-display((per_gpu := gpu_lessons.per_gpu(calls)).round(1))
+per_gpu = calls.groupby("GPU", sort=False).agg(
+    calls=("call", "size"), median_us=("GPU µs", "median"), median_tflops=("TFLOP/s", "median"),
+    peak_tflops=("peak TFLOP/s", "first"), median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
+display(per_gpu.round(1))
 print("\n".join(borrowed.credit(qwen_traces[gpu]) for gpu, borrowed in qwen.items()))
 h100_row, mi300x_row = (per_gpu.loc[qwen_reports[gpu].device] for gpu in ("h100", "mi300x"))
 _ = reveal(guess_h100_percent_of_peak, round(h100_row["median_pct"], 1), "% of the H100's peak, median call")
@@ -313,9 +316,10 @@ glue("qwen_h100_peak", h100_row["peak_tflops"]); _ = glue("qwen_mi300x_peak", mi
 bert = TRACELENS["h100_bert"]
 bert_trace = bert.trace()
 bert_report = find_attention(bert.step(trace=bert_trace))
-grids = gpu_lessons.grids_against_sms({"Qwen1.5-0.5B, 16 x 559 tokens, H100": qwen_reports["h100"],
-                                       "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": qwen_reports["mi300x"],
-                                       "BERT-small, 1 x 141 tokens, H100": bert_report})
+grids = pd.concat({label: gpu_lessons.grid_against_sms(report) for label, report in {
+    "Qwen1.5-0.5B, 16 x 559 tokens, H100": qwen_reports["h100"],
+    "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": qwen_reports["mi300x"],
+    "BERT-small, 1 x 141 tokens, H100": bert_report}.items()}, names=["trace", ""]).droplevel(1)
 display(grids.round(2))
 print(bert.credit(bert_trace))
 

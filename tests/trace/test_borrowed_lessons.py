@@ -98,21 +98,6 @@ def test_decode_backend_here_on_a_cpu_is_the_cpu_flash_kernel_for_both_calls():
         gpu_lessons.decode_backend_here("sdpa_flash", "sdpa_math", "cpu", torch.float32, 64)
 
 
-def test_per_gpu_sums_up_the_calls_of_each_gpu(reports):
-    calls = gpu_lessons.achieved_against_peak({k: reports[k] for k in ("h100_qwen", "mi300x_qwen")})
-    per_gpu = gpu_lessons.per_gpu(calls)
-    assert per_gpu["calls"].tolist() == [24, 24] and list(per_gpu.index) == list(calls["GPU"].unique())
-    h100 = calls[calls["GPU"] == per_gpu.index[0]]
-    assert per_gpu.iloc[0]["median_tflops"] == h100["TFLOP/s"].median()
-    assert per_gpu.iloc[0]["best_pct"] == h100["% of peak"].max() > per_gpu.iloc[0]["median_pct"]
-
-
-def test_grids_against_sms_keeps_each_report_under_its_label_in_order(reports):
-    grids = gpu_lessons.grids_against_sms({"bert": reports["h100_bert"], "qwen": reports["h100_qwen"]})
-    assert list(grids.index.unique()) == ["bert", "qwen"]
-    assert grids.loc[["qwen"]].iloc[0]["CTAs"] == 1280 and grids.loc[["bert"]].iloc[0]["CTAs"] == 16
-
-
 def test_split_summary_sums_up_the_decode_calls(reports):
     pairs = decoding.split_and_reduce(reports["sglang_decode"])
     summary = decoding.split_summary(pairs)

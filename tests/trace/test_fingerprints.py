@@ -75,6 +75,14 @@ REAL_NAMES = [
     ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, false, false>(...)",
      "reduction", "cublas", False, "fp32"),
     ("triton_tem_fused_mm_0", "gemm", "triton", True, None),
+    # --- AMD's, and cuDNN's layout transforms (the borrowed MI300X and H100 traces)
+    ("Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_AFC1_...",
+     "gemm", "tensile", None, None),
+    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x64x8_wt64x16x4_ws1x1_wr2x2_ta1x1x8x1_1x8x1x32_tb1x1x2x1_1x8x1x32_me",
+     "gemm", "miopen", None, "bf16"),
+    ("batched_transpose_256x4_half", "copy", "miopen", False, "fp16"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, false, true, "
+     "(cudnnKernelDataType_t)0>(...)", "copy", "cudnn", False, "bf16"),
     # --- softmax
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::Half, float, c10::Half, "
      "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::Half*, c10::Half const*, int)",
