@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from kernels.attention import block as blocks
-from kernels.exercises.judge import Passed, draw_int, fail, is_blank, passed, run_learner, seeded_generator
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, matches, passed, require_tensor, run_learner, seeded_generator
 
 __all__ = ["check_block_flops", "check_crossover", "check_block_forward"]
 
@@ -80,9 +80,7 @@ def check_crossover(crossover: Callable, seed: Optional[int] = None) -> Passed:
         want = _crossover(width, ratio, skip)
         got = run_learner(crossover, width, ratio, skip, what=f"crossover({width}, {ratio}, {skip})")
         case = f"[W={width}, mlp_ratio={ratio}, causal_skip={skip}]"
-        if is_blank(got):
-            fail(f"crossover returned {got!r}; return a sequence length (a number).")
-        got = float(got)
+        got = as_number(got, "crossover")
         if abs(got - want) <= 1e-6 * want:
             continue
         if abs(got - 6 * width) < 1e-6 * want:
@@ -139,15 +137,12 @@ def check_block_forward(block_forward: Callable, seed: Optional[int] = None) -> 
             want = blk(x)
             got = run_learner(block_forward, blk, x, what="block_forward(block, x)")
         case = f"[B=2, S={seq}, W={width}, H={heads}]"
-        if got is None or not isinstance(got, torch.Tensor):
-            fail(f"block_forward returned {got!r}; return the block's output tensor, shape {tuple(x.shape)}.")
-        if tuple(got.shape) != tuple(x.shape):
-            fail(f"{case} the output has shape {tuple(got.shape)}; a block keeps x's shape {tuple(x.shape)}.")
-        if torch.allclose(got, want, atol=1e-5, rtol=1e-4):
+        require_tensor(got, "block_forward", x.shape)  # a block keeps x's shape
+        if matches(got, want):
             continue
         with torch.no_grad():
             for words, out in _variants(blk, x):
-                if torch.allclose(got, out, atol=1e-5, rtol=1e-4):
+                if matches(got, out):
                     fail(f"{case} {words}")
         err = float((got - want).abs().max())
         fail(f"{case} the output differs from block(x) by up to {err:.2e}, and not in a way the check "

@@ -18,7 +18,9 @@ from typing import Callable, Optional
 import torch
 
 from kernels.attention.torch_compile import block_counts, causal_mod
-from kernels.exercises.judge import Passed, draw_int, fail, is_blank, passed, run_learner, seeded_generator
+from kernels.reference import max_rel_error
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, matches, passed, run_learner, seeded_generator
+from kernels.exercises.naive import attention64
 
 __all__ = ["check_window_mask", "check_skipped_tiles", "check_softcap"]
 
@@ -89,9 +91,8 @@ def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> 
     for seq, block in cases:
         want = block_counts(create_block_mask(causal_mod(0), None, None, seq, seq, device="cpu",
                                               BLOCK_SIZE=block)).skipped
-        got = run_learner(skipped_tiles, seq, block, what=f"skipped_tiles({seq}, {block})")
-        if is_blank(got):
-            fail(f"skipped_tiles({seq}, {block}) returned {got!r}; return a number of tiles.")
+        got = as_number(run_learner(skipped_tiles, seq, block, what=f"skipped_tiles({seq}, {block})"),
+                        f"skipped_tiles({seq}, {block})")
         if got == want:
             continue
         n_ceil, n_floor = math.ceil(seq / block), seq // block
@@ -104,21 +105,11 @@ def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> 
                   "diagonal tiles are computed, so n(n-1)/2 are skipped, not n²/2.")
         if got == n_floor * (n_floor - 1) // 2 and n_floor != n_ceil:
             fail(f"{case} the last, shorter tile row counts too: use ceil(S / block) tiles, not S // block.")
-        fail(f"{case} create_block_mask skips {want} tiles; you said {got!r}.")
+        fail(f"{case} create_block_mask skips {want} tiles; you said {got:g}.")
     return passed(f"skipped_tiles matches create_block_mask on {len(cases)} fresh lengths and tile sizes")
 
 
 # ============================================================================ task 3: a score_mod
-
-def _softcap(q, k, v, cap: float, causal: bool = True) -> torch.Tensor:
-    """Attention with soft-capped scores, cap · tanh(score / cap), in float64 (scale 1/sqrt(d) first)."""
-    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
-    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    s = cap * torch.tanh(s / cap)
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
-    return s.softmax(-1) @ v
-
 
 def _floats_specialised():
     """Dynamo burns the Python floats a function captures into its graph as constants.
@@ -155,9 +146,8 @@ def check_softcap(softcap: Callable, seed: Optional[int] = None) -> Passed:
         if is_blank(mod) or not callable(mod):
             fail(f"softcap({cap}) must return a function score_mod(score, b, h, q_idx, kv_idx); it returned {mod!r}.")
         out = run_learner(_eager_flex, q, k, v, mod, causal, what="flex_attention with your score_mod")
-        want = _softcap(q, k, v, cap, causal)
-        err = lambda o: float((o.double() - want).abs().max() / want.abs().max())  # noqa: E731
-        if err(out) <= 1e-4:
+        want = attention64(q, k, v, causal=causal, cap=cap)
+        if matches(out, want):
             continue
         case = f"[S={s}, cap={cap}, causal={causal}]"
         tries = {
@@ -169,9 +159,8 @@ def check_softcap(softcap: Callable, seed: Optional[int] = None) -> Passed:
                 lambda sc, *a: sc.clamp(-cap, cap),
         }
         for words, wrong in tries.items():
-            theirs = _eager_flex(q, k, v, wrong, causal).double()
-            if float((out.double() - theirs).abs().max() / theirs.abs().max()) <= 1e-4:
+            if matches(out, _eager_flex(q, k, v, wrong, causal)):
                 fail(f"{case} {words}")
-        fail(f"{case} the output differs from soft-capped attention by {err(out):.2e} (relative): print "
+        fail(f"{case} the output differs from soft-capped attention by {max_rel_error(out, want):.2e} (relative): print "
               "your score_mod(torch.tensor([0.5, 5.0, 50.0]), 0, 0, 0, 0) and compare with cap·tanh(x/cap).")
     return passed("softcap's score_mod gives soft-capped attention (checked against float64, causal and not)")

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.exercises.judge import Passed, draw_int, fail, passed, run_learner, seeded_generator
+from kernels.exercises.judge import Passed, draw_int, fail, passed, require_tensor, run_learner, seeded_generator
 
 __all__ = ["check_merge", "check_slow_rank", "write_rank_folder"]
 
@@ -57,10 +57,8 @@ def check_merge(merge: Callable, seed: Optional[int] = None) -> Passed:
             fail(f"{case} merge must return two tensors, (out, lse); it returned "
                   f"{type(got).__name__ if not isinstance(got, (tuple, list)) else f'{len(got)} values'}.")
         out, lse = got
-        for name, t, shape in (("out", out, want.shape), ("lse", lse, want_lse.shape)):
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
-                fail(f"{case} the merged {name} must be a tensor of shape {tuple(shape)}, got "
-                      f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}.")
+        require_tensor(out, "merge's out", want.shape)
+        require_tensor(lse, "merge's lse", want_lse.shape)
         out, lse = out.double(), lse.double()
         if not torch.isfinite(out).all():
             bad = "NaN" if torch.isnan(out).any() else "inf"

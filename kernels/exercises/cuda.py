@@ -13,7 +13,7 @@ from kernels.exercises.judge import Passed, draw_int, fail, passed, printed_seed
 from kernels.cuda.ptxas import parse_ptxas
 from kernels.cuda.threads import owners_v2
 
-__all__ = ["check_read_ptxas", "check_v2_lane", "fresh_ptxas_log"]
+__all__ = ["check_read_ptxas", "check_v2_lane"]
 
 
 def _ptxas_block(kernel: str, arch: str, registers: int, smem: int, stack: int, stores: int, loads: int,
@@ -49,19 +49,13 @@ def fresh_ptxas_log(seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ptxas_numbers(text: str) -> dict:
-    """{(kernel, arch): (registers, static shared bytes, spilled bytes), plus the raw fields}."""
-
-    return {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}
-
-
 def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed:
     """``read_ptxas(text, kernel, arch)`` -> (registers, static shared memory bytes, spilled bytes)
     of one kernel on one architecture, judged by ``kernels.cuda.ptxas.parse_ptxas``."""
     seed = printed_seed(seed)
     asked = 0
     for text in (fresh_ptxas_log(seed), fresh_ptxas_log(seed + 1)):
-        found = _ptxas_numbers(text)
+        found = {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}
         for (kernel, arch), k in found.items():
             case = f"kernel {kernel} on {arch}"
             got = run_learner(read_ptxas, text, kernel, arch, what="read_ptxas(text, kernel, arch)")

@@ -13,7 +13,7 @@ import torch
 
 from kernels import reference
 from kernels.attention import decoding
-from kernels.exercises.judge import Passed, as_number, draw_int, fail, passed, run_learner, seeded_generator
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, matches, mistake_matched, passed, require_tensor, run_learner, seeded_generator
 
 __all__ = ["check_decode_token", "check_decode_intensity"]
 
@@ -44,11 +44,7 @@ def check_decode_token(decode_token: Callable, seed: Optional[int] = None) -> Pa
             case = f"[B={b}, {hq} query heads, {hkv} K/V heads, D={d}, {before} tokens cached before this token]"
             out = run_learner(decode_token, cache, q, k_new, v_new, what="decode_token(cache, q, k_new, v_new)")
             tokens += 1
-            if out is None:
-                fail("decode_token returned None: return the attention output, shape [B, H, 1, D].")
-            if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
-                fail(f"{case} decode_token must return a tensor of q's shape {tuple(q.shape)}, got "
-                      f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}.")
+            require_tensor(out, "decode_token", q.shape)
             if cache.length == before:
                 fail(f"{case} the cache still holds {before} tokens: append the new token's k and v "
                       "(cache.append) before attending.")
@@ -57,21 +53,20 @@ def check_decode_token(decode_token: Callable, seed: Optional[int] = None) -> Pa
             if not torch.equal(cache.keys()[:, :, -1:], k_new):
                 fail(f"{case} the last cached key is not the new token's k: append k_new and v_new, in that order.")
             want = reference.attention(q, k_all[:, :, :t + 1], v_all[:, :, :t + 1], causal=True)
-            if reference.max_rel_error(out, want) <= 1e-4:
+            if matches(out, want):
                 continue
-            mistakes = [
+            known = mistake_matched(out, [
                 ("you attended to the cache as it was before this token: append first, so the new query sees "
-                 "its own key too", reference.attention(q, k_all[:, :, :t], v_all[:, :, :t], causal=True)),
+                 "its own key too", reference.attention(q, k_all[:, :, :t], v_all[:, :, :t], causal=True), None),
                 ("you attended to the whole buffer (cache.k / cache.v), zeros of the empty slots included; use "
-                 "the filled part, cache.keys() and cache.values()", reference.attention(q, cache.k, cache.v, causal=True)),
+                 "the filled part, cache.keys() and cache.values()", reference.attention(q, cache.k, cache.v, causal=True), None),
                 ("F.scaled_dot_product_attention(..., is_causal=True) aligns its mask top-left, so a single query "
                  "sees key 0 only. One query needs no mask (it may see every cached key): pass is_causal=False, or "
                  "use kernels.get(name)(q, k, v, causal=True), which aligns bottom-right",
-                 _top_left(q, k_all[:, :, :t + 1], v_all[:, :, :t + 1])),
-            ]
-            for words, wrong in mistakes:
-                if reference.max_rel_error(out, wrong) <= 1e-4:
-                    fail(f"{case} {words}.")
+                 _top_left(q, k_all[:, :, :t + 1], v_all[:, :, :t + 1]), None),
+            ])
+            if known:
+                fail(f"{case} {known}.")
             fail(f"{case} the output differs from attention over the {t + 1} cached tokens by "
                   f"{reference.max_rel_error(out, want):.2e} (relative), and not in a way the check recognizes.")
     return passed(f"decode_token appends and attends right on {tokens} fresh tokens, GQA included")

@@ -20,11 +20,14 @@ __all__ = ["check_attention", "check_hidden_copy"]
 
 
 def attention64(q, k, v, causal=True, scale=None, diagonal=1, hide="future", fill=-math.inf,
-                 dim=-1, keep_mask=None, add_mask=None):
-    """Attention in float64, with the knobs that reproduce the usual mistakes."""
+                 dim=-1, keep_mask=None, add_mask=None, cap=None):
+    """Attention in float64, with the knobs that reproduce the usual mistakes (and ``cap``, the
+    soft-capping cap · tanh(score / cap) of chapter 7's score_mod)."""
     q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (q @ k.transpose(-2, -1)) * scale  # [B, H, Sq, D] @ [B, H, D, Sk] -> [B, H, Sq, Sk]
+    if cap is not None:
+        s = cap * torch.tanh(s / cap)
     n_q, n_k = s.shape[-2:]
     if causal:
         ones = torch.ones(n_q, n_k, dtype=torch.bool)

@@ -23,11 +23,6 @@ __all__ = ["check_work_op_count", "check_sdpa_mask", "check_safe_softmax", "chec
            "BACKEND_SCENARIOS"]
 
 
-def _work_op_count(step) -> int:
-    """The course's one definition of ops doing work (``Step.work_ops``), counted."""
-    return len(step.work_ops())
-
-
 def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", seed: Optional[int] = None) -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
     g = torch.Generator().manual_seed(printed_seed(seed))
@@ -50,7 +45,7 @@ def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", s
             lines.append(f"{name}: not checked here ({err})")
             continue
         got = run_learner(count_work_ops, step, what="count_work_ops(step)")
-        want = _work_op_count(step)
+        want = len(step.work_ops())  # the course's one definition of ops doing work
         if got != want:
             ops = step.ops
             if got == len(ops):

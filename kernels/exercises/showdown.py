@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 
 from kernels import reference
-from kernels.exercises.judge import Passed, draw_int, fail, is_blank, passed, run_learner, seeded_generator
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, passed, run_learner, seeded_generator
 
 __all__ = ["check_tflops", "check_intensity"]
 
@@ -29,9 +29,7 @@ def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
             cases.append((b, h, s, d, causal, backward, ms))
     ratios = []
     for b, h, s, d, causal, backward, ms in cases:
-        got = run_learner(my_tflops, b, h, s, d, causal, backward, ms, what="my_tflops(...)")
-        if is_blank(got) or not isinstance(got, (int, float)):
-            fail(f"my_tflops returned {got!r}; return a number (TFLOP/s).")
+        got = as_number(run_learner(my_tflops, b, h, s, d, causal, backward, ms, what="my_tflops(...)"), "my_tflops")
         want = reference.flops(b, h, s, d, causal=causal, backward=backward) / (ms * 1e-3) / 1e12
         ratios.append((got / want, causal, backward))
     if all(abs(r - 1) < 1e-6 for r, _, _ in ratios):
@@ -79,9 +77,7 @@ def check_intensity(my_intensity: Callable, seed: Optional[int] = None) -> Passe
               for causal, elem in ((True, 2), (False, 4))]
     ratios = []
     for b, h, s, d, causal, elem in cases:
-        got = run_learner(my_intensity, b, h, s, d, causal, elem, what="my_intensity(...)")
-        if is_blank(got) or not isinstance(got, (int, float)):
-            fail(f"my_intensity returned {got!r}; return a number (FLOP per byte).")
+        got = as_number(run_learner(my_intensity, b, h, s, d, causal, elem, what="my_intensity(...)"), "my_intensity")
         dtype = {2: torch.bfloat16, 4: torch.float32}[elem]
         want = reference.flops(b, h, s, d, causal=causal) / reference.io_bytes(b, h, s, d, dtype=dtype)
         ratios.append(got / want)

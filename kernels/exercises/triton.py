@@ -36,6 +36,8 @@ def _stream(update, s, v, block):
     acc = torch.zeros(rows, d, dtype=s.dtype)
     for start in range(0, s.shape[1], block):
         out = update(m, l, acc, s[:, start:start + block], v[start:start + block])
+        if out is None:
+            fail("online_update returned None: return (m_new, l_new, acc_new).")
         if not (isinstance(out, tuple) and len(out) == 3):
             fail(f"online_update must return a tuple (m_new, l_new, acc_new); it returned {type(out).__name__}"
                   + ("" if not isinstance(out, tuple) else f" of length {len(out)}") + ".")
@@ -65,10 +67,6 @@ def check_online_update(online_update: Callable, seed: Optional[int] = None) -> 
     # Later tiles get larger scores, so the running maximum must move and rescaling matters.
     s = torch.randn(rows, n, generator=g, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) / block
     v = torch.randn(n, d, generator=g, dtype=torch.float64)
-    first = run_learner(online_update, torch.full((rows,), -math.inf, dtype=s.dtype), torch.zeros(rows, dtype=s.dtype),
-                 torch.zeros(rows, d, dtype=s.dtype), s[:, :block], v[:block], what="online_update(m, l, acc, s, v)")
-    if first is None:
-        fail("online_update returned None: return (m_new, l_new, acc_new).")
     m, l, acc = _stream(lambda *a: run_learner(online_update, *a, what="online_update(m, l, acc, s, v)"), s, v, block)
     want = torch.softmax(s, -1) @ v
     for name, t in (("m_new", m), ("l_new", l), ("acc_new", acc)):

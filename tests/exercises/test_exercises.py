@@ -27,6 +27,7 @@ from kernels.exercises import primer as ex0
 from kernels.exercises import sdpa as ex3
 from kernels.exercises import showdown as ex6
 from kernels.exercises import triton as ex4
+from kernels.hw.occupancy import ARCHES
 from tests.helpers import ROOT
 
 BOOK = ROOT / "book" / "exercises"
@@ -45,8 +46,12 @@ STUB_MESSAGES = {
     "05_cuda": [r"read_ptxas returned None", r"my_occupancy must return \(blocks_per_sm, fraction\); it returned None",
                 r"lane_elements returned None"],
     "06_showdown": [r"my_tflops returned None; return a number", r"my_intensity returned None"],
+    "07_compiled": [r"sliding_window\(\d+\) must return a function mask_mod", r"skipped_tiles\(\d+, \d+\) returned None",
+                    r"softcap\([\d.]+\) must return a function score_mod"],
+    "08_block": [r"block_flops must return a dict", r"crossover returned None", r"block_forward returned None"],
     "09_backward": [r"kept_for_backward returned None; return a count", r"training_flops returned None; return a number"],
     "10_decoding": [r"decode_token returned None", r"decode_intensity returned None; return a number"],
+    "11_context_parallel": [r"merge must return two tensors, \(out, lse\)", r"slow_rank must return a rank \(an int\)"],
     "12_real_models": [r"write your answers first: `calls` \(a number\) and `kernel`",
                        r"write your answer first: `share` is still empty",
                        r"write your answer first: kernel is still empty"],
@@ -207,14 +212,17 @@ def _online(rescale_l=True, tile_max=False):
     return update
 
 
-def _occupancy(reserve=1024, round_registers=True):
-    def occ(threads, registers, shared):
+def _occupancy(reserve=1024, round_registers=True, arch_limits=None):
+    """Occupancy as a learner writes it, shared memory per SM from ARCHES (chapter 4 asks for sm_80
+    only); the switches reproduce the usual slips, arch_limits pins one architecture's limits."""
+    def occ(threads, registers, shared, arch="sm_80"):
         warps = -(-threads // 32)
         if round_registers:
             by_regs = (16384 // (-(-registers * 32 // 256) * 256)) * 4 // warps
         else:
             by_regs = 65536 // (threads * registers)
-        by_smem = 167936 // (-(-(shared + reserve) // 128) * 128) if shared + reserve else 32
+        shared_per_sm = ARCHES[arch_limits or arch].shared_mem_per_sm
+        by_smem = shared_per_sm // (-(-(shared + reserve) // 128) * 128) if shared + reserve else 32
         blocks = min(by_regs, by_smem, 64 // warps, 32)
         return blocks, blocks * warps / 64
     return occ
@@ -271,26 +279,12 @@ def _read_ptxas(first_match=False, stores_only=False):
     return read
 
 
-def _arch_occupancy(arch_limits=None):
-    """Occupancy from ARCHES; arch_limits pins one architecture's limits whatever is asked."""
-    from kernels.hw.occupancy import ARCHES
-
-    def occ(threads, registers, shared, arch):
-        lim = ARCHES[arch_limits or arch]
-        warps = -(-threads // 32)
-        by_regs = (16384 // (-(-registers * 32 // 256) * 256)) * 4 // warps
-        by_smem = lim.shared_mem_per_sm // (-(-(shared + 1024) // 128) * 128)
-        blocks = min(by_regs, by_smem, 64 // warps, 32)
-        return blocks, blocks * warps / 64
-    return occ
-
-
 def test_chapter5_wrong_answers():
     assert ex5.check_read_ptxas(_read_ptxas())
     _fails(r"numbers of the same kernel compiled for sm_80", ex5.check_read_ptxas, _read_ptxas(first_match=True))
     _fails(r"spill stores plus spill loads", ex5.check_read_ptxas, _read_ptxas(stores_only=True))
-    assert occ.check_occupancy(_arch_occupancy(), takes_arch=True)
-    _fails(r"you used sm_80's limits for sm_90", occ.check_occupancy, _arch_occupancy(arch_limits="sm_80"), takes_arch=True)
+    assert occ.check_occupancy(_occupancy(), takes_arch=True)
+    _fails(r"you used sm_80's limits for sm_90", occ.check_occupancy, _occupancy(arch_limits="sm_80"), takes_arch=True)
 
     def lane(tid, warp_offset=True, second=8):
         warp, ln = divmod(tid, 32)
@@ -304,19 +298,6 @@ def test_chapter5_wrong_answers():
     swapped = lambda tid: ([16 * (tid // 32) + tid % 4, 16 * (tid // 32) + tid % 4 + 8],
                            [2 * (tid % 32 // 4), 2 * (tid % 32 // 4) + 1])
     _fails(r"g and t are swapped", ex5.check_v2_lane, swapped)
-
-
-def test_fresh_ptxas_logs_read_back_as_written():
-    """The generated logs are judged by kernels.cuda.ptxas.parse_ptxas: every kernel once per arch,
-    the device function skipped, spills only where written."""
-    found = ex5._ptxas_numbers(ex5.fresh_ptxas_log(7))
-    assert sorted(found) == [(k, a) for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf") for a in ("sm_80", "sm_90")]
-    assert all(found["_Z4manyILi64EEvPKfPfi", a].spills and not found["_Z8tile_sumPKfPf", a].spills for a in ("sm_80", "sm_90"))
-    assert all(found["_Z8tile_sumPKfPf", a].shared_bytes > 0 and found["_Z4manyILi64EEvPKfPfi", a].shared_bytes == 0
-               for a in ("sm_80", "sm_90"))
-    # A kernel's registers differ between the two archs, so reading the wrong arch cannot pass.
-    assert all(found[k, "sm_80"].registers != found[k, "sm_90"].registers
-               for k in ("_Z4manyILi64EEvPKfPfi", "_Z8tile_sumPKfPf"))
 
 
 def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(capsys):
@@ -336,9 +317,6 @@ def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(cap
 
 def test_backend_predictions_name_the_rule_that_decides(nb_dir):
     solution = notebook_module("03_sdpa", nb_dir).solution_predictions
-    assert ex3.check_backend_predictions(solution)
-    with pytest.raises(ExerciseFailed, match="missing"):
-        ex3.check_backend_predictions({})
     wrong = {**solution, "H200, bf16, D=64": "sdpa_flash"}  # the usual guess: flash everywhere
     with pytest.raises(ExerciseFailed, match=r"H200, bf16, D=64: SDPA tries sdpa_cudnn -> .* takes sdpa_cudnn"):
         ex3.check_backend_predictions(wrong)
