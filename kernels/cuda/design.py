@@ -24,8 +24,8 @@ from typing import Any, Iterable, Optional, Union
 import numpy as np
 
 from kernels.cuda import flash as cuda_flash
-from kernels.cuda.resources import (MMA_M, WARP, compile_failed, instruction_counts,
-                                    kineto_reads, load_snapshot, mma_per_key_tile, occupancy_of)
+from kernels.cuda.resources import (MMA_M, WARP, instruction_counts, kineto_reads, load_snapshot,
+                                    mma_per_key_tile, occupancy_of, read_compiled)
 from kernels.reference import future_mask
 from kernels.cuda.ptxas import KernelResources, nvcc_path, with_launch
 
@@ -111,19 +111,10 @@ def design_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
 
 def read_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90")):
     """``(revisions, where_from)``: ``design_revisions`` compiled now where nvcc is and the
-    compile works, else the nvcc snapshot's; ``where_from`` says which, in words for the page."""
-    from kernels.cuda.ptxas import nvcc_version
-
+    compile works, else the nvcc snapshot's (``read_compiled``); ``where_from`` says which."""
     archs = list(archs)
-    why_not = "this machine has no nvcc"
-    if nvcc_path() is not None:
-        try:
-            return design_revisions(head_dim, archs, live=True), f"compiled now by nvcc {nvcc_version()}"
-        except RuntimeError as err:   # a toolkit too old for these kernels: the snapshot still holds them
-            why_not = compile_failed(err)
-    snapshot = load_snapshot()
-    return (design_revisions(head_dim, archs, live=False),
-            f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}")
+    return read_compiled(lambda: design_revisions(head_dim, archs, live=True),
+                         lambda: design_revisions(head_dim, archs, live=False))
 
 
 def register_cost(revisions: Iterable[RevisionResources]) -> dict[int, int]:
