@@ -285,25 +285,6 @@ def _check(lim: ArchLimits, threads: int, registers: int, shared: int) -> None:
                          f"({lim.max_shared_mem_per_block // KB} KB) on {lim.name}")
 
 
-# --------------------------------------------------------------------------- from a trace
-
-def occupancy_from_trace(event: Mapping, arch: ArchLike) -> Occupancy:
-    """Occupancy of a kernel event from a PyTorch (Kineto) Chrome trace.
-
-    ``event`` is the event dict or its ``args``: "block" ([x, y, z] threads),
-    "registers per thread", "shared memory" (static + dynamic bytes).
-    """
-    args = event.get("args", event)
-    missing = [k for k in ("block", "registers per thread", "shared memory") if k not in args]
-    if missing:
-        raise ValueError(f"the trace event has no {', '.join(map(repr, missing))}: "
-                         "only GPU kernel events carry a footprint")
-    threads = math.prod(int(x) for x in args["block"])
-    return occupancy(threads_per_block=threads,
-                     registers_per_thread=int(args["registers per thread"]),
-                     shared_mem_per_block=int(args["shared memory"]), arch=arch)
-
-
 # ------------------------------------------------------------------- what Kineto writes
 
 # The per-block shared-memory limit Kineto's estimate assumes: CUDA's default, without the
@@ -585,4 +566,4 @@ def launch_table(launches, arch: ArchLike, sm_count: int):
     return pd.DataFrame(rows).set_index("kernel")
 
 
-__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits", "device_limits_table", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "occupancy_from_trace", "trace_kernel"]
+__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits", "device_limits_table", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "trace_kernel"]

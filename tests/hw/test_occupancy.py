@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from kernels.hw.occupancy import ARCHES, LIMITS, arch_of, occupancy, occupancy_from_trace
+from kernels.hw.occupancy import ARCHES, LIMITS, arch_of, occupancy
 
 
 # --------------------------------------------------------------------------- the article
@@ -179,18 +179,6 @@ def test_arch_of_device_properties_and_unknowns():
     for unknown in ("AMD Instinct MI300X", "Tesla P100-PCIE-16GB", (6, 0), (10, 3)):
         with pytest.raises(ValueError, match="sm_80"):
             arch_of(unknown)
-
-
-def test_from_trace_event():
-    # Kineto kernel events carry "block" [x, y, z], "registers per thread", "shared memory".
-    event = {"cat": "kernel", "name": "void pytorch_flash::flash_fwd_kernel<...>",
-             "args": {"block": [128, 1, 1], "registers per thread": 255, "shared memory": 49152}}
-    occ = occupancy_from_trace(event, arch="sm_80")
-    # registers give 2 blocks; shared memory (49,152 + 1,024) = 50,176 -> 167,936 // 50,176 = 3.
-    assert (occ.blocks_per_sm, occ.blocks_by_shared_memory, occ.limited_by) == (2, 3, "registers")
-    assert occupancy_from_trace(event["args"], arch="sm_80") == occ
-    with pytest.raises(ValueError, match="registers per thread"):
-        occupancy_from_trace({"args": {"block": [128, 1, 1], "shared memory": 0}}, arch="sm_80")
 
 
 # --------------------------------------------------------------------------- NVIDIA's header
