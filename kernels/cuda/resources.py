@@ -186,24 +186,13 @@ def kernel_rows(kernels: Iterable[KernelResources]) -> list[dict[str, Any]]:
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
-def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90"), sources=cuda_flash.KERNEL_SOURCES):
-    """Every kernel of ``sources`` (files in kernels/cuda/csrc) for every arch.
-
-    Returns ``(kernels, ptx)``: the resources exactly as ``cuda_flash.kernel_resources(archs)``
-    gives them (launch configuration included; the same compile, done once per process), and
-    ``ptx[arch][file]``, the PTX text.
-    """
+def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
+    """Every kernel of kernels/cuda/csrc for every arch: ``(kernels, ptx)``, the resources as
+    ``cuda_flash.kernel_resources(archs)`` gives them (launch configuration included), and
+    ``ptx[arch][file]``, the PTX text, both from the same compile (done once per process)."""
     archs = list(archs)
-    kernels: list[KernelResources] = []
-    ptx: dict[str, dict[str, str]] = {a: {} for a in archs}
-    for source, compiled in cuda_flash.compile_sources(archs, sources).items():
-        for arch in archs:
-            ptx[arch][source] = compiled.ptx[arch]
-        for k in compiled.kernels:
-            version, _, head_dim = parse_instance(k.name)
-            cfg = cuda_flash.launch_config(version, head_dim)
-            kernels.append(with_launch(k, cfg.threads, cfg.dynamic_shared_bytes))
-    return kernels, ptx
+    compiled = cuda_flash.compile_sources(archs)
+    return cuda_flash.kernel_resources(archs), {a: {f: c.ptx[a] for f, c in compiled.items()} for a in archs}
 
 
 _ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+(\S+?)\s*\(", re.M)
