@@ -41,15 +41,6 @@ def test_article_flash_kernel_128_threads_255_registers():
     assert occ.blocks_by == {"registers": 2, "shared_memory": 164, "warps": 16, "blocks": 32}
 
 
-def test_article_cudnn_kernel_256_threads_240_registers():
-    # 256 threads = 8 warps. 240 x 32 = 7,680 per warp (already a multiple of 256).
-    # 16,384 // 7,680 = 2 warps per scheduler -> 8 warps -> 8 // 8 = 1 block = 8 warps = 12.5%.
-    occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
-    assert (occ.blocks_per_sm, occ.warps_per_sm) == (1, 8)
-    assert occ.fraction == pytest.approx(0.125)
-    assert occ.limited_by == "registers"
-
-
 def test_explain_shows_the_article_arithmetic():
     text = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80").explain()
     for piece in ("128 threads x 255 registers = 32,640", "65,536 // 32,640 = 2 blocks",
