@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 import torch
 
 from kernels.dtypes import TORCH_NAMES, parse_dtype
+
+# The checkout (or the installed wheel's site-packages): .cu pieces are named relative to it.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -296,31 +300,78 @@ def show_source(obj):
     return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
 
 
-def show_lines(obj, first: str, last: str | None = None):
-    """The lines of a library function from the first line containing ``first`` through the
-    next line containing ``last`` (just that line when ``last`` is None), as a highlighted code
-    block headed by the module, function and line numbers they come from.
+def source_piece(source, first: str, last: str | None = None) -> tuple[str, str]:
+    """``(where, code)``: the lines of ``source`` from the first line containing ``first``
+    through the next line containing ``last``, and the file and line numbers they come from.
 
-    A chapter shows a kernel in the pieces it explains, each where it is explained. The markers
-    are text of the lines themselves, so a piece follows its code when lines move, and a marker
-    that no longer matches raises ``ValueError`` naming it rather than showing another piece.
+    ``source`` is a library function (a @triton.jit kernel included) or a file of C++/CUDA
+    (a ``.cu`` kernel). Without ``last`` the piece is what begins at ``first``: in Python the
+    statement (until its brackets close), in C++ the block (until its first ``{`` closes: a
+    whole loop or function, a comment above it included). The markers are text of the lines
+    themselves, so a piece follows its code when lines move, and a marker that no longer
+    matches raises ``ValueError`` naming it rather than showing another piece.
     """
-    import inspect
-    import textwrap
+    if isinstance(source, (str, Path)):
+        path = Path(source).resolve()
+        lines, offset = path.read_text().splitlines(), 1
+        where = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+        brackets, comment, statement = "{}", "//", False
+    else:
+        import inspect
 
-    from IPython.display import Markdown
-
-    fn = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
-    lines, start = inspect.getsourcelines(fn)
-    where = f"{fn.__module__.replace('.', '/')}.py, {fn.__qualname__}"
+        fn = getattr(source, "fn", source)  # a @triton.jit kernel wraps the Python function in .fn
+        source_lines, offset = inspect.getsourcelines(fn)
+        lines = [line.rstrip("\n") for line in source_lines]
+        where = f"{fn.__module__.replace('.', '/')}.py, {fn.__qualname__}"
+        brackets, comment, statement = "()[]{}", "#", True
     begin = next((i for i, line in enumerate(lines) if first in line), None)
     if begin is None:
         raise ValueError(f"no line of {where} contains {first!r}")
-    end = begin if last is None else next((i for i in range(begin, len(lines)) if last in lines[i]), None)
-    if end is None:
-        raise ValueError(f"no line of {where} from {first!r} on contains {last!r}")
-    code = textwrap.dedent("".join(lines[begin:end + 1])).rstrip()
-    return Markdown(f"```python\n# {where}, lines {start + begin}-{start + end}\n{code}\n```")
+    if last is not None:
+        end = next((i for i in range(begin, len(lines)) if last in lines[i]), None)
+        if end is None:
+            raise ValueError(f"no line of {where} from {first!r} on contains {last!r}")
+    else:
+        end = closing_line(lines, begin, brackets, comment, statement)
+        if end is None:
+            raise ValueError(f"what begins at {first!r} in {where} never closes")
+    return f"{where}, lines {offset + begin}-{offset + end}", dedent_code(lines[begin:end + 1])
+
+
+def closing_line(lines: list[str], begin: int, brackets: str, comment: str, statement: bool) -> int | None:
+    """The index of the line where the brackets opened from ``lines[begin]`` on close again
+    (a ``statement`` may open none: then its first line closes it); None if they never do."""
+    opens, closes = brackets[0::2], brackets[1::2]
+    depth, opened = 0, statement
+    for i in range(begin, len(lines)):
+        code = lines[i].split(comment)[0]
+        depth += sum(code.count(c) for c in opens) - sum(code.count(c) for c in closes)
+        opened = opened or any(c in code for c in opens)
+        if opened and depth == 0:
+            return i
+    return None
+
+
+def dedent_code(lines: list[str]) -> str:
+    """``lines`` without their common indentation, like textwrap.dedent, but blind to lines
+    that start with ``#``: a C++ ``#pragma unroll`` sits in column 0 inside indented code and
+    would otherwise keep all the indentation."""
+    indents = [len(l) - len(l.lstrip(" ")) for l in lines if l.strip() and not l.lstrip().startswith("#")]
+    cut = min(indents, default=0)
+    return "\n".join(l[cut:] if l[:cut].strip() == "" else l.lstrip(" ") for l in lines).strip("\n")
+
+
+def show_lines(source, first: str, last: str | None = None):
+    """``source_piece(source, first, last)`` as a highlighted code block (Python, or CUDA for
+    a ``.cu`` file) headed by the file, function and line numbers it comes from.
+
+    A chapter shows a kernel in the pieces it explains, each where it is explained.
+    """
+    from IPython.display import Markdown
+
+    where, code = source_piece(source, first, last)
+    language, comment = ("python", "#") if not isinstance(source, (str, Path)) else ("cuda", "//")
+    return Markdown(f"```{language}\n{comment} {where}\n{code}\n```")
 
 
 def glue_all(**values) -> None:

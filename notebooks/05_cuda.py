@@ -43,9 +43,8 @@ from kernels.bench import sweep
 from kernels.bench.results import points_table
 from kernels.borrowed import TRACELENS
 from kernels.cuda import design, flash as cuda_flash, resources, threads
-from kernels.cuda.excerpts import cuda_excerpt, cuda_markdown
 from kernels.hw import occupancy
-from kernels.notebook import glue, inputs, lesson, reveal, say, setup, timed
+from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_lines, timed
 from kernels.trace import reader, record
 from kernels.trace.attention import find_attention
 
@@ -112,7 +111,7 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # finds its query rows and its (batch, head) from its block's coordinates:
 
 # %%
-cuda_markdown(cuda_excerpt(V1, "extern __shared__ float smem[];", "const int b = bh / p.heads"))
+show_lines(V1, "extern __shared__ float smem[];", "const int bh = blockIdx.y;")
 
 # %% [markdown]
 # Tiles are copied element by element and converted to fp32 on the way in (`load_tile`);
@@ -120,7 +119,7 @@ cuda_markdown(cuda_excerpt(V1, "extern __shared__ float smem[];", "const int b =
 # few wide memory transactions (they *coalesce*):
 
 # %%
-cuda_markdown(cuda_excerpt(V1, "for (int idx = threadIdx.x; idx < count * D"))
+show_lines(V1, "for (int idx = threadIdx.x; idx < count * D")
 
 # %% [markdown]
 # Then, for each tile of 32 keys, three phases separated by `__syncthreads()`. **Phase 1**,
@@ -128,7 +127,7 @@ cuda_markdown(cuda_excerpt(V1, "for (int idx = threadIdx.x; idx < count * D"))
 # products, one `d` at a time.
 
 # %%
-cuda_markdown(cuda_excerpt(V1, "for (int d = 0; d < D; ++d) {"))
+show_lines(V1, "for (int d = 0; d < D; ++d) {")
 
 # %% [markdown]
 # **Phase 2**, the online softmax of chapter 4, one thread per row (`threadIdx.x < M`): after
@@ -136,14 +135,14 @@ cuda_markdown(cuda_excerpt(V1, "for (int d = 0; d < D; ++d) {"))
 # probabilities, written over the scores:
 
 # %%
-cuda_markdown(cuda_excerpt(V1, "const float alpha = expf(row_max - shift);", "row_s[threadIdx.x] = alpha;"))
+show_lines(V1, "const float alpha = expf(row_max - shift);", "row_max = new_max;")
 
 # %% [markdown]
 # **Phase 3** rescales each thread's output accumulators by `alpha` and adds `P @ V`; after
 # the last tile each row is divided by its sum and written back in the input's dtype:
 
 # %%
-cuda_markdown(cuda_excerpt(V1, "for (int i = 0; i < kRowsPerThread; ++i) acc[i] *= row_s", "__syncthreads();  // K, V, P"))
+show_lines(V1, "for (int i = 0; i < kRowsPerThread; ++i) acc[i] *= row_s")
 
 # %% [markdown]
 # ## What the compiler says it costs
@@ -237,7 +236,7 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 mma_macs = resources.MMA_M * resources.MMA_N * resources.MMA_K
 glue("mma_macs", f"{mma_macs:,}")
 glue("mma_macs_per_lane", mma_macs // 32)
-cuda_markdown(cuda_excerpt(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,"))
+show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,")
 
 # %% [markdown]
 # That is {glue:text}`mma_macs_per_lane` multiply-adds per thread per instruction, against one
@@ -276,7 +275,7 @@ else:
 # per instruction, each feeding two `mma`s:
 
 # %%
-cuda_markdown(cuda_excerpt(V2, "for (int ks = 0; ks < kDSteps; ++ks) {"))
+show_lines(V2, "for (int ks = 0; ks < kDSteps; ++ks) {")
 
 # %% [markdown]
 # After the softmax, the probabilities never go back to shared memory: the accumulator layout
@@ -284,7 +283,7 @@ cuda_markdown(cuda_excerpt(V2, "for (int ks = 0; ks < kDSteps; ++ks) {"))
 # packs its own values into 16-bit pairs and the second matmul starts:
 
 # %%
-cuda_markdown(cuda_excerpt(V2, "// C layout of S tiles", "// O += P V_j"))
+show_lines(V2, "// C layout of S tiles")
 
 # %% [markdown]
 # ## v2, one change at a time
@@ -348,7 +347,7 @@ lesson(all(by_revision.loc[(a, 1), "warps/SM"] <= by_revision.loc[(a, 0), "warps
 # tile is in (`attention_block`) decides, once per tile, which instantiation runs it:
 
 # %%
-cuda_markdown(cuda_excerpt(V2, "const int unmasked = Dsg::split_mask", "// Epilogue"))
+show_lines(V2, "const int unmasked = Dsg::split_mask", "tile_pass<true>(j)")
 
 # %%
 v2_cfg = cuda_flash.launch_config("v2", kernel_dim)
@@ -373,8 +372,8 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
 # the max" becomes one fused multiply-add:
 
 # %%
-cuda_markdown(cuda_excerpt(V2, "asm(\"ex2.approx.ftz.f32", "return y;")
-              + "\n" + cuda_excerpt(V2, "const float x = kFold ? fmaf", "tile_sum += s[n][c];"))
+display(show_lines(V2, "asm(\"ex2.approx.ftz.f32", "\"=f\"(y)"))
+show_lines(V2, "const float x = kFold ? fmaf", "s[n][c] = exp2_of")
 
 # %%
 lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a, 3].counts["ex2.approx.f32"] == 0
@@ -393,7 +392,7 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
 # both jobs (the top of `tile_pass`):
 
 # %%
-cuda_markdown(cuda_excerpt(V2, "cp_async_wait<0>();  // this thread's copies of tile j", "const T* k_s = kv_buffer(j);"))
+show_lines(V2, "cp_async_wait<0>();  // this thread's copies of tile j")
 
 # %%
 lesson(all(design.barriers_per_tile(revision_of[a, 3]) == 2 and design.barriers_per_tile(revision_of[a, 4]) == 1

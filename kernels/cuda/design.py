@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Union
 
 import numpy as np
 
 from kernels.cuda import flash as cuda_flash
-from kernels.cuda.resources import (MMA_M, WARP, compile_failed, instruction_counts,
-                                    kineto_reads, load_snapshot, mma_per_key_tile, occupancy_of)
+from kernels.cuda.resources import (MMA_M, WARP, instruction_counts, kineto_reads, load_snapshot,
+                                    mma_per_key_tile, occupancy_of, read_compiled)
 from kernels.reference import future_mask
-from kernels.cuda.ptxas import KernelResources, nvcc_path, with_launch
+from kernels.cuda.ptxas import KernelResources, with_launch
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,11 @@ class RevisionResources:
         return DESIGN_REVISIONS.index(self.revision)
 
 
-def design_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
-                     live: Optional[bool] = None) -> list[RevisionResources]:
+def design_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"), *,
+                     live: bool) -> list[RevisionResources]:
     """cuda_v2 (bf16) at every revision of DESIGN_REVISIONS: compiled now (``live``, needs
-    nvcc), or the nvcc snapshot's (``live=False``); ``None`` compiles where nvcc is found."""
+    nvcc), or the nvcc snapshot's (``live=False``; ``read_revisions`` chooses)."""
     archs = list(archs)
-    if live is None:
-        live = nvcc_path() is not None
     if not live:
         return [r for r in snapshot_revisions() if r.head_dim == head_dim and r.kernel.arch in archs]
     defines = (f"-DFLASH_V2_DESIGN_REVISIONS={head_dim}", "-diag-suppress=177")  # 177: fp16 helpers unused here
@@ -111,19 +109,10 @@ def design_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90"),
 
 def read_revisions(head_dim: int, archs: Iterable[str] = ("sm_80", "sm_90")):
     """``(revisions, where_from)``: ``design_revisions`` compiled now where nvcc is and the
-    compile works, else the nvcc snapshot's; ``where_from`` says which, in words for the page."""
-    from kernels.cuda.ptxas import nvcc_version
-
+    compile works, else the nvcc snapshot's (``read_compiled``); ``where_from`` says which."""
     archs = list(archs)
-    why_not = "this machine has no nvcc"
-    if nvcc_path() is not None:
-        try:
-            return design_revisions(head_dim, archs, live=True), f"compiled now by nvcc {nvcc_version()}"
-        except RuntimeError as err:   # a toolkit too old for these kernels: the snapshot still holds them
-            why_not = compile_failed(err)
-    snapshot = load_snapshot()
-    return (design_revisions(head_dim, archs, live=False),
-            f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}")
+    return read_compiled(lambda: design_revisions(head_dim, archs, live=True),
+                         lambda: design_revisions(head_dim, archs, live=False))
 
 
 def register_cost(revisions: Iterable[RevisionResources]) -> dict[int, int]:

@@ -9,7 +9,8 @@
   ``instruction_counts(ptx, opcode)`` reads the PTX.
 * ``mma_per_key_tile(head_dim)``: mma.sync instructions per key tile, from the tile shapes.
 * ``read_kernels(archs)``: the kernels compiled now where nvcc is, else the snapshot's, and
-  where they came from in words; ``instruction_table(ptx, opcodes)`` counts opcodes per kernel.
+  where they came from in words (``read_compiled``, which the design revisions share);
+  ``instruction_table(ptx, opcodes)`` counts opcodes per kernel.
 * ``kineto_reads(kernel)``: what a PyTorch trace's "est. achieved occupancy %" would say.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 from kernels.cuda import flash as cuda_flash
 from kernels.hw.occupancy import Launch, Occupancy, kineto_estimate, occupancy
@@ -26,6 +27,7 @@ from kernels.cuda.ptxas import KernelResources, demangle_names, with_launch
 WARP = 32
 MMA_M, MMA_N, MMA_K = 16, 8, 16   # the shape of one mma.sync.m16n8k16 (A 16x16, B 16x8, C 16x8)
 SHORT_DTYPES = {"float": "fp32", "__half": "fp16", "__nv_bfloat16": "bf16"}
+T = TypeVar("T")
 _INSTANCE = re.compile(r"flash_(v\d)_kernel<\s*([\w:]+)\s*,\s*(\d+)\s*>")
 
 
@@ -89,12 +91,19 @@ def resources_table(kernels: Iterable[KernelResources]):
 
 
 def read_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
-    """Every kernel instantiation for ``archs``: ``(kernels, ptx, where_from)``.
+    """Every kernel instantiation for ``archs``: ``(kernels, ptx, where_from)``, from
+    ``read_compiled``: compiled now (``compile_kernels``: resources and PTX), else the nvcc
+    snapshot's resources with ``ptx`` None."""
+    archs = list(archs)
+    (kernels, ptx), where_from = read_compiled(
+        lambda: compile_kernels(archs), lambda: ([k for k in snapshot_kernels() if k.arch in archs], None))
+    return kernels, ptx, where_from
 
-    Compiled now by nvcc where it is found (``compile_kernels``: resources and PTX); else, or
-    when that compile fails (a toolkit too old for these kernels), the nvcc snapshot's
-    resources with ``ptx`` None. ``where_from`` says which, in words for the page.
-    """
+
+def read_compiled(compile_now: Callable[[], T], from_snapshot: Callable[[], T]) -> tuple[T, str]:
+    """``(compile_now(), where_from)`` where nvcc is found; else, or when that compile fails (a
+    toolkit too old for these kernels), ``(from_snapshot(), where_from)``. ``where_from`` says
+    which, and why not the other, in words for the page."""
     import time
 
     from kernels.cuda.ptxas import nvcc_path, nvcc_version
@@ -103,19 +112,12 @@ def read_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
     if nvcc_path() is not None:
         started = time.perf_counter()
         try:
-            kernels, ptx = compile_kernels(archs)
-            return kernels, ptx, f"compiled now by nvcc {nvcc_version()} in {time.perf_counter() - started:.1f} s"
+            compiled = compile_now()
+            return compiled, f"compiled now by nvcc {nvcc_version()} in {time.perf_counter() - started:.1f} s"
         except RuntimeError as err:
-            why_not = compile_failed(err)
+            why_not = f"the compile with this machine's nvcc failed ({(str(err).splitlines() or [type(err).__name__])[0]})"
     snapshot = load_snapshot()
-    archs = set(archs)
-    kernels = [k for k in snapshot_kernels(snapshot) if k.arch in archs]
-    return kernels, None, f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}"
-
-
-def compile_failed(err: Exception) -> str:
-    """Why the page reads the snapshot after a failed compile, in words: the error's first line."""
-    return f"the compile with this machine's nvcc failed ({(str(err).splitlines() or [type(err).__name__])[0]})"
+    return from_snapshot(), f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}"
 
 
 def find_kernel(kernels: Iterable[KernelResources], arch: str, version: str, dtype: str, head_dim: int) -> KernelResources:
@@ -184,24 +186,13 @@ def kernel_rows(kernels: Iterable[KernelResources]) -> list[dict[str, Any]]:
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
-def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90"), sources=cuda_flash.KERNEL_SOURCES):
-    """Every kernel of ``sources`` (files in kernels/cuda/csrc) for every arch.
-
-    Returns ``(kernels, ptx)``: the resources exactly as ``cuda_flash.kernel_resources(archs)``
-    gives them (launch configuration included; the same compile, done once per process), and
-    ``ptx[arch][file]``, the PTX text.
-    """
+def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
+    """Every kernel of kernels/cuda/csrc for every arch: ``(kernels, ptx)``, the resources as
+    ``cuda_flash.kernel_resources(archs)`` gives them (launch configuration included), and
+    ``ptx[arch][file]``, the PTX text, both from the same compile (done once per process)."""
     archs = list(archs)
-    kernels: list[KernelResources] = []
-    ptx: dict[str, dict[str, str]] = {a: {} for a in archs}
-    for source, compiled in cuda_flash.compile_sources(archs, sources).items():
-        for arch in archs:
-            ptx[arch][source] = compiled.ptx[arch]
-        for k in compiled.kernels:
-            version, _, head_dim = parse_instance(k.name)
-            cfg = cuda_flash.launch_config(version, head_dim)
-            kernels.append(with_launch(k, cfg.threads, cfg.dynamic_shared_bytes))
-    return kernels, ptx
+    compiled = cuda_flash.compile_sources(archs)
+    return cuda_flash.kernel_resources(archs), {a: {f: c.ptx[a] for f, c in compiled.items()} for a in archs}
 
 
 _ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+(\S+?)\s*\(", re.M)

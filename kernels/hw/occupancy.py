@@ -285,25 +285,6 @@ def _check(lim: ArchLimits, threads: int, registers: int, shared: int) -> None:
                          f"({lim.max_shared_mem_per_block // KB} KB) on {lim.name}")
 
 
-# --------------------------------------------------------------------------- from a trace
-
-def occupancy_from_trace(event: Mapping, arch: ArchLike) -> Occupancy:
-    """Occupancy of a kernel event from a PyTorch (Kineto) Chrome trace.
-
-    ``event`` is the event dict or its ``args``: "block" ([x, y, z] threads),
-    "registers per thread", "shared memory" (static + dynamic bytes).
-    """
-    args = event.get("args", event)
-    missing = [k for k in ("block", "registers per thread", "shared memory") if k not in args]
-    if missing:
-        raise ValueError(f"the trace event has no {', '.join(map(repr, missing))}: "
-                         "only GPU kernel events carry a footprint")
-    threads = math.prod(int(x) for x in args["block"])
-    return occupancy(threads_per_block=threads,
-                     registers_per_thread=int(args["registers per thread"]),
-                     shared_mem_per_block=int(args["shared memory"]), arch=arch)
-
-
 # ------------------------------------------------------------------- what Kineto writes
 
 # The per-block shared-memory limit Kineto's estimate assumes: CUDA's default, without the
@@ -391,26 +372,21 @@ _DEVICE_FIELDS = {"regsPerMultiprocessor": "registers_per_sm", "sharedMemPerMult
                   "sharedMemPerBlockOptin": "max_shared_mem_per_block", "warpSize": "warp_size"}
 
 
-def device_limits(props: Mapping) -> list:
-    """The SM limits a trace's ``deviceProperties`` entry records, beside the table's for its
-    architecture: ``[(field, trace's value, table's value)]``, threads per SM included."""
+def device_limits_table(props: Mapping):
+    """The SM limits a trace's ``deviceProperties`` entry records, threads per SM included, as a
+    table indexed by deviceProperties field: the trace's value, then the occupancy table's for
+    the architecture the trace records."""
+    import pandas as pd
+
     lim = _limits((int(props["computeMajor"]), int(props["computeMinor"])))
     rows = [(f, props[f], getattr(lim, attr)) for f, attr in _DEVICE_FIELDS.items() if f in props]
     if "maxThreadsPerMultiProcessor" in props or "maxThreadsPerMultiprocessor" in props:
         threads = props.get("maxThreadsPerMultiProcessor", props.get("maxThreadsPerMultiprocessor"))
         rows.append(("maxThreadsPerMultiprocessor", threads, lim.max_warps_per_sm * lim.warp_size))
-    return rows
+    columns = ["deviceProperties field", "the trace", f"kernels.hw.occupancy's {lim.name} table"]
+    return pd.DataFrame(rows, columns=columns).set_index(columns[0])
 
 
-
-def device_limits_table(props: Mapping):
-    """``device_limits`` as a table indexed by deviceProperties field: the trace's value, then
-    the occupancy table's for the architecture the trace records."""
-    import pandas as pd
-
-    arch = arch_of((int(props["computeMajor"]), int(props["computeMinor"])))
-    columns = ["deviceProperties field", "the trace", f"kernels.hw.occupancy's {arch} table"]
-    return pd.DataFrame(device_limits(props), columns=columns).set_index(columns[0])
 def trace_kernel(kernel: Mapping, device_properties: list) -> TraceKernel:
     """A kernel row of ``Step.gpu_work`` (or a Kineto kernel event's ``args``) read with the
     ``deviceProperties`` of its trace: the architecture from the recorded compute capability,
@@ -585,4 +561,4 @@ def launch_table(launches, arch: ArchLike, sm_count: int):
     return pd.DataFrame(rows).set_index("kernel")
 
 
-__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits", "device_limits_table", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "occupancy_from_trace", "trace_kernel"]
+__all__ = ["ARCHES", "ArchLimits", "KINETO_SHARED_MEM_LIMIT", "LIMITS", "Launch", "Occupancy", "TraceKernel", "arch_of", "device_limits_table", "kineto_estimate", "launch_from_footprint", "launch_table", "occupancy", "trace_kernel"]

@@ -1,10 +1,12 @@
-"""kernels.notebook.show_lines: a chapter shows a library function in the pieces it explains."""
+"""kernels.notebook.show_lines: a chapter shows a library function, or a .cu file, in the pieces it explains."""
 from __future__ import annotations
+
+import textwrap
 
 import pytest
 
 import kernels.triton.flash as tf
-from kernels.notebook import show_lines
+from kernels.notebook import show_lines, source_piece
 
 
 def test_a_piece_runs_from_the_first_marker_to_the_next_line_with_the_second():
@@ -17,7 +19,7 @@ def test_a_piece_runs_from_the_first_marker_to_the_next_line_with_the_second():
     assert last - first + 1 == len(code)
 
 
-def test_a_triton_kernel_is_read_through_its_python_function_and_one_marker_shows_one_line():
+def test_a_triton_kernel_is_read_through_its_python_function_and_one_marker_shows_one_statement():
     block = show_lines(tf.attn_fwd, "bh = tl.program_id(0)").data
     assert ", attn_fwd, lines " in block and block.count("\n") == 3
 
@@ -27,3 +29,27 @@ def test_a_triton_kernel_is_read_through_its_python_function_and_one_marker_show
 def test_a_marker_that_matches_nothing_is_named_in_the_error(first, last, named):
     with pytest.raises(ValueError, match=named):
         show_lines(tf.tiled_softmax, first, last)
+
+
+def test_a_cuda_piece_is_a_brace_balanced_block_or_a_range(tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(textwrap.dedent("""\
+        // header
+        __global__ void k(float* x) {
+            if (x) {
+        #pragma unroll
+                x[0] = 1.0f;  // }
+            }
+            x[1] = 2.0f;
+        }
+        int after;
+        """))
+    where, block = source_piece(src, "__global__ void k")
+    assert where == "k.cu, lines 2-8"
+    assert block.splitlines()[0] == "__global__ void k(float* x) {" and block.splitlines()[-1] == "}"
+    # The pragma in column 0 does not stop the common indentation from being removed.
+    assert source_piece(src, "if (x)", "    }")[1].splitlines() == ["if (x) {", "#pragma unroll",
+                                                                   "    x[0] = 1.0f;  // }", "}"]
+    assert show_lines(src, "x[1]", "x[1]").data == "```cuda\n// k.cu, lines 7-7\nx[1] = 2.0f;\n```"
+    with pytest.raises(ValueError, match="never closes"):
+        source_piece(src, "x[1]")

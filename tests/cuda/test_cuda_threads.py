@@ -2,7 +2,7 @@
 
 The maps in kernels/cuda/threads.py are NumPy formulas; here they are checked against the
 .cu files themselves. The lines of flash_v1.cu's three phases and of both kernels' epilogues
-(cut out by the same markers the chapter uses, kernels.cuda.excerpts) are pasted into a small
+(cut out by the chapter's own cutter, kernels.notebook.source_piece) are pasted into a small
 host C++ program with stand-ins for what they touch (shared memory as plain arrays, threadIdx
 as a variable, ``flash::visible`` recording the element it is asked about in v2), compiled
 with the host compiler and run once per thread. Each thread then says which elements it
@@ -22,7 +22,7 @@ import pytest
 
 import kernels.cuda.flash as cf
 from kernels.cuda import threads as ct
-from kernels.cuda.excerpts import cuda_excerpt
+from kernels.notebook import source_piece
 
 CXX = shutil.which("g++") or shutil.which("c++")
 needs_cxx = pytest.mark.skipif(CXX is None, reason="needs a host C++ compiler (g++) to run the kernels' index code")
@@ -31,11 +31,11 @@ UNWRITTEN = "0.5f"   # what every array holds before a thread runs: no phase wri
 
 def v1_program(source: Path, head_dim: int) -> str:
     """flash_v1.cu's constants, per-thread state, three phases and epilogue, run for every thread."""
-    constants = cuda_excerpt(source, "constexpr int M = kV1BlockM", "extern __shared__")
-    state = cuda_excerpt(source, "// Running softmax state", "// Causal:")
-    scores = cuda_excerpt(source, "// Phase 1: scores")
-    softmax = cuda_excerpt(source, "// Phase 2: online softmax")
-    epilogue = cuda_excerpt(source, "// A row that saw no key")
+    constants = source_piece(source, "constexpr int M = kV1BlockM", "constexpr int kScoresPerThread")[1]
+    state = source_piece(source, "// Running softmax state", "my_row0 = threadIdx.x / D")[1]
+    scores = source_piece(source, "// Phase 1: scores")[1]
+    softmax = source_piece(source, "// Phase 2: online softmax")[1]
+    epilogue = source_piece(source, "// A row that saw no key")[1]
     return textwrap.dedent("""\
         #include <math.h>
         #include <cstdio>
@@ -83,11 +83,11 @@ def v2_program(source: Path, head_dim: int) -> str:
     mask (which S element each accumulator is) and the epilogue's stores (which O element)."""
     cfg = cf.launch_config("v2", head_dim)
     text = source.read_text()
-    ids = cuda_excerpt(source, "const int warp =", "// Grid:")
+    ids = source_piece(source, "const int warp =", "const int g = lane / 4")[1]
     rows = re.search(r"B blk\{.*?\{([^{}]*)\}", text, re.S)
     assert rows, "flash_v2.cu: the query rows of the lane, the first brace list of `B blk{...}`, not found"
-    mask = cuda_excerpt(source, "if constexpr (kMasked) {")
-    epilogue = cuda_excerpt(source, "// Epilogue: complete each row's sum")
+    mask = source_piece(source, "if constexpr (kMasked) {")[1]
+    epilogue = source_piece(source, "// Epilogue: complete each row's sum")[1]
     return textwrap.dedent("""\
         #include <math.h>
         #include <cstdint>

@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from kernels.hw.occupancy import ARCHES, LIMITS, arch_of, occupancy, occupancy_from_trace
+from kernels.hw.occupancy import ARCHES, LIMITS, arch_of, occupancy
 
 
 # --------------------------------------------------------------------------- the article
@@ -39,15 +39,6 @@ def test_article_flash_kernel_128_threads_255_registers():
     # the other limits, each on its own: warps 64 // 4 = 16; block slots 32;
     # shared memory: only the reserved 1,024 B -> 167,936 // 1,024 = 164.
     assert occ.blocks_by == {"registers": 2, "shared_memory": 164, "warps": 16, "blocks": 32}
-
-
-def test_article_cudnn_kernel_256_threads_240_registers():
-    # 256 threads = 8 warps. 240 x 32 = 7,680 per warp (already a multiple of 256).
-    # 16,384 // 7,680 = 2 warps per scheduler -> 8 warps -> 8 // 8 = 1 block = 8 warps = 12.5%.
-    occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
-    assert (occ.blocks_per_sm, occ.warps_per_sm) == (1, 8)
-    assert occ.fraction == pytest.approx(0.125)
-    assert occ.limited_by == "registers"
 
 
 def test_explain_shows_the_article_arithmetic():
@@ -179,18 +170,6 @@ def test_arch_of_device_properties_and_unknowns():
     for unknown in ("AMD Instinct MI300X", "Tesla P100-PCIE-16GB", (6, 0), (10, 3)):
         with pytest.raises(ValueError, match="sm_80"):
             arch_of(unknown)
-
-
-def test_from_trace_event():
-    # Kineto kernel events carry "block" [x, y, z], "registers per thread", "shared memory".
-    event = {"cat": "kernel", "name": "void pytorch_flash::flash_fwd_kernel<...>",
-             "args": {"block": [128, 1, 1], "registers per thread": 255, "shared memory": 49152}}
-    occ = occupancy_from_trace(event, arch="sm_80")
-    # registers give 2 blocks; shared memory (49,152 + 1,024) = 50,176 -> 167,936 // 50,176 = 3.
-    assert (occ.blocks_per_sm, occ.blocks_by_shared_memory, occ.limited_by) == (2, 3, "registers")
-    assert occupancy_from_trace(event["args"], arch="sm_80") == occ
-    with pytest.raises(ValueError, match="registers per thread"):
-        occupancy_from_trace({"args": {"block": [128, 1, 1], "shared memory": 0}}, arch="sm_80")
 
 
 # --------------------------------------------------------------------------- NVIDIA's header

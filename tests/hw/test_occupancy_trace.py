@@ -50,11 +50,3 @@ def test_summary_carries_the_trace_fields_and_the_recomputation():
     assert row["shared memory (KiB)"] * 1024 == kernels[0]["args"]["shared memory"]
     assert row["est. achieved occupancy % (the trace's)"] == kernels[0]["args"]["est. achieved occupancy %"]
     assert row["limited by"] == "registers" and row["SMs (numSms)"] == props["numSms"]
-
-
-def test_the_device_limits_table_names_the_architecture_and_keeps_every_row():
-    _, props = raw_flash_kernels()
-    table = occupancy.device_limits_table(props)
-    assert list(table.columns) == ["the trace", "kernels.hw.occupancy's sm_90 table"]
-    assert len(table) == len(occupancy.device_limits(props))
-    assert (table.iloc[:, 0] == table.iloc[:, 1]).all()

@@ -122,12 +122,6 @@ def test_causal_fraction_is_n_plus_1_over_2n(n, r):
     assert frac == pytest.approx(tiling.expected_fraction(n))
 
 
-def test_causal_fraction_falls_towards_one_half():
-    fractions = [tiling.computed_fraction(s, 128, 64) for s in (256, 1024, 4096, 16384)]
-    assert all(a > b > 0.5 for a, b in zip(fractions, fractions[1:]))
-    assert fractions[-1] - 0.5 == pytest.approx(1 / (2 * 16384 / 128))
-
-
 @pytest.mark.parametrize("bad,err", [
     (dict(seq=0), ValueError), (dict(block_m=0), ValueError), (dict(block_n=-1), ValueError),
     (dict(seq=4.0), TypeError), (dict(block_m=True), TypeError),
