@@ -216,7 +216,7 @@ def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFram
             raise ValueError(f"{label}: no datasheet peak for its GPU ({report.device or 'no deviceProperties'})")
         for i, call in enumerate(report.calls):
             main, share = call.main_kernel(), call.peak_share(report.peaks.flops)
-            if share is None or main is None:
+            if share is None or main is None or call.flops is None:
                 raise ValueError(f"{label}, call {i}: no FLOPs (shapes or is_causal not recorded), inputs not "
                                  "16-bit, or no kernel")
             rows.append({"trace": label, "GPU": report.device, "call": i, "kernel": short_kernel_name(main["name"]),
