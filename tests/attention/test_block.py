@@ -1,6 +1,6 @@
 """The transformer block of chapter 8 (kernels/attention/block.py), its FLOP counts, and the exercise checks
-of chapters 7 and 8 (kernels/exercises/compiled.py, kernels/exercises/block.py): blank answers
-fail with their words, solutions pass, and each check names at least one realistic mistake."""
+of chapters 7 and 8 (kernels/exercises/compiled.py, kernels/exercises/block.py): each check names at
+least one realistic mistake (tests/exercises/test_exercises.py runs their blank answers and solutions)."""
 from __future__ import annotations
 
 import math
@@ -129,7 +129,6 @@ def test_forward_parts_reads_the_borrowed_qwen_forward():
 
     qwen = blocks.forward_parts(TRACELENS["h100_qwen"])
     assert qwen.layers == 24 and qwen.part("attention")["kernels"] == qwen.layers
-    assert abs(qwen.parts["share of the step"].sum() - 1) < 1e-9
     assert "H100" in qwen.device and "not this book's run" in qwen.credit
     with pytest.raises(ValueError, match="no attention call"):
         blocks.forward_parts(COMPILED_POINTWISE)
