@@ -31,7 +31,7 @@ from kernels.cuda import flash as cuda_flash
 from kernels.hw import devices, occupancy
 from kernels.notebook import lesson
 from kernels.trace import fingerprints
-from kernels.trace.attention import AttentionReport, short_kernel_name
+from kernels.trace.attention import AttentionReport, dims_text, short_kernel_name
 from kernels.trace.reader import Step
 from kernels.trace.tables import kernel_table
 
@@ -253,7 +253,7 @@ def grid_against_sms(report: AttentionReport) -> pd.DataFrame:
         if pd.notna(main["registers_per_thread"]) and pd.notna(main["shared_memory"]):
             occ = occupancy.occupancy(threads, int(main["registers_per_thread"]), int(main["shared_memory"]), arch)
         per_sm = occ.blocks_per_sm if occ else None
-        rows[key] = {"kernel": key[0], "calls": 1, "grid": "x".join(map(str, key[1])), "CTAs": ctas,
+        rows[key] = {"kernel": key[0], "calls": 1, "grid": dims_text(key[1]), "CTAs": ctas,
                      "threads per CTA": threads, "SMs (CUs)": sms, "CTAs per SM at once": per_sm,
                      "waves": ctas / (sms * per_sm) if per_sm else None,
                      "% of SMs the grid can fill": 100 * min(ctas, sms) / sms,

@@ -161,7 +161,7 @@ glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
 # Before the reveal: rank four of those parts by the GPU time you think they took, most first.
 
 # %%
-guess_parts_order = ["GEMMs (the linear layers)", "attention", "elementwise passes", "copies and casts"]  # edit me
+guess_parts_order = ["GEMM", "attention", "elementwise", "copy and layout"]  # edit me
 
 # %%
 qwen = blocks.forward_parts(TRACELENS["h100_qwen"])

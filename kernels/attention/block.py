@@ -22,8 +22,7 @@ from torch.nn import functional as F
 from torch.profiler import record_function
 
 from kernels.registry import get
-from kernels.trace import fingerprints
-from kernels.trace.attention import AttentionReport
+from kernels.trace import breakdown
 
 PARTS = ("norm1", "qkv", "attention", "proj", "norm2", "mlp")
 
@@ -123,35 +122,6 @@ def seeded_block(width: int, heads: int, attention, labels: bool = True, device=
     return Block(width, heads, attention, labels=labels).to(device=device, dtype=dtype).eval()
 
 
-# The parts of a real model's step, by what its kernels are (kernels.trace.fingerprints' kinds,
-# attention from kernels.trace.attention), in the words the chapter uses.
-GPU_PARTS = {"gemm": "GEMMs (the linear layers)", "attention": "attention", "reduction": "reductions (the norms' means)",
-             "elementwise": "elementwise passes", "softmax": "softmax", "copy": "copies and casts",
-             "memset": "memsets", "other": "other"}
-
-
-def gpu_time_by_part(report: AttentionReport) -> pd.DataFrame:
-    """A model's step split by the kind of each piece of GPU work: its attention calls (those of
-    ``report``, a ``kernels.trace.attention.AttentionReport``), then every other kernel, copy and
-    memset by its fingerprint (``kernels.trace.fingerprints.kind_of``). One row per part: GPU
-    time (µs), share of the step's GPU time, how many kernels, and the ATen ops that launched
-    most of that time."""
-    work = report.step.gpu_work
-    if work.empty:
-        raise ValueError(f"{report.step.label}: no GPU work in this step (a CPU-only trace)")
-    in_attention = work.index.isin([i for call in report.calls for i in call.kernels.index])
-    kinds = ["attention" if hit else fingerprints.kind_of(name) for hit, name in zip(in_attention, work["name"])]
-    work = work.assign(part=[GPU_PARTS.get(k, k) for k in kinds], op=work["op"].fillna("(no op)"))
-    rows = []
-    for part, group in work.groupby("part"):
-        by_op = group.groupby("op")["dur_us"].sum().sort_values(ascending=False)
-        rows.append({"part": part, "GPU µs": group["dur_us"].sum(), "kernels": len(group),
-                     "launched by (most time first)": ", ".join(o.removeprefix("aten::") for o in by_op.index[:4])})
-    table = pd.DataFrame(rows).set_index("part").sort_values("GPU µs", ascending=False)
-    table["share of the step"] = table["GPU µs"] / report.step.gpu_time_us
-    return table
-
-
 def pluggable(device) -> list[str]:
     """The registered attentions worth plugging into a block on ``device``: those that run here,
     less the compiled entries (they compile once per shape; chapter 8 compiles the whole block
@@ -247,14 +217,14 @@ def profile_blocks(blocks_by_name: dict, x: torch.Tensor, *, active: int, trace_
 class ForwardParts:
     """One model forward read from a GPU trace, split by kind of work (``forward_parts``)."""
 
-    parts: pd.DataFrame   # ``gpu_time_by_part``'s table
+    parts: pd.DataFrame   # ``forward_parts``' table
     layers: int           # decoder layers: one attention call each
     device: str
     credit: str           # who recorded the trace, where (shown beside its table)
 
     def part(self, kind: str) -> pd.Series:
-        """The row of one kind of work: a key of ``GPU_PARTS`` ("gemm", "attention", ...)."""
-        return self.parts.loc[GPU_PARTS[kind]]
+        """The row of one kind of work: a key of ``breakdown.KIND_LABELS`` ("gemm", "attention", ...)."""
+        return self.parts.loc[breakdown.KIND_LABELS[kind]]
 
 
 def forward_parts(borrowed) -> ForwardParts:
@@ -266,12 +236,16 @@ def forward_parts(borrowed) -> ForwardParts:
     report = find_attention(borrowed.step(trace=trace))
     if not report.calls:
         raise ValueError(f"{borrowed.file}: no attention call found, so no layers to count")
-    return ForwardParts(gpu_time_by_part(report), len(report.calls), report.device or borrowed.gpu(trace),
+    # The chapter's words for time_by_kind's table, its rows by GPU time (most first).
+    parts = breakdown.time_by_kind(report).sort_values("GPU µs", ascending=False).rename(
+        index=breakdown.KIND_LABELS, columns={"work": "kernels", "share": "share of the step",
+                                              "launched by": "launched by (most time first)"})
+    return ForwardParts(parts, len(report.calls), report.device or borrowed.gpu(trace),
                         borrowed.credit(trace))
 
 
 def parts_figure(parts: pd.DataFrame, title: str):
-    """Horizontal bars of each part's share of a step's GPU time (``gpu_time_by_part``'s table),
+    """Horizontal bars of each part's share of a step's GPU time (``forward_parts``' table),
     the largest on top."""
     ax = parts["share of the step"].iloc[::-1].plot.barh(figsize=(7, 3), color="tab:blue")
     ax.set(xlabel="share of the step's GPU time", ylabel="", title=title)
@@ -279,7 +253,7 @@ def parts_figure(parts: pd.DataFrame, title: str):
 
 
 def parts_table(parts: pd.DataFrame, layers: int):
-    """``gpu_time_by_part``'s table as the page shows it: GPU ms, µs per layer (``layers``
+    """``forward_parts``' table as the page shows it: GPU ms, µs per layer (``layers``
     decoder layers in the step) and share of the step, formatted."""
     if layers < 1:
         raise ValueError(f"layers must be at least 1, got {layers}")

@@ -202,7 +202,7 @@ class AttentionReport:
             "TFLOP/s (median)": _median_or(calls["tflops"], missing, 1),
             "% of dense 16-bit peak (median)": _median_or(100 * calls["peak"].astype(float), missing, 1),
             "attention's share of the step (%)": missing if share is None else round(100 * share, 1),
-            "grid": _dims_text(fp["grid"]) or missing, "block": _dims_text(fp["block"]) or missing,
+            "grid": dims_text(fp["grid"]) or missing, "block": dims_text(fp["block"]) or missing,
             "registers per thread": missing if fp["registers_per_thread"] is None else int(fp["registers_per_thread"]),
             "shared memory (KiB)": missing if fp["shared_memory"] is None else round(fp["shared_memory"] / 1024, 1),
             "occupancy (%)": missing if fp["occupancy_pct"] is None else fp["occupancy_pct"],
@@ -223,7 +223,7 @@ class AttentionReport:
                 "GFLOP": "" if c.flops is None else f"{c.flops / 1e9:.2f}",
                 "TFLOP/s": "" if c.tflops is None else f"{c.tflops:.1f}",
                 "% peak": "" if share is None else f"{100 * share:.1f}",
-                "grid": _dims_text(fp["grid"]), "block": _dims_text(fp["block"]),
+                "grid": dims_text(fp["grid"]), "block": dims_text(fp["block"]),
                 "regs": "" if fp["registers_per_thread"] is None else int(fp["registers_per_thread"]),
                 "smem KiB": "" if fp["shared_memory"] is None else f"{fp['shared_memory'] / 1024:g}",
                 "occ %": "" if fp["occupancy_pct"] is None else f"{fp['occupancy_pct']:g}",
@@ -436,8 +436,9 @@ def _median_or(values: pd.Series, missing: str, digits: int):
     return round(float(known.median()), digits) if len(known) else missing
 
 
-def _dims_text(dims) -> str:
-    return "" if not dims else "x".join(str(int(x)) for x in dims)
+def dims_text(dims) -> str:
+    """A kernel's grid or block as a reader writes it ("5x16x16"); "" where none was recorded."""
+    return "x".join(str(int(x)) for x in dims) if isinstance(dims, (list, tuple)) and dims else ""
 
 
 def _plain(value):

@@ -43,21 +43,29 @@ def _rest(report: AttentionReport) -> pd.DataFrame:
     return rest.assign(kind=[kind_of(n) for n in rest["name"]])
 
 
+def launched_by(work: pd.DataFrame, top: int = 4) -> str:
+    """The ``top`` ops that launched most of ``work``'s GPU time, most first, without ``aten::``."""
+    by_op = work.assign(op=work["op"].fillna("(no op)")).groupby("op")["dur_us"].sum().sort_values(ascending=False)
+    return ", ".join(o.removeprefix("aten::") for o in by_op.index[:top])
+
+
 def time_by_kind(report: AttentionReport) -> pd.DataFrame:
     """GPU time of the step by kind: one row per kind present, attention first, then the rest
-    by time; columns ``GPU µs``, ``share`` (of the step's GPU time) and ``work`` (how many
-    kernels, memcpys or memsets)."""
+    by time; columns ``GPU µs``, ``share`` (of the step's GPU time), ``work`` (how many
+    kernels, memcpys or memsets) and ``launched by`` (``launched_by``: the ops behind most of it)."""
     total = report.step_gpu_us
     if total <= 0:
         raise ValueError(f"step {report.step.label} has no GPU time: a CPU-only step has no GPU work to share out")
     rest = _rest(report)
-    attention = pd.DataFrame({"GPU µs": [report.attention_gpu_us],
-                              "work": [len(attention_rows(report))]}, index=["attention"])
+    attention = pd.DataFrame({"GPU µs": [report.attention_gpu_us], "work": [len(attention_rows(report))],
+                              "launched by": [launched_by(report.step.gpu_work.loc[attention_rows(report)])]},
+                             index=["attention"])
     others = rest.groupby("kind")["dur_us"].agg(["sum", "count"]).rename(columns={"sum": "GPU µs", "count": "work"})
+    others["launched by"] = [launched_by(rest[rest["kind"] == kind]) for kind in others.index]
     table = pd.concat([attention, others.sort_values("GPU µs", ascending=False)])
     table["share"] = table["GPU µs"] / total
     table.index.name = "kind"
-    return table[["GPU µs", "share", "work"]]
+    return table[["GPU µs", "share", "work", "launched by"]]
 
 
 def rest_by_op(report: AttentionReport, top: int = 8) -> pd.DataFrame:

@@ -3,9 +3,10 @@
 PyTorch's autograd engine runs a GPU backward on a thread of its own, which the trace names
 ``pt_autograd_N`` (the main thread is ``pt_main_thread``), so the GPU work launched from that
 thread is the backward's. Communication kernels (NCCL's and RCCL's ``ncclKernel_*`` and
-``ncclDevKernel_*``) are counted apart, whichever thread launched them: in data-parallel
-training the backward launches the gradients' all-reduce. The rest, launched from the main
-thread, is the forward (and the optimizer, where the step holds one).
+``ncclDevKernel_*``, by ``kernels.trace.fingerprints``' NCCL rule) are counted apart,
+whichever thread launched them: in data-parallel training the backward launches the
+gradients' all-reduce. The rest, launched from the main thread, is the forward (and the
+optimizer, where the step holds one).
 
 Times are sums of the GPU work's durations (busy time, streams added up), as
 ``Step.gpu_time_us`` counts them.
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kernels.trace.fingerprints import fingerprint
 from kernels.trace.reader import Step
 
 PHASES = ("forward", "backward", "communication")
-COMMUNICATION_PREFIXES = ("ncclKernel", "ncclDevKernel")
 AUTOGRAD_THREAD = "pt_autograd"
 
 
@@ -30,7 +31,7 @@ def thread_names(step: Step) -> dict[str, str]:
 
 def phase_of(kernel: str, thread_name: str) -> str:
     """The phase of one piece of GPU work, from its name and the name of the thread that launched it."""
-    if kernel.startswith(COMMUNICATION_PREFIXES):
+    if fingerprint(kernel).family == "nccl":
         return "communication"
     return "backward" if AUTOGRAD_THREAD in thread_name else "forward"
 

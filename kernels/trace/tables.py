@@ -26,7 +26,7 @@ from typing import Optional
 
 import pandas as pd
 
-from kernels.trace.attention import AttentionCall, short_kernel_name
+from kernels.trace.attention import AttentionCall, dims_text, short_kernel_name
 from kernels.trace.reader import Step, tensor_bytes
 
 
@@ -174,7 +174,7 @@ def work_table(kernels: pd.DataFrame) -> pd.DataFrame:
         "launched by": kernels["op"].values,
         "time (µs)": kernels["dur_us"].round(1).values,
         "starts at (µs)": (kernels["start_us"] - t0).round(1).values,
-        "grid": ["x".join(str(int(g)) for g in grid) if isinstance(grid, list) else "" for grid in kernels["grid"]],
+        "grid": [dims_text(grid) for grid in kernels["grid"]],
     })
 
 

@@ -1,6 +1,6 @@
 """The transformer block of chapter 8 (kernels/attention/block.py), its FLOP counts, and the exercise checks
-of chapters 7 and 8 (kernels/exercises/compiled.py, kernels/exercises/block.py): blank answers
-fail with their words, solutions pass, and each check names at least one realistic mistake."""
+of chapters 7 and 8 (kernels/exercises/compiled.py, kernels/exercises/block.py): each check names at
+least one realistic mistake (tests/exercises/test_exercises.py runs their blank answers and solutions)."""
 from __future__ import annotations
 
 import math
@@ -56,15 +56,6 @@ def test_record_function_labels_split_the_forward(tmp_path):
 
 # ------------------------------------------------------------------ exercise checks, chapter 8
 
-def _solution_forward(block, x):
-    b, s, w = x.shape
-    h = block.heads
-    q, k, v = block.qkv(block.norm1(x)).split(w, dim=-1)
-    q, k, v = (t.view(b, s, h, w // h).transpose(1, 2) for t in (q, k, v))
-    x = x + block.proj(block.attend(q, k, v, causal=True).transpose(1, 2).reshape(b, s, w))
-    return x + block.fc_out(F.gelu(block.fc_in(block.norm2(x))))
-
-
 def _post_norm(block, x):
     b, s, w = x.shape
     h = block.heads
@@ -75,39 +66,25 @@ def _post_norm(block, x):
 
 
 def test_block_checks():
-    exb.check_block_flops(lambda s, w, b, r: blocks.flops_by_part(s, w, b, r), seed=1)
     with pytest.raises(ExerciseFailed, match="a multiply-add is 2 FLOPs"):
         exb.check_block_flops(lambda s, w, b, r: {k: v / 2 for k, v in blocks.flops_by_part(s, w, b, r).items()}, seed=1)
     with pytest.raises(ExerciseFailed, match="computes all S×S scores"):
         exb.check_block_flops(lambda s, w, b, r: blocks.flops_by_part(s, w, b, r, causal_skip=True), seed=1)
-    with pytest.raises(ExerciseFailed, match="must return a dict"):
-        exb.check_block_flops(lambda s, w, b, r: None, seed=1)
-    exb.check_crossover(lambda w, r, c: 2 * w * (4 + 2 * r) / (2 if c else 4), seed=2)
     with pytest.raises(ExerciseFailed, match="6·W holds for mlp_ratio 4"):
         exb.check_crossover(lambda w, r, c: 6 * w, seed=2)
-    exb.check_block_forward(_solution_forward, seed=3)
     with pytest.raises(ExerciseFailed, match="post-norm"):
         exb.check_block_forward(_post_norm, seed=3)
-    with pytest.raises(ExerciseFailed, match="returned None"):
-        exb.check_block_forward(lambda b, x: None, seed=3)
 
 
 # ------------------------------------------------------------------ exercise checks, chapter 7
 
 def test_compiled_checks(capsys):
-    exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv <= q) & (kv > q - w)), seed=4)
     with pytest.raises(ExerciseFailed, match="one key too many"):
         exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv <= q) & (kv >= q - w)), seed=4)
     with pytest.raises(ExerciseFailed, match="causal bound is missing"):
         exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv > q - w)), seed=4)
-    with pytest.raises(ExerciseFailed, match="must return a function"):
-        exc.check_window_mask(lambda w: None, seed=4)
-    exc.check_skipped_tiles(lambda s, b: math.ceil(s / b) * (math.ceil(s / b) - 1) // 2, seed=5)
     with pytest.raises(ExerciseFailed, match="diagonal as skipped"):
         exc.check_skipped_tiles(lambda s, b: math.ceil(s / b) * (math.ceil(s / b) + 1) // 2, seed=5)
-    with pytest.raises(ExerciseFailed, match="returned None"):
-        exc.check_skipped_tiles(lambda s, b: None, seed=5)
-    exc.check_softcap(lambda cap: (lambda s, b, h, q, kv: cap * torch.tanh(s / cap)), seed=6)
     with pytest.raises(ExerciseFailed, match="multiply it by cap again"):
         exc.check_softcap(lambda cap: (lambda s, b, h, q, kv: torch.tanh(s / cap)), seed=6)
     assert "seed 6" in capsys.readouterr().out, "the checks print their seed"
@@ -152,7 +129,6 @@ def test_forward_parts_reads_the_borrowed_qwen_forward():
 
     qwen = blocks.forward_parts(TRACELENS["h100_qwen"])
     assert qwen.layers == 24 and qwen.part("attention")["kernels"] == qwen.layers
-    assert abs(qwen.parts["share of the step"].sum() - 1) < 1e-9
     assert "H100" in qwen.device and "not this book's run" in qwen.credit
     with pytest.raises(ValueError, match="no attention call"):
         blocks.forward_parts(COMPILED_POINTWISE)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from kernels import gpu_lessons
-from kernels.attention import block, decoding
+from kernels.attention import decoding
 from kernels.bench import plots
 from kernels.borrowed import TRACELENS
 from kernels.hw import devices
@@ -55,26 +55,6 @@ def test_grid_against_sms_counts_waves_from_the_recorded_grid(reports):
     assert mi300x["CTAs per SM at once"] is None and mi300x["waves"] is None   # ROCm records no registers
     with pytest.raises(ValueError, match="recorded its grid"):
         gpu_lessons.grid_against_sms(reports["sglang_decode"])   # graph-replayed kernels carry no grid
-
-
-def test_gpu_time_by_part_splits_the_whole_step(reports):
-    report = reports["h100_qwen"]
-    parts = block.gpu_time_by_part(report)
-    assert math.isclose(parts["GPU µs"].sum(), report.step_gpu_us)
-    assert parts["kernels"].sum() == len(report.step.gpu_work)
-    attention = parts.loc[block.GPU_PARTS["attention"]]
-    assert attention["kernels"] == 24 and math.isclose(attention["share of the step"], report.attention_share)
-    gemms = parts.loc[block.GPU_PARTS["gemm"]]
-    assert gemms["kernels"] // 24 == 7 and "addmm" in gemms["launched by (most time first)"]
-    assert "mean" in parts.loc[block.GPU_PARTS["reduction"], "launched by (most time first)"]
-
-
-def test_gpu_time_by_part_refuses_a_step_without_gpu_work(reports):
-    from types import SimpleNamespace
-    empty = SimpleNamespace(step=SimpleNamespace(gpu_work=reports["h100_qwen"].step.gpu_work.iloc[:0], label="cpu"),
-                            calls=[])
-    with pytest.raises(ValueError, match="no GPU work"):
-        block.gpu_time_by_part(empty)
 
 
 def test_split_and_reduce_pairs_each_decode_call(reports):

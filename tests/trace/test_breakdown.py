@@ -63,6 +63,16 @@ def test_rest_by_op_names_the_ops_outside_attention(reports):
     assert everything["GPU µs"].sum() == pytest.approx(report.step_gpu_us - report.attention_gpu_us)
 
 
+def test_launched_by_names_the_ops_behind_most_of_each_kind(reports):
+    report = reports["h100_qwen"]
+    table = breakdown.time_by_kind(report)
+    work = report.step.gpu_work
+    gemm_ops = work[[kind_of(n) == "gemm" for n in work["name"]]].groupby("op")["dur_us"].sum()
+    assert table.loc["gemm", "launched by"].split(", ")[0] == gemm_ops.idxmax().removeprefix("aten::")
+    assert "addmm" in table.loc["gemm", "launched by"] and "mean" in table.loc["reduction", "launched by"]
+    assert table.loc["attention", "launched by"] == "_flash_attention_forward"
+
+
 def test_hand_written_attention_counts_all_its_kernels(reports):
     """TimeSformer's softmax kernels run inside its hand-written attention: they count as attention,
     and no softmax is left outside it."""
