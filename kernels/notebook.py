@@ -290,19 +290,10 @@ def mib(nbytes: float) -> float:
     return nbytes / 2**20
 
 
-def show_source(obj):
-    """The source of a library object, rendered as a highlighted code block in the book."""
-    import inspect
-
-    from IPython.display import Markdown
-
-    obj = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
-    return Markdown(f"```python\n{inspect.getsource(obj).rstrip()}\n```")
-
-
-def source_piece(source, first: str, last: str | None = None) -> tuple[str, str]:
+def source_piece(source, first: str | None = None, last: str | None = None) -> tuple[str, str]:
     """``(where, code)``: the lines of ``source`` from the first line containing ``first``
     through the next line containing ``last``, and the file and line numbers they come from.
+    Without ``first``, all of ``source``: the whole function or class, or the whole file.
 
     ``source`` is a library function (a @triton.jit kernel included) or a file of C++/CUDA
     (a ``.cu`` kernel). Without ``last`` the piece is what begins at ``first``: in Python the
@@ -324,6 +315,8 @@ def source_piece(source, first: str, last: str | None = None) -> tuple[str, str]
         lines = [line.rstrip("\n") for line in source_lines]
         where = f"{fn.__module__.replace('.', '/')}.py, {fn.__qualname__}"
         brackets, comment, statement = "()[]{}", "#", True
+    if first is None:
+        return f"{where}, lines {offset}-{offset + len(lines) - 1}", dedent_code(lines)
     begin = next((i for i, line in enumerate(lines) if first in line), None)
     if begin is None:
         raise ValueError(f"no line of {where} contains {first!r}")
@@ -361,11 +354,12 @@ def dedent_code(lines: list[str]) -> str:
     return "\n".join(l[cut:] if l[:cut].strip() == "" else l.lstrip(" ") for l in lines).strip("\n")
 
 
-def show_lines(source, first: str, last: str | None = None):
+def show_lines(source, first: str | None = None, last: str | None = None):
     """``source_piece(source, first, last)`` as a highlighted code block (Python, or CUDA for
     a ``.cu`` file) headed by the file, function and line numbers it comes from.
 
-    A chapter shows a kernel in the pieces it explains, each where it is explained.
+    A chapter shows a kernel in the pieces it explains, each where it is explained; a short
+    function or class, ``show_lines(fn)``, whole.
     """
     from IPython.display import Markdown
 

@@ -38,7 +38,7 @@ import torch
 import kernels
 from kernels import borrowed, recorded
 from kernels.bench import comparison
-from kernels.notebook import glue, lesson, reveal, say, setup, show_source
+from kernels.notebook import glue, lesson, reveal, say, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.links import links
 
@@ -70,7 +70,7 @@ print(src[src.index("    with quiet_kineto()"):src.index("    return ProfiledRun
 # Our first subject is tiny on purpose: a matrix product followed by a ReLU.
 
 # %%
-show_source(record.mlp_step)
+show_lines(record.mlp_step)
 
 # %% [markdown]
 # Before profiling, write your guess down in the cell below: which ops will the trace show

@@ -37,7 +37,7 @@ import torch
 import kernels
 from kernels import borrowed, gpu_lessons, recorded, reference
 from kernels.attention.naive import NaiveAttention
-from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_source
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
@@ -54,7 +54,7 @@ print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {de
 # Note the mask step: `masked_fill`, without a trailing underscore.
 
 # %%
-show_source(NaiveAttention)
+show_lines(NaiveAttention)
 
 # %% [markdown]
 # First, is it right? Every implementation in the course is judged against the same

@@ -36,7 +36,7 @@ import kernels
 from kernels import borrowed, gpu_lessons, recorded, reference
 from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout, backward_error
 from kernels.bench import comparison
-from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_source
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import diff as tracediff, reader, record, tables
 from kernels.trace.links import links
 
@@ -49,7 +49,7 @@ q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 # `InplaceAttention` is `NaiveAttention` with one method overridden. This is all of it:
 
 # %%
-show_source(InplaceAttention)
+show_lines(InplaceAttention)
 
 # %% [markdown]
 # ## Same output
@@ -171,7 +171,7 @@ glue("timing_reading", {
 # in-place dropout) breaks the backward pass:
 
 # %%
-show_source(attention_with_inplace_dropout)
+show_lines(attention_with_inplace_dropout)
 qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
 error = backward_error(attention_with_inplace_dropout, qg, kg, vg)
 lesson(error is not None and "modified by an inplace operation" in error,

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 import kernels
 import kernels.attention.sdpa
 from kernels import borrowed, gpu_lessons, recorded, reference
-from kernels.notebook import glue, glue_all, inputs, lesson, reveal, say, setup, show_source
+from kernels.notebook import glue, glue_all, inputs, lesson, reveal, say, setup, show_lines
 from kernels.trace import diff as tracediff, reader, record, tables, timeline
 from kernels.trace.fingerprints import classify_many, mentions_op
 from kernels.trace.links import links
@@ -133,7 +133,7 @@ if device.type == "cuda":
 # refuse these inputs, and why:
 
 # %%
-show_source(kernels.attention.sdpa.pinned)
+show_lines(kernels.attention.sdpa.pinned)
 if device.type == "cpu":
     lesson(chosen == "sdpa_flash", "on a CPU, unpinned SDPA uses PyTorch's CPU flash kernel")
     lesson(probed["sdpa_efficient"] is not None and probed["sdpa_cudnn"] is not None,
@@ -282,7 +282,7 @@ if {"sdpa_math", "inplace"} <= set(gpu_steps):
 # `_scaled_dot_product_attention_math`:
 
 # %%
-show_source(kernels.attention.sdpa.math_decomposed)
+show_lines(kernels.attention.sdpa.math_decomposed)
 
 # %%
 lesson(torch.equal(kernels.attention.sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v)),
@@ -415,7 +415,7 @@ safe = step["sdpa_math"].find("aten::_safe_softmax")
 children = set(math_ops.loc[math_ops["parent"].isin(safe.index), "name"])
 lesson(len(safe) == 1 and {"aten::softmax", "aten::isneginf", "aten::all", "aten::where"} <= children,
        "the math backend's softmax carries isneginf, all and where as NaN guards", f"inside _safe_softmax: {sorted(children)}")
-show_source(kernels.attention.sdpa.safe_softmax)
+show_lines(kernels.attention.sdpa.safe_softmax)
 
 # %% [markdown]
 # What does the guard protect against? A row whose every score is $-\infty$: nothing may be

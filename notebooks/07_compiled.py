@@ -47,7 +47,7 @@ import kernels
 from kernels import gpu_lessons, reference
 from kernels.attention import inplace, naive, torch_compile
 from kernels.borrowed import COMPILED_POINTWISE
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_source
+from kernels.notebook import glue, inputs, lesson, mib, reveal, setup, show_lines
 from kernels.trace import links, reader, record, tables, timeline
 
 inductor_config.cpp.enable_kernel_profile = True  # name each generated C++ kernel in the trace
@@ -238,7 +238,7 @@ if device.type == "cuda":
 # naive module with an explicit break just before the mask:
 
 # %%
-show_source(torch_compile.BrokenAttention)
+show_lines(torch_compile.BrokenAttention)
 
 # %%
 broken = torch.compile(torch_compile.BrokenAttention(causal=True), dynamic=False)
@@ -288,10 +288,10 @@ glue("gb_allocs", gb_allocs)
 # (`kernels/attention/torch_compile.py`):
 
 # %%
-show_source(torch_compile.flex)
+show_lines(torch_compile.flex)
 
 # %%
-show_source(torch_compile.causal_block_mask)
+show_lines(torch_compile.causal_block_mask)
 
 # %% [markdown]
 # `create_block_mask` evaluates the `mask_mod` ahead of time and records, per tile of
@@ -379,7 +379,7 @@ if device.type == "cuda":
 # flex it is a three-line function of the indices:
 
 # %%
-show_source(torch_compile.alibi)
+show_lines(torch_compile.alibi)
 
 # %%
 flex_alibi = partial(torch_compile.flex_call, block_mask=block_mask, score_mod=torch_compile.alibi(heads, device))

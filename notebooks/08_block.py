@@ -39,7 +39,7 @@ import torch._inductor.config as inductor_config
 from kernels import gpu_lessons
 from kernels.borrowed import TRACELENS
 from kernels.attention import block as blocks, torch_compile
-from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
+from kernels.notebook import glue, lesson, mib, reveal, setup, show_lines
 from kernels.trace import links, tables
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
@@ -57,7 +57,7 @@ x = blocks.block_input(batch, seq, width, device=device, dtype=dtype)
 # part; the shape comments mark where tensors change shape.
 
 # %%
-show_source(blocks.Block)
+show_lines(blocks.Block)
 
 # %% [markdown]
 # Every attention implementation takes the same q, k, v, so swapping it changes nothing
@@ -203,7 +203,7 @@ glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glu
 # called directly:
 
 # %%
-show_source(blocks.sdpa_causal)
+show_lines(blocks.sdpa_causal)
 
 # %%
 compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dynamic=False)

@@ -36,7 +36,7 @@ import kernels.attention.sdpa
 from kernels import gpu_lessons, recorded
 from kernels.borrowed import TRAINING_STEP
 from kernels.attention import backward
-from kernels.notebook import glue, lesson, mib, reveal, setup, show_source
+from kernels.notebook import glue, lesson, mib, reveal, setup, show_lines
 from kernels.trace import record, tables, timeline
 from kernels.trace.phases import time_by_phase
 from kernels.trace.links import links
@@ -59,7 +59,7 @@ print({n: tuple(t[0].shape) for n, t in step_inputs.items()}, dtype, device, "re
 # work. `record.profile` turns autograd on because the inputs require grad:
 
 # %%
-show_source(backward.training_step)
+show_lines(backward.training_step)
 
 # %% [markdown]
 # ## What autograd records

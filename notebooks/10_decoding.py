@@ -47,7 +47,7 @@ from kernels.bench import plots, sweep
 from kernels.bench.results import DECODE, FORWARD
 from kernels.borrowed import TRACELENS
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_source
+from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 device, dtype = setup(device, dtype)
@@ -61,7 +61,7 @@ print(run_label := devices.run_label(device))
 # returns views of everything filled so far; nothing is copied when reading.
 
 # %%
-show_source(decoding.KVCache)
+show_lines(decoding.KVCache)
 
 # %% [markdown]
 # Prefill a prompt, then decode token by token. Through the library, each call is
@@ -71,7 +71,7 @@ show_source(decoding.KVCache)
 # give the same rows as one causal pass over the whole sequence? It should, and here is the check:
 
 # %%
-show_source(decoding.prefill_then_decode)
+show_lines(decoding.prefill_then_decode)
 
 # %%
 prompt, generated = seq // 2, 8

@@ -36,7 +36,7 @@ import torch
 
 from kernels import borrowed, reference
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_source
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_lines
 from kernels.parallel import programs as cp, rank_traces, ranks, ring, ulysses
 from kernels.trace.links import links
 
@@ -109,7 +109,7 @@ glue("startup_s", time.perf_counter() - t0)
 # the library's merge, the whole of the trick:
 
 # %%
-show_source(ring.merge)
+show_lines(ring.merge)
 
 # %% [markdown]
 # Two parts over disjoint keys A and B: the exact output is
@@ -129,7 +129,7 @@ lesson(verdict.ok, "merging two partial attentions by their log-sum-exp gives at
 # arithmetic; `ring:wait` is where the rank blocks if it has not):
 
 # %%
-show_source(ring.ring_forward)
+show_lines(ring.ring_forward)
 
 # %% [markdown]
 # Causal masking adds one more saving: a block whose keys all come after every query of the
@@ -324,7 +324,7 @@ else:  # GPU ranks: NCCL's kernels are the transfers, on their own stream
 # all-to-all, from the library:
 
 # %%
-show_source(ulysses.to_heads)
+show_lines(ulysses.to_heads)
 
 # %%
 small = cp.Case(batch=1, heads=4, kv_heads=2, seq=51, head_dim=16, seed=5)

@@ -23,7 +23,7 @@ import kernels
 from kernels import reference
 from kernels.bench import sweep, timing
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, setup, show_source
+from kernels.notebook import glue, inputs, lesson, setup, show_lines
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -75,7 +75,7 @@ glue("first_call_note", "the first call was the slowest of the six, as expected"
 # synchronisation is a no-op, which is why `timing.synchronize` only acts on a GPU.
 
 # %%
-show_source(timing.synchronize)
+show_lines(timing.synchronize)
 
 # %%
 if on_gpu:
@@ -109,7 +109,7 @@ else:
 # kernels) leaves the GPU waiting for each launch, and its events time the launches too.
 
 # %%
-show_source(timing.time_calls)
+show_lines(timing.time_calls)
 
 # %%
 info = time.get_clock_info("perf_counter")
@@ -211,7 +211,7 @@ lesson(not any(ok for case, ok in verdicts.items() if "random" in case or "NaN" 
 # flatter a kernel. `kernels.bench` fills every input set with `torch.randn`:
 
 # %%
-show_source(sweep.InputPool)
+show_lines(sweep.InputPool)
 
 # %%
 if on_gpu:

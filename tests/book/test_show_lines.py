@@ -24,6 +24,19 @@ def test_a_triton_kernel_is_read_through_its_python_function_and_one_marker_show
     assert ", attn_fwd, lines " in block and block.count("\n") == 3
 
 
+def test_without_markers_the_whole_class_is_shown_as_its_file_has_it():
+    from kernels.attention.naive import NaiveAttention
+    from tests.helpers import ROOT
+
+    where, code = source_piece(NaiveAttention)
+    assert where.startswith("kernels/attention/naive.py, NaiveAttention, lines ")
+    first, last = map(int, where.rsplit(" ", 1)[1].split("-"))
+    lines = (ROOT / "kernels/attention/naive.py").read_text().splitlines()
+    assert code.splitlines() == lines[first - 1:last] and code.startswith("class NaiveAttention")
+    after = [line for line in lines[last:] if line.strip()]
+    assert not after or not after[0].startswith(" "), "the piece runs to the end of the class"
+
+
 @pytest.mark.parametrize("first, last, named", [("no such line", None, "'no such line'"),
                                                 ("new_max = torch.maximum", "no such end", "'no such end'")])
 def test_a_marker_that_matches_nothing_is_named_in_the_error(first, last, named):
@@ -46,6 +59,7 @@ def test_a_cuda_piece_is_a_brace_balanced_block_or_a_range(tmp_path):
         """))
     where, block = source_piece(src, "__global__ void k")
     assert where == "k.cu, lines 2-8"
+    assert source_piece(src)[0] == "k.cu, lines 1-9", "without markers, the whole file"
     assert block.splitlines()[0] == "__global__ void k(float* x) {" and block.splitlines()[-1] == "}"
     # The pragma in column 0 does not stop the common indentation from being removed.
     assert source_piece(src, "if (x)", "    }")[1].splitlines() == ["if (x) {", "#pragma unroll",
