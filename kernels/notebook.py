@@ -4,7 +4,7 @@
   printed reason) when the requested one is not here.
 - ``inputs(...)``: random q, k, v (never zeros: a kernel that writes nothing must not pass).
 - ``glue(name, value)``: hand a computed number to the prose (myst-nb's glue in the book;
-  a plain display elsewhere, e.g. in Colab without myst-nb).
+  nothing is recorded elsewhere, e.g. in Colab without myst-nb).
 - ``lesson(condition, claim)``: the prose's claim, checked on the device that ran it.
 - ``say(text)``: a sentence for the reader, shown as prose that wraps (lessons, notices).
 - ``timed(fn, done)``: a step the reader waits on (a build), and how long it took.
@@ -119,15 +119,7 @@ def timed(fn: Callable[[], T], done: str) -> T:
     return result
 
 
-class _Text(str):
-    """A string whose repr is itself, so text glued with ``display=True`` outside the book shows
-    without quotes (the book's glue needs the quotes: see ``glue_bundle``)."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def glue(name: str, value, display: bool = False):
+def glue(name: str, value):
     """Record ``value`` under ``name`` for ``{glue:text}`` in the prose (returns nothing, so a
     glue on a cell's last line adds no output).
 
@@ -139,13 +131,11 @@ def glue(name: str, value, display: bool = False):
 
     from IPython.display import display as show
 
-    if importlib.util.find_spec("myst_nb") is None:  # outside the book build (Colab, plain Jupyter): just show it
-        if display:
-            show(_Text(value) if isinstance(value, str) else value)
+    if importlib.util.find_spec("myst_nb") is None:  # outside the book build (Colab, plain Jupyter): nothing to record
         return
     # What myst_nb.glue writes (myst_nb/ext/glue/__init__.py), written out here because importing
     # myst_nb's glue imports nbformat and jsonschema: seconds of CPU in every notebook.
-    mimebundle, metadata = glue_bundle(name, value, display)
+    mimebundle, metadata = glue_bundle(name, value)
     show(mimebundle, raw=True, metadata=metadata)
 
 
@@ -157,9 +147,9 @@ def python_scalar(value):
     return value
 
 
-def glue_bundle(name: str, value, display: bool = False) -> tuple[dict, dict]:
-    """The output ``glue`` displays: ``value``'s mimebundle (its mime types prefixed unless it
-    is displayed) and the metadata that names it.
+def glue_bundle(name: str, value) -> tuple[dict, dict]:
+    """The output ``glue`` displays: ``value``'s mimebundle, its mime types prefixed so that the
+    page shows it only where the prose cites it, and the metadata that names it.
 
     A string's text/plain is its quoted repr, as myst_nb's own glue writes it: ``{glue:text}``
     passes text/plain through ``ast.literal_eval`` to strip those quotes, and unquoted text it
@@ -169,12 +159,11 @@ def glue_bundle(name: str, value, display: bool = False) -> tuple[dict, dict]:
     from IPython.core.formatters import format_display_data
 
     mimebundle, metadata = format_display_data(python_scalar(value))
-    prefix = "" if display else GLUE_PREFIX
-    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
-    return {prefix + k: v for k, v in mimebundle.items()}, metadata
+    metadata["scrapbook"] = {"name": name, "mime_prefix": GLUE_PREFIX}
+    return {GLUE_PREFIX + k: v for k, v in mimebundle.items()}, metadata
 
 
-# The mime prefix of a value glued without display (myst_nb's GLUE_PREFIX, read by the book build).
+# The mime prefix of a glued value (myst_nb's GLUE_PREFIX, read by the book build).
 GLUE_PREFIX = "application/papermill.record/"
 
 
