@@ -7,6 +7,8 @@
   nothing is recorded elsewhere, e.g. in Colab without myst-nb).
 - ``lesson(condition, claim)``: the prose's claim, checked on the device that ran it.
 - ``say(text)``: a sentence for the reader, shown as prose that wraps (lessons, notices).
+- ``timing_claims(claims)``: timing claims checked once per profiled step, asserted only where
+  the steps agree.
 - ``timed(fn, done)``: a step the reader waits on (a build), and how long it took.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Callable, TypeVar
 
 import torch
 
@@ -178,26 +180,29 @@ def lesson(condition: bool, claim: str, evidence: str = "") -> None:
     say(f"✔ {claim}" + (f" ({evidence})" if evidence else ""), kind="lesson")
 
 
-def timing_lesson(held: list, claim: str, evidence: str = "") -> Optional[bool]:
-    """Assert a timing claim that was checked once per profiled step, on a machine that may be busy.
+def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
+    """Assert several timing claims about the same profiled steps, with one note for those the steps
+    could not decide.
 
-    ``held`` says, step by step, whether the claim held in that step. The course's rule (the
-    same 80% that ``kernels.bench.comparison`` uses): held in at least 80% of the steps, the lesson
-    passes; in at most 20%, the trace contradicts the prose and the lesson fails; in between,
-    the page says the machine was too noisy to tell and asserts nothing. Returns True, or None
-    when too noisy.
-    """
-    if not held:
-        raise ValueError("timing_lesson needs at least one profiled step")
-    share = sum(bool(h) for h in held) / len(held)
-    tally = f"held in {sum(bool(h) for h in held)} of {len(held)} profiled steps"
-    evidence = f"{evidence}; {tally}" if evidence else tally
-    if share >= 0.8 or share <= 0.2:
-        lesson(share >= 0.8, claim, evidence)
-        return True
-    say(f"Too noisy to tell on this run: {claim}? ({evidence}; the course asserts a timing claim "
-        f"when it held in at least 80% of the steps, and refutes it at 20% or less)", kind="note")
-    return None
+    Each claim is (held per step, claim, evidence). The course's rule (the same 80% that
+    ``kernels.bench.comparison`` uses): a claim that held in at least 80% of the steps is asserted,
+    one that held in at most 20% fails (the trace contradicts the prose); those in between are
+    named together in one note, which says "not asserted" (the page explains the noise once, in
+    its prose). Returns True when every claim was asserted."""
+    if not claims or any(not held for held, _, _ in claims):
+        raise ValueError("timing_claims needs at least one claim, each checked in at least one step")
+    undecided = []
+    for held, claim, evidence in claims:
+        share = sum(bool(h) for h in held) / len(held)
+        tally = f"held in {sum(bool(h) for h in held)} of {len(held)} profiled steps"
+        if share >= 0.8 or share <= 0.2:
+            lesson(share >= 0.8, claim, f"{evidence}; {tally}" if evidence else tally)
+        else:
+            undecided.append(f"{claim} ({tally})")
+    if undecided:
+        say("Not asserted on this run, the profiled steps disagree (a timing claim is asserted when it held "
+            "in at least 80% of them): " + "; ".join(undecided), kind="note")
+    return not undecided
 
 
 # What ``say`` can be: the CSS class of each (book/_static/pages.css styles them).

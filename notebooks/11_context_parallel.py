@@ -36,7 +36,7 @@ import torch
 
 from kernels import borrowed, reference
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, reveal, setup, show_lines
+from kernels.notebook import glue, inputs, lesson, reveal, setup, show_lines, timing_claims
 from kernels.parallel import programs as cp, rank_traces, ranks, ring, ulysses
 from kernels.trace.links import links
 
@@ -220,7 +220,7 @@ contiguous_steps = [s.summary() for s in steps["contiguous"]]
 path = step.critical_path()
 display(path.round(1))
 after_exchange = path[path["round"] == 1].iloc[0]
-shown = rank_traces.timing_claims([
+shown = timing_claims([
     ([t.loc[last, "compute_us"] > t.loc[first, "compute_us"] for t in contiguous_steps],
      "and the last rank's compute takes longer than rank 0's in the trace",
      f"{measured_imbalance:.2f}x over {ACTIVE} steps (masked blocks cost a little more than their share)"),
@@ -282,7 +282,7 @@ ring_steps = steps["contiguous"] + steps["zigzag"]
 if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks: the waits say it
     transfer_ms = max(rank_traces.in_ranges(ring_steps, f"gloo:{op}").max() for op in ("send", "recv")) / len(ring_steps) / 1e3
     kv_wait_ms = rank_traces.in_ranges(ring_steps, "ring:wait kv").max() / len(ring_steps) / 1e3
-    rank_traces.timing_claims([([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all())
+    timing_claims([([bool((s.summary()["arrived_before_wait"] == s.summary()["exchanges"]).all())
                                   for s in ring_steps],
                                  "on every rank, the K/V block had arrived when the rank came to wait for it, after its "
                                  "local attention: the transfer hid behind the compute",
@@ -362,7 +362,7 @@ lesson(measured["ring"] == measured["ulysses"],
 if all(s.marks_waits(i) for s in steps["ulysses"] for i in range(world)):  # CPU ranks
     a2a_ms = rank_traces.in_ranges(steps["ulysses"], "gloo:all_to_all") / ACTIVE / 1e3  # on gloo's worker thread, while it works
     a2a_wait_ms = rank_traces.in_ranges(steps["ulysses"], "ulysses:wait") / ACTIVE / 1e3  # the rank, blocked in the call
-    rank_traces.timing_claims([([bool((s.summary()["overlap_us"] < 0.5 * rank_traces.in_ranges([s], "gloo:all_to_all")).all())
+    timing_claims([([bool((s.summary()["overlap_us"] < 0.5 * rank_traces.in_ranges([s], "gloo:all_to_all")).all())
                                   for s in steps["ulysses"]],
                                  "Ulysses' all-to-alls are exposed: the ranks computed during almost none of them, "
                                  "the attention cannot start before they finish",

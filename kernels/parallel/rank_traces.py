@@ -432,30 +432,3 @@ def in_ranges(steps: list["RankStep"], prefix: str) -> pd.Series:
 def times_ms(summary: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     """The time columns of a summary (one step's or ``step_totals``) in ms, named without ``_us``."""
     return (summary[TIME_COLUMNS] / 1e3).round(digits).rename(columns=lambda c: c.replace("_us", " (ms)"))
-
-
-def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
-    """Assert several timing claims about the same profiled steps, with one note for those the steps
-    could not decide.
-
-    Each claim is (held per step, claim, evidence). As ``kernels.notebook.timing_lesson`` rules
-    (the same 80% / 20% shares): a claim that held in at least 80% of the steps is asserted, one
-    that held in at most 20% fails (the trace contradicts the prose); those in between are named
-    together in one note, which says "not asserted" (the page explains the noise once, in its
-    prose). Returns True when every claim was asserted."""
-    from kernels.notebook import lesson, say
-
-    if not claims or any(not held for held, _, _ in claims):
-        raise ValueError("timing_claims needs at least one claim, each checked in at least one step")
-    undecided = []
-    for held, claim, evidence in claims:
-        share = sum(bool(h) for h in held) / len(held)
-        tally = f"held in {sum(bool(h) for h in held)} of {len(held)} profiled steps"
-        if share >= 0.8 or share <= 0.2:
-            lesson(share >= 0.8, claim, f"{evidence}; {tally}" if evidence else tally)
-        else:
-            undecided.append(f"{claim} ({tally})")
-    if undecided:
-        say("Not asserted on this run, the profiled steps disagree (a timing claim is asserted when it held "
-            "in at least 80% of them): " + "; ".join(undecided), kind="note")
-    return not undecided

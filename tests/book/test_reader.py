@@ -37,19 +37,17 @@ def test_a_failed_lesson_still_raises_with_the_claim():
         notebook.lesson(False, "no copies")
 
 
-def test_a_timing_lesson_passes_at_80_percent_fails_at_20_and_is_too_noisy_between(capsys):
-    from kernels import notebook
+def test_timing_claims_assert_refute_and_name_the_undecided_in_one_note(capsys):
+    from kernels.notebook import LessonFailed, timing_claims
 
-    assert notebook.timing_lesson([True] * 5 + [False], "rank 0 waits") is True
-    assert "✔ rank 0 waits (held in 5 of 6 profiled steps)" in capsys.readouterr().out
-    assert notebook.timing_lesson([True, False, True, False], "rank 0 waits") is None
+    assert timing_claims([([True] * 5, "steady claim", "e")]) is True
+    assert timing_claims([([True] * 5, "a", ""), ([True, False] * 3, "b", ""), ([False, True] * 3, "c", "")]) is False
     out = capsys.readouterr().out
-    assert out.startswith("Too noisy to tell on this run: rank 0 waits?") and "held in 2 of 4" in out, \
-        "between 20% and 80% the page says the machine was too noisy and asserts nothing"
-    with pytest.raises(notebook.LessonFailed, match="held in 1 of 6"):
-        notebook.timing_lesson([False] * 5 + [True], "rank 0 waits")
-    with pytest.raises(ValueError, match="at least one profiled step"):
-        notebook.timing_lesson([], "rank 0 waits")
+    assert out.count("Not asserted") == 1 and "b (held in 3 of 6" in out and "c (held in 3 of 6" in out
+    with pytest.raises(LessonFailed, match="refuted claim"):
+        timing_claims([([False] * 5, "refuted claim", "")])
+    with pytest.raises(ValueError, match="at least one"):
+        timing_claims([])
 
 
 def code_lines(cells) -> set[str]:

@@ -219,16 +219,3 @@ def test_the_borrowed_rank_pair_loads_from_a_list_of_files_as_from_its_folder(pa
         rank_traces.load_ranks([ROOT / "no-such-rank-0.json.gz"])
     with pytest.raises(ValueError, match="empty list"):
         rank_traces.load_ranks([])
-
-
-def test_timing_claims_assert_refute_and_name_the_undecided_in_one_note(capsys):
-    from kernels.notebook import LessonFailed
-
-    assert rank_traces.timing_claims([([True] * 5, "steady claim", "e")]) is True
-    assert rank_traces.timing_claims([([True] * 5, "a", ""), ([True, False] * 3, "b", ""), ([False, True] * 3, "c", "")]) is False
-    out = capsys.readouterr().out
-    assert out.count("Not asserted") == 1 and "b (held in 3 of 6" in out and "c (held in 3 of 6" in out
-    with pytest.raises(LessonFailed, match="refuted claim"):
-        rank_traces.timing_claims([([False] * 5, "refuted claim", "")])
-    with pytest.raises(ValueError, match="at least one"):
-        rank_traces.timing_claims([])
