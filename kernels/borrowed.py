@@ -158,4 +158,3 @@ def rank_pair() -> list[Path]:
         raise FileNotFoundError(f"{missing} missing from {root()}: the borrowed traces ship in book/data/borrowed "
                                 "(kernels/data/borrowed when installed)")
     return paths
-

@@ -99,8 +99,9 @@ def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, 
     rows = {"triton": triton_forward(steps["triton"].gpu_work, fwd_name, grid, [32 * config.num_warps, 1, 1])}
     if "sdpa_flash" in steps:
         show(kernel_table(steps["sdpa_flash"]))
-        # one kernel per fused forward is chapter 3b's lesson (fused_kernels_read), on this same run
-        rows["sdpa_flash"] = launched(steps["sdpa_flash"].gpu_work).iloc[0]
+        flash = launched(steps["sdpa_flash"].gpu_work)
+        lesson(len(flash) == 1, "SDPA's flash forward is one kernel", names_text(flash))
+        rows["sdpa_flash"] = flash.iloc[0]
     try:
         read = {name: occupancy.trace_kernel(row, steps[name].trace.device_properties) for name, row in rows.items()}
     except ValueError as err:  # a GPU the occupancy tables do not know yet

@@ -223,8 +223,8 @@ glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(qwen_calls["h100"]))
 # bfloat16, head dim 64, no `attn_mask` (its
 # slot is empty), `is_causal=True` with equal query and key lengths, no dropout. Flash
 # accepts all of that, and it was first in line: the trace's torch, {glue:text}`qwen_h100_torch`,
-# predates torch 2.9, where cuDNN moved to the front on the H100 (it had been made opt-in
-# after bugs in 2.5.0). Asked about a torch of today, the same rules put this call on cuDNN:
+# predates torch 2.9, where cuDNN moved to the front on the H100 (pytorch/pytorch#162073; 2.5.1
+# had made it opt-in after bugs in 2.5.0, #138522). Asked about a torch of today, the same rules put this call on cuDNN:
 # the backend is a fact about the inputs, the GPU *and* the torch version. The MI300X's
 # compute capability (9.4 in its trace) is AMD's numbering, not CUDA's, and the rules above
 # are CUDA's; what the trace shows there is that PyTorch's ROCm build took the same

@@ -460,16 +460,20 @@ glue("gpu_sms", gpu["numSms"])
 over_48 = [t for t in triton_launches if t.shared_mem_per_block > occupancy.KINETO_SHARED_MEM_LIMIT]
 lesson(2 * len(over_48) > len(triton_launches), "most of our tile shapes ask for more than 48 KiB of shared memory",
        f"{len(over_48)} of {len(triton_launches)}")
-glue("other_tiles", len(triton_launches) - len(same_rows))
+others = [t for t in triton_launches if t not in same_rows]
+lesson(all(t.blocks > torch_launch.blocks for t in others), "our other tile shapes have fewer rows, so more programs",
+       f"{sorted(t.blocks for t in others)} programs against torch's {torch_launch.blocks}")
+glue("other_tiles", len(others))
 glue("max_blocks", max(t.blocks for t in triton_launches))
 
 # %% [markdown]
 # On this {glue:text}`gpu_sms`-SM GPU, torch's kernel fits {glue:text}`torch_ctas` CTAs per SM
 # ({glue:text}`torch_occ:.1f`% occupancy, limited by registers), so its
 # {glue:text}`torch_blocks` CTAs run in {glue:text}`torch_waves:.2f`
-# [waves](glossary.md#wave): the last wave leaves most SMs idle, the tail that launching the
-# longest causal tiles first shortens. Our {glue:text}`other_tiles` other tile shapes, with 64
-# or 32 rows, launch more and smaller programs, up to {glue:text}`max_blocks`. The trace's
+# [waves](glossary.md#wave); a last wave that is only partly full leaves SMs idle, the tail that
+# launching the longest causal tiles first shortens ([chapter 6](06_showdown.ipynb) measures it on
+# this trace). Our {glue:text}`other_tiles` other tile shapes have fewer rows, so they launch more
+# and smaller programs, up to {glue:text}`max_blocks`. The trace's
 # "est. achieved occupancy" is [Kineto](glossary.md#kineto)'s arithmetic on the same
 # footprint, not a measurement, and reads 0% for any kernel above 48 KiB of shared memory, as
 # most of our tile shapes would ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule). When

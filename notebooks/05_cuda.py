@@ -69,7 +69,7 @@ pd.DataFrame({"can it run here?": {name: why or "yes" for name, why in kernels.a
 # this chapter's shape (`kernels.cuda.flash.launch_config` holds the formulas of `flash_api.h`):
 
 # %%
-launches = cuda_flash.launch_table(batch, heads, seq, kernel_dim)
+launches = cuda_flash.launch_configs(batch, heads, seq, kernel_dim)
 for version, launch in launches.items():
     glue(f"{version}_blocks", launch["blocks"])
     glue(f"{version}_threads", launch["threads per block"])
@@ -248,9 +248,9 @@ show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const
 
 # %%
 if ptx is None:
-    say("No PTX to read: this machine has no nvcc (the snapshot holds resources only).")
+    say(f"No PTX to read: the resources were {resources_source} (the snapshot holds resources only).")
     for key in ("v2_mma", "v1_mma", "v1_fma"):
-        glue(key, "not counted (no nvcc here)")
+        glue(key, "not counted (no PTX on this run)")
 else:
     counted = resources.instruction_table(ptx, ("mma.sync", "fma.rn.f32", "ldmatrix", "cp.async.cg", "shfl.sync"))
     lesson(not counted.filter(like="v1<", axis=0)["mma.sync"].any(), "v1 contains no tensor-core instruction")

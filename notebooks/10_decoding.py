@@ -209,7 +209,7 @@ glue("h200_ridge", gpu_peaks.ridge)
 #| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points clustered far left under the sloped bandwidth line.
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
 rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,), batch=batch,
-                   heads=heads, device=device, memory=False, progress=None, **sweep.book_budget(on_gpu=False))
+                   heads=heads, device=device, memory=False, progress=None, **sweep.book_budget(on_gpu=device.type == "cuda"))
 peaks_here = devices.roofline_peaks(device)
 shown = plots.steady(rows)
 display(plots.roofline(shown, device=peaks_here))

@@ -13,7 +13,9 @@ def pytest_configure(config):
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:  # pytest-xdist's workers share the cores: each gets its share of torch's threads
         import torch
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+        from tools.book.execute import threads_per_job
+        torch.set_num_threads(threads_per_job(int(workers)))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the book marker is added here

@@ -40,7 +40,7 @@ traces); chapter 9's training steps add a prefetch copy and a memset on side str
 20, so no reader may assume one stream.
 H100 launches may come as ``cudaLaunchKernelExC`` (HolisticTraceAnalysis issue #61): the
 fixture's nvjet GEMMs are launched so, Triton's through the driver's ``cuLaunchKernelEx``. Footprints carry Kineto's own estimate, computed as Kineto does
-(``kernels.hw.occupancy.kineto_estimate``, 132 SMs).
+(``kernels.hw.occupancy.kineto_estimate``, on the device's own SM count).
 
 ``sweep_points`` is the other half a GPU branch reads: the points a benchmark sweep on an H100
 returns (``kernels.bench.results.BenchResult`` rows, counted by ``kernels.bench.sweep.new_point``

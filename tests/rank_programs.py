@@ -68,3 +68,14 @@ def post_sleep_wait(rank: int, world: int, trace_dir: str, sleep_s: float, late_
     prof.export_chrome_trace(str(path))
     assert torch.equal(recv, torch.full_like(kv, float((rank - 1) % world))), "the previous rank's block arrived"
     return str(path)
+
+
+def gloo_completion_before_wait(rank: int, world: int) -> tuple[bool, bool]:
+    """Rank 0 sends, rank 1 receives; both sleep long enough for the bytes to arrive, then ask
+    ``is_completed()`` before and after ``wait()``."""
+    buf = torch.ones(1024) if rank == 0 else torch.zeros(1024)
+    request = dist.isend(buf, 1) if rank == 0 else dist.irecv(buf, 0)
+    time.sleep(0.5)
+    before = request.is_completed()
+    request.wait()
+    return before, request.is_completed()

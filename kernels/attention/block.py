@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.profiler import record_function
 
+from kernels.reference import max_rel_error
 from kernels.registry import get
 from kernels.trace import breakdown
 
@@ -140,7 +141,7 @@ def largest_difference(outs: dict) -> float:
     if not outs:
         raise ValueError("largest_difference needs at least one output")
     base = next(iter(outs.values()))
-    return max((o - base).abs().max().item() for o in outs.values()) / base.abs().max().item()
+    return max(max_rel_error(o, base) for o in outs.values())
 
 
 def flop_shares(module: nn.Module, batch: int, width: int, seqs, device="cpu",

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from kernels import reference
-from kernels.bench.results import DECODE as DECODE_MODE, FORWARD as FORWARD_MODE
+from kernels.bench.results import DECODE, FORWARD
 from kernels.dtypes import dtype_name
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.fingerprints import attention_kernel
@@ -214,8 +214,8 @@ def phase_pair(rows) -> Optional[tuple]:
     ``decode``, at the longest S both were measured at, or None where no S has both (pass the
     rows that passed the spread check, ``kernels.bench.plots.steady``, to compare timings)."""
     by = {(r.mode, r.seq): r for r in rows if r.ok}
-    both = sorted(s for mode, s in by if mode == FORWARD_MODE and (DECODE_MODE, s) in by)
-    return (by[FORWARD_MODE, both[-1]], by[DECODE_MODE, both[-1]]) if both else None
+    both = sorted(s for mode, s in by if mode == FORWARD and (DECODE, s) in by)
+    return (by[FORWARD, both[-1]], by[DECODE, both[-1]]) if both else None
 
 
 def copies_table(steps: dict) -> pd.DataFrame:

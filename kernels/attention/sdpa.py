@@ -380,7 +380,6 @@ def probe(q, k, v, causal: bool = True) -> dict[str, Reason]:
     return result
 
 
-
 def rule_reasons(names, device: torch.device, q: torch.Tensor, k: torch.Tensor) -> dict[str, Reason]:
     """Why each backend of ``names`` would refuse these inputs on ``device`` by the rules alone
     (``device_reason``, then ``input_reason``), without calling it: ``{name: None}`` if it takes them."""
@@ -393,6 +392,8 @@ def reasons_table(reasons: dict[str, Reason]) -> "pd.DataFrame":
 
     return pd.DataFrame({"runs on these inputs": {n: r is None for n, r in reasons.items()},
                          "why not": {n: r or "" for n, r in reasons.items()}})
+
+
 def default_backend_name(q, k, v, causal: bool = True) -> str:
     """Which backend SDPA picks unpinned, as the first in its priority order that works here.
 
@@ -702,7 +703,6 @@ def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_d
             "scratch (KiB)": sum(scratch) / 1024}
 
 
-
 def cpu_flash_allocation_table(sweep_steps: Mapping, batch: int, heads: int, head_dim: int,
                                element_size: int) -> "pd.DataFrame":
     """``cpu_flash_allocations`` of every flash step in ``sweep_steps`` ({(backend, seq): step},
@@ -714,6 +714,8 @@ def cpu_flash_allocation_table(sweep_steps: Mapping, batch: int, heads: int, hea
     if not rows:
         raise ValueError("sweep_steps holds no sdpa_flash step: the sweep did not run the flash backend")
     return pd.DataFrame(rows).set_index("seq").sort_index()
+
+
 def first_call_cpu_ms(fn, args, calls: int = 21) -> tuple[float, float]:
     """CPU time of ``fn(*args)``: its first call, and the median of the ``calls - 1`` after it,
     in ms (chapter 3b times cuDNN's first call at a shape it has not seen). On a GPU the time is

@@ -3,7 +3,7 @@
 Each point (implementation, shape, dtype, causal, mode) is warmed up, timed over rotating
 inputs, converted to TFLOP/s and GB/s, and its peak memory measured (kernels.bench.sweep);
 a point that cannot run records why. Rows go to JSON and CSV (kernels.bench.results, which
-also holds the performance goals the README states).
+also holds the performance goals MAINTAINING.md states).
 
     python -m kernels.bench --out bench_cpu                 # the CPU sweep, < 2 min on 2 cores
     python -m kernels.bench --mode forward training --device cuda --out bench_gpu

@@ -59,6 +59,13 @@ def contenders(device) -> tuple[list[str], dict[str, str]]:
             {name: why for name, why in reasons.items() if why is not None})
 
 
+def smallest_first(amounts: Mapping[str, float], guess=()) -> list[str]:
+    """The names of ``amounts`` from the smallest amount up; names that tie keep the order the
+    reader's ``guess`` gave them, so a tie never counts against a guess in the reveal."""
+    rank = {name: i for i, name in enumerate(guess or ())}
+    return sorted(amounts, key=lambda name: (amounts[name], rank.get(name, len(rank))))
+
+
 def ops_table(steps: Mapping, on_gpu: bool) -> pd.DataFrame:
     """Per profiled forward (name -> ``kernels.trace.reader.Step``): how many ops do arithmetic
     themselves (``Step.work_ops``) and which, and on a GPU the kernels, copies and memsets."""

@@ -6,8 +6,9 @@ compile-time switches (its ``Design`` template); compiled with ``-DFLASH_V2_DESI
 it instantiates the kernel once per revision of ``DESIGN_REVISIONS``.
 
 * ``design_revisions(head_dim)``: each revision's resources and its PTX's counts of the
-  instructions that carry the changes (``REVISION_OPCODES``); compiled now where nvcc is,
-  else read from the nvcc snapshot (``kernels.cuda.resources.load_snapshot``).
+  instructions that carry the changes (``REVISION_OPCODES``): compiled now (``live=True``) or
+  read from the nvcc snapshot (``live=False``); ``read_revisions`` chooses, as
+  ``kernels.cuda.resources.read_compiled`` does for every reader of nvcc's output.
 * ``design_table(revisions)``: those, with the occupancy each allows and Kineto's estimate;
   ``tile_bodies`` and ``barriers_per_tile`` read the unrolled tile passes out of the counts.
 * ``read_revisions(head_dim)``: ``design_revisions`` falling back on the snapshot, and where

@@ -8,7 +8,7 @@ only file that sees torch. ``torch.utils.cpp_extension.load`` builds the extensi
 time a kernel is called, so importing this module never compiles anything.
 
 Also here: each kernel's launch configuration (``launch_config``, the formulas of
-``flash_api.h``; ``launch_table`` shows both for one shape) and ``kernel_resources(archs)``, ptxas' registers, shared memory and spills of
+``flash_api.h``; ``launch_configs`` shows both for one shape) and ``kernel_resources(archs)``, ptxas' registers, shared memory and spills of
 every instantiation completed with its launch, which needs ``nvcc`` but no GPU.
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ def launch_config(version: str, head_dim: int) -> LaunchConfig:
     raise ValueError(f"version must be 'v1' or 'v2', got {version!r}")
 
 
-def launch_table(batch: int, heads: int, seq: int, head_dim: int):
+def launch_configs(batch: int, heads: int, seq: int, head_dim: int):
     """Both kernels' launches for one shape, side by side: block, warps, tile sizes, grid."""
     import pandas as pd
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
@@ -114,7 +115,7 @@ def read_compiled(compile_now: Callable[[], T], from_snapshot: Callable[[], T]) 
         try:
             compiled = compile_now()
             return compiled, f"compiled now by nvcc {nvcc_version()} in {time.perf_counter() - started:.1f} s"
-        except RuntimeError as err:
+        except (RuntimeError, subprocess.TimeoutExpired) as err:   # a failed or a stuck compile
             why_not = f"the compile with this machine's nvcc failed ({(str(err).splitlines() or [type(err).__name__])[0]})"
     snapshot = load_snapshot()
     return from_snapshot(), f"read from a snapshot of nvcc {snapshot['nvcc']} taken on {snapshot['date']}, because {why_not}"

@@ -111,7 +111,7 @@ def measured_peaks(device: str = "cpu", repeats: int = 30) -> Peaks:
     can all land in a busy moment and read a roof too low, and honest points then sit above it.
 
     A square matmul of n does 2·n³ FLOPs. A copy of N bytes reads N and writes N, so it
-    moves 2·N bytes. Both take the best of a few runs, after one warm-up run. CPUs are
+    moves 2·N bytes. Both take the best of ``repeats`` runs, after one warm-up run. CPUs are
     measured in fp32 (what the course's cpu preset runs); a GPU missing from the
     table in 16-bit, on its tensor cores.
     """

@@ -482,7 +482,7 @@ def scaling_figure(links: dict, flops_per_s: float, gpu: str, seq_len: int, head
         ax.axvline(crossovers[name], color=colour, alpha=0.4)
         ax.annotate(f"crossover: {crossovers[name]:.0f} ranks", (crossovers[name], 0.02), rotation=90,
                     va="bottom", ha="right", color=colour)
-    ax.set(xscale="log", yscale="log", xlabel="ranks (world size)", ylabel="ms per forward, per rank",
+    ax.set(yscale="log", xlabel="ranks (world size)", ylabel="ms per forward, per rank",
            title=f"Ring attention model: S={seq_len:,}, H={heads}, Hkv={kv_heads}, D={head_dim}, bf16,\n"
                  f"{gpu} at {flops_per_s / 1e12:.0f} TFLOP/s")
     ax.set_xscale("log", base=2)
@@ -510,7 +510,7 @@ def links_table(crossovers: dict):
                          "crossover (ranks)": crossovers, "source": LINK_SOURCES})
 
 
-def work_table(seq_len: int, world: int):
+def pairs_per_rank(seq_len: int, world: int):
     """``work_per_rank`` for each layout of ``LAYOUTS``: query-key pairs per rank (causal), one column a layout."""
     import pandas as pd
 

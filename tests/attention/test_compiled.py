@@ -2,7 +2,7 @@
 (tests/attention/test_contract.py), and the helpers chapter 7 reads traces with.
 
 Refusals in words, block-mask counts against the dense mask, Inductor's fused-op names, the
-ALiBi reference, the Inductor cache under build/, and a sweep over lengths that compiles at
+ALiBi reference, and a sweep over lengths that compiles at
 most twice. Every compile costs seconds on a CPU.
 """
 from __future__ import annotations

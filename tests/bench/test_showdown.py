@@ -40,6 +40,15 @@ def test_glance_shows_a_time_only_where_the_spread_check_passes():
     assert table.loc["sdpa_flash", "peak MiB"] == 1.0 and "tiles" in table.loc["sdpa_flash", "the lesson"]
 
 
+def test_smallest_first_orders_by_amount_and_breaks_ties_the_guess_s_way():
+    peaks = {"naive": 66, "sdpa_math": 90, "inplace": 66, "sdpa_flash": 2}
+    assert showdown.smallest_first(peaks) == ["sdpa_flash", "naive", "inplace", "sdpa_math"], "ties in the table's order"
+    assert showdown.smallest_first(peaks, ["inplace", "naive"]) == ["sdpa_flash", "inplace", "naive", "sdpa_math"], \
+        "a tie is ordered as the guess ordered it"
+    assert showdown.smallest_first(peaks, ["sdpa_math", "naive"]) == ["sdpa_flash", "naive", "inplace", "sdpa_math"], \
+        "a guess never reorders names whose amounts differ"
+
+
 def test_ops_table_counts_and_names_the_work_ops():
     step = SimpleNamespace(work_ops=lambda: ["aten::bmm", "aten::mul", "aten::bmm"], gpu_work=[1, 2, 3])
     table = showdown.ops_table({"naive": step}, on_gpu=True)

@@ -40,8 +40,6 @@ def test_numbers_take_the_prose_format():
     assert rendered(torch.tensor(7), "d") == "7"
 
 
-
-
 def test_glue_all_glues_each_name_as_glue_would(monkeypatch):
     seen = []
     monkeypatch.setattr(notebook, "glue", lambda name, value: seen.append((name, value)))

@@ -19,7 +19,7 @@ from tests.helpers import ROOT
 CREDIT = re.compile(r"not this book.s run")
 NO_GPU_NOTICE = re.compile(r"no GPU run has been recorded", re.I)
 # Chapters 0 to 10 (3b included) and chapter 12: the pages about GPU tracks. Chapter 11 runs
-# ranks on CPU processes and says what a GPU recording would add.
+# ranks on CPU processes; its borrowed 128-rank pair is checked by tests/parallel.
 GPU_CHAPTER = re.compile(r"^(0\d|10)b?_|^12_")
 
 
@@ -84,7 +84,7 @@ def gpu_chapter_pages(html_root: Path) -> list[Path]:
 
 
 def test_every_gpu_chapter_shows_a_real_gpu_trace_with_its_credit(built_book):
-    """Every GPU chapter reads a borrowed trace, shown with its credit (chapters 7 and 9 excepted, above)."""
+    """Every GPU chapter reads a borrowed trace, shown with its credit."""
     _, _, html = built_book
     pages = gpu_chapter_pages(html)
     assert len(pages) >= 13, [p.name for p in pages]

@@ -233,8 +233,8 @@ def test_rows_of_warps():
     assert v1[0] == v1[1] == set(range(0, 32, 2)), "v1's output phase: two warps share each even row"
 
 
-def test_launch_table_for_one_shape():
-    table = cf.launch_table(batch=1, heads=8, seq=512, head_dim=64)
+def test_launch_configs_for_one_shape():
+    table = cf.launch_configs(batch=1, heads=8, seq=512, head_dim=64)
     assert table.loc["blocks", "v1"] == 16 * 8 and table.loc["grid at B=1 H=8 S=512", "v1"] == "16 × 8"
     assert table.loc["blocks", "v2"] == 8 * 4 and table.loc["warps per block", "v2"] == 8
     assert table.loc["dynamic shared memory (B)", "v2"] == cf.launch_config("v2", 64).dynamic_shared_bytes

@@ -32,6 +32,13 @@ def four():
         yield group
 
 
+def test_gloo_marks_a_transfer_completed_only_inside_wait(two):
+    """Why the ring waits from a helper thread (ring.Exchange, chapter 11's prose): without a
+    wait, gloo never reports a finished send or receive as completed."""
+    assert two.run(rank_programs.gloo_completion_before_wait) == [(False, True), (False, True)], \
+        "gloo's is_completed() is False before wait() even after the bytes arrived, True after"
+
+
 # ------------------------------------------------------------------ pure: split, merge, counts
 
 @pytest.mark.parametrize("seq,world,layout", [(7, 2, "contiguous"), (9, 2, "zigzag"), (29, 4, "zigzag"), (8, 8, "contiguous")])

@@ -46,6 +46,15 @@ def test_a_training_step_splits_into_forward_backward_and_communication_as_the_r
         "in this recorded step the backward's kernels took longer than the forward's"
 
 
+def test_the_training_step_is_what_its_credit_says():
+    """The credit readers see says "rank 0 of 2" and "53 convolutions": read from the trace."""
+    trace = borrowed.TRAINING_STEP.trace()
+    info = trace.raw["distributedInfo"]
+    assert (info["rank"], info["world_size"]) == (0, 2) and "rank 0 of 2" in borrowed.TRAINING_STEP.what
+    convolutions = (borrowed.TRAINING_STEP.step(trace=trace).ops["name"] == "aten::convolution").sum()
+    assert convolutions == 53 and "53 convolutions" in borrowed.TRAINING_STEP.what, convolutions
+
+
 @pytest.mark.parametrize("key", ["h100_qwen", "mi300x_bert", "sglang_decode"])
 def test_an_inference_step_is_all_forward(key):
     table = time_by_phase(borrowed.TRACELENS[key].step())

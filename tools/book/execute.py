@@ -56,12 +56,17 @@ def default_jobs(params: dict) -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def threads_per_job(jobs: int) -> int:
+    """Each of ``jobs`` processes sharing this machine's cores gets this many threads."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
 def share_cores(jobs: int) -> None:
     """Give each of ``jobs`` notebooks executing at once its share of the cores. The kernels
     papermill starts inherit this environment; left alone, each torch would start one thread
     per core, the notebooks' threads would outnumber the cores, and every large op would wait
-    for a descheduled thread (about 10 ms an op on two cores, seen as noise in the timings)."""
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    for a descheduled thread (seen as noise in the timings)."""
+    threads = str(threads_per_job(jobs))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = threads
 
@@ -252,7 +257,7 @@ def run(preset: str = "auto", only=None, out: Path = ROOT / "_build" / "executed
     report: dict[str, Any] = {"preset": name, "parameters": params, "jobs": jobs, "environment": environment(),
                               "notebooks": []}
     if jobs > 1:  # each notebook's torch gets its share of the cores (share_cores)
-        report["environment"]["torch_threads"] = max(1, (os.cpu_count() or 1) // jobs)
+        report["environment"]["torch_threads"] = threads_per_job(jobs)
     keys: dict[Path, str] = {}
     rows = {}
     if cache is not None:
