@@ -128,7 +128,6 @@ def glue(name: str, value):
     Strings are glued as they read ("134,217,728" stays that, not a tuple); numbers can be
     formatted in the prose, e.g. ``{glue:text}`name:.2f```.
     """
-    value = python_scalar(value)
     import importlib.util
 
     from IPython.display import display as show

@@ -118,13 +118,13 @@ def _unpack(t):
     return t
 
 
-def kept_table(steps: Mapping[str, "Step"], step_inputs: Mapping[str, tuple]) -> pd.DataFrame:
+def kept_table(steps: Mapping[str, "Step"], inputs_by_name: Mapping[str, tuple]) -> pd.DataFrame:
     """Per variant: the S×S buffers allocated in the forward and not freed when the backward began
     (the trace's memory events), the distinct S×S storages autograd saved (the hooks), the bytes
-    alive at the backward, and the shapes saved. ``step_inputs[name]`` is that step's (q, k, v, ...)."""
+    alive at the backward, and the shapes saved. ``inputs_by_name[name]`` is that step's (q, k, v, ...)."""
     rows = []
     for name, s in steps.items():
-        q, k, v = step_inputs[name][:3]
+        q, k, v = inputs_by_name[name][:3]
         sizes = square_sizes(q.shape, q.element_size(), upcast=name == "sdpa_math")
         memory = s.memory[s.memory["ts"] < backward_start(s)]
         saved = saved_by_autograd(get(name), q, k, v)
@@ -143,12 +143,12 @@ def per_row_shapes(shapes_saved: Sequence[tuple], q_shape: Sequence[int]) -> lis
     return [shape for shape in shapes_saved if b * h * s <= math.prod(shape) < b * h * s * d]
 
 
-def recompute_table(steps: Mapping[str, "Step"], step_inputs: Mapping[str, tuple]) -> pd.DataFrame:
+def recompute_table(steps: Mapping[str, "Step"], inputs_by_name: Mapping[str, tuple]) -> pd.DataFrame:
     """Per variant: ``aten::bmm`` calls in the forward and in the backward, the S×S allocations the
     backward made, and its largest allocation (KiB)."""
     rows = []
     for name, s in steps.items():
-        q = step_inputs[name][0]
+        q = inputs_by_name[name][0]
         t0 = backward_start(s)
         fwd, bwd = s.ops[s.ops["ts"] < t0], s.ops[s.ops["ts"] >= t0]
         m_bwd = s.memory[(s.memory["ts"] >= t0) & (s.memory["bytes"] > 0)]

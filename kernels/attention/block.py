@@ -192,12 +192,14 @@ def memory_by_attention(blocks_by_name: dict, x: torch.Tensor, *, active: int, t
     """Profile each block of ``blocks_by_name`` (one warm-up step, then ``active`` steps) and read
     its memory: the block's peak and total allocated, what its ``block.attention`` part allocated,
     and its largest single allocation (MiB). Returns each block's median step and that table."""
+    from kernels.trace.reader import median_step
+
     runs, steps = profile_blocks(blocks_by_name, x, active=active, trace_dir=trace_dir)
     rows = {}
     for name, step in steps.items():
         run = runs[name]
         rows[name] = {"block peak (MiB)": step.peak_bytes / 2**20, "block allocated (MiB)": step.allocated_bytes / 2**20,
-                      "attention allocated (MiB)": run.trace.steps("block.attention")[-1].allocated_bytes / 2**20,
+                      "attention allocated (MiB)": median_step(run.trace.steps("block.attention")).allocated_bytes / 2**20,
                       "largest allocation (MiB)": step.memory["bytes"].max() / 2**20}
     return steps, pd.DataFrame(rows).T.round(2)
 

@@ -87,9 +87,11 @@ def noisy_points(results: Iterable) -> list:
 def steady(results: Iterable):
     """The successful rows that pass the spread check (p90 / p10 within ``NOISY_SPREAD``): the
     ones a page may show as timings, as BenchResults (with the rows' ``meta``, if they had one)."""
+    meta = getattr(results, "meta", None)
+    results = list(results)   # read twice below: a generator would be empty the second time
     noisy = {id(r) for r in noisy_points(results)}
     kept = [r for r in results if r.status == "ok" and id(r) not in noisy]
-    return BenchResults(kept, getattr(results, "meta", None))
+    return BenchResults(kept, meta)
 
 
 def mark_noise(ax, results: Iterable) -> Optional[str]:

@@ -135,7 +135,9 @@ def forward_launches(batch_heads: Optional[int], seq: Optional[int], head_dim: O
             for (m, n, w), s in deepest.items()]
 
 
-def _pruner(kernel: str):
+def pruner(kernel: str):
+    """The autotuner's ``early_config_prune`` hook for ``kernel``: at each new key it reads the
+    launch's GPU (capability, opt-in shared memory) and lengths, and keeps ``fitting_configs``."""
     def prune(configs, named_args, **kwargs):
         """early_config_prune hook: the configs `fitting_configs` keeps for this launch."""
         args = {**named_args, **kwargs}
@@ -158,4 +160,4 @@ def autotuned(kernel, name: str):
     configs = [launch.triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in GPU_CONFIGS]
     return launch.triton.autotune(configs=configs, key=["SQ", "SK", "GROUP", "HEAD_DIM", "CAUSAL"],
-                                  prune_configs_by={"early_config_prune": _pruner(name)})(kernel)
+                                  prune_configs_by={"early_config_prune": pruner(name)})(kernel)

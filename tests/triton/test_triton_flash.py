@@ -284,6 +284,24 @@ def test_gpu_configs_are_pruned_to_what_fits():
     assert configs.fitting_configs(space, 4096, 128, 2, smem_limit=1) == [smallest]
 
 
+def test_the_autotuners_prune_hook_keeps_what_fits_the_launchs_gpu(monkeypatch):
+    """configs.pruner runs only inside a GPU autotune: here with stand-in configs and an sm_90
+    GPU of 227 KiB, the hook must keep exactly what fitting_configs keeps for that launch."""
+    from types import SimpleNamespace
+
+    stand_ins = [SimpleNamespace(kwargs={"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+                 for m, n, w, s in configs.GPU_CONFIGS]
+    gpu = SimpleNamespace(major=9, minor=0, shared_memory_per_block_optin=227 * 1024)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
+    q = torch.empty(1, 1, 1, 128, dtype=torch.float16)
+    kept = configs.pruner("fwd")(stand_ins, {"Q": q, "SQ": 4096, "SK": 4096, "HEAD_DIM": 128})
+    want = configs.fitting_configs(configs.GPU_CONFIGS, 4096, 128, 2, 227 * 1024, kernel="fwd",
+                                   capability=(9, 0), seq_k=4096)
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept] == want, \
+        "the hook keeps the configs fitting_configs keeps, in its order, as the config objects given"
+    assert 0 < len(kept) < len(stand_ins), "on this launch the pruning keeps some configs and drops others"
+
+
 def test_register_footprint_counts_accumulators_and_one_score_tile():
     assert configs.register_footprint(128, 64, 128, "fwd") == 128 * 128 + 128 * 64
     assert configs.register_footprint(128, 64, 128, "bwd_dq") == 128 * 128 + 128 * 64
