@@ -14,25 +14,18 @@ import torch
 
 from kernels.trace import record
 from kernels import reference
+from kernels.attention.backward import backward_start
 from kernels.registry import get
 from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, passed, run_learner, seeded_generator
 
 __all__ = ["check_kept_for_backward", "check_training_flops", "training_step_traces"]
 
-_AUTOGRAD = "autograd::engine"  # the prefix of the ops the backward runs
-
 
 # ============================================================================ task 1
 
-def _backward_start(step) -> float:
-    """When the backward began: the first op the autograd engine runs."""
-    ops = step.ops
-    return float(ops.loc[ops["name"].str.startswith(_AUTOGRAD), "ts"].min())
-
-
 def _kept(step, nbytes: int) -> int:
     """Buffers of exactly ``nbytes`` allocated before the backward began and not freed by then."""
-    m = step.memory[step.memory["ts"] < _backward_start(step)]
+    m = step.memory[step.memory["ts"] < backward_start(step)]
     return int((m["bytes"] == nbytes).sum() - (m["bytes"] == -nbytes).sum())
 
 
@@ -78,7 +71,7 @@ def check_kept_for_backward(kept_for_backward: Callable, seed: Optional[int] = N
         if got == want:
             continue
         m = step.memory
-        t0 = _backward_start(step)
+        t0 = backward_start(step)
         before = m[m["ts"] < t0]
         if got == int((before["bytes"] == nbytes).sum()):
             fail(f"{case} you counted every S×S allocation of the forward ({got}); some were freed before the "
