@@ -199,13 +199,14 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def _median_times(groups, steps: list[Step], base: pd.DataFrame) -> pd.DataFrame:
-    """``base`` (one step's rows) with each row's time replaced by its median over ``steps``;
-    a row absent from a step counts as 0 µs there."""
-    per_step = [groups(s).set_index(["name", "shapes"])["time_us"] for s in steps]
-    times = pd.concat(per_step, axis=1).fillna(0).median(axis=1)
-    return base.assign(time_us=[float(times.get((n, sh), t)) for n, sh, t in
-                                zip(base["name"], base["shapes"], base["time_us"])])
+def _median_times(groups, steps: list[Step], median: Step) -> pd.DataFrame:
+    """``groups(median)`` (the median step's rows) with each row's time replaced by its median
+    over ``steps``; a row absent from a step counts as 0 µs there."""
+    per_step = {id(s): groups(s) for s in steps}
+    times = pd.concat([g.set_index(["name", "shapes"])["time_us"] for g in per_step.values()], axis=1)
+    times = times.fillna(0).median(axis=1)
+    base = per_step[id(median)]
+    return base.assign(time_us=[float(times[n, sh]) for n, sh in zip(base["name"], base["shapes"])])
 
 
 def _side(x: Union[Step, Sequence[Step]], which: str) -> tuple[Step, list[Step]]:
@@ -229,6 +230,6 @@ def diff(a: Union[Step, Sequence[Step]], b: Union[Step, Sequence[Step]]) -> Step
     label_a, label_b = a.label, b.label
     if label_a == label_b:
         label_a, label_b = f"{label_a} (a)", f"{label_b} (b)"
-    ops = [_median_times(_op_groups, st, _op_groups(s)) for s, st in ((a, steps_a), (b, steps_b))]
-    gpu = [_median_times(_kernel_groups, st, _kernel_groups(s)) for s, st in ((a, steps_a), (b, steps_b))]
+    ops = [_median_times(_op_groups, st, s) for s, st in ((a, steps_a), (b, steps_b))]
+    gpu = [_median_times(_kernel_groups, st, s) for s, st in ((a, steps_a), (b, steps_b))]
     return StepDiff(a, b, label_a, label_b, _compare(*ops), _compare(*gpu), (len(steps_a), len(steps_b)))
