@@ -304,7 +304,7 @@ else:  # GPU ranks: NCCL's kernels are the transfers, on their own stream
 #
 # PyTorch's own context parallelism balances causal load the same way: in torch 2.13 its
 # default, when the length divides by 2 × world, is a head-tail split (`_HeadTailLoadBalancer`,
-# torch/distributed/tensor/experimental/_attention.py and `_load_balancer.py`).
+# in the `_load_balancer.py` of torch 2.13's context parallelism).
 # On a CPU, gloo moves the bytes on its own threads, so a posted send proceeds while the rank
 # computes. Measured as above (gloo's ranges ended by the helper thread's wait), the K/V
 # transfer took {glue:text}`transfer_ms` ms per step at most, and the rank, coming to wait
@@ -440,8 +440,8 @@ glue("cross_ib", crossovers["InfiniBand NDR (50 GB/s each way)"])
 # PyTorch ships context parallelism as `torch.distributed.tensor.experimental.context_parallel`:
 # inside its context manager, the named buffers are sharded along the sequence over a DTensor
 # device mesh, and SDPA calls inside it are dispatched to its own context-parallel attention,
-# with the head-tail load balancing of zigzag; by default (torch 2.13's `_cp_options.rotate_method`
-# in `_attention.py`) it gathers the K/V shards with an all-gather instead of passing them round, and all-to-all
+# with the head-tail load balancing of zigzag; by default (`rotate_method` in the
+# `_attention.py` of torch 2.13) it gathers the K/V shards with an all-gather instead of passing them round, and all-to-all
 # rotation is the alternative. It works by registering sharding strategies for SDPA's CUDA
 # operators; on a CPU it refuses, because the CPU flash operator
 # (`aten._scaled_dot_product_flash_attention_for_cpu`) has none registered (torch 2.13). So the
