@@ -5,13 +5,20 @@ PY := $(VENV)/bin/python
 PRESET ?= auto
 TEST_JOBS ?= auto
 OUT ?= _build/gpu-run
+# Seconds `make gpu-run` may spend (tools/gpu_run.py --budget): a lent machine allows about 10
+# minutes a command; the A100 workflow passes one that covers every phase.
+BUDGET ?= 540
+# Where `make gpu-wheels` puts the book stack's wheels, and packages to add to them (e.g. pandas
+# matplotlib, for a GPU machine that lacks them).
+WHEELS ?= .wheels
+WHEELS_EXTRA ?=
 # Pinned where the project installs torch itself (CPU machines, CI): torch 2.13's own Triton pin.
 TORCH_SPEC ?= torch==2.13.0
 TRITON_SPEC ?= triton==3.7.1
 # Optional: a pip index for PyTorch's CPU-only wheels (see README), e.g. on a Linux laptop.
 TORCH_INDEX_URL ?=
 
-.PHONY: setup test test-haswell test-book test-sweep book notebooks gpu-run gpu-import clean
+.PHONY: setup test test-haswell test-book test-sweep book notebooks gpu-run gpu-wheels gpu-import clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
@@ -61,11 +68,20 @@ notebooks: setup
 book: setup
 	$(PY) -m tools.book.execute --preset $(PRESET) --build
 
-# On a machine with a GPU: the GPU tests, the book on the cuda preset and the benchmark's
-# default sweep, each under a time limit, packed into $(OUT)/gpu-run.tar.gz with a manifest.
-# Without a GPU it stops and says so (tools/gpu_run.py run OUT --dry-run packs stand-ins).
+# On a machine with a GPU: the GPU tests, the benchmark's core points, the chapters on the cuda
+# preset, the full benchmark and the HTML, in that order until $(BUDGET) seconds are spent,
+# packed into $(OUT)/gpu-run.tar.gz with a manifest. Without a GPU it stops and says so
+# (tools/gpu_run.py run OUT --dry-run packs stand-ins).
 gpu-run: setup
-	$(PY) tools/gpu_run.py run "$(OUT)"
+	$(PY) tools/gpu_run.py run "$(OUT)" --budget $(BUDGET)
+
+# For a GPU machine with no package index: the book stack (requirements-gpu-run.txt) as CPython
+# 3.12 manylinux wheels in $(WHEELS)/, to carry there (MAINTAINING.md, "On a lent GPU machine").
+gpu-wheels:
+	$(PYTHON) -m pip download --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d "$(WHEELS)" -r requirements-gpu-run.txt $(WHEELS_EXTRA)
+	@du -sh "$(WHEELS)"
 
 # Back on any machine: an archive -> book/data/recorded/<gpu>/ and book/data/bench/<gpu>.json
 # (a partial archive imports what it holds and says what it lacks).

@@ -1,11 +1,14 @@
-"""The GPU run: the GPU tests, the book on the ``cuda`` preset and the benchmark, in one archive.
+"""The GPU run: the GPU tests, the benchmark and the book on the ``cuda`` preset, inside a time budget, in one archive.
 
-    python tools/gpu_run.py run OUT [--dry-run]        # make gpu-run: OUT/gpu-run.tar.gz
+    python tools/gpu_run.py run OUT [--budget S] [--dry-run]   # make gpu-run: OUT/gpu-run.tar.gz
     python tools/gpu_run.py import ARCHIVE [--data D]  # make gpu-import: book/data/recorded/, book/data/bench/
 
-``run`` needs a CUDA GPU. Each phase runs in its own process under a time limit; whatever
-finished (the chapters' traces, the benchmark, every phase's log) is packed with a manifest
-naming the GPU, the versions, the commit, the date and how each phase ended. ``--dry-run``
+``run`` needs a CUDA GPU. Phases run in order of value (the GPU tests, the benchmark's core
+points, the chapters one by one on the ``cuda`` preset, the full benchmark, the HTML), each in
+its own process under a time limit, until ``--budget`` seconds are spent; the archive is
+rewritten after each phase with what finished (the chapters' traces, the benchmark, every
+phase's log) and a manifest naming the GPU, the versions, the commit, the date, the budget, how
+each phase ended and which were left out. ``--dry-run``
 goes through the same packing on a CPU with tiny stand-ins (no GPU tests, one small trace, a
 one-point benchmark) and marks the archive as a dry run, which ``import`` writes only into a
 folder other than book/data. ``import`` accepts a partial archive and says what it lacks.
@@ -32,8 +35,20 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "book" / "data"
 FORMAT, VERSION = "attention-profiled/gpu-run", 2
 ARCHIVE_NAME = "gpu-run.tar.gz"
-LIMITS = {"gpu-tests": 15 * 60, "book": 60 * 60, "bench": 20 * 60}   # seconds each phase may take
+# The budget a lent GPU machine allows (about 10 minutes a command, 15 in all): phases run in
+# order of value until it is spent, each packed as it finishes. The A100 workflow passes a
+# budget that covers every phase.
+DEFAULT_BUDGET = 540
+MIN_PHASE = 20   # seconds: a phase with less left than this is left out, not started to be killed
+# The chapters on the cuda preset, most GPU-specific first: our kernels (4, 5), the showdown,
+# then SDPA's backends, the CPU-story chapters, and the rest.
+CHAPTERS = ("04_triton", "05_cuda", "06_showdown", "03b_sdpa_fused", "03_sdpa", "01_naive", "02_inplace",
+            "00_profiler_primer", "07_compiled", "08_block", "09_backward", "10_decoding", "12_real_models")
+# Seconds each phase may take at most (the budget may cut it shorter).
+LIMITS = {"gpu-tests": 240, "bench-core": 150, "chapter": 240, "bench": 20 * 60, "html": 60 * 60}
 TRACE = re.compile(r"^traces/[\w.-]+/[\w.-]+\.json\.gz$")             # traces/<notebook>/<variant>.json.gz
+# The benchmark's core points: our Triton and CUDA kernels against SDPA's flash backend.
+CORE_BENCH = "--impls triton cuda_v1 cuda_v2 sdpa_flash --seq 1024 4096 --head-dim 64 128 --no-memory".split()
 
 # The dry run's book: one tiny profiled call, written where the runner puts a chapter's traces.
 DRY_BOOK = ("import sys, torch; from kernels.trace.record import profile; from kernels.attention.naive import naive;"
@@ -46,15 +61,27 @@ class Refused(Exception):
 
 
 def phase_commands(python: str, work: Path, dry_run: bool) -> dict:
-    """Each phase's command line (None: skipped), in the order they run."""
+    """Each phase's command line (None: skipped), in order of value: what a short budget runs."""
     if dry_run:
         return {"gpu-tests": None,
-                "book": [python, "-c", DRY_BOOK, str(work / "executed" / "book" / "traces" / "dry_run")],
-                "bench": [python, "-m", "kernels.bench", *DRY_BENCH, "--out", str(work / "bench")]}
-    return {"gpu-tests": [python, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "tests"],
-            "book": [python, "-m", "tools.book.execute", "--preset", "cuda", "--no-cache", "--build",
-                     "--out", str(work / "executed")],
-            "bench": [python, "-m", "kernels.bench", "--device", "cuda", "--out", str(work / "bench")]}
+                "bench-core": [python, "-m", "kernels.bench", *DRY_BENCH, "--out", str(work / "bench-core")],
+                "chapter dry_run": [python, "-c", DRY_BOOK, str(work / "executed-dry_run" / "book" / "traces" / "dry_run")]}
+    phases = {"gpu-tests": [python, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "tests"],
+              "bench-core": [python, "-m", "kernels.bench", "--device", "cuda", *CORE_BENCH,
+                             "--out", str(work / "bench-core")]}
+    for chapter in CHAPTERS:   # each into its own folder (the runner stages its --out afresh), kept in one cache
+        phases[f"chapter {chapter}"] = [python, "-m", "tools.book.execute", "--preset", "cuda", "--jobs", "1",
+                                        "--only", f"book/{chapter}", "--cache", str(work / "cache"),
+                                        "--out", str(work / f"executed-{chapter}")]
+    phases["bench"] = [python, "-m", "kernels.bench", "--device", "cuda", "--out", str(work / "bench")]
+    # The HTML from the chapters above (restored from the cache; a chapter left out executes here).
+    phases["html"] = [python, "-m", "tools.book.execute", "--preset", "cuda", "--jobs", "1", "--build",
+                      "--cache", str(work / "cache"), "--out", str(work / "executed")]
+    return phases
+
+
+def phase_limit(name: str) -> int:
+    return LIMITS["chapter" if name.startswith("chapter ") else name]
 
 
 def run_phase(name: str, argv, limit: float, log: Path) -> dict:
@@ -101,8 +128,11 @@ def command_output(argv) -> str | None:
         return None
 
 
-def run(out: Path, dry_run: bool) -> int:
-    """Every phase in turn, then one archive of what they left; exit 0 only when all went well."""
+def run(out: Path, dry_run: bool, budget: float = DEFAULT_BUDGET) -> int:
+    """The phases in order of value until ``budget`` seconds are spent, the archive rewritten after
+    each, so a run stopped from outside still leaves what finished; exit 0 only when every phase
+    ran and went well."""
+    started = time.monotonic()
     env = environment()
     if env["gpu"] is None and not dry_run:
         print("gpu-run: no GPU visible (torch.cuda.is_available() is False), so there is nothing to record here; "
@@ -111,28 +141,42 @@ def run(out: Path, dry_run: bool) -> int:
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
     (work / "logs").mkdir(parents=True)
-    phases = []
-    for name, argv in phase_commands(sys.executable, work, dry_run).items():
-        print(f"gpu-run: {name} (limit {LIMITS[name]} s)", flush=True)
-        phases.append(run_phase(name, argv, LIMITS[name], work / "logs" / f"{name}.log"))
-        print(f"gpu-run: {name}: {phases[-1]['status']} in {phases[-1]['seconds']} s {phases[-1]['detail']}", flush=True)
     manifest = {"format": FORMAT, "version": VERSION, "dry_run": dry_run, **env,
-                "device": env["gpu"] or "CPU (dry run)",
+                "device": env["gpu"] or "CPU (dry run)", "budget_s": budget, "left_out": [],
                 "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                "commit": command_output(["git", "rev-parse", "HEAD"]) or "unknown", "phases": phases}
+                "commit": command_output(["git", "rev-parse", "HEAD"]) or "unknown", "phases": []}
+    for name, argv in phase_commands(sys.executable, work, dry_run).items():
+        left = budget - (time.monotonic() - started)
+        if left < MIN_PHASE:
+            manifest["left_out"].append(name)
+            print(f"gpu-run: {name}: left out ({left:.0f} s of the {budget:g} s budget left)", flush=True)
+            continue
+        limit = min(phase_limit(name), left)
+        print(f"gpu-run: {name} (limit {limit:.0f} s)", flush=True)
+        log = work / "logs" / f"{name.replace(' ', '-')}.log"
+        manifest["phases"].append(run_phase(name, argv, limit, log))
+        phase = manifest["phases"][-1]
+        print(f"gpu-run: {name}: {phase['status']} in {phase['seconds']} s {phase['detail']}", flush=True)
+        pack(out / ARCHIVE_NAME, manifest, finished_files(work))
     pack(out / ARCHIVE_NAME, manifest, finished_files(work))
-    print(f"gpu-run: wrote {out / ARCHIVE_NAME}; then `make gpu-import ARCHIVE={out / ARCHIVE_NAME}`")
-    return 0 if all(p["status"] in ("ok", "skipped") for p in phases) else 1
+    print(f"gpu-run: wrote {out / ARCHIVE_NAME} in {time.monotonic() - started:.0f} s"
+          + (f"; left out for the budget: {', '.join(manifest['left_out'])}" if manifest["left_out"] else "")
+          + f"; then `make gpu-import ARCHIVE={out / ARCHIVE_NAME}`")
+    ran_well = all(p["status"] in ("ok", "skipped") for p in manifest["phases"])
+    return 0 if ran_well and not manifest["left_out"] else 1
 
 
 def finished_files(work: Path) -> dict:
-    """Archive name -> file, for what the phases left: traces, the benchmark, the book's report, logs."""
+    """Archive name -> file, for what the phases left: traces, the benchmark (the full sweep's when
+    it finished, else the core points'), each chapter's report, logs."""
     files = {f"logs/{p.name}": p for p in sorted((work / "logs").glob("*.log"))}
-    traces = work / "executed" / "book" / "traces"
-    files.update({f"traces/{p.relative_to(traces).as_posix()}": p for p in sorted(traces.glob("*/*.json.gz"))})
-    for name, path in (("bench.json", work / "bench.json"), ("book-report.json", work / "executed" / "report.json")):
-        if path.exists():
-            files[name] = path
+    for traces in sorted(work.glob("executed*/book/traces")):
+        files.update({f"traces/{p.relative_to(traces).as_posix()}": p for p in sorted(traces.glob("*/*.json.gz"))})
+    for report in sorted(work.glob("executed*/report.json")):
+        files[f"reports/{report.parent.name}.json"] = report
+    bench = next((p for p in (work / "bench.json", work / "bench-core.json") if p.exists()), None)
+    if bench is not None:
+        files["bench.json"] = bench
     return files
 
 
@@ -174,8 +218,9 @@ def lacking(manifest: dict, members: dict) -> list[str]:
     """What a partial archive lacks, one phrase each."""
     missing = [f"{p['name']} ({p['status']}{': ' + p['detail'] if p['detail'] else ''})"
                for p in manifest["phases"] if p["status"] != "ok" and not (manifest["dry_run"] and p["status"] == "skipped")]
+    missing += [f"{name} (left out for the {manifest.get('budget_s'):g} s budget)" for name in manifest.get("left_out", [])]
     if not any(TRACE.match(name) for name in members):
-        missing.append("traces (the book phase wrote none)")
+        missing.append("traces (no chapter phase wrote any)")
     if "bench.json" not in members:
         missing.append("the benchmark (no bench.json)")
     return missing
@@ -229,12 +274,15 @@ def main(argv=None) -> int:
     r = sub.add_parser("run", help="on a GPU machine: OUT/gpu-run.tar.gz")
     r.add_argument("out", type=Path)
     r.add_argument("--dry-run", action="store_true", help="no GPU: stand-ins through the same packing, marked dry")
+    r.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SECONDS",
+                   help=f"stop starting phases once this is spent (default {DEFAULT_BUDGET}: a lent GPU machine's "
+                        "10-minute command); what was left out is written in the manifest")
     i = sub.add_parser("import", help="an archive -> book/data/recorded/<gpu>/ and book/data/bench/<gpu>.json")
     i.add_argument("archive", type=Path)
     i.add_argument("--data", type=Path, default=DATA, help="where recorded/ and bench/ go (default book/data)")
     args = ap.parse_args(argv)
     if args.what == "run":
-        return run(args.out.resolve(), args.dry_run)
+        return run(args.out.resolve(), args.dry_run, args.budget)
     try:
         written, missing = import_archive(args.archive, args.data)
     except Refused as err:

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from tests.helpers import ROOT
 from tools import gpu_run
 
 SCRIPT = [sys.executable, str(ROOT / "tools" / "gpu_run.py")]
+BUDGET = 120
 DRY = "cpu-dry-run"
 
 
@@ -22,8 +24,11 @@ DRY = "cpu-dry-run"
 def dry_archive(tmp_path_factory):
     """One dry run for the module: tiny stand-ins through the real phases' runner and packing."""
     out = tmp_path_factory.mktemp("gpu-run")
-    done = subprocess.run([*SCRIPT, "run", str(out), "--dry-run"], capture_output=True, text=True, timeout=300)
+    started = time.monotonic()
+    done = subprocess.run([*SCRIPT, "run", str(out), "--dry-run", "--budget", str(BUDGET)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < BUDGET, f"the dry run took longer than its {BUDGET} s budget"
     return out / gpu_run.ARCHIVE_NAME
 
 
@@ -45,8 +50,9 @@ def test_the_dry_run_packs_a_manifest_and_what_its_phases_wrote(dry_archive):
     assert manifest["format"] == gpu_run.FORMAT and manifest["dry_run"] is True and manifest["gpu"] is None
     assert manifest["torch"] == torch.__version__ and manifest["date"] and manifest["commit"]
     assert [(p["name"], p["status"]) for p in manifest["phases"]] == [
-        ("gpu-tests", "skipped"), ("book", "ok"), ("bench", "ok")], manifest["phases"]
-    assert {"traces/dry_run/naive.json.gz", "bench.json", "logs/book.log", "logs/bench.log"} <= set(files)
+        ("gpu-tests", "skipped"), ("bench-core", "ok"), ("chapter dry_run", "ok")], manifest["phases"]
+    assert manifest["budget_s"] == BUDGET and manifest["left_out"] == [], "the budget and what it left out"
+    assert {"traces/dry_run/naive.json.gz", "bench.json", "logs/chapter-dry_run.log", "logs/bench-core.log"} <= set(files)
     assert sorted(manifest["files"]) == sorted(set(files) - {"manifest.json"}), "the manifest lists every file"
 
 
@@ -70,7 +76,7 @@ def test_a_dry_archive_never_lands_in_book_data(dry_archive):
 def test_a_partial_archive_imports_what_it_holds_and_names_what_it_lacks(dry_archive, tmp_path):
     files = members(dry_archive)
     manifest = json.loads(files.pop("manifest.json"))
-    manifest["phases"][2].update(status="timed out", detail="killed after 1800 s")
+    manifest["phases"][1].update(status="timed out", detail="killed after 150 s")
     files.pop("bench.json")
     paths = {}
     for name, data in files.items():
@@ -83,7 +89,7 @@ def test_a_partial_archive_imports_what_it_holds_and_names_what_it_lacks(dry_arc
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "data" / "recorded" / DRY / "dry_run" / "naive.json.gz").exists()
     assert not (tmp_path / "data" / "bench").exists()
-    assert "partial" in done.stdout and "bench (timed out: killed after 1800 s)" in done.stdout, done.stdout
+    assert "partial" in done.stdout and "bench-core (timed out: killed after 150 s)" in done.stdout, done.stdout
     assert "the benchmark (no bench.json)" in done.stdout
 
 
@@ -101,3 +107,21 @@ def test_what_is_no_gpu_run_archive_is_refused_in_words(tmp_path):
     gpu_run.pack(tmp_path / "other.tar.gz", {"format": "something else"}, {})
     with pytest.raises(gpu_run.Refused, match="this import reads .attention-profiled/gpu-run. version"):
         gpu_run.import_archive(tmp_path / "other.tar.gz", tmp_path)
+
+
+def test_a_budget_too_small_for_any_phase_leaves_them_out_and_says_so(tmp_path):
+    done = subprocess.run([*SCRIPT, "run", str(tmp_path), "--dry-run", "--budget", "5"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, "a run that left phases out is not a complete run"
+    manifest = json.loads(members(tmp_path / gpu_run.ARCHIVE_NAME)["manifest.json"])
+    assert manifest["phases"] == [] and manifest["budget_s"] == 5
+    assert manifest["left_out"] == list(gpu_run.phase_commands(sys.executable, tmp_path, dry_run=True)), manifest
+    assert "left out for the budget" in done.stdout, done.stdout
+
+
+def test_the_phases_run_in_order_of_value_with_every_chapter_on_the_cuda_preset(tmp_path):
+    names = list(gpu_run.phase_commands(sys.executable, tmp_path, dry_run=False))
+    assert names[:2] == ["gpu-tests", "bench-core"] and names[-2:] == ["bench", "html"], names
+    assert names[2:-2] == [f"chapter {c}" for c in gpu_run.CHAPTERS]
+    chapters = {p.stem for p in (ROOT / "book").glob("[0-9]*.ipynb")}
+    assert set(gpu_run.CHAPTERS) == chapters - {"11_context_parallel"}, "every chapter but 11 (two ranks) has a phase"
