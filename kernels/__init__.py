@@ -4,6 +4,8 @@
     out = kernels.get("inplace")(q, k, v, causal=True)   # q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D]
     kernels.names()          # registered names, in teaching order
     kernels.available("cpu") # {name: None if it runs here, else the reason in words}
+    with kernels.registered("mine", my_attention, order=99):   # yours, for the length of a block
+        kernels.get("mine")(q, k, v)
 
 Causal attention is aligned bottom-right (query i sees keys j <= i + Sk - Sq); Hq is a
 multiple of Hkv (grouped-query attention). Calling an implementation that cannot run here
@@ -18,7 +20,8 @@ process, so the course's Triton kernels, and any defined after it, run in Triton
 import importlib
 from typing import Any
 
-__all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register"]
+__all__ = ["CannotRun", "available", "check_inputs", "get", "implementation", "names", "reference", "register",
+           "registered"]
 
 
 def __getattr__(name: str) -> Any:

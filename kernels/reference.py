@@ -192,12 +192,12 @@ def judge(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     names = ("out",) + (("dq", "dk", "dv") if grads is not None else ())
     got = (out,) + (tuple(grads) if grads is not None else ())
     grad_out = grad_out if grads is not None else None
-    want = _with_grads(attention, q, k, v, causal, scale, grad_out, torch.float64)
+    want = with_grads(attention, q, k, v, causal, scale, grad_out, torch.float64)
     dtype = q.dtype
     if dtype not in HALF:
         scores = functools.partial(score_rounding_bounds, q, k, v, causal, scale, grad_out)
         return _judge_fixed(names, got, want, dtype, scores)
-    baselines = _plain_errors(q, k, v, causal, scale, grad_out, want)
+    baselines = plain_errors(q, k, v, causal, scale, grad_out, want)
     verdicts = {}
     for n, g, w, baseline in zip(names, got, want, baselines):
         factor = OUTPUT_FACTOR if n == "out" else GRAD_FACTOR
@@ -291,7 +291,7 @@ def _group_sum(per_query_head: torch.Tensor, group: int) -> torch.Tensor:
     return per_query_head.reshape(b, h // group, group, s, d).sum(2)
 
 
-def _plain_errors(q, k, v, causal, scale, grad_out, want) -> list:
+def plain_errors(q, k, v, causal, scale, grad_out, want) -> list:
     """Max |error| of plain same-dtype attention per tensor: the larger of its two usual orders.
 
     Scaling after q·kᵀ (the textbook, and chapter 1) rounds the scores twice; scaling first
@@ -302,12 +302,12 @@ def _plain_errors(q, k, v, causal, scale, grad_out, want) -> list:
     per_order = []
     for scale_first in (False, True):
         attn = functools.partial(plain_attention, scale_first=scale_first)
-        plain = _with_grads(attn, q, k, v, causal, scale, grad_out, q.dtype)
+        plain = with_grads(attn, q, k, v, causal, scale, grad_out, q.dtype)
         per_order.append([max_abs_error(p, w) for p, w in zip(plain, want)])
     return [max((e for e in errors if not math.isnan(e)), default=float("nan")) for errors in zip(*per_order)]
 
 
-def _with_grads(attn: Callable, q, k, v, causal, scale, grad_out, dtype) -> tuple:
+def with_grads(attn: Callable, q, k, v, causal, scale, grad_out, dtype) -> tuple:
     """(out,) or (out, dq, dk, dv) of ``attn`` on copies of q, k, v cast to ``dtype``."""
     device = "cpu" if dtype == torch.float64 else q.device
     leaves = [t.detach().to(device, dtype).requires_grad_(grad_out is not None) for t in (q, k, v)]

@@ -12,17 +12,17 @@ bottom-right: query ``i`` sees keys ``j <= i + Sk - Sq``, so the last query sees
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import math
 import numbers
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
-from kernels.compat import known_problem_reason
 
 # A reason is a sentence for a reader ("needs a CUDA GPU; none is visible"), or None.
 Reason = Optional[str]
@@ -128,6 +128,20 @@ def register(name: str, *, order: int, requires: Callable[[torch.device], Reason
     return wrap
 
 
+@contextlib.contextmanager
+def registered(name: str, fn: Callable, *, order: int, **options) -> Iterator[Callable]:
+    """``fn`` registered under ``name`` (``register``'s options) for the length of a ``with``
+    block, and the name free again after it: a test's stand-in, or an experiment in a notebook.
+    Yields the registered callable, as ``get(name)`` returns it."""
+    if name in _REGISTRY:
+        raise ValueError(f"{name!r} is already registered; registered() adds a new name only")
+    register(name, order=order, **options)(fn)
+    try:
+        yield get(name)
+    finally:
+        _REGISTRY.pop(name, None)
+
+
 # The modules whose import registers the implementations. They import this module to call
 # register(), so it cannot import them at its top: it imports them by name on first use, which
 # keeps ``import kernels`` cheap (no torch, no Triton) for the trace tools.
@@ -199,7 +213,7 @@ def out_of_memory_message(impl: Implementation, q, k, err: BaseException) -> str
 
 
 def _unavailable_reason(impl: Implementation, device: torch.device) -> Reason:
-    return missing_device_reason(device) or known_problem_reason(impl.name, device) or impl.requires(device)
+    return missing_device_reason(device) or impl.requires(device)
 
 
 def missing_device_reason(device: torch.device) -> Reason:

@@ -15,10 +15,10 @@ def die_mid_step(rank: int, world: int) -> str:
     others block on a message that will never come."""
     kv = torch.ones(2, 1, 1, 4, 8) * rank
     plan = ring.RingPlan(8 * world, world, rank, "contiguous", True, 1.0)
-    recv, requests = ring._exchange(kv, kv.shape, plan, "kv")
+    recv, requests = ring.post_exchange(kv, kv.shape, plan, "kv")
     if rank == world - 1:
         os._exit(3)
-    ring._wait(requests, plan, "kv")
+    ring.wait_exchange(requests, plan, "kv")
     return "finished"
 
 
@@ -61,10 +61,10 @@ def post_sleep_wait(rank: int, world: int, trace_dir: str, sleep_s: float, late_
         with torch.profiler.record_function("exchange"):
             if rank == late_rank:
                 time.sleep(sleep_s)
-            recv, exchange = ring._exchange(kv, kv.shape, plan, "kv")
+            recv, exchange = ring.post_exchange(kv, kv.shape, plan, "kv")
             if late_rank < 0:
                 time.sleep(sleep_s)
-            ring._wait(exchange, plan, "kv")
+            ring.wait_exchange(exchange, plan, "kv")
     prof.export_chrome_trace(str(path))
     assert torch.equal(recv, torch.full_like(kv, float((rank - 1) % world))), "the previous rank's block arrived"
     return str(path)

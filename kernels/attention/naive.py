@@ -94,12 +94,12 @@ class NaiveAttention(nn.Module):
                                       lambda: grouped_future_mask(seq, device, keys, groups))
 
 
-_modules = LRU(MODULES)
+module_cache = LRU(MODULES)
 
 
 def cached_module(cls, causal: bool, scale: float, device) -> nn.Module:
     """One module per configuration, so the function form also reuses its mask (bounded)."""
-    return _modules.get_or_make((cls, causal, scale, str(device)), lambda: cls(causal=causal, scale=scale))
+    return module_cache.get_or_make((cls, causal, scale, str(device)), lambda: cls(causal=causal, scale=scale))
 
 
 @register("naive", order=10, materializes_scores=True)

@@ -84,6 +84,10 @@ class Ranks:
             self.close()
             raise
 
+    def alive(self) -> list[int]:
+        """The ranks whose processes are still running (none once the group is closed)."""
+        return [rank for rank, p in enumerate(self._procs) if p.is_alive()]
+
     def run(self, fn: Callable[..., Any], *args, timeout_s: float | None = None) -> list:
         """``[fn(0, world, *args), ..., fn(world - 1, world, *args)]``, each on its rank's process."""
         if self.closed:

@@ -229,7 +229,7 @@ class RingPlan:
         return (self.rank - step) % self.world
 
 
-def _exchange(send: torch.Tensor, recv_shape, plan: RingPlan, what: str):
+def post_exchange(send: torch.Tensor, recv_shape, plan: RingPlan, what: str):
     """Post the send of ``send`` to the next rank and a receive from the previous one; return
     the receive buffer and the posted :class:`Exchange` (wait on it later: the transfer overlaps
     what runs between)."""
@@ -244,7 +244,7 @@ def _exchange(send: torch.Tensor, recv_shape, plan: RingPlan, what: str):
     return recv, Exchange(requests, plan.timeout_s, watch=dist.get_backend(plan.group) == "gloo")
 
 
-def _wait(exchange: "Exchange", plan: RingPlan, what: str) -> None:
+def wait_exchange(exchange: "Exchange", plan: RingPlan, what: str) -> None:
     """Block until the exchange completed, in a range that says whether it already had:
     ``ring:wait kv (arrived)`` (the transfer hid behind what ran since the post) or ``(in flight)``."""
     with record_function(f"ring:wait {what} ({'arrived' if exchange.arrived else 'in flight'})"):
@@ -316,11 +316,11 @@ def ring_forward(q, k, v, plan: RingPlan):
         owner = plan.owner(step)
         moving = step < plan.world - 1
         if moving:
-            recv, exchange = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
+            recv, exchange = post_exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
         with record_function("ring:attend"):
             attend_chunks(q, kv[0], kv[1], mine, plan.chunks(owner), plan.causal, plan.scale, out, lse)
         if moving:
-            _wait(exchange, plan, "kv")
+            wait_exchange(exchange, plan, "kv")
             kv = recv
     return out, lse
 
@@ -340,7 +340,7 @@ def ring_backward(q, k, v, out, lse, grad_out, plan: RingPlan):
         owner = plan.owner(step)
         moving = step < plan.world - 1
         if moving:
-            recv, exchange = _exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
+            recv, exchange = post_exchange(kv, _kv_shape(kv, plan, plan.owner(step + 1)), plan, "kv")
         with record_function("ring:attend backward"):
             for q_range, q_lo, seen in _pairs(mine, plan.chunks(owner), plan.causal):
                 rows = slice(q_lo, q_lo + q_range[1] - q_range[0])
@@ -350,13 +350,13 @@ def ring_backward(q, k, v, out, lse, grad_out, plan: RingPlan):
                 _scatter_keys(dkv[0], g_k, seen)
                 _scatter_keys(dkv[1], g_v, seen)
         if moving:
-            _wait(exchange, plan, "kv")
+            wait_exchange(exchange, plan, "kv")
             kv = recv
         if plan.world == 1:
             break  # one rank: its accumulator is already home
         # The accumulator follows its block: after the last step it lands on the block's owner.
-        dkv_recv, exchange = _exchange(dkv, _kv_shape(dkv, plan, plan.owner(step + 1)), plan, "dkv")
-        _wait(exchange, plan, "dkv")
+        dkv_recv, exchange = post_exchange(dkv, _kv_shape(dkv, plan, plan.owner(step + 1)), plan, "dkv")
+        wait_exchange(exchange, plan, "dkv")
         dkv = dkv_recv
     return dq, dkv[0], dkv[1]
 

@@ -186,12 +186,12 @@ class _Bars:
         for (y, c), spans in self.bars.items():
             self.ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=c, edgecolors="white", linewidth=0.5)
         for x0, x1, y, text in self.texts:
-            self.ax.add_artist(_BarLabel(x0, x1, y, text, fontsize=self.fontsize))
+            self.ax.add_artist(BarLabel(x0, x1, y, text, fontsize=self.fontsize))
         if arrows:
             self.ax.add_collection(LineCollection(arrows, colors="#bbbbbb", linewidths=0.6, zorder=0))
 
 
-class _BarLabel(Text):
+class BarLabel(Text):
     """A bar's name, centred in it: shortened with "…" to fit the bar's width as drawn, and
     not drawn at all where not even a few letters fit (so labels never spill over bars)."""
 

@@ -123,7 +123,7 @@ def _unit_strides(fn) -> dict:
     return {n: 1 for n in fn.arg_names if n.startswith("s") and n.endswith("d") and len(n) <= 5}
 
 
-def _ptxas_resources(ptx: str, arch: str, capability: int):
+def ptxas_resources(ptx: str, arch: str, capability: int):
     """Registers and spills of a PTX kernel, from the ptxas Triton runs for ``capability``, with ``-v``."""
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
@@ -140,8 +140,8 @@ def _ptxas_resources(ptx: str, arch: str, capability: int):
     return found[0]
 
 
-def _ptxas_cached(ptx: str, arch: str, capability: int):
-    """`_ptxas_resources`, remembered on disk beside Triton's own cache (which keeps the compiled
+def ptxas_cached(ptx: str, arch: str, capability: int):
+    """`ptxas_resources`, remembered on disk beside Triton's own cache (which keeps the compiled
     kernel, but not what ptxas says about its registers and spills): a second sweep, or a
     second test run, then pays only for kernels whose PTX changed."""
     import triton   # an optional dependency: the sweep needs it, the library does not
@@ -157,7 +157,7 @@ def _ptxas_cached(ptx: str, arch: str, capability: int):
             return KernelResources(**json.load(f))
     except (OSError, ValueError, TypeError):
         pass
-    found = _ptxas_resources(ptx, arch, capability)
+    found = ptxas_resources(ptx, arch, capability)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
@@ -212,7 +212,7 @@ def compile_triton(kernel: str, head_dim: int, config: tuple, target: str, dtype
         capability = arch.capability[0] * 10 + arch.capability[1]
         compiled = compile_kernel(kernel, head_dim, config, target, dtype, causal)
         shared = int(compiled.metadata.shared)
-        resources = _ptxas_cached(compiled.asm["ptx"], f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
+        resources = ptxas_cached(compiled.asm["ptx"], f"sm_{capability}a" if capability >= 90 else f"sm_{capability}",
                                   capability)
         row.registers = resources.registers
         row.shared_bytes = shared + resources.shared_bytes

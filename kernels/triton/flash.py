@@ -270,7 +270,7 @@ def triton_reason(device: torch.device) -> Reason:
         return TRITON_MISSING
     if device.type == "cpu":
         if INTERPRETED:
-            return None
+            return interpreter.unfixable_reason()
         why = ("TRITON_INTERPRET=0 turned off" if interpreter.asked() is False
                else "is off where a GPU is visible")
         return (f"runs CPU tensors only in Triton's interpreter, which {why} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 from packaging.version import Version
 
@@ -84,3 +85,21 @@ def interpret_standard_library() -> None:
         for name, value in list(vars(module).items()):
             if isinstance(value, JITFunction):
                 setattr(module, name, InterpretedFunction(value.fn))
+
+
+def unfixable_reason() -> str | None:
+    """Why the interpreted kernels cannot run with the installed Triton and NumPy (Triton 3.6's
+    interpreter with NumPy 2.4, where ``squeeze_scalar_index`` could not apply its fix), or None."""
+    if not asked():
+        return None           # compiled kernels: the interpreter is not used
+    try:
+        import numpy
+        import triton
+    except ImportError:
+        return None           # a missing Triton is the implementation's own reason
+    if squeeze_scalar_index():
+        return None
+    return (f"Triton {triton.__version__}'s interpreter cannot run kernels with NumPy {numpy.__version__}: "
+            "it converts one-element arrays with int(), which NumPy 2.4 refuses, and this Triton's "
+            "interpreter is laid out differently from the 3.6 release the library knows how to fix; "
+            f"install 'numpy<2.4' or Triton 3.7 or newer ({sys.executable} -m pip install 'numpy<2.4')")

@@ -6,6 +6,8 @@ byte counts. Whether each implementation's numbers are right is tests/attention/
 """
 from __future__ import annotations
 
+import contextlib
+
 import warnings
 
 import numpy as np
@@ -165,12 +167,12 @@ def test_judge_fp32_bound_at_a_large_scale_comes_from_float32s_roundoff(monkeypa
     # does, computed from u = 2^-24 and the inputs in float64, never by running float32 here
     # (whose error depends on the machine's BLAS kernel), and stays tight enough that a real
     # precision bug fails.
-    monkeypatch.setattr(reference, "_plain_errors", lambda *args: pytest.fail("float32 is judged without "
+    monkeypatch.setattr(reference, "plain_errors", lambda *args: pytest.fail("float32 is judged without "
                                                                               "a float32 computation"))
     q, k, v = make_attention_inputs(1, 2, 2, 113, 113, 64, seed=12)
     grad_out = torch.randn(1, 2, 113, 64, generator=torch.Generator().manual_seed(2))
     out, grads = _fp32_with_grads(q, k, v, 10.0, grad_out)
-    want = reference._with_grads(reference.attention, q, k, v, True, 10.0, grad_out, torch.float64)
+    want = reference.with_grads(reference.attention, q, k, v, True, 10.0, grad_out, torch.float64)
     relative = [reference.max_abs_error(g, w) / float(w.abs().max()) for g, w in zip((out, *grads), want)]
     assert max(relative) > 1e-5, f"plain float32 at scale 10 should miss a fixed 1e-5 here: {relative}"
     judgement = reference.judge(out, q, k, v, True, 10.0, grads=grads, grad_out=grad_out)
@@ -222,7 +224,7 @@ def test_naive_caches_are_bounded():
     for i in range(40):
         q, k, v = make_qkv(1, 1, 4, 8)
         kernels.get("naive")(q, k, v, scale=0.1 + i / 100)
-    assert len(naive_module._modules) <= naive_module.MODULES
+    assert len(naive_module.module_cache) <= naive_module.MODULES
 
 
 def test_naive_float16_overflow_is_the_articles_trap():
@@ -296,19 +298,25 @@ def test_numpy_bool_causal_is_a_bool(name):
                                kernels.get(name)(q, k, v, causal=False))
 
 
-def _register_test_only(**limits):
-    @kernels.register("_test_only", order=999, **limits)
-    def _impl(q, k, v, causal=True, scale=None):
-        return q
-
-    return kernels.get("_test_only")
+def returns_q(q, k, v, causal=True, scale=None):
+    return q
 
 
 @pytest.fixture
 def test_only():
-    from kernels import registry
-    yield _register_test_only
-    registry._REGISTRY.pop("_test_only", None)
+    """Registers a stand-in as "_test_only" with the given limits, for the length of the test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda fn=returns_q, **limits: stack.enter_context(
+            kernels.registered("_test_only", fn, order=999, **limits))
+
+
+def test_registered_frees_its_name_after_the_block_and_refuses_a_taken_one():
+    with kernels.registered("_test_only", returns_q, order=999) as fn:
+        assert "_test_only" in kernels.names() and fn is kernels.get("_test_only")
+        with pytest.raises(ValueError, match="already registered"):
+            with kernels.registered("_test_only", returns_q, order=999):
+                pass
+    assert "_test_only" not in kernels.names(), "the name is free again after the block"
 
 
 def test_unsupported_head_dim_names_the_problem(test_only):
@@ -389,11 +397,7 @@ def _raises(error):
                                                 "allocate memory: you tried to allocate 10000000000 bytes")])
 @pytest.mark.parametrize("materializes", [True, False])
 def test_out_of_memory_names_the_implementation_and_the_scores_size(test_only, error, materializes):
-    from kernels import registry
-
-    test_only()  # registered, then replaced by one that runs out of memory at S = 50,000
-    registry._REGISTRY.pop("_test_only")
-    kernels.register("_test_only", order=999, materializes_scores=materializes)(_raises(error))
+    test_only(_raises(error), materializes_scores=materializes)  # runs out of memory at S = 50,000
     q = torch.zeros(1, 1, 50_000, 1)  # 1 x 1 x 50,000 x 50,000 float32 scores: 9.3 GiB, never allocated
     with pytest.raises(type(error)) as caught:
         kernels.get("_test_only")(q, q, q)
@@ -405,12 +409,8 @@ def test_out_of_memory_names_the_implementation_and_the_scores_size(test_only, e
 
 
 def test_other_runtime_errors_pass_through_unchanged(test_only):
-    from kernels import registry
-
-    test_only()
-    registry._REGISTRY.pop("_test_only")
     error = RuntimeError("a kernel's own failure")
-    kernels.register("_test_only", order=999)(_raises(error))
+    test_only(_raises(error))
     q = torch.zeros(1, 1, 4, 8)
     with pytest.raises(RuntimeError) as caught:
         kernels.get("_test_only")(q, q, q)

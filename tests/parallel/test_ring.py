@@ -230,7 +230,7 @@ def test_a_rank_killed_mid_step_ends_the_run_with_a_clear_error_within_the_timeo
         assert group.closed
         with pytest.raises(ranks.RankFailed, match="closed"):
             group.run(rank_programs.raise_on_rank_one)
-    assert _no_children_left(before) and not any(p.is_alive() for p in group._procs)
+    assert _no_children_left(before) and group.alive() == []
 
 
 def test_a_stuck_rank_ends_the_run_at_its_timeout():

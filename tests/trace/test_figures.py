@@ -66,7 +66,7 @@ def legend_clear_of_data(fig, ax, legend) -> bool:
 def test_timeline_text_is_at_least_9px_in_the_column(naive_step):
     fig = tl.timeline(naive_step)
     assert not too_small(fig), f"timeline text below {figures.MIN_FONT_PX} px at {COLUMN_PX} px: {too_small(fig)}"
-    labels = [t for t in fig.axes[0].texts if isinstance(t, tl._BarLabel) and t.get_text()]
+    labels = [t for t in fig.axes[0].texts if isinstance(t, tl.BarLabel) and t.get_text()]
     assert labels, "wide bars keep a label"
 
 
@@ -76,7 +76,7 @@ def test_bar_labels_fit_inside_their_bars(naive_step):
     renderer = renderer_of(fig)
     ax = fig.axes[0]
     for t in ax.texts:
-        if isinstance(t, tl._BarLabel) and t.get_text():
+        if isinstance(t, tl.BarLabel) and t.get_text():
             left, right = ax.transData.transform([(t.x0, 0), (t.x1, 0)])[:, 0]
             assert t.get_window_extent(renderer).width <= right - left, \
                 f"the label {t.get_text()!r} spills out of its bar"

@@ -138,10 +138,10 @@ def test_ptxas_resources_are_remembered_on_disk(monkeypatch, tmp_path):
         calls.append(arch)
         return ptxas.KernelResources(name="k", mangled="k", arch=arch, registers=100, spill_store_bytes=8)
 
-    monkeypatch.setattr(cr, "_ptxas_resources", fake_ptxas)
-    first = cr._ptxas_cached("// some ptx", "sm_90a", 90)
-    again = cr._ptxas_cached("// some ptx", "sm_90a", 90)
-    other = cr._ptxas_cached("// other ptx", "sm_90a", 90)
+    monkeypatch.setattr(cr, "ptxas_resources", fake_ptxas)
+    first = cr.ptxas_cached("// some ptx", "sm_90a", 90)
+    again = cr.ptxas_cached("// some ptx", "sm_90a", 90)
+    other = cr.ptxas_cached("// other ptx", "sm_90a", 90)
     assert first == again == ptxas.KernelResources(name="k", mangled="k", arch="sm_90a", registers=100,
                                                    spill_store_bytes=8)
     assert calls == ["sm_90a", "sm_90a"], "the second report of the same PTX comes from disk"
