@@ -19,7 +19,7 @@ it instantiates the kernel once per revision of ``DESIGN_REVISIONS``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Iterable, Union
 
 import numpy as np
@@ -33,8 +33,10 @@ from kernels.cuda.ptxas import KernelResources, with_launch
 
 @dataclass(frozen=True)
 class DesignRevision:
-    """One set of flash_v2.cu's ``Design`` switches (its template arguments, in order)."""
+    """One set of flash_v2.cu's ``Design`` switches (its template arguments, in order), each
+    named where a revision is written: a row of bare booleans reads as nothing."""
     change: str            # what this revision adds to the one before it
+    _: KW_ONLY
     block_m: int           # query rows per block (16 per warp)
     split_mask: bool       # fully visible key tiles go through an instantiation without the mask
     fast_exp2: bool        # ex2.approx.ftz, the scale folded into the FMA that subtracts the max
@@ -52,11 +54,15 @@ class DesignRevision:
 # each revision turns on one more change; the last is the kernel the launcher runs.
 DESIGN_REVISIONS = (
     DesignRevision("the first version: 64 query rows (4 warps), mask on every tile, exp2f, one K/V buffer",
-               64, False, False, False),
-    DesignRevision("128 query rows per block (8 warps of 16 rows)", 128, False, False, False),
-    DesignRevision("masked and unmasked tile passes as two instantiations", 128, True, False, False),
-    DesignRevision("fast exp2 (ex2.approx.ftz), scale folded into one FMA", 128, True, True, False),
-    DesignRevision("K/V double-buffered, one barrier per tile (the kernel that runs)", 128, True, True, True),
+                   block_m=64, split_mask=False, fast_exp2=False, double_buffer=False),
+    DesignRevision("128 query rows per block (8 warps of 16 rows)",
+                   block_m=128, split_mask=False, fast_exp2=False, double_buffer=False),
+    DesignRevision("masked and unmasked tile passes as two instantiations",
+                   block_m=128, split_mask=True, fast_exp2=False, double_buffer=False),
+    DesignRevision("fast exp2 (ex2.approx.ftz), scale folded into one FMA",
+                   block_m=128, split_mask=True, fast_exp2=True, double_buffer=False),
+    DesignRevision("K/V double-buffered, one barrier per tile (the kernel that runs)",
+                   block_m=128, split_mask=True, fast_exp2=True, double_buffer=True),
 )
 # The instructions that carry the changes, counted in each revision's PTX.
 REVISION_OPCODES = ("mma.sync", "ex2.approx.f32", "ex2.approx.ftz.f32", "bar.sync")
