@@ -5,7 +5,7 @@
 * ``load_snapshot()`` / ``snapshot_kernels()``: the same resources as one real nvcc run
   logged them (``nvcc_snapshot.json``, written by ``python -m tools.nvcc_snapshot``), for
   machines without nvcc; ``kernel_rows`` is that file's row format.
-* ``compile_kernels(archs)``: the resources and the PTX of every kernel, in one compile;
+* ``compile_cuda_kernels(archs)``: the resources and the PTX of every kernel, in one compile;
   ``instruction_counts(ptx, opcode)`` reads the PTX.
 * ``mma_per_key_tile(head_dim)``: mma.sync instructions per key tile, from the tile shapes.
 * ``read_kernels(archs)``: the kernels compiled now where nvcc is, else the snapshot's, and
@@ -93,11 +93,11 @@ def resources_table(kernels: Iterable[KernelResources]):
 
 def read_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
     """Every kernel instantiation for ``archs``: ``(kernels, ptx, where_from)``, from
-    ``read_compiled``: compiled now (``compile_kernels``: resources and PTX), else the nvcc
+    ``read_compiled``: compiled now (``compile_cuda_kernels``: resources and PTX), else the nvcc
     snapshot's resources with ``ptx`` None."""
     archs = list(archs)
     (kernels, ptx), where_from = read_compiled(
-        lambda: compile_kernels(archs), lambda: ([k for k in snapshot_kernels() if k.arch in archs], None))
+        lambda: compile_cuda_kernels(archs), lambda: ([k for k in snapshot_kernels() if k.arch in archs], None))
     return kernels, ptx, where_from
 
 
@@ -187,7 +187,7 @@ def kernel_rows(kernels: Iterable[KernelResources]) -> list[dict[str, Any]]:
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
-def compile_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
+def compile_cuda_kernels(archs: Iterable[str] = ("sm_80", "sm_90")):
     """Every kernel of kernels/cuda/csrc for every arch: ``(kernels, ptx)``, the resources as
     ``cuda_flash.kernel_resources(archs)`` gives them (launch configuration included), and
     ``ptx[arch][file]``, the PTX text, both from the same compile (done once per process)."""
@@ -220,7 +220,7 @@ def instruction_counts(ptx: str, opcode: str) -> dict[str, int]:
 
 def instruction_table(ptx: dict[str, dict[str, str]], opcodes: Iterable[str]):
     """How often each of ``opcodes`` occurs in each kernel's PTX (``ptx[arch][file]``, as
-    ``compile_kernels`` returns it): one row per (arch, kernel label), one column per opcode."""
+    ``compile_cuda_kernels`` returns it): one row per (arch, kernel label), one column per opcode."""
     import pandas as pd
 
     counts: dict[tuple[str, str], dict[str, int]] = {}

@@ -87,7 +87,7 @@ def _triton_module():
         raise RuntimeError(launch.TRITON_MISSING)
     if not _compiles_here():
         raise RuntimeError("TRITON_INTERPRET=1 made @triton.jit interpret the kernels in this process; "
-                           "the compile sweep needs one where it is not set (sweep() starts one)")
+                           "the compile sweep needs one where it is not set (sweep_configs() starts one)")
     return tf
 
 
@@ -269,7 +269,7 @@ def build(target: str, dtype: str = "bf16", head_dims: Optional[Sequence[int]] =
     return rows
 
 
-def sweep(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
+def sweep_configs(target: str, dtype: str = "bf16", jobs: Optional[Sequence[tuple]] = None,
           cuda: bool = True, timeout: float = 1800) -> list[dict]:
     """The sweep's rows as dicts, from a subprocess when this process interprets Triton."""
     if _compiles_here():

@@ -99,7 +99,7 @@ def test_occupancy_needs_the_launch_configuration():
 
 @pytest.fixture(scope="module")
 def compiled():
-    return cr.compile_kernels(("sm_80", "sm_90"))
+    return cr.compile_cuda_kernels(("sm_80", "sm_90"))
 
 
 @needs_nvcc
@@ -150,7 +150,7 @@ def test_read_kernels_falls_back_when_the_compile_fails(monkeypatch):
     def broken(archs):
         raise RuntimeError("nvcc said no\nmore detail")
     monkeypatch.setattr(ptxas, "nvcc_path", lambda: "/somewhere/nvcc")
-    monkeypatch.setattr(cr, "compile_kernels", broken)
+    monkeypatch.setattr(cr, "compile_cuda_kernels", broken)
     kernels, ptx, where = cr.read_kernels()
     assert ptx is None and kernels and "failed (nvcc said no)" in where
 

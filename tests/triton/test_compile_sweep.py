@@ -58,7 +58,7 @@ def covering_jobs(target):
 def swept():
     """{target: rows} for the covering subset, both targets compiled side by side."""
     with ThreadPoolExecutor(max_workers=len(TARGETS)) as pool:
-        done = pool.map(lambda t: cr.sweep(t, jobs=covering_jobs(t), cuda=ptxas.nvcc_available()), TARGETS)
+        done = pool.map(lambda t: cr.sweep_configs(t, jobs=covering_jobs(t), cuda=ptxas.nvcc_available()), TARGETS)
         return dict(zip(TARGETS, done))
 
 
@@ -163,6 +163,6 @@ def test_the_report_runs_the_ptxas_triton_chooses_for_each_target():
 def test_every_kept_config_compiles_within_limits(target):
     jobs = [(k, d, c) for k in configs.KERNELS for d in configs.PADDED_HEAD_DIMS
             for c in kept(k, d, target)]
-    rows = cr.sweep(target, jobs=jobs, cuda=False, timeout=3000)
+    rows = cr.sweep_configs(target, jobs=jobs, cuda=False, timeout=3000)
     bad = [r for r in rows if not r["fits"] or r["estimate_bytes"] < r["shared_bytes"]]
     assert not bad, f"kept configs that do not fit or exceed their estimate on {target}: {bad}"
