@@ -154,7 +154,7 @@ class Verdict:
         return self.error <= self.bound   # False for NaN
 
     def __str__(self) -> str:
-        return (f"{self.tensor}: {self.error:.2e} {'<=' if self.ok else 'exceeds'} {self.bound:.2e} "
+        return (f"{self.tensor}: {number(self.error)} {'<=' if self.ok else 'exceeds'} {number(self.bound)} "
                 f"({self.rule})")
 
 
@@ -202,7 +202,7 @@ def judge(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     for n, g, w, baseline in zip(names, got, want, baselines):
         factor = OUTPUT_FACTOR if n == "out" else GRAD_FACTOR
         verdicts[n] = Verdict(n, max_abs_error(g, w), factor * baseline + FLOOR,
-                              f"max abs error <= {factor:g} x {baseline:.2e} of plain {_dt(dtype)} "
+                              f"max abs error <= {factor:g} x {number(baseline)} of plain {_dt(dtype)} "
                               f"attention + {FLOOR:g}")
     return Judgement(verdicts)
 
@@ -214,11 +214,11 @@ def _judge_fixed(names, got, want, dtype, scores: Callable[[], tuple]) -> Judgem
     verdicts, carried = {}, None
     for i, (n, g, w) in enumerate(zip(names, got, want)):
         error, fixed = max_abs_error(g, w), tol * _max_abs(w) + floor
-        rule = f"max abs error <= {tol:g} x max|ref| {_max_abs(w):.2e} + {floor:g}, {_dt(dtype)}"
+        rule = f"max abs error <= {tol:g} x max|ref| {number(_max_abs(w))} + {floor:g}, {_dt(dtype)}"
         if not error <= fixed and dtype == torch.float32:   # `not <=`: a NaN error goes on to fail
             carried = carried if carried is not None else scores()
             fixed += SCORE_FACTOR * carried[i]
-            rule += (f" + {SCORE_FACTOR:g} x {carried[i]:.2e}, the standard deviation of what float32's "
+            rule += (f" + {SCORE_FACTOR:g} x {number(carried[i])}, the standard deviation of what float32's "
                      f"rounding of the scores puts in {n}")
         verdicts[n] = Verdict(n, error, fixed, rule)
     return Judgement(verdicts)
@@ -316,6 +316,14 @@ def with_grads(attn: Callable, q, k, v, causal, scale, grad_out, dtype) -> tuple
             return (attn(*leaves, causal, scale),)
     out = attn(*leaves, causal, scale)
     return (out.detach(), *torch.autograd.grad(out, leaves, grad_out.to(device, dtype)))
+
+
+def number(x: float) -> str:
+    """An error or a bound as the verdicts print it: small ones with their exponent ("5.30e-07"),
+    the rest to 3 significant digits without one ("3.18", "12.7", "1,234")."""
+    if not math.isfinite(x) or abs(x) < 1e-3:
+        return f"{x:.2e}" if x else "0"
+    return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
 
 
 def _max_abs(t: torch.Tensor) -> float:
