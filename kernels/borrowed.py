@@ -100,6 +100,34 @@ class Borrowed:
                 f"({torch_words}; {self.source}; {self.licence}): not this book's run.")
 
 
+def traces_box_html(traces: dict[str, Borrowed]) -> str:
+    """One "Traces on this page" box: each borrowed trace's short name (how figures and tables
+    name it) and its full credit, once per page."""
+    import html
+
+    if not traces:
+        raise ValueError("traces_box needs at least one trace: {short name: Borrowed}")
+    items = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.credit())}</li>"
+                    for name, trace in traces.items())
+    return ('<div class="ap-traces" role="note"><p class="ap-traces-title">Traces on this page</p>'
+            f"<ul>{items}</ul></div>")
+
+
+def traces_box(traces: dict[str, Borrowed]) -> None:
+    """Show the page's one "Traces on this page" box (see ``traces_box_html``); in plain Python,
+    one line a trace."""
+    from kernels.notebook import in_notebook
+
+    if not in_notebook():
+        for name, trace in traces.items():
+            print(f"{name}: {trace.credit()}")
+        return
+    from IPython.display import display
+
+    text = "\n".join(f"{name}: {trace.credit()}" for name, trace in traces.items())
+    display({"text/plain": text, "text/html": traces_box_html(traces)}, raw=True)
+
+
 def _hta(file: str, what: str, label: Optional[str] = None, how: str = "") -> Borrowed:
     """One of HolisticTraceAnalysis's test traces (``how``: what was done to the copy, if anything)."""
     return Borrowed(file=file, label=label, what=what, recorded_by="Meta's HolisticTraceAnalysis project",

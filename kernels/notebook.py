@@ -84,10 +84,55 @@ def setup(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torc
     """Resolve the chapter's parameters into a torch device and dtype, saying what changed;
     in a notebook, a cell whose value is a matplotlib Figure then shows it as an image."""
     show_figures_as_images()
+    show_tables_for_reading()
     chosen = plan(str(device), dtype, this_gpu())
     for note in chosen.notes:
         print(note)
     return torch.device(chosen.device), parse_dtype(chosen.dtype)
+
+
+def ran_with(**parameters) -> str:
+    """One short line naming the parameters a page runs with ("Parameters: device cpu, dtype
+    float32, batch 1, ..."): the setup box prints it, since the parameters cell is not on the
+    page. A torch dtype reads by its name ("float32", not "torch.float32")."""
+    def shown(value):
+        return str(value).removeprefix("torch.") if isinstance(value, (torch.dtype, torch.device)) else readable(value)
+
+    return "Parameters: " + ", ".join(f"{name} {shown(value)}" for name, value in parameters.items())
+
+
+def readable(value) -> str:
+    """A number as a reader reads it: a count with thousands separators ("2,147,483,648", never
+    "2.147484e+09"), anything else to 4 significant digits without an exponent ("119.3",
+    "4.537", "0.01234"); a value below 1e-3 keeps its exponent ("5.3e-07": an error bound).
+    Anything that is not a number comes back as ``str(value)``."""
+    import math
+    import numbers
+
+    value = python_scalar(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    number = float(value)
+    if math.isfinite(number) and number == int(number) and abs(number) >= 1000:
+        return f"{int(number):,}"
+    if not math.isfinite(number) or number == 0:
+        return f"{number:g}"
+    if abs(number) < 1e-3:
+        return f"{number:.2g}"
+    decimals = max(0, 3 - math.floor(math.log10(abs(number))))
+    return f"{number:,.{decimals}f}"
+
+
+def show_tables_for_reading() -> None:
+    """pandas shows every column and every cell whole (no "..."), and floats by ``readable``."""
+    import pandas as pd
+
+    pd.set_option("display.max_colwidth", None)
+    pd.set_option("display.max_columns", None)
+    pd.set_option("display.width", None)
+    pd.set_option("display.float_format", readable)
 
 
 def show_figures_as_images() -> None:
@@ -176,7 +221,11 @@ def lesson(condition: bool, claim: str, evidence: str = "") -> None:
     """Assert what the prose says. Shows the claim when it holds (see ``say``), fails loudly when not."""
     if not condition:
         raise LessonFailed(f"The chapter claims: {claim}. This run disagrees. {evidence}".strip())
-    say(f"✔ {claim}" + (f" ({evidence})" if evidence else ""), kind="lesson")
+    say(f"{TICK} {claim}" + (f" ({evidence})" if evidence else ""), kind="lesson")
+
+
+# What starts a lesson's line: in a notebook's plain text, in the book as a green tick.
+TICK = "✔"
 
 
 def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
@@ -226,6 +275,8 @@ def say_html(text: str, kind: str = "note") -> str:
     if kind not in SAY_KINDS:
         raise ValueError(f"kind must be one of {', '.join(SAY_KINDS)}, got {kind!r}")
     body = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    if kind == "lesson" and body.startswith(TICK):  # the tick styled apart: a compact checklist line
+        body = f'<span class="ap-tick" title="checked on this run">{TICK} </span>{body[len(TICK):].lstrip()}'
     return f'<div class="ap-say ap-{kind}" role="note"><p>{body}</p></div>'
 
 
@@ -242,41 +293,89 @@ def say(text: str, kind: str = "note") -> None:
 
 
 def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
-    """Compare the reader's guess with what the trace shows, item by item, and say each difference.
+    """Compare the reader's guess with what the trace shows, and say each difference.
 
-    ``guess`` and ``seen`` are both lists (of op names, kernel names...) or both numbers. A
-    guess left as ``None`` is reported as missing, never as right. Returns the comparison
-    table for lists, the difference for numbers. Nothing here asserts the guess: lessons
-    assert what the trace shows.
+    ``guess`` and ``seen`` are both lists (of op names, kernel names...) or both numbers. For
+    lists, what is in the trace and in what order are told apart: a guessed item in the trace
+    where it was guessed is ✔; one the trace has at another position is "in the trace, at
+    another position" (never "not in the trace"); only an item the trace does not have (or has
+    fewer times than guessed) is "not in the trace"; an item of the trace nobody guessed is "not
+    guessed". A guess left as ``None`` is reported as missing, never as right. Returns the
+    comparison table for lists, the difference for numbers. Nothing here asserts the guess:
+    lessons assert what the trace shows.
     """
     if guess is None or guess is ...:
         print(f"No guess written: edit the guess cell above before running this one. {source.capitalize()} shows {what}: {seen}")
         return None
     if isinstance(seen, (int, float)) and not isinstance(seen, bool):
         off = seen - guess
-        print(f"{what}: you guessed {guess:g}, {source} shows {seen:g}: "
-              + ("exactly right" if off == 0 else f"the answer is {abs(off):g} {'higher' if off > 0 else 'lower'}"))
+        print(f"{what}: you guessed {short_number(guess)}, {source} shows {short_number(seen)}: "
+              + ("exactly right" if off == 0 else f"the answer is {short_number(abs(off))} {'higher' if off > 0 else 'lower'}"))
         return off
-    import difflib
-
     import pandas as pd
 
     guess, seen = list(guess), list(seen)
-    rows = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=guess, b=seen, autojunk=False).get_opcodes():
-        if tag == "equal":
-            rows += [{"you guessed": g, "the trace shows": g, "": "✔"} for g in guess[i1:i2]]
-            continue
-        a, b = guess[i1:i2], seen[j1:j2]
-        for n in range(max(len(a), len(b))):
-            rows.append({"you guessed": a[n] if n < len(a) else "",
-                         "the trace shows": b[n] if n < len(b) else "",
-                         "": {"replace": "differs", "delete": "not in the trace", "insert": "not guessed"}[tag]})
-    table = pd.DataFrame(rows)
-    misses = int((table[""] != "✔").sum()) if rows else 0
-    print(f"{what}: {len(guess)} guessed, {len(seen)} in {source}, "
-          + ("every one as guessed" if misses == 0 else f"{misses} difference(s), listed below"))
+    rows = compared_rows(guess, seen)
+    table = pd.DataFrame(rows, columns=["you guessed", "the trace shows", ""])
+    verdicts = table[""].value_counts()
+    if verdicts.get(IN_PLACE, 0) == len(table):
+        summary = "every one as guessed"
+    else:  # an item at another position has a row on each side: counted once, from the guess's
+        summary = "; ".join(f"{verdicts[v]} {SUMMARY.get(v, v)}" for v in VERDICTS if verdicts.get(v, 0))
+    print(f"{what}: {len(guess)} guessed, {len(seen)} in {source}: {summary}")
     return table
+
+
+# What ``reveal`` says of each item. An item present in both lists but not where the guess put it
+# gets a row on each side: one says the guess's item is in the trace, the other that the trace's
+# item was guessed; the summary counts it once.
+IN_PLACE = "✔"
+PRESENT_ELSEWHERE = "in the trace, at another position"
+PRESENT_ELSEWHERE_SEEN = "guessed, at another position"
+FEWER_IN_TRACE = "in the trace, but fewer times than guessed"
+FEWER_GUESSED = "guessed, but fewer times than the trace has it"
+ABSENT = "not in the trace"
+UNGUESSED = "not guessed"
+# The summary line's order and words; the trace side's "guessed, at another position" rows are
+# the guess side's "in the trace, at another position" again, and not counted twice.
+VERDICTS = (IN_PLACE, PRESENT_ELSEWHERE, FEWER_IN_TRACE, ABSENT, FEWER_GUESSED, UNGUESSED)
+SUMMARY = {IN_PLACE: "where guessed"}
+
+
+def compared_rows(guess: list, seen: list) -> list[dict]:
+    """One row per item of either list, in the trace's order where they line up: the items both
+    have in the same order first get ✔ (the longest such run, difflib's), then each remaining
+    item is looked up in the other list's remaining items, so presence never depends on order."""
+    import difflib
+    from collections import Counter
+
+    blocks = difflib.SequenceMatcher(a=guess, b=seen, autojunk=False).get_opcodes()
+    unmatched_seen = Counter(item for tag, _, _, j1, j2 in blocks if tag != "equal" for item in seen[j1:j2])
+    unmatched_guess = Counter(item for tag, i1, i2, _, _ in blocks if tag != "equal" for item in guess[i1:i2])
+    rows = []
+    for tag, i1, i2, j1, j2 in blocks:
+        if tag == "equal":
+            rows += [{"you guessed": g, "the trace shows": g, "": IN_PLACE} for g in guess[i1:i2]]
+            continue
+        for g in guess[i1:i2]:
+            present = unmatched_seen[g] > 0
+            unmatched_seen[g] -= present
+            verdict = PRESENT_ELSEWHERE if present else FEWER_IN_TRACE if g in seen else ABSENT
+            rows.append({"you guessed": g, "the trace shows": "", "": verdict})
+        for s in seen[j1:j2]:
+            guessed = unmatched_guess[s] > 0
+            unmatched_guess[s] -= guessed
+            verdict = PRESENT_ELSEWHERE_SEEN if guessed else FEWER_GUESSED if s in guess else UNGUESSED
+            rows.append({"you guessed": "", "the trace shows": s, "": verdict})
+    return rows
+
+
+def short_number(value) -> str:
+    """``readable(value)`` without trailing zeros after the point: a guess of 0.1 reads "0.1"."""
+    text = readable(value)
+    if "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def mib(nbytes: float) -> float:

@@ -46,3 +46,14 @@ def test_auto_takes_the_gpu_when_there_is_one():
     assert (plan("auto", "auto", a100).device, plan("auto", "auto", a100).dtype) == ("cuda", "bfloat16")
     assert (plan("auto", "auto", None).device, plan("auto", "auto", None).dtype) == ("cpu", "float32")
     assert plan("auto", "auto", T4).dtype == "float16", "a T4 has no bfloat16 tensor cores"
+
+
+def test_the_setup_box_names_the_parameters_the_page_ran_with_in_one_short_line():
+    import torch
+
+    from kernels.notebook import ran_with
+
+    line = ran_with(device=torch.device("cpu"), dtype=torch.float32, batch=1, heads=8, seq=512, head_dim=64,
+                    active_steps=5)
+    assert line == "Parameters: device cpu, dtype float32, batch 1, heads 8, seq 512, head_dim 64, active_steps 5"
+    assert ran_with(seq=8192, dtype=torch.bfloat16) == "Parameters: seq 8,192, dtype bfloat16"

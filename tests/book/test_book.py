@@ -224,6 +224,27 @@ def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(caps
     assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out
 
 
+def test_reveal_reports_an_item_the_trace_has_elsewhere_as_present_not_missing(capsys):
+    """What the trace holds and in what order are told apart: the guess's matmul is in the trace,
+    after the softmax and bmm rather than before them, so it is present at another position; only
+    an op the trace lacks is "not in the trace"."""
+    from kernels.notebook import reveal
+
+    table = reveal(["aten::matmul", "aten::softmax", "aten::bmm", "aten::relu"],
+                   ["aten::softmax", "aten::bmm", "aten::matmul", "aten::mm"])
+    said = dict(zip(table["you guessed"], table[""]))
+    assert said["aten::matmul"] == "in the trace, at another position", table
+    assert said["aten::relu"] == "not in the trace", table
+    assert "not in the trace" not in table.loc[table["you guessed"] == "aten::matmul", ""].tolist()
+    on_trace_side = dict(zip(table["the trace shows"], table[""]))
+    assert on_trace_side["aten::matmul"] == "guessed, at another position" and on_trace_side["aten::mm"] == "not guessed"
+    out = capsys.readouterr().out
+    assert "2 where guessed; 1 in the trace, at another position; 1 not in the trace; 1 not guessed" in out, out
+    table = reveal(["aten::mm", "aten::mm"], ["aten::mm"])
+    assert table[""].tolist() == ["✔", "in the trace, but fewer times than guessed"], \
+        "an op guessed twice and recorded once is still in the trace"
+
+
 def test_timed_says_how_long_the_step_took_and_returns_its_result(capsys):
     from kernels.notebook import timed
 
@@ -231,16 +252,34 @@ def test_timed_says_how_long_the_step_took_and_returns_its_result(capsys):
     assert re.fullmatch(r"extension ready in \d+\.\d s\n", capsys.readouterr().out)
 
 
-def test_a_reader_outside_the_runner_gets_the_gpu_and_a_labelled_install_cell():
-    """Opened in Colab, a notebook's own defaults apply: device and dtype "auto". (That the
-    install cell pins this version's release is tools/release_check.py's, tests/tools/test_release.py.)"""
+def test_a_reader_outside_the_runner_gets_the_gpu_and_the_install_cell_the_page_leaves_out():
+    """Opened in Colab, a notebook's own defaults apply: device and dtype "auto", and the install
+    cell runs first; the book's page leaves both cells out (remove-cell), its setup box names them.
+    (That the install cell pins this version's release is tools/release_check.py's,
+    tests/tools/test_release.py.)"""
     import nbformat  # here, not at the top: GPU runs collect tests without the book stack
     for path in NOTEBOOKS:
         cells = nbformat.read(ROOT / path, as_version=4).cells
         params = next(c for c in cells if "parameters" in c.metadata.get("tags", []))
         assert 'device = "auto"' in params.source and 'dtype = "auto"' in params.source, path
         install = next(c for c in cells if c.cell_type == "code")
-        assert install.metadata["mystnb"]["code_prompt_show"], f"{path}: the folded install cell has a label"
+        assert "pip install" in install.source, f"{path}: the notebook a reader opens installs the course first"
+        for cell in (install, params):
+            assert "remove-cell" in cell.metadata["tags"], f"{path}: {cell.source[:40]!r} is left off the page"
+
+
+def test_papermills_injected_parameters_are_left_off_the_page(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("seq = 512", metadata={"tags": ["injected-parameters"]}),
+                nbformat.v4.new_code_cell("x = 1")]
+    nbformat.write(nb, tmp_path / "page.ipynb")
+    execute.remove_injected_parameters(tmp_path / "page.ipynb")
+    cells = nbformat.read(tmp_path / "page.ipynb", as_version=4).cells
+    assert cells[0].metadata["tags"] == ["injected-parameters", "remove-cell"] and cells[0].source == "seq = 512", \
+        "off the page, still in the executed notebook a reader downloads"
+    assert "tags" not in cells[1].metadata or cells[1].metadata["tags"] == []
 
 
 def test_solutions_fold_in_colab_too():

@@ -24,9 +24,9 @@ from urllib.parse import unquote, urlparse
 import pytest
 import yaml
 
-from tools.book import layout
+from tools.book import layout, pages
 from tests.helpers import ROOT
-from tests.browser import DevTools, open_page_at
+from tests.browser import DevTools, close_page, open_page_at
 
 PAGES = [Path(f).with_suffix(".html").as_posix() for f in layout.toc_files(ROOT / "_toc.yml")]
 NOTEBOOK_PAGES = [Path(p).with_suffix(".html").as_posix() for p in map(Path, map(str, layout.notebooks(ROOT)))]
@@ -50,7 +50,8 @@ def site(built_book, book_in_chromium):
 
 def measured(site, page: str, width: int = 1280) -> dict:
     """Everything the tests below read on ``page`` at ``width`` px, from one visit (kept for
-    the next test of the same page): READ_PAGE, FIT_AND_MATH, CUT_TEXT and FIGURES."""
+    the next test of the same page): READ_PAGE, FIT_AND_MATH, CUT_TEXT, FIGURES, PROSE and the
+    page model's measurement (``tools.book.pages.MEASURE``)."""
     tools, base, _, seen = site
     if (page, width) not in seen:
         seen[page, width] = visit(tools, f"{base}/{page}", width, screenshot=width == 1280 and page in SCREENSHOT_PAGES)
@@ -165,16 +166,15 @@ def visit(tools: DevTools, url: str, width: int, screenshot: bool = False) -> di
                 break
             time.sleep(0.2)
         seen = {"fit": fit, **{name: tools.evaluate(session, expression) for name, expression in
-                               (("read", READ_PAGE), ("cut", CUT_TEXT), ("figures", FIGURES), ("prose", PROSE))}}
+                               (("read", READ_PAGE), ("cut", CUT_TEXT), ("figures", FIGURES), ("prose", PROSE),
+                                ("page", pages.MEASURE))}}
         if screenshot:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session)
             name = urlparse(url).path.lstrip("/").replace("/", "_").replace(".html", ".png")
             (SCREENSHOTS / name).write_bytes(base64.b64decode(shot["data"]))
     finally:
-        for target in tools.send("Target.getTargets")["targetInfos"]:
-            if target["type"] == "page" and target["url"].split("#")[0] == url:
-                tools.send("Target.closeTarget", {"targetId": target["targetId"]})
+        close_page(tools, url)
     missing = [name for name, value in seen.items() if value is None]
     assert not missing, f"{url} at {width} px: the measurement failed ({missing}): {tools.log[-3:]}"
     return seen
@@ -357,3 +357,23 @@ def test_a_chapter_has_fewer_code_lines_than_prose_and_defines_nothing(built_boo
     assert code < prose, f"{page}: {code} lines of code against {prose} of prose (library code belongs in kernels/)"
     defined = [m.group(0).strip() for c in cells if c.cell_type == "code" for m in DEFINES.finditer(c.source)]
     assert not defined, f"{page} defines {defined}: a chapter calls the library, it does not define it"
+
+
+# ------------------------------------------------------------------- the page model (issue #42)
+
+# Every rule on every chapter page; on the other notebook pages (exercises, the appendix's) every
+# rule but the chapter's budgets of code lines and height. tests/book/test_page_rules.py shows
+# each rule failing on a planted page.
+CHAPTER_PAGES = pages.chapter_pages(ROOT)
+BUDGETS = {"code", "height"}
+PAGE_RULES = [(page, rule.key) for page in NOTEBOOK_PAGES for rule in pages.RULES
+              if page in CHAPTER_PAGES or rule.key not in BUDGETS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page,rule", PAGE_RULES, ids=[f"{p.removeprefix('book/')}-{r}" for p, r in PAGE_RULES])
+def test_the_page_keeps_the_page_model(site, page, rule):
+    by_width = {width: measured(site, page, width)["page"] for width in pages.WIDTHS}
+    found = pages.broken_rules(by_width, [pages.RULE[rule]]).get(rule, [])
+    assert not found, (f"{page} breaks the page model's rule '{pages.RULE[rule].name}' ({len(found)}): "
+                       + "; ".join(found[:12]) + (f"; ... {len(found) - 12} more" if len(found) > 12 else ""))

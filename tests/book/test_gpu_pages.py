@@ -1,10 +1,15 @@
 """The CPU-built book shows real GPU traces: every GPU chapter has a figure or a table read from
-one, with its credit beside it, and no page says that no GPU run exists (issue #35).
+one, credited, and no page says that no GPU run exists (issue #35).
 
 Over the built HTML (the ``built_book`` fixture: cpu preset, so the GPU sections read the borrowed
-traces of ``kernels.borrowed``). "Beside it" is precise: the credit sentence that
-``Borrowed.credit`` writes ("...: not this book's run.") is in the output of the same code cell as
-an ``<img>`` or a ``<table>``, or of the code cell just before or after one.
+traces of ``kernels.borrowed``). "Credited" is precise, in one of two ways:
+
+* the page's "Traces on this page" box (``kernels.borrowed.traces_box``, issue #42) credits each
+  trace under a short name ("H100 Qwen"), and a figure or a table names one of them: in the
+  output of the cell that shows it, or in the prose just before that cell;
+* or the credit sentence that ``Borrowed.credit`` writes ("...: not this book's run.") is in the
+  output of the same code cell as an ``<img>`` or a ``<table>``, or of the code cell just before
+  or after one.
 """
 from __future__ import annotations
 
@@ -24,11 +29,12 @@ GPU_CHAPTER = re.compile(r"^(0\d|10)b?_|^12_")
 
 
 class _Cells(HTMLParser):
-    """The source of each code cell's ``<div class="cell ...">``, nested divs included."""
+    """The source of each code cell's ``<div class="cell ...">``, nested divs included, and where
+    each starts and ends in the page (``spans``)."""
 
     def __init__(self, text: str):
         super().__init__(convert_charrefs=True)
-        self.text, self.cells = text, []
+        self.text, self.cells, self.spans = text, [], []
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self._depth = 0          # divs open inside the current cell (0: not in a cell)
         self._start = 0
@@ -50,6 +56,7 @@ class _Cells(HTMLParser):
             self._depth -= 1
             if not self._depth:
                 self.cells.append(self.text[self._start:self._offset()])
+                self.spans.append((self._start, self._offset()))
 
 
 def code_cells(page_html: str) -> list[str]:
@@ -65,9 +72,37 @@ def outputs(cell_html: str) -> str:
     return cell_html[at:] if at >= 0 else ""
 
 
+def text_of(fragment: str) -> str:
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment))
+
+
+TRACES_BOX = re.compile(r'<div class="ap-traces".*?</ul>', re.S)
+
+
+def named_trace_shown(page_html: str) -> bool:
+    """Whether the page's traces box credits a trace that a figure or a table names (in its
+    cell's output or in the prose just before the cell)."""
+    box = TRACES_BOX.search(page_html)
+    if not box or not CREDIT.search(text_of(box.group(0))):
+        return False
+    names = [text_of(n).strip() for n in re.findall(r"<li><b>(.*?)</b>", box.group(0))]
+    parser = _Cells(page_html)
+    parser.feed(page_html)
+    ends = [0] + [end for _, end in parser.spans]
+    for (start, _), before, cell in zip(parser.spans, ends, parser.cells):
+        out = outputs(cell)
+        if ("<img" in out or "<table" in out) and "ap-traces" not in out:
+            near = text_of(TRACES_BOX.sub("", page_html[before:start]) + out)
+            if any(name in near for name in names):
+                return True
+    return False
+
+
 def credited_trace_shown(page_html: str) -> bool:
-    """Whether a cell's output credits a borrowed trace and that cell, or its neighbour, shows a
-    figure or a table."""
+    """Whether a figure or a table of a borrowed trace is credited: by name from the page's
+    traces box, or by a credit in its cell's output or its neighbour's."""
+    if named_trace_shown(page_html):
+        return True
     shown = [outputs(c) for c in code_cells(page_html)]
     has_view = [("<img" in o or "<table" in o) for o in shown]
     for i, out in enumerate(shown):
@@ -89,8 +124,8 @@ def test_every_gpu_chapter_shows_a_real_gpu_trace_with_its_credit(built_book):
     pages = gpu_chapter_pages(html)
     assert len(pages) >= 13, [p.name for p in pages]
     missing = [p.name for p in pages if not credited_trace_shown(p.read_text())]
-    assert not missing, ("these chapters show no figure or table of a real GPU trace with its credit "
-                         f"(\"...: not this book's run.\") in the same or the next cell: {missing}")
+    assert not missing, ("these chapters show no figure or table of a real GPU trace, credited (named from "
+                         "the page's traces box, or with its credit in the same or the next cell): " f"{missing}")
 
 
 def test_no_page_says_no_gpu_run_was_recorded(built_book):
@@ -117,4 +152,14 @@ def test_the_page_checks_can_fail():
     assert not credited_trace_shown(page(cell(image), cell(table)))
     assert not credited_trace_shown(page(f"<p>{credit}</p>", cell(table)))
     assert len(code_cells(page(cell("<div><div></div></div>"), cell(text)))) == 2
+    # the traces box: a figure or table naming a trace it credits, in its output or the prose before it
+    from kernels.borrowed import TRACELENS, traces_box_html
+
+    box = cell(traces_box_html({"H100 Qwen": TRACELENS["h100_qwen"]}))
+    assert credited_trace_shown(page(box, cell(text), cell("<figcaption>H100 Qwen: one step</figcaption>" + image)))
+    assert credited_trace_shown(page(box, cell(text), "<p>The H100 Qwen step, by kernel:</p>", cell(table)))
+    assert not credited_trace_shown(page(box, cell(text), "<p>Some prose.</p>", cell(table))), "no view names the trace"
+    assert not credited_trace_shown(page(box, cell(text), "<p>H100 Qwen</p>", cell(text), "<p>x</p>", cell(table))), \
+        "the name is not next to the table"
+    assert not credited_trace_shown(page(cell("<figcaption>H100 Qwen</figcaption>" + image))), "no box, no credit"
     assert NO_GPU_NOTICE.search("No GPU run has been recorded for it yet")

@@ -30,6 +30,17 @@ def test_say_prints_the_line_outside_a_notebook_and_wraps_it_as_html_inside(caps
         notebook.say_html("x", kind="shout")
 
 
+def test_a_lesson_is_one_compact_line_with_its_tick_set_apart():
+    """pages.css draws .ap-lesson as a checklist line (a green tick, wrapped lines hanging after
+    it); the tick stays the line's first character in plain text (Colab, a terminal)."""
+    from kernels import notebook
+
+    html = notebook.say_html("✔ two matmuls (2 of 2)", kind="lesson")
+    assert html == ('<div class="ap-say ap-lesson" role="note"><p><span class="ap-tick" title="checked on this run">'
+                    "✔ </span>two matmuls (2 of 2)</p></div>")
+    assert "ap-tick" not in notebook.say_html("✔ not a lesson", kind="note"), "a notice keeps its box"
+
+
 def test_a_failed_lesson_still_raises_with_the_claim():
     from kernels import notebook
 
@@ -129,10 +140,11 @@ def test_the_reading_time_counts_prose_at_200_words_and_shown_code_at_15_lines_a
 
     convert = convert_module()
     prose = " ".join(["word"] * 396)   # with the last line's four words: 400 words, 2 minutes
-    setup = nbformat.v4.new_code_cell("\n".join(["import x"] * 50))   # the folded setup cell: not counted
-    hidden = nbformat.v4.new_code_cell("\n".join(["gpu_only()"] * 50), metadata={"tags": ["hide-input"]})
+    setup = nbformat.v4.new_code_cell("\n".join(["import x"] * 50), metadata={"tags": ["hide-input"]})  # the setup box
+    hidden = [nbformat.v4.new_code_cell("\n".join(["gpu_only()"] * 50), metadata={"tags": [tag]})
+              for tag in ("hide-input", "remove-input", "remove-cell")]   # folded, or off the page: not read
     cells = [nbformat.v4.new_markdown_cell(f"{prose}\n\nTime: {{reading_minutes}} {{glue:text}}`x` {{other}}"),
-             setup, hidden, nbformat.v4.new_code_cell(" ".join(["code"] * 1000))]   # one line of code
+             setup, *hidden, nbformat.v4.new_code_cell(" ".join(["code"] * 1000))]   # one line of code
     convert.fill_reading_time(cells)
     assert cells[0].source.endswith("Time: 3 {glue:text}`x` {other}"), \
         "400 words (2 min) and one shown line (1/15 min) round up to 3; setup and hidden cells are not read"
@@ -228,4 +240,25 @@ def test_the_first_screen_folds_the_imports_but_keeps_their_output():
         setup = next(c for c in cells if c.cell_type == "code" and "setup(device, dtype)" in c.source)
         assert "hide-input" in setup.metadata.get("tags", []) and "hide-cell" not in setup.metadata.get("tags", []), \
             f"{page}: the imports fold behind a toggle, the device line they print stays on the page"
-        assert setup.metadata["mystnb"]["code_prompt_show"] == "Show the imports and the device setup"
+        assert setup.metadata["mystnb"]["code_prompt_show"] == "Setup: install, parameters, imports"
+        assert "print(ran_with(device=device, dtype=dtype" in setup.source, \
+            f"{page}: the setup box prints the parameters the page ran with (their cell is off the page)"
+
+
+def test_the_setup_box_is_the_one_folded_box_of_code_a_page_shows():
+    """Issue #42: code a learner would not type runs in a cell removed from the page (remove-input,
+    remove-cell), not folded behind a second toggle; solutions fold on exercise pages. (A long
+    output folded by hide-output, such as a listing, is the reader's to open: not counted.)"""
+    import nbformat  # here, not at the top: GPU runs collect tests without the book stack
+
+    from tools.book import layout
+
+    extra = {}
+    for page in layout.notebooks(ROOT):
+        cells = nbformat.read(ROOT / page, as_version=4).cells
+        folded = [c.source.splitlines()[0] for c in cells if c.cell_type == "code"
+                  and {"hide-input", "hide-cell"} & set(c.metadata.get("tags", []))
+                  and "solution" not in c.metadata.get("tags", []) and "setup(device, dtype)" not in c.source]
+        if folded:
+            extra[page.as_posix()] = folded
+    assert not extra, f"folded boxes besides the setup box (first line of each; tag them remove-input or remove-cell): {extra}"

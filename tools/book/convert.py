@@ -9,7 +9,8 @@ shares, ``# %% [install]`` (installs the course's release in Colab) and ``# %% [
 (the cell papermill replaces: the ``cpu`` preset's chapter parameters, ``kernels/presets.yml``,
 and ``trace_dir``; lines under the marker are added to it). Each cell's conventions (hint
 dropdowns as ``<details>``, ``#| caption:`` figures, folded solutions and setup) are applied
-by ``cell_from`` and ``fold_setup``; ``{reading_minutes}`` in markdown becomes the page's
+by ``cell_from`` and ``fold_setup`` (the page shows one folded setup box; the install and
+parameters cells stay in the notebook, off the page); ``{reading_minutes}`` in markdown becomes the page's
 reading time (``fill_reading_time``). Each exercise is also written as a learner's copy,
 ``book/exercises/unsolved/NN.ipynb``, its solutions replaced by a link to the page showing them.
 """
@@ -47,10 +48,10 @@ except ImportError:
     !{{sys.executable}} -m pip install --quiet "{PACKAGE}=={VERSION}" || {{sys.executable}} -m pip install --quiet "{PACKAGE} @ git+{REPOSITORY}@{RELEASE}\""""
 # The parameters a reader gets outside the runner: the GPU when there is one (Colab), else the CPU.
 READER_DEFAULTS = {"device": "auto", "dtype": "auto"}
-# How the book labels the shared cells it folds away (myst-nb's code_prompt_show).
-PROMPTS = {"install": "Show how this page installs the course", "parameters": "Show this page's parameters",
-           "setup": "Show the imports and the device setup",
-           "solution": "Solution"}
+# How the book labels the cells it folds away (myst-nb's code_prompt_show): the page's one setup
+# box (the install and parameters cells are removed from the page, so its label names them too:
+# a reader finds all three in the notebook opened in Colab or downloaded) and the solutions.
+PROMPTS = {"setup": "Setup: install, parameters, imports", "solution": "Solution"}
 HIDE_PROMPTS = {"solution": "Hide the solution"}
 # A chapter's first screen says how long it takes to read (fill_reading_time).
 READING_TIME = "{reading_minutes}"
@@ -124,13 +125,11 @@ def cell_from(source_cell):
         cell = nbformat.v4.new_code_cell(body)
         if "solution" in tags:
             cell.metadata["cellView"] = "form"
-        shared = "install" if "pip install" in body else "parameters" if "parameters" in tags else None
-        if shared:
-            tags.append("hide-cell")  # collapsed behind a labelled toggle in the book; as is in Jupyter
-        folded = shared or ("solution" if "solution" in tags else None)
-        if folded:
-            cell.metadata["mystnb"] = {"code_prompt_show": PROMPTS[folded],
-                                       "code_prompt_hide": HIDE_PROMPTS.get(folded, "Hide")}
+        if shared_as in SHARED_CELLS:
+            tags.append("remove-cell")  # off the book's page; as is in Colab, Binder and the download
+        if "solution" in tags:
+            cell.metadata["mystnb"] = {"code_prompt_show": PROMPTS["solution"],
+                                       "code_prompt_hide": HIDE_PROMPTS["solution"]}
         if figure:
             cell.metadata.setdefault("mystnb", {}).update(
                 {"figure": {"caption": figure["caption"], **({"name": figure["name"]} if "name" in figure else {})},
@@ -152,21 +151,24 @@ def source_cells(source: Path):
     return cells
 
 
+HIDDEN_TAGS = {"hide-input", "hide-cell", "remove-input", "remove-cell", "parameters"}
+
+
 def shown_code_lines(cells) -> int:
-    """Non-blank lines of the code a reader sees: not the hidden cells, not the parameters,
-    not the first code cell (the imports and setup, folded behind a toggle by ``fold_setup``)."""
-    hidden = {"hide-input", "hide-cell", "remove-input", "remove-cell", "parameters", "install"}
-    code = [c for c in cells if c.cell_type == "code" and not hidden & set(c.metadata.get("tags", []))]
-    return sum(1 for c in code[1:] for line in c.source.splitlines() if line.strip())
+    """Non-blank lines of the code a reader sees on the page: not the cells removed or folded
+    (the install and parameters cells, the setup box ``fold_setup`` folds, solutions)."""
+    code = [c for c in cells if c.cell_type == "code" and not HIDDEN_TAGS & set(c.metadata.get("tags", []))]
+    return sum(1 for c in code for line in c.source.splitlines() if line.strip())
 
 
 def fill_reading_time(cells) -> None:
     """Write the page's reading time where its markdown says ``{reading_minutes}``.
 
     The rule: the words of the page's markdown cells at 200 a minute, plus the lines of code it
-    shows (``shown_code_lines``) at 15 a minute, rounded up to whole minutes, at least 1. Tables
-    and figures are not counted: the time is a floor. Only that exact placeholder is replaced:
-    MyST's glue roles ({glue:text}`name`) and any other braces are left as they are.
+    shows (``shown_code_lines``: run after ``fold_setup``) at 15 a minute, rounded up to whole
+    minutes, at least 1. Tables, figures and the sentences cells print are not counted: the time
+    is a floor. Only that exact placeholder is replaced: MyST's glue roles ({glue:text}`name`)
+    and any other braces are left as they are.
     """
     words = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
     read = words / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
@@ -176,18 +178,36 @@ def fill_reading_time(cells) -> None:
             cell.source = cell.source.replace(READING_TIME, minutes)
 
 
+# The setup call every page makes; the line after it prints what the page runs with.
+SETUP_CALL = "setup(device, dtype)"
+
+
+def ran_with_lines(indent: str) -> list[str]:
+    """The lines ``fold_setup`` adds after the setup call: one printed line naming the preset's
+    parameters as this run has them, since the parameters cell is off the page."""
+    names = chapter_parameters(load_presets(ROOT / "kernels" / "presets.yml")["cpu"])
+    return [f"{indent}from kernels.notebook import ran_with",
+            f"{indent}print(ran_with({', '.join(f'{n}={n}' for n in names)}))"]
+
+
 def fold_setup(cells) -> None:
-    """Fold the page's first code cell after the parameters (imports and ``setup(device, dtype)``:
-    the course's bookkeeping, not what the page teaches) behind a labelled toggle in the book;
-    its output (the device it runs on) stays visible."""
+    """Make the page's first code cell after the parameters (imports and ``setup(device, dtype)``:
+    the course's bookkeeping, not what the page teaches) its one setup box: folded behind
+    "Setup: install, parameters, imports" in the book, its output (the device note, and the
+    line ``ran_with`` prints) visible. The install and parameters cells are removed from the
+    page (``cell_from``), so this is the only box a page opens with."""
     after = next((i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), None)
     first = next((c for c in cells[after + 1:] if c.cell_type == "code"), None) if after is not None else None
-    if first is None or "setup(device, dtype)" not in first.source:
+    if first is None or SETUP_CALL not in first.source:
         return
+    lines = first.source.splitlines()
+    at = next(i for i, line in enumerate(lines) if SETUP_CALL in line)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    first.source = "\n".join(lines[:at + 1] + ran_with_lines(indent) + lines[at + 1:])
     tags = first.metadata.setdefault("tags", [])
     if "hide-input" not in tags:
         tags.append("hide-input")
-    first.metadata["mystnb"] = {"code_prompt_show": PROMPTS["setup"], "code_prompt_hide": "Hide"}
+    first.metadata["mystnb"] = {"code_prompt_show": PROMPTS["setup"], "code_prompt_hide": "Hide the setup"}
 
 
 def github(path: str) -> str:
@@ -232,8 +252,8 @@ def notebook(source: Path, learner: bool = False) -> str:
     exercise's copy without its solutions (what a learner downloads or opens in Colab)."""
     nb = nbformat.v4.new_notebook(metadata=METADATA)
     nb.cells = [cell_from(cell) for cell in source_cells(source)]
-    fill_reading_time(nb.cells)
     fold_setup(nb.cells)
+    fill_reading_time(nb.cells)
     page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
     if learner:
         nb.cells = [learner_cell(c, page) for c in nb.cells]

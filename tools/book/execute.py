@@ -166,7 +166,7 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     except Exception as err:  # a kernel that died, a missing kernel spec...: still a report row
         row.update(status="failed", error=f"{type(err).__name__}: {err}")
     row["seconds"] = round(time.perf_counter() - start, 1)
-    collapse_injected_parameters(nb)
+    remove_injected_parameters(nb)
     return row
 
 
@@ -181,17 +181,17 @@ def execute_staged(path: Path, out: Path, params: dict, progress: bool) -> dict:
     return publish.enforce_budget(execute_one(path, out, staged_parameters(path, params), progress), out, path)
 
 
-def collapse_injected_parameters(nb_path: Path) -> None:
-    """Fold papermill's injected-parameters cell behind a toggle in the built page."""
+def remove_injected_parameters(nb_path: Path) -> None:
+    """Take papermill's injected-parameters cell off the built page (tag remove-cell), as the
+    parameters cell it overrides is: the page's setup box prints the values it ran with
+    (``kernels.notebook.ran_with``), and the executed notebook a reader downloads keeps the cell."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
     for cell in nb.cells:
         tags = cell.metadata.setdefault("tags", [])
-        if "injected-parameters" in tags and "hide-cell" not in tags:
-            tags.append("hide-cell")
-            cell.metadata["mystnb"] = {"code_prompt_show": "Show the parameters this build ran with",
-                                       "code_prompt_hide": "Hide"}
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
     nbformat.write(nb, nb_path)
 
 
