@@ -38,14 +38,13 @@
 %matplotlib inline
 import math
 
-import pandas as pd
-
-from kernels import gpu_lessons, reference
+from kernels import reference
 from kernels.attention.sdpa import flash_tiles
-from kernels.borrowed import TRACELENS
 from kernels.bench import plots, showdown, sweep
+from kernels.book import ch06_showdown as ch06
+from kernels.borrowed import TRACELENS, traces_box
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, mib, reveal, setup
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, readable, reveal, say, setup
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 
@@ -54,8 +53,14 @@ on_gpu = device.type == "cuda"
 glue("run_label", run_label := devices.run_label(device))
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 
+# %% tags=["remove-input"]
+borrowed = {"H100 Qwen": TRACELENS["h100_qwen"], "MI300X Qwen": TRACELENS["mi300x_qwen"],
+            "H100 BERT": TRACELENS["h100_bert"]}
+traces_box(borrowed)
+
 # %% [markdown]
-# Every number below was measured on: {glue:text}`run_label`.
+# Every number below was measured on: {glue:text}`run_label`, except in the last two sections:
+# they read real GPU traces (named in the box above) and quote the source article's A100 table.
 #
 # ## The contenders
 #
@@ -63,11 +68,13 @@ q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 # choice: on a CPU, `triton` runs in Triton's *interpreter*, which executes the kernel program by
 # program in NumPy to check that it is correct, and `compiled_naive` and `flex` compile for every
 # new shape; their time there is no performance number, so they stay out of this chapter on a CPU
-# (chapters 4 and 7 run them there).
+# (chapters 4 and 7 run them there). Each row also recalls what its chapter taught.
 
 # %%
-contenders, left_out = showdown.contenders(device)
-display(pd.DataFrame({"why not here": left_out}).rename_axis("left out"))
+contenders = showdown.contenders(device)[0]   # the names measured here
+showdown.lineup(device)
+
+# %% tags=["remove-input"]
 if not on_gpu:
     lesson(contenders == ["naive", "inplace", "sdpa_math", "sdpa_flash"],
            "on a CPU the showdown is naive, inplace, sdpa_math and sdpa_flash", ", ".join(contenders))
@@ -80,18 +87,18 @@ if not on_gpu:
 # D={glue:text}`shape_d`). On a CPU we count the ops that do arithmetic themselves: not views or
 # bare allocations, and either calling no other such op (`matmul` is not counted, the `bmm` under
 # it is) or allocating their own result (`mul`). On a GPU the count that matters is the GPU track:
-# kernels, copies and memsets launched by one forward.
+# kernels, copies and memsets launched by one forward. The traces behind the table follow it, to
+# download or open in Perfetto.
 
 # %%
-glue("shape_b", batch); glue("shape_h", heads); glue("shape_s", seq); glue("shape_d", head_dim)
 steps_of = showdown.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # one that fails leaves
+showdown.ops_table(steps_of, on_gpu)
+
+# %% tags=["remove-input"]
 contenders = list(steps_of)
 work = {name: s.work_ops() for name, s in steps_of.items()}
-display(showdown.ops_table(steps_of, on_gpu))
-# The traces behind these steps: download them, or open them in Perfetto (see the Perfetto appendix).
 display(*(links(s) for s in steps_of.values()))
-
-# %%
+glue_all(shape_b=batch, shape_h=heads, shape_s=seq, shape_d=head_dim)
 if not on_gpu:
     lesson(work["sdpa_flash"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"],
            "the fused CPU flash backend is one op per forward", ", ".join(work["sdpa_flash"]))
@@ -110,10 +117,9 @@ lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs few
 # the 90th percentile within 2x the 10th. What that check catches is mostly other work on the same
 # cores: when torch's threads outnumber the free cores, an op split across threads waits for the one
 # that was descheduled, however small the op, so small calls read many times slower than they
-# are. Peak memory is measured on one more call at the
-# chapter's shape, apart from the timed ones. The appendix *Measuring honestly* explains each of
-# these choices. The sweep is kept short here so the book builds in minutes; `python -m
-# kernels.bench` runs longer ones.
+# are. Peak memory is measured on one more call at the chapter's shape, apart from the timed ones.
+# The appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each of these choices. The
+# sweep is kept short here so the book builds in minutes; `python -m kernels.bench` runs longer ones.
 
 # %%
 sweep_seqs = sorted({512, 1024, 2048, 4096, seq} if on_gpu else {128, 256, 512, 1024, seq})
@@ -121,33 +127,45 @@ common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, 
               **sweep.book_budget(on_gpu))  # short, so the book builds in minutes
 results = sweep.sweep(contenders, seqs=(seq,), **common)      # the chapter's shape, with peak memory
 results.extend(sweep.sweep(contenders, seqs=[s for s in sweep_seqs if s != seq], memory=False, **common))
+
+# %% tags=["remove-input"]
 at_seq = {r.impl: r for r in results if r.seq == seq and r.ok}
 lesson(set(at_seq) == set(contenders), "every contender was measured at the chapter's shape")
 
 # %% [markdown]
 # ## Everything at a glance
 #
-# The chapter's shape, every contender, one row each. Time is the median per forward, with the
-# spread of the middle 80% of calls; TFLOP/s counts causal FLOPs halved (below). Before the
-# table, rank the contenders by peak memory at the chapter's shape, smallest first (memory, unlike
-# time, does not depend on how busy the machine is; two that tie may come in either order):
+# The chapter's shape, every contender, one row each: peak memory first, then the median time per
+# forward with the spread of the middle 80% of calls; TFLOP/s counts causal FLOPs halved (below).
+# Before the table, rank the contenders by peak memory at the chapter's shape, smallest first
+# (memory, unlike time, does not depend on how busy the machine is; two that tie may come in
+# either order):
 
 # %%
 guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # alphabetical: reorder, smallest peak first
 
+# %% tags=["remove-input"]
+memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
+reveal([g for g in guess_memory_order if g in at_seq], showdown.smallest_first(memory, guess_memory_order),
+       "contenders, smallest peak first", source="the measured peaks")
+
 # %%
 peaks = devices.roofline_peaks(device)
-memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
-display(reveal([g for g in guess_memory_order if g in at_seq], showdown.smallest_first(memory, guess_memory_order),
-               "contenders, smallest peak first"))
 glance = showdown.glance(at_seq, peaks)
-display(showdown.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, "
-                                         f"causal, forward. Roof: {peaks.source}."))
+showdown.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, "
+                               f"causal, forward. Roof: {peaks.source}.")
+
+# %% tags=["remove-input"]
 smallest = min(memory, key=memory.__getitem__)
-glue("smallest", smallest); glue("smallest_mib", mib(memory[smallest])); glue("naive_mib", mib(memory["naive"]))
-glue("untimed", ", ".join(glance.index[glance["median ms"].isna()]) or "none"); glue("ridge", peaks.ridge)
 if not on_gpu:
     lesson(smallest == "sdpa_flash", "sdpa_flash has the smallest peak memory on the CPU", f"{mib(memory[smallest]):.2f} MiB")
+tied = ch06.overlapping({n: at_seq[n] for n in glance.index[glance["time (ms)"].notna()]})
+say("Times whose spreads overlap rank nothing, whichever median is lower: on this run "
+    + "; ".join(f"{a} and {b}" for a, b in tied) + ". On a CPU shared with another notebook (the book "
+    "executes two at once on two cores) one stolen time slice moves a median by more than the gap "
+    "between them." if tied else "On this run no two timed rows' spreads overlap.")
+glue_all(smallest=smallest, smallest_mib=mib(memory[smallest]), naive_mib=mib(memory["naive"]),
+         untimed=", ".join(glance.index[glance["time (ms)"].isna()]) or "none", ridge=peaks.ridge)
 
 # %% [markdown]
 # The smallest peak belongs to **{glue:text}`smallest`**: {glue:text}`smallest_mib:.3g` MiB,
@@ -163,15 +181,15 @@ if not on_gpu:
 # With a causal mask, half of the score matrix is never needed, and a fused kernel skips it,
 # so the course counts causal attention at **half** that: $2BHS^2D$. Counting it at full
 # price doubles every TFLOP/s figure, a mistake that has shipped in real benchmarks (the
-# appendix tells the story). This page is the book's home for the rule; other chapters link
-# here. Every row of this sweep is checked against the formula:
+# [appendix](appendix/measuring.ipynb) tells the story). This page is the book's home for the
+# rule; other chapters link here. Every row of this sweep is checked against the formula:
 
-# %%
+# %% tags=["remove-input"]
 wrong = [(r.impl, r.seq) for r in results if not (r.causal and r.flops == 2 * r.batch * r.heads * r.seq**2 * r.head_dim
                                                   == reference.flops(r.batch, r.heads, r.seq, r.head_dim, causal=False) / 2)]
 lesson(not wrong, "every row counts causal FLOPs as half of full attention, 2·B·H·S²·D",
        f"{len(results)} rows checked against kernels.reference.flops" if not wrong else f"wrong: {wrong}")
-glue("flash_gflop", at_seq["sdpa_flash"].flops / 1e9); _ = glue("flash_gflop_full", 2 * at_seq["sdpa_flash"].flops / 1e9)
+glue_all(flash_gflop=at_seq["sdpa_flash"].flops / 1e9, flash_gflop_full=2 * at_seq["sdpa_flash"].flops / 1e9)
 
 # %% [markdown]
 # So sdpa_flash's forward at S={glue:text}`shape_s` is counted at {glue:text}`flash_gflop:.3g`
@@ -183,15 +201,18 @@ glue("flash_gflop", at_seq["sdpa_flash"].flops / 1e9); _ = glue("flash_gflop_ful
 # Time first, then throughput under the device's compute ceiling ({glue:text}`peak_label`). On
 # log-log axes a slope of 2 is the S² of attention; the shaded band is the spread of the timed
 # calls. Only points that pass the spread check are drawn ({glue:text}`drawn` of
-# {glue:text}`measured` on this run). How peak memory grows with S (as S² for the implementations
-# that hold the scores, as S for the fused ones) is measured in [chapter 3b](03b_sdpa_fused.ipynb).
+# {glue:text}`measured` on this run), and where two bands overlap, the lines' order is noise. How
+# peak memory grows with S (as S² for the implementations that hold the scores, as S for the fused
+# ones) is measured in [chapter 3b](03b_sdpa_fused.ipynb).
+
+# %% tags=["remove-cell"]
+glue_all(drawn=len(plots.steady(results)), measured=sum(r.ok for r in results),
+         peak_label=f"{readable(peaks.flops / 1e12)} TFLOP/s {peaks.flops_dtype}, {peaks.source}")
 
 # %%
 #| caption: Median time per call against sequence length, log-log, for the points whose timed calls passed the spread check; the band is the 10th to 90th percentile, and a slope of 2 is attention's S².
 #| alt: Log-log line chart of time per call against sequence length, one line per implementation with a shaded spread band.
 steady = plots.steady(results)
-glue("drawn", len(steady)); glue("measured", sum(r.ok for r in results))
-glue("peak_label", f"{peaks.flops / 1e12:.3g} TFLOP/s {peaks.flops_dtype}, {peaks.source}")
 plots.time_vs_seq(steady)
 
 # %%
@@ -212,7 +233,9 @@ plots.tflops_vs_seq(steady, peak=peaks)
 # %%
 #| caption: The roofline: each forward at its arithmetic intensity (FLOP per byte moved) and its achieved FLOP/s, under the device's two ceilings, memory bandwidth (the slope) and compute (the flat roof); every point drawn sits under its ceiling (asserted below).
 #| alt: Log-log scatter of achieved FLOP/s against arithmetic intensity per implementation and length, under a sloped bandwidth line and a flat compute line.
-display(plots.roofline(steady, device=peaks))
+plots.roofline(steady, device=peaks)
+
+# %% tags=["remove-input"]
 above = [f"{r.impl} at S={r.seq}" for r in steady if r.tflops * 1e12 > peaks.attainable(r.intensity)]
 lesson(not above, "every forward drawn sits at or under its ceiling", ", ".join(above) or f"{len(steady)} points")
 
@@ -230,25 +253,26 @@ lesson(not above, "every forward drawn sits at or under its ceiling", ", ".join(
 forward_flops = reference.flops(batch, heads, seq, head_dim, causal=True)
 training_flops = reference.flops(batch, heads, seq, head_dim, causal=True, backward=True)
 decode_flops = reference.decode_flops(batch, heads, seq, head_dim)
+
+# %% tags=["remove-input"]
 lesson(training_flops == 3.5 * forward_flops, "a training step counts 3.5x the forward's FLOPs (the backward is 2.5x)",
-       f"{training_flops / 1e9:.3g} vs {forward_flops / 1e9:.3g} GFLOP")
+       f"{readable(training_flops / 1e9)} vs {readable(forward_flops / 1e9)} GFLOP")
 lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops / seq,
        "a decode token counts 4·B·H·Sk·D: one query row against every key, nothing halved",
-       f"{decode_flops / 1e6:.3g} MFLOP, 2/S of the forward's")
+       f"{readable(decode_flops / 1e6)} MFLOP, 2/S of the forward's")
 
 # %% [markdown]
 # A decode token reads the whole cache to do those few FLOPs, so it sits far to the left of any
 # GPU's ridge: memory-bound by construction. Its roofline, measured, and what grouped-query
 # attention saves there are in [chapter 10](10_decoding.ipynb).
-
-# %% [markdown]
+#
 # ## On real GPUs: one model's attention on an H100 and an MI300X
 #
 # The sweep above measured the book's implementations on the machine that built this page. What does
-# the same kind of call reach on a datacenter GPU? Two real traces answer it: one forward of
-# Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's [SDPA](glossary.md#sdpa)) profiled on an NVIDIA
-# H100 and on an AMD MI300X by AMD's TraceLens project. Neither is this book's run: each is
-# credited under its reading below. `kernels.trace.attention.find_attention` reads every SDPA
+# the same kind of call reach on a datacenter GPU? Two real traces answer it, *H100 Qwen* and
+# *MI300X Qwen* (see the box at the top): one forward of Qwen1.5-0.5B-Chat (16 prompts of 559
+# tokens, bfloat16, PyTorch's [SDPA](glossary.md#sdpa)) profiled on an NVIDIA H100 and on an AMD
+# MI300X by AMD's TraceLens project. `kernels.trace.attention.find_attention` reads every SDPA
 # call of the step: its kernel, shapes, GPU time and FLOPs, counted the way this chapter counts
 # them ([causal is half](#counting-flops-causal-is-half)), so TFLOP/s here and in the sweep
 # mean the same thing.
@@ -260,37 +284,35 @@ lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops /
 guess_h100_percent_of_peak = 50  # edit me: % of the H100's dense bf16 peak, per call
 
 # %%
-qwen = {gpu: TRACELENS[f"{gpu}_qwen"] for gpu in ("h100", "mi300x")}
-qwen_traces = {gpu: borrowed.trace() for gpu, borrowed in qwen.items()}
-qwen_reports = {gpu: find_attention(borrowed.step(trace=qwen_traces[gpu])) for gpu, borrowed in qwen.items()}
-calls = gpu_lessons.achieved_against_peak(qwen_reports)
-per_gpu = calls.groupby("GPU", sort=False).agg(
-    calls=("call", "size"), median_us=("GPU µs", "median"), median_tflops=("TFLOP/s", "median"),
-    peak_tflops=("peak TFLOP/s", "first"), median_pct=("% of peak", "median"), best_pct=("% of peak", "max"))
-display(per_gpu.round(1))
-print("\n".join(borrowed.credit(qwen_traces[gpu]) for gpu, borrowed in qwen.items()))
-h100_row, mi300x_row = (per_gpu.loc[qwen_reports[gpu].device] for gpu in ("h100", "mi300x"))
-_ = reveal(guess_h100_percent_of_peak, round(h100_row["median_pct"], 1), "% of the H100's peak, median call")
+reports = {name: find_attention(trace.step()) for name, trace in borrowed.items()}
+calls = ch06.achieved_against_peak({name: reports[name] for name in ("H100 Qwen", "MI300X Qwen")})
+per_gpu = ch06.per_gpu(calls)
+per_gpu
+
+# %% tags=["remove-input"]
+h100_row, mi300x_row = per_gpu.loc["H100 Qwen"], per_gpu.loc["MI300X Qwen"]
+_ = reveal(guess_h100_percent_of_peak, round(h100_row["median % of peak"], 1), "% of the H100's peak, median call",
+           source="H100 Qwen")
 
 # %%
-#| caption: Every attention call of one Qwen1.5-0.5B forward (16 x 559 tokens, causal, bf16) on an H100 and on an MI300X, at its achieved TFLOP/s (causal FLOPs counted half), under each GPU's dense bf16 peak (dashed, datasheet). Recorded by AMD's TraceLens project, not this book's run.
+#| caption: Every attention call of one Qwen1.5-0.5B forward (16 x 559 tokens, causal, bf16) on an H100 and on an MI300X (H100 Qwen, MI300X Qwen), at its achieved TFLOP/s (causal FLOPs counted half), under each GPU's dense bf16 peak (dashed, datasheet).
 #| alt: Scatter of 24 points per GPU near the bottom of the chart, far below two dashed horizontal peak lines at 989 and 1307 TFLOP/s.
 plots.achieved_vs_peak(calls)
 
-# %%
+# %% tags=["remove-input"]
 shapes = set(calls[["B·H", "Sq", "Sk", "D", "causal"]].itertuples(index=False))
 lesson(len(shapes) == 1 and all(row.GFLOP * 1e9 == reference.flops(1, row[1], row.Sq, row.D, causal=True)
                                 for row in calls[["GFLOP", "B·H", "Sq", "D"]].itertuples(index=False)),
        "every call on both GPUs is the same causal attention, counted by the course's formula (causal half)",
-       f"B·H, Sq, Sk, D, causal = {shapes}")
+       "B·H, Sq, Sk, D, causal = " + "; ".join(", ".join(str(x) for x in s) for s in shapes))
 lesson(calls["% of peak"].max() < 10, "no call reached a tenth of its GPU's dense bf16 peak",
        f"best {calls['% of peak'].max():.1f}%")
-lesson(h100_row["median_tflops"] > mi300x_row["median_tflops"],
+lesson(h100_row["median TFLOP/s"] > mi300x_row["median TFLOP/s"],
        "the H100 ran these calls at more TFLOP/s than the MI300X, whose datasheet peak is higher",
-       f"{h100_row['median_tflops']:.1f} vs {mi300x_row['median_tflops']:.1f} TFLOP/s, median call")
-glue("qwen_h100_tflops", h100_row["median_tflops"]); glue("qwen_h100_pct", h100_row["median_pct"])
-glue("qwen_mi300x_tflops", mi300x_row["median_tflops"]); glue("qwen_mi300x_pct", mi300x_row["median_pct"])
-glue("qwen_h100_peak", h100_row["peak_tflops"]); _ = glue("qwen_mi300x_peak", mi300x_row["peak_tflops"])
+       f"{h100_row['median TFLOP/s']:.1f} vs {mi300x_row['median TFLOP/s']:.1f} TFLOP/s, median call")
+glue_all(qwen_h100_tflops=h100_row["median TFLOP/s"], qwen_h100_pct=h100_row["median % of peak"],
+         qwen_mi300x_tflops=mi300x_row["median TFLOP/s"], qwen_mi300x_pct=mi300x_row["median % of peak"],
+         qwen_h100_peak=h100_row["peak TFLOP/s"], qwen_mi300x_peak=mi300x_row["peak TFLOP/s"])
 
 # %% [markdown]
 # The median call ran at {glue:text}`qwen_h100_tflops:.0f` TFLOP/s on the H100, {glue:text}`qwen_h100_pct:.1f`%
@@ -302,37 +324,31 @@ glue("qwen_h100_peak", h100_row["peak_tflops"]); _ = glue("qwen_mi300x_peak", mi
 # ### Why: the grid against the SMs
 #
 # A kernel is launched as a grid of thread blocks ([CTAs](glossary.md#cta); *workgroups* on AMD), and each block
-# runs whole on one SM (a *compute unit*, CU, on AMD). The trace records each kernel's grid and
+# runs whole on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD). The trace records each kernel's grid and
 # block, and the GPU's SM count (`deviceProperties`). An SM holds as many blocks at once as its
 # [registers](glossary.md#registers), [shared memory](glossary.md#shared-memory) and [warp](glossary.md#warp) slots allow (chapter 4's [occupancy](glossary.md#occupancy) arithmetic, from the
 # registers and shared memory the trace records); a grid larger than the SMs times that runs in
-# [*waves*](glossary.md#wave), and the last wave may leave SMs idle. A third trace shows the short end: BERT-small,
-# one sentence of 141 tokens, on the same H100.
+# [*waves*](glossary.md#wave), and the last wave may leave SMs idle. A third trace, *H100 BERT*,
+# shows the short end: BERT-small, one sentence of 141 tokens, on the same H100.
 
 # %%
-bert = TRACELENS["h100_bert"]
-bert_trace = bert.trace()
-bert_report = find_attention(bert.step(trace=bert_trace))
-grids = pd.concat({label: gpu_lessons.grid_against_sms(report) for label, report in {
-    "Qwen1.5-0.5B, 16 x 559 tokens, H100": qwen_reports["h100"],
-    "Qwen1.5-0.5B, 16 x 559 tokens, MI300X": qwen_reports["mi300x"],
-    "BERT-small, 1 x 141 tokens, H100": bert_report}.items()}, names=["trace", ""]).droplevel(1)
-display(grids.round(2))
-print(bert.credit(bert_trace))
+grids = ch06.grids_table(reports)
+grids
 
-# %%
-h100_grid, mi300x_grid, bert_grid = (grids.loc[[label]].iloc[0] for label in grids.index.unique())
+# %% tags=["remove-input"]
+h100_grid, mi300x_grid, bert_grid = (ch06.grid_against_sms(reports[n]).iloc[0] for n in borrowed)
 qwen_call = calls.iloc[0]
-bert_call = gpu_lessons.achieved_against_peak({"BERT-small, H100": bert_report}).iloc[0]
-h100_kernel = qwen_reports["h100"].calls[0].main_kernel()
+bert_call = ch06.achieved_against_peak({"H100 BERT": reports["H100 BERT"]}).iloc[0]
+h100_kernel = reports["H100 Qwen"].calls[0].main_kernel()
 tiles = flash_tiles(h100_kernel["name"] if h100_kernel is not None else "")   # its template arguments
 query_tiles, key_tiles = math.ceil(qwen_call["Sq"] / tiles.block_m), math.ceil(qwen_call["Sk"] / tiles.block_n)
 lesson(h100_grid["CTAs"] == query_tiles * qwen_call["B·H"],
        f"on the H100, flash launches one CTA per {tiles.block_m} query rows of each (batch, head): "
        f"ceil({qwen_call['Sq']} / {tiles.block_m}) x {qwen_call['B·H']} CTAs", f"grid {h100_grid['grid']} = {h100_grid['CTAs']} CTAs")
-tail_idle = (math.ceil(h100_grid["waves"]) - h100_grid["waves"]) / math.ceil(h100_grid["waves"])
+tail_idle = ch06.tail_estimate(h100_grid["waves"])
 lesson(h100_grid["waves"] > 4 and tail_idle < 0.05,
-       "those CTAs fill the H100's SMs in several waves, and the last wave's idle SMs cost under 5% of the call",
+       "those CTAs fill the H100's SMs in several waves, and the last wave's idle SMs cost under 5% of the call, "
+       "estimated as if every CTA did equal work",
        f"{h100_grid['CTAs']} CTAs / ({h100_grid['SMs (CUs)']} SMs x {h100_grid['CTAs per SM at once']} at once) = "
        f"{h100_grid['waves']:.2f} waves")
 h100_occ = h100_grid["occupancy % (ours)"]
@@ -348,25 +364,29 @@ lesson(workgroups % cus == 0 and all(workgroups != math.ceil(qwen_call["Sq"] / m
        "on the MI300X the grid is a whole multiple of the CU count and no count of query tiles: "
        "sized to the chip, each workgroup loops over tiles (a persistent kernel)",
        f"{workgroups} workgroups = {workgroups // cus} x {cus} CUs")
-glue("qwen_ctas", int(h100_grid["CTAs"])); glue("qwen_waves", h100_grid["waves"]); glue("h100_sms", int(h100_grid["SMs (CUs)"]))
-glue("qwen_per_sm", int(h100_grid["CTAs per SM at once"])); glue("qwen_occ", h100_occ)
-glue("qwen_padded", query_tiles * tiles.block_m); glue("qwen_sq", int(qwen_call["Sq"]))
-glue("qwen_key_tiles", key_tiles); glue("tail_idle_pct", 100 * tail_idle)
-glue("bert_ctas", int(bert_grid["CTAs"])); glue("bert_tflops", bert_call["TFLOP/s"])
-glue("mi300x_wg", int(workgroups)); _ = glue("mi300x_cus", int(cus))
+glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_sms=int(h100_grid["SMs (CUs)"]),
+         qwen_per_sm=int(h100_grid["CTAs per SM at once"]), qwen_occ=h100_occ,
+         qwen_padded=query_tiles * tiles.block_m, qwen_sq=int(qwen_call["Sq"]), qwen_key_tiles=key_tiles,
+         tail_idle_pct=100 * tail_idle, bert_ctas=int(bert_grid["CTAs"]), bert_tflops=bert_call["TFLOP/s"],
+         mi300x_wg=int(workgroups), mi300x_cus=int(cus), qwen_smem_kib=int(h100_kernel["shared_memory"]) // 1024,
+         qwen_first_key_tiles=math.ceil(min(tiles.block_m, qwen_call["Sq"]) / tiles.block_n))
 
 # %% [markdown]
 # On the H100, {glue:text}`qwen_ctas` CTAs met {glue:text}`h100_sms` SMs holding
-# {glue:text}`qwen_per_sm` each: {glue:text}`qwen_waves:.2f` waves, and the last wave's idle SMs
-# cost {glue:text}`tail_idle_pct:.1f`% of the call, so the tail is not where the time went. Two
-# things are. Each SM ran only {glue:text}`qwen_occ:.1f`% of its
-# warp slots (FlashAttention keeps its tiles in registers, 255 per thread, and trades occupancy
-# for them), and each CTA had little to do: at S = {glue:text}`qwen_sq` a query tile meets at
-# most {glue:text}`qwen_key_tiles` key tiles, and {glue:text}`qwen_sq` rows are padded to {glue:text}`qwen_padded`, so
-# loading Q, writing O and masking the diagonal tile weigh as much as the multiplies. Longer
-# sequences amortise them: the FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measures
-# FlashAttention-2, the kernel here, on an H100 at 191 TFLOP/s for causal S = 512 and 335 at
-# S = 16k (D = 128); its own Hopper kernels, using instructions this one does not, reach more.
+# {glue:text}`qwen_per_sm` each: {glue:text}`qwen_waves:.2f` waves. The last wave's idle SMs cost
+# about {glue:text}`tail_idle_pct:.1f`% of the call, an *estimate* that assumes every CTA does the
+# same work (causal CTAs do not: the first query tile meets {glue:text}`qwen_first_key_tiles` key
+# tile(s), the last {glue:text}`qwen_key_tiles`). Two other things weigh more. Each SM ran only
+# {glue:text}`qwen_occ:.1f`% of its warp slots: FlashAttention keeps its Q, K and V tiles in shared
+# memory ({glue:text}`qwen_smem_kib` KiB a CTA in this trace, the tiles of [chapter
+# 3b](03b_sdpa_fused.ipynb)) and the score tile and the output accumulator in registers, 255 per
+# thread, and trades occupancy for them. And each CTA had little to do: at S = {glue:text}`qwen_sq` a query tile meets at most
+# {glue:text}`qwen_key_tiles` key tiles, and {glue:text}`qwen_sq` rows are padded to
+# {glue:text}`qwen_padded`, so loading Q, writing O and masking the diagonal tile weigh as much as
+# the multiplies. Longer sequences amortise them: the FlashAttention-3 paper (arXiv 2407.08608,
+# Fig. 5) measures FlashAttention-2, the kernel here, on an H100 at 191 TFLOP/s for causal S = 512
+# and 335 at S = 16k (D = 128); its own Hopper kernels, using instructions this one does not, reach
+# more.
 #
 # Shorter still, BERT-small's 141 tokens launched {glue:text}`bert_ctas` CTAs per call: most of
 # the H100's SMs had no block at all, and the call ran at {glue:text}`bert_tflops:.1f` TFLOP/s.
@@ -374,8 +394,7 @@ glue("mi300x_wg", int(workgroups)); _ = glue("mi300x_cus", int(cus))
 # {glue:text}`mi300x_cus` CUs, a grid sized to the chip, each workgroup looping over tiles, so no
 # wave is half empty; its calls were slower for other reasons the trace does not record (ROCm
 # traces carry no register counts).
-
-# %% [markdown]
+#
 # ## Recorded elsewhere: the source article's A100
 #
 # The numbers below were **not** measured by this build. They are quoted from the source
@@ -384,10 +403,14 @@ glue("mi300x_wg", int(workgroups)); _ = glue("mi300x_cus", int(cus))
 # They are kept in their own table, never mixed with this run's.
 
 # %%
-display(showdown.article_styled())
+showdown.article_styled()
+
+# %% tags=["remove-input"]
 cuda_us = showdown.ARTICLE_A100["CUDA time per forward (µs)"]
-glue("article_math_ratio", float(cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"]))
-_ = glue("article_fused_max_us", float(cuda_us[["SDPA efficient", "SDPA flash", "SDPA cuDNN"]].max()))
+glue_all(article_math_ratio=float(cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"]),
+         article_fused_max_us=float(cuda_us[["SDPA efficient", "SDPA flash", "SDPA cuDNN"]].max()))
+if on_gpu:  # this run's fused medians, beside the article's
+    print(ch06.fused_medians(at_seq))
 
 # %% [markdown]
 # On that A100, SDPA's math backend was {glue:text}`article_math_ratio:.1f`x slower than the
@@ -397,10 +420,6 @@ _ = glue("article_fused_max_us", float(cuda_us[["SDPA efficient", "SDPA flash", 
 # When this book is built on a GPU, the tables above hold that GPU's own numbers; compare
 # them with the article's, but do not expect them to match: different shapes, a different
 # GPU and different library versions each move them.
-
-# %% tags=["remove-input"]
-if on_gpu:  # this run's fused medians, beside the article's
-    print(gpu_lessons.fused_medians(at_seq))
 
 # %% [markdown]
 # ## What to remember

@@ -3,6 +3,7 @@
 ``contenders`` splits the registry into what is measured on a device and why the rest is not;
 ``LESSONS`` is each implementation's lesson in one line, from the chapter that built it;
 ``ops_table`` counts the ops (or, on a GPU, the kernels and copies) of each profiled forward;
+``lineup`` says for every implementation whether it is measured here, and its lesson;
 ``glance`` is one row per contender at one shape, its time shown only where the timed calls pass
 the spread check (``kernels.bench.plots.steady``); ``ARTICLE_A100`` holds the source article's
 A100 numbers, quoted, never measured here.
@@ -18,6 +19,7 @@ import kernels
 from kernels.bench import plots
 from kernels.bench.results import BenchResult
 from kernels.hw.devices import Peaks
+from kernels.notebook import readable, short_number
 
 LESSONS = {
     "naive": "Read one level below your code: out-of-place masked_fill copies the whole S×S score matrix.",
@@ -81,25 +83,33 @@ def ops_table(steps: Mapping, on_gpu: bool) -> pd.DataFrame:
 
 
 def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
-    """One row per contender (name -> its sweep row at one shape): median and p10-p90 time (empty
-    where the spread check fails), peak memory, TFLOP/s, FLOP/byte, % of the roof at that
-    intensity, the side of the ridge, and the implementation's lesson."""
+    """One row per contender (name -> its sweep row at one shape), peak memory first (it does not
+    depend on the machine's load): median and p10-p90 time (empty where the spread check fails),
+    TFLOP/s, % of the roof at its intensity and the side of the ridge. Six columns, so the table
+    fits a page; each implementation's lesson is ``lineup``'s."""
     steady = {id(r) for r in plots.steady(list(points.values()))}
     rows = []
     for name, r in points.items():
         timed, rate = id(r) in steady, r.tflops or 0.0
         rows.append({
             "implementation": name,
-            "median ms": r.median_ms if timed else None,
-            "p10-p90 ms": f"{r.p10_ms:.3g}-{r.p90_ms:.3g}" if timed else None,
-            "peak MiB": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
+            "peak memory (MiB)": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
+            "time (ms)": r.median_ms if timed else None,
+            "p10-p90 (ms)": f"{short_number(r.p10_ms)}-{short_number(r.p90_ms)}" if timed else None,
             "TFLOP/s": rate if timed else None,
-            "FLOP/byte": r.intensity,
             "% of roof": 100 * rate * 1e12 / peaks.attainable(r.intensity) if timed else None,
             "side of ridge": "memory-bound" if r.intensity < peaks.ridge else "compute-bound",
-            "the lesson": LESSONS.get(name, ""),
         })
     return pd.DataFrame(rows).set_index("implementation")
+
+
+def lineup(device) -> pd.DataFrame:
+    """Every implementation of the registry: measured on ``device`` or why not (``contenders``),
+    and the lesson of the chapter that built it."""
+    measured, left_out = contenders(device)
+    return pd.DataFrame({
+        "here": {n: "measured" if n in measured else left_out[n].removeprefix(f"{n}: ") for n in kernels.names()},
+        "its lesson": {n: LESSONS.get(n, "") for n in kernels.names()}}).rename_axis("implementation")
 
 
 def profile_forwards(names, q, k, v, active: int, trace_dir) -> dict:
@@ -119,14 +129,10 @@ def profile_forwards(names, q, k, v, active: int, trace_dir) -> dict:
     return steps
 
 
-GLANCE_FORMATS = {"median ms": "{:.3g}", "peak MiB": "{:.3g}", "TFLOP/s": "{:.3g}", "FLOP/byte": "{:.3g}",
-                  "% of roof": "{:.2g}"}
-
-
 def glance_styled(table: pd.DataFrame, caption: str):
-    """``glance``'s table as the page shows it: three significant digits, empty cells blank,
-    and ``caption`` (where and at which shape it was measured)."""
-    return table.style.format(GLANCE_FORMATS, na_rep="").set_caption(caption)
+    """``glance``'s table as the page shows it: numbers as ``readable`` writes them, empty cells
+    blank, and ``caption`` (where and at which shape it was measured)."""
+    return table.style.format(readable, na_rep="").set_caption(caption)
 
 
 def article_styled():

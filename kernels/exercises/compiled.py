@@ -101,11 +101,11 @@ def check_skipped_tiles(skipped_tiles: Callable, seed: Optional[int] = None) -> 
             fail(f"{case} you counted the tiles on the diagonal as skipped: they hold visible scores "
                   "(the query sees itself), so they are computed, with a mask.")
         if got == n_ceil * n_ceil / 2 or got == n_ceil * n_ceil // 2:
-            fail(f"{case} half of all tiles is the area above the diagonal, but tiles are whole: the n "
-                  "diagonal tiles are computed, so n(n-1)/2 are skipped, not n²/2.")
+            fail(f"{case} half of all tiles is the area above the diagonal, but tiles are whole: the "
+                  "tiles on the diagonal are computed (with a mask), so they are not among the skipped.")
         if got == n_floor * (n_floor - 1) // 2 and n_floor != n_ceil:
             fail(f"{case} the last, shorter tile row counts too: use ceil(S / block) tiles, not S // block.")
-        fail(f"{case} create_block_mask skips {want} tiles; you said {got:g}.")
+        fail(f"{case} create_block_mask skips {'more' if want > got else 'fewer'} tiles than the {got:g} you said.")
     return passed(f"skipped_tiles matches create_block_mask on {len(cases)} fresh lengths and tile sizes")
 
 
@@ -151,11 +151,11 @@ def check_softcap(softcap: Callable, seed: Optional[int] = None) -> Passed:
             continue
         case = f"[S={s}, cap={cap}, causal={causal}]"
         tries = {
-            "the scores are not capped at all: return cap * tanh(score / cap).": lambda sc, *a: sc,
+            "the scores are not capped at all: your score_mod returns each score unchanged.": lambda sc, *a: sc,
             "tanh(score / cap) lies in (-1, 1): multiply it by cap again.": lambda sc, *a: torch.tanh(sc / cap),
             "divide the score by cap inside the tanh: cap * tanh(score) saturates far too early.":
                 lambda sc, *a: cap * torch.tanh(sc),
-            "clamping is a hard cap; soft-capping is smooth: cap * tanh(score / cap).":
+            "clamping is a hard cap; soft-capping is smooth (the task's formula, not a clamp).":
                 lambda sc, *a: sc.clamp(-cap, cap),
         }
         for words, wrong in tries.items():

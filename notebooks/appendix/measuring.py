@@ -36,9 +36,9 @@ small = dict(batch=1, heads=4, seq=256, head_dim=head_dim)
 # ## 1. Warm up first
 #
 # The first call of anything does work the later ones do not: the allocator asks the
-# operating system for fresh pages and touches them, libraries pick an algorithm (cuBLAS and
-# cuDNN choose among kernels, Triton compiles), thread pools start, caches are cold. Timing
-# the first call measures all of that. `kernels.bench` runs a few untimed calls first and
+# operating system for fresh pages and touches them, libraries pick an algorithm
+# ([cuBLAS](../glossary.md#cublas) and cuDNN choose among kernels, Triton compiles), thread
+# pools start, caches are cold. Timing the first call measures all of that. `kernels.bench` runs a few untimed calls first and
 # uses the fastest of them to decide how many timed calls fit its time budget. Here are the
 # first calls of a function this process has never run at this shape:
 
@@ -53,6 +53,8 @@ def timed(fn, *args):
 q, k, v = inputs(2, 4, 384, head_dim, dtype=dtype, device=device, seed=1)
 first_calls = [timed(kernels.get("sdpa_math"), q, k, v) for _ in range(6)]
 print("first six calls (ms):", ", ".join(f"{t:.2f}" for t in first_calls))
+
+# %% tags=["remove-cell"]
 glue("first_call_ms", first_calls[0])
 glue("later_call_ms", statistics.median(first_calls[1:]))
 first_is_slowest = first_calls[0] > max(first_calls[1:])
@@ -77,8 +79,8 @@ glue("first_call_note", "the first call was the slowest of the six, as expected"
 # %%
 show_lines(timing.synchronize)
 
-# %%
-if on_gpu:
+# %% tags=["remove-input"]
+if on_gpu:  # the book's own GPU build shows the gap; a CPU has none to show
     a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
     torch.mm(a, a)  # warm up cuBLAS
     torch.cuda.synchronize()
@@ -93,8 +95,6 @@ if on_gpu:
     print(f"8192³ bf16 matmul: {launch_ms:.3f} ms without synchronising, {synced_ms:.3f} ms with")
     lesson(launch_ms < synced_ms, "without a synchronize, perf_counter times the launch, not the kernel",
            f"{launch_ms:.3f} vs {synced_ms:.3f} ms")
-else:
-    print("CPU run: CPU ops finish before they return, so there is no launch/finish gap to show here.")
 
 # %% [markdown]
 # ## 3. Clocks: CUDA events or perf_counter
@@ -114,6 +114,8 @@ show_lines(timing.time_calls)
 # %%
 info = time.get_clock_info("perf_counter")
 print(f"perf_counter: monotonic={info.monotonic}, resolution {info.resolution * 1e9:.0f} ns ({info.implementation})")
+
+# %% tags=["remove-input"]
 lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic with at most microsecond resolution",
        f"resolution {info.resolution:g} s")
 
@@ -123,9 +125,9 @@ lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic wi
 # Timed calls are not all equal: another process wakes up, the operating system moves a
 # thread, a GPU changes its clock. The distribution has a long tail on the slow side. The
 # **mean** follows the tail; the **median** does not. The course quotes medians, with the
-# 10th and 90th percentiles as the spread. Here are 25 calls of in-place attention, and what
-# one late call (a pause of 50x the median, as a context switch would cause) does to each
-# statistic:
+# 10th and 90th percentiles as the spread. Here are 25 timed calls of in-place attention, and
+# what one late call would do to each statistic: we add, by hand, a 26th call of 50x their median
+# (the pause a context switch can cause) and compute both again.
 
 # %%
 pool = sweep.InputPool((small["batch"], small["heads"], small["seq"], small["head_dim"]), dtype, device, backward=False)
@@ -133,11 +135,13 @@ timed_call = sweep.make_timed_call(kernels.get("inplace"), pool, causal=True, ba
 timing.warm_up(timed_call, device, calls=2, budget_ms=500)
 times = timing.time_calls(timed_call, device, reps=25)
 median, p10, p90 = timing.spread(times)
-with_outlier = times + [50 * median]
+with_outlier = times + [50 * median]   # the late call, added by hand
+print(f"25 calls: median {median:.3f} ms, p10 {p10:.3f}, p90 {p90:.3f}, mean {statistics.mean(times):.3f}")
+print(f"with the late call: median {statistics.median(with_outlier):.3f} ms, mean {statistics.mean(with_outlier):.3f}")
+
+# %% tags=["remove-input"]
 moved_mean = statistics.mean(with_outlier) / statistics.mean(times) - 1
 moved_median = statistics.median(with_outlier) / median - 1
-print(f"median {median:.3f} ms, p10 {p10:.3f}, p90 {p90:.3f}, mean {statistics.mean(times):.3f}")
-print(f"one slow call moves the mean by {100 * moved_mean:+.0f}% and the median by {100 * moved_median:+.1f}%")
 ordered = sorted(times)
 lesson(ordered[12] <= statistics.median(with_outlier) <= ordered[13] and moved_mean > moved_median,
        "one slow call moves the mean, while the median stays between its two middle neighbours",
@@ -145,20 +149,26 @@ lesson(ordered[12] <= statistics.median(with_outlier) <= ordered[13] and moved_m
 glue("mean_moved", 100 * moved_mean)
 glue("median_moved", 100 * moved_median)
 
-# %%
-#| caption: 25 calls of in-place attention and one late call 50x the median: the mean follows the one slow call, the median does not move.
-#| alt: Histogram of call times with vertical lines for the mean and the median, before and after one slow call is added; the mean line moves right, the median stays.
+# %% tags=["remove-input"]
+#| caption: The 25 timed calls of in-place attention (bars) with their median and mean (black), and the same two statistics once one late call of 50x the median is added by hand (red; the late call itself lies off the chart, to the right): the mean moves further than the median.
+#| alt: Histogram of call times with black vertical lines for the median and the mean of the measured calls, and red lines for the same statistics with the added late call; the red mean line sits well to the right of the black one, the red median next to the black median.
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(7, 3))
-ax.hist(times, bins=12, color="tab:blue", alpha=0.7)
-for value, label, style in ((median, "median", "-"), (p10, "p10", ":"), (p90, "p90", ":"),
-                            (statistics.mean(times), "mean", "--")):
-    ax.axvline(value, color="black", linestyle=style, label=f"{label} {value:.3f} ms")
+fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+ax.hist(times, bins=12, color="tab:blue", alpha=0.7, label="25 timed calls")
+for data, colour, which in ((times, "black", "25 calls"), (with_outlier, "tab:red", "with the late call")):
+    ax.axvline(statistics.median(data), color=colour, linestyle="-",
+               label=f"median, {which}: {statistics.median(data):.3f} ms")
+    ax.axvline(statistics.mean(data), color=colour, linestyle="--",
+               label=f"mean, {which}: {statistics.mean(data):.3f} ms")
+ax.annotate(f"late call: {50 * median:.1f} ms →", xy=(0.98, 0.92), xycoords="axes fraction", ha="right",
+            color="tab:red")
 ax.set_xlabel("time per call (ms)")
 ax.set_ylabel("calls")
 ax.set_title(f"25 calls of inplace, S={small['seq']} ({where['name']})")
-ax.legend(fontsize="small");
+fig.legend(fontsize="small", loc="outside lower center", ncols=2)
+lesson(statistics.mean(with_outlier) > statistics.mean(times) and max(ax.get_xlim()) < 50 * median,
+       "as drawn: the added late call moves the mean right, and itself lies beyond the chart's edge")
 
 # %% [markdown]
 # One slow call out of 26 moved the mean by {glue:text}`mean_moved:.0f`% and the median by
@@ -183,6 +193,7 @@ def forgetful_attention(q, k, v, out, tile=64):
     out[..., :full, :] = reference.attention(q, k, v)[..., :full, :].to(out.dtype)
     return out
 
+# %% tags=["remove-input"]
 def passes(qkv, out):
     q, k, v = qkv
     got = forgetful_attention(q, k, v, out)
@@ -213,8 +224,8 @@ lesson(not any(ok for case, ok in verdicts.items() if "random" in case or "NaN" 
 # %%
 show_lines(sweep.InputPool)
 
-# %%
-if on_gpu:
+# %% tags=["remove-input"]
+if on_gpu:  # the book's own GPU build measures it; a CPU has no such effect to show
     n = 8192
     rates = {}
     for label, make in (("zeros", torch.zeros), ("random", torch.randn)):
@@ -224,8 +235,6 @@ if on_gpu:
         timing.warm_up(mm, device, calls=3, budget_ms=2000)
         rates[label] = 2 * n**3 / (statistics.median(timing.time_calls(mm, device, reps=20)) * 1e-3) / 1e12
     print(", ".join(f"{k}: {v:.0f} TFLOP/s" for k, v in rates.items()), f"({where['name']}, {n}³ bf16 matmul)")
-else:
-    print("CPU run: the data-dependent power and clock effect is a GPU effect; nothing to measure here.")
 
 # %% [markdown]
 # ## 6. Counting FLOPs: causal is half
@@ -265,6 +274,8 @@ per_set = 4 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 total = per_set * len(rotated.sets)
 print(f"{len(rotated.sets)} input sets of {per_set / 2**20:.2f} MiB: {total / 2**20:.0f} MiB in turn "
       f"(rotation target {sweep.ROTATE_BYTES[device.type] / 2**20:.0f} MiB)")
+
+# %% tags=["remove-input"]
 lesson(total >= sweep.ROTATE_BYTES[device.type] or len(rotated.sets) == sweep.MAX_SETS,
        "the input sets together exceed the cache-busting target (or reach the set limit)")
 sets_used = {id(rotated.next()[0]) for _ in range(2 * len(rotated.sets))}
@@ -273,10 +284,16 @@ lesson(len(sets_used) == len(rotated.sets), "consecutive calls cycle through eve
 # %%
 one_set = sweep.InputPool(shape, dtype, device, backward=False)
 one_set.sets = one_set.sets[:1]  # the same q, k, v every call: always warm in cache
+spreads = {}
 for label, pool in (("same inputs every call", one_set), ("rotated inputs", rotated)):
     timed_call = sweep.make_timed_call(kernels.get("sdpa_flash"), pool, causal=True, backward=False)
     timing.warm_up(timed_call, device, calls=3, budget_ms=500)
-    print(f"{label:<24} median {timing.spread(timing.time_calls(timed_call, device, reps=40))[0]:.3f} ms")
+    spreads[label] = timing.spread(timing.time_calls(timed_call, device, reps=40))
+
+# %% tags=["remove-input"]
+for label, (mid, low, high) in spreads.items():   # a time is a result only if it passes the spread check
+    print(f"{label:<24} " + (f"median {mid:.3f} ms (p10 {low:.3f}, p90 {high:.3f})" if high <= 2 * low else
+                             f"p90 {high:.3f} ms beyond twice p10 {low:.3f}: too noisy on this run to be a result"))
 
 # %% [markdown]
 # On a CPU at this size the two are often within noise of each other (the flash kernel's

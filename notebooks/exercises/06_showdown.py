@@ -14,11 +14,9 @@
 solutions = False
 
 # %% tags=["setup"]
-import time
-
 import torch
 
-import kernels
+from kernels.bench import timing
 from kernels.exercises import showing_solutions
 from kernels.exercises.showdown import check_intensity, check_tflops
 from kernels.notebook import inputs, setup
@@ -43,12 +41,13 @@ def my_tflops(batch, heads, seq, head_dim, causal, backward, ms):
 
 # %% [markdown]
 # :::{dropdown} Hint 1
-# Forward FLOPs: $4 \cdot B \cdot H \cdot S^2 \cdot D$, divided by 2 when causal.
-# Forward + backward: 3.5 times the forward.
+# Count one head first: two matmuls, each $2 S^2 D$. There are $B \cdot H$ heads. Causal keeps
+# half of that; with the backward, the time covers the forward's work and the backward's.
 # :::
 #
 # :::{dropdown} Hint 2
-# TFLOP/s = FLOPs / seconds / $10^{12}$, and `ms` is in milliseconds.
+# A rate is work over *seconds*: turn `ms` into seconds before dividing, and remember that "tera"
+# is $10^{12}$.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -67,21 +66,18 @@ check_tflops(tflops)
 
 # %% [markdown]
 # Now use it on a real measurement: SDPA's default backend on this run's device and shapes,
-# timed over a few calls.
+# timed by the rule of the appendix [*Measuring honestly*](../appendix/measuring.ipynb): warm up,
+# time many calls, quote the median with its 10th-90th percentile spread, and call it a result only
+# if the 90th percentile is within twice the 10th.
 
 # %%
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
-sdpa = torch.nn.functional.scaled_dot_product_attention
-sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-sdpa(q, k, v, is_causal=True)
-sync()
-start = time.perf_counter()
-for _ in range(active_steps):
-    sdpa(q, k, v, is_causal=True)
-sync()
-ms = (time.perf_counter() - start) / active_steps * 1e3
-print(f"causal SDPA, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}: {ms:.2f} ms per call, "
-      f"{tflops(batch, heads, seq, head_dim, True, False, ms):.3f} TFLOP/s")
+call = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+timing.warm_up(call, device, calls=3, budget_ms=1000)
+ms, p10, p90 = timing.spread(timing.time_calls(call, device, reps=21))
+print(f"causal SDPA, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}: median {ms:.2f} ms "
+      f"(p10 {p10:.2f}, p90 {p90:.2f}), {tflops(batch, heads, seq, head_dim, True, False, ms):.3f} TFLOP/s"
+      + ("" if p90 <= 2 * p10 else ": the spread is over 2x, too noisy on this run to be a result"))
 
 # %% [markdown]
 # ## Task 2: arithmetic intensity
@@ -98,8 +94,9 @@ def my_intensity(batch, heads, seq, head_dim, causal, bytes_per_element):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# Bytes: four tensors of $B \cdot H \cdot S \cdot D$ elements, times `bytes_per_element`.
-# FLOPs: as in task 1, forward only. Note how $S$ survives the division.
+# Bytes: count the elements of each tensor the kernel reads or writes (the task names them), then
+# turn elements into bytes. FLOPs: task 1's forward count. Divide, and see which of B, H, S and D
+# are left.
 # :::
 
 # %% tags=["solution", "hide-input"]

@@ -40,8 +40,9 @@ def sliding_window(window):
 
 # %% [markdown]
 # :::{dropdown} Hint 1: two conditions
-# Causal: `kv_idx <= q_idx`. Inside the window: `kv_idx > q_idx - window`. Combine the two
-# boolean tensors with `&`.
+# A key is visible when it is not in the query's future *and* not too far in its past. Write each
+# as a comparison between `kv_idx` and `q_idx` (the second one involves `window`; count how many
+# keys a query sees, itself included), and combine the two boolean tensors with `&`.
 # :::
 #
 # :::{dropdown} Hint 2: returning a function
@@ -110,8 +111,8 @@ def softcap(cap):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# `def score_mod(score, b, h, q_idx, kv_idx): return cap * torch.tanh(score / cap)`, defined
-# inside `softcap`. The score arrives already multiplied by the scale 1/sqrt(d).
+# Define the score_mod inside `softcap`, so it remembers `cap`, and return it. The score is a
+# tensor: use `torch.tanh`, not `math.tanh`. It arrives already multiplied by the scale 1/sqrt(d).
 # :::
 
 # %% tags=["solution", "hide-input"]

@@ -32,12 +32,22 @@ def test_contenders_on_a_cpu_leave_out_the_interpreted_and_compiled_entries_with
 def test_glance_shows_a_time_only_where_the_spread_check_passes():
     quiet, noisy = point("naive", 10.0, 11.0), point("sdpa_flash", 1.0, 1.0 * (plots.NOISY_SPREAD + 1), nbytes=1e7)
     table = showdown.glance({"naive": quiet, "sdpa_flash": noisy}, ROOF)
-    assert table.loc["naive", "median ms"] == pytest.approx(10.5)
+    assert table.loc["naive", "time (ms)"] == pytest.approx(10.5)
+    assert table.loc["naive", "p10-p90 (ms)"] == "10-11"
     assert table.loc["naive", "% of roof"] == pytest.approx(100 * quiet.tflops * 1e12 / 10e9)   # intensity 1: the slope
     assert table.loc["naive", "side of ridge"] == "memory-bound"
     assert table.loc["sdpa_flash", "side of ridge"] == "compute-bound"                        # 100 FLOP/byte
-    assert table[["median ms", "TFLOP/s", "% of roof", "p10-p90 ms"]].loc["sdpa_flash"].isna().all()
-    assert table.loc["sdpa_flash", "peak MiB"] == 1.0 and "tiles" in table.loc["sdpa_flash", "the lesson"]
+    assert table[["time (ms)", "TFLOP/s", "% of roof", "p10-p90 (ms)"]].loc["sdpa_flash"].isna().all()
+    assert table.loc["sdpa_flash", "peak memory (MiB)"] == 1.0
+    assert table.columns[0] == "peak memory (MiB)" and len(table.columns) <= 7, "the answer column first, fits a page"
+
+
+def test_lineup_says_for_each_implementation_whether_it_is_measured_and_its_lesson():
+    table = showdown.lineup("cpu")
+    assert list(table.index) == kernels.names()
+    assert table.loc["naive", "here"] == "measured" and "copies" in table.loc["naive", "its lesson"]
+    assert "not a performance number" in table.loc["triton", "here"] and not table.loc["triton", "here"].startswith("triton:")
+    assert "tiles" in table.loc["sdpa_flash", "its lesson"]
 
 
 def test_smallest_first_orders_by_amount_and_breaks_ties_the_guess_s_way():
@@ -75,5 +85,6 @@ def test_profile_forwards_keeps_a_median_step_each_and_leaves_out_what_cannot_ru
 
 def test_glance_and_article_tables_are_captioned():
     table = showdown.glance({"naive": point("naive", 1.0, 1.2)}, ROOF)
-    assert showdown.glance_styled(table, "this run").caption == "this run"
+    styled = showdown.glance_styled(table, "this run")
+    assert styled.caption == "this run" and "e+" not in styled.to_html()
     assert "not measured by this build" in showdown.article_styled().caption
