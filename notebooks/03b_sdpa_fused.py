@@ -1,34 +1,29 @@
 # %% [markdown]
 # # 3b. The fused backends: one kernel, low occupancy, memory in S
 #
-# [The first part of this chapter](03_sdpa.ipynb) took [SDPA](glossary.md#sdpa)'s math backend apart: attention
-# in primitive ops, each S×S intermediate written to memory and read back. The other three
-# backends (memory-efficient, FlashAttention-2 and cuDNN) exist to collapse all of that into
-# a single [kernel](glossary.md#kernel) that keeps 16-bit inputs in 16 bits, runs on
-# [tensor cores](glossary.md#tensor-core), and never
-# writes the S×S scores to memory: it walks K and V in tiles, keeps a running (online)
-# softmax, and accumulates the output tile by tile.
+# [Chapter 3, the dispatcher](03_sdpa.ipynb), took [SDPA](glossary.md#sdpa)'s math backend apart:
+# attention in primitive ops, each S×S intermediate written to memory and read back. The other
+# three backends (memory-efficient, FlashAttention-2 and cuDNN) collapse all of that into a
+# single [kernel](glossary.md#kernel) that keeps 16-bit inputs in 16 bits, runs on
+# [tensor cores](glossary.md#tensor-core), and never writes the S×S scores to memory: it walks K
+# and V in tiles, keeps a running (online) softmax, and accumulates the output tile by tile.
 #
-# This part reads those kernels: their names, their footprint and the occupancy the
-# profiler estimates from it (and why that estimate can read 0%), what cuDNN costs on the
-# CPU, and what fusion does to memory. On a CPU the one fused backend is PyTorch's CPU
-# flash kernel; the GPU kernels are read from the source article's A100 traces and from a
-# real H100 trace recorded by others, and, when a GPU run exists (this run's own, or a
-# recording), checked on it.
+# This chapter reads those kernels: their names, their footprint and the occupancy the profiler
+# estimates from it (and why that estimate can read 0%), what cuDNN costs on the CPU, and what
+# fusion does to memory. On a CPU the one fused backend is PyTorch's CPU flash kernel; the GPU
+# kernels are read from the source article's A100 numbers and from a real H100 trace recorded
+# by others.
 #
 # **You will learn to:**
 #
-# - read the fused backends' kernel names as fingerprints (CUTLASS, FlashAttention-2, cuDNN);
-# - compute a kernel's [occupancy](glossary.md#occupancy) from its [registers](glossary.md#registers) and
-#   [shared memory](glossary.md#shared-memory), and see why flash's low
-#   occupancy is by design and why the profiler can read 0%;
-# - recompute the profiler's occupancy of a real H100 flash kernel from its footprint, and read
-#   its shared memory and grid off the tiles its name carries;
+# - read the fused backends' kernel names as fingerprints;
+# - compute a kernel's [occupancy](glossary.md#occupancy) from its [registers](glossary.md#registers)
+#   and [shared memory](glossary.md#shared-memory), see why flash's low occupancy is by design
+#   and why the profiler can read 0%, and redo the arithmetic on a real H100 kernel;
 # - see where cuDNN's CPU time goes: one opaque op, and a graph built once per shape;
 # - measure that fused attention's peak memory grows with S, the math backend's with S².
 #
-# **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb). No GPU:
-# the GPU-only kernels are read from recorded traces.
+# **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb).
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -43,9 +38,10 @@ import pandas as pd
 import torch
 
 import kernels
-import kernels.attention.sdpa
-from kernels import borrowed, gpu_lessons, recorded
+from kernels import borrowed, recorded
+from kernels.attention import sdpa
 from kernels.bench import comparison
+from kernels.book import ch03_sdpa as ch03, ch03b_sdpa_fused as ch03b
 from kernels.hw.occupancy import KINETO_SHARED_MEM_LIMIT, device_limits_table, occupancy, trace_kernel
 from kernels.notebook import glue, glue_all, inputs, lesson, reveal, say, setup
 from kernels.trace import reader, record, tables, timeline
@@ -55,11 +51,14 @@ from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
-# Which backends take these inputs on this device, by the rules of part one (no call needed).
+print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
+
+# %% tags=["remove-input"]
+borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
+# Which backends take these inputs on this device, by chapter 3's rules (no call needed).
 FUSED = ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn")
-refused = kernels.attention.sdpa.rule_reasons(("sdpa_math",) + FUSED, device, q, k)
+refused = sdpa.rule_reasons(("sdpa_math",) + FUSED, device, q, k)
 fused_here = [n for n in FUSED if refused[n] is None]
-display(kernels.attention.sdpa.reasons_table({n: refused[n] for n in FUSED}))
 if device.type == "cpu":
     lesson(fused_here == ["sdpa_flash"], "on a CPU the one fused backend that runs is PyTorch's CPU flash kernel")
 
@@ -67,34 +66,31 @@ if device.type == "cpu":
 # ## One kernel each
 #
 # The source article found exactly **one kernel per forward** for each fused backend on its
-# A100. `kernels.attention.sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened);
-# decoded:
+# A100. `sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened); decoded:
 
 # %%
-article = classify_many(kernels.attention.sdpa.ARTICLE_A100_KERNELS.values()).assign(backend=list(kernels.attention.sdpa.ARTICLE_A100_KERNELS))
+article = classify_many(sdpa.ARTICLE_A100_KERNELS.values()).assign(backend=list(sdpa.ARTICLE_A100_KERNELS))
+article[["backend", "name", "family", "tensor_cores", "dtype", "note"]].fillna("—")
 
-display(article[["backend", "name", "family", "tensor_cores", "dtype", "note"]].fillna("—"))   # the shortened flash name carries no dtype
+# %% tags=["remove-input"]
 lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
        "each article kernel decodes as one fused attention kernel on tensor cores")
 
 # %% [markdown]
 # Read left to right, `fmha_cutlassF_bf16_aligned_64x64_rf_sm80` says: fused multi-head
-# attention, built from CUTLASS templates, forward, bfloat16, aligned inputs, 64×64 tiles,
-# the output accumulator kept in registers (`rf`; `gmem` would keep it
-# in global memory), and `sm80` the lowest architecture of the range the kernel was built for
-# (sm_80 and newer). It is the memory-efficient kernel
-# that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is FlashAttention-2,
-# vendored into PyTorch. The cuDNN name is not a fixed binary at all: `cudnn_generated`
-# kernels are produced for the problem at hand, `flash_fprop` names the algorithm
-# family, `wmma_f16` the 16-bit tensor-core path, `knob_6` the tuned configuration it
-# picked and `128x64x64` its tiles. (It says `f16` even in a bf16 run.)
+# attention, built from [CUTLASS](glossary.md#cutlass) templates, forward, bfloat16, aligned
+# inputs, 64×64 tiles, the output accumulator kept in registers (`rf`; `gmem` would keep it in
+# global memory), and `sm80` the lowest architecture it was built for. It is the
+# memory-efficient kernel that came from Meta's xFormers. `pytorch_flash::flash_fwd_kernel` is
+# FlashAttention-2, vendored into PyTorch. The cuDNN name is not a fixed binary: `cudnn_generated`
+# kernels are produced for the problem at hand, `flash_fprop` names the algorithm family,
+# `wmma_f16` the 16-bit tensor-core path (even in a bf16 run), `knob_6` the tuned configuration
+# and `128x64x64` its tiles.
 #
 # ## The flash backend in this run's trace
 #
-# The CPU has its own fused flash kernel, SDPA's default there; on a GPU the flash op
-# launches the one kernel. Before profiling: part one counted the ops doing work in one
-# forward of the math backend. How many do you expect one forward of the flash backend to
-# run (views and bare allocations left out, as there)?
+# The CPU has its own fused flash kernel, SDPA's default there. Before profiling: chapter 3
+# counted the ops doing work in one forward of the math backend. How many do you expect one forward of the flash backend to run (views and bare allocations left out)?
 
 # %%
 guess_flash_work_ops = 3  # edit me before running on
@@ -103,66 +99,56 @@ guess_flash_work_ops = 3  # edit me before running on
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in fused_here}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
-work_ops = {name: s.work_ops() for name, s in step.items()}  # ops that compute: no views, no bare allocations
+tables.op_table(step["sdpa_flash"], views=True) if "sdpa_flash" in step else None
 
 # %% tags=["remove-input"]
+work_ops = {name: s.work_ops() for name, s in step.items()}  # ops that compute: no views, no bare allocations
 # The fused backends' GPU run, where there is one: this run's own on a GPU, else the book's recording.
 gpu_steps, gpu_source, gpu_capability = recorded.gpu_steps(device, step, "03b_sdpa_fused", list(FUSED))
 if gpu_steps:
     say(f"GPU run: {gpu_source}")
-
-# %%
 transposes = pd.DataFrame(columns=["alloc_bytes"])
 if "sdpa_flash" in step:
-    fl = step["sdpa_flash"]
     reveal(guess_flash_work_ops, len(work_ops["sdpa_flash"]), "ops doing work in one flash forward")
-    display(tables.op_table(fl, views=True))
-    transposes = fl.find("aten::transpose")
+    transposes = step["sdpa_flash"].find("aten::transpose")
     if device.type == "cpu":
         lesson(work_ops["sdpa_flash"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"],
                "a CPU flash forward runs exactly one op doing work: the fused kernel", ", ".join(work_ops["sdpa_flash"]))
     lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
            "the flash forward's transposes only rearrange metadata: they allocate nothing",
            f"{len(transposes)} transposes, 0 bytes")
-
 glue_all(flash_transposes=len(transposes), flash_work_ops=len(work_ops.get("sdpa_flash", [])))
 
 # %% [markdown]
-# This run's flash forward: {glue:text}`flash_work_ops` op(s) doing work, where the math
-# backend needed many. A guess above that count probably counted the views (the `transpose`
-# calls, shown above) or the `scaled_dot_product_attention` wrapper, which does no
-# arithmetic of its own. Those
-# {glue:text}`flash_transposes` `transpose` calls swap the tensors' strides, from
-# [B, H, S, D] to the [B, S, H, D] layout the kernel reads, and back; no data moves. The
-# article saw the same on its GPU: flash and efficient each put four such metadata
-# transposes on the CPU thread's track before their kernel,
-# while cuDNN, whose generator emits a kernel for the [B, H, S, D] layout directly, has
-# none (its Figures 19 to 21). The flash forward's timeline is short:
+# This run's flash forward: {glue:text}`flash_work_ops` op(s) doing work. A guess above that
+# probably counted the views (the `transpose` calls) or the `scaled_dot_product_attention`
+# wrapper, which does no arithmetic of its own. Those {glue:text}`flash_transposes` `transpose`
+# calls swap the tensors' strides, from [B, H, S, D] to the [B, S, H, D] layout the kernel reads,
+# and back; no data moves. The article saw the same on its GPU: flash and efficient each put four
+# such transposes on the CPU track before their kernel, while cuDNN, whose generator emits a
+# kernel for the [B, H, S, D] layout directly, has none (its Figures 19 to 21).
 
 # %%
 #| caption: One forward of SDPA's flash backend: a few transposes that only change metadata, and one fused op that does the whole attention, where the math backend ran dozens of ops.
 #| alt: Short timeline: the SDPA call, a few narrow transpose ops, and one wide fused flash-attention op beneath it.
-if "sdpa_flash" in step:
-    display(timeline.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})"))
-
-# %%
-links(runs["sdpa_flash"]) if "sdpa_flash" in runs else None
+timeline.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})") if "sdpa_flash" in step else None
 
 # %% [markdown]
 # ## Low occupancy, on purpose
 #
 # The profiler's footprint of the flash kernel surprised the article's authors: about 13%
 # estimated occupancy, for the fastest backend. (The profiler writes the estimate as a whole
-# number, rounded half up, so 12.5% reads 13: [Kineto](glossary.md#kineto), the profiler's tracing
-# library, rounds it with `std::lround` in `libkineto/src/CuptiActivity.h`, pytorch/kineto.)
-# Occupancy is the share of an [SM](glossary.md#sm)'s
-# [warp](glossary.md#warp) slots that resident warps fill, and registers decide it here.
-# The article's arithmetic for a block (a [CTA](glossary.md#cta)) of 128 threads at 255
+# number, rounded half up, so 12.5% reads 13: [Kineto](glossary.md#kineto), the profiler's
+# tracing library, rounds it with `std::lround` in `libkineto/src/CuptiActivity.h`.) Occupancy
+# is the share of an [SM](glossary.md#sm)'s [warp](glossary.md#warp) slots that resident warps
+# fill. The article's arithmetic for a block (a [CTA](glossary.md#cta)) of 128 threads at 255
 # registers each on an A100 (sm_80), reproduced with `kernels.hw.occupancy`:
 
 # %%
 flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, arch="sm_80")
 print(flash_occ.explain())
+
+# %% tags=["remove-input"]
 lesson(flash_occ.blocks_per_sm == 2 and flash_occ.warps_per_sm == 8 and flash_occ.percent == 12.5,
        "128 threads x 255 registers on sm_80: 2 blocks, 8 of 64 warps, 12.5% occupancy")
 glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flash_warps_per_block=flash_occ.warps_per_block,
@@ -171,32 +157,30 @@ glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flas
 # %% [markdown]
 # {glue:text}`flash_blocks` blocks of {glue:text}`flash_warps_per_block` warps make
 # {glue:text}`flash_warps` resident warps of {glue:text}`max_warps`: {glue:text}`flash_occ:.1f`%.
-# That is not a flaw.
-# High occupancy hides memory latency by having other warps to switch to. Flash still streams
-# every K and V tile from [HBM](glossary.md#hbm), but it hides that latency another way: while the tensor cores
-# work on the current tile, the next one is already on its way into
-# shared memory
-# (`cp.async` prefetching). Its registers and shared memory go to those on-chip tiles and the
-# running softmax, and low occupancy is the price of never writing the scores to memory.
+# That is not a flaw. High occupancy hides memory latency by having other warps to switch to.
+# Flash still streams every K and V tile from [HBM](glossary.md#hbm), but hides that latency
+# another way: while the tensor cores work on the current tile, the next one is already on its
+# way into shared memory (`cp.async` prefetching). Its registers and shared memory go to those
+# on-chip tiles and the running softmax; low occupancy is the price of never writing the scores
+# to memory.
 #
 # ## cuDNN: a 0% that is not real
 #
-# The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is
-# not a measurement: Kineto computes it itself from the
-# kernel's registers, block size and shared memory with CUDA's occupancy calculator, and it
-# assumes the 48 KiB default limit of shared memory per block (pytorch/kineto,
-# `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more shared memory than that,
-# as cuDNN's flash kernels do, gets zero resident blocks in that calculation and reads 0%,
-# whichever API launched it. Kineto also caps the blocks per SM at the grid's average, the
-# grid's block count divided by the number of SMs (the trace's "blocks per SM" is that
-# average, not a count of resident blocks), so a small grid reads low because it is small.
-# `kernels.hw.occupancy.kineto_estimate` does the same arithmetic; the next section recomputes
-# a real trace's field with it. The footprint the article's trace does report for cuDNN, 256
+# The article's cuDNN kernel reported 0% estimated occupancy (its Figure 23). The field is not a
+# measurement: Kineto computes it from the kernel's registers, block size and shared memory with
+# CUDA's occupancy calculator, assuming the 48 KiB default limit of shared memory per block
+# (pytorch/kineto, `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more, as
+# cuDNN's flash kernels do, gets zero resident blocks in that calculation and reads 0%,
+# whichever API launched it. Kineto also caps the blocks per SM at the grid's average (the
+# trace's "blocks per SM" is grid blocks over SMs, not a count of resident blocks), so a small
+# grid reads low because it is small. The footprint the article does report for cuDNN, 256
 # threads at 240 registers, gives the register-limited figure:
 
 # %%
 cudnn_occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
 print(cudnn_occ.explain())
+
+# %% tags=["remove-input"]
 lesson(cudnn_occ.blocks_per_sm == 1 and cudnn_occ.percent == 12.5,
        "256 threads x 240 registers on sm_80: 1 block of 8 warps, 12.5% occupancy, like flash")
 glue("cudnn_occ", cudnn_occ.percent)
@@ -208,37 +192,47 @@ glue("cudnn_occ", cudnn_occ.percent)
 # ## The flash kernel on a real H100
 #
 # The article's numbers come from screenshots of an A100 trace. Every kernel event of a trace
-# carries the same footprint, so the arithmetic can be redone on a real one: the H100 forward
-# of Qwen1.5-0.5B that part one read (16 sequences of 559 tokens, 16 heads of 64, bfloat16,
-# causal), recorded by others. Each of its SDPA calls ran one `flash_fwd_kernel`. Here is the
-# first one's footprint as the trace recorded it, and the SM's limits from the trace's
-# `deviceProperties`:
+# carries the same footprint, so the arithmetic can be redone on a real one: H100 Qwen, the
+# forward chapter 3 read (16 sequences of 559 tokens, 16 heads of 64, bfloat16, causal). Each
+# of its SDPA calls ran one `flash_fwd_kernel`; `kernels.hw.occupancy.trace_kernel` reads the
+# first one's footprint as the trace recorded it:
 
 # %%
-h100 = borrowed.TRACELENS["h100_qwen"]
-h100_trace = h100.trace()
-say(h100.credit(h100_trace))
-h100_step = h100.step(trace=h100_trace)
-h100_call = kernels.attention.sdpa.recorded_calls(h100_step)[0]
-h100_kernels = kernels.attention.sdpa.call_step(h100_step, h100_call).gpu_work
-lesson(len(h100_kernels) == 1, "the call launched exactly one kernel", short_kernel_name(h100_kernels["name"].iloc[0]))
-real = trace_kernel(h100_kernels.iloc[0], h100_trace.device_properties)
-display(pd.Series(real.summary(), name=h100.gpu(h100_trace)).to_frame())
+h100_trace = borrowed.TRACELENS["h100_qwen"].trace()
+h100_step = borrowed.TRACELENS["h100_qwen"].step(trace=h100_trace)
+h100_call = ch03.recorded_calls(h100_step)[0]
+h100_kernel = ch03.call_step(h100_step, h100_call).gpu_work
+real = trace_kernel(h100_kernel.iloc[0], h100_trace.device_properties)
+
+# %% tags=["remove-input"]
+say(f"{short_kernel_name(real.name)}: grid {list(real.grid)}, block {list(real.block)}, "
+    f"{real.registers_per_thread} registers per thread, {real.shared_mem_per_block / 1024:g} KiB of shared memory per block")
+lesson(len(h100_kernel) == 1, "the call launched exactly one kernel", short_kernel_name(h100_kernel["name"].iloc[0]))
 limits = device_limits_table(h100_trace.device_properties[0])
-display(limits)
 lesson((limits["the trace"] == limits["kernels.hw.occupancy's sm_90 table"]).all(),
-       "the SM limits the trace records are those the occupancy arithmetic uses for sm_90")
+       "the SM limits the trace records are those the occupancy arithmetic uses for sm_90",
+       ", ".join(f"{field} {value:,}" for field, value in limits["the trace"].items()))
+trace_sm = limits["the trace"]
+glue_all(h100_regs_per_sm=int(trace_sm["regsPerMultiprocessor"]), h100_smem_kib=int(trace_sm["sharedMemPerMultiprocessor"]) // 1024,
+         h100_warp_slots=int(trace_sm["maxThreadsPerMultiprocessor"] // trace_sm["warpSize"]))
 
 # %% [markdown]
-# Before the reveal: 128 threads at 255 registers each, on an SM with 65,536 registers and 64
-# warp slots. How many of these blocks fit on one SM, and what occupancy (in %) does that give?
+# Its `deviceProperties` give the H100's SM {glue:text}`h100_regs_per_sm` registers and
+# {glue:text}`h100_warp_slots` warp slots, as the A100's, and more shared memory
+# ({glue:text}`h100_smem_kib` KiB). Four resources each cap how many of these blocks can be resident on one SM at
+# once: registers, shared memory, warp slots, and a limit of 32 blocks. Before the reveal:
+# FlashAttention is famous for its shared-memory tiles. Which resource runs out first for this
+# kernel?
 
 # %%
-guess_h100_occupancy = 6.25  # edit me: the flash kernel's occupancy on the H100, in %
+guess_first_limit = "shared memory"  # edit me: registers, shared memory, warp slots or blocks
 
 # %%
 print(real.occupancy.explain())
-reveal(guess_h100_occupancy, real.occupancy.percent, "% occupancy of the H100's flash kernel", source="the arithmetic")
+pd.Series(real.summary(), name="H100 Qwen").to_frame()
+
+# %% tags=["remove-input"]
+ch03b.reveal_limit(guess_first_limit, real.occupancy)
 lesson(real.occupancy.limited_by == "registers"
        and (real.occupancy.blocks_by_shared_memory or 0) > real.occupancy.blocks_per_sm,
        "registers bind: shared memory alone would let more blocks in",
@@ -254,22 +248,24 @@ glue_all(h100_blocks=real.occupancy.blocks_per_sm, h100_warps_per_block=real.occ
          h100_smem_blocks=real.occupancy.blocks_by_shared_memory)
 
 # %% [markdown]
-# {glue:text}`h100_blocks` blocks of {glue:text}`h100_warps_per_block` warps: {glue:text}`h100_warps` of 64 warp slots,
-# {glue:text}`h100_occ:.1f`%, which the trace writes as {glue:text}`h100_recorded_occ:.0f`. A guess
-# of 6.25% counted one block per SM; but a block needs {glue:text}`h100_regs_per_block` registers
-# (after rounding, 8,192 per warp), and two fit in 65,536. The H100's SM has the A100's register
-# file and warp slots, so the footprint gives the same figure as on the article's A100; its
-# larger shared memory would take {glue:text}`h100_smem_blocks` blocks, and registers bind first.
+# A block needs {glue:text}`h100_regs_per_block` registers (after rounding, 8,192 per warp), so
+# two fit in {glue:text}`h100_regs_per_sm`: {glue:text}`h100_blocks` blocks of {glue:text}`h100_warps_per_block` warps,
+# {glue:text}`h100_warps` of 64 warp slots, {glue:text}`h100_occ:.1f`%, which the trace writes as
+# {glue:text}`h100_recorded_occ:.0f`. Shared memory would take {glue:text}`h100_smem_blocks`
+# blocks: the tiles are not what limits this kernel, its registers are, and the same footprint
+# gives the H100 the A100's occupancy.
 #
 # The kernel's name says why it asks for exactly 48 KiB. Its template arguments,
 # `Flash_fwd_kernel_traits<64, 128, 128, 4, ...>`, are FlashAttention-2's tile configuration:
-# head dim 64, 128 query rows per block, 128 key rows per step of its loop, 4 warps. The tiles
-# in shared memory are one of Q and one each of K and V, in bfloat16:
+# head dim 64, 128 query rows per block, 128 key rows per step of its loop, 4 warps. The tiles in
+# shared memory are one of Q and one each of K and V, in bfloat16:
 
 # %%
-tiles = kernels.attention.sdpa.flash_tiles(real.name)
+tiles = sdpa.flash_tiles(real.name)
+tiles
+
+# %% tags=["remove-input"]
 batch_, heads_, seq_ = h100_call.q[0], h100_call.q[1], h100_call.q[2]
-print(tiles)
 print(f"shared memory: ({tiles.block_m} + 2 x {tiles.block_n}) rows x {tiles.head_dim} x 2 bytes = "
       f"{tiles.shared_bytes():,} B; grid: ceil({seq_} / {tiles.block_m}) query tiles x {batch_} x {heads_} = "
       f"{tiles.grid(batch_, heads_, seq_)}")
@@ -283,94 +279,81 @@ lesson(real.shared_mem_per_block <= KINETO_SHARED_MEM_LIMIT,
 lesson(4 < real.waves < 5, "the grid takes four full waves of resident blocks and part of a fifth", f"{real.waves:.2f} waves")
 glue_all(h100_grid_blocks=real.grid_blocks, h100_resident=real.resident_blocks, h100_waves=real.waves,
          h100_sms=real.sm_count, h100_avg_blocks=real.grid_blocks / real.sm_count)
-
-# %% [markdown]
-# The grid holds {glue:text}`h100_grid_blocks` blocks; the H100's {glue:text}`h100_sms` SMs
-# hold {glue:text}`h100_resident` of them at a time ({glue:text}`h100_blocks` each), so the
-# kernel runs in {glue:text}`h100_waves:.2f` [waves](glossary.md#wave): four full rounds and a last one that
-# leaves some SMs idle. Kineto's own "blocks per SM", {glue:text}`h100_avg_blocks:.2f`, is the
-# grid divided by the SMs, not what is resident; its estimate takes the smaller of that
-# average and what fits, here the {glue:text}`h100_blocks` that fit. A GPU run of this page
-# checks the same recomputation on every fused kernel it launches.
-#
-# ## cuDNN's CPU time
-#
-# cuDNN has a CPU-side cost too. The article
-# measured, per forward on its A100 (GPU / CPU time): efficient 277.9 / 117 µs, flash
-# 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no transposes at all, spends the most
-# CPU time, inside one opaque `_cudnn_attention_forward` bar. That is not a plan being chosen
-# on every call: PyTorch builds the cuDNN graph for a shape once and caches it
-# (`aten/src/ATen/native/cudnn/MHA.cpp`, a per-thread graph cache), so a steady-state call pays
-# for looking the graph up, filling in the tensors' addresses, a workspace allocation and the
-# execute call. The first call at a new shape is the expensive one, and if it falls inside
-# the profiled window it inflates the average. A cleaner trace did not mean less work; the
-# work moved where the profiler cannot split it.
-#
-# A GPU run of this page measures that split directly, without the profiler (whose own
-# bookkeeping of shapes and memory would add to every CPU time): the CPU time of cuDNN's first
-# call at a shape it has not seen, against the median of the calls after it. None of the
-# borrowed traces ran cuDNN.
-
-# %% tags=["remove-input"]
-if device.type == "cuda" and "sdpa_cudnn" in fused_here:
-    fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
-    first, steady = kernels.attention.sdpa.first_call_cpu_ms(kernels.get("sdpa_cudnn"), fresh, calls=21)
-    lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
-           "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
-    glue_all(cudnn_first_ms=first, cudnn_steady_ms=steady)
-
-# %% tags=["remove-input"]
 # A GPU run only (this run's or the book's recording): each fused backend is one kernel, and the trace's
 # occupancy is Kineto's estimate recomputed from its footprint (0% above 48 KiB of shared memory).
 if any(n in gpu_steps for n in FUSED):
-    display(gpu_lessons.fused_kernels_read(gpu_steps))
+    display(ch03b.fused_kernels_read(gpu_steps))
+
+# %% [markdown]
+# The grid holds {glue:text}`h100_grid_blocks` blocks; the H100's {glue:text}`h100_sms` SMs hold
+# {glue:text}`h100_resident` of them at a time, so the kernel runs in
+# {glue:text}`h100_waves:.2f` [waves](glossary.md#wave): four full rounds and a last one that
+# leaves some SMs idle. Kineto's own "blocks per SM", {glue:text}`h100_avg_blocks:.2f`, is the
+# grid divided by the SMs; its estimate takes the smaller of that average and what fits.
+#
+# ## cuDNN's CPU time
+#
+# cuDNN has a CPU-side cost too. The article measured, per forward on its A100 (GPU / CPU time):
+# efficient 277.9 / 117 µs, flash 146.8 / 138 µs, cuDNN 186.3 / **214** µs. cuDNN, with no
+# transposes at all, spends the most CPU time, inside one opaque `_cudnn_attention_forward` bar.
+# That is not a plan chosen on every call: PyTorch builds the cuDNN graph for a shape once and
+# caches it (`aten/src/ATen/native/cudnn/MHA.cpp`, a per-thread graph cache), so a steady-state
+# call pays for looking the graph up, filling in the tensors' addresses, a workspace allocation
+# and the execute call. The first call at a new shape is the expensive one, and if it falls
+# inside the profiled window it inflates the average. A cleaner trace did not mean less work;
+# the work moved where the profiler cannot split it.
+
+# %% tags=["remove-input"]
+# A GPU run measures that split directly, without the profiler: cuDNN's first call at a new shape
+# against the median of the calls after it. None of the borrowed traces ran cuDNN.
+if device.type == "cuda" and "sdpa_cudnn" in fused_here:
+    fresh = inputs(batch, heads, seq + 64, head_dim, dtype=dtype, device=device, seed=3)  # a new shape
+    first, steady = ch03b.first_call_cpu_ms(kernels.get("sdpa_cudnn"), fresh, calls=21)
+    lesson(first > 3 * steady, "cuDNN's first call at a new shape costs far more CPU time than the calls after it: "
+           "the graph is built once and then found in the cache", f"{first:.2f} vs {steady:.3f} ms")
 
 # %% [markdown]
 # ## Memory: S² against S
 #
-# The fused kernels' real gift is memory. Before measuring: each time the sequence doubles,
-# by what factor do you expect one forward's peak memory to grow, with the math backend and
-# with the flash kernel? The cell after yours measures one forward at a few sequence lengths
-# (the same batch, heads and head dim as above; math stops one doubling earlier, its largest
-# point would cost more than all the others). On a GPU the sweep starts one doubling later:
-# the larger batch and heads there have bigger S-sized (not S×S) buffers, which would blur
-# the 4x at short sequences.
+# The fused kernels' real gift is memory. Before measuring: each time the sequence doubles, by
+# what factor do you expect one forward's peak memory to grow, with the math backend and with
+# the flash kernel? The cell after yours profiles one forward at a few sequence lengths (the
+# math backend stops one doubling earlier: its largest point would cost more than all the
+# others).
 
 # %%
-guess_growth = {"sdpa_math": None, "sdpa_flash": None}  # edit me: peak memory x per doubling of S, e.g. 3.0
+guess_growth = {"sdpa_math": 4.0, "sdpa_flash": 4.0}  # edit me: peak memory x per doubling of S
 
 # %%
 sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
 sweep_for = {name: seqs for name, seqs in (("sdpa_math", sweep_seqs[:-1]), ("sdpa_flash", sweep_seqs))
              if refused[name] is None}
-peaks, sweep_steps = kernels.attention.sdpa.peak_memory_sweep(sweep_for, batch, heads, head_dim, dtype=dtype,
-                                                              device=device, trace_dir=trace_dir)
-growth = kernels.attention.sdpa.growth_per_doubling(peaks)
-display(kernels.attention.sdpa.peaks_and_growth(peaks))
+peaks, sweep_steps = ch03b.peak_memory_sweep(sweep_for, batch, heads, head_dim, dtype=dtype, device=device,
+                                            trace_dir=trace_dir)
+ch03b.peaks_and_growth(peaks)
 
 # %%
 #| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x).
 #| alt: Log-log line chart of peak memory against sequence length for sdpa_math and sdpa_flash, with guide lines proportional to S and to S squared.
-kernels.attention.sdpa.peak_memory_figure(peaks, f"Peak memory, B={batch} H={heads} D={head_dim}, "
-                                                 f"{str(dtype).replace('torch.', '')}")
+ch03b.peak_memory_figure(peaks, f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).replace('torch.', '')}")
 
-# %%
-display(*(links(st) for st in sweep_steps.values()))
-
-# %%
+# %% tags=["remove-input"]
+# On a GPU the sweep starts one doubling later: the larger batch and heads there have bigger
+# S-sized (not S×S) buffers, which would blur the 4x at short sequences.
+growth = ch03b.growth_per_doubling(peaks)
 math_growth = growth["sdpa_math x per doubling"].dropna()
+reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep's traces")
 lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] > 3.5,
        "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
        ", ".join(f"{x:.2f}x" for x in math_growth))
-reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep's traces")
 glue_all(math_growth_last=float(math_growth.iloc[-1]), math_peak_max=float(peaks["sdpa_math"].dropna().iloc[-1]),
          math_max_seq=sweep_for["sdpa_math"][-1])
 flash_reading = "This GPU has no flash backend, so there is no flash curve to compare."
 if "sdpa_flash" in peaks:
     flash_growth = growth["sdpa_flash x per doubling"].dropna()
+    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak x, last doubling", source="the sweep's traces")
     lesson(flash_growth.iloc[-1] <= 2.1, "the flash backend's peak grows at most about 2x per doubling once S is large",
            ", ".join(f"{x:.2f}x" for x in flash_growth))
-    reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak x, last doubling", source="the sweep's traces")
     common = peaks.dropna().index[-1]
     lesson(peaks.loc[common, "sdpa_flash"] < peaks.loc[common, "sdpa_math"] / 4,
            "at the longest sequence both ran, the flash backend's peak is a small fraction of the math backend's",
@@ -380,24 +363,22 @@ if "sdpa_flash" in peaks:
 glue("flash_reading", flash_reading)
 
 # %% [markdown]
-# The math backend holds S×S intermediates (the scores, the probabilities, the guards), so
-# its peak grows with S², about 4x per doubling; a guess of 2x treated it like a kernel that
-# never writes the scores. The flash kernel allocates only the output (S×D), one
-# log-sum-exp per row and a scratch buffer of fixed size per thread, so its peak grows
-# with S, about 2x once S is large; a guess of 4x treated it like the math backend.
+# The math backend holds S×S intermediates (the scores, the probabilities, the guards), so its
+# peak grows with S², about 4x per doubling. The flash kernel allocates only the output (S×D),
+# one [log-sum-exp](glossary.md#log-sum-exp) per row and a scratch buffer of fixed size per
+# thread, so its peak grows with S, about 2x once S is large; a guess of 4x treated it like the
+# math backend. At S = {glue:text}`math_max_seq` the math backend peaked at
+# {glue:text}`math_peak_max:.0f` MiB, its last doubling costing {glue:text}`math_growth_last:.2f`x.
+# {glue:text}`flash_reading`
 #
-# At S = {glue:text}`math_max_seq` the math backend peaked at {glue:text}`math_peak_max:.0f` MiB,
-# its last doubling costing {glue:text}`math_growth_last:.2f`x. {glue:text}`flash_reading`
-# On a CPU the flash curve has a bump in the middle. The CPU
-# kernel (ATen's `cpu_flash_attention`) gives every thread a scratch buffer for one block
-# of queries against one block of keys, and it picks larger blocks for longer sequences;
-# the buffer follows the block sizes, not S. Its allocations add up exactly:
+# On a CPU the flash curve has a bump in the middle. The CPU kernel (ATen's `cpu_flash_attention`)
+# gives every thread a scratch buffer for one block of queries against one block of keys, and
+# picks larger blocks for longer sequences; the buffer follows the block sizes, not S. No buffer
+# is S×S. On a GPU the tiles live in registers and shared memory instead.
 
-# %%
+# %% tags=["remove-input"]
 if device.type == "cpu" and "sdpa_flash" in fused_here:
-    acc = kernels.attention.sdpa.cpu_flash_allocation_table(sweep_steps, batch, heads, head_dim, q.element_size())
-    display(acc)
-
+    acc = ch03b.cpu_flash_allocation_table(sweep_steps, batch, heads, head_dim, q.element_size())
     lesson((acc["allocations"] == 3).all() and acc["output"].all() and acc["log-sum-exp"].all(),
            "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, a scratch buffer")
     lesson(acc["scratch (KiB)"].is_monotonic_increasing and acc["scratch (KiB)"].nunique() > 1,
@@ -408,20 +389,19 @@ if device.type == "cpu" and "sdpa_flash" in fused_here:
            f"{acc['scratch (KiB)'].iloc[-1]:.0f} KiB")
 
 # %% [markdown]
-# No buffer is S×S. On a GPU the tiles live in registers and shared memory instead of a
-# scratch buffer; a GPU run of this notebook checks the same 2x growth in the sweep above.
-#
 # ## Side by side: three forwards, timed
 #
-# The sweep above profiled each point once, with the profiler's memory bookkeeping on, which
-# is right for memory and wrong for time. To compare speed, the cell below times one forward
-# each of chapter 2's in-place module, the math backend and the flash kernel apart from the
-# profiler, alternating them call by call, and calls one the fastest only when its slowest
-# tenth of calls beats every other's fastest tenth (`kernels.bench.compare`):
+# The sweep profiled each point once, with the profiler's memory bookkeeping on: right for
+# memory, wrong for time. To compare speed, the cell below times chapter 2's in-place module, the
+# math backend and the flash kernel apart from the profiler, alternating them call by call, and
+# calls one the fastest only when its slowest tenth of calls beats every other's fastest tenth
+# (`kernels.bench.comparison.compare`):
 
 # %%
 contenders = [n for n in ("inplace", "sdpa_math", "sdpa_flash") if n != "sdpa_flash" or n in fused_here]
 timing = comparison.compare({n: functools.partial(kernels.get(n), q, k, v) for n in contenders}, device=device, rounds=11)
+
+# %% tags=["remove-input"]
 lesson("sdpa_flash" not in contenders or timing.faster() in (None, "sdpa_flash"),
        "timed apart from the profiler, neither the in-place module nor the math backend beats the fused kernel",
        timing.medians() if timing.faster() else "no time shown: the ranges overlapped")
@@ -435,18 +415,16 @@ glue("fused_timing_reading", f"Timed apart from the profiler, {timing.faster()} 
 #
 # ## What to remember
 #
-# - The fused backends are one kernel each; read their names as fingerprints before
-#   anything else.
-# - Low occupancy can be a design choice: flash spends its registers and shared memory on
-#   the tiles it keeps on chip.
-# - The profiler's occupancy is Kineto's estimate, computed from the footprint with the
-#   48 KiB default shared-memory limit: any kernel that asks for more reads 0%, whatever
-#   its real occupancy. Check the footprint.
+# - The fused backends are one kernel each; read their names as fingerprints before anything else.
+# - Low occupancy can be a design choice: flash spends its registers and shared memory on the
+#   tiles it keeps on chip, and its registers, not its tiles, are what limit it.
+# - The profiler's occupancy is Kineto's estimate, computed from the footprint with the 48 KiB
+#   default shared-memory limit: any kernel that asks for more reads 0%, whatever its real
+#   occupancy. Check the footprint.
 # - A cleaner CPU track is not less work: cuDNN's CPU time sits inside one opaque op, and its
 #   first call at a new shape builds the graph the later calls find in a cache.
 # - Fused attention's memory grows with S, not S²: the scores never leave the chip.
 #
 # Next: write that fused kernel ourselves, in Triton.
-
-# %% [markdown]
+#
 # **Practice:** [the exercises for this chapter](exercises/03_sdpa.ipynb), with automatic checks, hints and hidden solutions.

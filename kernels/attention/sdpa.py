@@ -7,7 +7,10 @@ is told why before a call fails. The entries add what the registry's contract ne
 bottom-right causal when Sq != Sk, ``enable_gqa`` for grouped-query attention, a copy for a
 layout without unit stride along D, and a guard for the CPU flash kernel's NaN at scale <= 0.
 ``math_decomposed`` writes out what the math backend runs, one ATen op per line, bit for bit;
-``ARTICLE_A100_KERNELS`` are the fused kernels of the source article's A100 traces.
+``ARTICLE_A100_KERNELS`` are the fused kernels of the source article's A100 traces, and
+``flash_tiles`` reads FlashAttention-2's tiles off its kernel's name. Reading SDPA calls out of a
+trace, and the pages' tables and figures, live with chapters 3 and 3b (``kernels.book.ch03_sdpa``,
+``kernels.book.ch03b_sdpa_fused``).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +29,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from kernels.reference import future_mask
 from kernels.registry import CannotRun, Reason, check_inputs, cuda_reason, get, register, resolve_scale
 
-if TYPE_CHECKING:   # reading a trace needs pandas; importing the registry must stay cheap
+if TYPE_CHECKING:   # the tables need pandas; importing the registry must stay cheap
     import pandas as pd
-
-    from kernels.trace.reader import Step
 
 BACKENDS = {
     "sdpa_math": SDPBackend.MATH,
@@ -231,14 +232,16 @@ PREDICTION_CASES = (("A100 (sm_80)", (8, 0), torch.bfloat16, False, "the default
 
 
 def predictions(cases=PREDICTION_CASES, head_dim: int = 64, cudnn_version: int = 92000) -> "pd.DataFrame":
-    """One row per case of ``cases`` (see ``PREDICTION_CASES``), indexed by GPU: the dtype, why the
-    case is there, and the backend ``predicted_backend`` says an unpinned SDPA call picks."""
+    """One row per case of ``cases`` (see ``PREDICTION_CASES``), indexed by GPU: the backend
+    ``predicted_backend`` says an unpinned SDPA call picks, the dtype, and why the case is there."""
     import pandas as pd
 
-    return pd.DataFrame([{"GPU": gpu, f"dtype (head dim {head_dim})": str(dt).replace("torch.", ""), "note": note,
-                          "unpinned SDPA picks": predicted_backend(cap, dt, head_dim, cudnn_version=cudnn_version,
-                                                                   deprioritized=dep)}
-                         for gpu, cap, dt, dep, note in cases]).set_index("GPU")
+    # The answer first: a reader sees it without scrolling on a narrow page.
+    rows = [{"GPU": gpu,
+             "unpinned SDPA picks": predicted_backend(cap, dt, head_dim, cudnn_version=cudnn_version, deprioritized=dep),
+             f"dtype (head dim {head_dim})": str(dt).replace("torch.", ""), "why this row": note}
+            for gpu, cap, dt, dep, note in cases]
+    return pd.DataFrame(rows).set_index("GPU")
 
 
 # ---- the same rules, asked about this machine ------------------------------------------------
@@ -463,158 +466,8 @@ def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
     return (probs @ v).to(out_dtype)                # [B, H, Sq, Sk] @ [B, H, Sk, D] -> [B, H, Sq, D]
 
 
-# ---- an SDPA call as a trace recorded it --------------------------------------------------------
-
-# The op each backend runs under ``aten::scaled_dot_product_attention`` (CUDA, ROCm and CPU builds;
-# ROCm's flash backend keeps the CUDA op names and launches AMD's kernel below them).
-BACKEND_OPS = {
-    "aten::_scaled_dot_product_flash_attention": "sdpa_flash",
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "sdpa_flash",
-    "aten::_scaled_dot_product_efficient_attention": "sdpa_efficient",
-    "aten::_scaled_dot_product_cudnn_attention": "sdpa_cudnn",
-    "aten::_scaled_dot_product_attention_math": "sdpa_math",
-}
+# The op every SDPA call records, whichever backend it takes (chapter 3 reads the calls of a trace).
 SDPA_OP = "aten::scaled_dot_product_attention"
-# Kineto's names for tensor element types
-TRACE_DTYPES = {"c10::BFloat16": torch.bfloat16, "c10::Half": torch.float16, "float": torch.float32,
-                "double": torch.float64}
-# Ops that only re-describe memory inside a view op: left out of a call's chain
-_VIEW_INTERNALS = frozenset({"aten::as_strided"})
-
-
-@dataclass(frozen=True)
-class RecordedSdpa:
-    """One ``aten::scaled_dot_product_attention`` call as the trace recorded its inputs.
-
-    Read from the op's ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (the schema:
-    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)."""
-
-    row: int                  # the op's row in ``Step.ops``
-    q: list
-    k: list
-    v: list
-    dtype: torch.dtype
-    attn_mask: Optional[list]  # its dims; None: no mask was passed
-    dropout_p: float
-    is_causal: bool
-    scale: Optional[float]     # None: the default 1/sqrt(head_dim)
-    enable_gqa: bool
-    backend_op: Optional[str]  # the backend's op nested in it (None: none recorded)
-
-    @property
-    def head_dim(self) -> int:
-        return int(self.q[-1])
-
-    @property
-    def backend(self) -> Optional[str]:
-        """The course's name of the backend that ran (``sdpa_flash``...), from its op."""
-        return BACKEND_OPS.get(self.backend_op) if self.backend_op else None
-
-    def summary(self) -> dict:
-        """What the rules read, as the trace recorded it, for a table."""
-        return {"q shape [B, H, S, D]": str(self.q), "dtype": str(self.dtype).replace("torch.", ""),
-                "attn_mask": "None" if self.attn_mask is None else str(self.attn_mask),
-                "is_causal": self.is_causal, "dropout_p": self.dropout_p, "backend op": self.backend_op,
-                "backend": self.backend}
-
-    def rules_reason(self) -> Reason:
-        """Why ``predicted_backend`` cannot answer for this call (None: it can): it models an
-        unpinned call with no mask, no dropout, and causal only with Sq == Sk."""
-        if self.attn_mask is not None:
-            return f"the call passed a mask of shape {self.attn_mask}"
-        if self.dropout_p:
-            return f"the call used dropout_p={self.dropout_p}"
-        if self.is_causal and self.q[-2] != self.k[-2]:
-            return f"causal with Sq {self.q[-2]} != Sk {self.k[-2]}"
-        return None
-
-
-def recorded_calls(step: "Step") -> list[RecordedSdpa]:
-    """Every ``aten::scaled_dot_product_attention`` call of ``step``, with its recorded inputs.
-
-    A ValueError says when the trace did not record the inputs (a profile without
-    ``record_shapes=True``, or a torch too old to record scalar values)."""
-    ops = step.ops
-    found = []
-    for row in ops.index[ops["name"] == SDPA_OP]:
-        found.append(_read_sdpa(ops, int(row)))
-    return found
-
-
-def _read_sdpa(ops: "pd.DataFrame", row: int) -> RecordedSdpa:
-    dims, types, values = (ops.at[row, c] for c in ("input_dims", "input_types", "concrete_inputs"))
-    if len(dims) < 3 or len(values) < 6 or not types:
-        raise ValueError(f"the SDPA call at row {row} has no recorded inputs (Input Dims {dims}, Concrete "
-                         f"Inputs {values}): profile with record_shapes=True on a torch that records scalars")
-    if types[0] not in TRACE_DTYPES:
-        raise ValueError(f"the SDPA call at row {row} has inputs of type {types[0]!r}, not a float type")
-    inner = ops.index[(ops["parent"] == row) & ops["name"].isin(list(BACKEND_OPS))]
-    mask_dims = dims[3] if len(dims) > 3 and dims[3] else None
-    return RecordedSdpa(
-        row=row, q=list(dims[0]), k=list(dims[1]), v=list(dims[2]), dtype=TRACE_DTYPES[types[0]],
-        attn_mask=mask_dims, dropout_p=float(values[4] or 0.0), is_causal=values[5].strip() == "True",
-        scale=float(values[6]) if len(values) > 6 and values[6] not in ("", "None") else None,
-        enable_gqa=len(values) > 7 and values[7].strip() == "True",
-        backend_op=str(ops.at[int(inner[0]), "name"]) if len(inner) else None)
-
-
-def call_step(step: "Step", call: RecordedSdpa) -> "Step":
-    """The one call as a step of its own: its ops, and the GPU work launched inside it
-    (for a timeline, or ``chain``)."""
-    import pandas as pd
-
-    from kernels.trace.reader import Step
-
-    op = step.ops.loc[call.row]
-    window = pd.Series({"name": SDPA_OP, "cat": "user_annotation", "pid": op["pid"], "tid": op["tid"],
-                       "ts": float(op["ts"]), "dur": float(op["dur_us"]), "args": {}, "end": float(op["end"])})
-    return Step(step.trace, SDPA_OP, 0, window)
-
-
-def chain(call: "Step", every_runtime_call: bool = False, indent: bool = False) -> "pd.DataFrame":
-    """The call's nesting, from ``scaled_dot_product_attention`` down to the kernel it launched:
-    one row per op (views' own ``as_strided`` left out), per runtime call that launched GPU work
-    (``every_runtime_call``: all of them), and per GPU kernel, right under its launch (kernel
-    names shortened: no template arguments). ``call`` is a step cut to one call
-    (``call_step``). Times in µs from the call's start; a kernel's start is on the GPU's clock
-    as the trace aligns it, so it may start after the call has returned. ``indent``: the names,
-    indented by one "· " per level, become the index (for display), and ``level`` goes."""
-    import pandas as pd
-
-    from kernels.trace.attention import short_kernel_name
-
-    t0, t1 = float(call.range["ts"]), float(call.range["end"])
-    ops = call.ops[~call.ops["name"].isin(_VIEW_INTERNALS)]
-    rows = [{"level": 0, "kind": "op", "name": str(call.range["name"]), "starts (µs)": 0.0,
-             "takes (µs)": t1 - t0, "order": 0.0}]
-    rows += [{"level": int(r.depth) + 1, "kind": "op", "name": r.name, "starts (µs)": r.start_us,
-              "takes (µs)": r.dur_us, "order": r.start_us} for r in ops.itertuples()]
-    work = call.gpu_work
-    spans = call.trace.spans
-    runtime = spans[spans["cat"].isin(["cuda_runtime", "cuda_driver"]) & (spans["tid"] == str(call.range["tid"]))
-                    & (spans["ts"] >= t0) & (spans["ts"] < t1)]
-    for r in runtime.itertuples():
-        launched = work[(work["launch_start_us"] - (r.ts - t0)).abs() < 1e-3]
-        if launched.empty and not every_runtime_call:
-            continue
-        level = _level_at(ops, r.ts) + 2
-        rows.append({"level": level, "kind": "runtime", "name": r.name, "starts (µs)": r.ts - t0,
-                     "takes (µs)": r.dur, "order": r.ts - t0})
-        rows += [{"level": level + 1, "kind": "GPU " + k.cat.replace("gpu_", ""), "name": short_kernel_name(k.name),
-                  "starts (µs)": k.start_us, "takes (µs)": k.dur_us, "order": r.ts - t0 + 1e-6}
-                 for k in launched.itertuples()]
-    table = pd.DataFrame(rows).sort_values(["order", "level"], kind="stable").drop(columns="order")
-    table = table.round({"starts (µs)": 1, "takes (µs)": 1}).reset_index(drop=True)
-    if indent:
-        names = ["· " * level + name for level, name in zip(table["level"], table["name"])]
-        table = table.drop(columns=["level", "name"]).set_axis(pd.Index(names, name="name"))
-    return table
-
-
-def _level_at(ops: "pd.DataFrame", ts: float) -> int:
-    """The depth of the innermost op running at ``ts`` (-1 if none)."""
-    inside = ops[(ops["ts"] <= ts) & (ops["end"] >= ts)]
-    return int(inside["depth"].max()) if len(inside) else -1
 
 
 # ---- FlashAttention-2's forward kernel, read from its name ----------------------------------------
@@ -659,140 +512,3 @@ def flash_tiles(kernel_name: str) -> FlashTiles:
         raise ValueError(f"not a FlashAttention-2 forward kernel name with its template arguments: {kernel_name[:120]!r}")
     d, bm, bn, w = (int(x) for x in m.groups()[:4])
     return FlashTiles(d, bm, bn, w, m.group(5) == "true", m.group(6) == "true")
-
-
-# ---- what chapter 3 reads off a CPU step ------------------------------------------------------------
-
-def mask_build_order(step: "Step", seq_q: int, seq_k: int) -> dict:
-    """Where the math backend built its causal mask in ``step``: the position (1 = first) of its
-    first ``ones``, and of ``tril`` and ``where`` on an [Sq, Sk] tensor, among the step's ops in
-    the order they started; None for an op that did not run. Positions, not start times: the
-    order is the lesson, and a start time on a busy machine measures everything before it."""
-    ops = step.ops.sort_values("start_us", kind="stable").reset_index(drop=True)
-    found = {"ones": step.find("aten::ones"), "tril": step.find("aten::tril", [seq_q, seq_k]),
-             "where": step.find("aten::where", [seq_q, seq_k])}
-    position = {start: i + 1 for i, start in reversed(list(enumerate(ops["start_us"])))}
-    return {name: position[float(hits["start_us"].min())] if not hits.empty else None
-            for name, hits in found.items()}
-
-
-def dtype_casts(step: "Step") -> dict:
-    """The dtype conversions in one math-backend forward of 16-bit inputs (chapter 3): the
-    input shapes of every ``copy_`` from a 16-bit dtype into float32 (``upcasts``) and back
-    (``downcasts``), and the set of (input, input) types its ``bmm`` calls ran on. The math
-    backend upcasts q, k and v by default (``allow_fp16_bf16_reduction_math_sdp`` turns that
-    off), multiplies in float32 and converts its outputs back."""
-    copies = step.find("aten::copy_")
-    sixteen = {"c10::BFloat16", "c10::Half"}
-    types = [t[:2] for t in copies["input_types"]]
-    dims = [d[0] for d in copies["input_dims"]]
-    return {"upcasts": [d for t, d in zip(types, dims) if t[0] == "float" and t[1] in sixteen],
-            "downcasts": [d for t, d in zip(types, dims) if t[0] in sixteen and t[1] == "float"],
-            "matmul input types": {tuple(t[:2]) for t in step.find("aten::bmm")["input_types"]}}
-
-
-def cpu_flash_allocations(step: "Step", batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> dict:
-    """The buffers one forward of PyTorch's CPU flash kernel allocated in ``step``: how many, whether
-    the output ([B, H, S, D]) and the float32 log-sum-exp ([B, H, S]) are among them, and the KiB of
-    the rest (the per-thread scratch buffer)."""
-    sizes = step.memory.loc[step.memory["bytes"] > 0, "bytes"].tolist()
-    out_bytes = batch * heads * seq * head_dim * element_size
-    lse_bytes = batch * heads * seq * 4
-    scratch = [b for b in sizes if b not in (out_bytes, lse_bytes)]
-    return {"seq": seq, "allocations": len(sizes), "output": out_bytes in sizes, "log-sum-exp": lse_bytes in sizes,
-            "scratch (KiB)": sum(scratch) / 1024}
-
-
-def cpu_flash_allocation_table(sweep_steps: Mapping, batch: int, heads: int, head_dim: int,
-                               element_size: int) -> "pd.DataFrame":
-    """``cpu_flash_allocations`` of every flash step in ``sweep_steps`` ({(backend, seq): step},
-    as ``peak_memory_sweep`` returns them), one row per sequence length, indexed by it."""
-    import pandas as pd
-
-    rows = [cpu_flash_allocations(step, batch, heads, seq, head_dim, element_size)
-            for (name, seq), step in sweep_steps.items() if name == "sdpa_flash"]
-    if not rows:
-        raise ValueError("sweep_steps holds no sdpa_flash step: the sweep did not run the flash backend")
-    return pd.DataFrame(rows).set_index("seq").sort_index()
-
-
-def first_call_cpu_ms(fn, args, calls: int = 21) -> tuple[float, float]:
-    """CPU time of ``fn(*args)``: its first call, and the median of the ``calls - 1`` after it,
-    in ms (chapter 3b times cuDNN's first call at a shape it has not seen). On a GPU the time is
-    the launch, not the kernel: the stream is synchronised before each call, not inside it."""
-    if calls < 2:
-        raise ValueError(f"calls must be at least 2 (a first call and one after it), got {calls}")
-    import statistics
-    import time
-
-    sync = torch.cuda.synchronize if any(getattr(a, "is_cuda", False) for a in args) else (lambda: None)
-    spent = []
-    for _ in range(calls):
-        sync()
-        start = time.perf_counter()
-        fn(*args)
-        spent.append((time.perf_counter() - start) * 1e3)
-    sync()
-    return spent[0], statistics.median(spent[1:])
-
-
-# ---- peak memory against sequence length (chapter 3b) -----------------------------------------
-
-def peak_memory_sweep(lengths: dict, batch: int, heads: int, head_dim: int, *, dtype: torch.dtype,
-                      device: torch.device, trace_dir: str) -> tuple["pd.DataFrame", dict]:
-    """Profile one forward of each backend at each of its sequence lengths (``lengths``: name ->
-    list of S) and read its peak memory. Returns the peaks in MiB (index: S, a column per
-    backend, NaN where a backend did not run at that S) and the steps, keyed (name, S)."""
-    import pandas as pd
-
-    from kernels.notebook import inputs
-    from kernels.trace import record
-
-    if not lengths or not all(lengths.values()):
-        raise ValueError(f"peak_memory_sweep needs at least one sequence length per backend, got {lengths}")
-    rows, steps = [], {}
-    for s_len in sorted({s for seqs in lengths.values() for s in seqs}):
-        q, k, v = inputs(batch, heads, s_len, head_dim, dtype=dtype, device=device)
-        for name in [n for n, seqs in lengths.items() if s_len in seqs]:
-            step = record.profile(get(name), q, k, v, label=name, wait=0, warmup=1, active=1,
-                                  trace_dir=trace_dir, trace_name=f"{name}_S{s_len}").step()
-            steps[name, s_len] = step
-            rows.append({"backend": name, "seq": s_len, "peak (MiB)": step.peak_bytes / 2**20})
-    return pd.DataFrame(rows).pivot(index="seq", columns="backend", values="peak (MiB)"), steps
-
-
-def growth_per_doubling(peaks: "pd.DataFrame") -> "pd.DataFrame":
-    """Each backend's peak over its peak at the length before (the sweep doubles S each time)."""
-    return (peaks / peaks.shift(1)).rename(columns=lambda c: f"{c} x per doubling")
-
-
-def peaks_and_growth(peaks: "pd.DataFrame") -> "pd.DataFrame":
-    """The peaks and their growth side by side, for display: "—" where a backend did not run
-    at that length or has no shorter length to compare with (never a NaN cell)."""
-    import pandas as pd
-
-    return pd.concat([peaks.round(2), growth_per_doubling(peaks).round(2)], axis=1).astype(object).fillna("—")
-
-
-def peak_memory_figure(peaks: "pd.DataFrame", title: str):
-    """Peak memory against S, log-log, with guides through the first point of the math backend
-    (∝ S²) and of the flash backend (∝ S). Returns the Figure."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullLocator
-
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
-    for name in peaks.columns:
-        measured = peaks[name].dropna()
-        ax.plot(measured.index, measured, "o-", label=name)
-    for power, style, anchor in ((2, ":", "sdpa_math"), (1, "--", "sdpa_flash")):
-        if anchor in peaks:
-            first = peaks[anchor].dropna()
-            guide = first.iloc[0] * (peaks.index / first.index[0]) ** power
-            ax.plot(peaks.index, guide, style, color="grey", label=f"∝ S{'²' if power == 2 else ''} (from the first point)")
-    ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak memory of one forward (MiB)", title=title)
-    ax.xaxis.set_minor_locator(NullLocator())  # log axes would label the minor ticks too
-    ax.set_xticks(peaks.index, [str(s) for s in peaks.index])
-    ax.legend()
-    fig.tight_layout()
-    return fig

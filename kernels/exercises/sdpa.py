@@ -60,7 +60,10 @@ def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", s
             if got == len(step.top_level()):
                 fail(f"{name}: you counted the top level only ({got}); SDPA is one call at the top, "
                       "the work happens underneath.")
-            fail(f"{name}: the trace has {want} ops doing work; count_work_ops said {got!r}.")
+            if not isinstance(got, int) or isinstance(got, bool):
+                fail(f"{name}: count_work_ops returned {got!r}; return an int.")
+            fail(f"{name}: count_work_ops said {got}, {'more' if got > want else 'fewer'} than the ops doing work in "
+                 "the trace. Print the rows you count beside `step.work_ops()`'s and compare.")
         off = f" (off by {want - guess:+d})" if isinstance(guess, int) and guess != want else ""
         lines.append(f"{name}: guessed {guess}, trace {want}{off}")
     return passed("count_work_ops counts the work in each backend's trace. " + "; ".join(lines))
@@ -92,13 +95,21 @@ def check_backend_predictions(predictions: dict) -> Passed:
         got = predictions[name]
         if got == want:
             continue
-        order = sdpa.priority(cap, cudnn, deprioritized=deprioritized, deterministic=deterministic)
-        refused = [f"{b} ({sdpa.gpu_input_reason(b, cap, dtype, d, deterministic=deterministic, cudnn_version=cudnn)})"
-                   for b in order[:order.index(want)]]
-        fail(f"{name}: SDPA tries {' -> '.join(order)} here and takes {want}"
-              + (f", after refusing {'; '.join(refused)}" if refused else ", the first it tries")
-              + f"; you predicted {got!r}.")
+        fail(f"{name}: you predicted {got!r}. " + _why_not(got, cap, dtype, d, cudnn, deterministic))
     return passed(f"all {len(BACKEND_SCENARIOS)} predictions match PyTorch's rules")
+
+
+def _why_not(got, cap, dtype, d, cudnn, deterministic) -> str:
+    """Why a wrong prediction is wrong, without naming the backend that does run: the backend's
+    own refusal, or, when it accepts the call, that the priority order reaches another first."""
+    if got not in sdpa.BACKENDS:
+        return f"Name one of {', '.join(sdpa.BACKENDS)}."
+    reason = None if got == "sdpa_math" else sdpa.gpu_input_reason(got, cap, dtype, d, deterministic=deterministic,
+                                                                   cudnn_version=cudnn)
+    if reason:
+        return f"It refuses this call: {got} {reason}."
+    return (f"{got} accepts this call, but SDPA tries another backend before it that accepts it too: "
+            "walk the priority order for this GPU and these settings again.")
 
 
 def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
@@ -111,9 +122,10 @@ def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] 
         some_key = future.any(-1).cpu()  # rows where keeping only `future` leaves something
         mistakes = [
             ("the mask is inverted: SDPA's boolean attn_mask marks what to KEEP (True = may attend), "
-             "the opposite of masked_fill's. Pass ~future.", attention64(q, k, v, causal=False, keep_mask=future), some_key),
+             "the opposite of masked_fill's, so yours hid exactly the keys each query may see.",
+             attention64(q, k, v, causal=False, keep_mask=future), some_key),
             ("you passed the mask as numbers: a float attn_mask is ADDED to the scores (0 keeps, -inf "
-             "hides), so adding 1.0 to the future hides nothing. Pass a bool mask (~future).",
+             "hides), so adding 1.0 to the future hides nothing. Pass a boolean mask.",
              attention64(q, k, v, causal=False, add_mask=future.double()), None),
             ("the mask was not applied: the result is non-causal attention.", attention64(q, k, v, causal=False), None),
         ]
@@ -147,7 +159,7 @@ def check_safe_softmax(safe_softmax: Callable, device="cpu", seed: Optional[int]
     dead_out = out.detach().cpu()[..., dead.cpu(), :]
     if torch.isnan(dead_out).any():
         fail("rows whose every score is -inf came out NaN (softmax computes 0/0 there). SDPA's "
-              "_safe_softmax returns 0 for them: find those rows (x == -inf).all(-1) and zero them.")
+              "_safe_softmax returns 0 for them: find those rows and zero them.")
     if not matches(out, want, rows=dead.cpu()):
         row = dead_out.flatten(0, -2)[0]
         fail(f"rows whose every score is -inf must be all zeros; one came out {row[:4].tolist()}... "

@@ -52,9 +52,9 @@ def count_work_ops(step):
 # :::
 #
 # :::{dropdown} Hint 2: the count
-# Drop the views: `work = step.ops[~step.ops["is_view"]]`. An op with work under it appears
-# as the `parent` of some row of `work` (`work.index.isin(work["parent"])`); count the rows
-# that are nobody's parent, plus the parents whose `self_alloc_bytes` is above zero.
+# Three columns of `step.ops` carry the rule: `is_view`, `parent` (the row index of the op a
+# row runs under) and `self_alloc_bytes`. An op is some other op's parent exactly when its
+# index appears in the `parent` column.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -119,8 +119,9 @@ def safe_softmax(x):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# `torch.isneginf(x).all(dim=-1, keepdim=True)` finds the fully masked rows; an
-# out-of-place `masked_fill` on the softmax's output zeroes them.
+# Two steps: find the rows where every score is $-\infty$ (an element-wise test, then a
+# reduction along the last dimension), and zero those rows of the softmax's output with an
+# op that returns a new tensor rather than writing into one.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -138,11 +139,12 @@ check_safe_softmax(solution_safe_softmax if solutions else safe_softmax, device=
 #
 # ## Task 4: predict the backend
 #
-# Chapter 3 gave SDPA's rules: a priority order (flash, memory-efficient, math, cuDNN by
-# default; cuDNN first on sm_90 and sm_100 with a cuDNN newer than 9.15, unless deprioritized
-# or in deterministic mode), and each backend's own checks (dtype, head dim, GPU). For each
-# unpinned, causal call below (runtime cuDNN 9.20), which backend runs? Write one of
-# `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`, `sdpa_math`.
+# Chapter 3 gave SDPA's rules (torch 2.13): a priority order (flash, memory-efficient, math,
+# cuDNN by default; cuDNN first on compute capability 9.x and 10.x with a cuDNN newer than
+# 9.15, unless `TORCH_CUDNN_SDPA_DEPRIORITIZED=1`), and each backend's own checks (dtype, head
+# dim, GPU, and for cuDNN deterministic mode). For each unpinned, causal call below (runtime
+# cuDNN 9.20), which backend runs? Write one of `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`,
+# `sdpa_math`.
 
 # %%
 print("\n".join(BACKEND_SCENARIOS))
@@ -152,9 +154,10 @@ my_predictions = {name: None for name in BACKEND_SCENARIOS}  # fill in each
 
 # %% [markdown]
 # :::{dropdown} Hint
-# Walk the order for that GPU and stop at the first backend that accepts the call. Flash and
-# cuDNN take only 16-bit inputs and need sm_80; on a T4 in 16 bits the memory-efficient
-# kernel needs a head dim that is a multiple of 8. Math accepts everything.
+# Walk the order for that GPU and stop at the first backend that accepts the call; math
+# accepts everything. To ask whether one accepts, call the rules chapter 3 used:
+# `kernels.attention.sdpa.gpu_input_reason(backend, capability, dtype, head_dim,
+# cudnn_version=92000, deterministic=False)` returns why that backend refuses, or None.
 # :::
 
 # %% tags=["solution", "hide-input"]

@@ -50,21 +50,3 @@ def test_the_articles_kernels_decode_as_one_fused_attention_each():
         fp = fingerprint(name)
         assert fp.kind == "fused_attention" and fp.family == families[backend], (backend, fp)
         assert fp.tensor_cores is True
-
-
-def test_first_call_cpu_ms_separates_a_slow_first_call_from_the_median_after_it():
-    import time
-
-    from kernels.attention.sdpa import first_call_cpu_ms
-
-    seen = []
-
-    def builds_once(x):
-        if not seen:
-            time.sleep(0.05)   # the first call at a new shape builds a plan
-        seen.append(x)
-
-    first, steady = first_call_cpu_ms(builds_once, (torch.zeros(1),), calls=5)
-    assert len(seen) == 5 and first >= 50 and steady < first / 5
-    with pytest.raises(ValueError, match="at least 2"):
-        first_call_cpu_ms(builds_once, (), calls=1)
