@@ -36,9 +36,9 @@ import functools
 import torch
 import torch._inductor.config as inductor_config
 
-from kernels import gpu_lessons
-from kernels.borrowed import TRACELENS
+from kernels import borrowed
 from kernels.attention import block as blocks, torch_compile
+from kernels.book import ch08_block
 from kernels.notebook import glue, lesson, mib, reveal, setup, show_lines
 from kernels.trace import links, tables
 
@@ -49,6 +49,9 @@ device, dtype = setup(device, dtype)
 width = heads * head_dim
 make_block = functools.partial(blocks.seeded_block, width, heads, device=device, dtype=dtype)
 x = blocks.block_input(batch, seq, width, device=device, dtype=dtype)
+
+# %% tags=["remove-input"]
+borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
 
 # %% [markdown]
 # ## The module
@@ -64,7 +67,7 @@ show_lines(blocks.Block)
 # else. First a check that they agree inside the block (the compiled ones are left out: the
 # block is compiled whole further down):
 
-# %%
+# %% tags=["remove-input"]
 plugged = blocks.pluggable(device)
 worst = blocks.largest_difference({name: make_block(name)(x) for name in plugged})
 lesson(worst <= 1e-4 if dtype == torch.float32 else worst <= 5e-2,
@@ -86,12 +89,16 @@ lesson(worst <= 1e-4 if dtype == torch.float32 else worst <= 5e-2,
 
 # %%
 guess_half_at_seq = 1024  # edit me before running on
+
+# %% tags=["remove-cell"]
 glue("b_width", width)
 
 # %%
 seqs = [64, 128, 256, 512, 1024]
 fl = blocks.flop_shares(make_block("naive"), batch, width, seqs, device=device, dtype=dtype)
-display(fl.round(4))
+fl
+
+# %% tags=["remove-input"]
 lesson(blocks.formula_gap(fl) < 1e-9,
        "FlopCounterMode counts exactly the formula's FLOPs: 24·B·S·W² in the linear layers, 4·B·S²·W in attention")
 lesson(fl["attention share"].is_monotonic_increasing and fl["attention share"].nunique() == len(seqs),
@@ -122,10 +129,12 @@ blocks.share_figure(fl, width);
 # attention with S²). Before looking: which attentions will put an S×S buffer in the block?
 
 # %%
-scores_bytes = batch * heads * seq * seq * x.element_size()
 block_steps, memory = blocks.memory_by_attention({n: make_block(n) for n in plugged}, x,
                                                  active=min(active_steps, 3), trace_dir=trace_dir)
-display(memory)
+memory
+
+# %% tags=["remove-input"]
+scores_bytes = batch * heads * seq * seq * x.element_size()
 largest = {n: block_steps[n].memory["bytes"].max() for n in plugged}
 hand = [n for n in plugged if n in ("naive", "inplace", "sdpa_math")]
 lesson(all(largest[n] >= scores_bytes for n in hand),  # the table's last column, in MiB
@@ -152,7 +161,8 @@ glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
 # different costume: Qwen1.5-0.5B-Chat has 24 layers of width 1024, each with RMSNorm instead of
 # layer norm, rotary position embeddings, attention through SDPA and a SwiGLU MLP (three linear
 # layers). AMD's TraceLens project profiled one forward of it, 16 prompts of 559 tokens in
-# bfloat16 (559 tokens each in the attention calls' shapes), on an H100; it is not this book's run, and is credited under the table. Every piece
+# bfloat16 (559 tokens each in the attention calls' shapes), on an H100: the trace "H100 Qwen" of
+# the box at the top of the page. Every piece
 # of GPU work in that step is sorted here by what it is: the attention calls that
 # `kernels.trace.attention.find_attention` finds, then every other kernel by its name's
 # fingerprint (`kernels.trace.fingerprints`), with the ATen ops that launched most of each part's
@@ -164,17 +174,22 @@ glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
 guess_parts_order = ["GEMM", "attention", "elementwise", "copy and layout"]  # edit me
 
 # %%
-qwen = blocks.forward_parts(TRACELENS["h100_qwen"])
-display(blocks.parts_table(qwen.parts, qwen.layers))
-print(qwen.credit)
-display(reveal(guess_parts_order, [p for p in qwen.parts.index if p in guess_parts_order], "parts, most GPU time first"))
+qwen = blocks.forward_parts(borrowed.TRACELENS["h100_qwen"])
+blocks.parts_table(qwen.parts, qwen.layers)
+
+# %% tags=["remove-input"]
+parts_seen = [p for p in qwen.parts.index if p in guess_parts_order]
+reveal(guess_parts_order, parts_seen, "parts, most GPU time first")
 
 # %%
-#| caption: Where the GPU time of one Qwen1.5-0.5B forward (16 x 559 tokens, bf16, 24 layers) went on an H100, by kind of work: attention from its calls, the rest by kernel name. Recorded by AMD's TraceLens project, not this book's run.
+#| caption: Where the GPU time of one Qwen1.5-0.5B forward (16 x 559 tokens, bf16, 24 layers) went on an H100, by kind of work: attention from its calls, the rest by kernel name (trace: H100 Qwen).
 #| alt: Horizontal bars of the share of the step's GPU time per part; elementwise passes longest, then GEMMs, copies, attention, reductions.
 blocks.parts_figure(qwen.parts, title=f"{qwen.device}: one forward, {qwen.layers} layers");
 
-# %%
+# %% tags=["remove-input"]
+lesson(parts_seen[0] == "elementwise" and parts_seen.index("GEMM") < parts_seen.index("attention"),
+       "most GPU time first, the trace ranks the elementwise passes above the GEMMs, and the GEMMs above attention",
+       " > ".join(parts_seen))
 gemms, elementwise, copies, attention_part = (qwen.part(k) for k in ("gemm", "elementwise", "copy", "attention"))
 lesson(attention_part["kernels"] == qwen.layers, "attention is one kernel per layer (one call per layer)")
 lesson(gemms["kernels"] // qwen.layers == 7, "each layer runs seven GEMMs: the q, k, v and output projections "
@@ -207,15 +222,22 @@ show_lines(blocks.sdpa_causal)
 
 # %%
 compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dynamic=False)
-first, _ = torch_compile.first_and_steady(compiled_block, x, steady_calls=1)
 eager_sdpa = make_block(blocks.sdpa_causal)
+
+# %% tags=["remove-input"]
+# The first call compiles: timed here, before the profile's warm-up would do it unseen.
+first, _ = torch_compile.first_and_steady(compiled_block, x, steady_calls=1)
 err = blocks.largest_difference({"eager": eager_sdpa(x), "compiled": compiled_block(x)})
 lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled block computes what the eager block does",
        f"relative difference {err:.1e}")
+
+# %%
 cruns, csteps = blocks.profile_blocks({"sdpa_eager": eager_sdpa, "compiled": compiled_block}, x,
                                       active=min(active_steps, 3), trace_dir=trace_dir)
+tables.op_table(csteps["compiled"])
+
+# %% tags=["remove-cell"]
 cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
-tables.op_table(cstep)
 
 # %% [markdown]
 # The compiled block was built without its `block.*` labels, so read it by op: one compiled
@@ -223,8 +245,10 @@ tables.op_table(cstep)
 # Inductor generated, each named after the ops it fused:
 
 # %%
-gen = torch_compile.generated_kernels(cstep)
-display(gen[["name", "fused", "dur_us"]])
+gen = torch_compile.generated_kernels(csteps["compiled"])
+gen[["name", "fused", "dur_us"]].rename(columns={"dur_us": "time (µs)"})
+
+# %% tags=["remove-input"]
 matmuls = [n for n in cstep.ops["name"] if n in ("aten::addmm", "aten::mm")]
 lesson(len(torch_compile.regions(cstep)) == 1, "the compiled block runs as one compiled region")
 lesson(len(matmuls) == 4, "the four linear layers stay library matmuls (qkv, proj, fc_in, fc_out)",
@@ -254,12 +278,12 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 # activated, and `fc_out` reads it once. Counting the [B, S, 4W] buffers each forward
 # allocates, and finding where the GELU ran:
 
-# %%
+# %% tags=["remove-input"]
 hidden_bytes = batch * seq * 4 * width * x.element_size()
 hid = {name: torch_compile.score_buffers(st, hidden_bytes) for name, st in csteps.items()}
 lesson(hid["sdpa_eager"] == 2 > hid["compiled"], "eager, the MLP allocates two [B, S, 4W] buffers (fc_in's output and "
        "GELU's); compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
-gpu_lessons.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
+ch08_block.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
 glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W] through memory: 4 unfused, 2 fused
 

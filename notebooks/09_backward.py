@@ -16,7 +16,7 @@
 #   forward, and the thread each runs on;
 # - measure what each forward keeps for the backward, from the allocation events and from
 #   autograd's saved-tensor hooks;
-# - see why fused backwards recompute the probabilities from one log-sum-exp per row, and where
+# - see why fused backwards recompute the probabilities from one [log-sum-exp](glossary.md#log-sum-exp) per row, and where
 #   the 2.5x backward and 3.5x step FLOP counts come from.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
@@ -33,11 +33,12 @@
 # %%
 import kernels
 import kernels.attention.sdpa
-from kernels import gpu_lessons, recorded
-from kernels.borrowed import TRAINING_STEP
+from IPython.display import Markdown
+from kernels import borrowed, recorded
 from kernels.attention import backward
+from kernels.book import ch09_backward
 from kernels.notebook import glue, lesson, mib, reveal, setup, show_lines
-from kernels.trace import record, tables, timeline
+from kernels.trace import record, timeline
 from kernels.trace.phases import time_by_phase
 from kernels.trace.links import links
 
@@ -49,6 +50,9 @@ step_inputs = {n: backward.step_inputs(*((1, 2, 32, 16) if n == "triton" and dev
                                          else (batch, heads, seq, head_dim)), dtype=dtype, device=device)
                for n in variants}
 print({n: tuple(t[0].shape) for n, t in step_inputs.items()}, dtype, device, "requires_grad=True")
+
+# %% tags=["remove-input"]
+borrowed.traces_box({"A100 training step": borrowed.TRAINING_STEP})
 
 # %% [markdown]
 # ## One training step
@@ -79,33 +83,42 @@ runs = {name: record.profile(backward.training_step(name, g), q_, k_, v_, label=
                              trace_dir=trace_dir) for name, (q_, k_, v_, g) in step_inputs.items()}
 steps = {name: run.step() for name, run in runs.items()}
 naive_nodes = backward.backward_nodes(steps["naive"])
+naive_nodes
+
+# %% tags=["remove-input"]
 display(reveal(guess_nodes, naive_nodes, "backward nodes doing arithmetic"))
 lesson(naive_nodes == backward.forward_grad_fns(steps["naive"]),
        "the backward runs one node per forward op, in reverse order", " <- ".join(naive_nodes))
 accumulate = backward.backward_nodes(steps["naive"], bookkeeping=True).count("torch::autograd::AccumulateGrad")
 lesson(accumulate == 3, "three AccumulateGrad nodes hand the gradients to q, k and v", f"{accumulate}")
+lesson(naive_nodes.count("BmmBackward0") == 2 and "MmBackward0" not in naive_nodes,
+       "each of the forward's two matmuls has one `BmmBackward0` node: a matmul of 4-D tensors runs as a batched `bmm`")
 
 # %% [markdown]
 # In the trace each node is an op named `autograd::engine::evaluate_function: <node>`,
 # with the node itself under it and the ATen ops that compute its gradient under that:
 # the backward of a matmul is two matmuls (one per input), the softmax's backward is
 # `_softmax_backward_data`, the mask's backward is another `masked_fill` (a masked key gets
-# no gradient). Here is the whole step, forward then backward:
+# no gradient). Here is the whole step, forward then backward, without the nodes that only
+# reshape a gradient or store it (views, transposes, `AccumulateGrad`; `tables.op_table` shows
+# them all):
 
 # %%
-tables.op_table(steps["naive"], max_depth=2)
+ch09_backward.step_table(steps["naive"])
 
 # %% [markdown]
 # The same step as a timeline: the forward's five ops, then the engine's nodes, each a bar
 # with its ATen ops below it.
 
 # %%
-#| caption: One training step of naive attention: the forward's five ops, then the autograd engine's nodes (`MmBackward0`, `SoftmaxBackward0`...), each a bar with the ATen ops it ran below it.
+#| caption: One training step of naive attention: the forward's five ops, then the autograd engine's nodes (`BmmBackward0`, `SoftmaxBackward0`...), each a bar with the ATen ops it ran below it.
 #| alt: Timeline of a training step: the forward's ops on the left, then a longer run of backward nodes, each with its ATen ops nested beneath.
 timeline.timeline(steps["naive"], title=f"naive attention, one training step ({device.type})")
 
+# %% [markdown]
+# The traces of every variant's training step, to download or open in Perfetto:
+
 # %%
-# The traces of every variant's training step: download them, or open them in Perfetto.
 display(*(links(run) for run in runs.values()))
 
 # %% [markdown]
@@ -119,7 +132,9 @@ display(*(links(run) for run in runs.values()))
 
 # %%
 threads = backward.threads_table(steps)
-display(threads)
+threads
+
+# %% tags=["remove-input"]
 on_other = {n: set(t) - {threads.at[n, "label's thread"]} for n, t in threads["backward ops' threads"].items()}
 if device.type == "cpu":
     lesson(not any(on_other.values()),
@@ -145,7 +160,9 @@ guess_kept = [2, 3, 1, 1]  # edit me: one number per variant
 
 # %%
 kept = backward.kept_table(steps, step_inputs)
-display(kept)
+kept
+
+# %% tags=["remove-input"]
 for name, guessed in zip(kept.index, guess_kept):
     reveal(guessed, int(kept.at[name, "S×S kept (trace)"]), f"S×S buffers {name} keeps for its backward")
 
@@ -154,7 +171,7 @@ for name, guessed in zip(kept.index, guess_kept):
 # saved tensors (`torch.autograd.graph.saved_tensors_hooks`, which sees every tensor a
 # forward hands autograd to keep; several views of one buffer count once).
 
-# %%
+# %% tags=["remove-input"]
 lesson((kept["S×S kept (trace)"] == kept["S×S saved (hooks)"]).all(),
        "the S×S buffers alive when the backward begins are exactly the ones autograd saved",
        ", ".join(f"{n}: {c}" for n, c in kept["S×S kept (trace)"].items()))
@@ -172,12 +189,11 @@ glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].eleme
 # S×S per head), which both the softmax's backward and the second matmul's backward read:
 # {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. What do the fused
 # kernels keep instead? The `shapes saved` column says: q, k, v, the output, and one number
-# per query row, the **log-sum-exp** of its scores ($\log \sum_j e^{s_{ij}}$), an S-sized
+# per query row, the [log-sum-exp](glossary.md#log-sum-exp) of its scores ($\log \sum_j e^{s_{ij}}$), an S-sized
 # tensor instead of an S×S one.
 
-# %%
+# %% tags=["remove-input"]
 lse_shapes = {n: backward.per_row_shapes(kept.at[n, "shapes saved"], step_inputs[n][0].shape) for n in fused}
-print(lse_shapes)
 lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (the log-sum-exp) and nothing S×S",
        "; ".join(f"{n}: {s}" for n, s in lse_shapes.items()))
 
@@ -195,7 +211,9 @@ lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (th
 
 # %%
 recompute = backward.recompute_table(steps, step_inputs)
-display(recompute)
+recompute
+
+# %% tags=["remove-input"]
 lesson(recompute.at["naive", "bmm in forward"] == 2 and recompute.at["naive", "bmm in backward"] == 4,
        "the hand-written backward does two matmuls per forward matmul: four, reading the saved probabilities")
 lesson((recompute.loc[unfused, "S×S allocations in backward"] > 0).all() and
@@ -222,7 +240,9 @@ glue("flash_bwd_largest_kib", float(recompute.loc[fused, "largest backward alloc
 
 # %%
 math_nodes = backward.backward_nodes(steps["sdpa_math"])
-print(" <- ".join(math_nodes))
+math_nodes
+
+# %% tags=["remove-input"]
 lesson({"SafeSoftmaxBackward0", "AddBackward0"} <= set(math_nodes) and math_nodes.count("MulBackward1") == 2,
        "the math backend's backward differentiates its decomposed ops: safe softmax, mask add, two scalings")
 extra = kept.at["sdpa_math", "alive at backward (MiB)"] - kept.at["naive", "alive at backward (MiB)"]
@@ -237,29 +257,26 @@ glue("math_extra_mib", float(extra))
 # probabilities it keeps are float32 too, twice the bytes of the hand-written module's: the
 # math backend converts 16-bit q, k and v to float32 first (the upcast of chapter 3), on a
 # CPU as on a GPU (a bf16 call on a CPU profiles three `aten::_to_copy` of q's shape).
-#
-# ## The backward's kernels on a GPU run
-#
-# On a GPU each backward node launches its [kernels](glossary.md#kernel) from the engine's
-# device thread: a GPU trace of this step would show the backward's kernels on the same stream
-# as the forward's, queued from a second CPU thread (the trace reader counts GPU work in the
-# step whose range its launch started in, on any thread).
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
+# The book's own GPU recording of this step, where there is one: shown only then.
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, steps, "09_backward", variants)
 if gpu_steps:
-    print(f"GPU run: {gpu_source}")
-    display(gpu_lessons.backward_threads(gpu_steps, gpu_source))
+    display(Markdown("## The backward's kernels on a GPU run\n\nOn a GPU each backward node launches its "
+                     "[kernels](glossary.md#kernel) from the engine's device thread, on the same stream as the "
+                     f"forward's, queued from a second CPU thread. GPU run: {gpu_source}."))
+    display(ch09_backward.backward_threads(gpu_steps, gpu_source))
 
 # %% [markdown]
-# ### A real training step on a GPU
+# ## A real training step on a GPU
 #
-# Meta's HolisticTraceAnalysis project keeps, in its test data, one data-parallel training
-# step of a convolutional network recorded on an A100 (credited under the table): not
-# attention, and not this book's run, but the same engine at work. Its thread names say which
-# CPU thread launched each kernel: `pt_main_thread` ran the forward, `pt_autograd_0` (the
-# engine's device thread) the backward, and the gradients' all-reduce across the two ranks
-# ran as NCCL kernels, counted apart (`kernels.trace.phases`).
+# On a GPU each backward node launches its [kernels](glossary.md#kernel) from the engine's
+# device thread. Meta's HolisticTraceAnalysis project keeps, in its test data, one
+# data-parallel training step of a convolutional network recorded on an A100 (the trace "A100
+# training step" of the box at the top): not attention, but the same engine at work. Its thread names say which CPU thread launched each kernel:
+# `pt_main_thread` ran the forward, `pt_autograd_0` (the engine's device thread) the backward,
+# and the gradients' all-reduce across the two ranks ran as NCCL kernels, counted apart
+# (`kernels.trace.phases`).
 #
 # Before the reveal: how many times the forward's GPU time did the backward's kernels take?
 
@@ -267,10 +284,11 @@ if gpu_steps:
 guess_backward_over_forward = 1.0  # edit me before running on
 
 # %%
-trained = TRAINING_STEP.step()
+trained = borrowed.TRAINING_STEP.step()
 phases = time_by_phase(trained)
-display(phases.style.format({"GPU µs": "{:,.0f}", "share": "{:.1%}"}))
-print(TRAINING_STEP.credit(trained.trace))
+phases.style.format({"GPU µs": "{:,.0f}", "share": "{:.1%}"})
+
+# %% tags=["remove-input"]
 backward_over_forward = phases.loc["backward", "GPU µs"] / phases.loc["forward", "GPU µs"]
 glue("backward_over_forward", f"{backward_over_forward:.2f}")
 reveal(guess_backward_over_forward, round(backward_over_forward, 2), "backward GPU time / forward GPU time")

@@ -73,8 +73,8 @@ def crossover(width, mlp_ratio, causal_skip):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# Per sequence, the linear layers cost 2·S·W²·(3 + 1 + 2·mlp_ratio) and attention 4·S²·W
-# (2·S²·W when it skips half). Set them equal and solve for S: one factor of S cancels.
+# Task 1's counts, per sequence: the linear layers' FLOPs grow with S, attention's with S².
+# Set the two equal and solve for S: one factor of S cancels.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -108,7 +108,8 @@ def block_forward(block, x):
 # :::
 #
 # :::{dropdown} Hint 2: the residuals
-# `x = x + block.proj(...)`, then `x = x + block.fc_out(F.gelu(block.fc_in(block.norm2(x))))`.
+# Each part adds its result to x rather than replacing it, and the MLP reads x as it is after
+# the first residual, normalized by its own layer norm.
 # :::
 
 # %% tags=["solution", "hide-input"]

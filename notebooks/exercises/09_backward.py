@@ -43,7 +43,7 @@ def kept_for_backward(step, nbytes):
 #
 # :::{dropdown} Hint 2: alive, not allocated
 # The forward allocates more S×S buffers than it keeps: the raw scores are freed once they
-# are scaled. Count the allocations of `nbytes` before that time, minus the frees of `nbytes`.
+# are scaled. Which events of `step.memory` say that a buffer is gone?
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -72,8 +72,8 @@ def training_flops(batch, heads, seq, head_dim, causal):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# Forward: 4·B·H·S²·D, halved when causal. The backward's five matmuls (QKᵀ recomputed, then
-# dV, dP, dQ, dK) make 2.5x that; the step is the sum of the two.
+# Count the forward for all batches and heads first (each multiply-add is 2 FLOPs). The
+# backward's five matmuls (QKᵀ recomputed, then dV, dP, dQ, dK) are counted against it.
 # :::
 
 # %% tags=["solution", "hide-input"]

@@ -2,9 +2,10 @@
 # # Exercises 11: attention across devices
 #
 # Practice for [chapter 11, attention across devices](../11_context_parallel.ipynb). Two tasks:
-# merge two partial attentions by their log-sum-exp (what every step of the ring does), and find
-# the slow rank in a folder of rank traces. Each check runs your code on fresh inputs (it prints
-# the seed, so a failure can be replayed with `seed=`) and names the mistake when it recognizes one.
+# merge two partial attentions by their [log-sum-exp](../glossary.md#log-sum-exp) (what every
+# step of the ring does), and find the slow rank in a folder of rank traces. Each check runs
+# your code on fresh inputs (it prints the seed, so a failure can be replayed with `seed=`) and
+# names the mistake when it recognizes one.
 
 # %% [install]
 
@@ -44,9 +45,9 @@ def merge(out_a, lse_a, out_b, lse_b):
 # :::
 #
 # :::{dropdown} Hint 2: without overflow, without NaN
-# `torch.logaddexp(lse_a, lse_b)` is the log of the sum, computed safely; then the share is
-# `exp(lse_a - lse)`. When a part saw no key both are −inf, and −inf − (−inf) is NaN:
-# give such rows weight 0 with `torch.where`.
+# Scores can be large: never exponentiate an lse alone. torch has a function for the log of
+# a sum of two exponentials, computed safely. And a row where neither part saw a key has
+# −inf − (−inf) = NaN somewhere: such a row must get weight 0.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -75,9 +76,9 @@ def slow_rank(folder):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# `rank_traces.load_ranks(folder)` orders the traces by the rank each one records;
-# `.step()` picks the first `ProfilerStep#N` on every rank, and its `summary()` has each
-# rank's `compute_us` and `exposed_communication_us`. Which of the two says who was slow?
+# `rank_traces.load_ranks(folder)` orders the traces by the rank each one records, and a step
+# read from it summarises what each rank did. A rank that finished its share early spends the
+# rest of the step waiting: which measure tells the slow rank apart?
 # :::
 
 # %% tags=["solution", "hide-input"]
