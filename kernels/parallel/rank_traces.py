@@ -368,7 +368,7 @@ class RankStep:
         """A track per rank (compute above, communication below, and where the program marks them
         its blocking waits at the bottom), on one time axis in ms from the earliest start of the
         step on any rank."""
-        fig = Figure(figsize=(10, 0.9 * len(self.ranks) + 1.4), layout="constrained")
+        fig = Figure(figsize=(8.5, 0.9 * len(self.ranks) + 1.4), layout="constrained")
         ax = fig.add_subplot()
         origin = min(b[0] for b in self._bounds)
         marked = any(self.marks_waits(i) for i in range(len(self.ranks)))

@@ -159,7 +159,7 @@ class StepDiff:
                                                  changed["count_b"], changed["alloc_bytes_change"])]
         owns_figure = ax is None
         if owns_figure:
-            ax = Figure(figsize=(10, 0.7 * max(len(labels), 1) + 1.8)).add_subplot()
+            ax = Figure(figsize=(8.5, 0.7 * max(len(labels), 1) + 1.8)).add_subplot()
         fig = ax.figure
         size = font_floor(fig)
         y = list(range(len(labels)))

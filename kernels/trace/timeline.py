@@ -109,7 +109,7 @@ def timeline(step: Step, ax=None, title: Optional[str] = None, min_label_frac: f
     rows = tracks(step, views)
     owns_figure = ax is None
     if owns_figure:
-        ax = Figure(figsize=(11, 0.45 * len(rows) + 1.4)).add_subplot()
+        ax = Figure(figsize=(8.5, 0.45 * len(rows) + 1.4)).add_subplot()
     fig = ax.figure
     size = font_floor(fig)
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
