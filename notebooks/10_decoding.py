@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 10. Decoding: one query against a long cache
+# # 10. Decoding, one query against a long cache
 #
 # A language model generates in two phases. **Prefill** runs the whole prompt through
 # attention at once: as many queries as keys (Sq = Sk), the case every chapter so far has
@@ -7,21 +7,17 @@
 # keys and values of every token so far, which the model keeps in a **[KV cache](glossary.md#kv-cache)**
 # instead of recomputing them. This chapter builds the cache, checks that decoding through it gives what
 # a full causal pass gives, counts what one decode token computes and what it moves, and
-# shows on a [roofline](glossary.md#roofline) why decode is limited by memory, not arithmetic, and what
-# grouped-query attention (GQA) saves. Last, which [SDPA](glossary.md#sdpa) backend takes a decode token,
+# shows on a [roofline](glossary.md#roofline) why decode attention is limited by memory, not arithmetic, and what
+# [grouped-query attention (GQA)](glossary.md#gqa) saves. Last, which [SDPA](glossary.md#sdpa) backend takes a decode token,
 # and what a serving engine's decode [kernels](glossary.md#kernel) look like on a real GPU.
 #
 # **You will learn to:**
 #
-# - build a KV cache, decode through it, and check it against a full causal pass;
-# - see why causal attention must be aligned bottom-right for one query, and why SDPA's own
-#   `is_causal` is not;
-# - count a decode token's FLOPs and bytes, and place it on a roofline: memory-bound by
-#   construction;
-# - tell a ceiling that does not describe a point (inputs left in cache, a roof measured on busy
-#   cores) from a kernel beating the hardware;
-# - work out what grouped-query attention saves, and which SDPA backend takes a decode token
-#   here;
+# - build a KV cache, decode through it, and check it against a full causal pass, aligned
+#   bottom-right (SDPA's own `is_causal` is not);
+# - count a decode token's FLOPs and bytes and place it on a roofline, telling a ceiling that does
+#   not describe a point from a kernel beating the hardware;
+# - work out what grouped-query attention saves, and which SDPA backend takes a decode token;
 # - read a serving engine's decode step: a split-KV attention kernel and its reduce per layer,
 #   replayed from a graph.
 #
@@ -41,48 +37,58 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
-from kernels import gpu_lessons, reference
+from kernels import reference
 from kernels.attention import decoding
 from kernels.bench import plots, sweep
 from kernels.bench.results import DECODE, FORWARD
-from kernels.borrowed import TRACELENS
+from kernels.book import ch10_decoding as ch10
+from kernels.borrowed import TRACELENS, traces_box
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, mib, reveal, say, setup, show_lines
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, readable, reveal, say, setup, show_lines
+from kernels.trace import breakdown
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
 device, dtype = setup(device, dtype)
 print(run_label := devices.run_label(device))
 
+# %% tags=["remove-input"]
+traces_box({"SGLang decode": TRACELENS["sglang_decode"]})
+
 # %% [markdown]
 # ## A KV cache
 #
-# One layer's cache is two buffers, keys and values, allocated once for the longest
-# sequence, and filled as tokens arrive. `append` writes the new tokens' keys and values and
-# returns views of everything filled so far; nothing is copied when reading.
+# One layer's cache (`decoding.KVCache`) is two buffers, keys and values, allocated once for the
+# longest sequence, and filled as tokens arrive. `append` checks the new tokens' shapes, writes their
+# keys and values after the filled part and returns views of everything filled so far; nothing is
+# copied when reading.
 
 # %%
-show_lines(decoding.KVCache)
+display(show_lines(decoding.KVCache, "shape = (batch", "self.length = 0"),
+        show_lines(decoding.KVCache, "self.k[:, :, self.length:self.length + n] = k", "return self.k[:, :, :self.length]"))
 
 # %% [markdown]
 # Prefill a prompt, then decode token by token. Through the library, each call is
 # `kernels.get(name)(q, k, v, causal=True)` with the cache's keys and values: causal
 # attention is aligned bottom-right (query i sees keys j ≤ i + Sk − Sq), so a single query
 # sees every cached key, and a chunk of queries sees what its positions may see. Does that
-# give the same rows as one causal pass over the whole sequence? It should, and here is the check:
+# give the same rows as one causal pass over the whole sequence?
 
 # %%
 show_lines(decoding.prefill_then_decode)
 
 # %%
 prompt, generated = seq // 2, 8
-total = prompt + generated
-q_all, k_all, v_all = inputs(batch, heads, total, head_dim, dtype=dtype, device=device)
+q_all, k_all, v_all = inputs(batch, heads, prompt + generated, head_dim, dtype=dtype, device=device)
 impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
 decoded, cache = decoding.prefill_then_decode(attend := kernels.get(impl), q_all, k_all, v_all, prompt)
 verdict = reference.judge(decoded, q_all, k_all, v_all, causal=True)    # against float64, the course's rule
+
+# %% tags=["remove-input"]
+total = prompt + generated
+out_verdict = verdict["out"]
 lesson(cache.length == total and verdict.ok,
        f"prefill + {generated} decode tokens through the cache give the rows of one causal pass",
-       f"{verdict}, {attend.__name__}")
+       f"error {readable(out_verdict.error)} within the bound {readable(out_verdict.bound)}, {attend.__name__}")
 glue("prompt", prompt); glue("generated", generated)
 
 # %% [markdown]
@@ -102,18 +108,20 @@ guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tok
 # %%
 k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, seed=3)[1:]
 q_new = q_all[:, :, -1:]
-cached_step, cat_step = decoding.profile_cache_steps(inputs(batch, heads, seq, head_dim, dtype=dtype, device=device,
-                                                            seed=4)[1:], attend, q_new, k_new, v_new, trace_dir)
+cached = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)[1:]
+cached_step, cat_step = decoding.profile_cache_steps(cached, attend, q_new, k_new, v_new, trace_dir)
+display(decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step}))
+display(links(cached_step), links(cat_step))
+
+# %% tags=["remove-input"]
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
-display(decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step}).round(1))
 reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.cat step allocates")
 lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
        "appending to the KV cache copies one token's K and V and allocates far less than the cache",
-       f"largest copy {token_bytes} bytes")
+       f"largest copy {readable(token_bytes)} bytes")
 lesson(cat_step.allocated_bytes >= decoding.cache_bytes(seq + 2, heads, head_dim, dtype, batch=batch),  # then
        "growing K and V with torch.cat allocates (and copies into) the whole cache again on every step",
        f"{mib(cat_step.allocated_bytes):.2f} MiB for {seq + 2} cached tokens")
-display(links(cached_step), links(cat_step))
 glue("cat_mib", mib(cat_step.allocated_bytes)); glue("cache_step_kib", cached_step.allocated_bytes / 1024)
 
 # %% [markdown]
@@ -137,6 +145,8 @@ guess_keys_seen = 1024  # edit me: how many of the cached keys does the query at
 with sdpa_kernel(SDPBackend.MATH):  # the reference semantics; the fused backends should agree
     top_left = F.scaled_dot_product_attention(q_new, k_all, v_all, is_causal=True)
 only_first = torch.allclose(top_left, v_all[:, :, :1])  # attending to key 0 alone returns v[0]
+
+# %% tags=["remove-input"]
 reveal(guess_keys_seen, 1 if only_first else total, "keys the single query sees under is_causal=True",
        source="the output")
 lesson(only_first, "with one query, SDPA's top-left is_causal attends to the first key only: the output is v[0]")
@@ -152,20 +162,20 @@ if device.type == "cpu":  # unpinned: whichever backend SDPA picks here
 # ## What one step computes, and what it moves
 #
 # Count both for a fused kernel (`decoding.counts_table`, from `kernels.reference.flops` and
-# `io_bytes`, which take Sq ≠ Sk and shared K/V heads). A prefill of S tokens computes about 2·H·S²·D FLOPs (causal)
-# and moves q, k, v and o, 4·H·S·D elements. A decode token against a cache of S tokens
-# computes 4·H·S·D FLOPs and moves the whole cache, 2·Hkv·S·D elements, to do it. Before
-# looking: at S = 4096 in bfloat16 with as many K/V heads as query heads, how many FLOPs does
-# one decode token do per byte it moves?
+# `io_bytes`, which take Sq ≠ Sk and shared K/V heads), for a prefill of S tokens and for one
+# decode token against a cache of S tokens. Before looking: at S = 4096 in bfloat16 with as
+# many K/V heads as query heads, how many FLOPs does one decode token do per byte it moves?
 
 # %%
 guess_decode_intensity = 64  # edit me: FLOP per byte
 
 # %%
+counts = decoding.counts_table((512, 1024, 2048, 4096, 8192), heads=32, head_dim=128, dtype=torch.bfloat16)
+display(counts)
+
+# %% tags=["remove-input"]
 gpu_peaks = devices.match_gpu("NVIDIA H200")
 assert gpu_peaks is not None, "kernels.hw.devices has the H200's datasheet row"
-counts = decoding.counts_table((512, 1024, 2048, 4096, 8192), heads=32, head_dim=128, dtype=torch.bfloat16)
-display(counts.round(1))
 decode_4k = decoding.intensity(1, 32, 1, 4096, 128, dtype=torch.bfloat16)
 reveal(guess_decode_intensity, round(decode_4k, 3), "FLOP per byte of a bf16 decode token at S = 4096", source="the count")
 lesson(decode_4k < 1.01 and counts[("FLOP/byte", "decode")].max() < 1.01,
@@ -179,8 +189,10 @@ glue("h200_ridge", gpu_peaks.ridge)
 
 # %% [markdown]
 # (The table uses a model-sized head count, H = 32 and D = 128; the ratios do not depend on
-# it.) A decode token reads each cached element once and uses it in one multiply-add, two
-# FLOPs per two bytes: {glue:text}`decode_4k:.2f` FLOP per byte, however long the cache. A
+# it.) A prefill computes about 2·H·S²·D FLOPs (causal) and moves q, k, v and o, 4·H·S·D
+# elements. A decode token computes 4·H·S·D FLOPs and moves the whole cache, 2·Hkv·S·D
+# elements, to do it: it reads each cached element once and uses it in one multiply-add, two
+# FLOPs per two bytes, {glue:text}`decode_4k:.2f` FLOP per byte, however long the cache. A
 # prefill reuses each key for every query, so its intensity grows with S:
 # {glue:text}`prefill_4k:.0f` at S = 4096. An H200 needs {glue:text}`h200_ridge:.0f` FLOPs per
 # byte to keep its [tensor cores](glossary.md#tensor-core) busy (989 [TFLOP/s](glossary.md#flops) dense
@@ -189,20 +201,17 @@ glue("h200_ridge", gpu_peaks.ridge)
 #
 # ## On a roofline, measured here
 #
-# `kernels.bench.sweep` times a prefill (mode `forward`) and a decode token (mode `decode`) of one
-# implementation at a few cache lengths, each on fresh inputs rotated through more memory than the
-# caches hold, so the bytes counted really come from main memory; `kernels.bench.plots.roofline`
-# draws them under this machine's two ceilings (on a CPU, a matmul and a 32 MiB copy measured by
-# `kernels.hw.devices`). Only points whose timed calls pass the spread check (`plots.steady`: the
-# 90th percentile within 2x the 10th) are drawn.
+# `kernels.bench.sweep` times a prefill (mode `forward`) and a decode token (mode `decode`) at a
+# few cache lengths, each on fresh inputs rotated through more memory than the caches hold;
+# `kernels.bench.plots.roofline` draws them under this machine's two ceilings (on a CPU, a matmul
+# and a 32 MiB copy measured by `kernels.hw.devices`), keeping only points whose timed calls pass
+# the spread check (`plots.steady`: the 90th percentile within 2x the 10th).
 #
-# Fresh inputs matter here. Timed again and again on the same K and V, a decode token at these
-# lengths reads a cache of a few MiB that stays in the CPU's own caches between calls: its bytes
-# never cross main memory, and the point lands *above* the memory slope, which was measured with a
-# copy too large for the caches. The roof itself must be measured on the cores the timings get: a
-# roof measured while another job held half of them reads low, and prefill points then sit above
-# it. Neither point would be a kernel beating the hardware; each would be a ceiling that does not
-# describe it.
+# Fresh inputs matter. Timed again and again on the same K and V, a decode token's cache of a few
+# MiB stays in the CPU's own caches: its bytes never cross main memory, and the point lands *above*
+# the memory slope, measured with a copy too large for the caches. A roof measured while another
+# job held half the cores reads low, and prefill points sit above it. Neither would be a kernel
+# beating the hardware: each is a ceiling that does not describe its point.
 
 # %%
 #| caption: Prefill and decode calls measured here on this machine's roofline: prefill to the right, every decode point far to the left of the ridge, each point under its ceiling (asserted below).
@@ -210,11 +219,10 @@ glue("h200_ridge", gpu_peaks.ridge)
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
 rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,), batch=batch,
                    heads=heads, device=device, memory=False, progress=None, **sweep.book_budget(on_gpu=device.type == "cuda"))
-peaks_here = devices.roofline_peaks(device)
-shown = plots.steady(rows)
+peaks_here, shown = devices.roofline_peaks(device), plots.steady(rows)
 display(plots.roofline(shown, device=peaks_here))
 
-# %%
+# %% tags=["remove-input"]
 over = [f"{r.mode} S={r.seq}" for r in shown if r.tflops * 1e12 > peaks_here.attainable(r.intensity)]
 lesson(all(r.intensity < peaks_here.ridge for r in rows if r.mode == DECODE),
        f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte)")
@@ -232,10 +240,9 @@ else:
            f"{dec.median_ms:.3f} ms vs {pre.median_ms / longest:.4f} ms per token (medians) at S = {longest}, {run_label}")
 
 # %% [markdown]
-# Where both phases passed the spread check, the cell above gives their per-token costs. Prefill shares its fixed costs among S tokens and
-# reuses every key it loads; a decode token pays them for one token and reads the whole cache to do
-# it. On a GPU the intensity above is the whole story once S is long: the step takes as long as
-# reading the cache takes. Either way, the cure is the same: move fewer bytes per token.
+# Prefill shares its fixed costs among S tokens and reuses every key it loads; a decode token pays
+# them for one token and reads the whole cache. On a GPU, once S is long, the attention call takes
+# as long as reading the cache takes: the cure is to move fewer bytes per token.
 #
 # ## What grouped-query attention saves
 #
@@ -249,7 +256,9 @@ else:
 hq, hkv = 32, 8
 gqa_rows = decoding.sharing_table(layers=32, heads=hq, head_dim=128, context=8192,
                                   kv_options={"multi-head (MHA)": hq, "grouped-query (GQA)": hkv, "multi-query (MQA)": 1})
-display(gqa_rows.round(2))
+display(gqa_rows)
+
+# %% tags=["remove-input"]
 saving = gqa_rows.iloc[0]["KV cache (MiB)"] / gqa_rows.iloc[1]["KV cache (MiB)"]
 step_saving = gqa_rows.iloc[0]["bytes per decode token, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode token, one layer (MiB)"]
 lesson(saving == hq // hkv, f"sharing each K/V head among {hq // hkv} query heads makes the cache {hq // hkv}x smaller")
@@ -265,16 +274,13 @@ glue("gqa_step_saving", float(step_saving))
 # step reads {glue:text}`gqa_step_saving:.2f`x fewer bytes, so at the same bandwidth it can
 # take that much less time. The book's implementations take shared K/V heads as they are (SDPA
 # with `enable_gqa=True`), without repeating K and V in memory where they can avoid it.
-
-# %% [markdown]
+#
 # ## Which SDPA backend takes a decode token?
 #
-# Through the library a decode token is an SDPA call with one query, no mask and
-# `is_causal=False` (nothing to hide), and `enable_gqa=True` when K/V heads are shared. None
-# of PyTorch's backend checks (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses
-# a single query there: flash refuses `is_causal` with Sq ≠ Sk, which this call does not
-# pass, and cuDNN refuses a *key* length of 1. So the backend order of chapter 3 decides, as for
-# prefill (`kernels.attention.sdpa.predicted_backend`):
+# Through the library a decode token is an SDPA call with one query, no mask, `is_causal=False`
+# and `enable_gqa=True` when K/V heads are shared. None of PyTorch's backend checks
+# (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses that (flash refuses `is_causal`
+# with Sq ≠ Sk, cuDNN a *key* length of 1), so chapter 3's backend order decides, as for prefill:
 
 # %%
 decode_predictions = kernels.attention.sdpa.predictions(
@@ -282,32 +288,30 @@ decode_predictions = kernels.attention.sdpa.predictions(
      ("H200 (sm_90)", (9, 0), torch.bfloat16, False, "cuDNN first"),
      ("T4 (sm_75)", (7, 5), torch.float16, False, "no flash before sm_80")], head_dim=128)
 display(decode_predictions)
+chosen, chosen_gqa = decoding.decode_backends(batch, heads, seq, head_dim, dtype, device)  # multi-head, GQA
+
+# %% tags=["remove-input"]
 lesson(decode_predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
        "by PyTorch's rules a bf16 decode token goes to flash on an A100 and to cuDNN on an H200 (cuDNN 9.20)")
-
-# %%
-chosen, chosen_gqa = decoding.decode_backends(batch, heads, seq, head_dim, dtype, device)  # multi-head, GQA
-gpu_lessons.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
+ch10.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
 glue("decode_backend", chosen)
 
 # %% [markdown]
 # Here the decode token went to **{glue:text}`decode_backend`**. The GPU rows of the table
 # above are PyTorch's rules, not a measurement; on a GPU the same cell checks that the backend
 # SDPA chose is the one they predict.
-
-# %% [markdown]
+#
 # ## A real decode step: split over the cache, then reduce
 #
-# A serving engine decodes many requests at once, and its attention kernel is written for one
-# query against a long cache. AMD's TraceLens project profiled one decode step of SGLang
-# serving Qwen3-8B to 32 requests on an MI300X; it is not this book's run, and is credited
-# under the table. Its attention is vLLM's paged-attention [kernel](glossary.md#kernel) for ROCm, in two kernels per
-# layer: the main one splits each request's cache into partitions and computes, per partition,
-# a partial softmax-weighted sum of V with its row maximum and sum; the reduce kernel then merges
-# the partials with the same rescaling as chapter 4's online softmax. The step was replayed
-# from a HIP graph, so no CPU op launched these kernels and the trace records no shapes:
-# `kernels.trace.attention.find_attention` finds each call by its kernels' names, a main kernel
-# and the reduce after it (`kernels.attention.decoding.split_and_reduce` lays them out).
+# A serving engine decodes many requests at once with a kernel written for one query against a
+# long cache. *SGLang decode* (the box at the top) is one decode step of SGLang serving Qwen3-8B to
+# 32 requests on an MI300X. Its attention is AITER's paged-attention pair (`paged_attention_ll4mi_*`,
+# ck_tile templates of AMD's AITER library, which SGLang's AITER backend calls), two kernels per
+# layer: the main one splits each request's cache into partitions and computes, per partition, a
+# partial softmax-weighted sum of V with its row maximum and sum; the reduce merges the partials with
+# chapter 4's online-softmax rescaling. The step was replayed from a HIP graph (AMD's
+# [CUDA graph](glossary.md#cuda-graph)), so no CPU op launched these kernels and they carry no
+# shapes: `find_attention` finds each call by its kernels' names (`decoding.split_and_reduce` pairs them).
 #
 # Before the reveal: what share of this decode step's GPU time is attention?
 
@@ -315,50 +319,99 @@ glue("decode_backend", chosen)
 guess_decode_attention_percent = 50  # edit me: % of the step's GPU time
 
 # %%
-sglang = TRACELENS["sglang_decode"]
-sglang_trace = sglang.trace()
-decode_report = find_attention(sglang.step(trace=sglang_trace))
+sglang_step = TRACELENS["sglang_decode"].step()
+decode_report = find_attention(sglang_step)
 pairs = decoding.split_and_reduce(decode_report)
+display(ch10.split_table(pairs))
+
+# %% tags=["remove-input"]
 decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
-display(decoding.split_summary(pairs).round(3))
-print(f"main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
-print(sglang.credit(sglang_trace))
+print(f"{len(pairs)} calls; main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
 _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
            "% of the decode step's GPU time in attention")
 
 # %%
-#| caption: The attention of each of the 36 layers in one SGLang decode step of Qwen3-8B (batch 32, MI300X): the split-KV main kernel's GPU time, with the reduce kernel's stacked on top. Recorded by AMD's TraceLens project, not this book's run.
+#| caption: The attention of each of the 36 layers in one decode step of SGLang decode (Qwen3-8B, batch 32, MI300X): the split-KV main kernel's GPU time, with the reduce kernel's stacked on top.
 #| alt: Stacked bars, one per layer, of nearly equal height: a tall main-kernel part and a thin reduce part on top.
-plots.split_kv_bars(pairs, f"{decode_report.device}: one decode step")
+plots.split_kv_bars(pairs, f"SGLang decode, {decode_report.device}: one decode step")
 
-# %%
-QWEN3_8B = {"layers": 36, "kv_heads": 8, "head_dim": 128}  # Qwen3-8B's published config.json
+# %% tags=["remove-input"]
+QWEN3_8B = {"layers": 36, "heads": 32, "kv_heads": 8, "head_dim": 128}  # Qwen3-8B's published config.json
 lesson(len(pairs) == QWEN3_8B["layers"] and (pairs["kernels"] == 2).all() and pairs["reduce kernel"].notna().all(),
        "one attention call per layer of Qwen3-8B, each two kernels: a split over the KV cache, then a reduce",
        f"{len(pairs)} calls")
+lesson(pairs["main kernel"].str.startswith("paged_attention_ll4mi").all()
+       and pairs["reduce kernel"].str.startswith("paged_attention_ll4mi").all(),
+       "both are AITER's paged-attention kernels (paged_attention_ll4mi_*)", pairs["main kernel"].iloc[0])
 lesson(set(pairs["launched by"]) == {"hipGraphLaunch"}, "all of them were replayed from a graph (hipGraphLaunch)",
        ", ".join(sorted(set(pairs["launched by"]))))
-lesson(pairs["reduce share"].max() < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
-       f"at most {pairs['reduce share'].max():.1%}")
+reduce_of_call, reduce_of_main = pairs["reduce share"], pairs["reduce µs"] / pairs["main µs"]
+lesson(reduce_of_call.max() < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
+       f"at most {reduce_of_call.max():.1%} of the call, {reduce_of_main.max():.1%} of the main kernel")
+sg_kinds = breakdown.time_by_kind(decode_report)["share"]
+lesson(sg_kinds.drop("attention").idxmax() == "gemm" and sg_kinds["gemm"] > 0.5,
+       "most of the rest of the step is GEMMs", f"GEMM {sg_kinds['gemm']:.1%}, attention {sg_kinds['attention']:.1%}")
+engine = ch10.engine_step(sglang_step.trace)
+lesson(engine["requests"] == engine["queries"] == 32 and engine["cached_tokens"] > 100 * engine["requests"],
+       "SGLang's step annotation: 32 requests, one new query each, against a long cache",
+       f"{engine['queries']} queries against {readable(engine['cached_tokens'])} cached tokens in all")
 mi300x = decode_report.peaks   # the datasheet row of the GPU the trace names
 assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
-most_bytes = mi300x.bandwidth * pairs["main µs"].median() * 1e-6
-tokens_read = most_bytes / decoding.cache_bytes(1, QWEN3_8B["kv_heads"], QWEN3_8B["head_dim"], torch.bfloat16)
-glue("sg_share", 100 * decode_share); glue("sg_main_us", pairs["main µs"].median())
-glue("sg_reduce_pct", 100 * pairs["reduce share"].median()); glue("sg_mib", most_bytes / 2**20)
-glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth / 1e12)
+call_us = float((pairs["main µs"] + pairs["reduce µs"]).median())
+traffic = ch10.call_traffic(engine, QWEN3_8B, mi300x, call_us)
+group = QWEN3_8B["heads"] // QWEN3_8B["kv_heads"]
+lesson(abs(traffic["intensity"] - group) < 0.1 and traffic["intensity"] < mi300x.ridge / 20,
+       f"each call does about {group} FLOPs a byte (GQA's group of {group}): memory-bound, far below the MI300X's ridge",
+       f"{traffic['intensity']:.1f} against {mi300x.ridge:.0f} FLOP/byte")
+lesson(traffic["floor_us"] < call_us and traffic["bandwidth"] < mi300x.bandwidth,
+       "a call takes longer than reading its bytes at the datasheet's bandwidth would",
+       f"{call_us:.0f} µs against {traffic['floor_us']:.0f} µs; {traffic['bandwidth'] / 1e12:.2f} TB/s reached")
+sglang_numbers = {"sg_share": 100 * decode_share, "sg_gemm": 100 * sg_kinds["gemm"], "sg_main_us": pairs["main µs"].median(),
+            "sg_reduce_call_pct": 100 * reduce_of_call.median(), "sg_reduce_main_pct": 100 * reduce_of_main.median(),
+            "sg_mib": traffic["bytes"] / 2**20, "sg_gflop": traffic["flops"] / 1e9, "sg_call_us": call_us,
+            "sg_intensity": traffic["intensity"], "sg_ridge": mi300x.ridge, "sg_floor_us": traffic["floor_us"],
+            "sg_tbs": traffic["bandwidth"] / 1e12, "sg_peak_tbs": mi300x.bandwidth / 1e12,
+            "sg_bw_pct": 100 * traffic["bandwidth"] / mi300x.bandwidth}
+glue_all(**{key: float(value) for key, value in sglang_numbers.items()},
+         sg_tokens=readable(engine["cached_tokens"]), sg_per_request=readable(round(engine["cached_tokens"] / engine["requests"])))
 
 # %% [markdown]
-# Attention was {glue:text}`sg_share:.1f`% of the decode step's GPU time; the rest is the
-# layers' [GEMMs](glossary.md#gemm) (one query row per request: they too read far more weight bytes than they
-# compute with), norms and the cache writes. Each layer's main kernel took
-# {glue:text}`sg_main_us:.0f` µs (median), and the reduce added {glue:text}`sg_reduce_pct:.1f`%
-# to it. The trace has no shapes, so the bytes the kernel read are not known, but they are
-# bounded: at the MI300X's {glue:text}`sg_bandwidth:.1f` TB/s (datasheet) that time reads at
-# most {glue:text}`sg_mib:.0f` MiB, the keys and values of about {glue:text}`sg_tokens:.0f`
-# cached tokens per request with Qwen3-8B's 8 K/V heads of 128 (its published configuration).
-# That is this chapter's lesson at serving scale: a decode kernel's time is the time to read the
-# cache it is handed, so its length, its dtype and how many K/V heads share it set the cost.
+# Attention was {glue:text}`sg_share:.1f`% of the decode step's GPU time; most of the rest is the
+# layers' [GEMMs](glossary.md#gemm), {glue:text}`sg_gemm:.0f`% of the step, then the norms, rotary
+# embeddings, activations and cache writes. Each layer's main kernel took
+# {glue:text}`sg_main_us:.0f` µs (median), and the reduce was {glue:text}`sg_reduce_call_pct:.1f`%
+# of the call, main and reduce together ({glue:text}`sg_reduce_main_pct:.1f`% of the main kernel alone).
+#
+# The kernels carry no shapes, but SGLang names its batch in a step annotation of its own,
+# `execute_32_context_0(...)_generation_32(sq32sk32785...)`: 32 decoding requests, 32 queries
+# against {glue:text}`sg_tokens` cached tokens in all, about {glue:text}`sg_per_request`
+# a request. With Qwen3-8B's 32 query heads, 8 K/V heads of 128 (its published configuration)
+# in bfloat16, one layer's call reads {glue:text}`sg_mib:.1f` MiB of keys, values and queries and
+# does {glue:text}`sg_gflop:.3f` GFLOP: {glue:text}`sg_intensity:.1f` FLOPs a byte (GQA's group
+# of 4 lifts it from 1), against the MI300X's ridge of {glue:text}`sg_ridge:.0f`. Read at the
+# datasheet's {glue:text}`sg_peak_tbs:.1f` TB/s those bytes would take
+# {glue:text}`sg_floor_us:.0f` µs; the call took {glue:text}`sg_call_us:.0f` µs, reading at
+# {glue:text}`sg_tbs:.2f` TB/s, {glue:text}`sg_bw_pct:.0f`% of the datasheet figure. That is this
+# chapter's lesson at serving scale: a decode kernel's time is set by the cache it reads, so its
+# length, its dtype and how many K/V heads share it set the cost.
+
+# %% tags=["remove-input"]
+replay = ch10.graph_replay(sglang_step)
+step_kernels = len(sglang_step.gpu_work)
+lesson(replay["launch_calls"] == 1 and replay["kernels"] > 0.9 * step_kernels,
+       "one hipGraphLaunch call queued almost all of the step's GPU work",
+       f"{replay['kernels']} of its {step_kernels} kernels and copies")
+lesson(replay["median_gap_us"] < 0.01 and replay["busy_us"] > 0.95 * replay["span_us"],
+       "inside the replay the kernels run back to back: the GPU is busy for almost all of its span",
+       f"median gap {replay['median_gap_us'] * 1e3:.1f} ns; busy {replay['busy_us'] / replay['span_us']:.1%} "
+       f"of {replay['span_us'] / 1e3:.2f} ms")
+glue("sg_replay_kernels", replay["kernels"]); glue("sg_replay_busy_pct", 100 * replay["busy_us"] / replay["span_us"])
+
+# %% [markdown]
+# The graph matters to the reading as much as the kernels: one `hipGraphLaunch` queued
+# {glue:text}`sg_replay_kernels` of the step's kernels, and they ran back to back, the GPU busy for
+# {glue:text}`sg_replay_busy_pct:.0f`% of the replay's span. So this step does not wait on
+# launches; its attention waits on memory.
 #
 # ## What to remember
 #
@@ -366,12 +419,13 @@ glue("sg_tokens", tokens_read / 32); _ = glue("sg_bandwidth", mi300x.bandwidth /
 #   causal attention must be aligned bottom-right for both to agree, and SDPA's own
 #   `is_causal` is not.
 # - A decode token moves its whole cache to do two FLOPs per element: about one FLOP per byte
-#   in 16 bits, far below any GPU's ridge. Decode is memory-bound by construction.
+#   in 16 bits, far below any GPU's ridge. Decode attention is memory-bound by construction.
 # - A point above its roof is a ceiling that does not describe it: time decode on inputs fresh from
 #   main memory, and measure the roof on the cores the timings get.
 # - GQA divides the cache, and so the bytes per step, by the group size; the FLOPs stay.
 # - A serving engine's decode attention splits the cache and reduces the partials: the reduce
-#   is cheap, and the main kernel's time is bounded by reading the cache.
+#   is cheap, and the main kernel's time is set by reading the cache; a graph replay keeps the
+#   launches out of the way.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/10_decoding.ipynb), with automatic checks, hints and hidden solutions.

@@ -22,6 +22,12 @@ __all__ = ["check_calls_and_kernel", "check_attention_share", "check_longest_ker
 CALLS_TRACE = "mi300x_bert"               # BERT-small on the MI300X: the chapter shows it on the H100 only
 HAND_WRITTEN_TRACE = "mi300x_timesformer"  # the chapter lists the kernels of its H100 twin only
 SHARE_TOLERANCE = 0.005                   # half a percentage point: the command prints one decimal of %
+SHORT_NAMES = {CALLS_TRACE: "MI300X BERT", HAND_WRITTEN_TRACE: "MI300X TimeSformer"}   # as the page's traces box names them
+
+
+def short_name(key: str) -> str:
+    """How the exercise page names the trace ``key`` (its key where the page does not show it)."""
+    return SHORT_NAMES.get(key, key)
 
 
 @lru_cache(maxsize=None)
@@ -63,7 +69,7 @@ def _kernel_words(given: str, report: AttentionReport, key: str) -> str:
                 f"{report.device}, whose attention kernel has a name of its own. Read the trace, not the chapter's")
     if bare(answer) in step_kernels:
         return f"{_shown(answer)} ran in this step, but it is not the one asked for"
-    return f"no kernel called {_shown(answer)} ran in the {key} step"
+    return f"no kernel called {_shown(answer)} ran in the {short_name(key)} step"
 
 
 # ============================================================================ task 1
@@ -88,13 +94,13 @@ def check_calls_and_kernel(calls, kernel, key: str = CALLS_TRACE) -> Passed:
             fail(f"{calls} is how many kernels the attention calls launched, not how many calls there are.")
         if calls == len(report.step.gpu_work):
             fail(f"{calls} is every piece of GPU work in the step, not its attention calls.")
-        fail(f"the {key} step does not have {calls} attention calls. find_attention(step).calls lists them; "
+        fail(f"the {short_name(key)} step does not have {calls} attention calls. find_attention(step).calls lists them; "
              "in the trace, count the aten::scaled_dot_product_attention ops that no other attention op contains.")
     answer = _name_of(kernel, "kernel")
     mains = {bare(m["name"]) for m in (c.main_kernel() for c in report.calls) if m is not None}
     if bare(answer) not in mains:
         fail(f"{_kernel_words(kernel, report, key)}.")
-    return passed(f"{want} attention calls in the {key} step, each running {kernel.strip()}, on the {report.device}")
+    return passed(f"{want} attention calls in the {short_name(key)} step, each running {kernel.strip()}, on the {report.device}")
 
 
 # ============================================================================ task 2
@@ -108,9 +114,9 @@ def check_attention_share(share, key: str = CALLS_TRACE) -> Passed:
     report = report_of(key)
     want = report.attention_share
     if want is None:
-        raise ValueError(f"the {key} step has no GPU time: no share to check")
+        raise ValueError(f"the {short_name(key)} step has no GPU time: no share to check")
     if abs(got - want) <= SHARE_TOLERANCE:
-        return passed(f"attention is {100 * want:.1f}% of the {key} step's GPU time; you said {100 * got:.1f}%")
+        return passed(f"attention is {100 * want:.1f}% of the {short_name(key)} step's GPU time; you said {100 * got:.1f}%")
     step = report.step
     work = step.gpu_work
     span = float((work["start_us"] + work["dur_us"]).max() - work["start_us"].min())
@@ -118,7 +124,7 @@ def check_attention_share(share, key: str = CALLS_TRACE) -> Passed:
     mistakes = [
         (want * 100, "that is a percentage: give a fraction from 0 to 1"),
         (1 - want, "that is the share of everything but attention"),
-        (one_call, f"that is one call's share; the step has {len(report.calls)} calls: add them all up"),
+        (one_call, "that is one call's share; the step has several: add them all up"),
         (report.attention_gpu_us / step.cpu_time_us if step.cpu_time_us else None,
          "you divided by the step's CPU time; the share is of the GPU's time (every kernel, memcpy and memset, "
          "summed: Step.gpu_time_us)"),
@@ -130,7 +136,7 @@ def check_attention_share(share, key: str = CALLS_TRACE) -> Passed:
              if value is not None and abs(got - value) <= SHARE_TOLERANCE and abs(value - want) > SHARE_TOLERANCE]
     if close:
         fail(f"{got:g}: {min(close)[1]}.")
-    fail(f"{got:g} is not attention's share of the {key} step's GPU time: add up the GPU time of its attention "
+    fail(f"{got:g} is not attention's share of the {short_name(key)} step's GPU time: add up the GPU time of its attention "
          "calls' kernels and divide by the step's GPU time (the command prints it, as a percentage).")
 
 
@@ -156,7 +162,7 @@ def check_longest_kernel(kernel, key: str = HAND_WRITTEN_TRACE) -> Passed:
     want = _longest_kernel(call)
     if bare(answer) == bare(want):
         return passed(f"{want} is the longest kernel of the longest attention call ({call.gpu_us / 1e3:.1f} ms) "
-                      f"in the {key} step, on the {report.device}")
+                      f"in the {short_name(key)} step, on the {report.device}")
     inside = {bare(n): (short_kernel_name(n), d, op)
               for n, d, op in zip(call.kernels["name"], call.kernels["dur_us"], call.kernels["op"])}
     twin = key.replace("mi300x_", "h100_") if key.startswith("mi300x_") else key.replace("h100_", "mi300x_")
@@ -168,5 +174,5 @@ def check_longest_kernel(kernel, key: str = HAND_WRITTEN_TRACE) -> Passed:
     if bare(answer) in inside:
         name, dur, op = inside[bare(answer)]
         fail(f"{_shown(name)} (launched by {op}) runs inside that call for {dur:.0f} µs; another of its kernels runs longer.")
-    fail(f"no kernel called {_shown(kernel.strip())} runs inside the longest attention call of the {key} step: list the "
+    fail(f"no kernel called {_shown(kernel.strip())} runs inside the longest attention call of the {short_name(key)} step: list the "
          "call's kernels (call.kernels, with their dur_us) and take the longest.")

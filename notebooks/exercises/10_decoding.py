@@ -44,8 +44,9 @@ def decode_token(cache, q, k_new, v_new):
 # :::
 #
 # :::{dropdown} Hint 2: the mask
-# `F.scaled_dot_product_attention(..., is_causal=True)` aligns its mask top-left. What does
-# that let a single query see? The course's implementations (`kernels.get(name)(..., causal=True)`) align it bottom-right.
+# Which cached keys may the new token's query see? Before you pass `is_causal=True` to
+# `F.scaled_dot_product_attention`, check which keys its mask lets a single query see (chapter 10
+# shows it).
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -70,9 +71,15 @@ def decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_element):
     ...
 
 # %% [markdown]
-# :::{dropdown} Hint
-# FLOPs: two matmuls of 2·Sk·D per query head. Bytes: q and o are H·D elements each; K and V
-# are Hkv·Sk·D each (a shared head is read once, not once per query head).
+# :::{dropdown} Hint 1: the FLOPs
+# Each query head does two matrix products with the cache: its scores against every cached key,
+# then the weighted sum of the values. A multiply-add is two FLOPs. Does one query against its own
+# cache hide any keys?
+# :::
+#
+# :::{dropdown} Hint 2: the bytes
+# A fused kernel reads each input once and writes its output once. Which tensors are those, and
+# how many heads does each have? A K/V head shared by a group of query heads is read once.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -86,7 +93,7 @@ def solution_decode_intensity(heads, kv_heads, cache_len, head_dim, bytes_per_el
 check_decode_intensity(solution_decode_intensity if solutions else decode_intensity)
 
 # %% [markdown]
-# With 8 query heads per K/V head in bfloat16 the answer is close to 8 FLOP per byte: still
-# far below a GPU's ridge, but 8 times closer than multi-head attention.
+# Try your function on 32 query heads against 8 K/V heads, then against 32, in bfloat16: how many
+# times closer to a GPU's ridge does sharing K/V heads bring a decode token, and is it close?
 #
 # Back to [chapter 10](../10_decoding.ipynb), or on to the [exercises of chapter 11](11_context_parallel.ipynb).

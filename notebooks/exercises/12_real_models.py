@@ -15,20 +15,21 @@
 solutions = False
 
 # %% tags=["setup"]
-from kernels.borrowed import TRACELENS, root
+from kernels.borrowed import TRACELENS, root, traces_box
 from kernels.exercises import showing_solutions
 from kernels.exercises.real_models import check_attention_share, check_calls_and_kernel, check_longest_kernel
-from kernels.notebook import say, setup
+from kernels.notebook import setup
 from kernels.trace.attention import find_attention, short_kernel_name
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
 bert = TRACELENS["mi300x_bert"]
 bert_step = bert.step()
-say(bert.credit(bert_step.trace))
 timesformer = TRACELENS["mi300x_timesformer"]
 timesformer_step = timesformer.step()
-say(timesformer.credit(timesformer_step.trace))
+
+# %% tags=["remove-input"]
+traces_box({"MI300X BERT": bert, "MI300X TimeSformer": timesformer})
 
 # %% [markdown]
 # `bert_step` and `timesformer_step` are the two traces' profiler steps (`kernels.trace.reader.Step`:

@@ -1,0 +1,62 @@
+"""What only chapter 12 (attention in a real model's trace) needs: the short names its tables and
+figures give the borrowed traces, what TimeSformer's recorded shapes say about its input, and how
+many passes its hand-written attention makes over the score tensor."""
+from __future__ import annotations
+
+import pandas as pd
+
+from kernels.trace.attention import SCORE_GEMMS, AttentionCall
+from kernels.trace.reader import Step
+
+# The traces the chapter reads (keys of kernels.borrowed.TRACELENS), by the short name every
+# table, figure and sentence of the page uses; the "Traces on this page" box credits each.
+SHORT = {"h100_qwen": "H100 Qwen", "mi300x_qwen": "MI300X Qwen", "h100_timesformer": "H100 TimeSformer",
+         "mi300x_timesformer": "MI300X TimeSformer", "h100_vit": "H100 ViT", "mi300x_vit": "MI300X ViT",
+         "h100_bert": "H100 BERT"}
+
+
+def first_dims(step: Step, op: str) -> list:
+    """The recorded input dims of the first ``op`` in ``step`` (a ValueError if it has none)."""
+    rows = step.ops[step.ops["name"] == op]
+    if not len(rows):
+        raise ValueError(f"no {op} with recorded shapes in this step")
+    return rows["input_dims"].iloc[0]
+
+
+def timesformer_input(step: Step, space_tokens: int) -> dict:
+    """What a TimeSformer step's recorded shapes say about its input and its "space" attention of
+    ``space_tokens`` tokens a sequence: ``frames`` (the patch embedding's batch of images),
+    ``trained_frames`` (the time embeddings the checkpoint holds, before they are interpolated to
+    the input), ``patches`` per frame, and the recorded ``cat`` that built the space sequences:
+    ``space_batch`` sequences of one CLS token and ``space_frames`` frames' patches."""
+    images, weight = first_dims(step, "aten::conv2d")[:2]     # [frames, 3, H, W], [C, 3, p, p]
+    patches = (images[2] // weight[2]) * (images[3] // weight[3])
+    time_embedding = first_dims(step, "aten::upsample_nearest1d")[0]   # [1, C, trained frames]
+    joined = [dims[0] for dims in step.ops.loc[step.ops["name"] == "aten::cat", "input_dims"]
+              if len(dims[0]) == 2 and dims[0][0][1] == 1 and dims[0][0][1] + dims[0][1][1] == space_tokens]
+    if not joined:
+        raise ValueError(f"no recorded cat of a CLS token and {space_tokens - 1} patches in this step")
+    cls, tokens = joined[0]                                    # [B, 1, C], [B, frames x patches, C]
+    return {"frames": images[0], "trained_frames": time_embedding[-1], "patches": patches,
+            "space_batch": tokens[0], "space_frames": tokens[1] / patches}
+
+
+def score_passes(call: AttentionCall, step: Step) -> dict:
+    """The passes a hand-written attention call makes over its score tensor ([..., Sq, Sk]): the
+    score GEMM writes it, each op between the two GEMMs whose input is score-shaped reads and
+    writes it (a scale, a softmax), the value GEMM reads it. Returns those ops in order and the
+    ``writes`` and ``reads`` counted."""
+    ops = step.ops
+    inside = ops[(ops["start_us"] >= call.cpu_start_us) & (ops["start_us"] <= call.cpu_start_us + call.cpu_us)]
+    launching = set(call.kernels["op"].dropna()) - SCORE_GEMMS
+    over_scores = [name for name, dims in zip(inside["name"], inside["input_dims"])
+                   if name in launching and dims and isinstance(dims[0], list) and dims[0][-2:] == [call.sq, call.sk]]
+    gemms = call.kernels["op"].isin(SCORE_GEMMS).sum()
+    if gemms != 2:
+        raise ValueError(f"a hand-written call has two GEMMs; this one launched {gemms}")
+    return {"between": over_scores, "writes": 1 + len(over_scores), "reads": len(over_scores) + 1}
+
+
+def largest_kind(shares: pd.DataFrame) -> pd.Series:
+    """Each step's largest kind of GPU work other than attention (``breakdown.shares``' rows)."""
+    return shares.drop(columns="attention").idxmax(axis=1)
