@@ -4,10 +4,7 @@
 # The [SDPA](glossary.md#sdpa) chapter ended on a single fused [kernel](glossary.md#kernel),
 # `pytorch_flash`, that beats the hand-written ops while keeping the S×S scores out of
 # memory. This chapter writes
-# that kind of kernel ourselves, in Triton, and reads it like any other trace: the *online
-# softmax* that makes tiling possible, the tiles one program computes (and the ones causal
-# attention never touches), the kernel's source in the pieces that do each job, a check
-# against the float64 reference, and its profile next to SDPA's flash backend.
+# that kind of kernel ourselves, in Triton, and reads it like any other trace.
 #
 # **You will learn to:**
 #
@@ -33,18 +30,20 @@ import math
 import warnings
 
 import torch
+from IPython.display import Markdown
 from matplotlib.figure import Figure
 
 import kernels
 import kernels.triton.flash as tf
-from kernels import gpu_lessons, reference
+from kernels import reference
 from kernels.attention import sdpa
 from kernels.bench import plots, sweep
 from kernels.bench.results import FORWARD, FORWARD_BACKWARD, points_table
-from kernels.borrowed import TRACELENS
+from kernels.book import ch04_triton as ch04
+from kernels.borrowed import TRACELENS, traces_box
 from kernels.dtypes import TORCH_DTYPES
 from kernels.hw import occupancy
-from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_lines
+from kernels.notebook import glue, glue_all, inputs, lesson, reveal, say, setup, show_lines
 from kernels.trace import reader, record, tables
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
@@ -60,10 +59,13 @@ q, k, v = inputs(run_batch, run_heads, run_seq, head_dim, dtype=dtype, device=de
 glue("run_shape", f"B={run_batch} H={run_heads} S={run_seq} D={head_dim}")
 glue("dtype", str(dtype).replace("torch.", ""))
 
+# %% tags=["remove-input"]
+traces_box({"H100 Qwen": TRACELENS["h100_qwen"]})
+
 # %% [markdown]
 # This run uses {glue:text}`run_shape` in {glue:text}`dtype`. Without a GPU the kernel runs
-# in Triton's *interpreter* (the section "Run it" says how), far slower than a compiled
-# kernel, so a CPU run keeps the shapes small; on a GPU they are the chosen size's.
+# in Triton's *interpreter* ("Run it" says how), far slower than compiled code, so a CPU run
+# keeps the shapes small.
 #
 # ## The online softmax
 #
@@ -93,14 +95,13 @@ glue("dtype", str(dtype).replace("torch.", ""))
 x = torch.tensor([1.0, 2.0, 5.0, 0.0], dtype=torch.float64)
 _, ((m1, l1), (m2, l2)) = tf.tiled_softmax(x, 2)
 rescaled, new_terms = l1 * torch.exp(m1 - m2), torch.exp(x[2:] - m2).sum()
+
+# %% tags=["remove-input"]
 lesson(float(m1) == 2.0 and float(m2) == 5.0, "the running max goes 2, then 5")
 lesson(bool(torch.isclose(l2, rescaled + new_terms)) and bool(torch.isclose(l2, torch.exp(x - 5).sum())),
        "rescaled old sum + new terms = the sum over the whole row relative to its max",
        f"{float(rescaled):.4f} + {float(new_terms):.4f} = {float(l2):.4f}")
-glue("hand_l1", float(l1))
-glue("hand_rescaled", float(rescaled))
-glue("hand_new", float(new_terms))
-glue("hand_l2", float(l2))
+glue_all(hand_l1=float(l1), hand_rescaled=float(rescaled), hand_new=float(new_terms), hand_l2=float(l2))
 
 # %% [markdown]
 # ### From softmax to attention
@@ -113,13 +114,14 @@ glue("hand_l2", float(l2))
 # {glue:text}`softmax_block` keys at a time, it gives the float64 reference's answer:
 
 # %%
-softmax_block = configs.INTERPRETER_BLOCKS["BLOCK_N"]
 q64, k64, v64 = (t[0, 0].detach().to("cpu", torch.float64) for t in (q, k, v))
-online = tf.online_attention_row(q64[-1], k64, v64, softmax_block)
+online = tf.online_attention_row(q64[-1], k64, v64, configs.INTERPRETER_BLOCKS["BLOCK_N"])
 exact = reference.attention(q64[None, None, -1:], k64[None, None], v64[None, None], causal=False)[0, 0, 0]
+
+# %% tags=["remove-input"]
 lesson(torch.allclose(online, exact, rtol=1e-12, atol=1e-12),
        "online attention of one row, tile by tile, equals the float64 reference row")
-glue("softmax_block", softmax_block)
+glue("softmax_block", configs.INTERPRETER_BLOCKS["BLOCK_N"])
 
 # %% [markdown]
 # The kernel runs the same update on a `[BLOCK_M, BLOCK_N]` tile of scores, `BLOCK_M` query
@@ -139,7 +141,7 @@ show_lines(tf.attn_fwd_inner, "m_new = tl.maximum", "m_i = m_new")
 # launcher multiplies the softmax scale $1/\sqrt{d}$ by $\log_2 e$ = {glue:text}`log2e:.6f`
 # once, on the host, so the change of base costs nothing per score:
 
-# %%
+# %% tags=["remove-input"]
 s = torch.randn(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 10
 scale = 1 / math.sqrt(head_dim)
 base_e = torch.exp(s * scale - (s * scale).max())
@@ -149,7 +151,7 @@ glue("log2e", launch.LOG2E)
 
 # %% [markdown]
 # After the loop a row knows $m$ and $\ell$. The program divides `acc` by $\ell$ once and
-# stores one more number per row, the log-sum-exp $m + \log_2 \ell$: from it the backward
+# stores one more number per row, the [log-sum-exp](glossary.md#log-sum-exp) $m + \log_2 \ell$: from it the backward
 # rebuilds any probability, $P_{ij} = 2^{s_{ij} - \mathrm{LSE}_i}$, without $P$ ever being
 # stored (S numbers per head instead of S²). The end of `attn_fwd`:
 
@@ -168,18 +170,16 @@ show_lines(tf.attn_fwd, "seen = l_i > 0", "tl.store(LSE")
 # sequence (not a multiple of the tiles, so the last ones are ragged) with `BLOCK_M` =
 # {glue:text}`block_m` and `BLOCK_N` = {glue:text}`block_n`:
 
+# %% tags=["remove-cell"]
+fig_seq, block_m, block_n = 200, configs.INTERPRETER_BLOCKS["BLOCK_M"], configs.INTERPRETER_BLOCKS["BLOCK_N"]
+glue_all(fig_seq=fig_seq, block_m=block_m, block_n=block_n)
+
 # %%
 #| caption: Which tiles each program computes, causal (left) and full (right), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
 #| alt: Two grids of tiles over query and key positions. Left, causal: blue tiles below the diagonal, orange on it, grey above it. Right, full: all blue but an orange ragged last column.
-block_m, block_n = configs.INTERPRETER_BLOCKS["BLOCK_M"], configs.INTERPRETER_BLOCKS["BLOCK_N"]
-fig_seq = 200
-fig = Figure(figsize=(12, 5.8), layout="constrained")
-left, right = fig.subplots(1, 2)
-tiling.draw_tiles(fig_seq, block_m, block_n, causal=True, program=2, ax=left)
-tiling.draw_tiles(fig_seq, block_m, block_n, causal=False, program=2, ax=right)
-glue("fig_seq", fig_seq)
-glue("block_m", block_m)
-glue("block_n", block_n)
+fig = Figure(figsize=(9, 4.6), layout="constrained")
+for ax, causal in zip(fig.subplots(1, 2), (True, False)):
+    tiling.draw_tiles(fig_seq, block_m, block_n, causal=causal, program=2, ax=ax)
 fig
 
 # %% [markdown]
@@ -198,7 +198,7 @@ show_lines(tf.fwd_stages, "if CAUSAL:", "return full_hi")
 # cache). Stage 1 takes the key tiles `[0, full_hi)` that every row of the Q tile sees in
 # full, with `MASKED=False`, so no comparison is computed at all; stage 2 takes
 # `[full_hi, masked_hi)` with the mask, and the loop never goes further: that is the
-# skipping. `MASKED`, `CAUSAL` and the tile sizes are `tl.constexpr`, passed by keyword, and
+# skipping. `MASKED`, `CAUSAL` and the tile sizes are `tl.constexpr`, and
 # Triton compiles a separate, branch-free loop for each value. Only the masked stage runs
 # these lines of `attn_fwd_inner`:
 
@@ -218,13 +218,13 @@ guess_causal_share_at_256 = 0.5  # edit me before running on
 # %%
 gpu_block_m, gpu_block_n = configs.GPU_CONFIGS[0][:2]
 share = {s: tiling.computed_fraction(s, gpu_block_m, gpu_block_n) for s in (256, 1024, 16384)}
+
+# %% tags=["remove-input"]
 reveal(guess_causal_share_at_256, share[256], "the causal share of tiles at S=256", source="the tile count")
 lesson(all(abs(share[s] - tiling.expected_fraction(math.ceil(s / gpu_block_m))) < 1e-12 for s in share),
        "with n query tiles the causal kernel computes (n+1)/(2n) of the tiles",
        ", ".join(f"S={s}: {f:.4f}" for s, f in share.items()))
-glue("gpu_block_m", gpu_block_m)
-glue("gpu_block_n", gpu_block_n)
-glue("share_16k", share[16384])
+glue_all(gpu_block_m=gpu_block_m, gpu_block_n=gpu_block_n, share_16k=share[16384])
 
 # %% [markdown]
 # Query tile $i$ of $n$ computes the $i$ tiles left of its diagonal and its diagonal tile:
@@ -250,6 +250,8 @@ qp, kp, vp = inputs(1, 1, 2 * poison_from, head_dim, dtype=dtype, device=device)
 vp[:, :, poison_from:] = float("nan")
 rows_nan = {name: kernels.get(name)(qp, kp, vp, causal=True).isnan().any(dim=-1)[0, 0]
             for name in ("triton", "naive")}
+
+# %% tags=["remove-input"]
 lesson(not rows_nan["triton"][:poison_from].any() and bool(rows_nan["triton"][poison_from:].all()),
        f"Triton: rows before {poison_from} stay finite, so no tile holding a later key was loaded for them")
 lesson(bool(rows_nan["naive"].all()), "naive attention reads every key for every row: all rows are NaN")
@@ -272,25 +274,19 @@ show_lines(tf.flash_forward, "triton.cdiv(s_q, meta")
 show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 
 # %% [markdown]
-# - `tl.program_id(0)` is the (batch, head), split by integer division and remainder by `H`.
-#   B·H goes on the grid's first axis because its second and third axes stop at 65,535
-#   programs. The two are cast to int64: `b·stride_b` passes $2^{31}$ on large inputs.
-# - `tl.program_id(1)` is the query tile, taken in reverse when causal: the last query tiles
-#   see the most keys, and launching them first keeps the longest programs from starting
-#   last, when the GPU would otherwise sit mostly idle waiting for them (longest job first, a
-#   classic scheduling rule; our reasoning, not the FlashAttention papers').
+# - `tl.program_id(0)` is the (batch, head): B·H goes on the grid's first axis because its
+#   second and third axes stop at 65,535 programs.
+# - `tl.program_id(1)` is the query tile, taken in reverse when causal (longest job first, a
+#   classic scheduling rule, as the comment says).
 # - With grouped-query attention, query head `h` reads key/value head `h // GROUP` through its
 #   pointers, so K and V are never repeated in memory.
 #
-# Triton has no tensors inside a kernel, only pointers. `tile_ptrs`
+# Triton has no tensors inside a kernel, only pointers: `tile_ptrs`
 # (`kernels/triton/launch.py`) builds a `[rows, cols]` block of addresses from the base
-# pointer and every stride the launcher passes (`*q.stride()`), so a transposed
-# `[B, S, H, D]` view works without a copy. Loads carry masks: `row_ok = offs_m < SQ` keeps
-# the ragged last tile from reading past the end, and masked lanes read 0 and are never
-# stored. `HEAD_DIM` is the head dim padded to a power of two (`tl.arange` needs one,
-# `tl.dot` an inner dimension of at least 16); the padded lanes load as zeros, which add
-# nothing to $q \cdot k$ or to $p V$. The whole kernel is `attn_fwd` in
-# `kernels/triton/flash.py`.
+# pointer and the strides the launcher passes, so a transposed view works without a copy.
+# Loads carry masks (`row_ok = offs_m < SQ`): the ragged last tile reads 0 past the end and
+# stores nothing there. `HEAD_DIM` is the head dim padded to a power of two (`tl.arange`
+# needs one); the padded lanes load as zeros, which add nothing to $q \cdot k$ or to $p V$.
 
 # %% [markdown]
 # ### The backward: three kernels, no atomics
@@ -305,34 +301,31 @@ show_lines(triton_backward.flash_backward, "pre_grid = ", "q_grid = ")
 
 # %% [markdown]
 # `attn_bwd_preprocess` computes $\Delta$, one number per query row. `attn_bwd_dkdv` has one
-# program per *key* tile: it holds its K and V tiles and loops over the query tiles that see
-# them (causal: from its diagonal down, the mirror of the forward's skipping), accumulating
-# $dK$ and $dV$. `attn_bwd_dq` has one program per query tile. A single pass over key tiles
-# could produce all three gradients, but then every program would hold only part of the sum
-# for each $dQ$ row and would have to add it into that row in memory with atomic adds, as
-# FlashAttention-2's CUDA backward does: a zero-filled float32 buffer, and last bits that
-# change from run to run. With two passes every program owns what it writes, at the cost of
-# rebuilding $P$ twice. The dK/dV program computes $S^\top = K Q^\top$ directly (Triton's
-# tutorial's transposed form), so each product comes out in the orientation the next one
-# takes, and as in the forward only the steps that cross the diagonal compute a mask.
+# program per *key* tile, which loops over the query tiles that see it (causal: from its
+# diagonal down, the mirror of the forward's skipping), accumulating $dK$ and $dV$; it
+# computes $S^\top = K Q^\top$ directly, Triton's tutorial's transposed form.
+# `attn_bwd_dq` has one program per query tile. One pass over key tiles could produce all
+# three, but each program would then hold part of every $dQ$ row's sum and add it in memory
+# with atomic adds, as FlashAttention-2's CUDA backward does (a zero-filled float32 buffer,
+# last bits that change from run to run). With two passes every program owns what it writes,
+# at the cost of rebuilding $P$ twice.
 #
 # ## Run it
 #
 # Triton's switch is the variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a
-# function: `import kernels` sets it to 1 where no GPU is visible, before any kernel is
-# defined, and leaves a value you set yourself alone. The same kernels then run on CPU tensors
-# with NumPy doing the arithmetic tile by tile; nothing in the notebook changes.
+# function: `import kernels` sets it to 1 where no GPU is visible and leaves a value you set
+# yourself alone. The same kernels then run on CPU tensors with NumPy doing the arithmetic tile
+# by tile; nothing in the notebook changes.
 
-# %%
+# %% tags=["remove-input"]
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 lesson(launch.INTERPRETED == (not on_gpu), "the kernels are interpreted exactly where there is no GPU",
        f"interpreted: {launch.INTERPRETED}; the kernel object is a {type(tf.attn_fwd).__name__}")
 
 # %% [markdown]
-# Forward and backward against the float64 reference (`kernels.reference.check`: in float32 an
-# error of about 1e-5 times the largest value; in 16 bits at most twice the error of plain
-# attention computed in the same dtype, three times for gradients, FlashAttention's own test
-# rule), causal at {glue:text}`run_seq_text` tokens and non-causal at a ragged
+# Forward and backward against the float64 reference (`kernels.reference.check`: in float32 about
+# 1e-5 times the largest value; in 16 bits at most twice plain attention's error in the same
+# dtype, three times for gradients, FlashAttention's own test rule), causal at {glue:text}`run_seq_text` tokens and non-causal at a ragged
 # {glue:text}`ragged_seq` tokens, so the last tiles hang past the end; one batch element and
 # two heads, since every (batch, head) is computed independently:
 
@@ -343,10 +336,11 @@ for causal, length in ((True, run_seq), (False, ragged_seq)):
     qs, ks, vs = inputs(1, min(run_heads, 2), length, head_dim, dtype=dtype, device=device, seed=length)
     verdicts[f"{'causal' if causal else 'full'}, S={length}"] = reference.check(triton_attention, qs, ks, vs, causal,
                                                                                 backward=True)
+
+# %% tags=["remove-input"]
 lesson(all(j.ok for j in verdicts.values()), "output, dQ, dK and dV all match the float64 reference",
        "; ".join(f"{case}: worst {max(v.error for v in j.values()):.1e}" for case, j in verdicts.items()))
-glue("run_seq_text", run_seq)
-glue("ragged_seq", ragged_seq)
+glue_all(run_seq_text=run_seq, ragged_seq=ragged_seq)
 
 # %% [markdown]
 # ## Profile it
@@ -357,21 +351,26 @@ glue("ragged_seq", ragged_seq)
 # %%
 guess_compute_ops = 3  # edit me before running on
 
-# %%
+# %% tags=["remove-cell"]
 # On the CPU one interpreted forward is enough: no compilation, no autotuning to warm up.
 profile_args: dict = dict(active=active_steps) if on_gpu else dict(wait=0, warmup=0, active=1)
 warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
 profiled = [n for n in ("triton", "sdpa_flash")
             if kernels.available(device)[n] is None and (n == "triton" or sdpa.input_reason(n, q) is None)]
+
+# %%
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, trace_dir=trace_dir, **profile_args)
         for name in profiled}
 step = {name: reader.median_step(run.steps()) for name, run in runs.items()}
+tables.op_table(step["triton"], max_depth=0)
+
+# %% tags=["remove-input"]
 ops, top = step["triton"].ops, step["triton"].top_level()
 compute_pattern = r"aten::(.*attention.*|matmul|mm|bmm|addmm|baddbmm|_?softmax|exp2?_?)"  # exp, not expand
 aten_compute = ops[ops["name"].str.fullmatch(compute_pattern)]
 reveal(guess_compute_ops, len(aten_compute), "aten ops computing attention")
 lesson(top["name"].tolist() == ["FlashAttention"], "one op at the top of the triton step: our autograd Function")
-display(tables.op_table(step["triton"], max_depth=0), *(links(run) for run in runs.values()))
+display(*(links(run) for run in runs.values()))
 glue("triton_ops", len(ops) - 1)
 glue("triton_children", ", ".join(f"{n} ×{c}" for n, c in ops["name"][ops.index != top.index[0]].value_counts().items()))
 
@@ -383,7 +382,7 @@ glue("triton_children", ", ".join(f"{n} ×{c}" for n, c in ops["name"][ops.index
 # arithmetic runs in NumPy, which the profiler does not see, so nearly all of the span is its
 # *self* time. On a GPU the same span holds one kernel launch.
 
-# %%
+# %% tags=["remove-input"]
 if not on_gpu:
     self_share = float(ops.loc[top.index[0], "self_us"] / top.iloc[0]["dur_us"])
     lesson(self_share > 0.9, "almost all of the FlashAttention span is its own time: NumPy work the profiler cannot see",
@@ -397,10 +396,13 @@ if not on_gpu:
 # %%
 if "sdpa_flash" in step:
     display(tables.op_table(step["sdpa_flash"]))
+
+# %% tags=["remove-input"]
+if "sdpa_flash" in step:
     judged = {n: reference.judge(kernels.get(n)(q, k, v, causal=True), q, k, v, causal=True)["out"]
               for n in ("triton", "sdpa_flash")}
     lesson(all(j.ok for j in judged.values()), "Triton and SDPA flash both match the float64 reference",
-           "; ".join(f"{n}: {j}" for n, j in judged.items()))
+           "; ".join(f"{n}: error {j.error:.1e}, bound {j.bound:.1e}" for n, j in judged.items()))
 else:
     print("sdpa_flash cannot run here:", kernels.available(device)["sdpa_flash"] or sdpa.input_reason("sdpa_flash", q))
 triton_ms = step["triton"].cpu_time_us / 1e3
@@ -414,15 +416,14 @@ glue("speed_note", f"This run used the compiled kernel: {triton_ms:.2f} ms of CP
 #
 # ## On a GPU: the grid, the block, the occupancy
 #
-# What would our forward launch for a real model's attention? The trace below was recorded by
-# others: Qwen1.5-0.5B's forward on an H100, where SDPA ran PyTorch's own `flash_fwd_kernel`,
-# and the trace records that kernel's grid, block, [registers](glossary.md#registers) and
-# shared memory. Beside it, what our forward would launch for the same shape on the same GPU
-# with each of its 128-row tiles (the autotuner times the tiles that fit and runs one).
-# Registers need a compile (`python -m kernels.triton.compile_sweep --target sm_90`), so for
-# our rows the occupancy is an upper bound from shared memory and warps alone. Guess first:
-# torch's kernel spends 255 registers per thread, on 128 threads; how many of its CTAs fit
-# one SM?
+# What would our forward launch for a real model's attention? In the H100 Qwen trace,
+# Qwen1.5-0.5B's forward on an H100, SDPA ran PyTorch's own `flash_fwd_kernel`, and the trace
+# records its grid, block, [registers](glossary.md#registers) and shared memory. Beside it, what our forward would
+# launch for the same shape on the same GPU with each of its 128-row tiles (the autotuner times
+# the tiles that fit and runs one). Registers need a compile
+# (`python -m kernels.triton.compile_sweep --target sm_90`), so for our rows the occupancy is
+# an upper bound from shared memory and warps alone. Guess first: torch's kernel spends 255
+# registers per thread, on 128 threads; how many of its CTAs fit one SM?
 
 # %%
 guess_torch_ctas_per_sm = 8  # edit me before running on
@@ -434,37 +435,37 @@ qwen_call = find_attention(qwen.step(trace=qwen_trace)).calls[0]
 gpu = qwen_trace.device_properties[0]
 capability = (gpu["computeMajor"], gpu["computeMinor"])
 qwen_arch = occupancy.arch_of(capability)
-torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (torch)", qwen_call.footprint(), "the trace")
+torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)", qwen_call.footprint(), "the trace")
 triton_launches = configs.forward_launches(qwen_call.batch_heads, qwen_call.sq, qwen_call.d,
                                            TORCH_DTYPES[str(qwen_call.dtype)].itemsize, capability,
                                            gpu["sharedMemPerBlockOptin"])
 same_rows = [t for t in triton_launches if t.blocks == torch_launch.blocks]
-say(qwen.credit(qwen_trace))
-print(f"{qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, {qwen_call.dtype}, "
-      f"causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
-occupancy.launch_table([torch_launch, *same_rows], qwen_arch, gpu["numSms"])
+
+# %% tags=["remove-input"]
+print(f"H100 Qwen, {qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, "
+      f"{qwen_call.dtype}, causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
 
 # %%
+occupancy.launch_table([torch_launch, *same_rows], qwen_arch, gpu["numSms"])[
+    ["registers", "shared KiB", "CTAs per SM", "occupancy %", "limited by", "waves"]]
+
+# %% tags=["remove-input"]
 torch_occ = torch_launch.occupancy(qwen_arch)
 reveal(guess_torch_ctas_per_sm, torch_occ.blocks_per_sm, "CTAs of torch's flash kernel per SM", source="the trace's footprint")
 lesson(torch_occ.limited_by == "registers", "torch's flash kernel is limited by its registers",
        f"{torch_occ.blocks_per_sm} CTAs x {torch_occ.warps_per_block} warps per SM = {torch_occ.percent:g}%")
 lesson(bool(same_rows) and all(t.grid[0] == qwen_call.batch_heads for t in triton_launches),
        "our 128-row tiles launch as many programs as torch's kernel, with B·H on the grid's x axis where torch puts "
-       "the query tiles", f"{torch_launch.blocks} CTAs: torch {torch_launch.grid}, ours {same_rows[0].grid if same_rows else None}")
-glue("torch_ctas", torch_occ.blocks_per_sm)
-glue("torch_occ", torch_occ.percent)
-glue("torch_waves", torch_launch.waves(qwen_arch, gpu["numSms"]))
-glue("torch_blocks", torch_launch.blocks)
-glue("gpu_sms", gpu["numSms"])
+       "the query tiles", f"{torch_launch.blocks:,} CTAs: torch {torch_launch.grid}, ours {same_rows[0].grid if same_rows else None}")
 over_48 = [t for t in triton_launches if t.shared_mem_per_block > occupancy.KINETO_SHARED_MEM_LIMIT]
 lesson(2 * len(over_48) > len(triton_launches), "most of our tile shapes ask for more than 48 KiB of shared memory",
        f"{len(over_48)} of {len(triton_launches)}")
 others = [t for t in triton_launches if t not in same_rows]
 lesson(all(t.blocks > torch_launch.blocks for t in others), "our other tile shapes have fewer rows, so more programs",
-       f"{sorted(t.blocks for t in others)} programs against torch's {torch_launch.blocks}")
-glue("other_tiles", len(others))
-glue("max_blocks", max(t.blocks for t in triton_launches))
+       f"{', '.join(f'{b:,}' for b in sorted(t.blocks for t in others))} programs against torch's {torch_launch.blocks:,}")
+glue_all(torch_ctas=torch_occ.blocks_per_sm, torch_occ=torch_occ.percent,
+         torch_waves=torch_launch.waves(qwen_arch, gpu["numSms"]), torch_blocks=f"{torch_launch.blocks:,}",
+         gpu_sms=gpu["numSms"], other_tiles=len(others), max_blocks=f"{max(t.blocks for t in triton_launches):,}")
 
 # %% [markdown]
 # On this {glue:text}`gpu_sms`-SM GPU, torch's kernel fits {glue:text}`torch_ctas` CTAs per SM
@@ -476,55 +477,50 @@ glue("max_blocks", max(t.blocks for t in triton_launches))
 # and smaller programs, up to {glue:text}`max_blocks`. The trace's
 # "est. achieved occupancy" is [Kineto](glossary.md#kineto)'s arithmetic on the same
 # footprint, not a measurement, and reads 0% for any kernel above 48 KiB of shared memory, as
-# most of our tile shapes would ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule). When
-# this page is built on a GPU, the hidden cells below read this run's own `attn_fwd` and
-# SDPA's kernel the same way, and check that forward + backward is four kernels with no memset
-# (nothing is zero-filled for atomic adds).
+# most of our tile shapes would ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule).
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
+# The book's own GPU recording: this run's attn_fwd and SDPA's kernel read the same way, and
+# forward + backward checked to be four kernels with no memset (nothing zero-filled for atomics).
 if on_gpu:
-    gpu_lessons.triton_forward_footprints(step, "attn_fwd", tf.attn_fwd_tuned.best_config,
+    say("This page was built on a GPU: this run's own `attn_fwd` and SDPA's flash kernel, read the same way, and "
+        "one forward + backward, which is four kernels and no memset (nothing is zero-filled for atomic adds).")
+    ch04.triton_forward_footprints(step, "attn_fwd", tf.attn_fwd_tuned.best_config,
                                           (run_batch, run_heads, run_seq), show=display)
     fb = reader.median_step(record.profile(tf.forward_backward, q, k, v, torch.randn_like(q),
                                            label="triton_fwd_bwd", active=active_steps, trace_dir=trace_dir).steps())
-    gpu_lessons.triton_backward(fb, "attn_fwd", show=display)
+    ch04.triton_backward(fb, "attn_fwd", show=display)
 
-# %% [markdown]
-# ## Speed
-#
-# On a GPU, the hidden cell below times Triton against SDPA's flash backend, forward and
-# forward+backward, at sequence lengths around the chosen one, in
-# TFLOP/s with causal counted as half. For published H100 numbers of
-# the Triton tutorial's kernel beside FlashAttention-2, cuDNN and FlashAttention-3, see the
-# FlashAttention-3 paper (arXiv 2407.08608, section 4.1). Our kernel takes the tutorial's main
-# ideas (two causal stages, exp2 with the scale folded in, the transposed backward) but runs
-# the backward's two passes as two kernels, so read its numbers next to
-# SDPA's on the same GPU rather than against the paper's.
-
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
+# The book's own GPU recording: Triton against SDPA's flash backend, timed. On a CPU the
+# interpreter's time measures Python, not the kernel, so there is nothing to show.
 if on_gpu:
+    display(Markdown(
+        "## Speed\n\nTriton against SDPA's flash backend on this run's GPU, forward and forward+backward, at "
+        "sequence lengths around the chosen one, in TFLOP/s with causal counted as half. For published H100 "
+        "numbers of the Triton tutorial's kernel beside FlashAttention-2, cuDNN and FlashAttention-3, see the "
+        "FlashAttention-3 paper (arXiv 2407.08608, section 4.1). Our kernel takes the tutorial's main ideas (two "
+        "causal stages, exp2 with the scale folded in, the transposed backward) but runs the backward's two passes "
+        "as two kernels, so read its numbers next to SDPA's on the same GPU rather than against the paper's."))
     sweep_seqs = sorted({max(128, seq // 2), seq, 2 * seq})   # small: each new length re-runs the autotuner
     results = sweep.sweep(["triton", "sdpa_flash"], seqs=sweep_seqs, head_dims=(head_dim,), dtypes=(dtype,),
                           causal=(True,), modes=(FORWARD, FORWARD_BACKWARD),
                           batch=batch, heads=heads, device=device, max_seconds=0.5, memory=False, progress=None)
     display(points_table(results, ["impl", "mode", "seq", "status", "median_ms", "tflops"]))
-    gpu_lessons.ran_at_every_point(results, "triton",
+    ch04.ran_at_every_point(results, "triton",
                                    "the Triton kernel ran at every point of the sweep, forward and forward+backward")
     display(plots.tflops_vs_seq(results))
 
 # %% [markdown]
 # ## What to remember
 #
-# - The online softmax keeps a running max and sum per row and rescales what it has summed
-#   whenever the max rises; that lets a program see the keys one tile at a time and save one
-#   log-sum-exp per row for the backward.
-# - One program owns a Q tile and streams K/V tiles past it: an unmasked stage, then a masked
-#   stage on the diagonal, then it stops. Causal computes $(n+1)/(2n)$ of the tiles.
-# - The backward runs three kernels in which every program owns what it writes: no atomics,
-#   no memset.
-# - In the interpreter the profiler sees one opaque span: the work is NumPy, not PyTorch. On a
-#   GPU the same code is one kernel per forward, and its footprint (grid, block, registers,
-#   shared memory) decides its occupancy.
+# - The online softmax rescales a running max and sum whenever the max rises, so a program
+#   sees the keys a tile at a time and keeps one log-sum-exp per row for the backward.
+# - A program streams K/V tiles past its Q tile: unmasked, then masked on the diagonal, then it
+#   stops; causal computes $(n+1)/(2n)$ of the tiles. The backward's programs each own what they
+#   write: no atomics.
+# - In the interpreter the profiler sees one opaque span; on a GPU one kernel per forward, whose
+#   footprint decides its occupancy.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/04_triton.ipynb), with automatic checks, hints and hidden solutions.

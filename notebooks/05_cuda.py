@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 5. FlashAttention in CUDA, by hand
 #
-# The Triton [kernel](glossary.md#kernel) of chapter 4 let the compiler decide what each thread
-# does: we wrote operations on whole tiles, and Triton spread them over threads. This chapter
-# writes the same forward pass in CUDA, where every one of those decisions is ours, twice:
+# Chapter 4's Triton [kernel](glossary.md#kernel) worked on whole tiles and let Triton spread
+# them over threads. This chapter writes the same forward pass in CUDA, where every such
+# decision is ours, twice:
 #
 # * **v1** (`kernels/cuda/csrc/flash_v1.cu`): the algorithm with nothing in the way, tiles in
 #   [shared memory](glossary.md#shared-memory), fp32 arithmetic, one thread per element.
@@ -34,17 +34,18 @@
 
 # %%
 %matplotlib inline
-import pandas as pd
 import torch
+from IPython.display import Markdown
 
 import kernels
-from kernels import gpu_lessons, reference
+from kernels import reference
 from kernels.bench import sweep
 from kernels.bench.results import points_table
-from kernels.borrowed import TRACELENS
+from kernels.book import ch05_cuda as ch05
+from kernels.borrowed import TRACELENS, traces_box
 from kernels.cuda import design, flash as cuda_flash, resources, threads
 from kernels.hw import occupancy
-from kernels.notebook import glue, inputs, lesson, reveal, say, setup, show_lines, timed
+from kernels.notebook import glue, glue_all, inputs, lesson, readable, reveal, say, setup, show_lines, timed
 from kernels.trace import reader, record
 from kernels.trace.attention import find_attention
 
@@ -56,8 +57,9 @@ kernel_dim = head_dim if head_dim in cuda_flash.HEAD_DIMS else 64
 kernel_dtype = "fp16" if dtype == torch.float16 else "bf16"
 glue("kernel_dim", kernel_dim)
 glue("kernel_dtype", kernel_dtype)
-pd.DataFrame({"can it run here?": {name: why or "yes" for name, why in kernels.available(device).items()
-                                   if name.startswith("cuda")}})
+
+# %% tags=["remove-input"]
+traces_box({"H100 Qwen": TRACELENS["h100_qwen"]})
 
 # %% [markdown]
 # ## From tiles to threads
@@ -70,17 +72,13 @@ pd.DataFrame({"can it run here?": {name: why or "yes" for name, why in kernels.a
 
 # %%
 launches = cuda_flash.launch_configs(batch, heads, seq, kernel_dim)
-for version, launch in launches.items():
-    glue(f"{version}_blocks", launch["blocks"])
-    glue(f"{version}_threads", launch["threads per block"])
-    glue(f"{version}_warps", launch["warps per block"])
-launches
+
+# %% tags=["remove-input"]
+launches.map(readable)
 
 # %% [markdown]
-# v1 launches {glue:text}`v1_blocks` blocks of {glue:text}`v1_threads` threads
-# ({glue:text}`v1_warps` warps), v2 {glue:text}`v2_blocks` blocks of {glue:text}`v2_threads`
-# ({glue:text}`v2_warps` warps). v2 puts batch × heads on the grid's x axis, which holds
-# 2³¹ − 1 blocks where y stops at 65,535. Inside a block the two part ways. The figure colours
+# v2 puts batch × heads on the grid's x axis, which holds 2³¹ − 1 blocks where y stops at
+# 65,535. Inside a block the two part ways. The figure colours
 # each element of a tile by the warp whose thread computes it, from the index formulas of the
 # two `.cu` files (`kernels.cuda.threads`):
 #
@@ -95,7 +93,7 @@ launches
 #| alt: Colour maps of query rows by column: three small panels for v1's scores, softmax and output, and a tall panel for v2's accumulators in eight horizontal bands, one per warp.
 fig = threads.thread_map(head_dim=kernel_dim)
 
-# %%
+# %% tags=["remove-input"]
 v1_softmax_warps = threads.rows_of_warps(threads.owners_v1_softmax())
 lesson(list(v1_softmax_warps) == [0],
        f"v1's softmax runs on warp 0 alone: the other {launches['v1']['warps per block'] - 1} warps wait at the barrier")
@@ -107,42 +105,31 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # ## v1, read from the source
 #
 # The kernel, `flash_v1_kernel`, carves its dynamic shared memory into the tiles it keeps (Q
-# for the whole kernel, K and V for the current key tile, the scores, one factor per row) and
-# finds its query rows and its (batch, head) from its block's coordinates:
+# for the whole kernel, K and V for the current key tile, the scores, one factor per row).
+# Tiles are then copied element by element and converted to fp32 on the way in (`load_tile`,
+# the second excerpt): consecutive threads read consecutive elements of a row, so a warp's 32
+# loads combine into a few wide memory transactions (they *coalesce*):
 
 # %%
-show_lines(V1, "extern __shared__ float smem[];", "const int bh = blockIdx.y;")
-
-# %% [markdown]
-# Tiles are copied element by element and converted to fp32 on the way in (`load_tile`);
-# consecutive threads read consecutive elements of a row, so a warp's 32 loads combine into a
-# few wide memory transactions (they *coalesce*):
-
-# %%
+display(show_lines(V1, "extern __shared__ float smem[];", "float* row_s = s_s"))
 show_lines(V1, "for (int idx = threadIdx.x; idx < count * D")
 
 # %% [markdown]
-# Then, for each tile of 32 keys, three phases separated by `__syncthreads()`. **Phase 1**,
-# the scores: each thread reads one value of K and multiplies it into its 8 running dot
-# products, one `d` at a time.
+# Then, for each tile of 32 keys, three phases separated by `__syncthreads()` (the first two
+# below):
+#
+# 1. the scores: each thread reads one value of K and multiplies it into its 8 running dot
+#    products, one `d` at a time;
+# 2. the online softmax of chapter 4, one thread per row (`threadIdx.x < M`): the factor
+#    `alpha` that rescales what was summed so far, and the probabilities, written over the
+#    scores;
+# 3. each thread's output accumulators rescaled by `alpha`, plus `P @ V`, one output column
+#    per thread (not shown). After the last tile each row is divided by its sum and written
+#    back in the input's dtype.
 
 # %%
-show_lines(V1, "for (int d = 0; d < D; ++d) {")
-
-# %% [markdown]
-# **Phase 2**, the online softmax of chapter 4, one thread per row (`threadIdx.x < M`): after
-# the tile's maximum, the factor `alpha` that rescales what was summed so far, and the
-# probabilities, written over the scores:
-
-# %%
+display(show_lines(V1, "for (int d = 0; d < D; ++d) {"))
 show_lines(V1, "const float alpha = expf(row_max - shift);", "row_max = new_max;")
-
-# %% [markdown]
-# **Phase 3** rescales each thread's output accumulators by `alpha` and adds `P @ V`; after
-# the last tile each row is divided by its sum and written back in the input's dtype:
-
-# %%
-show_lines(V1, "for (int i = 0; i < kRowsPerThread; ++i) acc[i] *= row_s")
 
 # %% [markdown]
 # ## What the compiler says it costs
@@ -163,23 +150,28 @@ guess_v2_occupancy_sm_80 = 50.0  # percent; edit me before running on
 # %%
 archs = ("sm_80", "sm_90")
 all_kernels, ptx, resources_source = resources.read_kernels(archs)
+table = resources.resources_table(all_kernels)
+
+# %% tags=["remove-input"]
 glue("resources_source", resources_source)
 focus = {(arch, version): resources.find_kernel(all_kernels, arch, version, kernel_dtype, kernel_dim)
          for arch in archs for version in ("v1", "v2")}
 occ = {key: resources.occupancy_of(k) for key, k in focus.items()}
 reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's resource report")
-table = resources.resources_table(all_kernels)
-table[table.dtype == kernel_dtype].drop(columns="dtype").set_index(["arch", "kernel", "head_dim"])
+shown = table[table.dtype == kernel_dtype].assign(kernel=lambda t: t.kernel + ", D=" + t.head_dim.astype(str),
+                                                   **{"shared KiB": lambda t: t["dynamic smem (B)"] / 1024})
+shown = shown.assign(**{"limited by": lambda t: t["limited by"].str.replace("_", " ")})
+shown.set_index(["arch", "kernel"])[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
 
 # %% [markdown]
 # These numbers were {glue:text}`resources_source`; sm_80 is the A100, sm_90 the H100 and
-# H200. The columns from "blocks/SM" on are not the compiler's: they are the occupancy those
-# resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and what a PyTorch trace would
-# estimate. Both kernels tell ptxas how they launch (`__launch_bounds__`), which lets it use up
-# to 255 registers per thread, and v2 spends them on what v1 keeps in shared memory: its
-# warp's rows of Q, the scores and the output.
+# H200. Shared memory is what the launcher asks for (all of it dynamic); the last three
+# columns are the occupancy those resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and
+# what a PyTorch trace would estimate. Both kernels tell ptxas how they launch
+# (`__launch_bounds__`), which lets it use up to 255 registers per thread; v2 spends them on
+# what v1 keeps in shared memory: its warp's rows of Q, the scores and the output.
 
-# %%
+# %% tags=["remove-input"]
 for (arch, version), k in focus.items():
     glue(f"{version}_regs_{arch}", k.registers)
     glue(f"{version}_occ_{arch}", occ[arch, version].percent)
@@ -200,7 +192,10 @@ lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers and occ[a, "v2"].
 # slots each cap the blocks per SM; the smallest cap wins. For v2 on sm_80:
 
 # %%
-print(occ["sm_80", "v2"].explain())
+v2_sm80 = resources.find_kernel(all_kernels, "sm_80", "v2", kernel_dtype, kernel_dim)
+print(resources.occupancy_of(v2_sm80).explain())
+
+# %% tags=["remove-input"]
 zero_in_a_trace = sorted({resources.instance_label(k.name) for k in all_kernels
                           if resources.kineto_reads(k) == 0 and f"<{kernel_dtype}," in resources.instance_label(k.name)})
 lesson(all(resources.occupancy_of(k).blocks_per_sm > 0 for k in all_kernels),
@@ -217,9 +212,8 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 # (`cp.async` in v2) while the tensor cores work on the current one.
 #
 # A PyTorch trace would show {glue:text}`kineto_zero_kernels` at 0% (the last column): each
-# asks for more than 48 KiB of shared memory per block (its launcher opts in with
-# `cudaFuncSetAttribute`), which
-# [Kineto](glossary.md#kineto)'s estimate does not allow for ([chapter 3b](03b_sdpa_fused.ipynb)
+# asks for more than 48 KiB of shared memory per block, which [Kineto](glossary.md#kineto)'s
+# estimate does not allow for ([chapter 3b](03b_sdpa_fused.ipynb)
 # explains that 0%).
 #
 # ## Why v1 is slow, and v2's fingerprint
@@ -227,15 +221,15 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 # Read v1's phase 1 again: each multiply-add is one fp32 `fma` instruction of one thread, on
 # the SM's general-purpose *CUDA cores*, in fp32 even when the inputs are bf16. Tensor cores
 # do the same work a tile at a time. The instruction v2 uses, `mma.sync.aligned.m16n8k16` with
-# f16/bf16 inputs, needs sm_80 (Ampere) or newer (Volta's and Turing's tensor cores have
-# `mma.m8n8k4` and WMMA). It multiplies a 16×16 tile by a 16×8 tile, 16 · 8 · 16 =
+# f16/bf16 inputs, needs sm_80 (Ampere) or newer. It multiplies a 16×16 tile by a 16×8 tile, 16 · 8 · 16 =
 # {glue:text}`mma_macs` multiply-adds, as *one* instruction of a warp, with fp32 accumulators.
 # v2 issues it from inline PTX (`mma_16x8x16`):
 
-# %%
+# %% tags=["remove-cell"]
 mma_macs = resources.MMA_M * resources.MMA_N * resources.MMA_K
-glue("mma_macs", f"{mma_macs:,}")
-glue("mma_macs_per_lane", mma_macs // 32)
+glue_all(mma_macs=f"{mma_macs:,}", mma_macs_per_lane=mma_macs // 32)
+
+# %%
 show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,")
 
 # %% [markdown]
@@ -246,7 +240,7 @@ show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const
 # `(BLOCK_N / 8) · (D / 16)` for `S = Q Kᵀ` plus `(D / 8) · (BLOCK_N / 16)` for `O += P V`
 # (`kernels.cuda.resources.mma_per_key_tile`). v2 has two copies, with and without the mask.
 
-# %%
+# %% tags=["remove-input"]
 if ptx is None:
     say(f"No PTX to read: the resources were {resources_source} (the snapshot holds resources only).")
     for key in ("v2_mma", "v1_mma", "v1_fma"):
@@ -266,59 +260,66 @@ else:
 # %% [markdown]
 # In the PTX for sm_80, v2 holds {glue:text}`v2_mma` `mma.sync` instructions and v1
 # {glue:text}`v1_mma`: v1 does its arithmetic with {glue:text}`v1_fma` scalar `fma`
-# instructions instead. A GPU trace shows the same difference in kernel names (`s16816gemm`:
-# tensor cores, `sgemm`: CUDA cores); here it is read from the program itself. (SASS calls
-# the instruction `HMMA`; reading SASS needs `cuobjdump`, which a minimal CUDA toolkit lacks.)
+# instructions instead. A GPU trace shows the same difference in the names of
+# [cuBLAS](glossary.md#cublas)'s kernels (`s16816gemm`: tensor cores, `sgemm`: CUDA cores);
+# here it is read from the program itself. (SASS calls the instruction `HMMA`; reading SASS needs `cuobjdump`, which a minimal CUDA toolkit lacks.)
 #
-# The rest of v2 feeds those instructions. For the scores of a 64-key tile (in
-# `Block::tile_pass`), K fragments come from shared memory with `ldmatrix`, four 8×8 matrices
-# per instruction, each feeding two `mma`s:
+# The rest of v2 feeds those instructions (both excerpts are from `Block::tile_pass`). For
+# the scores of a 64-key tile, K fragments come from shared memory with `ldmatrix`, four 8×8
+# matrices per instruction, enough for two `mma`s. After the softmax, the probabilities never
+# go back to shared memory: the accumulator layout of two 8-column score tiles is exactly the
+# layout `mma` wants for its A operand, so each lane packs its own values into 16-bit pairs
+# and the second matmul starts:
 
 # %%
-show_lines(V2, "for (int ks = 0; ks < kDSteps; ++ks) {")
-
-# %% [markdown]
-# After the softmax, the probabilities never go back to shared memory: the accumulator layout
-# of two 8-column score tiles is exactly the layout `mma` wants for its A operand, so each lane
-# packs its own values into 16-bit pairs and the second matmul starts:
-
-# %%
+display(show_lines(V2, "for (int n = 0; n < kNTiles; n += 2) {"))
 show_lines(V2, "// C layout of S tiles")
 
 # %% [markdown]
 # ## v2, one change at a time
 #
-# v2 went through four revisions after its first version, each aimed at a cost the compiler
-# can show. The source keeps them as four compile-time switches of a `Design` template
+# v2 went through four revisions, each aimed at a cost the compiler can show. The source keeps
+# them as four compile-time switches of a `Design` template
 # (`kBlockM`, `kSplitMask`, `kFastExp2`, `kDoubleBuffer`), so the same file compiles at every
 # revision (`kernels.cuda.design`). Revision 0 is the first version (64 query rows, the mask
 # on every tile, `exp2f`, one K/V buffer); each later one turns on one change: 1, 128 rows per
 # block; 2, a split mask; 3, a fast `exp2`; 4, double buffering, the kernel that runs.
 #
-# Guess before the table: which revision adds the most registers per thread?
+# Guess before the table: which revisions make a block ask for *more* shared memory? (A list
+# of revision numbers.)
 
 # %%
-guess_costliest_revision_in_registers = 1  # 1..4; edit me
+guess_revisions_growing_shared_memory = [4]  # edit me: which of 1..4?
 
 # %%
 design_rows, revisions_source = design.read_revisions(kernel_dim, archs)
-glue("revisions_source", revisions_source)
+by_revision = design.design_table(design_rows).set_index(["arch", "revision"])
+
+# %% tags=["remove-input"]
 revision_of = {(r.kernel.arch, r.index): r for r in design_rows}
 cost = design.register_cost(design_rows)
-reveal(guess_costliest_revision_in_registers, max(cost, key=cost.__getitem__), "revision adding the most registers",
+grows = {a: [i for i in range(1, 5) if revision_of[a, i].kernel.total_shared_bytes
+             > revision_of[a, i - 1].kernel.total_shared_bytes] for a in archs}
+reveal(guess_revisions_growing_shared_memory, grows["sm_80"], "revisions that grow a block's shared memory",
        source="the compiler's resource report")
-by_revision = design.design_table(design_rows).set_index(["arch", "revision"])
+lesson(grows["sm_80"] == grows["sm_90"] == [1],
+       "only revision 1, 128 query rows per block, makes a block ask for more shared memory",
+       ", ".join(f"{revision_of['sm_80', i].kernel.total_shared_bytes:,} B" for i in range(5)))
+lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
+       "no revision spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
+glue("revisions_source", revisions_source)
 for a, i in by_revision.index:
     glue(f"rev{i}_regs_{a}", by_revision.loc[(a, i), "registers"])
     glue(f"rev{i}_warps_{a}", by_revision.loc[(a, i), "warps/SM"])
-lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
-       "no revision spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
-by_revision.loc["sm_80"].drop(columns=["change", "limited by", "a trace reads %", "blocks/SM", "spilled (B)"])
+sm80 = by_revision.loc["sm_80"].assign(**{"shared KiB": lambda t: t["shared memory (B)"] / 1024,
+                                          "barriers per tile": lambda t: t["barriers per tile"].map(lambda b: int(b) if b == int(b) else b)})
+sm80[["registers", "shared KiB", "warps/SM", "mma.sync", "ex2.approx.ftz.f32", "barriers per tile"]]
 
 # %% [markdown]
 # One row per revision on sm_80, bf16, D = {glue:text}`kernel_dim`,
-# {glue:text}`revisions_source` (the lessons check sm_90 too). The last columns are counts in
-# each revision's PTX.
+# {glue:text}`revisions_source` (the lessons check sm_90 too); the last three columns are
+# counts in each revision's PTX. The second K/V buffer is not where shared memory grows: the
+# sections below say why, one revision at a time.
 
 # %% [markdown]
 # **128 query rows per block.** Revision 1 doubles a block's rows and warps. A warp's own work
@@ -330,7 +331,7 @@ by_revision.loc["sm_80"].drop(columns=["change", "limited by", "a trace reads %"
 # {glue:text}`rev0_warps_sm_80` → {glue:text}`rev1_warps_sm_80` on sm_80 and
 # {glue:text}`rev0_warps_sm_90` → {glue:text}`rev1_warps_sm_90` on sm_90.
 
-# %%
+# %% tags=["remove-input"]
 lesson(all(revision_of[a, 1].revision.block_m == 2 * revision_of[a, 0].revision.block_m
            and revision_of[a, 1].kernel.threads_per_block == 2 * revision_of[a, 0].kernel.threads_per_block
            and abs(revision_of[a, 1].kernel.registers - revision_of[a, 0].kernel.registers)
@@ -349,17 +350,15 @@ lesson(all(by_revision.loc[(a, 1), "warps/SM"] <= by_revision.loc[(a, 0), "warps
 # %%
 show_lines(V2, "const int unmasked = Dsg::split_mask", "tile_pass<true>(j)")
 
-# %%
+# %% tags=["remove-input"]
 v2_cfg = cuda_flash.launch_config("v2", kernel_dim)
 census = design.tile_census(seq, seq, v2_cfg.block_m, v2_cfg.block_n, causal=True)
-glue("kernel_seq", seq)
-glue("census_share", f"{design.unmasked_percent(census):.0f}")
+glue_all(kernel_seq=seq, census_share=f"{design.unmasked_percent(census):.0f}")
 lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revision_of[a, 1]) == 2 for a in archs),
        "splitting the mask off doubles the tile pass's code: two bodies, each with one tile's mma.sync")
 
 # %% [markdown]
-# The PTX shows the second body (the `mma.sync` count doubles), at {glue:text}`rev1_regs_sm_80`
-# → {glue:text}`rev2_regs_sm_80` registers. At S = {glue:text}`kernel_seq` causal,
+# The PTX shows the second body (the `mma.sync` count doubles). At S = {glue:text}`kernel_seq` causal,
 # {glue:text}`census_share`% of the tiles a block reads skip the mask, a share that grows with
 # S. Tiles above the diagonal are never loaded at all, which is why causal attention costs
 # about half the work ([chapter 6](06_showdown.ipynb)).
@@ -375,15 +374,15 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
 display(show_lines(V2, "asm(\"ex2.approx.ftz.f32", "\"=f\"(y)"))
 show_lines(V2, "const float x = kFold ? fmaf", "s[n][c] = exp2_of")
 
-# %%
+# %% tags=["remove-input"]
 lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a, 3].counts["ex2.approx.f32"] == 0
            and revision_of[a, 3].counts["ex2.approx.ftz.f32"] == revision_of[a, 2].counts["ex2.approx.f32"] > 0
            for a in archs),
-       "revision 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one")
+       "revision 3 swaps every ex2.approx.f32 for ex2.approx.ftz.f32, one for one",
+       f"sm_80: {revision_of['sm_80', 2].counts['ex2.approx.f32']} of them")
 
 # %% [markdown]
-# Registers move {glue:text}`rev2_regs_sm_80` → {glue:text}`rev3_regs_sm_80` on sm_80. The
-# gain is in instructions per score, which resource counts cannot show and a GPU run must.
+# The gain is in instructions per score, which resource counts cannot show and a GPU run must.
 #
 # **K/V double-buffered.** With one buffer, tile j + 1 can load only after every warp is done
 # with tile j: a barrier before the compute and one after, and nothing to overlap the load
@@ -394,7 +393,7 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
 # %%
 show_lines(V2, "cp_async_wait<0>();  // this thread's copies of tile j")
 
-# %%
+# %% tags=["remove-input"]
 lesson(all(design.barriers_per_tile(revision_of[a, 3]) == 2 and design.barriers_per_tile(revision_of[a, 4]) == 1
            for a in archs), "double buffering halves the barriers per tile, 2 -> 1, counted in the PTX")
 lesson(all(revision_of[a, 4].kernel.total_shared_bytes == revision_of[a, 3].kernel.total_shared_bytes for a in archs),
@@ -407,15 +406,13 @@ glue("buffer_registers", f"it costs up to {cost[4]} registers per thread ({moves
 # Shared memory stays the same: Q, which moves into registers at the start, leaves its rows to
 # the second buffer. Where double buffering costs anything it is registers, since the
 # addresses of the next tile's copies stay live across the compute: {glue:text}`buffer_registers`.
-# What each change is worth is a question for a GPU.
 #
 # ## Beside PyTorch's flash kernel, on a real trace
 #
-# How does v2's launch compare with the kernel PyTorch itself runs? The trace below was
-# recorded by others: Qwen1.5-0.5B's forward on an H100, where [SDPA](glossary.md#sdpa) ran
-# `flash_fwd_kernel`, and the trace records its grid, block, registers and shared memory.
-# Beside it, what v2 would launch for the same shape (`launch_config` and the compiler's
-# registers).
+# How does v2's launch compare with the kernel PyTorch itself runs? In the H100 Qwen trace,
+# Qwen1.5-0.5B's forward on an H100, [SDPA](glossary.md#sdpa) ran `flash_fwd_kernel`, and the
+# trace records its grid, block, registers and shared memory; beside it, what v2 would launch
+# for the same shape (`launch_config` and the compiler's registers):
 
 # %%
 qwen = TRACELENS["h100_qwen"]
@@ -423,23 +420,25 @@ qwen_trace = qwen.trace()
 qwen_call = find_attention(qwen.step(trace=qwen_trace)).calls[0]
 gpu = qwen_trace.device_properties[0]
 qwen_arch = occupancy.arch_of((gpu["computeMajor"], gpu["computeMinor"]))
-torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (torch)", qwen_call.footprint(), "the trace")
+torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)", qwen_call.footprint(), "the trace")
 v2_launch = resources.v2_launch(qwen_call.batch_heads, qwen_call.sq, int(qwen_call.d or 0), str(qwen_call.dtype), qwen_arch,
                                 all_kernels)
-say(qwen.credit(qwen_trace))
-print(f"{qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, {qwen_call.dtype}, "
-      f"causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
-occupancy.launch_table([torch_launch, v2_launch], qwen_arch, gpu["numSms"])
+
+# %% tags=["remove-input"]
+print(f"H100 Qwen, {qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, "
+      f"{qwen_call.dtype}, causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
 
 # %%
+occupancy.launch_table([torch_launch, v2_launch], qwen_arch, gpu["numSms"])[
+    ["threads per block", "registers", "shared KiB", "CTAs per SM", "occupancy %", "waves"]]
+
+# %% tags=["remove-input"]
 occ_torch, occ_v2 = torch_launch.occupancy(qwen_arch), v2_launch.occupancy(qwen_arch)
 lesson(torch_launch.blocks == v2_launch.blocks, "v2 launches as many CTAs as torch's kernel: 128 query rows each",
-       f"{v2_launch.blocks}: torch's grid {torch_launch.grid}, v2's {v2_launch.grid}")
+       f"{v2_launch.blocks:,}: torch's grid {torch_launch.grid}, v2's {v2_launch.grid}")
 lesson(occ_torch.limited_by == occ_v2.limited_by == "registers", "both kernels are limited by registers on this GPU")
-glue("qwen_torch_warps", occ_torch.warps_per_sm)
-glue("qwen_v2_warps", occ_v2.warps_per_sm)
-glue("qwen_torch_waves", torch_launch.waves(qwen_arch, gpu["numSms"]))
-glue("qwen_v2_waves", v2_launch.waves(qwen_arch, gpu["numSms"]))
+glue_all(qwen_torch_warps=occ_torch.warps_per_sm, qwen_v2_warps=occ_v2.warps_per_sm,
+         qwen_torch_waves=torch_launch.waves(qwen_arch, gpu["numSms"]), qwen_v2_waves=v2_launch.waves(qwen_arch, gpu["numSms"]))
 
 # %% [markdown]
 # Both launch one CTA per 128 query rows of one (batch, head), and both spend registers to keep
@@ -448,17 +447,19 @@ glue("qwen_v2_waves", v2_launch.waves(qwen_arch, gpu["numSms"]))
 # [waves](glossary.md#wave) over the SMs and v2's in {glue:text}`qwen_v2_waves:.2f`: the same
 # work in CTAs of a different shape.
 #
-# ## On a GPU: correct, one kernel, and how fast
-#
-# Running the kernels needs a GPU with a CUDA build of PyTorch; where this page is built on
-# one, the hidden cell below builds the extension, checks both kernels against the float64
-# reference at this page's shape (the GPU tests judge them on odd shapes too), profiles one
-# forward of each (one kernel per forward) and times them against `triton` and `sdpa_flash`.
+# How fast each version runs needs a GPU: [chapter 6](06_showdown.ipynb) measures everything
+# side by side.
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
+# The book's own GPU recording: build the extension, check both kernels against the float64
+# reference at this page's shape (odd shapes are the GPU tests'), profile one forward of each
+# (one kernel per forward) and time them against triton and sdpa_flash. Nothing to show on a CPU.
 runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
             and head_dim in cuda_flash.HEAD_DIMS]
 if runnable:
+    display(Markdown("## On this GPU: correct, one kernel, and how fast\n\nThis page was built on a GPU: the "
+                     "extension is built, both kernels are checked against the float64 reference at this page's "
+                     "shape, one forward of each is profiled, and they are timed against `triton` and `sdpa_flash`."))
     timed(cuda_flash.extension, "extension ready")
     q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
     for name in runnable:  # odd shapes, views, grouped heads and Sq != Sk: the GPU tests (tests/cuda)
@@ -468,20 +469,14 @@ if runnable:
     steps = {name: reader.median_step(record.profile(kernels.get(name), q, k, v, label=name,
                                                      active=active_steps, trace_dir=trace_dir).steps())
              for name in runnable}
-    display(gpu_lessons.cuda_forwards(steps, head_dim, batch, heads, seq))
+    display(ch05.cuda_forwards(steps, head_dim, batch, heads, seq))
     contenders = [n for n in ("sdpa_flash", "triton", *runnable) if kernels.available(device)[n] is None]
     results = sweep.sweep(contenders, seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), causal=(True,),
                           batch=batch, heads=heads, device=device, progress=None)
     display(points_table(results, ["status", "median_ms", "p10_ms", "p90_ms", "tflops", "reason"], index="impl"))
-    gpu_lessons.tensor_cores_win(results)
+    ch05.tensor_cores_win(results)
 
 # %% [markdown]
-# For scale, two published numbers, quoted, not measured: a from-scratch FlashAttention-2 in
-# CUDA, written up in 16 steps, reached about 99% of FlashAttention-2 on an A100 (D = 128,
-# non-causal); FlashAttention-2 reaches up to 230 [TFLOP/s](glossary.md#flops) forward on an
-# A100, 73% of its bf16 peak (arXiv 2307.08691). v2 has their structure but not their later
-# refinements; [chapter 6](06_showdown.ipynb) measures everything side by side.
-#
 # ## What to remember
 #
 # - A launch is a grid of blocks of a few warps; *which thread owns which element* is the design.

@@ -88,7 +88,8 @@ def _ptxas_slip(got, right, k, found, kernel, arch) -> str:
                     f"\"Compiling entry function '{kernel}'\".")
     registers, shared, spilled = got
     if registers != right[0]:
-        return f"registers: the \"Used N registers\" line says {right[0]}, you said {registers}."
+        return (f"registers: you said {registers}, which is not what this kernel's \"Used N registers\" line "
+                f"for {arch} says.")
     if shared != right[1]:
         if shared is None or shared == Ellipsis:
             return ("no \"bytes smem\" on the Used line means the kernel has no static shared memory: "
@@ -96,16 +97,15 @@ def _ptxas_slip(got, right, k, found, kernel, arch) -> str:
         if shared == k.stack_frame_bytes and k.stack_frame_bytes:
             return ("you read the stack size as shared memory: \"bytes cumulative stack size\" is local memory "
                     "per thread; shared memory is the number before \"bytes smem\".")
-        return f"static shared memory is {right[1]} bytes (\"bytes smem\" on the Used line), you said {shared}."
+        return (f"static shared memory: you said {shared} bytes, which is not the number before \"bytes smem\" "
+                "on this kernel's Used line.")
     if spilled == k.spill_store_bytes or spilled == k.spill_load_bytes:
-        return ("spilled bytes are both directions: spill stores plus spill loads "
-                f"({k.spill_store_bytes} + {k.spill_load_bytes} = {right[2]}).")
+        return "spilled bytes are both directions: spill stores plus spill loads, not one of them."
     if spilled == k.stack_frame_bytes:
         return ("the stack frame is not the spill: it also holds local arrays. Spilled bytes are "
                 "\"bytes spill stores\" plus \"bytes spill loads\".")
-    return (f"spilled bytes: the \"Function properties for {kernel}\" line that follows the entry says "
-            f"{k.spill_store_bytes} + {k.spill_load_bytes} = {right[2]}, you said {spilled}. (Skip the "
-            "properties of device functions that are not kernels.)")
+    return (f"spilled bytes: you said {spilled}, which is not what the \"Function properties for {kernel}\" "
+            "line that follows the entry says. (Skip the properties of device functions that are not kernels.)")
 
 
 def check_v2_lane(lane_elements: Callable) -> Passed:
@@ -137,17 +137,17 @@ def check_v2_lane(lane_elements: Callable) -> Passed:
                 fail(f"{where}: g and t are swapped. lane = 4g + t, so g = lane // 4 picks the row pair "
                       "and t = lane % 4 the column pair.")
             if cols == [t, t + 1]:
-                fail(f"{where}: a lane holds two neighbouring columns, 2t and 2t+1 ({cols_right}), "
-                      f"not t and t+1 ({cols}).")
-            fail(f"{where}: its columns in each 8-column tile are {cols_right}, you said {cols}.")
+                fail(f"{where}: you said columns {cols}, t and t+1; the lanes of a row group would then overlap, "
+                      "and four lanes must cover 8 columns between them.")
+            fail(f"{where}: you said columns {cols}, which is not where this lane sits in an 8-column tile.")
         if rows == [g, g + 8] and warp:
-            fail(f"{where}: those are warp 0's rows. Warp w owns rows 16w to 16w+15: add 16 × warp.")
+            fail(f"{where}: those are warp 0's rows. Warp w owns rows 16w to 16w+15 of the block.")
         if rows == [tid // 4, tid // 4 + 8]:
-            fail(f"{where}: g is the lane's group, lane // 4 with lane = tid % 32, not tid // 4; and "
-                  "the warp adds 16 × warp.")
+            fail(f"{where}: g is the lane's group within its warp, not a group counted across the whole "
+                  "block; and each warp's rows start at 16w.")
         if rows == [16 * warp + g, 16 * warp + g + 1]:
             fail(f"{where}: the second row is g + 8, not g + 1: a warp's 16 rows are two halves of 8, and "
                   "a lane holds the same row of each half.")
-        fail(f"{where}: its rows are {rows_right}, you said {rows}.")
+        fail(f"{where}: you said rows {rows}, which is not where this thread's accumulators are.")
     return passed(f"lane_elements places all {int(owner.max()) + 1} threads of v2's block: warp w holds rows 16w..16w+15, "
                    "lane 4g + t rows g and g+8 of them, columns 2t and 2t+1 of every tile")

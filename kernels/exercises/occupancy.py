@@ -54,18 +54,15 @@ def _slips(threads: int, registers: int, shared: int, arch: str, other: Optional
                       f"memory per SM ({ARCHES[other].shared_mem_per_sm:,} on {other}); take the numbers from "
                       "ARCHES[arch]", occupancy(threads, registers, shared, arch=other).blocks_per_sm))
     slips.append((f"registers are handed out per warp, in units of {lim.register_granularity} registers, from one "
-                  f"scheduler's share of the register file ({per_scheduler:,} on {arch}): registers × 32 rounded "
-                  f"up to {lim.register_granularity}, then {per_scheduler:,} // that = warps per scheduler, "
-                  f"× {lim.sub_partitions} schedulers",
+                  f"scheduler's share of the register file ({per_scheduler:,} on {arch}, {lim.sub_partitions} "
+                  "schedulers): counting them thread by thread over the whole SM misses the rounding",
                   blocks(registers=lim.registers_per_sm // (threads * registers) if registers else None)))
     if reserved:
         slips.append((f"the driver reserves {reserved // 1024} KB of shared memory for every block on {arch} (Ampere "
-                      f"and later): add {reserved:,} bytes to the kernel's shared memory before dividing",
+                      "and later), on top of what the kernel asks for",
                       blocks(shared_memory=lim.shared_mem_per_sm // shared if shared else None)))
-    slips += [(f"shared memory limits blocks too: {lim.shared_mem_per_sm:,} bytes per SM // (shared memory per "
-               f"block + {reserved:,} bytes, rounded up to {lim.shared_mem_granularity})", blocks(shared_memory=None)),
-              (f"warp slots limit blocks too: {lim.max_warps_per_sm} warps per SM // warps per block",
-               blocks(warps=None)),
+    slips += [(f"shared memory limits blocks too: {lim.shared_mem_per_sm:,} bytes per SM", blocks(shared_memory=None)),
+              (f"warp slots limit blocks too: {lim.max_warps_per_sm} warps per SM", blocks(warps=None)),
               (f"an SM holds at most {lim.max_blocks_per_sm} blocks on {arch}", blocks(blocks=None))]
     return slips
 
@@ -93,13 +90,14 @@ def check_occupancy(my_occupancy: Callable, takes_arch: bool = False, seed: Opti
         if blocks == right.blocks_per_sm and numeric and abs(fraction - right.fraction) < 1e-9:
             continue
         if blocks == right.blocks_per_sm and numeric and abs(fraction - right.percent) < 1e-6:
-            fail(f"[{case}] you returned a percentage ({fraction}); return a fraction between 0 and 1 "
-                  f"({right.fraction}).")
+            fail(f"[{case}] you returned a percentage ({fraction}); return a fraction between 0 and 1.")
         other = next(a for a in _ASKED if a != arch) if takes_arch else None
         slip = next((rule for rule, b in _slips(threads, registers, shared, arch, other)
                      if blocks == b != right.blocks_per_sm), None)
-        fail(f"[{case}] the answer is {right.blocks_per_sm} blocks per SM, {right.percent:g}% occupancy; "
-              f"you said {blocks} blocks, fraction {fraction}. "
-              + (f"Likely slip: {slip}." if slip else "Work it through with occupancy(...).explain()."))
+        if blocks == right.blocks_per_sm:
+            fail(f"[{case}] {blocks} blocks per SM is right, but fraction {fraction} is not: it is the share of the "
+                  "SM's warp slots those blocks fill.")
+        fail(f"[{case}] you said {blocks} blocks per SM: too {'many' if blocks > right.blocks_per_sm else 'few'}. "
+              + (f"Likely slip: {slip}." if slip else "Work out each limit on its own: the SM runs the smallest."))
     return passed(f"my_occupancy agrees with the CUDA occupancy calculator's rules on {len(cases)} footprints "
                    f"(each limit gets its turn) on {' and '.join(arches)}")

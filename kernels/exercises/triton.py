@@ -46,16 +46,16 @@ def _stream(update, s, v, block):
 
 
 _ONLINE_SLIPS = [
-    ("l (the running sum) is not rescaled: when the maximum rises, the old sum was taken relative to "
-     "the old maximum. Multiply it by alpha = exp(m_old - m_new) before adding the new tile.",
+    ("l (the running sum) is not rescaled: when the maximum rises, the old sum is still relative to "
+     "the old maximum and must be brought to the new one before the new tile is added.",
      dict(rescale_l=False)),
-    ("acc (the running output) is not rescaled: multiply it by alpha = exp(m_old - m_new), like l.",
+    ("acc (the running output) is not rescaled: it was summed relative to the old maximum, as l was.",
      dict(rescale_acc=False)),
-    ("neither l nor acc is rescaled when the maximum rises: multiply both by exp(m_old - m_new).",
+    ("neither l nor acc is rescaled when the maximum rises: both are still relative to the old maximum.",
      dict(rescale_l=False, rescale_acc=False)),
-    ("alpha is upside down: use exp(m_old - m_new), which is <= 1, not exp(m_new - m_old).",
+    ("the rescaling factor is upside down: when the maximum rises, what was summed must shrink, never grow.",
      dict(inverted=True)),
-    ("m_new is the tile's maximum only; it must be the running maximum, max(m_old, max of the tile).",
+    ("m_new is the tile's maximum only; it must remember the earlier tiles too.",
      dict(tile_max=True)),
 ]
 
@@ -73,8 +73,8 @@ def check_online_update(online_update: Callable, seed: Optional[int] = None) -> 
         if not isinstance(t, torch.Tensor):
             fail(f"{name} is a {type(t).__name__}, not a tensor.")
     if not torch.isfinite(acc).all() or not torch.isfinite(l).all():
-        fail("NaN or inf after the first tile: with m = -inf at the start, exp(m - m_new) is exp(-inf) = 0, "
-              "fine, but exp(m_new - m) or (-inf) - (-inf) is not. Compute alpha = exp(m_old - m_new).")
+        fail("NaN or inf after the first tile: m starts at -inf, so look at what your rescaling factor gives "
+              "when the old maximum is -inf (inf - inf and -inf - -inf are NaN).")
     out = acc / l[:, None]
     if matches(out, want) and matches(m, s.amax(-1)):
         return passed(f"online_update streams {math.ceil(n / block)} tiles (the last one ragged) to the "
@@ -86,8 +86,9 @@ def check_online_update(online_update: Callable, seed: Optional[int] = None) -> 
             fail(message)
     if not matches(m, s.amax(-1)):
         fail("after the last tile, m must be each row's maximum score; yours is not.")
-    fail("the streamed result acc / l differs from softmax(s)·v. Check one step on paper: "
-          "m_new = max(m, rowmax(s)); p = exp(s - m_new); l = l·alpha + rowsum(p); acc = acc·alpha + p·v.")
+    fail("the streamed result acc / l differs from softmax(s)·v. Work one step on paper, as chapter 4 does "
+          "for the row [1, 2, 5, 0]: the new maximum, the tile's weights, then l and acc brought to the new "
+          "maximum before the tile is added.")
 
 
 def _causal_softmax64(x, diagonal=1, hide="future"):
@@ -110,8 +111,8 @@ def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[
         case = f"S={s}"
         known = mistake_matched(out, [
             ("the causal mask is off by one: `cols < row` hides the diagonal, so row 0 has no key left and "
-             "comes out NaN. A query sees itself: keep cols <= row.", _causal_softmax64(x, diagonal=0), None),
-            ("the causal mask is off by one the other way: each row also sees the next column. Keep cols <= row.",
+             "comes out NaN.", _causal_softmax64(x, diagonal=0), None),
+            ("the causal mask is off by one the other way: each row also sees the next column.",
              _causal_softmax64(x, diagonal=2), None),
             ("the mask points the wrong way: rows see later columns instead of earlier ones.",
              _causal_softmax64(x, hide="past"), None),

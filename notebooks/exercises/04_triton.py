@@ -55,15 +55,15 @@ def online_update(m, l, acc, s, v):
 
 # %% [markdown]
 # :::{dropdown} Hint 1
-# `m_new = torch.maximum(m, s.amax(dim=-1))`. The new tile's weights are
-# `p = torch.exp(s - m_new[:, None])`.
+# The new maximum must cover every tile seen so far, this one included; the new tile's weights
+# are its exponentials taken relative to that new maximum.
 # :::
 #
 # :::{dropdown} Hint 2
-# `l` and `acc` were accumulated relative to the old maximum. Multiply both by
-# `alpha = torch.exp(m - m_new)` (at most 1; exactly 0 on the first tile, where `m = -inf`)
-# before adding the new tile's `p.sum(-1)` and `p @ v`. `kernels.triton.flash.tiled_softmax`
-# does the same for the sum alone.
+# `l` and `acc` were accumulated relative to the old maximum. Which factor turns
+# $e^{x - m_\text{old}}$ into $e^{x - m_\text{new}}$? Apply it to both before adding the new
+# tile's share; it must come out 0, not NaN, on the first tile, where `m = -inf`. Chapter 4's
+# rescaling by hand, and `kernels.triton.flash.tiled_softmax` for the sum alone, show it.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -172,20 +172,19 @@ def my_occupancy(threads, registers, shared_bytes):
 
 # %% [markdown]
 # :::{dropdown} Hint 1: the four limits
-# blocks = min(by registers, by shared memory, 64 // warps per block, 32), where
-# warps per block = ceil(threads / 32), and fraction = blocks × warps per block / 64.
+# Each of the four gives a number of whole blocks; the SM runs the smallest. Count in warps: a
+# block of `threads` threads is a whole number of warps, even when `threads` is not a multiple
+# of 32.
 # :::
 #
 # :::{dropdown} Hint 2: registers are not handed out one by one
-# A warp gets `registers × 32` rounded **up** to a multiple of 256, from one scheduler's
-# quarter of the register file (16,384). So a scheduler holds `16384 // per_warp` warps,
-# the SM four times that, and `that // warps per block` blocks.
+# Registers go to a warp, not a thread, in units of 256, and each warp takes them from one
+# scheduler's quarter of the register file. Count the warps one scheduler can hold first.
 # :::
 #
 # :::{dropdown} Hint 3: shared memory has a tax
-# From Ampere on, the driver reserves 1 KB of shared memory for every block; allocation
-# is in units of 128 bytes. Blocks by shared memory: `167936 // round_up(shared + 1024, 128)`.
-# `kernels.hw.occupancy.occupancy(...).explain()` prints the whole calculation for any footprint.
+# From Ampere on, the driver reserves 1 KB of shared memory for every block, and shared memory
+# is allocated in units of 128 bytes.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -203,8 +202,9 @@ def solution_occupancy(threads, registers, shared_bytes):
 # %% tags=["check"]
 answer = solution_occupancy if solutions else my_occupancy
 check_occupancy(answer)
-blocks, fraction = answer(threads, registers, shared_bytes)
-print(f"the reported kernel: {blocks} blocks per SM, {fraction:.1%} occupancy")
+if not solutions:  # your own numbers for the reported kernel; the book's page leaves the solution's out
+    blocks, fraction = answer(threads, registers, shared_bytes)
+    print(f"the reported kernel: {blocks} blocks per SM, {fraction:.1%} occupancy")
 
 # %% [markdown]
 # Low, and on purpose: FlashAttention spends registers and shared memory on keeping its

@@ -22,7 +22,7 @@ from kernels.exercises import showing_solutions
 from kernels.exercises.cuda import check_read_ptxas, check_v2_lane
 from kernels.exercises.occupancy import check_occupancy
 from kernels.hw.occupancy import ARCHES
-from kernels.notebook import setup
+from kernels.notebook import readable, setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -62,10 +62,9 @@ def read_ptxas(text, kernel, arch):
 # :::
 #
 # :::{dropdown} Hint 2: which number is which
-# In that block, `N bytes spill stores, M bytes spill loads` gives the spills (N + M), and
-# the `Used` line gives `R registers` and, if the kernel has any, `S bytes smem`. The
-# `bytes cumulative stack size` on the same line is local memory, not shared memory.
-# `re.search(r"(\d+) bytes smem", line)` is `None` when there is none.
+# In that block, the spill line counts both directions, and the `Used` line holds the
+# registers and, only if the kernel has any, its static shared memory. Beware the
+# `bytes cumulative stack size` on the same line: that is local memory, not shared memory.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -108,7 +107,7 @@ pd.DataFrame({(kernel, arch): dict(zip(("registers", "shared B", "spilled B"), r
 # %% tags=["setup"]
 fields = ["gpus", "registers_per_sm", "sub_partitions", "register_granularity", "shared_mem_per_sm",
           "reserved_shared_mem_per_block", "shared_mem_granularity", "max_warps_per_sm", "max_blocks_per_sm"]
-pd.DataFrame({arch: {f: getattr(ARCHES[arch], f) for f in fields} for arch in ("sm_80", "sm_90")})
+pd.DataFrame({arch: {f: getattr(ARCHES[arch], f) for f in fields} for arch in ("sm_80", "sm_90")}).map(readable)
 
 # %% tags=["stub"]
 def my_occupancy(threads, registers, shared_bytes, arch):
@@ -117,17 +116,16 @@ def my_occupancy(threads, registers, shared_bytes, arch):
 
 # %% [markdown]
 # :::{dropdown} Hint 1: the four limits
-# blocks = min(by registers, by shared memory, max warps // warps per block, max blocks),
-# with warps per block = ceil(threads / 32) and fraction = blocks × warps per block / max
-# warps. A limit that does not apply (no shared memory, say) is left out of the `min`.
+# Registers, shared memory, warp slots and block slots each allow a number of whole blocks;
+# the SM runs the smallest. A limit that does not apply (no shared memory, say) allows any
+# number. Count a block in whole warps.
 # :::
 #
 # :::{dropdown} Hint 2: the two roundings
-# Registers: a warp gets `registers × 32` rounded **up** to a multiple of 256, from one
-# scheduler's quarter of the register file, so by registers =
-# `(registers_per_sm // 4 // per_warp) × 4 // warps per block`. Shared memory: add the
-# reserved 1 KB per block, round up to 128 bytes, and divide `shared_mem_per_sm` by that.
-# `kernels.hw.occupancy.occupancy(...).explain()` prints the whole calculation.
+# Registers go to a warp in units of `register_granularity`, from one scheduler's share of the
+# register file (there are `sub_partitions` schedulers). Shared memory carries the
+# per-block reserve and is allocated in units of `shared_mem_granularity`. Chapter 5 works
+# both through for v2 on sm_80.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -164,7 +162,7 @@ for arch in ("sm_80", "sm_90"):
     rows[arch] = {"registers": k.registers, "shared B": k.shared_bytes + dynamic, "blocks/SM": blocks,
                   "occupancy %": 100 * fraction,
                   "chapter's table %": resources.occupancy_of(k).percent}
-pd.DataFrame(rows).T
+pd.DataFrame.from_dict(rows, orient="index")
 
 # %% [markdown]
 # sm_90 has more shared memory per SM than sm_80, but v2 is limited by registers on both,
@@ -187,12 +185,12 @@ def lane_elements(tid):
 
 # %% [markdown]
 # :::{dropdown} Hint 1
-# `warp, lane = divmod(tid, 32)`, then `g, t = divmod(lane, 4)`.
+# Split the thread index twice: into its warp and its lane within the warp, then the lane
+# into the `g` and `t` of `4g + t`.
 # :::
 #
 # :::{dropdown} Hint 2
-# The rows are counted in the whole block, so warp `w`'s start, `16 * w`, goes in front of
-# `g` and `g + 8`.
+# The rows asked for are counted in the whole block, not within the warp.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -207,7 +205,7 @@ place = solution_lane_elements if solutions else lane_elements
 check_v2_lane(place)
 rows_of_warp = {w: sorted({r for tid in range(32 * w, 32 * w + 32) for r in place(tid)[0]}) for w in range(8)}
 pd.DataFrame({f"warp {w}": [f"{rows[0]}..{rows[-1]}", len(rows)] for w, rows in rows_of_warp.items()},
-             index=["query rows", "how many"])
+             index=["query rows", "how many"]).T
 
 # %% [markdown]
 # Each warp's 32 lanes cover exactly its 16 rows, two per lane and four lanes per row. A

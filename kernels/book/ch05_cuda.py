@@ -1,0 +1,77 @@
+"""What only chapter 5 (FlashAttention in CUDA) needs: the reading of the book's own GPU
+recording, each profiled forward of ``cuda_v1``/``cuda_v2`` checked against its launcher (one
+kernel, its grid, block and dynamic shared memory, Kineto's 48 KiB rule), and whether tensor
+cores won the benchmark. Each function states its lesson with ``kernels.notebook.lesson``; the
+tests hand them Hopper-shaped fixture steps, so this branch runs without a GPU."""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+from kernels.bench.results import BenchResult
+from kernels.cuda import flash as cuda_flash
+from kernels.hw import occupancy
+from kernels.notebook import lesson
+from kernels.trace.reader import Step
+
+
+def launched(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a step's GPU work that are kernels (no memcpy, no memset)."""
+    return kernels[kernels["cat"] == "kernel"]
+
+
+def names_text(kernels: pd.DataFrame, width: int = 50) -> str:
+    return ", ".join(n[:width] for n in kernels["name"])
+
+
+def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
+    """Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%."""
+    lesson((reported == 0) == (shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT),
+           f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
+           f"{shared_bytes:,} B, trace {reported}%")
+
+
+def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:
+    """One forward of ``cuda_v1``/``cuda_v2`` on the GPU track: one kernel, with its launcher's
+    grid, block and dynamic shared memory; returns its footprint as the trace recorded it."""
+    ks = launched(step.gpu_work)
+    version = name.removeprefix("cuda_")
+    lesson(len(ks) == 1 and f"flash_{version}_kernel" in ks["name"].iloc[0],
+           f"one forward of {name} is one kernel on the GPU track", names_text(ks))
+    row = ks.iloc[0]
+    lesson(list(row["block"]) == [cfg.threads, 1, 1] and list(row["grid"]) == list(cfg.grid(batch, heads, seq)),
+           f"{name}'s trace shows the grid and block of its launcher", f"grid {row['grid']}, block {row['block']}")
+    lesson(int(row["shared_memory"]) == cfg.dynamic_shared_bytes,
+           f"{name}'s shared memory in the trace is the launcher's dynamic shared memory",
+           f"{int(row['shared_memory']):,} B")
+    if pd.notna(row["occupancy_pct"]):
+        kineto_zero_rule(name, int(row["shared_memory"]), row["occupancy_pct"])
+    return {"kernel": row["name"][:60], "registers (trace)": row["registers_per_thread"],
+            "shared memory (trace, B)": row["shared_memory"],
+            "est. achieved occupancy % (trace)": row["occupancy_pct"],
+            "GPU time per forward (us)": round(step.gpu_time_us, 1)}
+
+
+def cuda_forwards(steps: Mapping[str, Step], head_dim: int, batch: int, heads: int, seq: int) -> pd.DataFrame:
+    """Each profiled forward of ``steps`` ({"cuda_v1": step, ...}) checked against its launcher
+    (``cuda_forward``); their footprints as the traces recorded them, one column per kernel."""
+    return pd.DataFrame({name: cuda_forward(step, name, cuda_flash.launch_config(name.removeprefix("cuda_"), head_dim),
+                                            batch, heads, seq)
+                         for name, step in steps.items()})
+
+
+def tensor_cores_win(results: Iterable[BenchResult]) -> bool:
+    """v2 (tensor cores) is faster than v1 (CUDA cores), by the benchmark's medians. Asserted
+    where the sweep timed both; returns whether it was (False: one of them was not in it)."""
+    points = {r.impl: r for r in results if r.impl in ("cuda_v1", "cuda_v2")}
+    if len(points) < 2:
+        return False
+    v1, v2 = points["cuda_v1"], points["cuda_v2"]
+    claim = "tensor cores win: v2 is faster than v1"
+    if v1.median_ms is None or v2.median_ms is None:
+        lesson(False, claim, f"not both timed: v1 {v1.status}, v2 {v2.status}")
+    else:
+        lesson(v2.median_ms < v1.median_ms, claim,
+               f"{v1.median_ms:.3f} ms vs {v2.median_ms:.3f} ms, {v1.median_ms / v2.median_ms:.1f}x")
+    return True
