@@ -110,8 +110,8 @@ def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[
             continue
         case = f"S={s}"
         known = mistake_matched(out, [
-            ("the causal mask is off by one: `cols < row` hides the diagonal, so row 0 has no key left and "
-             "comes out NaN.", _causal_softmax64(x, diagonal=0), None),
+            ("the causal mask is off by one: row 0 has no key left and comes out NaN; which key should "
+             "a query always see?", _causal_softmax64(x, diagonal=0), None),
             ("the causal mask is off by one the other way: each row also sees the next column.",
              _causal_softmax64(x, diagonal=2), None),
             ("the mask points the wrong way: rows see later columns instead of earlier ones.",
