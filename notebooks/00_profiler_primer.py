@@ -31,19 +31,21 @@
 
 # %%
 import functools
-import inspect
 
 import torch
 
-import kernels
 from kernels import borrowed, recorded
 from kernels.bench import comparison
-from kernels.notebook import glue, lesson, reveal, say, setup, show_lines
+from kernels.book.ch00_profiler_primer import runtime_table_whole, synchronisations
+from kernels.notebook import glue, glue_all, lesson, readable, reveal, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
+
+# %% tags=["remove-input"]
+borrowed.traces_box({"H100 BERT": borrowed.TRACELENS["h100_bert"]})
 
 # %% [markdown]
 # ## Recording: a schedule and a label
@@ -61,8 +63,7 @@ print(f"device: {device}, dtype: {dtype}, torch {torch.__version__}")
 # The course wraps both in one function, `kernels.trace.record.profile`. Here is its core:
 
 # %%
-src = inspect.getsource(record.profile)
-print(src[src.index("    with quiet_kineto()"):src.index("    return ProfiledRun")])
+show_lines(record.profile, "with quiet_kineto()", "prof.step()")
 
 # %% [markdown]
 # ## Guess first
@@ -73,24 +74,22 @@ print(src[src.index("    with quiet_kineto()"):src.index("    return ProfiledRun
 show_lines(record.mlp_step)
 
 # %% [markdown]
-# Before profiling, write your guess down in the cell below: which ops will the trace show
-# at its top level, in order? Op names in a trace look like `aten::add` (`aten` is PyTorch's
-# library of ops).
+# Which ops will the trace show at its top level, in order? Op names in a trace look like
+# `aten::add` (`aten` is PyTorch's library of ops). The cell below holds a first guess: make
+# it yours before running the next one.
 
 # %%
-guess: list[str] = []  # edit me before running the next cell: op names, in order
-
-# %% [markdown]
-# Now profile it, and compare:
+guess = ["aten::matmul", "aten::mm", "aten::relu"]  # edit me: op names, in order
 
 # %%
 x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
 run = record.profile(record.mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
+reveal(guess, step.top_level()["name"].tolist(), "top-level ops")
 
+# %% tags=["remove-input"]
 seen = step.top_level()["name"].tolist()
-display(reveal(guess, seen, "top-level ops"))
 lesson(seen == ["aten::matmul", "aten::relu"], "the top level of the trace is exactly the two ops mlp_step calls: matmul, then relu",
        ", ".join(seen))
 lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kernel aten::mm underneath")
@@ -99,8 +98,7 @@ lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kerne
 # The top level is what the code wrote. Underneath, PyTorch's `matmul` is a dispatcher that
 # picks a concrete kernel for the work (`mm` for 2-D inputs): a trace always has more
 # levels than the code you read.
-
-# %% [markdown]
+#
 # ## Three ways to read the same trace
 #
 # **1. PyTorch's summary table** (`prof.key_averages().table()`) aggregates every op over all
@@ -120,25 +118,21 @@ print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
 # - Self times never overlap, so the Self CPU column adds up to the outermost row, the
 #   `ProfilerStep*` that wraps each recorded step (a [profiler step](glossary.md#profiler-step)).
 # - On a GPU run the table grows **Self CUDA** and **CUDA total** columns (time the GPU spent
-#   in kernels an op launched, its children's included in the total) and a "Self CUDA time
-#   total" line under it; the cell below checks they are there when this page ran on a GPU.
-#   The labelled op's **CUDA time avg** is the number the source series quotes per forward.
-#   When a label's CPU time is far above the GPU time of its kernels, the GPU spent the step
-#   waiting for launches: the code is overhead-bound, and a faster kernel will not help; when
-#   the GPU time dominates, it is compute- or memory-bound, and kernels are what to work on.
-#   The whole model step further down makes that comparison on a real GPU track.
+#   in kernels an op launched); the labelled op's **CUDA time avg** is the number the source
+#   series quotes per forward. The model step at the end of the page sets such GPU time
+#   against the step's CPU time.
 
-# %%
+# %% tags=["remove-input"]
 rows = {e.key: e for e in run.averages}
 matmul, mm, outer = rows["aten::matmul"], rows["aten::mm"], rows["ProfilerStep*"]
 lesson(abs(matmul.cpu_time_total - (matmul.self_cpu_time_total + mm.cpu_time_total)) <= 0.01 * matmul.cpu_time_total,
        "matmul's CPU total is its self time plus its child mm's total",
-       f"{matmul.cpu_time_total:.0f} = {matmul.self_cpu_time_total:.0f} + {mm.cpu_time_total:.0f} µs")
+       f"{matmul.cpu_time_total:,.0f} = {matmul.self_cpu_time_total:,.0f} + {mm.cpu_time_total:,.0f} µs")
 lesson(matmul.count == active_steps, "# of Calls counts every recorded step", f"{matmul.count} calls over {active_steps} steps")
 self_sum = sum(e.self_cpu_time_total for e in run.averages)
 lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
        "the Self CPU column adds up to the outermost row (ProfilerStep*)",
-       f"{self_sum:.0f} vs {outer.cpu_time_total:.0f} µs")
+       f"{self_sum:,.0f} vs {outer.cpu_time_total:,.0f} µs")
 if device.type == "cuda":
     text = run.averages.table(sort_by="cpu_time_total", row_limit=8)
     lesson("Self CUDA" in text and "CUDA total" in text and "Self CUDA time total" in text,
@@ -151,8 +145,7 @@ if device.type == "cuda":
 # (`kernels.trace.record`), so each labelled step comes back as a table in call order, indented
 # by nesting depth, with input shapes and the memory each op allocated. View-only ops
 # (reshape, transpose, ...) that compute nothing are hidden. Its times are one step's,
-# profiler included: read the order and the nesting first, and the times only after the
-# check below.
+# profiler included: read the order and the nesting first, the times only after the check below.
 
 # %%
 tables.op_table(step)
@@ -161,25 +154,23 @@ tables.op_table(step)
 # Should the relu take a large share of the matmul's time? The matmul does
 # {glue:text}`primer_mm_flops` multiply-adds; the relu one comparison per element of its
 # output, {glue:text}`primer_relu_elems` of them: {glue:text}`primer_work_ratio` times less
-# work. A profiled step is a poor clock for that question: it is one sample, the profiler adds
-# its own bookkeeping to every op, and on a busy machine a thread that loses its core can
-# stretch any op by milliseconds. So the cell below times the two ops apart from the profiler,
-# alternating them call by call, and calls one faster only when its slowest tenth of calls
-# beats the other's fastest tenth (`kernels.bench.compare`; the
-# [measuring appendix](appendix/measuring.ipynb) explains each precaution). This book shows a
-# CPU time as a result only where it passes that check; where the two ranges overlap, the
-# machine was too noisy to tell, and the page gives the arithmetic instead.
+# work. A profiled step is a poor clock for that question (one sample, the profiler's
+# bookkeeping on every op, a busy machine), so we time the two ops apart from the profiler,
+# call by call (`kernels.bench.compare`, see the [measuring appendix](appendix/measuring.ipynb)),
+# and call one faster only when its slowest tenth of calls beats the other's fastest tenth.
+# This book shows a CPU time as a result only where it passes that check.
 
 # %%
 y = x @ w
-ops_timing = comparison.compare({"matmul": functools.partial(torch.matmul, x, w), "relu": functools.partial(torch.relu, y)},
-                                device=device, rounds=15)
-medians = ", ".join(f"{n} {ms:.3g} ms" for n, ms in ops_timing.median_ms.items())
+ops_timing = comparison.compare({"matmul": functools.partial(torch.matmul, x, w),
+                                 "relu": functools.partial(torch.relu, y)}, device=device, rounds=15)
+
+# %% tags=["remove-input"]
+medians = ", ".join(f"{n} {readable(ms)} ms" for n, ms in ops_timing.median_ms.items())
 lesson(ops_timing.faster() in (None, "relu"), "timed apart from the profiler, the relu is never the slower of the two",
        medians if ops_timing.faster() else "no time shown: the two ranges overlapped")
-glue("primer_mm_flops", f"{x.shape[0] * w.shape[0] * w.shape[1]:,}")
-glue("primer_relu_elems", f"{y.numel():,}")
-glue("primer_work_ratio", f"{x.shape[0] * w.shape[0] * w.shape[1] // y.numel():,}")
+glue_all(primer_mm_flops=f"{x.shape[0] * w.shape[0] * w.shape[1]:,}", primer_relu_elems=f"{y.numel():,}",
+         primer_work_ratio=f"{x.shape[0] * w.shape[0] * w.shape[1] // y.numel():,}")
 glue("primer_ops_reading", {
     "relu": f"Timed apart from the profiler, the relu is the faster op, "
             f"{ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x by the medians ({medians}): less than its "
@@ -189,18 +180,19 @@ glue("primer_ops_reading", {
 
 # %% [markdown]
 # {glue:text}`primer_ops_reading`.
-
-# %% [markdown]
+#
 # Every recorded step should look alike; if one does not, something (a first-time
-# allocation, a garbage collection, another process) disturbed it. The schedule recorded
-# exactly the number of steps we asked for:
+# allocation, a garbage collection, another process) disturbed it. One row per recorded step:
 
 # %%
 per_step = tables.counts(run.steps())
+
+# %% tags=["remove-input"]
 lesson(len(per_step) == active_steps, f"the schedule recorded exactly {active_steps} active steps", f"{len(per_step)} steps in the trace")
 lesson(per_step["ops"].nunique() == 1, "every recorded step dispatched the same number of ops",
        f"{per_step['ops'].iloc[0]} ops per step")
-per_step
+per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak_MiB"]].rename(
+    columns={"cpu_time_ms": "CPU time (ms)", "peak_MiB": "peak (MiB)"})
 
 # %% [markdown]
 # **3. A timeline.** The same step drawn as Perfetto draws it: time runs left to right, a
@@ -210,13 +202,11 @@ per_step
 # %%
 #| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; a wide bar over a narrow child is time spent in the parent itself (dispatch, checks, allocation).
 #| alt: Timeline of one step of a small MLP: a label row on top, then rows of CPU ops by nesting depth, each op a bar as long as it ran.
-fig = timeline.timeline(step, title="mlp_step: one recorded step")
-glue("primer_step_ms", round(step.cpu_time_us / 1e3, 3))
-glue("primer_ops", len(step.ops))
-fig
+timeline.timeline(step, title="mlp_step: one recorded step")
 
-# %%
+# %% tags=["remove-input"]
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
+glue_all(primer_step_ms=round(step.cpu_time_us / 1e3, 3), primer_ops=len(step.ops))
 links(run)
 
 # %% [markdown]
@@ -227,9 +217,9 @@ links(run)
 #
 # On a GPU, PyTorch does not wait for a kernel to finish: the CPU *launches* it (a
 # `cudaLaunchKernel` call) and moves on while the GPU works through its queue. A trace
-# therefore has two tracks: the CPU thread's track with ops and launches, and the GPU track with the
-# kernels, each kernel tied to its launch by a correlation id (Perfetto draws the tie as an
-# arrow). Two consequences:
+# therefore has two tracks: the CPU thread's, with ops and launches, and the GPU's, with the
+# kernels, each tied to its launch by a correlation id (Perfetto draws the tie as an arrow).
+# Two consequences:
 #
 # - The time of an op on the CPU track is the time to *launch* its work, not to do it.
 # - A timer around GPU code measures launches unless it synchronises
@@ -238,37 +228,34 @@ links(run)
 #
 # A GPU run's trace holds more than ops. Part 1 of the source series (Hugging Face blog,
 # torch-profiler.md) reads four kinds of rows besides ops in its matmul trace, three runtime
-# calls on the CPU thread's track and one of the profiler's own; the whole model step further
-# down has most of them:
+# calls on the CPU thread's track and one of the profiler's own:
 #
 # - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
 #   how many blocks of a kernel fit one [SM](glossary.md#sm). In the series' trace cuBLAS made it
-#   inside `aten::mm`, before the [GEMM](glossary.md#gemm)'s launch, and the elementwise kernel
-#   had none; a different cuBLAS may not make it at all.
-# - `cudaDeviceSynchronize`: here the one `kernels.trace.record.profile` calls after each
-#   labelled call, still inside the recorded step (`ProfilerStep#N`) but after the label.
-# - `Activity Buffer Request`: the profiler's own work, [CUPTI](glossary.md#cupti) asking for
-#   memory to record GPU activity into. It is not on a CPU thread's track: the trace puts it on
-#   a profiler-overhead track of its own. The series found one leaving a gap in its GPU track;
-#   where it falls depends on when the profiler's buffers run out.
+#   inside `aten::mm`, before the [GEMM](glossary.md#gemm)'s launch; a different cuBLAS may not
+#   make it at all.
+# - `cudaDeviceSynchronize`: the CPU waiting until the GPU has finished everything queued, as
+#   `torch.cuda.synchronize()` does.
+# - `Activity Buffer Request`: the profiler's own work ([CUPTI](glossary.md#cupti) asking for
+#   memory to record into), on a profiler-overhead track of its own.
 #
 # The trace we just recorded has a GPU track only when this page ran on a GPU:
 
-# %%
+# %% tags=["remove-input"]
 lesson(run.trace.has_gpu == (device.type == "cuda"),
        "a GPU run records a GPU track of kernels; a CPU-only run records none (ops run where they are dispatched)",
        f"{len(step.gpu_work)} GPU activities in one step on {device.type}")
 
-# %% tags=["hide-input"]
-# On a GPU (or with the book's recording), the same rows read off mlp_step's own GPU step.
+# %% tags=["remove-input"]
+# On a GPU (or with the book's recording), the same rows read off mlp_step's own GPU step; on a CPU build, nothing.
 gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"mlp_step": step}, "00_profiler_primer", ["mlp_step"])
 if gpu_steps:
     gpu_step = gpu_steps["mlp_step"]
     outer = next(p for p in gpu_step.trace.profiler_steps()
                  if p.range["ts"] <= gpu_step.range["ts"] and p.range["end"] >= gpu_step.range["end"])
     print(f"GPU run: {gpu_source}")
-    display(tables.kernel_table(gpu_step), tables.runtime_table(outer))
+    display(tables.kernel_table(gpu_step), runtime_table_whole(outer))
     calls = gpu_step.runtime_calls
     kernels_ = gpu_step.gpu_work[gpu_step.gpu_work["cat"] == "kernel"]
     lesson(calls["name"].str.contains("LaunchKernel").sum() >= len(kernels_) and gpu_step.gpu_work["launcher"].notna().all(),
@@ -286,11 +273,10 @@ if gpu_steps:
 # ### A whole model step on an H100
 #
 # A two-op function is a small subject for a GPU. Here is a real model instead: one inference
-# step of BERT-small on one short sentence, in bfloat16, recorded on an H100 by AMD's TraceLens
-# project for its test data (the note under the figure says exactly what and where). It is
-# not this book's run and it is not our code, but it is the kind of trace this course reads:
-# a CPU thread of ops and launch calls, a GPU stream of kernels, and an arrow from each launch
-# to its kernel.
+# step of BERT-small on one short sentence, in bfloat16, on an H100 (**H100 BERT** in the box
+# at the top of the page: recorded by others, not our code). It is the kind of trace this
+# course reads: a CPU thread of ops and launch calls, a GPU stream of kernels, and an arrow
+# from each launch to its kernel.
 #
 # Guess first. BERT-small is tiny by today's standards and its input is one sentence; the
 # H100 is one of the fastest GPUs made. Of the time the CPU spent in this step, what
@@ -300,96 +286,118 @@ if gpu_steps:
 guess_busy_pct = 50  # edit me: the GPU's busy time as a percentage of the step's CPU time
 
 # %%
-#| caption: One inference step of BERT-small (1 × 141 tokens, bfloat16) on an H100, recorded by others (AMD's TraceLens test data). The CPU rows are busy from start to end; the GPU stream row at the bottom holds thin bars with white gaps between them, each tied by a grey line to the launch that queued it.
+#| caption: H100 BERT: one inference step of BERT-small (1 × 141 tokens, bfloat16). The CPU rows are busy from start to end; the GPU stream row at the bottom holds thin bars with white gaps between them, each tied by a grey line to the launch that queued it.
 #| alt: Timeline of one BERT-small step about 4.4 ms long. Five rows of CPU ops by nesting depth span the whole step; the single GPU stream row holds about sixty narrow kernel bars spread across it, mostly empty space between them.
 bert_step = borrowed.TRACELENS["h100_bert"].step()
-say(borrowed.TRACELENS["h100_bert"].credit(bert_step.trace))
-timeline.timeline(bert_step, title="BERT-small, one step on an H100 (recorded by TraceLens)")
+timeline.timeline(bert_step, title="H100 BERT: one step")
 
 # %%
 bert_gpu = tables.gpu_summary(bert_step)
+reveal(guess_busy_pct, round(100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]), "the GPU's busy share of the step (%)");
+
+# %% tags=["remove-input"]
 busy_pct = 100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]
-reveal(guess_busy_pct, round(busy_pct), "the GPU's busy share of the step (%)")
 lesson(busy_pct < 50, "in BERT-small's step on one sentence the GPU was busy for less than half of the step's CPU time",
-       f"{bert_gpu['gpu_busy_us']:.0f} µs of kernels in a {bert_gpu['step_us']:.0f} µs step")
+       f"{bert_gpu['gpu_busy_us']:,.0f} µs of kernels in a {bert_gpu['step_us']:,.0f} µs step")
 lesson(bert_gpu["gaps"] > 0 and bert_gpu["cpu_late_gaps"] == bert_gpu["gaps"],
        "every gap on the GPU stream is one the CPU was late for: the next launch began after the GPU had gone idle",
        f"{bert_gpu['cpu_late_gaps']} of {bert_gpu['gaps']} gaps")
 tokens = bert_step.find("aten::embedding")["input_dims"].iloc[0][1]   # the token ids: [batch, tokens]
-glue("bert_tokens", " × ".join(map(str, tokens)))
-glue("bert_layers", len(bert_step.find("aten::scaled_dot_product_attention")))
-glue("bert_kernels", bert_gpu["kernels"])
-glue("bert_other_work", bert_gpu["copies and memsets"])
-glue("bert_busy_us", f"{bert_gpu['gpu_busy_us']:.0f}")
-glue("bert_step_ms", f"{bert_gpu['step_us'] / 1e3:.1f}")
-glue("bert_busy_pct", f"{busy_pct:.0f}")
-glue("bert_gaps", bert_gpu["gaps"])
-glue("bert_idle_ms", f"{bert_gpu['idle_us'] / 1e3:.1f}")
-glue("bert_median_gap_us", f"{bert_gpu['median_gap_us']:.0f}")
-glue("bert_launch_to_start_us", f"{bert_gpu['median_launch_to_start_us']:.1f}")
-tables.gpu_gaps(bert_step).sort_values("gap_us", ascending=False).head(5).round(1).drop(columns=["device", "stream"])
+glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.find("aten::scaled_dot_product_attention")),
+         bert_kernels=bert_gpu["kernels"], bert_other_work=bert_gpu["copies and memsets"],
+         bert_busy_us=f"{bert_gpu['gpu_busy_us']:.0f}", bert_step_ms=f"{bert_gpu['step_us'] / 1e3:.1f}",
+         bert_busy_pct=f"{busy_pct:.0f}", bert_gaps=bert_gpu["gaps"], bert_idle_ms=f"{bert_gpu['idle_us'] / 1e3:.1f}",
+         bert_median_gap_us=f"{bert_gpu['median_gap_us']:.0f}",
+         bert_launch_to_start_us=f"{bert_gpu['median_launch_to_start_us']:.1f}")
 
 # %% [markdown]
 # The model read {glue:text}`bert_tokens` token ids (the recording's settings name a longer
 # maximum; the sentence was this long) through {glue:text}`bert_layers` encoder layers, one
 # attention call each. The step ran {glue:text}`bert_kernels` kernels and
-# {glue:text}`bert_other_work` copy on one stream, busy for {glue:text}`bert_busy_us` µs of a {glue:text}`bert_step_ms` ms step: the GPU
-# worked {glue:text}`bert_busy_pct`% of the time. Between its first kernel and its last it sat
-# idle {glue:text}`bert_gaps` times, {glue:text}`bert_idle_ms` ms in all, a median
-# {glue:text}`bert_median_gap_us` µs each, while a typical kernel here runs for a few
-# microseconds. And each kernel started a median {glue:text}`bert_launch_to_start_us` µs after
-# its launch call began: the queue was empty, the GPU waiting for the CPU to ask. The table
-# above lists the five longest gaps, with the kernels on either side.
-#
+# {glue:text}`bert_other_work` copy on one stream, busy for {glue:text}`bert_busy_us` µs of a
+# {glue:text}`bert_step_ms` ms step: the GPU worked {glue:text}`bert_busy_pct`% of the time.
+# Between its first kernel and its last it sat idle {glue:text}`bert_gaps` times,
+# {glue:text}`bert_idle_ms` ms in all, a median {glue:text}`bert_median_gap_us` µs each, while a
+# typical kernel here runs for a few microseconds. And each kernel started a median
+# {glue:text}`bert_launch_to_start_us` µs after its launch call began: the queue was empty, the
+# GPU waiting for the CPU to ask. The five longest gaps, with the kernels on either side:
+
+# %%
+tables.gpu_gaps(bert_step).nlargest(5, "gap_us")
+
+# %% [markdown]
 # This is a **launch-bound** step (also called overhead-bound): the pace is set by the CPU
 # dispatching ops one by one through Python and PyTorch, not by the GPU. A faster kernel would
 # not shorten it at all. What helps is giving the GPU more work per launch (a larger batch,
 # longer inputs: the same kernels take longer while the launches cost the same) or fewer
-# launches (fused kernels, CUDA graphs, `torch.compile`, in [chapter 7](07_compiled.ipynb)).
+# launches (fused kernels, [CUDA graphs](glossary.md#cuda-graph), `torch.compile`, in
+# [chapter 7](07_compiled.ipynb)).
 #
 # Zoom in on one encoder layer, from one attention call to the next, and the launches can be
 # followed one by one. The CPU rows have gaps too: time spent in Python, between ops, that
 # the profiler's op rows do not show:
 
 # %%
-#| caption: The same BERT-small step, zoomed in on one encoder layer (from the first `scaled_dot_product_attention` call to the second). Each grey line runs from a launch on the CPU to the kernel it queued; the kernels (bottom row) are short and the white stretches between them are the GPU waiting.
+#| caption: H100 BERT, zoomed in on one encoder layer (from the first `scaled_dot_product_attention` call to the second). Each grey line runs from a launch on the CPU to the kernel it queued; the kernels (bottom row) are short and the white stretches between them are the GPU waiting.
 #| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (linear, addmm, scaled_dot_product_attention, layer_norm, gelu) fill the rows above; the GPU row below holds a dozen short kernel bars, each joined by a thin grey line to the CPU row above it, with wide gaps between them.
-attention_starts = bert_step.find("aten::scaled_dot_product_attention")["start_us"].tolist()
-layer_ms = (attention_starts[0] / 1e3, attention_starts[1] / 1e3)
-timeline.timeline(bert_step, window_ms=layer_ms, title="BERT-small on an H100: one encoder layer, launches to kernels")
+layer = bert_step.find("aten::scaled_dot_product_attention")["start_us"].iloc[:2] / 1e3
+timeline.timeline(bert_step, window_ms=tuple(layer), title="H100 BERT: one encoder layer, launches to kernels")
 
 # %% [markdown]
-# Every kernel has its launch. The runtime calls on the CPU, by name, with the GPU work each
-# kind launched and the ops it was made in:
+# Every kernel has its launch. The runtime calls on the CPU that launch GPU work or wait for
+# it, by name, with the GPU work each kind launched and the ops it was made in (the step's
+# other runtime calls, queries and the GEMMs' memsets, put nothing on the GPU track):
 
 # %%
 bert_calls = tables.runtime_table(bert_step)
-display(bert_calls)
+
+# %% tags=["remove-input"]
+whole = runtime_table_whole(bert_step)    # the same table, its "made in" cells whole
+shown = (whole["GPU work launched"] > 0) | whole["call"].str.endswith("Synchronize")
+display(whole[shown])
+lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any(),
+       "the runtime calls left out of the table launched no GPU work and waited for none",
+       ", ".join(whole.loc[~shown, "call"]))
 launch_calls = bert_calls[bert_calls["call"].str.contains("LaunchKernel")]
 lesson(bert_step.gpu_work["launcher"].notna().all() and launch_calls["calls"].sum() == bert_gpu["kernels"],
        "one launch call per kernel, each kernel tied to its launch on the CPU thread",
        f"{launch_calls['calls'].sum()} launch calls ({', '.join(launch_calls['call'])}), {bert_gpu['kernels']} kernels")
-sync = bert_step.runtime_calls[bert_step.runtime_calls["name"] == "cudaStreamSynchronize"]
-lesson(len(sync) == 1 and sync["op"].iloc[0] == "aten::_local_scalar_dense",
-       "the step waits for the GPU once, inside aten::_local_scalar_dense: the CPU reading a value the GPU computed",
-       f"{len(sync)} cudaStreamSynchronize, in {sync['op'].tolist()}")
-where = bert_step.python_stack(bert_step.find("aten::_local_scalar_dense").index[0])
-print("called from:", where[-1])
+queries = bert_step.runtime_calls["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")
+lesson(not queries.any(), "no occupancy query in this step: its cuBLAS planned its GEMMs without one",
+       f"{int(queries.sum())} cudaOccupancyMaxActiveBlocksPerMultiprocessor calls")
+waits = synchronisations(bert_step)
+harness, model = waits[~waits["in_module"]], waits[waits["in_module"]]
+first_op_us = float(bert_step.ops["start_us"].min())
+lesson(len(harness) == 1 and harness["call"].iloc[0] == "cudaDeviceSynchronize" and harness["op"].isna().all()
+       and harness["python"].iloc[0].endswith(": synchronize") and not harness["after_first_launch"].iloc[0]
+       and harness["start_us"].iloc[0] < first_op_us,
+       "the step's cudaDeviceSynchronize is the harness's torch.cuda.synchronize(), called before the model and "
+       "before any of the step's GPU work was launched",
+       f"at {harness['start_us'].iloc[0] / 1e3:.2f} ms into the step, in {harness['python'].iloc[0]}, "
+       f"returned after {harness['dur_us'].iloc[0]:.0f} µs; the model's first op at {first_op_us / 1e3:.2f} ms")
+lesson(len(model) == 1 and model["call"].iloc[0] == "cudaStreamSynchronize" and model["op"].iloc[0] == "aten::_local_scalar_dense",
+       "inside the model the CPU waits for the GPU once, in aten::_local_scalar_dense: the CPU reading a value the GPU computed",
+       f"a cudaStreamSynchronize, called from {model['python'].iloc[0]}")
+glue_all(bert_harness_sync_ms=f"{harness['start_us'].iloc[0] / 1e3:.1f}", bert_harness_sync_us=f"{harness['dur_us'].iloc[0]:.0f}")
 
 # %% [markdown]
 # Three kinds of launch appear: `cudaLaunchKernel` for PyTorch's own kernels, the driver's
-# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No [occupancy](glossary.md#occupancy) query
-# here: the cuBLAS this run used planned its GEMMs without one. The one synchronisation is
-# worth knowing: before the encoder runs, the model asks whether its attention mask is all
-# ones (the Python frame printed above), a Python `if` on a GPU tensor, so the CPU copies one
-# value back (the `Memcpy DtoH` on the GPU row) and waits for it. In a launch-bound step that
-# wait costs little; in a step where the GPU runs ahead of the CPU, such a read drains the
-# queue and leaves the GPU idle until the CPU catches up.
+# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No
+# [occupancy](glossary.md#occupancy) query here: the cuBLAS this run used planned its GEMMs
+# without one. Two calls wait for the GPU. The `cudaDeviceSynchronize`, outside every op, is
+# the recording harness's own `torch.cuda.synchronize()` (its Python frame is in the trace),
+# made {glue:text}`bert_harness_sync_ms` ms into the step, before the model was called and
+# before any of this step's kernels was queued: it returned after
+# {glue:text}`bert_harness_sync_us` µs, with nothing to wait for. The model itself waits once:
+# before the encoder runs, it asks whether its attention mask is all ones, a Python `if` on a
+# GPU tensor, so the CPU copies one value back (the `Memcpy DtoH` on the GPU row) and waits for
+# it in a `cudaStreamSynchronize`. In a launch-bound step that wait costs little; in a step
+# where the GPU runs ahead of the CPU, such a read drains the queue and leaves the GPU idle
+# until the CPU catches up.
 #
 # Reading such a trace is the skill this course trains: the CPU tracks say what was asked and
 # when, the GPU tracks say what ran and for how long, and the arrows say which is which.
-
-# %% [markdown]
+#
 # ## The trace file
 #
 # Every profile in this course is also written to disk as a Chrome/Perfetto trace
@@ -398,9 +406,7 @@ print("called from:", where[-1])
 # to zoom, and on GPU traces follow the arrows from launches to kernels.
 
 # %%
-size_kib = run.trace_path.stat().st_size / 1024
-print(f"{run.trace_path}: {size_kib:.1f} KiB, labels: {run.trace.labels()}")
-glue("primer_trace_kib", round(size_kib, 1))
+print(run.trace_path, f"{run.trace_path.stat().st_size / 1024:.1f} KiB", run.trace.labels())
 
 # %% [markdown]
 # ## What to remember

@@ -32,12 +32,11 @@
 import math
 import operator
 
-import torch
-
 import kernels
-from kernels import borrowed, gpu_lessons, recorded, reference
+from kernels import borrowed, recorded, reference
 from kernels.attention.naive import NaiveAttention
-from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
+from kernels.book.ch01_naive import naive_copy_on_gpu, timesformer_input
+from kernels.notebook import glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
@@ -46,47 +45,59 @@ device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
 print(f"q, k, v: {tuple(q.shape)} [batch, heads, seq, head_dim], {dtype}, on {device}")
 
+# %% tags=["remove-input"]
+borrowed.traces_box({"H100 TimeSformer": borrowed.TRACELENS["h100_timesformer"]})
+
 # %% [markdown]
 # ## The module
 #
 # This is the course library's implementation, shown from its source. The causal mask is
 # built once and cached, so what we profile is attention itself, not mask construction.
-# Note the mask step: `masked_fill`, without a trailing underscore.
+# `forward` also takes [grouped-query attention](glossary.md#gqa) (fewer K/V heads than query
+# heads); our inputs have as many of each, so it calls `attend` once. Note the mask step:
+# `masked_fill`, without a trailing underscore.
 
 # %%
 show_lines(NaiveAttention)
 
 # %% [markdown]
 # First, is it right? Every implementation in the course is judged against the same
-# float64 reference (`kernels.reference.attention`).
+# float64 reference (`kernels.reference.attention`): in float32 within 1e-5 relative error,
+# in 16-bit dtypes by FlashAttention's rule.
 
 # %%
 naive = kernels.get("naive")
-out = naive(q, k, v, causal=True)
-verdict = reference.judge(out, q, k, v, causal=True)  # fp32: 1e-5 relative; 16-bit: FlashAttention's rule
-lesson(verdict.ok, "naive attention matches the float64 reference within its dtype's tolerance", str(verdict))
-glue("naive_err", verdict["out"].error)
+verdict = reference.judge(naive(q, k, v, causal=True), q, k, v, causal=True)
+
+# %% tags=["remove-input"]
+lesson(verdict.ok, "naive attention matches the float64 reference within its dtype's tolerance",
+       f"max error {verdict['out'].error:.1e}, bound {verdict['out'].bound:.1e}")
 
 # %% [markdown]
 # ## Guess, then profile
 #
-# Read `forward` above and write down, in the cell below, the ops you expect at the top of
-# the trace, in order, before looking.
+# Read `attend` above: which ops will the trace show at its top level, in order? The cell
+# below holds a first guess, written straight from the code; make it yours before running
+# the next one.
 
 # %%
-guess: list[str] = []  # edit me: op names in order, as chapter 0's trace wrote them (aten::...)
+guess = ["aten::matmul", "aten::transpose", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # edit me
 
 # %%
 run = record.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
+reveal(guess, step.top_level()["name"].tolist(), "top-level ops")
+
+# %% tags=["remove-input"]
 top = step.top_level()["name"].tolist()
-display(reveal(guess, top, "top-level ops"))
 called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # forward's five calls
 lesson(top == called, "the ops forward calls appear at the top of the trace exactly as written", ", ".join(top))
 
 # %% [markdown]
-# The top level is the five calls of `forward`, in order. The story is one level down. Here is every op of one recorded
-# forward that does work (views hidden), indented under the op that called it:
+# The top level is the five calls of `forward`, in order; the transpose is a view of `k`, which
+# computes nothing, and the top level leaves views out. The story is one level down. Here is
+# every op of one recorded forward that does work (views hidden), indented under the op that
+# called it:
 
 # %%
 tables.op_table(step)
@@ -102,7 +113,9 @@ tables.op_table(step)
 # count copies by name; we count them by **what they move**:
 
 # %%
-display(tables.copy_table(step))
+tables.copy_table(step)
+
+# %% tags=["remove-input"]
 scores_shape = [batch, heads, seq, seq]
 scores_bytes = batch * heads * seq * seq * q.element_size()
 big = step.copies(min_bytes=scores_bytes)
@@ -119,17 +132,27 @@ glue_all(naive_copy_mib=f"{mib(scores_bytes):.1f}", naive_copy_ms=f"{copy_ms:.2f
 # %% [markdown]
 # The copy moves {glue:text}`naive_copy_mib` MiB; in this profiled forward the trace shows it
 # taking {glue:text}`naive_copy_ms` ms, {glue:text}`naive_copy_share`% of the
-# {glue:text}`naive_step_ms` ms step. Here is the
-# same step as a timeline; copies are drawn in red:
+# {glue:text}`naive_step_ms` ms step. On a GPU the clone is work of its own too: the source
+# article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts six
+# GPU activities per forward, one of them a `Memcpy` for this clone. Here is our step as a
+# timeline; copies are drawn in red:
 
 # %%
 #| caption: One forward of hand-written attention. The red bars are the copy this chapter is about: the `clone` under `masked_fill` and its S×S `copy_`; the matmuls, the scale and the softmax around them do the work.
 #| alt: Timeline of one naive attention forward: matmul, mul, masked_fill, softmax and matmul in a row, with clone and copy_ drawn in red beneath masked_fill.
 timeline.timeline(step, title=f"naive attention, one forward ({device.type})")
 
-# %%
+# %% tags=["remove-input"]
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
 links(run)
+
+# %% tags=["remove-input"]
+# This run's own GPU forward (or the book's recording of it): the article's six activities and its one copy.
+# On a CPU build without a recording it shows nothing.
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
+if gpu_steps:
+    say(f"On a GPU, {gpu_source}: the same forward's GPU track, checked against the article's count.")
+    display(naive_copy_on_gpu(gpu_steps["naive"]))
 
 # %% [markdown]
 # ## Memory
@@ -138,7 +161,7 @@ links(run)
 # (the scores and the softmax probabilities, or the scores and their clone), and allocates
 # more than that in total, because the clone is one more S×S buffer:
 
-# %%
+# %% tags=["remove-input"]
 lesson(step.peak_bytes >= 2 * scores_bytes, "at its peak the forward holds at least two S×S buffers",
        f"peak {mib(step.peak_bytes):.1f} MiB, one S×S buffer {mib(scores_bytes):.1f} MiB")
 glue_all(naive_peak_mib=f"{mib(step.peak_bytes):.1f}", naive_total_mib=f"{mib(step.allocated_bytes):.1f}")
@@ -148,54 +171,58 @@ glue_all(naive_peak_mib=f"{mib(step.peak_bytes):.1f}", naive_total_mib=f"{mib(st
 # Both grow with $S^2$: double the sequence and the scores take four times the memory
 # ([chapter 3b](03b_sdpa_fused.ipynb) measures that growth and checks it).
 #
-# ## On a GPU
-#
-# On a GPU the same forward becomes a row of kernels, one per op that does work. The
-# source article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts
-# **6 kernels** per forward: matmul, mul, a **Memcpy** for the clone, the mask, softmax,
-# matmul. When this page runs on a GPU (or the book's own recording of it exists), a hidden
-# cell below checks both counts on that run.
-
-# %% tags=["hide-input"]
-# This run's own GPU forward (or the book's recording of it): the article's six activities and its one copy.
-gpu_steps, gpu_source, _ = recorded.gpu_steps(device, {"naive": step}, "01_naive", ["naive"])
-if gpu_steps:
-    display(f"GPU run: {gpu_source}", gpu_lessons.naive_copy_on_gpu(gpu_steps["naive"]))
-
-# %% [markdown]
-# ### A hand-written attention core in a real model
+# ## A hand-written attention core in a real model
 #
 # Real models write attention by hand too. TimeSformer, a video classifier, computes its
 # attention exactly as this chapter does, minus the mask: `q @ k^T`, times the scale,
-# softmax, times `v`. Here is one inference step of it in bfloat16 on an H100, recorded by
-# AMD's TraceLens project (not this book's run; the note below says what and where).
+# softmax, times `v`. **H100 TimeSformer** (in the box at the top of the page) is one
+# inference step of it in bfloat16 on an H100, recorded by others.
 # `kernels.trace.attention.find_attention` finds every matmul → softmax → matmul core in the
 # step by its ops and shapes:
 
 # %%
 tf_step = borrowed.TRACELENS["h100_timesformer"].step()
-say(borrowed.TRACELENS["h100_timesformer"].credit(tf_step.trace))
 tf_report = find_attention(tf_step)
-display(tf_report.table().drop_duplicates(subset=["B·H x Sq x Sk x D"])[["#", "how", "kernels", "main kernel", "B·H x Sq x Sk x D", "GPU µs"]])
+
+# %% tags=["remove-input"]
+display(tf_report.table().drop_duplicates(subset=["B·H x Sq x Sk x D"])[["#", "how", "kernels", "B·H x Sq x Sk x D", "GPU µs"]])
 lesson(len(tf_report.calls) > 0 and all(c.how == "hand-written" for c in tf_report.calls),
        "every attention call in TimeSformer's step is a hand-written matmul -> softmax -> matmul core",
        f"{len(tf_report.calls)} calls")
-glue_all(tf_calls=len(tf_report.calls), tf_share=f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}")
+video = timesformer_input(tf_step)
+frames_per_group = video["frames"] // video["trained_frames"]
+long_calls = [c for c in tf_report.calls if c.sq == max(c.sq for c in tf_report.calls)]
+lesson(video["frames"] == video["stretched_to"] == 128 and video["trained_frames"] == video["space_groups"] == 8
+       and video["space_tokens"] == 1 + frames_per_group * video["patches_per_frame"] == 3137
+       and all(c.sq == c.sk == video["space_tokens"] for c in long_calls),
+       "the recorded video has 128 frames for a checkpoint trained on 8, so each long \"space\" call attends over "
+       "1 + 16 × 196 = 3,137 tokens, 16 frames' patches at once",
+       f"patch embedding over {video['frames']} frames; time embedding stretched from {video['trained_frames']} to "
+       f"{video['stretched_to']}; space attention's input {video['space_groups']} × {video['space_tokens']:,} tokens")
+glue_all(tf_calls=len(tf_report.calls), tf_share=f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}",
+         tf_frames=video["frames"], tf_trained_frames=video["trained_frames"], tf_patches=video["patches_per_frame"],
+         tf_frames_per_group=frames_per_group, tf_tokens=f"{video['space_tokens']:,}",
+         tf_tokens_trained=f"{1 + video['patches_per_frame']:,}", tf_heads=long_calls[0].batch_heads // video["space_groups"])
 
 # %% [markdown]
-# The step holds {glue:text}`tf_calls` attention calls, which took {glue:text}`tf_share`% of the
-# step's GPU time. They come in two sizes (the table shows the first call of each): short ones
-# over a few positions, and long ones over thousands. Take the longest. How big is its score tensor, the S×S matrix this
-# chapter's copy was made of? Work it out from the row above (B·H × Sq × Sk, two bytes per
-# bfloat16 element) and write your guess in GiB:
-
-# %%
-guess_scores_gib = 1.0  # edit me: one long call's score tensor, in GiB
+# The step holds {glue:text}`tf_calls` attention calls in two sizes (the table shows the first
+# of each), and they took {glue:text}`tf_share`% of the step's GPU time. That share says as much
+# about the input as about the model: the recorded video has {glue:text}`tf_frames` frames, and
+# the checkpoint was trained on {glue:text}`tf_trained_frames` (the trace shows its time
+# embedding stretched from {glue:text}`tf_trained_frames` positions to {glue:text}`tf_frames`).
+# Hugging Face's divided attention splits the patches by the checkpoint's frame count, so its
+# short "time" calls attend over {glue:text}`tf_trained_frames` positions and each long "space"
+# call over {glue:text}`tf_frames_per_group` frames' patches at once: 1 +
+# {glue:text}`tf_frames_per_group` × {glue:text}`tf_patches` = {glue:text}`tf_tokens` tokens,
+# where a video of {glue:text}`tf_trained_frames` frames would give
+# {glue:text}`tf_tokens_trained`. Take the longest call. Its score tensor, the S×S matrix this
+# chapter's copy was made of:
 
 # %%
 call = max(tf_report.calls, key=operator.attrgetter("gpu_us"))   # the longest
 scores = tables.score_tensor(call)
-reveal(guess_scores_gib, round(scores["bytes"] / 2**30, 2), "one score tensor (GiB)", source="its recorded shape")
+
+# %% tags=["remove-input"]
 lesson(scores["shape"][-2:] == [call.sq, call.sk] and scores["bytes"] == math.prod(scores["shape"]) * 2,
        "the score tensor is B·H × S × S bfloat16 elements, as this chapter's S×S lesson counts them",
        f"{tables.shape_text(scores['shape'])} {scores['dtype']} = {scores['bytes']:,} bytes")
@@ -203,25 +230,41 @@ glue_all(tf_scores_shape=tables.shape_text(scores["shape"]), tf_scores_gib=f"{sc
          tf_scores_vs_ours=f"{scores['bytes'] / scores_bytes:,.0f}")
 
 # %% [markdown]
-# The trace recorded the softmax's input as {glue:text}`tf_scores_shape` in bfloat16:
-# {glue:text}`tf_scores_gib` GiB for one call, {glue:text}`tf_scores_vs_ours` times this page's
-# own S×S buffer above.
-# Here are that call's kernels, in the order the GPU ran them: the short name of each, the op
-# whose launch queued it, how long it ran, when it started after the call's first kernel, and
-# its grid (how many thread blocks it launched). The scale and the softmax launch blocks by
-# the hundred thousand, in proportion to the score tensor's size; the GEMMs tile their output
-# in far fewer, larger blocks.
+# The trace recorded the softmax's input as {glue:text}`tf_scores_shape` in bfloat16 (the
+# {glue:text}`tf_trained_frames` groups of frames × {glue:text}`tf_heads` heads, {glue:text}`tf_tokens` tokens
+# each way): {glue:text}`tf_scores_gib` GiB for one call, {glue:text}`tf_scores_vs_ours` times
+# this page's own S×S buffer above.
+#
+# Guess before the next table: the two GEMMs do all of this call's arithmetic. What
+# percentage of the call's GPU time do they take?
 
 # %%
-work = tables.work_table(call.kernels)
-display(work)
+guess_gemm_pct = 80  # edit me: the two GEMMs' share of the call's GPU time, in %
+
+# %%
 by_op = call.kernels.groupby("op")["dur_us"].sum()
+reveal(guess_gemm_pct, round(100 * by_op["aten::bmm"] / call.gpu_us), "the GEMMs' share of the call's GPU time (%)");
+
+# %% [markdown]
+# Here are that call's kernels in the order the GPU ran them: the short name of each, the op
+# whose launch queued it, how long it ran, when it started after the call's first kernel, and
+# its grid (how many thread blocks it launched).
+
+# %%
+tables.work_table(call.kernels)
+
+# %% tags=["remove-input"]
+work = tables.work_table(call.kernels)
 elementwise_us = float(by_op.get("aten::mul", 0) + by_op.get("aten::_softmax", 0))
 lesson(by_op.index.tolist() == ["aten::_softmax", "aten::bmm", "aten::copy_", "aten::mul"] and work["launched by"].eq("aten::bmm").sum() == 2,
        "one call runs the two GEMMs (bmm), the scale (mul) and the softmax, plus copies of its inputs", ", ".join(work["kernel"]))
 lesson(elementwise_us > by_op["aten::bmm"],
        "the scale and the softmax, which only read and write the score tensor, take longer on the GPU than the two GEMMs",
        f"mul + softmax {elementwise_us / 1e3:.2f} ms, the two bmm {by_op['aten::bmm'] / 1e3:.2f} ms")
+blocks = call.kernels.assign(blocks=call.kernels["grid"].map(math.prod)).groupby("op")["blocks"]
+lesson(blocks.min()[["aten::mul", "aten::_softmax"]].min() > 100_000 > blocks.max()["aten::bmm"],
+       "the scale and the softmax each launch over 100,000 thread blocks, each GEMM fewer",
+       ", ".join(f"{op.removeprefix('aten::')} {n:,}" for op, n in blocks.max().items() if op != "aten::copy_"))
 bandwidth = tf_report.peaks.bandwidth if tf_report.peaks else math.nan   # the datasheet's, for the GPU the trace names
 mul_share = 2 * scores["bytes"] / (by_op["aten::mul"] * 1e-6) / bandwidth   # the scale reads the scores once, writes them once
 lesson(0.5 <= mul_share <= 1, "the scale streams the score tensor at more than half the GPU's memory bandwidth, never above it",
@@ -229,32 +272,33 @@ lesson(0.5 <= mul_share <= 1, "the scale streams the score tensor at more than h
 glue_all(tf_elementwise_ms=f"{elementwise_us / 1e3:.1f}", tf_gemm_ms=f"{by_op['aten::bmm'] / 1e3:.1f}",
          tf_mul_tbps=f"{mul_share * bandwidth / 1e12:.1f}", tf_mul_pct=f"{100 * mul_share:.0f}")
 
-
 # %% [markdown]
 # The two GEMMs do the arithmetic in {glue:text}`tf_gemm_ms` ms; the scale and the softmax,
 # which compute almost nothing, take {glue:text}`tf_elementwise_ms` ms, because each reads the
-# whole score tensor from memory and writes it back. The scale alone streams it at
-# {glue:text}`tf_mul_tbps` TB/s, {glue:text}`tf_mul_pct`% of the H100's [HBM](glossary.md#hbm) bandwidth: it
-# cannot go much faster, and only fewer bytes would help. (The three `copy_` kernels copy `q`,
-# `k` and `v` into contiguous buffers for `bmm`: more copies nobody wrote.) The S×S tensor is what
-# a hand-written core costs, on a CPU and on the fastest GPU alike; the fused kernels of
+# whole score tensor from memory and writes it back (their grids launch blocks by the hundred
+# thousand, in proportion to the score tensor's size; the GEMMs tile their output in far
+# fewer, larger blocks). The scale alone streams it at {glue:text}`tf_mul_tbps` TB/s,
+# {glue:text}`tf_mul_pct`% of the H100's [HBM](glossary.md#hbm) bandwidth: it cannot go much
+# faster, and only fewer bytes would help. (The three `copy_` kernels copy `q`, `k` and `v`
+# into contiguous buffers for `bmm`: more copies nobody wrote.) The S×S tensor is what a
+# hand-written core costs, on a CPU and on the fastest GPU alike; the fused kernels of
 # chapter 3 never write it to memory at all.
 #
 # Here the GPU, not the CPU, sets the pace: the opposite of chapter 0's BERT step. The CPU
 # queued all of the call's kernels within a fraction of a millisecond and went on to queue the
 # model's next ops while the GPU worked through these:
 
-# %%
+# %% tags=["remove-input"]
 launched_by, waited = call.kernels["launch_start_us"].agg(["min", "max"]), call.kernels["start_us"] - call.kernels["launch_start_us"]
 lesson(launched_by["max"] - launched_by["min"] < call.gpu_us / 10 and waited.max() > 1000,
        "the CPU launched the whole call in under a tenth of the time the GPU took to run it, so kernels waited milliseconds in the queue",
        f"launched within {launched_by['max'] - launched_by['min']:.0f} µs, run in {call.gpu_us / 1e3:.1f} ms, longest wait {waited.max() / 1e3:.1f} ms")
 
 # %%
-#| caption: One long hand-written attention call of TimeSformer on an H100 (recorded by others, TraceLens's test data), from its first op on the CPU to its last kernel's end. The GPU row runs its kernels back to back: copies (red), a GEMM (blue), the scale (grey), the softmax (green), a copy and a GEMM. Above, the CPU has long moved on, launching the model's next ops; the grey lines from those launches lead off to the right, to kernels that wait in the queue.
+#| caption: H100 TimeSformer: one long hand-written attention call, from its first op on the CPU to its last kernel's end. The GPU row runs its kernels back to back: copies (red), a GEMM (blue), the scale (grey), the softmax (green), a copy and a GEMM. Above, the CPU has long moved on, launching the model's next ops; the grey lines from those launches lead off to the right, to kernels that wait in the queue.
 #| alt: Zoomed timeline of one attention call, about 11 ms: the CPU rows are full of short op bars of later layers; the GPU row holds a few long bars: small red copies, a blue GEMM, a grey scale, a long green softmax, a red copy and a blue GEMM.
-call_ms = (float(launched_by["min"]) / 1e3, float((call.kernels["start_us"] + call.kernels["dur_us"]).max()) / 1e3)
-timeline.timeline(tf_step, window_ms=call_ms, title="TimeSformer on an H100: one hand-written attention call")
+call_ms = (call.kernels["launch_start_us"].min() / 1e3, (call.kernels["start_us"] + call.kernels["dur_us"]).max() / 1e3)
+timeline.timeline(tf_step, window_ms=call_ms, title="H100 TimeSformer: one hand-written attention call")
 
 # %% [markdown]
 # ## What to remember
@@ -266,6 +310,7 @@ timeline.timeline(tf_step, window_ms=call_ms, title="TimeSformer on an H100: one
 # - Count copies by their shape and bytes, not by name.
 # - The S×S score tensor is what a hand-written core costs on a GPU too: in a real model it
 #   runs to gigabytes, and the kernels that read and write it take longer than the GEMMs.
+# - Read a real trace's shapes before its percentages: they say what input the numbers came from.
 #
 # Next: make the mask in place, and prove the copy is gone.
 

@@ -33,15 +33,19 @@ import pandas as pd
 import torch
 
 import kernels
-from kernels import borrowed, gpu_lessons, recorded, reference
+from kernels import borrowed, recorded, reference
 from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout, backward_error
 from kernels.bench import comparison
+from kernels.book.ch02_inplace import inplace_drops_the_copy_on_gpu
 from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import diff as tracediff, reader, record, tables
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
 q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
+
+# %% tags=["remove-input"]
+borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
 
 # %% [markdown]
 # ## The change
@@ -57,11 +61,12 @@ show_lines(InplaceAttention)
 # The in-place version runs the same arithmetic in the same order, so its output is not
 # just close to the naive one: it is bit for bit the same.
 
-# %%
+# %% tags=["remove-input"]
 lesson(torch.equal(kernels.get("naive")(q, k, v), kernels.get("inplace")(q, k, v)),
        "naive and in-place attention return bit-identical outputs")
 verdict = reference.judge(kernels.get("inplace")(q, k, v), q, k, v)
-lesson(verdict.ok, "in-place attention matches the float64 reference within its dtype's tolerance", str(verdict))
+lesson(verdict.ok, "in-place attention matches the float64 reference within its dtype's tolerance",
+       f"max error {verdict['out'].error:.1e}, bound {verdict['out'].bound:.1e}")
 
 # %% [markdown]
 # ## The copy is gone
@@ -72,8 +77,9 @@ lesson(verdict.ok, "in-place attention matches the float64 reference within its 
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in ("naive", "inplace")}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
-scores_bytes = batch * heads * seq * seq * q.element_size()
 
+# %% tags=["remove-input"]
+scores_bytes = batch * heads * seq * seq * q.element_size()
 big_copies = {name: len(s.copies(min_bytes=scores_bytes)) for name, s in step.items()}
 lesson(big_copies["naive"] == 1 and big_copies["inplace"] == 0,
        "the naive forward copies the S×S scores once; the in-place forward never does", str(big_copies))
@@ -88,7 +94,7 @@ lesson(step["inplace"].find("aten::clone").empty, "no aten::clone is left in the
 
 # %%
 changes = tracediff.diff(runs["naive"].steps(), runs["inplace"].steps())
-changes.table()
+changes.table()[["name", "input shapes", "count change", "self time naive (us)", "allocated change (KiB)", "only in"]]
 
 # %% [markdown]
 # The out-of-place `masked_fill`, its `clone` and the clone's S×S `copy_` are gone. Both
@@ -99,32 +105,46 @@ changes.table()
 # %%
 #| caption: What changed between the naive and the in-place forward. Only rows whose count or allocation differs are drawn, one bar per side that has them, each the row's median self time over the recorded forwards: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums every row that matched.
 #| alt: Horizontal bar chart of self time per changed op; every bar belongs to the naive forward (copy_, masked_fill, clone), the copy_ the longest.
-changed = changes.changed().query("kind == 'op'")  # CPU ops here; the GPU section below checks kernels
-lesson(set(changed["name"]) <= {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"},
-       "the only ops that differ are the mask step and its clone", ", ".join(changed["name"]))
 changes.figure()
 
-# %%
+# %% tags=["remove-input"]
+changed = changes.changed().query("kind == 'op'")  # CPU ops here; a GPU run checks kernels below
+lesson(set(changed["name"]) <= {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"},
+       "the only ops that differ are the mask step and its clone", ", ".join(changed["name"]))
 # The two traces behind this figure: download them, or open them in Perfetto.
 display(links(runs["naive"]), links(runs["inplace"]))
+
+# %% [markdown]
+# On a GPU the copy is a kernel of its own: the source article's A100 trace goes from 6
+# [kernels](glossary.md#kernel) per forward to **5**, the Memcpy gone, and the mask step
+# dispatches fewer CPU ops.
+
+# %% tags=["remove-input"]
+# This run's own GPU forwards (or the book's recording of them): 6 activities to 5, the copy gone.
+# On a CPU build without a recording it shows nothing.
+gpu_steps, gpu_source, _ = recorded.gpu_steps(device, step, "02_inplace", ["naive", "inplace"])
+if len(gpu_steps) == 2:
+    say(f"On a GPU, {gpu_source}: the same two forwards' GPU tracks, checked against the article's count.")
+    inplace_drops_the_copy_on_gpu(gpu_steps, gpu_source)
 
 # %% [markdown]
 # ## Total allocation and peak
 #
 # Removing the clone removes an allocation of exactly one scores tensor. Will the *peak*
-# move too? Guess, in S×S buffers, before reading on:
+# move too? The cell below holds a first guess, in S×S buffers; make it yours before reading on:
 
 # %%
-guess_peak_drop = 1  # how many S×S buffers lower will the in-place forward's peak be? edit me
+guess_peak_drop = 1  # edit me: how many S×S buffers lower will the in-place forward's peak be?
 
 # %% [markdown]
-# The trace's memory events give each forward's peak, its total allocation, and how many
-# S×S tensors were alive at once:
+# The trace's memory events give each forward's peak and its total allocation:
 
 # %%
-display(pd.DataFrame([s.summary() for s in step.values()]).set_index("label")[["peak_MiB", "allocated_MiB", "ops"]].round(2))
-reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes,
-       "the peak's drop, in S×S buffers")
+summary = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")
+reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes, "the peak's drop, in S×S buffers")
+summary[["peak_MiB", "allocated_MiB", "ops"]]
+
+# %% tags=["remove-input"]
 saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
 lesson(saved == scores_bytes, "the in-place forward allocates exactly one S×S scores tensor less",
        f"{mib(saved):.2f} MiB = {batch}×{heads}×{seq}×{seq}×{q.element_size()} bytes")
@@ -144,12 +164,14 @@ glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=len(step["naive"].ops) 
 #
 # Is it faster? It skips one S×S copy: {glue:text}`inplace_saved_mib:.1f` MiB read and as many
 # written per forward, out of a forward whose matmuls, scale, mask and softmax each pass over
-# the same S×S data. The cell below times both forwards apart from the profiler, alternating
-# them call by call, with chapter 0's spread check:
+# the same S×S data. We time both forwards apart from the profiler, alternating them call by
+# call, with chapter 0's spread check:
 
 # %%
 timing = comparison.compare({name: functools.partial(kernels.get(name), q, k, v) for name in ("naive", "inplace")},
                             device=device, rounds=15)
+
+# %% tags=["remove-input"]
 lesson(timing.faster() != "naive", "timed apart from the profiler, the naive forward is never the faster one",
        timing.medians() if timing.faster() else "no time shown: the two ranges overlapped")
 glue("timing_reading", {
@@ -160,8 +182,7 @@ glue("timing_reading", {
 
 # %% [markdown]
 # {glue:text}`timing_reading`. The showdown chapter benchmarks every variant.
-
-# %% [markdown]
+#
 # ## When in place breaks autograd
 #
 # In-place is safe here because nothing needs the old scores later: `mul` by a Python
@@ -172,8 +193,12 @@ glue("timing_reading", {
 
 # %%
 show_lines(attention_with_inplace_dropout)
+
+# %%
 qg, kg, vg = inputs(1, 2, 16, 16, requires_grad=True)
 error = backward_error(attention_with_inplace_dropout, qg, kg, vg)
+
+# %% tags=["remove-input"]
 lesson(error is not None and "modified by an inplace operation" in error,
        "autograd refuses to backpropagate through a saved tensor that was modified in place", str(error))
 
@@ -184,31 +209,19 @@ lesson(error is not None and "modified by an inplace operation" in error,
 # %%
 grads = {name: torch.autograd.grad(kernels.get(name)(qg, kg, vg).square().sum(), (qg, kg, vg))
          for name in ("naive", "inplace")}
+
+# %% tags=["remove-input"]
 lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
        "in-place masking gives the same gradients as the out-of-place version")
 
 # %% [markdown]
-# ## On a GPU
-#
-# The source article's A100 trace goes from 6 [kernels](glossary.md#kernel) to **5**: the Memcpy disappears, and
-# the mask step dispatches fewer CPU ops. When this page runs on a GPU (or the book's own
-# recording of it exists), a hidden cell below checks the same on that run.
-
-# %% tags=["hide-input"]
-# This run's own GPU forwards (or the book's recording of them): 6 activities to 5, the copy gone.
-gpu_steps, gpu_source, _ = recorded.gpu_steps(device, step, "02_inplace", ["naive", "inplace"])
-if len(gpu_steps) == 2:
-    gpu_lessons.inplace_drops_the_copy_on_gpu(gpu_steps, gpu_source)
-
-
-# %% [markdown]
-# ### A copy a real model did not need
+# ## A copy a real model did not need
 #
 # Our copy came from one missing underscore. Real models carry copies too, and the way to find
 # them is the one this chapter used: by the bytes they move, then by where they come from.
-# Here is one forward of Qwen1.5-0.5B-Chat, a small language model, on a batch of prompts in
-# bfloat16 on an H100, recorded by AMD's TraceLens project with input shapes, Python stacks
-# and module names (not this book's run; the note below says what and where).
+# **H100 Qwen** (in the box at the top of the page) is one forward of Qwen1.5-0.5B-Chat, a
+# small language model, on a batch of prompts in bfloat16 on an H100, recorded by others with
+# input shapes, Python stacks and module names.
 #
 # Guess first: rotary position embeddings are a classic place for stray copies (casts of the
 # cos and sin tables). Which module's copies move the most bytes in this step?
@@ -218,30 +231,40 @@ guess_module = "Qwen2RotaryEmbedding"  # edit me: Qwen2RotaryEmbedding, Qwen2Att
 
 # %%
 qwen_step = borrowed.TRACELENS["h100_qwen"].step()
-say(borrowed.TRACELENS["h100_qwen"].credit(qwen_step.trace))
 groups = tables.copy_groups(qwen_step)
-display(groups.drop(columns=["frame"]))
 by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=False)
-display(reveal([guess_module], [by_module.index[0]], "the module whose copies move the most bytes"))
+reveal([guess_module], [by_module.index[0]], "the module whose copies move the most bytes")
+
+# %% [markdown]
+# The copies of the step grouped by the Python call and the module that made them, the most
+# bytes first:
+
+# %%
+groups[["module", "call", "shape", "count", "MiB total", "GPU µs"]]
+
+# %% tags=["remove-input"]
 rotary = by_module.get("Qwen2RotaryEmbedding", 0.0)
 lesson(rotary < 1, "the rotary embedding's copies are small casts, under 1 MiB in all", f"{rotary:.2f} MiB")
 glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB total'].sum() / 1024:.1f}",
          qwen_rotary_mib=f"{rotary:.2f}")
 
-
 # %% [markdown]
 # The step makes {glue:text}`qwen_copies` copies, {glue:text}`qwen_copied_gib` GiB in all. The
 # rotary embedding's are casts of its small tables ({glue:text}`qwen_rotary_mib` MiB): not
-# worth a thought. The big ones come from two places (the table's largest rows). `Qwen2RMSNorm` casts the hidden state
+# worth a thought. The big ones come from two places. `Qwen2RMSNorm` casts the hidden state
 # to float32 and back: that is deliberate, to compute the normalisation's variance in full
 # precision, and the copies are the price. The other is `Tensor.contiguous` in transformers'
 # `sdpa_attention_forward`, three copies per layer of `q`, `k` and `v`, and one of the output.
 # Were they needed? The trace recorded every input's **strides** as well as its shape, so it
 # can say how each tensor lay in memory (B batch, H heads, S sequence, D head dimension, the
-# outermost first), whatever shape it was viewed as:
+# outermost first), whatever shape it was viewed as. The first `.contiguous()` got `q` viewed
+# as [B, H, S, D]; in memory it was:
 
 # %%
 clone = qwen_step.find("aten::clone").iloc[0]          # the first input copy: q's, in the first layer
+reader.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD")
+
+# %% tags=["remove-input"]
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
 out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the copy of the output
 layouts = pd.Series({
@@ -249,34 +272,36 @@ layouts = pd.Series({
     "q, as the flash op got it (viewed BSHD)": reader.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
     "the output, as the last .contiguous() got it (viewed BSHD)": reader.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD"),
 }, name="laid out in memory as")
-display(layouts)
+display(layouts.to_frame())
 lesson(layouts.tolist() == ["BSHD", "BHSD", "BHSD"],
        "q was already laid out [B, S, H, D], the flash op's own view; after the copy, the flash op and the output were [B, H, S, D]")
 sdpa = qwen_step.find("aten::scaled_dot_product_attention").iloc[0]
 lesson(sdpa["input_dims"][3] == [] and sdpa["concrete_inputs"][5] == "True", "the model passed SDPA no mask, only is_causal=True",
        f"attn_mask dims {sdpa['input_dims'][3]}, is_causal {sdpa['concrete_inputs'][5]}")
 sdpa_copies = groups[groups["frame"].str.endswith("sdpa_attention_forward")]
+layers = len(qwen_step.find("aten::scaled_dot_product_attention"))
+lesson(int(sdpa_copies["count"].sum()) == 4 * layers and set(sdpa_copies["call"]) == {"Tensor.contiguous"},
+       "sdpa_attention_forward's .contiguous() makes four copies per layer: q, k, v and the output",
+       f"{int(sdpa_copies['count'].sum())} copies in {layers} layers")
 glue("qwen_sdpa_copies", int(sdpa_copies["count"].sum()))
 glue("qwen_sdpa_cost", f"{sdpa_copies['MiB total'].sum() / 1024:.2f} GiB, {sdpa_copies['GPU µs'].sum() / 1e3:.1f} ms of GPU "
                        f"time, {100 * sdpa_copies['GPU µs'].sum() / qwen_step.gpu_time_us:.0f}% of the step's")
 
 # %% [markdown]
 # So: the projections (and the rotary embedding after them) left `q`, `k` and `v` laid out as
-# [batch, seq, heads, head_dim], the layout
-# FlashAttention reads, and the model viewed them as [batch, heads, seq, head_dim] for
-# [SDPA](glossary.md#sdpa).
-# `.contiguous()` rewrote each one in the viewed layout; SDPA's flash path then viewed the copy
-# back as [batch, seq, heads, head_dim], now strided; its output came back in the copied
-# layout, and one more `.contiguous()` copied it once more. Transformers' source gives the
-# reason next to those calls: "SDPA with memory-efficient backend is bugged with non-contiguous
-# inputs and custom attn_mask for some torch versions" (pytorch/pytorch issue 112577). This
-# step passed no mask and ran the flash backend, so the workaround did not apply to it: for
-# this run the {glue:text}`qwen_sdpa_copies` copies ({glue:text}`qwen_sdpa_cost`) were
-# not needed. They are needed where the workaround applies (a padding mask on an affected
-# torch with the memory-efficient backend), which is why a library cannot simply drop them,
-# and why the trace, not the code, tells you what they cost here.
-
-# %% [markdown]
+# [batch, seq, heads, head_dim], the layout FlashAttention reads, and the model viewed them as
+# [batch, heads, seq, head_dim] for [SDPA](glossary.md#sdpa). `.contiguous()` rewrote each one
+# in the viewed layout; SDPA's flash path then viewed the copy back as [batch, seq, heads,
+# head_dim], now strided; its output came back in the copied layout, and one more
+# `.contiguous()` copied it once more. Transformers' source gives the reason next to those
+# calls: "SDPA with memory-efficient backend is bugged with non-contiguous inputs and custom
+# attn_mask for some torch versions" (pytorch/pytorch issue 112577). This step passed no mask
+# and ran the flash backend, so the workaround did not apply to it: for this run the
+# {glue:text}`qwen_sdpa_copies` copies ({glue:text}`qwen_sdpa_cost`) were not needed. They are
+# needed where the workaround applies (a padding mask on an affected torch with the
+# memory-efficient backend), which is why a library cannot simply drop them, and why the
+# trace, not the code, tells you what they cost here.
+#
 # ## What to remember
 #
 # - An in-place op removes an allocation and a copy; check in the trace that it did.

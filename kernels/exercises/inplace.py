@@ -30,13 +30,14 @@ def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = N
     want = original.masked_fill(future, -math.inf)
     changed = not torch.equal(scores, original)
     if out is None and changed:
-        fail("scores were filled in place, but my_mask_ returned None: return the tensor "
-              "(masked_fill_ returns it, so `return scores.masked_fill_(...)` does both).")
+        fail("scores were filled in place, but my_mask_ returned None: return the filled tensor "
+              "(PyTorch's in-place methods return the tensor they were called on).")
     require_tensor(out, "my_mask_", original.shape, original.dtype, original.device)
     if out.data_ptr() != ptr or not changed:
         if matches(out, want):
             fail("not in place: the result is right, but it is a new tensor and `scores` was left as it "
-                  "was. That is masked_fill (a clone, then a fill); masked_fill_ writes into scores.")
+                  "was. That is what an out-of-place op does (a clone, then a fill); its in-place twin "
+                  "writes into the tensor it is called on.")
         fail("not in place: `scores` was left unchanged and a different tensor came back.")
     mistakes = [
         ("the mask is off by one: it hides the diagonal too. A query may see itself.",
@@ -82,7 +83,7 @@ def check_lean_attention(lean_attention: Callable, device="cpu", seed: Optional[
         fail(f"right values, but one call allocated {total / buffer:.1f} S×S buffers in total "
               f"({total / 2**20:.1f} MiB; one buffer is {buffer / 2**20:.1f} MiB at B={b}, H={h}, S={s}). "
               f"The top-level ops that allocated a large buffer: {', '.join(culprits)}. Each out-of-place "
-              "op (x * s, masked_fill, softmax) makes a new one; make all but the first matmul in place "
-              "(mul_, masked_fill_, and a softmax from sub_, exp_, div_).")
+              "op (x * s, masked_fill, softmax) makes a new one: make every step after the first matmul "
+              "write into the buffer that matmul made.")
     return passed(f"lean_attention is right and allocated {total / buffer:.2f} S×S buffers per call "
                    f"(naive attention allocates 4)")

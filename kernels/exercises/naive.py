@@ -149,21 +149,22 @@ def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[i
         if got == want:
             continue
         if want is None:
-            fail(f"on the trace of {name}, no copy moves {scores_bytes:,} bytes or more, so the answer "
-                  f"is None; you said {got!r}. Filter copies by what they move "
+            fail(f"on the trace of {name}, no copy moves {scores_bytes:,} bytes or more, so (as the task says) "
+                  f"the answer is None; you said {got!r}. Filter copies by what they move "
                   f"(step.copies(min_bytes=...)), and return None when none is left.")
         if got is None:
             fail(f"you returned None, but the trace of {name} has a copy of at least {scores_bytes:,} "
                   "bytes (one S×S float32 buffer).")
         if got in ("aten::copy_", "aten::clone", "aten::_to_copy"):
             fail(f"{got} does the copying, but your code never called it: walk up the `parent` "
-                  f"column to the op at depth 0 (here {want}), the line of your code that caused it.")
+                  f"column to the op at depth 0, the line of your code that caused it.")
         small = step.copies(min_bytes=1)
         small = small[small["bytes"] < scores_bytes]
         if any(top_level_ancestor(step, int(i)) == got for i in small.index):
             fail(f"on the trace of {name}, you named {got}, which only made a small copy (a few bytes: "
                   f"the Python scalar turned into a tensor). Count copies by the bytes they move, not "
-                  f"by their name; the big one is under {want}.")
-        fail(f"on the trace of {name}, the largest copy was made under {want}; you said {got!r}.")
+                  "by their name.")
+        fail(f"on the trace of {name}, you said {got!r}, which is not the top-level op above the largest copy: "
+             "take the copy that moves the most bytes, then walk up to depth 0.")
     return passed(f"find_hidden_copy names the op behind the S×S copy in all {len(subjects)} traces "
                    "(and names no op where there is none)")

@@ -42,16 +42,17 @@ b = torch.randn(4 * head_dim, device=device, dtype=dtype)
 # of its trace (depth 0: the ops your code called), in order, with their `aten::` names.
 
 # %% tags=["stub"]
-my_guess: list[str] = []  # your guess, e.g. ["aten::...", ...]
+my_guess: list[str] = []  # your guess: op names in order, e.g. ["aten::sin", ...]
 
 # %% [markdown]
 # :::{dropdown} Hint 1
-# Every Python operator is one op: `@` is `aten::matmul`, `+` is `aten::add`.
+# Each tensor operation your code calls is one op at the top level, named after it:
+# `torch.sin(x)` shows as `aten::sin`, `x * y` as `aten::mul`.
 # :::
 #
 # :::{dropdown} Hint 2
-# `F.gelu` is `aten::gelu`. The concrete matrix kernel (`aten::mm` or `aten::addmm`) runs
-# one level *under* `aten::matmul`, so it is not part of the top level.
+# An op can call others: `aten::matmul` dispatches to a concrete kernel (`aten::mm`,
+# `aten::addmm`...) that runs one level *under* it, so the kernel is not part of the top level.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -71,7 +72,7 @@ check_top_level_guess(solution_guess if solutions else my_guess, layer, x, w, b)
 
 # %% tags=["stub"]
 def hottest_op(step):
-    # your code here: return a string such as "aten::mm"
+    # your code here: return an op's name, a string such as "aten::relu"
     ...
 
 # %% [markdown]
@@ -81,8 +82,8 @@ def hottest_op(step):
 # :::
 #
 # :::{dropdown} Hint 2
-# `step.ops["self_us"].idxmax()` is the row label of the largest self time;
-# `step.ops.loc[row, "name"]` is its name.
+# Find the row with the largest value in that column (pandas has a method that returns the
+# row's label rather than the value), then read that row's name.
 # :::
 
 # %% tags=["solution", "hide-input"]

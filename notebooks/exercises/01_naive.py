@@ -42,19 +42,21 @@ def my_attention(q, k, v, causal=True, scale=None):
 
 # %% [markdown]
 # :::{dropdown} Hint 1: the scores
-# `q @ k.transpose(-2, -1)` is `[batch, heads, seq, seq]`: row $i$ holds query $i$'s score
-# for every key. Multiply by `scale`, which defaults to `q.shape[-1] ** -0.5`.
+# The scores are `[batch, heads, seq, seq]`: row $i$ holds query $i$'s score for every key, so
+# `k`'s last two dimensions must swap before the product. The default scale is $1/\sqrt{d}$,
+# with $d$ the head dimension: the last dimension of `q`.
 # :::
 #
 # :::{dropdown} Hint 2: the mask
-# `torch.ones(S, S, dtype=torch.bool).triu(1)` is True strictly above the diagonal: the keys
-# in a query's future. `triu(0)` would also hide the diagonal, and query 0 would see nothing.
-# Fill with `float("-inf")` so that the softmax gives exactly 0 there. Create the mask on
-# `q.device`.
+# Query $i$'s future is the keys $j > i$: the part of an S×S boolean matrix strictly above the
+# diagonal. `triu` takes a `diagonal` argument: which value leaves the diagonal itself visible
+# (a query may look at its own position)? Fill the hidden scores with a value whose `exp` is
+# exactly 0, and build the mask on `q`'s device.
 # :::
 #
 # :::{dropdown} Hint 3: the softmax
-# Each query's weights over the keys must sum to 1: `torch.softmax(scores, dim=-1)`.
+# Each query's weights over the keys must sum to 1: over which dimension of the scores does
+# the softmax run?
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -95,8 +97,8 @@ def find_hidden_copy(step, min_bytes):
 # :::
 #
 # :::{dropdown} Hint 2: up to the top
-# `step.ops.at[i, "parent"]` is the row of op `i`'s caller, `-1` at the top level. Walk up
-# from the copy's row until the parent is `-1`; that op's `name` is the answer.
+# `step.ops` has a `parent` column: the row of the op that called this one. Print a few rows
+# of `step.ops` to see what a top-level op's `parent` holds, then follow the column upwards.
 # :::
 
 # %% tags=["solution", "hide-input"]

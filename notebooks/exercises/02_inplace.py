@@ -64,18 +64,20 @@ def lean_attention(q, k, v):
 
 # %% [markdown]
 # :::{dropdown} Hint 1
-# `scores * scale` allocates; `scores.mul_(scale)` does not. The same goes for `masked_fill_`.
+# Every out-of-place op (`x * s`, `masked_fill`, `softmax`) allocates its output. Most have an
+# in-place twin, named with a trailing underscore, that writes into the tensor it is called on.
 # :::
 #
 # :::{dropdown} Hint 2: a softmax in place
-# $\operatorname{softmax}(x) = e^{x - \max x} / \sum e^{x - \max x}$, row by row. Each step has an
-# in-place form: `sub_`, `exp_`, `div_`. The row maximum and the row sum (`keepdim=True`)
-# are `[.., S, 1]`: small.
+# `torch.softmax` always allocates, so write the softmax from its definition,
+# $e^{x - \max x} / \sum e^{x - \max x}$ row by row, each step in place. The row maximum and
+# the row sum (kept as `[..., S, 1]`) are small enough to allocate.
 # :::
 #
 # :::{dropdown} Hint 3
 # If the check names an op that allocated a large buffer, find it in
-# `profiling.op_table(step)` for a `profiling.profile(lean_attention, q, k, v)` of your own.
+# `kernels.trace.tables.op_table(run.steps()[0])` for a
+# `run = kernels.trace.record.profile(lean_attention, q, k, v, label="lean")` of your own.
 # :::
 
 # %% tags=["solution", "hide-input"]
