@@ -2,7 +2,7 @@
 
 Tests only (never under book/data/): ``step(label, rows)`` builds a torch.profiler Chrome
 trace of two recorded steps, as Kineto writes it, and returns its median step, which the
-chapter's "read the GPU run and assert" function (``kernels.gpu_lessons``) then reads.
+chapter's "read the GPU run and assert" function (its module in ``kernels/book``) then reads.
 
 Each kernel name below is one a real Hopper run launches, and says where it comes from:
 

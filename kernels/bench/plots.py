@@ -215,7 +215,7 @@ def roofline(results: Iterable, device=None) -> Figure:
 
 def achieved_vs_peak(calls) -> Figure:
     """Each attention call's achieved TFLOP/s as a point, one colour per GPU, under that GPU's
-    dense 16-bit peak (dashed): the table of ``kernels.gpu_lessons.achieved_against_peak``."""
+    dense 16-bit peak (dashed): the table of chapter 6's ``achieved_against_peak`` (kernels/book/ch06_showdown.py)."""
     fig, ax = new_axes("Attention calls of one step against the GPU's peak", "call (in the step's order)",
                        "TFLOP/s (causal FLOPs counted half)")
     for gpu, rows in calls.groupby("GPU", sort=False):

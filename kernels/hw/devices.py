@@ -86,6 +86,62 @@ def match_gpu(device_name: str) -> Optional[Peaks]:
     return None
 
 
+# A trace whose deviceProperties leave the name empty (vLLM's ROCm traces do) can still name its
+# GPU where the recorded properties single out one: (computeMajor, computeMinor, numSms, whole GiB
+# of totalGlobalMem) -> the GPU_TABLE row. Only combinations no other GPU shares are listed: gfx 9.4
+# with 304 compute units and 192 GiB is the MI300X alone (AMD's CDNA 3 datasheets: the MI300A has
+# 228 CUs and 128 GB, the MI325X 304 CUs and 256 GB, the MI308X 80 CUs). An H100 SXM's properties
+# (sm 9.0, 132 SMs, 79 GiB) are shared by the H800 SXM, whose peaks differ: not listed.
+PROPERTY_TABLE: dict[tuple[int, int, int, int], str] = {
+    (9, 4, 304, 192): "AMD Instinct MI300X",
+}
+
+
+def properties_key(properties: dict) -> Optional[tuple[int, int, int, int]]:
+    """(computeMajor, computeMinor, numSms, GiB) of one ``deviceProperties`` entry; None where one is missing."""
+    try:
+        return (int(properties["computeMajor"]), int(properties["computeMinor"]), int(properties["numSms"]),
+                round(int(properties["totalGlobalMem"]) / 2**30))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def match_properties(properties: dict) -> Optional[str]:
+    """The GPU's name where its recorded properties single out one (``PROPERTY_TABLE``), else None.
+
+    >>> match_properties({"name": "", "computeMajor": 9, "computeMinor": 4, "numSms": 304,
+    ...                   "totalGlobalMem": 206141652992})
+    'AMD Instinct MI300X'
+    """
+    key = properties_key(properties)
+    return PROPERTY_TABLE.get(key) if key else None
+
+
+def properties_text(properties: dict) -> str:
+    """The properties a GPU was matched by, in words ("304 compute units, 192 GiB, gfx 9.4")."""
+    major, minor, units, gib = properties_key(properties) or (None,) * 4
+    return f"{units} compute units, {gib} GiB, compute capability / gfx {major}.{minor}"
+
+
+def trace_device(properties: list, given: Optional[str] = None) -> tuple[Optional[str], Optional[str], Optional[Peaks]]:
+    """(name, how it was known, datasheet peaks) of the GPU a trace's ``deviceProperties`` describe:
+    ``given`` by the user first, else the recorded name, else the properties where they single out
+    one GPU (``match_properties``); (None, None, None) where nothing says."""
+    if given:
+        return given, "given with --device", match_gpu(given)
+    names = sorted({p.get("name") for p in properties if p.get("name")})
+    if names:
+        name = " and ".join(names)
+        return name, "named in the trace's deviceProperties", match_gpu(name)
+    matched = {match_properties(p) for p in properties}
+    if len(matched) == 1 and None not in matched:
+        found = matched.pop()
+        words = properties_text(properties[0])
+        return found, f"matched by its recorded properties ({words}; the name is empty): only the {found} has them", \
+            match_gpu(found)
+    return None, None, None
+
+
 def _best_seconds(fn, repeats: int, sync) -> float:
     """Fastest of ``repeats`` timed calls: the ceiling, not the typical case."""
     best = float("inf")

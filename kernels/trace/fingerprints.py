@@ -17,6 +17,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Optional
 
+from kernels.trace.families import FAMILIES, kernel_family
+
 KINDS = ("gemm", "fused_attention", "elementwise", "reduction", "softmax", "copy", "memset",
          "other")
 
@@ -581,37 +583,23 @@ ATTENTION_OPS: dict[str, AttentionOp] = {
     "vllm::unified_attention": AttentionOp("vLLM", None, None),
     "vllm::unified_attention_with_output": AttentionOp("vLLM", None, None),
     "sglang::unified_attention_with_output": AttentionOp("SGLang", None, None),
+    # FlexAttention's autograd function, recorded with q, k, v [B, H, S, D]; its mask is a block mask
+    # the trace does not record (torch/_higher_order_ops/flex_attention.py).
+    "FlexAttentionAutogradOp": AttentionOp("FlexAttention", "BHSD", None),
 }
 
-# (kernel-name pattern, library, stage): "main" kernels compute attention; "combine" kernels merge
-# the partial results of a split over the keys (split-KV, paged decode) and belong to the main
-# kernel before them. Forward kernels only; the first pattern that matches wins.
-ATTENTION_KERNELS: tuple[tuple[str, str, str], ...] = (
-    (r"flash_fwd_splitkv_combine|flash_fwd_combine|FlashAttnFwdCombine", "FlashAttention", "combine"),
-    (r"pytorch_flash::flash_fwd|flash_fwd_\w*kernel|FlashAttnFwdSm\d+|FlashAttentionForwardSm\d+", "FlashAttention",
-     "main"),
-    (r"fmha_cutlassF", "memory-efficient (CUTLASS, from xFormers)", "main"),
-    (r"cudnn\w*sdpa\w*fprop|cudnn_generated\w*flash_fprop", "cuDNN", "main"),
-    (r"^attn_fwd\w*$|^attn_fwd\w*$", "Triton FlashAttention (AMD's aotriton, the Triton tutorial)", "main"),
-    (r"paged_attention\w*reduce", "vLLM paged attention", "combine"),
-    (r"paged_attention", "vLLM paged attention", "main"),
-    (r"kernel_unified_attention", "vLLM unified attention (Triton)", "main"),
-    (r"MergeStates|merge_state", "FlashInfer", "combine"),
-    (r"BatchDecodeWith|BatchPrefillWith|SingleDecodeWith|SinglePrefillWith", "FlashInfer", "main"),
-    (r"_fwd_kernel_stage2|_decode_softmax_reducev", "SGLang decode attention (Triton)", "combine"),
-    (r"_fwd_(grouped_)?kernel_stage1|_decode_att_m_fwd", "SGLang decode attention (Triton)", "main"),
-    (r"fmha_fwd|FmhaFwd|mha_fwd", "composable kernel / aiter", "main"),
-    (r"\bflash_v\d+_kernel", "this course's CUDA FlashAttention", "main"),
-)
-_ATTENTION_KERNEL_RES = tuple((re.compile(p), lib, stage) for p, lib, stage in ATTENTION_KERNELS)
+# (kernel-name pattern, library, stage), from the one table of attention-kernel families
+# (``kernels.trace.families.FAMILIES``: where each name is published, which real trace checked it).
+# "main" kernels compute attention; "combine" kernels merge the partial results of a split over the
+# keys (split-KV, paged decode) and belong to the main kernel before them; "prologue" kernels
+# prepare its inputs (SageAttention's quantisation) and belong to the main kernel after them.
+ATTENTION_KERNELS: tuple[tuple[str, str, str], ...] = tuple((f.pattern, f.library, f.stage) for f in FAMILIES)
 
 
 def attention_kernel(name: str) -> Optional[tuple[str, str]]:
     """(library, stage) of an attention forward kernel by its name, None for any other kernel."""
-    for pattern, library, stage in _ATTENTION_KERNEL_RES:
-        if pattern.search(name):
-            return library, stage
-    return None
+    found = kernel_family(name)
+    return (found.library, found.stage) if found else None
 
 
 __all__ = ["ATTENTION_KERNELS", "ATTENTION_OPS", "KINDS", "MATMUL_OPS", "AttentionOp", "Fingerprint",

@@ -1,12 +1,11 @@
 """The readers chapters 6, 8 and 10 use on real GPU traces (book/data/borrowed), run on those
-traces: what each returns, and that bad input is refused in words."""
+traces: what each returns, and that bad input is refused in words. (What only one page uses
+is tested beside that page's module, in tests/book/.)"""
 import math
 
 import pytest
 
-from kernels import gpu_lessons
 from kernels.attention import decoding
-from kernels.bench import plots
 from kernels.borrowed import TRACELENS
 from kernels.hw import devices
 from kernels.trace.attention import find_attention
@@ -26,37 +25,6 @@ def test_multiprocessors_reads_the_sm_count_of_each_vendor(reports):
         devices.multiprocessors({"name": "a GPU", "warpSize": 32})
 
 
-def test_achieved_against_peak_rows_are_each_call_over_its_gpu_peak(reports):
-    calls = gpu_lessons.achieved_against_peak({k: reports[k] for k in ("h100_qwen", "mi300x_qwen")})
-    assert len(calls) == 48 and set(calls["trace"]) == {"h100_qwen", "mi300x_qwen"}
-    for _, row in calls.iterrows():
-        assert math.isclose(row["% of peak"], 100 * row["TFLOP/s"] / row["peak TFLOP/s"])
-    median = calls.groupby("trace")["TFLOP/s"].median()
-    assert 80 < median["h100_qwen"] < 100 and 50 < median["mi300x_qwen"] < 70   # TraceLens: 90.3 and 61.4
-    assert set(calls.groupby("trace")["peak TFLOP/s"].first().round(1)) == {989.0, 1307.4}
-    fig = plots.achieved_vs_peak(calls)
-    assert len(fig.axes[0].lines) == 4   # points and a peak line per GPU
-
-
-def test_achieved_against_peak_refuses_calls_without_flops(reports):
-    with pytest.raises(ValueError, match="no FLOPs"):
-        gpu_lessons.achieved_against_peak({"sglang": reports["sglang_decode"]})   # graph replay: no shapes
-
-
-def test_grid_against_sms_counts_waves_from_the_recorded_grid(reports):
-    h100 = gpu_lessons.grid_against_sms(reports["h100_qwen"]).iloc[0]
-    assert h100["grid"] == "5x16x16" and h100["CTAs"] == 1280 and h100["SMs (CUs)"] == 132
-    assert h100["CTAs per SM at once"] == 2   # 255 registers x 128 threads: two blocks of 64K registers
-    assert math.isclose(h100["waves"], 1280 / 264) and h100["calls"] == 24
-    bert = gpu_lessons.grid_against_sms(reports["h100_bert"]).iloc[0]
-    assert bert["CTAs"] == 16 and math.isclose(bert["% of SMs the grid can fill"], 100 * 16 / 132)
-    mi300x = gpu_lessons.grid_against_sms(reports["mi300x_qwen"]).iloc[0]
-    assert mi300x["CTAs"] == 608 and mi300x["SMs (CUs)"] == 304
-    assert mi300x["CTAs per SM at once"] is None and mi300x["waves"] is None   # ROCm records no registers
-    with pytest.raises(ValueError, match="recorded its grid"):
-        gpu_lessons.grid_against_sms(reports["sglang_decode"])   # graph-replayed kernels carry no grid
-
-
 def test_split_and_reduce_pairs_each_decode_call(reports):
     pairs = decoding.split_and_reduce(reports["sglang_decode"])
     assert len(pairs) == 36 and (pairs["kernels"] == 2).all()
@@ -67,15 +35,6 @@ def test_split_and_reduce_pairs_each_decode_call(reports):
     assert (pairs["reduce share"] < 0.15).all() and (pairs["reduce µs"] > 0).all()
     with pytest.raises(ValueError, match="no attention call found by kernel name"):
         decoding.split_and_reduce(reports["h100_qwen"])   # fused SDPA calls, not kernels by name
-
-
-def test_decode_backend_here_on_a_cpu_is_the_cpu_flash_kernel_for_both_calls():
-    import torch
-
-    from kernels.notebook import LessonFailed
-    gpu_lessons.decode_backend_here("sdpa_flash", "sdpa_flash", "cpu", torch.float32, 64)
-    with pytest.raises(LessonFailed):
-        gpu_lessons.decode_backend_here("sdpa_flash", "sdpa_math", "cpu", torch.float32, 64)
 
 
 def test_split_summary_sums_up_the_decode_calls(reports):

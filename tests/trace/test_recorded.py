@@ -109,7 +109,7 @@ def execute_with_recording(tmp_path, only):
 
 @pytest.mark.slow
 @pytest.mark.book  # executes chapters: `make test-book`
-def test_chapters_assert_their_gpu_lessons_on_a_recording(recording, tmp_path, monkeypatch):
+def test_chapters_assert_their_gpu_claims_on_a_recording(recording, tmp_path, monkeypatch):
     monkeypatch.setenv(recorded.ENV_VAR, str(recording))
     chapters = ["book/00_profiler_primer", "book/01_naive", "book/02_inplace", "book/03_sdpa", "book/03b_sdpa_fused"]
     report = execute_with_recording(tmp_path, chapters)
