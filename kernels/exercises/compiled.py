@@ -20,7 +20,7 @@ import torch
 from kernels.attention.torch_compile import block_counts, causal_mod
 from kernels.reference import max_rel_error
 from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, matches, passed, run_learner, seeded_generator
-from kernels.exercises.naive import attention64
+from kernels.exercises.judge import attention64
 
 __all__ = ["check_window_mask", "check_skipped_tiles", "check_softcap"]
 

@@ -2,7 +2,7 @@
 
 ``check_inplace_mask`` runs your ``my_mask_(scores, future)`` and checks it wrote -inf into
 ``scores`` itself; ``check_lean_attention`` profiles your attention and checks it allocates
-less. Both judge the attention with chapter 1's judge (``kernels.exercises.naive``).
+less. Both judge the attention with the float64 judge the exercises share (``kernels.exercises.judge``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from kernels.attention.naive import grouped_future_mask
 from kernels.exercises.judge import Passed, fail, matches, mistake_matched, passed, printed_seed, profile_step, require_tensor, run_learner, top_level_ancestor
-from kernels.exercises.naive import attention_cases, judge_attention
+from kernels.exercises.judge import attention_cases, judge_attention
 
 __all__ = ["check_inplace_mask", "check_lean_attention"]
 

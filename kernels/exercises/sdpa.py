@@ -17,7 +17,7 @@ from kernels.attention import sdpa
 from kernels.attention.naive import grouped_future_mask
 from kernels.registry import available, get
 from kernels.exercises.judge import Passed, fail, is_blank, matches, passed, printed_seed, profile_step, require_tensor, run_learner
-from kernels.exercises.naive import attention64, attention_cases, judge_attention
+from kernels.exercises.judge import attention64, attention_cases, judge_attention
 
 __all__ = ["check_work_op_count", "check_sdpa_mask", "check_safe_softmax", "check_backend_predictions",
            "BACKEND_SCENARIOS"]
