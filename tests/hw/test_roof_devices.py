@@ -1,0 +1,57 @@
+"""The roof a call sits under (kernels.trace.roof) and naming a GPU by its recorded properties
+(kernels.hw.devices): the arithmetic on numbers worked by hand, the device rows on real traces."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from kernels import borrowed
+from kernels.hw import devices
+from kernels.trace import roof, serving
+from tests.helpers import ROOT
+
+MI300X = devices.match_gpu("AMD Instinct MI300X")
+
+
+def test_the_datasheet_rows_of_the_issue():
+    for name, tflops, tbps in (("NVIDIA H100 80GB HBM3", 989, 3.35), ("NVIDIA H200", 989, 4.8),
+                               ("NVIDIA A100-SXM4-80GB", 312, 2.04), ("AMD Instinct MI300X", 1307.4, 5.3),
+                               ("NVIDIA B200", 2250, 8.0)):
+        peaks = devices.match_gpu(name)
+        assert peaks.flops == pytest.approx(tflops * 1e12) and peaks.bandwidth == pytest.approx(tbps * 1e12), name
+
+
+def test_a_nameless_mi300x_is_named_by_its_recorded_properties():
+    path = ROOT / "tests" / "data" / "real_traces" / "tracelens" / "tracelens_inference_vllm_prefilldecode_piecewise_graph_execution.json.gz"
+    with gzip.open(path, "rt") as f:
+        props = json.load(f)["deviceProperties"]
+    assert props and all(p["name"] == "" for p in props)
+    assert {devices.match_properties(p) for p in props} == {"AMD Instinct MI300X"}
+    assert "304 compute units, 192 GiB" in devices.properties_text(props[0])
+
+
+def test_a_named_h100_is_not_matched_by_properties_it_shares_with_the_h800():
+    with gzip.open(borrowed.root() / borrowed.TRACELENS["h100_qwen"].file, "rt") as f:
+        props = json.load(f)["deviceProperties"][0]
+    assert devices.match_properties({**props, "name": ""}) is None
+    assert devices.match_properties({"name": ""}) is None, "missing properties match nothing"
+
+
+def test_the_roof_binds_below_and_above_the_ridge():
+    # 0.537 GFLOP over 134.8 MB in 59.1 µs: 4 FLOP a byte, 2.28 TB/s of 5.3 (43%).
+    low = roof.place(0.53714944e9, 134811648, 59.107e-6, MI300X)
+    assert low.bound == "memory" and low.intensity == pytest.approx(0.53714944e9 / 134811648)
+    assert low.share == pytest.approx(134811648 / 59.107e-6 / 5.3e12)
+    high = roof.place(1099.511627776e9, 512 * 2**20, 3683.5e-6, MI300X)
+    assert high.bound == "compute" and high.share == pytest.approx(1099.511627776e9 / 3683.5e-6 / 1307.4e12)
+    assert low.ridge == high.ridge == pytest.approx(1307.4 / 5.3)
+
+
+def test_the_serving_count_is_the_causal_half_for_one_square_prefill():
+    one = serving.parse_step_annotation("execute_8_context_1(sq8sk8sqsq64sqsk64)_generation_0(sq0sk0sqsq0sqsk0)")
+    assert one.pairs == 32 and one.kind == "prefill"
+    assert roof.serving_flops(2, 16, 16, one.pairs) == pytest.approx(roof.full_flops(2, 8, 8, 16, 16) / 2)
+    assert roof.io_bytes(8 * 2, 8 * 2, 16, 16, 2) == 4 * 2 * 8 * 16 * 2
+    assert serving.parse_step_annotation("ProfilerStep#3") is None
