@@ -38,7 +38,7 @@ from kernels.attention.inplace import InplaceAttention, attention_with_inplace_d
 from kernels.bench import comparison
 from kernels.book.ch02_inplace import inplace_drops_the_copy_on_gpu
 from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
-from kernels.trace import diff as tracediff, reader, record, tables
+from kernels.trace import diff as tracediff, events, reader, record, tables
 from kernels.trace.links import links
 
 device, dtype = setup(device, dtype)
@@ -262,15 +262,15 @@ glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB tot
 
 # %%
 clone = qwen_step.find("aten::clone").iloc[0]          # the first input copy: q's, in the first layer
-reader.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD")
+events.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD")
 
 # %% tags=["remove-input"]
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
 out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the copy of the output
 layouts = pd.Series({
-    "q, as .contiguous() got it (viewed BHSD)": reader.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD"),
-    "q, as the flash op got it (viewed BSHD)": reader.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
-    "the output, as the last .contiguous() got it (viewed BSHD)": reader.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD"),
+    "q, as .contiguous() got it (viewed BHSD)": events.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD"),
+    "q, as the flash op got it (viewed BSHD)": events.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
+    "the output, as the last .contiguous() got it (viewed BSHD)": events.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD"),
 }, name="laid out in memory as")
 display(layouts.to_frame())
 lesson(layouts.tolist() == ["BSHD", "BHSD", "BHSD"],

@@ -31,7 +31,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kernels.figures import apply_font_floor
-from kernels.trace.reader import DTYPE_BYTES, PROFILER_STEP, Step, Trace, load_trace, read_events
+from kernels.trace.events import DTYPE_BYTES, PROFILER_STEP, read_events
+from kernels.trace.reader import Step, Trace, load_trace
 
 COMM_SPAN = re.compile(r"^(gloo|nccl|mpi|ucc):")
 WAIT_SPAN = re.compile(r"^[\w ]+:wait\b")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kernels.trace.reader import read_events
+from kernels.trace.events import read_events
 
 PERFETTO_UI = "https://ui.perfetto.dev"
 TRACES_FOLDER = "traces"    # under each notebook's folder: traces/<notebook name>/<label>.json.gz

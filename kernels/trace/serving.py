@@ -26,7 +26,7 @@ import pandas as pd
 
 from kernels.trace.families import readable_name
 from kernels.trace.reader import Trace
-from kernels.trace.step import Step
+from kernels.trace.reader import Step
 
 _SUMS = r"\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)"
 STEP_ANNOTATION = re.compile(r"execute_(\d+)_context_(\d+)" + _SUMS + r"_generation_(\d+)" + _SUMS)

@@ -27,7 +27,8 @@ from typing import Optional
 import pandas as pd
 
 from kernels.trace.attention import AttentionCall, dims_text, short_kernel_name
-from kernels.trace.reader import Step, tensor_bytes
+from kernels.trace.events import tensor_bytes
+from kernels.trace.reader import Step
 
 
 # One per level of nesting in op_table: a visible dot and a no-break space, so the depth reads

@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from kernels import borrowed
 from kernels.trace import tables, timeline
 from kernels.trace.attention import find_attention
-from kernels.trace.reader import LAUNCH_CATEGORIES, is_contiguous, load_trace, memory_layout, tensor_bytes
+from kernels.trace.events import LAUNCH_CATEGORIES, is_contiguous, memory_layout, tensor_bytes
+from kernels.trace.reader import load_trace
 
 
 @pytest.fixture(scope="module")

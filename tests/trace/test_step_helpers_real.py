@@ -11,7 +11,8 @@ import pytest
 
 from kernels import borrowed
 from kernels.trace import attention, diff, tables, timeline
-from kernels.trace.reader import DTYPE_BYTES, load_trace
+from kernels.trace.events import DTYPE_BYTES
+from kernels.trace.reader import load_trace
 from tests.helpers import ROOT
 
 REAL = sorted(p for p in (ROOT / "tests" / "data" / "real_traces").iterdir() if ".json" in p.name) + \

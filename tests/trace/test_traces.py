@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernels.trace import diff as tracediff
-from kernels.trace import reader
+from kernels.trace import events, reader
 from kernels.trace import record
 import kernels
 from tools.book import execute
@@ -45,7 +45,7 @@ def test_pages_link_to_published_traces_that_exist_and_parse(fake_book):
         assert href == box["box"]["data-trace-url"] and "ap-trace-perfetto" in box["links"]
         published = (fake_book.html / "book" / href).resolve()
         assert published.is_file(), f"{href} is not published"
-        assert reader.read_events(published)["traceEvents"], f"{href} does not parse"
+        assert events.read_events(published)["traceEvents"], f"{href} does not parse"
     own_href = own["links"]["ap-trace-download"]["href"]
     assert own_href == f"traces/{FAKE_CHAPTER}/mm.json.gz"
     executed = fake_book.out / "book" / own_href

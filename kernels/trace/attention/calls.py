@@ -17,7 +17,7 @@ from kernels.trace import roof, serving
 from kernels.trace.attention_text import report_text
 from kernels.trace.families import demangle, readable_name
 from kernels.trace.fingerprints import attention_kernel
-from kernels.trace.step import Step
+from kernels.trace.reader import Step
 from kernels.trace.side_by_side import shape_text
 
 SIXTEEN_BIT = {"c10::BFloat16": "bf16", "c10::Half": "fp16"}

@@ -27,7 +27,7 @@ from kernels.trace.attention.find import find_attention
 from kernels.trace.attention_text import report_text
 from kernels.trace.events import PROFILER_STEP
 from kernels.trace.reader import Trace, load_trace
-from kernels.trace.step import Step
+from kernels.trace.reader import Step
 from kernels.trace.side_by_side import side_by_side
 
 

@@ -14,7 +14,7 @@ from kernels.trace import serving
 from kernels.trace.attention.calls import AttentionCall, AttentionReport
 from kernels.trace.fingerprints import ATTENTION_OPS, attention_kernel
 from kernels.trace.reader import Trace
-from kernels.trace.step import Step
+from kernels.trace.reader import Step
 
 SCORE_GEMMS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm"})
 SOFTMAXES = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax"})
