@@ -193,7 +193,7 @@ page.per_step_ms(naive, ACTIVE)
 # %%
 #| caption: One ring forward (the median step), contiguous split, a track per rank: compute, gloo's sends and receives (posted to completed), and where the rank blocked in a wait. The last rank has the most arithmetic; the other waits for it.
 #| alt: Timeline with one track per rank of compute bars, communication bars and wait bars; the last rank's compute is the longest.
-step = rank_traces.median_step(steps["contiguous"])
+step = rank_traces.median_rank_step(steps["contiguous"])
 display(*(links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
 step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)")
 
@@ -248,7 +248,7 @@ guess_zigzag = 2.0  # edit me
 #| caption: The same ring forward with the zigzag split (the median step): the ranks' compute comes out about equal.
 #| alt: Timeline with one track per rank of compute and communication bars, the ranks' compute bars of about equal length.
 zigzag = rank_traces.step_totals(steps["zigzag"])
-rank_traces.median_step(steps["zigzag"]).timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
+rank_traces.median_rank_step(steps["zigzag"]).timeline(f"ring forward, zigzag split, {world} ranks (the median step)")
 
 # %% tags=["remove-input"]
 reveal(guess_zigzag, round(zigzag.loc[last, "matmul_flop"] / zigzag.loc[first, "matmul_flop"], 2),
@@ -349,7 +349,7 @@ else:  # GPU ranks: NCCL's kernels
 # %% tags=["hide-output"]
 #| caption: One Ulysses forward (the median step), a track per rank: the all-to-alls, then the attention, which cannot start until they finish.
 #| alt: Timeline with one track per rank: communication bars of the all-to-alls around the compute bars of the attention.
-rank_traces.median_step(steps["ulysses"]).timeline(f"Ulysses forward, {world} ranks (the median step)")
+rank_traces.median_rank_step(steps["ulysses"]).timeline(f"Ulysses forward, {world} ranks (the median step)")
 
 # %% [markdown]
 # With more ranks they part: the ring's bytes per rank stay near 2·B·H_kv·S·D, Ulysses' shrink

@@ -214,7 +214,7 @@ def profiled(group, case: Case, scheme: str, folder: str, active: int):
 
 def sent_bytes(case: Case, world: int, totals: dict, active: int):
     """Bytes one rank sends per forward, for the ring and Ulysses: predicted from ``case``'s shapes
-    (``message_bytes``) and summed from the traces (``totals``: {"ring": ..., "ulysses": ...},
+    (``ring_bytes_per_rank``, ``ulysses_bytes_per_rank``) and summed from the traces (``totals``: {"ring": ..., "ulysses": ...},
     ``rank_traces.step_totals`` over ``active`` steps; the median rank)."""
     import pandas as pd
 
@@ -222,7 +222,7 @@ def sent_bytes(case: Case, world: int, totals: dict, active: int):
         raise ValueError(f"totals must hold 'ring' and 'ulysses', got {sorted(totals)}")
     element = parse_dtype(case.dtype).itemsize
     shape = (case.batch, case.kv_heads, case.seq, case.head_dim, world, element)
-    predicted = {"ring": ring.message_bytes(*shape),
-                 "ulysses": ulysses.message_bytes(case.batch, case.heads, case.kv_heads, *shape[2:])}
+    predicted = {"ring": ring.ring_bytes_per_rank(*shape),
+                 "ulysses": ulysses.ulysses_bytes_per_rank(case.batch, case.heads, case.kv_heads, *shape[2:])}
     measured = {s: int(t["sent_bytes"].median()) // active for s, t in totals.items()}
     return pd.DataFrame({"from the shapes (bytes)": predicted, "in the traces (bytes)": measured})

@@ -402,11 +402,11 @@ TIME_COLUMNS = ["step_us", "compute_us", "communication_us", "overlap_us", "expo
                 "behind_slowest_us"]
 
 
-def median_step(steps: list["RankStep"]) -> "RankStep":
+def median_rank_step(steps: list["RankStep"]) -> "RankStep":
     """The step whose slowest rank took the median time: a representative one to draw.
     (``kernels.trace.reader.median_step`` does the same for one process's steps.)"""
     if not steps:
-        raise ValueError("median_step needs at least one step")
+        raise ValueError("median_rank_step needs at least one step")
     return sorted(steps, key=lambda s: s.summary()["step_us"].max())[len(steps) // 2]
 
 

@@ -432,7 +432,7 @@ def work_per_rank(seq_len: int, world: int, layout: str, causal: bool = True) ->
     return counts
 
 
-def message_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int, world: int, element_size: int) -> int:
+def ring_bytes_per_rank(batch: int, kv_heads: int, seq_len: int, head_dim: int, world: int, element_size: int) -> int:
     """Bytes one rank sends in one forward: its K and V block, world - 1 times (a shard of S/world rows)."""
     return 2 * batch * kv_heads * (seq_len // world) * head_dim * element_size * (world - 1)
 

@@ -97,7 +97,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, seq_
         return to_rows(out, sizes, rank, group)
 
 
-def message_bytes(batch: int, heads: int, kv_heads: int, seq_len: int, head_dim: int, world: int,
+def ulysses_bytes_per_rank(batch: int, heads: int, kv_heads: int, seq_len: int, head_dim: int, world: int,
                   element_size: int) -> int:
     """Bytes one rank sends in one forward: (world-1)/world of its q, k, v and output shards."""
     shard = batch * (seq_len // world) * head_dim * element_size
@@ -106,13 +106,13 @@ def message_bytes(batch: int, heads: int, kv_heads: int, seq_len: int, head_dim:
 
 def volume_table(worlds=(2, 4, 8, 16, 64), heads: int = 32, kv_heads=(32, 8), seq_len: int = 131072,
                  head_dim: int = 128, element_size: int = 2):
-    """Bytes per rank and forward of the ring (``ring.message_bytes``) and of Ulysses
-    (``message_bytes``) for each world size and K/V head count, in MiB, with their ratio."""
+    """Bytes per rank and forward of the ring (``ring.ring_bytes_per_rank``) and of Ulysses
+    (``ulysses_bytes_per_rank``) for each world size and K/V head count, in MiB, with their ratio."""
     import pandas as pd
 
     rows = [{"world": w, "Hq:Hkv": f"{heads}:{hkv}",
-             "ring (MiB)": ring.message_bytes(1, hkv, seq_len, head_dim, w, element_size) / 2**20,
-             "ulysses (MiB)": message_bytes(1, heads, hkv, seq_len, head_dim, w, element_size) / 2**20}
+             "ring (MiB)": ring.ring_bytes_per_rank(1, hkv, seq_len, head_dim, w, element_size) / 2**20,
+             "ulysses (MiB)": ulysses_bytes_per_rank(1, heads, hkv, seq_len, head_dim, w, element_size) / 2**20}
             for w in worlds for hkv in kv_heads]
     table = pd.DataFrame(rows).set_index(["world", "Hq:Hkv"])
     table["ring / ulysses"] = table["ring (MiB)"] / table["ulysses (MiB)"]

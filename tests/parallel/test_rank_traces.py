@@ -195,7 +195,7 @@ def test_several_steps_give_their_median_their_totals_and_their_time_in_named_ra
     # Three one-step folders whose steps take 40, 90 and 60 ms: the median is the 60 ms one.
     steps = [rank_traces.load_ranks(write_rank_folder(tmp_path / str(ms), [12.0, 30.0], ms)).step()
              for ms in (40.0, 90.0, 60.0)]
-    assert rank_traces.median_step(steps) is steps[2]
+    assert rank_traces.median_rank_step(steps) is steps[2]
     totals = rank_traces.step_totals(steps)
     assert totals["step_us"].tolist() == [190.0e3, 190.0e3]
     assert totals["compute_us"].tolist() == [36.0e3, 90.0e3]
@@ -203,7 +203,7 @@ def test_several_steps_give_their_median_their_totals_and_their_time_in_named_ra
     assert rank_traces.in_ranges(steps, "no such range").tolist() == [0.0, 0.0]
     table = rank_traces.times_ms(totals)
     assert table.loc[0, "step (ms)"] == 190.0 and "step_us" not in table
-    for fn in (rank_traces.median_step, rank_traces.step_totals):
+    for fn in (rank_traces.median_rank_step, rank_traces.step_totals):
         with pytest.raises(ValueError, match="at least one step"):
             fn([])
 

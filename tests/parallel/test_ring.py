@@ -198,7 +198,7 @@ def test_ulysses_traces_count_the_bytes_the_shapes_predict(two, tmp_path):
     case = cp.Case(batch=1, heads=4, kv_heads=2, seq=64, head_dim=8, layout="contiguous")
     two.run(cp.profile_scheme, case, "ulysses", str(tmp_path / "u"), 2)
     summary = rank_traces.load_ranks(tmp_path / "u").step("ulysses forward", 0).summary()
-    assert (summary["sent_bytes"] == ulysses.message_bytes(1, 4, 2, 64, 8, 2, 4)).all()
+    assert (summary["sent_bytes"] == ulysses.ulysses_bytes_per_rank(1, 4, 2, 64, 8, 2, 4)).all()
     # Each rank blocked in its waits on the all-to-alls (and the closing barrier): that is its
     # exposed communication; no exchange there claims to have arrived before the wait.
     assert (summary["waited_us"] > 0).all() and (summary["exposed_communication_us"] == summary["waited_us"]).all()
