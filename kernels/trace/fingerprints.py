@@ -14,7 +14,7 @@ a name no rule knows comes back as kind "other", never as an error.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from typing import Callable, Iterable, Optional
 
 from kernels.trace.families import FAMILIES, kernel_family
@@ -30,6 +30,7 @@ class Fingerprint:
     family: Optional[str]           # "cublas", "cutlass", "flash", "cutlass_fmha", "cudnn", "triton",
     #                                 "aten", "cuda" (runtime copies), "nccl", "course" (this course's),
     #                                 "tensile", "miopen" (AMD's)
+    _: KW_ONLY                      # the facts below are named where a fingerprint is written
     tensor_cores: Optional[bool]    # None: the name does not say
     dtype: Optional[str]            # "bf16", "fp16", "fp32", "tf32", ... or None
     note: str                       # one sentence for a reader
@@ -92,10 +93,10 @@ def _copy_engine(name: str) -> Optional[Fingerprint]:
             "DtoH": "a device-to-host transfer: the CPU waits for it (.item(), .cpu(), printing)",
         }
         note = notes.get(direction, "a memory copy issued through the CUDA runtime")
-        return Fingerprint(name, "copy", "cuda", None, None, _sentence(note))
+        return Fingerprint(name, "copy", "cuda", tensor_cores=None, dtype=None, note=_sentence(note))
     if name.startswith("Memset"):
-        return Fingerprint(name, "memset", "cuda", None, None,
-                           "A cudaMemset: the runtime fills memory with a byte value "
+        return Fingerprint(name, "memset", "cuda", tensor_cores=None, dtype=None,
+                           note="A cudaMemset: the runtime fills memory with a byte value "
                            "(torch.zeros can take this path).")
     return None
 
@@ -103,8 +104,8 @@ def _copy_engine(name: str) -> Optional[Fingerprint]:
 def _nccl(name: str) -> Optional[Fingerprint]:
     # e.g. "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "ncclKernel_AllGather_RING_LL_Sum_int8_t"
     if name.startswith(("ncclKernel", "ncclDevKernel")) or "nccl" in name[:12].lower():
-        return Fingerprint(name, "other", "nccl", False, _dtype_in_token(name),
-                           "Communication between GPUs (NCCL collective), not computation.")
+        return Fingerprint(name, "other", "nccl", tensor_cores=False, dtype=_dtype_in_token(name),
+                           note="Communication between GPUs (NCCL collective), not computation.")
     return None
 
 
@@ -115,7 +116,7 @@ def _cudnn_attention(name: str) -> Optional[Fingerprint]:
     if "cudnn" in name.lower() and "sdpa" in name.lower():
         step = "backward" if "bprop" in name else "forward"
         dtype = "bf16" if "bf16" in name else "fp16/bf16"
-        return Fingerprint(name, "fused_attention", "cudnn", True, dtype, (
+        return Fingerprint(name, "fused_attention", "cudnn", tensor_cores=True, dtype=dtype, note=(
             f"cuDNN's fused flash-style attention {step}, generated for this problem at run "
             "time; its name says f16 even in a bf16 run (the article's bf16 trace shows f16)."))
     return None
@@ -133,7 +134,7 @@ def _cutlass_fmha(name: str) -> Optional[Fingerprint]:
     # xFormers' kernels use tensor-core MMA from sm_80 for every dtype (fp32 via TF32
     # emulation) and on sm_70/75 for 16-bit types; the sm_50 build is SIMT.
     tc = sm >= 80 or (sm >= 70 and dtype in ("fp16", "bf16"))
-    return Fingerprint(name, "fused_attention", "cutlass_fmha", tc, dtype, (
+    return Fingerprint(name, "fused_attention", "cutlass_fmha", tensor_cores=tc, dtype=dtype, note=(
         f"PyTorch's memory-efficient attention {step} (CUTLASS, from xFormers), "
         f"{m.group(3)} tiles, built for sm_{sm}."))
 
@@ -145,10 +146,10 @@ def _course(name: str) -> Optional[Fingerprint]:
     if not m:
         return None
     if m.group(1) == "1":
-        return Fingerprint(name, "fused_attention", "course", False, _dtype_in_template(name), (
+        return Fingerprint(name, "fused_attention", "course", tensor_cores=False, dtype=_dtype_in_template(name), note=(
             "This course's first hand-written CUDA FlashAttention (kernels/cuda/csrc/flash_v1.cu): "
             "CUDA cores and fp32 math, written to be read."))
-    return Fingerprint(name, "fused_attention", "course", True, _dtype_in_template(name), (
+    return Fingerprint(name, "fused_attention", "course", tensor_cores=True, dtype=_dtype_in_template(name), note=(
         f"This course's hand-written CUDA FlashAttention, version {m.group(1)} "
         f"(kernels/cuda/csrc/flash_v{m.group(1)}.cu): tensor cores through mma.sync m16n8k16."))
 
@@ -172,12 +173,12 @@ def _flash(name: str) -> Optional[Fingerprint]:
         version = "FlashAttention-2"
     where = "vendored in PyTorch (SDPA's flash backend)" if "pytorch_flash" in name else "flash-attn"
     if re.search(r"[Cc]ombine", name):
-        return Fingerprint(name, "fused_attention", "flash", False, _dtype_in_template(name), (
+        return Fingerprint(name, "fused_attention", "flash", tensor_cores=False, dtype=_dtype_in_template(name), note=(
             f"{version}, second step of split-KV: merges the partial outputs of the key "
             "blocks by their log-sum-exp (no matmul)."))
     extra = ", splitting the keys across blocks (split-KV) for long keys and few queries" \
         if "splitkv" in name else ""
-    return Fingerprint(name, "fused_attention", "flash", True, _dtype_in_template(name), (
+    return Fingerprint(name, "fused_attention", "flash", tensor_cores=True, dtype=_dtype_in_template(name), note=(
         f"{version} {step}, {where}{extra}: the whole attention in one kernel, tiles kept "
         "on-chip."))
 
@@ -189,7 +190,7 @@ def _triton_attention(name: str) -> Optional[Fingerprint]:
     if re.fullmatch(r"_?attn_(fwd|bwd)\w*|_(fwd|bwd)_kernel\w*|_\w*(attn|attention|flash|fmha)\w*",
                     name):
         step = "backward" if re.search(r"bwd|backward", name) else "forward"
-        return Fingerprint(name, "fused_attention", "triton", None, None, (
+        return Fingerprint(name, "fused_attention", "triton", tensor_cores=None, dtype=None, note=(
             f"A Triton fused-attention {step} (the tutorial's naming); tl.dot uses tensor "
             "cores for 16-bit inputs, but the name alone does not say the dtype."))
     return None
@@ -203,8 +204,8 @@ def _cpp_inductor(name: str) -> Optional[Fingerprint]:
         return None
     ops = name[m.end():]
     kind = "softmax" if "softmax" in ops else "elementwise"
-    return Fingerprint(name, kind, "inductor_cpp", False, None,
-                       "A C++ loop generated by torch.compile (Inductor) on the CPU, fused from "
+    return Fingerprint(name, kind, "inductor_cpp", tensor_cores=False, dtype=None,
+                       note="A C++ loop generated by torch.compile (Inductor) on the CPU, fused from "
                        "several ops into one pass; " + _ops_words(ops) + ".")
 
 
@@ -216,25 +217,25 @@ def _triton_inductor(name: str) -> Optional[Fingerprint]:
         return None
     ops = name[m.end():]
     if "softmax" in ops:
-        return Fingerprint(name, "softmax", "triton", False, None,
-                           "A softmax generated by torch.compile (Inductor), fused with what "
+        return Fingerprint(name, "softmax", "triton", tensor_cores=False, dtype=None,
+                           note="A softmax generated by torch.compile (Inductor), fused with what "
                            "surrounds it; " + _ops_words(ops) + ".")
     style = m.group(1)
     if style == "poi":
-        return Fingerprint(name, "elementwise", "triton", False, None,
-                           "A pointwise kernel generated by torch.compile (Inductor): one pass "
+        return Fingerprint(name, "elementwise", "triton", tensor_cores=False, dtype=None,
+                           note="A pointwise kernel generated by torch.compile (Inductor): one pass "
                            "over memory for several ops; " + _ops_words(ops) + ".")
     if style in ("red", "per"):
         how = "one row per block, held on-chip" if style == "per" else "looping over the row"
-        return Fingerprint(name, "reduction", "triton", False, None,
-                           f"A reduction generated by torch.compile (Inductor), {how}; "
+        return Fingerprint(name, "reduction", "triton", tensor_cores=False, dtype=None,
+                           note=f"A reduction generated by torch.compile (Inductor), {how}; "
                            + _ops_words(ops) + ".")
     if style == "tem" and re.search(r"(^|_)(add|b)?mm(_|$)", ops):
-        return Fingerprint(name, "gemm", "triton", True, None,
-                           "A matmul from an Inductor Triton template (max-autotune), with "
+        return Fingerprint(name, "gemm", "triton", tensor_cores=True, dtype=None,
+                           note="A matmul from an Inductor Triton template (max-autotune), with "
                            "its epilogue fused.")
-    return Fingerprint(name, "other", "triton", None, None,
-                       "A Triton kernel from an Inductor template (a matmul, or FlexAttention); "
+    return Fingerprint(name, "other", "triton", tensor_cores=None, dtype=None,
+                       note="A Triton kernel from an Inductor template (a matmul, or FlexAttention); "
                        "the name alone does not say which.")
 
 
@@ -258,8 +259,8 @@ def _cublas(name: str) -> Optional[Fingerprint]:
     if bare.startswith("nvjet"):
         # cuBLAS 12.8+ on Hopper/Blackwell: nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT,
         # nvjet_sm100_tst_..., nvjet_sm90_... (seen in H100/B200 traces).
-        return Fingerprint(name, "gemm", "cublas", True, None,
-                           "A cuBLAS GEMM from its newer generated 'nvjet' family (Hopper and "
+        return Fingerprint(name, "gemm", "cublas", tensor_cores=True, dtype=None,
+                           note="A cuBLAS GEMM from its newer generated 'nvjet' family (Hopper and "
                            "later): tensor cores; the name gives the tile, not the dtype.")
     m = re.match(r"sm(\d{2,3})_xmma_gemm_(\w+?)_(tn|nt|nn|tt)_", bare)
     if m:
@@ -267,8 +268,8 @@ def _cublas(name: str) -> Optional[Fingerprint]:
         hopper = "warpgroup" in bare
         how = "Hopper wgmma (warpgroup MMA)" if hopper else f"tensor-core MMA on sm_{m.group(1)}"
         dtype = _dtype_in_token(m.group(2))
-        return Fingerprint(name, "gemm", "cublas", True, dtype,
-                           f"A cuBLAS {dtype or ''} GEMM on tensor cores via {how}; the second "
+        return Fingerprint(name, "gemm", "cublas", tensor_cores=True, dtype=dtype,
+                           note=f"A cuBLAS {dtype or ''} GEMM on tensor cores via {how}; the second "
                            "type group is accumulator and output.".replace("  ", " "))
     # "gc"/"c"/"z" before gemm: complex GEMMs (ampere_gcgemm_64x64_nt, cuDNN's FFT convolutions run it).
     m = re.match(_CUBLAS_ARCH + r"_(?:(\w+?)_)?([shdi])?(\d{3,6})?(?:g?[cz])?(gemm|gemv)", bare)
@@ -278,10 +279,10 @@ def _cublas(name: str) -> Optional[Fingerprint]:
     dtype = _dtype_in_token(bare)
     if shape:
         mma = _MMA_SHAPES.get(shape, "m" + shape)
-        return Fingerprint(name, "gemm", "cublas", True, dtype, (
+        return Fingerprint(name, "gemm", "cublas", tensor_cores=True, dtype=dtype, note=(
             f"A cuBLAS {dtype} {what.upper()} on tensor cores ({arch} kernel; {acc}{shape} = "
             f"{_ACCUMULATE.get(acc, acc)} accumulate, mma {mma})."))
-    return Fingerprint(name, "gemm", "cublas", False, dtype, (
+    return Fingerprint(name, "gemm", "cublas", tensor_cores=False, dtype=dtype, note=(
         f"A cuBLAS {dtype + ' ' if dtype else ''}GEMM on the CUDA cores, not tensor cores ({arch} kernel; "
         f"{_plain_gemm_words(bare)})."))
 
@@ -302,22 +303,22 @@ def _cublas_helpers(name: str, bare: str) -> Optional[Fingerprint]:
     # Smaller cuBLAS/cuBLASLt kernels: "void gemv2T_kernel_val<...>", "gemvx", "gemmSN_TN_kernel",
     # "gemmk1_kernel", "void cublasLt::splitKreduce_kernel<...>", "magma_sgemmEx_kernel".
     if "splitKreduce" in name:
-        return Fingerprint(name, "reduction", "cublas", False, _dtype_in_template(name),
-                           "cuBLASLt's split-K reduction: the second half of a GEMM that split "
+        return Fingerprint(name, "reduction", "cublas", tensor_cores=False, dtype=_dtype_in_template(name),
+                           note="cuBLASLt's split-K reduction: the second half of a GEMM that split "
                            "its K dimension across blocks and now sums the partial results.")
     # ... and "internal::gemvx::kernel<...>" inside a std::enable_if<...>::type return type.
     if re.match(r"(gemv|gemvx|gemv2[NT])", bare) or re.search(r"\bgemv\w*(_kernel|::kernel)", name):
-        return Fingerprint(name, "gemm", "cublas", False, _dtype_in_template(name),
-                           "A cuBLAS matrix-vector product (GEMV): one operand is a vector, so "
+        return Fingerprint(name, "gemm", "cublas", tensor_cores=False, dtype=_dtype_in_template(name),
+                           note="A cuBLAS matrix-vector product (GEMV): one operand is a vector, so "
                            "it is memory-bound and runs on CUDA cores.")
     if re.match(r"[sdhcz]gemm_\w+", bare):  # cuBLAS's hand-written SIMT kernels: "void sgemm_largek_lds64<...>"
-        return Fingerprint(name, "gemm", "cublas", False, _dtype_in_token(bare),
-                           "A cuBLAS GEMM kernel of the older hand-written kind, on CUDA cores; the "
+        return Fingerprint(name, "gemm", "cublas", tensor_cores=False, dtype=_dtype_in_token(bare),
+                           note="A cuBLAS GEMM kernel of the older hand-written kind, on CUDA cores; the "
                            "letter before gemm is the type (s fp32, d fp64, h fp16, c and z complex).")
     if re.match(r"(gemmSN|gemmk1|gemm_kernel|magma_\w*gemm)", bare):
-        return Fingerprint(name, "gemm", "cublas", False, _dtype_in_template(name) or
+        return Fingerprint(name, "gemm", "cublas", tensor_cores=False, dtype=_dtype_in_template(name) or
                            _dtype_in_token(bare),
-                           "A small-shape cuBLAS GEMM kernel on CUDA cores (used for skinny or "
+                           note="A small-shape cuBLAS GEMM kernel on CUDA cores (used for skinny or "
                            "tiny matrices).")
     return None
 
@@ -334,12 +335,12 @@ def _cutlass(name: str) -> Optional[Fingerprint]:
         epilogue = " with a fused ReLU epilogue" if "relu" in m.group(3) else ""
         arch = f" for sm_{m.group(1)}" if m.group(1) else ""
         where = "on tensor cores" if tc else "on CUDA cores (SIMT)"
-        return Fingerprint(name, "gemm", "cutlass", tc, dtype, (
+        return Fingerprint(name, "gemm", "cutlass", tensor_cores=tc, dtype=dtype, note=(
             f"A CUTLASS {dtype or ''} GEMM{arch} {where}{epilogue}, launched by cuBLAS or "
             "ATen.").replace("  ", " "))
     if "cutlass" in name and re.search(r"[Gg]emm", name):
-        return Fingerprint(name, "gemm", "cutlass", None, _dtype_in_template(name),
-                           "A CUTLASS GEMM (template instantiation; the name hides the details).")
+        return Fingerprint(name, "gemm", "cutlass", tensor_cores=None, dtype=_dtype_in_template(name),
+                           note="A CUTLASS GEMM (template instantiation; the name hides the details).")
     return None
 
 
@@ -349,17 +350,17 @@ def _rocm_and_layout(name: str) -> Optional[Fingerprint]:
     # implicit-GEMM convolutions (igemm_fwd_gtcx3_nhwc_bf16_...) and layout transposes
     # (batched_transpose_128x4_half), cuDNN's layout transforms (cudnn::...::nchwToNhwcKernel<...>).
     if name.startswith("Cijk_"):
-        return Fingerprint(name, "gemm", "tensile", None, None,
-                           "An AMD GEMM generated by Tensile (rocBLAS, hipBLASLt); MT gives the "
+        return Fingerprint(name, "gemm", "tensile", tensor_cores=None, dtype=None,
+                           note="An AMD GEMM generated by Tensile (rocBLAS, hipBLASLt); MT gives the "
                            "macro tile, MI the matrix-core instruction.")
     if re.match(r"igemm_(fwd|bwd|wrw)_", name):
-        return Fingerprint(name, "gemm", "miopen", None, _dtype_in_token(name),
-                           "MIOpen's convolution computed as an implicit GEMM (AMD).")
+        return Fingerprint(name, "gemm", "miopen", tensor_cores=None, dtype=_dtype_in_token(name),
+                           note="MIOpen's convolution computed as an implicit GEMM (AMD).")
     layout = "A layout transform around a convolution (NCHW and NHWC): memory traffic, no arithmetic."
     if name.startswith("batched_transpose_"):
-        return Fingerprint(name, "copy", "miopen", False, _dtype_in_token(name), layout)
+        return Fingerprint(name, "copy", "miopen", tensor_cores=False, dtype=_dtype_in_token(name), note=layout)
     if re.search(r"nchwToNhwcKernel|nhwcToNchwKernel", name):
-        return Fingerprint(name, "copy", "cudnn", False, _dtype_in_template(name), layout)
+        return Fingerprint(name, "copy", "cudnn", tensor_cores=False, dtype=_dtype_in_template(name), note=layout)
     return None
 
 
@@ -374,13 +375,13 @@ def _aten_softmax(name: str) -> Optional[Fingerprint]:
     if re.search(r"cunn_\w*SoftMax|softmax_warp", name):
         how = ("one warp per row (short rows)" if "warp" in name
                else "one block per row: max, sum of exponentials, divide")
-        return Fingerprint(name, "softmax", "aten", False, _dtype_in_template(name),
-                           f"ATen's softmax {step}, {how}; the scores are read and written "
+        return Fingerprint(name, "softmax", "aten", tensor_cores=False, dtype=_dtype_in_template(name),
+                           note=f"ATen's softmax {step}, {how}; the scores are read and written "
                            "again in full.")
     if re.search(r"softmax", name, flags=re.IGNORECASE):
-        return Fingerprint(name, "softmax", "aten" if _is_aten(name) else None, False,
-                           _dtype_in_template(name),
-                           f"A softmax {step}, by its name (library not recognised).")
+        return Fingerprint(name, "softmax", "aten" if _is_aten(name) else None, tensor_cores=False,
+                           dtype=_dtype_in_template(name),
+                           note=f"A softmax {step}, by its name (library not recognised).")
     return None
 
 
@@ -399,8 +400,8 @@ def _aten_copy(name: str) -> Optional[Fingerprint]:
                                     or name.startswith(("CatArray", "void CatArray"))):
         what = ("a torch.cat gathering its inputs into one tensor" if "CatArray" in name else
                 "a copy (.contiguous(), .to(), a transpose made real) done by an ATen kernel")
-        return Fingerprint(name, "copy", "aten", False, _dtype_in_template(name),
-                           _sentence(what + ": memory traffic, no arithmetic"))
+        return Fingerprint(name, "copy", "aten", tensor_cores=False, dtype=_dtype_in_template(name),
+                           note=_sentence(what + ": memory traffic, no arithmetic"))
     return None
 
 
@@ -413,8 +414,8 @@ def _aten_reduction(name: str) -> Optional[Fingerprint]:
         op = re.search(r"(Sum|Mean|Max|Min|ArgMax|ArgMin|Norm|sum|mean|max|min|norm)\w*?(Ops|_functor)",
                        name)
         what = f"reduction ({op.group(1).lower()})" if op else "reduction"
-    return Fingerprint(name, "reduction", "aten", False, _dtype_in_template(name),
-                       f"An ATen {what}: memory-bound, one read of the input.")
+    return Fingerprint(name, "reduction", "aten", tensor_cores=False, dtype=_dtype_in_template(name),
+                       note=f"An ATen {what}: memory-bound, one read of the input.")
 
 
 _ELEMENTWISE_WHAT = (
@@ -439,8 +440,8 @@ def _aten_elementwise(name: str) -> Optional[Fingerprint]:
     what = next((words for pattern, words in _ELEMENTWISE_WHAT if re.search(pattern, name)),
                 "an elementwise operation")
     shape = " (vectorized loads)" if "vectorized" in name else ""
-    return Fingerprint(name, "elementwise", "aten", False, _dtype_in_template(name),
-                       f"An ATen elementwise kernel{shape}: {what}; one read and one write "
+    return Fingerprint(name, "elementwise", "aten", tensor_cores=False, dtype=_dtype_in_template(name),
+                       note=f"An ATen elementwise kernel{shape}: {what}; one read and one write "
                        "per element, memory-bound.")
 
 
@@ -451,8 +452,8 @@ def _is_aten(name: str) -> bool:
 
 def _aten_other(name: str) -> Optional[Fingerprint]:
     if "at::native" in name:
-        return Fingerprint(name, "other", "aten", False, _dtype_in_template(name),
-                           "An ATen (PyTorch's own) CUDA kernel no rule here describes.")
+        return Fingerprint(name, "other", "aten", tensor_cores=False, dtype=_dtype_in_template(name),
+                           note="An ATen (PyTorch's own) CUDA kernel no rule here describes.")
     return None
 
 
@@ -460,8 +461,8 @@ def _python_named(name: str) -> Optional[Fingerprint]:
     # C++ kernels reach a trace demangled ("void ns::kernel<...>(args)"); Triton kernels
     # appear under their Python function name, often private (a leading underscore).
     if re.fullmatch(r"_[a-z][a-z0-9_]*", name):
-        return Fingerprint(name, "other", "triton", None, None,
-                           "Probably a Triton kernel (a bare Python-style function name); "
+        return Fingerprint(name, "other", "triton", tensor_cores=None, dtype=None,
+                           note="Probably a Triton kernel (a bare Python-style function name); "
                            "read its source to know what it does.")
     return None
 
@@ -471,12 +472,12 @@ def _named_attention(name: str) -> Optional[Fingerprint]:
     # FlashInfer's BatchPrefillWithPagedKVCacheKernel...): trust the name, say so.
     if re.search(r"attention|attn|fmha|mha_fwd|mha_bwd|PrefillWith|DecodeWith", name,
                  flags=re.IGNORECASE):
-        return Fingerprint(name, "fused_attention", None, None, _dtype_in_template(name),
-                           "By its name an attention kernel, from a library no rule here knows.")
+        return Fingerprint(name, "fused_attention", None, tensor_cores=None, dtype=_dtype_in_template(name),
+                           note="By its name an attention kernel, from a library no rule here knows.")
     return None
 
 
-_RULES: tuple[Callable[[str], Optional[Fingerprint]], ...] = (
+RULES: tuple[Callable[[str], Optional[Fingerprint]], ...] = (
     _copy_engine, _nccl, _cudnn_attention, _cutlass_fmha, _course, _flash, _triton_attention,
     _triton_inductor, _cpp_inductor, _cublas, _cutlass, _rocm_and_layout, _aten_softmax, _aten_copy, _aten_reduction,
     _aten_elementwise, _aten_other, _named_attention, _python_named,
@@ -490,11 +491,11 @@ def fingerprint(name: str) -> Fingerprint:
     if not isinstance(name, str):
         raise TypeError(f"a kernel name is a str, got {type(name).__name__}")
     clean = name.strip()
-    for rule in _RULES:
+    for rule in RULES:
         found = rule(clean)
         if found is not None:
             return found
-    return Fingerprint(clean, "other", None, None, _dtype_in_template(clean), (
+    return Fingerprint(clean, "other", None, tensor_cores=None, dtype=_dtype_in_template(clean), note=(
         "A kernel no rule here recognises; its library's naming convention would tell more."))
 
 

@@ -165,7 +165,7 @@ def test_real_names(name, kind, family, tensor_cores, dtype):
 
 def test_every_rule_answers_at_least_one_real_name():
     names = [n for n, *_ in REAL_NAMES]
-    for rule in fingerprints._RULES:
+    for rule in fingerprints.RULES:
         assert any(rule(n) is not None for n in names), rule.__name__
 
 
