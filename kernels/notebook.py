@@ -295,12 +295,11 @@ def say(text: str, kind: str = "note") -> None:
 def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
     """Compare the reader's guess with what the trace shows, and say each difference.
 
-    ``guess`` and ``seen`` are both lists (of op names, kernel names...) or both numbers. For
-    lists, what is in the trace and in what order are told apart: a guessed item in the trace
-    where it was guessed is ✔; one the trace has at another position is "in the trace, at
-    another position" (never "not in the trace"); only an item the trace does not have (or has
-    fewer times than guessed) is "not in the trace"; an item of the trace nobody guessed is "not
-    guessed". A guess left as ``None`` is reported as missing, never as right. Returns the
+    ``guess`` and ``seen`` are both lists (of op names, kernel names, a ranking...) or both
+    numbers. Lists are compared place by place, what is in the trace and where told apart: a
+    guessed item at the same place is ✔; one the trace has at another place is "yes, at #k"
+    (never "no"); only an item the trace lacks is "no"; and each item of the trace says whether,
+    and where, it was guessed. A guess left as ``None`` is reported as missing, never as right. Returns the
     comparison table for lists, the difference for numbers. Nothing here asserts the guess:
     lessons assert what the trace shows.
     """
@@ -315,59 +314,56 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
     import pandas as pd
 
     guess, seen = list(guess), list(seen)
-    rows = compared_rows(guess, seen)
-    table = pd.DataFrame(rows, columns=["you guessed", "the trace shows", ""])
-    verdicts = table[""].value_counts()
-    if verdicts.get(IN_PLACE, 0) == len(table):
-        summary = "every one as guessed"
-    else:  # an item at another position has a row on each side: counted once, from the guess's
-        summary = "; ".join(f"{verdicts[v]} {SUMMARY.get(v, v)}" for v in VERDICTS if verdicts.get(v, 0))
+    table = pd.DataFrame(compared_rows(guess, seen))
+    table.index = range(1, len(table) + 1)
+    table.columns = ["you guessed", f"in {source}?", f"{source[0].upper()}{source[1:]} shows", "guessed?"]
+    said = table[f"in {source}?"]
+    counts = {IN_PLACE: int((said == IN_PLACE).sum()), "elsewhere": int(said.str.startswith(ELSEWHERE).sum()),
+              ABSENT: int(said.isin([ABSENT, FEWER]).sum())}
+    unguessed = [s for s, g in zip(table[f"{source[0].upper()}{source[1:]} shows"], table["guessed?"]) if g in (ABSENT, FEWER)]
+    if counts[IN_PLACE] == len(guess) == len(seen):
+        summary = "every one where guessed"
+    else:
+        summary = (f"{counts[IN_PLACE]} where guessed, {counts['elsewhere']} at another position, "
+                   f"{counts[ABSENT]} not there; {len(unguessed)} of its {len(seen)} not guessed")
     print(f"{what}: {len(guess)} guessed, {len(seen)} in {source}: {summary}")
     return table
 
 
-# What ``reveal`` says of each item. An item present in both lists but not where the guess put it
-# gets a row on each side: one says the guess's item is in the trace, the other that the trace's
-# item was guessed; the summary counts it once.
+# What ``reveal`` says of each item, position by position (a ranking's order is its answer):
+# a guessed item in the same place, one the other list has at another place (#k), one it lacks.
 IN_PLACE = "✔"
-PRESENT_ELSEWHERE = "in the trace, at another position"
-PRESENT_ELSEWHERE_SEEN = "guessed, at another position"
-FEWER_IN_TRACE = "in the trace, but fewer times than guessed"
-FEWER_GUESSED = "guessed, but fewer times than the trace has it"
-ABSENT = "not in the trace"
-UNGUESSED = "not guessed"
-# The summary line's order and words; the trace side's "guessed, at another position" rows are
-# the guess side's "in the trace, at another position" again, and not counted twice.
-VERDICTS = (IN_PLACE, PRESENT_ELSEWHERE, FEWER_IN_TRACE, ABSENT, FEWER_GUESSED, UNGUESSED)
-SUMMARY = {IN_PLACE: "where guessed"}
+ELSEWHERE = "yes, at #"
+ABSENT = "no"
+FEWER = "not that many times"
 
 
-def compared_rows(guess: list, seen: list) -> list[dict]:
-    """One row per item of either list, in the trace's order where they line up: the items both
-    have in the same order first get ✔ (the longest such run, difflib's), then each remaining
-    item is looked up in the other list's remaining items, so presence never depends on order."""
-    import difflib
-    from collections import Counter
-
-    blocks = difflib.SequenceMatcher(a=guess, b=seen, autojunk=False).get_opcodes()
-    unmatched_seen = Counter(item for tag, _, _, j1, j2 in blocks if tag != "equal" for item in seen[j1:j2])
-    unmatched_guess = Counter(item for tag, i1, i2, _, _ in blocks if tag != "equal" for item in guess[i1:i2])
+def compared_rows(guess: list, seen: list) -> list[tuple]:
+    """Row i: the i-th guessed item and whether the trace has it (here, at #k, or not), and the
+    i-th item of the trace and whether it was guessed. What is in a list and where are told apart:
+    an item the other list holds anywhere is never "no"; repeated items are matched one for one."""
     rows = []
-    for tag, i1, i2, j1, j2 in blocks:
-        if tag == "equal":
-            rows += [{"you guessed": g, "the trace shows": g, "": IN_PLACE} for g in guess[i1:i2]]
-            continue
-        for g in guess[i1:i2]:
-            present = unmatched_seen[g] > 0
-            unmatched_seen[g] -= present
-            verdict = PRESENT_ELSEWHERE if present else FEWER_IN_TRACE if g in seen else ABSENT
-            rows.append({"you guessed": g, "the trace shows": "", "": verdict})
-        for s in seen[j1:j2]:
-            guessed = unmatched_guess[s] > 0
-            unmatched_guess[s] -= guessed
-            verdict = PRESENT_ELSEWHERE_SEEN if guessed else FEWER_GUESSED if s in guess else UNGUESSED
-            rows.append({"you guessed": "", "the trace shows": s, "": verdict})
+    taken: dict[int, set] = {id(guess): set(), id(seen): set()}
+    for i in range(max(len(guess), len(seen))):
+        g = place_in(guess, i, seen, taken[id(seen)]) if i < len(guess) else ""
+        s = place_in(seen, i, guess, taken[id(guess)]) if i < len(seen) else ""
+        rows.append((guess[i] if i < len(guess) else "", g, seen[i] if i < len(seen) else "", s))
     return rows
+
+
+def place_in(mine: list, i: int, other: list, taken: set) -> str:
+    """Where ``other`` has ``mine[i]``: ✔ at the same place, else its first place not already
+    matched in place or taken by an earlier repeat ("yes, at #k"), else "no" (or, for a repeat the
+    other list holds fewer times, "not that many times")."""
+    item = mine[i]
+    if i < len(other) and other[i] == item:
+        return IN_PLACE
+    for k, o in enumerate(other):
+        in_place_there = k < len(mine) and mine[k] == o
+        if o == item and k not in taken and not in_place_there:
+            taken.add(k)
+            return f"{ELSEWHERE}{k + 1}"
+    return FEWER if item in other else ABSENT
 
 
 def short_number(value) -> str:

@@ -86,7 +86,7 @@ x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
 run = record.profile(record.mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
-reveal(guess, step.top_level()["name"].tolist(), "top-level ops")
+reveal(guess, step.top_level()["name"].tolist(), "top-level ops", source="the top level")
 
 # %% tags=["remove-input"]
 seen = step.top_level()["name"].tolist()

@@ -86,7 +86,7 @@ guess = ["aten::matmul", "aten::transpose", "aten::mul", "aten::masked_fill", "a
 # %%
 run = record.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
-reveal(guess, step.top_level()["name"].tolist(), "top-level ops")
+reveal(guess, step.top_level()["name"].tolist(), "top-level ops", source="the top level")
 
 # %% tags=["remove-input"]
 top = step.top_level()["name"].tolist()

@@ -233,7 +233,7 @@ guess_module = "Qwen2RotaryEmbedding"  # edit me: Qwen2RotaryEmbedding, Qwen2Att
 qwen_step = borrowed.TRACELENS["h100_qwen"].step()
 groups = tables.copy_groups(qwen_step)
 by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=False)
-reveal([guess_module], [by_module.index[0]], "the module whose copies move the most bytes")
+reveal([guess_module], list(by_module.index), "the module whose copies move the most bytes", source="the ranking by bytes")
 
 # %% [markdown]
 # The copies of the step grouped by the Python call and the module that made them, the most

@@ -219,29 +219,34 @@ def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(caps
     from kernels.notebook import reveal
 
     table = reveal(["aten::matmul", "aten::relu"], ["aten::matmul", "aten::mm", "aten::relu"])
-    assert table[""].tolist() == ["✔", "not guessed", "✔"], "the extra op in the trace is named"
+    assert table["in the trace?"].tolist() == ["✔", "yes, at #3", ""], table
+    assert table["guessed?"].tolist() == ["✔", "no", "yes, at #2"], "the extra op in the trace is named as not guessed"
     assert reveal(None, ["aten::matmul"]) is None and "No guess written" in capsys.readouterr().out
     assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out
 
 
 def test_reveal_reports_an_item_the_trace_has_elsewhere_as_present_not_missing(capsys):
-    """What the trace holds and in what order are told apart: the guess's matmul is in the trace,
-    after the softmax and bmm rather than before them, so it is present at another position; only
-    an op the trace lacks is "not in the trace"."""
+    """What the trace holds and where are told apart, place by place: the guess's matmul is in the
+    trace at #3, not where it was guessed, so it is present at another position; only an op the
+    trace lacks is "no"; an item at the same place is ✔ even when others moved around it."""
     from kernels.notebook import reveal
 
     table = reveal(["aten::matmul", "aten::softmax", "aten::bmm", "aten::relu"],
-                   ["aten::softmax", "aten::bmm", "aten::matmul", "aten::mm"])
-    said = dict(zip(table["you guessed"], table[""]))
-    assert said["aten::matmul"] == "in the trace, at another position", table
-    assert said["aten::relu"] == "not in the trace", table
-    assert "not in the trace" not in table.loc[table["you guessed"] == "aten::matmul", ""].tolist()
-    on_trace_side = dict(zip(table["the trace shows"], table[""]))
-    assert on_trace_side["aten::matmul"] == "guessed, at another position" and on_trace_side["aten::mm"] == "not guessed"
+                   ["aten::softmax", "aten::softmax", "aten::bmm", "aten::matmul"])
+    said = dict(zip(table["you guessed"], table["in the trace?"]))
+    assert said["aten::matmul"] == "yes, at #4", table
+    assert said["aten::softmax"] == "✔" and said["aten::bmm"] == "✔", "same place, same item: ✔"
+    assert said["aten::relu"] == "no", table
+    on_trace_side = table["guessed?"].tolist()
+    assert on_trace_side == ["not that many times", "✔", "✔", "yes, at #1"], \
+        "softmax was guessed once, and that one is #2"
     out = capsys.readouterr().out
-    assert "2 where guessed; 1 in the trace, at another position; 1 not in the trace; 1 not guessed" in out, out
+    assert "2 where guessed, 1 at another position, 1 not there; 1 of its 4 not guessed" in out, out
+    ranking = reveal(["GEMM", "attention"], ["elementwise", "GEMM", "copy", "attention"], "parts")
+    assert ranking["in the trace?"].tolist() == ["yes, at #2", "yes, at #4", "", ""], \
+        "a ranking's items are at another place even where their relative order holds"
     table = reveal(["aten::mm", "aten::mm"], ["aten::mm"])
-    assert table[""].tolist() == ["✔", "in the trace, but fewer times than guessed"], \
+    assert table["in the trace?"].tolist() == ["✔", "not that many times"], \
         "an op guessed twice and recorded once is still in the trace"
 
 
