@@ -305,8 +305,8 @@ timeline.timeline(tf_step, window_ms=call_ms, title="H100 TimeSformer: one hand-
 #
 # - The top level of a trace is what you wrote; the lessons are one level down.
 # - Out-of-place ops allocate an output; most copy nothing into it. `masked_fill` is the
-#   exception here: it is `clone` followed by `masked_fill_`, so on a
-#   {glue:text}`naive_copy_mib` MiB tensor it also makes a {glue:text}`naive_copy_mib` MiB copy.
+#   exception here: it is `clone` followed by `masked_fill_`, so on a tensor of
+#   {glue:text}`naive_copy_mib` MiB it also makes a copy of {glue:text}`naive_copy_mib` MiB.
 # - Count copies by their shape and bytes, not by name.
 # - The S×S score tensor is what a hand-written core costs on a GPU too: in a real model it
 #   runs to gigabytes, and the kernels that read and write it take longer than the GEMMs.

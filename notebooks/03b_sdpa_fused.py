@@ -129,8 +129,8 @@ glue_all(flash_transposes=len(transposes), flash_work_ops=len(work_ops.get("sdpa
 # kernel for the [B, H, S, D] layout directly, has none (its Figures 19 to 21).
 
 # %%
-#| caption: One forward of SDPA's flash backend: a few transposes that only change metadata, and one fused op that does the whole attention, where the math backend ran dozens of ops.
-#| alt: Short timeline: the SDPA call, a few narrow transpose ops, and one wide fused flash-attention op beneath it.
+#| caption: One forward of SDPA's flash backend: one fused op does the whole attention, where the math backend ran dozens of ops (the metadata-only transposes around it sit one level further down, too short to draw).
+#| alt: Short timeline: the SDPA call and one wide fused flash-attention op beneath it.
 timeline.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})") if "sdpa_flash" in step else None
 
 # %% [markdown]
