@@ -1,24 +1,19 @@
 # %% [markdown]
 # # 6. Showdown
 #
-# Every implementation of the course, side by side, measured on the machine that built this
-# page: what one forward runs (ops on a CPU, [kernels](glossary.md#kernel) on a GPU, read from
-# traces recorded here), how long it takes (the median of many timed calls from `kernels.bench`,
-# never a single profiled step), how much memory it needs at its peak, and where it sits under
-# the device's [roofline](glossary.md#roofline). Then the same forward across sequence lengths,
-# what a training step and a decode token count, and a real model's attention on two datacenter
-# GPUs.
-#
-# The source article closes with a table typed by hand from one A100. This chapter's table is
-# regenerated on every build, so it can never disagree with the code; the article's numbers
-# appear at the end, quoted, in a table of their own, labelled as recorded elsewhere.
+# Every implementation of the course, side by side, on the machine that built this page: what
+# one forward runs (ops on a CPU, [kernels](glossary.md#kernel) on a GPU), how long it takes, its
+# peak memory, and where it sits under the device's [roofline](glossary.md#roofline); then a real
+# model's attention on two datacenter GPUs. The source article closes with a table typed by hand
+# from one A100; this one is regenerated on every build, so it can never disagree with the code
+# (the article's numbers are quoted at the end, in a table of their own).
 #
 # **You will learn to:**
 #
 # - read a benchmark table the build regenerates: the median per forward with its spread, peak
 #   memory and [FLOP/s](glossary.md#flops);
-# - count causal FLOPs at half, and see what counting them in full does to TFLOP/s;
-# - place each implementation under the device's roofline;
+# - count causal FLOPs at half (in full, every TFLOP/s doubles), and place each implementation
+#   under the device's roofline;
 # - count what a training step and a decode token cost against a forward;
 # - read a real model's attention calls on an H100 and an MI300X against each GPU's peak, and
 #   tell from the grid and the [SM](glossary.md#sm) count why short sequences leave most of a GPU idle.
@@ -65,12 +60,12 @@ traces_box(borrowed)
 # ## The contenders
 #
 # The library says what runs on this device, and why not where it cannot. One exclusion is a
-# choice: on a CPU, `triton` runs in Triton's *interpreter*, which executes the kernel program by
-# program in NumPy to check that it is correct, and `compiled_naive` and `flex` compile for every
-# new shape; their time there is no performance number, so they stay out of this chapter on a CPU
-# (chapters 4 and 7 run them there). Each row also recalls what its chapter taught.
+# choice: on a CPU, `triton` runs in Triton's *interpreter* (NumPy, program by program, to check
+# correctness) and `compiled_naive` and `flex` compile for every new shape, so their CPU time is
+# no performance number (chapters 4 and 7 run them there). The table, folded, also recalls what
+# each implementation's chapter taught.
 
-# %%
+# %% tags=["hide-output"]
 contenders = showdown.contenders(device)[0]   # the names measured here
 showdown.lineup(device)
 
@@ -87,17 +82,18 @@ if not on_gpu:
 # D={glue:text}`shape_d`). On a CPU we count the ops that do arithmetic themselves: not views or
 # bare allocations, and either calling no other such op (`matmul` is not counted, the `bmm` under
 # it is) or allocating their own result (`mul`). On a GPU the count that matters is the GPU track:
-# kernels, copies and memsets launched by one forward. The traces behind the table follow it, to
-# download or open in Perfetto.
+# kernels, copies and memsets launched by one forward. The traces are linked, folded, under the table.
 
 # %%
 steps_of = showdown.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # one that fails leaves
 showdown.ops_table(steps_of, on_gpu)
 
+# %% tags=["remove-input", "hide-output"]
+display(*(links(s) for s in steps_of.values()))
+
 # %% tags=["remove-input"]
 contenders = list(steps_of)
 work = {name: s.work_ops() for name, s in steps_of.items()}
-display(*(links(s) for s in steps_of.values()))
 glue_all(shape_b=batch, shape_h=heads, shape_s=seq, shape_d=head_dim)
 if not on_gpu:
     lesson(work["sdpa_flash"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"],
@@ -111,15 +107,14 @@ lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs few
 # %% [markdown]
 # ## Timing and memory: the sweep
 #
-# Times come from `kernels.bench`, which warms each implementation up, times many calls with
-# fresh random inputs rotated among sets larger than the caches, and keeps the median and the
-# 10th-90th percentile spread. A time is shown as a result only where it passes the spread check:
-# the 90th percentile within 2x the 10th. What that check catches is mostly other work on the same
-# cores: when torch's threads outnumber the free cores, an op split across threads waits for the one
-# that was descheduled, however small the op, so small calls read many times slower than they
-# are. Peak memory is measured on one more call at the chapter's shape, apart from the timed ones.
-# The appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each of these choices. The
-# sweep is kept short here so the book builds in minutes; `python -m kernels.bench` runs longer ones.
+# Times come from `kernels.bench` (never from one profiled step): it warms each implementation up,
+# times many calls with fresh inputs rotated among sets larger than the caches, and keeps the median
+# and the 10th-90th percentile spread. A time is a result only where it passes the spread check
+# (90th percentile within 2x the 10th), which mostly catches other work on the same cores: an op
+# split across threads waits for the one that was descheduled, so a small call can read many times
+# slower than it is. Peak memory is measured on one more call, apart from the timed ones. The
+# appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each choice;
+# `python -m kernels.bench` runs longer sweeps than this short one.
 
 # %%
 sweep_seqs = sorted({512, 1024, 2048, 4096, seq} if on_gpu else {128, 256, 512, 1024, seq})
@@ -169,11 +164,9 @@ glue_all(smallest=smallest, smallest_mib=mib(memory[smallest]), naive_mib=mib(me
 
 # %% [markdown]
 # The smallest peak belongs to **{glue:text}`smallest`**: {glue:text}`smallest_mib:.3g` MiB,
-# against {glue:text}`naive_mib:.3g` MiB for naive. Memory does not depend on the machine's load,
-# and is asserted; times are quoted, never ranked by an assertion here. A row whose timed calls
-# failed the spread check shows no time (on this run: {glue:text}`untimed`): the machine was too
-# busy for it to be a result. How much the copy `masked_fill` adds to naive's time is
-# [chapter 2](02_inplace.ipynb)'s question, answered there by a comparison made for it.
+# against {glue:text}`naive_mib:.3g` MiB for naive. Memory is asserted; times are quoted, never
+# ranked by an assertion, and a row that failed the spread check shows none (on this run:
+# {glue:text}`untimed`). What the copy in `masked_fill` costs naive is [chapter 2](02_inplace.ipynb)'s question.
 #
 # ## Counting FLOPs: causal is half
 #
@@ -198,12 +191,11 @@ glue_all(flash_gflop=at_seq["sdpa_flash"].flops / 1e9, flash_gflop_full=2 * at_s
 #
 # ## Across sequence lengths
 #
-# Time first, then throughput under the device's compute ceiling ({glue:text}`peak_label`). On
-# log-log axes a slope of 2 is the S² of attention; the shaded band is the spread of the timed
-# calls. Only points that pass the spread check are drawn ({glue:text}`drawn` of
-# {glue:text}`measured` on this run), and where two bands overlap, the lines' order is noise. How
-# peak memory grows with S (as S² for the implementations that hold the scores, as S for the fused
-# ones) is measured in [chapter 3b](03b_sdpa_fused.ipynb).
+# Time first, then (folded) throughput under the device's compute ceiling ({glue:text}`peak_label`).
+# On log-log axes a slope of 2 is the S² of attention; the band is the spread of the timed calls.
+# Only points that pass the spread check are drawn ({glue:text}`drawn` of {glue:text}`measured`
+# here), and where two bands overlap, the lines' order is noise. Peak memory against S (S² where
+# the scores are held, S for the fused kernels) is measured in [chapter 3b](03b_sdpa_fused.ipynb).
 
 # %% tags=["remove-cell"]
 glue_all(drawn=len(plots.steady(results)), measured=sum(r.ok for r in results),
@@ -215,7 +207,7 @@ glue_all(drawn=len(plots.steady(results)), measured=sum(r.ok for r in results),
 steady = plots.steady(results)
 plots.time_vs_seq(steady)
 
-# %%
+# %% tags=["hide-output"]
 #| caption: Achieved TFLOP/s against sequence length under the device's compute ceiling (dashed), causal FLOPs counted as half of full attention, for the points that passed the spread check.
 #| alt: Line chart of achieved TFLOP/s against sequence length, one line per implementation, under a dashed horizontal peak line.
 plots.tflops_vs_seq(steady, peak=peaks)
@@ -268,14 +260,11 @@ lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops /
 #
 # ## On real GPUs: one model's attention on an H100 and an MI300X
 #
-# The sweep above measured the book's implementations on the machine that built this page. What does
-# the same kind of call reach on a datacenter GPU? Two real traces answer it, *H100 Qwen* and
-# *MI300X Qwen* (see the box at the top): one forward of Qwen1.5-0.5B-Chat (16 prompts of 559
-# tokens, bfloat16, PyTorch's [SDPA](glossary.md#sdpa)) profiled on an NVIDIA H100 and on an AMD
-# MI300X by AMD's TraceLens project. `kernels.trace.attention.find_attention` reads every SDPA
-# call of the step: its kernel, shapes, GPU time and FLOPs, counted the way this chapter counts
-# them ([causal is half](#counting-flops-causal-is-half)), so TFLOP/s here and in the sweep
-# mean the same thing.
+# What does the same kind of call reach on a datacenter GPU? Two real traces answer it, *H100 Qwen*
+# and *MI300X Qwen*: one forward of Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's
+# [SDPA](glossary.md#sdpa)) profiled on an NVIDIA H100 and an AMD MI300X by AMD's TraceLens project.
+# `kernels.trace.attention.find_attention` reads every SDPA call of the step: its kernel, shapes, GPU
+# time and FLOPs, counted [causal half](#counting-flops-causal-is-half) as in the sweep.
 #
 # Before the reveal: what share of the H100's dense bf16 peak do you think one of these calls
 # reached?
@@ -294,7 +283,7 @@ h100_row, mi300x_row = per_gpu.loc["H100 Qwen"], per_gpu.loc["MI300X Qwen"]
 _ = reveal(guess_h100_percent_of_peak, round(h100_row["median % of peak"], 1), "% of the H100's peak, median call",
            source="H100 Qwen")
 
-# %%
+# %% tags=["hide-output"]
 #| caption: Every attention call of one Qwen1.5-0.5B forward (16 x 559 tokens, causal, bf16) on an H100 and on an MI300X (H100 Qwen, MI300X Qwen), at its achieved TFLOP/s (causal FLOPs counted half), under each GPU's dense bf16 peak (dashed, datasheet).
 #| alt: Scatter of 24 points per GPU near the bottom of the chart, far below two dashed horizontal peak lines at 989 and 1307 TFLOP/s.
 plots.achieved_vs_peak(calls)
@@ -317,19 +306,17 @@ glue_all(qwen_h100_tflops=h100_row["median TFLOP/s"], qwen_h100_pct=h100_row["me
 # %% [markdown]
 # The median call ran at {glue:text}`qwen_h100_tflops:.0f` TFLOP/s on the H100, {glue:text}`qwen_h100_pct:.1f`%
 # of its {glue:text}`qwen_h100_peak:.0f`, and at {glue:text}`qwen_mi300x_tflops:.0f` TFLOP/s on the MI300X,
-# {glue:text}`qwen_mi300x_pct:.1f`% of its {glue:text}`qwen_mi300x_peak:.0f`. A datasheet peak is what every
-# multiply unit of the chip ([tensor cores](glossary.md#tensor-core) here), busy on every cycle, adds up to. So the question is how much of the
-# chip these calls kept busy.
+# {glue:text}`qwen_mi300x_pct:.1f`% of its {glue:text}`qwen_mi300x_peak:.0f`. A datasheet peak is every multiply unit of the chip
+# ([tensor cores](glossary.md#tensor-core) here) busy on every cycle: how much of the chip did these calls keep busy?
 #
 # ### Why: the grid against the SMs
 #
-# A kernel is launched as a grid of thread blocks ([CTAs](glossary.md#cta); *workgroups* on AMD), and each block
-# runs whole on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD). The trace records each kernel's grid and
-# block, and the GPU's SM count (`deviceProperties`). An SM holds as many blocks at once as its
-# [registers](glossary.md#registers), [shared memory](glossary.md#shared-memory) and [warp](glossary.md#warp) slots allow (chapter 4's [occupancy](glossary.md#occupancy) arithmetic, from the
-# registers and shared memory the trace records); a grid larger than the SMs times that runs in
-# [*waves*](glossary.md#wave), and the last wave may leave SMs idle. A third trace, *H100 BERT*,
-# shows the short end: BERT-small, one sentence of 141 tokens, on the same H100.
+# A kernel is launched as a grid of thread blocks ([CTAs](glossary.md#cta); *workgroups* on AMD), each run whole
+# on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD); the trace records each grid and block, and the SM
+# count (`deviceProperties`). An SM holds as many blocks at once as its [registers](glossary.md#registers),
+# [shared memory](glossary.md#shared-memory) and [warp](glossary.md#warp) slots allow (chapter 4's
+# [occupancy](glossary.md#occupancy) arithmetic); a larger grid runs in [*waves*](glossary.md#wave), and the
+# last may leave SMs idle. A third trace, *H100 BERT*, shows the short end: BERT-small, 141 tokens, same H100.
 
 # %%
 grids = ch06.grids_table(reports)
@@ -372,35 +359,31 @@ glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_s
          qwen_first_key_tiles=math.ceil(min(tiles.block_m, qwen_call["Sq"]) / tiles.block_n))
 
 # %% [markdown]
-# On the H100, {glue:text}`qwen_ctas` CTAs met {glue:text}`h100_sms` SMs holding
-# {glue:text}`qwen_per_sm` each: {glue:text}`qwen_waves:.2f` waves. The last wave's idle SMs cost
-# about {glue:text}`tail_idle_pct:.1f`% of the call, an *estimate* that assumes every CTA does the
-# same work (causal CTAs do not: the first query tile meets {glue:text}`qwen_first_key_tiles` key
-# tile(s), the last {glue:text}`qwen_key_tiles`). Two other things weigh more. Each SM ran only
-# {glue:text}`qwen_occ:.1f`% of its warp slots: FlashAttention keeps its Q, K and V tiles in shared
-# memory ({glue:text}`qwen_smem_kib` KiB a CTA in this trace, the tiles of [chapter
-# 3b](03b_sdpa_fused.ipynb)) and the score tile and the output accumulator in registers, 255 per
-# thread, and trades occupancy for them. And each CTA had little to do: at S = {glue:text}`qwen_sq` a query tile meets at most
-# {glue:text}`qwen_key_tiles` key tiles, and {glue:text}`qwen_sq` rows are padded to
-# {glue:text}`qwen_padded`, so loading Q, writing O and masking the diagonal tile weigh as much as
-# the multiplies. Longer sequences amortise them: the FlashAttention-3 paper (arXiv 2407.08608,
-# Fig. 5) measures FlashAttention-2, the kernel here, on an H100 at 191 TFLOP/s for causal S = 512
-# and 335 at S = 16k (D = 128); its own Hopper kernels, using instructions this one does not, reach
-# more.
+# On the H100, {glue:text}`qwen_ctas` CTAs met {glue:text}`h100_sms` SMs holding {glue:text}`qwen_per_sm`
+# each: {glue:text}`qwen_waves:.2f` waves, the last wave's idle SMs costing about
+# {glue:text}`tail_idle_pct:.1f`% of the call, an *estimate* that assumes equal work per CTA (causal
+# CTAs differ: the first query tile meets {glue:text}`qwen_first_key_tiles` key tile(s), the last
+# {glue:text}`qwen_key_tiles`). Two things weigh more. Each SM ran only {glue:text}`qwen_occ:.1f`% of
+# its warp slots: FlashAttention keeps Q, K and V tiles in shared memory ({glue:text}`qwen_smem_kib`
+# KiB a CTA here, the tiles of [chapter 3b](03b_sdpa_fused.ipynb)) and the score tile and output
+# accumulator in registers, 255 per thread, trading occupancy for them. And each CTA had little to
+# do: at S = {glue:text}`qwen_sq` a query tile meets at most {glue:text}`qwen_key_tiles` key tiles,
+# and {glue:text}`qwen_sq` rows are padded to {glue:text}`qwen_padded`, so loading Q, writing O and
+# masking the diagonal weigh as much as the multiplies. Longer sequences amortise them: the
+# FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measures FlashAttention-2, the kernel here, on an
+# H100 at 191 TFLOP/s for causal S = 512 and 335 at S = 16k (D = 128); its own Hopper kernels, using
+# instructions this one does not, reach more.
 #
-# Shorter still, BERT-small's 141 tokens launched {glue:text}`bert_ctas` CTAs per call: most of
-# the H100's SMs had no block at all, and the call ran at {glue:text}`bert_tflops:.1f` TFLOP/s.
-# The MI300X's kernel is launched differently: {glue:text}`mi300x_wg` workgroups for
-# {glue:text}`mi300x_cus` CUs, a grid sized to the chip, each workgroup looping over tiles, so no
-# wave is half empty; its calls were slower for other reasons the trace does not record (ROCm
-# traces carry no register counts).
+# BERT-small's 141 tokens launched {glue:text}`bert_ctas` CTAs per call, leaving most SMs without a
+# block: {glue:text}`bert_tflops:.1f` TFLOP/s. The MI300X's grid, {glue:text}`mi300x_wg` workgroups
+# for {glue:text}`mi300x_cus` CUs, is sized to the chip, each workgroup looping over tiles, so no
+# wave is half empty; its calls were slower for reasons the trace does not record (ROCm traces carry
+# no register counts).
 #
 # ## Recorded elsewhere: the source article's A100
 #
-# The numbers below were **not** measured by this build. They are quoted from the source
-# article, *Profiling in PyTorch (Part 3): Attention is all you profile* (Hugging Face
-# blog, 2026), measured on one NVIDIA A100-SXM4-80GB in bfloat16 under `torch.no_grad`.
-# They are kept in their own table, never mixed with this run's.
+# Not measured by this build: quoted from the source article (named in the caption), measured on
+# one NVIDIA A100-SXM4-80GB in bfloat16 under `torch.no_grad`, and never mixed with this run's.
 
 # %%
 showdown.article_styled()
@@ -416,22 +399,21 @@ if on_gpu:  # this run's fused medians, beside the article's
 # On that A100, SDPA's math backend was {glue:text}`article_math_ratio:.1f`x slower than the
 # hand-written in-place version, while each fused backend needed at most
 # {glue:text}`article_fused_max_us:.0f` µs of GPU time per forward. The ranking of the fused
-# backends (flash, then cuDNN, then efficient) is the article's, on its shapes and its GPU.
-# When this book is built on a GPU, the tables above hold that GPU's own numbers; compare
-# them with the article's, but do not expect them to match: different shapes, a different
-# GPU and different library versions each move them.
+# backends (flash, then cuDNN, then efficient) is the article's, on its shapes and its GPU. A
+# GPU build of this book fills the tables above with its own numbers: different shapes, GPU and
+# library versions each move them away from the article's.
 
 # %% [markdown]
 # ## What to remember
 #
-# - A table that a build regenerates cannot drift from the code; a typed one can.
+# - A table that a build regenerates cannot drift from the code; a typed one can. Numbers from
+#   another machine are quoted with their source, in a table of their own.
 # - Quote medians with their spread, from a benchmark harness, never from one profiled step, and
 #   only where the spread check passes.
 # - Count causal FLOPs at half price, or every TFLOP/s is twice too high; but a decode token's
 #   single query sees every key, so it is counted in full: $4BHS_kD$.
 # - A training step is 3.5 forwards of FLOPs; a decode token is memory-bound by construction
 #   ([chapter 10](10_decoding.ipynb)).
-# - Numbers from another machine are quoted with their source, in a table of their own.
 # - A datasheet peak needs every SM busy: a short sequence's attention launches few CTAs, each
 #   with little work, and reaches a small fraction of it (under a tenth on the traces above).
 

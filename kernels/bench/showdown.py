@@ -22,16 +22,16 @@ from kernels.hw.devices import Peaks
 from kernels.notebook import readable, short_number
 
 LESSONS = {
-    "naive": "Read one level below your code: out-of-place masked_fill copies the whole S×S score matrix.",
-    "inplace": "masked_fill_ removes the copy and one S×S allocation, but not the peak: two S×S buffers stay alive.",
-    "sdpa_math": "SDPA's math backend is reference code: it rebuilds the mask, guards softmax, and runs more ops than ours.",
-    "sdpa_flash": "One fused op: the S×S scores live only in tiles, so memory grows with S, not S².",
+    "naive": "Read one level below your code: out-of-place masked_fill copies the S×S scores.",
+    "inplace": "masked_fill_ removes the copy and one S×S allocation, not the peak: two S×S buffers stay.",
+    "sdpa_math": "Reference code: it rebuilds the mask, guards softmax, runs more ops than ours.",
+    "sdpa_flash": "One fused op: the scores live only in tiles, so memory grows with S, not S².",
     "sdpa_efficient": "One fused kernel (xFormers-derived CUTLASS); it also takes fp32 on a GPU.",
     "sdpa_cudnn": "One fused kernel with no transposes; its per-call setup (graph cached per shape) costs CPU time.",
-    "triton": "FlashAttention-2 in Triton: a Q tile stays on chip while K and V stream past, softmax online.",
-    "cuda_v1": "The same algorithm in plain CUDA on CUDA cores: correct, readable, and far from the roof.",
-    "cuda_v2": "Tensor cores (mma.sync), 128-row query tiles, scores in registers, K/V tiles double-buffered, "
-               "only diagonal tiles masked, tiles above the diagonal skipped.",
+    "triton": "FlashAttention-2 in Triton: a Q tile stays on chip, K and V stream past, softmax online.",
+    "cuda_v1": "The same algorithm in plain CUDA on CUDA cores: correct, readable, far from the roof.",
+    "cuda_v2": "Tensor cores (mma.sync), 128-row Q tiles, scores in registers, K/V double-buffered, "
+               "only diagonal tiles masked, those above skipped.",
 }
 
 # The source article's A100 table (REFERENCE.md): kernels per forward, the profiler's average CUDA
@@ -55,8 +55,7 @@ def contenders(device) -> tuple[list[str], dict[str, str]]:
     reasons = kernels.available(device)
     for name, why in reasons.items():
         if why is None and not on_gpu and kernels.implementation(name).slow_on_cpu:
-            reasons[name] = (f"{name}: correct on a CPU, but its time there is not a performance number "
-                             "(interpreted, or compiled per shape); left out of the CPU showdown")
+            reasons[name] = f"{name}: correct, but not timed on a CPU; its time there is not a performance number"
     return ([name for name, why in reasons.items() if why is None],
             {name: why for name, why in reasons.items() if why is not None})
 
@@ -104,12 +103,20 @@ def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
 
 
 def lineup(device) -> pd.DataFrame:
-    """Every implementation of the registry: measured on ``device`` or why not (``contenders``),
-    and the lesson of the chapter that built it."""
+    """Every implementation of the registry: measured on ``device`` or why not (``contenders``, in
+    its shortest words), and the lesson of the chapter that built it."""
     measured, left_out = contenders(device)
     return pd.DataFrame({
-        "here": {n: "measured" if n in measured else left_out[n].removeprefix(f"{n}: ") for n in kernels.names()},
+        "here": {n: "measured" if n in measured else short_reason(left_out[n].removeprefix(f"{n}: "))
+                 for n in kernels.names()},
         "its lesson": {n: LESSONS.get(n, "") for n in kernels.names()}}).rename_axis("implementation")
+
+
+def short_reason(why: str) -> str:
+    """The clause of a reason that says what is needed ("needs a CUDA GPU"), else its first clause,
+    so that a table of eleven rows stays short."""
+    clauses = [part.strip().removeprefix("it ") for part in why.split(";")]
+    return next((c for c in clauses if c.startswith("needs")), clauses[0])
 
 
 def profile_forwards(names, q, k, v, active: int, trace_dir) -> dict:
@@ -138,5 +145,6 @@ def glance_styled(table: pd.DataFrame, caption: str):
 def article_styled():
     """``ARTICLE_A100`` as the page shows it, captioned as recorded elsewhere, never by this build."""
     return ARTICLE_A100.style.format(na_rep="not reported", precision=1).set_caption(
-        "Recorded elsewhere (source article, A100), not measured by this build: 'Profiling in PyTorch "
-        "(Part 3): Attention is all you profile', Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16.")
+        "Recorded elsewhere, not measured by this build: 'Profiling in PyTorch (Part 3): Attention is all "
+        "you profile', "
+        "Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16.")

@@ -46,8 +46,16 @@ def test_lineup_says_for_each_implementation_whether_it_is_measured_and_its_less
     table = showdown.lineup("cpu")
     assert list(table.index) == kernels.names()
     assert table.loc["naive", "here"] == "measured" and "copies" in table.loc["naive", "its lesson"]
-    assert "not a performance number" in table.loc["triton", "here"] and not table.loc["triton", "here"].startswith("triton:")
+    assert table.loc["triton", "here"] == "correct, but not timed on a CPU"
     assert "tiles" in table.loc["sdpa_flash", "its lesson"]
+    assert table.loc["sdpa_efficient", "here"] == "needs a CUDA GPU", "the reason's shortest clause, one line a row"
+
+
+def test_short_reason_keeps_the_clause_that_says_what_is_needed_or_the_whole_reason():
+    assert showdown.short_reason("PyTorch has no CPU kernel (SDPA raises); it needs a CUDA GPU") == "needs a CUDA GPU"
+    assert showdown.short_reason("needs a CUDA GPU; the inputs are on cpu") == "needs a CUDA GPU"
+    assert showdown.short_reason("compute capability 7.5 is too old") == "compute capability 7.5 is too old"
+    assert showdown.short_reason("correct, but not timed here; its time is noise") == "correct, but not timed here"
 
 
 def test_smallest_first_orders_by_amount_and_breaks_ties_the_guess_s_way():
