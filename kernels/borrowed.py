@@ -12,7 +12,8 @@ still show real ones:
 - ``TRACELENS``: one inference step of Hugging Face models in bfloat16 on an NVIDIA H100 and an
   AMD MI300X (BERT-small, Qwen1.5-0.5B, a ViT image classifier, TimeSformer), and one decode step
   of SGLang serving Qwen3-8B on an MI300X, from the test data of AMD's TraceLens (MIT licence),
-  sanitised, each trimmed to its profiler step by ``tools/trim_trace.py``.
+  sanitised, each trimmed to its profiler step by ``tools/trim_trace.py``; ``SGLANG_DECODE_CAPTURE``:
+  the same SGLang run capturing that decode step's graph, whose ops record the attention's heads.
 
 Every use says who recorded it, the model and its input, the GPU and torch version (read from
 the trace itself, not typed here), the licence, and that it is not this book's run:
@@ -168,6 +169,13 @@ TRACELENS["sglang_decode"] = _tracelens(
     "tracelens_inference_sglang_decode_sglang_Qwen3-8B_decode.json.gz",
     "one decode step of SGLang serving Qwen3-8B to a batch of 32 requests (its attention kernels replayed "
     "from a HIP graph)", "tests/traces/inference/sglang_decode/")
+# The same SGLang run capturing that step's HIP graph: its attention ops record the heads and head dim the
+# replay lacks (``find_attention(step, capture=SGLANG_DECODE_CAPTURE.trace())``). Not in TRACELENS, whose
+# entries are each a step with attention kernels timed; this one times none.
+SGLANG_DECODE_CAPTURE = _tracelens(
+    "tracelens_inference_sglang_decode_capture_bs_32_rank0.json.gz",
+    "SGLang capturing the HIP graph of its batch-32 decode step of Qwen3-8B: its attention ops with their "
+    "input shapes, no attention kernel timed", "tests/traces/inference/sglang_decode/")
 
 # Two ranks (0 and 1) of a 128-rank training job, from HolisticTraceAnalysis' test data: each trace
 # carries its rank and the world size in ``distributedInfo`` and no ``deviceProperties``, so the GPU

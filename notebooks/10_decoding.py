@@ -5,11 +5,10 @@
 # attention at once: as many queries as keys (Sq = Sk), the case every chapter so far has
 # profiled. **Decode** then makes one token per step: one new query (Sq = 1) against the
 # keys and values of every token so far, which the model keeps in a **[KV cache](glossary.md#kv-cache)**
-# instead of recomputing them. This chapter builds the cache, checks that decoding through it gives what
-# a full causal pass gives, counts what one decode token computes and what it moves, and
-# shows on a [roofline](glossary.md#roofline) why decode attention is limited by memory, not arithmetic, and what
-# [grouped-query attention (GQA)](glossary.md#gqa) saves. Last, which [SDPA](glossary.md#sdpa) backend takes a decode token,
-# and what a serving engine's decode [kernels](glossary.md#kernel) look like on a real GPU.
+# instead of recomputing them. This chapter builds the cache, counts what a decode token computes
+# and moves, shows on a [roofline](glossary.md#roofline) why decode attention is limited by memory,
+# and what [grouped-query attention (GQA)](glossary.md#gqa) saves. Last, which [SDPA](glossary.md#sdpa)
+# backend takes a decode token, and a serving engine's decode [kernels](glossary.md#kernel) on a real GPU.
 #
 # **You will learn to:**
 #
@@ -42,7 +41,7 @@ from kernels.attention import decoding
 from kernels.bench import plots, sweep
 from kernels.bench.results import DECODE, FORWARD
 from kernels.book import ch10_decoding as ch10
-from kernels.borrowed import TRACELENS, traces_box
+from kernels.borrowed import SGLANG_DECODE_CAPTURE, TRACELENS, traces_box
 from kernels.hw import devices
 from kernels.notebook import glue, glue_all, inputs, lesson, mib, readable, reveal, say, setup, show_lines
 from kernels.trace import breakdown
@@ -52,7 +51,7 @@ device, dtype = setup(device, dtype)
 print(run_label := devices.run_label(device))
 
 # %% tags=["remove-input"]
-traces_box({"SGLang decode": TRACELENS["sglang_decode"]})
+traces_box({"SGLang decode": TRACELENS["sglang_decode"], "SGLang capture": SGLANG_DECODE_CAPTURE})
 
 # %% [markdown]
 # ## A KV cache
@@ -304,38 +303,32 @@ glue("decode_backend", chosen)
 # ## A real decode step: split over the cache, then reduce
 #
 # A serving engine decodes many requests at once with a kernel written for one query against a
-# long cache. *SGLang decode* (the box at the top) is one decode step of SGLang serving Qwen3-8B to
-# 32 requests on an MI300X. Its attention is AITER's paged-attention pair (`paged_attention_ll4mi_*`,
-# ck_tile templates of AMD's AITER library, which SGLang's AITER backend calls), two kernels per
+# long cache. *SGLang decode* is one decode step of SGLang serving Qwen3-8B to 32 requests on an
+# MI300X. Its attention is AITER's paged-attention pair (`paged_attention_ll4mi_*`), two kernels per
 # layer: the main one splits each request's cache into partitions and computes, per partition, a
 # partial softmax-weighted sum of V with its row maximum and sum; the reduce merges the partials with
 # chapter 4's online-softmax rescaling. The step was replayed from a HIP graph (AMD's
-# [CUDA graph](glossary.md#cuda-graph)), so no CPU op launched these kernels and they carry no
-# shapes: `find_attention` finds each call by its kernels' names (`decoding.split_and_reduce` pairs them).
-#
-# Before the reveal: what share of this decode step's GPU time is attention?
+# [CUDA graph](glossary.md#cuda-graph)), so no op recorded these kernels' shapes: `find_attention`
+# finds each call by its kernels' names, reads the batch from SGLang's step annotation, and the heads
+# from the same run's graph-capture trace (*SGLang capture*), given as `capture=`. Before the reveal:
+# what share of this decode step's GPU time is attention?
 
 # %%
 guess_decode_attention_percent = 50  # edit me: % of the step's GPU time
 
 # %%
-sglang_step = TRACELENS["sglang_decode"].step()
-decode_report = find_attention(sglang_step)
-pairs = decoding.split_and_reduce(decode_report)
-display(ch10.split_table(pairs))
-
-# %% tags=["remove-input"]
-decode_share = (pairs["main µs"] + pairs["reduce µs"]).sum() / decode_report.step_gpu_us
-print(f"{len(pairs)} calls; main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
-_ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
-           "% of the decode step's GPU time in attention")
-
-# %%
 #| caption: The attention of each of the 36 layers in one decode step of SGLang decode (Qwen3-8B, batch 32, MI300X): the split-KV main kernel's GPU time, with the reduce kernel's stacked on top.
 #| alt: Stacked bars, one per layer, of nearly equal height: a tall main-kernel part and a thin reduce part on top.
+sglang_step = TRACELENS["sglang_decode"].step()
+decode_report = find_attention(sglang_step, capture=SGLANG_DECODE_CAPTURE.trace())
+pairs = decoding.split_and_reduce(decode_report)    # each call: its split over the cache, then its reduce
 plots.split_kv_bars(pairs, f"SGLang decode, {decode_report.device}: one decode step")
 
 # %% tags=["remove-input"]
+decode_share = decode_report.attention_share
+print(f"{len(pairs)} calls; main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
+_ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
+           "% of the decode step's GPU time in attention")
 QWEN3_8B = {"layers": 36, "heads": 32, "kv_heads": 8, "head_dim": 128}  # Qwen3-8B's published config.json
 lesson(len(pairs) == QWEN3_8B["layers"] and (pairs["kernels"] == 2).all() and pairs["reduce kernel"].notna().all(),
        "one attention call per layer of Qwen3-8B, each two kernels: a split over the KV cache, then a reduce",
@@ -351,49 +344,60 @@ lesson(reduce_of_call.max() < 0.15, "merging the partitions costs little: the re
 sg_kinds = breakdown.time_by_kind(decode_report)["share"]
 lesson(sg_kinds.drop("attention").idxmax() == "gemm" and sg_kinds["gemm"] > 0.5,
        "most of the rest of the step is GEMMs", f"GEMM {sg_kinds['gemm']:.1%}, attention {sg_kinds['attention']:.1%}")
-engine = ch10.engine_step(sglang_step.trace)
-lesson(engine["requests"] == engine["queries"] == 32 and engine["cached_tokens"] > 100 * engine["requests"],
-       "SGLang's step annotation: 32 requests, one new query each, against a long cache",
-       f"{engine['queries']} queries against {readable(engine['cached_tokens'])} cached tokens in all")
-mi300x = decode_report.peaks   # the datasheet row of the GPU the trace names
-assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
-call_us = float((pairs["main µs"] + pairs["reduce µs"]).median())
-traffic = ch10.call_traffic(engine, QWEN3_8B, mi300x, call_us)
-group = QWEN3_8B["heads"] // QWEN3_8B["kv_heads"]
-lesson(abs(traffic["intensity"] - group) < 0.1 and traffic["intensity"] < mi300x.ridge / 20,
-       f"each call does about {group} FLOPs a byte (GQA's group of {group}): memory-bound, far below the MI300X's ridge",
-       f"{traffic['intensity']:.1f} against {mi300x.ridge:.0f} FLOP/byte")
-lesson(traffic["floor_us"] < call_us and traffic["bandwidth"] < mi300x.bandwidth,
-       "a call takes longer than reading its bytes at the datasheet's bandwidth would",
-       f"{call_us:.0f} µs against {traffic['floor_us']:.0f} µs; {traffic['bandwidth'] / 1e12:.2f} TB/s reached")
-sglang_numbers = {"sg_share": 100 * decode_share, "sg_gemm": 100 * sg_kinds["gemm"], "sg_main_us": pairs["main µs"].median(),
-            "sg_reduce_call_pct": 100 * reduce_of_call.median(), "sg_reduce_main_pct": 100 * reduce_of_main.median(),
-            "sg_mib": traffic["bytes"] / 2**20, "sg_gflop": traffic["flops"] / 1e9, "sg_call_us": call_us,
-            "sg_intensity": traffic["intensity"], "sg_ridge": mi300x.ridge, "sg_floor_us": traffic["floor_us"],
-            "sg_tbs": traffic["bandwidth"] / 1e12, "sg_peak_tbs": mi300x.bandwidth / 1e12,
-            "sg_bw_pct": 100 * traffic["bandwidth"] / mi300x.bandwidth}
-glue_all(**{key: float(value) for key, value in sglang_numbers.items()},
-         sg_tokens=readable(engine["cached_tokens"]), sg_per_request=readable(round(engine["cached_tokens"] / engine["requests"])))
+glue_all(sg_share=100 * decode_share, sg_gemm=100 * sg_kinds["gemm"], sg_main_us=pairs["main µs"].median(),
+         sg_reduce_call_pct=100 * reduce_of_call.median(), sg_reduce_main_pct=100 * reduce_of_main.median())
 
 # %% [markdown]
 # Attention was {glue:text}`sg_share:.1f`% of the decode step's GPU time; most of the rest is the
-# layers' [GEMMs](glossary.md#gemm), {glue:text}`sg_gemm:.0f`% of the step, then the norms, rotary
-# embeddings, activations and cache writes. Each layer's main kernel took
+# layers' [GEMMs](glossary.md#gemm), {glue:text}`sg_gemm:.0f`% of the step. Each layer's main kernel took
 # {glue:text}`sg_main_us:.0f` µs (median), and the reduce was {glue:text}`sg_reduce_call_pct:.1f`%
-# of the call, main and reduce together ({glue:text}`sg_reduce_main_pct:.1f`% of the main kernel alone).
-#
-# The kernels carry no shapes, but SGLang names its batch in a step annotation of its own,
-# `execute_32_context_0(...)_generation_32(sq32sk32785...)`: 32 decoding requests, 32 queries
-# against {glue:text}`sg_tokens` cached tokens in all, about {glue:text}`sg_per_request`
-# a request. With Qwen3-8B's 32 query heads, 8 K/V heads of 128 (its published configuration)
-# in bfloat16, one layer's call reads {glue:text}`sg_mib:.1f` MiB of keys, values and queries and
-# does {glue:text}`sg_gflop:.3f` GFLOP: {glue:text}`sg_intensity:.1f` FLOPs a byte (GQA's group
-# of 4 lifts it from 1), against the MI300X's ridge of {glue:text}`sg_ridge:.0f`. Read at the
-# datasheet's {glue:text}`sg_peak_tbs:.1f` TB/s those bytes would take
-# {glue:text}`sg_floor_us:.0f` µs; the call took {glue:text}`sg_call_us:.0f` µs, reading at
-# {glue:text}`sg_tbs:.2f` TB/s, {glue:text}`sg_bw_pct:.0f`% of the datasheet figure. That is this
-# chapter's lesson at serving scale: a decode kernel's time is set by the cache it reads, so its
-# length, its dtype and how many K/V heads share it set the cost.
+# of the call, main and reduce together ({glue:text}`sg_reduce_main_pct:.1f`% of the main kernel
+# alone). With the shapes, `roof_table` puts each call on the roof (the kernel's long name left out):
+
+# %%
+decode_report.roof_table().drop(columns="kernel").head(3)
+
+# %% tags=["remove-input"]
+from statistics import median
+
+engine = decode_report.engine_steps[0]              # the step annotation the report read
+lesson(len(decode_report.engine_steps) == 1 and engine.context_requests == 0
+       and engine.generation_requests == engine.g_sq == 32 and engine.g_sk > 100 * engine.generation_requests,
+       "SGLang's step annotation: 32 requests, one new query each, against a long cache",
+       f"{engine.g_sq} queries against {readable(engine.g_sk)} cached tokens in all")
+calls = decode_report.calls
+lesson(all((c.heads, c.kv_heads, c.d) == (QWEN3_8B["heads"], QWEN3_8B["kv_heads"], QWEN3_8B["head_dim"])
+           and SGLANG_DECODE_CAPTURE.file in c.heads_source for c in calls),
+       "the capture trace's attention op gives every call Qwen3-8B's heads: 32 query heads, 8 K/V heads of 128",
+       calls[0].heads_source)
+mi300x, roofs = decode_report.peaks, [c.roof() for c in calls]   # the datasheet row of the GPU the trace names
+assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
+group, intensity = QWEN3_8B["heads"] // QWEN3_8B["kv_heads"], roofs[0].intensity
+lesson(all(r.bound == "memory" and abs(r.intensity - group) < 0.1 and r.intensity < mi300x.ridge / 20 for r in roofs),
+       f"each call does about {group} FLOPs a byte (GQA's group of {group}): memory-bound, far below the MI300X's ridge",
+       f"{intensity:.1f} against {mi300x.ridge:.0f} FLOP/byte")
+call_us, share = median(c.gpu_us for c in calls), median(r.share for r in roofs)
+floor_us = calls[0].bytes / mi300x.bandwidth * 1e6
+lesson(all(c.gpu_us > floor_us for c in calls) and max(r.share for r in roofs) < 1,
+       "a call takes longer than reading its bytes at the datasheet's bandwidth would",
+       f"{call_us:.0f} µs against {floor_us:.0f} µs; {share * mi300x.bandwidth / 1e12:.2f} TB/s reached (median)")
+glue_all(sg_mib=calls[0].bytes / 2**20, sg_gflop=calls[0].flops / 1e9, sg_call_us=float(call_us), sg_intensity=intensity,
+         sg_ridge=mi300x.ridge, sg_floor_us=floor_us, sg_tbs=float(share * mi300x.bandwidth / 1e12),
+         sg_peak_tbs=mi300x.bandwidth / 1e12, sg_bw_pct=float(100 * share), sg_tokens=readable(engine.g_sk),
+         sg_per_request=readable(round(engine.g_sk / engine.generation_requests)))
+
+# %% [markdown]
+# SGLang's annotation, `execute_32_context_0(...)_generation_32(sq32sk32785...)`, says 32
+# decoding requests, 32 queries against {glue:text}`sg_tokens` cached tokens in all, about
+# {glue:text}`sg_per_request` a request; the capture trace, 32 query heads and 8 K/V heads of 128
+# (Qwen3-8B's published configuration). So one layer's call moves {glue:text}`sg_mib:.1f` MiB,
+# almost all of it KV cache, for {glue:text}`sg_gflop:.3f` GFLOP: {glue:text}`sg_intensity:.1f`
+# FLOPs a byte (GQA's group of 4 lifts it from 1), against the MI300X's ridge of
+# {glue:text}`sg_ridge:.0f`. At the datasheet's {glue:text}`sg_peak_tbs:.1f` TB/s those bytes take
+# {glue:text}`sg_floor_us:.0f` µs; the median call took {glue:text}`sg_call_us:.0f` µs,
+# {glue:text}`sg_tbs:.2f` TB/s, {glue:text}`sg_bw_pct:.0f`% of the memory roof. On a trace of your
+# own: `python -m kernels.trace.attention TRACE --capture CAPTURE_TRACE` (chapter 12). A decode
+# kernel's time is set by the cache it reads: its length, its dtype and how many K/V heads share it.
 
 # %% tags=["remove-input"]
 replay = ch10.graph_replay(sglang_step)
@@ -408,10 +412,9 @@ lesson(replay["median_gap_us"] < 0.01 and replay["busy_us"] > 0.95 * replay["spa
 glue("sg_replay_kernels", replay["kernels"]); glue("sg_replay_busy_pct", 100 * replay["busy_us"] / replay["span_us"])
 
 # %% [markdown]
-# The graph matters to the reading as much as the kernels: one `hipGraphLaunch` queued
-# {glue:text}`sg_replay_kernels` of the step's kernels, and they ran back to back, the GPU busy for
-# {glue:text}`sg_replay_busy_pct:.0f`% of the replay's span. So this step does not wait on
-# launches; its attention waits on memory.
+# One `hipGraphLaunch` queued {glue:text}`sg_replay_kernels` of the step's kernels, and they ran
+# back to back, the GPU busy for {glue:text}`sg_replay_busy_pct:.0f`% of the replay's span: this step
+# does not wait on launches; its attention waits on memory.
 #
 # ## What to remember
 #

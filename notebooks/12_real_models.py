@@ -1,20 +1,18 @@
 # %% [markdown]
 # # 12. Attention in a real model's trace
 #
-# Every chapter so far profiled attention on its own, on shapes the course chose. In a real
-# model attention is one layer among many, written by someone else, run on whichever GPU the
-# job landed on. This chapter reads the traces of real Hugging Face models that other people
-# recorded on real GPUs: the same language model on an NVIDIA H100 and on an AMD MI300X, a
-# video model whose attention is written by hand beside an image model that calls [SDPA](glossary.md#sdpa), and
-# the share of each step that attention takes, with where the rest goes. Last, the command
-# that does all of this for a trace of your own.
+# In a real model attention is one layer among many, written by someone else, run on whichever
+# GPU the job landed on. This chapter reads real Hugging Face models' traces that others recorded:
+# one language model on an NVIDIA H100 and an AMD MI300X, a video model whose attention is written by
+# hand beside an image model that calls [SDPA](glossary.md#sdpa), and the share of each step that
+# attention takes. Last, the command that does all of this for a trace of your own.
 #
 # **You will learn to:**
 #
 # - find every attention call in a model's step, fused or hand-written, with
 #   `kernels.trace.attention.find_attention`;
-# - compare one model's attention on two vendors: the [kernel](glossary.md#kernel) each runs, its time per call,
-#   its [TFLOP/s](glossary.md#flops) against the datasheet peak, and what each vendor's trace records of it;
+# - set one model's attention on two vendors side by side (the [kernel](glossary.md#kernel), its time,
+#   its [TFLOP/s](glossary.md#flops), what each trace records) and place each call on its roofline;
 # - tell hand-written attention (a [GEMM](glossary.md#gemm), a scale, a softmax, a GEMM) from a fused kernel in a
 #   trace, and see what writing it by hand costs a whole model;
 # - split a step's GPU time into attention and the rest, by kind of kernel;
@@ -40,6 +38,7 @@ from kernels.borrowed import TRACELENS, root, traces_box
 from kernels.notebook import glue_all, lesson, readable, reveal, setup
 from kernels.trace import attention, breakdown, record
 from kernels.trace.attention import find_attention, short_kernel_name
+from kernels.trace.side_by_side import side_by_side
 
 device, dtype = setup(device, dtype)
 reports = {ch12.SHORT[key]: find_attention(TRACELENS[key].step()) for key in ch12.SHORT}   # by short name
@@ -48,75 +47,98 @@ reports = {ch12.SHORT[key]: find_attention(TRACELENS[key].step()) for key in ch1
 traces_box({short: TRACELENS[key] for key, short in ch12.SHORT.items()})
 
 # %% [markdown]
-# The traces come from the test data of AMD's TraceLens project (the box above credits each):
 # Hugging Face models in bfloat16, one [profiler step](glossary.md#profiler-step) each, recorded
-# with shapes and kernel footprints, on an H100 with torch 2.6 and on an MI300X with torch 2.7 for
-# ROCm. Tables and figures name each trace by its short name, *H100 Qwen* and so on.
-# `find_attention(step)` reads one step and returns an `AttentionReport`: one `AttentionCall` per
-# attention forward, found by its op (SDPA and its backends, down to the kernel that ran), by
-# kernel name when no op launched it, or as a hand-written `matmul -> softmax -> matmul` chain
-# matched by shapes.
+# with shapes, named by their short names from the box above. `find_attention(step)` returns an
+# `AttentionReport`: one `AttentionCall` per attention forward, found by its op (SDPA and its
+# backends, down to the kernel that ran), by kernel name when no op launched it, or as a
+# hand-written `matmul -> softmax -> matmul` chain matched by shapes.
 #
 # ## One model, two vendors
 #
-# Qwen1.5-0.5B is a small decoder-only language model: 24 layers, 16 heads of 64 dimensions.
-# Both traces ran the same forward over the same input, 16 sequences of 559 tokens (as the
-# recorded shapes say), with causal attention through SDPA. On the H100, SDPA picks its
-# FlashAttention-2 backend; on the MI300X, PyTorch for ROCm routes the same call to a kernel
-# of AMD's. Before looking: which GPU's attention kernel takes less time per call?
+# Qwen1.5-0.5B (24 layers, 16 heads of 64) ran the same forward on both GPUs, 16 sequences of 559
+# tokens, causal attention through SDPA: FlashAttention-2 on the H100, a kernel of AMD's on the
+# MI300X. Before looking: which GPU's attention kernel takes less time per call?
 
 # %%
 guess_faster = "MI300X"  # edit me: "H100" or "MI300X"
 
 # %%
 h100, mi300x = reports["H100 Qwen"], reports["MI300X Qwen"]
-side_by_side = pd.DataFrame({"H100 Qwen": h100.summary(), "MI300X Qwen": mi300x.summary()})
-display(side_by_side)
+display(side_by_side(h100, mi300x).table())        # calls matched by shape, B's time over A's last
+summaries = pd.DataFrame({"H100 Qwen": h100.summary(), "MI300X Qwen": mi300x.summary()})
+display(summaries.tail(7))                         # the share of peak, of the step, and the kernel's footprint
 
 # %% tags=["remove-input"]
-per_call = side_by_side.loc["GPU µs per call (median)"].astype(float)
-faster, slower = per_call.sort_values().index
-print(f"You guessed the {guess_faster}; per call, the faster kernel ran on the {faster.split()[0]}.")
+matched = side_by_side(h100, mi300x)
+ratio = matched.matched[0].as_dict()["time_ratio_b_over_a"] if len(matched.matched) == 1 else None
+assert ratio is not None, "the two Qwen steps share one shape of call"
+faster, slower = ("H100", "MI300X") if ratio > 1 else ("MI300X", "H100")
+print(f"You guessed the {guess_faster}; per call, the faster kernel ran on the {faster}.")
 shapes = [{(c.batch_heads, c.sq, c.sk, c.d, c.causal) for c in r.calls} for r in (h100, mi300x)]
-lesson(len(h100.calls) == len(mi300x.calls) and shapes[0] == shapes[1] and len(shapes[0]) == 1,
+lesson(len(h100.calls) == len(mi300x.calls) and shapes[0] == shapes[1] and len(shapes[0]) == 1 and len(matched.groups) == 1,
        "both vendors run the same attention calls: one per layer, all of one shape", f"{len(h100.calls)} of {shapes[0]}")
-kernel_names = side_by_side.loc["main kernel"]   # each side's distinct main kernels, joined by ", "
+mean_us = {name: sum(c.gpu_us for c in r.calls) / len(r.calls) for name, r in (("H100", h100), ("MI300X", mi300x))}
+lesson(abs(ratio - mean_us["MI300X"] / mean_us["H100"]) < 1e-9,
+       f"side by side, the {slower} call took {ratio:.2f} times as long as the {faster}'s: the ratio of their mean GPU times",
+       f"{mean_us['MI300X']:.1f} µs against {mean_us['H100']:.1f} µs")
+kernel_names = summaries.loc["main kernel"]   # each side's distinct main kernels, joined by ", "
 lesson(kernel_names.nunique() == 2 and not kernel_names.str.contains(", ").any(),
        "each vendor runs one attention kernel of its own, a different one", ", ".join(kernel_names))
-recorded = side_by_side.loc[["grid", "block", "registers per thread", "shared memory (KiB)", "occupancy (%)"]] != "not recorded"
+recorded = summaries.loc[["grid", "block", "registers per thread", "shared memory (KiB)", "occupancy (%)"]] != "not recorded"
 lesson(recorded["H100 Qwen"].all() and recorded["MI300X Qwen"].tolist() == [True, True, False, False, False],
        "the CUDA trace records the kernel's registers, shared memory and occupancy; the ROCm trace its grid and block only")
-peak_pct = side_by_side.loc["% of dense 16-bit peak (median)"].astype(float)
+peak_pct = summaries.loc["% of dense 16-bit peak (median)"].astype(float)
 lesson(bool((peak_pct < 20).all()), "at 559 tokens neither kernel reaches a fifth of its GPU's datasheet peak",
        ", ".join(f"{p:.1f}%" for p in peak_pct))
-glue_all(qwen_calls=len(h100.calls), faster_gpu=faster.split()[0], slower_gpu=slower.split()[0],
-         per_call_ratio=per_call[slower] / per_call[faster], mi300x_kernels_per_call=mi300x.summary()["kernels per call"])
+glue_all(qwen_calls=len(h100.calls), faster_gpu=faster, slower_gpu=slower, sbs_ratio=ratio,
+         mi300x_kernels_per_call=mi300x.summary()["kernels per call"])
 
 # %% [markdown]
-# Per call (the median of {glue:text}`qwen_calls`, in the table's `GPU µs per call` row), the
-# kernel on the {glue:text}`slower_gpu` took {glue:text}`per_call_ratio:.2f` times as long as
-# the one on the {glue:text}`faster_gpu`. Three things to take from the table:
+# Matched by shape, the {glue:text}`qwen_calls` calls of each step are alike, and the kernel on the
+# {glue:text}`slower_gpu` took {glue:text}`sbs_ratio:.2f` times as long as the one on the
+# {glue:text}`faster_gpu` (means, the last column). Three things to take from the tables:
 #
 # - **The names differ, the job does not.** The H100 runs `pytorch_flash::flash_fwd_kernel`,
 #   the FlashAttention-2 kernel that PyTorch ships (chapter 3b); the MI300X runs `attn_fwd`,
 #   AOTriton's kernel (Triton, compiled ahead of time), which PyTorch for ROCm runs behind the
-#   same SDPA call. A search of a trace for "flash" finds no kernel on the MI300X: look for
-#   the op, then for the kernel it launched.
-#   Each MI300X call launched {glue:text}`mi300x_kernels_per_call` kernels: `attn_fwd` and a
-#   small fill beforehand (an `aten::zeros` inside `aten::_flash_attention_forward`).
+#   same SDPA call: search for the op, then for the kernel it launched, not for "flash". Each
+#   MI300X call launched {glue:text}`mi300x_kernels_per_call` kernels: `attn_fwd` and a small fill
+#   (an `aten::zeros` inside `aten::_flash_attention_forward`).
 # - **Far below peak, on both**: the `% of dense 16-bit peak` row, against the datasheet
 #   figures of `kernels.hw.devices` (the TFLOP/s count $2 \cdot B \cdot H \cdot S_q \cdot S_k \cdot (D + D_v)$,
-#   halved for causal). At 559 tokens a block of 128 queries walks at most 559 keys with a head
-#   dimension of 64: little arithmetic against the fixed cost of loading its queries and writing
-#   its output. Fused kernels climb towards their peak with the sequence length (chapter 6).
+#   halved for causal).
 # - **Each vendor's trace records a different footprint.** The CUDA trace carries the
 #   kernel's [registers](glossary.md#registers) per thread, [shared memory](glossary.md#shared-memory) and [Kineto's](glossary.md#kineto) [occupancy](glossary.md#occupancy) estimate; the ROCm
-#   trace carries the grid and the block, no more. Whatever you conclude about occupancy on
-#   an AMD GPU has to come from elsewhere (the compiler's report, `rocprof`), not from this
-#   file.
+#   trace carries the grid and the block, no more: occupancy on an AMD GPU has to come from
+#   elsewhere (the compiler's report, `rocprof`).
 #
-# One step each, one input size, different torch versions: not a benchmark of the two GPUs, but
-# the same reading on either vendor.
+# Is either call held back by memory or by arithmetic? `roof_table` puts each call under its GPU's
+# [roofline](glossary.md#roofline): FLOPs over the bytes of Q, K, V and O moved once, against the
+# ridge where the two roofs meet.
+
+# %%
+pd.concat({name: reports[name].roof_table().head(1) for name in ("H100 Qwen", "MI300X Qwen")})
+
+# %% tags=["remove-input"]
+roofs = {name: [c.roof() for c in reports[name].calls] for name in ("H100 Qwen", "MI300X Qwen")}
+ridges = {name: reports[name].peaks.ridge for name in roofs}
+qwen_intensity = roofs["H100 Qwen"][0].intensity
+lesson(all(r.bound == "memory" and r.intensity == qwen_intensity < ridges[name] for name in roofs for r in roofs[name]),
+       "every Qwen call is memory-bound by the byte count, on both GPUs: the same FLOPs per byte, under either ridge",
+       f"{qwen_intensity:.1f} FLOP/byte against {ridges['H100 Qwen']:.0f} (H100) and {ridges['MI300X Qwen']:.0f} (MI300X)")
+roof_pct = {name: 100 * max(r.share for r in found) for name, found in roofs.items()}
+lesson(all(pct < 25 for pct in roof_pct.values()), "yet no call reaches a quarter of its memory roof",
+       ", ".join(f"{name}: at most {pct:.1f}%" for name, pct in roof_pct.items()))
+glue_all(qwen_intensity=qwen_intensity, h100_ridge=ridges["H100 Qwen"], mi300x_ridge=ridges["MI300X Qwen"],
+         h100_roof_pct=roof_pct["H100 Qwen"], mi300x_roof_pct=roof_pct["MI300X Qwen"])
+
+# %% [markdown]
+# Memory-bound by this count, both: {glue:text}`qwen_intensity:.1f` FLOPs a byte, under the H100's
+# ridge of {glue:text}`h100_ridge:.0f` and the MI300X's {glue:text}`mi300x_ridge:.0f`. Yet no call
+# reached more than {glue:text}`h100_roof_pct:.0f`% (H100) or {glue:text}`mi300x_roof_pct:.0f`%
+# (MI300X) of that roof: at 559 tokens a block of 128 queries walks at most 559 keys, little work
+# against the fixed cost of loading its queries and writing its output. One step each, different
+# torch versions: not a benchmark of the two GPUs, but the same reading on either vendor.
 #
 # ## Attention's share of the step, and where the rest goes
 #
@@ -162,15 +184,13 @@ glue_all(qwen_h100_share=100 * share["H100 Qwen"], qwen_mi300x_share=100 * share
 #   the MI300X's, more than attention on both, and the largest kind on the MI300X.
 # - **Elementwise and copies**, up to {glue:text}`qwen_elementwise_copy:.0f`% of the step
 #   together: on the H100, elementwise kernels alone take {glue:text}`qwen_h100_elementwise:.1f`%,
-#   more than the GEMMs, and copies {glue:text}`qwen_h100_copy:.1f`%. They are `aten::mul`,
-#   `aten::add`, `aten::pow`, `aten::neg`, `aten::silu`, `aten::cat`, `aten::copy_`: RMSNorm, the
-#   rotary embedding and the MLP's SiLU gate as eager Hugging Face code writes them, op by op, each
-#   a pass over the activations, with casts to float32 and back around the norms (`copy_` under
-#   `aten::_to_copy`) and `.contiguous()` copies (`copy_` under `aten::clone`). Fusing such chains
-#   is what chapter 7's `torch.compile` does; attention is not where this step's time would be won back.
+#   more than the GEMMs, and copies {glue:text}`qwen_h100_copy:.1f`%: `aten::mul`, `aten::add`,
+#   `aten::pow`, `aten::silu`, `aten::cat`, `aten::copy_`, the RMSNorm, rotary embedding and SiLU
+#   gate of eager Hugging Face code, op by op, each a pass over the activations, with casts to
+#   float32 around the norms and `.contiguous()` copies. Fusing such chains is chapter 7's
+#   `torch.compile`; attention is not where this step's time would be won back.
 #
-# The second table names the ops behind the rest, on the H100: the innermost op that
-# launched each kernel, its kind, and its share of the step.
+# The second table names the ops behind the rest on the H100: the innermost op that launched each kernel.
 #
 # ## Hand-written attention beside a fused call
 #
@@ -207,18 +227,14 @@ glue_all(ts_frames=video["frames"], ts_trained=video["trained_frames"], ts_space
          ts_short=min(c.sq for c in timesformer.calls))
 
 # %% [markdown]
-# Two kinds of calls, as many of each: the short ones of {glue:text}`ts_short` tokens (time) cost
-# little; the long ones of {glue:text}`ts_tokens` tokens (space) are almost all of it. That length
-# comes from the input, not the model: the recorded video has {glue:text}`ts_frames` frames for a
-# checkpoint trained on {glue:text}`ts_trained` (its time embedding is interpolated, and the
-# shapes that follow are regrouped), so each "space" sequence holds one CLS token and the
-# {glue:text}`ts_patches` patches of {glue:text}`ts_space_frames` frames, 1 + 16 x 196. Fed the 8
-# frames it was trained on, its space attention would run over one frame's patches and the CLS
-# token, {glue:text}`ts_own_tokens` tokens a sequence. The second table is the
-# longest call's kernels in order: a copy of `q` and one of `k` transposed (`aten::matmul`
-# reshapes 4-D inputs for a batched GEMM, and a view that is not contiguous gets copied), the
-# GEMM for the scores, the scale (`aten::mul`) as a kernel of its own, the softmax, a copy of
-# `v`, and the GEMM with `v`.
+# The short calls of {glue:text}`ts_short` tokens (time) cost little; the long ones of
+# {glue:text}`ts_tokens` tokens (space) are almost all of it. That length comes from the input: the
+# recorded video has {glue:text}`ts_frames` frames for a checkpoint trained on
+# {glue:text}`ts_trained` (its time embedding is interpolated), so each "space" sequence holds one
+# CLS token and the {glue:text}`ts_patches` patches of {glue:text}`ts_space_frames` frames; on 8
+# frames it would hold {glue:text}`ts_own_tokens` tokens. The second table is the longest call's
+# kernels in order: copies of `q` and of `k` transposed (`aten::matmul` copies a view that is not
+# contiguous), the scores' GEMM, the scale (`aten::mul`), the softmax, a copy of `v`, the GEMM with `v`.
 
 # %%
 rows = ["attention calls", "kernels per call", "main kernel", "attention's share of the step (%)"]
@@ -247,15 +263,13 @@ glue_all(ts_share=100 * share["H100 TimeSformer"], vit_share=100 * share["H100 V
 
 # %% [markdown]
 # Attention is {glue:text}`ts_share:.0f`% of TimeSformer's step on that 128-frame input and
-# {glue:text}`vit_share:.0f`% of ViT's. The long calls are where the hand-written version pays: each one's scores,
-# B·H x 3,137 x 3,137 in bfloat16 (the 16-frame sequences above), are
+# {glue:text}`vit_share:.0f`% of ViT's. A long call's scores, B·H x 3,137 x 3,137 in bfloat16, are
 # {glue:text}`ts_scores_gib:.2f` GiB, written by the first GEMM, read and written again by the
-# scale and by the softmax, read by the second GEMM. The softmax kernel alone took
+# scale and by the softmax, read by the second GEMM. The softmax alone took
 # {glue:text}`ts_softmax_ms:.1f` ms of the call's {glue:text}`ts_call_ms:.1f` ms, several times
 # ViT's whole step ({glue:text}`vit_step_ms:.1f` ms). This is chapter 1's trace at a real model's
-# scale: a fused kernel (chapters 3b, 4 and 5) never writes the scores to memory at all. The
-# sequences are not causal here, so the fused call would do every score, the same FLOPs, without
-# the {glue:text}`ts_passes` passes over gigabytes (three writes, three reads).
+# scale: a fused kernel (chapters 3b, 4 and 5) would do the same FLOPs (these sequences are not
+# causal) without the {glue:text}`ts_passes` passes over gigabytes of scores.
 #
 # The same reading on every step these traces hold, both GPUs:
 
@@ -282,24 +296,22 @@ glue_all(fused_min=100 * share_table.loc[fused, "attention"].min(), fused_max=10
 
 # %% [markdown]
 # Where attention is fused it is {glue:text}`fused_min:.1f`% to {glue:text}`fused_max:.1f`% of the
-# step at these sizes, and the GEMMs of the projections and MLPs take more. Chapter 8 computed the
-# same split for one block from FLOPs: attention's share grows with the sequence, and these are
-# short ones (Qwen's 559 tokens, BERT's 141). Between the vendors, compare shares with care: each
-# bar is a share of its own GPU's step, so a kernel that is slower on one GPU raises its share
-# there even if nothing else changed.
+# step at these sizes, and the GEMMs take more; attention's share grows with the sequence (chapter
+# 8), and these are short ones. Compare shares between vendors with care: each bar is a share of
+# its own GPU's step, so a kernel slower on one GPU raises its share there.
 #
 # ## On a trace of your own
 #
-# Everything above is one function and one command. From a shell, on any Kineto trace (a
-# `.json` or `.json.gz` that `torch.profiler` exported), from either vendor:
+# Everything above is one function and one command, on any Kineto trace of either vendor:
 #
 # ```
 # python -m kernels.trace.attention TRACE [--step N] [--json]
+# python -m kernels.trace.attention TRACE --capture CAPTURE_TRACE   # a serving engine's graph replay (ch. 10)
+# python -m kernels.trace.attention A B                             # two traces side by side
 # ```
 #
-# `--step N` reads `ProfilerStep#N` (by default the first profiler step; a trace without
-# steps is read whole), `--json` prints one JSON object instead of the table. Here it is on
-# H100 BERT, a step not read so far:
+# `--step N` reads `ProfilerStep#N` (by default the first; a trace without steps is read whole),
+# `--json` prints one JSON object. Here it is on H100 BERT, a step not read so far:
 
 # %%
 exit_code = attention.main([str(root() / TRACELENS["h100_bert"].file)])
@@ -314,10 +326,17 @@ lesson(exit_code == 0 and len(bert.calls) > 0 and all(c.how == "fused" and c.cau
 # BERT is an encoder: its SDPA calls are not causal, so each counts its full FLOPs, and at
 # 141 tokens they are tiny. Attention is {glue:text}`bert_share:.0f`% of that step.
 #
-# To record a trace of your own model, profile a few steps with a schedule, and record the
-# shapes: `find_attention` reads the sizes of each call from the recorded input shapes (and
-# whether it is causal from its recorded arguments, which come with them); without them it
-# still finds the calls but cannot count their FLOPs. On a GPU:
+# To try it further, the repository's `tests/data/real_traces/tracelens/` holds more of TraceLens's
+# MI300X traces (its README names each): a vLLM step of prefill and decode requests with its capture
+# trace, a Stable Diffusion 3.5 step served by xDiT, a `torch.compile`'d program:
+#
+# ```
+# python -m kernels.trace.attention tests/data/real_traces/tracelens/tracelens_inference_vllm_prefilldecode_piecewise_graph_execution.json.gz \
+#     --capture tests/data/real_traces/tracelens/tracelens_inference_vllm_prefilldecode_piecewise_capture_rank_0.json.gz
+# ```
+#
+# To record your own model, profile a few steps with a schedule and record the shapes, which give
+# each call its sizes and causality (without them its FLOPs cannot be counted). On a GPU:
 #
 # ```python
 # from torch.profiler import ProfilerActivity, profile, schedule
@@ -332,9 +351,8 @@ lesson(exit_code == 0 and len(bert.calls) > 0 and all(c.how == "fused" and c.cau
 # prof.export_chrome_trace("my_model.json")
 # ```
 #
-# then `python -m kernels.trace.attention my_model.json`. The step it recorded is the third,
-# `ProfilerStep#2`, the first in the file. Here is what `record_shapes` changes, on this
-# course's transformer block (chapter 8), profiled on this page's device with and without it:
+# then `python -m kernels.trace.attention my_model.json` reads `ProfilerStep#2`, the one recorded.
+# What `record_shapes` changes, on chapter 8's transformer block profiled on this page's device:
 
 # %%
 block = Block(heads * head_dim, heads, attention="sdpa_flash").to(device, dtype).eval()
@@ -353,9 +371,8 @@ lesson(len(own[False].calls) == len(own[True].calls) and without.flops is withou
        "without record_shapes the call is still found, but its sizes, causality and FLOPs are unknown")
 
 # %% [markdown]
-# On this book's CPU build the block has no GPU work (the command, which reads GPU kernels, would
-# refuse its trace); `find_attention` reads the CPU ops all the same, and on a GPU the table fills
-# its GPU time.
+# On a CPU the block has no GPU work (the command would refuse its trace); `find_attention` reads
+# its ops all the same, and on a GPU the table fills its GPU time.
 #
 # ## What to remember
 #
@@ -365,11 +382,11 @@ lesson(len(own[False].calls) == len(own[True].calls) and without.flops is withou
 # - One model on two vendors runs the same calls under different kernel names
 #   (`flash_fwd_kernel`, `attn_fwd`); the CUDA trace records the kernel's registers, shared
 #   memory and occupancy, the ROCm trace only its grid and block.
+# - `roof_table` puts each call under its GPU's roofline; `side_by_side(a, b)` (or the command with
+#   two traces) matches two steps' calls by shape.
 # - Fused attention was {glue:text}`fused_min:.1f`% to {glue:text}`fused_max:.1f`% of these
-#   models' steps; hand-written attention was most of TimeSformer's (over a 128-frame input), its
-#   softmax over gigabytes of scores the longest kernel.
-# - Before optimising attention in a model, read its share: in a short prefill the GEMMs and
-#   the eager elementwise ops take more.
+#   models' steps, less than the GEMMs; hand-written attention was most of TimeSformer's, its
+#   softmax over gigabytes of scores the longest kernel. Read the share before optimising attention.
 # - Record with `record_shapes=True`, or the calls have no sizes and no FLOPs.
 
 # %% [markdown]

@@ -1,20 +1,18 @@
 """Chapter 10's own reading (kernels.book.ch10_decoding): where SDPA sent its decode tokens, and
-the SGLang decode step borrowed from TraceLens, read from the raw trace."""
-import gzip
-import json
+the SGLang decode step borrowed from TraceLens: its graph replay, and the library's reading of it
+with the capture trace that ships beside it."""
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from kernels.attention import decoding, sdpa
 from kernels.book import ch10_decoding as ch10
-from kernels.borrowed import TRACELENS, root
+from kernels.borrowed import SGLANG_DECODE_CAPTURE, TRACELENS, root
 from kernels.hw import devices
 from kernels.notebook import LessonFailed
 from kernels.trace.attention import find_attention
-
-QWEN3_8B = {"layers": 36, "heads": 32, "kv_heads": 8, "head_dim": 128}
 
 
 @pytest.fixture(scope="module")
@@ -37,38 +35,32 @@ def test_decode_backend_here_on_hopper_is_what_the_rules_predict(monkeypatch):
         ch10.decode_backend_here("sdpa_math", "sdpa_math", "cuda", torch.bfloat16, 64)
 
 
-def test_engine_step_is_the_annotation_in_the_raw_trace(sglang):
-    step, _ = sglang
-    raw = json.load(gzip.open(root() / TRACELENS["sglang_decode"].file))
-    names = [e["name"] for e in raw["traceEvents"] if e.get("cat") == "user_annotation"]
-    assert any("_generation_32(sq32sk32785" in n for n in names), names
-    assert ch10.engine_step(step.trace) == {"requests": 32, "queries": 32, "cached_tokens": 32785}
-    with pytest.raises(ValueError, match="engine step annotation"):
-        ch10.engine_step(TRACELENS["h100_qwen"].trace())
+def test_the_library_reads_the_decode_step_with_its_capture_trace():
+    """Chapter 10's numbers are the library's, given the capture trace that ships with the book."""
+    step = TRACELENS["sglang_decode"].step()
+    report = find_attention(step, capture=SGLANG_DECODE_CAPTURE.trace())
+    engine = report.engine_steps[0]
+    assert (engine.generation_requests, engine.g_sq, engine.g_sk, engine.context_requests) == (32, 32, 32785, 0)
+    call = report.calls[0]
+    assert (call.heads, call.kv_heads, call.d, call.dv) == (32, 8, 128, 128)
+    assert SGLANG_DECODE_CAPTURE.file in call.heads_source
+    assert call.bytes == 2 * (32 * 32 + 32785 * 8) * 128 * 2        # q and o, then the KV cache, bf16
+    assert round(call.bytes / 2**20, 1) == 128.6                     # TraceLens's report: 128.6 MiB
+    assert round(call.flops / 1e9, 3) == 0.537                       # and 0.537 GFLOP
+    assert call.flops == pytest.approx(decoding.call_flops(1, 32, 1, 32785, 128, causal=False))
+    assert call.roof().intensity == pytest.approx(4, rel=0.01) and call.bound == "memory"
+    # without the capture trace nothing gives the heads: no bytes, no roof, and the reason says so
+    bare = find_attention(step).calls[0]
+    assert bare.bytes is None and bare.roof() is None and "--capture" in bare.why()["bytes"]
 
 
-def test_call_traffic_is_the_cache_read_once(sglang):
-    step, report = sglang
-    traffic = ch10.call_traffic({"requests": 32, "queries": 32, "cached_tokens": 32785}, QWEN3_8B, report.peaks, 58.9)
-    assert traffic["cache_bytes"] == 2 * 32785 * 8 * 128 * 2
-    assert traffic["bytes"] == traffic["cache_bytes"] + 2 * 32 * 32 * 128 * 2
-    assert round(traffic["bytes"] / 2**20, 1) == 128.6                     # TraceLens's report: 128.6 MiB
-    assert round(traffic["flops"] / 1e9, 3) == 0.537                       # and 0.537 GFLOP
-    assert traffic["intensity"] == pytest.approx(4, rel=0.01)              # GQA's group of 4
-    assert traffic["bandwidth"] == pytest.approx(2.29e12, rel=0.01)
-    assert traffic["floor_us"] == pytest.approx(traffic["bytes"] / 5.3e12 * 1e6)
-    # the library's count for one query seeing every one of those keys (nothing hidden)
-    assert traffic["flops"] == pytest.approx(decoding.call_flops(1, 32, 1, 32785, 128, causal=False))
-
-
-def test_split_table_gives_the_reduce_share_both_ways(sglang):
-    _, report = sglang
-    pairs = decoding.split_and_reduce(report)
-    table = ch10.split_table(pairs)
-    assert list(table.columns) == ["min", "median", "max"]
-    of_call, of_main = table.loc["reduce, % of the call", "median"], table.loc["reduce, % of the main kernel", "median"]
-    assert round(of_call, 1) == 8.4 and round(of_main, 1) == 9.2
-    assert of_main == pytest.approx(100 * (pairs["reduce µs"] / pairs["main µs"]).median())
+def test_the_capture_trace_ships_byte_for_byte_and_is_credited():
+    shipped = root() / SGLANG_DECODE_CAPTURE.file
+    original = Path(__file__).parents[1] / "data" / "real_traces" / "tracelens" / SGLANG_DECODE_CAPTURE.file
+    assert shipped.read_bytes() == original.read_bytes()
+    credit = SGLANG_DECODE_CAPTURE.credit()
+    assert "AMD's TraceLens" in credit and "171dd747" in credit and "MIT" in credit and "AMD Instinct MI300X" in credit
+    assert SGLANG_DECODE_CAPTURE.file in (root() / "README.md").read_text()
 
 
 def test_graph_replay_runs_back_to_back(sglang):

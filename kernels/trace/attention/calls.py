@@ -24,6 +24,13 @@ SIXTEEN_BIT = {"c10::BFloat16": "bf16", "c10::Half": "fp16"}
 FOOTPRINT = ("grid", "block", "registers_per_thread", "shared_memory", "occupancy_pct")
 
 
+def three_digits(x: float) -> str:
+    """A positive count to 3 significant digits without an exponent: "0.537", "65.0", "1,100"."""
+    if x <= 0 or not math.isfinite(x):
+        return f"{x:g}"
+    return f"{x:,.{max(0, 2 - math.floor(math.log10(x)))}f}"
+
+
 @dataclass
 class AttentionCall:
     """One attention forward in a step: how it was found, its kernels, shapes and cost."""
@@ -322,7 +329,7 @@ class AttentionReport:
             rows.append({
                 "kernel": "" if main is None else readable_name(main["name"]),
                 "GPU µs": round(c.gpu_us, 1),
-                "GFLOP": "" if c.flops is None else f"{c.flops / 1e9:.3g}",
+                "GFLOP": "" if c.flops is None else three_digits(c.flops / 1e9),
                 "MiB moved": "" if c.bytes is None else f"{c.bytes / 2**20:.1f}",
                 "TB/s": "" if c.tbps is None else f"{c.tbps:.2f}",
                 "bound": "" if found is None else found.bound,
