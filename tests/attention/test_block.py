@@ -70,7 +70,7 @@ def test_block_checks():
         exb.check_block_flops(lambda s, w, b, r: {k: v / 2 for k, v in blocks.flops_by_part(s, w, b, r).items()}, seed=1)
     with pytest.raises(ExerciseFailed, match="computes all S×S scores"):
         exb.check_block_flops(lambda s, w, b, r: blocks.flops_by_part(s, w, b, r, causal_skip=True), seed=1)
-    with pytest.raises(ExerciseFailed, match="6·W holds for mlp_ratio 4"):
+    with pytest.raises(ExerciseFailed, match="6·W is the chapter's crossover for one MLP ratio"):
         exb.check_crossover(lambda w, r, c: 6 * w, seed=2)
     with pytest.raises(ExerciseFailed, match="post-norm"):
         exb.check_block_forward(_post_norm, seed=3)
