@@ -9,11 +9,10 @@
 # and profile it on its own.
 #
 # The guess most of us make: one call instead of five ops, so the trace gets simpler. For the
-# fused backends that is true. For the math backend it is spectacularly false, and the reasons
-# (an fp32 upcast, a mask rebuilt on every call, a NaN guard) are what this chapter reads out of
-# the trace. This chapter is about the dispatcher: which backend SDPA picks and why, and the
-# math backend taken apart. The fused kernels, their [occupancy](glossary.md#occupancy) and
-# their memory are the next chapter, [3b. The fused backends](03b_sdpa_fused.ipynb).
+# fused backends that is true (their kernels, [occupancy](glossary.md#occupancy) and memory are
+# the next chapter, [3b. The fused backends](03b_sdpa_fused.ipynb)). For the math backend it is
+# spectacularly false, and the reasons (an fp32 upcast, a mask rebuilt on every call, a NaN
+# guard) are what this chapter reads out of the trace, after which backend SDPA picks and why.
 #
 # **You will learn to:**
 #
@@ -83,8 +82,7 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree within 
 # inputs (device, dtype, head dim, mask, sequence lengths). The rule a reader needs: **the
 # order is not the same on every GPU.** By default it is flash, memory-efficient, math, cuDNN;
 # on an H100, H200 or B200 a recent torch (2.11 to 2.13, with the cuDNN its wheels ship) puts
-# cuDNN first. So the same unpinned bf16 causal call runs flash on an A100 and cuDNN on an
-# H200: pin the backend you mean to profile. `sdpa.predictions` asks PyTorch's rules, written
+# cuDNN first: pin the backend you mean to profile. `sdpa.predictions` asks PyTorch's rules, written
 # down as a pure function of the GPU (`sdpa.predicted_backend`), about a few GPUs:
 #
 # :::{dropdown} The version rules in full (torch 2.5 to 2.14)
@@ -120,9 +118,10 @@ lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_c
 # check with `debug=True`: `torch.backends.cuda.can_use_flash_attention(torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, True, False), debug=True)`
 # warns with the reason (on a CPU-only build these checks simply return False). Here,
 # `sdpa.default_backend_name` reads PyTorch's final choice (`torch._fused_sdp_choice`) and
-# `sdpa.probe` tries every backend pinned on its own:
+# `sdpa.probe` tries every backend pinned on its own (its table, folded, gives each refusal's
+# reason in full):
 
-# %%
+# %% tags=["hide-output"]
 chosen = sdpa.default_backend_name(q, k, v)
 probed = sdpa.probe(q, k, v)
 sdpa.reasons_table(probed)
@@ -159,9 +158,8 @@ lesson(torch.equal(out_math, kernels.get("sdpa_math")(q, k, v)),
 #
 # On a GPU, SDPA's backend op launches a kernel, and a trace records the whole chain: the
 # call, the backend it chose, the launch on the CPU, the kernel on a GPU stream. No GPU ran
-# this page, so we read the two real traces in the box above: one forward of a Qwen1.5-0.5B
-# chat model in bfloat16 (every layer calls `scaled_dot_product_attention`), profiled on an
-# NVIDIA H100 ("H100 Qwen") and an AMD MI300X ("MI300X Qwen"). Before reading on: its inputs are
+# this page, so we read the two real traces in the box above, H100 Qwen and MI300X Qwen (every
+# layer of the model calls `scaled_dot_product_attention`). Before reading on: its inputs are
 # 16-bit, causal, head dim 64. Which backend do you expect on each GPU, and which kernel?
 
 # %%
@@ -170,17 +168,18 @@ lesson(torch.equal(out_math, kernels.get("sdpa_math")(q, k, v)),
 steps = {name: trace.step() for name, trace in QWEN.items()}
 calls = {name: ch03.recorded_calls(st) for name, st in steps.items()}
 first_call = {name: ch03.call_step(steps[name], c[0]) for name, c in calls.items()}
-fig, axes = plt.subplots(2, 1, figsize=(9, 6.5))
+fig, axes = plt.subplots(2, 1, figsize=(9, 5), height_ratios=[5, 7])
 for ax, name in zip(axes, QWEN):
     timeline.timeline(first_call[name], ax=ax, title=f"{name}: one SDPA call")
 fig.tight_layout()
 
 # %% [markdown]
-# The same chain as a table, one row per op, launch and kernel, indented by nesting
-# (`ch03.chain`; the views' own `as_strided` are left out), for H100 Qwen:
+# The same chain as a table for H100 Qwen, with each step's start and duration: one row per op,
+# launch and kernel, indented by nesting (`ch03.chain`; the views' own `as_strided` and the bare
+# allocations, `empty` and its kin, are left out; unfold it to read it):
 
-# %%
-ch03.chain(first_call["H100 Qwen"], indent=True)
+# %% tags=["hide-output"]
+ch03.chain(first_call["H100 Qwen"], indent=True, allocations=False)
 
 # %% tags=["remove-input"]
 chains = {name: ch03.chain(call, indent=True) for name, call in first_call.items()}
@@ -196,10 +195,9 @@ lesson(h100_kernel_start > h100_chain["takes (µs)"].iloc[0], "on the H100 the k
 # %% [markdown]
 # On both GPUs the call nests the same two ops: `_scaled_dot_product_flash_attention` (the
 # backend SDPA chose) and `_flash_attention_forward`, with the transposes that chapter 3b reads
-# between them. Below them the vendors part. On the H100 one `cudaLaunchKernel` queues
-# FlashAttention-2's `flash_fwd_kernel`, which starts after the CPU has left the call. On the
-# MI300X PyTorch's ROCm build runs the same flash op on AMD's `attn_fwd` (a Triton kernel
-# compiled ahead of time, launched with `hipModuleLaunchKernel`), after a tiny fill kernel.
+# between them. Below them the vendors part: the H100 runs FlashAttention-2's
+# `flash_fwd_kernel`; PyTorch's ROCm build runs the same flash op on AMD's `attn_fwd` (a Triton
+# kernel compiled ahead of time), after a tiny fill kernel.
 #
 # Why flash? The trace recorded the call's inputs (`Input Dims`, `Input type`, and its scalar
 # arguments, `Concrete Inputs`): everything the backend rules look at. `ch03.recorded_calls`
@@ -226,20 +224,17 @@ lesson(today == "sdpa_cudnn", "the same call under torch 2.13 with its cuDNN 9.2
 glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(calls["H100 Qwen"]))
 
 # %% [markdown]
-# All {glue:text}`qwen_calls` calls are alike: bfloat16, head dim 64, no `attn_mask`,
-# `is_causal=True` with equal query and key lengths, no dropout. Flash accepts all of that, and
-# it was first in line: the trace's torch, {glue:text}`qwen_h100_torch`, is older than the
-# versions that put cuDNN first on an H100 (see the version rules above). Asked about torch 2.13,
-# the same rules put this call on cuDNN: the backend is a fact about the inputs, the GPU *and*
-# the torch version. The MI300X's compute capability (9.4 in its trace) is AMD's numbering and
-# the rules are CUDA's; what MI300X Qwen shows is that the ROCm build took the same flash backend
-# for the same inputs.
+# Flash accepts all {glue:text}`qwen_calls` calls, and it was first in line: the trace's torch,
+# {glue:text}`qwen_h100_torch`, is older than the versions that put cuDNN first on an H100. The
+# backend is a fact about the inputs, the GPU *and* the torch version. The MI300X's compute
+# capability (9.4 in its trace) is AMD's numbering and the rules are CUDA's; MI300X Qwen shows
+# only that the ROCm build took the same flash backend for the same inputs.
 
 # %% [markdown]
 # ## Profile the math backend
 #
 # Same schedule as before, same inputs, one label per variant; chapter 2's in-place module is
-# profiled again so that the comparisons set like against like. Before the reveal: the
+# profiled again beside it. Before the reveal: the
 # hand-written module does five things (matmul, scale, mask, softmax, matmul). How many ops
 # doing work (no views, no bare allocations) do you expect one forward of SDPA's math backend
 # to run on this machine?
@@ -276,10 +271,11 @@ if {"sdpa_math", "inplace"} <= set(gpu_steps):
 # 1.955 ms of GPU time per forward). This machine's trace shows the same inflation as ops:
 # {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. Here is the math
 # backend written out one ATen op per line, as `sdpa.math_decomposed`; it mirrors ATen's
-# `_scaled_dot_product_attention_math`:
+# `_scaled_dot_product_attention_math` (unfold it to read along; the sections below take its
+# three costs one by one):
 
-# %%
-show_lines(sdpa.math_decomposed)
+# %% tags=["hide-output"]
+show_lines(sdpa.math_decomposed, "out_dtype = q.dtype", "return (probs @ v)")
 
 # %% tags=["remove-input"]
 lesson(torch.equal(sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v)),
@@ -311,10 +307,9 @@ lesson(("aten::bmm" in set(changes.changed()["name"])) == (dtype != torch.float3
 fig
 
 # %% [markdown]
-# Read which rows changed, not the bars' lengths: they are one run's CPU self times, and on a
-# shared CPU the same op's time varies from run to run more than between the two forwards (the
-# matched rows, the matmuls and the softmax, are left out for that reason: this page ranks
-# neither forward by them). Three things in the math backend have no counterpart in chapter 2's module.
+# Read which rows changed, not the bars' lengths: on a shared CPU one op's self time varies from
+# run to run more than between the two forwards (so the matched rows' times are left out). Three
+# things in the math backend have no counterpart in chapter 2's module.
 #
 # ### 1. The fp32 upcast
 #
@@ -339,8 +334,8 @@ lesson([64, 64] in [d[-2:] for d in casts["downcasts"]],
        "it also converts the S×S probabilities back to bfloat16", "a copy_ of a [..., 64, 64] tensor")
 
 # %% [markdown]
-# Besides the output, the S×S probabilities are converted back too: the math backend returns them
-# with the output, and `scaled_dot_product_attention` drops them (autograd differentiates the
+# The probabilities go back because the math backend returns them with the output;
+# `scaled_dot_product_attention` drops them (autograd differentiates the
 # decomposed ops themselves). On a GPU the float32 matmul is what makes the math backend slow, and the
 # kernel names say which hardware a GEMM ran on; the article reads them as fingerprints (its
 # Figures 10 and 11). Two names as [cuBLAS](glossary.md#cublas) writes them on Ampere, decoded by
@@ -348,7 +343,7 @@ lesson([64, 64] in [d[-2:] for d in casts["downcasts"]],
 
 # %%
 classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])[
-    ["name", "tensor_cores", "dtype", "note"]]
+    ["name", "tensor_cores", "dtype"]]
 
 # %% tags=["remove-input"]
 gemms = classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])
@@ -358,9 +353,9 @@ if "sdpa_math" in gpu_steps:
     display(ch03.math_gemms_not_16bit(gpu_steps["sdpa_math"], gpu_source))
 
 # %% [markdown]
-# The first is the naive module's bf16 GEMM: `s16816` is the [tensor-core](glossary.md#tensor-core)
-# instruction (m16n8k16) with fp32 accumulation. The second is the math backend's: `sgemm`,
-# single precision on the ordinary CUDA cores. The upcast moves twice the bytes and, with
+# The first is the naive module's: `s16816` is the [tensor-core](glossary.md#tensor-core)
+# instruction (m16n8k16), accumulating in fp32. The math backend's `sgemm` runs on the ordinary
+# CUDA cores. The upcast moves twice the bytes and, with
 # PyTorch's default of no [TF32](glossary.md#tf32) for matmuls, leaves the tensor cores idle;
 # with `torch.backends.cuda.matmul.allow_tf32 = True`, float32 GEMMs run on the tensor cores in
 # TF32, and the name changes with them.
@@ -371,10 +366,11 @@ if "sdpa_math" in gpu_steps:
 # cache: every forward runs `ones` (an S×S boolean tensor), `tril` (keep the lower triangle) and
 # `where` (turn it into an additive bias of 0 and $-\infty$), then adds it to the scores with
 # `add_`. The article watched these ops on its CPU track (its Figure 12); here is where each
-# sits in every recorded forward of ours:
+# sits (its position among the forward's ops) in every recorded forward of ours, one column a
+# step:
 
 # %%
-pd.DataFrame([ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]).rename_axis("step")
+pd.DataFrame([ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]).rename_axis("step").T
 
 # %% tags=["remove-input"]
 per_step = [ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]
@@ -420,9 +416,7 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
        and not torch.isnan(masked_out).any(), "SDPA math gives a fully masked query zeros, not NaN")
 
 # %% [markdown]
-# Through SDPA too, a query whose mask row is all `False` gets zeros from the math backend, where
-# chapter 1's module would have produced NaNs. So the math backend is chapter 1's attention done
-# carefully: dtype-safe, NaN-safe, correct for any mask, which is why it is the fallback that
+# So the math backend is chapter 1's attention done carefully: dtype-safe, NaN-safe, correct for any mask, which is why it is the fallback that
 # always runs. Its price is visible in one forward's timeline, a wall of ops over S×S tensors:
 
 # %%
@@ -443,9 +437,8 @@ links(runs["sdpa_math"])
 display(ch03.so_far(step, work_ops, device))
 
 # %% [markdown]
-# The table leaves out CPU time on purpose: a profiled step is a poor clock (chapter 0). The
-# article's A100 (its numbers, quoted) put the math backend 3.7x behind the in-place module in
-# bfloat16, its GEMMs in float32 on CUDA cores, a cost a CPU run in float32 cannot show.
+# The table leaves out CPU time on purpose: a profiled step is a poor clock (chapter 0), and a
+# CPU run in float32 cannot show the cost of the float32 GEMMs the article's A100 measured.
 # [Chapter 3b](03b_sdpa_fused.ipynb) times the in-place module, the math backend and the flash
 # kernel apart from the profiler; the showdown chapter benchmarks every variant.
 #

@@ -109,9 +109,8 @@ glue_all(hand_l1=float(l1), hand_rescaled=float(rescaled), hand_new=float(new_te
 # Attention needs $\sum_j \mathrm{softmax}(s)_j\, v_j$, not the probabilities themselves. The
 # same trick carries over: keep an unnormalized output `acc` $=\sum_j e^{s_j - m} v_j$,
 # rescale it by the same factor $\alpha = e^{m - m_\text{new}}$ when the maximum moves, and
-# divide by $\ell$ once at the very end. `kernels.triton.flash.online_attention_row` does that
-# for one query row in PyTorch; on a real row of this run's inputs, read
-# {glue:text}`softmax_block` keys at a time, it gives the float64 reference's answer:
+# divide by $\ell$ once at the end. `kernels.triton.flash.online_attention_row` does that for
+# one query row in PyTorch, here a row of this run's inputs, {glue:text}`softmax_block` keys at a time:
 
 # %%
 q64, k64, v64 = (t[0, 0].detach().to("cpu", torch.float64) for t in (q, k, v))
@@ -138,7 +137,7 @@ show_lines(tf.attn_fwd_inner, "m_new = tl.maximum", "m_i = m_new")
 # $e^{-\infty - (-\infty)}$, which is NaN.
 #
 # The kernel works in base 2: GPUs compute $2^x$ natively, and $e^x = 2^{x \log_2 e}$. The
-# launcher multiplies the softmax scale $1/\sqrt{d}$ by $\log_2 e$ = {glue:text}`log2e:.6f`
+# launcher multiplies the softmax scale $1/\sqrt{d}$ by $\log_2 e$ ≈ {glue:text}`log2e:.3f`
 # once, on the host, so the change of base costs nothing per score:
 
 # %% tags=["remove-input"]
@@ -153,22 +152,21 @@ glue("log2e", launch.LOG2E)
 # After the loop a row knows $m$ and $\ell$. The program divides `acc` by $\ell$ once and
 # stores one more number per row, the [log-sum-exp](glossary.md#log-sum-exp) $m + \log_2 \ell$: from it the backward
 # rebuilds any probability, $P_{ij} = 2^{s_{ij} - \mathrm{LSE}_i}$, without $P$ ever being
-# stored (S numbers per head instead of S²). The end of `attn_fwd`:
+# stored (S numbers per head instead of S²). The last lines of `attn_fwd` store it:
 
 # %%
-show_lines(tf.attn_fwd, "seen = l_i > 0", "tl.store(LSE")
+show_lines(tf.attn_fwd, "# log2 of each row's softmax denominator", "tl.store(LSE")
 
 # %% [markdown]
 # ## Tiles: what one program touches
 #
-# One *program* (one [CTA](glossary.md#cta) on a GPU) owns `BLOCK_M` query rows. It loads
-# its Q tile once, then streams the K and V tiles past it, `BLOCK_N` keys at a time. Each
-# tile of the score matrix is then **full** (no mask needed), **masked** (it crosses the
-# causal diagonal, or hangs past the end of the sequence) or, with a causal mask,
-# **skipped** (entirely in the future: the program never loads it). `kernels.triton.tiling`
-# (`tile_map`) classifies them from the geometry; drawn for a {glue:text}`fig_seq`-token
-# sequence (not a multiple of the tiles, so the last ones are ragged) with `BLOCK_M` =
-# {glue:text}`block_m` and `BLOCK_N` = {glue:text}`block_n`:
+# One *program* (one [CTA](glossary.md#cta) on a GPU) owns `BLOCK_M` query rows. It loads its
+# Q tile once, then streams the K and V tiles past it, `BLOCK_N` keys at a time. Each tile of
+# the score matrix is then **full** (no mask needed), **masked** (it crosses the causal
+# diagonal, or hangs past the end) or, with a causal mask, **skipped** (entirely in the future:
+# never loaded). `kernels.triton.tiling` classifies them; drawn for a ragged
+# {glue:text}`fig_seq`-token sequence with `BLOCK_M` = {glue:text}`block_m` and `BLOCK_N` =
+# {glue:text}`block_n`:
 
 # %% tags=["remove-cell"]
 fig_seq, block_m, block_n = 200, configs.INTERPRETER_BLOCKS["BLOCK_M"], configs.INTERPRETER_BLOCKS["BLOCK_N"]
@@ -193,14 +191,13 @@ fig
 show_lines(tf.fwd_stages, "if CAUSAL:", "return full_hi")
 
 # %% [markdown]
-# Causal is aligned bottom-right: query $i$ sees keys $j \le i + (S_k - S_q)$, `SK - SQ` in
-# the code (0 when the lengths are equal; a decoding step's single query sees the whole
-# cache). Stage 1 takes the key tiles `[0, full_hi)` that every row of the Q tile sees in
-# full, with `MASKED=False`, so no comparison is computed at all; stage 2 takes
-# `[full_hi, masked_hi)` with the mask, and the loop never goes further: that is the
-# skipping. `MASKED`, `CAUSAL` and the tile sizes are `tl.constexpr`, and
-# Triton compiles a separate, branch-free loop for each value. Only the masked stage runs
-# these lines of `attn_fwd_inner`:
+# Causal is aligned bottom-right: query $i$ sees keys $j \le i + (S_k - S_q)$ (`SK - SQ` is 0
+# when the lengths are equal; a decoding step's single query sees the whole cache). Stage 1
+# takes the key tiles `[0, full_hi)` that every row of the Q tile sees in full, with
+# `MASKED=False`: no comparison at all; stage 2 takes `[full_hi, masked_hi)` with the mask, and
+# the loop goes no further: that is the skipping. `MASKED`, `CAUSAL` and the tile sizes are
+# `tl.constexpr`: Triton compiles a separate, branch-free loop for each value. Only the masked
+# stage runs these lines of `attn_fwd_inner`:
 
 # %%
 show_lines(tf.attn_fwd_inner, "keep = cols[None, :] < SK", "s = tl.where(keep")
@@ -236,13 +233,12 @@ glue_all(gpu_block_m=gpu_block_m, gpu_block_n=gpu_block_n, share_16k=share[16384
 #
 # ### The skipping is real: a poison test
 #
-# A claim about which tiles a kernel loads can be checked from outside. Take a sequence of
-# twice {glue:text}`poison_from` tokens (the largest `BLOCK_M` the kernel may use here) and
-# fill V with NaN for every key from position {glue:text}`poison_from` on. A kernel that skips
-# the tiles above the diagonal never reads those rows for the queries before
-# {glue:text}`poison_from`, so their outputs stay finite. A kernel that reads everything and
-# masks afterwards multiplies a probability of exactly 0 by NaN, and
-# $0 \times \text{NaN} = \text{NaN}$: chapter 1's naive attention is such a kernel.
+# A claim about which tiles a kernel loads can be checked from outside. Take twice
+# {glue:text}`poison_from` tokens (the largest `BLOCK_M` the kernel may use here) and fill V with
+# NaN from key {glue:text}`poison_from` on. A kernel that skips the tiles above the diagonal never
+# reads those keys for the queries before {glue:text}`poison_from`, so their outputs stay finite;
+# one that reads everything and masks afterwards computes $0 \times \text{NaN} = \text{NaN}$,
+# as chapter 1's naive attention does.
 
 # %%
 poison_from = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else block_m   # the largest BLOCK_M here
@@ -281,12 +277,11 @@ show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 # - With grouped-query attention, query head `h` reads key/value head `h // GROUP` through its
 #   pointers, so K and V are never repeated in memory.
 #
-# Triton has no tensors inside a kernel, only pointers: `tile_ptrs`
-# (`kernels/triton/launch.py`) builds a `[rows, cols]` block of addresses from the base
-# pointer and the strides the launcher passes, so a transposed view works without a copy.
-# Loads carry masks (`row_ok = offs_m < SQ`): the ragged last tile reads 0 past the end and
-# stores nothing there. `HEAD_DIM` is the head dim padded to a power of two (`tl.arange`
-# needs one); the padded lanes load as zeros, which add nothing to $q \cdot k$ or to $p V$.
+# Triton has no tensors inside a kernel, only pointers: `tile_ptrs` (`kernels/triton/launch.py`)
+# builds a `[rows, cols]` block of addresses from a base pointer and the launcher's strides, so
+# a transposed view needs no copy. Loads carry masks (`row_ok = offs_m < SQ`): the ragged last
+# tile reads 0 past the end and stores nothing there. `HEAD_DIM` is the head dim padded to a
+# power of two (`tl.arange` needs one); the padded lanes load zeros, which add nothing.
 
 # %% [markdown]
 # ### The backward: three kernels, no atomics
@@ -294,21 +289,20 @@ show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 # With $P$ rebuilt from the LSE, $dV = P^\top dO$, $dP = dO\,V^\top$,
 # $dS = P \circ (dP - \Delta)$ with $\Delta_i = \sum_d O_{id}\, dO_{id}$, then
 # $dK = \text{scale}\cdot dS^\top Q$ and $dQ = \text{scale}\cdot dS\,K$. The launcher,
-# `kernels.triton.backward.flash_backward`, runs three kernels on these grids:
+# `kernels.triton.backward.flash_backward`, runs three kernels; their grids (folded):
 
-# %%
+# %% tags=["hide-output"]
 show_lines(triton_backward.flash_backward, "pre_grid = ", "q_grid = ")
 
 # %% [markdown]
 # `attn_bwd_preprocess` computes $\Delta$, one number per query row. `attn_bwd_dkdv` has one
-# program per *key* tile, which loops over the query tiles that see it (causal: from its
-# diagonal down, the mirror of the forward's skipping), accumulating $dK$ and $dV$; it
-# computes $S^\top = K Q^\top$ directly, Triton's tutorial's transposed form.
-# `attn_bwd_dq` has one program per query tile. One pass over key tiles could produce all
-# three, but each program would then hold part of every $dQ$ row's sum and add it in memory
-# with atomic adds, as FlashAttention-2's CUDA backward does (a zero-filled float32 buffer,
-# last bits that change from run to run). With two passes every program owns what it writes,
-# at the cost of rebuilding $P$ twice.
+# program per *key* tile, looping over the query tiles that see it (causal: from its diagonal
+# down, the forward's skipping mirrored) to accumulate $dK$ and $dV$, with $S^\top = K Q^\top$
+# computed directly as in Triton's tutorial. `attn_bwd_dq` has one program per query tile. One
+# pass could produce all three, but its programs would add parts of each $dQ$ row in memory
+# with atomics, as FlashAttention-2's CUDA backward does (a zero-filled float32 buffer, last
+# bits that change from run to run). With two, every program owns what it writes, at the cost
+# of rebuilding $P$ twice.
 #
 # ## Run it
 #
@@ -378,9 +372,9 @@ glue("triton_children", ", ".join(f"{n} ×{c}" for n, c in ops["name"][ops.index
 # The span is `FlashAttention`, the name of our `torch.autograd.Function`, and none of the
 # {glue:text}`triton_ops` ops under it computes anything: {glue:text}`triton_children`. They
 # allocate O and the LSE and, in the interpreter, make a host view of every tensor argument
-# and copy each result back to "device" memory, which on a CPU is the same memory. The
-# arithmetic runs in NumPy, which the profiler does not see, so nearly all of the span is its
-# *self* time. On a GPU the same span holds one kernel launch.
+# and copy each result back to "device" memory (on a CPU, the same memory). The
+# arithmetic runs in NumPy, unseen by the profiler. On a GPU the same span holds one kernel
+# launch.
 
 # %% tags=["remove-input"]
 if not on_gpu:
@@ -389,11 +383,11 @@ if not on_gpu:
            f"{100 * self_share:.1f}% self time")
 
 # %% [markdown]
-# SDPA's flash backend on the same inputs is one op as well; on a CPU it is
-# `aten::_scaled_dot_product_flash_attention_for_cpu`, PyTorch's own C++ FlashAttention, and
-# it gives the same numbers:
+# SDPA's flash backend on the same inputs is one op as well (its table is folded below); on a
+# CPU it is `aten::_scaled_dot_product_flash_attention_for_cpu`, PyTorch's own C++
+# FlashAttention, and it gives the same numbers:
 
-# %%
+# %% tags=["hide-output"]
 if "sdpa_flash" in step:
     display(tables.op_table(step["sdpa_flash"]))
 
@@ -416,13 +410,12 @@ glue("speed_note", f"This run used the compiled kernel: {triton_ms:.2f} ms of CP
 #
 # ## On a GPU: the grid, the block, the occupancy
 #
-# What would our forward launch for a real model's attention? In the H100 Qwen trace,
-# Qwen1.5-0.5B's forward on an H100, SDPA ran PyTorch's own `flash_fwd_kernel`, and the trace
-# records its grid, block, [registers](glossary.md#registers) and shared memory. Beside it, what our forward would
-# launch for the same shape on the same GPU with each of its 128-row tiles (the autotuner times
-# the tiles that fit and runs one). Registers need a compile
-# (`python -m kernels.triton.compile_sweep --target sm_90`), so for our rows the occupancy is
-# an upper bound from shared memory and warps alone. Guess first: torch's kernel spends 255
+# What would our forward launch for a real model's attention? In H100 Qwen, SDPA ran PyTorch's
+# own `flash_fwd_kernel`, its grid, block, [registers](glossary.md#registers) and shared memory
+# on record. Beside it: our forward's launch for the same shape and GPU with each of its 128-row
+# tiles (the autotuner times those that fit and runs one). Registers need a compile
+# (`python -m kernels.triton.compile_sweep --target sm_90`), so our rows' occupancy is an upper
+# bound from shared memory and warps alone. Guess first: torch's kernel spends 255
 # registers per thread, on 128 threads; how many of its CTAs fit one SM?
 
 # %%

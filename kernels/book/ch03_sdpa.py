@@ -34,6 +34,8 @@ TRACE_DTYPES = {"c10::BFloat16": torch.bfloat16, "c10::Half": torch.float16, "fl
                 "double": torch.float64}
 # Ops that only re-describe memory inside a view op: left out of a call's chain
 _VIEW_INTERNALS = frozenset({"aten::as_strided"})
+# Bare allocations: they reserve an output buffer and compute nothing; a reader may drop them
+_ALLOCATIONS = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided"})
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,16 @@ def call_step(step: Step, call: RecordedSdpa) -> Step:
     return Step(step.trace, SDPA_OP, 0, window)
 
 
-def chain(call: Step, every_runtime_call: bool = False, indent: bool = False) -> pd.DataFrame:
+def chain(call: Step, every_runtime_call: bool = False, indent: bool = False,
+          allocations: bool = True) -> pd.DataFrame:
     """The call's nesting, from ``scaled_dot_product_attention`` down to the kernel it launched:
     one row per op (views' own ``as_strided`` left out), per runtime call that launched GPU work
     (``every_runtime_call``: all of them), and per GPU kernel, right under its launch (kernel
     names shortened: no template arguments). ``call`` is a step cut to one call
     (``call_step``). Times in µs from the call's start; a kernel's start is on the GPU's clock
     as the trace aligns it, so it may start after the call has returned. ``indent``: the names,
-    indented by one "· " per level, become the index (for display), and ``level`` goes."""
+    indented by one "· " per level, become the index (for display), and ``level`` goes.
+    ``allocations=False`` leaves out the bare allocations (``empty`` and its kin) too."""
     from kernels.trace.attention import short_kernel_name
 
     t0, t1 = float(call.range["ts"]), float(call.range["end"])
@@ -152,6 +156,8 @@ def chain(call: Step, every_runtime_call: bool = False, indent: bool = False) ->
                   "starts (µs)": k.start_us, "takes (µs)": k.dur_us, "order": r.ts - t0 + 1e-6}
                  for k in launched.itertuples()]
     table = pd.DataFrame(rows).sort_values(["order", "level"], kind="stable").drop(columns="order")
+    if not allocations:
+        table = table[~table["name"].isin(_ALLOCATIONS)]
     table = table.round({"starts (µs)": 1, "takes (µs)": 1}).reset_index(drop=True)
     if indent:
         names = ["· " * level + name for level, name in zip(table["level"], table["name"])]
@@ -207,7 +213,9 @@ def without_matched_times(fig, changes: StepDiff):
     rest = pd.concat([changes.ops, changes.gpu_work])
     matched = int((~rest["substance"]).sum())
     ax.set_xlabel(f"{first_line}\neverything else: {matched} matched rows with the same counts and bytes")
-    fig.set_size_inches(9, fig.get_size_inches()[1])  # the book's widest figure: legible on a phone
+    # The book's widest figure, legible on a phone; rows packed closer than diff's default (two
+    # label lines need less than its 0.7 in), so the page does not scroll past empty space.
+    fig.set_size_inches(9, 0.42 * max(len(ax.get_yticks()), 1) + 1.8)
     return fig
 
 
