@@ -11,9 +11,6 @@
 #   cores](glossary.md#tensor-core), scores kept in [registers](glossary.md#registers),
 #   asynchronous copies into two K/V buffers, the mask applied only where a tile needs it.
 #
-# Registers, shared memory and the instructions emitted are fixed before a kernel runs: we read
-# them from the compiler, `nvcc`, which needs no GPU. Running and timing the kernels does.
-#
 # **You will learn to:**
 #
 # - map tiles to threads: the grid of blocks, the [warps](glossary.md#warp), and which thread
@@ -74,7 +71,7 @@ traces_box({"H100 Qwen": TRACELENS["h100_qwen"]})
 launches = cuda_flash.launch_configs(batch, heads, seq, kernel_dim)
 
 # %% tags=["remove-input"]
-launches.map(readable)
+launches.drop(index="dynamic shared memory (B)").map(readable)  # its shared memory: the resources table below
 
 # %% [markdown]
 # v2 puts batch × heads on the grid's x axis, which holds 2³¹ − 1 blocks where y stops at
@@ -89,7 +86,7 @@ launches.map(readable)
 #   accumulator layout of the tensor-core instruction `mma.m16n8k16`. Squares outline one lane.
 
 # %%
-#| caption: Who computes each element, coloured by warp. Top: cuda_v1's three phases, whose owners change from phase to phase. Bottom: cuda_v2, where warp w owns rows 16w to 16w+15 for the scores, the softmax and the output alike; the squares mark one lane's elements.
+#| caption: Who computes each element, coloured by warp. Top: cuda_v1's three phases, each with its own owners. Bottom: cuda_v2, where warp w owns rows 16w to 16w+15 throughout.
 #| alt: Colour maps of query rows by column: three small panels for v1's scores, softmax and output, and a tall panel for v2's accumulators in eight horizontal bands, one per warp.
 fig = threads.thread_map(head_dim=kernel_dim)
 
@@ -111,8 +108,8 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # loads combine into a few wide memory transactions (they *coalesce*):
 
 # %%
-display(show_lines(V1, "extern __shared__ float smem[];", "float* row_s = s_s"))
-show_lines(V1, "for (int idx = threadIdx.x; idx < count * D")
+ch05.excerpts(V1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
+              ("for (int idx = threadIdx.x; idx < count * D",))
 
 # %% [markdown]
 # Then, for each tile of 32 keys, three phases separated by `__syncthreads()` (the first two
@@ -128,8 +125,8 @@ show_lines(V1, "for (int idx = threadIdx.x; idx < count * D")
 #    back in the input's dtype.
 
 # %%
-display(show_lines(V1, "for (int d = 0; d < D; ++d) {"))
-show_lines(V1, "const float alpha = expf(row_max - shift);", "row_max = new_max;")
+ch05.excerpts(V1, ("for (int d = 0; d < D; ++d) {",),
+              ("const float alpha = expf(row_max - shift);", "row_max = new_max;"))
 
 # %% [markdown]
 # ## What the compiler says it costs
@@ -158,18 +155,17 @@ focus = {(arch, version): resources.find_kernel(all_kernels, arch, version, kern
          for arch in archs for version in ("v1", "v2")}
 occ = {key: resources.occupancy_of(k) for key, k in focus.items()}
 reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's resource report")
-shown = table[table.dtype == kernel_dtype].assign(kernel=lambda t: t.kernel + ", D=" + t.head_dim.astype(str),
+shown = table[(table.dtype == kernel_dtype) & (table.arch == "sm_80")].assign(kernel=lambda t: t.kernel + ", D=" + t.head_dim.astype(str),
                                                    **{"shared KiB": lambda t: t["dynamic smem (B)"] / 1024})
 shown = shown.assign(**{"limited by": lambda t: t["limited by"].str.replace("_", " ")})
-shown.set_index(["arch", "kernel"])[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
+shown.set_index("kernel")[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
 
 # %% [markdown]
-# These numbers were {glue:text}`resources_source`; sm_80 is the A100, sm_90 the H100 and
-# H200. Shared memory is what the launcher asks for (all of it dynamic); the last three
+# These numbers were {glue:text}`resources_source`. The table shows sm_80, the A100 (the
+# lessons check sm_90, the H100 and H200, too); the last three
 # columns are the occupancy those resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and
 # what a PyTorch trace would estimate. Both kernels tell ptxas how they launch
-# (`__launch_bounds__`), which lets it use up to 255 registers per thread; v2 spends them on
-# what v1 keeps in shared memory: its warp's rows of Q, the scores and the output.
+# (`__launch_bounds__`), which lets it use up to 255 registers per thread.
 
 # %% tags=["remove-input"]
 for (arch, version), k in focus.items():
@@ -186,8 +182,6 @@ lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers and occ[a, "v2"].
 # %% [markdown]
 # ## Occupancy, by hand
 #
-# At {glue:text}`kernel_dtype` and D = {glue:text}`kernel_dim`, v1 uses
-# {glue:text}`v1_regs_sm_80` registers per thread on sm_80 and v2 {glue:text}`v2_regs_sm_80`.
 # Registers (handed out per warp, in units of 256), shared memory, and the SM's warp and block
 # slots each cap the blocks per SM; the smallest cap wins. For v2 on sm_80:
 
@@ -223,13 +217,13 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 # do the same work a tile at a time. The instruction v2 uses, `mma.sync.aligned.m16n8k16` with
 # f16/bf16 inputs, needs sm_80 (Ampere) or newer. It multiplies a 16×16 tile by a 16×8 tile, 16 · 8 · 16 =
 # {glue:text}`mma_macs` multiply-adds, as *one* instruction of a warp, with fp32 accumulators.
-# v2 issues it from inline PTX (`mma_16x8x16`):
+# v2 issues it from inline PTX (`mma_16x8x16`, folded below):
 
 # %% tags=["remove-cell"]
 mma_macs = resources.MMA_M * resources.MMA_N * resources.MMA_K
 glue_all(mma_macs=f"{mma_macs:,}", mma_macs_per_lane=mma_macs // 32)
 
-# %%
+# %% tags=["hide-output"]
 show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,")
 
 # %% [markdown]
@@ -254,24 +248,23 @@ else:
     mine = counted.loc["sm_80"].loc[[f"v1<{kernel_dtype}, {kernel_dim}>", f"v2<{kernel_dtype}, {kernel_dim}>"]]
     glue("v2_mma", mine.loc[f"v2<{kernel_dtype}, {kernel_dim}>", "mma.sync"])
     glue("v1_mma", mine.loc[f"v1<{kernel_dtype}, {kernel_dim}>", "mma.sync"])
-    glue("v1_fma", mine.loc[f"v1<{kernel_dtype}, {kernel_dim}>", "fma.rn.f32"])
-    display(mine)
+    glue("v1_fma", mine.loc[f"v1<{kernel_dtype}, {kernel_dim}>", "fma.rn.f32"])  # the counts the prose reads
 
 # %% [markdown]
 # In the PTX for sm_80, v2 holds {glue:text}`v2_mma` `mma.sync` instructions and v1
 # {glue:text}`v1_mma`: v1 does its arithmetic with {glue:text}`v1_fma` scalar `fma`
 # instructions instead. A GPU trace shows the same difference in the names of
 # [cuBLAS](glossary.md#cublas)'s kernels (`s16816gemm`: tensor cores, `sgemm`: CUDA cores);
-# here it is read from the program itself. (SASS calls the instruction `HMMA`; reading SASS needs `cuobjdump`, which a minimal CUDA toolkit lacks.)
+# here it is read from the program itself (SASS, read with `cuobjdump`, calls it `HMMA`).
 #
-# The rest of v2 feeds those instructions (both excerpts are from `Block::tile_pass`). For
+# The rest of v2 feeds those instructions (both excerpts, folded, are from `Block::tile_pass`). For
 # the scores of a 64-key tile, K fragments come from shared memory with `ldmatrix`, four 8×8
 # matrices per instruction, enough for two `mma`s. After the softmax, the probabilities never
 # go back to shared memory: the accumulator layout of two 8-column score tiles is exactly the
 # layout `mma` wants for its A operand, so each lane packs its own values into 16-bit pairs
 # and the second matmul starts:
 
-# %%
+# %% tags=["hide-output"]
 display(show_lines(V2, "for (int n = 0; n < kNTiles; n += 2) {"))
 show_lines(V2, "// C layout of S tiles")
 
@@ -318,8 +311,7 @@ sm80[["registers", "shared KiB", "warps/SM", "mma.sync", "ex2.approx.ftz.f32", "
 # %% [markdown]
 # One row per revision on sm_80, bf16, D = {glue:text}`kernel_dim`,
 # {glue:text}`revisions_source` (the lessons check sm_90 too); the last three columns are
-# counts in each revision's PTX. The second K/V buffer is not where shared memory grows: the
-# sections below say why, one revision at a time.
+# counts in each revision's PTX.
 
 # %% [markdown]
 # **128 query rows per block.** Revision 1 doubles a block's rows and warps. A warp's own work
@@ -358,7 +350,7 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
        "splitting the mask off doubles the tile pass's code: two bodies, each with one tile's mma.sync")
 
 # %% [markdown]
-# The PTX shows the second body (the `mma.sync` count doubles). At S = {glue:text}`kernel_seq` causal,
+# The PTX shows the second body. At S = {glue:text}`kernel_seq` causal,
 # {glue:text}`census_share`% of the tiles a block reads skip the mask, a share that grows with
 # S. Tiles above the diagonal are never loaded at all, which is why causal attention costs
 # about half the work ([chapter 6](06_showdown.ipynb)).
@@ -371,8 +363,8 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
 # the max" becomes one fused multiply-add:
 
 # %%
-display(show_lines(V2, "asm(\"ex2.approx.ftz.f32", "\"=f\"(y)"))
-show_lines(V2, "const float x = kFold ? fmaf", "s[n][c] = exp2_of")
+ch05.excerpts(V2, ("asm(\"ex2.approx.ftz.f32", "\"=f\"(y)"),
+              ("const float x = kFold ? fmaf", "s[n][c] = exp2_of"))
 
 # %% tags=["remove-input"]
 lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a, 3].counts["ex2.approx.f32"] == 0
@@ -403,8 +395,7 @@ glue("buffer_registers", f"it costs up to {cost[4]} registers per thread ({moves
      f"at this head dim it costs no registers ({moves}); at D = 128, where a warp holds more, it can")
 
 # %% [markdown]
-# Shared memory stays the same: Q, which moves into registers at the start, leaves its rows to
-# the second buffer. Where double buffering costs anything it is registers, since the
+# Where double buffering costs anything it is registers, since the
 # addresses of the next tile's copies stay live across the compute: {glue:text}`buffer_registers`.
 #
 # ## Beside PyTorch's flash kernel, on a real trace
@@ -424,9 +415,9 @@ torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)", q
 v2_launch = resources.v2_launch(qwen_call.batch_heads, qwen_call.sq, int(qwen_call.d or 0), str(qwen_call.dtype), qwen_arch,
                                 all_kernels)
 
-# %% tags=["remove-input"]
-print(f"H100 Qwen, {qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, "
-      f"{qwen_call.dtype}, causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
+# %% tags=["remove-cell"]
+glue("qwen_shape", f"{qwen_call.op} at B·H = {qwen_call.batch_heads}, S = {qwen_call.sq}, D = {qwen_call.d}, "
+     f"{qwen_call.dtype}, {'causal' if qwen_call.causal else 'not causal'}, on {gpu['numSms']} SMs ({qwen_arch})")
 
 # %%
 occupancy.launch_table([torch_launch, v2_launch], qwen_arch, gpu["numSms"])[
@@ -441,7 +432,7 @@ glue_all(qwen_torch_warps=occ_torch.warps_per_sm, qwen_v2_warps=occ_v2.warps_per
          qwen_torch_waves=torch_launch.waves(qwen_arch, gpu["numSms"]), qwen_v2_waves=v2_launch.waves(qwen_arch, gpu["numSms"]))
 
 # %% [markdown]
-# Both launch one CTA per 128 query rows of one (batch, head), and both spend registers to keep
+# The call: {glue:text}`qwen_shape`. Both launch one CTA per 128 query rows of one (batch, head), and both spend registers to keep
 # tiles on chip: torch's kernel keeps {glue:text}`qwen_torch_warps` warps per SM resident, v2
 # {glue:text}`qwen_v2_warps`, so torch's CTAs run in {glue:text}`qwen_torch_waves:.2f`
 # [waves](glossary.md#wave) over the SMs and v2's in {glue:text}`qwen_v2_waves:.2f`: the same

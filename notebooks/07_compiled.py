@@ -84,7 +84,7 @@ for name in compiled_mod:
     lesson(verdict.ok, f"compiled {name} attention matches the float64 reference", str(verdict))
 lesson(all(t.compiled_once for t in paid.values()), "each module compiles one graph, on its first call, and no later call compiles again: "
        "the first call's time is the whole compile cost",
-       "; ".join(f"{n}: first call {t.first}, later calls {t.steady}" for n, t in paid.items()))
+       "; ".join(f"{n}: first call {t.first}, later calls {t.steady.graphs} graph(s) compiled" for n, t in paid.items()))
 lesson(all(t.first_s > 2 * t.steady_s for t in paid.values()),
        "the first call of a compiled module costs more than two steady-state calls (compile or cache load)",
        ", ".join(f"{n}: {t.first_s:.2f} s vs {1e3 * t.steady_s:.1f} ms" for n, t in paid.items()))
@@ -92,8 +92,7 @@ glue_all(c_first_s=f"{paid['naive'].first_s:.1f}", c_steady_ms=f"{1e3 * paid['na
          c_first_calls=f"{paid['naive'].first_s / paid['naive'].steady_s:,.0f}")
 
 # %% [markdown]
-# Compile time and steady-state time are different currencies. The first call of the
-# compiled naive module took {glue:text}`c_first_s` s; after that, a call takes
+# The first call of the compiled naive module took {glue:text}`c_first_s` s; after that, a call takes
 # {glue:text}`c_steady_ms` ms, so the first call cost as much as {glue:text}`c_first_calls`
 # steady calls. A compile pays off only over many calls of the same shape, and a profiled
 # window that holds the first call measures the compiler, not the model.
@@ -142,9 +141,8 @@ lesson(len(gen["naive"]) == 1 and {"softmax", "masked_fill", "mul"} <= set(gen["
 glue_all(c_kernel=gen["naive"]["name"].iloc[0])
 
 # %% [markdown]
-# The kernel Inductor wrote is {glue:text}`c_kernel`: its name lists the ops it took over,
-# and between the two matmuls nothing else runs. Scale, mask and softmax became one pass
-# over the scores instead of three.
+# The kernel Inductor wrote, {glue:text}`c_kernel`, is named after the ops it took over:
+# scale, mask and softmax became one pass over the scores instead of three.
 #
 # ## masked_fill or masked_fill_: the compiler does not care
 #
@@ -202,8 +200,6 @@ links.links(runs["naive"])
 # way: `triton_poi_fused_...` for a pointwise pass, `triton_per_fused_...` or
 # `triton_red_fused_...` for a softmax (`per` keeps a whole row in one block, `red` loops over
 # it), next to the matmuls ([GEMMs](glossary.md#gemm)) it leaves to [cuBLAS](glossary.md#cublas).
-# So a GPU trace of this forward would show the two matmuls' cuBLAS kernels and one Triton kernel
-# for the scale, mask and softmax.
 #
 # The trace *A100 compiled call* (see the box at the top) holds one call of a small compiled
 # function on an A100. Before the reveal: how many kernels did the GPU run for it, and what share
@@ -231,11 +227,9 @@ if device.type == "cuda":  # this run's own compiled forward
     display(ch07.compiled_forward(step["naive"].gpu_work))
 
 # %% [markdown]
-# The trace holds `TorchDynamo Cache Lookup` (Dynamo checking its guards) and then the
-# `Torch-Compiled Region`, inside which the one generated kernel is an op of its own name,
-# launched with `cuLaunchKernel`, the driver call Triton uses (the row to look for when a
-# search for `cudaLaunchKernel` finds nothing). Its name lists what Inductor fused into one
-# pass over memory: an add, a cos and a sin. And the kernel ran {glue:text}`compiled_gpu_us` µs
+# `cuLaunchKernel` is the driver call Triton uses: the row to look for when a search for
+# `cudaLaunchKernel` finds nothing. The kernel's name lists what Inductor fused into one
+# pass over memory: an add, a cos and a sin. It ran {glue:text}`compiled_gpu_us` µs
 # against a region of {glue:text}`compiled_region_us` µs on the CPU: for a call this small,
 # compiling removed the passes over memory, and what is left is the CPU's work around one
 # launch.
@@ -244,11 +238,11 @@ if device.type == "cuda":  # this run's own compiled forward
 #
 # Dynamo captures what it can trace. When it meets something it cannot (a `print`, an
 # unsupported library call, Python branching on a tensor's value), it ends the graph, runs
-# that line in plain Python, and starts a new graph after it: a *graph break*. Here is the
-# naive module with an explicit break just before the mask:
+# that line in plain Python, and starts a new graph after it: a *graph break*.
+# `BrokenAttention` is the naive module with an explicit break just before the mask:
 
 # %%
-show_lines(torch_compile.BrokenAttention)
+show_lines(torch_compile.BrokenAttention, "def mask_scores", "return super")
 
 # %%
 broken = torch.compile(torch_compile.BrokenAttention(causal=True), dynamic=False)
@@ -256,11 +250,13 @@ explained = torch._dynamo.explain(torch_compile.BrokenAttention(causal=True))(q,
 print("reason:", explained.break_reasons[0].reason.splitlines()[0] if explained.break_reasons else "none")
 broken_step = reader.median_step(record.profile(broken, q, k, v, label="broken", active=active_steps,
                                                 trace_dir=trace_dir).steps())
+
+# %% tags=["hide-output"]
 tables.op_table(broken_step)
 
 # %% [markdown]
-# The trace shows a break as more than one `Torch-Compiled Region` per forward (with a
-# `TorchDynamo Cache Lookup` before each), and fusion stops at the break: every tensor that
+# The trace (the op table above, folded) shows a break as more than one `Torch-Compiled
+# Region` per forward (with a `TorchDynamo Cache Lookup` before each), and fusion stops at the break: every tensor that
 # crosses it has to exist in memory, and the kernels on either side cannot be merged.
 
 # %%
@@ -286,10 +282,10 @@ say(ch07.break_timing(ch07.timed(lambda: compiled_mod["naive"](q, k, v), device)
 # compiled regions in the trace: the break sits in `mask_scores`, called from `attend`,
 # called from `forward`, and Dynamo splits every frame on that call stack at the break (each
 # resumes in a graph of its own). With the break the forward allocates
-# {glue:text}`gb_allocs` S×S buffers instead of one. The op tables' times, one profiled step
-# each, rank neither forward: the sentence above times them apart, by the rule of the appendix
-# [*Measuring honestly*](appendix/measuring.ipynb). `torch._dynamo.explain(fn)(*args)` lists the
-# breaks and their reasons without a profiler; the trace shows what they cost.
+# {glue:text}`gb_allocs` S×S buffers instead of one. The op tables' single steps rank neither
+# forward; the sentence above times them apart ([*Measuring honestly*](appendix/measuring.ipynb)).
+# `torch._dynamo.explain(fn)(*args)` lists the breaks and their reasons without a profiler; the
+# trace shows what they cost.
 #
 # ## FlexAttention: a mask, compiled into the kernel
 #
@@ -297,11 +293,13 @@ say(ch07.break_timing(ch07.timed(lambda: compiled_mod["naive"](q, k, v), device)
 # `score_mod(score, b, h, q_idx, kv_idx)` that changes a score, and a
 # `mask_mod(b, h, q_idx, kv_idx)` that says whether a query may see a key. Compiled, it
 # becomes one fused kernel in the style of FlashAttention (tiles of queries against tiles of
-# keys, an online softmax, no S×S buffer). The library's `flex` calls it with a causal mask
+# keys, an online softmax, no S×S buffer). The library's `flex` calls it with a causal
+# `mask_mod` (offset is Sk − Sq, 0 here), made into a block mask by `create_block_mask`
 # (`kernels/attention/torch_compile.py`):
 
 # %%
-display(show_lines(torch_compile.flex), show_lines(torch_compile.causal_block_mask))
+display(show_lines(torch_compile.causal_mod, "def causal(b", "return kv_idx"),
+        show_lines(torch_compile.flex, "mask = causal_block_mask", "return flex_call"))
 
 # %% [markdown]
 # `create_block_mask` evaluates the `mask_mod` ahead of time and records, per tile of
@@ -346,7 +344,7 @@ tables.op_table(flex_step)
 # %% tags=["remove-input"]
 lesson(flex_timed.first.graphs >= 1 and flex_timed.steady.graphs == 0 and not flex_timed.steady.gave_up,
        "flex compiles on its first call at this shape and never again at it",
-       f"first call {flex_timed.first}; later calls {flex_timed.steady}")
+       f"first call {flex_timed.first}; later calls {flex_timed.steady.graphs} graph(s) compiled")
 verdict = reference.judge(flex(q, k, v), q, k, v, causal=True)
 lesson(verdict.ok, "flex with the causal block mask matches the float64 reference", str(verdict))
 lesson(flex_step.find("aten::bmm").empty and flex_step.find("aten::softmax").empty,
@@ -379,10 +377,10 @@ if device.type == "cuda":  # this run's own flex kernel
 # `can_use_flash_attention` in PyTorch's `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`);
 # the memory-efficient backend takes a float bias and cuDNN checks only the mask's shape, so
 # SDPA can run ALiBi in a fused kernel, but it reads an S×S bias from memory to do it. With
-# flex it is a three-line function of the indices:
+# flex it is a short function of the indices, with the per-head slopes it captures:
 
 # %%
-show_lines(torch_compile.alibi)
+show_lines(torch_compile.alibi, "slopes = torch.tensor", "return score +")
 
 # %%
 flex_alibi = partial(torch_compile.flex_call, block_mask=block_mask, score_mod=torch_compile.alibi(heads, device))

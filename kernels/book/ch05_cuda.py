@@ -75,3 +75,14 @@ def tensor_cores_win(results: Iterable[BenchResult]) -> bool:
         lesson(v2.median_ms < v1.median_ms, claim,
                f"{v1.median_ms:.3f} ms vs {v2.median_ms:.3f} ms, {v1.median_ms / v2.median_ms:.1f}x")
     return True
+
+
+def excerpts(source, *pieces: tuple[str, ...]):
+    """Several ``show_lines`` pieces of one CUDA file in a single code block, each headed by
+    its own line numbers: excerpts read together take one block's height on the page."""
+    from IPython.display import Markdown
+
+    from kernels.notebook import source_piece
+
+    parts = [f"// {where}\n{code}" for where, code in (source_piece(source, *piece) for piece in pieces)]
+    return Markdown("```cuda\n" + "\n\n".join(parts) + "\n```")

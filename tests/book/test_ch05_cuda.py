@@ -34,3 +34,13 @@ def test_chapter5_tensor_cores_win():
                                                failed={("cuda_v2", S, FORWARD): "error"}))
     assert ch05.tensor_cores_win(hop.sweep_points(["cuda_v2"], seqs=(S,))) is False, \
         "v1 not in the sweep (it could not run): nothing to compare, nothing asserted"
+
+
+def test_chapter5_excerpts_share_one_block_in_the_order_given():
+    v1 = cuda_flash.CSRC / "flash_v1.cu"
+    text = ch05.excerpts(v1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
+                         ("for (int d = 0; d < D; ++d) {",)).data
+    assert text.startswith("```cuda\n// kernels/cuda/csrc/flash_v1.cu, lines ") and text.count("```") == 2
+    assert text.index("float* row_s = s_s") < text.index("for (int d = 0; d < D; ++d) {")
+    with pytest.raises(ValueError, match="no line"):
+        ch05.excerpts(v1, ("a marker no line of the kernel holds",))
