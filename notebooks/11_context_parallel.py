@@ -199,9 +199,10 @@ step.timeline(f"ring forward, contiguous split, {world} ranks (the median step)"
 
 # %% [markdown]
 # The critical path, read round by round: the step is cut where each rank's communication
-# rounds end, and in each piece the rank that computed longest is the one the others wait for.
+# rounds end, and in each piece the rank that computed longest is the one the others wait for
+# (its table folded below; the ✔ lines after it read it).
 
-# %%
+# %% tags=["hide-output"]
 path = step.critical_path()
 path
 
@@ -354,9 +355,9 @@ rank_traces.median_rank_step(steps["ulysses"]).timeline(f"Ulysses forward, {worl
 # %% [markdown]
 # With more ranks they part: the ring's bytes per rank stay near 2·B·H_kv·S·D, Ulysses' shrink
 # as 1/world, and GQA cuts the ring's more (its queries and outputs still move). For 128k
-# tokens, 32 query heads, head dim 128:
+# tokens, 32 query heads, head dim 128 (the table folded below):
 
-# %%
+# %% tags=["hide-output"]
 volumes = ulysses.volume_table(worlds=(2, 8, 64), heads=32, kv_heads=(32, 8), seq_len=131072, head_dim=128)
 volumes
 
