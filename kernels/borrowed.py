@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Protocol
 
 from kernels.trace.reader import Step, Trace, load_trace
 
@@ -101,7 +101,14 @@ class Borrowed:
                 f"({torch_words}; {self.source}; {self.licence}): not this book's run.")
 
 
-def traces_box_html(traces: dict[str, Borrowed]) -> str:
+class Credited(Protocol):
+    """What a "Traces on this page" box needs of a trace: its credit (a ``Borrowed``, or a
+    chapter's own record of traces it does not ship, as chapter 11's rank pair)."""
+
+    def credit(self) -> str: ...
+
+
+def traces_box_html(traces: Mapping[str, Credited]) -> str:
     """One "Traces on this page" box: each borrowed trace's short name (how figures and tables
     name it) and its full credit, once per page."""
     import html
@@ -114,7 +121,7 @@ def traces_box_html(traces: dict[str, Borrowed]) -> str:
             f"<ul>{items}</ul></div>")
 
 
-def traces_box(traces: dict[str, Borrowed]) -> None:
+def traces_box(traces: Mapping[str, Credited]) -> None:
     """Show the page's one "Traces on this page" box (see ``traces_box_html``); in plain Python,
     one line a trace."""
     from kernels.notebook import in_notebook

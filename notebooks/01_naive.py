@@ -191,7 +191,8 @@ lesson(len(tf_report.calls) > 0 and all(c.how == "hand-written" for c in tf_repo
        f"{len(tf_report.calls)} calls")
 video = timesformer_input(tf_step)
 frames_per_group = video["frames"] // video["trained_frames"]
-long_calls = [c for c in tf_report.calls if c.sq == max(c.sq for c in tf_report.calls)]
+longest = max(c.sq for c in tf_report.calls if c.sq is not None)   # a hand-written call's shapes are read off its GEMMs
+long_calls = [c for c in tf_report.calls if c.sq == longest]
 lesson(video["frames"] == video["stretched_to"] == 128 and video["trained_frames"] == video["space_groups"] == 8
        and video["space_tokens"] == 1 + frames_per_group * video["patches_per_frame"] == 3137
        and all(c.sq == c.sk == video["space_tokens"] for c in long_calls),

@@ -327,7 +327,8 @@ h100_grid, mi300x_grid, bert_grid = (ch06.grid_against_sms(reports[n]).iloc[0] f
 qwen_call = calls.iloc[0]
 bert_call = ch06.achieved_against_peak({"H100 BERT": reports["H100 BERT"]}).iloc[0]
 h100_kernel = reports["H100 Qwen"].calls[0].main_kernel()
-tiles = flash_tiles(h100_kernel["name"] if h100_kernel is not None else "")   # its template arguments
+assert h100_kernel is not None, "the H100 Qwen trace's first attention call launched its flash kernel"
+tiles = flash_tiles(h100_kernel["name"])   # its template arguments
 query_tiles, key_tiles = math.ceil(qwen_call["Sq"] / tiles.block_m), math.ceil(qwen_call["Sk"] / tiles.block_n)
 lesson(h100_grid["CTAs"] == query_tiles * qwen_call["B·H"],
        f"on the H100, flash launches one CTA per {tiles.block_m} query rows of each (batch, head): "

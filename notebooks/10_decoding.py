@@ -326,6 +326,7 @@ plots.split_kv_bars(pairs, f"SGLang decode, {decode_report.device}: one decode s
 
 # %% tags=["remove-input"]
 decode_share = decode_report.attention_share
+assert decode_share is not None, "the SGLang step has kernels, so a GPU time to share"
 print(f"{len(pairs)} calls; main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
 _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
            "% of the decode step's GPU time in attention")
@@ -367,21 +368,25 @@ lesson(len(decode_report.engine_steps) == 1 and engine.context_requests == 0
        f"{engine.g_sq} queries against {readable(engine.g_sk)} cached tokens in all")
 calls = decode_report.calls
 lesson(all((c.heads, c.kv_heads, c.d) == (QWEN3_8B["heads"], QWEN3_8B["kv_heads"], QWEN3_8B["head_dim"])
-           and SGLANG_DECODE_CAPTURE.file in c.heads_source for c in calls),
+           and c.heads_source is not None and SGLANG_DECODE_CAPTURE.file in c.heads_source for c in calls),
        "the capture trace's attention op gives every call Qwen3-8B's heads: 32 query heads, 8 K/V heads of 128",
-       calls[0].heads_source)
-mi300x, roofs = decode_report.peaks, [c.roof() for c in calls]   # the datasheet row of the GPU the trace names
+       str(calls[0].heads_source))
+mi300x, placed = decode_report.peaks, [c.roof() for c in calls]   # the datasheet row of the GPU the trace names
 assert mi300x is not None, f"kernels.hw.devices has no datasheet row for {decode_report.device}"
+roofs = [r for r in placed if r is not None]
+first_bytes, first_flops = calls[0].bytes, calls[0].flops
+assert len(roofs) == len(calls) and first_bytes is not None and first_flops is not None, \
+    "every call has its heads, a 16-bit dtype and a named GPU, so a place on the roof (its FLOPs and bytes)"
 group, intensity = QWEN3_8B["heads"] // QWEN3_8B["kv_heads"], roofs[0].intensity
 lesson(all(r.bound == "memory" and abs(r.intensity - group) < 0.1 and r.intensity < mi300x.ridge / 20 for r in roofs),
        f"each call does about {group} FLOPs a byte (GQA's group of {group}): memory-bound, far below the MI300X's ridge",
        f"{intensity:.1f} against {mi300x.ridge:.0f} FLOP/byte")
 call_us, share = median(c.gpu_us for c in calls), median(r.share for r in roofs)
-floor_us = calls[0].bytes / mi300x.bandwidth * 1e6
+floor_us = first_bytes / mi300x.bandwidth * 1e6
 lesson(all(c.gpu_us > floor_us for c in calls) and max(r.share for r in roofs) < 1,
        "a call takes longer than reading its bytes at the datasheet's bandwidth would",
        f"{call_us:.0f} µs against {floor_us:.0f} µs; {share * mi300x.bandwidth / 1e12:.2f} TB/s reached (median)")
-glue_all(sg_mib=calls[0].bytes / 2**20, sg_gflop=calls[0].flops / 1e9, sg_call_us=float(call_us), sg_intensity=intensity,
+glue_all(sg_mib=first_bytes / 2**20, sg_gflop=first_flops / 1e9, sg_call_us=float(call_us), sg_intensity=intensity,
          sg_ridge=mi300x.ridge, sg_floor_us=floor_us, sg_tbs=float(share * mi300x.bandwidth / 1e12),
          sg_peak_tbs=mi300x.bandwidth / 1e12, sg_bw_pct=float(100 * share), sg_tokens=readable(engine.g_sk),
          sg_per_request=readable(round(engine.g_sk / engine.generation_requests)))

@@ -120,8 +120,8 @@ glue_all(qwen_calls=len(h100.calls), faster_gpu=faster, slower_gpu=slower, sbs_r
 pd.concat({name: reports[name].roof_table().head(1) for name in ("H100 Qwen", "MI300X Qwen")})
 
 # %% tags=["remove-input"]
-roofs = {name: [c.roof() for c in reports[name].calls] for name in ("H100 Qwen", "MI300X Qwen")}
-ridges = {name: reports[name].peaks.ridge for name in roofs}
+roofs = {name: ch12.placed_calls(reports[name]) for name in ("H100 Qwen", "MI300X Qwen")}
+ridges = {name: found[0].ridge for name, found in roofs.items()}   # the datasheet's, as each Roof carries it
 qwen_intensity = roofs["H100 Qwen"][0].intensity
 lesson(all(r.bound == "memory" and r.intensity == qwen_intensity < ridges[name] for name in roofs for r in roofs[name]),
        "every Qwen call is memory-bound by the byte count, on both GPUs: the same FLOPs per byte, under either ridge",
@@ -154,7 +154,7 @@ display((100 * by_kind.T).rename(index=breakdown.KIND_LABELS).rename_axis("% of 
 display(breakdown.rest_by_op(h100, top=6))
 
 # %% tags=["remove-input"]
-share = {name: r.attention_share for name, r in reports.items()}
+share = ch12.attention_shares(reports)
 reveal(guess_qwen_share, round(share["H100 Qwen"], 3), "attention's share of the H100 Qwen step")
 lesson(share["H100 Qwen"] < 0.25 and share["MI300X Qwen"] < 0.25,
        "attention is under a quarter of the Qwen prefill's GPU time, on both GPUs",
@@ -224,7 +224,7 @@ lesson(video["frames"] == 128 and video["trained_frames"] == 8 and video["space_
        f"{video['space_batch']} such sequences")
 glue_all(ts_frames=video["frames"], ts_trained=video["trained_frames"], ts_space_frames=int(video["space_frames"]),
          ts_patches=video["patches"], ts_tokens=readable(longest.sq), ts_own_tokens=1 + video["patches"],
-         ts_short=min(c.sq for c in timesformer.calls))
+         ts_short=min(c.sq for c in timesformer.calls if c.sq is not None))
 
 # %% [markdown]
 # The short calls of {glue:text}`ts_short` tokens (time) cost little; the long ones of

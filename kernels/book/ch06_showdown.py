@@ -105,9 +105,10 @@ def tail_estimate(waves: float) -> float:
 def overlapping(points: Mapping[str, BenchResult]) -> list[tuple[str, str]]:
     """The pairs of ``points`` ({impl: point}) whose p10-p90 spreads overlap: timings that rank
     nothing on this run, whichever median is lower."""
-    timed = [(n, r) for n, r in points.items() if r.median_ms is not None and r.p10_ms is not None]
-    return [(a, b) for i, (a, ra) in enumerate(timed) for b, rb in timed[i + 1:]
-            if ra.p10_ms <= rb.p90_ms and rb.p10_ms <= ra.p90_ms]
+    timed = [(n, r.p10_ms, r.p90_ms) for n, r in points.items()
+             if r.median_ms is not None and r.p10_ms is not None and r.p90_ms is not None]
+    return [(a, b) for i, (a, a10, a90) in enumerate(timed) for b, b10, b90 in timed[i + 1:]
+            if a10 <= b90 and b10 <= a90]
 
 
 def fused_medians(points: Mapping[str, BenchResult]) -> str:

@@ -3,16 +3,43 @@ figures give the borrowed traces, what TimeSformer's recorded shapes say about i
 many passes its hand-written attention makes over the score tensor."""
 from __future__ import annotations
 
+from typing import Mapping
+
 import pandas as pd
 
-from kernels.trace.attention import SCORE_GEMMS, AttentionCall
+from kernels.trace.attention import SCORE_GEMMS, AttentionCall, AttentionReport
 from kernels.trace.reader import Step
+from kernels.trace.roof import Roof
 
 # The traces the chapter reads (keys of kernels.borrowed.TRACELENS), by the short name every
 # table, figure and sentence of the page uses; the "Traces on this page" box credits each.
 SHORT = {"h100_qwen": "H100 Qwen", "mi300x_qwen": "MI300X Qwen", "h100_timesformer": "H100 TimeSformer",
          "mi300x_timesformer": "MI300X TimeSformer", "h100_vit": "H100 ViT", "mi300x_vit": "MI300X ViT",
          "h100_bert": "H100 BERT"}
+
+
+def attention_shares(reports: Mapping[str, AttentionReport]) -> dict[str, float]:
+    """Each report's ``attention_share`` of its step's GPU time, by name (a ValueError for a step
+    with no GPU time, which has none)."""
+    shares = {}
+    for name, report in reports.items():
+        share = report.attention_share
+        if share is None:
+            raise ValueError(f"{name}: the step has no GPU time, so no attention share")
+        shares[name] = share
+    return shares
+
+
+def placed_calls(report: AttentionReport) -> list[Roof]:
+    """Where each of ``report``'s calls sits under its GPU's roofline (``AttentionCall.roof``); a
+    ValueError, with ``AttentionCall.why``'s reasons, for the first call that has no place."""
+    roofs = []
+    for i, call in enumerate(report.calls):
+        found = call.roof()
+        if found is None:
+            raise ValueError(f"call {i} has no place on the roofline: {call.why() or 'no datasheet peaks for this GPU'}")
+        roofs.append(found)
+    return roofs
 
 
 def first_dims(step: Step, op: str) -> list:
@@ -46,8 +73,11 @@ def score_passes(call: AttentionCall, step: Step) -> dict:
     score GEMM writes it, each op between the two GEMMs whose input is score-shaped reads and
     writes it (a scale, a softmax), the value GEMM reads it. Returns those ops in order and the
     ``writes`` and ``reads`` counted."""
+    start, wall = call.cpu_start_us, call.cpu_us
+    if start is None or wall is None:
+        raise ValueError(f"this {call.how} call has no CPU window (found by kernel name): no ops to count passes over")
     ops = step.ops
-    inside = ops[(ops["start_us"] >= call.cpu_start_us) & (ops["start_us"] <= call.cpu_start_us + call.cpu_us)]
+    inside = ops[(ops["start_us"] >= start) & (ops["start_us"] <= start + wall)]
     launching = set(call.kernels["op"].dropna()) - SCORE_GEMMS
     over_scores = [name for name, dims in zip(inside["name"], inside["input_dims"])
                    if name in launching and dims and isinstance(dims[0], list) and dims[0][-2:] == [call.sq, call.sk]]

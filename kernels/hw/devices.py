@@ -136,6 +136,7 @@ def trace_device(properties: list, given: Optional[str] = None) -> tuple[Optiona
     matched = {match_properties(p) for p in properties}
     if len(matched) == 1 and None not in matched:
         found = matched.pop()
+        assert found is not None, "None was ruled out of the matches just above"
         words = properties_text(properties[0])
         return found, f"matched by its recorded properties ({words}; the name is empty): only the {found} has them", \
             match_gpu(found)

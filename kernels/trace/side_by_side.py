@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import mean
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pandas as pd
 
 from kernels.trace.families import readable_name
+
+if TYPE_CHECKING:  # kernels.trace.attention imports this module: the name only, for the checker
+    from kernels.trace.attention.calls import AttentionReport
 
 
 def shape_text(c) -> str:
@@ -69,8 +72,8 @@ class Group:
 class SideBySide:
     """Two ``kernels.trace.attention.AttentionReport``s and their calls grouped by shape."""
 
-    a: object
-    b: object
+    a: AttentionReport
+    b: AttentionReport
     groups: list[Group]
 
     @property

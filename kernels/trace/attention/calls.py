@@ -84,7 +84,10 @@ class AttentionCall:
     def flops(self) -> Optional[float]:
         """Forward FLOPs by the module's convention; None where shapes or causality are unknown."""
         if self.tokens is not None:
-            return roof.serving_flops(self.heads, self.d, self.dv, self.tokens.pairs) if self._serving_ready() else None
+            heads, d, dv = self.heads, self.d, self.dv
+            if not self._serving_ready() or heads is None or d is None or dv is None:  # named again: typed int below
+                return None
+            return roof.serving_flops(heads, d, dv, self.tokens.pairs)
         bh, sq, sk, d, dv = self.batch_heads, self.sq, self.sk, self.d, self.dv
         if bh is None or sq is None or sk is None or d is None or dv is None:
             return None
@@ -102,9 +105,10 @@ class AttentionCall:
         if element is None or self.d is None or self.dv is None:
             return None
         if self.tokens is not None:
-            if not self._serving_ready():
+            heads, kv_heads = self.heads, self.kv_heads
+            if not self._serving_ready() or heads is None or kv_heads is None:  # named again: typed int below
                 return None
-            return roof.io_bytes(self.tokens.queries * self.heads, self.tokens.keys * self.kv_heads,
+            return roof.io_bytes(self.tokens.queries * heads, self.tokens.keys * kv_heads,
                                  self.d, self.dv, element)
         if self.batch_heads is None or self.sq is None or self.sk is None:
             return None

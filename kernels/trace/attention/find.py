@@ -209,7 +209,10 @@ def _by_kernel_name(kernels: pd.DataFrame) -> list[AttentionCall]:
             done.append(open_calls.pop(stream))
         open_calls[stream] = (library, prologue.pop(stream, []) + [i])
     done += open_calls.values()
-    done += [(attention_kernel(kernels.at[rows[0], "name"])[0], rows) for rows in prologue.values()]
+    for rows in prologue.values():   # prologues whose main kernel never came: a call of their own
+        first = attention_kernel(kernels.at[rows[0], "name"])
+        assert first is not None, "a prologue row was queued only because attention_kernel recognised it"
+        done.append((first[0], rows))
     return [AttentionCall("kernels", library, None, kernels.loc[members]) for library, members in done]
 
 
