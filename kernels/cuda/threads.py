@@ -93,7 +93,7 @@ def thread_map(head_dim: int = 64, lane: int = 5):
         "v2": (f"v2: S accumulators ({v2.block_m} × {v2.block_n});\nO's columns follow the same pattern", v2_owner),
     }
     fig, axes = plt.subplot_mosaic([["p1", "p2", "p3", "p3"], ["v2", "v2", ".", "."]],
-                                   figsize=(0.98 * COLUMN_PX / 100, 6.6), dpi=100,
+                                   figsize=(0.98 * COLUMN_PX / 100, 5.6), dpi=100,
                                    height_ratios=[1, 2.6], layout="constrained")
     for name, (title, owner) in panels.items():
         ax = axes[name]
