@@ -11,14 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import mean
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 import pandas as pd
 
 from kernels.trace.families import readable_name
 
-if TYPE_CHECKING:  # kernels.trace.attention imports this module: the name only, for the checker
-    from kernels.trace.attention.calls import AttentionReport
+
+
+class Report(Protocol):
+    """What a side needs of a report: ``kernels.trace.attention.AttentionReport`` is one (not
+    imported here: that package imports this module)."""
+
+    calls: list
+
+    def as_dict(self) -> dict: ...
 
 
 def shape_text(c) -> str:
@@ -72,8 +79,8 @@ class Group:
 class SideBySide:
     """Two ``kernels.trace.attention.AttentionReport``s and their calls grouped by shape."""
 
-    a: AttentionReport
-    b: AttentionReport
+    a: Report
+    b: Report
     groups: list[Group]
 
     @property
