@@ -7,10 +7,12 @@ Triton's tutorial 06-fused-attention (BLOCK_M {64, 128} x BLOCK_N {32, 64, 128} 
 warps, here with 32-row tiles too, which the backward and large head dims need), and a
 rule on each config's footprint prunes it, as the tutorial's ``keep()`` does: what it holds
 in shared memory must fit the GPU, what it holds in registers must leave room
-(``register_footprint``), and on Hopper the forward's 8 warps need a 128x128 tile. Fewer
-configs also mean a shorter autotuning: each is compiled and timed on first use of every
-new key. What the compiler actually makes of each config (registers, spills, shared
-memory) is chapter 4's look at the compiler, ``python -m kernels.triton.compile_sweep``.
+(``values_per_thread``: accumulators, scores and operand tiles, within what the compile
+sweep shows ptxas holds without spilling), and on Hopper the forward's 8 warps need a
+128x128 tile. Fewer configs also mean a shorter autotuning: each is compiled and timed on
+first use of every new key. What the compiler actually makes of each config (registers,
+spills, shared memory) is chapter 4's look at the compiler, ``python -m
+kernels.triton.compile_sweep``.
 """
 from typing import Optional
 
@@ -47,11 +49,48 @@ def register_footprint(block_m: int, block_n: int, head_dim: int, kernel: str = 
     raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
 
-# Float32 values per thread a config may keep (of 255 registers, the rest for the tiles on
-# their way to the tensor cores, addresses and loop state). Ampere's mma.sync takes both
-# operands from registers, where Hopper's wgmma reads one from shared memory, so sm_80 runs
-# out of registers on tiles that sm_90 holds.
-VALUES_PER_THREAD = {8: 80, 9: 128}
+def operand_values(block_m: int, block_n: int, head_dim: int, kernel: str = "fwd", element_size: int = 2) -> int:
+    """The registers (in float32 values) a program takes on top of `register_footprint`: the
+    [rows, HEAD_DIM] operand tiles it holds across its loop (forward: Q; dK/dV: K and V; dQ:
+    Q and dO) and the one it streams (forward and dQ: a K tile; dK/dV: a Q tile), at
+    ``element_size`` bytes each, so two bf16 values to a register; and in the backward the
+    second tile of scores, float32 (dP beside P: dK/dV [BLOCK_N, BLOCK_M], dQ [BLOCK_M,
+    BLOCK_N])."""
+    if kernel == "fwd":
+        return (block_m * head_dim + block_n * head_dim) * element_size // 4
+    if kernel == "bwd_dq":
+        return (2 * block_m * head_dim + block_n * head_dim) * element_size // 4 + block_m * block_n
+    if kernel == "bwd_dkdv":
+        return (2 * block_n * head_dim + block_m * head_dim) * element_size // 4 + block_m * block_n
+    raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+def values_per_thread(config, head_dim: int, kernel: str = "fwd", element_size: int = 2) -> float:
+    """What one thread of ``config`` holds in registers: `register_footprint` and
+    `operand_values` over its ``num_warps`` x 32 threads."""
+    block_m, block_n, warps, _ = config
+    values = register_footprint(block_m, block_n, head_dim, kernel) + \
+        operand_values(block_m, block_n, head_dim, kernel, element_size)
+    return values / (32 * warps)
+
+
+# Values per thread (`values_per_thread`) a config may keep, of 255 registers, the rest for
+# addresses, masks and loop state. Checked against the compile sweep (bf16, every config of
+# every kernel and head dim, ``python -m kernels.triton.compile_sweep --target sm_80|sm_90``).
+# Counting the accumulators and one score tile alone (the rule before), with 80 values a
+# thread on sm_80 and 128 on sm_90, the pruning kept 42 configs that ptxas spills (up to
+# 1,316 bytes), most at D = 128 and 256, where the operand tiles the count left out grow
+# with D: a 32x128 forward tile with 4 warps at D = 128 counted 64 values a thread, and took
+# 255 registers and spilled on both targets. With the operands and the backward's second
+# score tile counted, and the backward's tile shapes as `streams_the_shorter_tile` says,
+# 80 values a thread keep nothing that spills on sm_90 (106 configs); sm_80, whose mma.sync
+# takes both operands from registers, spills a dQ 64x64 tile with 8 warps at D = 64 at 72
+# (32 bytes), so its budget is 68 (96 configs). Below 68 the forward keeps nothing at
+# D = 256. At D = 256 the backward holds more even in a 32x32 tile with 8 warps:
+# `fitting_configs` then keeps that one (about 190 registers, no spills on either target).
+# What no count of values separates: ptxas spills 8 bytes of a few 8-warp sm_80 forward
+# configs at D <= 32 that use 128 of their registers (one kept: 128x64, 3 stages, D = 32).
+VALUES_PER_THREAD = {8: 68, 9: 80}
 DEFAULT_VALUES_PER_THREAD = 80
 
 
@@ -80,19 +119,44 @@ def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim
     raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
 
+def streams_the_shorter_tile(config, kernel: str = "fwd") -> bool:
+    """The backward streams its other operand past the tile it holds: dK/dV holds BLOCK_N
+    keys and streams BLOCK_M queries, dQ holds BLOCK_M queries and streams BLOCK_N keys. As in
+    Triton's tutorial (dK/dV 32 x 128, dQ 128 x 32), the streamed tile must not be the longer
+    one: the compile sweep shows dK/dV 128x32 and 128x64 tiles at D = 32 spilling with 8 warps
+    on sm_80 and sm_90, within the register budget, and dQ 64x128 at D = 64 spilling 376 bytes
+    on sm_80. The forward holds no such choice (True)."""
+    block_m, block_n = config[0], config[1]
+    if kernel == "bwd_dkdv":
+        return block_m <= block_n
+    if kernel == "bwd_dq":
+        return block_n <= block_m
+    return True
+
+
+def budget(capability=None) -> int:
+    """`VALUES_PER_THREAD` of a GPU of ``capability`` (major, minor); the default without one."""
+    if not capability:
+        return DEFAULT_VALUES_PER_THREAD
+    return VALUES_PER_THREAD.get(tuple(capability)[0], DEFAULT_VALUES_PER_THREAD)
+
+
 def keep(config, head_dim: int, element_size: int, smem_limit: int, kernel: str = "fwd", capability=None) -> bool:
     """Whether a config's footprint suits the GPU: its shared memory fits ``smem_limit``, and
-    its registers (`register_footprint`) fit the budget of ``capability`` (``VALUES_PER_THREAD``)
-    with the fewest warps that hold them, 4 or 8: 8 warps on a tile 4 can hold leave warps
-    idle (the rule Triton's tutorial applies on Hopper, 8 warps only for 128x128 tiles,
-    drawn from the footprint)."""
+    what a thread holds in registers (`values_per_thread`: accumulators, scores and operand
+    tiles) fits the budget of ``capability`` (``VALUES_PER_THREAD``) with the fewest warps
+    that hold it, 4 or 8: 8 warps on a tile 4 can hold leave warps idle (the rule Triton's
+    tutorial applies on Hopper, 8 warps only for 128x128 tiles, drawn from the footprint).
+    The budget is what the compile sweep shows ptxas holds without spilling."""
     block_m, block_n, warps, stages = config
-    budget = VALUES_PER_THREAD.get(tuple(capability)[0], DEFAULT_VALUES_PER_THREAD) if capability else \
-        DEFAULT_VALUES_PER_THREAD
-    values = register_footprint(block_m, block_n, head_dim, kernel)
-    fewest_warps = 4 if values <= budget * 32 * 4 else 8
+    if not streams_the_shorter_tile(config, kernel):
+        return False
+    per_thread = budget(capability)
+    fewest_warps = 4 if values_per_thread((block_m, block_n, 4, stages), head_dim, kernel, element_size) \
+        <= per_thread else 8
     return (shared_memory_estimate(block_m, block_n, stages, head_dim, element_size, kernel) <= smem_limit
-            and values <= budget * 32 * warps and warps == fewest_warps)
+            and warps == fewest_warps
+            and values_per_thread(config, head_dim, kernel, element_size) <= per_thread)
 
 
 def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_limit: int,
@@ -100,8 +164,11 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
     """The configs `keep` keeps whose tiles are not much longer than the sequence (BLOCK_M
     than the queries, ``seq``; BLOCK_N than the keys, ``seq_k``, by default ``seq``).
 
-    Always returns at least one config: if nothing passes, the one with the smallest shared
-    memory estimate.
+    Always returns at least one config: if nothing passes, the one whose threads hold the
+    fewest values (`values_per_thread`), and of those the smallest shared memory estimate:
+    the one least likely to spill, and to overflow shared memory (the backward at D = 256,
+    where even a 32x32 tile with 8 warps is over ``VALUES_PER_THREAD``, and compiles with
+    about 190 registers and no spills on sm_80 and sm_90).
     """
     longest_m = max(16, launch.next_power_of_2(seq))
     longest_n = max(16, launch.next_power_of_2(seq if seq_k is None else seq_k))
@@ -109,7 +176,8 @@ def fitting_configs(configs, seq: int, head_dim: int, element_size: int, smem_li
             and keep(c, head_dim, element_size, smem_limit, kernel, capability)]
     if kept:
         return kept
-    return [min(configs, key=lambda c: shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel))]
+    return [min(configs, key=lambda c: (values_per_thread(c, head_dim, kernel, element_size),
+                                        shared_memory_estimate(c[0], c[1], c[3], head_dim, element_size, kernel)))]
 
 
 def forward_launches(batch_heads: Optional[int], seq: Optional[int], head_dim: Optional[int], element_size: int,

@@ -1,16 +1,17 @@
-"""The compile sweep: every config the autotuner keeps fits the GPU.
+"""The compile sweep: every config the autotuner keeps fits the GPU and spills nothing.
 
 Triton compiles for sm_80 and sm_90 without a GPU (kernels/triton/compile_sweep.py). A compile
 takes seconds here, so the default tests compile a covering subset, once per session: for
 each kernel the target launches (forward, dK/dV, dQ), the
 config the pruning keeps with the largest shared-memory estimate at D = 128 (the one nearest
-the limit), and one config the compiler must show does not fit.
+the limit), the one it keeps with the most values per thread at D = 256 (the one nearest the
+register budget), and one config the compiler must show does not fit.
 ``test_every_kept_config_compiles_within_limits`` (marked ``sweep``: seven to eight minutes of
 one core on cold caches, ptxas run once by Triton and once by the sweep, so ``make test-book``
 runs it) compiles every kept config of every head dim, as ``python -m
-kernels.triton.compile_sweep`` does. Whether a kept config spills is
-the compiler's to say and the sweep's to show; the pruning is a rule on the footprint, and
-these tests hold it only to what must not fail: fitting the GPU.
+kernels.triton.compile_sweep`` does. The pruning is a rule on the footprint
+(``configs.values_per_thread`` within ``configs.VALUES_PER_THREAD``), and these tests hold
+it to the compiler: a kept config fits the GPU and ptxas spills none of its registers.
 """
 from __future__ import annotations
 
@@ -48,10 +49,17 @@ def estimate(kernel, head_dim, config):
 TOO_LARGE = {"sm_80": ("fwd", 128, (128, 128, 8, 4)), "sm_90": ("fwd", 128, (128, 128, 8, 4))}
 
 
+def densest(kernel, head_dim, target):
+    """The kept config whose threads hold the most values: the one nearest the register budget."""
+    return max(kept(kernel, head_dim, target),
+               key=lambda c: (configs.values_per_thread(c, head_dim, kernel, BF16), estimate(kernel, head_dim, c)))
+
+
 def covering_jobs(target):
     jobs = [(k, 128, max(kept(k, 128, target), key=lambda c: estimate(k, 128, c)))
             for k in configs.KERNELS]
-    return jobs + [TOO_LARGE[target]]
+    jobs += [(k, 256, densest(k, 256, target)) for k in configs.KERNELS]
+    return list(dict.fromkeys(jobs)) + [TOO_LARGE[target]]
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +93,31 @@ def test_kept_configs_fit(swept, target):
         if row["kept"]:
             assert row["fits"], f"the pruning keeps a config the compiler says does not fit {target}: {row}"
             assert row["shared_bytes"] <= _limit(target), row
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kept_configs_do_not_spill(swept, target):
+    for row in triton_rows(swept[target]):
+        if row["kept"]:
+            assert row["spills"] == 0, (
+                f"the pruning keeps a config ptxas spills to local memory on {target}: every kept config "
+                f"must hold its values in registers (configs.VALUES_PER_THREAD is too high, or "
+                f"configs.values_per_thread counts too little): {row}")
+
+
+def test_every_kernel_and_head_dim_keeps_a_config():
+    """The budget prunes what spills, never a whole (kernel, head dim): ``keep`` itself passes
+    a config of every kernel at every head dim but the backward's at D = 256 (over the budget
+    in every tile), where ``fitting_configs`` keeps the one holding the fewest values a thread
+    (the covering subset compiles it: it must not spill either)."""
+    for target in TARGETS:
+        arch = ARCHES[target]
+        for kernel in configs.KERNELS:
+            for head_dim in configs.PADDED_HEAD_DIMS:
+                passed = [c for c in configs.GPU_CONFIGS
+                          if configs.keep(c, head_dim, BF16, _limit(target), kernel, arch.capability)]
+                assert passed or (kernel != "fwd" and head_dim == 256), (target, kernel, head_dim)
+                assert kept(kernel, head_dim, target), (target, kernel, head_dim)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -164,5 +197,5 @@ def test_every_kept_config_compiles_within_limits(target):
     jobs = [(k, d, c) for k in configs.KERNELS for d in configs.PADDED_HEAD_DIMS
             for c in kept(k, d, target)]
     rows = cr.sweep_configs(target, jobs=jobs, cuda=False, timeout=3000)
-    bad = [r for r in rows if not r["fits"] or r["estimate_bytes"] < r["shared_bytes"]]
-    assert not bad, f"kept configs that do not fit or exceed their estimate on {target}: {bad}"
+    bad = [r for r in rows if not r["fits"] or r["estimate_bytes"] < r["shared_bytes"] or r["spills"]]
+    assert not bad, f"kept configs that do not fit, exceed their estimate or spill on {target}: {bad}"

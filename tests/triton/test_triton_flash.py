@@ -311,20 +311,50 @@ def test_register_footprint_counts_accumulators_and_one_score_tile():
 
 
 def test_the_fewest_warps_that_hold_the_footprint_are_kept():
-    # D = 32: a 128x128 forward tile keeps 128·32 + 128·128 = 20480 values, 160 a thread with
-    # 4 warps, 80 with 8; a 64x64 one keeps 6144, 48 a thread with 4 warps.
-    space = [(128, 128, 8, 3), (128, 128, 4, 3), (64, 64, 4, 3), (64, 64, 8, 3)]
+    # D = 16: a 128x64 forward tile holds 128·16 + 128·64 = 10240 float32 values and its Q and
+    # K tiles, (128 + 64)·16 bf16 values, two to a register: 11776, 92 a thread with 4 warps,
+    # 46 with 8; a 64x64 one holds 6144, 48 a thread with 4 warps.
+    space = [(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (64, 64, 8, 3)]
+    assert configs.values_per_thread((128, 64, 4, 3), 16, "fwd", 2) == 11776 / 128
     for capability in ((8, 0), (9, 0)):
-        kept = configs.fitting_configs(space, 4096, 32, 2, smem_limit=10**9, capability=capability)
-        assert kept == [(128, 128, 8, 3), (64, 64, 4, 3)], (capability, kept)
+        kept = configs.fitting_configs(space, 4096, 16, 2, smem_limit=10**9, capability=capability)
+        assert kept == [(128, 64, 8, 3), (64, 64, 4, 3)], (capability, kept)
 
 
-def test_ampere_holds_fewer_values_per_thread_than_hopper():
-    # D = 64, (128, 64, 4, 3): 128·64 + 128·64 = 16384 values, 128 a thread with 4 warps: within
-    # sm_90's budget, past sm_80's, where 8 warps (64 a thread) hold it instead.
-    space = [(128, 64, 4, 3), (128, 64, 8, 3)]
-    assert configs.fitting_configs(space, 4096, 64, 2, smem_limit=10**9, capability=(9, 0)) == [(128, 64, 4, 3)]
-    assert configs.fitting_configs(space, 4096, 64, 2, smem_limit=10**9, capability=(8, 0)) == [(128, 64, 8, 3)]
+def test_values_per_thread_count_the_operand_tiles():
+    # D = 128, a 32x128 forward tile: 32·128 + 32·128 = 8192 float32 values, 64 a thread with
+    # 4 warps, within the budget; with its Q and K tiles, (32 + 128)·128 bf16 values two to a
+    # register, 18432, 144 a thread: ptxas spills it with 4 warps on sm_80 and sm_90, and the
+    # pruning keeps 8 warps (72 a thread) instead on sm_90, neither on sm_80 (a budget of 68).
+    assert configs.operand_values(32, 128, 128, "fwd", 2) == (32 + 128) * 128 // 2
+    assert configs.operand_values(32, 128, 128, "fwd", 4) == (32 + 128) * 128
+    # The backward also holds dP beside P: a second float32 tile of scores.
+    assert configs.operand_values(32, 64, 64, "bwd_dq", 2) == (2 * 32 + 64) * 64 // 2 + 32 * 64
+    assert configs.operand_values(32, 64, 64, "bwd_dkdv", 2) == (2 * 64 + 32) * 64 // 2 + 32 * 64
+    space = [(32, 128, 4, 3), (32, 128, 8, 3)]
+    assert configs.values_per_thread((32, 128, 8, 3), 128, "fwd", 2) == 72
+    assert [c for c in space if configs.keep(c, 128, 2, 10**9, capability=(9, 0))] == [(32, 128, 8, 3)]
+    assert not any(configs.keep(c, 128, 2, 10**9, capability=(8, 0)) for c in space)
+    with pytest.raises(ValueError, match="kernel"):
+        configs.operand_values(64, 64, 64, "nope")
+
+
+def test_the_backward_streams_the_shorter_tile():
+    # dK/dV holds BLOCK_N keys and streams BLOCK_M queries; dQ the other way round.
+    assert configs.streams_the_shorter_tile((32, 128, 4, 2), "bwd_dkdv")
+    assert not configs.streams_the_shorter_tile((128, 32, 8, 2), "bwd_dkdv")
+    assert configs.streams_the_shorter_tile((128, 32, 8, 2), "bwd_dq")
+    assert not configs.streams_the_shorter_tile((64, 128, 8, 2), "bwd_dq")
+    assert configs.streams_the_shorter_tile((64, 128, 8, 2), "fwd")
+    assert not configs.keep((128, 32, 8, 2), 32, 2, 10**9, "bwd_dkdv", (9, 0))
+
+
+def test_when_nothing_is_kept_the_fewest_values_per_thread_are():
+    # dK/dV at D = 256: even 32x32 with 8 warps holds 2·32·256 + 2·32·32 + (2·32 + 32)·256 / 2
+    # = 30720 values, 120 a thread, over the budget; of what is left, the fewest per thread.
+    assert not any(configs.keep(c, 256, 2, 10**9, "bwd_dkdv", (9, 0)) for c in configs.GPU_CONFIGS)
+    assert configs.fitting_configs(configs.GPU_CONFIGS, 4096, 256, 2, 10**9, "bwd_dkdv", (9, 0)) == \
+        [(32, 32, 8, 2)]
 
 
 def test_backward_estimates_count_what_the_backward_keeps():
