@@ -9,6 +9,7 @@ from typing import Mapping
 import pandas as pd
 import torch
 
+from kernels.book.gpu_kernels import kineto_zero_rule, launched
 from kernels.hw import occupancy
 from kernels.notebook import lesson
 from kernels.registry import get
@@ -34,18 +35,6 @@ def reveal_limit(guess: str, occ: occupancy.Occupancy) -> str:
     return text
 
 
-def _launched(gpu_work: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a step's GPU work that are kernels (no memcpy, no memset)."""
-    return gpu_work[gpu_work["cat"] == "kernel"]
-
-
-def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
-    """Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%."""
-    lesson((reported == 0) == (shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT),
-           f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
-           f"{shared_bytes:,} B, trace {reported}%")
-
-
 def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
     """Chapter 3b on a GPU run: each fused SDPA backend in ``steps_of`` runs one kernel per
     forward that decodes as fused attention (cuDNN's launched through the driver, not
@@ -54,7 +43,7 @@ def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
     48 KiB of shared memory per block. Returns each kernel's footprint, a column per backend."""
     read = {}
     for name in (n for n in FUSED if n in steps_of):
-        ks = _launched(steps_of[name].gpu_work)
+        ks = launched(steps_of[name].gpu_work)
         lesson(len(ks) == 1, f"{name} launches exactly one kernel per forward", ", ".join(n[:60] for n in ks["name"]))
         lesson(fingerprints.fingerprint(ks["name"].iloc[0]).kind == "fused_attention", f"{name}'s kernel decodes as fused attention")
         if name == "sdpa_cudnn":

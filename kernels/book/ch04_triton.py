@@ -11,21 +11,13 @@ from typing import Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from kernels.bench.results import BenchResult
+from kernels.book.gpu_kernels import kernel_footprints, launched, names_text
 from kernels.hw import occupancy
 from kernels.notebook import lesson
 from kernels.trace.reader import Step
 from kernels.trace.tables import kernel_table
 
 TRITON_BACKWARD = ("attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq")
-
-
-def launched(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a step's GPU work that are kernels (no memcpy, no memset)."""
-    return kernels[kernels["cat"] == "kernel"]
-
-
-def names_text(kernels: pd.DataFrame, width: int = 50) -> str:
-    return ", ".join(n[:width] for n in kernels["name"])
 
 
 def triton_forward(kernels: pd.DataFrame, fwd_name: str, want_grid: Sequence[int], want_block: Sequence[int]):
@@ -44,26 +36,6 @@ def triton_forward(kernels: pd.DataFrame, fwd_name: str, want_grid: Sequence[int
 def triton_grid(batch: int, heads: int, seq: int, block_m: int) -> list[int]:
     """The forward's launch grid: one program per (batch·head, query tile)."""
     return [batch * heads, math.ceil(seq / block_m), 1]
-
-
-def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
-    """Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%."""
-    lesson((reported == 0) == (shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT),
-           f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
-           f"{shared_bytes:,} B, trace {reported}%")
-
-
-def kernel_footprints(read: Mapping[str, occupancy.TraceKernel]) -> pd.DataFrame:
-    """Kernels read from their traces (``occupancy.trace_kernel``), one column each: the trace's
-    occupancy is Kineto's estimate, which each kernel's footprint and grid reproduce, and it
-    reads 0% exactly where the kernel asks for more than 48 KiB of shared memory per block."""
-    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
-           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
-           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
-    for name, k in read.items():
-        if k.recorded_percent is not None:
-            kineto_zero_rule(name, k.shared_mem_per_block, k.recorded_percent)
-    return pd.DataFrame({n: k.summary() for n, k in read.items()})
 
 
 def triton_forward_footprints(steps: Mapping[str, Step], fwd_name: str, config, shape: Sequence[int],

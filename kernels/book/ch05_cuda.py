@@ -10,26 +10,10 @@ from typing import Iterable, Mapping
 import pandas as pd
 
 from kernels.bench.results import BenchResult
+from kernels.book.gpu_kernels import kineto_zero_rule, launched, names_text
 from kernels.cuda import flash as cuda_flash
-from kernels.hw import occupancy
 from kernels.notebook import lesson
 from kernels.trace.reader import Step
-
-
-def launched(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The rows of a step's GPU work that are kernels (no memcpy, no memset)."""
-    return kernels[kernels["cat"] == "kernel"]
-
-
-def names_text(kernels: pd.DataFrame, width: int = 50) -> str:
-    return ", ".join(n[:width] for n in kernels["name"])
-
-
-def kineto_zero_rule(name: str, shared_bytes: int, reported: float) -> None:
-    """Kineto's estimate assumes the 48 KiB default per-block limit: over it, the trace reads 0%."""
-    lesson((reported == 0) == (shared_bytes > occupancy.KINETO_SHARED_MEM_LIMIT),
-           f"{name}: the trace reads 0% exactly when the kernel uses more than 48 KiB of shared memory",
-           f"{shared_bytes:,} B, trace {reported}%")
 
 
 def cuda_forward(step: Step, name: str, cfg, batch: int, heads: int, seq: int) -> dict:

@@ -10,13 +10,9 @@ import torch
 
 from kernels.bench import timing
 from kernels.bench.plots import NOISY_SPREAD
+from kernels.book.gpu_kernels import names_text
 from kernels.notebook import lesson, readable
 from kernels.trace import fingerprints
-
-
-def names_text(kernels: pd.DataFrame, width: int = 50) -> str:
-    """The kernels' names, each cut to ``width`` characters, for a lesson's evidence."""
-    return ", ".join(n[:width] for n in kernels["name"])
 
 
 def compiled_forward(kernels: pd.DataFrame) -> pd.DataFrame:

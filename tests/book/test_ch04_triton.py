@@ -8,6 +8,7 @@ import pytest
 
 from kernels.bench.results import FORWARD, FORWARD_BACKWARD
 from kernels.book import ch04_triton as ch04
+from kernels.book import gpu_kernels
 from kernels.notebook import LessonFailed
 from kernels.trace import reader
 from tests import hopper_trace as hop
@@ -57,11 +58,11 @@ def test_chapter4_forward_fails_on_a_copy_or_a_second_kernel():
         ch04.triton_forward(ks, "attn_bwd_dq", [B * H, 8, 1], [256, 1, 1])  # another kernel ran, not this
 
 
-def test_chapter4_kineto_rule_fails_on_a_trace_that_breaks_it():
+def test_the_kineto_rule_fails_on_a_trace_that_breaks_it():
     with pytest.raises(LessonFailed, match="reads 0%"):
-        ch04.kineto_zero_rule("k", 100_000, 25.0)
+        gpu_kernels.kineto_zero_rule("k", 100_000, 25.0)
     with pytest.raises(LessonFailed, match="reads 0%"):
-        ch04.kineto_zero_rule("k", 40_000, 0.0)
+        gpu_kernels.kineto_zero_rule("k", 40_000, 0.0)
 
 
 def test_chapter4_backward():
