@@ -236,8 +236,8 @@ by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=Fa
 reveal([guess_module], list(by_module.index), "the module whose copies move the most bytes", source="the ranking by bytes")
 
 # %% [markdown]
-# The copies of the step grouped by the Python call and the module that made them, the most
-# bytes first:
+# The copies of the H100 Qwen step grouped by the Python call and the module that made them,
+# the most bytes first:
 
 # %%
 groups[["module", "call", "shape", "count", "MiB total", "GPU µs"]]

@@ -208,6 +208,9 @@ links.links(runs["naive"])
 # %%
 guess_kernels, guess_gpu_busy_share = 3, 0.5  # edit me before running on
 
+# %% [markdown]
+# The A100 compiled call's ops, then its kernels:
+
 # %%
 call = torch_compile.compiled_call(COMPILED_POINTWISE)
 display(call.ops, call.kernels)

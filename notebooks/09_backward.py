@@ -283,6 +283,9 @@ if gpu_steps:
 # %%
 guess_backward_over_forward = 1.0  # edit me before running on
 
+# %% [markdown]
+# The A100 training step's GPU time, by phase:
+
 # %%
 trained = borrowed.TRAINING_STEP.step()
 phases = time_by_phase(trained)

@@ -157,7 +157,7 @@ my_predictions = {name: None for name in BACKEND_SCENARIOS}  # fill in each
 # Walk the order for that GPU and stop at the first backend that accepts the call; math
 # accepts everything. To ask whether one accepts, call the rules chapter 3 used:
 # `kernels.attention.sdpa.gpu_input_reason(backend, capability, dtype, head_dim,
-# cudnn_version=92000, deterministic=False)` returns why that backend refuses, or None.
+# cudnn_version=92000, deterministic=False)` returns why that backend refuses the call, and nothing when it accepts it.
 # :::
 
 # %% tags=["solution", "hide-input"]
