@@ -95,7 +95,7 @@ lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].
 # %%
 guess_flash_work_ops = 3  # edit me before running on
 
-# %%
+# %% tags=["hide-output"]
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
         for name in fused_here}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
@@ -120,7 +120,8 @@ if "sdpa_flash" in step:
 glue_all(flash_transposes=len(transposes), flash_work_ops=len(work_ops.get("sdpa_flash", [])))
 
 # %% [markdown]
-# This run's flash forward: {glue:text}`flash_work_ops` op(s) doing work. A guess above that
+# Ops doing work in this run's flash forward (its op table is folded above):
+# {glue:text}`flash_work_ops`. A guess above that
 # probably counted the views (the `transpose` calls) or the `scaled_dot_product_attention`
 # wrapper, which does no arithmetic of its own. Those {glue:text}`flash_transposes` `transpose`
 # calls swap the tensors' strides, from [B, H, S, D] to the [B, S, H, D] layout the kernel reads,
