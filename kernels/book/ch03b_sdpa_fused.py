@@ -9,7 +9,7 @@ from typing import Mapping
 import pandas as pd
 import torch
 
-from kernels.book.gpu_kernels import kineto_zero_rule, launched
+from kernels.book.gpu_kernels import kernel_footprints, launched
 from kernels.hw import occupancy
 from kernels.notebook import lesson
 from kernels.registry import get
@@ -50,13 +50,7 @@ def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
             lesson(ks["launcher"].iloc[0] != "cudaLaunchKernel", "cuDNN does not launch through cudaLaunchKernel",
                    str(ks["launcher"].iloc[0]))
         read[name] = occupancy.trace_kernel(ks.iloc[0], steps_of[name].trace.device_properties)
-    lesson(all(k.recorded_percent is None or abs(k.kineto_rounded - k.recorded_percent) <= 1 for k in read.values()),
-           "the trace's occupancy is Kineto's estimate: recomputed from each kernel's footprint and grid, it matches",
-           "; ".join(f"{n}: {k.kineto_percent:.1f}% vs {k.recorded_percent}%" for n, k in read.items()))
-    for name, k in read.items():
-        if k.recorded_percent is not None:
-            kineto_zero_rule(name, k.shared_mem_per_block, k.recorded_percent)
-    return pd.DataFrame({n: k.summary() for n, k in read.items()})
+    return kernel_footprints(read)
 
 
 # ---- memory and CPU time (the page's CPU measurements) ----------------------------------------
