@@ -88,10 +88,17 @@ def values_per_thread(config, head_dim: int, kernel: str = "fwd", element_size: 
 # (32 bytes), so its budget is 68 (96 configs). Below 68 the forward keeps nothing at
 # D = 256. At D = 256 the backward holds more even in a 32x32 tile with 8 warps:
 # `fitting_configs` then keeps that one (about 190 registers, no spills on either target).
-# What no count of values separates: ptxas spills 8 bytes of a few 8-warp sm_80 forward
-# configs at D <= 32 that use 128 of their registers (one kept: 128x64, 3 stages, D = 32).
 VALUES_PER_THREAD = {8: 68, 9: 80}
 DEFAULT_VALUES_PER_THREAD = 80
+# What no count of values separates, so `keep` names it: ptxas caps a few 8-warp sm_80
+# forward configs at D <= 32 at 128 registers and spills 8 bytes of them, where the same tile
+# with the other stage count spills nothing (the sweep, bf16). Of these the footprint rule
+# alone would keep 128x64 with 3 stages at D = 32. Keyed by (capability major, kernel, padded
+# head dim) -> configs.
+PTXAS_SPILLS = {
+    (8, "fwd", 16): {(64, 64, 8, 2)},
+    (8, "fwd", 32): {(128, 64, 8, 3), (64, 64, 8, 3)},
+}
 
 
 def shared_memory_estimate(block_m: int, block_n: int, num_stages: int, head_dim: int,
@@ -147,9 +154,12 @@ def keep(config, head_dim: int, element_size: int, smem_limit: int, kernel: str 
     tiles) fits the budget of ``capability`` (``VALUES_PER_THREAD``) with the fewest warps
     that hold it, 4 or 8: 8 warps on a tile 4 can hold leave warps idle (the rule Triton's
     tutorial applies on Hopper, 8 warps only for 128x128 tiles, drawn from the footprint).
-    The budget is what the compile sweep shows ptxas holds without spilling."""
+    The budget is what the compile sweep shows ptxas holds without spilling; what it spills
+    within the budget is named in ``PTXAS_SPILLS``."""
     block_m, block_n, warps, stages = config
     if not streams_the_shorter_tile(config, kernel):
+        return False
+    if capability and tuple(config) in PTXAS_SPILLS.get((tuple(capability)[0], kernel, head_dim), ()):
         return False
     per_thread = budget(capability)
     fewest_warps = 4 if values_per_thread((block_m, block_n, 4, stages), head_dim, kernel, element_size) \

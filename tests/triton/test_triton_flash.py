@@ -349,6 +349,16 @@ def test_the_backward_streams_the_shorter_tile():
     assert not configs.keep((128, 32, 8, 2), 32, 2, 10**9, "bwd_dkdv", (9, 0))
 
 
+def test_what_ptxas_spills_within_the_budget_is_not_kept():
+    # sm_80's forward at D = 32, 128x64 with 8 warps: 60 values a thread, within the budget of
+    # 68 at either stage count; ptxas spills 8 bytes of the 3-stage one (the compile sweep),
+    # so `keep` passes the 2-stage one only, and on sm_90, where neither spills, both.
+    three, two = (128, 64, 8, 3), (128, 64, 8, 2)
+    assert configs.values_per_thread(three, 32, "fwd", 2) == configs.values_per_thread(two, 32, "fwd", 2) == 60
+    assert not configs.keep(three, 32, 2, 10**9, "fwd", (8, 0)), "a config ptxas spills on sm_80 is kept"
+    assert configs.keep(two, 32, 2, 10**9, "fwd", (8, 0))
+    assert configs.keep(three, 32, 2, 10**9, "fwd", (9, 0)) and configs.keep(two, 32, 2, 10**9, "fwd", (9, 0))
+
 def test_when_nothing_is_kept_the_fewest_values_per_thread_are():
     # dK/dV at D = 256: even 32x32 with 8 warps holds 2·32·256 + 2·32·32 + (2·32 + 32)·256 / 2
     # = 30720 values, 120 a thread, over the budget; of what is left, the fewest per thread.
