@@ -35,7 +35,7 @@ import math
 
 from kernels import reference
 from kernels.attention.sdpa import flash_tiles
-from kernels.bench import plots, showdown, sweep
+from kernels.bench import plots, sweep
 from kernels.book import ch06_showdown as ch06
 from kernels.borrowed import TRACELENS, traces_box
 from kernels.hw import devices
@@ -66,8 +66,8 @@ traces_box(borrowed)
 # each implementation's chapter taught.
 
 # %% tags=["hide-output"]
-contenders = showdown.contenders(device)[0]   # the names measured here
-showdown.lineup(device)
+contenders = ch06.contenders(device)[0]   # the names measured here
+ch06.lineup(device)
 
 # %% tags=["remove-input"]
 if not on_gpu:
@@ -85,8 +85,8 @@ if not on_gpu:
 # kernels, copies and memsets launched by one forward. The traces are linked, folded, under the table.
 
 # %%
-steps_of = showdown.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # one that fails leaves
-showdown.ops_table(steps_of, on_gpu)
+steps_of = ch06.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # one that fails leaves
+ch06.ops_table(steps_of, on_gpu)
 
 # %% tags=["remove-input", "hide-output"]
 display(*(links(s) for s in steps_of.values()))
@@ -141,13 +141,13 @@ guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # alphabet
 
 # %% tags=["remove-input"]
 memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
-reveal([g for g in guess_memory_order if g in at_seq], showdown.smallest_first(memory, guess_memory_order),
+reveal([g for g in guess_memory_order if g in at_seq], ch06.smallest_first(memory, guess_memory_order),
        "contenders, smallest peak first", source="the measured peaks")
 
 # %%
 peaks = devices.roofline_peaks(device)
-glance = showdown.glance(at_seq, peaks)
-showdown.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, "
+glance = ch06.glance(at_seq, peaks)
+ch06.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, "
                                f"causal, forward. Roof: {peaks.source}.")
 
 # %% tags=["remove-input"]
@@ -387,10 +387,10 @@ glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_s
 # one NVIDIA A100-SXM4-80GB in bfloat16 under `torch.no_grad`, and never mixed with this run's.
 
 # %%
-showdown.article_styled()
+ch06.article_styled()
 
 # %% tags=["remove-input"]
-cuda_us = showdown.ARTICLE_A100["CUDA time per forward (µs)"]
+cuda_us = ch06.ARTICLE_A100["CUDA time per forward (µs)"]
 glue_all(article_math_ratio=float(cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"]),
          article_fused_max_us=float(cuda_us[["SDPA efficient", "SDPA flash", "SDPA cuDNN"]].max()))
 if on_gpu:  # this run's fused medians, beside the article's

@@ -1,15 +1,25 @@
-"""What only chapter 6 (the showdown) needs: its reading of real models' attention calls against
-each GPU's peak and of their grids against the SMs (borrowed traces), the one sentence that says
-which of its CPU timings rank nothing, and the GPU run's fused medians beside the article's."""
+"""What only chapter 6 (the showdown) needs: who runs here and what each forward runs (the
+registry split into what is measured on this device and why the rest is not, each
+implementation's lesson in one line, the ops of each profiled forward), one row per contender at
+one shape (its time shown only where the timed calls pass the spread check), the source
+article's A100 numbers (quoted, never measured here), its reading of real models' attention
+calls against each GPU's peak and of their grids against the SMs (borrowed traces), the one
+sentence that says which of its CPU timings rank nothing, and the GPU run's fused medians beside
+the article's."""
 from __future__ import annotations
 
 import math
 from typing import Mapping
 
 import pandas as pd
+import torch
 
+import kernels
+from kernels.bench import plots
 from kernels.bench.results import BenchResult
 from kernels.hw import devices, occupancy
+from kernels.hw.devices import Peaks
+from kernels.notebook import readable, short_number
 from kernels.trace.attention import AttentionReport, dims_text, short_kernel_name
 
 FUSED = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
@@ -117,3 +127,131 @@ def fused_medians(points: Mapping[str, BenchResult]) -> str:
     return "\n".join(f"this run, {r.impl}: {1e3 * r.median_ms:.1f} µs median per forward "
                      f"(B={r.batch} H={r.heads} S={r.seq} D={r.head_dim}, {r.dtype})"
                      for r in (points[n] for n in FUSED if n in points) if r.median_ms is not None)
+
+LESSONS = {
+    "naive": "Read one level below your code: out-of-place masked_fill copies the S×S scores.",
+    "inplace": "masked_fill_ removes the copy and one S×S allocation, not the peak: two S×S buffers stay.",
+    "sdpa_math": "Reference code: it rebuilds the mask, guards softmax, runs more ops than ours.",
+    "sdpa_flash": "One fused op: the scores live only in tiles, so memory grows with S, not S².",
+    "sdpa_efficient": "One fused kernel (xFormers-derived CUTLASS); it also takes fp32 on a GPU.",
+    "sdpa_cudnn": "One fused kernel with no transposes; its per-call setup (graph cached per shape) costs CPU time.",
+    "triton": "FlashAttention-2 in Triton: a Q tile stays on chip, K and V stream past, softmax online.",
+    "cuda_v1": "The same algorithm in plain CUDA on CUDA cores: correct, readable, far from the roof.",
+    "cuda_v2": "Tensor cores (mma.sync), 128-row Q tiles, scores in registers, K/V double-buffered, "
+               "only diagonal tiles masked, those above skipped.",
+}
+
+# The source article's A100 table (REFERENCE.md): kernels per forward, the profiler's average CUDA
+# time per forward, and CPU time where the article gives it (the fused backends only).
+ARTICLE_A100 = pd.DataFrame([
+    ("naive (masked_fill)", 6, None, None, "matmul, mul, Memcpy, mask, softmax, matmul"),
+    ("in-place (masked_fill_)", 5, 1955.0, None, "the Memcpy is gone"),
+    ("SDPA math", 20, 7239.0, None, "fp32 upcast, mask rebuilt per call, NaN guards"),
+    ("SDPA efficient", 1, 277.9, 117.0, "fmha_cutlassF (xFormers-derived)"),
+    ("SDPA flash", 1, 146.8, 138.0, "pytorch_flash (FlashAttention-2)"),
+    ("SDPA cuDNN", 1, 186.3, 214.0, "cudnn flash_fprop; per-call setup on the CPU"),
+], columns=["variant", "kernels per forward", "CUDA time per forward (µs)", "CPU time (µs)",
+            "trace shows"]).set_index("variant")
+
+
+def contenders(device) -> tuple[list[str], dict[str, str]]:
+    """The implementations measured on ``device``, and {name: why not} for the others. On a CPU,
+    entries flagged ``slow_on_cpu`` (Triton's interpreter, compiled per shape) are left out too:
+    correct there, but their time is not a performance number."""
+    on_gpu = torch.device(device).type == "cuda"
+    reasons = kernels.available(device)
+    for name, why in reasons.items():
+        if why is None and not on_gpu and kernels.implementation(name).slow_on_cpu:
+            reasons[name] = f"{name}: correct, but not timed on a CPU; its time there is not a performance number"
+    return ([name for name, why in reasons.items() if why is None],
+            {name: why for name, why in reasons.items() if why is not None})
+
+
+def smallest_first(amounts: Mapping[str, float], guess=()) -> list[str]:
+    """The names of ``amounts`` from the smallest amount up; names that tie keep the order the
+    reader's ``guess`` gave them, so a tie never counts against a guess in the reveal."""
+    rank = {name: i for i, name in enumerate(guess or ())}
+    return sorted(amounts, key=lambda name: (amounts[name], rank.get(name, len(rank))))
+
+
+def ops_table(steps: Mapping, on_gpu: bool) -> pd.DataFrame:
+    """Per profiled forward (name -> ``kernels.trace.reader.Step``): how many ops do arithmetic
+    themselves (``Step.work_ops``) and which, and on a GPU the kernels, copies and memsets."""
+    table = pd.DataFrame({
+        "work ops per forward": {n: len(s.work_ops()) for n, s in steps.items()},
+        "which": {n: ", ".join(op if count == 1 else f"{op} ×{count}" for op, count in
+                               pd.Series([o.removeprefix("aten::") for o in s.work_ops()])
+                               .value_counts(sort=False).items())
+                  for n, s in steps.items()}})
+    if on_gpu:
+        table["GPU activities per forward"] = pd.Series({n: len(s.gpu_work) for n, s in steps.items()})
+    return table
+
+
+def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
+    """One row per contender (name -> its sweep row at one shape), peak memory first (it does not
+    depend on the machine's load): median and p10-p90 time (empty where the spread check fails),
+    TFLOP/s, % of the roof at its intensity and the side of the ridge. Six columns, so the table
+    fits a page; each implementation's lesson is ``lineup``'s."""
+    steady = {id(r) for r in plots.steady(list(points.values()))}
+    rows = []
+    for name, r in points.items():
+        timed, rate = id(r) in steady, r.tflops or 0.0
+        rows.append({
+            "implementation": name,
+            "peak memory (MiB)": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
+            "time (ms)": r.median_ms if timed else None,
+            "p10-p90 (ms)": f"{short_number(r.p10_ms)}-{short_number(r.p90_ms)}" if timed else None,
+            "TFLOP/s": rate if timed else None,
+            "% of roof": 100 * rate * 1e12 / peaks.attainable(r.intensity) if timed else None,
+            "side of ridge": "memory-bound" if r.intensity < peaks.ridge else "compute-bound",
+        })
+    return pd.DataFrame(rows).set_index("implementation")
+
+
+def lineup(device) -> pd.DataFrame:
+    """Every implementation of the registry: measured on ``device`` or why not (``contenders``, in
+    its shortest words), and the lesson of the chapter that built it."""
+    measured, left_out = contenders(device)
+    return pd.DataFrame({
+        "here": {n: "measured" if n in measured else short_reason(left_out[n].removeprefix(f"{n}: "))
+                 for n in kernels.names()},
+        "its lesson": {n: LESSONS.get(n, "") for n in kernels.names()}}).rename_axis("implementation")
+
+
+def short_reason(why: str) -> str:
+    """The clause of a reason that says what is needed ("needs a CUDA GPU"), else its first clause,
+    so that a table of eleven rows stays short."""
+    clauses = [part.strip().removeprefix("it ") for part in why.split(";")]
+    return next((c for c in clauses if c.startswith("needs")), clauses[0])
+
+
+def profile_forwards(names, q, k, v, active: int, trace_dir) -> dict:
+    """Profile one forward of each implementation in ``names`` (``kernels.trace.record``) and
+    keep its median step: {name: Step}. One that cannot run here (a CUDA extension that fails to
+    build, say) is reported with its error and left out, so the showdown goes on without it."""
+    from kernels.trace import reader, record  # here: the trace recorder is heavy, the tables are not
+
+    steps = {}
+    for name in names:
+        try:
+            run = record.profile(kernels.get(name), q, k, v, label=name, active=active, trace_dir=trace_dir)
+        except Exception as err:  # any failure to build or run: say so, go on without it
+            print(f"{name} could not run here and leaves the showdown: {type(err).__name__}: {err}")
+            continue
+        steps[name] = reader.median_step(run.steps())
+    return steps
+
+
+def glance_styled(table: pd.DataFrame, caption: str):
+    """``glance``'s table as the page shows it: numbers as ``readable`` writes them, empty cells
+    blank, and ``caption`` (where and at which shape it was measured)."""
+    return table.style.format(readable, na_rep="").set_caption(caption)
+
+
+def article_styled():
+    """``ARTICLE_A100`` as the page shows it, captioned as recorded elsewhere, never by this build."""
+    return ARTICLE_A100.style.format(na_rep="not reported", precision=1).set_caption(
+        "Recorded elsewhere, not measured by this build: 'Profiling in PyTorch (Part 3): Attention is all "
+        "you profile', "
+        "Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16.")

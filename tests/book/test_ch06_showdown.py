@@ -1,15 +1,29 @@
-"""kernels.book.ch06_showdown: what chapter 6 reads from the borrowed H100/MI300X traces (run on
-those traces), which timings rank nothing, the tail estimate, and a GPU run's fused medians."""
+"""kernels.book.ch06_showdown: chapter 6's contenders, op counts and glance table; what it reads
+from the borrowed H100/MI300X traces (run on those traces), which timings rank nothing, the tail
+estimate, and a GPU run's fused medians."""
 import math
+from types import SimpleNamespace
 
 import pytest
 
+import kernels
 from kernels.bench import plots
 from kernels.bench.results import FORWARD, BenchResult
 from kernels.book import ch06_showdown as ch06
 from kernels.borrowed import TRACELENS
+from kernels.hw.devices import Peaks
 from kernels.trace.attention import find_attention
 from tests import hopper_trace as hop
+
+# 100 GFLOP/s and 10 GB/s: the ridge is 10 FLOP/byte.
+ROOF = Peaks("test CPU", 100e9, 10e9, "float32", "made up for the test")
+
+
+def point(impl, p10, p90, flops=1e9, nbytes=1e9):
+    median = (p10 + p90) / 2
+    return BenchResult(impl=impl, device="cpu", dtype="float32", batch=1, heads=8, seq=512, head_dim=64,
+                       causal=True, mode=FORWARD, flops=flops, bytes=nbytes, median_ms=median, p10_ms=p10,
+                       p90_ms=p90, tflops=flops / (median * 1e-3) / 1e12, reps=10, peak_memory_bytes=2**20)
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +78,6 @@ def test_tail_estimate_is_the_idle_share_of_the_last_wave_under_equal_work():
     assert ch06.tail_estimate(2.0) == 0 and ch06.tail_estimate(0.25) == pytest.approx(0.75)
 
 
-def point(impl, p10, p90):
-    return BenchResult(impl=impl, device="cpu", dtype="float32", batch=1, heads=8, seq=512, head_dim=64,
-                       causal=True, mode=FORWARD, flops=1e9, bytes=1e9, median_ms=(p10 + p90) / 2, p10_ms=p10,
-                       p90_ms=p90, tflops=1.0, reps=10)
-
-
 def test_overlapping_names_the_pairs_whose_spreads_overlap_and_only_those():
     points = {"naive": point("naive", 11.0, 21.3), "inplace": point("inplace", 10.0, 13.0),
               "sdpa_math": point("sdpa_math", 30.0, 35.0), "sdpa_flash": point("sdpa_flash", 1.0, 1.5)}
@@ -84,3 +92,81 @@ def test_fused_medians_one_line_per_backend_measured():
     flash_us = 1e3 * at_seq["sdpa_flash"].median_ms
     assert lines == [f"this run, sdpa_flash: {flash_us:.1f} µs median per forward (B=4 H=16 S=2048 D=64, bfloat16)",
                      lines[1]] and lines[1].startswith("this run, sdpa_cudnn: "), "fused backends only, in FUSED's order"
+
+
+
+def test_contenders_on_a_cpu_leave_out_the_interpreted_and_compiled_entries_with_a_reason():
+    measured, left_out = ch06.contenders("cpu")
+    assert measured == ["naive", "inplace", "sdpa_math", "sdpa_flash"]
+    slow = [n for n in kernels.names() if kernels.implementation(n).slow_on_cpu]
+    assert slow and all("not a performance number" in left_out[n] for n in slow)
+    assert set(measured) | set(left_out) == set(kernels.names())
+
+
+def test_glance_shows_a_time_only_where_the_spread_check_passes():
+    quiet, noisy = point("naive", 10.0, 11.0), point("sdpa_flash", 1.0, 1.0 * (plots.NOISY_SPREAD + 1), nbytes=1e7)
+    table = ch06.glance({"naive": quiet, "sdpa_flash": noisy}, ROOF)
+    assert table.loc["naive", "time (ms)"] == pytest.approx(10.5)
+    assert table.loc["naive", "p10-p90 (ms)"] == "10-11"
+    assert table.loc["naive", "% of roof"] == pytest.approx(100 * quiet.tflops * 1e12 / 10e9)   # intensity 1: the slope
+    assert table.loc["naive", "side of ridge"] == "memory-bound"
+    assert table.loc["sdpa_flash", "side of ridge"] == "compute-bound"                        # 100 FLOP/byte
+    assert table[["time (ms)", "TFLOP/s", "% of roof", "p10-p90 (ms)"]].loc["sdpa_flash"].isna().all()
+    assert table.loc["sdpa_flash", "peak memory (MiB)"] == 1.0
+    assert table.columns[0] == "peak memory (MiB)" and len(table.columns) <= 7, "the answer column first, fits a page"
+
+
+def test_lineup_says_for_each_implementation_whether_it_is_measured_and_its_lesson():
+    table = ch06.lineup("cpu")
+    assert list(table.index) == kernels.names()
+    assert table.loc["naive", "here"] == "measured" and "copies" in table.loc["naive", "its lesson"]
+    assert table.loc["triton", "here"] == "correct, but not timed on a CPU"
+    assert "tiles" in table.loc["sdpa_flash", "its lesson"]
+    assert table.loc["sdpa_efficient", "here"] == "needs a CUDA GPU", "the reason's shortest clause, one line a row"
+
+
+def test_short_reason_keeps_the_clause_that_says_what_is_needed_or_the_whole_reason():
+    assert ch06.short_reason("PyTorch has no CPU kernel (SDPA raises); it needs a CUDA GPU") == "needs a CUDA GPU"
+    assert ch06.short_reason("needs a CUDA GPU; the inputs are on cpu") == "needs a CUDA GPU"
+    assert ch06.short_reason("compute capability 7.5 is too old") == "compute capability 7.5 is too old"
+    assert ch06.short_reason("correct, but not timed here; its time is noise") == "correct, but not timed here"
+
+
+def test_smallest_first_orders_by_amount_and_breaks_ties_the_guess_s_way():
+    peaks = {"naive": 66, "sdpa_math": 90, "inplace": 66, "sdpa_flash": 2}
+    assert ch06.smallest_first(peaks) == ["sdpa_flash", "naive", "inplace", "sdpa_math"], "ties in the table's order"
+    assert ch06.smallest_first(peaks, ["inplace", "naive"]) == ["sdpa_flash", "inplace", "naive", "sdpa_math"], \
+        "a tie is ordered as the guess ordered it"
+    assert ch06.smallest_first(peaks, ["sdpa_math", "naive"]) == ["sdpa_flash", "naive", "inplace", "sdpa_math"], \
+        "a guess never reorders names whose amounts differ"
+
+
+def test_ops_table_counts_and_names_the_work_ops():
+    step = SimpleNamespace(work_ops=lambda: ["aten::bmm", "aten::mul", "aten::bmm"], gpu_work=[1, 2, 3])
+    table = ch06.ops_table({"naive": step}, on_gpu=True)
+    assert table.loc["naive", "work ops per forward"] == 3
+    assert table.loc["naive", "which"] == "bmm ×2, mul"
+    assert table.loc["naive", "GPU activities per forward"] == 3
+    assert "GPU activities per forward" not in ch06.ops_table({"naive": step}, on_gpu=False)
+
+
+def test_the_articles_a100_table_matches_the_reference_numbers():
+    cuda_us = ch06.ARTICLE_A100["CUDA time per forward (µs)"]
+    assert cuda_us["SDPA math"] / cuda_us["in-place (masked_fill_)"] == pytest.approx(3.7, abs=0.01)
+    assert ch06.ARTICLE_A100["kernels per forward"].tolist() == [6, 5, 20, 1, 1, 1]
+
+
+def test_profile_forwards_keeps_a_median_step_each_and_leaves_out_what_cannot_run(capsys, tmp_path):
+    import torch
+
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    steps = ch06.profile_forwards(["naive", "no_such_implementation"], q, k, v, active=2, trace_dir=tmp_path)
+    assert list(steps) == ["naive"] and steps["naive"].work_ops()
+    assert "no_such_implementation could not run here" in capsys.readouterr().out
+
+
+def test_glance_and_article_tables_are_captioned():
+    table = ch06.glance({"naive": point("naive", 1.0, 1.2)}, ROOF)
+    styled = ch06.glance_styled(table, "this run")
+    assert styled.caption == "this run" and "e+" not in styled.to_html()
+    assert "not measured by this build" in ch06.article_styled().caption
