@@ -82,8 +82,8 @@ class Borrowed:
         shape = ((meta or {}).get("current_task") or {}).get("shape") or {}
         given = ", ".join(f"{k} {v}" for k, v in shape.items() if k != "tag")
         return (f"the model {experiment['repo_id']} ({experiment.get('pipeline_tag', 'a model')}, "
-                f"{experiment.get('torch_dtype', 'dtype not recorded')}), its harness's input settings "
-                f"{given or 'not recorded'} (the recorded tensor shapes say what ran)")
+                f"{experiment.get('torch_dtype', 'dtype not recorded')}), harness settings "
+                f"{given or 'not recorded'} (the tensor shapes say what ran)")
 
     def torch_version(self, trace: Trace) -> Optional[str]:
         """torch's version as the trace records it (None where it does not)."""
@@ -95,10 +95,25 @@ class Borrowed:
         under which licence, and that it is not this book's run."""
         trace = trace if trace is not None else self.trace()
         what = self.model_and_input(trace)
-        torch_version = self.torch_version(trace)
-        torch_words = f"torch {torch_version}" if torch_version else "torch version not recorded in the trace"
         return (f"{what[0].upper()}{what[1:]}, recorded by {self.recorded_by} on an {self.gpu(trace)} "
-                f"({torch_words}; {self.source}; {self.licence}): not this book's run.")
+                f"({self.torch_words(trace)}; {self.source}; {self.licence}): not this book's run.")
+
+    def facts(self, trace: Optional[Trace] = None) -> str:
+        """The credit's facts about this trace alone (what, GPU, torch, where from), for a box
+        that says who recorded it and the licence once for all its traces (`recorded`)."""
+        trace = trace if trace is not None else self.trace()
+        what = self.model_and_input(trace)
+        return f"{what[0].upper()}{what[1:]}, on an {self.gpu(trace)} ({self.torch_words(trace)}; {self.source})."
+
+    def torch_words(self, trace: Trace) -> str:
+        version = self.torch_version(trace)
+        return f"torch {version}" if version else "torch version not recorded in the trace"
+
+    @staticmethod
+    def recorded(names, recorded_by: str, licence: str) -> str:
+        """The credit's words for the traces ``names`` that one project recorded."""
+        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        return f"{which}: recorded by {recorded_by}; {licence}; not this book's run{'s' if len(names) > 1 else ''}."
 
 
 class Credited(Protocol):
@@ -109,16 +124,25 @@ class Credited(Protocol):
 
 
 def traces_box_html(traces: Mapping[str, Credited]) -> str:
-    """One "Traces on this page" box: each borrowed trace's short name (how figures and tables
-    name it) and its full credit, once per page."""
+    """One "Traces on this page" box: each trace's short name (how figures and tables name it)
+    with what it recorded, on which GPU, with which torch and from where; then, once for each
+    project the traces come from, who recorded them, the licence and that they are not this
+    book's run. A trace that is not a ``Borrowed`` gives its whole ``credit()`` on its line."""
     import html
 
     if not traces:
         raise ValueError("traces_box needs at least one trace: {short name: Borrowed}")
-    items = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.credit())}</li>"
-                    for name, trace in traces.items())
+    items, projects = [], {}
+    for name, trace in traces.items():
+        if isinstance(trace, Borrowed):
+            items.append(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.facts())}</li>")
+            projects.setdefault((trace.recorded_by, trace.licence), []).append(name)
+        else:
+            items.append(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.credit())}</li>")
+    who = "".join(f'<p class="ap-traces-who">{html.escape(Borrowed.recorded(names, by, licence))}</p>'
+                  for (by, licence), names in projects.items())
     return ('<div class="ap-traces" role="note"><p class="ap-traces-title">Traces on this page</p>'
-            f"<ul>{items}</ul></div>")
+            f"<ul>{''.join(items)}</ul>{who}</div>")
 
 
 def traces_box(traces: Mapping[str, Credited]) -> None:

@@ -103,8 +103,9 @@ def ran_with(**parameters) -> str:
 
 def readable(value) -> str:
     """A number as a reader reads it: a count with thousands separators ("2,147,483,648", never
-    "2.147484e+09"), anything else to 4 significant digits without an exponent ("119.3",
-    "4.537", "0.01234"); a value below 1e-3 keeps its exponent ("5.3e-07": an error bound).
+    "2.147484e+09"), anything else to 4 significant digits without an exponent and without
+    trailing zeros ("119.3", "4.537", "0.01234", "4.85", "17" for 17.0: a whole number never
+    reads "17.00"); a value below 1e-3 keeps its exponent ("5.3e-07": an error bound).
     Anything that is not a number comes back as ``str(value)``."""
     import math
     import numbers
@@ -122,17 +123,42 @@ def readable(value) -> str:
     if abs(number) < 1e-3:
         return f"{number:.2g}"
     decimals = max(0, 3 - math.floor(math.log10(abs(number))))
-    return f"{number:,.{decimals}f}"
+    text = f"{number:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def show_tables_for_reading() -> None:
-    """pandas shows every column and every cell whole (no "..."), and floats by ``readable``."""
+    """pandas shows every column and every cell whole (no "..."), and floats by ``readable``;
+    in IPython a DataFrame's HTML is `table_html`'s (one header row, no index noise)."""
     import pandas as pd
 
     pd.set_option("display.max_colwidth", None)
     pd.set_option("display.max_columns", None)
     pd.set_option("display.width", None)
     pd.set_option("display.float_format", readable)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing displays
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, table_html)
+
+
+def table_html(frame) -> str:
+    """A table as a reader reads it: a named index's name goes up into the header row (pandas
+    would give it a row of its own, empty but for that name), and a row number nobody named
+    (0, 1, 2, 6, 7, ... left by a filter) is not shown. A MultiIndex is shown as pandas shows it."""
+    import pandas as pd
+
+    rows_are_numbers = frame.index.name is None and not isinstance(frame.index, pd.MultiIndex) \
+        and pd.api.types.is_integer_dtype(frame.index.dtype)
+    if rows_are_numbers:
+        return frame.to_html(index=False, notebook=True)
+    if frame.index.name is not None and not isinstance(frame.index, pd.MultiIndex) \
+            and not isinstance(frame.columns, pd.MultiIndex) and frame.columns.name is None:
+        frame = frame.rename_axis(index=None, columns=frame.index.name)
+    return frame.to_html(notebook=True)
 
 
 def show_figures_as_images() -> None:

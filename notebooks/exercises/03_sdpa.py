@@ -70,10 +70,8 @@ def solution_count_work_ops(step):
     return int((~wraps_work | (work["self_alloc_bytes"] > 0)).sum())
 
 # %% tags=["check"]
-if solutions:
-    check_work_op_count(solution_count_work_ops, solution_guesses, device=device)
-else:
-    check_work_op_count(count_work_ops, my_guesses, device=device)
+check_work_op_count(solution_count_work_ops if solutions else count_work_ops,
+                    solution_guesses if solutions else my_guesses, device=device)
 
 # %% [markdown]
 # ## Task 2: SDPA with your own mask

@@ -273,18 +273,39 @@ def test_a_reader_outside_the_runner_gets_the_gpu_and_the_install_cell_the_page_
             assert "remove-cell" in cell.metadata["tags"], f"{path}: {cell.source[:40]!r} is left off the page"
 
 
-def test_papermills_injected_parameters_are_left_off_the_page(tmp_path):
+def test_papermills_injected_parameters_and_colabs_title_lines_are_left_off_the_page(tmp_path):
     import nbformat
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("seq = 512", metadata={"tags": ["injected-parameters"]}),
-                nbformat.v4.new_code_cell("x = 1")]
+                nbformat.v4.new_code_cell("x = 1"),
+                nbformat.v4.new_code_cell("#@title A solution (double-click to show it)\ndef f():\n    return 1",
+                                          metadata={"tags": ["solution", "hide-input"]})]
     nbformat.write(nb, tmp_path / "page.ipynb")
-    execute.remove_injected_parameters(tmp_path / "page.ipynb")
+    execute.off_the_page(tmp_path / "page.ipynb")
     cells = nbformat.read(tmp_path / "page.ipynb", as_version=4).cells
     assert cells[0].metadata["tags"] == ["injected-parameters", "remove-cell"] and cells[0].source == "seq = 512", \
         "off the page, still in the executed notebook a reader downloads"
     assert "tags" not in cells[1].metadata or cells[1].metadata["tags"] == []
+    assert cells[2].source == "def f():\n    return 1", "the page folds a solution itself: Colab's title line goes"
+
+
+def test_an_exercise_check_reads_check_of_the_learners_answer():
+    """The book runs the course's solutions (``solutions = True``) through the same check cells a
+    learner runs: the switch is a hidden cell before the check, and the learner's copy has none."""
+    import nbformat
+
+    for path in NOTEBOOKS:
+        if "exercises" not in str(path):
+            continue
+        cells = nbformat.read(ROOT / path, as_version=4).cells
+        shown = [c.source for c in cells if c.cell_type == "code" and "remove-cell" not in c.metadata.get("tags", [])]
+        assert not any("if solutions else" in source for source in shown), f"{path}: a check shows the switch"
+        switches = [c for c in cells if "solution-switch" in c.metadata.get("tags", [])]
+        assert all(c.source.startswith("if solutions:") and "remove-cell" in c.metadata["tags"] for c in switches), path
+        learner = nbformat.read(ROOT / path.parent / "unsolved" / path.name, as_version=4).cells
+        assert not any("solution_" in c.source for c in learner if c.cell_type == "code"), \
+            f"{path.parent / 'unsolved' / path.name}: the learner's copy names a solution"
 
 
 def test_solutions_fold_in_colab_too():

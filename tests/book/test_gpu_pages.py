@@ -21,7 +21,7 @@ from pathlib import Path
 from tools.book import layout
 from tests.helpers import ROOT
 
-CREDIT = re.compile(r"not this book.s run")
+CREDIT = re.compile(r"not this book.s runs?\b")
 NO_GPU_NOTICE = re.compile(r"no GPU run has been recorded", re.I)
 # Chapters 0 to 10 (3b included) and chapter 12: the pages about GPU tracks. Chapter 11 runs
 # ranks on CPU processes; its borrowed 128-rank pair is checked by tests/parallel.
@@ -76,7 +76,8 @@ def text_of(fragment: str) -> str:
     return html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment))
 
 
-TRACES_BOX = re.compile(r'<div class="ap-traces".*?</ul>', re.S)
+# The box: its list of traces, then who recorded them ("not this book's run") in paragraphs.
+TRACES_BOX = re.compile(r'<div class="ap-traces".*?</ul>(?:<p class="ap-traces-who">.*?</p>)*', re.S)
 
 
 def named_trace_shown(page_html: str) -> bool:

@@ -230,6 +230,29 @@ def learner_links(where: str) -> str:
             "course's solutions, folded under each task (**Solution**).")
 
 
+# How an exercise's check cell runs the course's solution in the book's build: ``check(solution_x
+# if solutions else x)``. A reader is shown ``check(x)``; the switch goes to a hidden cell.
+SOLUTION_SWITCH = re.compile(r"\b(solution_\w+) if solutions else (\w+)\b")
+
+
+def solution_switches(cells) -> list:
+    """An exercise's cells with each check reading ``check(x)``: the switch to the course's
+    solution (``solution_x if solutions else x``) moves to a cell before it, ``if solutions:
+    x = solution_x``, off the page (remove-cell) and out of the learner's copy
+    (tag ``solution-switch``)."""
+    out = []
+    for cell in cells:
+        pairs = list(dict.fromkeys(SOLUTION_SWITCH.findall(cell.source))) if cell.cell_type == "code" else []
+        if pairs:
+            switch = nbformat.v4.new_code_cell("if solutions:  # the book runs the course's solutions\n"
+                                               + "\n".join(f"    {mine} = {theirs}" for theirs, mine in pairs))
+            switch.metadata["tags"] = ["remove-cell", "solution-switch"]
+            out.append(switch)
+            cell.source = SOLUTION_SWITCH.sub(r"\2", cell.source)
+        out.append(cell)
+    return out
+
+
 def learner_cell(cell, page: str):
     """One cell of an exercise's learner copy: a solution becomes a pointer to the page that shows it;
     links relative to the book become links to the repository (the copy is read anywhere)."""
@@ -252,11 +275,13 @@ def notebook(source: Path, learner: bool = False) -> str:
     exercise's copy without its solutions (what a learner downloads or opens in Colab)."""
     nb = nbformat.v4.new_notebook(metadata=METADATA)
     nb.cells = [cell_from(cell) for cell in source_cells(source)]
+    if is_exercise(source):
+        nb.cells = solution_switches(nb.cells)
     fold_setup(nb.cells)
     fill_reading_time(nb.cells)
     page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
     if learner:
-        nb.cells = [learner_cell(c, page) for c in nb.cells]
+        nb.cells = [learner_cell(c, page) for c in nb.cells if "solution-switch" not in c.metadata.get("tags", [])]
     elif is_exercise(source):
         nb.cells.insert(1, nbformat.v4.new_markdown_cell(learner_links(unsolved_path(page))))
     for i, cell in enumerate(nb.cells):

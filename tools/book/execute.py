@@ -166,7 +166,7 @@ def execute_one(path: Path, out: Path, params: dict, progress: bool) -> dict:
     except Exception as err:  # a kernel that died, a missing kernel spec...: still a report row
         row.update(status="failed", error=f"{type(err).__name__}: {err}")
     row["seconds"] = round(time.perf_counter() - start, 1)
-    remove_injected_parameters(nb)
+    off_the_page(nb)
     return row
 
 
@@ -181,10 +181,14 @@ def execute_staged(path: Path, out: Path, params: dict, progress: bool) -> dict:
     return publish.enforce_budget(execute_one(path, out, staged_parameters(path, params), progress), out, path)
 
 
-def remove_injected_parameters(nb_path: Path) -> None:
+COLAB_TITLE = "#@title"
+
+
+def off_the_page(nb_path: Path) -> None:
     """Take papermill's injected-parameters cell off the built page (tag remove-cell), as the
     parameters cell it overrides is: the page's setup box prints the values it ran with
-    (``kernels.notebook.ran_with``), and the executed notebook a reader downloads keeps the cell."""
+    (``kernels.notebook.ran_with``), and the executed notebook a reader downloads keeps the cell.
+    A solution's Colab title line (``#@title``: Colab folds the cell to it) leaves the page too."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
@@ -192,6 +196,9 @@ def remove_injected_parameters(nb_path: Path) -> None:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
+        if "solution" in tags and cell.source.startswith(COLAB_TITLE):
+            # Colab's title line folds a solution there; the page folds it itself, and shows code
+            cell.source = cell.source.split("\n", 1)[1] if "\n" in cell.source else ""
     nbformat.write(nb, nb_path)
 
 
