@@ -159,6 +159,28 @@ def test_the_reading_time_counts_prose_at_200_words_and_shown_code_at_15_lines_a
         assert "{reading_minutes}" not in chapter.read_text(), f"{chapter.name} shows the placeholder"
 
 
+def test_an_executed_pages_time_counts_what_the_run_printed():
+    import nbformat
+
+    convert = convert_module()
+    prose = nbformat.v4.new_markdown_cell("**Time:** about 1 min to read. " + " ".join(["word"] * 194))   # 200 words
+    printed = nbformat.v4.new_code_cell("x", metadata={"tags": ["remove-input"]})
+    printed.outputs = [nbformat.v4.new_output("stream", text=" ".join(["checked"] * 200))]   # 1 minute
+    table = nbformat.v4.new_code_cell("t", metadata={"tags": ["remove-input"]})
+    table.outputs = [nbformat.v4.new_output("display_data", data={"text/html": "<table><tr><td>1</td></tr></table>"})] * 3
+    figure = nbformat.v4.new_code_cell("f", metadata={"tags": ["remove-input"]})
+    figure.outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBO"})] * 2
+    folded = nbformat.v4.new_code_cell("g", metadata={"tags": ["hide-output", "remove-input"]})
+    folded.outputs = [nbformat.v4.new_output("stream", text=" ".join(["op"] * 4000))]
+    cells = [prose, printed, table, figure, folded]
+    convert.restate_reading_time(cells)
+    assert cells[0].source.startswith("**Time:** about 4 min"), \
+        "200 words of prose and 200 printed (2 min), three tables (1 min) and two figures (1 min); folded output unread"
+    for chapter in sorted((ROOT / "notebooks").glob("[01]*.py")):
+        assert convert.STATED_TIME.search(chapter.read_text().replace("{reading_minutes}", "1")), \
+            f"{chapter.name} states no '**Time:** about N min' for the executed page to restate"
+
+
 def test_the_borrowed_gpu_run_says_who_recorded_it_on_which_gpu_from_the_trace_itself():
     from kernels import borrowed
 

@@ -166,8 +166,9 @@ def fill_reading_time(cells) -> None:
 
     The rule: the words of the page's markdown cells at 200 a minute, plus the lines of code it
     shows (``shown_code_lines``: run after ``fold_setup``) at 15 a minute, rounded up to whole
-    minutes, at least 1. Tables, figures and the sentences cells print are not counted: the time
-    is a floor. Only that exact placeholder is replaced: MyST's glue roles ({glue:text}`name`)
+    minutes, at least 1. Tables, figures and the sentences cells print are not counted here (the
+    notebook is not run yet): the executed page's time counts them (``restate_reading_time``).
+    Only that exact placeholder is replaced: MyST's glue roles ({glue:text}`name`)
     and any other braces are left as they are.
     """
     words = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
@@ -176,6 +177,52 @@ def fill_reading_time(cells) -> None:
     for cell in cells:
         if cell.cell_type == "markdown":
             cell.source = cell.source.replace(READING_TIME, minutes)
+
+
+# What the executed page shows besides its prose and code, in minutes of reading: a figure, a
+# table (scanned for the row the prose reads, not read cell by cell).
+READING_FIGURE_MINUTES = 0.5
+READING_TABLE_MINUTES = 1 / 3
+STATED_TIME = re.compile(r"(\*\*Time:\*\* about )(\d+)( min)")
+FOLDED_OUTPUT_TAGS = {"remove-cell", "remove-output", "hide-output", "hide-cell", "parameters", "injected-parameters"}
+
+
+def shown_output_reading(cells) -> tuple[int, int, int]:
+    """(words, tables, figures) of the outputs an executed page shows unfolded: the sentences
+    and ✔ lines cells print, their tables and their figures (the traces box is read as words)."""
+    import html as html_lib
+
+    words = tables = figures = 0
+    for cell in cells:
+        if cell.cell_type != "code" or FOLDED_OUTPUT_TAGS & set(cell.metadata.get("tags", [])):
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            rich = "".join(data.get("text/html", "")) if "text/html" in data else ""
+            if "image/png" in data:
+                figures += 1
+            elif "<table" in rich and "ap-traces" not in rich:
+                tables += rich.count("<table")
+            else:
+                text = rich or "".join(data.get("text/plain", "")) or "".join(output.get("text", ""))
+                words += len(html_lib.unescape(re.sub(r"<style.*?</style>|<[^>]+>", " ", text, flags=re.S)).split())
+    return words, tables, figures
+
+
+def restate_reading_time(cells) -> None:
+    """On an executed page, "**Time:** about N min" counts what the run printed too: the prose
+    and shown code as ``fill_reading_time`` counts them, plus the words of the outputs shown
+    unfolded at the same 200 a minute, a third of a minute a table and half a minute a figure
+    (``shown_output_reading``), rounded up."""
+    prose = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
+    words, tables, figures = shown_output_reading(cells)
+    read = ((prose + words) / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
+            + tables * READING_TABLE_MINUTES + figures * READING_FIGURE_MINUTES)
+    minutes = str(max(1, math.ceil(read)))
+    for cell in cells:
+        if cell.cell_type == "markdown" and STATED_TIME.search(cell.source):
+            cell.source = STATED_TIME.sub(lambda m: m.group(1) + minutes + m.group(3), cell.source, count=1)
+            return
 
 
 # The setup call every page makes; the line after it prints what the page runs with.

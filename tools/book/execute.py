@@ -188,8 +188,11 @@ def off_the_page(nb_path: Path) -> None:
     """Take papermill's injected-parameters cell off the built page (tag remove-cell), as the
     parameters cell it overrides is: the page's setup box prints the values it ran with
     (``kernels.notebook.ran_with``), and the executed notebook a reader downloads keeps the cell.
-    A solution's Colab title line (``#@title``: Colab folds the cell to it) leaves the page too."""
+    A solution's Colab title line (``#@title``: Colab folds the cell to it) leaves the page too,
+    and the page's reading time counts what the run printed (``convert.restate_reading_time``)."""
     import nbformat
+
+    from tools.book import convert
 
     nb = nbformat.read(nb_path, as_version=4)
     for cell in nb.cells:
@@ -199,6 +202,7 @@ def off_the_page(nb_path: Path) -> None:
         if "solution" in tags and cell.source.startswith(COLAB_TITLE):
             # Colab's title line folds a solution there; the page folds it itself, and shows code
             cell.source = cell.source.split("\n", 1)[1] if "\n" in cell.source else ""
+    convert.restate_reading_time(nb.cells)
     nbformat.write(nb, nb_path)
 
 
