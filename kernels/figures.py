@@ -16,9 +16,10 @@ from typing import Optional
 
 from matplotlib.text import Text
 
-# The book's main column at 1280 px: the article is 740 px wide with 32 px of padding either
-# side, so a cell's output (and an image in it, at most 100% wide) is 676 px wide. Measured
-# in headless Chromium on the built book (tests/trace/test_figures.py checks it when it builds one).
+# The column figure text is sized for: a cell's output in an article 740 px wide with 32 px of
+# padding either side, the narrowest a laptop shows (at 1280 px the article is wider, about
+# 1,012 px, book/_static/pages.css; tests/trace/test_figures.py checks the column is never
+# narrower when it builds the book). On a phone a figure shrinks further; a tap shows it whole.
 COLUMN_PX = 676
 MIN_FONT_PX = 9.0  # the smallest text a figure may show, in CSS pixels as the page renders it
 

@@ -28,7 +28,7 @@ from tests.helpers import png_width, too_small
 
 matplotlib.use("Agg")
 
-COLUMN_PX = figures.COLUMN_PX  # 676: the main column at 1280 px (measured; see the browser test below)
+COLUMN_PX = figures.COLUMN_PX  # 676: the narrowest main column figure text is sized for (see the browser test below)
 
 
 def stretched(data: dict, factor: float) -> dict:
@@ -214,8 +214,8 @@ def test_the_assumed_column_width_is_the_books(book_in_chromium):
     tools, base = book_in_chromium
     session = open_page_at(tools, f"{base}/book/02_inplace.html")
     seen = tools.evaluate(session, COLUMN_WIDTH)
-    assert seen["column"] == pytest.approx(COLUMN_PX, abs=2), \
-        f"figures are sized for a {COLUMN_PX} px column; the book's is {seen['column']} px at 1280 px"
+    assert seen["column"] >= COLUMN_PX - 2, \
+        f"figure text is sized for a column of at least {COLUMN_PX} px; the book's is {seen['column']} px at 1280 px"
     natural, shown = seen["img"]
     assert shown <= natural + 0.5, "a figure is never shown wider than its PNG (upscaled, blurred)"
 
