@@ -1,12 +1,10 @@
 """kernels.cuda.design: cuda_v2's design revisions, as the nvcc snapshot holds them and as this nvcc compiles them.
 
 Most tests need neither nvcc nor a GPU: they read the snapshot. The one marked needs_nvcc
-compiles flash_v2.cu's design revisions (bf16, each head dim, sm_80 and sm_90) and checks
-them against kernels/cuda/nvcc_snapshot.json.
+compiles flash_v2.cu's design revisions (bf16, sm_80 and sm_90; one head dim in ``make test``,
+each in ``make test-sweep``) and checks them against kernels/cuda/nvcc_snapshot.json.
 """
 from __future__ import annotations
-
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -65,23 +63,24 @@ def test_design_table_has_a_row_per_revision_and_the_trace_estimate():
 
 # ---- with nvcc ---------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def live_revisions():
-    with ThreadPoolExecutor(max_workers=len(cf.HEAD_DIMS)) as pool:
-        return [r for per_dim in pool.map(lambda d: cd.design_revisions(d, live=True), cf.HEAD_DIMS) for r in per_dim]
+# make test compiles one head dim's revisions (a minute of nvcc on two cores); the weekly sweep
+# (make test-sweep) compiles the other too.
+LIVE_HEAD_DIMS = [pytest.param(d, marks=[] if d == min(cf.HEAD_DIMS) else [pytest.mark.sweep]) for d in cf.HEAD_DIMS]
 
 
 @needs_nvcc
-def test_design_revisions_are_the_sources_and_the_snapshot(live_revisions):
+@pytest.mark.parametrize("head_dim", LIVE_HEAD_DIMS)
+def test_design_revisions_are_the_sources_and_the_snapshot(head_dim):
     # Every explicit instantiation of flash_v2.cu's FLASH_V2_DESIGN_REVISIONS block is a revision
-    # of DESIGN_REVISIONS, each exactly once per (arch, head_dim).
-    seen = sorted((r.kernel.arch, r.head_dim, r.index) for r in live_revisions)
-    assert seen == sorted((a, d, i) for a in ("sm_80", "sm_90") for d in cf.HEAD_DIMS
-                          for i in range(len(cd.DESIGN_REVISIONS)))
+    # of DESIGN_REVISIONS, each exactly once per arch.
+    live = cd.design_revisions(head_dim, live=True)
+    seen = sorted((r.kernel.arch, r.head_dim, r.index) for r in live)
+    assert seen == sorted((a, head_dim, i) for a in ("sm_80", "sm_90") for i in range(len(cd.DESIGN_REVISIONS)))
     snapshot = cr.load_snapshot()
     if ptxas.nvcc_version() != snapshot["nvcc"]:
         pytest.skip(f"the snapshot is from nvcc {snapshot['nvcc']}, this is {ptxas.nvcc_version()}")
-    assert cd.revision_rows(live_revisions) == cd.revision_rows(cd.snapshot_revisions(snapshot)), (
+    recorded = [r for r in cd.snapshot_revisions(snapshot) if r.head_dim == head_dim]
+    assert cd.revision_rows(live) == cd.revision_rows(recorded), (
         "the kernel or its design revisions changed: run python -m tools.nvcc_snapshot to write "
         "kernels/cuda/nvcc_snapshot.json anew")
 
