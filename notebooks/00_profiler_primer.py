@@ -30,8 +30,6 @@
 # %% [parameters]
 
 # %%
-import functools
-
 import torch
 
 from kernels import borrowed, recorded
@@ -79,14 +77,16 @@ show_lines(record.mlp_step)
 # it yours before running the next one.
 
 # %%
-guess = ["aten::matmul", "aten::mm", "aten::relu"]  # edit me: op names, in order
+guess = ["aten::matmul", "aten::mm", "aten::relu"]  # edit me
 
 # %%
 x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
-run = record.profile(record.mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
+run = record.profile(record.mlp_step, x, w, label="mlp_step",
+                     active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
-reveal(guess, step.top_level()["name"].tolist(), "top-level ops", source="the top level")
+top = step.top_level()["name"].tolist()
+reveal(guess, top, "top-level ops", source="the top level")
 
 # %% tags=["remove-input"]
 seen = step.top_level()["name"].tolist()
@@ -117,10 +117,14 @@ print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
 # - **# of Calls** counts every recorded step: the averages divide by it.
 # - Self times never overlap, so the Self CPU column adds up to the outermost row, the
 #   `ProfilerStep*` that wraps each recorded step (a [profiler step](glossary.md#profiler-step)).
-# - On a GPU run the table grows **Self CUDA** and **CUDA total** columns (time the GPU spent
-#   in kernels an op launched); the labelled op's **CUDA time avg** is the number the source
-#   series quotes per forward. The model step at the end of the page sets such GPU time
-#   against the step's CPU time.
+# - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem** for GPU tensors) add up the
+#   bytes an op allocated over all its calls, a free counting as negative (the table's "MB"
+#   are MiB). `aten::mm` allocates its {glue:text}`primer_out_mib` MiB output once a call:
+#   {glue:text}`primer_mm_mem` over {glue:text}`primer_calls` calls. The label `mlp_step` frees both outputs, the product once
+#   relu has read it and relu's result once the call returns, outside any op: its Self CPU
+#   Mem is {glue:text}`primer_label_mem`, and its CPU Mem, children included, comes to 0.
+# - On a GPU run the table grows **Self CUDA** and **CUDA total** columns: time the GPU spent
+#   in kernels an op launched.
 
 # %% tags=["remove-input"]
 rows = {e.key: e for e in run.averages}
@@ -133,6 +137,18 @@ self_sum = sum(e.self_cpu_time_total for e in run.averages)
 lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
        "the Self CPU column adds up to the outermost row (ProfilerStep*)",
        f"{self_sum:,.0f} vs {outer.cpu_time_total:,.0f} µs")
+# Memory lands in the CPU columns on a CPU and in the CUDA ones on a GPU.
+where = "device" if device.type == "cuda" else "cpu"
+self_mem = lambda e: getattr(e, f"self_{where}_memory_usage")   # noqa: E731
+out_bytes = (x @ w).nbytes
+label = rows["mlp_step"]
+lesson(self_mem(mm) == mm.count * out_bytes and self_mem(label) == -2 * label.count * out_bytes
+       and getattr(label, f"{where}_memory_usage") == 0,
+       "the memory columns sum every call: mm allocates its output each call, the label frees both outputs (a negative)",
+       f"mm {self_mem(mm) / 2**20:,.0f} MiB = {mm.count} × {out_bytes / 2**20:,.0f} MiB; "
+       f"mlp_step {self_mem(label) / 2**20:,.0f} MiB")
+glue_all(primer_out_mib=f"{out_bytes / 2**20:,.0f}", primer_calls=mm.count,
+         primer_mm_mem=f"{self_mem(mm) / 2**20:.2f} MB", primer_label_mem=f"{self_mem(label) / 2**20:.2f} MB")
 if device.type == "cuda":
     text = run.averages.table(sort_by="cpu_time_total", row_limit=8)
     lesson("Self CUDA" in text and "CUDA total" in text and "Self CUDA time total" in text,
@@ -162,13 +178,15 @@ tables.op_table(step)
 
 # %%
 y = x @ w
-ops_timing = comparison.compare({"matmul": functools.partial(torch.matmul, x, w),
-                                 "relu": functools.partial(torch.relu, y)}, device=device, rounds=15)
+ops_timing = comparison.compare({"matmul": lambda: x @ w, "relu": lambda: torch.relu(y)},
+                                device=device, rounds=15)
 
 # %% tags=["remove-input"]
 medians = ", ".join(f"{n} {readable(ms)} ms" for n, ms in ops_timing.median_ms.items())
-lesson(ops_timing.faster() in (None, "relu"), "timed apart from the profiler, the relu is never the slower of the two",
-       medians if ops_timing.faster() else "no time shown: the two ranges overlapped")
+lesson(ops_timing.faster() in (None, "relu"),
+       "timed apart from the profiler, the relu is the faster op: its slowest tenth of calls beats the matmul's fastest tenth"
+       if ops_timing.faster() else "timed apart from the profiler, neither op is faster: their ranges overlapped",
+       medians if ops_timing.faster() else "no time shown")
 glue_all(primer_mm_flops=f"{x.shape[0] * w.shape[0] * w.shape[1]:,}", primer_relu_elems=f"{y.numel():,}",
          primer_work_ratio=f"{x.shape[0] * w.shape[0] * w.shape[1] // y.numel():,}")
 glue("primer_ops_reading", {
@@ -226,11 +244,12 @@ links(run)
 #   (`torch.cuda.synchronize()`, or CUDA events). `kernels.trace.record.profile` synchronises at
 #   the end of each step so that steps do not bleed into each other.
 #
-# A GPU run's trace holds more than ops. Part 1 of the source series (Hugging Face blog,
-# torch-profiler.md) reads four kinds of rows besides ops in its matmul trace, three runtime
-# calls on the CPU thread's track and one of the profiler's own:
+# A GPU run's trace holds more than ops. The Hugging Face blog series this course follows
+# ("Profiling in PyTorch"; its Part 1, torch-profiler.md) reads four kinds of rows besides ops
+# in its matmul trace, three runtime calls on the CPU thread's track and one of the profiler's own:
 #
-# - `cudaLaunchKernel` (or the driver's `cuLaunchKernel` / `cuLaunchKernelEx`): one per kernel.
+# - `cudaLaunchKernel`: one per kernel (libraries may launch with another call of the same
+#   family: the runtime's `cudaLaunchKernelExC`, the driver's `cuLaunchKernel` or `cuLaunchKernelEx`).
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
 #   how many blocks of a kernel fit one [SM](glossary.md#sm). In the series' trace cuBLAS made it
 #   inside `aten::mm`, before the [GEMM](glossary.md#gemm)'s launch; a different cuBLAS may not
@@ -274,16 +293,14 @@ if gpu_steps:
 #
 # A two-op function is a small subject for a GPU. Here is a real model instead: one inference
 # step of BERT-small on one short sentence, in bfloat16, on an H100 (**H100 BERT** in the box
-# at the top of the page: recorded by others, not our code). It is the kind of trace this
-# course reads: a CPU thread of ops and launch calls, a GPU stream of kernels, and an arrow
-# from each launch to its kernel.
+# at the top of the page: recorded by others, not our code).
 #
 # Guess first. BERT-small is tiny by today's standards and its input is one sentence; the
 # H100 is one of the fastest GPUs made. Of the time the CPU spent in this step, what
 # percentage was the GPU busy running kernels?
 
 # %%
-guess_busy_pct = 50  # edit me: the GPU's busy time as a percentage of the step's CPU time
+guess_busy_pct = 50  # edit me: GPU busy time, in % of the step's CPU time
 
 # %%
 #| caption: H100 BERT: one inference step of BERT-small (1 × 141 tokens, bfloat16). The CPU rows are busy from start to end; the GPU stream row at the bottom holds thin bars with white gaps between them, each tied by a grey line to the launch that queued it.
@@ -291,9 +308,14 @@ guess_busy_pct = 50  # edit me: the GPU's busy time as a percentage of the step'
 bert_step = borrowed.TRACELENS["h100_bert"].step()
 timeline.timeline(bert_step, title="H100 BERT: one step")
 
+# %% tags=["remove-input"]
+# The borrowed trace itself, to follow its launches to their kernels in Perfetto.
+links(bert_step, title="H100 BERT")
+
 # %%
 bert_gpu = tables.gpu_summary(bert_step)
-reveal(guess_busy_pct, round(100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]), "the GPU's busy share of the step (%)");
+busy = round(100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"])
+reveal(guess_busy_pct, busy, "the GPU's busy share of the step (%)");
 
 # %% tags=["remove-input"]
 busy_pct = 100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]
@@ -320,10 +342,11 @@ glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.fi
 # {glue:text}`bert_idle_ms` ms in all, a median {glue:text}`bert_median_gap_us` µs each, while a
 # typical kernel here runs for a few microseconds. And each kernel started a median
 # {glue:text}`bert_launch_to_start_us` µs after its launch call began: the queue was empty, the
-# GPU waiting for the CPU to ask. The five longest gaps, with the kernels on either side:
+# GPU waiting for the CPU to ask. The five longest gaps, with the work on either side:
 
 # %%
-tables.gpu_gaps(bert_step).nlargest(5, "gap_us")
+gaps = tables.gpu_gaps(bert_step)
+gaps.nlargest(5, "gap_us")[["after", "before", "gap_us", "cpu_late"]]
 
 # %% [markdown]
 # This is a **launch-bound** step (also called overhead-bound): the pace is set by the CPU
@@ -338,15 +361,15 @@ tables.gpu_gaps(bert_step).nlargest(5, "gap_us")
 # the profiler's op rows do not show:
 
 # %%
-#| caption: H100 BERT, zoomed in on one encoder layer (from the first `scaled_dot_product_attention` call to the second). Each grey line runs from a launch on the CPU to the kernel it queued; the kernels (bottom row) are short and the white stretches between them are the GPU waiting.
+#| caption: H100 BERT, zoomed in on one encoder layer (from the first `scaled_dot_product_attention` call to the second). The thin grey lines just above the GPU row each join a kernel to the moment its launch call began on the CPU; the kernels (bottom row) are short and the white stretches between them are the GPU waiting.
 #| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (linear, addmm, scaled_dot_product_attention, layer_norm, gelu) fill the rows above; the GPU row below holds a dozen short kernel bars, each joined by a thin grey line to the CPU row above it, with wide gaps between them.
-layer = bert_step.find("aten::scaled_dot_product_attention")["start_us"].iloc[:2] / 1e3
-timeline.timeline(bert_step, window_ms=tuple(layer), title="H100 BERT: one encoder layer, launches to kernels")
+sdpa = bert_step.find("aten::scaled_dot_product_attention")
+layer = tuple(sdpa["start_us"].iloc[:2] / 1e3)
+timeline.timeline(bert_step, window_ms=layer, title="H100 BERT: one layer")
 
 # %% [markdown]
 # Every kernel has its launch. The runtime calls on the CPU that launch GPU work or wait for
-# it, by name, with the GPU work each kind launched and the ops it was made in (the step's
-# other runtime calls, queries and the GEMMs' memsets, put nothing on the GPU track):
+# it, by name, with the GPU work each kind launched and the ops it was made in:
 
 # %%
 bert_calls = tables.runtime_table(bert_step)
@@ -354,7 +377,7 @@ bert_calls = tables.runtime_table(bert_step)
 # %% tags=["remove-input"]
 whole = runtime_table_whole(bert_step)    # the same table, its "made in" cells whole
 shown = (whole["GPU work launched"] > 0) | whole["call"].str.endswith("Synchronize")
-display(whole[shown])
+display(whole[shown].reset_index(drop=True).rename(columns={"GPU work launched": "GPU work"}))
 lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any(),
        "the runtime calls left out of the table launched no GPU work and waited for none",
        ", ".join(whole.loc[~shown, "call"]))
@@ -381,32 +404,28 @@ lesson(len(model) == 1 and model["call"].iloc[0] == "cudaStreamSynchronize" and 
 glue_all(bert_harness_sync_ms=f"{harness['start_us'].iloc[0] / 1e3:.1f}", bert_harness_sync_us=f"{harness['dur_us'].iloc[0]:.0f}")
 
 # %% [markdown]
-# Three kinds of launch appear: `cudaLaunchKernel` for PyTorch's own kernels, the driver's
-# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'. No
-# [occupancy](glossary.md#occupancy) query here: the cuBLAS this run used planned its GEMMs
-# without one. Two calls wait for the GPU. The `cudaDeviceSynchronize`, outside every op, is
-# the recording harness's own `torch.cuda.synchronize()` (its Python frame is in the trace),
-# made {glue:text}`bert_harness_sync_ms` ms into the step, before the model was called and
-# before any of this step's kernels was queued: it returned after
-# {glue:text}`bert_harness_sync_us` µs, with nothing to wait for. The model itself waits once:
-# before the encoder runs, it asks whether its attention mask is all ones, a Python `if` on a
-# GPU tensor, so the CPU copies one value back (the `Memcpy DtoH` on the GPU row) and waits for
+# Three launch calls appear: the runtime's `cudaLaunchKernel` for PyTorch's own kernels; the
+# driver's `cuLaunchKernel` and the runtime's extended `cudaLaunchKernelExC` for the GEMM
+# libraries'. No [occupancy](glossary.md#occupancy) query (the ✔ above). Two calls wait for the
+# GPU. The `cudaDeviceSynchronize`, outside every op, is the recording harness's own
+# `torch.cuda.synchronize()`, {glue:text}`bert_harness_sync_ms` ms into the step, before any of
+# its kernels was queued: it returned after {glue:text}`bert_harness_sync_us` µs, with nothing
+# to wait for. The model itself waits once: before the encoder runs, it asks whether its
+# attention mask is all ones, a Python `if` on a GPU tensor, so the CPU copies one value back (the `Memcpy DtoH` on the GPU row) and waits for
 # it in a `cudaStreamSynchronize`. In a launch-bound step that wait costs little; in a step
 # where the GPU runs ahead of the CPU, such a read drains the queue and leaves the GPU idle
-# until the CPU catches up.
-#
-# Reading such a trace is the skill this course trains: the CPU tracks say what was asked and
-# when, the GPU tracks say what ran and for how long, and the arrows say which is which.
+# until the CPU catches up. Reading such a trace is the skill this course trains.
 #
 # ## The trace file
 #
 # Every profile in this course is also written to disk as a Chrome/Perfetto trace
 # (compressed JSON). Open it at [ui.perfetto.dev](https://ui.perfetto.dev) (drag the file
 # onto the page) to explore it yourself: click an op to see its input shapes, press `W`/`S`
-# to zoom, and on GPU traces follow the arrows from launches to kernels.
+# to zoom, and on a GPU trace (H100 BERT's, linked under its figure) follow the arrows from
+# launches to kernels.
 
 # %%
-print(run.trace_path, f"{run.trace_path.stat().st_size / 1024:.1f} KiB", run.trace.labels())
+print(run.trace_path, run.trace.labels())
 
 # %% [markdown]
 # ## What to remember

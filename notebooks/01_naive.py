@@ -15,8 +15,8 @@
 # - find the hand-written attention core in a real model's GPU step, compute its S×S score
 #   tensor's bytes from the recorded shapes, and see the [kernels](glossary.md#kernel) that only
 #   move it outlast the [GEMMs](glossary.md#gemm);
-# - read a forward's peak and total memory from the trace's allocations, and see both grow with
-#   S².
+# - read a forward's peak and total memory from the trace's allocations, and see why both grow
+#   with S².
 #
 # **Before you start:** [0. The profiler, in one page](00_profiler_primer.ipynb). Causal
 # self-attention as the formula above: softmax of $QK^\top/\sqrt{d}$ with the future masked,
@@ -51,14 +51,16 @@ borrowed.traces_box({"H100 TimeSformer": borrowed.TRACELENS["h100_timesformer"]}
 # %% [markdown]
 # ## The module
 #
-# This is the course library's implementation, shown from its source. The causal mask is
-# built once and cached, so what we profile is attention itself, not mask construction.
-# `forward` also takes [grouped-query attention](glossary.md#gqa) (fewer K/V heads than query
-# heads); our inputs have as many of each, so it calls `attend` once. Note the mask step:
-# `masked_fill`, without a trailing underscore.
+# The course library's `NaiveAttention` does the five steps in its method `attend`, shown here
+# from its source. (Its `forward` also takes [grouped-query attention](glossary.md#gqa), fewer
+# K/V heads than query heads; our inputs have as many of each, so it calls `attend` once. The
+# causal mask is built once and cached, so what we profile is attention itself, and the
+# `no_key_rows` branch runs only with more queries than keys: not here.) Note the mask step,
+# `mask_scores`: `masked_fill`, without a trailing underscore.
 
 # %%
-show_lines(NaiveAttention)
+show_lines(NaiveAttention.attend)
+show_lines(NaiveAttention.mask_scores)
 
 # %% [markdown]
 # First, is it right? Every implementation in the course is judged against the same
@@ -76,20 +78,22 @@ lesson(verdict.ok, "naive attention matches the float64 reference within its dty
 # %% [markdown]
 # ## Guess, then profile
 #
-# Read `attend` above: which ops will the trace show at its top level, in order? The cell
+# Read `attend` and `mask_scores` above: which ops will the trace show at its top level, in order? The cell
 # below holds a first guess, written straight from the code; make it yours before running
 # the next one.
 
 # %%
-guess = ["aten::matmul", "aten::transpose", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # edit me
+guess = ["aten::matmul", "aten::transpose", "aten::mul",   # edit me
+         "aten::masked_fill", "aten::softmax", "aten::matmul"]
 
 # %%
-run = record.profile(naive, q, k, v, label="naive", active=active_steps, trace_dir=trace_dir)
+run = record.profile(naive, q, k, v, label="naive", active=active_steps,
+                     trace_dir=trace_dir)
 step = reader.median_step(run.steps())
-reveal(guess, step.top_level()["name"].tolist(), "top-level ops", source="the top level")
+top = step.top_level()["name"].tolist()
+reveal(guess, top, "top-level ops", source="the top level")
 
 # %% tags=["remove-input"]
-top = step.top_level()["name"].tolist()
 called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # forward's five calls
 lesson(top == called, "the ops forward calls appear at the top of the trace exactly as written", ", ".join(top))
 
@@ -97,23 +101,26 @@ lesson(top == called, "the ops forward calls appear at the top of the trace exac
 # The top level is the five calls of `forward`, in order; the transpose is a view of `k`, which
 # computes nothing, and the top level leaves views out. The story is one level down. Here is
 # every op of one recorded forward that does work (views hidden), indented under the op that
-# called it:
+# called it. Its times are one profiled sample, profiler included (chapter 0), so we drop them:
+# read the nesting and the allocations.
 
 # %%
-tables.op_table(step)
+tables.op_table(step).drop(columns="time (us)")
 
 # %% [markdown]
 # ## The op we did not write
 #
 # Under `masked_fill` sit `clone` and `copy_`. An out-of-place `masked_fill` must return a
-# *new* tensor, so PyTorch clones the whole scores tensor, then fills the clone in place.
+# *new* tensor, so PyTorch clones the whole scores tensor, then fills the clone in place
+# (`masked_fill_`, the fill any version of the mask needs). The clone is the work nobody
+# asked for.
 #
 # Copies hide in plain sight: there is a second `copy_` in this trace, under `mul`. That one
 # converts the Python float `scale` into a one-element tensor and moves 4 bytes. So we never
 # count copies by name; we count them by **what they move**:
 
 # %%
-tables.copy_table(step)
+tables.copy_table(step).drop(columns="time (us)")
 
 # %% tags=["remove-input"]
 scores_shape = [batch, heads, seq, seq]
@@ -125,22 +132,20 @@ lesson(len(big) == 1 and big.iloc[0]["input_dims"][0] == scores_shape,
 clone = step.find("aten::clone", shape=scores_shape)
 lesson(len(clone) == 1 and step.ops.at[clone.index[0], "parent"] in step.find("aten::masked_fill").index,
        "the copy comes from aten::clone, called by the out-of-place aten::masked_fill")
-copy_ms = float(big["dur_us"].iloc[0]) / 1e3
-glue_all(naive_copy_mib=f"{mib(scores_bytes):.1f}", naive_copy_ms=f"{copy_ms:.2f}",
-         naive_copy_share=f"{100 * copy_ms / (step.cpu_time_us / 1e3):.0f}", naive_step_ms=f"{step.cpu_time_us / 1e3:.2f}")
+glue_all(naive_copy_mib=f"{mib(scores_bytes):.1f}")
 
 # %% [markdown]
-# The copy moves {glue:text}`naive_copy_mib` MiB; in this profiled forward the trace shows it
-# taking {glue:text}`naive_copy_ms` ms, {glue:text}`naive_copy_share`% of the
-# {glue:text}`naive_step_ms` ms step. On a GPU the clone is work of its own too: the source
-# article (Hugging Face, "Profiling in PyTorch, Part 3", one A100, bfloat16) counts six
-# GPU activities per forward, one of them a `Memcpy` for this clone. Here is our step as a
-# timeline; copies are drawn in red:
+# The copy moves {glue:text}`naive_copy_mib` MiB, as much as the scores tensor itself. What it
+# costs in time, a profiled forward cannot say (one sample, profiler included: chapter 0's
+# rule): [chapter 2](02_inplace.ipynb) removes it and times both versions. On a GPU the clone
+# is work of its own too: the source article (Hugging Face, "Profiling in PyTorch, Part 3", one
+# A100, bfloat16) counts six GPU activities per forward, one of them a `Memcpy` for this clone.
+# Here is our step as a timeline; copies are drawn in red:
 
 # %%
 #| caption: One forward of hand-written attention. The red bars are the copy this chapter is about: the `clone` under `masked_fill` and its S×S `copy_`; the matmuls, the scale and the softmax around them do the work.
 #| alt: Timeline of one naive attention forward: matmul, mul, masked_fill, softmax and matmul in a row, with clone and copy_ drawn in red beneath masked_fill.
-timeline.timeline(step, title=f"naive attention, one forward ({device.type})")
+timeline.timeline(step, title=f"naive attention ({device.type})")
 
 # %% tags=["remove-input"]
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
@@ -185,7 +190,8 @@ tf_step = borrowed.TRACELENS["h100_timesformer"].step()
 tf_report = find_attention(tf_step)
 
 # %% tags=["remove-input"]
-display(tf_report.table().drop_duplicates(subset=["B·H x Sq x Sk x D"])[["#", "how", "kernels", "B·H x Sq x Sk x D", "GPU µs"]])
+longest_of_each = tf_report.table().sort_values("GPU µs", ascending=False).drop_duplicates(subset=["B·H x Sq x Sk x D"])
+display(longest_of_each.sort_values("#")[["#", "how", "kernels", "B·H x Sq x Sk x D", "GPU µs"]].reset_index(drop=True))
 lesson(len(tf_report.calls) > 0 and all(c.how == "hand-written" for c in tf_report.calls),
        "every attention call in TimeSformer's step is a hand-written matmul -> softmax -> matmul core",
        f"{len(tf_report.calls)} calls")
@@ -206,7 +212,7 @@ glue_all(tf_calls=len(tf_report.calls), tf_share=f"{100 * tf_report.attention_gp
          tf_tokens_trained=f"{1 + video['patches_per_frame']:,}", tf_heads=long_calls[0].batch_heads // video["space_groups"])
 
 # %% [markdown]
-# The step holds {glue:text}`tf_calls` attention calls in two sizes (the table shows the first
+# The step holds {glue:text}`tf_calls` attention calls in two sizes (the table shows the longest
 # of each), and they took {glue:text}`tf_share`% of the step's GPU time. That share says as much
 # about the input as about the model: the recorded video has {glue:text}`tf_frames` frames, and
 # the checkpoint was trained on {glue:text}`tf_trained_frames` (the trace shows its time
@@ -220,13 +226,13 @@ glue_all(tf_calls=len(tf_report.calls), tf_share=f"{100 * tf_report.attention_gp
 # chapter's copy was made of:
 
 # %%
-call = max(tf_report.calls, key=operator.attrgetter("gpu_us"))   # the longest
+call = max(tf_report.calls, key=operator.attrgetter("gpu_us"))
 scores = tables.score_tensor(call)
 
 # %% tags=["remove-input"]
 lesson(scores["shape"][-2:] == [call.sq, call.sk] and scores["bytes"] == math.prod(scores["shape"]) * 2,
        "the score tensor is B·H × S × S bfloat16 elements, as this chapter's S×S lesson counts them",
-       f"{tables.shape_text(scores['shape'])} {scores['dtype']} = {scores['bytes']:,} bytes")
+       f"{tables.shape_text(scores['shape'])} {scores['dtype']} = {scores['bytes'] / 2**30:.2f} GiB")
 glue_all(tf_scores_shape=tables.shape_text(scores["shape"]), tf_scores_gib=f"{scores['bytes'] / 2**30:.2f}",
          tf_scores_vs_ours=f"{scores['bytes'] / scores_bytes:,.0f}")
 
@@ -240,19 +246,19 @@ glue_all(tf_scores_shape=tables.shape_text(scores["shape"]), tf_scores_gib=f"{sc
 # percentage of the call's GPU time do they take?
 
 # %%
-guess_gemm_pct = 80  # edit me: the two GEMMs' share of the call's GPU time, in %
+guess_gemm_pct = 80  # edit me: the GEMMs' share of the GPU time, in %
 
 # %%
 by_op = call.kernels.groupby("op")["dur_us"].sum()
-reveal(guess_gemm_pct, round(100 * by_op["aten::bmm"] / call.gpu_us), "the GEMMs' share of the call's GPU time (%)");
+gemm_pct = round(100 * by_op["aten::bmm"] / call.gpu_us)
+reveal(guess_gemm_pct, gemm_pct, "the GEMMs' share of the call's GPU time (%)");
 
 # %% [markdown]
 # Here are that call's kernels in the order the GPU ran them: the short name of each, the op
-# whose launch queued it, how long it ran, when it started after the call's first kernel, and
-# its grid (how many thread blocks it launched).
+# whose launch queued it, how long it ran, and its grid (how many thread blocks it launched).
 
 # %%
-tables.work_table(call.kernels)
+tables.work_table(call.kernels).drop(columns="starts at (µs)")
 
 # %% tags=["remove-input"]
 work = tables.work_table(call.kernels)
@@ -287,7 +293,8 @@ glue_all(tf_elementwise_ms=f"{elementwise_us / 1e3:.1f}", tf_gemm_ms=f"{by_op['a
 #
 # Here the GPU, not the CPU, sets the pace: the opposite of chapter 0's BERT step. The CPU
 # queued all of the call's kernels within a fraction of a millisecond and went on to queue the
-# model's next ops while the GPU worked through these:
+# model's next ops while the GPU worked through the queue. The figure shows the GPU's side of
+# the call, from its first kernel to its last, and what the CPU was doing meanwhile:
 
 # %% tags=["remove-input"]
 launched_by, waited = call.kernels["launch_start_us"].agg(["min", "max"]), call.kernels["start_us"] - call.kernels["launch_start_us"]
@@ -296,10 +303,24 @@ lesson(launched_by["max"] - launched_by["min"] < call.gpu_us / 10 and waited.max
        f"launched within {launched_by['max'] - launched_by['min']:.0f} µs, run in {call.gpu_us / 1e3:.1f} ms, longest wait {waited.max() / 1e3:.1f} ms")
 
 # %%
-#| caption: H100 TimeSformer: one long hand-written attention call, from its first op on the CPU to its last kernel's end. The GPU row runs its kernels back to back: copies (red), a GEMM (blue), the scale (grey), the softmax (green), a copy and a GEMM. Above, the CPU has long moved on, launching the model's next ops; the grey lines from those launches lead off to the right, to kernels that wait in the queue.
-#| alt: Zoomed timeline of one attention call, about 11 ms: the CPU rows are full of short op bars of later layers; the GPU row holds a few long bars: small red copies, a blue GEMM, a grey scale, a long green softmax, a red copy and a blue GEMM.
-call_ms = (call.kernels["launch_start_us"].min() / 1e3, (call.kernels["start_us"] + call.kernels["dur_us"]).max() / 1e3)
-timeline.timeline(tf_step, window_ms=call_ms, title="H100 TimeSformer: one hand-written attention call")
+#| caption: H100 TimeSformer: the longest hand-written attention call on the GPU, from its first kernel to its last. The GPU row runs its kernels back to back: two copies (red), a GEMM (blue), the scale (grey), the softmax (green), a copy and a GEMM. The CPU launched them milliseconds earlier; here it queues the model's last ops, then sits in one long red bar, `aten::to`, copying the model's output, which waits until the GPU has run everything queued.
+#| alt: Zoomed timeline of one attention call, about 11 ms: at the left the CPU rows hold a few short op bars, then one long red copy bar to the end; the GPU row holds a few long bars: small red copies, a blue GEMM, a grey scale, a long green softmax, a red copy and a blue GEMM.
+ends = call.kernels["start_us"] + call.kernels["dur_us"]
+call_ms = (call.kernels["start_us"].min() / 1e3, ends.max() / 1e3)
+timeline.timeline(tf_step, window_ms=call_ms, title="H100 TimeSformer: one call")
+
+# %% tags=["remove-input"]
+tf_top = tf_step.top_level()
+to_host = tf_top[tf_top["name"] == "aten::to"].iloc[-1]        # the step's last cast: the model's output
+gpu_work = tf_step.gpu_work
+lesson(call_ms[0] * 1e3 < to_host["start_us"] < call_ms[1] * 1e3
+       and to_host["start_us"] + to_host["dur_us"] >= (gpu_work["start_us"] + gpu_work["dur_us"]).max()
+       and not (gpu_work["launch_start_us"] > to_host["start_us"] + to_host["dur_us"]).any(),
+       "while the GPU ran this call, the CPU finished queuing the model, then blocked in aten::to, copying the "
+       "model's output, until the GPU had run everything queued; it launched nothing after that copy",
+       f"{tables.shape_text(to_host['input_dims'][0])} aten::to from {to_host['start_us'] / 1e3:.0f} ms to "
+       f"{(to_host['start_us'] + to_host['dur_us']) / 1e3:.0f} ms; the GPU's last work ends at "
+       f"{(gpu_work['start_us'] + gpu_work['dur_us']).max() / 1e3:.0f} ms")
 
 # %% [markdown]
 # ## What to remember

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.exercises.judge import Passed, draw_int, fail, passed, printed_seed, run_learner
+from kernels.exercises.judge import Passed, draw_int, fail, passed, check_seed, run_learner
 from kernels.cuda.ptxas import parse_ptxas
 from kernels.cuda.threads import owners_v2
 
@@ -52,7 +52,7 @@ def fresh_ptxas_log(seed: int) -> str:
 def check_read_ptxas(read_ptxas: Callable, seed: Optional[int] = None) -> Passed:
     """``read_ptxas(text, kernel, arch)`` -> (registers, static shared memory bytes, spilled bytes)
     of one kernel on one architecture, judged by ``kernels.cuda.ptxas.parse_ptxas``."""
-    seed = printed_seed(seed)
+    seed = check_seed(seed)
     asked = 0
     for text in (fresh_ptxas_log(seed), fresh_ptxas_log(seed + 1)):
         found = {(k.mangled, k.arch): k for k in parse_ptxas(text, demangle=False)}

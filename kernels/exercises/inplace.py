@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 
 from kernels.attention.naive import grouped_future_mask
-from kernels.exercises.judge import Passed, fail, matches, mistake_matched, passed, printed_seed, profile_step, require_tensor, run_learner, top_level_ancestor
+from kernels.exercises.judge import Passed, fail, matches, mistake_matched, passed, check_seed, profile_step, require_tensor, run_learner, top_level_ancestor
 from kernels.exercises.judge import attention_cases, judge_attention
 
 __all__ = ["check_inplace_mask", "check_lean_attention"]
@@ -20,7 +20,7 @@ __all__ = ["check_inplace_mask", "check_lean_attention"]
 
 def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``my_mask_(scores, future)`` must write -inf where ``future`` is True, into ``scores`` itself."""
-    g = torch.Generator().manual_seed(printed_seed(seed))
+    g = torch.Generator().manual_seed(check_seed(seed))
     s = 19
     original = torch.randn(2, 3, s, s, generator=g).to(device)  # [B, H, S, S] scores
     scores = original.clone()
@@ -62,7 +62,7 @@ def check_inplace_mask(my_mask_: Callable, device="cpu", seed: Optional[int] = N
 
 def check_lean_attention(lean_attention: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """Causal attention, right, that allocates at most one S×S buffer's worth of memory per call."""
-    seed = printed_seed(seed)
+    seed = check_seed(seed)
     for case, (q, k, v), causal, scale in attention_cases(device, seed):
         if not causal or scale is not None:
             continue

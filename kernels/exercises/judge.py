@@ -55,34 +55,38 @@ def showing_solutions(shown: bool) -> None:
     """Say whether this copy runs the course's hidden solutions (the built book does): each ✔
     then names them, so an empty answer cell above a ✔ cannot read as the learner's success."""
     global _SOLUTIONS_SHOWN
-    _SOLUTIONS_SHOWN = bool(shown)
-    if shown:
-        say("This copy runs the course's solutions, so every check below passes with theirs. "
-            "Download the notebook (it comes without them) to answer yourself.")
+    _SOLUTIONS_SHOWN = bool(shown)   # the page says so above its first task (tools/book/convert.py)
 
 
 def passed(message: str) -> Passed:
+    global _SEED
+    _SEED = None
     say(f"✔ {'the course solution: ' if _SOLUTIONS_SHOWN else ''}{message}", kind="lesson")
     return Passed(message)
 
 
 def fail(message: str) -> NoReturn:
-    raise ExerciseFailed(message)
+    """The check failed: say what, and the seed of its random cases where it drew some."""
+    replay = f" (seed {_SEED}: pass seed={_SEED} to the check to replay these cases)" if _SEED is not None else ""
+    raise ExerciseFailed(message + replay)
 
 
 # ------------------------------------------------------------------------------- seeding
 
-def printed_seed(seed: Optional[int] = None) -> int:
-    """The seed of one check's random inputs: fresh each run unless given, and always printed,
-    so a failure can be replayed exactly (pass the printed seed as ``seed=``)."""
-    seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
-    print(f"(seed {seed}: pass seed={seed} to replay these cases)")
-    return seed
+_SEED: Optional[int] = None   # the seed of the running check's random cases, for its failure message
+
+
+def check_seed(seed: Optional[int] = None) -> int:
+    """The seed of one check's random inputs: fresh each run unless given. A failure names it
+    (``fail``), so it can be replayed exactly (pass it as ``seed=``); a pass does not print it."""
+    global _SEED
+    _SEED = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else int(seed)
+    return _SEED
 
 
 def seeded_generator(seed: Optional[int] = None) -> torch.Generator:
-    """A generator for one check's random inputs, from :func:`printed_seed` (printed)."""
-    return torch.Generator().manual_seed(printed_seed(seed))
+    """A generator for one check's random inputs, from :func:`check_seed`."""
+    return torch.Generator().manual_seed(check_seed(seed))
 
 
 def draw_int(g: torch.Generator, low: int, high: int) -> int:

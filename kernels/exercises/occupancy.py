@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 
 from kernels.hw.occupancy import ARCHES, occupancy
-from kernels.exercises.judge import Passed, draw_int, fail, passed, printed_seed, run_learner
+from kernels.exercises.judge import Passed, draw_int, fail, passed, check_seed, run_learner
 
 __all__ = ["check_occupancy"]
 
@@ -72,7 +72,7 @@ def check_occupancy(my_occupancy: Callable, takes_arch: bool = False, seed: Opti
     0..1) on an A100 (sm_80); with ``takes_arch``, ``my_occupancy(threads, registers, shared_bytes,
     arch)`` on sm_80 and sm_90. Checked against ``kernels.hw.occupancy`` on fixed footprints that give
     each limit its turn, then on fresh random ones."""
-    g = torch.Generator().manual_seed(printed_seed(seed))
+    g = torch.Generator().manual_seed(check_seed(seed))
     arches = _ASKED if takes_arch else (_A100,)
     cases = [c for c in _CASES if c[3] in arches]
     cases += [_random_case(g, arch) for arch in arches for _ in range(_FRESH_PER_ARCH)]

@@ -16,7 +16,7 @@ import torch
 from kernels.attention import sdpa
 from kernels.attention.naive import grouped_future_mask
 from kernels.registry import available, get
-from kernels.exercises.judge import Passed, fail, is_blank, matches, passed, printed_seed, profile_step, require_tensor, run_learner
+from kernels.exercises.judge import Passed, fail, is_blank, matches, passed, check_seed, profile_step, require_tensor, run_learner
 from kernels.exercises.judge import attention64, attention_cases, judge_attention
 
 __all__ = ["check_work_op_count", "check_sdpa_mask", "check_safe_softmax", "check_backend_predictions",
@@ -25,7 +25,7 @@ __all__ = ["check_work_op_count", "check_sdpa_mask", "check_safe_softmax", "chec
 
 def check_work_op_count(count_work_ops: Callable, guesses: dict, device="cpu", seed: Optional[int] = None) -> Passed:
     """Your guesses of each backend's work-op count, then ``count_work_ops(step)`` on its trace."""
-    g = torch.Generator().manual_seed(printed_seed(seed))
+    g = torch.Generator().manual_seed(check_seed(seed))
     if is_blank(guesses) or any(is_blank(v) for v in guesses.values()):
         fail("write your guesses first, e.g. {\"sdpa_math\": 10, \"sdpa_flash\": 3}: a number per "
               "backend, made before profiling. A wrong guess is fine; no guess is not.")
@@ -114,7 +114,7 @@ def _why_not(got, cap, dtype, d, cudnn, deterministic) -> str:
 
 def check_sdpa_mask(sdpa_with_mask: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``sdpa_with_mask(q, k, v, future)``: SDPA with an explicit boolean mask equals causal attention."""
-    cases = [c for c in attention_cases(device, printed_seed(seed)) if c[2] and c[3] is None]
+    cases = [c for c in attention_cases(device, check_seed(seed)) if c[2] and c[3] is None]
     for case, (q, k, v), _, _ in cases:
         s = q.shape[-2]
         future = grouped_future_mask(s, device)
@@ -145,7 +145,7 @@ def _masked_scores(b, h, s, device, seed: int):
 
 def check_safe_softmax(safe_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``safe_softmax(x)``: softmax over the last dim, but a row of all -inf gives zeros, not NaN."""
-    x, dead = _masked_scores(2, 2, 11, device, printed_seed(seed))
+    x, dead = _masked_scores(2, 2, 11, device, check_seed(seed))
     before = x.clone()
     out = run_learner(safe_softmax, x, what="safe_softmax(x)")
     require_tensor(out, "safe_softmax", x.shape, x.dtype, x.device)

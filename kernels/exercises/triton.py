@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from kernels.exercises.judge import Passed, fail, matches, mistake_matched, not_finite, passed, printed_seed, require_tensor, run_learner
+from kernels.exercises.judge import Passed, fail, matches, mistake_matched, not_finite, passed, check_seed, require_tensor, run_learner
 
 __all__ = ["check_online_update", "check_causal_softmax"]
 
@@ -62,7 +62,7 @@ _ONLINE_SLIPS = [
 
 def check_online_update(online_update: Callable, seed: Optional[int] = None) -> Passed:
     """``online_update(m, l, acc, s, v)`` -> (m, l, acc) after one tile of scores ``s`` and values ``v``."""
-    g = torch.Generator().manual_seed(printed_seed(seed))
+    g = torch.Generator().manual_seed(check_seed(seed))
     rows, n, d, block = 5, 13, 8, 4
     # Later tiles get larger scores, so the running maximum must move and rescaling matters.
     s = torch.randn(rows, n, generator=g, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) / block
@@ -101,7 +101,7 @@ def _causal_softmax64(x, diagonal=1, hide="future"):
 
 def check_causal_softmax(causal_softmax: Callable, device="cpu", seed: Optional[int] = None) -> Passed:
     """``causal_softmax(x)`` on an [S, S] float32 matrix: softmax of each row over keys j <= i."""
-    g = torch.Generator().manual_seed(printed_seed(seed))
+    g = torch.Generator().manual_seed(check_seed(seed))
     for s in (13, 32, 1):
         x = torch.randn(s, s, generator=g).to(device)
         out = run_learner(causal_softmax, x, what="causal_softmax(x)")

@@ -3,9 +3,10 @@
 #
 # Practice for [chapter 1, attention by hand](../01_naive.ipynb). You will write causal
 # attention from PyTorch primitives, then hunt the hidden copy in a trace with code instead
-# of eyes. Each check runs your code on inputs it has never seen (odd lengths,
-# non-contiguous views, both causal modes) against the float64 reference, and names the
-# mistake when it recognizes one.
+# of eyes. The first check runs your attention on inputs it has never seen (odd lengths,
+# non-contiguous views, both causal modes) against the float64 reference; the second runs
+# your finder on three traces, one of them new to you. Each names the mistake when it
+# recognizes one.
 
 # %% [install]
 
@@ -32,8 +33,8 @@ showing_solutions(solutions)
 # $$\operatorname{softmax}\!\left(\operatorname{mask}\!\left(q k^\top \cdot \text{scale}\right)\right) v,
 # \qquad \text{scale} = 1/\sqrt{d} \text{ unless given.}$$
 #
-# With `causal=True`, query $i$ may look at keys $j \le i$ only. Use `@`, `transpose`,
-# `torch.ones(...).triu(...)`, `masked_fill` and `torch.softmax`; no `scaled_dot_product_attention`.
+# With `causal=True`, query $i$ may look at keys $j \le i$ only. Build it from PyTorch's basic
+# ops, as the chapter's `attend` does; no `scaled_dot_product_attention`.
 
 # %% tags=["stub"]
 def my_attention(q, k, v, causal=True, scale=None):
@@ -82,6 +83,14 @@ check_attention(solution_attention if solutions else my_attention, device=device
 # the **top-level op** (depth 0, a line of your code) that caused it. Return `None` if no
 # copy is that large.
 #
+# `step` is one recorded forward (`kernels.trace.reader.Step`, as in the chapter). Two of its
+# members are all you need:
+#
+# - `step.ops`: a DataFrame, one row per op in call order, with columns `name`, `depth` (0 at
+#   the top level) and `parent` (the row label of the op that called it);
+# - `step.copies(min_bytes=n)`: the `aten::copy_` rows of `step.ops` that move at least `n`
+#   bytes, with the same row labels and a `bytes` column.
+#
 # The check runs it on three traces: naive attention, in-place attention, and a third
 # variant you have not seen.
 
@@ -92,8 +101,8 @@ def find_hidden_copy(step, min_bytes):
 
 # %% [markdown]
 # :::{dropdown} Hint 1: the copies
-# `step.copies(min_bytes=...)` lists every `aten::copy_` with a `bytes` column: filter by
-# what a copy moves, not by its name (naive attention has a 4-byte copy under `aten::mul`).
+# Filter by what a copy moves, not by its name: naive attention also has a 4-byte copy, under
+# `aten::mul`. Which row label holds the largest value of a column?
 # :::
 #
 # :::{dropdown} Hint 2: up to the top
@@ -116,8 +125,8 @@ def solution_hidden_copy(step, min_bytes):
 check_hidden_copy(solution_hidden_copy if solutions else find_hidden_copy, device=device)
 
 # %% [markdown]
-# The third trace was attention that upcasts its scores to float64 before the softmax: a
-# habit from mixed-precision code, and one more full-size copy (`aten::to`) a trace shows
-# and the source hides.
+# The third trace was attention that upcasts its scores to float64 before the softmax, a
+# habit from mixed-precision code. In the source, `.to(torch.float64)` is a few characters on
+# a line; in the trace it is what it costs: one more full-size copy of the scores (`aten::to`).
 #
 # Back to [chapter 1](../01_naive.ipynb), or on to the [exercises of chapter 2](02_inplace.ipynb).

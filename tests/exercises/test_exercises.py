@@ -92,9 +92,24 @@ def nb_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("exercise_modules")
 
 
-def run_check(module, cell: str, solutions: bool):
-    module.solutions = solutions
-    exec(compile(cell, f"<check of {module.__name__}>", "exec"), module.__dict__)
+def checks_with_switches(cells) -> list[tuple[str, str]]:
+    """(check cell, the hidden cell before it that switches to the course's solution, or "")."""
+    out = []
+    for i, cell in enumerate(cells):
+        if "check" in cell.metadata.get("tags", []):
+            before = cells[i - 1] if i else None
+            switch = before.source if before is not None and "solution-switch" in before.metadata.get("tags", []) else ""
+            out.append((cell.source, switch))
+    return out
+
+
+def run_check(module, cell: str, solutions: bool, switch: str = ""):
+    """Run a check cell as the notebook does; with ``solutions``, after its switch cell, in a copy
+    of the module's names (the stubs stay for the other tests)."""
+    names = dict(module.__dict__) if solutions else module.__dict__
+    names["solutions"] = solutions
+    for code in (switch, cell):
+        exec(compile(code, f"<check of {module.__name__}>", "exec"), names)
 
 
 def test_every_notebook_has_the_parts(nb_dir):
@@ -114,10 +129,10 @@ def test_every_notebook_has_the_parts(nb_dir):
 @pytest.mark.parametrize("name", list(STUB_MESSAGES))
 def test_stubs_fail_with_their_message_and_solutions_pass(name, nb_dir, capsys):
     module = notebook_module(name, nb_dir)
-    for cell, message in zip(_tagged(_cells(name), "check"), STUB_MESSAGES[name]):
+    for (cell, switch), message in zip(checks_with_switches(_cells(name)), STUB_MESSAGES[name]):
         with pytest.raises(ExerciseFailed, match=message):
             run_check(module, cell, solutions=False)
-        run_check(module, cell, solutions=True)
+        run_check(module, cell, solutions=True, switch=switch)
     printed = capsys.readouterr().out
     assert printed.count("✔") >= len(STUB_MESSAGES[name]), printed
 
@@ -305,16 +320,29 @@ def test_chapter5_wrong_answers():
 def test_a_passed_check_is_true_and_shows_nothing_more_as_a_cells_last_value(capsys):
     result = judge.passed("right")
     assert result and repr(result) == "Passed('right')" and result._ipython_display_() is None
+    capsys.readouterr()
     judge.showing_solutions(True)
     try:
         judge.passed("right")
         out = capsys.readouterr().out
-        assert "runs the course's solutions" in out and "✔ the course solution: right" in out, \
+        assert out == "✔ the course solution: right\n", \
             "a built page's ✔ says it is the course's solution that passed, not the learner's empty cell"
     finally:
         judge.showing_solutions(False)
     judge.passed("right")
     assert capsys.readouterr().out == "✔ right\n"
+
+
+def test_a_failure_names_its_seed_and_a_pass_prints_none(capsys):
+    seed = judge.check_seed(1234)
+    with pytest.raises(judge.ExerciseFailed, match=r"wrong \(seed 1234: pass seed=1234 to the check to replay"):
+        judge.fail("wrong")
+    assert seed == 1234 and judge.check_seed() != judge.check_seed(7) == 7
+    judge.passed("right")
+    assert capsys.readouterr().out == "✔ right\n", "a pass prints its ✔ line only"
+    with pytest.raises(judge.ExerciseFailed) as failed:
+        judge.fail("no cases drawn")
+    assert "seed" not in str(failed.value), "after a pass, a failure with no cases of its own names no seed"
 
 
 def test_backend_predictions_name_the_rule_that_decides(nb_dir):
