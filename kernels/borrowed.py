@@ -132,7 +132,8 @@ def traces_box_html(traces: Mapping[str, Credited]) -> str:
 
     if not traces:
         raise ValueError("traces_box needs at least one trace: {short name: Borrowed}")
-    items, projects = [], {}
+    items: list[str] = []
+    projects: dict[tuple[str, str], list[str]] = {}
     for name, trace in traces.items():
         if isinstance(trace, Borrowed):
             items.append(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.facts())}</li>")
