@@ -18,7 +18,7 @@
 #   module that made it, and judge from the recorded strides whether it was needed.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb). What `backward()` does, for the
-# last section.
+# section on autograd.
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -36,7 +36,7 @@ import kernels
 from kernels import borrowed, recorded, reference
 from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout, backward_error
 from kernels.bench import comparison
-from kernels.book.ch02_inplace import inplace_drops_the_copy_on_gpu
+from kernels.book.ch02_inplace import copies_for_reading, inplace_drops_the_copy_on_gpu
 from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import diff as tracediff, events, reader, record, tables
 from kernels.trace.links import links
@@ -88,13 +88,14 @@ lesson(step["inplace"].find("aten::clone").empty, "no aten::clone is left in the
 # %% [markdown]
 # What exactly changed? `tracediff.diff` matches every op of one forward with the other's by
 # name *and* input shapes (a view or a bare allocation counts towards the op that called it)
-# and keeps the rows whose count or allocated bytes differ. Given every recorded forward of
-# each, it reports each row's self time as the median over them: one profiled step is one
-# sample, and on a busy machine any op in it can stall for milliseconds.
+# and keeps the rows whose count or allocated bytes differ (an input shown as `()` is a
+# scalar argument: the fill value, a flag). Given every recorded forward of each, it takes
+# each row's self time as the median over them: one profiled step is one sample, and on a busy
+# machine any op in it can stall for milliseconds.
 
 # %%
 changes = tracediff.diff(runs["naive"].steps(), runs["inplace"].steps())
-changes.table()[["name", "input shapes", "count change", "self time naive (us)", "allocated change (KiB)", "only in"]]
+changes.table()[["name", "only in", "allocated change (KiB)", "input shapes"]]
 
 # %% [markdown]
 # The out-of-place `masked_fill`, its `clone` and the clone's S×S `copy_` are gone. Both
@@ -103,7 +104,7 @@ changes.table()[["name", "input shapes", "count change", "self time naive (us)",
 # work is the same in both traces:
 
 # %%
-#| caption: What changed between the naive and the in-place forward. Only rows whose count or allocation differs are drawn, one bar per side that has them, each the row's median self time over the recorded forwards: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums every row that matched.
+#| caption: What changed between the naive and the in-place forward. Only rows whose count or allocation differs are drawn, one bar per side that has them, each the row's median self time over the recorded forwards: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums the self times of every row that matched: the same work in both forwards.
 #| alt: Horizontal bar chart of self time per changed op; every bar belongs to the naive forward (copy_, masked_fill, clone), the copy_ the longest.
 changes.figure()
 
@@ -111,10 +112,19 @@ changes.figure()
 changed = changes.changed().query("kind == 'op'")  # CPU ops here; a GPU run checks kernels below
 lesson(set(changed["name"]) <= {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"},
        "the only ops that differ are the mask step and its clone", ", ".join(changed["name"]))
+matched = changes.ops[~changes.ops["substance"]]
+glue_all(matched_rows=len(matched), matched_gap_ms=f"{abs(matched['time_us_a'].sum() - matched['time_us_b'].sum()) / 1e3:.1f}")
 # The two traces behind this figure: download them, or open them in Perfetto.
 display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
+# The note under the axis is everything else: {glue:text}`matched_rows` rows of the same ops on
+# the same shapes in both forwards, yet their self times add up to totals
+# {glue:text}`matched_gap_ms` ms apart. That gap is not the change, since none of that work
+# changed: it is how much one profile's times move on this machine by themselves, which is why
+# this page reads a speed-up only from the timing with a spread check below, never from a
+# profile.
+#
 # On a GPU the copy is a kernel of its own: the source article's A100 trace goes from 6
 # [kernels](glossary.md#kernel) per forward to **5**, the Memcpy gone, and the mask step
 # dispatches fewer CPU ops.
@@ -142,7 +152,7 @@ guess_peak_drop = 1  # edit me: how many S×S buffers lower will the in-place fo
 # %%
 summary = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")
 reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes, "the peak's drop, in S×S buffers")
-summary[["peak_MiB", "allocated_MiB", "ops"]]
+summary[["peak_MiB", "allocated_MiB", "ops", "ops (no views)"]]
 
 # %% tags=["remove-input"]
 saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
@@ -152,7 +162,13 @@ lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory 
 alive = {name: s.most_alive(scores_bytes) for name, s in step.items()}   # S×S-sized tensors alive at once
 lesson(alive == {"naive": 2, "inplace": 2}, "at most two S×S tensors are alive at once, in either version",
        f"most alive at once: {alive}")
-glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=len(step["naive"].ops) - len(step["inplace"].ops))
+fewer = {col: int(summary.loc["naive", col] - summary.loc["inplace", col]) for col in ("ops", "ops (no views)")}
+gone = -int(changed["count_change"].sum())   # the working ops the diff lists as gone
+lesson(fewer["ops (no views)"] == gone and fewer["ops"] > gone,
+       f"the in-place forward dispatches {fewer['ops']} ops fewer: the {gone} of the diff above and "
+       f"{fewer['ops'] - gone} views and allocations they called", str(fewer))
+glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=fewer["ops"], inplace_work_fewer=gone,
+         inplace_views_fewer=fewer["ops"] - gone)
 
 # %% [markdown]
 # The peak did not move. Each step of the forward replaces the tensor before it: in the naive
@@ -160,7 +176,10 @@ glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=len(step["naive"].ops) 
 # rebound), and the softmax reads the clone and writes its own output. So at the busiest
 # moment two S×S tensors are alive in either version, the softmax's input and its output,
 # and removing the clone lowers the total allocated by {glue:text}`inplace_saved_mib:.1f` MiB,
-# not the peak. The in-place forward also dispatches {glue:text}`inplace_ops_fewer` fewer ops.
+# not the peak. It also dispatches {glue:text}`inplace_ops_fewer` fewer ops: the
+# {glue:text}`inplace_work_fewer` the diff lists, and {glue:text}`inplace_views_fewer` views and
+# allocations those called (the mask's broadcast `expand`s, the clone's `empty_like`), which the diff counts
+# towards their callers and the summary's `ops (no views)` column leaves out.
 #
 # Is it faster? It skips one S×S copy: {glue:text}`inplace_saved_mib:.1f` MiB read and as many
 # written per forward, out of a forward whose matmuls, scale, mask and softmax each pass over
@@ -172,8 +191,8 @@ timing = comparison.compare({name: functools.partial(kernels.get(name), q, k, v)
                             device=device, rounds=15)
 
 # %% tags=["remove-input"]
-lesson(timing.faster() != "naive", "timed apart from the profiler, the naive forward is never the faster one",
-       timing.medians() if timing.faster() else "no time shown: the two ranges overlapped")
+lesson(timing.faster() != "naive", "timed apart from the profiler, with the spread check, the naive forward does not come out faster",
+       timing.medians() if timing.faster() else "the two ranges overlapped: neither is faster on this machine")
 glue("timing_reading", {
     "inplace": f"Timed apart from the profiler the in-place forward is the faster one ({timing.medians()}, by the medians "
                f"{100 * (1 - timing.median_ms['inplace'] / timing.median_ms['naive']):.0f}% less)",
@@ -239,8 +258,8 @@ reveal([guess_module], list(by_module.index), "the module whose copies move the 
 # The copies of the H100 Qwen step grouped by the Python call and the module that made them,
 # the most bytes first:
 
-# %%
-groups[["module", "call", "shape", "count", "MiB total", "GPU µs"]]
+# %% tags=["remove-input"]
+copies_for_reading(groups)
 
 # %% tags=["remove-input"]
 rotary = by_module.get("Qwen2RotaryEmbedding", 0.0)
@@ -257,22 +276,20 @@ glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB tot
 # `sdpa_attention_forward`, three copies per layer of `q`, `k` and `v`, and one of the output.
 # Were they needed? The trace recorded every input's **strides** as well as its shape, so it
 # can say how each tensor lay in memory (B batch, H heads, S sequence, D head dimension, the
-# outermost first), whatever shape it was viewed as. The first `.contiguous()` got `q` viewed
-# as [B, H, S, D]; in memory it was:
+# outermost first), whatever shape it was viewed as. Here is `q` as the first `.contiguous()`
+# got it and as the flash op got it, and the output as the last `.contiguous()` got it:
 
 # %%
 clone = qwen_step.find("aten::clone").iloc[0]          # the first input copy: q's, in the first layer
-events.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD")
-
-# %% tags=["remove-input"]
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
 out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the copy of the output
-layouts = pd.Series({
-    "q, as .contiguous() got it (viewed BHSD)": events.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD"),
-    "q, as the flash op got it (viewed BSHD)": events.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
-    "the output, as the last .contiguous() got it (viewed BSHD)": events.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD"),
-}, name="laid out in memory as")
-display(layouts.to_frame())
+layout = lambda op, viewed: events.memory_layout(op["input_dims"][0], op["input_strides"][0], viewed)
+layouts = pd.Series({"q into .contiguous(), viewed BHSD": layout(clone, "BHSD"),
+                     "q into the flash op, viewed BSHD": layout(flash, "BSHD"),
+                     "output into .contiguous(), viewed BSHD": layout(out, "BSHD")})
+layouts.to_frame("in memory")
+
+# %% tags=["remove-input"]
 lesson(layouts.tolist() == ["BSHD", "BHSD", "BHSD"],
        "q was already laid out [B, S, H, D], the flash op's own view; after the copy, the flash op and the output were [B, H, S, D]")
 sdpa = qwen_step.find("aten::scaled_dot_product_attention").iloc[0]

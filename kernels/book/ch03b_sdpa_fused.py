@@ -127,9 +127,17 @@ def growth_per_doubling(peaks: pd.DataFrame) -> pd.DataFrame:
 
 
 def peaks_and_growth(peaks: pd.DataFrame) -> pd.DataFrame:
-    """The peaks and their growth side by side, for display: "—" where a backend did not run
-    at that length or has no shorter length to compare with (never a NaN cell)."""
-    return pd.concat([peaks.round(2), growth_per_doubling(peaks).round(2)], axis=1).astype(object).fillna("—")
+    """The peaks and their growth per doubling side by side, written for reading, one column
+    each named by the backend without "sdpa_": MiB to two decimals ("0.59", "78.01"), growth as
+    "3.90x", and "—" where a backend did not run at that length or has no shorter length to
+    compare with (never a NaN cell)."""
+    def text(x: float, unit: str = "") -> str:
+        return "—" if pd.isna(x) else f"{x:,.2f}{unit}"
+
+    short = {name: name.removeprefix("sdpa_") for name in peaks.columns}   # narrow headers: the table fits the page
+    growth = (peaks / peaks.shift(1)).rename(columns=lambda c: f"{short[c]} growth")
+    return pd.concat([peaks.rename(columns=lambda c: f"{short[c]} (MiB)").map(text), growth.map(lambda x: text(x, "x"))],
+                     axis=1).rename_axis(index="S", columns=None)
 
 
 def peak_memory_figure(peaks: pd.DataFrame, title: str):

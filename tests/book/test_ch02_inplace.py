@@ -23,3 +23,15 @@ def test_an_inplace_forward_that_still_copies_fails():
     from tests.gpu_trace import NAIVE_A100
     with pytest.raises(LessonFailed, match="6 activities to 5"):
         inplace_drops_the_copy_on_gpu({"naive": a100_step("naive"), "inplace": a100_step("inplace", rows=NAIVE_A100)})
+
+
+def test_copy_groups_read_with_their_target_type_and_no_bare_zero():
+    import pandas as pd
+    from kernels.book.ch02_inplace import copies_for_reading
+    groups = pd.DataFrame({"module": ["Norm", "Norm", "Rotary"], "call": ["Tensor.to"] * 3,
+                           "dtype": ["float", "c10::BFloat16", "float"], "shape": ["4×8", "4×8", "1×9"],
+                           "count": [49, 49, 1], "MiB total": [1712.0, 856.0, 0.0], "GPU µs": [1432.0, 898.4, 2.6]})
+    shown = copies_for_reading(groups).data
+    assert shown["module: call"].tolist() == ["Norm: .to(float32)", "Norm: .to(bfloat16)", "Rotary: .to(float32)"]
+    assert shown["MiB total"].tolist() == ["1,712", "856", "< 0.1"]
+    assert shown["GPU µs"].tolist() == ["1,432", "898", "2.6"]

@@ -34,7 +34,10 @@ def test_the_peak_memory_sweep_grows_4x_for_math_and_says_where_a_backend_did_no
     growth = ch03b.growth_per_doubling(peaks)["sdpa_math x per doubling"].dropna()
     assert 3 < growth.iloc[-1] < 4.5                     # the S x S buffers
     shown = ch03b.peaks_and_growth(peaks)
-    assert shown.loc[256, "sdpa_math"] == "—" and not shown.isna().any().any()
+    assert not shown.isna().any().any()
+    assert shown.loc[64, "math growth"] == "—" and shown.loc[256, "math (MiB)"] == "—"
+    assert shown.loc[128, "math growth"] == f"{growth.loc[128]:.2f}x"
+    assert shown.loc[128, "math (MiB)"] == f"{peaks.loc[128, 'sdpa_math']:,.2f}"
     assert len(ch03b.peak_memory_figure(peaks, "t").axes[0].lines) == 4   # two backends, two guides
     with pytest.raises(ValueError, match="at least one sequence length"):
         ch03b.peak_memory_sweep({"sdpa_math": []}, 1, 2, 16, dtype=torch.float32, device=torch.device("cpu"),
