@@ -334,7 +334,7 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
         return None
     if isinstance(seen, (int, float)) and not isinstance(seen, bool):
         off = seen - guess
-        print(f"{what}: you guessed {short_number(guess)}, {source} shows {short_number(seen)}: "
+        print(f"{what}: you guessed {short_number(guess)}; in {source}: {short_number(seen)}: "
               + ("exactly right" if off == 0 else f"the answer is {short_number(abs(off))} {'higher' if off > 0 else 'lower'}"))
         return off
     import pandas as pd
@@ -342,11 +342,11 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
     guess, seen = list(guess), list(seen)
     table = pd.DataFrame(compared_rows(guess, seen))
     table.index = range(1, len(table) + 1)
-    table.columns = ["you guessed", f"in {source}?", f"{source[0].upper()}{source[1:]} shows", "guessed?"]
+    table.columns = ["you guessed", f"in {source}?", "seen, in order", "guessed?"]
     said = table[f"in {source}?"]
     counts = {IN_PLACE: int((said == IN_PLACE).sum()), "elsewhere": int(said.str.startswith(ELSEWHERE).sum()),
               ABSENT: int(said.isin([ABSENT, FEWER]).sum())}
-    unguessed = [s for s, g in zip(table[f"{source[0].upper()}{source[1:]} shows"], table["guessed?"]) if g in (ABSENT, FEWER)]
+    unguessed = [s for s, g in zip(table["seen, in order"], table["guessed?"]) if g in (ABSENT, FEWER)]
     if counts[IN_PLACE] == len(guess) == len(seen):
         summary = "every one where guessed"
     else:

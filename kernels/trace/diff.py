@@ -173,9 +173,9 @@ class StepDiff:
         over = ("in one step" if self.steps_per_side == (1, 1)
                 else f"per step, the median of {'/'.join(map(str, self.steps_per_side))} recorded steps")
         ax.set_xlabel(f"self time {over} (ms)\n"
-                      f"everything else: {len(rest)} matched rows with the same counts and bytes,\n"
+                      f"everything else: {len(rest)} matched rows, the same work (counts and bytes);\n"
                       f"{rest['time_us_a'].sum() / 1e3:.2f} ms ({self.label_a}) vs "
-                      f"{rest['time_us_b'].sum() / 1e3:.2f} ms ({self.label_b})")
+                      f"{rest['time_us_b'].sum() / 1e3:.2f} ms ({self.label_b}) in one profile each, not a timing")
         # The legend in its own row above the bars, the title above it (the pad leaves the
         # room): a long title never runs under it. It names only the steps that have a bar.
         ax.set_title(f"what changed from {self.label_a} to {self.label_b}", loc="left", pad=2.4 * size)
