@@ -34,7 +34,6 @@
 # %% [parameters]
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -81,16 +80,16 @@ lesson(both.ok, "so does the hand-written in-place module: the two agree within 
 # SDPA walks its backends in a priority order and takes the first whose checks pass for these
 # inputs (device, dtype, head dim, mask, sequence lengths). The rule a reader needs: **the
 # order is not the same on every GPU.** By default it is flash, memory-efficient, math, cuDNN;
-# on an H100, H200 or B200 a recent torch (2.11 to 2.13, with the cuDNN its wheels ship) puts
-# cuDNN first: pin the backend you mean to profile. `sdpa.predictions` asks PyTorch's rules, written
+# on an H100, H200 or B200, torch puts cuDNN first from 2.9 on, when the runtime cuDNN is newer
+# than 9.15 (the 2.11 to 2.13 wheels ship one): pin the backend you mean to profile. `sdpa.predictions` asks PyTorch's rules, written
 # down as a pure function of the GPU (`sdpa.predicted_backend`), about a few GPUs:
 #
 # :::{dropdown} The version rules in full (torch 2.5 to 2.14)
 # The rules are read from PyTorch's own checks in `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`:
 # `check_prefer_cudnn_attention` for the order and each backend's `can_use_*` constraints for
 # what it accepts. torch 2.5.1 made cuDNN opt-in after bugs in 2.5.0 (pytorch/pytorch#138522);
-# torch 2.9 put it first again on compute capability 9.0 and 10.0 (pytorch/pytorch#162073). In
-# the torch 2.11 to 2.13 wheels, cuDNN goes first on capability 9.x and 10.x when the runtime
+# torch 2.9 put it first again on compute capability 9.0 and 10.0 (pytorch/pytorch#162073). From
+# then on (the torch 2.11 to 2.13 wheels included), cuDNN goes first on capability 9.x and 10.x when the runtime
 # cuDNN is newer than 9.15.0 (2.11 ships 9.19, 2.12 and 2.13 ship 9.20); a torch built against
 # CUDA 12 does it on minor versions 0 and 3 only (sm_90, sm_100, sm_103). It stays in its
 # default place when the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` or
@@ -161,17 +160,15 @@ lesson(torch.equal(out_math, kernels.get("sdpa_math")(q, k, v)),
 # this page, so we read the two real traces in the box above, H100 Qwen and MI300X Qwen (every
 # layer of the model calls `scaled_dot_product_attention`). Before reading on: its inputs are
 # 16-bit, causal, head dim 64. Which backend do you expect on each GPU, and which kernel?
+# `ch03.chain_figure` draws the first call of each trace, one row per level of nesting:
 
 # %%
-#| caption: The first of the model's SDPA calls in H100 Qwen (top) and MI300X Qwen (bottom). Top rows of each: the CPU thread, the call and the ops nested in it; bottom row: the GPU stream, with a line from each launch to the kernel it queued.
-#| alt: Two timelines. H100: scaled_dot_product_attention, then _scaled_dot_product_flash_attention, then _flash_attention_forward on the CPU, and one flash_fwd_kernel on the GPU stream. MI300X: the same three ops, a small fill op, and on the GPU a tiny fill kernel then attn_fwd.
+#| caption: The first of the model's SDPA calls in H100 Qwen (top) and MI300X Qwen (bottom), one row per level: the call, the backend op SDPA chose (`_scaled_dot_product_flash_attention`), the ops inside it (transposes, `_flash_attention_forward`), the ops inside that, the CPU runtime call that launched each kernel, and the kernel on the GPU, with a line from each launch to its kernel. Light grey: views and allocations (too short to name).
+#| alt: Two panels. H100: the call, the flash backend op, three short transposes then the forward op, a few allocations, one launch, and on the GPU flash_fwd_kernel, which starts after the call has returned. MI300X: the same ops, a zeros op that fills a buffer, two launches, and on the GPU a tiny fill kernel then attn_fwd.
 steps = {name: trace.step() for name, trace in QWEN.items()}
 calls = {name: ch03.recorded_calls(st) for name, st in steps.items()}
 first_call = {name: ch03.call_step(steps[name], c[0]) for name, c in calls.items()}
-fig, axes = plt.subplots(2, 1, figsize=(9, 5), height_ratios=[5, 7])
-for ax, name in zip(axes, QWEN):
-    timeline.timeline(first_call[name], ax=ax, title=f"{name}: one SDPA call")
-fig.tight_layout()
+ch03.chain_figure(first_call)
 
 # %% [markdown]
 # The same chain as a table for H100 Qwen, with each step's start and duration: one row per op,
@@ -195,16 +192,16 @@ lesson(h100_kernel_start > h100_chain["takes (µs)"].iloc[0], "on the H100 the k
 # %% [markdown]
 # On both GPUs the call nests the same two ops: `_scaled_dot_product_flash_attention` (the
 # backend SDPA chose) and `_flash_attention_forward`, with the transposes that chapter 3b reads
-# between them. Below them the vendors part: the H100 runs FlashAttention-2's
+# between them (the short grey bars). Below them the vendors part: the H100 runs FlashAttention-2's
 # `flash_fwd_kernel`; PyTorch's ROCm build runs the same flash op on AMD's `attn_fwd` (a Triton
-# kernel compiled ahead of time), after a tiny fill kernel.
+# kernel compiled ahead of time), after a tiny kernel that fills a buffer `zeros` allocated.
 #
 # Why flash? The trace recorded the call's inputs (`Input Dims`, `Input type`, and its scalar
 # arguments, `Concrete Inputs`): everything the backend rules look at. `ch03.recorded_calls`
-# reads them:
+# reads them, one column a trace:
 
 # %%
-pd.DataFrame({name: c[0].summary() for name, c in calls.items()}).T
+pd.DataFrame({name: c[0].summary() for name, c in calls.items()})
 
 # %% tags=["remove-input"]
 for name, cs in calls.items():
@@ -235,7 +232,8 @@ glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(calls["H100 Qwen"]))
 #
 # Same schedule as before, same inputs, one label per variant; chapter 2's in-place module is
 # profiled again beside it. Before the reveal: the
-# hand-written module does five things (matmul, scale, mask, softmax, matmul). How many ops
+# hand-written module does five things (matmul, scale, mask, softmax, matmul), and its trace
+# adds one small op, a `copy_` that turns the Python scale into a tensor. How many ops
 # doing work (no views, no bare allocations) do you expect one forward of SDPA's math backend
 # to run on this machine?
 
@@ -252,6 +250,9 @@ work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # no views, no
 reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
 lesson(work_ops["sdpa_math"] > work_ops["inplace"], "the math backend dispatches more ops per forward than the "
        "hand-written in-place module", f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+inplace_work = step["inplace"].work_ops()
+lesson("aten::copy_" in inplace_work, "the in-place module's count holds its five steps and a small copy_ "
+       "(the Python scale made a tensor)", ", ".join(n.removeprefix("aten::") for n in inplace_work))
 glue_all(math_ops=work_ops["sdpa_math"], inplace_ops=work_ops["inplace"])
 # The math backend's GPU run, where there is one: this run's own on a GPU, else the book's recording.
 # No borrowed trace ran the math backend, so without either the GPU checks of this page stay silent.
@@ -290,20 +291,25 @@ changes = tracediff.diff(runs["inplace"].steps(), runs["sdpa_math"].steps())
 fig = changes.figure()
 
 # %% tags=["remove-input"]
-#| caption: The rows that differ between the in-place module and SDPA's math backend, each bar a row's median self time on this CPU. Red: ops only the in-place forward runs (its cached mask applied with `masked_fill_`, its scale on the S×S scores). Blue: ops only the math backend runs (the mask built anew, the scale split over q and k, its softmax's NaN guard).
+#| caption: The rows that differ between the in-place module and SDPA's math backend (the 12 whose self time changed most), each labelled with its op, its largest input, the count per forward (in-place → math), the memory it allocates, and its part in the forward. Red: ops only the in-place forward runs (its cached mask applied with `masked_fill_`, its scale on the S×S scores). Blue: ops only the math backend runs (the mask built anew, the scale split over q and k, its softmax's NaN guard). `fill_` on an S×S tensor is `ones` filling the mask it allocated; the mask's `where` counts twice because a `where` with scalar arguments calls the tensor `where` inside itself.
 #| alt: Horizontal bar chart of self time per changed op: two red bars for inplace-only ops and about ten blue bars for math-backend-only ops such as isneginf, all, where, tril and add_.
-ch03.without_matched_times(fig, changes)
+ch03.without_matched_times(fig, changes, seq)
 only_inplace, only_math = changes.only_in("inplace"), changes.only_in("sdpa_math")
 inplace_muls, math_muls = (d.loc[d["name"] == "aten::mul", "shapes"] for d in (only_inplace, only_math))
+views = set(runs["inplace"].steps()[0].ops.query("is_view")["name"])
 lesson("aten::masked_fill_" in set(only_inplace["name"]) and inplace_muls.str.startswith(str((batch, heads, seq, seq))).any(),
        "only the in-place module applies a cached mask with masked_fill_ and scales the S×S scores",
-       ", ".join(sorted(set(only_inplace["name"]))))
+       "its ops doing work that the math backend lacks: "
+       + ", ".join(sorted(n.removeprefix("aten::") for n in set(only_inplace["name"]) - views)))
 lesson({"aten::ones", "aten::tril", "aten::where", "aten::add_"} <= set(only_math["name"]),
        "only the math backend builds the causal mask (ones, tril, where) and adds it (add_)")
 lesson(all(math_muls.str.startswith(str(dims)).any() for dims in ((batch, heads, seq, head_dim), (batch, heads, head_dim, seq))),
-       "the math backend scales q and k, S×D tensors, instead of the S×S scores", ", ".join(math_muls))
-lesson(("aten::bmm" in set(changes.changed()["name"])) == (dtype != torch.float32),
-       "the matmuls differ only at 16 bits, where the math backend's run in float32", f"run in {dtype}")
+       "the math backend scales q and k, S×D tensors, instead of the S×S scores",
+       "inputs " + " and ".join(s.split(")")[0] + ")" for s in math_muls))
+bmm_differs = "aten::bmm" in set(changes.changed()["name"])
+lesson(bmm_differs == (dtype != torch.float32),
+       f"in this {str(dtype).replace('torch.', '')} run the two modules' matmuls {'differ' if bmm_differs else 'match row for row'}"
+       "; at 16 bits the math backend's run in float32 (next section)")
 fig
 
 # %% [markdown]
@@ -329,7 +335,7 @@ pd.Series(ch03.dtype_casts(small), name="in one bfloat16 forward").to_frame()
 glue("run_dtype", str(dtype).replace("torch.", ""))
 casts = ch03.dtype_casts(small)  # copy_ shapes: bf16 -> float32 (up) and back (down)
 lesson(casts["upcasts"] == [list(q16.shape)] * 3, "the math backend copies q, k and v from bfloat16 to float32 on every call")
-lesson(casts["matmul input types"] == {("float", "float")}, "both of its matmuls then run in float32")
+lesson(casts["matmul input types"] == "float32 × float32", "both of its matmuls then run in float32")
 lesson([64, 64] in [d[-2:] for d in casts["downcasts"]],
        "it also converts the S×S probabilities back to bfloat16", "a copy_ of a [..., 64, 64] tensor")
 
@@ -343,7 +349,7 @@ lesson([64, 64] in [d[-2:] for d in casts["downcasts"]],
 
 # %%
 classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])[
-    ["name", "tensor_cores", "dtype"]]
+    ["dtype", "tensor_cores", "name"]]
 
 # %% tags=["remove-input"]
 gemms = classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])
@@ -401,7 +407,7 @@ math_ops = step["sdpa_math"].ops
 safe = step["sdpa_math"].find("aten::_safe_softmax")
 children = set(math_ops.loc[math_ops["parent"].isin(safe.index), "name"])
 lesson(len(safe) == 1 and {"aten::softmax", "aten::isneginf", "aten::all", "aten::where"} <= children,
-       "the math backend's softmax carries isneginf, all and where as NaN guards", f"inside _safe_softmax: {sorted(children)}")
+       "the math backend's softmax carries isneginf, all and where as NaN guards", "inside _safe_softmax: " + ", ".join(sorted(n.removeprefix("aten::") for n in children)))
 plain, guarded = torch.softmax(scores, dim=-1), sdpa.safe_softmax(scores, dim=-1)
 lesson(bool(torch.isnan(plain[1]).all()) and not torch.isnan(plain[0]).any(),
        "a plain softmax turns a fully masked row into NaN", f"on {device.type}")
@@ -420,9 +426,12 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
 # always runs. Its price is visible in one forward's timeline, a wall of ops over S×S tensors:
 
 # %%
-#| caption: One forward of SDPA's math backend: ordinary ATen ops, one after another under a single `scaled_dot_product_attention` call, most of them over an S×S tensor.
-#| alt: Timeline of the math backend's forward: the SDPA call on top and many short ops nested beneath it across the whole step.
-timeline.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
+fig = timeline.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
+
+# %% tags=["remove-input"]
+#| caption: One forward of SDPA's math backend: ordinary ATen ops, one after another under a single `scaled_dot_product_attention` call, most of them over an S×S tensor. The call and `_scaled_dot_product_attention_math` get a colour of their own here (the timeline's name rule would call them fused attention: they only wrap the ops below), and the ops inside `_safe_softmax`, its NaN guard included, the softmax's green.
+#| alt: Timeline of the math backend's forward: the SDPA call and the math op on top, and many short ops nested beneath them across the whole step: mul, the mask's ones, tril and where, the matmuls, add_, and _safe_softmax with its guard ops.
+ch03.math_timeline_colours(fig, step["sdpa_math"])
 
 # %%
 links(runs["sdpa_math"])

@@ -1,9 +1,12 @@
 """What only chapter 3's page (notebooks/03_sdpa.py) needs, and chapter 3b reuses: SDPA calls read
-out of a trace (``recorded_calls``, ``call_step``, ``chain``), what the page reads off its CPU
-steps (``mask_build_order``, ``dtype_casts``), its diff figure without a CPU ranking, its "so far"
-table, and the reading of the math backend's GEMMs on a GPU run."""
+out of a trace (``recorded_calls``, ``call_step``, ``chain``) and one call's chain drawn
+(``chain_figure``), what the page reads off its CPU steps (``mask_build_order``, ``dtype_casts``),
+its diff figure without a CPU ranking and with each row's part in the forward, the math backend's
+timeline coloured for what the page says (``math_timeline_colours``), its "so far" table, and the
+reading of the math backend's GEMMs on a GPU run."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -70,8 +73,8 @@ class RecordedSdpa:
         """What the rules read, as the trace recorded it, for a table."""
         return {"q shape [B, H, S, D]": str(self.q), "dtype": str(self.dtype).replace("torch.", ""),
                 "attn_mask": "None" if self.attn_mask is None else str(self.attn_mask),
-                "is_causal": self.is_causal, "dropout_p": self.dropout_p, "backend op": self.backend_op,
-                "backend": self.backend}
+                "is_causal": self.is_causal, "dropout_p": self.dropout_p,
+                "backend op": (self.backend_op or "").removeprefix("aten::") or None, "backend": self.backend}
 
     def rules_reason(self) -> Reason:
         """Why ``predicted_backend`` cannot answer for this call (None: it can): it models an
@@ -189,34 +192,272 @@ def mask_build_order(step: Step, seq_q: int, seq_k: int) -> dict:
 def dtype_casts(step: Step) -> dict:
     """The dtype conversions in one math-backend forward of 16-bit inputs (chapter 3): the
     input shapes of every ``copy_`` from a 16-bit dtype into float32 (``upcasts``) and back
-    (``downcasts``), and the set of (input, input) types its ``bmm`` calls ran on. The math
+    (``downcasts``), and the (input, input) types its ``bmm`` calls ran on. The math
     backend upcasts q, k and v by default (``allow_fp16_bf16_reduction_math_sdp`` turns that
-    off), multiplies in float32 and converts its outputs back."""
+    off), multiplies in float32 and converts its outputs back. The matmul types read
+    "float32 × float32" (one entry per distinct pair, comma-separated)."""
     copies = step.find("aten::copy_")
     sixteen = {"c10::BFloat16", "c10::Half"}
     types = [t[:2] for t in copies["input_types"]]
     dims = [d[0] for d in copies["input_dims"]]
     return {"upcasts": [d for t, d in zip(types, dims) if t[0] == "float" and t[1] in sixteen],
             "downcasts": [d for t, d in zip(types, dims) if t[0] in sixteen and t[1] == "float"],
-            "matmul input types": {tuple(t[:2]) for t in step.find("aten::bmm")["input_types"]}}
+            "matmul input types": ", ".join(sorted({" × ".join(_dtype_name(x) for x in t[:2])
+                                                     for t in step.find("aten::bmm")["input_types"]}))}
+
+
+def _dtype_name(trace_type: str) -> str:
+    """A Kineto element type as torch names it (``c10::BFloat16`` -> ``bfloat16``)."""
+    known = TRACE_DTYPES.get(trace_type)
+    return str(known).removeprefix("torch.") if known is not None else trace_type
 
 
 # ---- the page's figure and tables ----------------------------------------------------------------
 
-def without_matched_times(fig, changes: StepDiff):
-    """``changes.figure()``'s axis label without the two steps' summed self times of the matched
-    rows: those sums come from one profile each on a shared CPU, where run-to-run noise is larger
-    than the difference between the two forwards, so they must not read as a ranking. Returns
-    ``fig``."""
+def without_matched_times(fig, changes: StepDiff, seq: Optional[int] = None):
+    """``changes.figure()`` as chapter 3 shows it: its axis label without the two steps' summed
+    self times of the matched rows (one profile each on a shared CPU, where run-to-run noise is
+    larger than the difference between the two forwards, so they must not read as a ranking),
+    and each row labelled with what it does in the forward (``diff_row_label``; ``seq`` tells
+    the S×S tensors apart). Drawn 7 in wide with larger text, so a phone shows it legibly.
+    Returns ``fig``."""
     ax = fig.axes[0]
     first_line = ax.get_xlabel().split("\n")[0]
     rest = pd.concat([changes.ops, changes.gpu_work])
     matched = int((~rest["substance"]).sum())
     ax.set_xlabel(f"{first_line}\neverything else: {matched} matched rows with the same counts and bytes")
-    # The book's widest figure, legible on a phone; rows packed closer than diff's default (two
-    # label lines need less than its 0.7 in), so the page does not scroll past empty space.
-    fig.set_size_inches(9, 0.42 * max(len(ax.get_yticks()), 1) + 1.8)
+    shown = changes.changed().head(len(ax.get_yticks()))
+    ax.set_yticks(ax.get_yticks(), [diff_row_label(r, seq) for r in shown.itertuples()])
+    fig.set_size_inches(7, 0.58 * max(len(ax.get_yticks()), 1) + 2.0)
+    for text in [*ax.get_yticklabels(), *ax.get_xticklabels(), ax.xaxis.label, ax.title, *ax.get_legend().get_texts()]:
+        text.set_fontsize(13)
     return fig
+
+
+def diff_row_label(row, seq: Optional[int] = None) -> str:
+    """A diff row's label: the op, its largest input shape (no scalars), the count change, the
+    bytes it allocates in KiB or MiB, and, for the ops that differ between chapter 2's in-place
+    module and the math backend, the part of attention it does."""
+    shapes = [tuple(int(x) for x in part.split(",") if x.strip()) for part in re.findall(r"\(([^()]*)\)", row.shapes)]
+    shapes = [s for s in shapes if s]
+    largest = max(shapes, key=lambda s: (torch.Size(s).numel(), len(s)), default=None)
+    name = row.name.removeprefix("aten::")
+    counts = f"{row.count_a} → {row.count_b}" + (f", {_bytes(row.alloc_bytes_change)}" if row.alloc_bytes_change else "")
+    role = _role(name, largest, seq)
+    return f"{name} {largest if largest else ''}".rstrip() + f"\n{counts}" + (f" · {role}" if role else "")
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**10:+.0f} KiB" if abs(n) < 2**20 else f"{n / 2**20:+.3g} MiB"
+
+
+def _role(name: str, shape: Optional[tuple], seq: Optional[int]) -> str:
+    """What an op that differs between the two forwards does (by its name and shape)."""
+    square = shape is not None and seq is not None and shape[-2:] == (seq, seq)
+    if name == "masked_fill_":
+        return "cached mask"
+    if name == "mul":
+        return "scale scores" if square else "scale q or k"
+    if name in ("ones", "tril") or (name in ("where", "fill_") and shape is not None and len(shape) == 2):
+        return "build mask"
+    if name == "add_":
+        return "add mask"
+    if name in ("isneginf", "all", "where", "fill_"):
+        return "NaN guard"
+    if name == "_scaled_dot_product_attention_math":
+        return "backend op"
+    return ""
+
+
+# ---- Fig. 7: one SDPA call's chain, drawn from ``chain`` -------------------------------------------
+
+# A bar's colour says its role in the chain; the legend lists only the roles drawn.
+CHAIN_ROLES = {"SDPA call": "#8c8c8c", "flash backend (op or kernel)": "#9467bd", "view or allocation": "#c7c7c7",
+               "fill (op or kernel)": "#ff7f0e", "launch (CPU runtime call)": "#17becf"}
+CHAIN_LANES = ("call", "backend op", "in backend", "in forward", "launch", "GPU")
+_VIEWS_AND_ALLOCATIONS = frozenset({"transpose", "permute", "view", "as_strided", "empty", "empty_like",
+                                    "empty_strided"})
+
+
+def _chain_role(row, launched_by: Optional[str]) -> str:
+    name = row["name"].removeprefix("aten::")
+    if row["kind"] == "runtime":
+        return "launch (CPU runtime call)"
+    if row["kind"].startswith("GPU"):
+        return "fill (op or kernel)" if launched_by in ("fill_", "zero_", "zeros") else "flash backend (op or kernel)"
+    if row["level"] == 0:
+        return "SDPA call"
+    if name in _VIEWS_AND_ALLOCATIONS:
+        return "view or allocation"
+    if name in ("zeros", "zero_", "fill_"):
+        return "fill (op or kernel)"
+    return "flash backend (op or kernel)"
+
+
+def _chain_lane(row) -> Optional[int]:
+    """The figure's row for a chain row: ops of levels 0 to 3 (deeper ones sit inside a level-3
+    op), every launch, every kernel."""
+    if row["kind"] == "runtime":
+        return 4
+    if row["kind"].startswith("GPU"):
+        return 5
+    return int(row["level"]) if row["level"] <= 3 else None
+
+
+def chain_figure(calls: Mapping[str, Step], width_in: float = 6.0):
+    """Fig. 7: one panel per SDPA call (``call_step``) drawn from its ``chain``: the call, the
+    backend op, the ops inside them, each launch (a CPU runtime call) and the kernel it queued,
+    with a line from the launch to the kernel. Short names; a bar is named where its name fits
+    inside it or beside it. Returns the Figure."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(width_in, 3.3 * len(calls) + 0.6))
+    axes = fig.subplots(len(calls), 1, squeeze=False)[:, 0]
+    drawn: set = set()
+    for ax, (title, call) in zip(axes, calls.items()):
+        drawn |= _draw_chain(ax, chain(call), title)
+    handles = [Patch(color=c, label=r) for r, c in CHAIN_ROLES.items() if r in drawn]
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=12.5, frameon=False,
+               handlelength=1.2, columnspacing=1.0)
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
+    return fig
+
+
+def _draw_chain(ax, table: pd.DataFrame, title: str) -> set:
+    span = float((table["starts (µs)"] + table["takes (µs)"]).max()) * 1.02
+    ax.set_xlim(0, span)
+    ax.set_ylim(len(CHAIN_LANES) - 0.5, -0.5)
+    ax.set_yticks(range(len(CHAIN_LANES)), CHAIN_LANES, fontsize=13)
+    ax.tick_params(axis="x", labelsize=12.5)
+    ax.set_xlabel("µs since the call began", fontsize=13)
+    ax.set_title(title, fontsize=13.5, loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    roles, bars, launch_at = set(), [], None
+    ops = table[table["kind"] == "op"]
+    for _, row in table.iterrows():
+        if row["kind"] == "runtime":
+            launch_at = (row["starts (µs)"] + row["takes (µs)"] / 2, _op_at(ops, row["starts (µs)"]))
+        lane = _chain_lane(row)
+        if lane is None:
+            continue
+        role = _chain_role(row, launch_at[1] if launch_at and row["kind"].startswith("GPU") else None)
+        roles.add(role)
+        start, dur = float(row["starts (µs)"]), max(float(row["takes (µs)"]), span * 0.004)
+        ax.broken_barh([(start, dur)], (lane - 0.38, 0.76), facecolors=CHAIN_ROLES[role], edgecolors="white",
+                       linewidth=0.4)
+        bars.append((lane, start, start + dur, _short(row)))
+        if row["kind"].startswith("GPU") and launch_at:
+            ax.plot([launch_at[0], start], [4.38, lane - 0.38], color="#555555", linewidth=0.8, zorder=0)
+    _name_bars(ax, bars, span)
+    return roles
+
+
+def _op_at(ops: pd.DataFrame, at_us: float) -> Optional[str]:
+    """The innermost op running at ``at_us`` (a launch's start): the op that launched."""
+    inside = ops[(ops["starts (µs)"] <= at_us) & (ops["starts (µs)"] + ops["takes (µs)"] >= at_us)]
+    return str(inside.sort_values("level")["name"].iloc[-1]).removeprefix("aten::") if len(inside) else None
+
+
+def _short(row) -> tuple:
+    """A bar's names, longest first: the first that fits is written."""
+    name = row["name"].removeprefix("aten::")
+    if row["kind"] == "runtime":
+        return ("launch",)
+    if row["kind"].startswith("GPU"):
+        return (name.split("::")[-1],)
+    if row["level"] == 0:
+        return (name, "SDPA call")
+    return (name, name.removeprefix("_scaled_dot_product_"), name.removeprefix("_flash_attention_"))
+
+
+def _name_bars(ax, bars: list, span: float, fontsize: float = 12.5) -> None:
+    """Write each bar's name inside it where it fits, else in the free room right or left of it
+    in its lane; a name with no room is left out (the legend's colour still says the role)."""
+    fig = ax.figure
+    fig.canvas.draw()   # axes extents in pixels
+    box = ax.get_window_extent()
+    px_per_us = box.width / span
+    char_px = 0.62 * fontsize * fig.dpi / 72
+    by_lane: dict = {}
+    for lane, x0, x1, text in bars:
+        by_lane.setdefault(lane, []).append((x0, x1, text))
+    for lane, row in by_lane.items():
+        row.sort()
+        for i, (x0, x1, names) in enumerate(row):
+            left = row[i - 1][1] if i else 0.0
+            right = row[i + 1][0] if i + 1 < len(row) else span
+            room = max(x1 - x0, right - x1, x0 - left)
+            text = next((n for n in names if (len(n) + 1) * char_px / px_per_us <= room), names[-1])
+            need = (len(text) + 1) * char_px / px_per_us
+            if x1 - x0 >= need:
+                ax.text((x0 + x1) / 2, lane, text, ha="center", va="center", color="white", fontsize=fontsize)
+            elif right - x1 >= need:
+                ax.text(x1 + need * 0.04, lane, text, ha="left", va="center", color="#333333", fontsize=fontsize)
+            elif x0 - left >= need:
+                ax.text(x0 - need * 0.04, lane, text, ha="right", va="center", color="#333333", fontsize=fontsize)
+
+
+# ---- Fig. 9: the math backend's timeline, coloured for what chapter 3 says -----------------------
+
+SDPA_CALL_COLOUR = "#4f5b66"   # the SDPA call and the math backend's op: a wrapper, not fused attention
+SOFTMAX_COLOUR = "#2ca02c"     # timeline's softmax colour, here for _safe_softmax and its NaN guards
+
+
+def math_timeline_colours(fig, step: Step):
+    """Recolour ``timeline.timeline(step)`` of one math-backend forward: the SDPA call and
+    ``_scaled_dot_product_attention_math`` (purple "fused attention" by the timeline's name rule)
+    get a colour of their own, "SDPA call (not fused)", and every op inside ``_safe_softmax``
+    (its ``where``, ``isneginf``, ``all``: the NaN guard) the softmax's green. Text grows for a
+    phone. Returns ``fig``."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import Patch
+
+    from kernels.trace import timeline
+
+    ax = fig.axes[0]
+    ops = step.ops[~step.ops["is_view"]]
+    lane = {track: i for i, track in enumerate(timeline.tracks(step))}
+    wrappers = ops.index[ops["name"].isin([SDPA_OP, "aten::_scaled_dot_product_attention_math"])]
+    guarded = _subtree(step.ops, step.ops.index[step.ops["name"] == "aten::_safe_softmax"])
+    wanted = {(lane[("cpu", r.pid, r.tid, r.depth)], round(r.start_us / 1e3, 3)): colour
+              for colour, rows in ((SDPA_CALL_COLOUR, wrappers), (SOFTMAX_COLOUR, ops.index.intersection(guarded)))
+              for r in ops.loc[rows].itertuples()}
+    for bars in (c for c in ax.collections if isinstance(c, PolyCollection)):
+        faces = [to_hex(c) for c in bars.get_facecolors()]
+        faces = faces * len(bars.get_paths()) if len(faces) == 1 else faces
+        for i, path in enumerate(bars.get_paths()):
+            key = (round(float(path.vertices[:, 1].mean())), round(float(path.vertices[:, 0].min()), 3))
+            faces[i] = wanted.get(key, faces[i])
+        bars.set_facecolors(faces)
+    shown = {to_hex(c) for b in ax.collections if isinstance(b, PolyCollection) for c in b.get_facecolors()}
+    names = dict(timeline.LEGEND, **{"softmax + its NaN guard": SOFTMAX_COLOUR, "SDPA call (not fused)": SDPA_CALL_COLOUR})
+    names.pop("softmax")
+    handles = [Patch(color=c, label=label) for label, c in names.items() if c in shown]
+    ax.get_legend().remove()
+    fig.set_size_inches(6.6, fig.get_figheight() + 0.9)
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=13, frameon=False,
+              borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)
+    title = ax.get_title()
+    ax.set_title("")
+    ax.set_title(title, pad=80, loc="left", fontsize=13.5)
+    ax.set_yticks(ax.get_yticks(), [t.get_text().replace("CPU depth", "depth") for t in ax.get_yticklabels()])
+    for text in [*ax.get_yticklabels(), *ax.get_xticklabels(), ax.xaxis.label]:
+        text.set_fontsize(13)
+    for name in fig.findobj(timeline.BarLabel):   # each refits its bar when drawn
+        name.set_fontsize(12)
+    fig.tight_layout()
+    return fig
+
+
+def _subtree(ops: pd.DataFrame, roots) -> set:
+    """The rows of ``roots`` and of every op nested below them."""
+    found, frontier = set(roots), set(roots)
+    while frontier:
+        frontier = set(ops.index[ops["parent"].isin(frontier)]) - found
+        found |= frontier
+    return found
 
 
 def so_far(steps: Mapping[str, Step], work_ops: Mapping[str, int], device: torch.device) -> pd.DataFrame:

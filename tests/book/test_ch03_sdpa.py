@@ -113,6 +113,32 @@ def test_summary_says_what_the_rules_read():
     row = call.summary()
     assert row["dtype"] == "bfloat16" and row["attn_mask"] == "None" and row["is_causal"] is True
     assert row["backend"] == "sdpa_flash" and row["q shape [B, H, S, D]"] == str(call.q)
+    assert row["backend op"] == "_scaled_dot_product_flash_attention"   # no aten:: prefix in the table
+
+
+def test_chain_figure_draws_every_launch_and_a_line_to_each_kernel(qwen):
+    """Fig. 7: one bar per launch in the launch row, one per kernel in the GPU row, a line from
+    each launch to its kernel, the top row named "call", and no name cut with "…"."""
+    key, _, step = qwen
+    call = ch03.call_step(step, ch03.recorded_calls(step)[0])
+    table = ch03.chain(call)
+    fig = ch03.chain_figure({key: call})
+    ax = fig.axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    assert lanes[0] == "call" and lanes[ch03.CHAIN_LANES.index("launch")] == "launch"
+    rows = {}
+    for bars in ax.collections:
+        for path in bars.get_paths():
+            rows.setdefault(round(float(path.vertices[:, 1].mean())), []).append(path)
+    assert len(rows[ch03.CHAIN_LANES.index("launch")]) == (table["kind"] == "runtime").sum() >= 1
+    assert len(rows[ch03.CHAIN_LANES.index("GPU")]) == (table["kind"] == "GPU kernel").sum()
+    assert len(ax.get_lines()) == (table["kind"] == "GPU kernel").sum()
+    texts = [t.get_text() for t in ax.texts]
+    assert "launch" in texts and not any("…" in t or "aten::" in t for t in texts)
+    main = "flash_fwd_kernel" if key.startswith("h100") else "attn_fwd"
+    assert main in texts
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "launch (CPU runtime call)" in legend and "SDPA call" in legend
 
 
 # ---- the CPU readings chapter 3 shows, on real CPU profiles -------------------------------------
@@ -140,6 +166,7 @@ def test_dtype_casts_find_no_cast_in_an_fp32_math_step(tmp_path):
     """The bf16 upcast itself is chapter 3's lesson (notebooks/03_sdpa.py), asserted when it executes."""
     fp32_step, _ = _profile("sdpa_math", 64, tmp_path)
     assert ch03.dtype_casts(fp32_step)["upcasts"] == [] and ch03.dtype_casts(fp32_step)["downcasts"] == []
+    assert ch03.dtype_casts(fp32_step)["matmul input types"] == "float32 × float32"
 
 
 def test_the_diff_figure_keeps_its_bars_and_drops_the_matched_rows_times(tmp_path):
@@ -153,7 +180,56 @@ def test_the_diff_figure_keeps_its_bars_and_drops_the_matched_rows_times(tmp_pat
     label = ch03.without_matched_times(fig, changes).axes[0].get_xlabel()
     assert "matched rows with the same counts and bytes" in label and " ms (" not in label
     assert label.splitlines()[0].startswith("self time") and len(fig.axes[0].patches) == bars
-    assert fig.get_size_inches()[0] == 9
+    assert fig.get_size_inches()[0] == 7
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert not any("()" in t or "0.00" in t for t in labels)
+    assert any("· build mask" in t for t in labels) and any("· NaN guard" in t for t in labels)
+
+
+def test_diff_row_label_keeps_the_largest_shape_and_writes_small_allocations_in_kib():
+    from types import SimpleNamespace as Row
+
+    where = Row(name="aten::where", shapes="(1, 8, 512, 1) () (1, 8, 512, 512) (1, 8, 512, 512)",
+                count_a=0, count_b=1, alloc_bytes_change=0)
+    assert ch03.diff_row_label(where, 512) == "where (1, 8, 512, 512)\n0 → 1 · NaN guard"
+    mask = Row(name="aten::where", shapes="(512, 512) () ()", count_a=0, count_b=2, alloc_bytes_change=2**20)
+    assert ch03.diff_row_label(mask, 512) == "where (512, 512)\n0 → 2, +1 MiB · build mask"
+    alloc = Row(name="aten::all", shapes="(1, 8, 512, 512) () ()", count_a=0, count_b=1, alloc_bytes_change=4096)
+    assert ch03.diff_row_label(alloc, 512).splitlines()[1] == "0 → 1, +4 KiB · NaN guard"
+    scale = Row(name="aten::mul", shapes="(1, 8, 512, 512) ()", count_a=1, count_b=0, alloc_bytes_change=-8 * 2**20)
+    assert ch03.diff_row_label(scale, 512) == "mul (1, 8, 512, 512)\n1 → 0, -8 MiB · scale scores"
+
+
+def test_math_timeline_colours_the_wrappers_apart_and_the_nan_guard_as_softmax(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from kernels.trace import timeline
+
+    step, _ = _profile("sdpa_math", 64, tmp_path)
+    fig = ch03.math_timeline_colours(timeline.timeline(step), step)
+    ax = fig.axes[0]
+    lane = {track: i for i, track in enumerate(timeline.tracks(step))}
+    colour_at = {}
+    for bars in ax.collections:
+        faces = [to_hex(c) for c in bars.get_facecolors()]
+        faces = faces * len(bars.get_paths()) if len(faces) == 1 else faces
+        for path, face in zip(bars.get_paths(), faces):
+            colour_at[(round(float(path.vertices[:, 1].mean())), round(float(path.vertices[:, 0].min()), 3))] = face
+    ops = step.ops
+    def colour(name):
+        return {colour_at[(lane[("cpu", r.pid, r.tid, r.depth)], round(r.start_us / 1e3, 3))]
+                for r in ops[ops["name"] == name].itertuples()}
+    assert colour(sdpa.SDPA_OP) == colour("aten::_scaled_dot_product_attention_math") == {ch03.SDPA_CALL_COLOUR}
+    safe = ops.index[ops["name"] == "aten::_safe_softmax"]
+    guard_where = ops[(ops["name"] == "aten::where") & ops["parent"].isin(safe)]
+    mask_where = ops[(ops["name"] == "aten::where") & ~ops["parent"].isin(safe)]
+    assert len(guard_where) == 1 and len(mask_where) >= 1
+    r = guard_where.iloc[0]
+    assert colour_at[(lane[("cpu", r.pid, r.tid, r.depth)], round(r.start_us / 1e3, 3))] == ch03.SOFTMAX_COLOUR
+    r = mask_where.iloc[0]
+    assert colour_at[(lane[("cpu", r.pid, r.tid, r.depth)], round(r.start_us / 1e3, 3))] != ch03.SOFTMAX_COLOUR
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "fused attention" not in legend and "SDPA call (not fused)" in legend
 
 
 def test_so_far_counts_as_integers_and_adds_the_gpu_columns_only_on_a_gpu(tmp_path):
