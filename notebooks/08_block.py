@@ -39,7 +39,7 @@ import torch._inductor.config as inductor_config
 from kernels import borrowed
 from kernels.attention import block as blocks, torch_compile
 from kernels.book import ch08_block
-from kernels.notebook import glue, lesson, mib, reveal, setup, show_lines
+from kernels.notebook import glue, glue_all, lesson, mib, reveal, setup, show_lines
 from kernels.trace import links, tables
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
@@ -60,7 +60,7 @@ borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
 # part; the shape comments mark where tensors change shape.
 
 # %%
-show_lines(blocks.Block)
+show_lines(blocks.Block, "self.norm1 = ", "return x")
 
 # %% [markdown]
 # Every attention implementation takes the same q, k, v, so swapping it changes nothing
@@ -77,12 +77,9 @@ lesson(worst <= 1e-4 if dtype == torch.float32 else worst <= 5e-2,
 # %% [markdown]
 # ## Where the arithmetic goes
 #
-# The matmuls do nearly all of a block's arithmetic. Per token, the four linear layers cost
-# 2·W·(3W + W + 4W + 4W) = 24·W² FLOPs; attention costs 4·S·W per token (q kᵀ and
-# probs · v over all S keys), so its share is S / (S + 6W) for an attention that computes
-# every score, and it grows with S at a fixed width. PyTorch's `FlopCounterMode` counts what
-# actually ran; we count the block with hand-written `naive` attention (which computes the
-# full S×S scores, masked or not) at a few lengths and compare with the formula.
+# The matmuls do nearly all of a block's arithmetic. The linear layers' work grows with S
+# (each token passes through them once), attention's with S² (each query meets every key),
+# so attention's share grows with the sequence length at a fixed width.
 #
 # Before looking: at what sequence length do you think attention becomes half of this
 # block's arithmetic (width {glue:text}`b_width`)?
@@ -93,10 +90,17 @@ guess_half_at_seq = 1024  # edit me before running on
 # %% tags=["remove-cell"]
 glue("b_width", width)
 
+# %% [markdown]
+# PyTorch's `FlopCounterMode` counts the FLOPs of every op a forward dispatches. On the `meta`
+# device tensors have shapes and no data: the ops compute nothing, so lengths a CPU could not
+# hold are counted in a moment. The block counted has hand-written `naive` attention, which
+# computes all S×S scores, masked or not:
+
 # %%
-seqs = [64, 128, 256, 512, 1024]
-fl = blocks.flop_shares(make_block("naive"), batch, width, seqs, device=device, dtype=dtype)
-fl
+seqs = [128, 512, 2048, 8192]
+on_meta = make_block("naive", device="meta")
+fl = blocks.flop_shares(on_meta, batch, width, seqs, device="meta")
+ch08_block.flop_table(fl)
 
 # %% tags=["remove-input"]
 lesson(blocks.formula_gap(fl) < 1e-9,
@@ -105,14 +109,18 @@ lesson(fl["attention share"].is_monotonic_increasing and fl["attention share"].n
        "attention's share of the block's FLOPs grows with the sequence length at fixed width",
        " -> ".join(f"{s:.1%}" for s in fl["attention share"]))
 half_at = seqs[-1] * fl["linear (GFLOP)"].iloc[-1] / fl["attention (GFLOP)"].iloc[-1]  # attention ∝ S², the rest ∝ S
-reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs", source="the count")
-glue("b_half_at", f"{half_at:.0f}")
+reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs", source="the count, solved,")
+glue("b_half_at", f"{half_at:,.0f}")
 glue("b_share_range", f"{fl['attention share'].iloc[0]:.1%} at S={seqs[0]} to {fl['attention share'].iloc[-1]:.1%} at S={seqs[-1]}")
 
 # %% [markdown]
-# Attention's share of the arithmetic grows from {glue:text}`b_share_range`, and passes one half at S = {glue:text}`b_half_at` (6·W). A causal [kernel](glossary.md#kernel) that skips the
-# tiles above the diagonal does about half of that attention work (why: [chapter
-# 6](06_showdown.ipynb)), which moves the crossing to about 12·W.
+# Attention's share of the arithmetic grows from {glue:text}`b_share_range`. The formula the
+# count matches says why it passes one half at S = {glue:text}`b_half_at`: per token, the four
+# linear layers cost 2·W·(3W + W + 4W + 4W) = 24·W² FLOPs and attention 4·S·W (q kᵀ and
+# probs · v over all S keys), so attention's share is S / (S + 6W), one half at S = 6·W. A
+# causal [kernel](glossary.md#kernel) that skips the tiles above the diagonal does about half
+# of that attention work (why: [chapter 6](06_showdown.ipynb)), which moves the crossing to
+# about 12·W.
 
 # %%
 #| caption: Attention's share of one transformer block's FLOPs against sequence length: counted by FlopCounterMode (points) and by formula (line). It passes one half at S = 6·W, the model width times six.
@@ -126,7 +134,14 @@ blocks.share_figure(fl, width);
 # Each part runs in its own labelled range, so the memory events split by part too. Time is
 # left to the GPU trace further down: on a shared CPU the parts' times move from run to run,
 # while the FLOP counts above already fix the direction (linear layers grow with S,
-# attention with S²). Before looking: which attentions will put an S×S buffer in the block?
+# attention with S²). Before looking: with which of the attentions plugged in
+# ({glue:text}`b_plugged`) will the block allocate an S×S buffer?
+
+# %%
+guess_scores_buffer = ["naive", "inplace"]  # edit me
+
+# %% tags=["remove-cell"]
+glue("b_plugged", ", ".join(plugged))
 
 # %%
 block_steps, memory = blocks.memory_by_attention({n: make_block(n) for n in plugged}, x,
@@ -137,6 +152,8 @@ memory
 scores_bytes = batch * heads * seq * seq * x.element_size()
 largest = {n: block_steps[n].memory["bytes"].max() for n in plugged}
 hand = [n for n in plugged if n in ("naive", "inplace", "sdpa_math")]
+ch08_block.reveal_set(guess_scores_buffer, [n for n in plugged if largest[n] >= scores_bytes],
+                      "attentions whose block allocates an S×S buffer")
 lesson(all(largest[n] >= scores_bytes for n in hand),  # the table's last column, in MiB
        "with hand-written or math attention, the block's largest allocation is an S×S buffer (or more)")
 if "sdpa_flash" in plugged:
@@ -146,14 +163,26 @@ if "sdpa_flash" in plugged:
            "and the block's peak memory is lowest with SDPA flash")
 glue("b_seq", seq)
 glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
+flags = batch * heads * seq * seq  # one byte a score: a boolean S×S buffer, all heads
+glue("b_flags_mib", f"{mib(flags):.1f}")
+if "sdpa_math" in plugged and "naive" in plugged:
+    math_flags = (block_steps["sdpa_math"].memory["bytes"] == flags).sum()
+    lesson(block_steps["sdpa_math"].peak_bytes > block_steps["naive"].peak_bytes and math_flags >= 1
+           and not (block_steps["naive"].memory["bytes"] == flags).any(),
+           "sdpa_math's block peaks above naive's: beside float S×S buffers it also allocates a boolean one "
+           "(one byte a score, all heads), which naive does not",
+           f"{mib(block_steps['sdpa_math'].peak_bytes):.1f} against {mib(block_steps['naive'].peak_bytes):.1f} MiB")
 
 # %% [markdown]
 # Read the table by column. `attention allocated` is what the `block.attention` range alone
 # allocated; `largest allocation` is the biggest single buffer anywhere in the block. At
 # S={glue:text}`b_seq` one S×S buffer (all heads) is {glue:text}`b_scores_mib` MiB, and with
-# hand-written attention it is the block's largest allocation. Memory is where attention's
-# choice shows without any noise: the hand-written versions allocate S×S buffers inside the
-# block, [SDPA](glossary.md#sdpa) flash never does.
+# hand-written attention it is the block's largest allocation. The math backend of
+# [SDPA](glossary.md#sdpa) is the same algorithm written in ATen ops, so it allocates S×S
+# buffers too, and at its peak one more: the boolean one ({glue:text}`b_flags_mib` MiB), which
+# marks the masked scores so that a row with every key masked comes out as zeros rather than
+# NaN. Memory is where attention's choice shows without any noise: the hand-written and math
+# versions allocate S×S buffers inside the block, SDPA flash never does.
 #
 # ## A real model's step on a GPU
 #
@@ -192,11 +221,12 @@ lesson(parts_seen[0] == "elementwise" and parts_seen.index("GEMM") < parts_seen.
        " > ".join(parts_seen))
 gemms, elementwise, copies, attention_part = (qwen.part(k) for k in ("gemm", "elementwise", "copy", "attention"))
 lesson(attention_part["kernels"] == qwen.layers, "attention is one kernel per layer (one call per layer)")
-lesson(gemms["kernels"] // qwen.layers == 7, "each layer runs seven GEMMs: the q, k, v and output projections "
-       "and the MLP's three", f"{gemms['kernels']} GEMM kernels for {qwen.layers} layers")
-lesson(elementwise["GPU µs"] + copies["GPU µs"] > gemms["GPU µs"] > attention_part["GPU µs"],
-       "at this size the elementwise passes and copies take more GPU time than the GEMMs, and the GEMMs more "
-       "than attention (GPU µs in the table above)")
+small = {"n": elementwise["kernels"] + copies["kernels"], "µs": elementwise["GPU µs"] + copies["GPU µs"]}
+lesson(small["µs"] > gemms["GPU µs"] and small["n"] > gemms["kernels"]
+       and small["µs"] / small["n"] < gemms["GPU µs"] / gemms["kernels"],
+       "the elementwise passes and copies outweigh the GEMMs by number, not by size: more kernels, each shorter "
+       "on average", f"{small['n']:.0f} kernels of {small['µs'] / small['n']:.1f} µs against "
+       f"{gemms['kernels']:.0f} of {gemms['GPU µs'] / gemms['kernels']:.1f} µs")
 glue("q_att_share", 100 * attention_part["share of the step"]); glue("q_gemm_share", 100 * gemms["share of the step"])
 glue("q_elem_share", 100 * (elementwise["share of the step"] + copies["share of the step"]))
 glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glue("q_layers", qwen.layers)
@@ -207,9 +237,44 @@ glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glu
 # {glue:text}`q_elem_share:.0f`%: {glue:text}`q_elem_kernels` small kernels over
 # {glue:text}`q_layers` layers, each reading and writing a whole activation tensor to do a few
 # FLOPs per element (the `mul`, `pow` and `add` of an RMSNorm computed in float32, the casts back
-# to bfloat16, the rotary embedding's `cat`). At 559 tokens attention's FLOPs are a small part
-# of the layer's, as the formula above says; what the GPU spends its time on is memory traffic.
+# to bfloat16, the rotary embedding's `cat`). What the GPU spends its time on is memory traffic.
 # That is what compiling the block attacks.
+#
+# The GEMMs themselves, read from the matmul ops that launched them, by shape:
+
+# %%
+ch08_block.gemm_shapes(borrowed.TRACELENS["h100_qwen"].step())
+
+# %% tags=["remove-input"]
+qshapes = ch08_block.gemm_shapes(borrowed.TRACELENS["h100_qwen"].step())
+tokens = int(qshapes["A"].map(lambda a: a[0]).max())
+ql = ch08_block.layer_flops(qshapes, qwen.layers, tokens)
+extra = ql["outside the layers"]
+lesson(ql["gemms per layer"] == 7 and len(extra) == 1 and extra["calls"].sum() + 7 * qwen.layers == gemms["kernels"]
+       and extra["op"].iloc[0] == "bmm" and extra["type"].iloc[0] == "float",
+       "each layer runs seven GEMMs: the q, k, v and output projections and the MLP's three (gate, up, down); "
+       "the one GEMM more is a float32 bmm outside the layers",
+       f"{gemms['kernels']} GEMM kernels = 7 × {qwen.layers} + 1 {extra['A'].iloc[0]} @ {extra['B'].iloc[0]}")
+q_seq = extra["B"].iloc[0][-1]  # the bmm's last dimension: one per position
+q_constant = ql["linear per token"] / (4 * ql["width"])  # attention 4·S·W a token against the linear FLOPs
+lesson(abs(q_constant - (2 * ql["width"] + 1.5 * ql["intermediate"])) < 1e-6,
+       "from the trace's shapes, Qwen's linear layers cost 2·(4W² + 3·W·I) FLOPs a token, so attention's share is "
+       "S / (S + 2W + 1.5·I)", f"W = {ql['width']:,}, I = {ql['intermediate']:,}: S / (S + {q_constant:,.0f})")
+glue_all(q_width=f"{ql['width']:,}", q_inter=f"{ql['intermediate']:,}", q_const=f"{q_constant:,.0f}",
+         q_seq=q_seq, q_flop_share=f"{q_seq / (q_seq + q_constant):.1%}",
+         q_flop_share_causal=f"{q_seq / (q_seq + 2 * q_constant):.1%}")
+
+# %% [markdown]
+# Seven GEMMs a layer in four shapes (q, k and v share one, the MLP's gate and up another),
+# {glue:text}`q_layers` layers, and one more: a float32 `bmm` over {glue:text}`q_seq`
+# positions, once per forward, which makes the rotary embedding's angles (its frequencies
+# times the positions). With a SwiGLU MLP of three linear layers of
+# intermediate size I = {glue:text}`q_inter`, the formula for nanoGPT's block does not apply
+# as it is: Qwen's layer costs 2·(4W² + 3·W·I) FLOPs a token in its linear layers, so
+# attention's share is S / (S + 2W + 1.5·I) = S / (S + {glue:text}`q_const`) at
+# W = {glue:text}`q_width`. At {glue:text}`q_seq` tokens that is {glue:text}`q_flop_share` of
+# the FLOPs (about {glue:text}`q_flop_share_causal` for a flash kernel that skips the masked
+# tiles): a small part, as its share of the time is.
 #
 # ## The block compiled
 #
@@ -246,7 +311,7 @@ cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
 
 # %%
 gen = torch_compile.generated_kernels(csteps["compiled"])
-gen[["name", "fused", "dur_us"]].rename(columns={"dur_us": "time (µs)"})
+gen.set_index("name")[["fused", "dur_us"]].rename(columns={"dur_us": "time (µs)"})
 
 # %% tags=["remove-input"]
 matmuls = [n for n in cstep.ops["name"] if n in ("aten::addmm", "aten::mm")]
@@ -274,8 +339,9 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 # The MLP is the block's largest matmul work at these lengths. Eager, `fc_in` writes a
 # [B, S, 4W] tensor, GELU reads it and writes another, and `fc_out` reads that. A fused MLP
 # (the subject of Part 2 of the Hugging Face blog series "Profiling in PyTorch" that this
-# course follows: GELU applied in the first GEMM's epilogue) writes the tensor once, already
-# activated, and `fc_out` reads it once. Counting the [B, S, 4W] buffers each forward
+# course follows: GELU applied in the first GEMM's epilogue, the last step of a GEMM kernel,
+# where each tile of the result is still in registers before it is written out) writes the
+# tensor once, already activated, and `fc_out` reads it once. Counting the [B, S, 4W] buffers each forward
 # allocates, and finding where the GELU ran:
 
 # %% tags=["remove-input"]
@@ -300,9 +366,9 @@ glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W]
 #
 # ## What to remember
 #
-# - At a fixed width, attention's share of a block's arithmetic is S / (S + 6W) (or
-#   S / (S + 12W) when causal tiles are skipped): small for short sequences, dominant for
-#   long ones.
+# - At a fixed width, attention's share of a block's arithmetic is S / (S + 6W) for a GELU MLP
+#   four times the width (S / (S + 12W) when causal tiles are skipped; S / (S + 2W + 1.5·I)
+#   for a SwiGLU MLP of size I): small for short sequences, dominant for long ones.
 # - The choice of attention shows first in memory: hand-written attention allocates S×S
 #   buffers inside the block; a fused kernel never does.
 # - In a real model's eager step on a GPU, the small elementwise passes and copies can outweigh
@@ -310,7 +376,7 @@ glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W]
 # - Compiling the block fuses the norms, residual adds and GELU; the matmuls stay library
 #   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
 
-# %%
+# %% tags=["remove-input"]
 links.links(cruns["compiled"])
 
 # %% [markdown]

@@ -83,7 +83,6 @@ runs = {name: record.profile(backward.training_step(name, g), q_, k_, v_, label=
                              trace_dir=trace_dir) for name, (q_, k_, v_, g) in step_inputs.items()}
 steps = {name: run.step() for name, run in runs.items()}
 naive_nodes = backward.backward_nodes(steps["naive"])
-naive_nodes
 
 # %% tags=["remove-input"]
 display(reveal(guess_nodes, naive_nodes, "backward nodes doing arithmetic"))
@@ -118,7 +117,7 @@ timeline.timeline(steps["naive"], title=f"naive attention, one training step ({d
 # %% [markdown]
 # The traces of every variant's training step, to download or open in Perfetto:
 
-# %%
+# %% tags=["remove-input"]
 display(*(links(run) for run in runs.values()))
 
 # %% [markdown]
@@ -128,13 +127,11 @@ display(*(links(run) for run in runs.values()))
 # accelerator device. Work on CPU tensors runs on the thread that called `backward()`; work on
 # CUDA tensors is handed to the device's own thread, and the caller waits for it. The trace reader
 # keeps every thread's ops in a step, and `op_table` adds a `thread` column as soon as more
-# than one thread took part.
-
-# %%
-threads = backward.threads_table(steps)
-threads
+# than one thread took part. Here, on a CPU, there is one (`backward.threads_table(steps)` lists
+# each step's threads); a GPU step's threads are read at the end of the page.
 
 # %% tags=["remove-input"]
+threads = backward.threads_table(steps)
 on_other = {n: set(t) - {threads.at[n, "label's thread"]} for n, t in threads["backward ops' threads"].items()}
 if device.type == "cpu":
     lesson(not any(on_other.values()),
@@ -152,15 +149,27 @@ else:
 # and an S×S tensor kept per head is where training memory goes. The trace shows it without
 # any help: every allocation and free is a `[memory]` event, so the S×S buffers still
 # allocated when the backward begins are the ones the forward kept. Guess how many each
-# variant keeps (naive, then the SDPA backends, then triton, in the order of the table
-# below):
+# variant keeps (naive, then the SDPA backends, then triton where it runs at the same shape,
+# in the order of the table below):
 
 # %%
 guess_kept = [2, 3, 1, 1]  # edit me: one number per variant
 
+# %% tags=["remove-cell"]
+# Triton runs in its interpreter on a CPU, at a shape too small to compare with the others.
+compared = [n for n in variants if step_inputs[n][0].shape == step_inputs["naive"][0].shape]
+csteps = {n: steps[n] for n in compared}
+
+# %% tags=["remove-input"]
+if len(compared) < len(variants):
+    display(Markdown(f"The tables below compare the variants that trained at the shape of `q` above "
+                     f"({', '.join(compared)}). On a CPU Triton's kernel runs in its interpreter, one program at "
+                     f"a time, so its step ran at {tuple(step_inputs['triton'][0].shape)} and is left out of them "
+                     f"(its trace is in the list above)."))
+
 # %%
-kept = backward.kept_table(steps, step_inputs)
-kept
+kept = backward.kept_table(csteps, step_inputs)
+ch09_backward.kept_view(kept)
 
 # %% tags=["remove-input"]
 for name, guessed in zip(kept.index, guess_kept):
@@ -169,7 +178,10 @@ for name, guessed in zip(kept.index, guess_kept):
 # %% [markdown]
 # Two independent readings agree: the trace's allocation events, and PyTorch's own hooks for
 # saved tensors (`torch.autograd.graph.saved_tensors_hooks`, which sees every tensor a
-# forward hands autograd to keep; several views of one buffer count once).
+# forward hands autograd to keep). The hooks also say what each saved buffer is:
+
+# %%
+ch09_backward.saved_storages({n: step_inputs[n] for n in ("naive", "sdpa_flash") if n in compared})
 
 # %% tags=["remove-input"]
 lesson((kept["S×S kept (trace)"] == kept["S×S saved (hooks)"]).all(),
@@ -177,6 +189,11 @@ lesson((kept["S×S kept (trace)"] == kept["S×S saved (hooks)"]).all(),
        ", ".join(f"{n}: {c}" for n, c in kept["S×S kept (trace)"].items()))
 unfused = [n for n in ("naive", "sdpa_math") if n in kept.index]
 fused = [n for n in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "triton") if n in kept.index]
+naive_square_shapes = [s for s in kept.at["naive", "shapes saved"] if s[-2:] == (seq, seq)]
+lesson(len(naive_square_shapes) == 3 and kept.at["naive", "S×S saved (hooks)"] == 1,
+       "naive saves three S×S-shaped tensors and keeps one S×S buffer: the probabilities saved in two shapes "
+       "(views of one buffer) and the causal mask, one [S, S] for all heads, built once and reused",
+       ", ".join(str(s) for s in naive_square_shapes))
 lesson((kept.loc[unfused, "S×S kept (trace)"] == 1).all(),
        "the unfused forwards keep exactly one S×S buffer for the backward: the probabilities", ", ".join(unfused))
 lesson((kept.loc[fused, "S×S kept (trace)"] == 0).all(),
@@ -187,9 +204,12 @@ glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].eleme
 # %% [markdown]
 # The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here, one
 # S×S per head), which both the softmax's backward and the second matmul's backward read:
-# {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. What do the fused
-# kernels keep instead? The `shapes saved` column says: q, k, v, the output, and one number
-# per query row, the [log-sum-exp](glossary.md#log-sum-exp) of its scores ($\log \sum_j e^{s_{ij}}$), an S-sized
+# {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. Its S×S-shaped
+# entries are one kept buffer: the probabilities as softmax returned them and as the second
+# `bmm` saw them are views of one storage, and the causal mask is one [S, S] for every head,
+# built on the first call and reused, not allocated by this step. What do the fused kernels
+# keep instead? The saved buffers say: q, k and v, the output, and one number per query row,
+# the [log-sum-exp](glossary.md#log-sum-exp) of its scores ($\log \sum_j e^{s_{ij}}$), an S-sized
 # tensor instead of an S×S one.
 
 # %% tags=["remove-input"]
@@ -205,13 +225,15 @@ lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (th
 # (Dao, *FlashAttention-2*, arXiv 2307.08691, Algorithm 2): it computes $QK^\top$ again, one
 # tile at a time, and never holds more than a tile. That is a fifth matmul in the backward.
 # The hand-written module's backward has only four (two per matmul of the forward), because
-# it reads the saved probabilities instead. The trace counts them, and shows the price of
-# saving: the unfused backwards allocate S×S buffers of their own (the gradient of the
-# probabilities, then of the scores), the fused ones none.
+# it reads the saved probabilities instead. The trace counts the hand-written backward's
+# matmuls as `bmm` ops; a fused backward does all of its matmuls inside one op, so its `bmm`
+# count is 0 and the fifth matmul is the algorithm's, not something the trace can count.
+# What the trace does show is the price of saving: the unfused backwards allocate S×S buffers
+# of their own (the gradient of the probabilities, then of the scores), the fused ones none.
 
 # %%
-recompute = backward.recompute_table(steps, step_inputs)
-recompute
+recompute = backward.recompute_table(csteps, step_inputs)
+ch09_backward.recompute_view(recompute)
 
 # %% tags=["remove-input"]
 lesson(recompute.at["naive", "bmm in forward"] == 2 and recompute.at["naive", "bmm in backward"] == 4,
@@ -220,10 +242,10 @@ lesson((recompute.loc[unfused, "S×S allocations in backward"] > 0).all() and
        (recompute.loc[fused, "S×S allocations in backward"] == 0).all(),
        "only the unfused backwards allocate S×S buffers; the fused ones rebuild the probabilities tile by tile",
        ", ".join(f"{n}: {c}" for n, c in recompute["S×S allocations in backward"].items()))
-glue("flash_bwd_largest_kib", float(recompute.loc[fused, "largest backward allocation (KiB)"].max()))
+glue("flash_bwd_largest_kib", f'{recompute.loc[fused, "largest backward allocation (KiB)"].max():,.0f}')
 
 # %% [markdown]
-# The largest buffer any fused backward allocated is {glue:text}`flash_bwd_largest_kib:.0f`
+# The largest buffer any fused backward allocated is {glue:text}`flash_bwd_largest_kib`
 # KiB: the size of a gradient (q-, k- or v-shaped), not of the scores. This is also where the
 # usual FLOP count for training comes from: the backward does five matmuls of the forward's
 # size to the forward's two, so it costs 2.5x the forward and a training step 3.5x (the
@@ -247,7 +269,7 @@ lesson({"SafeSoftmaxBackward0", "AddBackward0"} <= set(math_nodes) and math_node
        "the math backend's backward differentiates its decomposed ops: safe softmax, mask add, two scalings")
 extra = kept.at["sdpa_math", "alive at backward (MiB)"] - kept.at["naive", "alive at backward (MiB)"]
 lesson(extra > 0, "the math backend keeps more for its backward than the hand-written module",
-       f"+{extra:.3f} MiB; its scaled q and k in float32 take {2 * mib(batch * heads * seq * head_dim * 4):.3f} MiB")
+       f"+{extra:.2f} MiB; its scaled q and k in float32 take {2 * mib(batch * heads * seq * head_dim * 4):.2f} MiB")
 glue("math_extra_mib", float(extra))
 
 # %% [markdown]
@@ -276,8 +298,28 @@ if gpu_steps:
 # training step" of the box at the top): not attention, but the same engine at work. Its thread names say which CPU thread launched each kernel:
 # `pt_main_thread` ran the forward, `pt_autograd_0` (the engine's device thread) the backward,
 # and the gradients' all-reduce across the two ranks ran as NCCL kernels, counted apart
-# (`kernels.trace.phases`).
-#
+# (`kernels.trace.phases`). The main thread's last launches, after the backward, are the
+# optimizer's `_foreach_` updates, which `phases` counts with the forward. Which thread
+# launched what, and when:
+
+# %%
+trained = borrowed.TRAINING_STEP.step()
+ch09_backward.launch_threads(trained).round(1)
+
+# %% tags=["remove-input"]
+launched = ch09_backward.launch_threads(trained)
+backward_span = launched.loc[("pt_autograd_0", "backward"), ["first launch (ms)", "last launch (ms)"]]
+lesson(launched.loc[("pt_autograd_0", "backward"), "first launch (ms)"] > 0
+       and ("pt_autograd_0", "communication") in launched.index
+       and backward_span.iloc[0] <= launched.loc[("pt_autograd_0", "communication"), "first launch (ms)"] <= backward_span.iloc[1],
+       "the backward's kernels come from the engine's thread pt_autograd_0, after the forward began on "
+       "pt_main_thread, and the same thread launches the gradients' all-reduce while the backward runs",
+       f"{launched.loc[('pt_autograd_0', 'communication'), 'kernels']} all-reduce kernels")
+late_ops = ch09_backward.after_backward(trained)
+lesson(bool(late_ops) and all(op.startswith("aten::_foreach_") for op in late_ops),
+       "the main thread's launches after the backward are the optimizer's _foreach_ updates", ", ".join(late_ops))
+
+# %% [markdown]
 # Before the reveal: how many times the forward's GPU time did the backward's kernels take?
 
 # %%
@@ -287,13 +329,13 @@ guess_backward_over_forward = 1.0  # edit me before running on
 # The A100 training step's GPU time, by phase:
 
 # %%
-trained = borrowed.TRAINING_STEP.step()
 phases = time_by_phase(trained)
-phases.style.format({"GPU µs": "{:,.0f}", "share": "{:.1%}"})
+ch09_backward.phase_table(phases)
 
 # %% tags=["remove-input"]
 backward_over_forward = phases.loc["backward", "GPU µs"] / phases.loc["forward", "GPU µs"]
 glue("backward_over_forward", f"{backward_over_forward:.2f}")
+glue("comm_share", f"{phases.loc['communication', 'share']:.0%}")
 reveal(guess_backward_over_forward, round(backward_over_forward, 2), "backward GPU time / forward GPU time")
 lesson(backward_over_forward > 1, "in this training step the backward's kernels took longer than the forward's",
        f"{backward_over_forward:.2f}x")
@@ -302,7 +344,9 @@ lesson(backward_over_forward > 1, "in this training step the backward's kernels 
 # The backward took {glue:text}`backward_over_forward` times the forward's GPU time. Most of
 # a convolution's or a matmul's backward is two products the size of its forward, one for the
 # gradient of the input and one for the weights, so about twice is what to expect; attention's
-# fused backward does more (the recompute, above), and the all-reduce adds time of its own.
+# fused backward does more (the recompute, above). The all-reduce is not in that ratio: it is
+# the communication row, {glue:text}`comm_share` of this step's GPU time, which a single GPU
+# would not spend (and which here runs while the backward does).
 
 # %% [markdown]
 # ## Cost as the sequence grows

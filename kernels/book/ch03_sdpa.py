@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -425,13 +426,14 @@ def math_timeline_colours(fig, step: Step):
               for colour, rows in ((SDPA_CALL_COLOUR, wrappers), (SOFTMAX_COLOUR, ops.index.intersection(guarded)))
               for r in ops.loc[rows].itertuples()}
     for bars in (c for c in ax.collections if isinstance(c, PolyCollection)):
-        faces = [to_hex(c) for c in bars.get_facecolors()]
+        faces = [to_hex(c) for c in np.asarray(bars.get_facecolor())]
         faces = faces * len(bars.get_paths()) if len(faces) == 1 else faces
         for i, path in enumerate(bars.get_paths()):
-            key = (round(float(path.vertices[:, 1].mean())), round(float(path.vertices[:, 0].min()), 3))
+            corners = np.asarray(path.vertices, dtype=float)
+            key = (round(float(corners[:, 1].mean())), round(float(corners[:, 0].min()), 3))
             faces[i] = wanted.get(key, faces[i])
-        bars.set_facecolors(faces)
-    shown = {to_hex(c) for b in ax.collections if isinstance(b, PolyCollection) for c in b.get_facecolors()}
+        bars.set_facecolor(faces)
+    shown = {to_hex(c) for b in ax.collections if isinstance(b, PolyCollection) for c in np.asarray(b.get_facecolor())}
     names = dict(timeline.LEGEND, **{"softmax + its NaN guard": SOFTMAX_COLOUR, "SDPA call (not fused)": SDPA_CALL_COLOUR})
     names.pop("softmax")
     handles = [Patch(color=c, label=label) for label, c in names.items() if c in shown]

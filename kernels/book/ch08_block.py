@@ -1,11 +1,61 @@
-"""What only chapter 8 (one transformer block) needs: its reading of where the compiled
-block's GELU ran, on a GPU run's kernels or, without one, the CPU ops."""
+"""What only chapter 8 (one transformer block) needs: its FLOP table, the reveal of a guessed
+set of attentions, the count of a real model's GEMMs by the op that launched them, and its
+reading of where the compiled block's GELU ran."""
 from __future__ import annotations
 
 import pandas as pd
 
 from kernels.notebook import lesson
 from kernels.trace import fingerprints
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def flop_table(shares: pd.DataFrame):
+    """``block.flop_shares``' table as the page shows it: the counted GFLOP of the linear layers
+    and of attention, and attention's share in percent (the formula columns are checked, not
+    shown: they equal the counted ones)."""
+    shown = shares[["linear (GFLOP)", "attention (GFLOP)", "attention share"]]
+    return shown.rename(columns={"attention share": "attention's share"}).style.format(
+        {"linear (GFLOP)": "{:,.2f}", "attention (GFLOP)": "{:,.2f}", "attention's share": "{:.1%}"})
+
+
+def reveal_set(guess, seen, what: str) -> None:
+    """Print how a guessed set (order does not matter) compares with what the trace shows."""
+    guess, seen = set(guess or ()), set(seen)
+    if not guess:
+        print(f"No guess written: edit the guess cell above. {what}: {', '.join(sorted(seen))}")
+        return
+    right, missed, extra = sorted(guess & seen), sorted(seen - guess), sorted(guess - seen)
+    print(f"{what}: the trace shows {', '.join(sorted(seen)) or 'none'}; you named {len(right)} of them"
+          + (f"; not named: {', '.join(missed)}" if missed else "")
+          + (f"; named but without one: {', '.join(extra)}" if extra else ""))
+
+
+def gemm_shapes(step) -> pd.DataFrame:
+    """The matmul ops (mm, addmm, bmm) of a GPU step, one row per distinct call shape: how many
+    ran, their operands' shapes (A is M×K, B is K×N) and element type. addmm's bias is left out."""
+    ops = step.ops[step.ops["name"].isin(MATMUL_OPS)]
+    rows = []
+    for name, dims, types in zip(ops["name"], ops["input_dims"], ops["input_types"]):
+        operands = dims[1:3] if name == "aten::addmm" else dims[:2]
+        rows.append({"op": name.removeprefix("aten::"), "A": tuple(operands[0]), "B": tuple(operands[1]),
+                     "type": str(types[-1 if name != "aten::addmm" else 2]).removeprefix("c10::")})
+    table = pd.DataFrame(rows)
+    return table.value_counts().rename("calls").reset_index()
+
+
+def layer_flops(shapes: pd.DataFrame, layers: int, tokens: int) -> dict:
+    """The decoder layers' matmul FLOPs per token and layer from ``gemm_shapes``' table: the
+    shapes that run ``layers`` times or a multiple of it, with M = ``tokens`` rows. Returns
+    the width W (K of the first projection), the MLP's intermediate size I (its widest N),
+    the linear FLOPs per token and layer, and the other matmul calls (shape rows) not in a layer."""
+    in_layer = (shapes["calls"] % layers == 0) & (shapes["A"].map(lambda a: a[0]) == tokens)
+    per_layer = shapes[in_layer]
+    flops = sum(2 * a[1] * b[1] * calls / layers for a, b, calls in zip(per_layer["A"], per_layer["B"], per_layer["calls"]))
+    return {"width": int(min(a[1] for a in per_layer["A"])), "intermediate": int(max(b[1] for b in per_layer["B"])),
+            "gemms per layer": int(per_layer["calls"].sum() // layers), "linear per token": flops,
+            "outside the layers": shapes[~in_layer]}
 
 
 def gelu_between_matmuls(work: pd.DataFrame) -> list[str]:

@@ -44,4 +44,72 @@ def step_table(step: Step, max_depth: int = 2) -> pd.DataFrame:
             continue
         skip_below = depth if any(word in name for word in BOOKKEEPING_NODES) else None
         keep.append(skip_below is None)
-    return table[keep].reset_index(drop=True)
+    table = table[keep].reset_index(drop=True)
+    # Time and memory first: the shapes column is the widest, and is read last.
+    table = table.rename(columns={"allocated (KiB, incl. children)": "allocated (KiB)"})
+    return table[[c for c in table.columns if c != "input shapes"] + [c for c in table.columns if c == "input shapes"]]
+
+
+def kept_view(kept: pd.DataFrame):
+    """``backward.kept_table`` as the page shows it: the counts and the MiB alive, without the
+    list of shapes (``saved_storages`` shows what they are)."""
+    return kept.drop(columns="shapes saved").style.format({"alive at backward (MiB)": "{:.2f}"})
+
+
+def recompute_view(recompute: pd.DataFrame) -> pd.DataFrame:
+    """``backward.recompute_table`` with headers short enough for its five columns to fit the page."""
+    return recompute.rename(columns={"bmm in forward": "bmm, forward", "bmm in backward": "bmm, backward",
+                                      "S×S allocations in backward": "S×S allocations, backward",
+                                      "largest backward allocation (KiB)": "largest, backward (KiB)"})
+
+
+def saved_storages(inputs_by_name: Mapping[str, tuple]) -> pd.DataFrame:
+    """What one forward of each variant (``inputs_by_name[name]``: its q, k, v, ...) hands
+    autograd to keep, one row per buffer (storage): its size, element type and the shapes of
+    the views of it that were saved. Two saved shapes of one buffer are one buffer kept."""
+    from kernels import get
+    from kernels.attention.backward import saved_by_autograd
+
+    rows: dict = {}
+    for name, (q, k, v, *_) in inputs_by_name.items():
+        for shape, dtype, ptr, nbytes in saved_by_autograd(get(name), q, k, v):
+            row = rows.setdefault((name, ptr, nbytes), {"variant": name, "KiB": round(nbytes / 1024), "type": dtype,
+                                                        "saved as": []})
+            if shape not in row["saved as"]:
+                row["saved as"].append(shape)
+    table = pd.DataFrame(rows.values()).sort_values(["variant", "KiB"], ascending=[True, False], kind="stable")
+    table["saved as"] = [" and ".join(str(s) for s in shapes) for shapes in table["saved as"]]
+    return table.set_index("variant")
+
+
+def phase_table(phases: pd.DataFrame):
+    """``phases.time_by_phase``' table as the page shows it: GPU ms, share, kernels."""
+    shown = phases.assign(**{"GPU ms": phases["GPU µs"] / 1e3}).rename(columns={"work": "kernels"})
+    return shown[["GPU ms", "share", "kernels"]].style.format({"GPU ms": "{:,.1f}", "share": "{:.1%}"})
+
+
+def launch_threads(step: Step) -> pd.DataFrame:
+    """Per CPU thread (by the name the trace gives it) and phase: how many pieces of GPU work
+    it launched and when its first and last launch came (ms from the step's first launch)."""
+    from kernels.trace.phases import phase_of, thread_names
+
+    work, names = step.gpu_work, thread_names(step)
+    named = work.assign(thread=[names.get(str(t), str(t)).split("(")[-1].rstrip(")") for t in work["thread"]],
+                        phase=[phase_of(k, names.get(str(t), "")) for k, t in zip(work["name"], work["thread"])])
+    start = named["launch_start_us"].min()
+    table = named.groupby(["thread", "phase"]).agg(kernels=("name", "size"), first=("launch_start_us", "min"),
+                                                   last=("launch_start_us", "max"))
+    table[["first", "last"]] = (table[["first", "last"]] - start) / 1e3
+    return table.rename(columns={"first": "first launch (ms)", "last": "last launch (ms)"})
+
+
+def after_backward(step: Step, thread: str = "pt_main_thread") -> list[str]:
+    """The ATen ops that launched ``thread``'s GPU work after the backward's last launch (from
+    ``launch_threads``' engine thread): in a training step, the optimizer's."""
+    from kernels.trace.phases import AUTOGRAD_THREAD, thread_names
+
+    work, names = step.gpu_work, thread_names(step)
+    named = work["thread"].astype(str).map(lambda t: names.get(t, ""))
+    engine_last = work.loc[named.str.contains(AUTOGRAD_THREAD), "launch_start_us"].max()
+    late = work[named.str.contains(thread) & (work["launch_start_us"] > engine_last)]
+    return sorted(set(late["op"].dropna()))

@@ -6,15 +6,16 @@ says what is wrong in words.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Optional
 
+import pandas as pd
 import torch
-from torch.nn import functional as F
 
 from kernels.attention import block as blocks
-from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, matches, passed, require_tensor, run_learner, seeded_generator
+from kernels.exercises.judge import Passed, as_number, draw_int, fail, is_blank, passed, run_learner, seeded_generator
 
-__all__ = ["check_block_flops", "check_crossover", "check_block_forward"]
+__all__ = ["check_block_flops", "check_crossover", "check_scores_buffers"]
 
 _PARTS = ("qkv", "attention", "proj", "mlp")
 
@@ -95,57 +96,77 @@ def check_crossover(crossover: Callable, seed: Optional[int] = None) -> Passed:
     return passed(f"crossover finds where attention is half the block on {len(cases)} fresh configurations")
 
 
-# ============================================================================ task 3: the forward
+# ============================================================================ task 3: S×S buffers in a trace
 
-def _variants(blk, x):
-    """What the usual mistakes in a pre-norm block's forward return (message, output)."""
-    b, s, w = x.shape
-    h, d = blk.heads, w // blk.heads
-
-    def run(pre=True, res1=True, res2=True, gelu=True, split="bshd"):
-        y = blk.norm1(x) if pre else x
-        q, k, v = blk.qkv(y).split(w, dim=-1)
-        if split == "bshd":
-            q, k, v = (t.view(b, s, h, d).transpose(1, 2) for t in (q, k, v))
-        else:  # heads taken as the fast axis: view(b, s, d, h)
-            q, k, v = (t.view(b, s, d, h).permute(0, 3, 1, 2) for t in (q, k, v))
-        a = blk.attend(q, k, v, causal=True).transpose(1, 2).reshape(b, s, w)
-        x1 = (x if res1 else 0) + blk.proj(a)
-        if not pre:
-            x1 = blk.norm1(x1)
-        y2 = blk.norm2(x1) if pre else x1
-        m = blk.fc_out(F.gelu(blk.fc_in(y2)) if gelu else blk.fc_in(y2))
-        out = (x1 if res2 else 0) + m
-        return out if pre else blk.norm2(out)
-
-    return [("this is a post-norm block (norm after each residual add); the course's block is pre-norm: "
-             "x + proj(attention(norm1(x))), then x + mlp(norm2(x)).", run(pre=False)),
-            ("the first residual is missing: add the attention's projection to x, do not replace x.", run(res1=False)),
-            ("the second residual is missing: x + mlp(norm2(x)).", run(res2=False)),
-            ("the GELU between fc_in and fc_out is missing.", run(gelu=False)),
-            ("the heads are split the wrong way: view the last dim as [heads, head_dim] (view(b, s, h, d)), "
-             "then move heads before seq.", run(split="bsdh"))]
+def _in_attention(trace) -> tuple[pd.DataFrame, int]:
+    """The trace's [memory] events inside its ``block.attention`` ranges, and how many ranges."""
+    spans = trace.spans[trace.spans["name"] == "block.attention"]
+    memory = trace.memory
+    inside = pd.Series(False, index=memory.index)
+    for start, end in zip(spans["ts"], spans["end"]):
+        inside |= (memory["ts"] >= start) & (memory["ts"] <= end)
+    return memory[inside], len(spans)
 
 
-def check_block_forward(block_forward: Callable, seed: Optional[int] = None) -> Passed:
-    """``block_forward(block, x)`` must compute the block's forward from its parts."""
+def _traced_block(attention: str, batch: int, heads: int, seq: int, width: int, trace_dir):
+    """One recorded forward (after a warm-up) of the chapter's block with ``attention``, on the CPU."""
+    from kernels.trace import record
+
+    torch.manual_seed(0)
+    blk = blocks.Block(width, heads, attention).eval()
+    x = blocks.block_input(batch, seq, width)
+    return record.profile(blk, x, label="block", wait=0, warmup=1, active=1, trace_dir=trace_dir,
+                          trace_name=f"exercise_block_{attention}").trace
+
+
+def check_scores_buffers(scores_buffers: Callable, seed: Optional[int] = None, trace_dir=None) -> Passed:
+    """``scores_buffers(trace, q_shape, element_size)``: how many buffers of one S×S per head (all
+    heads, B·H·S·S elements) the ``block.attention`` range of a one-forward trace allocated. The
+    traces are recorded here, of the chapter's block with each attention that runs on a CPU, at
+    fresh shapes; one shape makes the MLP's [B, S, 4W] buffer exactly as large as the scores."""
+    import tempfile
+
     g = seeded_generator(seed)
-    torch.manual_seed(draw_int(g, 0, 2**31 - 1))  # the blocks' weights, from the printed seed too
-    for width, heads, seq in ((48, 3, draw_int(g, 5, 30)), (64, 4, 17)):
-        blk = blocks.Block(width, heads, "naive", labels=False).eval()
-        x = torch.randn(2, seq, width, generator=g)
-        with torch.no_grad():
-            want = blk(x)
-            got = run_learner(block_forward, blk, x, what="block_forward(block, x)")
-        case = f"[B=2, S={seq}, W={width}, H={heads}]"
-        require_tensor(got, "block_forward", x.shape)  # a block keeps x's shape
-        if matches(got, want):
-            continue
-        with torch.no_grad():
-            for words, out in _variants(blk, x):
-                if matches(got, out):
-                    fail(f"{case} {words}")
-        err = float((got - want).abs().max())
-        fail(f"{case} the output differs from block(x) by up to {err:.2e}, and not in a way the check "
-              "recognizes: compare your steps one by one with Block.forward.")
-    return passed("block_forward computes the pre-norm block's forward from its parts")
+    width = 16 * draw_int(g, 2, 5)
+    seq = draw_int(g, 20, 90)
+    seq += seq == 2 * width  # the coincidence is the second case's, not this one's
+    cases = [(1, 2, seq, 32), (draw_int(g, 1, 3), 2, 2 * width, width)]  # (B, H, S, W); 4W = H·S in the second
+    names = [n for n in ("naive", "inplace", "sdpa_math", "sdpa_flash") if n in blocks.pluggable("cpu")]
+    with tempfile.TemporaryDirectory() as scratch:
+        for batch, heads, s, w in cases:
+            for name in names:
+                trace = _traced_block(name, batch, heads, s, w, trace_dir or scratch)
+                q_shape, size = (batch, heads, s, w // heads), batch * heads * s * s * 4
+                inside, ranges = _in_attention(trace)
+                want = int((inside["bytes"] == size).sum()) // max(ranges, 1)
+                got = run_learner(scores_buffers, trace, q_shape, 4, what=f"scores_buffers(trace, {q_shape}, 4)")
+                if is_blank(got) or isinstance(got, bool) or not isinstance(got, numbers.Integral):
+                    fail(f"scores_buffers returned {got!r}; return a count (an int).")
+                if got == want:
+                    continue
+                case = f"[{name}, B={batch}, H={heads}, S={s}, W={w}]"
+                near = {"frees": int((inside["bytes"].abs() == size).sum()),
+                        "whole": int((trace.memory["bytes"] == size).sum()),
+                        "every size": int((inside["bytes"] > 0).sum()),
+                        "per head": int((inside["bytes"] == s * s * 4).sum())}
+                if got == near["frees"] != want:
+                    fail(f"{case} you counted the frees too: a [memory] event with negative bytes gives a buffer "
+                         "back; count the allocations (bytes > 0).")
+                if got == near["whole"] != want:
+                    fail(f"{case} you counted buffers of that size outside block.attention: at this shape the MLP's "
+                         "[B, S, 4W] buffers hold as many bytes as the scores. Keep the events inside the "
+                         "block.attention range.")
+                if got == near["every size"] != want:
+                    fail(f"{case} you counted allocations of every size inside block.attention; keep those of "
+                         "one S×S buffer for all heads (B·H·S·S elements).")
+                if got == near["per head"] != want:
+                    fail(f"{case} that counts buffers of one head's S×S; the scores of all heads are one buffer, "
+                         "B·H·S·S elements.")
+                fail(f"{case} that is too {'many' if got > want else 'few'}: look again at which [memory] events "
+                     "lie inside the block.attention range, and at their size.")
+    return passed(f"scores_buffers finds the S×S allocations inside block.attention in fresh traces of "
+                  f"{', '.join(names)}, one shape where the MLP's buffers are as large")
+
+
+# ============================================================================ the forward (from the
+# exercise's first version; kept for the tests of kernels.attention.block that call it)

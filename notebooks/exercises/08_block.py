@@ -2,8 +2,8 @@
 # # Exercises 8: one transformer block
 #
 # Practice for [chapter 8, one transformer block](../08_block.ipynb). You will count a
-# block's FLOPs by part, find the length where attention becomes half of them, and write the
-# block's forward from its parts. Each check runs your code on fresh shapes (it prints the
+# block's FLOPs by part, find the length where attention becomes half of them, and find the
+# S×S buffers in a trace of the block that you record. Each check runs your code on fresh shapes (it prints the
 # seed, so a failure can be replayed) and names the mistake when it recognizes one.
 
 # %% [install]
@@ -13,12 +13,11 @@
 solutions = False
 
 # %% tags=["setup"]
-import torch
-from torch.nn import functional as F
-
+from kernels.attention import block as blocks
 from kernels.exercises import showing_solutions
-from kernels.exercises.block import check_block_flops, check_block_forward, check_crossover
+from kernels.exercises.block import check_block_flops, check_crossover, check_scores_buffers
 from kernels.notebook import setup
+from kernels.trace import record
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -43,8 +42,8 @@ def block_flops(seq, width, batch, mlp_ratio):
 # :::
 #
 # :::{dropdown} Hint 2: attention
-# Per head, q kᵀ is [S, D] × [D, S]: 2·S²·D FLOPs; probs · v the same. Summed over heads,
-# D × heads = W.
+# Attention's two matmuls run once per batch element and head. Write each one's [M, K] × [K, N]
+# from q, k and v's shape [B, H, S, D], apply Hint 1's rule, and use H·D = W.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -73,8 +72,9 @@ def crossover(width, mlp_ratio, causal_skip):
 
 # %% [markdown]
 # :::{dropdown} Hint
-# Task 1's counts, per sequence: the linear layers' FLOPs grow with S, attention's with S².
-# Set the two equal and solve for S: one factor of S cancels.
+# Task 1's function gives every part's FLOPs at any S. At the crossover, attention's equal
+# the other three parts' together. Test your answer on the chapter's case: mlp_ratio 4 and
+# every score computed, where the chapter found 6·W.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -86,45 +86,52 @@ def solution_crossover(width, mlp_ratio, causal_skip):
 check_crossover(solution_crossover if solutions else crossover)
 
 # %% [markdown]
-# ## Task 3: the block's forward
+# ## Task 3: the S×S buffers in a block's trace
 #
-# Write `block_forward(block, x)` for a `kernels.attention.block.Block` and x of shape
-# [batch, seq, width], using only the block's parts: `block.norm1`, `block.qkv`,
-# `block.attend(q, k, v, causal=True)` (q, k, v of shape [batch, heads, seq, head_dim]),
-# `block.proj`, `block.norm2`, `block.fc_in`, `block.fc_out`, with `F.gelu` between the
-# MLP's layers and `block.heads` heads. It is a pre-norm block: each part reads a
-# normalized copy of x and adds its result to x.
+# The chapter read how much the `block.attention` range allocated. Now read, from a trace you
+# record, how many of its allocations are one S×S buffer: the scores (or a copy of them) of
+# all heads, B·H·S·S elements. Record one forward of the chapter's block on the CPU and
+# explore the trace: `trace.labels()` lists the labelled ranges, `trace.steps(label)` gives
+# each range as a step, and a step's `memory` has one row per `[memory]` event (`ts`, `bytes`).
+
+# %%
+x = blocks.block_input(1, 64, 32)
+run = record.profile(blocks.seeded_block(32, 2, "naive"), x, label="block", wait=0, warmup=1, active=1)
+trace = run.trace
+trace.labels()
+
+# %% [markdown]
+# Write `scores_buffers(trace, q_shape, element_size)`: the number of S×S buffers (all heads)
+# allocated inside the `block.attention` range of a trace of one forward, for q of shape
+# `q_shape` = (B, H, S, D) and elements of `element_size` bytes. The check records fresh
+# traces of the block with each attention that runs on a CPU, at shapes of its own.
 
 # %% tags=["stub"]
-def block_forward(block, x):
+def scores_buffers(trace, q_shape, element_size):
     # your code here
     ...
 
 # %% [markdown]
-# :::{dropdown} Hint 1: the heads
-# `block.qkv(y)` is [B, S, 3W]; `.split(W, dim=-1)` gives q, k, v of [B, S, W]. View each as
-# [B, S, H, D] and transpose to [B, H, S, D]. After attention, undo it: transpose back and
-# reshape to [B, S, W].
+# :::{dropdown} Hint 1: the range
+# The range's own step holds only the events that happened inside it; the block's step (label
+# `"block"`) holds the MLP's too, and at some shapes the MLP's buffers are as large as the
+# scores.
 # :::
 #
-# :::{dropdown} Hint 2: the residuals
-# Each part adds its result to x rather than replacing it, and the MLP reads x as it is after
-# the first residual, normalized by its own layer norm.
+# :::{dropdown} Hint 2: the events
+# A `[memory]` event with positive bytes is an allocation, one with negative bytes a free. A
+# buffer's bytes are its number of elements times the element size.
 # :::
 
 # %% tags=["solution", "hide-input"]
-# Solution: the pre-norm block, step by step.
-def solution_block_forward(block, x):
-    b, s, w = x.shape
-    h = block.heads
-    q, k, v = block.qkv(block.norm1(x)).split(w, dim=-1)
-    q, k, v = (t.view(b, s, h, w // h).transpose(1, 2) for t in (q, k, v))
-    a = block.attend(q, k, v, causal=True).transpose(1, 2).reshape(b, s, w)
-    x = x + block.proj(a)
-    return x + block.fc_out(F.gelu(block.fc_in(block.norm2(x))))
+# Solution: the allocations of the range's own step that are one S×S buffer for all heads.
+def solution_scores_buffers(trace, q_shape, element_size):
+    b, h, s, _ = q_shape
+    memory = trace.steps("block.attention")[0].memory
+    return int((memory["bytes"] == b * h * s * s * element_size).sum())
 
 # %% tags=["check"]
-check_block_forward(solution_block_forward if solutions else block_forward)
+check_scores_buffers(solution_scores_buffers if solutions else scores_buffers)
 
 # %% [markdown]
 # Back to [chapter 8](../08_block.ipynb), or on to the [exercises of chapter 9](09_backward.ipynb).

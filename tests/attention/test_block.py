@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from kernels.trace import record
 from kernels.attention import block as blocks
@@ -56,15 +55,6 @@ def test_record_function_labels_split_the_forward(tmp_path):
 
 # ------------------------------------------------------------------ exercise checks, chapter 8
 
-def _post_norm(block, x):
-    b, s, w = x.shape
-    h = block.heads
-    q, k, v = block.qkv(x).split(w, dim=-1)
-    q, k, v = (t.view(b, s, h, w // h).transpose(1, 2) for t in (q, k, v))
-    x = block.norm1(x + block.proj(block.attend(q, k, v, causal=True).transpose(1, 2).reshape(b, s, w)))
-    return block.norm2(x + block.fc_out(F.gelu(block.fc_in(x))))
-
-
 def test_block_checks():
     with pytest.raises(ExerciseFailed, match="a multiply-add is 2 FLOPs"):
         exb.check_block_flops(lambda s, w, b, r: {k: v / 2 for k, v in blocks.flops_by_part(s, w, b, r).items()}, seed=1)
@@ -72,8 +62,6 @@ def test_block_checks():
         exb.check_block_flops(lambda s, w, b, r: blocks.flops_by_part(s, w, b, r, causal_skip=True), seed=1)
     with pytest.raises(ExerciseFailed, match="6·W is the chapter's crossover for one MLP ratio"):
         exb.check_crossover(lambda w, r, c: 6 * w, seed=2)
-    with pytest.raises(ExerciseFailed, match="post-norm"):
-        exb.check_block_forward(_post_norm, seed=3)
 
 
 # ------------------------------------------------------------------ exercise checks, chapter 7
@@ -85,9 +73,9 @@ def test_compiled_checks(capsys):
         exc.check_window_mask(lambda w: (lambda b, h, q, kv: (kv > q - w)), seed=4)
     with pytest.raises(ExerciseFailed, match="diagonal as skipped"):
         exc.check_skipped_tiles(lambda s, b: math.ceil(s / b) * (math.ceil(s / b) + 1) // 2, seed=5)
-    with pytest.raises(ExerciseFailed, match="multiply it by cap again"):
+    with pytest.raises(ExerciseFailed, match=r"multiply it by cap again.*\(seed 6: pass seed=6"):
         exc.check_softcap(lambda cap: (lambda s, b, h, q, kv: torch.tanh(s / cap)), seed=6)
-    assert "seed 6" in capsys.readouterr().out, "the checks print their seed"
+    assert "seed" not in capsys.readouterr().out, "a failure names its seed in its message, nothing is printed"
 
 
 def test_block_input_is_seeded_by_its_length_and_seeded_block_by_seed_zero():

@@ -1,4 +1,6 @@
 """Chapter 8's own reading (kernels.book.ch08_block) on Hopper-shaped fixture steps and on CPU ops."""
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 
@@ -21,3 +23,37 @@ def test_gelu_between_matmuls_on_cpu_ops():
     ch08_block.gelu_between_matmuls(ops)
     with pytest.raises(LessonFailed):
         ch08_block.gelu_between_matmuls(ops.iloc[[0, 1, 3, 2]].assign(start_us=[0.0, 1.0, 2.0, 3.0]))
+
+
+def test_flop_table_shows_the_counted_columns_and_a_percent_share():
+    shares = pd.DataFrame({"linear (GFLOP)": [3.0], "attention (GFLOP)": [1.0], "formula linear": [3.0],
+                           "formula attention": [1.0], "attention share": [0.25]}, index=pd.Index([512], name="seq"))
+    shown = ch08_block.flop_table(shares)
+    assert list(shown.data.columns) == ["linear (GFLOP)", "attention (GFLOP)", "attention's share"]
+    assert "25.0%" in shown.to_html()
+
+
+def test_reveal_set_ignores_order_and_names_what_was_missed(capsys):
+    ch08_block.reveal_set(["inplace", "naive"], ["naive", "inplace", "sdpa_math"], "S×S")
+    said = capsys.readouterr().out
+    assert "you named 2 of them" in said and "not named: sdpa_math" in said
+    ch08_block.reveal_set(["sdpa_flash"], ["naive"], "S×S")
+    assert "named but without one: sdpa_flash" in capsys.readouterr().out
+
+
+def _matmuls(rows):
+    names, dims, types = zip(*rows)
+    return SimpleNamespace(ops=pd.DataFrame({"name": names, "input_dims": dims, "input_types": types}))
+
+
+def test_gemm_shapes_and_layer_flops_split_the_layers_from_the_rest():
+    bf16 = ["c10::BFloat16"] * 2
+    layer = [("aten::addmm", [[8], [6, 4], [4, 8], [], []], ["c10::BFloat16"] * 3 + ["Scalar"] * 2),
+             ("aten::mm", [[6, 8], [8, 4]], bf16)]
+    rows = layer * 2 + [("aten::bmm", [[1, 2, 1], [1, 1, 3]], ["float", "float"])]
+    shapes = ch08_block.gemm_shapes(_matmuls(rows))
+    assert shapes["calls"].sum() == 5 and set(shapes["type"]) == {"BFloat16", "float"}
+    flops = ch08_block.layer_flops(shapes, layers=2, tokens=6)
+    assert flops["gemms per layer"] == 2 and flops["width"] == 4 and flops["intermediate"] == 8
+    assert flops["linear per token"] == 2 * 4 * 8 + 2 * 8 * 4
+    assert flops["outside the layers"]["op"].tolist() == ["bmm"]
