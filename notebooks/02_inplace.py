@@ -37,7 +37,7 @@ from kernels import borrowed, recorded, reference
 from kernels.attention.inplace import InplaceAttention, attention_with_inplace_dropout, backward_error
 from kernels.bench import comparison
 from kernels.book.ch02_inplace import copies_for_reading, inplace_drops_the_copy_on_gpu
-from kernels.notebook import glue, glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, readable, reveal, say, setup, show_lines
 from kernels.trace import diff as tracediff, events, reader, record, tables
 from kernels.trace.links import links
 
@@ -104,7 +104,7 @@ changes.table()[["name", "only in", "allocated change (KiB)", "input shapes"]]
 # work is the same in both traces:
 
 # %%
-#| caption: What changed between the naive and the in-place forward. Only rows whose count or allocation differs are drawn, one bar per side that has them, each the row's median self time over the recorded forwards: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The note under the axis sums the self times of every row that matched: the same work in both forwards.
+#| caption: What changed between the naive and the in-place forward. Only rows whose count or allocation differs are drawn, one bar per side that has them, each the row's median self time over the recorded forwards: here the naive step's out-of-place `masked_fill`, its `clone` and the clone's `copy_`. The bars say what changed; their lengths are one profile's times, as noisy as the note under the axis, which sums the self times of every row that matched (the same work in both forwards).
 #| alt: Horizontal bar chart of self time per changed op; every bar belongs to the naive forward (copy_, masked_fill, clone), the copy_ the longest.
 changes.figure()
 
@@ -151,22 +151,24 @@ guess_peak_drop = 1  # edit me: how many S×S buffers lower will the in-place fo
 
 # %%
 summary = pd.DataFrame([s.summary() for s in step.values()]).set_index("label")
-reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes, "the peak's drop, in S×S buffers")
-summary[["peak_MiB", "allocated_MiB", "ops", "ops (no views)"]]
+summary[["peak_MiB", "allocated_MiB", "ops", "ops (no views)"]].set_axis(
+    ["peak (MiB)", "allocated (MiB)", "ops", "ops (no views)"], axis=1)
 
 # %% tags=["remove-input"]
+reveal(guess_peak_drop, (step["naive"].peak_bytes - step["inplace"].peak_bytes) / scores_bytes, "the peak's drop, in S×S buffers")
 saved = step["naive"].allocated_bytes - step["inplace"].allocated_bytes
 lesson(saved == scores_bytes, "the in-place forward allocates exactly one S×S scores tensor less",
        f"{mib(saved):.2f} MiB = {batch}×{heads}×{seq}×{seq}×{q.element_size()} bytes")
 lesson(step["naive"].peak_bytes == step["inplace"].peak_bytes, "the peak memory is the same for both")
 alive = {name: s.most_alive(scores_bytes) for name, s in step.items()}   # S×S-sized tensors alive at once
 lesson(alive == {"naive": 2, "inplace": 2}, "at most two S×S tensors are alive at once, in either version",
-       f"most alive at once: {alive}")
+       f"most alive at once: naive {alive['naive']}, in-place {alive['inplace']}")
 fewer = {col: int(summary.loc["naive", col] - summary.loc["inplace", col]) for col in ("ops", "ops (no views)")}
 gone = -int(changed["count_change"].sum())   # the working ops the diff lists as gone
 lesson(fewer["ops (no views)"] == gone and fewer["ops"] > gone,
        f"the in-place forward dispatches {fewer['ops']} ops fewer: the {gone} of the diff above and "
-       f"{fewer['ops'] - gone} views and allocations they called", str(fewer))
+       f"{fewer['ops'] - gone} views and allocations they called",
+       f"{fewer['ops']} fewer ops, {fewer['ops (no views)']} of them not views")
 glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=fewer["ops"], inplace_work_fewer=gone,
          inplace_views_fewer=fewer["ops"] - gone)
 
@@ -252,7 +254,12 @@ guess_module = "Qwen2RotaryEmbedding"  # edit me: Qwen2RotaryEmbedding, Qwen2Att
 qwen_step = borrowed.TRACELENS["h100_qwen"].step()
 groups = tables.copy_groups(qwen_step)
 by_module = groups.groupby("module")["MiB total"].sum().sort_values(ascending=False)
-reveal([guess_module], list(by_module.index), "the module whose copies move the most bytes", source="the ranking by bytes")
+by_module.to_frame()
+
+# %% tags=["remove-input"]
+top, yours = by_module.index[0], by_module.get(guess_module)
+say(f"You guessed {guess_module} ({'no copies' if yours is None else f'{readable(yours)} MiB, #{list(by_module.index).index(guess_module) + 1} of {len(by_module)}'}); "
+    f"the most bytes: {top}, {readable(by_module.iloc[0])} MiB.")
 
 # %% [markdown]
 # The copies of the H100 Qwen step grouped by the Python call and the module that made them,
