@@ -14,8 +14,8 @@
 #
 # - build a KV cache, decode through it, and check it against a full causal pass, aligned
 #   bottom-right (SDPA's own `is_causal` is not);
-# - count a decode token's FLOPs and bytes and place it on a roofline, telling a ceiling that does
-#   not describe a point from a kernel beating the hardware;
+# - count a decode token's FLOPs and bytes and place it on a roofline, and tell a mis-measured
+#   roof (warm caches, a busy machine) from a kernel that beats the hardware;
 # - work out what grouped-query attention saves, and which SDPA backend takes a decode token;
 # - read a serving engine's decode step: a split-KV attention kernel and its reduce per layer,
 #   replayed from a graph.
@@ -75,11 +75,14 @@ display(show_lines(decoding.KVCache, "shape = (batch", "self.length = 0"),
 # %%
 show_lines(decoding.prefill_then_decode)
 
+# %% tags=["remove-cell"]
+impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"  # math where flash is missing
+
 # %%
 prompt, generated = seq // 2, 8
 q_all, k_all, v_all = inputs(batch, heads, prompt + generated, head_dim, dtype=dtype, device=device)
-impl = "sdpa_flash" if kernels.available(device)["sdpa_flash"] is None else "sdpa_math"
-decoded, cache = decoding.prefill_then_decode(attend := kernels.get(impl), q_all, k_all, v_all, prompt)
+attend = kernels.get(impl)  # "sdpa_flash"
+decoded, cache = decoding.prefill_then_decode(attend, q_all, k_all, v_all, prompt)
 verdict = reference.judge(decoded, q_all, k_all, v_all, causal=True)    # against float64, the course's rule
 
 # %% tags=["remove-input"]
@@ -88,7 +91,7 @@ out_verdict = verdict["out"]
 lesson(cache.length == total and verdict.ok,
        f"prefill + {generated} decode tokens through the cache give the rows of one causal pass",
        f"error {readable(out_verdict.error)} within the bound {readable(out_verdict.bound)}, {attend.__name__}")
-glue("prompt", prompt); glue("generated", generated)
+glue("prompt", prompt); glue("generated", generated); glue("total", total); glue("seq", seq)
 
 # %% [markdown]
 # A prompt of {glue:text}`prompt` tokens, then {glue:text}`generated` tokens one at a time:
@@ -99,10 +102,12 @@ glue("prompt", prompt); glue("generated", generated)
 # The cache exists so that a step does not redo, or move, what earlier steps made. The trace
 # can check that. Here are two decode tokens profiled (`decoding.decode_step`): one appends to a
 # `KVCache`, the other to a `ConcatCache`, which keeps K and V as plain tensors and grows them with
-# `torch.cat`, a common first version. Before looking: how many bytes does each step copy or allocate?
+# `torch.cat`, a common first version. Each step starts from a cache of {glue:text}`seq` tokens
+# and adds one. Before looking: how many bytes does each step copy
+# or allocate?
 
 # %%
-guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step, with `seq` tokens cached
+guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step
 
 # %%
 k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, seed=3)[1:]
@@ -118,27 +123,32 @@ reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.ca
 lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
        "appending to the KV cache copies one token's K and V and allocates far less than the cache",
        f"largest copy {readable(token_bytes)} bytes")
-lesson(cat_step.allocated_bytes >= decoding.cache_bytes(seq + 2, heads, head_dim, dtype, batch=batch),  # then
+grown = decoding.cache_bytes(seq + 1, heads, head_dim, dtype, batch=batch)  # K and V after the append
+lesson(cat_step.allocated_bytes >= grown,
        "growing K and V with torch.cat allocates (and copies into) the whole cache again on every step",
-       f"{mib(cat_step.allocated_bytes):.2f} MiB for {seq + 2} cached tokens")
+       f"{mib(cat_step.allocated_bytes):.2f} MiB, of which {mib(grown):.2f} MiB are the K and V of all {seq + 1} tokens")
 glue("cat_mib", mib(cat_step.allocated_bytes)); glue("cache_step_kib", cached_step.allocated_bytes / 1024)
+glue("grown_mib", mib(grown)); glue("seq_plus_one", seq + 1)
 
 # %% [markdown]
-# With `torch.cat` every step allocated {glue:text}`cat_mib:.2f` MiB and copied the whole
-# history into it, so a decode token's cost would grow with the cache even before attention
-# reads it; the `KVCache` step allocated {glue:text}`cache_step_kib:.1f` KiB (the attention's
-# output and scratch) and copied one token.
+# With `torch.cat` every step allocated {glue:text}`cat_mib:.2f` MiB: new K and V tensors for
+# all {glue:text}`seq_plus_one` tokens ({glue:text}`grown_mib:.2f` MiB), the rest the attention's
+# output and scratch. It copied the whole history into them, inside `aten::cat` rather than
+# through `aten::copy_` (so its row shows no `copy_`: the allocation is the copy). A decode
+# token's cost would grow with the cache even before attention reads it. The `KVCache` step
+# allocated {glue:text}`cache_step_kib:.1f` KiB (the attention's output and scratch) and copied
+# one token.
 #
 # ### A trap: SDPA's own `is_causal` with one query
 #
 # `F.scaled_dot_product_attention(..., is_causal=True)` aligns its mask to the **top left**:
 # query i sees keys j ≤ i (PyTorch's documentation of the function says so, and offers
 # `torch.nn.attention.bias.causal_lower_right` for the other alignment). With Sq = Sk the two
-# alignments agree. With one query and a long cache, guess what the top-left mask lets that
-# query see:
+# alignments agree. With one query and a cache of {glue:text}`total` keys (the prompt and the
+# generated tokens above), guess what the top-left mask lets that query see:
 
 # %%
-guess_keys_seen = 1024  # edit me: how many of the cached keys does the query attend to?
+guess_keys_seen = 264  # edit me: how many of the cached keys does the query attend to?
 
 # %%
 with sdpa_kernel(SDPBackend.MATH):  # the reference semantics; the fused backends should agree
@@ -170,7 +180,9 @@ guess_decode_intensity = 64  # edit me: FLOP per byte
 
 # %%
 counts = decoding.counts_table((512, 1024, 2048, 4096, 8192), heads=32, head_dim=128, dtype=torch.bfloat16)
-display(counts)
+
+# %% tags=["remove-input"]
+ch10.counts_in_units(counts)
 
 # %% tags=["remove-input"]
 gpu_peaks = devices.match_gpu("NVIDIA H200")
@@ -201,7 +213,7 @@ glue("h200_ridge", gpu_peaks.ridge)
 # ## On a roofline, measured here
 #
 # `kernels.bench.sweep` times a prefill (mode `forward`) and a decode token (mode `decode`) at a
-# few cache lengths, each on fresh inputs rotated through more memory than the caches hold;
+# few cache lengths (`bench_seqs`: {glue:text}`bench_seqs` tokens here), each on fresh inputs rotated through more memory than the caches hold;
 # `kernels.bench.plots.roofline` draws them under this machine's two ceilings (on a CPU, a matmul
 # and a 32 MiB copy measured by `kernels.hw.devices`), keeping only points whose timed calls pass
 # the spread check (`plots.steady`: the 90th percentile within 2x the 10th).
@@ -212,19 +224,30 @@ glue("h200_ridge", gpu_peaks.ridge)
 # job held half the cores reads low, and prefill points sit above it. Neither would be a kernel
 # beating the hardware: each is a ceiling that does not describe its point.
 
-# %%
-#| caption: Prefill and decode calls measured here on this machine's roofline: prefill to the right, every decode point far to the left of the ridge, each point under its ceiling (asserted below).
-#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points clustered far left under the sloped bandwidth line.
+# %% tags=["remove-cell"]
 bench_seqs = [128, 256, 512, 1024] if device.type == "cpu" else [1024, 2048, 4096, 8192]
-rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,), batch=batch,
-                   heads=heads, device=device, memory=False, progress=None, **sweep.book_budget(on_gpu=device.type == "cuda"))
+budget = sweep.book_budget(on_gpu=device.type == "cuda")  # how many timed calls the book can afford
+glue("bench_seqs", ", ".join(map(str, bench_seqs)))
+
+# %%
+#| caption: Prefill and decode calls measured here on this machine's roofline: prefill to the right, every decode point (all at one intensity, whatever the cache length) far to the left of the ridge, each point under its ceiling.
+#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points stacked at one low intensity under the sloped bandwidth line.
+rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,),
+                   batch=batch, heads=heads, device=device, memory=False, progress=None, **budget)
 peaks_here, shown = devices.roofline_peaks(device), plots.steady(rows)
 display(plots.roofline(shown, device=peaks_here))
 
 # %% tags=["remove-input"]
 over = [f"{r.mode} S={r.seq}" for r in shown if r.tflops * 1e12 > peaks_here.attainable(r.intensity)]
 lesson(all(r.intensity < peaks_here.ridge for r in rows if r.mode == DECODE),
-       f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte)")
+       f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte, measured for this page)")
+decode_here = [r.intensity for r in rows if r.mode == DECODE]
+element = torch.empty((), dtype=dtype).element_size()
+lesson(all(abs(i * element / 2 - 1) < 0.02 for i in decode_here),
+       f"in {str(dtype).removeprefix('torch.')} every decode point sits at about {2 / element:g} FLOP/byte, whatever "
+       f"the cache length: 2 FLOPs per {element}-byte cached element",
+       ", ".join(f"S = {r.seq}: {r.intensity:.3f}" for r in rows if r.mode == DECODE))
+glue("decode_here", readable(max(decode_here))); glue("element_bytes", element); glue("dtype_here", str(dtype).removeprefix("torch."))
 lesson(not over, "every point drawn sits at or under its ceiling: decode under the memory slope, prefill under its roof",
        f"{len(shown)} of {len(rows)} points drawn; roof {peaks_here.source}")
 pair = decoding.phase_pair(shown)    # prefill and decode at the longest S where both passed the spread check
@@ -233,12 +256,19 @@ if pair is None:
 else:
     (pre, dec), longest = pair, pair[0].seq
     lesson(dec.flops / dec.p10_ms < pre.flops / pre.p90_ms,
-           "decode achieves fewer FLOP/s than prefill: its fastest call is below prefill's slowest",
-           f"{dec.tflops * 1e3:.2f} vs {pre.tflops * 1e3:.2f} GFLOP/s (medians) at S = {longest}")
-    lesson(dec.p10_ms > 2 * pre.p90_ms / longest, "a token costs more than twice as much to decode as to prefill",
-           f"{dec.median_ms:.3f} ms vs {pre.median_ms / longest:.4f} ms per token (medians) at S = {longest}, {run_label}")
+           "decode achieves fewer FLOP/s than prefill: even its fastest calls (10th percentile) are below "
+           "prefill's slowest (90th)", f"medians {dec.tflops * 1e3:.2f} vs {pre.tflops * 1e3:.2f} GFLOP/s at S = {longest}")
+    lesson(dec.p10_ms > 5 * pre.p90_ms / longest, "a token costs over five times as much to decode as to prefill",
+           f"{dec.median_ms / (pre.median_ms / longest):.0f}x: {dec.median_ms:.3f} ms vs {pre.median_ms / longest:.4f} ms "
+           f"per token (medians) at S = {longest}, {run_label}")
 
 # %% [markdown]
+# Here, in {glue:text}`dtype_here`, the decode points sit at {glue:text}`decode_here` FLOP/byte,
+# not the 1 counted above for bfloat16: the same two FLOPs now read a {glue:text}`element_bytes`-byte
+# element. This machine's ceilings are measured on the page that draws them (best of 30 runs
+# each), and a machine shared with other work moves them, so chapter 6's roof, measured in its
+# own run, need not match this one to the digit.
+#
 # Prefill shares its fixed costs among S tokens and reuses every key it loads; a decode token pays
 # them for one token and reads the whole cache. On a GPU, once S is long, the attention call takes
 # as long as reading the cache takes: the cure is to move fewer bytes per token.
@@ -248,7 +278,7 @@ else:
 # GQA lets a group of query heads share one K/V head (Ainslie et al., *GQA*, arXiv 2305.13245).
 # The FLOPs do not change (every query head still does its own dot products), but the cache,
 # and so the bytes a decode token must read, shrink by the group size. Count it for a
-# Llama-3-8B-like layer stack (32 layers, 32 query heads, 8 K/V heads, D = 128, bf16) and a
+# Llama-3-8B-like layer stack (32 layers, 32 query heads, 8 K/V heads, D = 128, bf16) and an
 # 8192-token context:
 
 # %%
@@ -262,7 +292,7 @@ saving = gqa_rows.iloc[0]["KV cache (MiB)"] / gqa_rows.iloc[1]["KV cache (MiB)"]
 step_saving = gqa_rows.iloc[0]["bytes per decode token, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode token, one layer (MiB)"]
 lesson(saving == hq // hkv, f"sharing each K/V head among {hq // hkv} query heads makes the cache {hq // hkv}x smaller")
 lesson(0.9 * (hq // hkv) < step_saving <= hq // hkv, "and a decode token moves almost that many times fewer bytes",
-       f"{step_saving:.2f}x (q and o are not shared)")
+       f"{step_saving:.2f}x; q and o are not shared")
 glue("gqa_cache_mha", float(gqa_rows.iloc[0]["KV cache (MiB)"]) / 1024)
 glue("gqa_cache_gqa", float(gqa_rows.iloc[1]["KV cache (MiB)"]) / 1024)
 glue("gqa_step_saving", float(step_saving))
@@ -279,7 +309,8 @@ glue("gqa_step_saving", float(step_saving))
 # Through the library a decode token is an SDPA call with one query, no mask, `is_causal=False`
 # and `enable_gqa=True` when K/V heads are shared. None of PyTorch's backend checks
 # (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) refuses that (flash refuses `is_causal`
-# with Sq ≠ Sk, cuDNN a *key* length of 1), so chapter 3's backend order decides, as for prefill:
+# only with Sq ≠ Sk, which a decode call does not pass), so chapter 3's backend order decides, as
+# for prefill:
 
 # %%
 decode_predictions = kernels.attention.sdpa.predictions(
@@ -327,7 +358,6 @@ plots.split_kv_bars(pairs, f"SGLang decode, {decode_report.device}: one decode s
 # %% tags=["remove-input"]
 decode_share = decode_report.attention_share
 assert decode_share is not None, "the SGLang step has kernels, so a GPU time to share"
-print(f"{len(pairs)} calls; main kernel: {pairs['main kernel'].iloc[0]}; reduce kernel: {pairs['reduce kernel'].iloc[0]}")
 _ = reveal(guess_decode_attention_percent, round(100 * decode_share, 1),
            "% of the decode step's GPU time in attention")
 QWEN3_8B = {"layers": 36, "heads": 32, "kv_heads": 8, "head_dim": 128}  # Qwen3-8B's published config.json
@@ -336,24 +366,25 @@ lesson(len(pairs) == QWEN3_8B["layers"] and (pairs["kernels"] == 2).all() and pa
        f"{len(pairs)} calls")
 lesson(pairs["main kernel"].str.startswith("paged_attention_ll4mi").all()
        and pairs["reduce kernel"].str.startswith("paged_attention_ll4mi").all(),
-       "both are AITER's paged-attention kernels (paged_attention_ll4mi_*)", pairs["main kernel"].iloc[0])
-lesson(set(pairs["launched by"]) == {"hipGraphLaunch"}, "all of them were replayed from a graph (hipGraphLaunch)",
-       ", ".join(sorted(set(pairs["launched by"]))))
-reduce_of_call, reduce_of_main = pairs["reduce share"], pairs["reduce µs"] / pairs["main µs"]
-lesson(reduce_of_call.max() < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
-       f"at most {reduce_of_call.max():.1%} of the call, {reduce_of_main.max():.1%} of the main kernel")
+       "both are AITER's paged-attention kernels", f"{pairs['main kernel'].iloc[0]}, {pairs['reduce kernel'].iloc[0]}")
+lesson(set(pairs["launched by"]) == {"hipGraphLaunch"}, "all of them were replayed from a graph",
+       "launched by " + ", ".join(sorted(set(pairs["launched by"]))))
+shares = ch10.reduce_shares(pairs)
+lesson(shares["call_max"] < 0.15, "merging the partitions costs little: the reduce is under 15% of every call",
+       f"median {shares['call_median']:.1%} of the call, {shares['main_median']:.1%} of the main kernel; "
+       f"at most {shares['call_max']:.1%} and {shares['main_max']:.1%}")
 sg_kinds = breakdown.time_by_kind(decode_report)["share"]
 lesson(sg_kinds.drop("attention").idxmax() == "gemm" and sg_kinds["gemm"] > 0.5,
        "most of the rest of the step is GEMMs", f"GEMM {sg_kinds['gemm']:.1%}, attention {sg_kinds['attention']:.1%}")
 glue_all(sg_share=100 * decode_share, sg_gemm=100 * sg_kinds["gemm"], sg_main_us=pairs["main µs"].median(),
-         sg_reduce_call_pct=100 * reduce_of_call.median(), sg_reduce_main_pct=100 * reduce_of_main.median())
+         sg_reduce_call_pct=100 * shares["call_median"], sg_reduce_main_pct=100 * shares["main_median"])
 
 # %% [markdown]
 # Attention was {glue:text}`sg_share:.1f`% of the decode step's GPU time; most of the rest is the
 # layers' [GEMMs](glossary.md#gemm), {glue:text}`sg_gemm:.0f`% of the step. Each layer's main kernel took
-# {glue:text}`sg_main_us:.0f` µs (median), and the reduce was {glue:text}`sg_reduce_call_pct:.1f`%
-# of the call, main and reduce together ({glue:text}`sg_reduce_main_pct:.1f`% of the main kernel
-# alone). With the shapes, `roof_table` puts each call on the roof (the kernel's long name left out):
+# {glue:text}`sg_main_us:.0f` µs (median), and the reduce took a median
+# {glue:text}`sg_reduce_call_pct:.1f`% of a call, main and reduce together
+# ({glue:text}`sg_reduce_main_pct:.1f`% of the main kernel's time). With the shapes, `roof_table` puts each call on the roof (the kernel's long name left out):
 
 # %%
 decode_report.roof_table().drop(columns="kernel").head(3)

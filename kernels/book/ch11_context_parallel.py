@@ -1,12 +1,15 @@
 """What only chapter 11 (context parallelism) needs: its tables as the page shows them (the
-ring's judged cases, one rank table per step), the sentence its timing reading glues, and the
-credit of the borrowed rank pair for the page's "Traces on this page" box."""
+ring's judged cases, the ranks' times per step, the critical path, the real job's step), the
+readings of its timing claims, its timelines' legend out of the bars' way, and the credit of
+the borrowed rank pair for the page's "Traces on this page" box."""
 from __future__ import annotations
 
+import statistics
+
 import pandas as pd
+from matplotlib.figure import Figure
 
 from kernels import borrowed
-from kernels.parallel import programs, rank_traces
 
 
 class RankPair:
@@ -17,29 +20,70 @@ class RankPair:
         return text[0].upper() + text[1:] + "."
 
 
-def ring_cases(group, cases: list, device: str, dtype: str) -> pd.DataFrame:
-    """``programs.check_cases``, one row a case in seven columns: its shape, the tensor (output or
+def ring_cases(cases: list, judged: list) -> pd.DataFrame:
+    """The ring's judged cases (``programs.judge_ring`` of each), one row a case in seven columns
+    (``programs.check_cases`` shows every tensor, in nine): its shape, the tensor (output or
     gradient) closest to its bound, that tensor's error over its bound (under 1 passes), and
     whether every tensor passed."""
     rows = []
-    for case in cases:
-        judged = programs.judge_ring(group.run(programs.ring_check, case.with_(device=device, dtype=dtype)),
-                                     case.with_(dtype=dtype))
-        worst = max(judged, key=lambda name: judged[name].error / judged[name].bound)
+    for case, verdicts in zip(cases, judged, strict=True):
+        worst = max(verdicts, key=lambda name: verdicts[name].error / verdicts[name].bound)
         rows.append({"layout": case.layout, "causal": case.causal, "S": case.seq, "Hq:Hkv": f"{case.heads}:{case.kv_heads}",
-                     "closest to its bound": worst, "error / bound": judged[worst].error / judged[worst].bound,
-                     "ok": judged.ok})
+                     "closest to its bound": worst, "error / bound": verdicts[worst].error / verdicts[worst].bound,
+                     "ok": verdicts.ok})
     return pd.DataFrame(rows)
 
 
-def per_step_ms(totals: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """``rank_traces.step_totals`` over ``steps`` profiled steps as the mean of one step, in ms
-    (the scale of a timeline that draws one step); the header says so, the columns stay short."""
+def per_step(totals_by_split: dict[str, pd.DataFrame], steps: int) -> pd.DataFrame:
+    """``rank_traces.step_totals`` of each split over ``steps`` profiled steps, as the mean of one
+    step (the scale of a timeline that draws one step): a row per split and rank, with the
+    matrix products' GFLOP (from the recorded shapes) beside the times the prose reads (the
+    communication ranges themselves are on the timeline: gloo's bound a transfer, never time it)."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    table = totals[rank_traces.TIME_COLUMNS] / steps / 1e3
-    table = table.rename(columns=lambda c: c.removesuffix("_us").removesuffix("_communication").replace("_", " "))
-    return table.rename_axis(columns=f"ms per step (mean of {steps})")
+    rows = [{"split": split, "rank": int(rank), "matmul (GFLOP)": row["matmul_flop"] / steps / 1e9,
+             "compute (ms)": row["compute_us"] / steps / 1e3,
+             "exposed (ms)": row["exposed_communication_us"] / steps / 1e3, "step (ms)": row["step_us"] / steps / 1e3}
+            for split, totals in totals_by_split.items() for rank, row in totals.iterrows()]
+    return pd.DataFrame(rows)
+
+
+def real_step_ms(summary: pd.DataFrame) -> pd.DataFrame:
+    """One step's ``RankStep.summary`` of a GPU job in ms, a row per rank: the step, its compute,
+    communication, exposed communication, and idle time (no kernel of either kind running)."""
+    names = {"step_us": "step (ms)", "compute_us": "compute (ms)", "communication_us": "communication (ms)",
+             "exposed_communication_us": "exposed (ms)", "idle_us": "idle (ms)"}
+    return (summary[list(names)] / 1e3).rename(columns=names).rename_axis("rank")
+
+
+def critical_path_ms(path: pd.DataFrame) -> pd.DataFrame:
+    """``RankStep.critical_path`` as the page shows it: per round, the rank on the path, its
+    compute and exposed communication there, and how much more it computed than the least busy
+    rank, in ms. ``matched`` (every rank recorded the same rounds) must hold for the path to be
+    the whole story, so it is checked here rather than shown as a column."""
+    if not path["matched"].all():
+        raise ValueError("the ranks recorded different numbers of communication rounds: the path is a lower bound")
+    return pd.DataFrame({"round": path["round"], "rank on the path": path["rank"],
+                         "its compute (ms)": path["compute_us"] / 1e3, "its exposed (ms)": path["exposed_us"] / 1e3,
+                         "computed more than the other (ms)": path["slack_us"] / 1e3})
+
+
+def legend_above(fig: Figure) -> Figure:
+    """A ``RankStep.timeline`` with its legend in a row above the tracks, right-aligned, where it
+    covers no bar (inside the axes it hid the end of rank 0's bars), and the title left-aligned
+    above it."""
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    old = ax.get_legend()
+    if old is not None:
+        old.remove()
+    size = float(ax.title.get_fontsize())
+    ax.legend(handles, labels, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(labels), frameon=False,
+              fontsize="small", borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)
+    title = ax.get_title()
+    ax.set_title("")
+    ax.set_title(title, loc="left", pad=2.2 * size)
+    return fig
 
 
 def held(outcomes: list) -> bool:
@@ -52,13 +96,55 @@ def held(outcomes: list) -> bool:
 
 def time_reading(compute_held: bool, wait_held: bool, imbalance: float) -> str:
     """The sentence the page glues after the FLOP count: what the ranks' times showed, saying only
-    what the timing claims asserted (``held``) on this run."""
+    what the timing claims asserted (``held``) on this run. The time ratio is not the FLOP ratio:
+    a rank's compute holds work besides its matrix products, and the two processes need not run
+    at the same speed (the zigzag run measures that), so the sentence draws no cost out of it."""
     if compute_held and wait_held:
-        return (f"its compute took {imbalance:.2f} times rank 0's (a diagonal block, computed whole and then masked, "
-                "costs more than its share of pairs), and rank 0 spent the difference waiting at the step's end")
+        return (f"its compute took {imbalance:.2f} times rank 0's (a time, not a FLOP count: it also holds the "
+                "work besides the matrix products and how fast this machine ran each process), and rank 0 spent "
+                "the difference waiting at the step's end")
     if compute_held:
         return (f"its compute took {imbalance:.2f} times rank 0's, but where rank 0 spent the difference was too noisy "
                 "to assert on this run (a machine shared with other work moves the waits)")
     waited = ", though rank 0 did spend longer waiting at the step's end" if wait_held else ""
     return ("the ranks' compute times on this run were too noisy to assert that the last rank computed longer "
             f"(a machine shared with other work moves them){waited}, so the FLOP count is the statement")
+
+
+def longest_wait_ms(steps: list) -> list[float]:
+    """Per step (``rank_traces.RankStep``), the longest exposed communication of any rank, in ms:
+    the waiting that step paid for its imbalance."""
+    return [float(s.summary()["exposed_communication_us"].max()) / 1e3 for s in steps]
+
+
+def shorter_waits(contiguous: list, zigzag: list) -> list[bool]:
+    """Per zigzag step, whether its longest wait was shorter than the contiguous steps' median one
+    (the steps of two runs are not pairs, so each is held against the other run's median)."""
+    bar = statistics.median(longest_wait_ms(contiguous))
+    return [w < bar for w in longest_wait_ms(zigzag)]
+
+
+def unequal_speed(steps: list) -> tuple[int, list[bool], float]:
+    """For steps whose ranks did the same arithmetic: the rank with the most compute over all the
+    steps, per step whether it computed longer than every other rank, and its compute over the
+    least's (totals): how far the ranks' speed differs at equal work."""
+    tables = [s.summary() for s in steps]
+    total = pd.concat(tables).groupby(level=0)["compute_us"].sum()
+    slow = int(total.idxmax())
+    outcomes = [bool((t["compute_us"].drop(slow) < t.loc[slow, "compute_us"]).all()) for t in tables]
+    return slow, outcomes, float(total.max() / total.min())
+
+
+def zigzag_reading(wait_held: bool, speed_held: bool, slow: int, speed_ratio: float, waits_ms: tuple[float, float]) -> str:
+    """The clause the page glues after the zigzag run: what happened to the waiting, and whether
+    the ranks ran at different speeds at equal work, saying only what the timing claims asserted
+    (``held``) on this run. ``waits_ms``: the median step's longest wait, contiguous and zigzag."""
+    before, after = waits_ms
+    if wait_held:
+        waits = f"the longest wait of a step fell from {before:.1f} ms to {after:.1f} ms (median steps), but not to zero"
+    else:
+        change = "did not fall" if after >= before else "did not clearly fall"
+        waits = f"the longest wait of a step {change} on this run ({before:.1f} ms, then {after:.1f} ms, median steps)"
+    if speed_held:
+        return waits + f", and at equal FLOPs rank {slow}'s compute took {speed_ratio:.2f} times the other's"
+    return waits + ", and at equal FLOPs the ranks' compute times differed by no more than the step-to-step noise"

@@ -48,6 +48,12 @@ def decode_token(cache, q, k_new, v_new):
 # `F.scaled_dot_product_attention`, check which keys its mask lets a single query see (chapter 10
 # shows it).
 # :::
+#
+# :::{dropdown} Hint 3: fewer K/V heads than query heads
+# `F.scaled_dot_product_attention` pairs query head h with K/V head h unless you pass
+# `enable_gqa=True`; with Hkv < H and no such flag the head counts do not match. The library's
+# `kernels.get(name)(q, k, v, causal=True)` takes shared K/V heads as they are.
+# :::
 
 # %% tags=["solution", "hide-input"]
 # Solution: append first (the new query sees its own key), then bottom-right causal attention.
@@ -95,5 +101,13 @@ check_decode_intensity(solution_decode_intensity if solutions else decode_intens
 # %% [markdown]
 # Try your function on 32 query heads against 8 K/V heads, then against 32, in bfloat16: how many
 # times closer to a GPU's ridge does sharing K/V heads bring a decode token, and is it close?
+#
+# :::{dropdown} Answer
+# About 4 times: with a long cache the bytes are almost all K and V, and 8 K/V heads instead of 32
+# read a quarter of them for the same FLOPs, so the token goes from about 1 FLOP per byte to about
+# 4 (a little under, since q and o are not shared). Not close: an H200 needs about 206 FLOPs per
+# byte to keep its tensor cores busy (chapter 10), so a decode token with GQA is still about 50
+# times below its ridge, and memory-bound.
+# :::
 #
 # Back to [chapter 10](../10_decoding.ipynb), or on to the [exercises of chapter 11](11_context_parallel.ipynb).

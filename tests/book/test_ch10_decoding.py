@@ -97,3 +97,24 @@ def test_the_intensity_exercise_never_prints_its_answer():
     assert "not a mistake the check recognizes" in words
     printed = set(re.findall(r"\d+\.\d+", words))
     assert not printed & {f"{want:.{digits}g}" for digits in (3, 4, 5)}, words
+
+
+def test_the_counts_table_in_units_keeps_every_number_in_gflop_and_mib():
+    counts = decoding.counts_table((512, 4096), heads=32, head_dim=128, dtype=torch.bfloat16)
+    shown = ch10.counts_in_units(counts)
+    assert list(shown.columns) == ["decode GFLOP", "decode MiB", "decode FLOP/byte",
+                                   "prefill GFLOP", "prefill MiB", "prefill FLOP/byte"]
+    assert shown.index.name == "S (keys)" and shown.index.tolist() == [512, 4096]
+    assert shown.loc[4096, "decode GFLOP"] == pytest.approx(4 * 32 * 4096 * 128 / 1e9)
+    assert shown.loc[4096, "decode MiB"] == pytest.approx((2 * 32 * 4096 * 128 + 2 * 32 * 128) * 2 / 2**20)
+    assert (shown["decode FLOP/byte"] == counts[("FLOP/byte", "decode")]).all()
+
+
+def test_reduce_shares_name_median_and_maximum_of_call_and_main():
+    import pandas as pd
+
+    pairs = pd.DataFrame({"main µs": [90.0, 80.0, 100.0], "reduce µs": [10.0, 20.0, 5.0]})
+    pairs["reduce share"] = pairs["reduce µs"] / (pairs["main µs"] + pairs["reduce µs"])
+    shares = ch10.reduce_shares(pairs)
+    assert shares["call_median"] == pytest.approx(0.1) and shares["call_max"] == pytest.approx(0.2)
+    assert shares["main_median"] == pytest.approx(10 / 90) and shares["main_max"] == pytest.approx(0.25)

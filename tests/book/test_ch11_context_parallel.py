@@ -1,5 +1,6 @@
-"""Chapter 11's own page helpers (kernels.book.ch11_context_parallel): its per-step rank table, the
-rule that decides what its timing sentence may say, and the borrowed rank pair's credit."""
+"""Chapter 11's own page helpers (kernels.book.ch11_context_parallel): its per-step rank tables,
+the critical path and the real step as the page shows them, the rules that decide what its timing
+sentences may say, the timelines' legend, and the borrowed rank pair's credit."""
 import pandas as pd
 import pytest
 
@@ -12,18 +13,55 @@ pytestmark = pytest.mark.book
 
 def totals(step_ms: float) -> pd.DataFrame:
     row = {c: 0.0 for c in rank_traces.TIME_COLUMNS} | {"step_us": step_ms * 1e3, "compute_us": step_ms * 500,
-                                                        "exchanges": 6}
+                                                        "exchanges": 6, "matmul_flop": 6e9, "idle_us": 0.0}
     return pd.DataFrame([row, row]).rename_axis("rank")
 
 
-def test_per_step_ms_is_the_mean_of_one_step_and_says_so():
-    table = page.per_step_ms(totals(600.0), 6)
-    assert list(table.columns)[:2] == ["step", "compute"] and "exposed" in table.columns
-    assert table.columns.name == "ms per step (mean of 6)"
-    assert len(table.columns) == len(rank_traces.TIME_COLUMNS) <= 7  # counts like exchanges stay out
-    assert table["step"].tolist() == [100.0, 100.0]
+def test_per_step_is_the_mean_of_one_step_a_row_per_split_and_rank():
+    table = page.per_step({"contiguous": totals(600.0), "zigzag": totals(60.0)}, 6)
+    assert len(table.columns) <= 7 and list(table.columns[:2]) == ["split", "rank"]
+    assert table["step (ms)"].tolist() == [100.0, 100.0, 10.0, 10.0]
+    assert table["compute (ms)"].tolist() == [50.0, 50.0, 5.0, 5.0]
+    assert table["matmul (GFLOP)"].tolist() == [1.0] * 4
+    assert table["rank"].tolist() == [0, 1, 0, 1]
     with pytest.raises(ValueError):
-        page.per_step_ms(totals(600.0), 0)
+        page.per_step({"contiguous": totals(600.0)}, 0)
+
+
+class FakeStep:
+    """What the readings take of a ``rank_traces.RankStep``: its summary."""
+
+    def __init__(self, compute_ms, exposed_ms):
+        self.table = pd.DataFrame({"compute_us": [c * 1e3 for c in compute_ms],
+                                   "exposed_communication_us": [e * 1e3 for e in exposed_ms]}).rename_axis("rank")
+
+    def summary(self):
+        return self.table.copy()
+
+
+def test_the_waits_and_the_speed_are_read_per_step():
+    contiguous = [FakeStep([10, 20], [9, 1]), FakeStep([10, 20], [8, 1]), FakeStep([10, 20], [7, 1])]
+    zigzag = [FakeStep([12, 15], [4, 1]), FakeStep([12, 15], [9, 1]), FakeStep([16, 15], [3, 1])]
+    assert page.longest_wait_ms(contiguous) == [9.0, 8.0, 7.0]
+    assert page.shorter_waits(contiguous, zigzag) == [True, False, True]  # against the median, 8 ms
+    slow, outcomes, ratio = page.unequal_speed(zigzag)
+    assert slow == 1 and outcomes == [True, True, False] and ratio == pytest.approx(45 / 40)
+
+
+def test_readings_say_only_what_held():
+    both = page.time_reading(True, True, 1.234)
+    assert "1.23 times" in both and "noisy" not in both and "diagonal" not in both
+    compute_only = page.time_reading(True, False, 1.234)
+    assert "1.23 times" in compute_only and "too noisy" in compute_only
+    waits_only = page.time_reading(False, True, 1.234)
+    assert "1.23" not in waits_only and "too noisy" in waits_only and "did spend longer waiting" in waits_only
+    neither = page.time_reading(False, False, 1.234)
+    assert "too noisy" in neither and "waiting" not in neither
+    fell = page.zigzag_reading(True, True, 1, 1.28, (8.7, 5.7))
+    assert "fell from 8.7 ms to 5.7 ms" in fell and "rank 1" in fell and "1.28 times" in fell and "not to zero" in fell
+    flat = page.zigzag_reading(False, False, 1, 1.02, (8.7, 8.1))
+    assert "did not clearly fall" in flat and "1.02" not in flat and "noise" in flat and "8.7 ms, then 8.1 ms" in flat
+    assert "did not fall on this run" in page.zigzag_reading(False, True, 0, 1.3, (8.7, 9.5))
 
 
 def test_held_follows_timing_claims_rule():
@@ -33,15 +71,38 @@ def test_held_follows_timing_claims_rule():
         page.held([])
 
 
-def test_time_reading_says_only_what_held():
-    both = page.time_reading(True, True, 1.234)
-    assert "1.23 times" in both and "noisy" not in both
-    compute_only = page.time_reading(True, False, 1.234)
-    assert "1.23 times" in compute_only and "too noisy" in compute_only
-    waits_only = page.time_reading(False, True, 1.234)
-    assert "1.23" not in waits_only and "too noisy" in waits_only and "did spend longer waiting" in waits_only
-    neither = page.time_reading(False, False, 1.234)
-    assert "too noisy" in neither and "waiting" not in neither
+def test_the_critical_path_and_the_real_step_in_ms_with_named_columns():
+    path = pd.DataFrame({"round": [0, 1], "rank": [1, 1], "compute_us": [1000.0, 2000.0], "exposed_us": [0.0, 500.0],
+                         "slack_us": [250.0, 1000.0], "matched": [True, True]})
+    shown = page.critical_path_ms(path)
+    assert shown["its compute (ms)"].tolist() == [1.0, 2.0] and "matched" not in shown.columns
+    with pytest.raises(ValueError):
+        page.critical_path_ms(path.assign(matched=False))
+    summary = pd.DataFrame({"step_us": [600e3], "compute_us": [100e3], "communication_us": [200e3],
+                            "exposed_communication_us": [170e3], "idle_us": [320e3], "overlap_us": [30e3]}).rename_axis("rank")
+    real = page.real_step_ms(summary)
+    assert list(real.columns) == ["step (ms)", "compute (ms)", "communication (ms)", "exposed (ms)", "idle (ms)"]
+    assert real.loc[0, "idle (ms)"] == 320.0
+
+
+def test_the_timeline_legend_moves_above_the_tracks():
+    from kernels.parallel.rank_traces import COLOURS
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    for i, kind in enumerate(COLOURS):
+        ax.broken_barh([(0, 1)], (i, 0.5), color=COLOURS[kind], label=kind)
+    ax.set_title("a step")
+    ax.legend(loc="upper right")
+    page.legend_above(fig)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    legend = ax.get_legend()
+    assert legend.get_window_extent(renderer).y0 >= ax.get_window_extent(renderer).y1 - 1
+    assert [t.get_text() for t in legend.get_texts()] == list(COLOURS)
 
 
 def test_rank_pair_goes_in_the_traces_box():
