@@ -229,15 +229,16 @@ def restate_reading_time(cells) -> None:
 SETUP_CALL = "setup(device, dtype)"
 
 
-def ran_with_lines(indent: str) -> list[str]:
+def ran_with_lines(indent: str, exercise: bool = False) -> list[str]:
     """The lines ``fold_setup`` adds after the setup call: one printed line naming the preset's
-    parameters as this run has them, since the parameters cell is off the page."""
-    names = chapter_parameters(load_presets(ROOT / "kernels" / "presets.yml")["cpu"])
+    parameters as this run has them, since the parameters cell is off the page. An exercise's
+    checks draw their own shapes, so its line names the device and dtype only."""
+    names = ("device", "dtype") if exercise else chapter_parameters(load_presets(ROOT / "kernels" / "presets.yml")["cpu"])
     return [f"{indent}from kernels.notebook import ran_with",
             f"{indent}print(ran_with({', '.join(f'{n}={n}' for n in names)}))"]
 
 
-def fold_setup(cells) -> None:
+def fold_setup(cells, exercise: bool = False) -> None:
     """Make the page's first code cell after the parameters (imports and ``setup(device, dtype)``:
     the course's bookkeeping, not what the page teaches) its one setup box: folded behind
     "Setup: install, parameters, imports" in the book, its output (the device note, and the
@@ -250,7 +251,7 @@ def fold_setup(cells) -> None:
     lines = first.source.splitlines()
     at = next(i for i, line in enumerate(lines) if SETUP_CALL in line)
     indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
-    first.source = "\n".join(lines[:at + 1] + ran_with_lines(indent) + lines[at + 1:])
+    first.source = "\n".join(lines[:at + 1] + ran_with_lines(indent, exercise) + lines[at + 1:])
     tags = first.metadata.setdefault("tags", [])
     if "hide-input" not in tags:
         tags.append("hide-input")
@@ -324,7 +325,7 @@ def notebook(source: Path, learner: bool = False) -> str:
     nb.cells = [cell_from(cell) for cell in source_cells(source)]
     if is_exercise(source):
         nb.cells = solution_switches(nb.cells)
-    fold_setup(nb.cells)
+    fold_setup(nb.cells, exercise=is_exercise(source))
     fill_reading_time(nb.cells)
     page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
     if learner:
