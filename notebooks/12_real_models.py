@@ -29,16 +29,20 @@
 # %% [parameters]
 
 # %%
+import contextlib
+import io
+
 import pandas as pd
 import torch
 
 from kernels.attention.block import Block
 from kernels.book import ch12_real_models as ch12
-from kernels.borrowed import TRACELENS, root, traces_box
+from kernels.borrowed import TRACELENS, traces_box
 from kernels.notebook import glue_all, lesson, readable, reveal, setup
 from kernels.trace import attention, breakdown, record
 from kernels.trace.attention import find_attention, short_kernel_name
 from kernels.trace.side_by_side import side_by_side
+from matplotlib.figure import Figure
 
 device, dtype = setup(device, dtype)
 reports = {ch12.SHORT[key]: find_attention(TRACELENS[key].step()) for key in ch12.SHORT}   # by short name
@@ -64,19 +68,19 @@ guess_faster = "MI300X"  # edit me: "H100" or "MI300X"
 
 # %%
 h100, mi300x = reports["H100 Qwen"], reports["MI300X Qwen"]
-display(side_by_side(h100, mi300x).table())        # calls matched by shape, B's time over A's last
+matched = side_by_side(h100, mi300x)               # calls matched by shape; A is the H100, B the MI300X
+display(matched.table().T.set_axis(["A: H100 Qwen, B: MI300X Qwen"], axis=1))
 summaries = pd.DataFrame({"H100 Qwen": h100.summary(), "MI300X Qwen": mi300x.summary()})
-display(summaries.tail(7))                         # the share of peak, of the step, and the kernel's footprint
+display(summaries.drop("attention's share of the step (%)").tail(6))   # the share of the step: later
 
 # %% tags=["remove-input"]
-matched = side_by_side(h100, mi300x)
 ratio = matched.matched[0].as_dict()["time_ratio_b_over_a"] if len(matched.matched) == 1 else None
 assert ratio is not None, "the two Qwen steps share one shape of call"
 faster, slower = ("H100", "MI300X") if ratio > 1 else ("MI300X", "H100")
 print(f"You guessed the {guess_faster}; per call, the faster kernel ran on the {faster}.")
 shapes = [{(c.batch_heads, c.sq, c.sk, c.d, c.causal) for c in r.calls} for r in (h100, mi300x)]
 lesson(len(h100.calls) == len(mi300x.calls) and shapes[0] == shapes[1] and len(shapes[0]) == 1 and len(matched.groups) == 1,
-       "both vendors run the same attention calls: one per layer, all of one shape", f"{len(h100.calls)} of {shapes[0]}")
+       "both vendors run the same attention calls: one per layer, all of one shape", ch12.calls_text(h100.calls))
 mean_us = {name: sum(c.gpu_us for c in r.calls) / len(r.calls) for name, r in (("H100", h100), ("MI300X", mi300x))}
 lesson(abs(ratio - mean_us["MI300X"] / mean_us["H100"]) < 1e-9,
        f"side by side, the {slower} call took {ratio:.2f} times as long as the {faster}'s: the ratio of their mean GPU times",
@@ -96,7 +100,8 @@ glue_all(qwen_calls=len(h100.calls), faster_gpu=faster, slower_gpu=slower, sbs_r
 # %% [markdown]
 # Matched by shape, the {glue:text}`qwen_calls` calls of each step are alike, and the kernel on the
 # {glue:text}`slower_gpu` took {glue:text}`sbs_ratio:.2f` times as long as the one on the
-# {glue:text}`faster_gpu` (means, the last column). Three things to take from the tables:
+# {glue:text}`faster_gpu` (the ratio of the means, the last row; `summary()` gives medians).
+# Three things to take from the tables:
 #
 # - **The names differ, the job does not.** The H100 runs `pytorch_flash::flash_fwd_kernel`,
 #   the FlashAttention-2 kernel that PyTorch ships (chapter 3b); the MI300X runs `attn_fwd`,
@@ -117,7 +122,9 @@ glue_all(qwen_calls=len(h100.calls), faster_gpu=faster, slower_gpu=slower, sbs_r
 # ridge where the two roofs meet.
 
 # %%
-pd.concat({name: reports[name].roof_table().head(1) for name in ("H100 Qwen", "MI300X Qwen")})
+first_calls = {name: reports[name].roof_table().drop(columns="kernel").head(1)   # the kernels: above
+               for name in ("H100 Qwen", "MI300X Qwen")}
+pd.concat(first_calls, names=["first call of", "#"])
 
 # %% tags=["remove-input"]
 roofs = {name: ch12.placed_calls(reports[name]) for name in ("H100 Qwen", "MI300X Qwen")}
@@ -129,10 +136,19 @@ lesson(all(r.bound == "memory" and r.intensity == qwen_intensity < ridges[name] 
 roof_pct = {name: 100 * max(r.share for r in found) for name, found in roofs.items()}
 lesson(all(pct < 25 for pct in roof_pct.values()), "yet no call reaches a quarter of its memory roof",
        ", ".join(f"{name}: at most {pct:.1f}%" for name, pct in roof_pct.items()))
+call_us = {name: [c.gpu_us for c in reports[name].calls] for name in roofs}
 glue_all(qwen_intensity=qwen_intensity, h100_ridge=ridges["H100 Qwen"], mi300x_ridge=ridges["MI300X Qwen"],
-         h100_roof_pct=roof_pct["H100 Qwen"], mi300x_roof_pct=roof_pct["MI300X Qwen"])
+         h100_roof_pct=roof_pct["H100 Qwen"], mi300x_roof_pct=roof_pct["MI300X Qwen"],
+         h100_first_us=call_us["H100 Qwen"][0], mi300x_first_us=call_us["MI300X Qwen"][0],
+         h100_mean_us=mean_us["H100"], mi300x_mean_us=mean_us["MI300X"],
+         mi300x_min_us=min(call_us["MI300X Qwen"]), mi300x_max_us=max(call_us["MI300X Qwen"]))
 
 # %% [markdown]
+# The table shows each step's first call (#0): {glue:text}`h100_first_us:.1f` µs on the H100, near
+# its mean of {glue:text}`h100_mean_us:.1f`, and {glue:text}`mi300x_first_us:.1f` µs on the MI300X,
+# whose calls ranged from {glue:text}`mi300x_min_us:.1f` to {glue:text}`mi300x_max_us:.1f` µs around a
+# mean of {glue:text}`mi300x_mean_us:.1f`; the checks above read all of them.
+#
 # Memory-bound by this count, both: {glue:text}`qwen_intensity:.1f` FLOPs a byte, under the H100's
 # ridge of {glue:text}`h100_ridge:.0f` and the MI300X's {glue:text}`mi300x_ridge:.0f`. Yet no call
 # reached more than {glue:text}`h100_roof_pct:.0f`% (H100) or {glue:text}`mi300x_roof_pct:.0f`%
@@ -142,20 +158,21 @@ glue_all(qwen_intensity=qwen_intensity, h100_ridge=ridges["H100 Qwen"], mi300x_r
 #
 # ## Attention's share of the step, and where the rest goes
 #
-# A prefill of 16 x 559 tokens through 24 layers: before looking, what share of the step's GPU
-# time is attention, on the H100?
+# A prefill of 16 x 559 tokens through 24 layers. Chapter 8 split the H100 step by kind and found
+# attention a small part of it. The MI300X ran the same model on the same input with other
+# kernels and another torch: before looking, what share of *its* step's GPU time is attention?
 
 # %%
-guess_qwen_share = 0.5  # edit me: a fraction of the step's GPU time, 0 to 1
+guess_qwen_share = 0.5  # edit me: a fraction of the MI300X step's GPU time, 0 to 1
 
 # %%
-by_kind = breakdown.shares({name: reports[name] for name in ("H100 Qwen", "MI300X Qwen")})
-display((100 * by_kind.T).rename(index=breakdown.KIND_LABELS).rename_axis("% of the step's GPU time"))
-display(breakdown.rest_by_op(h100, top=6))
+by_kind = breakdown.shares({name: reports[name] for name in ("H100 Qwen", "MI300X Qwen")})   # fractions
+rest = breakdown.rest_by_op(h100, top=6)           # the ops behind the rest of the H100 step
 
 # %% tags=["remove-input"]
+display(ch12.percent_by_kind(by_kind), ch12.rest_in_percent(rest))
 share = ch12.attention_shares(reports)
-reveal(guess_qwen_share, round(share["H100 Qwen"], 3), "attention's share of the H100 Qwen step")
+reveal(guess_qwen_share, round(share["MI300X Qwen"], 3), "attention's share of the MI300X Qwen step")
 lesson(share["H100 Qwen"] < 0.25 and share["MI300X Qwen"] < 0.25,
        "attention is under a quarter of the Qwen prefill's GPU time, on both GPUs",
        f"{100 * share['H100 Qwen']:.1f}% and {100 * share['MI300X Qwen']:.1f}%")
@@ -190,36 +207,39 @@ glue_all(qwen_h100_share=100 * share["H100 Qwen"], qwen_mi300x_share=100 * share
 #   float32 around the norms and `.contiguous()` copies. Fusing such chains is chapter 7's
 #   `torch.compile`; attention is not where this step's time would be won back.
 #
-# The second table names the ops behind the rest on the H100: the innermost op that launched each kernel.
+# The second table names the ops behind the rest on the H100: the innermost op that launched each
+# kernel, how many kernels it launched, and its % of the step.
 #
 # ## Hand-written attention beside a fused call
 #
 # TimeSformer is a video transformer from Hugging Face's library whose attention is written
 # by hand: `q @ k.transpose(-2, -1)`, a scale, `softmax`, `@ v`. Each block attends twice, as
 # its divided space-time attention does: once over time, in short sequences, and once over
-# space, in long ones. The ViT image classifier next to it calls SDPA. Before looking: what
-# share of TimeSformer's step on the H100 is attention?
+# space, in long ones. Chapter 1 read this trace's longest call and the share of the step that
+# attention took. The ViT image classifier next to it calls SDPA, one fused kernel a call, on
+# 197 tokens: before looking, what share of the ViT's step on the H100 is attention?
 
 # %%
-guess_timesformer_share = 0.3  # edit me: a fraction of the step's GPU time, 0 to 1
+guess_vit_share = 0.3  # edit me: a fraction of the ViT step's GPU time, 0 to 1
 
 # %%
 timesformer, vit = reports["H100 TimeSformer"], reports["H100 ViT"]
 calls = timesformer.table()
 display(calls.groupby("B·H x Sq x Sk x D", sort=False)
-        .agg(**{"calls": ("#", "size"), "kernels a call": ("kernels", "max"), "GPU µs, all calls": ("GPU µs", "sum")}))
+        .agg(**{"calls": ("#", "size"), "kernels a call": ("kernels", "max"),
+                "GPU µs, all calls": ("GPU µs", "sum")}))
 longest = timesformer.calls[int(calls["GPU µs"].idxmax())]
-display(longest.kernels.assign(kernel=longest.kernels["name"].map(short_kernel_name))[["kernel", "op", "dur_us"]]
-        .rename(columns={"dur_us": "GPU µs"}).reset_index(drop=True))
+in_order = longest.kernels.assign(kernel=longest.kernels["name"].map(short_kernel_name))
+display(in_order[["kernel", "op", "dur_us"]].rename(columns={"dur_us": "GPU µs"}).reset_index(drop=True))
 
 # %% tags=["remove-input"]
-reveal(guess_timesformer_share, round(share["H100 TimeSformer"], 3), "attention's share of the H100 TimeSformer step")
+reveal(guess_vit_share, round(share["H100 ViT"], 3), "attention's share of the H100 ViT step")
 assert longest.batch_heads and longest.sq and longest.sk, "a hand-written call is found by its shapes"
 video = ch12.timesformer_input(timesformer.step, longest.sq)
 lesson(video["frames"] == 128 and video["trained_frames"] == 8 and video["space_frames"] == 16
-       and longest.sq == 1 + video["space_frames"] * video["patches"],
-       "the recorded input has 128 frames for a checkpoint trained on 8, so each space sequence is "
-       "one CLS token and 16 frames' patches",
+       and video["space_batch"] == video["trained_frames"] and longest.sq == 1 + video["space_frames"] * video["patches"],
+       "the recorded input has 128 frames for a checkpoint trained on 8; the layer groups the frames by the "
+       "checkpoint's 8, so each space sequence is one CLS token and 16 frames' patches",
        f"1 + {video['space_frames']:.0f} x {video['patches']} = {readable(longest.sq)} tokens, "
        f"{video['space_batch']} such sequences")
 glue_all(ts_frames=video["frames"], ts_trained=video["trained_frames"], ts_space_frames=int(video["space_frames"]),
@@ -230,15 +250,17 @@ glue_all(ts_frames=video["frames"], ts_trained=video["trained_frames"], ts_space
 # The short calls of {glue:text}`ts_short` tokens (time) cost little; the long ones of
 # {glue:text}`ts_tokens` tokens (space) are almost all of it. That length comes from the input: the
 # recorded video has {glue:text}`ts_frames` frames for a checkpoint trained on
-# {glue:text}`ts_trained` (its time embedding is interpolated), so each "space" sequence holds one
-# CLS token and the {glue:text}`ts_patches` patches of {glue:text}`ts_space_frames` frames; on 8
-# frames it would hold {glue:text}`ts_own_tokens` tokens. The second table is the longest call's
+# {glue:text}`ts_trained` (its time embedding is interpolated). Hugging Face's layer reshapes the
+# tokens by the configuration's 8 frames, not the input's, so the 128 frames become 8 groups of
+# {glue:text}`ts_space_frames`: each "space" sequence holds one CLS token and the
+# {glue:text}`ts_patches` patches of {glue:text}`ts_space_frames` frames. On 8 frames it would
+# hold {glue:text}`ts_own_tokens` tokens. The second table is the longest call's
 # kernels in order: copies of `q` and of `k` transposed (`aten::matmul` copies a view that is not
 # contiguous), the scores' GEMM, the scale (`aten::mul`), the softmax, a copy of `v`, the GEMM with `v`.
 
 # %%
-rows = ["attention calls", "kernels per call", "main kernel", "attention's share of the step (%)"]
-display(pd.DataFrame({"H100 TimeSformer (hand-written)": timesformer.summary(), "H100 ViT (SDPA)": vit.summary()}).loc[rows])
+rows = ["attention calls", "kernels per call", "attention's share of the step (%)"]
+pd.DataFrame({"H100 TimeSformer": timesformer.summary(), "H100 ViT": vit.summary()}).loc[rows]
 
 # %% tags=["remove-input"]
 scores_gib = longest.batch_heads * longest.sq * longest.sk * 2 / 2**30   # bfloat16 scores, 2 bytes each
@@ -247,7 +269,8 @@ passes = ch12.score_passes(longest, timesformer.step)
 lesson(all(c.how == "hand-written" and len(c.kernels) > 1 for c in timesformer.calls),
        "TimeSformer's attention calls are hand-written, several kernels each", f"{len(timesformer.calls)} calls")
 lesson(all(c.how == "fused" and len(c.kernels) == 1 for c in vit.calls),
-       "ViT's attention calls are fused: one kernel each", f"{len(vit.calls)} calls")
+       "ViT's attention calls are fused: one kernel each",
+       f"{len(vit.calls)} calls of " + ", ".join(sorted({short_kernel_name(c.kernels["name"].iloc[0]) for c in vit.calls})))
 lesson(share["H100 TimeSformer"] > 0.5 > share["H100 ViT"],
        "hand-written attention is most of TimeSformer's step; fused attention is a small part of ViT's",
        f"{100 * share['H100 TimeSformer']:.1f}% against {100 * share['H100 ViT']:.1f}%")
@@ -262,8 +285,9 @@ glue_all(ts_share=100 * share["H100 TimeSformer"], vit_share=100 * share["H100 V
          ts_passes=passes["writes"] + passes["reads"])
 
 # %% [markdown]
-# Attention is {glue:text}`ts_share:.0f`% of TimeSformer's step on that 128-frame input and
-# {glue:text}`vit_share:.0f`% of ViT's. A long call's scores, B·H x 3,137 x 3,137 in bfloat16, are
+# Attention is {glue:text}`ts_share:.0f`% of TimeSformer's step on that 128-frame input (its
+# 3,137-token space sequences come from it) and {glue:text}`vit_share:.0f`% of ViT's. A long
+# call's scores, B·H x 3,137 x 3,137 in bfloat16, are
 # {glue:text}`ts_scores_gib:.2f` GiB, written by the first GEMM, read and written again by the
 # scale and by the softmax, read by the second GEMM. The softmax alone took
 # {glue:text}`ts_softmax_ms:.1f` ms of the call's {glue:text}`ts_call_ms:.1f` ms, several times
@@ -271,20 +295,28 @@ glue_all(ts_share=100 * share["H100 TimeSformer"], vit_share=100 * share["H100 V
 # scale: a fused kernel (chapters 3b, 4 and 5) would do the same FLOPs (these sequences are not
 # causal) without the {glue:text}`ts_passes` passes over gigabytes of scores.
 #
-# The same reading on every step these traces hold, both GPUs:
+# The same reading on every step these traces hold (BERT's on the H100 only):
 
 # %%
-#| caption: Attention's share of one step (red, with its percentage) and where the rest of the GPU time goes, by kind of kernel, for the seven traces of the box above. TimeSformer's hand-written attention (over its 128-frame input) is most of its step on both GPUs; in the models that call SDPA it is a minority, and the largest kind is GEMM everywhere but the H100 Qwen step, where elementwise kernels lead.
-#| alt: Horizontal stacked bars, one per trace, from 0 to 100 percent. H100 Qwen about 9 percent attention, elementwise the largest part; MI300X Qwen about 14, GEMM the largest; TimeSformer, on its 128-frame input, about 85 and 82 percent attention; ViT about 10 and 22 percent, GEMM the largest; H100 BERT about 12 percent, the rest mostly GEMM.
 share_table = breakdown.shares(reports)
-breakdown.share_bars(share_table, title="Attention's share of one step, and the rest by kind")
+ax = Figure(figsize=(4.4, 4.6)).add_subplot()      # narrow, so its labels stay legible on a phone
+fig = breakdown.share_bars(share_table, ax=ax, title="Attention's share of one step")
+
+# %% tags=["remove-input"]
+#| caption: Attention's share of one step (red, with its percentage) and where the rest of the GPU time goes, by kind of kernel, for the seven traces of the box above (BERT on the H100 only). TimeSformer's hand-written attention (over its 128-frame input, which makes its space sequences 3,137 tokens long) is most of its step on both GPUs; in the models that call SDPA it is a minority, and the largest kind is GEMM everywhere but the H100 Qwen step, where elementwise kernels lead.
+#| alt: Horizontal stacked bars, one per trace, from 0 to 100 percent. H100 Qwen about 9 percent attention, elementwise the largest part; MI300X Qwen about 14, GEMM the largest; TimeSformer, on its 128-frame input, about 85 and 82 percent attention; ViT about 10 and 22 percent, GEMM the largest; H100 BERT about 12 percent, the rest mostly GEMM.
+ch12.legend_in_two_columns(fig)
+
+# %% tags=["remove-input"]
+# The seven borrowed traces, to open in Perfetto and click an attention kernel.
+display(*ch12.trace_links(ch12.SHORT))
 
 # %% tags=["remove-input"]
 fused = [name for name in share_table.index if "TimeSformer" not in name]
 largest = ch12.largest_kind(share_table)
 lesson(all(share_table.loc[name, "attention"] > 0.5 for name in share_table.index if name not in fused)
        and all(share_table.loc[name, "attention"] < 0.5 for name in fused),
-       "on both GPUs, attention is most of the step only where it is written by hand",
+       "across the seven steps, attention is most of a step only where it is written by hand",
        ", ".join(f"{name} {100 * share_table.loc[name, 'attention']:.1f}%" for name in share_table.index))
 lesson(all(share_table.loc[name, "gemm"] > share_table.loc[name, "attention"] for name in fused),
        "where attention is fused, GEMMs take more of the step than attention")
@@ -311,13 +343,17 @@ glue_all(fused_min=100 * share_table.loc[fused, "attention"].min(), fused_max=10
 # ```
 #
 # `--step N` reads `ProfilerStep#N` (by default the first; a trace without steps is read whole),
-# `--json` prints one JSON object. Here it is on H100 BERT, a step not read so far:
+# `--json` prints one JSON object. Here it is on H100 BERT, a step not read so far; in a notebook,
+# `%run -m` runs the same command (the book's folder holds the borrowed traces in `data/borrowed/`):
 
 # %%
-exit_code = attention.main([str(root() / TRACELENS["h100_bert"].file)])
+bert_trace = "data/borrowed/tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz"
+%run -m kernels.trace.attention $bert_trace
 
 # %% tags=["remove-input"]
 bert = reports["H100 BERT"]
+with contextlib.redirect_stdout(io.StringIO()):    # the command again, for its exit status
+    exit_code = attention.main([str(ch12.trace_links({"h100_bert": "H100 BERT"})[0].path)])
 lesson(exit_code == 0 and len(bert.calls) > 0 and all(c.how == "fused" and c.causal is False for c in bert.calls),
        "BERT's attention calls are fused and not causal: an encoder lets every token see every other",
        f"{len(bert.calls)} calls")
@@ -331,8 +367,10 @@ lesson(exit_code == 0 and len(bert.calls) > 0 and all(c.how == "fused" and c.cau
 # trace, a Stable Diffusion 3.5 step served by xDiT, a `torch.compile`'d program:
 #
 # ```
-# python -m kernels.trace.attention tests/data/real_traces/tracelens/tracelens_inference_vllm_prefilldecode_piecewise_graph_execution.json.gz \
-#     --capture tests/data/real_traces/tracelens/tracelens_inference_vllm_prefilldecode_piecewise_capture_rank_0.json.gz
+# T=tests/data/real_traces/tracelens
+# python -m kernels.trace.attention \
+#     $T/tracelens_inference_vllm_prefilldecode_piecewise_graph_execution.json.gz \
+#     --capture $T/tracelens_inference_vllm_prefilldecode_piecewise_capture_rank_0.json.gz
 # ```
 #
 # To record your own model, profile a few steps with a schedule and record the shapes, which give
@@ -357,22 +395,24 @@ lesson(exit_code == 0 and len(bert.calls) > 0 and all(c.how == "fused" and c.cau
 # %%
 block = Block(heads * head_dim, heads, attention="sdpa_flash").to(device, dtype).eval()
 x = torch.randn(batch, seq, heads * head_dim, device=device, dtype=dtype)
-own = {shapes: find_attention(record.profile(block, x, label="block", wait=0, warmup=1, active=1, record_shapes=shapes,
-                                             trace_dir=trace_dir, trace_name=f"block_shapes_{shapes}").step())
-       for shapes in (True, False)}
-display(pd.concat({f"record_shapes={s}": r.table()[["how", "B·H x Sq x Sk x D", "causal", "GFLOP", "GPU µs"]]
-                   for s, r in own.items()}))
+def profiled(shapes):                              # one step of the block, recorded with or without shapes
+    return record.profile(block, x, label="block", wait=0, warmup=1, active=1, record_shapes=shapes,
+                          trace_dir=trace_dir, trace_name=f"block_shapes_{shapes}").step()
+own = {shapes: find_attention(profiled(shapes)) for shapes in (True, False)}
+tables = {f"record_shapes={s}": r.table()[["how", "B·H x Sq x Sk x D", "causal", "GFLOP", "GPU µs"]]
+          for s, r in own.items()}
 
 # %% tags=["remove-input"]
+display(ch12.shapes_table(tables))
 with_shapes, without = own[True].calls[0], own[False].calls[0]
 lesson(with_shapes.batch_heads == batch * heads and with_shapes.sq == seq and with_shapes.flops is not None,
-       "with record_shapes the call's sizes and FLOPs are read from the trace", str(with_shapes.shapes))
+       "with record_shapes the call's sizes and FLOPs are read from the trace", ch12.tensors_text(with_shapes.shapes))
 lesson(len(own[False].calls) == len(own[True].calls) and without.flops is without.batch_heads is without.causal is None,
        "without record_shapes the call is still found, but its sizes, causality and FLOPs are unknown")
 
 # %% [markdown]
-# On a CPU the block has no GPU work (the command would refuse its trace); `find_attention` reads
-# its ops all the same, and on a GPU the table fills its GPU time.
+# On a CPU the block has no GPU work ("none" above, and the command would refuse its trace);
+# `find_attention` reads its ops all the same, and on a GPU the table fills its GPU time.
 #
 # ## What to remember
 #
@@ -385,8 +425,9 @@ lesson(len(own[False].calls) == len(own[True].calls) and without.flops is withou
 # - `roof_table` puts each call under its GPU's roofline; `side_by_side(a, b)` (or the command with
 #   two traces) matches two steps' calls by shape.
 # - Fused attention was {glue:text}`fused_min:.1f`% to {glue:text}`fused_max:.1f`% of these
-#   models' steps, less than the GEMMs; hand-written attention was most of TimeSformer's, its
-#   softmax over gigabytes of scores the longest kernel. Read the share before optimising attention.
+#   models' steps, less than the GEMMs; hand-written attention was most of TimeSformer's (on a
+#   128-frame input that makes its space sequences 3,137 tokens long), its softmax over
+#   gigabytes of scores the longest kernel. Read the share before optimising attention.
 # - Record with `record_shapes=True`, or the calls have no sizes and no FLOPs.
 
 # %% [markdown]

@@ -1,13 +1,19 @@
 """What only chapter 12 (attention in a real model's trace) needs: the short names its tables and
-figures give the borrowed traces, what TimeSformer's recorded shapes say about its input, and how
-many passes its hand-written attention makes over the score tensor."""
+figures give the borrowed traces, what TimeSformer's recorded shapes say about its input, how
+many passes its hand-written attention makes over the score tensor, and the page's tables in
+the words and units its prose reads them in."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping
 
 import pandas as pd
 
+from kernels.borrowed import TRACELENS, root
 from kernels.trace.attention import SCORE_GEMMS, AttentionCall, AttentionReport
+from kernels.trace.breakdown import KIND_LABELS
+from kernels.trace.links import TraceLinks, links
+from matplotlib.figure import Figure
 from kernels.trace.reader import Step
 from kernels.trace.roof import Roof
 
@@ -90,3 +96,64 @@ def score_passes(call: AttentionCall, step: Step) -> dict:
 def largest_kind(shares: pd.DataFrame) -> pd.Series:
     """Each step's largest kind of GPU work other than attention (``breakdown.shares``' rows)."""
     return shares.drop(columns="attention").idxmax(axis=1)
+
+
+def calls_text(calls: list[AttentionCall]) -> str:
+    """Calls of one shape in words: "24 calls, all B·H 256 x 559 x 559 x 64, causal" (a ValueError
+    for calls of several shapes, which no one line describes)."""
+    shapes = {(c.batch_heads, c.sq, c.sk, c.d, c.causal) for c in calls}
+    if len(shapes) != 1:
+        raise ValueError(f"{len(shapes)} shapes of call: one line describes one")
+    bh, sq, sk, d, causal = shapes.pop()
+    return f"{len(calls)} calls, all B·H {bh} x {sq} x {sk} x {d}, {'causal' if causal else 'not causal'}"
+
+
+def tensors_text(shapes: Mapping[str, object]) -> str:
+    """An ``AttentionCall.shapes`` dict in words: "q, k, v [1, 8, 512, 64]" when the three agree,
+    else each named with its own shape."""
+    named = {name: list(dims) for name, dims in shapes.items() if name in ("q", "k", "v") and dims is not None}
+    if len({str(dims) for dims in named.values()}) == 1:
+        return f"{', '.join(named)} {next(iter(named.values()))}"
+    return ", ".join(f"{name} {dims}" for name, dims in named.items())
+
+
+def percent_by_kind(shares: pd.DataFrame) -> pd.DataFrame:
+    """``breakdown.shares``' fractions as the page reads them: one column a step, one row a kind
+    (by its label), in % to one decimal."""
+    table = (100 * shares.T).round(1).rename(index=KIND_LABELS)
+    return table.rename_axis(index="% of the step's GPU time", columns=None)
+
+
+def rest_in_percent(rest: pd.DataFrame) -> pd.DataFrame:
+    """``breakdown.rest_by_op``'s table with its words spelled out: ``work`` is the number of
+    kernels (and copies, fills) the op launched, ``share`` its % of the step's GPU time."""
+    shown = rest.assign(share=(100 * rest["share"]).round(1))
+    return shown.rename(columns={"work": "kernels", "share": "% of the step"})
+
+
+def shapes_table(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """``AttentionReport.table`` rows of several runs, one block a run, with "?" for a FLOP count
+    that is unknown and "none" for GPU time where the run launched no GPU work (a CPU run)."""
+    joined = pd.concat(tables)
+    if "GFLOP" in joined:
+        joined["GFLOP"] = joined["GFLOP"].replace("", "?")
+    if "GPU µs" in joined and not (joined["GPU µs"] > 0).any():
+        joined["GPU µs"] = "none"
+    return joined
+
+
+def trace_links(short_names: Mapping[str, str], here: Path = Path(".")) -> list[TraceLinks]:
+    """Download / Open-in-Perfetto links for borrowed traces (``{TRACELENS key: short name}``): to
+    the copy beside the notebook (``data/borrowed/``, which the book publishes) where there is one,
+    else to the checkout's or package's own."""
+    beside = here / "data" / "borrowed"
+    folder = beside if beside.is_dir() else root()
+    return [links(folder / TRACELENS[key].file, title=short) for key, short in short_names.items()]
+
+
+def legend_in_two_columns(fig: Figure) -> Figure:
+    """``breakdown.share_bars``' figure with its legend in two columns under the bars, so a
+    narrow figure keeps its legend no wider than itself (and legible when a phone shrinks it)."""
+    ax = fig.axes[0]
+    ax.legend(ncol=2, loc="upper center", bbox_to_anchor=(0.35, -0.2), frameon=False)
+    return fig

@@ -58,15 +58,16 @@ print("first six calls (ms):", ", ".join(f"{t:.2f}" for t in first_calls))
 glue("first_call_ms", first_calls[0])
 glue("later_call_ms", statistics.median(first_calls[1:]))
 first_is_slowest = first_calls[0] > max(first_calls[1:])
-glue("first_call_note", "the first call was the slowest of the six, as expected" if first_is_slowest else
+glue("first_call_note", "the first call was the slowest of the six here; that is one sample of one run, "
+     "and the next run's noise may hide it, so kernels.bench never relies on it and always warms up" if first_is_slowest else
      "the first call was not the slowest of the six: on this busy machine the warm-up cost drowned "
      "in the noise of the later calls, which is exactly why one call proves nothing")
 
 # %% [markdown]
 # On this run the very first call took {glue:text}`first_call_ms:.2f` ms and the later ones
-# {glue:text}`later_call_ms:.2f` ms (median): {glue:text}`first_call_note`. On a GPU, where the
-# first call may compile or autotune a kernel, the difference is often a factor of a hundred
-# or more.
+# {glue:text}`later_call_ms:.2f` ms (median): {glue:text}`first_call_note`. On a GPU the first
+# call can also compile a kernel (Triton's first call of a kernel at a new shape includes its
+# compilation) or pick one (cuBLAS), work that dwarfs a short kernel's run.
 #
 # ## 2. Asynchronous launches: synchronise before you read a clock
 #
@@ -126,7 +127,7 @@ lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic wi
 # thread, a GPU changes its clock. The distribution has a long tail on the slow side. The
 # **mean** follows the tail; the **median** does not. The course quotes medians, with the
 # 10th and 90th percentiles as the spread. Here are 25 timed calls of in-place attention, and
-# what one late call would do to each statistic: we add, by hand, a 26th call of 50x their median
+# what one late call would do to each statistic: we add, by hand, a 26th call of 50x the slowest
 # (the pause a context switch can cause) and compute both again.
 
 # %%
@@ -135,7 +136,8 @@ timed_call = sweep.make_timed_call(kernels.get("inplace"), pool, causal=True, ba
 timing.warm_up(timed_call, device, calls=2, budget_ms=500)
 times = timing.time_calls(timed_call, device, reps=25)
 median, p10, p90 = timing.spread(times)
-with_outlier = times + [50 * median]   # the late call, added by hand
+late = 50 * max(times)
+with_outlier = times + [late]   # the late call, added by hand
 print(f"25 calls: median {median:.3f} ms, p10 {p10:.3f}, p90 {p90:.3f}, mean {statistics.mean(times):.3f}")
 print(f"with the late call: median {statistics.median(with_outlier):.3f} ms, mean {statistics.mean(with_outlier):.3f}")
 
@@ -143,32 +145,38 @@ print(f"with the late call: median {statistics.median(with_outlier):.3f} ms, mea
 moved_mean = statistics.mean(with_outlier) / statistics.mean(times) - 1
 moved_median = statistics.median(with_outlier) / median - 1
 ordered = sorted(times)
-lesson(ordered[12] <= statistics.median(with_outlier) <= ordered[13] and moved_mean > moved_median,
+# In ms, the mean moves by at least 49/26 of the slowest call, the median by at most half the
+# gap between two neighbours: a late call moves the mean further, on any run.
+lesson(ordered[12] <= statistics.median(with_outlier) <= ordered[13]
+       and statistics.mean(with_outlier) - statistics.mean(times) > statistics.median(with_outlier) - median,
        "one slow call moves the mean, while the median stays between its two middle neighbours",
        f"mean {100 * moved_mean:+.0f}%, median {100 * moved_median:+.1f}%")
 glue("mean_moved", 100 * moved_mean)
 glue("median_moved", 100 * moved_median)
 
 # %% tags=["remove-input"]
-#| caption: The 25 timed calls of in-place attention (bars) with their median and mean (black), and the same two statistics once one late call of 50x the median is added by hand (red; the late call itself lies off the chart, to the right): the mean moves further than the median.
+#| caption: The 25 timed calls of in-place attention (bars) with their median and mean (black), and the same two statistics once one late call of 50x the slowest is added by hand (red; the late call itself lies off the chart, to the right): the mean moves further than the median.
 #| alt: Histogram of call times with black vertical lines for the median and the mean of the measured calls, and red lines for the same statistics with the added late call; the red mean line sits well to the right of the black one, the red median next to the black median.
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+fig, ax = plt.subplots(figsize=(4.8, 4.6), layout="constrained")   # narrow: legible on a phone
 ax.hist(times, bins=12, color="tab:blue", alpha=0.7, label="25 timed calls")
 for data, colour, which in ((times, "black", "25 calls"), (with_outlier, "tab:red", "with the late call")):
     ax.axvline(statistics.median(data), color=colour, linestyle="-",
                label=f"median, {which}: {statistics.median(data):.3f} ms")
     ax.axvline(statistics.mean(data), color=colour, linestyle="--",
                label=f"mean, {which}: {statistics.mean(data):.3f} ms")
-ax.annotate(f"late call: {50 * median:.1f} ms →", xy=(0.98, 0.92), xycoords="axes fraction", ha="right",
+ax.annotate(f"late call: {late:.1f} ms →", xy=(0.98, 0.92), xycoords="axes fraction", ha="right",
             color="tab:red")
 ax.set_xlabel("time per call (ms)")
 ax.set_ylabel("calls")
-ax.set_title(f"25 calls of inplace, S={small['seq']} ({where['name']})")
-fig.legend(fontsize="small", loc="outside lower center", ncols=2)
-lesson(statistics.mean(with_outlier) > statistics.mean(times) and max(ax.get_xlim()) < 50 * median,
-       "as drawn: the added late call moves the mean right, and itself lies beyond the chart's edge")
+ax.set_title(f"25 calls of inplace, S={small['seq']}")
+fig.legend(loc="outside lower center", ncols=1)   # one column: legible on a phone
+# The caption says the late call lies off the chart, to the right: keep the drawing true to it.
+assert max(ax.get_xlim()) < late, "the late call must lie beyond the chart's edge"
+lesson(statistics.mean(with_outlier) > p90,
+       "with the late call, the mean lies beyond the 90th percentile of the measured calls: it describes no typical call",
+       f"mean {statistics.mean(with_outlier):.3f} ms against p90 {p90:.3f} ms")
 
 # %% [markdown]
 # One slow call out of 26 moved the mean by {glue:text}`mean_moved:.0f`% and the median by
@@ -215,14 +223,16 @@ lesson(not any(ok for case, ok in verdicts.items() if "random" in case or "NaN" 
        "random inputs or a NaN-poisoned output each expose the skipped tile")
 
 # %% [markdown]
-# **Speed.** On a GPU, zeros are also *fast*. A multiply of zeros toggles almost no
-# transistors, so the chip draws less power, stays further below its power limit and holds
-# a higher clock. The same matmul on random data can run measurably slower. A benchmark on
-# `torch.zeros` (or on `torch.ones`, or on tensors full of one repeated value) can therefore
-# flatter a kernel. `kernels.bench` fills every input set with `torch.randn`:
+# **Speed.** On a GPU, zeros can also be *fast*. Horace He measured it in 2024
+# (["Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable'
+# Data!"](https://www.thonking.ai/p/strangely-matrix-multiplications)): on an H100 the same
+# matmul ran faster on zeros than on random values, because a multiply of zeros flips fewer
+# transistors, draws less power and lets the chip hold a higher clock under its power limit.
+# A benchmark on `torch.zeros` (or `torch.ones`, or one repeated value) can therefore flatter a
+# kernel. `kernels.bench` fills every input set with `torch.randn`:
 
 # %%
-show_lines(sweep.InputPool)
+show_lines(sweep.InputPool, "g = torch.Generator", "buffer = torch.randn")
 
 # %% tags=["remove-input"]
 if on_gpu:  # the book's own GPU build measures it; a CPU has no such effect to show
@@ -264,8 +274,8 @@ print(f"a causal forward of 1 ms at B1 H8 S{S} D64: {causal / 1e-3 / 1e12:.3f} T
 # level cache of a CPU holds tens of MB, and an A100's L2 holds 40 MB (50 MB on an H100), as
 # much as several full q, k, v sets at small shapes. A real model never reads the same
 # activations twice in a row, so such a benchmark flatters small shapes. `kernels.bench`
-# makes enough random input sets (carved from one buffer) that together they exceed the
-# caches, and uses them in turn:
+# makes enough random input sets (carved from one buffer) that together they reach a
+# rotation target at least as large as the caches, and uses them in turn:
 
 # %%
 shape = (small["batch"], small["heads"], small["seq"], small["head_dim"])
@@ -277,7 +287,7 @@ print(f"{len(rotated.sets)} input sets of {per_set / 2**20:.2f} MiB: {total / 2*
 
 # %% tags=["remove-input"]
 lesson(total >= sweep.ROTATE_BYTES[device.type] or len(rotated.sets) == sweep.MAX_SETS,
-       "the input sets together exceed the cache-busting target (or reach the set limit)")
+       "the input sets together reach the cache-busting target (or the set limit)")
 sets_used = {id(rotated.next()[0]) for _ in range(2 * len(rotated.sets))}
 lesson(len(sets_used) == len(rotated.sets), "consecutive calls cycle through every input set")
 
@@ -295,11 +305,27 @@ for label, (mid, low, high) in spreads.items():   # a time is a result only if i
     print(f"{label:<24} " + (f"median {mid:.3f} ms (p10 {low:.3f}, p90 {high:.3f})" if high <= 2 * low else
                              f"p90 {high:.3f} ms beyond twice p10 {low:.3f}: too noisy on this run to be a result"))
 
+# %% tags=["remove-cell"]
+def timing_comparison(same, rotated):
+    """This run's two (median, p10, p90) in words, read with the spread rule: a result only where
+    p90 is within twice p10, a difference only where the p10-p90 ranges do not overlap."""
+    noisy = [label for label, (_, low, high) in (("same-input", same), ("rotated", rotated)) if high > 2 * low]
+    if noisy:
+        return f"the {' and '.join(noisy)} timings were too noisy to compare (p90 beyond twice p10)"
+    change = 100 * (rotated[0] / same[0] - 1)
+    ranges = f"{rotated[1]:.3f}-{rotated[2]:.3f} ms against {same[1]:.3f}-{same[2]:.3f}"
+    said = f"rotated inputs took a median {rotated[0]:.3f} ms against {same[0]:.3f} ms with the same inputs ({change:+.0f}%)"
+    if rotated[1] <= same[2] and same[1] <= rotated[2]:
+        return f"{said}, but their p10-p90 ranges overlap ({ranges}), so this run cannot tell the two apart"
+    return f"{said}, and their p10-p90 ranges do not overlap ({ranges}): a difference beyond the spread"
+
+glue("rotation_reading", timing_comparison(spreads["same inputs every call"], spreads["rotated inputs"]))
+
 # %% [markdown]
-# On a CPU at this size the two are often within noise of each other (the flash kernel's
-# tiles fit in cache either way, and the CPU's prefetchers are good at streaming); the rule
-# matters most for small shapes on GPUs, where a whole input set fits in L2. The course
-# rotates everywhere, so no number depends on whether it happened to matter.
+# On this run, {glue:text}`rotation_reading`. A difference counts only where the two 10th-90th
+# percentile ranges do not overlap: within them, another run can reverse it. The rule matters
+# most for small shapes on GPUs, where a whole input set fits in L2. The course rotates
+# everywhere, so no number depends on whether it happened to matter.
 #
 # ## The checklist
 #

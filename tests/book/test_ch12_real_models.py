@@ -44,3 +44,49 @@ def test_largest_kind_leaves_attention_out():
     assert largest.to_dict() == {"H100 Qwen": "elementwise", "MI300X Qwen": "gemm"}
     planted = pd.DataFrame({"attention": [0.9], "gemm": [0.05], "copy": [0.05]}, index=["hand-written"])
     assert ch12.largest_kind(planted)["hand-written"] == "gemm"
+
+
+def test_calls_and_tensors_in_words():
+    report = find_attention(TRACELENS["h100_qwen"].step())
+    assert ch12.calls_text(report.calls) == "24 calls, all B·H 256 x 559 x 559 x 64, causal"
+    mixed = find_attention(TRACELENS["h100_timesformer"].step()).calls
+    with pytest.raises(ValueError, match="2 shapes"):
+        ch12.calls_text(mixed)
+    assert ch12.tensors_text({"q": [1, 8, 512, 64], "k": [1, 8, 512, 64], "v": [1, 8, 512, 64], "layout": "BHSD"}) \
+        == "q, k, v [1, 8, 512, 64]"
+    assert ch12.tensors_text({"q": [1, 8, 1, 64], "k": [1, 2, 9, 64], "v": [1, 2, 9, 64]}) \
+        == "q [1, 8, 1, 64], k [1, 2, 9, 64], v [1, 2, 9, 64]"
+
+
+def test_tables_in_percent_and_words():
+    planted = pd.DataFrame({"attention": [0.08534], "gemm": [0.9146]}, index=pd.Index(["A"], name="step"))
+    table = ch12.percent_by_kind(planted)
+    assert table.loc["attention", "A"] == 8.5 and table.loc["GEMM", "A"] == 91.5
+    assert table.index.name == "% of the step's GPU time" and table.columns.name is None
+    rest = pd.DataFrame({"kind": ["gemm"], "work": [3], "GPU µs": [10.0], "share": [0.21168]}, index=["aten::mm"])
+    shown = ch12.rest_in_percent(rest)
+    assert list(shown.columns) == ["kind", "kernels", "GPU µs", "% of the step"] and shown["% of the step"].iloc[0] == 21.2
+
+
+def test_shapes_table_says_none_only_without_gpu_work():
+    cpu = {"a": pd.DataFrame({"GFLOP": ["0.27"], "GPU µs": [0.0]}), "b": pd.DataFrame({"GFLOP": [""], "GPU µs": [0.0]})}
+    joined = ch12.shapes_table(cpu)
+    assert joined["GFLOP"].tolist() == ["0.27", "?"] and joined["GPU µs"].tolist() == ["none", "none"]
+    gpu = {"a": pd.DataFrame({"GFLOP": ["0.27"], "GPU µs": [12.5]})}
+    assert ch12.shapes_table(gpu)["GPU µs"].tolist() == [12.5]
+
+
+def test_trace_links_prefer_the_copy_beside_the_notebook(tmp_path):
+    found = ch12.trace_links({"h100_bert": "H100 BERT"}, here=tmp_path)
+    assert found[0].path.exists() and found[0].title == "H100 BERT"
+    beside = tmp_path / "data" / "borrowed"
+    beside.mkdir(parents=True)
+    (beside / TRACELENS["h100_bert"].file).write_bytes(found[0].path.read_bytes())
+    assert ch12.trace_links({"h100_bert": "H100 BERT"}, here=tmp_path)[0].path == beside / TRACELENS["h100_bert"].file
+
+
+def test_the_share_figure_keeps_every_kind_in_its_legend():
+    reports = {name: find_attention(TRACELENS[key].step()) for key, name in ch12.SHORT.items() if "qwen" in key}
+    fig = ch12.legend_in_two_columns(breakdown.share_bars(breakdown.shares(reports)))
+    legend = fig.axes[0].get_legend()
+    assert legend._ncols == 2 and "attention" in [t.get_text() for t in legend.get_texts()]
