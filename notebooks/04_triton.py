@@ -27,6 +27,7 @@
 # %%
 %matplotlib inline
 import math
+import os
 import warnings
 
 import torch
@@ -170,7 +171,7 @@ show_lines(tf.attn_fwd, "# log2 of each row's softmax denominator", "tl.store(LS
 
 # %% tags=["remove-cell"]
 fig_seq, block_m, block_n = 200, configs.INTERPRETER_BLOCKS["BLOCK_M"], configs.INTERPRETER_BLOCKS["BLOCK_N"]
-glue_all(fig_seq=fig_seq, block_m=block_m, block_n=block_n)
+glue_all(fig_seq=fig_seq, block_m=block_m, block_n=block_n, n_gpu_configs=len(configs.GPU_CONFIGS))
 
 # %%
 #| caption: Which tiles each program computes, causal (left) and full (right), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
@@ -240,8 +241,12 @@ glue_all(gpu_block_m=gpu_block_m, gpu_block_n=gpu_block_n, share_16k=share[16384
 # one that reads everything and masks afterwards computes $0 \times \text{NaN} = \text{NaN}$,
 # as chapter 1's naive attention does.
 
+# %% tags=["remove-cell"]
+# The largest BLOCK_M the kernel may use here: the autotuner's on a GPU, the interpreter's fixed tile on a CPU.
+poison_from = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else block_m
+glue("poison_from", poison_from)
+
 # %%
-poison_from = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else block_m   # the largest BLOCK_M here
 qp, kp, vp = inputs(1, 1, 2 * poison_from, head_dim, dtype=dtype, device=device)
 vp[:, :, poison_from:] = float("nan")
 rows_nan = {name: kernels.get(name)(qp, kp, vp, causal=True).isnan().any(dim=-1)[0, 0]
@@ -251,7 +256,6 @@ rows_nan = {name: kernels.get(name)(qp, kp, vp, causal=True).isnan().any(dim=-1)
 lesson(not rows_nan["triton"][:poison_from].any() and bool(rows_nan["triton"][poison_from:].all()),
        f"Triton: rows before {poison_from} stay finite, so no tile holding a later key was loaded for them")
 lesson(bool(rows_nan["naive"].all()), "naive attention reads every key for every row: all rows are NaN")
-glue("poison_from", poison_from)
 
 # %% [markdown]
 # ## The program and its grid
@@ -263,8 +267,13 @@ glue("poison_from", poison_from)
 show_lines(tf.flash_forward, "triton.cdiv(s_q, meta")
 
 # %% [markdown]
-# `meta["BLOCK_M"]` is the tile height of whichever configuration the autotuner runs. Each
-# program first works out which rows it owns:
+# `meta["BLOCK_M"]` is the tile height of the configuration the *autotuner* picked. On a GPU
+# the kernel launched is `attn_fwd_tuned`, `attn_fwd` wrapped in `@triton.autotune` with
+# {glue:text}`n_gpu_configs` configurations (`BLOCK_M` and `BLOCK_N` each 128, 64 or 32; 4 or 8
+# warps; 2 or 3 pipeline stages): at each new shape it drops those whose footprint does not suit
+# the GPU, times the rest once and runs the fastest from then on. The interpreter has no
+# autotuner and always takes {glue:text}`block_m`×{glue:text}`block_n` tiles. Each program first
+# works out which rows it owns:
 
 # %%
 show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
@@ -272,8 +281,8 @@ show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 # %% [markdown]
 # - `tl.program_id(0)` is the (batch, head): B·H goes on the grid's first axis because its
 #   second and third axes stop at 65,535 programs.
-# - `tl.program_id(1)` is the query tile, taken in reverse when causal (longest job first, a
-#   classic scheduling rule, as the comment says).
+# - `tl.program_id(1)` is the query tile, taken in reverse when causal (longest job first,
+#   so that no long program starts last, as the comment explains).
 # - With grouped-query attention, query head `h` reads key/value head `h // GROUP` through its
 #   pointers, so K and V are never repeated in memory.
 #
@@ -301,20 +310,21 @@ show_lines(triton_backward.flash_backward, "pre_grid = ", "q_grid = ")
 # computed directly as in Triton's tutorial. `attn_bwd_dq` has one program per query tile. One
 # pass could produce all three, but its programs would add parts of each $dQ$ row in memory
 # with atomics, as FlashAttention-2's CUDA backward does (a zero-filled float32 buffer, last
-# bits that change from run to run). With two, every program owns what it writes, at the cost
-# of rebuilding $P$ twice.
+# bits that change from run to run). With two passes (dK and dV by key tile, then dQ by query
+# tile), every program owns what it writes, at the cost of rebuilding $P$ twice.
 #
 # ## Run it
 #
 # Triton's switch is the variable `TRITON_INTERPRET`, read when `@triton.jit` decorates a
-# function: `import kernels` sets it to 1 where no GPU is visible and leaves a value you set
-# yourself alone. The same kernels then run on CPU tensors with NumPy doing the arithmetic tile
-# by tile; nothing in the notebook changes.
+# function: `import kernels.triton` (which `kernels.get` does for you) sets it to 1 where no
+# GPU is visible, for the whole process, so a kernel you define afterwards is interpreted too; a
+# value you set yourself is left alone. The same kernels then run on CPU tensors, NumPy doing
+# the arithmetic tile by tile; nothing in the notebook changes.
 
 # %% tags=["remove-input"]
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 lesson(launch.INTERPRETED == (not on_gpu), "the kernels are interpreted exactly where there is no GPU",
-       f"interpreted: {launch.INTERPRETED}; the kernel object is a {type(tf.attn_fwd).__name__}")
+       f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', 'unset')}, interpreted: {launch.INTERPRETED}")
 
 # %% [markdown]
 # Forward and backward against the float64 reference (`kernels.reference.check`: in float32 about
@@ -323,27 +333,29 @@ lesson(launch.INTERPRETED == (not on_gpu), "the kernels are interpreted exactly 
 # {glue:text}`ragged_seq` tokens, so the last tiles hang past the end; one batch element and
 # two heads, since every (batch, head) is computed independently:
 
+# %% tags=["remove-cell"]
+ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # 113 at S=256: not a multiple of any tile
+glue_all(run_seq_text=run_seq, ragged_seq=ragged_seq)
+
 # %%
-ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # e.g. 113: not a multiple of any tile
 verdicts = {}
 for causal, length in ((True, run_seq), (False, ragged_seq)):
-    qs, ks, vs = inputs(1, min(run_heads, 2), length, head_dim, dtype=dtype, device=device, seed=length)
+    qs, ks, vs = inputs(1, 2, length, head_dim, dtype=dtype, device=device, seed=length)
     verdicts[f"{'causal' if causal else 'full'}, S={length}"] = reference.check(triton_attention, qs, ks, vs, causal,
                                                                                 backward=True)
 
 # %% tags=["remove-input"]
 lesson(all(j.ok for j in verdicts.values()), "output, dQ, dK and dV all match the float64 reference",
        "; ".join(f"{case}: worst {max(v.error for v in j.values()):.1e}" for case, j in verdicts.items()))
-glue_all(run_seq_text=run_seq, ragged_seq=ragged_seq)
 
 # %% [markdown]
 # ## Profile it
 #
-# Guess first: under the `triton` label of one forward on this machine, how many aten ops
-# compute part of attention (a matmul, a softmax, an exp)?
+# Guess first: under the `triton` label of one forward on this machine, how many aten ops does
+# the profiler record in all, of any kind?
 
 # %%
-guess_compute_ops = 3  # edit me before running on
+guess_ops_in_forward = 3  # edit me before running on
 
 # %% tags=["remove-cell"]
 # On the CPU one interpreted forward is enough: no compilation, no autotuning to warm up.
@@ -356,14 +368,16 @@ profiled = [n for n in ("triton", "sdpa_flash")
 runs = {name: record.profile(kernels.get(name), q, k, v, label=name, trace_dir=trace_dir, **profile_args)
         for name in profiled}
 step = {name: reader.median_step(run.steps()) for name, run in runs.items()}
-tables.op_table(step["triton"], max_depth=0)
+tables.op_table(step["triton"], max_depth=0).drop(columns="time (us)")
 
 # %% tags=["remove-input"]
 ops, top = step["triton"].ops, step["triton"].top_level()
 compute_pattern = r"aten::(.*attention.*|matmul|mm|bmm|addmm|baddbmm|_?softmax|exp2?_?)"  # exp, not expand
 aten_compute = ops[ops["name"].str.fullmatch(compute_pattern)]
-reveal(guess_compute_ops, len(aten_compute), "aten ops computing attention")
+reveal(guess_ops_in_forward, int(ops["name"].str.startswith("aten::").sum()), "aten ops under the triton label")
 lesson(top["name"].tolist() == ["FlashAttention"], "one op at the top of the triton step: our autograd Function")
+lesson(aten_compute.empty, "not one of the ops under it is a matmul, a softmax or an exp",
+       f"{len(ops) - 1} ops under the span, {len(aten_compute)} computing")
 display(*(links(run) for run in runs.values()))
 glue("triton_ops", len(ops) - 1)
 glue("triton_children", ", ".join(f"{n} ×{c}" for n, c in ops["name"][ops.index != top.index[0]].value_counts().items()))
@@ -379,17 +393,17 @@ glue("triton_children", ", ".join(f"{n} ×{c}" for n, c in ops["name"][ops.index
 # %% tags=["remove-input"]
 if not on_gpu:
     self_share = float(ops.loc[top.index[0], "self_us"] / top.iloc[0]["dur_us"])
-    lesson(self_share > 0.9, "almost all of the FlashAttention span is its own time: NumPy work the profiler cannot see",
+    lesson(self_share > 0.9, "over 90% of the FlashAttention span is its own time: NumPy work the profiler cannot see",
            f"{100 * self_share:.1f}% self time")
 
 # %% [markdown]
-# SDPA's flash backend on the same inputs is one op as well (its table is folded below); on a
-# CPU it is `aten::_scaled_dot_product_flash_attention_for_cpu`, PyTorch's own C++
-# FlashAttention, and it gives the same numbers:
+# SDPA's flash backend is one op as well, with its backend's op under it, on a CPU
+# `aten::_scaled_dot_product_flash_attention_for_cpu`, PyTorch's own C++ FlashAttention (table
+# folded below); it gives the same numbers:
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 if "sdpa_flash" in step:
-    display(tables.op_table(step["sdpa_flash"]))
+    display(tables.op_table(step["sdpa_flash"]).drop(columns="time (us)"))
 
 # %% tags=["remove-input"]
 if "sdpa_flash" in step:
@@ -402,24 +416,29 @@ else:
 triton_ms = step["triton"].cpu_time_us / 1e3
 glue("speed_note", f"This run used the compiled kernel: {triton_ms:.2f} ms of CPU time per profiled forward, launch "
      "included (the GPU's own time is in the benchmark below)." if on_gpu else
-     f"This run's profiled forward took {triton_ms:.0f} ms in the interpreter, for {run_heads} heads of {run_seq} tokens.")
+     f"This run's forward ran in the interpreter, for {run_heads} heads of {run_seq} tokens.")
 
 # %% [markdown]
-# {glue:text}`speed_note` On a CPU that time measures Python walking over tiles, not the
-# kernel, so this page does not time Triton there.
+# {glue:text}`speed_note` On a CPU the interpreter's time measures Python walking over tiles,
+# not the kernel, so this page does not time Triton there.
 #
 # ## On a GPU: the grid, the block, the occupancy
 #
 # What would our forward launch for a real model's attention? In H100 Qwen, SDPA ran PyTorch's
 # own `flash_fwd_kernel`, its grid, block, [registers](glossary.md#registers) and shared memory
-# on record. Beside it: our forward's launch for the same shape and GPU with each of its 128-row
-# tiles (the autotuner times those that fit and runs one). Registers need a compile
-# (`python -m kernels.triton.compile_sweep --target sm_90`), so our rows' occupancy is an upper
-# bound from shared memory and warps alone. Guess first: torch's kernel spends 255
-# registers per thread, on 128 threads; how many of its CTAs fit one SM?
+# on record; chapter 3b worked out that its 255 registers per thread leave room for only 2 of
+# its CTAs per [SM](glossary.md#sm). At the same shape and GPU the autotuner's pruning keeps
+# {glue:text}`n_tile_shapes` of our tile shapes (`BLOCK_M`×`BLOCK_N`, shared memory):
+# {glue:text}`tile_shapes`. The table sets the one with torch's 128 query rows beside torch's
+# kernel. Our registers need a compile (`python -m kernels.triton.compile_sweep --target
+# sm_90`), so our occupancy is an upper bound.
+#
+# Guess first: our 128×32 program asks for {glue:text}`ours_kib` KiB of shared memory and
+# {glue:text}`ours_warps` warps. An H100 SM holds {glue:text}`sm_smem_kib` KiB of shared memory
+# and {glue:text}`sm_warps` warps; leaving registers aside, how many of our programs fit one SM?
 
 # %%
-guess_torch_ctas_per_sm = 8  # edit me before running on
+guess_our_ctas_per_sm = 8  # edit me before running on
 
 # %%
 qwen = TRACELENS["h100_qwen"]
@@ -434,17 +453,28 @@ triton_launches = configs.forward_launches(qwen_call.batch_heads, qwen_call.sq, 
                                            gpu["sharedMemPerBlockOptin"])
 same_rows = [t for t in triton_launches if t.blocks == torch_launch.blocks]
 
+# %% tags=["remove-cell"]
+limits = occupancy.ARCHES[qwen_arch]
+glue_all(n_tile_shapes=len(triton_launches),
+         tile_shapes=", ".join(f"{t.kernel.split(',')[0].split()[1].replace('x', '×')} ({t.shared_mem_per_block / 1024:g} KiB)"
+                               for t in triton_launches),
+         ours_kib=f"{same_rows[0].shared_mem_per_block / 1024:g}", ours_warps=same_rows[0].threads_per_block // 32,
+         sm_smem_kib=limits.shared_mem_per_sm // 1024, sm_warps=limits.max_warps_per_sm)
+
 # %% tags=["remove-input"]
 print(f"H100 Qwen, {qwen_call.op}: B·H={qwen_call.batch_heads}, S={qwen_call.sq}, D={qwen_call.d}, "
       f"{qwen_call.dtype}, causal={qwen_call.causal}; {gpu['name']}, {gpu['numSms']} SMs ({qwen_arch})")
 
 # %%
 occupancy.launch_table([torch_launch, *same_rows], qwen_arch, gpu["numSms"])[
-    ["registers", "shared KiB", "CTAs per SM", "occupancy %", "limited by", "waves"]]
+    ["registers", "shared KiB", "CTAs per SM", "occupancy %", "limited by", "waves"]].T
 
 # %% tags=["remove-input"]
 torch_occ = torch_launch.occupancy(qwen_arch)
-reveal(guess_torch_ctas_per_sm, torch_occ.blocks_per_sm, "CTAs of torch's flash kernel per SM", source="the trace's footprint")
+ours_occ = same_rows[0].occupancy(qwen_arch)
+reveal(guess_our_ctas_per_sm, ours_occ.blocks_per_sm, "our 128×32 programs per SM, at most", source="the footprint")
+lesson(ours_occ.limited_by == "shared_memory", "shared memory, not warps, caps our 128×32 programs per SM",
+       f"{ours_occ.blocks_by_shared_memory} by shared memory, {ours_occ.blocks_by_warps} by warps")
 lesson(torch_occ.limited_by == "registers", "torch's flash kernel is limited by its registers",
        f"{torch_occ.blocks_per_sm} CTAs x {torch_occ.warps_per_block} warps per SM = {torch_occ.percent:g}%")
 lesson(bool(same_rows) and all(t.grid[0] == qwen_call.batch_heads for t in triton_launches),
@@ -455,22 +485,19 @@ lesson(2 * len(over_48) > len(triton_launches), "most of our tile shapes ask for
        f"{len(over_48)} of {len(triton_launches)}")
 others = [t for t in triton_launches if t not in same_rows]
 lesson(all(t.blocks > torch_launch.blocks for t in others), "our other tile shapes have fewer rows, so more programs",
-       f"{', '.join(f'{b:,}' for b in sorted(t.blocks for t in others))} programs against torch's {torch_launch.blocks:,}")
-glue_all(torch_ctas=torch_occ.blocks_per_sm, torch_occ=torch_occ.percent,
-         torch_waves=torch_launch.waves(qwen_arch, gpu["numSms"]), torch_blocks=f"{torch_launch.blocks:,}",
-         gpu_sms=gpu["numSms"], other_tiles=len(others), max_blocks=f"{max(t.blocks for t in triton_launches):,}")
+       f"{' or '.join(f'{b:,}' for b in sorted({t.blocks for t in others}))} programs against torch's {torch_launch.blocks:,}")
+glue_all(torch_ctas=torch_occ.blocks_per_sm, torch_waves=torch_launch.waves(qwen_arch, gpu["numSms"]),
+         torch_blocks=f"{torch_launch.blocks:,}", gpu_sms=gpu["numSms"])
 
 # %% [markdown]
-# On this {glue:text}`gpu_sms`-SM GPU, torch's kernel fits {glue:text}`torch_ctas` CTAs per SM
-# ({glue:text}`torch_occ:.1f`% occupancy, limited by registers), so its
-# {glue:text}`torch_blocks` CTAs run in {glue:text}`torch_waves:.2f`
-# [waves](glossary.md#wave); a last wave that is only partly full leaves SMs idle, the tail that
-# launching the longest causal tiles first shortens ([chapter 6](06_showdown.ipynb) measures it on
-# this trace). Our {glue:text}`other_tiles` other tile shapes have fewer rows, so they launch more
-# and smaller programs, up to {glue:text}`max_blocks`. The trace's
-# "est. achieved occupancy" is [Kineto](glossary.md#kineto)'s arithmetic on the same
-# footprint, not a measurement, and reads 0% for any kernel above 48 KiB of shared memory, as
-# most of our tile shapes would ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule).
+# Torch's {glue:text}`torch_blocks` CTAs, {glue:text}`torch_ctas` at a time on each of
+# {glue:text}`gpu_sms` SMs, run in {glue:text}`torch_waves:.2f` [waves](glossary.md#wave); a
+# last wave only partly full leaves SMs idle, the tail that launching the longest causal tiles
+# first shortens ([chapter 6](06_showdown.ipynb) estimates its cost on this trace, as if every
+# CTA did equal work). The trace's "est. achieved occupancy" is
+# [Kineto](glossary.md#kineto)'s arithmetic on the same footprint, not a measurement, and
+# reads 0% above 48 KiB of shared memory, as most of our tile shapes would
+# ([chapter 3b](03b_sdpa_fused.ipynb) explains the rule).
 
 # %% tags=["remove-input"]
 # The book's own GPU recording: this run's attn_fwd and SDPA's kernel read the same way, and

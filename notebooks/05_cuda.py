@@ -6,7 +6,8 @@
 # decision is ours, twice:
 #
 # * **v1** (`kernels/cuda/csrc/flash_v1.cu`): the algorithm with nothing in the way, tiles in
-#   [shared memory](glossary.md#shared-memory), fp32 arithmetic, one thread per element.
+#   [shared memory](glossary.md#shared-memory), fp32 arithmetic, and a simple map of threads
+#   to elements that changes from phase to phase (the figure below draws it).
 # * **v2** (`kernels/cuda/csrc/flash_v2.cu`): FlashAttention-2 on [tensor
 #   cores](glossary.md#tensor-core), scores kept in [registers](glossary.md#registers),
 #   asynchronous copies into two K/V buffers, the mask applied only where a tile needs it.
@@ -17,13 +18,14 @@
 #   owns which element, in v1 and v2;
 # - read registers, shared memory and spills from `nvcc -Xptxas -v`, and work out
 #   [occupancy](glossary.md#occupancy) from them;
-# - spot tensor cores in the compiled code: `mma.sync` in the PTX, against scalar `fma`;
+# - spot tensor cores in the compiled code: `mma.sync` in the PTX (NVIDIA's portable assembly,
+#   which the assembler ptxas turns into the GPU's machine code, SASS), against scalar `fma`;
 # - follow v2's four design revisions in the compiler's numbers, one change at a time.
 #
 # **Before you start:** [4. FlashAttention-2 in Triton](04_triton.ipynb) (the tiles and the
 # online softmax) and [3b. The fused backends](03b_sdpa_fused.ipynb) (occupancy). Reading C++.
 #
-# **Time:** about {reading_minutes} min to read.
+# **Time:** about {reading_minutes} min to read, longer if you study each CUDA excerpt.
 
 # %% [install]
 
@@ -31,6 +33,8 @@
 
 # %%
 %matplotlib inline
+import math
+
 import torch
 from IPython.display import Markdown
 
@@ -79,8 +83,9 @@ launches.drop(index="dynamic shared memory (B)").map(readable)  # its shared mem
 # each element of a tile by the warp whose thread computes it, from the index formulas of the
 # two `.cu` files (`kernels.cuda.threads`):
 #
-# * **v1** changes owners by phase: scores by key column (`t % 32`), the softmax one thread
-#   per row (so only warp 0 works), `O += P V` by output column (`t % D`).
+# * **v1** changes owners by phase. Scores: warp `w` takes the rows `r` with `r % 4 == w`
+#   (the horizontal stripes), and within it lane `t` takes key column `t`. The softmax: one
+#   thread per row (so only warp 0 works). `O += P V`: by output column (`t % D`).
 # * **v2**: warp `w` owns query rows `16w … 16w+15` for the whole kernel. Inside it, lane
 #   `4g + t` holds rows `g` and `g+8`, columns `2t` and `2t+1` of every 8-column tile: the
 #   accumulator layout of the tensor-core instruction `mma.m16n8k16`. Squares outline one lane.
@@ -105,7 +110,11 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # for the whole kernel, K and V for the current key tile, the scores, one factor per row).
 # Tiles are then copied element by element and converted to fp32 on the way in (`load_tile`,
 # the second excerpt): consecutive threads read consecutive elements of a row, so a warp's 32
-# loads combine into a few wide memory transactions (they *coalesce*):
+# loads combine into a few wide memory transactions (they *coalesce*). The `D + 1` and `N + 1`
+# are padding: shared memory serves a warp from 32 banks of 4-byte words, and with rows a
+# multiple of 32 words long a whole column sits in one bank, so 32 threads reading a column (as
+# phases 1 and 2 do) would queue for it; one spare word per row staggers the rows across the
+# banks (v2's `kPitch`, D + 8, does the same for `ldmatrix`).
 
 # %%
 ch05.excerpts(V1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
@@ -115,8 +124,8 @@ ch05.excerpts(V1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
 # Then, for each tile of 32 keys, three phases separated by `__syncthreads()` (the first two
 # below):
 #
-# 1. the scores: each thread reads one value of K and multiplies it into its 8 running dot
-#    products, one `d` at a time;
+# 1. the scores: each thread owns 8 scores (one key column, 8 rows), and for each `d` reads
+#    one value of K and multiplies it into its 8 running dot products;
 # 2. the online softmax of chapter 4, one thread per row (`threadIdx.x < M`): the factor
 #    `alpha` that rescales what was summed so far, and the probabilities, written over the
 #    scores;
@@ -131,8 +140,7 @@ ch05.excerpts(V1, ("for (int d = 0; d < D; ++d) {",),
 # %% [markdown]
 # ## What the compiler says it costs
 #
-# `nvcc -Xptxas -v` makes the assembler (ptxas, which turns PTX into the GPU's machine code,
-# SASS) print what each kernel needs: registers per thread, static shared memory per block,
+# `nvcc -Xptxas -v` makes the assembler, ptxas, print what each kernel needs: registers per thread, static shared memory per block,
 # bytes spilled to slow local memory. Dynamic shared memory is decided at launch, so the
 # launch configuration adds it (`kernels.cuda.resources.read_kernels`; where there is no
 # `nvcc`, it reads a snapshot of one real `nvcc` run, and says so).
@@ -150,30 +158,35 @@ all_kernels, ptx, resources_source = resources.read_kernels(archs)
 table = resources.resources_table(all_kernels)
 
 # %% tags=["remove-input"]
-glue("resources_source", resources_source)
+glue("resources_source", ch05.compiler_words(resources_source))
 focus = {(arch, version): resources.find_kernel(all_kernels, arch, version, kernel_dtype, kernel_dim)
          for arch in archs for version in ("v1", "v2")}
 occ = {key: resources.occupancy_of(k) for key, k in focus.items()}
 reveal(guess_v2_occupancy_sm_80, occ["sm_80", "v2"].percent, "v2's occupancy on sm_80 (%)", source="the compiler's resource report")
-shown = table[(table.dtype == kernel_dtype) & (table.arch == "sm_80")].assign(kernel=lambda t: t.kernel + ", D=" + t.head_dim.astype(str),
-                                                   **{"shared KiB": lambda t: t["dynamic smem (B)"] / 1024})
-shown = shown.assign(**{"limited by": lambda t: t["limited by"].str.replace("_", " ")})
+shown = table[(table.dtype == kernel_dtype) & (table.arch == "sm_80")].assign(
+    kernel=lambda t: t.kernel + "<" + t.dtype + ", " + t.head_dim.astype(str) + ">",
+    **{"shared KiB": lambda t: t["dynamic smem (B)"] / 1024,
+       "limited by": lambda t: t["limited by"].str.replace("_", " "),
+       "a trace reads %": lambda t: (t["a trace reads %"] + 0.5).map(math.floor)})   # Kineto's lround
 shown.set_index("kernel")[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
 
 # %% [markdown]
 # These numbers were {glue:text}`resources_source`. The table shows sm_80, the A100 (the
-# lessons check sm_90, the H100 and H200, too); the last three
-# columns are the occupancy those resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and
-# what a PyTorch trace would estimate. Both kernels tell ptxas how they launch
+# lessons check sm_90, the H100 and H200, too); the last three columns are the occupancy those
+# resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and what a PyTorch trace would print
+# for a grid that fills every SM, rounded to a whole number as the trace does (12.5% reads
+# 13). Both kernels tell ptxas how they launch
 # (`__launch_bounds__`), which lets it use up to 255 registers per thread.
 
 # %% tags=["remove-input"]
 for (arch, version), k in focus.items():
     glue(f"{version}_regs_{arch}", k.registers)
     glue(f"{version}_occ_{arch}", occ[arch, version].percent)
+per_arch = table[table.arch == archs[0]].groupby("kernel")["dtype"].unique()
 lesson(not any(k.spills for k in all_kernels) and all(k.shared_bytes == 0 for k in all_kernels),
        "no kernel spills registers, and all shared memory is dynamic: the launcher decides its size",
-       f"{len(all_kernels)} kernels")
+       f"{len(all_kernels)} kernels: {len(archs)} archs × (" + " + ".join(
+           f"{v} in {len(d)} dtypes" for v, d in per_arch.items()) + f") × {table.head_dim.nunique()} head dims")
 lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers and occ[a, "v2"].percent <= occ[a, "v1"].percent
            and occ[a, "v2"].limited_by == "registers" for a in archs),
        "v2 needs more registers per thread than v1, which limits it to the lower occupancy",
@@ -210,7 +223,7 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 # estimate does not allow for ([chapter 3b](03b_sdpa_fused.ipynb)
 # explains that 0%).
 #
-# ## Why v1 is slow, and v2's fingerprint
+# ## Why v1 would be slow, and v2's fingerprint
 #
 # Read v1's phase 1 again: each multiply-add is one fp32 `fma` instruction of one thread, on
 # the SM's general-purpose *CUDA cores*, in fp32 even when the inputs are bf16. Tensor cores
@@ -293,17 +306,24 @@ revision_of = {(r.kernel.arch, r.index): r for r in design_rows}
 cost = design.register_cost(design_rows)
 grows = {a: [i for i in range(1, 5) if revision_of[a, i].kernel.total_shared_bytes
              > revision_of[a, i - 1].kernel.total_shared_bytes] for a in archs}
-reveal(guess_revisions_growing_shared_memory, grows["sm_80"], "revisions that grow a block's shared memory",
-       source="the compiler's resource report")
+ch05.reveal_revisions(guess_revisions_growing_shared_memory, grows["sm_80"], "revisions that grow a block's shared memory",
+                      {1: "Q's buffer grows from 64 rows to 128", 2: "a second tile-pass body: code, not memory",
+                       3: "other instructions on the same tiles",
+                       4: "the second K/V buffer is the 128 rows Q passed through"})
 lesson(grows["sm_80"] == grows["sm_90"] == [1],
        "only revision 1, 128 query rows per block, makes a block ask for more shared memory",
        ", ".join(f"{revision_of['sm_80', i].kernel.total_shared_bytes:,} B" for i in range(5)))
 lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
-       "no revision spills registers or keeps anything in local memory", f"{len(design_rows)} kernels")
-glue("revisions_source", revisions_source)
+       "no revision spills registers or keeps anything in local memory",
+       f"{len(design_rows)} kernels: {len(design_rows) // len(archs)} revisions × {len(archs)} archs")
+revisions_words = ch05.compiler_words(revisions_source)
+glue("revisions_source", "compiled the same way" if revisions_words == ch05.compiler_words(resources_source)
+     else revisions_words)
 for a, i in by_revision.index:
     glue(f"rev{i}_regs_{a}", by_revision.loc[(a, i), "registers"])
-    glue(f"rev{i}_warps_{a}", by_revision.loc[(a, i), "warps/SM"])
+warps_before_after = {a: (by_revision.loc[(a, 0), "warps/SM"], by_revision.loc[(a, 1), "warps/SM"]) for a in archs}
+glue("rev1_warps", ", and ".join(f"stay at {w0} on {a}" if w0 == w1 else f"drop {w0} → {w1} on {a}"
+                                 for a, (w0, w1) in warps_before_after.items()))
 sm80 = by_revision.loc["sm_80"].assign(**{"shared KiB": lambda t: t["shared memory (B)"] / 1024,
                                           "barriers per tile": lambda t: t["barriers per tile"].map(lambda b: int(b) if b == int(b) else b)})
 sm80[["registers", "shared KiB", "warps/SM", "mma.sync", "ex2.approx.ftz.f32", "barriers per tile"]]
@@ -319,9 +339,8 @@ sm80[["registers", "shared KiB", "warps/SM", "mma.sync", "ex2.approx.ftz.f32", "
 # ({glue:text}`rev0_regs_sm_80` → {glue:text}`rev1_regs_sm_80`). What changes is reuse: every
 # K/V tile copied into shared memory serves twice as many queries, so a forward reads K and V
 # from [L2](glossary.md#l2-cache) or [HBM](glossary.md#hbm) half as often. The price, where
-# there is one, is occupancy: a block of 8 warps is a bigger unit to fit, and warps per SM go
-# {glue:text}`rev0_warps_sm_80` → {glue:text}`rev1_warps_sm_80` on sm_80 and
-# {glue:text}`rev0_warps_sm_90` → {glue:text}`rev1_warps_sm_90` on sm_90.
+# there is one, is occupancy: a block of 8 warps is a bigger unit to fit, and warps per SM
+# {glue:text}`rev1_warps`.
 
 # %% tags=["remove-input"]
 lesson(all(revision_of[a, 1].revision.block_m == 2 * revision_of[a, 0].revision.block_m
@@ -421,32 +440,46 @@ glue("qwen_shape", f"{qwen_call.op} at B·H = {qwen_call.batch_heads}, S = {qwen
 
 # %%
 occupancy.launch_table([torch_launch, v2_launch], qwen_arch, gpu["numSms"])[
-    ["threads per block", "registers", "shared KiB", "CTAs per SM", "occupancy %", "waves"]]
+    ["threads per block", "registers", "shared KiB", "CTAs per SM", "occupancy %", "waves"]].T
 
 # %% tags=["remove-input"]
 occ_torch, occ_v2 = torch_launch.occupancy(qwen_arch), v2_launch.occupancy(qwen_arch)
 lesson(torch_launch.blocks == v2_launch.blocks, "v2 launches as many CTAs as torch's kernel: 128 query rows each",
        f"{v2_launch.blocks:,}: torch's grid {torch_launch.grid}, v2's {v2_launch.grid}")
 lesson(occ_torch.limited_by == occ_v2.limited_by == "registers", "both kernels are limited by registers on this GPU")
+torch_waves, v2_waves = (launch.waves(qwen_arch, gpu["numSms"]) for launch in (torch_launch, v2_launch))
+lesson(occ_v2.warps_per_block > occ_torch.warps_per_block and occ_v2.blocks_per_sm < occ_torch.blocks_per_sm
+       and v2_waves > torch_waves,
+       "v2 spends more warps on its 128 rows, so fewer of its CTAs fit an SM and its CTAs take more waves",
+       f"{occ_v2.warps_per_block} vs {occ_torch.warps_per_block} warps, {occ_v2.blocks_per_sm} vs "
+       f"{occ_torch.blocks_per_sm} CTAs per SM, {v2_waves:.2f} vs {torch_waves:.2f} waves")
 glue_all(qwen_torch_warps=occ_torch.warps_per_sm, qwen_v2_warps=occ_v2.warps_per_sm,
-         qwen_torch_waves=torch_launch.waves(qwen_arch, gpu["numSms"]), qwen_v2_waves=v2_launch.waves(qwen_arch, gpu["numSms"]))
+         qwen_torch_cta_warps=occ_torch.warps_per_block, qwen_v2_cta_warps=occ_v2.warps_per_block,
+         qwen_torch_ctas=occ_torch.blocks_per_sm, qwen_v2_ctas=occ_v2.blocks_per_sm,
+         qwen_torch_waves=torch_waves, qwen_v2_waves=v2_waves)
+runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
+            and head_dim in cuda_flash.HEAD_DIMS]
+glue("speed_where", "This copy of the page ran on one: its last section has the numbers." if runnable else
+     "This copy of the page ran without one, so it has no timing of v1 or v2.")
 
 # %% [markdown]
-# The call: {glue:text}`qwen_shape`. Both launch one CTA per 128 query rows of one (batch, head), and both spend registers to keep
-# tiles on chip: torch's kernel keeps {glue:text}`qwen_torch_warps` warps per SM resident, v2
-# {glue:text}`qwen_v2_warps`, so torch's CTAs run in {glue:text}`qwen_torch_waves:.2f`
-# [waves](glossary.md#wave) over the SMs and v2's in {glue:text}`qwen_v2_waves:.2f`: the same
-# work in CTAs of a different shape.
+# The call: {glue:text}`qwen_shape`. Both launch one CTA per 128 query rows of one (batch,
+# head), and both spend registers to keep tiles on chip. But torch's kernel gives those rows
+# {glue:text}`qwen_torch_cta_warps` warps and v2 {glue:text}`qwen_v2_cta_warps`, so
+# {glue:text}`qwen_torch_ctas` of torch's CTAs fit an SM and only {glue:text}`qwen_v2_ctas` of
+# v2's. Torch's kernel keeps {glue:text}`qwen_torch_warps` warps per SM resident and v2
+# {glue:text}`qwen_v2_warps`, but v2 works on fewer query tiles at once, so its CTAs run in
+# {glue:text}`qwen_v2_waves:.2f` [waves](glossary.md#wave) over the SMs where torch's take
+# {glue:text}`qwen_torch_waves:.2f`.
 #
-# How fast each version runs needs a GPU: [chapter 6](06_showdown.ipynb) measures everything
-# side by side.
+# How fast each version runs needs a GPU: run on one, this page adds a last section that times
+# them against `triton` and `sdpa_flash`, and `python -m kernels.bench` times them too.
+# {glue:text}`speed_where`
 
 # %% tags=["remove-input"]
 # The book's own GPU recording: build the extension, check both kernels against the float64
 # reference at this page's shape (odd shapes are the GPU tests'), profile one forward of each
 # (one kernel per forward) and time them against triton and sdpa_flash. Nothing to show on a CPU.
-runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
-            and head_dim in cuda_flash.HEAD_DIMS]
 if runnable:
     display(Markdown("## On this GPU: correct, one kernel, and how fast\n\nThis page was built on a GPU: the "
                      "extension is built, both kernels are checked against the float64 reference at this page's "

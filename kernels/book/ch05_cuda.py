@@ -70,3 +70,29 @@ def excerpts(source, *pieces: tuple[str, ...]):
 
     parts = [f"// {where}\n{code}" for where, code in (source_piece(source, *piece) for piece in pieces)]
     return Markdown("```cuda\n" + "\n\n".join(parts) + "\n```")
+
+
+def compiler_words(where_from: str) -> str:
+    """``resources.read_kernels``'s account of where its numbers came from, cut to what a reader
+    needs: the compiler's version ("nvcc 13.0"), or the snapshot's words, whole, where no compile
+    ran (a reader should know those numbers were not made on this run)."""
+    import re
+
+    found = re.match(r"compiled now by nvcc (\d+\.\d+)", where_from)
+    return f"compiled with nvcc {found.group(1)} on this run" if found else where_from
+
+
+def reveal_revisions(guess: Iterable[int], seen: Iterable[int], what: str, why: Mapping[int, str]) -> str:
+    """The reader's guess of a set of revisions against the compiler's: both sets in full, then
+    each revision either names, with ``why`` (revision -> reason) where one is given. Order
+    does not matter; nothing here asserts the guess. Returns the printed text."""
+    guess, seen = sorted(set(guess)), sorted(set(seen))
+    lines = [f"{what}: you guessed {guess}, the compiler's report shows {seen}"
+             + (" (exactly right)" if guess == seen else "")]
+    for r in sorted(set(guess) | set(seen)):
+        verdict = ("yes, as you guessed" if r in seen and r in guess else
+                   "yes, not guessed" if r in seen else "no")
+        lines.append(f"  revision {r}: {verdict}" + (f" ({why[r]})" if r in why else ""))
+    text = "\n".join(lines)
+    print(text)
+    return text

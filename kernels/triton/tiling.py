@@ -113,7 +113,7 @@ def draw_tiles(seq: int, block_m: int, block_n: int, causal: bool = True,
         ax.add_patch(Rectangle((0, y0), seq, y1 - y0, fill=False, lw=2.5, ec=PROGRAM_COLOUR, clip_on=False))
         # The Q tile, right of the grid: loaded once, kept on-chip for the whole loop.
         ax.add_patch(Rectangle((seq + 0.5 * strip, y0), strip, y1 - y0, color=PROGRAM_COLOUR, clip_on=False))
-        ax.text(seq + 1.8 * strip, (y0 + y1) / 2, f"Q tile of\nprogram {program}", va="center",
+        ax.text(seq + 1.8 * strip, (y0 + y1) / 2, f"query\ntile {program}", va="center",
                 fontsize=size, color=PROGRAM_COLOUR, clip_on=False)
         # The K/V tiles, above the grid, coloured by what the program does with each.
         for j, cls in enumerate(tiles[program]):

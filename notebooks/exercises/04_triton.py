@@ -82,7 +82,8 @@ check_online_update(solution_online_update if solutions else online_update)
 #
 # The kernel below computes a causal softmax of an `[S, S]` score matrix, one program per
 # row: load the row, hide the future, softmax, store. It has one planted bug. Run the check
-# to see what it reports, then fix the kernel in this cell and run the check again. The
+# to see what it reports (on the kernel as given: row 0 comes out NaN), then fix the kernel in
+# this cell and run the check again. The
 # row is padded to a power of two (`BLOCK`), so the load is masked too.
 
 # %% tags=["stub"]
@@ -141,8 +142,11 @@ check_causal_softmax(solution_causal_softmax if solutions else causal_softmax, d
 # ## Task 3: occupancy from a compiler report
 #
 # Compile a CUDA kernel with `nvcc -Xptxas -v` and the assembler reports what each thread
-# and block will use. Here is a report of the kind it prints, for an attention kernel
-# launched with 128 threads per block (an example, not a measurement of this run):
+# and block will use. Chapter 4 leaves registers to a compile; [chapter 3b](../03b_sdpa_fused.ipynb)
+# works this arithmetic for PyTorch's flash kernel, and [chapter 5](../05_cuda.ipynb) reads
+# real `ptxas` reports of its own kernels. Here is a report of the kind it prints, for an
+# attention kernel launched with 128 threads per block (an example, not a measurement of this
+# run):
 
 # %% tags=["setup"]
 report = """\
@@ -202,13 +206,12 @@ def solution_occupancy(threads, registers, shared_bytes):
 # %% tags=["check"]
 answer = solution_occupancy if solutions else my_occupancy
 check_occupancy(answer)
-if not solutions:  # your own numbers for the reported kernel; the book's page leaves the solution's out
-    blocks, fraction = answer(threads, registers, shared_bytes)
-    print(f"the reported kernel: {blocks} blocks per SM, {fraction:.1%} occupancy")
+blocks, fraction = answer(threads, registers, shared_bytes)
+print(f"the reported kernel: {blocks} blocks per SM, {fraction:.1%} occupancy")
 
 # %% [markdown]
-# Low, and on purpose: FlashAttention spends registers and shared memory on keeping its
-# tiles on-chip rather than on more warps. Chapter 4 compares such numbers with the
+# Low, a fraction of the SM's 64 warp slots, and on purpose: FlashAttention spends registers
+# and shared memory on keeping its tiles on-chip rather than on more warps. Chapter 4 compares such numbers with the
 # footprint a GPU trace reports.
 #
 # Back to [chapter 4](../04_triton.ipynb), or on to the [exercises of chapter 5](05_cuda.ipynb).

@@ -44,3 +44,19 @@ def test_chapter5_excerpts_share_one_block_in_the_order_given():
     assert text.index("float* row_s = s_s") < text.index("for (int d = 0; d < D; ++d) {")
     with pytest.raises(ValueError, match="no line"):
         ch05.excerpts(v1, ("a marker no line of the kernel holds",))
+
+
+def test_compiler_words_keep_the_version_and_the_whole_snapshot_note():
+    assert ch05.compiler_words("compiled now by nvcc 13.0, V13.0.88 in 18.6 s") == "compiled with nvcc 13.0 on this run"
+    snapshot = "read from a snapshot of nvcc 12.8 taken on 2026-01-01, because this machine has no nvcc"
+    assert ch05.compiler_words(snapshot) == snapshot, "numbers not made on this run must say so in full"
+
+
+def test_reveal_revisions_prints_both_sets_and_each_revision_once(capsys):
+    text = ch05.reveal_revisions([4, 4], [1], "revisions that grow shared memory", {1: "Q grows", 4: "reused"})
+    assert capsys.readouterr().out.strip() == text
+    assert "you guessed [4], the compiler's report shows [1]" in text and "exactly right" not in text
+    assert "revision 1: yes, not guessed (Q grows)" in text and "revision 4: no (reused)" in text
+    assert text.count("revision 4") == 1
+    right = ch05.reveal_revisions([1], [1], "x", {})
+    assert "(exactly right)" in right and "revision 1: yes, as you guessed" in right
