@@ -16,7 +16,8 @@
 #   under the device's roofline;
 # - count what a training step and a decode token cost against a forward;
 # - read a real model's attention calls on an H100 and an MI300X against each GPU's peak, and
-#   tell from the grid and the [SM](glossary.md#sm) count why short sequences leave most of a GPU idle.
+#   tell from the grid, the [SM](glossary.md#sm) count and the registers why a short sequence's
+#   attention reaches a small fraction of it.
 #
 # **Before you start:** Chapters [1. Attention by hand](01_naive.ipynb) to [5. FlashAttention in
 # CUDA, by hand](05_cuda.ipynb): their implementations are the contenders. The training and
@@ -59,11 +60,12 @@ traces_box(borrowed)
 #
 # ## The contenders
 #
-# The library says what runs on this device, and why not where it cannot. One exclusion is a
-# choice: on a CPU, `triton` runs in Triton's *interpreter* (NumPy, program by program, to check
-# correctness) and `compiled_naive` and `flex` compile for every new shape, so their CPU time is
-# no performance number (chapters 4 and 7 run them there). The table, folded, also recalls what
-# each implementation's chapter taught.
+# The library says what runs on this device, and why not where it cannot. Two exclusions are
+# choices. On a CPU, `triton` runs in Triton's *interpreter* (NumPy, program by program, to check
+# correctness), so its time is no performance number. `compiled_naive` and `flex` would compile
+# once per sequence length, seconds each, which this short sweep has no budget for: chapter 7
+# times the compiled forward at one shape, after its compile. The table, folded, also recalls
+# what each implementation's chapter taught.
 
 # %% tags=["hide-output"]
 contenders = ch06.contenders(device)[0]   # the names measured here
@@ -72,7 +74,7 @@ ch06.lineup(device)
 # %% tags=["remove-input"]
 if not on_gpu:
     lesson(contenders == ["naive", "inplace", "sdpa_math", "sdpa_flash"],
-           "on a CPU the showdown is naive, inplace, sdpa_math and sdpa_flash", ", ".join(contenders))
+           "on a CPU the showdown is naive, inplace, sdpa_math and sdpa_flash")
 
 # %% [markdown]
 # ## What one forward runs
@@ -85,8 +87,8 @@ if not on_gpu:
 # kernels, copies and memsets launched by one forward. The traces are linked, folded, under the table.
 
 # %%
-steps_of = ch06.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # one that fails leaves
-ch06.ops_table(steps_of, on_gpu)
+steps_of = ch06.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # {name: its median step}
+ch06.ops_table(steps_of)
 
 # %% tags=["remove-input", "hide-output"]
 display(*(links(s) for s in steps_of.values()))
@@ -102,7 +104,7 @@ lesson(all(len(work[n]) > len(work["sdpa_flash"]) for n in ("naive", "inplace", 
        "every unfused implementation runs more ops than the fused one",
        ", ".join(f"{n} {len(work[n])}" for n in ("naive", "inplace", "sdpa_math")))
 lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs fewer ops than the naive one",
-       f"{len(work['naive'])} vs {len(work['inplace'])}")
+       f"in-place {len(work['inplace'])}, naive {len(work['naive'])}")
 
 # %% [markdown]
 # ## Timing and memory: the sweep
@@ -113,15 +115,19 @@ lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs few
 # (90th percentile within 2x the 10th), which mostly catches other work on the same cores: an op
 # split across threads waits for the one that was descheduled, so a small call can read many times
 # slower than it is. Peak memory is measured on one more call, apart from the timed ones. The
-# appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each choice;
-# `python -m kernels.bench` runs longer sweeps than this short one.
+# appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each choice. The book sweeps a
+# few lengths on a short time budget (`budget` below); `python -m kernels.bench` runs longer sweeps.
+
+# %% tags=["remove-cell"]
+# The book's own budget: a few lengths, few calls each, so that a build takes minutes; a GPU build
+# sweeps longer sequences than a CPU one.
+other_seqs = sorted({512, 1024, 2048, 4096} - {seq} if on_gpu else {128, 256, 512, 1024} - {seq})
+budget = sweep.book_budget(on_gpu)
 
 # %%
-sweep_seqs = sorted({512, 1024, 2048, 4096, seq} if on_gpu else {128, 256, 512, 1024, seq})
-common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None,
-              **sweep.book_budget(on_gpu))  # short, so the book builds in minutes
-results = sweep.sweep(contenders, seqs=(seq,), **common)      # the chapter's shape, with peak memory
-results.extend(sweep.sweep(contenders, seqs=[s for s in sweep_seqs if s != seq], memory=False, **common))
+common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
+results = sweep.sweep(contenders, seqs=(seq,), **common, **budget)      # the chapter's shape, with peak memory
+results.extend(sweep.sweep(contenders, seqs=other_seqs, memory=False, **common, **budget))
 
 # %% tags=["remove-input"]
 at_seq = {r.impl: r for r in results if r.seq == seq and r.ok}
@@ -131,18 +137,18 @@ lesson(set(at_seq) == set(contenders), "every contender was measured at the chap
 # ## Everything at a glance
 #
 # The chapter's shape, every contender, one row each: peak memory first, then the median time per
-# forward with the spread of the middle 80% of calls; TFLOP/s counts causal FLOPs halved (below).
-# Before the table, rank the contenders by peak memory at the chapter's shape, smallest first
+# forward with the spread of the middle 80% of calls; the FLOP rate counts causal FLOPs halved
+# (below); "% of roof" and "bound by" place each forward under the device's ceilings (which side of
+# the ridge it sits on), read in [The roofline](#the-roofline) below. Before the table, rank the contenders by peak memory at the chapter's shape, smallest first
 # (memory, unlike time, does not depend on how busy the machine is; two that tie may come in
 # either order):
 
 # %%
-guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # alphabetical: reorder, smallest peak first
+guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # edit me: smallest peak first
 
 # %% tags=["remove-input"]
 memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
-reveal([g for g in guess_memory_order if g in at_seq], ch06.smallest_first(memory, guess_memory_order),
-       "contenders, smallest peak first", source="the measured peaks")
+print(ch06.smallest_first_verdict(guess_memory_order, {name: mib(b) for name, b in memory.items()}))
 
 # %%
 peaks = devices.roofline_peaks(device)
@@ -156,17 +162,19 @@ if not on_gpu:
     lesson(smallest == "sdpa_flash", "sdpa_flash has the smallest peak memory on the CPU", f"{mib(memory[smallest]):.2f} MiB")
 tied = ch06.overlapping({n: at_seq[n] for n in glance.index[glance["time (ms)"].notna()]})
 say("Times whose spreads overlap rank nothing, whichever median is lower: on this run "
-    + "; ".join(f"{a} and {b}" for a, b in tied) + ". On a CPU shared with another notebook (the book "
-    "executes two at once on two cores) one stolen time slice moves a median by more than the gap "
-    "between them." if tied else "On this run no two timed rows' spreads overlap.")
+    + "; ".join(f"{a} and {b}" for a, b in tied) + ". On a CPU shared with other work, one stolen "
+    "time slice moves a median by more than the gap between them." if tied
+    else "On this run no two timed rows' spreads overlap.")
 glue_all(smallest=smallest, smallest_mib=mib(memory[smallest]), naive_mib=mib(memory["naive"]),
          untimed=", ".join(glance.index[glance["time (ms)"].isna()]) or "none", ridge=peaks.ridge)
 
 # %% [markdown]
 # The smallest peak belongs to **{glue:text}`smallest`**: {glue:text}`smallest_mib:.3g` MiB,
-# against {glue:text}`naive_mib:.3g` MiB for naive. Memory is asserted; times are quoted, never
-# ranked by an assertion, and a row that failed the spread check shows none (on this run:
-# {glue:text}`untimed`). What the copy in `masked_fill` costs naive is [chapter 2](02_inplace.ipynb)'s question.
+# against {glue:text}`naive_mib:.3g` MiB for naive. Naive and in-place can share a peak:
+# [chapter 2](02_inplace.ipynb) showed that removing the copy lowers the total allocated, not the
+# peak, when two S×S tensors are alive in either version. Memory is asserted; times are quoted,
+# never ranked by an assertion, and a row that failed the spread check shows none (on this run:
+# {glue:text}`untimed`).
 #
 # ## Counting FLOPs: causal is half
 #
@@ -223,7 +231,7 @@ plots.tflops_vs_seq(steady, peak=peaks)
 # whatever S is; a fused kernel's intensity grows with S.
 
 # %%
-#| caption: The roofline: each forward at its arithmetic intensity (FLOP per byte moved) and its achieved FLOP/s, under the device's two ceilings, memory bandwidth (the slope) and compute (the flat roof); every point drawn sits under its ceiling (asserted below).
+#| caption: The roofline: each forward at its arithmetic intensity (FLOP per byte moved) and its achieved FLOP/s, under the device's two ceilings, memory bandwidth (the slope) and compute (the flat roof); every point drawn sits under its ceiling (checked below).
 #| alt: Log-log scatter of achieved FLOP/s against arithmetic intensity per implementation and length, under a sloped bandwidth line and a flat compute line.
 plots.roofline(steady, device=peaks)
 
@@ -262,7 +270,8 @@ lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops /
 #
 # What does the same kind of call reach on a datacenter GPU? Two real traces answer it, *H100 Qwen*
 # and *MI300X Qwen*: one forward of Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's
-# [SDPA](glossary.md#sdpa)) profiled on an NVIDIA H100 and an AMD MI300X by AMD's TraceLens project.
+# [SDPA](glossary.md#sdpa)) profiled on an NVIDIA H100 and an AMD MI300X by AMD's TraceLens project
+# (the box's 2048 is the harness's length setting; the recorded shapes show the 559 tokens that ran).
 # `kernels.trace.attention.find_attention` reads every SDPA call of the step: its kernel, shapes, GPU
 # time and FLOPs, counted [causal half](#counting-flops-causal-is-half) as in the sweep.
 #
@@ -312,11 +321,14 @@ glue_all(qwen_h100_tflops=h100_row["median TFLOP/s"], qwen_h100_pct=h100_row["me
 # ### Why: the grid against the SMs
 #
 # A kernel is launched as a grid of thread blocks ([CTAs](glossary.md#cta); *workgroups* on AMD), each run whole
-# on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD); the trace records each grid and block, and the SM
+# on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD, counted in the SMs column); the trace records each grid and block, and the SM
 # count (`deviceProperties`). An SM holds as many blocks at once as its [registers](glossary.md#registers),
 # [shared memory](glossary.md#shared-memory) and [warp](glossary.md#warp) slots allow (chapter 4's
 # [occupancy](glossary.md#occupancy) arithmetic); a larger grid runs in [*waves*](glossary.md#wave), and the
 # last may leave SMs idle. A third trace, *H100 BERT*, shows the short end: BERT-small, 141 tokens, same H100.
+# Our occupancy is that of a busy SM, one holding blocks; Kineto's estimate spreads the grid over
+# all SMs (CTAs / SMs blocks each), so the two agree where every SM gets blocks and part where few
+# do. "—": not recorded, as ROCm traces carry no register counts.
 
 # %%
 grids = ch06.grids_table(reports)
@@ -355,15 +367,17 @@ lesson(workgroups % cus == 0 and all(workgroups != math.ceil(qwen_call["Sq"] / m
 glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_sms=int(h100_grid["SMs (CUs)"]),
          qwen_per_sm=int(h100_grid["CTAs per SM at once"]), qwen_occ=h100_occ,
          qwen_padded=query_tiles * tiles.block_m, qwen_sq=int(qwen_call["Sq"]), qwen_key_tiles=key_tiles,
-         tail_idle_pct=100 * tail_idle, bert_ctas=int(bert_grid["CTAs"]), bert_tflops=bert_call["TFLOP/s"],
+         tail_idle_pct=100 * tail_idle, bert_ctas=int(bert_grid["CTAs"]),
+         bert_kineto_occ=float(bert_grid["occupancy % (trace)"]), bert_tflops=bert_call["TFLOP/s"],
          mi300x_wg=int(workgroups), mi300x_cus=int(cus), qwen_smem_kib=int(h100_kernel["shared_memory"]) // 1024,
-         qwen_first_key_tiles=math.ceil(min(tiles.block_m, qwen_call["Sq"]) / tiles.block_n))
+         qwen_first_key_tiles_text=ch06.count_of(math.ceil(min(tiles.block_m, qwen_call["Sq"]) / tiles.block_n),
+                                                 "key tile"))
 
 # %% [markdown]
 # On the H100, {glue:text}`qwen_ctas` CTAs met {glue:text}`h100_sms` SMs holding {glue:text}`qwen_per_sm`
 # each: {glue:text}`qwen_waves:.2f` waves, the last wave's idle SMs costing about
 # {glue:text}`tail_idle_pct:.1f`% of the call, an *estimate* that assumes equal work per CTA (causal
-# CTAs differ: the first query tile meets {glue:text}`qwen_first_key_tiles` key tile(s), the last
+# CTAs differ: the first query tile meets {glue:text}`qwen_first_key_tiles_text`, the last
 # {glue:text}`qwen_key_tiles`). Two things weigh more. Each SM ran only {glue:text}`qwen_occ:.1f`% of
 # its warp slots: FlashAttention keeps Q, K and V tiles in shared memory ({glue:text}`qwen_smem_kib`
 # KiB a CTA here, the tiles of [chapter 3b](03b_sdpa_fused.ipynb)) and the score tile and output
@@ -376,7 +390,8 @@ glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_s
 # instructions this one does not, reach more.
 #
 # BERT-small's 141 tokens launched {glue:text}`bert_ctas` CTAs per call, leaving most SMs without a
-# block: {glue:text}`bert_tflops:.1f` TFLOP/s. The MI300X's grid, {glue:text}`mi300x_wg` workgroups
+# block: {glue:text}`bert_tflops:.1f` TFLOP/s (hence Kineto's {glue:text}`bert_kineto_occ:g`%:
+# {glue:text}`bert_ctas` CTAs spread over {glue:text}`h100_sms` SMs). The MI300X's grid, {glue:text}`mi300x_wg` workgroups
 # for {glue:text}`mi300x_cus` CUs, is sized to the chip, each workgroup looping over tiles, so no
 # wave is half empty; its calls were slower for reasons the trace does not record (ROCm traces carry
 # no register counts).
@@ -415,8 +430,10 @@ if on_gpu:  # this run's fused medians, beside the article's
 #   single query sees every key, so it is counted in full: $4BHS_kD$.
 # - A training step is 3.5 forwards of FLOPs; a decode token is memory-bound by construction
 #   ([chapter 10](10_decoding.ipynb)).
-# - A datasheet peak needs every SM busy: a short sequence's attention launches few CTAs, each
-#   with little work, and reaches a small fraction of it (under a tenth on the traces above).
+# - A datasheet peak needs every SM busy with enough work. At {glue:text}`qwen_sq` tokens every
+#   H100 SM got blocks, but held only {glue:text}`qwen_per_sm` CTAs ({glue:text}`qwen_occ:.1f`%
+#   occupancy, set by registers) with little work each; at BERT's 141 tokens most SMs got none.
+#   Every trace above reached under a tenth of its peak.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/06_showdown.ipynb), with automatic checks, hints and hidden solutions.

@@ -2,13 +2,13 @@
 # # 7. Compiled attention
 #
 # So far every trace showed the ops we wrote, one after the other, each reading and writing
-# a whole tensor. `torch.compile` changes that contract: TorchDynamo captures the Python
-# code as a graph, and Inductor, its default backend, writes new code for that graph, fusing
-# neighbouring ops into one loop (C++ on a CPU, [Triton kernels](glossary.md#kernel) on a GPU). What is left for
-# the profiler to show is one *compiled region* with the library calls Inductor kept and the
-# kernels it wrote. This chapter reads such traces: the naive and in-place modules compiled,
-# what a graph break does, and then FlexAttention, which compiles a whole attention with a
-# mask of our choice into one kernel.
+# a whole tensor. `torch.compile` changes that contract: [TorchDynamo](glossary.md#dynamo) captures
+# the Python code as a graph, and [Inductor](glossary.md#inductor), its default backend, writes new
+# code for that graph, fusing neighbouring ops into one loop (C++ on a CPU,
+# [Triton kernels](glossary.md#kernel) on a GPU). This chapter reads the traces that leaves: the
+# naive and in-place modules compiled, what a [graph break](glossary.md#graph-break) (a point where
+# Dynamo must end its graph) does, and then FlexAttention, which
+# compiles a whole attention with a mask of our choice into one kernel.
 #
 # **You will learn to:**
 #
@@ -23,7 +23,7 @@
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [2. In place](02_inplace.ipynb)
 # and [3b. The fused backends](03b_sdpa_fused.ipynb) ([SDPA's](glossary.md#sdpa) flash backend, which FlexAttention
-# is timed against).
+# is compared with).
 #
 # **Time:** about {reading_minutes} min to read.
 #
@@ -71,40 +71,70 @@ traces_box({"A100 compiled call": COMPILED_POINTWISE})
 # from the calls after it: the first one pays for tracing, code generation and the C++ (or
 # Triton) compiler, unless Inductor finds the same graph in its cache. A timing alone cannot
 # tell whether a later call compiled again, so Dynamo's own counters count every graph each
-# part compiled (`torch_compile.timed_compiles`).
+# part compiled (`torch_compile.timed_compiles`), and a benchmark times the steady calls.
 
 # %%
 eager = {"naive": naive.NaiveAttention(causal=True), "inplace": inplace.InplaceAttention(causal=True)}
 compiled_mod = {name: torch.compile(m, dynamic=False) for name, m in eager.items()}
 paid = {name: torch_compile.timed_compiles(fn, q, k, v) for name, fn in compiled_mod.items()}
+steady_ms = ch07.timed(lambda: compiled_mod["naive"](q, k, v), device)   # median, p10, p90 of timed calls
 
 # %% tags=["remove-input"]
 for name in compiled_mod:
     verdict = reference.judge(compiled_mod[name](q, k, v), q, k, v, causal=True)
     lesson(verdict.ok, f"compiled {name} attention matches the float64 reference", str(verdict))
-lesson(all(t.compiled_once for t in paid.values()), "each module compiles one graph, on its first call, and no later call compiles again: "
-       "the first call's time is the whole compile cost",
-       "; ".join(f"{n}: first call {t.first}, later calls {t.steady.graphs} graph(s) compiled" for n, t in paid.items()))
+lesson(all(t.compiled_once for t in paid.values()), "each module compiles one graph, on its first call, and no later call compiles again",
+       "; ".join(f"{n}: first call {ch07.compiles_text(t.first)}, later calls {ch07.compiles_text(t.steady)}"
+                 for n, t in paid.items()))
 lesson(all(t.first_s > 2 * t.steady_s for t in paid.values()),
        "the first call of a compiled module costs more than two steady-state calls (compile or cache load)",
-       ", ".join(f"{n}: {t.first_s:.2f} s vs {1e3 * t.steady_s:.1f} ms" for n, t in paid.items()))
-glue_all(c_first_s=f"{paid['naive'].first_s:.1f}", c_steady_ms=f"{1e3 * paid['naive'].steady_s:.1f}",
-         c_first_calls=f"{paid['naive'].first_s / paid['naive'].steady_s:,.0f}")
+       "first call: " + ", ".join(f"{n} {t.first_s:.2f} s" for n, t in paid.items()))
+glue_all(c_first_s=f"{paid['naive'].first_s:.2f}")
+display(Markdown(f"The first call of the compiled naive module took {paid['naive'].first_s:.2f} s. "
+                 + ch07.first_call_text(paid["naive"], paid["inplace"].first_s)
+                 + f" After that, {ch07.steady_text(paid['naive'].first_s, steady_ms)}. A compile pays off only "
+                 "over many calls of the same shape, and a profiled window that holds the first call measures "
+                 "the compiler, not the model."))
 
 # %% [markdown]
-# The first call of the compiled naive module took {glue:text}`c_first_s` s; after that, a call takes
-# {glue:text}`c_steady_ms` ms, so the first call cost as much as {glue:text}`c_first_calls`
-# steady calls. A compile pays off only over many calls of the same shape, and a profiled
-# window that holds the first call measures the compiler, not the model.
+# The shape matters: with `dynamic=False` Dynamo guards on the exact shapes, so a call at another
+# length fails the guard and compiles again, a *recompile*. Half the length, through the same module:
+
+# %%
+q_half, k_half, v_half = inputs(batch, heads, seq // 2, head_dim, dtype=dtype, device=device)
+again = torch_compile.timed_compiles(compiled_mod["naive"], q_half, k_half, v_half)
+half_step = reader.median_step(record.profile(compiled_mod["naive"], q_half, k_half, v_half,
+                                              label="naive_half", active=active_steps, trace_dir=trace_dir).steps())
+list(torch_compile.regions(half_step)["name"])
+
+# %% tags=["remove-input"]
+half_regions = list(torch_compile.regions(half_step)["name"])
+lesson(again.first.graphs == 1 and again.steady.graphs == 0 and not again.first.gave_up,
+       "a call at another length compiles the module again, once, and its later calls do not",
+       f"S={seq // 2}: first call {ch07.compiles_text(again.first)}, later calls {ch07.compiles_text(again.steady)}")
+frame, _, compile_id = half_regions[0].removeprefix("Torch-Compiled Region: ").partition("/") if half_regions else ("", "", "")
+lesson(len(half_regions) == 1 and frame == "0" and compile_id.isdigit() and int(compile_id) > 0,
+       "the trace names the recompiled graph after the same frame as the first compile (0), with a later compile number",
+       half_regions[0] if half_regions else "no region")
+glue_all(half_region=f"{frame}/{compile_id}")
+
+# %% [markdown]
+# A region's name reads *frame/compile*: Dynamo numbers each function (frame) it captures, here
+# `forward` as frame 0, and each compile of it. `0/0` was the naive module's first compile; the
+# in-place module inherits the same `forward`, so its compile was {glue:text}`inplace_region`; the
+# half-length call is {glue:text}`half_region`. After `torch._dynamo.config.recompile_limit` (8) compiles of one frame,
+# Dynamo gives up and runs that function eagerly, with only a logged warning.
 #
 # ## Guess, then look
 #
-# Eager, the naive forward ran five ops at the top level, and `masked_fill` cloned the
-# scores. What will the compiled forward's trace hold? Write down which ATen ops you expect
-# to still see by name (one list), before reading on.
+# Eager, the naive forward ran five ops at the top level ([chapter 1](01_naive.ipynb); chapter 6
+# counts seven *work* ops, the ones beneath them included), and `masked_fill` cloned the scores.
+# What will the compiled forward's trace hold? Write down which ATen ops you expect to still see
+# by name, each as many times as it runs (the order does not count), before reading on.
 
 # %%
-guess_compiled_ops = ["aten::bmm", "aten::masked_fill", "aten::bmm"]  # edit me before running on
+guess_compiled_ops = ["aten::bmm", "aten::mul", "aten::masked_fill",  # edit me before running on
+                      "aten::softmax", "aten::bmm"]
 
 # %%
 runs = {name: record.profile(fn, q, k, v, label=f"{name}_forward", active=active_steps, trace_dir=trace_dir)
@@ -113,7 +143,13 @@ step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 
 # %% tags=["remove-input"]
 seen_aten = [n for n in step["naive"].ops["name"] if n.startswith("aten::") and n != "aten::resolve_conj"]
-reveal(guess_compiled_ops, seen_aten, "ATen ops in the compiled forward")
+region_of = {name: list(torch_compile.regions(step[name])["name"]) for name in compiled_mod}
+lesson(region_of["naive"] == ["Torch-Compiled Region: 0/0"] and len(region_of["inplace"]) == 1
+       and region_of["inplace"][0].startswith("Torch-Compiled Region: 0/"),
+       "compiled, the in-place module runs in frame 0 too: it inherits the naive module's forward",
+       f"naive {region_of['naive'][0]}, in-place {region_of['inplace'][0] if region_of['inplace'] else 'none'}")
+glue_all(inplace_region=region_of["inplace"][0].removeprefix("Torch-Compiled Region: "))
+say("ATen ops in the compiled forward: " + ch07.ops_present(guess_compiled_ops, seen_aten))
 
 # %%
 tables.op_table(step["naive"])
@@ -121,15 +157,17 @@ tables.op_table(step["naive"])
 # %% [markdown]
 # The top level is no longer our code. `TorchDynamo Cache Lookup` checks the guards (same
 # shapes, dtypes, grad mode...) that decide whether the compiled code fits this call; the
-# `Torch-Compiled Region` is the compiled graph running. Inside it: two `aten::bmm` (the
-# matmuls, which Inductor hands to the same library as eager PyTorch does) and one
-# kernel Inductor wrote, named after the ops it fused. The times are those of one profiled step:
+# `Torch-Compiled Region` is the compiled graph running. Inside it, two short wrapper rows come
+# first: `Pregraph bytecode` (Dynamo's Python that runs before the graph) and
+# `AOTDispatcher Runtime Wrapper Prologue` (AOTAutograd, the layer between Dynamo and Inductor,
+# preparing the inputs). Then two `aten::bmm` (the matmuls, which Inductor hands to the same
+# library as eager PyTorch does) and one kernel Inductor wrote, named after the ops it fused. The times are those of one profiled step:
 # they say where that step's time went, not which forward is faster (a benchmark's job; see the
 # graph break below).
 
 # %%
 gen = {name: torch_compile.generated_kernels(step[name]) for name in compiled_mod}
-gen["naive"][["name", "fused", "dur_us"]]
+ch07.kernels_table(gen["naive"])
 
 # %% tags=["remove-input"]
 lesson(len(torch_compile.regions(step["naive"])) == 1, "the compiled naive forward runs as one compiled region")
@@ -155,7 +193,7 @@ glue_all(c_kernel=gen["naive"]["name"].iloc[0])
 lesson(gen["naive"]["fused"].tolist() == gen["inplace"]["fused"].tolist()
        and len(step["naive"].ops) == len(step["inplace"].ops),
        "compiled, the naive and in-place modules run the same kernels and the same number of ops",
-       f"{gen['naive']['fused'].tolist()} vs {gen['inplace']['fused'].tolist()}")
+       "both: " + "; ".join(", ".join(f) for f in gen["naive"]["fused"]))
 
 # %% [markdown]
 # ## What happens to the S×S copy and to memory
@@ -166,8 +204,8 @@ lesson(gen["naive"]["fused"].tolist() == gen["inplace"]["fused"].tolist()
 # buffer is all the forward allocates:
 
 # %%
-mem = torch_compile.memory_table({"eager naive": step["eager_naive"], "compiled naive": step["naive"],
-                                  "compiled in-place": step["inplace"]}, scores_bytes)
+mem = ch07.memory_table({"eager naive": step["eager_naive"], "compiled naive": step["naive"],
+                         "compiled in-place": step["inplace"]}, scores_bytes)
 mem
 
 # %% tags=["remove-input"]
@@ -203,21 +241,22 @@ links.links(runs["naive"])
 #
 # The trace *A100 compiled call* (see the box at the top) holds one call of a small compiled
 # function on an A100. Before the reveal: how many kernels did the GPU run for it, and what share
-# of the compiled region's CPU time was the GPU busy?
+# of the compiled region's CPU time (in %) was the GPU busy?
 
 # %%
-guess_kernels, guess_gpu_busy_share = 3, 0.5  # edit me before running on
+guess_kernels, guess_gpu_busy_percent = 3, 50  # edit me before running on
 
 # %% [markdown]
 # The A100 compiled call's ops, then its kernels:
 
 # %%
 call = torch_compile.compiled_call(COMPILED_POINTWISE)
-display(call.ops, call.kernels)
 
 # %% tags=["remove-input"]
+display(ch07.shown(call.ops), ch07.shown(call.kernels))
 reveal(guess_kernels, len(call.kernels), "kernels", source="A100 compiled call")
-reveal(guess_gpu_busy_share, round(call.busy_share, 4), "GPU busy share of the compiled region", source="A100 compiled call")
+reveal(guess_gpu_busy_percent, round(100 * call.busy_share, 2), "GPU busy share of the compiled region, %",
+       source="A100 compiled call")
 lesson(len(call.kernels) == 1 and call.kernel.family == "triton" and call.kernel.kind == "elementwise",
        "the compiled call ran one kernel, a pointwise Triton kernel Inductor generated", call.kernel.note)
 lesson(call.names[:3] == ["TorchDynamo Cache Lookup", call.names[1], call.kernel.name] and "Compiled Region" in call.names[1],
@@ -264,7 +303,7 @@ tables.op_table(broken_step)
 
 # %%
 broken_gen = torch_compile.generated_kernels(broken_step)
-broken_gen[["name", "fused"]]
+ch07.kernels_table(broken_gen)
 
 # %% tags=["remove-input"]
 lesson(explained.graph_break_count >= 1 and len(torch_compile.regions(broken_step)) > explained.graph_count - 1 > 0,
@@ -277,8 +316,7 @@ lesson(not any(len({"mul", "masked_fill", "softmax"} & set(f)) > 1 for f in brok
 gb_allocs = torch_compile.score_buffers(broken_step, scores_bytes)
 lesson(gb_allocs > 1, "the break costs S×S allocations the unbroken compile avoids", f"{gb_allocs} vs 1")
 glue_all(gb_graphs=explained.graph_count, gb_regions=len(torch_compile.regions(broken_step)), gb_allocs=gb_allocs)
-say(ch07.break_timing(ch07.timed(lambda: compiled_mod["naive"](q, k, v), device),
-                      ch07.timed(lambda: broken(q, k, v), device)))
+say(ch07.break_timing(steady_ms, ch07.timed(lambda: broken(q, k, v), device)))
 
 # %% [markdown]
 # One break in our code became {glue:text}`gb_graphs` graphs and {glue:text}`gb_regions`
@@ -347,7 +385,7 @@ tables.op_table(flex_step)
 # %% tags=["remove-input"]
 lesson(flex_timed.first.graphs >= 1 and flex_timed.steady.graphs == 0 and not flex_timed.steady.gave_up,
        "flex compiles on its first call at this shape and never again at it",
-       f"first call {flex_timed.first}; later calls {flex_timed.steady.graphs} graph(s) compiled")
+       f"first call {ch07.compiles_text(flex_timed.first)}; later calls {ch07.compiles_text(flex_timed.steady)}")
 verdict = reference.judge(flex(q, k, v), q, k, v, causal=True)
 lesson(verdict.ok, "flex with the causal block mask matches the float64 reference", str(verdict))
 lesson(flex_step.find("aten::bmm").empty and flex_step.find("aten::softmax").empty,
@@ -356,14 +394,19 @@ lesson(flex_step.allocated_bytes < scores_bytes,
        "a flex forward allocates less than one S×S buffer in total",
        f"{mib(flex_step.allocated_bytes):.2f} MiB vs {mib(scores_bytes):.1f} MiB")
 glue_all(flex_first_s=f"{flex_timed.first_s:.1f}", flex_alloc_mib=f"{mib(flex_step.allocated_bytes):.2f}",
-         flex_out_mib=f"{mib(q.numel() * q.element_size()):.1f}")
+         flex_out_mib=f"{mib(q.numel() * q.element_size()):.1f}",
+         flex_work_mib=f"{mib(flex_step.allocated_bytes - q.numel() * q.element_size()):.1f}",
+         flex_region=torch_compile.regions(flex_step)["name"].iloc[0].removeprefix("Torch-Compiled Region: "),
+         scores_mib=f"{mib(scores_bytes):.0f}")
 if device.type == "cuda":  # this run's own flex kernel
     display(Markdown("On this GPU run, the flex forward's kernels:"), ch07.flex_forward(flex_step.gpu_work))
 
 # %% [markdown]
 # A flex forward allocates {glue:text}`flex_alloc_mib` MiB in all: the output
-# ({glue:text}`flex_out_mib` MiB) and the kernel's working buffers, never an S×S score
-# buffer. (Its first call here took {glue:text}`flex_first_s` s.)
+# ({glue:text}`flex_out_mib` MiB) and {glue:text}`flex_work_mib` MiB the generated kernel
+# allocates for its own work (a layout this page does not take apart), never an S×S score buffer
+# ({glue:text}`scores_mib` MiB). (Its first call here took {glue:text}`flex_first_s` s. Its region
+# reads {glue:text}`flex_region`: the first compile of a frame Dynamo met after those above.)
 #
 # How fast is it against SDPA's flash backend? Both skip the work above the diagonal and keep the
 # scores in tiles. A CPU timing of the two says little about GPUs; the PyTorch blog reports
@@ -409,12 +452,12 @@ lesson(alibi_step.allocated_bytes < scores_bytes,
 #   Inductor kept (the two matmuls) and the kernels it wrote, named after what they fused.
 # - Fusion removed the S×S clone and the passes between the matmuls; the in-place trick
 #   stops mattering, because the compiler picks buffers itself. The scores buffer stays.
-# - The first call pays for compiling ({glue:text}`c_first_s` s here); count it apart from
-#   steady-state time, and keep it out of profiled windows. Count the compiles too (Dynamo's
-#   counters), not only the time: a forward that writes to its module (a cache filled on the
-#   first call) makes Dynamo guard on what it wrote, so the second call compiles again, and
-#   after `torch._dynamo.config.recompile_limit` (8) compiles the function runs eagerly with
-#   only a logged warning. The course's `NaiveAttention` builds its mask inside the graph when
+# - The first call pays for compiling, or for loading the compiled code from Inductor's cache
+#   ({glue:text}`c_first_s` s here); count it apart from steady-state time, and keep it out of
+#   profiled windows. Count the compiles too (Dynamo's counters), not only the time: a new shape
+#   recompiles (a region numbered `0/1`, `0/2`...), and so does a forward that writes to its module (a cache filled on
+#   the first call makes Dynamo guard on what it wrote); after `recompile_limit` (8) compiles the
+#   function runs eagerly. The course's `NaiveAttention` builds its mask inside the graph when
 #   it is compiled, for that reason.
 # - A graph break shows as a second region, and fusion stops at it.
 # - FlexAttention compiles the mask into a fused kernel: causal tiles above the diagonal

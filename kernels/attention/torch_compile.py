@@ -373,7 +373,7 @@ class Compiles:
                         self.cache_misses - before.cache_misses, self.gave_up - before.gave_up)
 
     def __str__(self) -> str:
-        return (f"{self.graphs} graph(s) compiled ({self.cache_hits} found in Inductor's cache, "
+        return (f"{self.graphs} graph{'' if self.graphs == 1 else 's'} compiled ({self.cache_hits} found in Inductor's cache, "
                 f"{self.cache_misses} generated)" + (f", {self.gave_up} given up" if self.gave_up else ""))
 
 

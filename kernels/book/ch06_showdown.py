@@ -4,8 +4,8 @@ implementation's lesson in one line, the ops of each profiled forward), one row 
 one shape (its time shown only where the timed calls pass the spread check), the source
 article's A100 numbers (quoted, never measured here), its reading of real models' attention
 calls against each GPU's peak and of their grids against the SMs (borrowed traces), the one
-sentence that says which of its CPU timings rank nothing, and the GPU run's fused medians beside
-the article's."""
+sentence that says which of its CPU timings rank nothing, the one line that answers the reader's
+memory ranking (ties credited either way), and the GPU run's fused medians beside the article's."""
 from __future__ import annotations
 
 import math
@@ -51,7 +51,7 @@ def achieved_against_peak(reports: Mapping[str, AttentionReport]) -> pd.DataFram
 def per_gpu(calls: pd.DataFrame) -> pd.DataFrame:
     """``achieved_against_peak``'s calls summed up per trace, in the columns the page shows."""
     return calls.groupby("trace", sort=False).agg(**{
-        "calls": ("call", "size"), "median µs": ("GPU µs", "median"), "median TFLOP/s": ("TFLOP/s", "median"),
+        "calls": ("call", "size"), "median TFLOP/s": ("TFLOP/s", "median"),
         "peak TFLOP/s": ("peak TFLOP/s", "first"), "median % of peak": ("% of peak", "median"),
         "best % of peak": ("% of peak", "max")})
 
@@ -96,12 +96,32 @@ def grid_against_sms(report: AttentionReport) -> pd.DataFrame:
 GRID_COLUMNS = ["grid", "CTAs", "SMs (CUs)", "CTAs per SM at once", "waves", "occupancy % (ours)",
                 "occupancy % (trace)"]
 
+# The page's headers for the two occupancy columns: ours is the occupancy of an SM that holds
+# blocks; Kineto's estimate spreads the grid over every SM (blocks per SM = CTAs / SMs), so a grid
+# smaller than the SM count reads far lower there.
+SHOWN_GRID_COLUMNS = {"SMs (CUs)": "SMs", "CTAs per SM at once": "CTAs/SM", "occupancy % (ours)": "busy-SM occupancy %",
+                      "occupancy % (trace)": "Kineto occupancy %"}
+
+NOT_RECORDED = "—"
+
 
 def grids_table(reports: Mapping[str, AttentionReport]) -> pd.DataFrame:
     """``grid_against_sms`` of each report ({short name: report}), one row a trace, in the seven
-    columns the page shows (the kernel's name and block are the trace's; the waves say the rest)."""
-    return pd.concat({name: grid_against_sms(report) for name, report in reports.items()},
-                     names=["trace", ""]).droplevel(1)[GRID_COLUMNS]
+    columns the page shows (the kernel's name and block are the trace's; the waves say the rest),
+    formatted to read: waves to two decimals, and "—" where the trace records nothing to compute
+    from (ROCm traces carry no register counts)."""
+    table = pd.concat({name: grid_against_sms(report) for name, report in reports.items()},
+                      names=["trace", ""]).droplevel(1)[GRID_COLUMNS]
+    formats = {"CTAs per SM at once": lambda x: f"{int(x)}", "waves": lambda x: f"{x:.2f}",
+               "occupancy % (ours)": readable, "occupancy % (trace)": readable}
+    for column, write in formats.items():
+        table[column] = [NOT_RECORDED if x is None or pd.isna(x) else write(x) for x in table[column]]
+    return table.rename(columns=SHOWN_GRID_COLUMNS)
+
+
+def count_of(n: int, thing: str) -> str:
+    """``n`` things in words a reader reads: "1 key tile", "5 key tiles"."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 def tail_estimate(waves: float) -> float:
@@ -154,15 +174,25 @@ ARTICLE_A100 = pd.DataFrame([
             "trace shows"]).set_index("variant")
 
 
+# Why an entry flagged ``slow_on_cpu`` is left out of the CPU showdown, in its own words: the
+# interpreter's time measures NumPy, not the kernel; a compiled entry's time would be a number,
+# but the book's short sweep would compile it once per length, seconds each.
+NOT_TIMED_ON_CPU = {
+    "triton": "correct, but interpreted on a CPU; its time there is not a performance number",
+    "compiled": "compiles once per length, seconds each: not in this short sweep; chapter 7 times it at one shape",
+}
+
+
 def contenders(device) -> tuple[list[str], dict[str, str]]:
     """The implementations measured on ``device``, and {name: why not} for the others. On a CPU,
-    entries flagged ``slow_on_cpu`` (Triton's interpreter, compiled per shape) are left out too:
-    correct there, but their time is not a performance number."""
+    entries flagged ``slow_on_cpu`` are left out too: Triton's interpreter (its time is not a
+    performance number) and the compiled ones (a compile per length would outlast the book's
+    short sweep)."""
     on_gpu = torch.device(device).type == "cuda"
     reasons = kernels.available(device)
     for name, why in reasons.items():
         if why is None and not on_gpu and kernels.implementation(name).slow_on_cpu:
-            reasons[name] = f"{name}: correct, but not timed on a CPU; its time there is not a performance number"
+            reasons[name] = f"{name}: " + NOT_TIMED_ON_CPU.get(name, NOT_TIMED_ON_CPU["compiled"])
     return ([name for name, why in reasons.items() if why is None],
             {name: why for name, why in reasons.items() if why is not None})
 
@@ -174,9 +204,12 @@ def smallest_first(amounts: Mapping[str, float], guess=()) -> list[str]:
     return sorted(amounts, key=lambda name: (amounts[name], rank.get(name, len(rank))))
 
 
-def ops_table(steps: Mapping, on_gpu: bool) -> pd.DataFrame:
+def ops_table(steps: Mapping, on_gpu: bool | None = None) -> pd.DataFrame:
     """Per profiled forward (name -> ``kernels.trace.reader.Step``): how many ops do arithmetic
-    themselves (``Step.work_ops``) and which, and on a GPU the kernels, copies and memsets."""
+    themselves (``Step.work_ops``) and which, and on a GPU the kernels, copies and memsets (by
+    default where any step recorded GPU work)."""
+    if on_gpu is None:
+        on_gpu = any(len(s.gpu_work) for s in steps.values())
     table = pd.DataFrame({
         "work ops per forward": {n: len(s.work_ops()) for n, s in steps.items()},
         "which": {n: ", ".join(op if count == 1 else f"{op} ×{count}" for op, count in
@@ -191,20 +224,22 @@ def ops_table(steps: Mapping, on_gpu: bool) -> pd.DataFrame:
 def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
     """One row per contender (name -> its sweep row at one shape), peak memory first (it does not
     depend on the machine's load): median and p10-p90 time (empty where the spread check fails),
-    TFLOP/s, % of the roof at its intensity and the side of the ridge. Six columns, so the table
+    the FLOP rate (GFLOP/s where the roof is under a TFLOP/s, as a CPU's is, so it never reads
+    0.01515), % of the roof at its intensity and the side of the ridge ("bound by" memory or compute). Six columns, so the table
     fits a page; each implementation's lesson is ``lineup``'s."""
     steady = {id(r) for r in plots.steady(list(points.values()))}
+    unit, scale = ("GFLOP/s", 1e3) if peaks.flops < 1e12 else ("TFLOP/s", 1.0)
     rows = []
     for name, r in points.items():
         timed, rate = id(r) in steady, r.tflops or 0.0
         rows.append({
             "implementation": name,
-            "peak memory (MiB)": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
+            "peak (MiB)": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
             "time (ms)": r.median_ms if timed else None,
             "p10-p90 (ms)": f"{short_number(r.p10_ms)}-{short_number(r.p90_ms)}" if timed else None,
-            "TFLOP/s": rate if timed else None,
+            unit: rate * scale if timed else None,
             "% of roof": 100 * rate * 1e12 / peaks.attainable(r.intensity) if timed else None,
-            "side of ridge": "memory-bound" if r.intensity < peaks.ridge else "compute-bound",
+            "bound by": "memory" if r.intensity < peaks.ridge else "compute",
         })
     return pd.DataFrame(rows).set_index("implementation")
 
@@ -243,15 +278,45 @@ def profile_forwards(names, q, k, v, active: int, trace_dir) -> dict:
     return steps
 
 
+def styled(table: pd.DataFrame, caption: str | None = None, empty: str = ""):
+    """``table`` as the page shows it: numbers as ``readable`` writes them ("1,955", never
+    "1955.0"), missing cells as ``empty``, the index's name in the header row (no row of its own),
+    and ``caption`` above it."""
+    shown = table.rename_axis(index=None, columns=table.index.name) if table.index.name else table
+    shown = shown.style.format(readable, na_rep=empty)
+    return shown.set_caption(caption) if caption else shown
+
+
 def glance_styled(table: pd.DataFrame, caption: str):
     """``glance``'s table as the page shows it: numbers as ``readable`` writes them, empty cells
     blank, and ``caption`` (where and at which shape it was measured)."""
-    return table.style.format(readable, na_rep="").set_caption(caption)
+    return styled(table, caption)
+
+
+def smallest_first_verdict(guess, amounts: Mapping[str, float], unit: str = "MiB") -> str:
+    """One line that answers a guessed ranking (``guess``: names, smallest first) against the
+    measured ``amounts`` ({name: amount}): the measured order with its amounts, equal amounts
+    told as a tie, and how many guessed names sit at a place the measurement gives them (a tie's
+    places belong to each of its names, so either order of a tie is right)."""
+    order = sorted(amounts, key=amounts.__getitem__)
+    groups: list[list[str]] = []
+    for name in order:
+        if groups and amounts[groups[-1][0]] == amounts[name]:
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    said = "; ".join(f"{g[0]} {readable(amounts[g[0]])} {unit}" if len(g) == 1
+                     else f"{' and '.join(g)} tied at {readable(amounts[g[0]])} {unit}" for g in groups)
+    right = sum(1 for i, name in enumerate(guess) if name in amounts and i < len(order)
+                and amounts[name] == amounts[order[i]])
+    return f"Measured, smallest first: {said}. Your order has {right} of {len(order)} at a right place."
 
 
 def article_styled():
-    """``ARTICLE_A100`` as the page shows it, captioned as recorded elsewhere, never by this build."""
-    return ARTICLE_A100.style.format(na_rep="not reported", precision=1).set_caption(
+    """``ARTICLE_A100`` as the page shows it, in short headers so it fits the column, captioned as
+    recorded elsewhere, never by this build ("—" where the article reports nothing)."""
+    shown = ARTICLE_A100.rename(columns={"kernels per forward": "kernels", "CUDA time per forward (µs)":
+                                         "CUDA µs per forward", "CPU time (µs)": "CPU µs"})
+    return styled(shown, empty=NOT_RECORDED).set_caption(
         "Recorded elsewhere, not measured by this build: 'Profiling in PyTorch (Part 3): Attention is all "
-        "you profile', "
-        "Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16.")
+        "you profile', Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16. —: not reported.")

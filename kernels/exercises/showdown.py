@@ -1,5 +1,5 @@
-"""Checks for the exercises of chapter 6, the showdown: TFLOP/s from a time, and arithmetic
-intensity from a shape.
+"""Checks for the exercises of chapter 6, the showdown: TFLOP/s from a time, arithmetic
+intensity from a shape, and CTAs per SM, waves and occupancy from a grid.
 
 ``check_tflops`` and ``check_intensity`` give your function fresh shapes and times and
 compare its answer with ``kernels.reference``'s FLOP and byte counts, naming the slip yours
@@ -7,6 +7,7 @@ matches when it is a known one.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import torch
@@ -14,7 +15,7 @@ import torch
 from kernels import reference
 from kernels.exercises.judge import Passed, as_number, draw_int, fail, passed, run_learner, seeded_generator
 
-__all__ = ["check_tflops", "check_intensity"]
+__all__ = ["check_tflops", "check_intensity", "check_waves"]
 
 
 def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
@@ -102,3 +103,49 @@ def check_intensity(my_intensity: Callable, seed: Optional[int] = None) -> Passe
                        for (b, h, s, d, c, e), r in zip(cases, ratios))
     fail(f"my_intensity is off by these factors (yours / right): {detail}. Check the FLOPs (task 1's forward "
           "count) and the bytes (every tensor read or written once, in bytes, not elements) separately.")
+
+
+# The SM the waves task describes: a register file of 64K registers, 64 warp slots, warps of 32.
+REGISTERS_PER_SM, WARP_SLOTS, WARP = 65536, 64, 32
+
+
+def waves_answer(grid, threads: int, registers: int, sms: int) -> tuple[int, float, float]:
+    """(CTAs per SM at once, waves, occupancy %) by the task's rules: the smaller of the register
+    and warp-slot limits, the grid's CTAs over one wave, resident warps over the slots."""
+    warps = threads // WARP
+    per_sm = min(REGISTERS_PER_SM // (threads * registers), WARP_SLOTS // warps)
+    return per_sm, math.prod(grid) / (sms * per_sm), 100 * per_sm * warps / WARP_SLOTS
+
+
+def check_waves(my_waves: Callable, seed: Optional[int] = None) -> Passed:
+    """``my_waves(grid, threads, registers, sms)`` -> (CTAs per SM at once, waves, occupancy %)."""
+    g = seeded_generator(seed)
+    cases = [((5, 16, 16), 128, 255, 132), ((2, 1, 8), 128, 255, 132), ((64, 8, 1), 256, 64, 108)]
+    for _ in range(4):
+        threads = 32 * (1, 2, 4, 8, 16)[draw_int(g, 0, 5)]
+        registers = draw_int(g, 16, 256)
+        if threads * registers > REGISTERS_PER_SM:   # a CTA that fits no SM is a launch error, not a case
+            registers = REGISTERS_PER_SM // threads
+        cases.append(((draw_int(g, 1, 65), draw_int(g, 1, 33), draw_int(g, 1, 9)), threads, registers,
+                      draw_int(g, 20, 160)))
+    for grid, threads, registers, sms in cases:
+        got = run_learner(my_waves, grid, threads, registers, sms, what="my_waves(...)")
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            fail(f"my_waves(...) must return three numbers (ctas_per_sm, waves, occupancy_percent); it returned {got!r}")
+        per_sm, waves, occupancy = (as_number(x, "my_waves") for x in got)
+        want_sm, want_waves, want_occ = waves_answer(grid, threads, registers, sms)
+        where = f"grid {grid}, {threads} threads x {registers} registers, {sms} SMs"
+        if per_sm != want_sm:
+            limits = (REGISTERS_PER_SM // (threads * registers), WARP_SLOTS // (threads // WARP))
+            hint = ("it matches the warp-slot limit alone: the registers limit it further" if per_sm == limits[1] != want_sm
+                    else "it matches the register limit alone: the warp slots limit it further" if per_sm == limits[0] != want_sm
+                    else "a CTA is whole: count how many fit, rounding down")
+            fail(f"CTAs per SM is off for {where}: {hint}.")
+        if not math.isclose(waves, want_waves, rel_tol=1e-6):
+            fail(f"the waves are off for {where}: a wave is every SM holding its CTAs once "
+                 "(SMs × CTAs per SM), and a part-filled last wave counts as a fraction.")
+        if not math.isclose(occupancy, want_occ, rel_tol=1e-6):
+            near = math.isclose(occupancy, want_occ / 100, rel_tol=1e-6)
+            fail(f"occupancy is off for {where}: " + ("give it in %, not as a fraction." if near else
+                 "count the warps resident on one SM (CTAs × warps per CTA) against its 64 slots."))
+    return passed(f"my_waves matches the task's arithmetic on {len(cases)} grids, chapter 6's two H100 traces included")

@@ -4,8 +4,9 @@
 # Practice for [chapter 6, the showdown](../06_showdown.ipynb). A benchmark prints a
 # time; what we compare across kernels and GPUs is TFLOP/s, and the conversion is where
 # benchmarks go wrong. A causal kernel counted at full price looks twice as fast as it is;
-# this mistake has been made in public (triton PR #1849). Two tasks: TFLOP/s, then
-# arithmetic intensity, which says whether a kernel can hope to be limited by compute at all.
+# this mistake has been made in public (triton PR #1849). Three tasks: TFLOP/s; arithmetic
+# intensity, which says whether a kernel can hope to be limited by compute at all; and the
+# grid against the SMs, which says how much of a GPU a launch can keep busy.
 
 # %% [install]
 
@@ -14,12 +15,10 @@
 solutions = False
 
 # %% tags=["setup"]
-import torch
-
-from kernels.bench import timing
+from kernels.bench import sweep
 from kernels.exercises import showing_solutions
-from kernels.exercises.showdown import check_intensity, check_tflops
-from kernels.notebook import inputs, setup
+from kernels.exercises.showdown import check_intensity, check_tflops, check_waves
+from kernels.notebook import setup
 
 device, dtype = setup(device, dtype)
 showing_solutions(solutions)
@@ -65,18 +64,19 @@ tflops = solution_tflops if solutions else my_tflops
 check_tflops(tflops)
 
 # %% [markdown]
-# Now use it on a real measurement: SDPA's default backend on this run's device and shapes,
-# timed by the rule of the appendix [*Measuring honestly*](../appendix/measuring.ipynb): warm up,
-# time many calls, quote the median with its 10th-90th percentile spread, and call it a result only
-# if the 90th percentile is within twice the 10th.
+# Now use it on a real measurement: SDPA's flash backend on this run's device and shapes, timed
+# as chapter 6 times it, by the rule of the appendix [*Measuring honestly*](../appendix/measuring.ipynb):
+# `kernels.bench` warms up, times many calls on fresh inputs rotated among sets larger than the
+# caches, and quotes the median with its 10th-90th percentile spread, a result only if the 90th
+# percentile is within twice the 10th. (Timing one fixed q, k, v instead keeps them in cache and
+# reads faster than chapter 6's table.)
 
 # %%
-q, k, v = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device)
-call = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-timing.warm_up(call, device, calls=3, budget_ms=1000)
-ms, p10, p90 = timing.spread(timing.time_calls(call, device, reps=21))
-print(f"causal SDPA, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}: median {ms:.2f} ms "
-      f"(p10 {p10:.2f}, p90 {p90:.2f}), {tflops(batch, heads, seq, head_dim, True, False, ms):.3f} TFLOP/s"
+point = sweep.sweep(["sdpa_flash"], seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), batch=batch,
+                    heads=heads, device=device, memory=False, progress=None)[0]
+ms, p10, p90 = point.median_ms, point.p10_ms, point.p90_ms
+print(f"causal sdpa_flash, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}: median {ms:.3g} ms "
+      f"(p10 {p10:.3g}, p90 {p90:.3g}), {1e3 * tflops(batch, heads, seq, head_dim, True, False, ms):.3g} GFLOP/s"
       + ("" if p90 <= 2 * p10 else ": the spread is over 2x, too noisy on this run to be a result"))
 
 # %% [markdown]
@@ -117,8 +117,59 @@ for s in (256, 1024, 4096):
           f"{'above' if i > ridge else 'below'} the A100's ridge of {ridge:.0f}")
 
 # %% [markdown]
-# Intensity grows with $S$ (here $S/4$ FLOP per byte for causal D=128 in bf16): a fused kernel
-# at long sequences has the arithmetic to be compute-bound, one that writes the S×S scores
-# to memory does not.
+# Intensity grows with $S$ (here $S/4$ FLOP per byte for causal attention in bf16, whatever D): a
+# fused kernel at long sequences has the arithmetic to be compute-bound, one that writes the S×S
+# scores to memory does not.
+#
+# ## Task 3: the grid against the SMs
+#
+# A kernel launches a grid of CTAs (thread blocks); each SM holds as many at once as its registers
+# and warp slots allow, and the grid runs in waves of (SMs × CTAs per SM). Write
+# `my_waves(grid, threads, registers, sms)`: for a grid of `grid` = (x, y, z) CTAs of `threads`
+# threads each, every thread holding `registers` registers, on a GPU of `sms` SMs, each SM with
+# a register file of 65,536 registers and 64 warp slots (warps of 32 threads; ignore shared
+# memory and the hardware's rounding), return `(ctas_per_sm, waves, occupancy_percent)`:
+# the CTAs one SM holds at once, the waves the grid takes (a fraction: 4.5 means four full waves
+# and a half-full one), and the share of an SM's warp slots its resident CTAs fill.
+
+# %% tags=["stub"]
+def my_waves(grid, threads, registers, sms):
+    # your code here
+    ...
+
+# %% [markdown]
+# :::{dropdown} Hint 1
+# Two limits on the CTAs one SM holds: the registers (a CTA needs `threads × registers` of them)
+# and the warp slots (a CTA needs `threads / 32` warps). Take the smaller, in whole CTAs.
+# :::
+#
+# :::{dropdown} Hint 2
+# The grid's CTAs are the product of its three numbers. A wave is every SM holding its full
+# count of CTAs once; occupancy counts the warps resident on one SM against its 64 slots.
+# :::
+
+# %% tags=["solution", "hide-input"]
+# Solution: the smaller of the two limits, then CTAs over a wave, then warps over slots.
+def solution_waves(grid, threads, registers, sms):
+    warps = threads // 32
+    per_sm = min(65536 // (threads * registers), 64 // warps)
+    ctas = grid[0] * grid[1] * grid[2]
+    return per_sm, ctas / (sms * per_sm), 100 * per_sm * warps / 64
+
+# %% tags=["check"]
+waves = solution_waves if solutions else my_waves
+check_waves(waves)
+
+# %% [markdown]
+# Chapter 6's H100 Qwen trace launched a 5×16×16 grid of 128-thread CTAs at 255 registers a
+# thread on 132 SMs; yours gives its row of chapter 6's grid table:
+
+# %%
+per_sm, n_waves, occupancy = waves((5, 16, 16), 128, 255, 132)
+print(f"{per_sm} CTAs per SM, {n_waves:.2f} waves, {occupancy:.1f}% occupancy")
+
+# %% [markdown]
+# Many waves, yet each SM fills only a small share of its warp slots: the registers, not the grid,
+# limit it. A 16-CTA grid (chapter 6's H100 BERT) would be a small fraction of one wave.
 #
 # Back to [chapter 6](../06_showdown.ipynb), or on to the [exercises of chapter 7](07_compiled.ipynb).

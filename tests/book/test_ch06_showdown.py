@@ -68,9 +68,15 @@ def test_grid_against_sms_counts_waves_from_the_recorded_grid(reports):
 
 
 def test_grids_table_is_one_row_a_trace_in_seven_columns(reports):
-    table = ch06.grids_table({"H100 Qwen": reports["h100_qwen"], "H100 BERT": reports["h100_bert"]})
-    assert list(table.index) == ["H100 Qwen", "H100 BERT"] and len(table.columns) == 7
-    assert list(table["CTAs"]) == [1280, 16]
+    table = ch06.grids_table({"H100 Qwen": reports["h100_qwen"], "H100 BERT": reports["h100_bert"],
+                              "MI300X Qwen": reports["mi300x_qwen"]})
+    assert list(table.index) == ["H100 Qwen", "H100 BERT", "MI300X Qwen"] and len(table.columns) == 7
+    assert list(table["CTAs"]) == [1280, 16, 608]
+    assert list(table["waves"]) == ["4.85", "0.06", "—"], "two decimals; a dash where nothing was recorded"
+    assert list(table["CTAs/SM"]) == ["2", "2", "—"]
+    busy, kineto = table["busy-SM occupancy %"], table["Kineto occupancy %"]
+    assert list(busy) == ["12.5", "12.5", "—"] and kineto["MI300X Qwen"] == "—"
+    assert "None" not in table.to_string() and "nan" not in table.to_string().lower()
 
 
 def test_tail_estimate_is_the_idle_share_of_the_last_wave_under_equal_work():
@@ -99,7 +105,10 @@ def test_contenders_on_a_cpu_leave_out_the_interpreted_and_compiled_entries_with
     measured, left_out = ch06.contenders("cpu")
     assert measured == ["naive", "inplace", "sdpa_math", "sdpa_flash"]
     slow = [n for n in kernels.names() if kernels.implementation(n).slow_on_cpu]
-    assert slow and all("not a performance number" in left_out[n] for n in slow)
+    assert slow and all(left_out[n].startswith(f"{n}: ") for n in slow)
+    assert "interpreted" in left_out["triton"] and "not a performance number" in left_out["triton"]
+    assert all("compiles once per length" in left_out[n] and "chapter 7" in left_out[n]
+               for n in ("compiled_naive", "flex") if n in slow)
     assert set(measured) | set(left_out) == set(kernels.names())
 
 
@@ -109,18 +118,21 @@ def test_glance_shows_a_time_only_where_the_spread_check_passes():
     assert table.loc["naive", "time (ms)"] == pytest.approx(10.5)
     assert table.loc["naive", "p10-p90 (ms)"] == "10-11"
     assert table.loc["naive", "% of roof"] == pytest.approx(100 * quiet.tflops * 1e12 / 10e9)   # intensity 1: the slope
-    assert table.loc["naive", "side of ridge"] == "memory-bound"
-    assert table.loc["sdpa_flash", "side of ridge"] == "compute-bound"                        # 100 FLOP/byte
-    assert table[["time (ms)", "TFLOP/s", "% of roof", "p10-p90 (ms)"]].loc["sdpa_flash"].isna().all()
-    assert table.loc["sdpa_flash", "peak memory (MiB)"] == 1.0
-    assert table.columns[0] == "peak memory (MiB)" and len(table.columns) <= 7, "the answer column first, fits a page"
+    assert table.loc["naive", "bound by"] == "memory"
+    assert table.loc["sdpa_flash", "bound by"] == "compute"                        # 100 FLOP/byte
+    assert table[["time (ms)", "GFLOP/s", "% of roof", "p10-p90 (ms)"]].loc["sdpa_flash"].isna().all()
+    assert table.loc["naive", "GFLOP/s"] == pytest.approx(1e3 * quiet.tflops), "a CPU-sized roof reads GFLOP/s"
+    assert "TFLOP/s" in ch06.glance({"naive": quiet}, Peaks("GPU", 989e12, 3.35e12, "bfloat16", "datasheet"))
+    assert table.loc["sdpa_flash", "peak (MiB)"] == 1.0
+    assert table.columns[0] == "peak (MiB)" and len(table.columns) <= 7, "the answer column first, fits a page"
 
 
 def test_lineup_says_for_each_implementation_whether_it_is_measured_and_its_lesson():
     table = ch06.lineup("cpu")
     assert list(table.index) == kernels.names()
     assert table.loc["naive", "here"] == "measured" and "copies" in table.loc["naive", "its lesson"]
-    assert table.loc["triton", "here"] == "correct, but not timed on a CPU"
+    assert table.loc["triton", "here"] == "correct, but interpreted on a CPU"
+    assert table.loc["compiled_naive", "here"].startswith("compiles once per length")
     assert "tiles" in table.loc["sdpa_flash", "its lesson"]
     assert table.loc["sdpa_efficient", "here"] == "needs a CUDA GPU", "the reason's shortest clause, one line a row"
 
@@ -141,6 +153,19 @@ def test_smallest_first_orders_by_amount_and_breaks_ties_the_guess_s_way():
         "a guess never reorders names whose amounts differ"
 
 
+def test_smallest_first_verdict_credits_either_order_of_a_tie():
+    peaks = {"naive": 17.0, "inplace": 17.0, "sdpa_math": 20.0, "sdpa_flash": 1.157}
+    line = ch06.smallest_first_verdict(["sdpa_flash", "inplace", "naive", "sdpa_math"], peaks)
+    assert line.startswith("Measured, smallest first: sdpa_flash 1.157 MiB; naive and inplace tied at 17 MiB; "
+                           "sdpa_math 20 MiB.") and line.endswith("4 of 4 at a right place.")
+    assert ch06.smallest_first_verdict(["sdpa_flash", "naive", "inplace", "sdpa_math"], peaks).endswith("4 of 4 at a right place.")
+    assert ch06.smallest_first_verdict(["inplace", "naive", "sdpa_flash", "sdpa_math"], peaks).endswith("2 of 4 at a right place.")
+
+
+def test_count_of_says_one_thing_without_a_plural():
+    assert ch06.count_of(1, "key tile") == "1 key tile" and ch06.count_of(5, "key tile") == "5 key tiles"
+
+
 def test_ops_table_counts_and_names_the_work_ops():
     step = SimpleNamespace(work_ops=lambda: ["aten::bmm", "aten::mul", "aten::bmm"], gpu_work=[1, 2, 3])
     table = ch06.ops_table({"naive": step}, on_gpu=True)
@@ -148,6 +173,9 @@ def test_ops_table_counts_and_names_the_work_ops():
     assert table.loc["naive", "which"] == "bmm ×2, mul"
     assert table.loc["naive", "GPU activities per forward"] == 3
     assert "GPU activities per forward" not in ch06.ops_table({"naive": step}, on_gpu=False)
+    assert "GPU activities per forward" in ch06.ops_table({"naive": step}), "GPU work recorded: a GPU run"
+    cpu_step = SimpleNamespace(work_ops=step.work_ops, gpu_work=[])
+    assert "GPU activities per forward" not in ch06.ops_table({"naive": cpu_step})
 
 
 def test_the_articles_a100_table_matches_the_reference_numbers():
@@ -169,4 +197,25 @@ def test_glance_and_article_tables_are_captioned():
     table = ch06.glance({"naive": point("naive", 1.0, 1.2)}, ROOF)
     styled = ch06.glance_styled(table, "this run")
     assert styled.caption == "this run" and "e+" not in styled.to_html()
-    assert "not measured by this build" in ch06.article_styled().caption
+    article = ch06.article_styled()
+    assert "not measured by this build" in article.caption
+    assert "1,955" in article.to_html() and "1955.0" not in article.to_html() and "—" in article.to_html()
+
+
+def test_exercise_check_waves_passes_the_arithmetic_and_names_each_slip():
+    from kernels.exercises import showdown as ex6
+    from kernels.exercises.judge import ExerciseFailed
+
+    assert ex6.waves_answer((5, 16, 16), 128, 255, 132) == (2, 1280 / 264, 12.5), "chapter 6's H100 Qwen row"
+    assert ex6.check_waves(ex6.waves_answer)
+
+    def slipped(fn, match):
+        with pytest.raises(ExerciseFailed, match=match):
+            ex6.check_waves(fn)
+
+    slipped(lambda *a: None, r"must return three numbers")
+    slipped(lambda g, t, r, s: (64 // (t // 32),) + ex6.waves_answer(g, t, r, s)[1:], r"registers limit it further")
+    slipped(lambda g, t, r, s: (ex6.waves_answer(g, t, r, s)[0], math.prod(g) / s, ex6.waves_answer(g, t, r, s)[2]),
+            r"waves are off")
+    slipped(lambda g, t, r, s: ex6.waves_answer(g, t, r, s)[:2] + (ex6.waves_answer(g, t, r, s)[2] / 100,),
+            r"in %, not as a fraction")
