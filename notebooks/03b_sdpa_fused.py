@@ -26,7 +26,7 @@
 #
 # **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb).
 #
-# **Time:** about {reading_minutes} min to read.
+# **Time:** about {reading_minutes} min to read, longer if you redo the occupancy arithmetic by hand.
 
 # %% [install]
 
@@ -36,6 +36,7 @@
 import functools
 
 import torch
+from IPython.display import Markdown
 
 import kernels
 from kernels import borrowed, recorded
@@ -69,14 +70,15 @@ if device.type == "cpu":
 # ## One kernel each
 #
 # The source article found exactly **one kernel per forward** for each fused backend on its
-# A100. `sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened); decoded, the
-# full name last:
+# A100. `sdpa.ARTICLE_A100_KERNELS` holds their names (the flash name shortened, as the article
+# prints it); decoded, with the full names under the table:
 
 # %%
-article = classify_many(sdpa.ARTICLE_A100_KERNELS.values()).assign(backend=list(sdpa.ARTICLE_A100_KERNELS))
-article[["backend", "family", "tensor_cores", "dtype", "name"]].fillna("—")
+article = classify_many(sdpa.ARTICLE_A100_KERNELS.values())
 
 # %% tags=["remove-input"]
+display(ch03b.article_kernel_table(article, list(sdpa.ARTICLE_A100_KERNELS)))
+display(Markdown(ch03b.kernel_name_list(sdpa.ARTICLE_A100_KERNELS)))
 lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].all(),
        "each article kernel decodes as one fused attention kernel on tensor cores")
 
@@ -103,7 +105,8 @@ lesson((article["kind"] == "fused_attention").all() and article["tensor_cores"].
 guess_flash_work_ops = 3  # edit me before running on
 
 # %% tags=["hide-output"]
-runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps,
+                             trace_dir=trace_dir)
         for name in fused_here}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 tables.op_table(step["sdpa_flash"], views=True)
@@ -122,13 +125,15 @@ if device.type == "cpu":
 lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
        "the flash forward's transposes only rearrange metadata: they allocate nothing",
        f"{len(transposes)} transposes, 0 bytes")
-glue_all(flash_transposes=len(transposes), flash_work_ops=len(work_ops["sdpa_flash"]))
+n_work = len(work_ops["sdpa_flash"])
+glue_all(flash_transposes=len(transposes),
+         flash_work_reading=("One op does work" if n_work == 1 else f"{n_work} ops do work")
+         + " in this run's flash forward (its op table is folded above).")
 
 # %% [markdown]
-# Ops doing work in this run's flash forward (its op table is folded above):
-# {glue:text}`flash_work_ops`. A guess above that
-# probably counted the views (the `transpose` calls) or the `scaled_dot_product_attention`
-# wrapper, which does no arithmetic of its own. Those {glue:text}`flash_transposes` `transpose`
+# {glue:text}`flash_work_reading` If you guessed more, you probably counted the views (the
+# `transpose` calls) or the `scaled_dot_product_attention` wrapper, which does no arithmetic of
+# its own. Those {glue:text}`flash_transposes` `transpose`
 # calls swap the tensors' strides, from [B, H, S, D] to the [B, S, H, D] layout the kernel reads,
 # and back; no data moves. The article saw the same on its GPU: flash and efficient each put four
 # such transposes on the CPU track before their kernel, while cuDNN, whose generator emits a
@@ -137,7 +142,7 @@ glue_all(flash_transposes=len(transposes), flash_work_ops=len(work_ops["sdpa_fla
 # %%
 #| caption: One forward of SDPA's flash backend: the SDPA call and the one fused op beneath it that does the whole attention, where the math backend ran dozens of ops. Like every timeline here it leaves out views, so the transposes are not drawn.
 #| alt: Short timeline: the SDPA call and one wide fused flash-attention op beneath it.
-timeline.timeline(step["sdpa_flash"], title=f"SDPA flash backend: one forward ({device.type})")
+timeline.timeline(step["sdpa_flash"], title="SDPA flash backend: one forward")
 
 # %% [markdown]
 # ## Low occupancy, on purpose
@@ -164,7 +169,8 @@ guess_first_limit = "shared memory"  # edit me: registers, shared memory, warp s
 # `kernels.hw.occupancy`:
 
 # %%
-flash_occ = occupancy(threads_per_block=128, registers_per_thread=255, shared_mem_per_block=48 * 1024, arch="sm_80")
+flash_occ = occupancy(threads_per_block=128, registers_per_thread=255,
+                      shared_mem_per_block=48 * 1024, arch="sm_80")
 print(flash_occ.explain())
 
 # %% tags=["remove-input"]
@@ -180,7 +186,7 @@ glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flas
 # %% [markdown]
 # {glue:text}`flash_blocks` blocks of {glue:text}`flash_warps_per_block` warps make
 # {glue:text}`flash_warps` resident warps of {glue:text}`max_warps`: {glue:text}`flash_occ:.1f`%.
-# (The "As allocated" line is how the hardware hands out registers: per warp, in units of 256,
+# (The printout's KB are KiB, 1,024 bytes: 164 KB is 167,936 B. The "As allocated" line is how the hardware hands out registers: per warp, in units of 256,
 # from the share of the register file that belongs to each of the SM's four warp schedulers,
 # the units that pick which resident warp issues next.) That is not a flaw. High occupancy hides memory latency by having other warps to switch to.
 # Flash still streams every K and V tile from [HBM](glossary.md#hbm), but hides that latency
@@ -199,8 +205,8 @@ glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flas
 # whichever API launched it. Kineto also caps the blocks per SM at the grid's average (the
 # trace's "blocks per SM" is grid blocks over SMs, not a count of resident blocks), so a small
 # grid reads low because it is small. The footprint the article does report for cuDNN, 256
-# threads at 240 registers, gives the figure registers alone allow (its shared memory, not
-# reported, is left at 0 B):
+# threads at 240 registers, is enough. Its shared memory is not reported, so it is left at 0 B
+# below: read the "Shared memory" line as setting no limit, not as the kernel's real figure.
 
 # %%
 cudnn_occ = occupancy(threads_per_block=256, registers_per_thread=240, arch="sm_80")
@@ -212,28 +218,37 @@ lesson(cudnn_occ.blocks_per_sm == 1 and cudnn_occ.percent == 12.5,
 glue("cudnn_occ", cudnn_occ.percent)
 
 # %% [markdown]
-# One block of 61,440 registers fits in the SM's 65,536, a second does not:
-# {glue:text}`cudnn_occ:.1f`%, in line with flash.
+# One block of 61,440 registers fits in the SM's 65,536, a second does not. Whatever its shared
+# memory, then, at most one block is resident; and the kernel ran, so at least one fits:
+# {glue:text}`cudnn_occ:.1f`% is its theoretical occupancy, in line with flash, where the trace read 0%.
 #
 # ## The flash kernel on a real H100
 #
 # The article's numbers come from screenshots of an A100 trace. Every kernel event of a trace
 # carries the same footprint, so the arithmetic can be redone on a real one: H100 Qwen, the
 # forward chapter 3 read (16 sequences of 559 tokens, 16 heads of 64, bfloat16, causal). Each
-# of its SDPA calls ran one `flash_fwd_kernel`; `kernels.hw.occupancy.trace_kernel` reads the
-# first one's footprint as the trace recorded it:
+# of its SDPA calls ran one `flash_fwd_kernel`. A step's `gpu_work` names the op that launched
+# each kernel; `kernels.hw.occupancy.trace_kernel` reads the first flash kernel's footprint as
+# the trace recorded it:
 
 # %%
 h100_trace = borrowed.TRACELENS["h100_qwen"].trace()
 h100_step = borrowed.TRACELENS["h100_qwen"].step(trace=h100_trace)
-h100_call = ch03.recorded_calls(h100_step)[0]
-h100_kernel = ch03.call_step(h100_step, h100_call).gpu_work
-real = trace_kernel(h100_kernel.iloc[0], h100_trace.device_properties)
+flash_kernels = h100_step.gpu_work[h100_step.gpu_work["op"] == "aten::_flash_attention_forward"]
+real = trace_kernel(flash_kernels.iloc[0], h100_trace.device_properties)
 
 # %% tags=["remove-input"]
 say(f"{short_kernel_name(real.name)}: grid {list(real.grid)}, block {list(real.block)}, "
     f"{real.registers_per_thread} registers per thread, {real.shared_mem_per_block / 1024:g} KiB of shared memory per block")
-lesson(len(h100_kernel) == 1, "the call launched exactly one kernel", short_kernel_name(h100_kernel["name"].iloc[0]))
+h100_calls = ch03.recorded_calls(h100_step)
+h100_call = h100_calls[0]
+per_call = [ch03.call_step(h100_step, call).gpu_work for call in h100_calls]
+lesson(all(len(kernels_) == 1 for kernels_ in per_call) and len(flash_kernels) == len(h100_calls),
+       "each of its SDPA calls launched exactly one kernel, the flash kernel",
+       f"{len(h100_calls)} calls, {len(flash_kernels)} {short_kernel_name(real.name)}")
+lesson(flash_kernels["grid"].astype(str).nunique() == 1 and flash_kernels["registers_per_thread"].nunique() == 1
+       and flash_kernels["shared_memory"].nunique() == 1,
+       "all of one footprint: the first kernel's stands for every call", f"grid {list(real.grid)}")
 limits = device_limits_table(h100_trace.device_properties[0])
 lesson((limits["the trace"] == limits["kernels.hw.occupancy's sm_90 table"]).all(),
        "the SM limits the trace records are those the occupancy arithmetic uses for sm_90",
@@ -344,31 +359,34 @@ if device.type == "cuda" and "sdpa_cudnn" in fused_here:
 # %%
 guess_growth = {"sdpa_math": 2.0, "sdpa_flash": 1.0}  # edit me: peak memory x per doubling of S
 
-# %%
+# %% tags=["remove-cell"]
+# On a GPU the sweep starts one doubling later: the larger batch and heads there have bigger
+# S-sized (not S×S) buffers, which would blur the 4x at short sequences.
 sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
-sweep_for = {"sdpa_math": sweep_seqs[:-1], "sdpa_flash": sweep_seqs}
+sweep_title = f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).removeprefix('torch.')}"
+
+# %%
+sweep_for = {"sdpa_math": sweep_seqs[:-1], "sdpa_flash": sweep_seqs}  # sweep_seqs: 256 to 2048 on a CPU
 peaks, sweep_steps = ch03b.peak_memory_sweep(sweep_for, batch, heads, head_dim, dtype=dtype, device=device,
                                             trace_dir=trace_dir)
 ch03b.peaks_and_growth(peaks)
 
 # %%
-#| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x).
+#| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x), apart from any doubling marked with its factor: a step of the CPU kernel's scratch buffer, explained below.
 #| alt: Log-log line chart of peak memory against sequence length for sdpa_math and sdpa_flash, with guide lines proportional to S and to S squared.
-ch03b.peak_memory_figure(peaks, f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).replace('torch.', '')}")
+ch03b.peak_memory_figure(peaks, sweep_title)
 
 # %% tags=["remove-input"]
-# On a GPU the sweep starts one doubling later: the larger batch and heads there have bigger
-# S-sized (not S×S) buffers, which would blur the 4x at short sequences.
 growth = ch03b.growth_per_doubling(peaks)
 math_growth = growth["sdpa_math x per doubling"].dropna()
-reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep's traces")
+reveal(guess_growth["sdpa_math"], round(float(math_growth.iloc[-1]), 2), "sdpa_math's peak x, last doubling", source="the sweep")
 lesson(((math_growth > 3) & (math_growth < 4.2)).all() and math_growth.iloc[-1] > 3.5,
        "the math backend's peak grows about 4x per doubling of S (it holds S×S buffers)",
        ", ".join(f"{x:.2f}x" for x in math_growth))
 glue_all(math_growth_last=float(math_growth.iloc[-1]), math_peak_max=float(peaks["sdpa_math"].dropna().iloc[-1]),
          math_max_seq=sweep_for["sdpa_math"][-1])
 flash_growth = growth["sdpa_flash x per doubling"].dropna()
-reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak x, last doubling", source="the sweep's traces")
+reveal(guess_growth["sdpa_flash"], round(float(flash_growth.iloc[-1]), 2), "sdpa_flash's peak x, last doubling", source="the sweep")
 lesson(flash_growth.iloc[-1] <= 2.1, "at its last doubling the flash backend's peak grows about 2x or less, not 4x",
        f"{flash_growth.iloc[-1]:.2f}x; every doubling: " + ", ".join(f"{x:.2f}x" for x in flash_growth))
 common = peaks.dropna().index[-1]
@@ -382,23 +400,23 @@ glue("flash_reading", f"At S = {peaks.index[-1]} flash peaked at {peaks['sdpa_fl
 # The math backend holds S×S intermediates (the scores, the probabilities, the guards), so its
 # peak grows with S², about 4x per doubling: a guess of 2x counted the tokens, not the pairs of
 # them. The flash kernel allocates only the output (S×D), one
-# [log-sum-exp](glossary.md#log-sum-exp) per row and a scratch buffer per thread whose size
-# follows the kernel's tiles, not S, so its peak grows with S, about 2x once S is large: a guess
+# [log-sum-exp](glossary.md#log-sum-exp) per row and one scratch buffer, a slice for each
+# thread, sized by the kernel's tiles, not by S, so its peak grows with S, about 2x once S is large: a guess
 # of 1x forgot that the output itself grows with S, and 4x treats flash like the math backend. At S = {glue:text}`math_max_seq` the math backend peaked at
 # {glue:text}`math_peak_max:.0f` MiB, its last doubling costing {glue:text}`math_growth_last:.2f`x.
 # {glue:text}`flash_reading`
 #
 # On a CPU the flash curve has a bump in the middle. The CPU kernel (ATen's `cpu_flash_attention`)
-# gives every thread a scratch buffer for one block of queries against one block of keys, and
-# picks larger blocks for longer sequences, so the buffer steps up with the block sizes and then
-# stays put. No buffer
+# gives each thread a slice of its one scratch buffer, room for one block of queries against one
+# block of keys, and picks larger blocks for longer sequences, so the buffer steps up with the
+# block sizes and then stays put. No buffer
 # is S×S. On a GPU the tiles live in registers and shared memory instead.
 
 # %% tags=["remove-input"]
 if device.type == "cpu" and "sdpa_flash" in fused_here:
     acc = ch03b.cpu_flash_allocation_table(sweep_steps, batch, heads, head_dim, q.element_size())
     lesson((acc["allocations"] == 3).all() and acc["output"].all() and acc["log-sum-exp"].all(),
-           "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, a scratch buffer")
+           "every CPU flash forward allocates exactly three buffers: the output, the log-sum-exp, one scratch buffer shared by the threads")
     lesson(acc["scratch (KiB)"].is_monotonic_increasing and acc["scratch (KiB)"].nunique() > 1,
            "the bump is the scratch buffer: it steps up as the kernel picks larger blocks",
            ", ".join(f"{x:,.0f}" for x in acc["scratch (KiB)"]) + " KiB")
@@ -413,23 +431,28 @@ if device.type == "cpu" and "sdpa_flash" in fused_here:
 # memory, wrong for time. To compare speed, the cell below times chapter 2's in-place module, the
 # math backend and the flash kernel apart from the profiler, alternating them call by call, and
 # calls one the fastest only when its slowest tenth of calls beats every other's fastest tenth
-# (`kernels.bench.comparison.compare`):
+# (`kernels.bench.comparison.compare`). The table under it gives each one's fastest tenth (p10),
+# median and slowest tenth (p90):
 
 # %%
-timing = comparison.compare({n: functools.partial(kernels.get(n), q, k, v) for n in ("inplace", "sdpa_math", "sdpa_flash")},
+timing = comparison.compare({n: functools.partial(kernels.get(n), q, k, v)
+                             for n in ("inplace", "sdpa_math", "sdpa_flash")},
                             device=device, rounds=11)
 
 # %% tags=["remove-input"]
-lesson(timing.faster() in (None, "sdpa_flash"),
-       "timed apart from the profiler, with the spread check, neither the in-place module nor the math backend comes out faster than the fused kernel",
-       timing.medians() if timing.faster() else "the ranges overlapped: no ranking on this machine")
-glue("fused_timing_reading", f"Timed apart from the profiler, {timing.faster()} is the fastest of the three ({timing.medians()}, "
-     "by the medians), its slowest tenth of calls below the others' fastest" if timing.faster()
-     else "On this run the ranges overlapped, so this page ranks none of the three")
+display(ch03b.timing_table(timing))
+others = [n for n in timing.median_ms if n != "sdpa_flash"]
+lesson(not any(timing.p90_ms[o] < timing.p10_ms["sdpa_flash"] for o in others),
+       "timed apart from the profiler, the spread check ranks the fused kernel fastest of the three: its slowest "
+       "tenth of calls below the others' fastest tenth" if timing.faster() == "sdpa_flash" else
+       "timed apart from the profiler, neither the in-place module nor the math backend comes out faster than the "
+       "fused kernel", "; ".join(ch03b.pair_verdict(timing, "sdpa_flash", o) for o in others))
+glue("fused_timing_reading", ch03b.pair_reading(timing, "inplace", "sdpa_math"))
 
 # %% [markdown]
-# {glue:text}`fused_timing_reading`. The showdown chapter benchmarks every implementation over a
-# sweep of shapes.
+# {glue:text}`fused_timing_reading` The medians move from run to run and machine to machine; only
+# a ranking the spread check makes is a result. The showdown chapter benchmarks every
+# implementation over a sweep of shapes.
 #
 # ## What to remember
 #

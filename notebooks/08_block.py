@@ -40,7 +40,7 @@ from kernels import borrowed
 from kernels.attention import block as blocks, torch_compile
 from kernels.book import ch08_block
 from kernels.notebook import glue, glue_all, lesson, mib, reveal, setup, show_lines
-from kernels.trace import links, tables
+from kernels.trace import links
 
 inductor_config.cpp.enable_kernel_profile = True   # name Inductor's C++ kernels in CPU traces
 torch.set_grad_enabled(False)                      # inference only; one grad mode for Dynamo's guards
@@ -49,6 +49,9 @@ device, dtype = setup(device, dtype)
 width = heads * head_dim
 make_block = functools.partial(blocks.seeded_block, width, heads, device=device, dtype=dtype)
 x = blocks.block_input(batch, seq, width, device=device, dtype=dtype)
+# Three profiled steps give the memory events; the traces go to the book's trace folder.
+memory_by_attention = functools.partial(blocks.memory_by_attention, active=min(active_steps, 3), trace_dir=trace_dir)
+profile_blocks = functools.partial(blocks.profile_blocks, active=min(active_steps, 3), trace_dir=trace_dir)
 
 # %% tags=["remove-input"]
 borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
@@ -109,7 +112,7 @@ lesson(fl["attention share"].is_monotonic_increasing and fl["attention share"].n
        "attention's share of the block's FLOPs grows with the sequence length at fixed width",
        " -> ".join(f"{s:.1%}" for s in fl["attention share"]))
 half_at = seqs[-1] * fl["linear (GFLOP)"].iloc[-1] / fl["attention (GFLOP)"].iloc[-1]  # attention ∝ S², the rest ∝ S
-reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs", source="the count, solved,")
+reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs", source="the formula the count matches")
 glue("b_half_at", f"{half_at:,.0f}")
 glue("b_share_range", f"{fl['attention share'].iloc[0]:.1%} at S={seqs[0]} to {fl['attention share'].iloc[-1]:.1%} at S={seqs[-1]}")
 
@@ -123,7 +126,7 @@ glue("b_share_range", f"{fl['attention share'].iloc[0]:.1%} at S={seqs[0]} to {f
 # about 12·W.
 
 # %%
-#| caption: Attention's share of one transformer block's FLOPs against sequence length: counted by FlopCounterMode (points) and by formula (line). It passes one half at S = 6·W, the model width times six.
+#| caption: Attention's share of one transformer block's FLOPs against sequence length: counted by FlopCounterMode (points) and by formula (solid line); dashed: a causal kernel that skips the masked tiles, which passes one half at 12·W. The count passes one half at S = 6·W, the model width times six.
 #| alt: Line chart of attention's share of a block's FLOPs rising with sequence length on a log axis, counted points on the formula's curve, crossing one half.
 blocks.share_figure(fl, width);
 
@@ -144,12 +147,12 @@ guess_scores_buffer = ["naive", "inplace"]  # edit me
 glue("b_plugged", ", ".join(plugged))
 
 # %%
-block_steps, memory = blocks.memory_by_attention({n: make_block(n) for n in plugged}, x,
-                                                 active=min(active_steps, 3), trace_dir=trace_dir)
+block_steps, memory = memory_by_attention({n: make_block(n) for n in plugged}, x)
 memory
 
 # %% tags=["remove-input"]
 scores_bytes = batch * heads * seq * seq * x.element_size()
+q_bytes = scores_bytes * head_dim // seq  # one [B, H, S, D] tensor, q's size
 largest = {n: block_steps[n].memory["bytes"].max() for n in plugged}
 hand = [n for n in plugged if n in ("naive", "inplace", "sdpa_math")]
 ch08_block.reveal_set(guess_scores_buffer, [n for n in plugged if largest[n] >= scores_bytes],
@@ -165,13 +168,19 @@ glue("b_seq", seq)
 glue("b_scores_mib", f"{mib(scores_bytes):.1f}")
 flags = batch * heads * seq * seq  # one byte a score: a boolean S×S buffer, all heads
 glue("b_flags_mib", f"{mib(flags):.1f}")
+glue("b_q_mib", f"{mib(q_bytes):.1f}")
 if "sdpa_math" in plugged and "naive" in plugged:
-    math_flags = (block_steps["sdpa_math"].memory["bytes"] == flags).sum()
-    lesson(block_steps["sdpa_math"].peak_bytes > block_steps["naive"].peak_bytes and math_flags >= 1
-           and not (block_steps["naive"].memory["bytes"] == flags).any(),
-           "sdpa_math's block peaks above naive's: beside float S×S buffers it also allocates a boolean one "
-           "(one byte a score, all heads), which naive does not",
-           f"{mib(block_steps['sdpa_math'].peak_bytes):.1f} against {mib(block_steps['naive'].peak_bytes):.1f} MiB")
+    at_peak = {n: ch08_block.alive_at_peak(block_steps[n]) for n in ("naive", "sdpa_math")}
+    more = {size: n - at_peak["naive"].get(size, 0) for size, n in at_peak["sdpa_math"].items()
+            if n != at_peak["naive"].get(size, 0)}
+    lesson(block_steps["sdpa_math"].peak_bytes > block_steps["naive"].peak_bytes
+           and at_peak["sdpa_math"].get(scores_bytes) == at_peak["naive"].get(scores_bytes)
+           and more == {flags: 1, q_bytes: 1},
+           "sdpa_math's block peaks above naive's: alive at both peaks are the same float S×S buffers, and at "
+           "math's also a boolean S×S one (one byte a score) and one more buffer of q's size",
+           f"{mib(block_steps['sdpa_math'].peak_bytes):.1f} against {mib(block_steps['naive'].peak_bytes):.1f} MiB; "
+           f"{at_peak['naive'][scores_bytes]} S×S buffers of {mib(scores_bytes):.1f} MiB each, "
+           f"plus {mib(flags):.1f} and {mib(q_bytes):.1f} MiB")
 
 # %% [markdown]
 # Read the table by column. `attention allocated` is what the `block.attention` range alone
@@ -179,9 +188,11 @@ if "sdpa_math" in plugged and "naive" in plugged:
 # S={glue:text}`b_seq` one S×S buffer (all heads) is {glue:text}`b_scores_mib` MiB, and with
 # hand-written attention it is the block's largest allocation. The math backend of
 # [SDPA](glossary.md#sdpa) is the same algorithm written in ATen ops, so it allocates S×S
-# buffers too, and at its peak one more: the boolean one ({glue:text}`b_flags_mib` MiB), which
-# marks the masked scores so that a row with every key masked comes out as zeros rather than
-# NaN. Memory is where attention's choice shows without any noise: the hand-written and math
+# buffers too. Its higher peak is what else is alive at that moment, read from the allocation
+# events up to it: a boolean S×S buffer ({glue:text}`b_flags_mib` MiB), which marks the masked
+# scores so that a row with every key masked comes out as zeros rather than NaN, and a buffer
+# of q's size ({glue:text}`b_q_mib` MiB: the math backend scales q and k into copies of their
+# own rather than scaling the scores). Memory is where attention's choice shows without any noise: the hand-written and math
 # versions allocate S×S buffers inside the block, SDPA flash never does.
 #
 # ## A real model's step on a GPU
@@ -190,12 +201,17 @@ if "sdpa_math" in plugged and "naive" in plugged:
 # different costume: Qwen1.5-0.5B-Chat has 24 layers of width 1024, each with RMSNorm instead of
 # layer norm, rotary position embeddings, attention through SDPA and a SwiGLU MLP (three linear
 # layers). AMD's TraceLens project profiled one forward of it, 16 prompts of 559 tokens in
-# bfloat16 (559 tokens each in the attention calls' shapes), on an H100: the trace "H100 Qwen" of
-# the box at the top of the page. Every piece
+# bfloat16, on an H100: the trace "H100 Qwen" of the box at the top of the page. The box's
+# `text_input_length` 2048 is the harness's setting, a limit; the prompts that ran were 559
+# tokens long, as the recorded tensor shapes show (the attention calls' and the GEMMs' 8,944
+# rows = 16 × 559). Every piece
 # of GPU work in that step is sorted here by what it is: the attention calls that
 # `kernels.trace.attention.find_attention` finds, then every other kernel by its name's
 # fingerprint (`kernels.trace.fingerprints`), with the ATen ops that launched most of each part's
-# time.
+# time. Two rows need a word: the `memset` kernels are launched by cuBLAS inside the layers'
+# `mm`/`addmm` calls, one beside each of their GEMMs, to fill a small buffer with zeros; under
+# copies, `_local_scalar_dense` is a device-to-host copy of one number that Python asked for
+# (an `.item()`), which makes the CPU wait for the GPU.
 #
 # Before the reveal: rank four of those parts by the GPU time you think they took, most first.
 
@@ -250,10 +266,13 @@ qshapes = ch08_block.gemm_shapes(borrowed.TRACELENS["h100_qwen"].step())
 tokens = int(qshapes["A"].map(lambda a: a[0]).max())
 ql = ch08_block.layer_flops(qshapes, qwen.layers, tokens)
 extra = ql["outside the layers"]
-lesson(ql["gemms per layer"] == 7 and len(extra) == 1 and extra["calls"].sum() + 7 * qwen.layers == gemms["kernels"]
+in_layers = qshapes[~qshapes.index.isin(extra.index)]
+lesson(ql["gemms per layer"] == 7 and len(extra) == 1 and len(in_layers) == 4
+       and in_layers[["A", "B"]].drop_duplicates().shape[0] == 3 and extra["calls"].sum() + 7 * qwen.layers == gemms["kernels"]
        and extra["op"].iloc[0] == "bmm" and extra["type"].iloc[0] == "float",
-       "each layer runs seven GEMMs: the q, k, v and output projections and the MLP's three (gate, up, down); "
-       "the one GEMM more is a float32 bmm outside the layers",
+       "each layer runs seven GEMMs in three shapes: the q, k, v and output projections (one shape; addmm with "
+       "a bias, mm without) and the MLP's three (gate and up one shape, down another); the one GEMM more is "
+       "a float32 bmm outside the layers",
        f"{gemms['kernels']} GEMM kernels = 7 × {qwen.layers} + 1 {extra['A'].iloc[0]} @ {extra['B'].iloc[0]}")
 q_seq = extra["B"].iloc[0][-1]  # the bmm's last dimension: one per position
 q_constant = ql["linear per token"] / (4 * ql["width"])  # attention 4·S·W a token against the linear FLOPs
@@ -265,8 +284,10 @@ glue_all(q_width=f"{ql['width']:,}", q_inter=f"{ql['intermediate']:,}", q_const=
          q_flop_share_causal=f"{q_seq / (q_seq + 2 * q_constant):.1%}")
 
 # %% [markdown]
-# Seven GEMMs a layer in four shapes (q, k and v share one, the MLP's gate and up another),
-# {glue:text}`q_layers` layers, and one more: a float32 `bmm` over {glue:text}`q_seq`
+# Seven GEMMs in each of the {glue:text}`q_layers` layers, in three shapes: q, k, v and the
+# output projection share one (only q, k and v have a bias, so they run as `addmm` and the
+# output projection as `mm`: four rows, three shapes), the MLP's gate and up share another,
+# its down projection has the third. And one more: a float32 `bmm` over {glue:text}`q_seq`
 # positions, once per forward, which makes the rotary embedding's angles (its frequencies
 # times the positions). With a SwiGLU MLP of three linear layers of
 # intermediate size I = {glue:text}`q_inter`, the formula for nanoGPT's block does not apply
@@ -297,9 +318,8 @@ lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled blo
        f"relative difference {err:.1e}")
 
 # %%
-cruns, csteps = blocks.profile_blocks({"sdpa_eager": eager_sdpa, "compiled": compiled_block}, x,
-                                      active=min(active_steps, 3), trace_dir=trace_dir)
-tables.op_table(csteps["compiled"])
+cruns, csteps = profile_blocks({"sdpa_eager": eager_sdpa, "compiled": compiled_block}, x)
+ch08_block.ops_and_allocations(csteps["compiled"])  # tables.op_table without one profile's noisy times
 
 # %% tags=["remove-cell"]
 cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
@@ -307,17 +327,19 @@ cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
 # %% [markdown]
 # The compiled block was built without its `block.*` labels, so read it by op: one compiled
 # region, the linear layers' matmuls, the attention call, and between them the kernels
-# Inductor generated, each named after the ops it fused:
+# Inductor generated, each named after the ops it fused. The table leaves time out: in one
+# profile on a shared CPU, ops of the same work differ by orders of magnitude (the GPU trace
+# above is where time is read). The generated kernels:
 
 # %%
-gen = torch_compile.generated_kernels(csteps["compiled"])
-gen.set_index("name")[["fused", "dur_us"]].rename(columns={"dur_us": "time (µs)"})
+ch08_block.fused_kernels(csteps["compiled"])
 
 # %% tags=["remove-input"]
+gen = torch_compile.generated_kernels(cstep)
 matmuls = [n for n in cstep.ops["name"] if n in ("aten::addmm", "aten::mm")]
 lesson(len(torch_compile.regions(cstep)) == 1, "the compiled block runs as one compiled region")
 lesson(len(matmuls) == 4, "the four linear layers stay library matmuls (qkv, proj, fc_in, fc_out)",
-       f"{len(matmuls)} × {sorted(set(matmuls))}")
+       f"{len(matmuls)} " + " and ".join(sorted({n.removeprefix('aten::') for n in matmuls})))
 lesson(cstep.find("aten::gelu").empty and cstep.find("aten::layer_norm").empty and cstep.find("aten::add").empty,
        "GELU, the layer norms and the residual adds no longer run as ATen ops")
 lesson(any("gelu" in f for f in gen["fused"]) and any({"add", "native_layer_norm"} <= set(f) for f in gen["fused"]),
@@ -348,7 +370,8 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 hidden_bytes = batch * seq * 4 * width * x.element_size()
 hid = {name: torch_compile.score_buffers(st, hidden_bytes) for name, st in csteps.items()}
 lesson(hid["sdpa_eager"] == 2 > hid["compiled"], "eager, the MLP allocates two [B, S, 4W] buffers (fc_in's output and "
-       "GELU's); compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled", f"{hid}")
+       "GELU's); compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled",
+       f"eager {hid['sdpa_eager']}, compiled {hid['compiled']}")
 ch08_block.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
 glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W] through memory: 4 unfused, 2 fused
@@ -358,10 +381,11 @@ glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W]
 # `torch.compile`'s default settings (the matmuls stay library calls, as the lessons above
 # check), it makes four trips through memory: written by `fc_in`, read and written again by
 # the GELU pass, read by `fc_out`. With GELU in the first GEMM's epilogue it would make two,
-# saving {glue:text}`b_saved_mib` MiB of memory traffic per forward. `mode="max-autotune"`
-# can do that: it lets Inductor try its own GEMM templates against the library's, and a
-# template it picks can take the GELU into its epilogue (Inductor's `epilogue_fusion`, on by
-# default in `torch._inductor.config`). Attention is untouched by it:
+# saving {glue:text}`b_saved_mib` MiB of memory traffic per forward. The setting to try is
+# `mode="max-autotune"`: it lets Inductor benchmark its own GEMM templates (on a GPU, Triton
+# ones) against the library's, and a template it picks may take the GELU into its epilogue
+# (Inductor's `epilogue_fusion` setting in `torch._inductor.config`). This page does not run
+# it, so whether the GELU moves is for your own trace to show. Attention is untouched by it:
 # as S grows, attention's share of the block grows whatever the MLP does.
 #
 # ## What to remember

@@ -12,8 +12,8 @@
 #
 # **You will learn to:**
 #
-# - read a training step's trace: autograd's `evaluate_function` nodes, in reverse order of the
-#   forward, and the thread each runs on;
+# - read a training step's trace: autograd's `evaluate_function` nodes, in the order the
+#   engine runs them, and the thread each runs on;
 # - measure what each forward keeps for the backward, from the allocation events and from
 #   autograd's saved-tensor hooks;
 # - see why fused backwards recompute the probabilities from one [log-sum-exp](glossary.md#log-sum-exp) per row, and where
@@ -49,7 +49,6 @@ variants = ["naive"] + [n for n in (*kernels.attention.sdpa.BACKENDS, "triton") 
 step_inputs = {n: backward.step_inputs(*((1, 2, 32, 16) if n == "triton" and device.type == "cpu"
                                          else (batch, heads, seq, head_dim)), dtype=dtype, device=device)
                for n in variants}
-print({n: tuple(t[0].shape) for n, t in step_inputs.items()}, dtype, device, "requires_grad=True")
 
 # %% tags=["remove-input"]
 borrowed.traces_box({"A100 training step": borrowed.TRAINING_STEP})
@@ -70,7 +69,7 @@ show_lines(backward.training_step)
 #
 # The forward of chapter 1's module calls five ops: matmul, mul, masked_fill, softmax,
 # matmul. Each op that takes part in a gradient leaves a *node* in the autograd graph (its
-# `grad_fn`), and `backward()` walks that graph from the output back to the inputs. Guess
+# `grad_fn`), and `backward()` walks that graph. Guess
 # the backward's nodes that do arithmetic, in the order the engine runs them (PyTorch names
 # them after the op: `SoftmaxBackward0`, ...; leave out the view and reshape nodes and the
 # `AccumulateGrad` that stores each input's gradient):
@@ -100,14 +99,17 @@ lesson(naive_nodes.count("BmmBackward0") == 2 and "MmBackward0" not in naive_nod
 # `_softmax_backward_data`, the mask's backward is another `masked_fill` (a masked key gets
 # no gradient). Here is the whole step, forward then backward, without the nodes that only
 # reshape a gradient or store it (views, transposes, `AccumulateGrad`; `tables.op_table` shows
-# them all):
+# them all; this one stops two levels below each op, and leaves out the CPU times: in one
+# profile on a shared CPU, ops of equal work differ many times over):
 
 # %%
 ch09_backward.step_table(steps["naive"])
 
 # %% [markdown]
 # The same step as a timeline: the forward's five ops, then the engine's nodes, each a bar
-# with its ATen ops below it.
+# with its ATen ops below it, all levels deep (the mask's backward, for one, copies its whole
+# S×S input: `clone`, `copy_`). The bars' widths are that one noisy CPU profile: read the
+# order and the nesting, not which bar is widest.
 
 # %%
 #| caption: One training step of naive attention: the forward's five ops, then the autograd engine's nodes (`BmmBackward0`, `SoftmaxBackward0`...), each a bar with the ATen ops it ran below it.
@@ -148,17 +150,14 @@ else:
 # `probs` and `v`. Whatever a backward needs, the forward must keep alive after it returns,
 # and an S×S tensor kept per head is where training memory goes. The trace shows it without
 # any help: every allocation and free is a `[memory]` event, so the S×S buffers still
-# allocated when the backward begins are the ones the forward kept. Guess how many each
-# variant keeps (naive, then the SDPA backends, then triton where it runs at the same shape,
-# in the order of the table below):
+# allocated when the backward begins are the ones the forward kept. Guess how many S×S
+# buffers each of these keeps:
 
 # %%
-guess_kept = [2, 3, 1, 1]  # edit me: one number per variant
+guess_kept = {"naive": 2, "sdpa_math": 3, "sdpa_flash": 1}  # edit me
 
 # %% tags=["remove-cell"]
-# Triton runs in its interpreter on a CPU, at a shape too small to compare with the others.
 compared = [n for n in variants if step_inputs[n][0].shape == step_inputs["naive"][0].shape]
-csteps = {n: steps[n] for n in compared}
 
 # %% tags=["remove-input"]
 if len(compared) < len(variants):
@@ -168,12 +167,17 @@ if len(compared) < len(variants):
                      f"(its trace is in the list above)."))
 
 # %%
+# The variants that trained at q's shape (on a CPU Triton's interpreter ran a tiny one).
+csteps = {n: steps[n] for n in variants if step_inputs[n][0].shape == step_inputs["naive"][0].shape}
 kept = backward.kept_table(csteps, step_inputs)
 ch09_backward.kept_view(kept)
 
 # %% tags=["remove-input"]
-for name, guessed in zip(kept.index, guess_kept):
-    reveal(guessed, int(kept.at[name, "S×S kept (trace)"]), f"S×S buffers {name} keeps for its backward")
+for name in kept.index:
+    if name in guess_kept:
+        reveal(guess_kept[name], int(kept.at[name, "S×S kept (trace)"]), f"S×S buffers {name} keeps for its backward")
+    else:
+        print(f"{name} (not in the guess): the trace shows {int(kept.at[name, 'S×S kept (trace)'])} S×S buffers kept")
 
 # %% [markdown]
 # Two independent readings agree: the trace's allocation events, and PyTorch's own hooks for
@@ -181,7 +185,7 @@ for name, guessed in zip(kept.index, guess_kept):
 # forward hands autograd to keep). The hooks also say what each saved buffer is:
 
 # %%
-ch09_backward.saved_storages({n: step_inputs[n] for n in ("naive", "sdpa_flash") if n in compared})
+ch09_backward.saved_storages({n: step_inputs[n] for n in ("naive", "sdpa_flash")})
 
 # %% tags=["remove-input"]
 lesson((kept["S×S kept (trace)"] == kept["S×S saved (hooks)"]).all(),
@@ -202,8 +206,8 @@ glue("naive_kept_mib", float(kept.loc["naive", "alive at backward (MiB)"]))
 glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].element_size()))
 
 # %% [markdown]
-# The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here, one
-# S×S per head), which both the softmax's backward and the second matmul's backward read:
+# The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here: an
+# S×S for each head, in one buffer), which both the softmax's backward and the second matmul's backward read:
 # {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. Its S×S-shaped
 # entries are one kept buffer: the probabilities as softmax returned them and as the second
 # `bmm` saw them are views of one storage, and the causal mask is one [S, S] for every head,
@@ -230,6 +234,10 @@ lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (th
 # count is 0 and the fifth matmul is the algorithm's, not something the trace can count.
 # What the trace does show is the price of saving: the unfused backwards allocate S×S buffers
 # of their own (the gradient of the probabilities, then of the scores), the fused ones none.
+# The hand-written backward allocates more of them than the math backend's: its scale and its
+# mask act on the S×S scores, so `MulBackward0` and `MaskedFillBackward0` each write an S×S
+# gradient, while the math backend scales q and k instead and adds its mask, and an add's
+# backward passes the gradient on without a new buffer.
 
 # %%
 recompute = backward.recompute_table(csteps, step_inputs)
@@ -275,10 +283,10 @@ glue("math_extra_mib", float(extra))
 # %% [markdown]
 # Besides the probabilities, the math backend saves its scaled copies of q and k
 # (+{glue:text}`math_extra_mib:.2f` MiB here): the matmul's backward needs the operands it
-# was given, and those are the scaled copies, not your q and k. With 16-bit inputs the
-# probabilities it keeps are float32 too, twice the bytes of the hand-written module's: the
-# math backend converts 16-bit q, k and v to float32 first (the upcast of chapter 3), on a
-# CPU as on a GPU (a bf16 call on a CPU profiles three `aten::_to_copy` of q's shape).
+# was given, and those are the scaled copies, not your q and k. With 16-bit inputs on a GPU
+# the probabilities it keeps are float32 too, twice the bytes of the hand-written module's:
+# the math backend converts 16-bit q, k and v to float32 first (the upcast of
+# [chapter 3](03_sdpa.ipynb); this page runs float32 only, so it does not show it).
 
 # %% tags=["remove-input"]
 # The book's own GPU recording of this step, where there is one: shown only then.
@@ -298,8 +306,11 @@ if gpu_steps:
 # training step" of the box at the top): not attention, but the same engine at work. Its thread names say which CPU thread launched each kernel:
 # `pt_main_thread` ran the forward, `pt_autograd_0` (the engine's device thread) the backward,
 # and the gradients' all-reduce across the two ranks ran as NCCL kernels, counted apart
-# (`kernels.trace.phases`). The main thread's last launches, after the backward, are the
-# optimizer's `_foreach_` updates, which `phases` counts with the forward. Which thread
+# (`kernels.trace.phases`). The main thread's two communication kernels, in the step's first
+# milliseconds, are NCCL broadcasts: most likely DistributedDataParallel sending rank 0's
+# module buffers (the batch norms' running statistics) to the other rank before the forward,
+# which it does by default. The main thread's last launches, after the backward, are
+# the optimizer's `_foreach_` updates, which `phases` counts with the forward. Which thread
 # launched what, and when:
 
 # %%
@@ -312,9 +323,16 @@ backward_span = launched.loc[("pt_autograd_0", "backward"), ["first launch (ms)"
 lesson(launched.loc[("pt_autograd_0", "backward"), "first launch (ms)"] > 0
        and ("pt_autograd_0", "communication") in launched.index
        and backward_span.iloc[0] <= launched.loc[("pt_autograd_0", "communication"), "first launch (ms)"] <= backward_span.iloc[1],
-       "the backward's kernels come from the engine's thread pt_autograd_0, after the forward began on "
-       "pt_main_thread, and the same thread launches the gradients' all-reduce while the backward runs",
+       "the backward's kernels come from the engine's thread pt_autograd_0, which also launches the "
+       "gradients' all-reduce while the backward runs",
        f"{launched.loc[('pt_autograd_0', 'communication'), 'kernels']} all-reduce kernels")
+main = ch09_backward.main_thread_during_backward(trained)
+lesson(main["during"] == 0 and main["before"] > 0 and main["after"] > 0
+       and main["communication"] and all("Broadcast" in n for n in main["communication"]),
+       "while pt_autograd_0 launches the backward, pt_main_thread launches nothing: its forward comes before, "
+       "its optimizer after, and its only NCCL kernels are the broadcasts at the start",
+       f"main thread: {main['before']} launches before, {main['during']} during, {main['after']} after; "
+       f"{len(main['communication'])} broadcasts")
 late_ops = ch09_backward.after_backward(trained)
 lesson(bool(late_ops) and all(op.startswith("aten::_foreach_") for op in late_ops),
        "the main thread's launches after the backward are the optimizer's _foreach_ updates", ", ".join(late_ops))
@@ -352,7 +370,7 @@ lesson(backward_over_forward > 1, "in this training step the backward's kernels 
 # ## Cost as the sequence grows
 #
 # What the backward adds to memory follows from the tables above, without a sweep: the
-# unfused variants keep one S×S buffer per head for it, which quadruples with every doubling
+# unfused variants keep one S×S buffer (all heads) for it, which quadruples with every doubling
 # of S, while the fused ones keep q-sized tensors and one value per query row, which double.
 # [Chapter 3b](03b_sdpa_fused.ipynb) measures that S against S² growth for the forward.
 #

@@ -1,7 +1,7 @@
 """What only chapter 3b's page (notebooks/03b_sdpa_fused.py) needs: the CPU flash kernel's
 allocations, the CPU time of a first call against the calls after it, the peak-memory sweep
-and its figure, the reveal of the page's occupancy question, and the reading of the fused
-backends' kernels on a GPU run."""
+and its figure, the reveal of the page's occupancy question, the article's kernel table, the
+timing table and its reading, and the reading of the fused backends' kernels on a GPU run."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -11,7 +11,7 @@ import torch
 
 from kernels.book.gpu_kernels import kernel_footprints, launched
 from kernels.hw import occupancy
-from kernels.notebook import lesson
+from kernels.notebook import lesson, readable
 from kernels.registry import get
 from kernels.trace import fingerprints
 from kernels.trace.reader import Step
@@ -33,6 +33,50 @@ def reveal_limit(guess: str, occ: occupancy.Occupancy) -> str:
     text = f"The resource that runs out first is {first} ({verdict}). Blocks per SM each allows on its own: {each}."
     print(text)
     return text
+
+
+def article_kernel_table(decoded: pd.DataFrame, backends: list) -> pd.DataFrame:
+    """The article's kernels as ``fingerprints.classify_many`` decodes them, one row per backend
+    (``backends``, in the order of the names), narrow enough for the page: the full names go
+    under the table (``kernel_name_list``). A dtype the name does not carry (the flash name is
+    shortened to ``flash_fwd_kernel<...>``) says so instead of reading as a blank."""
+    table = decoded.assign(backend=list(backends)).set_index("backend")
+    dtype = table["dtype"].where(table["dtype"].notna(), "not in the shortened name")
+    return pd.DataFrame({"family": table["family"], "dtype": dtype,
+                         "tensor cores": table["tensor_cores"].map({True: "yes", False: "no"})})
+
+
+def kernel_name_list(names: Mapping[str, str]) -> str:
+    """Each backend's full kernel name as a Markdown list (long names wrap there, not in a table)."""
+    return "\n".join(f"- {backend}: `{name}`" for backend, name in names.items())
+
+
+def timing_table(timing) -> pd.DataFrame:
+    """A ``kernels.bench.comparison.Comparison`` as a table: each variant's fastest tenth of
+    calls (p10), median and slowest tenth (p90), in ms, in the order it was timed."""
+    return pd.DataFrame({"p10 (ms)": timing.p10_ms, "median (ms)": timing.median_ms, "p90 (ms)": timing.p90_ms}
+                        ).rename_axis(index="variant")
+
+
+def pair_verdict(timing, a: str, b: str) -> str:
+    """The spread check on ``a`` against ``b`` alone, in a few words: "a faster than b" only when
+    a's slowest tenth of calls (p90) is below b's fastest tenth (p10), else "not ranked"."""
+    for fast, slow in ((a, b), (b, a)):
+        if timing.p90_ms[fast] < timing.p10_ms[slow]:
+            return f"{fast} faster than {slow}"
+    return f"{a} and {b} overlap: not ranked"
+
+
+def pair_reading(timing, a: str, b: str) -> str:
+    """What the spread check says about ``a`` against ``b`` alone, as a sentence: one ranked
+    above the other only when its slowest tenth (p90) is below the other's fastest tenth (p10)."""
+    for fast, slow in ((a, b), (b, a)):
+        if timing.p90_ms[fast] < timing.p10_ms[slow]:
+            return (f"Between {a} and {b} the check ranks {fast} faster: its slowest tenth of calls, "
+                    f"{readable(timing.p90_ms[fast])} ms, is below {slow}'s fastest, {readable(timing.p10_ms[slow])} ms.")
+    return (f"Between {a} and {b} the ranges overlap ({readable(timing.p10_ms[a])}-{readable(timing.p90_ms[a])} ms against "
+            f"{readable(timing.p10_ms[b])}-{readable(timing.p90_ms[b])} ms), so they are not ranked against each other, "
+            "whatever their medians say.")
 
 
 def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
@@ -58,7 +102,7 @@ def fused_kernels_read(steps_of: Mapping[str, Step]) -> pd.DataFrame:
 def cpu_flash_allocations(step: Step, batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> dict:
     """The buffers one forward of PyTorch's CPU flash kernel allocated in ``step``: how many, whether
     the output ([B, H, S, D]) and the float32 log-sum-exp ([B, H, S]) are among them, and the KiB of
-    the rest (the per-thread scratch buffer)."""
+    the rest (the scratch buffer, a slice of it for each thread)."""
     sizes = step.memory.loc[step.memory["bytes"] > 0, "bytes"].tolist()
     out_bytes = batch * heads * seq * head_dim * element_size
     lse_bytes = batch * heads * seq * 4
@@ -140,13 +184,19 @@ def peaks_and_growth(peaks: pd.DataFrame) -> pd.DataFrame:
                      axis=1).rename_axis(index="S", columns=None)
 
 
+# A flash doubling above this factor is marked on the figure with its factor: more than the
+# output's 2x, so something besides the S-sized buffers grew (on a CPU, the scratch buffer).
+BUMP_FACTOR = 2.1
+
+
 def peak_memory_figure(peaks: pd.DataFrame, title: str):
     """Peak memory against S, log-log, with guides through the first point of the math backend
-    (∝ S²) and of the flash backend (∝ S). Returns the Figure."""
+    (∝ S²) and of the flash backend (∝ S), and each flash doubling above ``BUMP_FACTOR``
+    marked with its factor. Returns the Figure."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullLocator
 
-    fig = Figure(figsize=(7, 4.5))
+    fig = Figure(figsize=(6, 4))  # narrow: its text stays legible on a phone
     ax = fig.add_subplot()
     for name in peaks.columns:
         measured = peaks[name].dropna()
@@ -156,6 +206,12 @@ def peak_memory_figure(peaks: pd.DataFrame, title: str):
             first = peaks[anchor].dropna()
             guide = first.iloc[0] * (peaks.index / first.index[0]) ** power
             ax.plot(peaks.index, guide, style, color="grey", label=f"∝ S{'²' if power == 2 else ''} (from the first point)")
+    if "sdpa_flash" in peaks:
+        flash = peaks["sdpa_flash"].dropna()
+        for s_len, factor in (flash / flash.shift(1)).dropna().items():
+            if factor > BUMP_FACTOR:
+                ax.annotate(f"{factor:.2f}x", (s_len, flash[s_len]), textcoords="offset points", xytext=(-10, 8),
+                            ha="right", fontsize=11)
     ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak memory of one forward (MiB)", title=title)
     ax.xaxis.set_minor_locator(NullLocator())  # log axes would label the minor ticks too
     ax.set_xticks(peaks.index, [str(s) for s in peaks.index])

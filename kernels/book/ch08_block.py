@@ -72,3 +72,33 @@ def gelu_between_matmuls(work: pd.DataFrame) -> list[str]:
            "but GELU is still a pass of its own between two library matmuls (fc_in's and fc_out's)",
            " -> ".join(n.removeprefix("aten::")[:40] for n in names))
     return names
+
+
+def alive_at_peak(step, smallest: int = 2**16) -> dict[int, int]:
+    """The buffers the step allocated that are still alive when its memory peaks: how many of
+    each size (bytes), from the allocation events up to the peak (the events carry sizes, not
+    addresses, so a free is matched by its size). Buffers under ``smallest`` bytes are left out."""
+    events = step.memory.sort_values("ts", kind="stable").reset_index(drop=True)
+    upto = events.iloc[: int(events["total_allocated"].idxmax()) + 1]
+    alive: dict[int, int] = {}
+    for b in upto["bytes"]:
+        alive[abs(b)] = alive.get(abs(b), 0) + (1 if b > 0 else -1)
+    return {size: n for size, n in sorted(alive.items(), reverse=True) if n > 0 and size >= smallest}
+
+
+def fused_kernels(step) -> pd.DataFrame:
+    """The kernels Inductor generated in a compiled step and the ops each fused, as the page
+    shows them (their CPU times are one noisy profile, so they are left out)."""
+    from kernels.attention import torch_compile
+
+    gen = torch_compile.generated_kernels(step)
+    return pd.DataFrame({"generated kernel": gen["name"].tolist(), "ops it fused": [", ".join(f) for f in gen["fused"]]})
+
+
+def ops_and_allocations(step) -> pd.DataFrame:
+    """``tables.op_table`` of a step without its CPU times (one profile's are noise: ops of the
+    same work differ by orders of magnitude) and with a header short enough to fit the page."""
+    from kernels.trace.tables import op_table
+
+    table = op_table(step).drop(columns="time (us)", errors="ignore")
+    return table.rename(columns={"allocated (KiB, incl. children)": "allocated (KiB)"})

@@ -44,8 +44,9 @@ def step_table(step: Step, max_depth: int = 2) -> pd.DataFrame:
             continue
         skip_below = depth if any(word in name for word in BOOKKEEPING_NODES) else None
         keep.append(skip_below is None)
-    table = table[keep].reset_index(drop=True)
-    # Time and memory first: the shapes column is the widest, and is read last.
+    # One profile's CPU times are noise (ops of equal work differ many times over): left out.
+    table = table[keep].reset_index(drop=True).drop(columns="time (us)", errors="ignore")
+    # Memory first: the shapes column is the widest, and is read last.
     table = table.rename(columns={"allocated (KiB, incl. children)": "allocated (KiB)"})
     return table[[c for c in table.columns if c != "input shapes"] + [c for c in table.columns if c == "input shapes"]]
 
@@ -63,22 +64,40 @@ def recompute_view(recompute: pd.DataFrame) -> pd.DataFrame:
                                       "largest backward allocation (KiB)": "largest, backward (KiB)"})
 
 
+def buffer_role(shape: tuple, dtype: str, nbytes: int, q: "torch.Tensor") -> str:  # noqa: F821
+    """What a saved buffer of an attention forward is, from its shape, type and size against q's."""
+    q_bytes = q.numel() * q.element_size()
+    if "bool" in dtype:
+        return "causal mask"
+    if tuple(shape[-2:]) == (q.shape[-2], q.shape[-2]):
+        return "probabilities"
+    if nbytes == 3 * q_bytes:
+        return "q, k and v (one buffer)"
+    if tuple(shape) == tuple(q.shape):
+        return "output" if nbytes == q_bytes else "q, k or v"
+    if tuple(shape) == tuple(q.shape[:-1]):
+        return "log-sum-exp, one a row"
+    return "other"
+
+
 def saved_storages(inputs_by_name: Mapping[str, tuple]) -> pd.DataFrame:
     """What one forward of each variant (``inputs_by_name[name]``: its q, k, v, ...) hands
-    autograd to keep, one row per buffer (storage): its size, element type and the shapes of
-    the views of it that were saved. Two saved shapes of one buffer are one buffer kept."""
+    autograd to keep, one row per buffer (storage): what it is (``buffer_role``), its size,
+    element type and the shapes of the views of it that were saved. Two saved shapes of one
+    buffer are one buffer kept."""
     from kernels import get
     from kernels.attention.backward import saved_by_autograd
 
     rows: dict = {}
     for name, (q, k, v, *_) in inputs_by_name.items():
         for shape, dtype, ptr, nbytes in saved_by_autograd(get(name), q, k, v):
-            row = rows.setdefault((name, ptr, nbytes), {"variant": name, "KiB": round(nbytes / 1024), "type": dtype,
-                                                        "saved as": []})
+            row = rows.setdefault((name, ptr, nbytes), {"variant": name, "what": buffer_role(shape, str(dtype), nbytes, q),
+                                                        "KiB": round(nbytes / 1024), "type": dtype, "saved as": []})
             if shape not in row["saved as"]:
                 row["saved as"].append(shape)
     table = pd.DataFrame(rows.values()).sort_values(["variant", "KiB"], ascending=[True, False], kind="stable")
     table["saved as"] = [" and ".join(str(s) for s in shapes) for shapes in table["saved as"]]
+    table["KiB"] = [f"{n:,}" for n in table["KiB"]]
     return table.set_index("variant")
 
 
@@ -113,3 +132,18 @@ def after_backward(step: Step, thread: str = "pt_main_thread") -> list[str]:
     engine_last = work.loc[named.str.contains(AUTOGRAD_THREAD), "launch_start_us"].max()
     late = work[named.str.contains(thread) & (work["launch_start_us"] > engine_last)]
     return sorted(set(late["op"].dropna()))
+
+
+def main_thread_during_backward(step: Step) -> dict:
+    """What the main thread launched before, during and after the engine thread's backward
+    launches (counts), and the names of its communication kernels."""
+    from kernels.trace.phases import AUTOGRAD_THREAD, thread_names
+
+    work, names = step.gpu_work, thread_names(step)
+    named = work["thread"].astype(str).map(lambda t: names.get(t, ""))
+    engine = work.loc[named.str.contains(AUTOGRAD_THREAD), "launch_start_us"]
+    main = work[named.str.contains("pt_main_thread")]
+    at = main["launch_start_us"]
+    comm = main.loc[main["name"].str.contains("nccl", case=False), "name"]
+    return {"before": int((at < engine.min()).sum()), "during": int(((at >= engine.min()) & (at <= engine.max())).sum()),
+            "after": int((at > engine.max()).sum()), "communication": [n.split("(")[0] for n in comm]}

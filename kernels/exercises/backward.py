@@ -1,7 +1,7 @@
 """Checks for the exercises of chapter 9, the backward pass: what the forward keeps for the
 backward, read from a trace, and a training step's FLOPs.
 
-The contract of ``kernels.exercises.judge``: fresh cases (the seed is printed, so a failure can be
+The contract of ``kernels.exercises.judge``: fresh cases (a failure names their seed, so it can be
 replayed with ``seed=``), a judge computed here, one ``✔`` line or an ``ExerciseFailed`` that
 says in words what is wrong.
 """

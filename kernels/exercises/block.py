@@ -1,6 +1,6 @@
 """Checks for the exercises of chapter 8 (one transformer block).
 
-The contract of ``kernels.exercises.judge``: fresh cases (the seed is printed, so a failure can be
+The contract of ``kernels.exercises.judge``: fresh cases (a failure names their seed, so it can be
 replayed with ``seed=``), a judge computed here, one ``✔`` line or an ``ExerciseFailed`` that
 says what is wrong in words.
 """

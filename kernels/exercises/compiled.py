@@ -1,7 +1,7 @@
 """Checks for the exercises of chapter 7 (compiled attention, FlexAttention).
 
 The contract of ``kernels.exercises.judge``: each ``check_*`` runs your function on inputs it has
-never seen (the seed is printed, so a failure can be replayed with ``seed=``), compares with
+never seen (a failure names their seed, so it can be replayed with ``seed=``), compares with
 a judge computed here, and either prints one ``✔`` line or raises ``ExerciseFailed`` with a
 sentence saying what is wrong: the known mistake your answer reproduces, or where it differs.
 

@@ -1,7 +1,7 @@
 """Checks for the exercises of chapter 10, decoding: decoding one token against a KV cache, and the
 arithmetic intensity of that call.
 
-The contract of ``kernels.exercises.judge``: fresh cases (the seed is printed, so a failure can be
+The contract of ``kernels.exercises.judge``: fresh cases (a failure names their seed, so it can be
 replayed with ``seed=``), a judge computed here, one ``✔`` line or an ``ExerciseFailed`` that
 says in words what is wrong.
 """

@@ -5,7 +5,7 @@ The answers are read from the traces (``kernels.borrowed``) with ``kernels.trace
 here, never typed: each check reads the trace it names, compares, and when the answer is wrong
 says which common mistake it matches (ops counted instead of calls, a percentage for a
 fraction, the CPU's time for the GPU's, another GPU's kernel...). Nothing is random, so no
-seed is printed.
+seed is named.
 """
 from __future__ import annotations
 

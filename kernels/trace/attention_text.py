@@ -1,6 +1,9 @@
 """The attention report (``kernels.trace.attention.AttentionReport``) as a reader sees it in a terminal."""
 from __future__ import annotations
 
+# A call's launch footprint (its main kernel's grid, block, registers, shared memory, occupancy).
+LAUNCH_COLUMNS = ("grid", "block", "regs", "smem KiB", "occ %")
+
 
 def report_text(report) -> str:
     """The report as a reader sees it in a terminal: the device and its roofs, the step, what the
@@ -31,8 +34,14 @@ def report_text(report) -> str:
     lines += [f"  heads and head dims read from {s}" for s in sources]
     calls = report.table().drop(columns=["GFLOP"])     # the roof table below has the costs
     calls = calls[[c for c in calls.columns if (calls[c].astype(str) != "").any()]]
-    lines.append(calls.to_string(index=False))
+    # Two narrower tables, not one that wraps in a terminal: what each call is and took, then
+    # how its main kernel was launched.
+    launch = [c for c in LAUNCH_COLUMNS if c in calls.columns]
+    lines.append(calls.drop(columns=launch).to_string(index=False))
     lines.append("")
+    if launch:
+        lines.append(calls[["#", "main kernel", *launch]].to_string(index=False))
+        lines.append("")
     lines.append(report.roof_table().reset_index().to_string(index=False))
     lines.append("FLOPs: 2·B·H·Sq·Sk·(D + Dv), forward, causal fused calls count half; a serving call "
                  "2·H_Q·(D + Dv)·(Σ prefill sq·sk − Σ prefill sq²/2 + Σ decode sq·sk) (TraceLens's convention). "

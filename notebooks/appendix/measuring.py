@@ -21,9 +21,9 @@ import torch
 
 import kernels
 from kernels import reference
-from kernels.bench import sweep, timing
+from kernels.bench import plots, sweep, timing
 from kernels.hw import devices
-from kernels.notebook import glue, inputs, lesson, setup, show_lines
+from kernels.notebook import glue, inputs, lesson, say, setup, show_lines
 
 device, dtype = setup(device, dtype)
 on_gpu = device.type == "cuda"
@@ -118,7 +118,7 @@ print(f"perf_counter: monotonic={info.monotonic}, resolution {info.resolution * 
 
 # %% tags=["remove-input"]
 lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic with at most microsecond resolution",
-       f"resolution {info.resolution:g} s")
+       f"resolution {info.resolution * 1e9:.0f} ns")
 
 # %% [markdown]
 # ## 4. Medians and spread
@@ -127,8 +127,9 @@ lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic wi
 # thread, a GPU changes its clock. The distribution has a long tail on the slow side. The
 # **mean** follows the tail; the **median** does not. The course quotes medians, with the
 # 10th and 90th percentiles as the spread. Here are 25 timed calls of in-place attention, and
-# what one late call would do to each statistic: we add, by hand, a 26th call of 50x the slowest
-# (the pause a context switch can cause) and compute both again.
+# what one late call would do to each statistic: we add, by hand, a 26th call 50 times as slow
+# as the slowest of them (a stalled process, a swap to disk) and compute both again. The calls
+# are B=1, H=4, S=256, D=64 attention forwards.
 
 # %%
 pool = sweep.InputPool((small["batch"], small["heads"], small["seq"], small["head_dim"]), dtype, device, backward=False)
@@ -138,8 +139,8 @@ times = timing.time_calls(timed_call, device, reps=25)
 median, p10, p90 = timing.spread(times)
 late = 50 * max(times)
 with_outlier = times + [late]   # the late call, added by hand
-print(f"25 calls: median {median:.3f} ms, p10 {p10:.3f}, p90 {p90:.3f}, mean {statistics.mean(times):.3f}")
-print(f"with the late call: median {statistics.median(with_outlier):.3f} ms, mean {statistics.mean(with_outlier):.3f}")
+print(f"25 calls: median {median:.1f} ms, p10 {p10:.1f}, p90 {p90:.1f}, mean {statistics.mean(times):.1f}")
+print(f"with the late call: median {statistics.median(with_outlier):.1f} ms, mean {statistics.mean(with_outlier):.1f}")
 
 # %% tags=["remove-input"]
 moved_mean = statistics.mean(with_outlier) / statistics.mean(times) - 1
@@ -172,6 +173,10 @@ ax.set_xlabel("time per call (ms)")
 ax.set_ylabel("calls")
 ax.set_title(f"25 calls of inplace, S={small['seq']}")
 fig.legend(loc="outside lower center", ncols=1)   # one column: legible on a phone
+say(f"These 25 calls themselves: p90 is {p90 / p10:.1f} times p10, "
+    + ("within twice, so on this run their median is a result." if p90 <= plots.NOISY_SPREAD * p10 else
+       "beyond twice: on this run they are too noisy to be a result (section 7's rule); they still show "
+       "what a late call does to each statistic."))
 # The caption says the late call lies off the chart, to the right: keep the drawing true to it.
 assert max(ax.get_xlim()) < late, "the late call must lie beyond the chart's edge"
 lesson(statistics.mean(with_outlier) > p90,

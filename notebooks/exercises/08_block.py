@@ -3,8 +3,9 @@
 #
 # Practice for [chapter 8, one transformer block](../08_block.ipynb). You will count a
 # block's FLOPs by part, find the length where attention becomes half of them, and find the
-# S×S buffers in a trace of the block that you record. Each check runs your code on fresh shapes (it prints the
-# seed, so a failure can be replayed) and names the mistake when it recognizes one.
+# S×S buffers in a trace of the block that you record. Each check runs your code on fresh
+# shapes and names the mistake when it recognizes one; when your code fails, the message gives
+# the seed, so that failure can be replayed.
 
 # %% [install]
 
@@ -74,7 +75,7 @@ def crossover(width, mlp_ratio, causal_skip):
 # :::{dropdown} Hint
 # Task 1's function gives every part's FLOPs at any S. At the crossover, attention's equal
 # the other three parts' together. Test your answer on the chapter's case: mlp_ratio 4 and
-# every score computed, where the chapter found 6·W.
+# every score computed.
 # :::
 
 # %% tags=["solution", "hide-input"]
@@ -91,20 +92,24 @@ check_crossover(solution_crossover if solutions else crossover)
 # The chapter read how much the `block.attention` range allocated. Now read, from a trace you
 # record, how many of its allocations are one S×S buffer: the scores (or a copy of them) of
 # all heads, B·H·S·S elements. Record one forward of the chapter's block on the CPU and
-# explore the trace: `trace.labels()` lists the labelled ranges, `trace.steps(label)` gives
-# each range as a step, and a step's `memory` has one row per `[memory]` event (`ts`, `bytes`).
+# explore the trace: `trace.labels()` lists the labelled ranges, `trace.steps(label)` returns
+# a list of steps, one per time the range ran, and a step's `memory` has one row per
+# `[memory]` event (`ts`, `bytes`).
 
 # %%
-x = blocks.block_input(1, 64, 32)
-run = record.profile(blocks.seeded_block(32, 2, "naive"), x, label="block", wait=0, warmup=1, active=1)
+x = blocks.block_input(batch=1, seq=64, width=32)
+block = blocks.seeded_block(width=32, heads=2, attention="naive")
+run = record.profile(block, x, label="block", wait=0, warmup=1, active=1)
 trace = run.trace
+q_shape = (1, 2, 64, 16)  # this block's q: (batch, heads, seq, width // heads)
 trace.labels()
 
 # %% [markdown]
 # Write `scores_buffers(trace, q_shape, element_size)`: the number of S×S buffers (all heads)
 # allocated inside the `block.attention` range of a trace of one forward, for q of shape
 # `q_shape` = (B, H, S, D) and elements of `element_size` bytes. The check records fresh
-# traces of the block with each attention that runs on a CPU, at shapes of its own.
+# traces of the block with each attention that runs on a CPU, at shapes of its own. Try yours
+# on the trace above first: `scores_buffers(trace, q_shape, 4)` (float32: 4 bytes an element).
 
 # %% tags=["stub"]
 def scores_buffers(trace, q_shape, element_size):
@@ -134,4 +139,8 @@ def solution_scores_buffers(trace, q_shape, element_size):
 check_scores_buffers(solution_scores_buffers if solutions else scores_buffers)
 
 # %% [markdown]
+# The example's shape was a trap: at S = 64 and W = 32 the MLP's hidden buffer, [1, 64, 128],
+# has as many elements as the scores of both heads, [1, 2, 64, 64]. Counted over the whole
+# block's step instead of the `block.attention` range, the MLP's buffers pass for S×S ones.
+#
 # Back to [chapter 8](../08_block.ipynb), or on to the [exercises of chapter 9](09_backward.ipynb).

@@ -99,3 +99,53 @@ def test_chapter3b_fused_kernels_read_one_kernel_each_and_kinetos_zero_rule():
     assert list(table.columns) == [n for n in ch03b.FUSED if n in hop.FUSED]
     with pytest.raises(LessonFailed, match="sdpa_efficient launches exactly one kernel"):
         ch03b.fused_kernels_read(steps_of(sdpa_efficient=hop.FUSED["sdpa_efficient"] * 2))
+
+
+# ---- the page's tables and sentences --------------------------------------------------------------
+
+def test_the_article_table_says_why_a_shortened_name_has_no_dtype_and_lists_the_full_names():
+    from kernels.attention import sdpa
+    from kernels.trace.fingerprints import classify_many
+
+    names = sdpa.ARTICLE_A100_KERNELS
+    table = ch03b.article_kernel_table(classify_many(names.values()), list(names))
+    assert table.index.tolist() == list(names) and "name" not in table.columns
+    assert table.loc["sdpa_flash", "dtype"] == "not in the shortened name"
+    assert table.loc["sdpa_efficient", "dtype"] == "bf16" and (table["tensor cores"] == "yes").all()
+    listed = ch03b.kernel_name_list(names).splitlines()
+    assert listed == [f"- {backend}: `{name}`" for backend, name in names.items()]
+
+
+def _comparison(p10: dict, p90: dict):
+    from kernels.bench.comparison import Comparison
+
+    return Comparison(median_ms={n: (p10[n] + p90[n]) / 2 for n in p10}, p10_ms=p10, p90_ms=p90, rounds=11)
+
+
+def test_the_timing_table_shows_each_spread_and_the_pair_reading_ranks_only_apart_ranges():
+    apart = _comparison({"inplace": 10.0, "sdpa_math": 20.0}, {"inplace": 12.0, "sdpa_math": 25.0})
+    table = ch03b.timing_table(apart)
+    assert table.columns.tolist() == ["p10 (ms)", "median (ms)", "p90 (ms)"] and table.index.name == "variant"
+    assert table.loc["sdpa_math", "p90 (ms)"] == 25.0
+    assert ch03b.pair_reading(apart, "inplace", "sdpa_math").startswith("Between inplace and sdpa_math the check ranks inplace faster")
+    assert "ranks inplace faster" in ch03b.pair_reading(apart, "sdpa_math", "inplace")
+    overlap = _comparison({"inplace": 10.0, "sdpa_math": 11.0}, {"inplace": 12.0, "sdpa_math": 25.0})
+    assert "not ranked against each other" in ch03b.pair_reading(overlap, "inplace", "sdpa_math")
+
+
+def test_the_figure_marks_a_flash_doubling_above_2x_with_its_factor():
+    peaks = pd.DataFrame({"sdpa_math": [1.0, 4.0, None], "sdpa_flash": [1.0, 2.5, 5.0]}, index=[256, 512, 1024])
+    texts = [t.get_text() for t in ch03b.peak_memory_figure(peaks, "t").axes[0].texts]
+    assert texts == ["2.50x"]
+
+
+def test_pair_verdict_ranks_a_pair_only_when_its_ranges_are_apart():
+    timing = _comparison({"a": 10.0, "b": 20.0, "c": 11.0}, {"a": 12.0, "b": 25.0, "c": 30.0})
+    assert ch03b.pair_verdict(timing, "a", "b") == "a faster than b"
+    assert ch03b.pair_verdict(timing, "b", "a") == "a faster than b"
+    assert ch03b.pair_verdict(timing, "a", "c") == "a and c overlap: not ranked"
+
+
+def test_pair_reading_prints_long_times_without_e_notation():
+    timing = _comparison({"a": 200.0, "b": 404.4}, {"a": 462.5, "b": 1059.3})
+    assert "404.4-1,059 ms" in ch03b.pair_reading(timing, "a", "b") and "e+" not in ch03b.pair_reading(timing, "a", "b")

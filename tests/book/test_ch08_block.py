@@ -57,3 +57,29 @@ def test_gemm_shapes_and_layer_flops_split_the_layers_from_the_rest():
     assert flops["gemms per layer"] == 2 and flops["width"] == 4 and flops["intermediate"] == 8
     assert flops["linear per token"] == 2 * 4 * 8 + 2 * 8 * 4
     assert flops["outside the layers"]["op"].tolist() == ["bmm"]
+
+
+def test_alive_at_peak_counts_the_buffers_still_allocated_when_memory_peaks():
+    mib = 2**20
+    # alloc 8, alloc 2, free 2, alloc 1, alloc 8 (the peak: 17 MiB), free 8, free 1
+    sizes = [8 * mib, 2 * mib, -2 * mib, mib, 8 * mib, -8 * mib, -mib, 100]
+    totals = pd.Series(sizes).cumsum()
+    memory = pd.DataFrame({"ts": range(len(sizes)), "bytes": sizes, "total_allocated": totals})
+    assert ch08_block.alive_at_peak(SimpleNamespace(memory=memory)) == {8 * mib: 2, mib: 1}
+
+
+def test_fused_kernels_shows_names_and_fused_ops_without_times():
+    ops = pd.DataFrame({"name": ["aten::addmm", "graph_0_cpp_fused_gelu_view_2"], "dur_us": [1.0, 2.0]})
+    step = SimpleNamespace(ops=ops, gpu_work=pd.DataFrame({"name": []}))
+    table = ch08_block.fused_kernels(step)
+    assert table.to_dict("list") == {"generated kernel": ["graph_0_cpp_fused_gelu_view_2"], "ops it fused": ["gelu, view"]}
+
+
+def test_ops_and_allocations_drops_the_cpu_times():
+    from unittest.mock import patch
+
+    table = pd.DataFrame({"op": ["aten::addmm"], "input shapes": ["(2, 2)"], "time (us)": [1.0],
+                          "allocated (KiB, incl. children)": [4.0]})
+    with patch("kernels.trace.tables.op_table", return_value=table):
+        shown = ch08_block.ops_and_allocations(SimpleNamespace())
+    assert list(shown.columns) == ["op", "input shapes", "allocated (KiB)"]

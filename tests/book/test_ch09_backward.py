@@ -42,7 +42,7 @@ def test_step_table_puts_the_shapes_last():
     table = pd.DataFrame({"op": ["aten::mm"], "input shapes": ["(2, 2) (2, 2)"], "time (us)": [1.0]})
     with patch("kernels.trace.tables.op_table", return_value=table):
         shown = ch09_backward.step_table(SimpleNamespace(ops=ops))
-    assert list(shown.columns) == ["op", "time (us)", "input shapes"] and NESTING not in shown.at[0, "op"]
+    assert list(shown.columns) == ["op", "input shapes"] and NESTING not in shown.at[0, "op"]  # no CPU time
 
 
 def test_saved_storages_counts_one_buffer_saved_in_two_shapes():
@@ -52,8 +52,18 @@ def test_saved_storages_counts_one_buffer_saved_in_two_shapes():
     table = ch09_backward.saved_storages({"naive": inputs})
     probs = table[table["saved as"].str.contains(r"\(1, 2, 16, 16\)", regex=True)]
     assert len(probs) == 1 and "(2, 16, 16)" in probs["saved as"].iloc[0], table
-    assert probs["KiB"].iloc[0] == 2 * 16 * 16 * 4 / 1024
+    assert probs["KiB"].iloc[0] == f"{2 * 16 * 16 * 4 // 1024:,}" and probs["what"].iloc[0] == "probabilities"
     assert (table["type"] == "bool").sum() == 1, table  # the causal mask, one for all heads
+    assert table.loc[table["type"] == "bool", "what"].tolist() == ["causal mask"]
+
+
+def test_saved_storages_names_what_a_fused_forward_keeps():
+    from kernels.attention import backward
+
+    inputs = backward.step_inputs(1, 2, 16, 8)
+    table = ch09_backward.saved_storages({"sdpa_flash": inputs})
+    assert "log-sum-exp, one a row" in table["what"].tolist() and "output" in table["what"].tolist(), table
+    assert "probabilities" not in table["what"].tolist(), table
 
 
 def test_phase_table_and_launch_threads_on_the_borrowed_training_step():
@@ -93,3 +103,11 @@ def test_after_backward_finds_the_optimizer_of_the_borrowed_step():
     late = ch09_backward.after_backward(borrowed.TRAINING_STEP.step())
     assert late and all(op.startswith("aten::_foreach_") for op in late), late
     assert ch09_backward.after_backward(borrowed.TRAINING_STEP.step(), thread="no such thread") == []
+
+
+def test_main_thread_launches_nothing_while_the_engine_runs_the_backward():
+    from kernels import borrowed
+
+    main = ch09_backward.main_thread_during_backward(borrowed.TRAINING_STEP.step())
+    assert main["during"] == 0 and main["before"] > 0 and main["after"] > 0, main
+    assert len(main["communication"]) == 2 and all("Broadcast" in n for n in main["communication"]), main

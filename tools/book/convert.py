@@ -232,7 +232,8 @@ SETUP_CALL = "setup(device, dtype)"
 def ran_with_lines(indent: str, exercise: bool = False) -> list[str]:
     """The lines ``fold_setup`` adds after the setup call: one printed line naming the preset's
     parameters as this run has them, since the parameters cell is off the page. An exercise's
-    checks draw their own shapes, so its line names the device and dtype only."""
+    checks (and an appendix's demonstrations) draw their own shapes, so its line names the device
+    and dtype only."""
     names = ("device", "dtype") if exercise else chapter_parameters(load_presets(ROOT / "kernels" / "presets.yml")["cpu"])
     return [f"{indent}from kernels.notebook import ran_with",
             f"{indent}print(ran_with({', '.join(f'{n}={n}' for n in names)}))"]
@@ -325,7 +326,7 @@ def notebook(source: Path, learner: bool = False) -> str:
     nb.cells = [cell_from(cell) for cell in source_cells(source)]
     if is_exercise(source):
         nb.cells = solution_switches(nb.cells)
-    fold_setup(nb.cells, exercise=is_exercise(source))
+    fold_setup(nb.cells, exercise=is_exercise(source) or source.relative_to(SOURCES).parts[0] == "appendix")
     fill_reading_time(nb.cells)
     page = (BOOK / source.relative_to(SOURCES).with_suffix(".ipynb")).relative_to(BOOK.parent).as_posix()
     if learner:
