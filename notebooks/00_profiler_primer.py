@@ -34,7 +34,7 @@ import torch
 
 from kernels import borrowed, recorded
 from kernels.bench import comparison
-from kernels.book.ch00_profiler_primer import runtime_table_whole, synchronisations
+from kernels.book.ch00_profiler_primer import runtime_table_whole, summary_columns, synchronisations
 from kernels.notebook import glue, glue_all, lesson, readable, reveal, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.links import links
@@ -66,10 +66,11 @@ show_lines(record.profile, "with quiet_kineto()", "prof.step()")
 # %% [markdown]
 # ## Guess first
 #
-# Our first subject is tiny on purpose: a matrix product followed by a ReLU.
+# Our first subject is tiny on purpose: a matrix product followed by a ReLU, the whole body of
+# the function `record.mlp_step(x, w)`:
 
 # %%
-show_lines(record.mlp_step)
+show_lines(record.mlp_step, "return torch.relu")
 
 # %% [markdown]
 # Which ops will the trace show at its top level, in order? Op names in a trace look like
@@ -103,10 +104,18 @@ lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kerne
 #
 # **1. PyTorch's summary table** (`prof.key_averages().table()`) aggregates every op over all
 # recorded steps. It is the quickest overview and the most lossy: order, nesting and the
-# step each op belonged to are gone.
+# step each op belonged to are gone. PyTorch prints it as text, nine columns wide (folded
+# here: open it to see it as you would in your terminal):
 
-# %% tags=["wide-text"]
+# %% tags=["wide-text", "hide-output"]
 print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
+
+# %% [markdown]
+# The columns we read, from the same `key_averages()` (times in ms, bytes in MiB, both summed
+# over every call, as in PyTorch's table):
+
+# %%
+summary_columns(run.averages)
 
 # %% [markdown]
 # How to read its columns, checked on this table:
@@ -114,12 +123,14 @@ print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
 # - **CPU total** is the wall time from an op's start to its end, children included; **Self
 #   CPU** leaves the children out. `aten::matmul` has a large total and a tiny self time: it
 #   dispatches, and its child `aten::mm` does the work. Total = self + the children's totals.
+#   `aten::relu` does the same with `aten::clamp_min` (a ReLU is $\max(x, 0)$: a clamp from
+#   below at 0).
 # - **# of Calls** counts every recorded step: the averages divide by it.
 # - Self times never overlap, so the Self CPU column adds up to the outermost row, the
 #   `ProfilerStep*` that wraps each recorded step (a [profiler step](glossary.md#profiler-step)).
 # - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem** for GPU tensors) add up the
-#   bytes an op allocated over all its calls, a free counting as negative (the table's "MB"
-#   are MiB). `aten::mm` allocates its {glue:text}`primer_out_mib` MiB output once a call:
+#   bytes an op allocated over all its calls, a free counting as negative (the printed
+#   table's "MB" are MiB). `aten::mm` allocates its {glue:text}`primer_out_mib` MiB output once a call:
 #   {glue:text}`primer_mm_mem` over {glue:text}`primer_calls` calls. The label `mlp_step` frees both outputs, the product once
 #   relu has read it and relu's result once the call returns, outside any op: its Self CPU
 #   Mem is {glue:text}`primer_label_mem`, and its CPU Mem, children included, comes to 0.
@@ -148,7 +159,7 @@ lesson(self_mem(mm) == mm.count * out_bytes and self_mem(label) == -2 * label.co
        f"mm {self_mem(mm) / 2**20:,.0f} MiB = {mm.count} × {out_bytes / 2**20:,.0f} MiB; "
        f"mlp_step {self_mem(label) / 2**20:,.0f} MiB")
 glue_all(primer_out_mib=f"{out_bytes / 2**20:,.0f}", primer_calls=mm.count,
-         primer_mm_mem=f"{self_mem(mm) / 2**20:.2f} MB", primer_label_mem=f"{self_mem(label) / 2**20:.2f} MB")
+         primer_mm_mem=f"{self_mem(mm) / 2**20:,.0f} MiB", primer_label_mem=f"{self_mem(label) / 2**20:,.0f} MiB")
 if device.type == "cuda":
     text = run.averages.table(sort_by="cpu_time_total", row_limit=8)
     lesson("Self CUDA" in text and "CUDA total" in text and "Self CUDA time total" in text,
@@ -170,7 +181,10 @@ tables.op_table(step)
 # Should the relu take a large share of the matmul's time? The matmul does
 # {glue:text}`primer_mm_flops` multiply-adds; the relu one comparison per element of its
 # output, {glue:text}`primer_relu_elems` of them: {glue:text}`primer_work_ratio` times less
-# work. A profiled step is a poor clock for that question (one sample, the profiler's
+# arithmetic. But arithmetic is not all an op pays for: the relu also reads its
+# {glue:text}`primer_relu_mib` MiB input and writes a {glue:text}`primer_relu_mib` MiB output,
+# and moving bytes can cost more than computing ([chapter 1](01_naive.ipynb) shows a softmax
+# outlasting two GEMMs on a GPU). So only a measurement settles it. A profiled step is a poor clock for that question (one sample, the profiler's
 # bookkeeping on every op, a busy machine), so we time the two ops apart from the profiler,
 # call by call (`kernels.bench.compare`, see the [measuring appendix](appendix/measuring.ipynb)),
 # and call one faster only when its slowest tenth of calls beats the other's fastest tenth.
@@ -188,48 +202,78 @@ lesson(ops_timing.faster() in (None, "relu"),
        if ops_timing.faster() else "timed apart from the profiler, neither op is faster: their ranges overlapped",
        medians if ops_timing.faster() else "no time shown")
 glue_all(primer_mm_flops=f"{x.shape[0] * w.shape[0] * w.shape[1]:,}", primer_relu_elems=f"{y.numel():,}",
+         primer_relu_mib=f"{y.nbytes / 2**20:,.0f}",
          primer_work_ratio=f"{x.shape[0] * w.shape[0] * w.shape[1] // y.numel():,}")
 glue("primer_ops_reading", {
     "relu": f"Timed apart from the profiler, the relu is the faster op, "
             f"{ops_timing.median_ms['matmul'] / ops_timing.median_ms['relu']:.0f}x by the medians ({medians}): less than its "
             "arithmetic says, because a relu's time goes to reading and writing its elements, not to comparing them",
-    None: "On this run the two ranges overlapped, so this page shows no time for them: the arithmetic above is the answer",
+    None: "On this run the two ranges overlapped: call by call, the times varied too much on the machine that built "
+          "this page for the check to tell the two ops apart, so this page shows no time for them and leaves the "
+          "question open. Run the cell on your own machine and see which way it goes",
 }[ops_timing.faster()])
 
 # %% [markdown]
 # {glue:text}`primer_ops_reading`.
 #
-# Every recorded step should look alike; if one does not, something (a first-time
-# allocation, a garbage collection, another process) disturbed it. One row per recorded step:
+# Every recorded step runs the same code, so its ops and its memory should look alike, step
+# after step. Its CPU time need not: a first-time allocation, a garbage collection or another
+# process on the machine stretches one step and not the next. One row per recorded step:
 
 # %%
 per_step = tables.counts(run.steps())
 
 # %% tags=["remove-input"]
 lesson(len(per_step) == active_steps, f"the schedule recorded exactly {active_steps} active steps", f"{len(per_step)} steps in the trace")
-lesson(per_step["ops"].nunique() == 1, "every recorded step dispatched the same number of ops",
-       f"{per_step['ops'].iloc[0]} ops per step")
-per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak_MiB"]].rename(
-    columns={"cpu_time_ms": "CPU time (ms)", "peak_MiB": "peak (MiB)"})
+lesson(per_step["ops"].nunique() == 1 and per_step["peak_MiB"].nunique() == 1,
+       "every recorded step dispatched the same number of ops and reached the same peak memory",
+       f"{per_step['ops'].iloc[0]} ops, peak {readable(per_step['peak_MiB'].iloc[0])} MiB per step")
+display(per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak_MiB"]].rename(
+    columns={"cpu_time_ms": "CPU time (ms)", "peak_MiB": "peak (MiB)"}).assign(
+    **{"CPU time (ms)": per_step["cpu_time_ms"].map(lambda ms: f"{ms:,.1f}")}))
+spread = per_step["cpu_time_ms"].max() / per_step["cpu_time_ms"].min()
+glue("primer_step_spread", (
+    f"On this run the CPU times of these identical steps range from {per_step['cpu_time_ms'].min():,.1f} to "
+    f"{per_step['cpu_time_ms'].max():,.1f} ms, {spread:,.0f}× apart, though each did the same work: something outside "
+    "the code stretched some of them (other processes on a busy machine, a first-time allocation, a garbage "
+    "collection: the trace does not say which). Time is the one column it disturbed: read the tables above for "
+    "their ops, nesting and memory, not their times" if spread >= 2 else
+    f"On this run the CPU times of these steps stay within {spread:.1f}× of each other: a quiet machine. The tables "
+    "above still show one profiled sample, profiler included"))
 
 # %% [markdown]
+# {glue:text}`primer_step_spread`.
+#
 # **3. A timeline.** The same step drawn as Perfetto draws it: time runs left to right, a
-# bar per op, children under their parent. A wide bar with a narrow child means time spent
-# in the parent itself (dispatch, checks, allocation).
+# bar per op, children under their parent. Where a bar is wider than its children, the
+# difference is the parent's own time: the work it does itself, or time the trace cannot
+# give to any op.
 
 # %%
-#| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; a wide bar over a narrow child is time spent in the parent itself (dispatch, checks, allocation).
+#| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; any stretch of the label's bar with no op under it is the label's own time (how much, and what it is, below the figure).
 #| alt: Timeline of one step of a small MLP: a label row on top, then rows of CPU ops by nesting depth, each op a bar as long as it ran.
 timeline.timeline(step, title="mlp_step: one recorded step")
 
 # %% tags=["remove-input"]
 # The trace behind this figure: download it, or open it in Perfetto (see the Perfetto appendix).
-glue_all(primer_step_ms=round(step.cpu_time_us / 1e3, 3), primer_ops=len(step.ops))
+glue_all(primer_step_ms=readable(step.cpu_time_us / 1e3), primer_ops=len(step.ops))
 links(run)
+top_ops = step.top_level()
+label_own_us = step.cpu_time_us - top_ops["dur_us"].sum()
+own_share = 100 * label_own_us / step.cpu_time_us
+own_share = f"{own_share:.0f}%" if own_share >= 1 else "under 1%"
+glue("primer_label_own", (
+    f"Of that, {readable(label_own_us / 1e3)} ms ({own_share}) is the label's own "
+    "time, outside matmul and relu. It is not dispatch: a `return torch.relu(x @ w)` spends microseconds on that. "
+    "It is what the trace cannot give to any op: the Python between the two calls, freeing the outputs, the "
+    "profiler's own bookkeeping and, on a busy machine, time the process waited for a core (the step times above)"
+    if label_own_us >= 0.1 * step.cpu_time_us else
+    f"Only {readable(label_own_us / 1e3)} ms of it ({own_share}) is the label's "
+    "own time, outside matmul and relu: the Python between the calls, freeing the outputs, the profiler's bookkeeping"))
 
 # %% [markdown]
 # That step took {glue:text}`primer_step_ms` ms of CPU time and dispatched
-# {glue:text}`primer_ops` ops, views included.
+# {glue:text}`primer_ops` ops, views included. {glue:text}`primer_label_own`.
 #
 # ## CPU track, GPU track, and why GPU timings lie without care
 #
@@ -251,7 +295,8 @@ links(run)
 # - `cudaLaunchKernel`: one per kernel (libraries may launch with another call of the same
 #   family: the runtime's `cudaLaunchKernelExC`, the driver's `cuLaunchKernel` or `cuLaunchKernelEx`).
 # - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
-#   how many blocks of a kernel fit one [SM](glossary.md#sm). In the series' trace cuBLAS made it
+#   how many blocks of a kernel fit one [SM](glossary.md#sm). In the series' trace
+#   [cuBLAS](glossary.md#cublas) (NVIDIA's library of matrix products) made it
 #   inside `aten::mm`, before the [GEMM](glossary.md#gemm)'s launch; a different cuBLAS may not
 #   make it at all.
 # - `cudaDeviceSynchronize`: the CPU waiting until the GPU has finished everything queued, as
@@ -263,7 +308,8 @@ links(run)
 
 # %% tags=["remove-input"]
 lesson(run.trace.has_gpu == (device.type == "cuda"),
-       "a GPU run records a GPU track of kernels; a CPU-only run records none (ops run where they are dispatched)",
+       "this GPU run recorded a GPU track of kernels" if device.type == "cuda" else
+       "this CPU-only run recorded no GPU track: its ops ran where they were dispatched (H100 BERT below has one)",
        f"{len(step.gpu_work)} GPU activities in one step on {device.type}")
 
 # %% tags=["remove-input"]
@@ -303,8 +349,8 @@ if gpu_steps:
 guess_busy_pct = 50  # edit me: GPU busy time, in % of the step's CPU time
 
 # %%
-#| caption: H100 BERT: one inference step of BERT-small (1 × 141 tokens, bfloat16). The CPU rows are busy from start to end; the GPU stream row at the bottom holds thin bars with white gaps between them, each tied by a grey line to the launch that queued it.
-#| alt: Timeline of one BERT-small step about 4.4 ms long. Five rows of CPU ops by nesting depth span the whole step; the single GPU stream row holds about sixty narrow kernel bars spread across it, mostly empty space between them.
+#| caption: H100 BERT: one inference step of BERT-small (1 × 141 tokens, bfloat16). The CPU rows hold ops, with gaps, across the whole step; the GPU stream row at the bottom holds thin bars with white gaps between them.
+#| alt: Timeline of one BERT-small step about 4.4 ms long. Rows of CPU ops by nesting depth span the whole step, with gaps; the single GPU stream row holds about sixty narrow kernel bars spread across it, mostly empty space between them.
 bert_step = borrowed.TRACELENS["h100_bert"].step()
 timeline.timeline(bert_step, title="H100 BERT: one step")
 
@@ -346,9 +392,14 @@ glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.fi
 
 # %%
 gaps = tables.gpu_gaps(bert_step)
-gaps.nlargest(5, "gap_us")[["after", "before", "gap_us", "cpu_late"]]
+gaps.nlargest(5, "gap_us")[["after", "before", "gap_us"]].rename(columns={"gap_us": "gap (µs)"})
 
 # %% [markdown]
+# `cutlass::Kernel2` is a [GEMM](glossary.md#gemm) kernel built with
+# [CUTLASS](glossary.md#cutlass), NVIDIA's library of GEMM templates. (`gpu_gaps` also says,
+# per gap, whether the CPU was late for it: every one here, as the ✔ above counts, so the
+# table leaves that column out.)
+#
 # This is a **launch-bound** step (also called overhead-bound): the pace is set by the CPU
 # dispatching ops one by one through Python and PyTorch, not by the GPU. A faster kernel would
 # not shorten it at all. What helps is giving the GPU more work per launch (a larger batch,
@@ -361,8 +412,8 @@ gaps.nlargest(5, "gap_us")[["after", "before", "gap_us", "cpu_late"]]
 # the profiler's op rows do not show:
 
 # %%
-#| caption: H100 BERT, zoomed in on one encoder layer (from the first `scaled_dot_product_attention` call to the second). The thin grey lines just above the GPU row each join a kernel to the moment its launch call began on the CPU; the kernels (bottom row) are short and the white stretches between them are the GPU waiting.
-#| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (linear, addmm, scaled_dot_product_attention, layer_norm, gelu) fill the rows above; the GPU row below holds a dozen short kernel bars, each joined by a thin grey line to the CPU row above it, with wide gaps between them.
+#| caption: H100 BERT, zoomed in on one encoder layer, from the first `scaled_dot_product_attention` call (the purple bars at the left, labelled "scale…" and, one level down, "_sc…") to the second. Each kernel (bottom row) has a short grey tick above it: its top end is the moment the kernel's launch call began, its bottom end the kernel's start, microseconds later. Read straight up from a tick's top end to find the op that launched that kernel. The kernels are short, and the white stretches between them are the GPU waiting.
+#| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (scaled_dot_product_attention in purple, linear and addmm in blue, layer_norm, gelu) fill three rows above; the GPU row below holds a dozen short kernel bars, each with a short grey tick above it, with wide gaps between them.
 sdpa = bert_step.find("aten::scaled_dot_product_attention")
 layer = tuple(sdpa["start_us"].iloc[:2] / 1e3)
 timeline.timeline(bert_step, window_ms=layer, title="H100 BERT: one layer")
@@ -377,7 +428,8 @@ bert_calls = tables.runtime_table(bert_step)
 # %% tags=["remove-input"]
 whole = runtime_table_whole(bert_step)    # the same table, its "made in" cells whole
 shown = (whole["GPU work launched"] > 0) | whole["call"].str.endswith("Synchronize")
-display(whole[shown].reset_index(drop=True).rename(columns={"GPU work launched": "GPU work"}))
+display(whole[shown].reset_index(drop=True).rename(columns={"GPU work launched": "GPU work"})
+        .assign(**{"CPU µs": whole.loc[shown, "CPU µs"].map(lambda us: f"{us:,.0f}").values}))
 lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any(),
        "the runtime calls left out of the table launched no GPU work and waited for none",
        ", ".join(whole.loc[~shown, "call"]))

@@ -35,7 +35,7 @@ import operator
 import kernels
 from kernels import borrowed, recorded, reference
 from kernels.attention.naive import NaiveAttention
-from kernels.book.ch01_naive import naive_copy_on_gpu, timesformer_input
+from kernels.book.ch01_naive import folded_note, naive_copy_on_gpu, timesformer_input
 from kernels.notebook import glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import find_attention
@@ -60,12 +60,15 @@ borrowed.traces_box({"H100 TimeSformer": borrowed.TRACELENS["h100_timesformer"]}
 
 # %%
 show_lines(NaiveAttention.attend)
+
+# %%
 show_lines(NaiveAttention.mask_scores)
 
 # %% [markdown]
 # First, is it right? Every implementation in the course is judged against the same
 # float64 reference (`kernels.reference.attention`): in float32 within 1e-5 relative error,
-# in 16-bit dtypes by FlashAttention's rule.
+# in 16-bit dtypes within twice the error of plain PyTorch attention computed in that dtype
+# (the rule of FlashAttention's own tests).
 
 # %%
 naive = kernels.get("naive")
@@ -78,13 +81,13 @@ lesson(verdict.ok, "naive attention matches the float64 reference within its dty
 # %% [markdown]
 # ## Guess, then profile
 #
-# Read `attend` and `mask_scores` above: which ops will the trace show at its top level, in order? The cell
-# below holds a first guess, written straight from the code; make it yours before running
-# the next one.
+# Read `attend` and `mask_scores` above: which ops will the trace show at its top level, in
+# order? The cell below holds a first guess (`@` on 4-D tensors is a batched matrix multiply,
+# so it guesses `bmm`); make it yours before running the next one.
 
 # %%
-guess = ["aten::matmul", "aten::transpose", "aten::mul",   # edit me
-         "aten::masked_fill", "aten::softmax", "aten::matmul"]
+guess = ["aten::bmm", "aten::mul", "aten::masked_fill",   # edit me
+         "aten::softmax", "aten::bmm"]
 
 # %%
 run = record.profile(naive, q, k, v, label="naive", active=active_steps,
@@ -94,12 +97,17 @@ top = step.top_level()["name"].tolist()
 reveal(guess, top, "top-level ops", source="the top level")
 
 # %% tags=["remove-input"]
-called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # forward's five calls
-lesson(top == called, "the ops forward calls appear at the top of the trace exactly as written", ", ".join(top))
+called = ["aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::matmul"]  # attend's five steps
+lesson(top == called, "the five ops attend calls appear at the top of the trace exactly as written, `@` as aten::matmul",
+       ", ".join(top))
+lesson(all(step.ops.at[i, "depth"] == 1 and step.ops.at[step.ops.at[i, "parent"], "name"] == "aten::matmul"
+           for i in step.find("aten::bmm").index) and len(step.find("aten::bmm")) == 2,
+       "each aten::bmm, the batched multiply that does the work, sits one level down, under an aten::matmul")
 
 # %% [markdown]
-# The top level is the five calls of `forward`, in order; the transpose is a view of `k`, which
-# computes nothing, and the top level leaves views out. The story is one level down. Here is
+# The top level is the five steps of `attend`, in order, named by what the code called: `@` is
+# `aten::matmul`, which hands the work to `bmm` one level down. The `transpose` is a view of
+# `k`, which computes nothing, and the top level leaves views out. The lessons are one level down. Here is
 # every op of one recorded forward that does work (views hidden), indented under the op that
 # called it. Its times are one profiled sample, profiler included (chapter 0), so we drop them:
 # read the nesting and the allocations.
@@ -191,7 +199,8 @@ tf_report = find_attention(tf_step)
 
 # %% tags=["remove-input"]
 longest_of_each = tf_report.table().sort_values("GPU µs", ascending=False).drop_duplicates(subset=["B·H x Sq x Sk x D"])
-display(longest_of_each.sort_values("#")[["#", "how", "kernels", "B·H x Sq x Sk x D", "GPU µs"]].reset_index(drop=True))
+calls_shown = longest_of_each.sort_values("#")[["kernels", "B·H x Sq x Sk x D", "GPU µs"]].reset_index(drop=True)
+display(calls_shown.assign(**{"GPU µs": calls_shown["GPU µs"].map(lambda us: f"{us:,.0f}")}))
 lesson(len(tf_report.calls) > 0 and all(c.how == "hand-written" for c in tf_report.calls),
        "every attention call in TimeSformer's step is a hand-written matmul -> softmax -> matmul core",
        f"{len(tf_report.calls)} calls")
@@ -199,31 +208,53 @@ video = timesformer_input(tf_step)
 frames_per_group = video["frames"] // video["trained_frames"]
 longest = max(c.sq for c in tf_report.calls if c.sq is not None)   # a hand-written call's shapes are read off its GEMMs
 long_calls = [c for c in tf_report.calls if c.sq == longest]
-lesson(video["frames"] == video["stretched_to"] == 128 and video["trained_frames"] == video["space_groups"] == 8
-       and video["space_tokens"] == 1 + frames_per_group * video["patches_per_frame"] == 3137
-       and all(c.sq == c.sk == video["space_tokens"] for c in long_calls),
-       "the recorded video has 128 frames for a checkpoint trained on 8, so each long \"space\" call attends over "
-       "1 + 16 × 196 = 3,137 tokens, 16 frames' patches at once",
-       f"patch embedding over {video['frames']} frames; time embedding stretched from {video['trained_frames']} to "
-       f"{video['stretched_to']}; space attention's input {video['space_groups']} × {video['space_tokens']:,} tokens")
-glue_all(tf_calls=len(tf_report.calls), tf_share=f"{100 * tf_report.attention_gpu_us / tf_step.gpu_time_us:.0f}",
-         tf_frames=video["frames"], tf_trained_frames=video["trained_frames"], tf_patches=video["patches_per_frame"],
-         tf_frames_per_group=frames_per_group, tf_tokens=f"{video['space_tokens']:,}",
-         tf_tokens_trained=f"{1 + video['patches_per_frame']:,}", tf_heads=long_calls[0].batch_heads // video["space_groups"])
+short_calls = [c for c in tf_report.calls if c.sq == video["trained_frames"]]
+heads = long_calls[0].batch_heads // video["space_groups"]
+lesson(len(short_calls) + len(long_calls) == len(tf_report.calls)
+       and all(c.batch_heads == heads * (video["space_tokens"] - 1) for c in short_calls),
+       "the calls come in two sizes: short \"time\" calls over 8 positions, one per patch and head, and long \"space\" calls",
+       f"{len(short_calls)} time calls of {short_calls[0].batch_heads:,} = {video['space_tokens'] - 1:,} patches × {heads} heads; "
+       f"{len(long_calls)} space calls of {long_calls[0].batch_heads} = {video['space_groups']} groups × {heads} heads")
+glue_all(tf_calls=len(tf_report.calls), tf_tokens=f"{video['space_tokens']:,}", tf_frames=video["frames"],
+         tf_trained_frames=video["trained_frames"], tf_heads=heads, tf_time_bh=f"{short_calls[0].batch_heads:,}",
+         tf_patches_all=f"{video['space_tokens'] - 1:,}")
 
 # %% [markdown]
-# The step holds {glue:text}`tf_calls` attention calls in two sizes (the table shows the longest
-# of each), and they took {glue:text}`tf_share`% of the step's GPU time. That share says as much
-# about the input as about the model: the recorded video has {glue:text}`tf_frames` frames, and
-# the checkpoint was trained on {glue:text}`tf_trained_frames` (the trace shows its time
-# embedding stretched from {glue:text}`tf_trained_frames` positions to {glue:text}`tf_frames`).
-# Hugging Face's divided attention splits the patches by the checkpoint's frame count, so its
-# short "time" calls attend over {glue:text}`tf_trained_frames` positions and each long "space"
-# call over {glue:text}`tf_frames_per_group` frames' patches at once: 1 +
-# {glue:text}`tf_frames_per_group` × {glue:text}`tf_patches` = {glue:text}`tf_tokens` tokens,
-# where a video of {glue:text}`tf_trained_frames` frames would give
-# {glue:text}`tf_tokens_trained`. Take the longest call. Its score tensor, the S×S matrix this
-# chapter's copy was made of:
+# The step holds {glue:text}`tf_calls` attention calls in two sizes; the table shows the longest
+# of each, with its shape. A short "time" call attends over
+# {glue:text}`tf_trained_frames` positions, once per patch and head: {glue:text}`tf_time_bh` =
+# {glue:text}`tf_patches_all` patches × {glue:text}`tf_heads` heads. A long "space" call attends
+# over {glue:text}`tf_tokens` tokens: the recorded input is a video of {glue:text}`tf_frames`
+# frames. (Why that many tokens, and what that input did to the step, is a detour: the note below.)
+
+# %% tags=["remove-input"]
+tf_share = 100 * tf_report.attention_gpu_us / tf_step.gpu_time_us
+modeling = ("https://github.com/huggingface/transformers/blob/main/src/transformers/models/timesformer/"
+            "modeling_timesformer.py")
+folded_note(
+    f"Why {video['space_tokens']:,} tokens? A {video['frames']}-frame video on an {video['trained_frames']}-frame checkpoint",
+    [f"The attention calls took {tf_share:.0f}% of the step's GPU time, and that share says as much about the input "
+     f"as about the model. The recorded video has {video['frames']} frames; the checkpoint was trained on "
+     f"{video['trained_frames']} (the trace shows its time embedding stretched from {video['trained_frames']} positions "
+     f"to {video['stretched_to']}, by <code>upsample_nearest1d</code>).",
+     f"Hugging Face's divided attention (<a href=\"{modeling}\">modeling_timesformer.py</a>, "
+     f"<code>TimesformerLayer</code>) splits the patches into <code>config.num_frames</code> groups, the checkpoint's "
+     f"{video['trained_frames']}, not the video's. So its short \"time\" calls attend over {video['trained_frames']} positions, "
+     f"and each long \"space\" call over {frames_per_group} frames' patches at once: 1 + {frames_per_group} × "
+     f"{video['patches_per_frame']} = {video['space_tokens']:,} tokens, where a video of {video['trained_frames']} frames "
+     f"would give {1 + video['patches_per_frame']:,}."],
+    video["frames"] == video["stretched_to"] == 128 and video["trained_frames"] == video["space_groups"] == 8
+    and video["space_tokens"] == 1 + frames_per_group * video["patches_per_frame"] == 3137
+    and all(c.sq == c.sk == video["space_tokens"] for c in long_calls),
+    "the recorded video has 128 frames for a checkpoint trained on 8, so each long \"space\" call attends over "
+    "1 + 16 × 196 = 3,137 tokens, 16 frames' patches at once",
+    f"patch embedding over {video['frames']} frames; time embedding stretched from {video['trained_frames']} to "
+    f"{video['stretched_to']}; space attention's input {video['space_groups']} × {video['space_tokens']:,} tokens")
+glue_all(tf_share=f"{tf_share:.0f}", tf_patches=video["patches_per_frame"], tf_frames_per_group=frames_per_group,
+         tf_tokens_trained=f"{1 + video['patches_per_frame']:,}")
+
+# %% [markdown]
+# Take the longest call. Its score tensor, the S×S matrix this chapter's copy was made of:
 
 # %%
 call = max(tf_report.calls, key=operator.attrgetter("gpu_us"))
@@ -271,7 +302,8 @@ lesson(elementwise_us > by_op["aten::bmm"],
 blocks = call.kernels.assign(blocks=call.kernels["grid"].map(math.prod)).groupby("op")["blocks"]
 lesson(blocks.min()[["aten::mul", "aten::_softmax"]].min() > 100_000 > blocks.max()["aten::bmm"],
        "the scale and the softmax each launch over 100,000 thread blocks, each GEMM fewer",
-       ", ".join(f"{op.removeprefix('aten::')} {n:,}" for op, n in blocks.max().items() if op != "aten::copy_"))
+       f"mul {blocks.max()['aten::mul']:,}, softmax {blocks.max()['aten::_softmax']:,}; the two bmm "
+       + " and ".join(f"{n:,}" for n in call.kernels.loc[call.kernels["op"] == "aten::bmm", "grid"].map(math.prod)))
 bandwidth = tf_report.peaks.bandwidth if tf_report.peaks else math.nan   # the datasheet's, for the GPU the trace names
 mul_share = 2 * scores["bytes"] / (by_op["aten::mul"] * 1e-6) / bandwidth   # the scale reads the scores once, writes them once
 lesson(0.5 <= mul_share <= 1, "the scale streams the score tensor at more than half the GPU's memory bandwidth, never above it",
@@ -318,7 +350,7 @@ lesson(call_ms[0] * 1e3 < to_host["start_us"] < call_ms[1] * 1e3
        and not (gpu_work["launch_start_us"] > to_host["start_us"] + to_host["dur_us"]).any(),
        "while the GPU ran this call, the CPU finished queuing the model, then blocked in aten::to, copying the "
        "model's output, until the GPU had run everything queued; it launched nothing after that copy",
-       f"{tables.shape_text(to_host['input_dims'][0])} aten::to from {to_host['start_us'] / 1e3:.0f} ms to "
+       f"aten::to of the {tables.shape_text(to_host['input_dims'][0])} logits, one score per class, from {to_host['start_us'] / 1e3:.0f} ms to "
        f"{(to_host['start_us'] + to_host['dur_us']) / 1e3:.0f} ms; the GPU's last work ends at "
        f"{(gpu_work['start_us'] + gpu_work['dur_us']).max() / 1e3:.0f} ms")
 

@@ -473,6 +473,10 @@ occupancy.launch_table([torch_launch, *same_rows], qwen_arch, gpu["numSms"])[
 torch_occ = torch_launch.occupancy(qwen_arch)
 ours_occ = same_rows[0].occupancy(qwen_arch)
 reveal(guess_our_ctas_per_sm, ours_occ.blocks_per_sm, "our 128×32 programs per SM, at most", source="the footprint")
+say(f"An upper bound: the registers our kernel takes are not known without a compile for the GPU, and "
+    f"{ours_occ.blocks_per_sm} programs of {ours_occ.warps_per_block} warps fit only if each thread takes at most "
+    f"{occupancy.ARCHES[qwen_arch].registers_per_sm // (ours_occ.blocks_per_sm * ours_occ.warps_per_block * 32)} "
+    "registers, so registers likely cap it lower: \"limited by\" above names the limit among what is known.")
 lesson(ours_occ.limited_by == "shared_memory", "shared memory, not warps, caps our 128×32 programs per SM",
        f"{ours_occ.blocks_by_shared_memory} by shared memory, {ours_occ.blocks_by_warps} by warps")
 lesson(torch_occ.limited_by == "registers", "torch's flash kernel is limited by its registers",

@@ -505,7 +505,8 @@ if runnable:
 #
 # - A launch is a grid of blocks of a few warps; *which thread owns which element* is the design.
 # - Registers, shared memory and spills are fixed at compile time: `nvcc -Xptxas -v` prints
-#   them without a GPU, occupancy follows by arithmetic, and lower occupancy is not slower.
+#   them without a GPU, occupancy follows by arithmetic, and lower occupancy is not necessarily slower: the source
+#   article's fastest backend ran at about 13%.
 # - Tensor cores leave a fingerprint: `mma.sync` in PTX (`HMMA` in SASS), not scalar `fma`.
 # - A design change shows in the compiler's numbers before it runs; what it is worth needs a GPU.
 

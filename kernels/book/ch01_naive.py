@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from kernels.notebook import lesson
+from kernels.notebook import TICK, in_notebook, lesson, say_html
 from kernels.trace.tables import kernel_table
 
 if TYPE_CHECKING:   # for annotations only
@@ -52,3 +52,21 @@ def timesformer_input(step: Step) -> dict:
     return {"batch": batch, "frames": frames, "image": [height, width], "patch": patch,
             "patches_per_frame": (height // patch[0]) * (width // patch[1]), "trained_frames": trained,
             "stretched_to": stretched, "space_groups": groups, "space_tokens": 1 + tokens}
+
+
+def folded_note(summary: str, paragraphs: list[str], checked: bool, claim: str, evidence: str) -> None:
+    """A detour the page's main line can skip, folded under ``summary``: its ``paragraphs`` (HTML)
+    and the ✔ line of the lesson they rest on. The lesson is checked here and fails as ``lesson``
+    does; only its line moves into the fold."""
+    if not checked:
+        lesson(checked, claim, evidence)            # raises LessonFailed
+    line = f"{TICK} {claim} ({evidence})"
+    if not in_notebook():
+        print(summary, *paragraphs, line, sep="\n")
+        return
+    from IPython.display import display
+
+    body = "".join(f"<p>{p}</p>" for p in paragraphs)
+    html = (f'<details class="ap-hint"><summary>{summary}</summary>{body}'
+            f'{say_html(line, kind="lesson")}</details>')
+    display({"text/plain": "\n".join([summary, *paragraphs, line]), "text/html": html}, raw=True)

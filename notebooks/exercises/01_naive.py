@@ -87,7 +87,7 @@ check_attention(solution_attention if solutions else my_attention, device=device
 # members are all you need:
 #
 # - `step.ops`: a DataFrame, one row per op in call order, with columns `name`, `depth` (0 at
-#   the top level) and `parent` (the row label of the op that called it);
+#   the top level) and `parent` (the row label of the op that called it, -1 at the top level);
 # - `step.copies(min_bytes=n)`: the `aten::copy_` rows of `step.ops` that move at least `n`
 #   bytes, with the same row labels and a `bytes` column.
 #
@@ -106,8 +106,8 @@ def find_hidden_copy(step, min_bytes):
 # :::
 #
 # :::{dropdown} Hint 2: up to the top
-# `step.ops` has a `parent` column: the row of the op that called this one. Print a few rows
-# of `step.ops` to see what a top-level op's `parent` holds, then follow the column upwards.
+# From the copy's row, follow `parent` upwards. How many levels up is the top? Print a few
+# rows of `step.ops` (the naive trace's copy sits two levels down, but another trace's may not).
 # :::
 
 # %% tags=["solution", "hide-input"]

@@ -38,3 +38,22 @@ def test_the_runtime_table_names_every_op_a_call_was_made_in():
     launches = step.runtime_calls[step.runtime_calls["name"] == "cudaLaunchKernel"]
     assert set(table.at["cudaLaunchKernel", "made in"].split(", ")) == {o.removeprefix("aten::") for o in launches["op"].dropna()}
     assert table.at["cudaDeviceSynchronize", "made in"] == ""    # the harness's, outside every op
+
+
+def test_the_summary_columns_are_the_key_averages_sums_most_cpu_total_first():
+    import torch
+
+    from kernels.book.ch00_profiler_primer import summary_columns
+    from kernels.trace import record
+
+    x, w = torch.randn(64, 32), torch.randn(32, 32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        for _ in range(3):
+            record.mlp_step(x, w)
+    assert len(summary_columns(prof.key_averages(), rows=3)) == 3
+    table = summary_columns(prof.key_averages(), rows=20).set_index("op")
+    assert table["CPU total (ms)"].is_monotonic_decreasing
+    mm = next(e for e in prof.key_averages() if e.key == "aten::mm")
+    assert table.at["aten::mm", "# of Calls"] == 3 == mm.count
+    assert table.at["aten::mm", "Self CPU Mem (MiB)"] == 3 * 64 * 32 * 4 / 2**20   # one output a call
+    assert abs(table.at["aten::mm", "Self CPU (ms)"] - mm.self_cpu_time_total / 1e3) < 1e-9
