@@ -35,7 +35,8 @@ import operator
 import kernels
 from kernels import borrowed, recorded, reference
 from kernels.attention.naive import NaiveAttention
-from kernels.book.ch01_naive import folded_note, naive_copy_on_gpu, timesformer_input
+from kernels.book.ch01_naive import folded_note, naive_copy_on_gpu
+from kernels.book.timesformer import timesformer_input
 from kernels.notebook import glue_all, inputs, lesson, mib, reveal, say, setup, show_lines
 from kernels.trace import reader, record, tables, timeline
 from kernels.trace.attention import find_attention

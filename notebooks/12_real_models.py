@@ -37,6 +37,7 @@ import torch
 
 from kernels.attention.block import Block
 from kernels.book import ch12_real_models as ch12
+from kernels.book.timesformer import timesformer_input
 from kernels.borrowed import TRACELENS, traces_box
 from kernels.notebook import glue_all, lesson, readable, reveal, setup
 from kernels.trace import attention, breakdown, record
@@ -235,15 +236,16 @@ display(in_order[["kernel", "op", "dur_us"]].rename(columns={"dur_us": "GPU µs"
 # %% tags=["remove-input"]
 reveal(guess_vit_share, round(share["H100 ViT"], 3), "attention's share of the H100 ViT step")
 assert longest.batch_heads and longest.sq and longest.sk, "a hand-written call is found by its shapes"
-video = ch12.timesformer_input(timesformer.step, longest.sq)
+video = timesformer_input(timesformer.step)
 lesson(video["frames"] == 128 and video["trained_frames"] == 8 and video["space_frames"] == 16
-       and video["space_batch"] == video["trained_frames"] and longest.sq == 1 + video["space_frames"] * video["patches"],
+       and video["space_groups"] == video["trained_frames"] and longest.sq == video["space_tokens"]
+       == 1 + video["space_frames"] * video["patches_per_frame"],
        "the recorded input has 128 frames for a checkpoint trained on 8; the layer groups the frames by the "
        "checkpoint's 8, so each space sequence is one CLS token and 16 frames' patches",
-       f"1 + {video['space_frames']:.0f} x {video['patches']} = {readable(longest.sq)} tokens, "
-       f"{video['space_batch']} such sequences")
-glue_all(ts_frames=video["frames"], ts_trained=video["trained_frames"], ts_space_frames=int(video["space_frames"]),
-         ts_patches=video["patches"], ts_tokens=readable(longest.sq), ts_own_tokens=1 + video["patches"],
+       f"1 + {video['space_frames']} x {video['patches_per_frame']} = {readable(longest.sq)} tokens, "
+       f"{video['space_groups']} such sequences")
+glue_all(ts_frames=video["frames"], ts_trained=video["trained_frames"], ts_space_frames=video["space_frames"],
+         ts_patches=video["patches_per_frame"], ts_tokens=readable(longest.sq), ts_own_tokens=1 + video["patches_per_frame"],
          ts_short=min(c.sq for c in timesformer.calls if c.sq is not None))
 
 # %% [markdown]

@@ -5,7 +5,7 @@ the words and units its prose reads them in."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -48,32 +48,6 @@ def placed_calls(report: AttentionReport) -> list[Roof]:
     return roofs
 
 
-def first_dims(step: Step, op: str) -> list:
-    """The recorded input dims of the first ``op`` in ``step`` (a ValueError if it has none)."""
-    rows = step.ops[step.ops["name"] == op]
-    if not len(rows):
-        raise ValueError(f"no {op} with recorded shapes in this step")
-    return rows["input_dims"].iloc[0]
-
-
-def timesformer_input(step: Step, space_tokens: int) -> dict:
-    """What a TimeSformer step's recorded shapes say about its input and its "space" attention of
-    ``space_tokens`` tokens a sequence: ``frames`` (the patch embedding's batch of images),
-    ``trained_frames`` (the time embeddings the checkpoint holds, before they are interpolated to
-    the input), ``patches`` per frame, and the recorded ``cat`` that built the space sequences:
-    ``space_batch`` sequences of one CLS token and ``space_frames`` frames' patches."""
-    images, weight = first_dims(step, "aten::conv2d")[:2]     # [frames, 3, H, W], [C, 3, p, p]
-    patches = (images[2] // weight[2]) * (images[3] // weight[3])
-    time_embedding = first_dims(step, "aten::upsample_nearest1d")[0]   # [1, C, trained frames]
-    joined = [dims[0] for dims in step.ops.loc[step.ops["name"] == "aten::cat", "input_dims"]
-              if len(dims[0]) == 2 and dims[0][0][1] == 1 and dims[0][0][1] + dims[0][1][1] == space_tokens]
-    if not joined:
-        raise ValueError(f"no recorded cat of a CLS token and {space_tokens - 1} patches in this step")
-    cls, tokens = joined[0]                                    # [B, 1, C], [B, frames x patches, C]
-    return {"frames": images[0], "trained_frames": time_embedding[-1], "patches": patches,
-            "space_batch": tokens[0], "space_frames": tokens[1] / patches}
-
-
 def score_passes(call: AttentionCall, step: Step) -> dict:
     """The passes a hand-written attention call makes over its score tensor ([..., Sq, Sk]): the
     score GEMM writes it, each op between the two GEMMs whose input is score-shaped reads and
@@ -108,9 +82,11 @@ def calls_text(calls: list[AttentionCall]) -> str:
     return f"{len(calls)} calls, all B·H {bh} x {sq} x {sk} x {d}, {'causal' if causal else 'not causal'}"
 
 
-def tensors_text(shapes: Mapping[str, object]) -> str:
+def tensors_text(shapes: Optional[Mapping[str, Sequence[int]]]) -> str:
     """An ``AttentionCall.shapes`` dict in words: "q, k, v [1, 8, 512, 64]" when the three agree,
-    else each named with its own shape."""
+    else each named with its own shape (a ValueError for a call with no recorded shapes)."""
+    if shapes is None:
+        raise ValueError("the call has no recorded shapes (profile with record_shapes=True)")
     named = {name: list(dims) for name, dims in shapes.items() if name in ("q", "k", "v") and dims is not None}
     if len({str(dims) for dims in named.values()}) == 1:
         return f"{', '.join(named)} {next(iter(named.values()))}"

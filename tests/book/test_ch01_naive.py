@@ -3,8 +3,7 @@ synthetic A100 forwards of tests/gpu_trace.py, and the input TimeSformer's borro
 given, read from their recorded shapes."""
 import pytest
 
-from kernels import borrowed
-from kernels.book.ch01_naive import naive_copy_on_gpu, timesformer_input
+from kernels.book.ch01_naive import naive_copy_on_gpu
 from kernels.notebook import LessonFailed
 from kernels.trace import reader
 from tests.gpu_trace import forward_trace
@@ -24,12 +23,3 @@ def test_the_naive_copy_fails_on_a_forward_without_it():
     plants an in-place run that still copies)."""
     with pytest.raises(LessonFailed, match="six GPU activities"):
         naive_copy_on_gpu(a100_step("inplace"))
-
-
-@pytest.mark.parametrize("key", ["h100_timesformer", "mi300x_timesformer"])
-def test_timesformer_was_given_128_frames_for_a_checkpoint_of_8(key):
-    video = timesformer_input(borrowed.TRACELENS[key].step())
-    assert video == {"batch": 1, "frames": 128, "image": [224, 224], "patch": [16, 16], "patches_per_frame": 196,
-                     "trained_frames": 8, "stretched_to": 128, "space_groups": 8, "space_tokens": 3137}
-    # the space attention's tokens: a class token and 128 / 8 = 16 frames' patches (197 with 8 frames)
-    assert video["space_tokens"] == 1 + video["frames"] // video["trained_frames"] * video["patches_per_frame"]

@@ -19,17 +19,6 @@ def test_every_short_name_is_a_borrowed_trace():
     assert set(ch12.SHORT) <= set(TRACELENS) and len(set(ch12.SHORT.values())) == len(ch12.SHORT)
 
 
-@pytest.mark.parametrize("key", ["h100_timesformer", "mi300x_timesformer"])
-def test_timesformer_ran_128_frames_on_an_8_frame_checkpoint(key):
-    report = find_attention(TRACELENS[key].step())
-    longest = max(report.calls, key=lambda c: c.gpu_us)
-    assert (longest.batch_heads, longest.sq, longest.sk) == (96, 3137, 3137)
-    video = ch12.timesformer_input(report.step, longest.sq)
-    assert video == {"frames": 128, "trained_frames": 8, "patches": 196, "space_batch": 8, "space_frames": 16}
-    with pytest.raises(ValueError, match="no recorded cat"):
-        ch12.timesformer_input(report.step, 1000)
-
-
 def test_the_scores_are_written_three_times_and_read_three_times(timesformer):
     report, longest = timesformer
     passes = ch12.score_passes(longest, report.step)
