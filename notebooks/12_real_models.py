@@ -189,7 +189,8 @@ glue_all(qwen_h100_share=100 * share["H100 Qwen"], qwen_mi300x_share=100 * share
          qwen_h100_elementwise=100 * by_kind.loc["H100 Qwen", "elementwise"],
          qwen_h100_gemm=100 * by_kind.loc["H100 Qwen", "gemm"], qwen_h100_copy=100 * by_kind.loc["H100 Qwen", "copy"],
          qwen_mi300x_gemm=100 * by_kind.loc["MI300X Qwen", "gemm"],
-         qwen_elementwise_copy=100 * (by_kind["elementwise"] + by_kind["copy"]).max())
+         qwen_elementwise_copy=100 * (by_kind.loc["H100 Qwen", "elementwise"] + by_kind.loc["H100 Qwen", "copy"]),
+         qwen_mi300x_elementwise_copy=100 * (by_kind.loc["MI300X Qwen", "elementwise"] + by_kind.loc["MI300X Qwen", "copy"]))
 
 # %% [markdown]
 # Attention took {glue:text}`qwen_h100_share:.1f`% of the step on the H100 and
@@ -200,7 +201,8 @@ glue_all(qwen_h100_share=100 * share["H100 Qwen"], qwen_mi300x_share=100 * share
 # - **GEMMs**: `aten::mm` and `aten::addmm`, the Q, K, V and output projections and the MLP:
 #   {glue:text}`qwen_h100_gemm:.1f`% of the H100 step and {glue:text}`qwen_mi300x_gemm:.1f`% of
 #   the MI300X's, more than attention on both, and the largest kind on the MI300X.
-# - **Elementwise and copies**, up to {glue:text}`qwen_elementwise_copy:.0f`% of the step
+# - **Elementwise and copies**, {glue:text}`qwen_elementwise_copy:.0f`% of the H100 step
+#   ({glue:text}`qwen_mi300x_elementwise_copy:.0f`% of the MI300X's)
 #   together: on the H100, elementwise kernels alone take {glue:text}`qwen_h100_elementwise:.1f`%,
 #   more than the GEMMs, and copies {glue:text}`qwen_h100_copy:.1f`%: `aten::mul`, `aten::add`,
 #   `aten::pow`, `aten::silu`, `aten::cat`, `aten::copy_`, the RMSNorm, rotary embedding and SiLU
@@ -209,7 +211,8 @@ glue_all(qwen_h100_share=100 * share["H100 Qwen"], qwen_mi300x_share=100 * share
 #   `torch.compile`; attention is not where this step's time would be won back.
 #
 # The second table names the ops behind the rest on the H100: the innermost op that launched each
-# kernel, how many kernels it launched, and its % of the step.
+# kernel, how many kernels it launched (a GEMM's count includes the memsets it launched too, which
+# chapter 8 counts apart), and its % of the step.
 #
 # ## Hand-written attention beside a fused call
 #
@@ -345,7 +348,8 @@ glue_all(fused_min=100 * share_table.loc[fused, "attention"].min(), fused_max=10
 # ```
 #
 # `--step N` reads `ProfilerStep#N` (by default the first; a trace without steps is read whole),
-# `--json` prints one JSON object. Here it is on H100 BERT, a step not read so far; in a notebook,
+# `--json` prints one JSON object. Here it is on H100 BERT, a step whose calls this page has not
+# listed yet; in a notebook,
 # `%run -m` runs the same command (the book's folder holds the borrowed traces in `data/borrowed/`):
 
 # %%

@@ -104,7 +104,7 @@ def rest_in_percent(rest: pd.DataFrame) -> pd.DataFrame:
     """``breakdown.rest_by_op``'s table with its words spelled out: ``work`` is the number of
     kernels (and copies, fills) the op launched, ``share`` its % of the step's GPU time."""
     shown = rest.assign(share=(100 * rest["share"]).round(1))
-    return shown.rename(columns={"work": "kernels", "share": "% of the step"})
+    return shown.rename(columns={"work": "kernels launched", "share": "% of the step"})
 
 
 def shapes_table(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

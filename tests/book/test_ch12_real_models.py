@@ -54,7 +54,7 @@ def test_tables_in_percent_and_words():
     assert table.index.name == "% of the step's GPU time" and table.columns.name is None
     rest = pd.DataFrame({"kind": ["gemm"], "work": [3], "GPU µs": [10.0], "share": [0.21168]}, index=["aten::mm"])
     shown = ch12.rest_in_percent(rest)
-    assert list(shown.columns) == ["kind", "kernels", "GPU µs", "% of the step"] and shown["% of the step"].iloc[0] == 21.2
+    assert list(shown.columns) == ["kind", "kernels launched", "GPU µs", "% of the step"] and shown["% of the step"].iloc[0] == 21.2
 
 
 def test_shapes_table_says_none_only_without_gpu_work():
