@@ -397,8 +397,8 @@ glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W]
 #   buffers inside the block; a fused kernel never does.
 # - In a real model's eager step on a GPU, the small elementwise passes and copies can outweigh
 #   the GEMMs: each moves a whole activation tensor for a few FLOPs.
-# - Compiling the block fuses the norms, residual adds and GELU; the matmuls stay library
-#   calls. A fused MLP is what would remove the [B, S, 4W] round trip.
+# - Compiling the block fuses the norms and residual adds into kernels of its own, and writes a GELU
+#   kernel; the matmuls stay library calls. A fused MLP is what would remove the [B, S, 4W] round trip.
 
 # %% tags=["remove-input"]
 links.links(cruns["compiled"])

@@ -5,8 +5,8 @@
 # forward *and* the backward, and the backward changes what the trace holds: ops the
 # autograd engine runs for you, tensors the forward must keep alive until the backward
 # reads them, and more arithmetic than the forward itself. This chapter profiles one
-# training step of the hand-written module, of every [SDPA](glossary.md#sdpa) backend that runs here, and of
-# the [Triton kernel](glossary.md#kernel), and reads three things out of the trace: what autograd records, what
+# training step of the hand-written module and of every [SDPA](glossary.md#sdpa) backend that runs here
+# (on a GPU, of the Triton [kernel](glossary.md#kernel) too), and reads three things out of the trace: what autograd records, what
 # each forward saves for the backward, and how FlashAttention avoids saving the S×S
 # probabilities.
 #
@@ -21,8 +21,8 @@
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
 # `scaled_dot_product_attention`](03_sdpa.ipynb), [3b. The fused backends](03b_sdpa_fused.ipynb)
-# and [4. FlashAttention-2 in Triton](04_triton.ipynb) (the kernel whose backward is profiled
-# here). What `backward()` computes.
+# and [4. FlashAttention-2 in Triton](04_triton.ipynb) (whose backward a GPU run profiles here
+# too). What `backward()` computes.
 #
 # **Time:** about {reading_minutes} min to read.
 
