@@ -343,6 +343,8 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
     table = pd.DataFrame(compared_rows(guess, seen))
     table.index = range(1, len(table) + 1)
     table.columns = ["you guessed", f"in {source}?", "seen, in order", "guessed?"]
+    # Both columns place an item in the other list: say which list the number counts in.
+    table["guessed?"] = table["guessed?"].str.replace(ELSEWHERE, YOURS, regex=False)
     said = table[f"in {source}?"]
     counts = {IN_PLACE: int((said == IN_PLACE).sum()), "elsewhere": int(said.str.startswith(ELSEWHERE).sum()),
               ABSENT: int(said.isin([ABSENT, FEWER]).sum())}
@@ -360,6 +362,7 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
 # a guessed item in the same place, one the other list has at another place (#k), one it lacks.
 IN_PLACE = "✔"
 ELSEWHERE = "yes, at #"
+YOURS = "yes, your #"   # the same, on the trace's side: where the guess has it
 ABSENT = "no"
 FEWER = "not that many times"
 
