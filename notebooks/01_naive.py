@@ -108,7 +108,8 @@ lesson(all(step.ops.at[i, "depth"] == 1 and step.ops.at[step.ops.at[i, "parent"]
 # %% [markdown]
 # The top level is the five steps of `attend`, in order, named by what the code called: `@` is
 # `aten::matmul`, which hands the work to `bmm` one level down. The `transpose` is a view of
-# `k`, which computes nothing, and the top level leaves views out. The lessons are one level down. Here is
+# `k`, which computes nothing: this book's tables leave views out (Perfetto shows that `aten::transpose`
+# at the top level too). The lessons are one level down. Here is
 # every op of one recorded forward that does work (views hidden), indented under the op that
 # called it. Its times are one profiled sample, profiler included (chapter 0), so we drop them:
 # read the nesting and the allocations.
@@ -152,7 +153,7 @@ glue_all(naive_copy_mib=f"{mib(scores_bytes):.1f}")
 # Here is our step as a timeline; copies are drawn in red:
 
 # %%
-#| caption: One forward of hand-written attention. The red bars are the copy this chapter is about: the `clone` under `masked_fill` and its S×S `copy_`; the matmuls, the scale and the softmax around them do the work.
+#| caption: One forward of hand-written attention. The red bars are the copy this chapter is about: the `clone` under `masked_fill` and its S×S `copy_`; the matmuls, the scale and the softmax around them do the work. The bars' lengths are one CPU sample, profiler included: read the order and the nesting, not the widths.
 #| alt: Timeline of one naive attention forward: matmul, mul, masked_fill, softmax and matmul in a row, with clone and copy_ drawn in red beneath masked_fill.
 timeline.timeline(step, title=f"naive attention ({device.type})")
 
