@@ -177,7 +177,7 @@ print(flash_occ.explain())
 ch03b.reveal_limit(guess_first_limit, flash_occ)
 lesson(flash_occ.blocks_per_sm == 2 and flash_occ.warps_per_sm == 8 and flash_occ.percent == 12.5,
        "128 threads x 255 registers on sm_80: 2 blocks, 8 of 64 warps, 12.5% occupancy")
-lesson(flash_occ.limited_by == "registers" and flash_occ.blocks_by_shared_memory > flash_occ.blocks_per_sm,
+lesson(flash_occ.limited_by == "registers" and (flash_occ.blocks_by_shared_memory or 0) > flash_occ.blocks_per_sm,
        "registers run out first: the 48 KiB of shared memory would let more blocks in",
        f"{flash_occ.blocks_per_sm} blocks by registers, {flash_occ.blocks_by_shared_memory} by shared memory")
 glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flash_warps_per_block=flash_occ.warps_per_block,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import pandas as pd
+import torch
 
 from kernels.notebook import lesson
 from kernels.trace.reader import Step
@@ -64,7 +65,7 @@ def recompute_view(recompute: pd.DataFrame) -> pd.DataFrame:
                                       "largest backward allocation (KiB)": "largest, backward (KiB)"})
 
 
-def buffer_role(shape: tuple, dtype: str, nbytes: int, q: "torch.Tensor") -> str:  # noqa: F821
+def buffer_role(shape: tuple, dtype: str, nbytes: int, q: torch.Tensor) -> str:
     """What a saved buffer of an attention forward is, from its shape, type and size against q's."""
     q_bytes = q.numel() * q.element_size()
     if "bool" in dtype:

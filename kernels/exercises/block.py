@@ -142,6 +142,7 @@ def check_scores_buffers(scores_buffers: Callable, seed: Optional[int] = None, t
                 got = run_learner(scores_buffers, trace, q_shape, 4, what=f"scores_buffers(trace, {q_shape}, 4)")
                 if is_blank(got) or isinstance(got, bool) or not isinstance(got, numbers.Integral):
                     fail(f"scores_buffers returned {got!r}; return a count (an int).")
+                got = int(got)
                 if got == want:
                     continue
                 case = f"[{name}, B={batch}, H={heads}, S={s}, W={w}]"
