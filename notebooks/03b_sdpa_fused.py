@@ -401,7 +401,8 @@ glue("flash_reading", f"At S = {peaks.index[-1]} flash peaked at {peaks['sdpa_fl
 # peak grows with S², about 4x per doubling: a guess of 2x counted the tokens, not the pairs of
 # them. The flash kernel allocates only the output (S×D), one
 # [log-sum-exp](glossary.md#log-sum-exp) per row and one scratch buffer, a slice for each
-# thread, sized by the kernel's tiles, not by S, so its peak grows with S, about 2x once S is large: a guess
+# thread, sized by the blocks the kernel picks for S (never S×S: it stops growing once the blocks
+# are at their largest), so its peak grows with S, about 2x once S is large: a guess
 # of 1x forgot that the output itself grows with S, and 4x treats flash like the math backend. At S = {glue:text}`math_max_seq` the math backend peaked at
 # {glue:text}`math_peak_max:.0f` MiB, its last doubling costing {glue:text}`math_growth_last:.2f`x.
 # {glue:text}`flash_reading`
