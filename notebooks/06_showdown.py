@@ -115,22 +115,20 @@ lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs few
 # (90th percentile within 2x the 10th), which mostly catches other work on the same cores: an op
 # split across threads waits for the one that was descheduled, so a small call can read many times
 # slower than it is. Peak memory is measured on one more call, apart from the timed ones. The
-# appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each choice. The book sweeps a
-# few lengths on a short time budget (`budget` below); `python -m kernels.bench` runs longer sweeps.
-
-# %% tags=["remove-cell"]
-# The book's own budget: a few lengths, few calls each, so that a build takes minutes; a GPU build
-# sweeps longer sequences than a CPU one.
-other_seqs = sorted({512, 1024, 2048, 4096} - {seq} if on_gpu else {128, 256, 512, 1024} - {seq})
-budget = sweep.book_budget(on_gpu)
+# appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each choice. The book sweeps
+# S = {glue:text}`other_seqs` besides S={glue:text}`shape_s`, on a short budget (at most
+# {glue:text}`budget_reps` timed calls and {glue:text}`budget_s` s a point); `python -m kernels.bench`
+# runs longer sweeps.
 
 # %%
+other_seqs, budget = ch06.book_sweep(on_gpu, seq)   # the other lengths, and a short timing budget
 common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
-results = sweep.sweep(contenders, seqs=(seq,), **common, **budget)      # the chapter's shape, with peak memory
+results = sweep.sweep(contenders, seqs=(seq,), **common, **budget)   # this shape, with peak memory
 results.extend(sweep.sweep(contenders, seqs=other_seqs, memory=False, **common, **budget))
 
 # %% tags=["remove-input"]
 at_seq = {r.impl: r for r in results if r.seq == seq and r.ok}
+glue_all(other_seqs=", ".join(map(str, other_seqs)), budget_reps=budget["reps"], budget_s=budget["max_seconds"])
 lesson(set(at_seq) == set(contenders), "every contender was measured at the chapter's shape")
 
 # %% [markdown]
@@ -138,8 +136,8 @@ lesson(set(at_seq) == set(contenders), "every contender was measured at the chap
 #
 # The chapter's shape, every contender, one row each: peak memory first, then the median time per
 # forward with the spread of the middle 80% of calls; the FLOP rate counts causal FLOPs halved
-# (below); "% of roof" and "bound by" place each forward under the device's ceilings (which side of
-# the ridge it sits on), read in [The roofline](#the-roofline) below. Before the table, rank the contenders by peak memory at the chapter's shape, smallest first
+# (below); "% of roof" and "side of ridge" place each forward under the device's ceilings, read in
+# [The roofline](#the-roofline) below. Before the table, rank the contenders by peak memory at the chapter's shape, smallest first
 # (memory, unlike time, does not depend on how busy the machine is; two that tie may come in
 # either order):
 
@@ -148,7 +146,7 @@ guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # edit me:
 
 # %% tags=["remove-input"]
 memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
-print(ch06.smallest_first_verdict(guess_memory_order, {name: mib(b) for name, b in memory.items()}))
+print(ch06.smallest_first_verdict(guess_memory_order, {name: ch06.three_figures(mib(b)) for name, b in memory.items()}))
 
 # %%
 peaks = devices.roofline_peaks(device)
@@ -159,18 +157,19 @@ ch06.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} 
 # %% tags=["remove-input"]
 smallest = min(memory, key=memory.__getitem__)
 if not on_gpu:
-    lesson(smallest == "sdpa_flash", "sdpa_flash has the smallest peak memory on the CPU", f"{mib(memory[smallest]):.2f} MiB")
+    lesson(smallest == "sdpa_flash", "sdpa_flash has the smallest peak memory on the CPU", f"{readable(ch06.three_figures(mib(memory[smallest])))} MiB")
 tied = ch06.overlapping({n: at_seq[n] for n in glance.index[glance["time (ms)"].notna()]})
 say("Times whose spreads overlap rank nothing, whichever median is lower: on this run "
     + "; ".join(f"{a} and {b}" for a, b in tied) + ". On a CPU shared with other work, one stolen "
     "time slice moves a median by more than the gap between them." if tied
     else "On this run no two timed rows' spreads overlap.")
-glue_all(smallest=smallest, smallest_mib=mib(memory[smallest]), naive_mib=mib(memory["naive"]),
+glue_all(smallest=smallest, smallest_mib=readable(ch06.three_figures(mib(memory[smallest]))),
+         naive_mib=readable(ch06.three_figures(mib(memory["naive"]))),
          untimed=", ".join(glance.index[glance["time (ms)"].isna()]) or "none", ridge=peaks.ridge)
 
 # %% [markdown]
-# The smallest peak belongs to **{glue:text}`smallest`**: {glue:text}`smallest_mib:.3g` MiB,
-# against {glue:text}`naive_mib:.3g` MiB for naive. Naive and in-place can share a peak:
+# The smallest peak belongs to **{glue:text}`smallest`**: {glue:text}`smallest_mib` MiB,
+# against {glue:text}`naive_mib` MiB for naive. Naive and in-place can share a peak:
 # [chapter 2](02_inplace.ipynb) showed that removing the copy lowers the total allocated, not the
 # peak, when two S×S tensors are alive in either version. Memory is asserted; times are quoted,
 # never ranked by an assertion, and a row that failed the spread check shows none (on this run:
@@ -202,18 +201,22 @@ glue_all(flash_gflop=at_seq["sdpa_flash"].flops / 1e9, flash_gflop_full=2 * at_s
 # Time first, then (folded) throughput under the device's compute ceiling ({glue:text}`peak_label`).
 # On log-log axes a slope of 2 is the S² of attention; the band is the spread of the timed calls.
 # Only points that pass the spread check are drawn ({glue:text}`drawn` of {glue:text}`measured`
-# here), and where two bands overlap, the lines' order is noise. Peak memory against S (S² where
+# here; under the figure, what they can show), and where two bands overlap, the lines' order is noise. Peak memory against S (S² where
 # the scores are held, S for the fused kernels) is measured in [chapter 3b](03b_sdpa_fused.ipynb).
 
 # %% tags=["remove-cell"]
 glue_all(drawn=len(plots.steady(results)), measured=sum(r.ok for r in results),
-         peak_label=f"{readable(peaks.flops / 1e12)} TFLOP/s {peaks.flops_dtype}, {peaks.source}")
+         peak_label=(f"{readable(peaks.flops / 1e9)} GFLOP/s" if peaks.flops < 1e12 else
+                     f"{readable(peaks.flops / 1e12)} TFLOP/s") + f" {peaks.flops_dtype}, {peaks.source}")
 
 # %%
 #| caption: Median time per call against sequence length, log-log, for the points whose timed calls passed the spread check; the band is the 10th to 90th percentile, and a slope of 2 is attention's S².
 #| alt: Log-log line chart of time per call against sequence length, one line per implementation with a shaded spread band.
 steady = plots.steady(results)
 plots.time_vs_seq(steady)
+
+# %% tags=["remove-input"]
+say(ch06.sweep_reading(results))
 
 # %% tags=["hide-output"]
 #| caption: Achieved TFLOP/s against sequence length under the device's compute ceiling (dashed), causal FLOPs counted as half of full attention, for the points that passed the spread check.
@@ -226,7 +229,9 @@ plots.tflops_vs_seq(steady, peak=peaks)
 # Each point is one implementation at one S: its arithmetic intensity (FLOPs per byte that
 # must cross memory at least once, from `kernels.reference.io_bytes`) against the FLOP/s it
 # achieved. Below the ridge ({glue:text}`ridge:.3g` FLOP/byte here) a kernel can at best
-# run at memory speed; above it, at compute speed. The materializing implementations are
+# run at memory speed; above it, at compute speed. The roof is a ceiling, not a diagnosis: the
+# table's "side of ridge" says which roof a forward sits under, and a point far under its roof is
+# limited by neither (by overheads or latency, say). The materializing implementations are
 # charged for writing and reading the S×S scores, which pins their intensity near a constant
 # whatever S is; a fused kernel's intensity grows with S.
 
@@ -255,7 +260,7 @@ training_flops = reference.flops(batch, heads, seq, head_dim, causal=True, backw
 decode_flops = reference.decode_flops(batch, heads, seq, head_dim)
 
 # %% tags=["remove-input"]
-lesson(training_flops == 3.5 * forward_flops, "a training step counts 3.5x the forward's FLOPs (the backward is 2.5x)",
+lesson(training_flops == 3.5 * forward_flops, "a training step counts 3.5x the forward's FLOPs, the backward 2.5x",
        f"{readable(training_flops / 1e9)} vs {readable(forward_flops / 1e9)} GFLOP")
 lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops / seq,
        "a decode token counts 4·B·H·Sk·D: one query row against every key, nothing halved",
@@ -285,7 +290,7 @@ guess_h100_percent_of_peak = 50  # edit me: % of the H100's dense bf16 peak, per
 reports = {name: find_attention(trace.step()) for name, trace in borrowed.items()}
 calls = ch06.achieved_against_peak({name: reports[name] for name in ("H100 Qwen", "MI300X Qwen")})
 per_gpu = ch06.per_gpu(calls)
-per_gpu
+per_gpu.round(1)
 
 # %% tags=["remove-input"]
 h100_row, mi300x_row = per_gpu.loc["H100 Qwen"], per_gpu.loc["MI300X Qwen"]

@@ -226,8 +226,13 @@ def without_matched_times(fig, changes: StepDiff, seq: Optional[int] = None):
     first_line = ax.get_xlabel().split("\n")[0]
     rest = pd.concat([changes.ops, changes.gpu_work])
     matched = int((~rest["substance"]).sum())
-    ax.set_xlabel(f"{first_line}\neverything else: {matched} matched rows with the same counts and bytes")
-    shown = changes.changed().head(len(ax.get_yticks()))
+    changed = changes.changed()
+    shown = changed.head(len(ax.get_yticks()))
+    left_out = changed.iloc[len(shown):]
+    names = list(dict.fromkeys(n.removeprefix("aten::") for n in left_out["name"]))
+    more = (f";\n{len(left_out)} more changed rows not drawn ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+            if len(left_out) else "")
+    ax.set_xlabel(f"{first_line}\neverything else: {matched} matched rows with the same counts and bytes{more}")
     ax.set_yticks(ax.get_yticks(), [diff_row_label(r, seq) for r in shown.itertuples()])
     fig.set_size_inches(7, 0.58 * max(len(ax.get_yticks()), 1) + 2.0)
     for text in [*ax.get_yticklabels(), *ax.get_xticklabels(), ax.xaxis.label, ax.title, *ax.get_legend().get_texts()]:

@@ -225,7 +225,9 @@ def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
     """One row per contender (name -> its sweep row at one shape), peak memory first (it does not
     depend on the machine's load): median and p10-p90 time (empty where the spread check fails),
     the FLOP rate (GFLOP/s where the roof is under a TFLOP/s, as a CPU's is, so it never reads
-    0.01515), % of the roof at its intensity and the side of the ridge ("bound by" memory or compute). Six columns, so the table
+    0.01515), % of the roof at its intensity and the "side of ridge" its intensity puts it on (memory
+    or compute: where its roof is, not what limits it, since a point far under its roof is limited
+    by neither). Six columns, so the table
     fits a page; each implementation's lesson is ``lineup``'s."""
     steady = {id(r) for r in plots.steady(list(points.values()))}
     unit, scale = ("GFLOP/s", 1e3) if peaks.flops < 1e12 else ("TFLOP/s", 1.0)
@@ -236,10 +238,11 @@ def glance(points: Mapping[str, BenchResult], peaks: Peaks) -> pd.DataFrame:
             "implementation": name,
             "peak (MiB)": r.peak_memory_bytes / 2**20 if r.peak_memory_bytes is not None else None,
             "time (ms)": r.median_ms if timed else None,
-            "p10-p90 (ms)": f"{short_number(r.p10_ms)}-{short_number(r.p90_ms)}" if timed else None,
+            "p10-p90 (ms)": (f"{short_number(three_figures(r.p10_ms))}-{short_number(three_figures(r.p90_ms))}"
+                             if timed else None),
             unit: rate * scale if timed else None,
             "% of roof": 100 * rate * 1e12 / peaks.attainable(r.intensity) if timed else None,
-            "bound by": "memory" if r.intensity < peaks.ridge else "compute",
+            "side of ridge": "memory" if r.intensity < peaks.ridge else "compute",
         })
     return pd.DataFrame(rows).set_index("implementation")
 
@@ -287,10 +290,17 @@ def styled(table: pd.DataFrame, caption: str | None = None, empty: str = ""):
     return shown.set_caption(caption) if caption else shown
 
 
+def three_figures(x):
+    """``x`` rounded to three significant figures (missing values kept), the precision every number
+    of the glance table, and the prose and lines that quote it, shows."""
+    return float(f"{x:.3g}") if pd.notna(x) else x
+
+
 def glance_styled(table: pd.DataFrame, caption: str):
-    """``glance``'s table as the page shows it: numbers as ``readable`` writes them, empty cells
-    blank, and ``caption`` (where and at which shape it was measured)."""
-    return styled(table, caption)
+    """``glance``'s table as the page shows it: numbers to three significant figures (so one column
+    never mixes 124 with 160.4 and 32.81), empty cells blank, and ``caption`` (where and at which
+    shape it was measured)."""
+    return styled(table.apply(lambda col: col.map(three_figures) if col.dtype.kind == "f" else col), caption)
 
 
 def smallest_first_verdict(guess, amounts: Mapping[str, float], unit: str = "MiB") -> str:
@@ -320,3 +330,46 @@ def article_styled():
     return styled(shown, empty=NOT_RECORDED).set_caption(
         "Recorded elsewhere, not measured by this build: 'Profiling in PyTorch (Part 3): Attention is all "
         "you profile', Hugging Face blog, 2026; one NVIDIA A100-SXM4-80GB, bf16. —: not reported.")
+
+
+def slopes(results) -> dict[str, float]:
+    """Each implementation's log-log slope of time against S, fitted through its points that pass
+    the spread check (implementations with fewer than two such points have none)."""
+    by_impl: dict[str, list] = {}
+    for r in plots.steady(results):
+        by_impl.setdefault(r.impl, []).append((math.log(r.seq), math.log(r.median_ms)))
+    fitted = {}
+    for impl, pts in by_impl.items():
+        if len({x for x, _ in pts}) < 2:
+            continue
+        mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+        fitted[impl] = (sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts))
+    return fitted
+
+
+def sweep_reading(results) -> str:
+    """What the time-against-S figure can show on this run: how many points passed the spread
+    check, each line's fitted slope, and, where a slope strays from attention's 2 (beyond 1.5 to
+    2.5) or too few points passed, that the run cannot show the S² (never that a forward escapes it)."""
+    results = list(results)
+    drawn, measured = len(plots.steady(results)), sum(r.ok for r in results)
+    fitted = slopes(results)
+    said = f"On this run {drawn} of {measured} points passed the spread check"
+    if fitted:
+        said += "; the fitted slopes are " + ", ".join(f"{n} {k:.1f}" for n, k in fitted.items())
+    if fitted and all(1.5 <= k <= 2.5 for k in fitted.values()) and 2 * drawn >= measured:
+        return said + ": the S² of attention shows."
+    why = ("Too few points passed to read attention's S² from this figure" if 2 * drawn < measured or not fitted
+           else "Some slopes stray from 2, so this figure does not show attention's S² on this run")
+    return (said + f". {why}: a slope far from 2 here is the machine's load or, at these short lengths, "
+            "fixed per-call costs, not a forward that escapes the S² FLOPs counted above. "
+            "`python -m kernels.bench` on a quiet machine sweeps longer.")
+
+
+def book_sweep(on_gpu: bool, seq: int) -> tuple[list[int], dict]:
+    """The book's own sweep: the lengths it times besides the chapter's ``seq`` (longer on a GPU)
+    and ``sweep.book_budget``'s short timing budget, so that a build takes minutes."""
+    from kernels.bench import sweep
+
+    lengths = {512, 1024, 2048, 4096} if on_gpu else {128, 256, 512, 1024}
+    return sorted(lengths - {seq}), sweep.book_budget(on_gpu)

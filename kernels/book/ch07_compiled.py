@@ -1,10 +1,9 @@
 """What only chapter 7 (compiled attention) needs: the reading of a GPU run's compiled and flex
-forwards (the book's own recording branch), the sentence that says what timing the graph
-break apart from the unbroken compile shows on this run, by the appendix's rule, and the words
+forwards (the book's own recording branch), the timing of eager, compiled and broken forwards
+in turns and the sentences that say what it shows on this run (a ranking only where the
+round-by-round ratio stays on one side of 1), and the words
 and tables the page shows for Dynamo's counters, a guessed op list and the generated kernels."""
 from __future__ import annotations
-
-from typing import Callable
 
 import pandas as pd
 import torch
@@ -32,32 +31,48 @@ def flex_forward(kernels: pd.DataFrame) -> pd.DataFrame:
     return fingerprints.classify_many(kernels["name"])[["name", "kind", "family", "note"]]
 
 
-def timed(fn: Callable[[], object], device: torch.device, reps: int = 21) -> tuple[float, float, float]:
-    """(median, p10, p90) in ms of ``reps`` calls of ``fn`` after a warm-up, as ``kernels.bench``
-    times (the measuring appendix's rule)."""
-    timing.warm_up(fn, device, calls=3, budget_ms=1000)
-    return timing.spread(timing.time_calls(fn, device, reps=reps))
+def in_turns(fns: dict, device: torch.device, rounds: int = 21) -> dict[str, list[float]]:
+    """Each callable's times in ms over ``rounds`` rounds, one call of each per round in an order
+    that rotates every round (chapter 2's ``comparison.compare``), every call kept, so that two
+    callables' times can be divided round by round: a burst of load hits both alike."""
+    names = list(fns)
+    for name in names:
+        timing.warm_up(fns[name], device, calls=3, budget_ms=1000)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].extend(timing.time_calls(fns[name], device, 1))
+    return times
 
 
-def break_timing(unbroken: tuple[float, float, float], broken: tuple[float, float, float]) -> str:
-    """The one sentence the page says about the two timings (each (median, p10, p90) in ms): no
-    number where either fails the spread check, no ranking where their spreads overlap."""
-    def quoted(t):
-        return f"{readable(t[0])} ms ({readable(t[1])} to {readable(t[2])})"
+def ratio(times: dict[str, list[float]], over: str, under: str) -> tuple[float, float, float]:
+    """(median, p10, p90) of ``over``'s time divided by ``under``'s, round by round."""
+    return timing.spread([a / b for a, b in zip(times[over], times[under])])
 
-    noisy = [name for name, t in (("unbroken", unbroken), ("broken", broken)) if t[2] > NOISY_SPREAD * t[1]]
-    if noisy:
-        return (f"Timed apart, the {' and '.join(noisy)} forward's calls failed the spread check on this run "
-                "(the 90th percentile beyond twice the 10th): the machine was too busy to time the break.")
-    head = f"Timed apart (median and p10 to p90 of many calls), the unbroken forward took {quoted(unbroken)}, " \
-           f"the broken one {quoted(broken)}"
-    if unbroken[2] < broken[1]:
-        return head + ": the break cost time as well as memory on this run."
-    if broken[2] < unbroken[1]:
-        return head + (": on this run the broken forward was the faster. What a break costs in time depends "
-                       "on the machine and the size; what it costs in memory (above) does not.")
-    return head + (": the spreads overlap, so on this CPU the break's time cost is lost in the noise, "
-                   "while its memory cost (above) is not.")
+
+def quoted(t: tuple[float, float, float], unit: str = " ms") -> str:
+    """A (median, p10, p90) as the page quotes it: "3.2 ms (3.1 to 3.4)"."""
+    return f"{readable(t[0])}{unit} ({readable(t[1])} to {readable(t[2])})"
+
+
+def ratio_text(times: dict[str, list[float]], over: str, under: str) -> str:
+    """The clause that says what the round-by-round ratio of ``over`` to ``under`` shows: a ranking
+    only when the ratio stays on one side of 1 from its 10th to its 90th percentile."""
+    r = ratio(times, over, under)
+    said = (f"the {over} call took {r[0]:.2f}× the {under} call's time ({r[1]:.2f}× to {r[2]:.2f}× from the "
+            "10th to the 90th percentile of the rounds)")
+    if r[2] < 1:
+        return said + f": the {over} forward is the faster on this run, in at least 9 rounds of 10"
+    if r[1] > 1:
+        return said + f": the {under} forward is the faster on this run, in at least 9 rounds of 10"
+    return said + ": the ratio straddles 1, so this run does not rank them"
+
+
+def break_timing(times: dict[str, list[float]]) -> str:
+    """The sentence the page says about the graph break's time (``times``: ``in_turns`` of
+    "unbroken" and "broken"): a ranking only where the round-by-round ratio allows one."""
+    return (f"Timed apart from the profiler, in {len(times['broken'])} rounds of one call of each, "
+            + ratio_text(times, "broken", "unbroken") + ".")
 
 
 def compiles_text(compiles) -> str:
@@ -106,9 +121,11 @@ def kernels_table(generated: pd.DataFrame) -> pd.DataFrame:
 
 
 def shown(table: pd.DataFrame) -> pd.DataFrame:
-    """A trace table with the book's column names (``dur_us`` -> "time (µs)") and no row numbers
-    left by a filter."""
-    return table.rename(columns={"dur_us": "time (µs)"}).reset_index(drop=True)
+    """A trace table as this page shows it: the book's column names ("time (µs)"), no row numbers
+    left by a filter, and no "input shapes" column (the page reads no shape from it, and without
+    it a compiled forward's op table fits the column at 1280 px)."""
+    return (table.rename(columns={"dur_us": "time (µs)", "time (us)": "time (µs)"})
+            .drop(columns="input shapes", errors="ignore").reset_index(drop=True))
 
 
 def memory_table(steps, scores_bytes: int) -> pd.DataFrame:
@@ -119,14 +136,16 @@ def memory_table(steps, scores_bytes: int) -> pd.DataFrame:
     return table.astype({"S×S buffers allocated": int, "copies of S×S": int})
 
 
-def steady_text(first_s: float, steady: tuple[float, float, float]) -> str:
-    """The clause that quotes the benchmarked steady call (``steady``: median, p10, p90 in ms) and
-    how many of them the first call (``first_s`` seconds) cost; no number where the timed calls
-    fail the spread check."""
-    median, p10, p90 = steady
-    if p90 > NOISY_SPREAD * p10:
-        return ("the steady calls failed the spread check on this run (the machine was busy), so no count of "
-                "steady calls is quoted; the first call is still seconds against milliseconds")
-    return (f"a call takes {readable(median)} ms (median of many timed calls, {readable(p10)} to {readable(p90)} ms "
-            f"from the 10th to the 90th percentile), so the first call cost as much as "
-            f"{first_s / (1e-3 * median):,.0f} steady calls")
+def steady_text(first_s: float, times: dict[str, list[float]]) -> str:
+    """The sentences that quote the compiled steady call (``times``: ``in_turns`` of "compiled" and
+    "eager") against the first call (``first_s`` seconds) and against the eager call. The count of
+    steady calls the first one cost is taken over the steady calls' 90th percentile, a bound that
+    holds on a busy run; a median is quoted only where its calls pass the spread check."""
+    median, p10, p90 = timing.spread(times["compiled"])
+    busy = p90 > NOISY_SPREAD * p10
+    said = (f"timed in turns with the eager module ({len(times['compiled'])} rounds, one call of each per round), "
+            + (f"a compiled call's 90th percentile was {readable(p90)} ms (its calls failed the spread check on this "
+               "run, so no median is quoted)" if busy else
+               f"a compiled call took {quoted((median, p10, p90))}")
+            + f", so the first call cost at least {first_s / (1e-3 * p90):,.0f} steady calls")
+    return said + ". Against eager, round by round, " + ratio_text(times, "compiled", "eager")

@@ -118,8 +118,8 @@ def test_glance_shows_a_time_only_where_the_spread_check_passes():
     assert table.loc["naive", "time (ms)"] == pytest.approx(10.5)
     assert table.loc["naive", "p10-p90 (ms)"] == "10-11"
     assert table.loc["naive", "% of roof"] == pytest.approx(100 * quiet.tflops * 1e12 / 10e9)   # intensity 1: the slope
-    assert table.loc["naive", "bound by"] == "memory"
-    assert table.loc["sdpa_flash", "bound by"] == "compute"                        # 100 FLOP/byte
+    assert table.loc["naive", "side of ridge"] == "memory"
+    assert table.loc["sdpa_flash", "side of ridge"] == "compute"                        # 100 FLOP/byte
     assert table[["time (ms)", "GFLOP/s", "% of roof", "p10-p90 (ms)"]].loc["sdpa_flash"].isna().all()
     assert table.loc["naive", "GFLOP/s"] == pytest.approx(1e3 * quiet.tflops), "a CPU-sized roof reads GFLOP/s"
     assert "TFLOP/s" in ch06.glance({"naive": quiet}, Peaks("GPU", 989e12, 3.35e12, "bfloat16", "datasheet"))
@@ -219,3 +219,33 @@ def test_exercise_check_waves_passes_the_arithmetic_and_names_each_slip():
             r"waves are off")
     slipped(lambda g, t, r, s: ex6.waves_answer(g, t, r, s)[:2] + (ex6.waves_answer(g, t, r, s)[2] / 100,),
             r"in %, not as a fraction")
+
+
+def at(impl, seq, median, spread=1.1):
+    """A sweep row at ``seq`` with its p10-p90 around ``median`` (``spread`` = p90/p10)."""
+    r = point(impl, median / spread ** 0.5, median * spread ** 0.5)
+    r.seq = seq
+    return r
+
+
+def test_sweep_reading_says_the_s2_shows_only_when_enough_points_pass_and_slopes_are_near_2():
+    quiet = [at("naive", s, (s / 256) ** 2) for s in (256, 512, 1024)] + [at("flash", s, (s / 256) ** 2 / 4)
+                                                                         for s in (256, 512, 1024)]
+    said = ch06.sweep_reading(quiet)
+    assert "6 of 6 points" in said and "naive 2.0" in said and "S² of attention shows" in said
+    assert math.isclose(ch06.slopes(quiet)["flash"], 2.0)
+    # the reviewer's run: a line with a slope of 0.9, and most points failing the spread check
+    noisy = [at("inplace", 256, 85.0), at("inplace", 512, 160.0), at("naive", 1024, 500, spread=3),
+             at("naive", 512, 120, spread=3)]
+    said = ch06.sweep_reading(noisy)
+    assert "2 of 4 points" in said and "inplace 0.9" in said and "slopes stray from 2" in said
+    assert "shows." not in said
+    lone = [at("naive", 512, 1.0)]
+    assert ch06.slopes(lone) == {} and "Too few points passed" in ch06.sweep_reading(lone)
+
+
+def test_three_figures_gives_one_precision_to_the_glance_and_its_quotes():
+    assert ch06.three_figures(1.2984) == 1.3 and ch06.three_figures(160.4) == 160 and ch06.three_figures(32.81) == 32.8
+    assert math.isnan(ch06.three_figures(float("nan")))
+    table = ch06.glance({"naive": point("naive", 47.97, 52.014)}, ROOF)
+    assert table.loc["naive", "p10-p90 (ms)"] == "48-52"
