@@ -114,8 +114,11 @@ k_new, v_new = inputs(batch, heads, 1, head_dim, dtype=dtype, device=device, see
 q_new = q_all[:, :, -1:]
 cached = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)[1:]
 cached_step, cat_step = decoding.profile_cache_steps(cached, attend, q_new, k_new, v_new, trace_dir)
-display(decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step}))
+copies = decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step})
 display(links(cached_step), links(cat_step))
+
+# %% tags=["remove-input"]
+ch10.copies_shown(copies)
 
 # %% tags=["remove-input"]
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
@@ -230,7 +233,7 @@ budget = sweep.book_budget(on_gpu=device.type == "cuda")  # how many timed calls
 glue("bench_seqs", ", ".join(map(str, bench_seqs)))
 
 # %%
-#| caption: Prefill and decode calls measured here on this machine's roofline: prefill to the right, every decode point (all at one intensity, whatever the cache length) far to the left of the ridge, each point under its ceiling.
+#| caption: Prefill and decode calls measured here on this machine's roofline, drawn only where their timed calls passed the spread check (the ✔ line below counts them): prefill moving right as S grows, decode (one intensity, whatever the cache length) far to the left of the ridge, each point under its ceiling.
 #| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points stacked at one low intensity under the sloped bandwidth line.
 rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,),
                    batch=batch, heads=heads, device=device, memory=False, progress=None, **budget)
@@ -247,7 +250,8 @@ lesson(all(abs(i * element / 2 - 1) < 0.02 for i in decode_here),
        f"in {str(dtype).removeprefix('torch.')} every decode point sits at about {2 / element:g} FLOP/byte, whatever "
        f"the cache length: 2 FLOPs per {element}-byte cached element",
        ", ".join(f"S = {r.seq}: {r.intensity:.3f}" for r in rows if r.mode == DECODE))
-glue("decode_here", readable(max(decode_here))); glue("element_bytes", element); glue("dtype_here", str(dtype).removeprefix("torch."))
+glue("decode_here", f"{max(decode_here):.2f}")
+glue("element_bytes", element); glue("dtype_here", str(dtype).removeprefix("torch."))
 lesson(not over, "every point drawn sits at or under its ceiling: decode under the memory slope, prefill under its roof",
        f"{len(shown)} of {len(rows)} points drawn; roof {peaks_here.source}")
 pair = decoding.phase_pair(shown)    # prefill and decode at the longest S where both passed the spread check
@@ -268,7 +272,14 @@ else:
 # element. This machine's ceilings are measured on the page that draws them (best of 30 runs
 # each), and a machine shared with other work moves them, so chapter 6's roof, measured in its
 # own run, need not match this one to the digit.
-#
+
+# %% tags=["remove-input"]
+# How far the drawn decode points sit under their slope, and why: plain prose that follows the run.
+from IPython.display import Markdown
+
+display(Markdown(ch10.decode_gap([r for r in shown if r.mode == DECODE], peaks_here)))
+
+# %% [markdown]
 # Prefill shares its fixed costs among S tokens and reuses every key it loads; a decode token pays
 # them for one token and reads the whole cache. On a GPU, once S is long, the attention call takes
 # as long as reading the cache takes: the cure is to move fewer bytes per token.
@@ -283,11 +294,12 @@ else:
 
 # %%
 hq, hkv = 32, 8
-gqa_rows = decoding.sharing_table(layers=32, heads=hq, head_dim=128, context=8192,
-                                  kv_options={"multi-head (MHA)": hq, "grouped-query (GQA)": hkv, "multi-query (MQA)": 1})
-display(gqa_rows)
+gqa_rows = decoding.sharing_table(
+    layers=32, heads=hq, head_dim=128, context=8192,
+    kv_options={"multi-head (MHA)": hq, "grouped-query (GQA)": hkv, "multi-query (MQA)": 1})
 
 # %% tags=["remove-input"]
+display(ch10.sharing_shown(gqa_rows))
 saving = gqa_rows.iloc[0]["KV cache (MiB)"] / gqa_rows.iloc[1]["KV cache (MiB)"]
 step_saving = gqa_rows.iloc[0]["bytes per decode token, one layer (MiB)"] / gqa_rows.iloc[1]["bytes per decode token, one layer (MiB)"]
 lesson(saving == hq // hkv, f"sharing each K/V head among {hq // hkv} query heads makes the cache {hq // hkv}x smaller")
@@ -335,8 +347,9 @@ glue("decode_backend", chosen)
 #
 # A serving engine decodes many requests at once with a kernel written for one query against a
 # long cache. *SGLang decode* is one decode step of SGLang serving Qwen3-8B to 32 requests on an
-# MI300X. Its attention is AITER's paged-attention pair (`paged_attention_ll4mi_*`), two kernels per
-# layer: the main one splits each request's cache into partitions and computes, per partition, a
+# MI300X. Its attention is the paged-attention pair (`paged_attention_ll4mi_*`) of AITER, AMD's
+# library of AI kernels; "paged" means the KV cache is stored in fixed-size blocks that a table
+# maps to each request's tokens, as vLLM introduced. Two kernels per layer: the main one splits each request's cache into partitions and computes, per partition, a
 # partial softmax-weighted sum of V with its row maximum and sum; the reduce merges the partials with
 # chapter 4's online-softmax rescaling. The step was replayed from a HIP graph (AMD's
 # [CUDA graph](glossary.md#cuda-graph)), so no op recorded these kernels' shapes: `find_attention`
@@ -431,7 +444,9 @@ glue_all(sg_mib=first_bytes / 2**20, sg_gflop=first_flops / 1e9, sg_call_us=floa
 # FLOPs a byte (GQA's group of 4 lifts it from 1), against the MI300X's ridge of
 # {glue:text}`sg_ridge:.0f`. At the datasheet's {glue:text}`sg_peak_tbs:.1f` TB/s those bytes take
 # {glue:text}`sg_floor_us:.0f` µs; the median call took {glue:text}`sg_call_us:.0f` µs,
-# {glue:text}`sg_tbs:.2f` TB/s, {glue:text}`sg_bw_pct:.0f`% of the memory roof. On a trace of your
+# {glue:text}`sg_tbs:.2f` TB/s, {glue:text}`sg_bw_pct:.0f`% of the memory roof: memory-bound by its
+# intensity, yet short of the datasheet bandwidth (one likely reason: one query per request gives
+# the kernel little parallel work to keep every memory channel busy). On a trace of your
 # own: `python -m kernels.trace.attention TRACE --capture CAPTURE_TRACE` (chapter 12). A decode
 # kernel's time is set by the cache it reads: its length, its dtype and how many K/V heads share it.
 

@@ -47,17 +47,61 @@ def graph_replay(step: Step) -> dict:
 
 
 def counts_in_units(counts: pd.DataFrame) -> pd.DataFrame:
-    """``decoding.counts_table`` as a reader compares it: a row per S, GFLOP and MiB instead of
-    12-digit counts, one flat header (phase first), and the FLOP/byte the prose reads."""
+    """``decoding.counts_table`` as a reader compares it: a row per S, decode's FLOPs in MFLOP and
+    prefill's in GFLOP (each readable at its own scale), MiB to one decimal, one flat header (phase
+    first), and the FLOP/byte the prose reads (decode's to two decimals: it sits just under 1)."""
     import pandas as pd
 
     byte_column = next(c for c in counts.columns.get_level_values(0) if c.startswith("bytes"))
-    shown = {}
-    for phase in ("decode", "prefill"):
-        shown[f"{phase} GFLOP"] = counts[("FLOPs", phase)] / 1e9
-        shown[f"{phase} MiB"] = counts[(byte_column, phase)] / 2**20
-        shown[f"{phase} FLOP/byte"] = counts[("FLOP/byte", phase)]
-    return pd.DataFrame(shown).rename_axis(counts.index.name)
+    shown = {"decode MFLOP": [f"{x / 1e6:,.1f}" for x in counts[("FLOPs", "decode")]],
+             "decode MiB": [f"{x / 2**20:,.1f}" for x in counts[(byte_column, "decode")]],
+             "decode FLOP/byte": [f"{x:.2f}" for x in counts[("FLOP/byte", "decode")]],
+             "prefill GFLOP": [f"{x / 1e9:,.1f}" for x in counts[("FLOPs", "prefill")]],
+             "prefill MiB": [f"{x / 2**20:,.1f}" for x in counts[(byte_column, "prefill")]],
+             "prefill FLOP/byte": [f"{x:,.0f}" for x in counts[("FLOP/byte", "prefill")]]}
+    return pd.DataFrame(shown, index=counts.index).rename_axis(counts.index.name)
+
+
+def sharing_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """``decoding.sharing_table`` as the page shows it: a short header for the bytes a decode token
+    reads (the long one widened the table past the column), MiB to one decimal, FLOP/byte to two."""
+    shown = rows.rename(columns={"bytes per decode token, one layer (MiB)": "MiB read per token, one layer"})
+    for name in shown.columns:
+        if "MiB" in name:
+            shown[name] = [f"{x:,.1f}" for x in shown[name]]
+    if "FLOP/byte" in shown.columns:
+        shown["FLOP/byte"] = [f"{x:.2f}" for x in shown["FLOP/byte"]]
+    return shown
+
+
+def copies_shown(copies: pd.DataFrame) -> pd.DataFrame:
+    """``decoding.copies_table`` with its KiB to one decimal (6.5, not 6.547)."""
+    shown = copies.copy()
+    for name in shown.columns:
+        if "KiB" in name:
+            shown[name] = [f"{x:,.1f}" for x in shown[name]]
+    return shown
+
+
+def decode_gap(points: list, peaks) -> str:
+    """The sentence under the roofline for the decode points drawn (``kernels.bench`` rows with
+    ``mode``, ``intensity`` and ``tflops``) against ``peaks.attainable``: how far under their memory
+    slope they sit, and why a CPU call that small is not limited by its bytes; when none is drawn,
+    that the run's noise left none (their intensity is counted, not timed, so the ✔ lines still place them)."""
+    gaps = [peaks.attainable(r.intensity) / (r.tflops * 1e12) for r in points if r.tflops > 0]
+    if not gaps:
+        return ("No decode point passed the spread check on this run, so the figure draws none; their intensity "
+                "is counted from the shapes, not timed, and the ✔ lines above place them by it.")
+    reach = sorted(1 / g for g in gaps)
+    share = f"{reach[0]:.0%}" if len(reach) == 1 else f"{reach[0]:.0%} to {reach[-1]:.0%}"
+    which = "The decode point drawn reaches" if len(reach) == 1 else "The decode points drawn reach"
+    their = "its" if len(reach) == 1 else "their"
+    if reach[0] >= 1 / 3:
+        return (f"{which} {share} of {their} memory slope: on this run a decode call took about as long as moving "
+                "its bytes. The SGLang trace below shows the same on a GPU.")
+    return (f"{which} only {share} of {their} memory slope: a call that reads a few hundred KiB on a CPU is "
+            "dominated by its fixed cost per call (dispatch, threads), not by its bytes, and more so on a machine "
+            "shared with other work. The SGLang trace below is the evidence that on a GPU decode waits on memory.")
 
 
 def reduce_shares(pairs: pd.DataFrame) -> dict:

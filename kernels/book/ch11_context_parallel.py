@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from kernels import borrowed
+from kernels.parallel import rank_traces
 
 
 class RankPair:
@@ -38,12 +40,14 @@ def per_step(totals_by_split: dict[str, pd.DataFrame], steps: int) -> pd.DataFra
     """``rank_traces.step_totals`` of each split over ``steps`` profiled steps, as the mean of one
     step (the scale of a timeline that draws one step): a row per split and rank, with the
     matrix products' GFLOP (from the recorded shapes) beside the times the prose reads (the
-    communication ranges themselves are on the timeline: gloo's bound a transfer, never time it)."""
+    communication ranges themselves are on the timeline: gloo's bound a transfer, never time it).
+    GFLOP to 2 decimals, times to 0.1 ms: the step-to-step noise is far larger."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    rows = [{"split": split, "rank": int(rank), "matmul (GFLOP)": row["matmul_flop"] / steps / 1e9,
-             "compute (ms)": row["compute_us"] / steps / 1e3,
-             "exposed (ms)": row["exposed_communication_us"] / steps / 1e3, "step (ms)": row["step_us"] / steps / 1e3}
+    rows = [{"split": split, "rank": int(rank), "matmul (GFLOP)": round(row["matmul_flop"] / steps / 1e9, 2),
+             "compute (ms)": round(row["compute_us"] / steps / 1e3, 1),
+             "exposed (ms)": round(row["exposed_communication_us"] / steps / 1e3, 1),
+             "step (ms)": round(row["step_us"] / steps / 1e3, 1)}
             for split, totals in totals_by_split.items() for rank, row in totals.iterrows()]
     return pd.DataFrame(rows)
 
@@ -64,14 +68,15 @@ def critical_path_ms(path: pd.DataFrame) -> pd.DataFrame:
     if not path["matched"].all():
         raise ValueError("the ranks recorded different numbers of communication rounds: the path is a lower bound")
     return pd.DataFrame({"round": path["round"], "rank on the path": path["rank"],
-                         "its compute (ms)": path["compute_us"] / 1e3, "its exposed (ms)": path["exposed_us"] / 1e3,
-                         "computed more than the other (ms)": path["slack_us"] / 1e3})
+                         "its compute (ms)": (path["compute_us"] / 1e3).round(1),
+                         "its exposed (ms)": (path["exposed_us"] / 1e3).round(1),
+                         "computed more than the other (ms)": (path["slack_us"] / 1e3).round(1)}).set_index("round")
 
 
 def legend_above(fig: Figure) -> Figure:
     """A ``RankStep.timeline`` with its legend in a row above the tracks, right-aligned, where it
-    covers no bar (inside the axes it hid the end of rank 0's bars), and the title left-aligned
-    above it."""
+    covers no bar (inside the axes it hid the end of rank 0's bars), the title left-aligned
+    above it, and a little less height (the page is long; two tracks still read clearly)."""
     ax = fig.axes[0]
     handles, labels = ax.get_legend_handles_labels()
     old = ax.get_legend()
@@ -83,6 +88,8 @@ def legend_above(fig: Figure) -> Figure:
     title = ax.get_title()
     ax.set_title("")
     ax.set_title(title, loc="left", pad=2.2 * size)
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height * 0.88)  # two tracks need less height than the library's default
     return fig
 
 
@@ -100,9 +107,8 @@ def time_reading(compute_held: bool, wait_held: bool, imbalance: float) -> str:
     a rank's compute holds work besides its matrix products, and the two processes need not run
     at the same speed (the zigzag run measures that), so the sentence draws no cost out of it."""
     if compute_held and wait_held:
-        return (f"its compute took {imbalance:.2f} times rank 0's (a time, not a FLOP count: it also holds the "
-                "work besides the matrix products and how fast this machine ran each process), and rank 0 spent "
-                "the difference waiting at the step's end")
+        return (f"its compute took {imbalance:.2f} times rank 0's (a time, which also holds how fast this machine "
+                "ran each process), and rank 0 spent the difference waiting at the step's end")
     if compute_held:
         return (f"its compute took {imbalance:.2f} times rank 0's, but where rank 0 spent the difference was too noisy "
                 "to assert on this run (a machine shared with other work moves the waits)")
@@ -138,13 +144,93 @@ def unequal_speed(steps: list) -> tuple[int, list[bool], float]:
 def zigzag_reading(wait_held: bool, speed_held: bool, slow: int, speed_ratio: float, waits_ms: tuple[float, float]) -> str:
     """The clause the page glues after the zigzag run: what happened to the waiting, and whether
     the ranks ran at different speeds at equal work, saying only what the timing claims asserted
-    (``held``) on this run. ``waits_ms``: the median step's longest wait, contiguous and zigzag."""
+    (``held``) on this run. ``waits_ms``: the most exposed rank's mean time blocked per step,
+    contiguous and zigzag (the largest of the per-step table's "exposed" column for each split, so
+    the sentence quotes numbers the reader sees there)."""
     before, after = waits_ms
+    where = "the most exposed rank's time blocked per step"
     if wait_held:
-        waits = f"the longest wait of a step fell from {before:.1f} ms to {after:.1f} ms (median steps), but not to zero"
+        waits = f"{where} fell from {before:.1f} ms to {after:.1f} ms (the table's exposed column), but not to zero"
     else:
         change = "did not fall" if after >= before else "did not clearly fall"
-        waits = f"the longest wait of a step {change} on this run ({before:.1f} ms, then {after:.1f} ms, median steps)"
+        waits = f"{where} {change} on this run ({before:.1f} ms, then {after:.1f} ms, the table's exposed column)"
     if speed_held:
         return waits + f", and at equal FLOPs rank {slow}'s compute took {speed_ratio:.2f} times the other's"
     return waits + ", and at equal FLOPs the ranks' compute times differed by no more than the step-to-step noise"
+
+
+def typical_step(steps: list, agrees: list | None = None):
+    """The step to draw: the one whose ranks' compute times lie closest to each rank's median over
+    the steps (summed distance in log time), among the steps where ``agrees`` (the page's per-step
+    claims held in it) when any did. On a loaded machine one rank can run several times slower in
+    a single step; picking by the slowest rank's time (``rank_traces.median_rank_step``) can then
+    draw exactly that outlier, the step the per-step claims describe the opposite of."""
+    if not steps:
+        raise ValueError("typical_step needs at least one step")
+    if agrees is not None and len(agrees) != len(steps):
+        raise ValueError(f"agrees has {len(agrees)} entries for {len(steps)} steps")
+    candidates = [i for i in range(len(steps)) if agrees is None or agrees[i]] or list(range(len(steps)))
+    tables = [s.summary()["compute_us"] for s in steps]
+    medians = pd.concat(tables, axis=1).median(axis=1)
+
+    def distance(compute: pd.Series) -> float:
+        ratio = (compute.clip(lower=1.0) / medians.clip(lower=1.0)).astype(float)
+        return float(abs(np.log(ratio)).sum())
+
+    return steps[min(candidates, key=lambda i: distance(tables[i]))]
+
+
+def step_reading(summary: pd.DataFrame) -> str:
+    """What one drawn step shows, from its ``RankStep.summary``: each rank's compute and the time it
+    sat blocked, naming the rank that computed longest (the one the other waited for)."""
+    slow = int(summary["compute_us"].idxmax())
+    parts = ", ".join(f"rank {int(r)} computed {row.compute_us / 1e3:.1f} ms and sat blocked "
+                      f"{row.exposed_communication_us / 1e3:.1f} ms" for r, row in summary.iterrows())
+    return f"In the step drawn, {parts}: rank {slow} computed longest and set the step's pace."
+
+
+def largest_single_ms(steps: list, prefixes: tuple[str, ...]) -> float:
+    """The longest time any one rank spent in ranges named by ``prefixes`` within a single step, in
+    ms (``rank_traces.in_ranges`` of each step alone): a maximum, not a mean over the steps."""
+    return max(float(rank_traces.in_ranges([s], p).max()) for s in steps for p in prefixes) / 1e3
+
+
+def in_mib(table: pd.DataFrame) -> pd.DataFrame:
+    """A table of byte counts (columns named "... (bytes)") as the page shows it: in MiB, to two
+    decimals, a byte count of a million digits being unreadable at a glance."""
+    return pd.DataFrame({name.replace("(bytes)", "(MiB)"): (table[name] / 2**20).round(2) for name in table.columns},
+                        index=table.index)
+
+
+def with_commas(table: pd.DataFrame) -> pd.DataFrame:
+    """Whole counts (query-key pairs) with thousands separators: 65,536 rather than 65536."""
+    return table.map(lambda n: f"{int(n):,}")
+
+
+def drawn_rule(agrees: list) -> str:
+    """How ``typical_step`` chose the step the page draws, given per step whether all of the page's
+    per-step claims held in it: the clause the prose glues, true whichever way the run went."""
+    closest = "the one whose ranks' compute times lie closest to their medians"
+    held_in = sum(bool(a) for a in agrees)
+    if held_in:
+        return f"of the {held_in} of {len(agrees)} steps in which the per-step claims below all held, {closest}"
+    return f"{closest} (the per-step claims below held together in none of the {len(agrees)} steps)"
+
+
+def contradicted(outcomes: list) -> bool:
+    """Whether the profiled steps contradict a timing claim (it held in at most 20% of them, the
+    share at which ``notebook.timing_claims`` fails): the page then says so instead of asserting it."""
+    if not outcomes:
+        raise ValueError("contradicted needs the claim checked in at least one step")
+    return sum(bool(o) for o in outcomes) / len(outcomes) <= 0.2
+
+
+def contradicted_note(claims: list) -> str:
+    """The note a page shows for the (held per step, claim, evidence) claims this run contradicted,
+    or "" when none was."""
+    against = [f"{claim} (held in {sum(bool(h) for h in held)} of {len(held)} profiled steps)"
+               for held, claim, _ in claims if contradicted(held)]
+    if not against:
+        return ""
+    return ("On this run the profiled steps contradict what the split predicts (two processes sharing two cores "
+            "need not run at the same speed; the zigzag run below measures how far they differ): " + "; ".join(against))

@@ -47,6 +47,16 @@ class Peaks:
     def as_dict(self) -> dict:
         return {**asdict(self), "ridge": self.ridge}
 
+    def best_with(self, other: "Peaks") -> "Peaks":
+        """Two measurements of one device's ceilings as one: the higher of each. A measured roof
+        is the best the device did, so a second measurement, at a quieter moment of a shared
+        machine, can only raise it."""
+        if (other.name, other.flops_dtype) != (self.name, self.flops_dtype):
+            raise ValueError(f"two devices' ceilings do not combine: {self.name} ({self.flops_dtype}) and "
+                             f"{other.name} ({other.flops_dtype})")
+        return Peaks(self.name, max(self.flops, other.flops), max(self.bandwidth, other.bandwidth), self.flops_dtype,
+                     f"{self.source}; the best of two measurements")
+
 
 # (words the name must have, words it must not have, peaks), matched against the words of
 # torch.cuda.get_device_name(). The first matching row wins. PCIe and 40 GB variants have

@@ -99,15 +99,40 @@ def test_the_intensity_exercise_never_prints_its_answer():
     assert not printed & {f"{want:.{digits}g}" for digits in (3, 4, 5)}, words
 
 
-def test_the_counts_table_in_units_keeps_every_number_in_gflop_and_mib():
+def test_the_counts_table_in_units_keeps_every_number_in_flop_units_and_mib():
     counts = decoding.counts_table((512, 4096), heads=32, head_dim=128, dtype=torch.bfloat16)
     shown = ch10.counts_in_units(counts)
-    assert list(shown.columns) == ["decode GFLOP", "decode MiB", "decode FLOP/byte",
+    assert list(shown.columns) == ["decode MFLOP", "decode MiB", "decode FLOP/byte",
                                    "prefill GFLOP", "prefill MiB", "prefill FLOP/byte"]
     assert shown.index.name == "S (keys)" and shown.index.tolist() == [512, 4096]
-    assert shown.loc[4096, "decode GFLOP"] == pytest.approx(4 * 32 * 4096 * 128 / 1e9)
-    assert shown.loc[4096, "decode MiB"] == pytest.approx((2 * 32 * 4096 * 128 + 2 * 32 * 128) * 2 / 2**20)
-    assert (shown["decode FLOP/byte"] == counts[("FLOP/byte", "decode")]).all()
+    assert shown.loc[4096, "decode MFLOP"] == f"{4 * 32 * 4096 * 128 / 1e6:,.1f}"  # 67.1
+    assert shown.loc[4096, "decode MiB"] == f"{(2 * 32 * 4096 * 128 + 2 * 32 * 128) * 2 / 2**20:.1f}"
+    assert shown["decode FLOP/byte"].tolist() == [f"{x:.2f}" for x in counts[("FLOP/byte", "decode")]]
+    assert shown.loc[4096, "prefill MiB"] == "128.0"
+
+
+def test_shown_tables_round_and_shorten_their_headers():
+    import pandas as pd
+
+    rows = pd.DataFrame({"KV cache (MiB)": [4096.0, 1024.0], "bytes per decode token, one layer (MiB)": [128.0, 32.0156],
+                         "FLOP/byte": [0.99994, 3.998]})
+    shown = ch10.sharing_shown(rows)
+    assert list(shown.columns) == ["KV cache (MiB)", "MiB read per token, one layer", "FLOP/byte"]
+    assert shown["MiB read per token, one layer"].tolist() == ["128.0", "32.0"] and shown["FLOP/byte"].tolist() == ["1.00", "4.00"]
+    copies = ch10.copies_shown(pd.DataFrame({"allocated (KiB)": [6.547, 2067.0], "aten::cat calls": [0, 2]}))
+    assert copies["allocated (KiB)"].tolist() == ["6.5", "2,067.0"] and copies["aten::cat calls"].tolist() == [0, 2]
+
+
+def test_the_decode_gap_says_how_far_under_the_slope_and_nothing_without_points():
+    from types import SimpleNamespace
+
+    peaks = SimpleNamespace(attainable=lambda intensity: intensity * 2.8e9)  # 2.8 GB/s slope
+    points = [SimpleNamespace(intensity=0.5, tflops=1.4e-3 / 40), SimpleNamespace(intensity=0.5, tflops=1.4e-3 / 80)]
+    gap = ch10.decode_gap(points, peaks)
+    assert "reach only 1% to 2% of their memory slope" in gap and "fixed cost per call" in gap and "SGLang" in gap
+    near = ch10.decode_gap([SimpleNamespace(intensity=0.5, tflops=1.4e-3 * 0.9)], peaks)
+    assert near.startswith("The decode point drawn reaches 90%") and "fixed cost" not in near
+    assert "No decode point passed the spread check" in ch10.decode_gap([], peaks)
 
 
 def test_reduce_shares_name_median_and_maximum_of_call_and_main():

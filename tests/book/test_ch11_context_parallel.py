@@ -109,3 +109,51 @@ def test_rank_pair_goes_in_the_traces_box():
     html = borrowed.traces_box_html({"HTA ranks 0 and 1": page.RankPair()})
     assert "Traces on this page" in html and "128-rank training job" in html
     assert page.RankPair().credit()[0].isupper() and page.RankPair().credit().endswith(".")
+
+
+def test_the_step_drawn_is_typical_among_those_the_claims_describe():
+    steps = [FakeStep([10, 20], [9, 1]), FakeStep([30, 10], [1, 20]), FakeStep([11, 19], [8, 1]),
+             FakeStep([12, 22], [9, 2]), FakeStep([9, 21], [8, 1])]
+    # rank medians 11 and 20: the step (11, 19) is nearest; the outlier (30, 10) is never drawn
+    assert page.typical_step(steps) is steps[2]
+    assert page.typical_step(steps, [True, False, False, True, True]) is steps[0]
+    assert page.typical_step(steps, [False] * 5) is steps[2]  # none agreed: the nearest of all
+    with pytest.raises(ValueError):
+        page.typical_step(steps, [True])
+    with pytest.raises(ValueError):
+        page.typical_step([])
+    reading = page.step_reading(steps[1].summary())
+    assert reading.startswith("In the step drawn") and "rank 0 computed 30.0 ms and sat blocked 1.0 ms" in reading
+    assert "rank 0 computed longest" in reading
+    assert page.drawn_rule([True, False, True]).startswith("of the 2 of 3 steps")
+    assert "none of the 3 steps" in page.drawn_rule([False] * 3)
+
+
+def test_byte_and_pair_counts_read_at_a_glance():
+    sent = pd.DataFrame({"from the shapes (bytes)": [1048576, 3 * 2**19]}, index=["ring", "ulysses"])
+    shown = page.in_mib(sent)
+    assert list(shown.columns) == ["from the shapes (MiB)"] and shown.iloc[:, 0].tolist() == [1.0, 1.5]
+    assert page.with_commas(pd.DataFrame({"pairs": [65536, 131072]}))["pairs"].tolist() == ["65,536", "131,072"]
+
+
+def test_the_largest_single_range_is_a_maximum_not_a_mean():
+    class Ranged:
+        ranks = [0, 1]
+
+        def __init__(self, waits_ms):
+            self.activity = [pd.DataFrame({"name": ["ring:wait kv (arrived)", "gloo:send"], "ts": [0.0, 0.0],
+                                           "end": [w * 1e3, 1e3]}) for w in waits_ms]
+
+    steps = [Ranged([2, 1]), Ranged([36, 1]), Ranged([1, 3])]
+    assert page.largest_single_ms(steps, ("ring:wait kv",)) == 36.0  # the mean of rank 0's would be 13
+    assert page.largest_single_ms(steps, ("gloo:send", "gloo:recv")) == 1.0
+
+
+def test_a_claim_the_steps_contradict_is_said_not_asserted():
+    assert page.contradicted([True] + [False] * 4) and not page.contradicted([True, True] + [False] * 3)
+    with pytest.raises(ValueError):
+        page.contradicted([])
+    claims = [([True] * 5, "held", ""), ([False] * 4 + [True], "rank 0 waits longer", "x")]
+    note = page.contradicted_note(claims)
+    assert "rank 0 waits longer (held in 1 of 5 profiled steps)" in note and "held (" not in note
+    assert page.contradicted_note(claims[:1]) == ""

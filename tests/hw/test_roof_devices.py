@@ -55,3 +55,15 @@ def test_the_serving_count_is_the_causal_half_for_one_square_prefill():
     assert roof.serving_flops(2, 16, 16, one.pairs) == pytest.approx(roof.full_flops(2, 8, 8, 16, 16) / 2)
     assert roof.io_bytes(8 * 2, 8 * 2, 16, 16, 2) == 4 * 2 * 8 * 16 * 2
     assert serving.parse_step_annotation("ProfilerStep#3") is None
+
+
+def test_two_measurements_of_a_roof_keep_the_higher_of_each_ceiling():
+    from kernels.hw.devices import Peaks
+
+    busy = Peaks("CPU: x", 100e9, 20e9, "float32", "measured")
+    quiet = Peaks("CPU: x", 80e9, 30e9, "float32", "measured")
+    best = busy.best_with(quiet)
+    assert (best.flops, best.bandwidth) == (100e9, 30e9), "a roof is the best the device did: the higher of each"
+    assert best.ridge == 100e9 / 30e9 and "best of two" in best.source
+    with pytest.raises(ValueError, match="do not combine"):
+        busy.best_with(Peaks("CPU: y", 1e9, 1e9, "float32", "measured"))
