@@ -290,10 +290,10 @@ glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB tot
 clone = qwen_step.find("aten::clone").iloc[0]          # the first input copy: q's, in the first layer
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
 out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the copy of the output
-layout = lambda op, viewed: events.memory_layout(op["input_dims"][0], op["input_strides"][0], viewed)
-layouts = pd.Series({"q into .contiguous(), viewed BHSD": layout(clone, "BHSD"),
-                     "q into the flash op, viewed BSHD": layout(flash, "BSHD"),
-                     "output into .contiguous(), viewed BSHD": layout(out, "BSHD")})
+layouts = pd.Series({
+    "q into .contiguous(), viewed BHSD": events.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD"),
+    "q into the flash op, viewed BSHD": events.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
+    "output into .contiguous(), viewed BSHD": events.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD")})
 layouts.to_frame("in memory")
 
 # %% tags=["remove-input"]

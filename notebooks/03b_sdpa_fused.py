@@ -236,6 +236,7 @@ h100_trace = borrowed.TRACELENS["h100_qwen"].trace()
 h100_step = borrowed.TRACELENS["h100_qwen"].step(trace=h100_trace)
 flash_kernels = h100_step.gpu_work[h100_step.gpu_work["op"] == "aten::_flash_attention_forward"]
 real = trace_kernel(flash_kernels.iloc[0], h100_trace.device_properties)
+flash_kernels[["grid", "block", "registers_per_thread", "shared_memory"]].head(3)   # the first of its 24 calls
 
 # %% tags=["remove-input"]
 say(f"{short_kernel_name(real.name)}: grid {list(real.grid)}, block {list(real.block)}, "

@@ -197,7 +197,7 @@ naive_square_shapes = [s for s in kept.at["naive", "shapes saved"] if s[-2:] == 
 lesson(len(naive_square_shapes) == 3 and kept.at["naive", "S×S saved (hooks)"] == 1,
        "naive saves three S×S-shaped tensors and keeps one S×S buffer: the probabilities saved in two shapes "
        "(views of one buffer) and the causal mask, one [S, S] for all heads, built once and reused",
-       ", ".join(str(s) for s in naive_square_shapes))
+       ", ".join("[" + ", ".join(map(str, s)) + "]" for s in naive_square_shapes))
 lesson((kept.loc[unfused, "S×S kept (trace)"] == 1).all(),
        "the unfused forwards keep exactly one S×S buffer for the backward: the probabilities", ", ".join(unfused))
 lesson((kept.loc[fused, "S×S kept (trace)"] == 0).all(),

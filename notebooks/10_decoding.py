@@ -233,15 +233,25 @@ budget = sweep.book_budget(on_gpu=device.type == "cuda")  # how many timed calls
 glue("bench_seqs", ", ".join(map(str, bench_seqs)))
 
 # %%
-#| caption: Prefill and decode calls measured here on this machine's roofline, drawn only where their timed calls passed the spread check (the ✔ line below counts them): prefill moving right as S grows, decode (one intensity, whatever the cache length) far to the left of the ridge, each point under its ceiling.
-#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points stacked at one low intensity under the sloped bandwidth line.
 rows = sweep.sweep([impl], seqs=bench_seqs, modes=(FORWARD, DECODE), head_dims=(head_dim,), dtypes=(dtype,),
                    batch=batch, heads=heads, device=device, memory=False, progress=None, **budget)
 peaks_here, shown = devices.roofline_peaks(device), plots.steady(rows)
+
+# %% tags=["remove-cell"]
+def above_roof(roof):
+    return [f"{r.mode} S={r.seq}" for r in shown if r.tflops * 1e12 > roof.attainable(r.intensity)]
+
+
+if above_roof(peaks_here) and device.type == "cpu":   # a busy moment read the roof low: measure again, keep the best
+    peaks_here = peaks_here.best_with(devices.measured_peaks("cpu", repeats=60))
+
+# %%
+#| caption: Prefill and decode calls measured here on this machine's roofline, drawn only where their timed calls passed the spread check (the ✔ line below counts them): prefill moving right as S grows, decode (one intensity, whatever the cache length) far to the left of the ridge, each point under its ceiling.
+#| alt: Log-log roofline scatter: prefill points at high arithmetic intensity under the flat roof, decode points stacked at one low intensity under the sloped bandwidth line.
 display(plots.roofline(shown, device=peaks_here))
 
 # %% tags=["remove-input"]
-over = [f"{r.mode} S={r.seq}" for r in shown if r.tflops * 1e12 > peaks_here.attainable(r.intensity)]
+over = above_roof(peaks_here)
 lesson(all(r.intensity < peaks_here.ridge for r in rows if r.mode == DECODE),
        f"every decode point lies left of this machine's ridge ({peaks_here.ridge:.1f} FLOP/byte, measured for this page)")
 decode_here = [r.intensity for r in rows if r.mode == DECODE]

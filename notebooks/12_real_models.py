@@ -401,10 +401,9 @@ lesson(exit_code == 0 and len(bert.calls) > 0 and all(c.how == "fused" and c.cau
 # %%
 block = Block(heads * head_dim, heads, attention="sdpa_flash").to(device, dtype).eval()
 x = torch.randn(batch, seq, heads * head_dim, device=device, dtype=dtype)
-def profiled(shapes):                              # one step of the block, recorded with or without shapes
-    return record.profile(block, x, label="block", wait=0, warmup=1, active=1, record_shapes=shapes,
-                          trace_dir=trace_dir, trace_name=f"block_shapes_{shapes}").step()
-own = {shapes: find_attention(profiled(shapes)) for shapes in (True, False)}
+own = {shapes: find_attention(record.profile(block, x, label="block", wait=0, warmup=1, active=1, record_shapes=shapes,
+                                            trace_dir=trace_dir, trace_name=f"block_shapes_{shapes}").step())
+       for shapes in (True, False)}                # one step of the block, recorded with and without shapes
 tables = {f"record_shapes={s}": r.table()[["how", "B·H x Sq x Sk x D", "causal", "GFLOP", "GPU µs"]]
           for s, r in own.items()}
 

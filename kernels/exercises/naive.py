@@ -90,4 +90,4 @@ def check_hidden_copy(find_hidden_copy: Callable, device="cpu", seed: Optional[i
              "take the copy that moves the most bytes, then walk up to depth 0.")
     return passed(f"{_checked_name(find_hidden_copy, 'find_hidden_copy')} answers right on all {len(subjects)} "
                   f"traces: the top-level op behind the largest S×S copy in the "
-                  f"{_that_make(len(subjects) - without_copy, 'one')}, None for the {_that_make(without_copy, 'none')}")
+                  f"{_that_make(len(subjects) - without_copy, 'one')}, and no op for the {_that_make(without_copy, 'none')}")
