@@ -391,7 +391,8 @@ glue_all(flex_tiles=counts.total, flex_skipped=counts.skipped, flex_skip_share=f
 # Is it right, and what does its trace hold? On a GPU, compiled flex runs Inductor's
 # FlexAttention template, one Triton kernel per forward whose name starts `triton_tem_fused_`,
 # like SDPA's fused backends; on a CPU it is Inductor's C++ template, run inside the compiled
-# region.
+# region. A template's kernel is named after the template, not after ops it fused: on a CPU just
+# `graph_N_kernel`.
 
 # %%
 flex = kernels.get("flex")

@@ -543,7 +543,7 @@ fast = [r for r in real_summary.index if r != slow][0]
 lesson((real_summary["communication_us"] > 0).all() and pair.world == 128,
        "both ranks of the real job spent GPU time in NCCL kernels, and the traces say the job had 128 ranks")
 lesson(real_summary.loc[fast, "exposed_communication_us"] > real_summary.loc[slow, "exposed_communication_us"],
-       "in the real job too, the rank with less compute spent longer in communication it could not hide")
+       "in the real job, the rank with less compute spent longer in communication it could not hide")
 glue("real_slow", int(slow))
 glue("real_step_ms", real_summary["step_us"].median() / 1e3)
 glue("real_idle_ms", real_summary["idle_us"].median() / 1e3)

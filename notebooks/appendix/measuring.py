@@ -60,8 +60,8 @@ glue("later_call_ms", statistics.median(first_calls[1:]))
 first_is_slowest = first_calls[0] > max(first_calls[1:])
 glue("first_call_note", "the first call was the slowest of the six here; that is one sample of one run, "
      "and the next run's noise may hide it, so kernels.bench never relies on it and always warms up" if first_is_slowest else
-     "the first call was not the slowest of the six: on this busy machine the warm-up cost drowned "
-     "in the noise of the later calls, which is exactly why one call proves nothing")
+     "the first call was not the slowest of the six on this run: the warm-up cost is within the noise "
+     "of the later calls, which is exactly why one call proves nothing")
 
 # %% [markdown]
 # On this run the very first call took {glue:text}`first_call_ms:.2f` ms and the later ones
@@ -126,7 +126,9 @@ lesson(info.monotonic and info.resolution <= 1e-6, "perf_counter is monotonic wi
 # Timed calls are not all equal: another process wakes up, the operating system moves a
 # thread, a GPU changes its clock. The distribution has a long tail on the slow side. The
 # **mean** follows the tail; the **median** does not. The course quotes medians, with the
-# 10th and 90th percentiles as the spread. Here are 25 timed calls of in-place attention, and
+# 10th and 90th percentiles as the spread, and takes a median as a result only when the spread
+# is tight: p90 within twice p10 (`kernels.bench.plots.NOISY_SPREAD`); beyond that the calls
+# are noise, not a result. Here are 25 timed calls of in-place attention, and
 # what one late call would do to each statistic: we add, by hand, a 26th call 50 times as slow
 # as the slowest of them (a stalled process, a swap to disk) and compute both again. The calls
 # are B=1, H=4, S=256, D=64 attention forwards.
