@@ -124,26 +124,34 @@ class Credited(Protocol):
 
 
 def traces_box_html(traces: Mapping[str, Credited]) -> str:
-    """One "Traces on this page" box: each trace's short name (how figures and tables name it)
-    with what it recorded, on which GPU, with which torch and from where; then, once for each
-    project the traces come from, who recorded them, the licence and that they are not this
-    book's run. A trace that is not a ``Borrowed`` gives its whole ``credit()`` on its line."""
+    """One "Traces on this page" box: once for each project the traces come from, the traces'
+    short names (how figures and tables name them), who recorded them, the licence and that
+    they are not this book's run; then, folded, each trace with what it recorded, on which GPU,
+    with which torch and from where. A trace that is not a ``Borrowed`` gives its whole
+    ``credit()`` in view."""
     import html
 
     if not traces:
         raise ValueError("traces_box needs at least one trace: {short name: Borrowed}")
     items: list[str] = []
     projects: dict[tuple[str, str], list[str]] = {}
+    whole: list[str] = []
     for name, trace in traces.items():
         if isinstance(trace, Borrowed):
             items.append(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.facts())}</li>")
             projects.setdefault((trace.recorded_by, trace.licence), []).append(name)
         else:
-            items.append(f"<li><b>{html.escape(name)}</b>: {html.escape(trace.credit())}</li>")
-    who = "".join(f'<p class="ap-traces-who">{html.escape(Borrowed.recorded(names, by, licence))}</p>'
-                  for (by, licence), names in projects.items())
+            whole.append(f"<b>{html.escape(name)}</b>: {html.escape(trace.credit())}")
+    who = "".join(f'<p class="ap-traces-who">{line}</p>' for line in
+                  [html.escape(Borrowed.recorded(names, by, licence)) for (by, licence), names in projects.items()]
+                  + whole)
+    if not items:
+        return f'<div class="ap-traces" role="note"><p class="ap-traces-title">Traces on this page</p>{who}</div>'
+    # Who recorded which traces stays in view; what each one recorded (model, input, GPU,
+    # torch, where the copy comes from) is a reference a reader opens when a figure needs it.
     return ('<div class="ap-traces" role="note"><p class="ap-traces-title">Traces on this page</p>'
-            f"<ul>{''.join(items)}</ul>{who}</div>")
+            f'{who}<details class="ap-traces-facts"><summary>What each trace recorded</summary>'
+            f"<ul>{''.join(items)}</ul></details></div>")
 
 
 def traces_box(traces: Mapping[str, Credited]) -> None:

@@ -76,8 +76,8 @@ def text_of(fragment: str) -> str:
     return html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment))
 
 
-# The box: its list of traces, then who recorded them ("not this book's run") in paragraphs.
-TRACES_BOX = re.compile(r'<div class="ap-traces".*?</ul>(?:<p class="ap-traces-who">.*?</p>)*', re.S)
+# The box: who recorded which traces ("not this book's run"), then, folded, each trace's facts.
+TRACES_BOX = re.compile(r'<div class="ap-traces".*?</div>', re.S)
 
 
 def named_trace_shown(page_html: str) -> bool:
@@ -86,7 +86,7 @@ def named_trace_shown(page_html: str) -> bool:
     box = TRACES_BOX.search(page_html)
     if not box or not CREDIT.search(text_of(box.group(0))):
         return False
-    names = [text_of(n).strip() for n in re.findall(r"<li><b>(.*?)</b>", box.group(0))]
+    names = [text_of(n).strip() for n in re.findall(r"<b>(.*?)</b>", box.group(0))]
     parser = _Cells(page_html)
     parser.feed(page_html)
     ends = [0] + [end for _, end in parser.spans]

@@ -172,10 +172,15 @@ def test_an_executed_pages_time_counts_what_the_run_printed():
     figure.outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBO"})] * 2
     folded = nbformat.v4.new_code_cell("g", metadata={"tags": ["hide-output", "remove-input"]})
     folded.outputs = [nbformat.v4.new_output("stream", text=" ".join(["op"] * 4000))]
-    cells = [prose, printed, table, figure, folded]
+    box = nbformat.v4.new_code_cell("b", metadata={"tags": ["remove-input"]})
+    box.outputs = [nbformat.v4.new_output("display_data", data={"text/html": (
+        "<div><p>Traces</p><details><summary>What each trace recorded</summary>"
+        f"<ul><li>{' '.join(['fact'] * 4000)}</li></ul></details></div>")})]
+    cells = [prose, printed, table, figure, folded, box]
     convert.restate_reading_time(cells)
-    assert cells[0].source.startswith("**Time:** about 4 min"), \
-        "200 words of prose and 200 printed (2 min), three tables (1 min) and two figures (1 min); folded output unread"
+    assert cells[0].source.startswith("**Time:** about 5 min"), \
+        "200 words of prose and 200 printed (2 min), three tables (1 min) and two figures (1 min); folded output " \
+        "unread; a box's five words in view (a sixth of a minute) but not its folded list of 4,000"
     for chapter in sorted((ROOT / "notebooks").glob("[01]*.py")):
         assert convert.STATED_TIME.search(chapter.read_text().replace("{reading_minutes}", "1")), \
             f"{chapter.name} states no '**Time:** about N min' for the executed page to restate"

@@ -184,12 +184,14 @@ def fill_reading_time(cells) -> None:
 READING_FIGURE_MINUTES = 0.5
 READING_TABLE_MINUTES = 1 / 3
 STATED_TIME = re.compile(r"(\*\*Time:\*\* about )(\d+)( min)")
+FOLDED_HTML = re.compile(r"<details[^>]*>\s*<summary>(.*?)</summary>.*?</details>", re.S)
 FOLDED_OUTPUT_TAGS = {"remove-cell", "remove-output", "hide-output", "hide-cell", "parameters", "injected-parameters"}
 
 
 def shown_output_reading(cells) -> tuple[int, int, int]:
     """(words, tables, figures) of the outputs an executed page shows unfolded: the sentences
-    and ✔ lines cells print, their tables and their figures (the traces box is read as words)."""
+    and ✔ lines cells print, their tables and their figures (the traces box is read as words,
+    but for its folded part: a <details> counts its summary only)."""
     import html as html_lib
 
     words = tables = figures = 0
@@ -205,6 +207,7 @@ def shown_output_reading(cells) -> tuple[int, int, int]:
                 tables += rich.count("<table")
             else:
                 text = rich or "".join(data.get("text/plain", "")) or "".join(output.get("text", ""))
+                text = FOLDED_HTML.sub(r"\1", text)  # a folded part is read only by who opens it
                 words += len(html_lib.unescape(re.sub(r"<style.*?</style>|<[^>]+>", " ", text, flags=re.S)).split())
     return words, tables, figures
 
