@@ -55,3 +55,57 @@ def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
         if text.get_fontsize() < floor:
             text.set_fontsize(floor)
     return floor
+
+
+# ----------------------------------------------------------------------------- a phone's copy
+# On a phone the column is about 358 px: a figure drawn 8.5 in wide shows at 0.4 of its size and
+# its 10-point text at 5 px. The book therefore also draws each figure PHONE_WIDTH_IN wide, its
+# text at the same point sizes, and a phone's browser picks that copy (tools/book/html.py).
+PHONE_WIDTH_IN = 4.0
+PHONE_METADATA = "phone_png"  # where the copy travels: the PNG output's metadata, base64
+
+
+def phone_copy(fig) -> Optional[bytes]:
+    """``fig`` drawn again ``PHONE_WIDTH_IN`` wide at its own height (a PNG), its layout redone
+    for that width and long texts broken into lines; None where the figure is already that
+    narrow or cannot be copied. The phone's copy is a convenience: a figure it fails on keeps
+    its one copy."""
+    if fig.get_figwidth() <= PHONE_WIDTH_IN + 0.3:
+        return None
+    for wrap in (True, False):  # matplotlib cannot wrap some texts (a bar's label): then unwrapped
+        try:
+            return _narrow_png(fig, wrap)
+        except Exception:
+            continue
+    return None
+
+
+def _narrow_png(fig, wrap: bool) -> bytes:
+    import io
+    import pickle
+    import warnings
+
+    copy = pickle.loads(pickle.dumps(fig))  # drawing the copy leaves the reader's figure as it was
+    copy.set_size_inches(PHONE_WIDTH_IN, fig.get_figheight())
+    if wrap:
+        for text in copy.findobj(Text):
+            text.set_wrap(True)  # a title or a label longer than the narrow figure breaks into lines
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tight_layout's "not compatible" notes: the copy is best effort
+        if copy.get_layout_engine() is None:
+            copy.tight_layout()
+        buffer = io.BytesIO()
+        copy.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def figure_png(fig):
+    """IPython's PNG of ``fig`` (as ``%matplotlib inline`` saves it), with the phone's copy in
+    its metadata."""
+    import base64
+
+    from IPython.core.pylabtools import print_figure
+
+    png = print_figure(fig, "png", bbox_inches="tight")
+    phone = phone_copy(fig)
+    return (png, {PHONE_METADATA: base64.b64encode(phone).decode("ascii")}) if phone else png

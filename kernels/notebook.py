@@ -163,14 +163,22 @@ def table_html(frame) -> str:
 
 def show_figures_as_images() -> None:
     """The library draws on matplotlib ``Figure`` objects, never through pyplot (no global
-    state): in IPython, have a cell's Figure value rendered as a PNG, as pyplot's would be."""
+    state): in IPython, have a cell's Figure value rendered as a PNG, as pyplot's would be,
+    with a narrower copy for phones (``kernels.figures.figure_png``)."""
     try:
         from IPython import get_ipython
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
+        from matplotlib.figure import Figure
     except ImportError:  # plain Python: nothing displays
         return
-    if get_ipython() is not None:
-        set_matplotlib_formats("png")
+    from kernels.figures import figure_png
+
+    shell = get_ipython()
+    if shell is not None:
+        # pyplot's first import in a kernel sets the inline backend's own PNG formatter (a
+        # reader's cell, or pandas' .plot, may import it): have that happen first, not after.
+        import matplotlib.pyplot  # noqa: F401
+
+        shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
 def inputs(batch: int, heads: int, seq: int, head_dim: int, dtype=torch.float32, device="cpu",

@@ -1,25 +1,22 @@
 # %% [markdown]
 # # 8. One transformer block
 #
-# Attention never runs alone. In a model it sits in a block: a layer norm, the projection
-# that makes q, k and v, attention, an output projection, a residual add, a second norm, an
-# MLP and a second residual add. This chapter profiles one such block and asks how much of
-# it attention is: of the arithmetic, of the time, of the memory, and how that share moves
-# as the sequence grows. Then it compiles the block and asks what a fused MLP would change.
+# Attention never runs alone. In a model it sits in a block: a layer norm, the projection that
+# makes q, k and v, attention, an output projection, a residual add, a second norm, an MLP and a
+# second residual add. This chapter profiles one block and asks how much of it attention is, and
+# how that share moves as the sequence grows.
 #
 # **You will learn to:**
 #
 # - count a block's FLOPs by part, and attention's share as the sequence grows;
-# - split a profiled block by its labelled parts and read its memory, with each attention
-#   implementation plugged in;
-# - see where the choice of attention shows first: S×S buffers inside the block, or none;
-# - split a real model's GPU step by kind of work ([GEMMs](glossary.md#gemm), attention, elementwise passes, copies);
+# - read a profiled block's memory by its labelled parts, with each attention plugged in;
+# - split a real model's GPU step by kind of work ([GEMMs](glossary.md#gemm), attention,
+#   elementwise passes, copies);
 # - read the compiled block: what Inductor fuses, what stays a library call, and what a fused
 #   MLP would save.
 #
 # **Before you start:** [3b. The fused backends](03b_sdpa_fused.ipynb) and [7. Compiled
-# attention](07_compiled.ipynb). A transformer block's parts (layer norm, MLP, residual add), as
-# the paragraph above lists them.
+# attention](07_compiled.ipynb).
 #
 # **Time:** about {reading_minutes} min to read.
 #
@@ -59,16 +56,14 @@ borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
 # %% [markdown]
 # ## The module
 #
-# Each part runs inside a `record_function` label, so a profiled forward can be split by
-# part; the shape comments mark where tensors change shape.
+# Each part runs inside a `record_function` label, so a profiled forward splits by part.
 
 # %%
 show_lines(blocks.Block, "self.norm1 = ", "return x")
 
 # %% [markdown]
-# Every attention implementation takes the same q, k, v, so swapping it changes nothing
-# else. First a check that they agree inside the block (the compiled ones are left out: the
-# block is compiled whole further down):
+# Every attention takes the same q, k, v, so swapping it changes nothing else. They agree inside
+# the block (the compiled ones are left out: the whole block is compiled further down):
 
 # %% tags=["remove-input"]
 plugged = blocks.pluggable(device)
@@ -80,12 +75,10 @@ lesson(worst <= 1e-4 if dtype == torch.float32 else worst <= 5e-2,
 # %% [markdown]
 # ## Where the arithmetic goes
 #
-# The matmuls do nearly all of a block's arithmetic. The linear layers' work grows with S
-# (each token passes through them once), attention's with S² (each query meets every key),
-# so attention's share grows with the sequence length at a fixed width.
-#
-# Before looking: at what sequence length do you think attention becomes half of this
-# block's arithmetic (width {glue:text}`b_width`)?
+# The matmuls do nearly all of a block's arithmetic. The linear layers' work grows with S (each
+# token passes through them once), attention's with S² (each query meets every key). At what
+# sequence length do you think attention becomes half of this block's arithmetic (width
+# {glue:text}`b_width`)?
 
 # %%
 guess_half_at_seq = 1024  # edit me before running on
@@ -95,9 +88,8 @@ glue("b_width", width)
 
 # %% [markdown]
 # PyTorch's `FlopCounterMode` counts the FLOPs of every op a forward dispatches. On the `meta`
-# device tensors have shapes and no data: the ops compute nothing, so lengths a CPU could not
-# hold are counted in a moment. The block counted has hand-written `naive` attention, which
-# computes all S×S scores, masked or not:
+# device tensors have shapes and no data, so lengths a CPU could not hold are counted in a moment.
+# The block has hand-written `naive` attention, which computes all S×S scores, masked or not:
 
 # %%
 seqs = [128, 512, 2048, 8192]
@@ -117,28 +109,24 @@ glue("b_half_at", f"{half_at:,.0f}")
 glue("b_share_range", f"{fl['attention share'].iloc[0]:.1%} at S={seqs[0]} to {fl['attention share'].iloc[-1]:.1%} at S={seqs[-1]}")
 
 # %% [markdown]
-# Attention's share of the arithmetic grows from {glue:text}`b_share_range`. The formula the
-# count matches says why it passes one half at S = {glue:text}`b_half_at`: per token, the four
-# linear layers cost 2·W·(3W + W + 4W + 4W) = 24·W² FLOPs and attention 4·S·W (q kᵀ and
-# probs · v over all S keys), so attention's share is S / (S + 6W), one half at S = 6·W. A
-# causal [kernel](glossary.md#kernel) that skips the tiles above the diagonal does about half
-# of that attention work (why: [chapter 6](06_showdown.ipynb)), which moves the crossing to
-# about 12·W.
+# Attention's share grows from {glue:text}`b_share_range`. Per token, the four linear layers cost
+# 2·W·(3W + W + 4W + 4W) = 24·W² FLOPs and attention 4·S·W (q kᵀ and probs · v over all S keys),
+# so attention's share is S / (S + 6W): one half at S = 6·W = {glue:text}`b_half_at`. A causal
+# [kernel](glossary.md#kernel) that skips the tiles above the diagonal does about half of that
+# attention work ([chapter 6](06_showdown.ipynb)), which moves the crossing to about 12·W.
 
 # %%
 #| caption: Attention's share of one transformer block's FLOPs against sequence length: counted by FlopCounterMode (points) and by formula (solid line); dashed: a causal kernel that skips the masked tiles, which passes one half at 12·W. The count passes one half at S = 6·W, the model width times six.
 #| alt: Line chart of attention's share of a block's FLOPs rising with sequence length on a log axis, counted points on the formula's curve, crossing one half.
-blocks.share_figure(fl, width);
+blocks.share_figure(fl, width)
 
 # %% [markdown]
 # ## Where the memory goes
 #
-# Now the block as it runs, with each attention implementation that runs here plugged in.
-# Each part runs in its own labelled range, so the memory events split by part too. Time is
-# left to the GPU trace further down: on a shared CPU the parts' times move from run to run,
-# while the FLOP counts above already fix the direction (linear layers grow with S,
-# attention with S²). Before looking: with which of the attentions plugged in
-# ({glue:text}`b_plugged`) will the block allocate an S×S buffer?
+# Now the block as it runs, with each attention plugged in, one at a time; the labelled ranges split the memory
+# events by part. Time is left to the GPU trace below: on a shared CPU the parts' times move from
+# run to run. With which of the attentions ({glue:text}`b_plugged`) will the block allocate an S×S
+# buffer?
 
 # %%
 guess_scores_buffer = ["naive", "inplace"]  # edit me
@@ -176,44 +164,33 @@ if "sdpa_math" in plugged and "naive" in plugged:
     lesson(block_steps["sdpa_math"].peak_bytes > block_steps["naive"].peak_bytes
            and at_peak["sdpa_math"].get(scores_bytes) == at_peak["naive"].get(scores_bytes)
            and more == {flags: 1, q_bytes: 1},
-           "sdpa_math's block peaks above naive's: alive at both peaks are the same float S×S buffers, and at "
-           "math's also a boolean S×S one (one byte a score) and one more buffer of q's size",
-           f"{mib(block_steps['sdpa_math'].peak_bytes):.1f} against {mib(block_steps['naive'].peak_bytes):.1f} MiB; "
-           f"{at_peak['naive'][scores_bytes]} S×S buffers of {mib(scores_bytes):.1f} MiB each, "
-           f"plus {mib(flags):.1f} and {mib(q_bytes):.1f} MiB")
+           "sdpa_math's block peaks above naive's: the same float S×S buffers, plus a boolean S×S one and one of q's size",
+           f"{mib(block_steps['sdpa_math'].peak_bytes):.1f} vs {mib(block_steps['naive'].peak_bytes):.1f} MiB")
 
 # %% [markdown]
-# Read the table by column. `attention allocated` is what the `block.attention` range alone
-# allocated; `largest allocation` is the biggest single buffer anywhere in the block. At
-# S={glue:text}`b_seq` one S×S buffer (all heads) is {glue:text}`b_scores_mib` MiB, and with
-# hand-written attention it is the block's largest allocation. The math backend of
-# [SDPA](glossary.md#sdpa) is the same algorithm written in ATen ops, so it allocates S×S
-# buffers too. Its higher peak is what else is alive at that moment, read from the allocation
-# events up to it: a boolean S×S buffer ({glue:text}`b_flags_mib` MiB), which marks the masked
-# scores so that a row with every key masked comes out as zeros rather than NaN, and a buffer
-# of q's size ({glue:text}`b_q_mib` MiB: the math backend scales q and k into copies of their
-# own rather than scaling the scores). Memory is where attention's choice shows without any noise: the hand-written and math
-# versions allocate S×S buffers inside the block, SDPA flash never does.
+# `attention allocated` is what the `block.attention` range alone allocated; `largest allocation`
+# is the biggest single buffer in the block. At S={glue:text}`b_seq` one S×S buffer (all heads) is
+# {glue:text}`b_scores_mib` MiB, the largest allocation with hand-written attention.
+# [SDPA](glossary.md#sdpa)'s math backend is the same algorithm in ATen ops, so it allocates S×S
+# buffers too. Its higher peak, read from the allocation events up to it, also holds a boolean S×S
+# buffer ({glue:text}`b_flags_mib` MiB) marking the masked scores, so that a fully masked row comes
+# out as zeros rather than NaN, and a buffer of q's size ({glue:text}`b_q_mib` MiB: it scales q and
+# k into copies rather than scaling the scores). Memory shows attention's choice without noise.
 #
 # ## A real model's step on a GPU
 #
-# The block above is small and runs on a CPU. A real decoder on a GPU is the same parts in a
-# different costume: Qwen1.5-0.5B-Chat has 24 layers of width 1024, each with RMSNorm instead of
-# layer norm, rotary position embeddings, attention through SDPA and a SwiGLU MLP (three linear
-# layers). AMD's TraceLens project profiled one forward of it, 16 prompts of 559 tokens in
-# bfloat16, on an H100: the trace "H100 Qwen" of the box at the top of the page. The box's
-# `text_input_length` 2048 is the harness's setting, a limit; the prompts that ran were 559
-# tokens long, as the recorded tensor shapes show (the attention calls' and the GEMMs' 8,944
-# rows = 16 × 559). Every piece
-# of GPU work in that step is sorted here by what it is: the attention calls that
-# `kernels.trace.attention.find_attention` finds, then every other kernel by its name's
-# fingerprint (`kernels.trace.fingerprints`), with the ATen ops that launched most of each part's
-# time. Two rows need a word: the `memset` kernels are launched by cuBLAS inside the layers'
-# `mm`/`addmm` calls, one beside each of their GEMMs, to fill a small buffer with zeros; under
-# copies, `_local_scalar_dense` is a device-to-host copy of one number that Python asked for
-# (an `.item()`), which makes the CPU wait for the GPU.
+# A real decoder on a GPU has the same parts: Qwen1.5-0.5B-Chat has 24 layers of width 1024, with
+# RMSNorm, rotary position embeddings, attention through SDPA and a SwiGLU MLP (three linear
+# layers). The trace *H100 Qwen* is one forward of it: 16 prompts of 559 tokens in bfloat16 (the
+# box's `text_input_length` 2048 is the harness's limit; the recorded shapes have 8,944 rows =
+# 16 × 559). Each piece of GPU work is sorted by what it is: attention calls as
+# `kernels.trace.attention.find_attention` finds them, every other kernel by its name's
+# fingerprint (`kernels.trace.fingerprints`). Two rows need a word: the `memset` kernels are cuBLAS
+# zero-filling a small buffer beside each GEMM of `mm`/`addmm`; under copies,
+# `_local_scalar_dense` is an `.item()`, a device-to-host copy of one number that makes the CPU
+# wait for the GPU.
 #
-# Before the reveal: rank four of those parts by the GPU time you think they took, most first.
+# Before the reveal: rank four of those parts by GPU time, most first.
 
 # %%
 guess_parts_order = ["GEMM", "attention", "elementwise", "copy and layout"]  # edit me
@@ -229,19 +206,19 @@ reveal(guess_parts_order, parts_seen, "parts, most GPU time first")
 # %%
 #| caption: Where the GPU time of one Qwen1.5-0.5B forward (16 x 559 tokens, bf16, 24 layers) went on an H100, by kind of work: attention from its calls, the rest by kernel name (trace: H100 Qwen).
 #| alt: Horizontal bars of the share of the step's GPU time per part; elementwise passes longest, then GEMMs, copies, attention, reductions.
-blocks.parts_figure(qwen.parts, title=f"{qwen.device}: one forward, {qwen.layers} layers");
+blocks.parts_figure(qwen.parts, title=f"{qwen.device}: one forward, {qwen.layers} layers")
 
 # %% tags=["remove-input"]
 lesson(parts_seen[0] == "elementwise" and parts_seen.index("GEMM") < parts_seen.index("attention"),
-       "most GPU time first, the trace ranks the elementwise passes above the GEMMs, and the GEMMs above attention",
+       "by GPU time, elementwise passes rank above GEMMs, and GEMMs above attention",
        " > ".join(parts_seen))
 gemms, elementwise, copies, attention_part = (qwen.part(k) for k in ("gemm", "elementwise", "copy", "attention"))
 lesson(attention_part["kernels"] == qwen.layers, "attention is one kernel per layer (one call per layer)")
 small = {"n": elementwise["kernels"] + copies["kernels"], "µs": elementwise["GPU µs"] + copies["GPU µs"]}
 lesson(small["µs"] > gemms["GPU µs"] and small["n"] > gemms["kernels"]
        and small["µs"] / small["n"] < gemms["GPU µs"] / gemms["kernels"],
-       "the elementwise passes and copies outweigh the GEMMs by number, not by size: more kernels, each shorter "
-       "on average", f"{small['n']:.0f} kernels of {small['µs'] / small['n']:.1f} µs against "
+       "elementwise passes and copies outweigh the GEMMs by number, not size",
+       f"{small['n']:.0f} kernels of {small['µs'] / small['n']:.1f} µs vs "
        f"{gemms['kernels']:.0f} of {gemms['GPU µs'] / gemms['kernels']:.1f} µs")
 glue("q_att_share", 100 * attention_part["share of the step"]); glue("q_gemm_share", 100 * gemms["share of the step"])
 glue("q_elem_share", 100 * (elementwise["share of the step"] + copies["share of the step"]))
@@ -251,12 +228,11 @@ glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glu
 # Attention took {glue:text}`q_att_share:.1f`% of this step's GPU time, the GEMMs
 # {glue:text}`q_gemm_share:.0f`%, and elementwise passes, copies and casts together
 # {glue:text}`q_elem_share:.0f`%: {glue:text}`q_elem_kernels` small kernels over
-# {glue:text}`q_layers` layers, each reading and writing a whole activation tensor to do a few
-# FLOPs per element (the `mul`, `pow` and `add` of an RMSNorm computed in float32, the casts back
-# to bfloat16, the rotary embedding's `cat`). What the GPU spends its time on is memory traffic.
-# That is what compiling the block attacks.
+# {glue:text}`q_layers` layers, each reading and writing a whole activation tensor for a few FLOPs
+# per element (an RMSNorm's `mul`, `pow` and `add` in float32, the casts back to bfloat16, the
+# rotary embedding's `cat`). The GPU spends its time on memory traffic, which compiling attacks.
 #
-# The GEMMs themselves, read from the matmul ops that launched them, by shape:
+# The GEMMs, read from the matmul ops that launched them, by shape:
 
 # %%
 ch08_block.gemm_shapes(borrowed.TRACELENS["h100_qwen"].step())
@@ -270,38 +246,32 @@ in_layers = qshapes[~qshapes.index.isin(extra.index)]
 lesson(ql["gemms per layer"] == 7 and len(extra) == 1 and len(in_layers) == 4
        and in_layers[["A", "B"]].drop_duplicates().shape[0] == 3 and extra["calls"].sum() + 7 * qwen.layers == gemms["kernels"]
        and extra["op"].iloc[0] == "bmm" and extra["type"].iloc[0] == "float",
-       "each layer runs seven GEMMs in three shapes: the q, k, v and output projections (one shape; addmm with "
-       "a bias, mm without) and the MLP's three (gate and up one shape, down another); the one GEMM more is "
-       "a float32 bmm outside the layers",
-       f"{gemms['kernels']} GEMM kernels = 7 × {qwen.layers} + 1 {extra['A'].iloc[0]} @ {extra['B'].iloc[0]}")
+       "seven GEMMs a layer in three shapes, plus one float32 bmm outside the layers",
+       f"{gemms['kernels']} = 7 × {qwen.layers} + 1")
 q_seq = extra["B"].iloc[0][-1]  # the bmm's last dimension: one per position
 q_constant = ql["linear per token"] / (4 * ql["width"])  # attention 4·S·W a token against the linear FLOPs
 lesson(abs(q_constant - (2 * ql["width"] + 1.5 * ql["intermediate"])) < 1e-6,
-       "from the trace's shapes, Qwen's linear layers cost 2·(4W² + 3·W·I) FLOPs a token, so attention's share is "
-       "S / (S + 2W + 1.5·I)", f"W = {ql['width']:,}, I = {ql['intermediate']:,}: S / (S + {q_constant:,.0f})")
+       "from the trace's shapes, attention's share of Qwen's FLOPs is S / (S + 2W + 1.5·I)",
+       f"W = {ql['width']:,}, I = {ql['intermediate']:,}: S / (S + {q_constant:,.0f})")
 glue_all(q_width=f"{ql['width']:,}", q_inter=f"{ql['intermediate']:,}", q_const=f"{q_constant:,.0f}",
          q_seq=q_seq, q_flop_share=f"{q_seq / (q_seq + q_constant):.1%}",
          q_flop_share_causal=f"{q_seq / (q_seq + 2 * q_constant):.1%}")
 
 # %% [markdown]
-# Seven GEMMs in each of the {glue:text}`q_layers` layers, in three shapes: q, k, v and the
-# output projection share one (only q, k and v have a bias, so they run as `addmm` and the
-# output projection as `mm`: four rows, three shapes), the MLP's gate and up share another,
-# its down projection has the third. And one more: a float32 `bmm` over {glue:text}`q_seq`
-# positions, once per forward, which makes the rotary embedding's angles (its frequencies
-# times the positions). With a SwiGLU MLP of three linear layers of
-# intermediate size I = {glue:text}`q_inter`, the formula for nanoGPT's block does not apply
-# as it is: Qwen's layer costs 2·(4W² + 3·W·I) FLOPs a token in its linear layers, so
-# attention's share is S / (S + 2W + 1.5·I) = S / (S + {glue:text}`q_const`) at
-# W = {glue:text}`q_width`. At {glue:text}`q_seq` tokens that is {glue:text}`q_flop_share` of
-# the FLOPs (about {glue:text}`q_flop_share_causal` for a flash kernel that skips the masked
-# tiles): a small part, as its share of the time is.
+# In each layer, q, k, v and the output projection share one shape (q, k and v carry a bias, so
+# run as `addmm`; the output projection as `mm`), the MLP's gate and up another, its down
+# projection the third. The extra GEMM is a float32 `bmm` over {glue:text}`q_seq` positions, once per
+# forward: the rotary embedding's angles. With a SwiGLU MLP of intermediate size
+# I = {glue:text}`q_inter`, Qwen's linear layers cost 2·(4W² + 3·W·I) FLOPs a token, so
+# attention's share is S / (S + {glue:text}`q_const`) at W = {glue:text}`q_width`: at
+# {glue:text}`q_seq` tokens, {glue:text}`q_flop_share` of the FLOPs (about
+# {glue:text}`q_flop_share_causal` for a flash kernel that skips masked tiles), small, as its share
+# of the time is.
 #
 # ## The block compiled
 #
-# `torch.compile` takes the whole block, if Dynamo can trace all of it (with no graph break,
-# [chapter 7](07_compiled.ipynb)). The block is compiled with plain SDPA for its attention,
-# called directly:
+# `torch.compile` takes the whole block if Dynamo can trace all of it (no graph break,
+# [chapter 7](07_compiled.ipynb)). Its attention is plain SDPA, called directly:
 
 # %%
 show_lines(blocks.sdpa_causal)
@@ -325,14 +295,10 @@ ch08_block.ops_and_allocations(csteps["compiled"])  # tables.op_table without on
 cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
 
 # %% [markdown]
-# The compiled block was built without its `block.*` labels, so read it by op: one compiled
-# region, the linear layers' matmuls, the attention call, and between them the kernels
-# Inductor generated, each named after the ops it fused. The table leaves time out: in one
-# profile on a shared CPU, ops of the same work differ by orders of magnitude (the GPU trace
-# above is where time is read). The generated kernels:
-
-# %%
-ch08_block.fused_kernels(csteps["compiled"])
+# The compiled block has no `block.*` labels, so read it by op: one compiled region, the linear
+# layers' matmuls, the attention call, and between them the kernels Inductor generated, each named
+# after the ops it fused. The table leaves time out: in one profile on a shared CPU, ops of the
+# same work differ by orders of magnitude.
 
 # %% tags=["remove-input"]
 gen = torch_compile.generated_kernels(cstep)
@@ -343,62 +309,59 @@ lesson(len(matmuls) == 4, "the four linear layers stay library matmuls (qkv, pro
 lesson(cstep.find("aten::gelu").empty and cstep.find("aten::layer_norm").empty and cstep.find("aten::add").empty,
        "GELU, the layer norms and the residual adds no longer run as ATen ops")
 lesson(any("gelu" in f for f in gen["fused"]) and any({"add", "native_layer_norm"} <= set(f) for f in gen["fused"]),
-       "Inductor wrote a GELU kernel and fused the first residual add into the second layer norm",
+       "Inductor wrote a GELU kernel and fused the first residual add into the second norm",
        ", ".join(gen["name"]))
 lesson(cstep.allocated_bytes < estep.allocated_bytes,  # the two numbers are glued in the sentence below
-       "the compiled block allocates less than the eager one (fused ops write no intermediates)")
+       "the compiled block allocates less than the eager one")
 glue("b_compile_s", f"{first:.1f}")
 glue("b_c_alloc", f"{mib(cstep.allocated_bytes):.1f}")
 glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 
 # %% [markdown]
-# Compiling took {glue:text}`b_compile_s` s on the first call. The compiled block allocates {glue:text}`b_c_alloc` MiB per
-# forward against {glue:text}`b_e_alloc` MiB eager: the fused kernels do not write the
-# intermediates the eager ops did.
+# Compiling took {glue:text}`b_compile_s` s on the first call. The compiled block allocates
+# {glue:text}`b_c_alloc` MiB per forward against {glue:text}`b_e_alloc` MiB eager: the fused
+# kernels do not write the eager ops' intermediates.
 #
 # ## What a fused MLP would change
 #
-# The MLP is the block's largest matmul work at these lengths. Eager, `fc_in` writes a
-# [B, S, 4W] tensor, GELU reads it and writes another, and `fc_out` reads that. A fused MLP
-# (the subject of Part 2 of the Hugging Face blog series "Profiling in PyTorch" that this
-# course follows: GELU applied in the first GEMM's epilogue, the last step of a GEMM kernel,
-# where each tile of the result is still in registers before it is written out) writes the
-# tensor once, already activated, and `fc_out` reads it once. Counting the [B, S, 4W] buffers each forward
-# allocates, and finding where the GELU ran:
+# The MLP is the block's largest matmul work at these lengths. Eager, `fc_in` writes a [B, S, 4W]
+# tensor, GELU reads it and writes another, and `fc_out` reads that. A fused MLP (Part 2 of the
+# Hugging Face blog series "Profiling in PyTorch" that this course follows) applies GELU in the
+# first GEMM's epilogue, the last step of a GEMM kernel, while each tile of the result is still in
+# registers: the tensor is written once, already activated, and read once. Where did the GELU run
+# here?
 
 # %% tags=["remove-input"]
 hidden_bytes = batch * seq * 4 * width * x.element_size()
 hid = {name: torch_compile.score_buffers(st, hidden_bytes) for name, st in csteps.items()}
-lesson(hid["sdpa_eager"] == 2 > hid["compiled"], "eager, the MLP allocates two [B, S, 4W] buffers (fc_in's output and "
-       "GELU's); compiled, fewer: Inductor writes GELU's result into the buffer fc_in filled",
+lesson(hid["sdpa_eager"] == 2 > hid["compiled"], "eager, the MLP allocates two [B, S, 4W] buffers; compiled, "
+       "fewer: GELU writes into fc_in's buffer",
        f"eager {hid['sdpa_eager']}, compiled {hid['compiled']}")
 ch08_block.gelu_between_matmuls(cstep.gpu_work if len(cstep.gpu_work) else cstep.ops)
 glue("b_hidden_mib", f"{mib(hidden_bytes):.1f}")
 glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W] through memory: 4 unfused, 2 fused
 
 # %% [markdown]
-# Each [B, S, 4W] buffer is {glue:text}`b_hidden_mib` MiB here. Eager, or compiled with
-# `torch.compile`'s default settings (the matmuls stay library calls, as the lessons above
-# check), it makes four trips through memory: written by `fc_in`, read and written again by
-# the GELU pass, read by `fc_out`. With GELU in the first GEMM's epilogue it would make two,
-# saving {glue:text}`b_saved_mib` MiB of memory traffic per forward. The setting to try is
-# `mode="max-autotune"`: it lets Inductor benchmark its own GEMM templates (on a GPU, Triton
-# ones) against the library's, and a template it picks may take the GELU into its epilogue
-# (Inductor's `epilogue_fusion` setting in `torch._inductor.config`). This page does not run
-# it, so whether the GELU moves is for your own trace to show. Attention is untouched by it:
-# as S grows, attention's share of the block grows whatever the MLP does.
+# Each [B, S, 4W] buffer is {glue:text}`b_hidden_mib` MiB here. Eager, or compiled with default
+# settings (the matmuls stay library calls), it makes four trips through memory: written by
+# `fc_in`, read and written by the GELU pass, read by `fc_out`. With GELU in the GEMM's epilogue it
+# would make two, saving {glue:text}`b_saved_mib` MiB of traffic per forward. The setting to try
+# is `mode="max-autotune"`: Inductor then benchmarks its own GEMM templates against the library's,
+# and a template it picks may take the GELU into its epilogue (`epilogue_fusion` in
+# `torch._inductor.config`). This page does not run it: your own trace will show whether the GELU
+# moves. Attention's share grows with S whatever the MLP does.
 #
 # ## What to remember
 #
-# - At a fixed width, attention's share of a block's arithmetic is S / (S + 6W) for a GELU MLP
-#   four times the width (S / (S + 12W) when causal tiles are skipped; S / (S + 2W + 1.5·I)
-#   for a SwiGLU MLP of size I): small for short sequences, dominant for long ones.
-# - The choice of attention shows first in memory: hand-written attention allocates S×S
-#   buffers inside the block; a fused kernel never does.
-# - In a real model's eager step on a GPU, the small elementwise passes and copies can outweigh
-#   the GEMMs: each moves a whole activation tensor for a few FLOPs.
-# - Compiling the block fuses the norms and residual adds into kernels of its own, and writes a GELU
-#   kernel; the matmuls stay library calls. A fused MLP is what would remove the [B, S, 4W] round trip.
+# - Attention's share of a block's arithmetic is S / (S + 6W) for a GELU MLP four times the width
+#   (S / (S + 12W) with causal tiles skipped; S / (S + 2W + 1.5·I) for a SwiGLU MLP of size I):
+#   small for short sequences, dominant for long ones.
+# - The choice of attention shows first in memory: hand-written attention allocates S×S buffers
+#   inside the block; a fused kernel never does.
+# - In a real model's eager GPU step, the small elementwise passes and copies can outweigh the
+#   GEMMs: each moves a whole activation tensor for a few FLOPs.
+# - Compiling fuses the norms and residual adds and writes a GELU kernel; the matmuls stay library
+#   calls. A fused MLP would remove the [B, S, 4W] round trip.
 
 # %% tags=["remove-input"]
 links.links(cruns["compiled"])

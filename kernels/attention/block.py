@@ -173,10 +173,11 @@ def formula_gap(shares: pd.DataFrame) -> float:
 def share_figure(shares: pd.DataFrame, width: int):
     """Attention's share of a block's FLOPs against S: ``flop_shares``' counted points on the
     formula's curves S / (S + 6W) (every score computed) and S / (S + 12W) (causal tiles skipped)."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     grid = [32 * 2**i for i in range(9)]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig = Figure(figsize=(7, 3.4), layout="constrained")
+    ax = fig.add_subplot()
     ax.plot(shares.index, shares["attention share"], "o", label="counted (FlopCounterMode, naive attention)")
     ax.plot(grid, [attention_share(s, width) for s in grid], "-", label="S / (S + 6W): all scores computed")
     ax.plot(grid, [attention_share(s, width, causal_skip=True) for s in grid], "--",
@@ -250,9 +251,12 @@ def forward_parts(borrowed) -> ForwardParts:
 def parts_figure(parts: pd.DataFrame, title: str):
     """Horizontal bars of each part's share of a step's GPU time (``forward_parts``' table),
     the largest on top."""
-    ax = parts["share of the step"].iloc[::-1].plot.barh(figsize=(7, 3), color="tab:blue")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3), layout="constrained")
+    ax = parts["share of the step"].iloc[::-1].plot.barh(ax=fig.add_subplot(), color="tab:blue")
     ax.set(xlabel="share of the step's GPU time", ylabel="", title=title)
-    return ax.figure
+    return fig
 
 
 def parts_table(parts: pd.DataFrame, layers: int):

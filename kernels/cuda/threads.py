@@ -76,8 +76,10 @@ def thread_map(head_dim: int = 64, lane: int = 5):
     the font floor (``kernels.figures.font_floor``) and the key to the colours sits in the empty cell
     beside v2, never over the data.
     """
-    import matplotlib.pyplot as plt  # here, with what it draws with: only the figure needs matplotlib
     from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+    from matplotlib.figure import Figure  # here, with what it draws with: only the figure needs matplotlib
 
     from kernels.figures import COLUMN_PX, apply_font_floor
 
@@ -92,9 +94,8 @@ def thread_map(head_dim: int = 64, lane: int = 5):
         "p3": (f"v1 phase 3\noutput O (32 × {head_dim})", owners_v1_output(head_dim)),
         "v2": (f"v2: S accumulators ({v2.block_m} × {v2.block_n});\nO's columns follow the same pattern", v2_owner),
     }
-    fig, axes = plt.subplot_mosaic([["p1", "p2", "p3", "p3"], ["v2", "v2", ".", "."]],
-                                   figsize=(0.98 * COLUMN_PX / 100, 5.6), dpi=100,
-                                   height_ratios=[1, 2.6], layout="constrained")
+    fig = Figure(figsize=(0.98 * COLUMN_PX / 100, 5.6), dpi=100, layout="constrained")
+    axes = fig.subplot_mosaic([["p1", "p2", "p3", "p3"], ["v2", "v2", ".", "."]], height_ratios=[1, 2.6])
     for name, (title, owner) in panels.items():
         ax = axes[name]
         warp = np.where(owner >= 0, owner // WARP + 1, 0)
@@ -114,8 +115,8 @@ def thread_map(head_dim: int = 64, lane: int = 5):
     axes["v2"].set_xlabel("column (key, or d of the output)")
     rows, cols = np.nonzero(v2_owner == lane)
     axes["v2"].scatter(cols, rows, s=6, marker="s", facecolors="none", edgecolors="black", linewidths=0.7)
-    handles: list = [plt.Rectangle((0, 0), 1, 1, color=colours(i + 1)) for i in range(warps)]
-    handles.append(plt.Line2D([], [], ls="", marker="s", markerfacecolor="none", markeredgecolor="black"))
+    handles: list = [Rectangle((0, 0), 1, 1, color=colours(i + 1)) for i in range(warps)]
+    handles.append(Line2D([], [], ls="", marker="s", markerfacecolor="none", markeredgecolor="black"))
     apply_font_floor(fig)
     # In the empty cell right of v2 (the mosaic's "."), level with v2's middle.
     fig.legend(handles, [f"warp {i} (threads {32 * i}-{32 * i + 31})" + (" (v2 only)" if i >= 4 else "")

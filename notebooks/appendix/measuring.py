@@ -232,9 +232,10 @@ lesson(not any(ok for case, ok in verdicts.items() if "random" in case or "NaN" 
 # %% [markdown]
 # **Speed.** On a GPU, zeros can also be *fast*. Horace He measured it in 2024
 # (["Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable'
-# Data!"](https://www.thonking.ai/p/strangely-matrix-multiplications)): on an H100 the same
-# matmul ran faster on zeros than on random values, because a multiply of zeros flips fewer
-# transistors, draws less power and lets the chip hold a higher clock under its power limit.
+# Data!"](https://www.thonking.ai/p/strangely-matrix-multiplications)): the same 8192 x 8192 x
+# 8192 matmul ran at 295 TFLOP/s on zeros and 257 on random values, because a multiply of zeros
+# flips fewer transistors, draws less power and lets the chip hold a higher clock under its
+# power limit.
 # A benchmark on `torch.zeros` (or `torch.ones`, or one repeated value) can therefore flatter a
 # kernel. `kernels.bench` fills every input set with `torch.randn`:
 

@@ -77,8 +77,12 @@ def credit_box() -> str:
             "TraceLens project (torch 2.5; MIT licence): not this book's run.</li></ul></div></div>")
 
 
-def figure(src: str = "wide.png") -> str:
-    return (f'<figure class="align-default" id="id1"><img alt="A timeline of one forward, drawn 1,200 px wide" src="{src}" />'
+def figure(src: str = "wide.png", phone: str | None = "phone.png") -> str:
+    """A figure as the built book shows it: its PNG, and the narrower copy a phone takes."""
+    img = f'<img alt="A timeline of one forward, drawn 1,200 px wide" src="{src}" />'
+    if phone:
+        img = f'<picture><source media="(max-width: 600px)" srcset="{phone}">{img}</picture>'
+    return (f'<figure class="align-default" id="id1">{img}'
             '<figcaption><p><span class="caption-number">Fig. 1 </span><span class="caption-text">One forward: '
             "the copy under masked_fill is the long bar.</span></p></figcaption></figure>")
 
@@ -127,6 +131,8 @@ PLANTED = [
     ("image", "<style>@media (max-width: 640px) { article.bd-article .cell_output figure img { max-width: none; "
               "width: 600px; } .bd-article figure { overflow-x: auto; } }</style>" + code_cell("timeline.timeline(step)", figure("wide2.png")),
      "600 px wide"),
+    # a figure with no phone's copy: 1,200 px shown in a column of about 350, its text at 0.29 of its size
+    ("legible", code_cell("timeline.timeline(step)", figure("wide2.png", phone=None)), "of its drawn 1200 px"),
     ("table", output_cell(dataframe(["a very long column name"] * 7, [["a long cell value"] * 7],
                                     attrs=' style="display: table"')), "runs"),
     ("height", '<div style="height: 13000px"></div>', "px tall"),
@@ -135,7 +141,8 @@ PLANTED = [
 
 @pytest.fixture(scope="module")
 def planted_site(tmp_path_factory):
-    """The clean page and each planted page, beside the book's CSS and a 1,200 × 400 px figure."""
+    """The clean page and each planted page, beside the book's CSS, a 1,200 × 400 px figure and its
+    420 px phone's copy."""
     from PIL import Image
 
     site = tmp_path_factory.mktemp("planted")
@@ -145,6 +152,9 @@ def planted_site(tmp_path_factory):
     Image.new("RGB", (1200, 400), (240, 240, 255)).save(png, format="PNG")
     (site / "wide.png").write_bytes(png.getvalue())
     (site / "wide2.png").write_bytes(png.getvalue())
+    phone = io.BytesIO()
+    Image.new("RGB", (420, 400), (240, 240, 255)).save(phone, format="PNG")
+    (site / "phone.png").write_bytes(phone.getvalue())
     (site / "clean.html").write_text(HEAD.format(style="") + CLEAN_BODY + FOOT)
     for i, (_, extra, _) in enumerate(PLANTED):
         (site / f"planted_{i}.html").write_text(HEAD.format(style="") + CLEAN_BODY + extra + FOOT)
@@ -167,8 +177,9 @@ def test_a_clean_page_breaks_no_rule_and_the_css_fits_its_figure_and_table_to_a_
     assert pages.broken_rules(clean) == {}
     phone = clean[390]
     image, table = phone["images"][0], phone["tables"][0]
-    assert image["natural"] == 1200 and image["width"] <= phone["column"], \
-        f"pages.css scales a 1,200 px figure to the {phone['column']} px column: {image}"
+    assert image["natural"] == 420 and image["width"] <= phone["column"], \
+        f"a phone takes the figure's 420 px copy and pages.css scales it to the {phone['column']} px column: {image}"
+    assert clean[1280]["images"][0]["natural"] == 1200, "a laptop takes the figure as drawn"
     assert table["over"] <= 1 and table["scrolls"], f"the wide table scrolls inside its own box: {table}"
     summary = pages.summary(clean)
     assert (summary["code"], summary["calls"], summary["lessons"], summary["folded"], summary["credits"]) == (4, 0, 2, 1, 1), \

@@ -155,6 +155,13 @@ def test_the_reading_time_counts_prose_at_200_words_and_shown_code_at_15_lines_a
     cells = [nbformat.v4.new_markdown_cell(" ".join(["w"] * 400) + " {reading_minutes}")]
     convert.fill_reading_time(cells)
     assert cells[0].source.endswith(" 3"), "401 words round up to 3 minutes, never down"
+    folded = "\n".join(["w"] * 390) + "\n\n:::{dropdown} Version rules in full\n" + " ".join(["v"] * 500) + "\n:::\n"
+    cells = [nbformat.v4.new_markdown_cell(folded + " {reading_minutes}"),
+             nbformat.v4.new_markdown_cell('<details class="ap-hint">\n<summary>A hint</summary>\n\n'
+                                           + " ".join(["h"] * 500) + "\n\n</details>")]
+    convert.fill_reading_time(cells)
+    assert cells[0].source.endswith(" 2"), \
+        "390 words and two folded notes' titles (6 words): 2 minutes; a folded note is read by who opens it"
     for chapter in sorted((ROOT / "book").glob("[01]*.ipynb")):
         assert "{reading_minutes}" not in chapter.read_text(), f"{chapter.name} shows the placeholder"
 
@@ -181,6 +188,14 @@ def test_an_executed_pages_time_counts_what_the_run_printed():
     assert cells[0].source.startswith("**Time:** about 5 min"), \
         "200 words of prose and 200 printed (2 min), three tables (1 min) and two figures (1 min); folded output " \
         "unread; a box's five words in view (a sixth of a minute) but not its folded list of 4,000"
+    shown = nbformat.v4.new_code_cell("show_lines(f)", metadata={"tags": ["remove-input"]})
+    listing = "\n".join(f"x_{i} = {i}" for i in range(30))
+    shown.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/markdown": f"Where it comes from:\n```python\n{listing}\n```", "text/plain": "<Markdown object>"})]
+    cells[0].source = cells[0].source.replace("about 5 min", "about 1 min")
+    convert.restate_reading_time(cells + [shown])
+    assert cells[0].source.startswith("**Time:** about 7 min"), \
+        "a Markdown output is read too: its 30 lines of source at 15 a minute (2 min), its 4 words as words"
     for chapter in sorted((ROOT / "notebooks").glob("[01]*.py")):
         assert convert.STATED_TIME.search(chapter.read_text().replace("{reading_minutes}", "1")), \
             f"{chapter.name} states no '**Time:** about N min' for the executed page to restate"

@@ -219,3 +219,55 @@ def test_the_assumed_column_width_is_the_books(book_in_chromium):
     natural, shown = seen["img"]
     assert shown <= natural + 0.5, "a figure is never shown wider than its PNG (upscaled, blurred)"
 
+
+
+def test_a_phone_gets_a_narrower_copy_of_a_wide_figure_with_text_at_the_same_size():
+    import base64
+    import struct
+
+    fig = Figure(figsize=(8.5, 3))
+    ax = fig.add_subplot()
+    ax.plot([1, 2, 3])
+    ax.set_title("a title", fontsize=11)
+    fig.tight_layout()
+    wide, meta = figures.figure_png(fig)
+    phone = base64.b64decode(meta[figures.PHONE_METADATA])
+    width = lambda png: struct.unpack(">I", png[16:20])[0]  # noqa: E731 (a PNG's IHDR width)
+    assert width(phone) <= (figures.PHONE_WIDTH_IN + 0.25) * fig.dpi < width(wide), \
+        "the phone's copy is drawn PHONE_WIDTH_IN wide (plus the tight crop's padding), narrower than the figure"
+    assert fig.get_figwidth() == 8.5 and ax.title.get_fontsize() == 11, "drawing the copy leaves the figure as it was"
+    narrow = Figure(figsize=(figures.PHONE_WIDTH_IN + 0.2, 3))
+    narrow.add_subplot().plot([1, 2])
+    assert isinstance(figures.figure_png(narrow), bytes) and figures.phone_copy(narrow) is None, \
+        "a figure already about a phone's width has one copy"
+
+
+def test_a_built_page_offers_the_phone_copy_to_a_phone(tmp_path):
+    import base64
+    import hashlib
+
+    import nbformat
+    from tools.book import html as book_html
+
+    wide, phone = b"\x89PNG wide", b"\x89PNG phone"
+    name = hashlib.sha256(wide).hexdigest() + ".png"
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("fig")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(wide).decode()},
+                                           metadata={"image/png": {figures.PHONE_METADATA: base64.b64encode(phone).decode()}})]
+    nb.cells = [cell]
+    (tmp_path / "out" / "book").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "out" / "book" / "ch.ipynb")
+    site = tmp_path / "html"
+    (site / "_images").mkdir(parents=True)
+    (site / "_images" / name).write_bytes(wide)
+    (site / "book").mkdir()
+    page = site / "book" / "ch.html"
+    page.write_text(f'<figure><img alt="a" src="../_images/{name}" /></figure><img src="../_images/other.png" />')
+    assert book_html.serve_phone_figures(tmp_path / "out", site) == 1
+    assert (site / "_images" / name.replace(".png", "-phone.png")).read_bytes() == phone
+    shown = page.read_text()
+    assert f'<picture><source media="{book_html.PHONE_MEDIA}" srcset="../_images/{name[:-4]}-phone.png">' \
+           f'<img alt="a" src="../_images/{name}" /></picture>' in shown, "the figure's <img> is wrapped, its src kept"
+    assert '<picture><source media="(max-width: 600px)" srcset="../_images/other' not in shown, \
+        "an image without a phone's copy is left alone"

@@ -161,17 +161,28 @@ def shown_code_lines(cells) -> int:
     return sum(1 for c in code for line in c.source.splitlines() if line.strip())
 
 
+def prose_words(cells) -> int:
+    """Words of the page's markdown cells, a folded note (a MyST dropdown or a <details>) counted
+    by its title alone, as a folded output is: read only by who opens it."""
+    words = 0
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            text = FOLDED_HTML.sub(r"\1", DROPDOWN.sub(r"\1", cell.source))
+            words += len(re.sub(r"</?(?:details|summary)[^>]*>", " ", text).split())
+    return words
+
+
 def fill_reading_time(cells) -> None:
     """Write the page's reading time where its markdown says ``{reading_minutes}``.
 
-    The rule: the words of the page's markdown cells at 200 a minute, plus the lines of code it
+    The rule: the words of the page's markdown cells (``prose_words``) at 200 a minute, plus the lines of code it
     shows (``shown_code_lines``: run after ``fold_setup``) at 15 a minute, rounded up to whole
     minutes, at least 1. Tables, figures and the sentences cells print are not counted here (the
     notebook is not run yet): the executed page's time counts them (``restate_reading_time``).
     Only that exact placeholder is replaced: MyST's glue roles ({glue:text}`name`)
     and any other braces are left as they are.
     """
-    words = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
+    words = prose_words(cells)
     read = words / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
     minutes = str(max(1, math.ceil(read)))
     for cell in cells:
@@ -184,17 +195,19 @@ def fill_reading_time(cells) -> None:
 READING_FIGURE_MINUTES = 0.5
 READING_TABLE_MINUTES = 1 / 3
 STATED_TIME = re.compile(r"(\*\*Time:\*\* about )(\d+)( min)")
+FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
 FOLDED_HTML = re.compile(r"<details[^>]*>\s*<summary>(.*?)</summary>.*?</details>", re.S)
 FOLDED_OUTPUT_TAGS = {"remove-cell", "remove-output", "hide-output", "hide-cell", "parameters", "injected-parameters"}
 
 
-def shown_output_reading(cells) -> tuple[int, int, int]:
-    """(words, tables, figures) of the outputs an executed page shows unfolded: the sentences
-    and ✔ lines cells print, their tables and their figures (the traces box is read as words,
-    but for its folded part: a <details> counts its summary only)."""
+def shown_output_reading(cells) -> tuple[int, int, int, int]:
+    """(words, code lines, tables, figures) of the outputs an executed page shows unfolded: the
+    sentences and ✔ lines cells print or display as Markdown, the source a cell shows
+    (``show_lines``: a fenced block, read as code), their tables and their figures (the traces
+    box is read as words, but for its folded part: a <details> counts its summary only)."""
     import html as html_lib
 
-    words = tables = figures = 0
+    words = code = tables = figures = 0
     for cell in cells:
         if cell.cell_type != "code" or FOLDED_OUTPUT_TAGS & set(cell.metadata.get("tags", [])):
             continue
@@ -205,21 +218,26 @@ def shown_output_reading(cells) -> tuple[int, int, int]:
                 figures += 1
             elif "<table" in rich and "ap-traces" not in rich:
                 tables += rich.count("<table")
+            elif "text/markdown" in data and not rich:
+                text = "".join(data["text/markdown"])
+                fenced = FENCED.findall(text)
+                code += sum(1 for block in fenced for line in block.splitlines() if line.strip())
+                words += len(FENCED.sub(" ", text).split())
             else:
                 text = rich or "".join(data.get("text/plain", "")) or "".join(output.get("text", ""))
                 text = FOLDED_HTML.sub(r"\1", text)  # a folded part is read only by who opens it
                 words += len(html_lib.unescape(re.sub(r"<style.*?</style>|<[^>]+>", " ", text, flags=re.S)).split())
-    return words, tables, figures
+    return words, code, tables, figures
 
 
 def restate_reading_time(cells) -> None:
     """On an executed page, "**Time:** about N min" counts what the run printed too: the prose
-    and shown code as ``fill_reading_time`` counts them, plus the words of the outputs shown
-    unfolded at the same 200 a minute, a third of a minute a table and half a minute a figure
-    (``shown_output_reading``), rounded up."""
-    prose = sum(len(cell.source.split()) for cell in cells if cell.cell_type == "markdown")
-    words, tables, figures = shown_output_reading(cells)
-    read = ((prose + words) / READING_WORDS_PER_MINUTE + shown_code_lines(cells) / READING_CODE_LINES_PER_MINUTE
+    and shown code as ``fill_reading_time`` counts them, plus the outputs shown unfolded
+    (``shown_output_reading``): their words at the same 200 a minute, the source they show at 15
+    lines a minute, a third of a minute a table and half a minute a figure, rounded up."""
+    prose = prose_words(cells)
+    words, code, tables, figures = shown_output_reading(cells)
+    read = ((prose + words) / READING_WORDS_PER_MINUTE + (shown_code_lines(cells) + code) / READING_CODE_LINES_PER_MINUTE
             + tables * READING_TABLE_MINUTES + figures * READING_FIGURE_MINUTES)
     minutes = str(max(1, math.ceil(read)))
     for cell in cells:

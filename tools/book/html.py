@@ -9,10 +9,15 @@ then completes what the pages link to:
   math without a network;
 * the traces each notebook wrote, published beside the pages (``tools.book.publish.publish``);
 * ``serve_unsolved(out, html)``: each exercise page's download button serves the exercise
-  unsolved, from the copies ``tools.book.execute.stage`` keeps.
+  unsolved, from the copies ``tools.book.execute.stage`` keeps;
+* ``serve_phone_figures(out, html)``: a phone's browser shows each figure's narrower copy
+  (``kernels.figures.phone_copy``), its text as large as on a laptop.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -50,6 +55,7 @@ def build(out: Path = ROOT / "_build" / "executed", html_parent: Path = ROOT) ->
     html = html_parent / "_build" / "html"
     print(f"Published {len(publish.publish(out, html))} trace(s) with the HTML", flush=True)
     print(f"Exercise downloads: {len(serve_unsolved(out, html))} unsolved notebook(s)", flush=True)
+    print(f"Figures with a phone's copy: {serve_phone_figures(out, html)}", flush=True)
     return html
 
 
@@ -66,3 +72,57 @@ def serve_unsolved(out: Path, html: Path) -> list[Path]:
             shutil.copy2(unsolved, target)
             served.append(target)
     return served
+
+
+# Where a phone's browser takes the narrower copy: the width at which pages.css treats a screen
+# as a phone.
+PHONE_MEDIA = "(max-width: 600px)"
+
+
+def phone_copies(notebook) -> dict[str, bytes]:
+    """{the file name myst-nb gives a figure's PNG (its SHA-256): the PNG of its phone's copy},
+    for each figure of an executed notebook that carries one."""
+    from kernels.figures import PHONE_METADATA
+
+    copies = {}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            phone = output.get("metadata", {}).get("image/png", {}).get(PHONE_METADATA)
+            if phone and "image/png" in output.get("data", {}):
+                wide = base64.b64decode(output["data"]["image/png"])
+                copies[hashlib.sha256(wide).hexdigest() + ".png"] = base64.b64decode(phone)
+    return copies
+
+
+def with_phone_source(page: str, name: str) -> str:
+    """Each <img> of ``name`` on the page wrapped in a <picture> whose source a phone takes."""
+    phone = name.removesuffix(".png") + "-phone.png"
+
+    def wrap(m: re.Match) -> str:
+        src = m.group(1)
+        return (f'<picture><source media="{PHONE_MEDIA}" srcset="{src.removesuffix(name) + phone}">'
+                f"{m.group(0)}</picture>")
+
+    return re.sub(r'<img [^>]*src="([^"]*/_images/' + re.escape(name) + r')"[^>]*>', wrap, page)
+
+
+def serve_phone_figures(out: Path, html: Path) -> int:
+    """Write each figure's phone copy beside it in ``_images`` and point the pages at it."""
+    import nbformat
+
+    copies: dict[str, bytes] = {}
+    for notebook in sorted(Path(out).rglob("*.ipynb")):
+        copies.update(phone_copies(nbformat.read(notebook, as_version=4)))
+    images = html / "_images"
+    served = {name: png for name, png in copies.items() if (images / name).exists()}
+    for name, png in served.items():
+        (images / (name.removesuffix(".png") + "-phone.png")).write_bytes(png)
+    for page in html.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        changed = text
+        for name in served:
+            if name in changed:
+                changed = with_phone_source(changed, name)
+        if changed != text:
+            page.write_text(changed, encoding="utf-8")
+    return len(served)

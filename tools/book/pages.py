@@ -32,6 +32,7 @@ MAX_HEIGHT = 12_000          # px at 1280: a chapter a reader finishes
 MAX_CODE_LINES = 60          # non-blank lines of visible code inputs, the folded setup box aside
 MAX_FOLDED = 1               # the setup box
 MAX_CREDITS = 1              # the "Traces on this page" box, or one credit sentence
+MIN_PHONE_SCALE = 0.6        # at 390 px, shown / drawn width of a figure: 10-point text stays 8 px or more
 # Calls that are the page's bookkeeping, never what a learner types (issue #42).
 BOOKKEEPING = re.compile(r"(?<!\w)(?:glue|glue_all|lesson|say|timing_claims|traces_box)\s*\(|\.credit\(")
 # A number printed raw: five or more decimals and five or more significant digits (4.536724,
@@ -72,7 +73,7 @@ MEASURE = r"""(() => {
     if (found) credits.push(...found.map(() => n.textContent.trim().slice(0, 100)));
   }
   const images = Array.from(main.querySelectorAll("img")).filter(rendered).map(i => ({
-    src: (i.getAttribute("src") || "").split("/").pop().slice(0, 24),
+    src: (i.currentSrc || i.getAttribute("src") || "").split("/").pop().slice(0, 24),
     width: Math.round(i.getBoundingClientRect().width), natural: i.naturalWidth,
     over: Math.round(i.getBoundingClientRect().right - column.right)}));
   const tables = Array.from(main.querySelectorAll(".cell_output table")).filter(rendered).map(t => ({
@@ -159,6 +160,14 @@ def too_tall(m: dict) -> list[str]:
     return [f"{m['height']:,} px tall (at most {MAX_HEIGHT:,})"] if m["height"] > MAX_HEIGHT else []
 
 
+def shrunk_figures(m: dict) -> list[str]:
+    """Figures a phone shows below ``MIN_PHONE_SCALE`` of their drawn size: text drawn at 10
+    points is then under 8 px (a figure's phone copy, ``kernels.figures.phone_copy``, is drawn
+    narrow enough to keep it legible)."""
+    return [f"{i['src']} is shown at {i['width'] / i['natural']:.2f} of its drawn {i['natural']} px" for i in m["images"]
+            if i["natural"] and i["width"] / i["natural"] < MIN_PHONE_SCALE]
+
+
 def tables_past_the_column(m: dict) -> list[str]:
     return [f"table '{t['head']}' runs {t['over']} px past the column" for t in m["tables"] if t["over"] > 1]
 
@@ -172,6 +181,8 @@ RULES = (
     Rule("raw", "no number printed raw (5+ decimals and digits, or e+ notation)", raw_numbers),
     Rule("credits", f"at most {MAX_CREDITS} credit paragraph (the traces box counts)", extra_credits),
     Rule("image", "every image fits the column at 390 px", wide_images, width=390),
+    Rule("legible", f"every figure shown at {MIN_PHONE_SCALE} of its drawn size or more at 390 px", shrunk_figures,
+         width=390),
     Rule("table", "every table scrolls inside its own box at 390 px", tables_past_the_column, width=390),
     Rule("height", f"at most {MAX_HEIGHT:,} px tall at 1280 px", too_tall, width=1280),
 )
