@@ -6,22 +6,19 @@
 #
 # > **Guess what the trace will show, then look. Every mismatch is a lesson.**
 #
-# Everything here runs on a CPU. On a GPU the same calls record a second track, the GPU's:
-# the end of the chapter reads one, a whole model step recorded on an H100.
+# Everything here runs on a CPU; the chapter ends with a GPU trace, a model step recorded on
+# an H100.
 #
 # **You will learn to:**
 #
-# - record a trace with a schedule (`wait`, `warmup`, `active` steps) and a label on each call;
-# - read one trace three ways: PyTorch's summary table (CPU total against Self CPU), a per-step
-#   table of ops in call order, and a timeline;
-# - tell a CPU track from a GPU track: launches against [kernels](glossary.md#kernel), tied by correlation ids, and
+# - record a trace with a schedule and a label;
+# - read it three ways: a summary table, a per-step op table, a timeline;
+# - tell a CPU track from a GPU track (launches against [kernels](glossary.md#kernel)) and
 #   why a timer around GPU code must synchronise;
-# - read a real model's GPU step: how many kernels, how long the GPU was busy against the
-#   step's time, the gaps between kernels, and when a step is launch-bound;
-# - open the trace file in Perfetto and follow a launch to its kernel.
+# - read a real model's GPU step: busy time, gaps, and when it is launch-bound;
+# - open the trace in Perfetto.
 #
-# **Before you start:** No earlier chapter. Python and basic PyTorch (tensors, `@`, calling a
-# function on them); no GPU.
+# **Before you start:** No earlier chapter. Python and basic PyTorch (tensors, `@`); no GPU.
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -50,17 +47,15 @@ borrowed.traces_box({"H100 BERT": borrowed.TRACELENS["h100_bert"]})
 # %% [markdown]
 # ## Recording: a schedule and a label
 #
-# `torch.profiler.profile` records what happens while it is active. Two habits make its
-# output readable:
+# Two habits make what `torch.profiler.profile` records readable:
 #
-# - **A schedule.** The first calls of anything are unusual: memory is allocated for the
-#   first time, libraries initialise, caches are cold. A schedule skips `wait` steps, runs
-#   `warmup` steps with the profiler on but discards them, then records `active` steps.
-#   You mark the end of each step with `prof.step()`.
+# - **A schedule.** First calls are unusual (first allocations, libraries starting, cold
+#   caches). A schedule skips `wait` steps, runs `warmup` steps and discards them, then
+#   records `active` steps; `prof.step()` marks the end of each step.
 # - **A label.** `torch.profiler.record_function("name")` wraps a call in a named range, so
 #   the trace says which ops belong to which call.
 #
-# The course wraps both in one function, `kernels.trace.record.profile`. Here is its core:
+# The course's `kernels.trace.record.profile` does both. Its core:
 
 # %%
 show_lines(record.profile, "with quiet_kineto()", "prof.step()")
@@ -68,16 +63,15 @@ show_lines(record.profile, "with quiet_kineto()", "prof.step()")
 # %% [markdown]
 # ## Guess first
 #
-# Our first subject is tiny on purpose: a matrix product followed by a ReLU, the whole body of
-# the function `record.mlp_step(x, w)`:
+# Our first subject is tiny on purpose: a matrix product then a ReLU, the whole body of
+# `record.mlp_step(x, w)`:
 
 # %%
 show_lines(record.mlp_step, "return torch.relu")
 
 # %% [markdown]
-# Which ops will the trace show at its top level, in order? Op names in a trace look like
-# `aten::add` (`aten` is PyTorch's library of ops). The cell below holds a first guess: make
-# it yours before running the next one.
+# Which ops will the trace show at its top level, in order? Op names look like `aten::add`
+# (`aten` is PyTorch's library of ops). Make the first guess below yours, then run the next cell.
 
 # %%
 guess = ["aten::matmul", "aten::mm", "aten::relu"]  # edit me
@@ -85,70 +79,54 @@ guess = ["aten::matmul", "aten::mm", "aten::relu"]  # edit me
 # %%
 x = torch.randn(4 * seq, 4 * head_dim, device=device, dtype=dtype)
 w = torch.randn(4 * head_dim, 4 * head_dim, device=device, dtype=dtype)
-run = record.profile(record.mlp_step, x, w, label="mlp_step",
-                     active=active_steps, trace_dir=trace_dir)
+run = record.profile(record.mlp_step, x, w, label="mlp_step", active=active_steps, trace_dir=trace_dir)
 step = reader.median_step(run.steps())
-top = step.top_level()["name"].tolist()
-reveal(guess, top, "top-level ops", source="the top level")
+reveal(guess, step.top_level()["name"].tolist(), "top-level ops", source="the top level")
 
 # %% tags=["remove-input"]
 seen = step.top_level()["name"].tolist()
-lesson(seen == ["aten::matmul", "aten::relu"], "the top level of the trace is exactly the two ops mlp_step calls: matmul, then relu",
+lesson(seen == ["aten::matmul", "aten::relu"], "the top level is exactly mlp_step's two calls, in order",
        ", ".join(seen))
-lesson(not step.find("aten::mm").empty, "matmul dispatched to the concrete kernel aten::mm underneath")
+lesson(not step.find("aten::mm").empty, "matmul dispatched to aten::mm underneath")
 
 # %% [markdown]
-# The top level is what the code wrote. Underneath, PyTorch's `matmul` is a dispatcher that
-# picks a concrete kernel for the work (`mm` for 2-D inputs): a trace always has more
-# levels than the code you read.
+# The top level is what the code wrote. Underneath, `matmul` dispatches to a concrete kernel
+# (`mm` for 2-D inputs): a trace always has more levels than the code.
 #
 # ## Three ways to read the same trace
 #
-# **1. PyTorch's summary table** (`prof.key_averages().table()`) aggregates every op over all
-# recorded steps. It is the quickest overview and the most lossy: order, nesting and the
-# step each op belonged to are gone. PyTorch prints it as text, nine columns wide (folded
-# here: open it to see it as you would in your terminal):
+# **1. PyTorch's summary table** (`prof.key_averages().table()`) sums every op over all
+# recorded steps: the quickest overview and the most lossy (order, nesting and steps are
+# gone). Its printed form, nine columns wide, is folded here; below it, the columns we read
+# (times in ms, bytes in MiB, summed over every call):
 
 # %% tags=["wide-text", "hide-output"]
 print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
-
-# %% [markdown]
-# The columns we read, from the same `key_averages()` (times in ms, bytes in MiB, both summed
-# over every call, as in PyTorch's table):
 
 # %%
 summary_columns(run.averages)
 
 # %% [markdown]
-# How to read its columns, checked on this table:
-#
-# - **CPU total** is the wall time from an op's start to its end, children included; **Self
-#   CPU** leaves the children out. `aten::matmul` has a large total and a tiny self time: it
-#   dispatches, and its child `aten::mm` does the work. Total = self + the children's totals.
-#   `aten::relu` does the same with `aten::clamp_min` (a ReLU is $\max(x, 0)$: a clamp from
-#   below at 0).
-# - **# of Calls** counts every recorded step: the averages divide by it.
-# - Self times never overlap, so the Self CPU column adds up to the outermost row, the
-#   `ProfilerStep*` that wraps each recorded step (a [profiler step](glossary.md#profiler-step)).
-# - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem** for GPU tensors) add up the
-#   bytes an op allocated over all its calls, a free counting as negative (the printed
-#   table's "MB" are MiB). `aten::mm` allocates its {glue:text}`primer_out_mib` MiB output once a call:
-#   {glue:text}`primer_mm_mem` over {glue:text}`primer_calls` calls. The label `mlp_step` frees both outputs, the product once
-#   relu has read it and relu's result once the call returns, outside any op: its Self CPU
-#   Mem is {glue:text}`primer_label_mem`, and its CPU Mem, children included, comes to 0.
-# - On a GPU run the table grows **Self CUDA** and **CUDA total** columns: time the GPU spent
-#   in kernels an op launched.
+# - **CPU total** is an op's wall time, children included; **Self CPU** leaves them out.
+#   `aten::matmul`'s total is large and its self time tiny: its child `aten::mm` does the
+#   work. `aten::relu` does the same with `aten::clamp_min` (a ReLU is a clamp from below at 0).
+# - Self times never overlap, so the Self CPU column adds up to the outermost row,
+#   `ProfilerStep*`, one [profiler step](glossary.md#profiler-step).
+# - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem**) add up the bytes an op allocated
+#   over all its calls, a free counting negative (the printed "MB" are MiB). The label
+#   `mlp_step` frees both outputs outside any op, so its CPU Mem, children included, comes to 0.
+# - On a GPU the table adds **Self CUDA** and **CUDA total**: time in kernels an op launched.
 
 # %% tags=["remove-input"]
 rows = {e.key: e for e in run.averages}
 matmul, mm, outer = rows["aten::matmul"], rows["aten::mm"], rows["ProfilerStep*"]
 lesson(abs(matmul.cpu_time_total - (matmul.self_cpu_time_total + mm.cpu_time_total)) <= 0.01 * matmul.cpu_time_total,
-       "matmul's CPU total is its self time plus its child mm's total",
+       "matmul's CPU total is its self time plus mm's total",
        f"{matmul.cpu_time_total:,.0f} = {matmul.self_cpu_time_total:,.0f} + {mm.cpu_time_total:,.0f} µs")
 lesson(matmul.count == active_steps, "# of Calls counts every recorded step", f"{matmul.count} calls over {active_steps} steps")
 self_sum = sum(e.self_cpu_time_total for e in run.averages)
 lesson(abs(self_sum - outer.cpu_time_total) <= 0.01 * outer.cpu_time_total,
-       "the Self CPU column adds up to the outermost row (ProfilerStep*)",
+       "the Self CPU column sums to the outermost row, ProfilerStep*",
        f"{self_sum:,.0f} vs {outer.cpu_time_total:,.0f} µs")
 # Memory lands in the CPU columns on a CPU and in the CUDA ones on a GPU.
 where = "device" if device.type == "cuda" else "cpu"
@@ -157,7 +135,7 @@ out_bytes = (x @ w).nbytes
 label = rows["mlp_step"]
 lesson(self_mem(mm) == mm.count * out_bytes and self_mem(label) == -2 * label.count * out_bytes
        and getattr(label, f"{where}_memory_usage") == 0,
-       "the memory columns sum every call: mm allocates its output each call, the label frees both outputs (a negative)",
+       "the memory columns sum every call: mm allocates its output each time, the label frees both",
        f"mm {self_mem(mm) / 2**20:,.0f} MiB = {mm.count} × {out_bytes / 2**20:,.0f} MiB; "
        f"mlp_step {self_mem(label) / 2**20:,.0f} MiB")
 glue_all(primer_out_mib=f"{out_bytes / 2**20:,.0f}", primer_calls=mm.count,
@@ -170,27 +148,23 @@ if device.type == "cuda":
           f"the GPU time of one recorded step's kernels in the trace: {step.gpu_time_us:.1f} µs")
 
 # %% [markdown]
-# **2. A per-step op table.** The course parses the exported trace file itself
-# (`kernels.trace.record`), so each labelled step comes back as a table in call order, indented
-# by nesting depth, with input shapes and the memory each op allocated. View-only ops
-# (reshape, transpose, ...) that compute nothing are hidden. Its times are one step's,
-# profiler included: read the order and the nesting first, the times only after the check below.
+# **2. A per-step op table.** The course parses the exported trace file into a table per
+# labelled step: ops in call order, indented by depth, with input shapes and memory (views,
+# which compute nothing, hidden). Its times are one profiled step's: read order and nesting.
 
 # %%
 tables.op_table(step)
 
 # %% [markdown]
-# Should the relu take a large share of the matmul's time? The matmul does
-# {glue:text}`primer_mm_flops` multiply-adds; the relu one comparison per element of its
-# output, {glue:text}`primer_relu_elems` of them: {glue:text}`primer_work_ratio` times less
-# arithmetic. But arithmetic is not all an op pays for: the relu also reads its
-# {glue:text}`primer_relu_mib` MiB input and writes a {glue:text}`primer_relu_mib` MiB output,
-# and moving bytes can cost more than computing ([chapter 1](01_naive.ipynb) shows a softmax
-# outlasting two GEMMs on a GPU). So only a measurement settles it. A profiled step is a poor clock for that question (one sample, the profiler's
-# bookkeeping on every op, a busy machine), so we time the two ops apart from the profiler,
-# call by call (`kernels.bench.compare`, see the [measuring appendix](appendix/measuring.ipynb)),
-# and call one faster only when its slowest tenth of calls beats the other's fastest tenth.
-# This book shows a CPU time as a result only where it passes that check.
+# Should the relu take a large share of the matmul's time? It does
+# {glue:text}`primer_work_ratio` times less arithmetic ({glue:text}`primer_relu_elems`
+# comparisons against {glue:text}`primer_mm_flops` multiply-adds) but reads and writes
+# {glue:text}`primer_relu_mib` MiB each way, and moving bytes can cost more than computing
+# ([chapter 1](01_naive.ipynb) shows a softmax outlasting two [GEMMs](glossary.md#gemm),
+# matrix products). A profiled step is a poor clock, so we time the two ops apart, call by call
+# ([measuring appendix](appendix/measuring.ipynb)), and call one faster only when its slowest
+# tenth of calls beats the other's fastest tenth: this book shows a CPU time only where it
+# passes that check.
 
 # %%
 y = x @ w
@@ -200,9 +174,8 @@ ops_timing = comparison.compare({"matmul": partial(torch.matmul, x, w), "relu": 
 # %% tags=["remove-input"]
 medians = ", ".join(f"{n} {readable(ms)} ms" for n, ms in ops_timing.median_ms.items())
 lesson(ops_timing.faster() in (None, "relu"),
-       "timed apart from the profiler, the relu is the faster op: its slowest tenth of calls beats the matmul's fastest tenth"
-       if ops_timing.faster() else "timed apart from the profiler, the matmul does not come out faster; the check "
-       "cannot tell the two apart on this run (their ranges overlapped)",
+       "timed apart, the relu is faster: its slowest tenth of calls beats the matmul's fastest tenth"
+       if ops_timing.faster() else "timed apart, the matmul is not faster; their ranges overlapped, so neither wins",
        medians if ops_timing.faster() else "no time shown")
 glue_all(primer_mm_flops=f"{x.shape[0] * w.shape[0] * w.shape[1]:,}", primer_relu_elems=f"{y.numel():,}",
          primer_relu_mib=f"{y.nbytes / 2**20:,.0f}",
@@ -219,9 +192,8 @@ glue("primer_ops_reading", {
 # %% [markdown]
 # {glue:text}`primer_ops_reading`.
 #
-# Every recorded step runs the same code, so its ops and its memory should look alike, step
-# after step. Its CPU time need not: a first-time allocation, a garbage collection or another
-# process on the machine stretches one step and not the next. One row per recorded step:
+# Every recorded step runs the same code, so its ops and memory should match; its CPU time
+# need not. One row per recorded step:
 
 # %%
 per_step = tables.counts(run.steps())
@@ -229,7 +201,7 @@ per_step = tables.counts(run.steps())
 # %% tags=["remove-input"]
 lesson(len(per_step) == active_steps, f"the schedule recorded exactly {active_steps} active steps", f"{len(per_step)} steps in the trace")
 lesson(per_step["ops"].nunique() == 1 and per_step["peak_MiB"].nunique() == 1,
-       "every recorded step dispatched the same number of ops and reached the same peak memory",
+       "every recorded step dispatched as many ops and peaked at the same memory",
        f"{per_step['ops'].iloc[0]} ops, peak {readable(per_step['peak_MiB'].iloc[0])} MiB per step")
 display(per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak_MiB"]].rename(
     columns={"cpu_time_ms": "CPU time (ms)", "peak_MiB": "peak (MiB)"}).assign(
@@ -237,20 +209,18 @@ display(per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak
 spread = per_step["cpu_time_ms"].max() / per_step["cpu_time_ms"].min()
 glue("primer_step_spread", (
     f"On this run the CPU times of these identical steps range from {per_step['cpu_time_ms'].min():,.1f} to "
-    f"{per_step['cpu_time_ms'].max():,.1f} ms, {spread:,.0f}× apart, though each did the same work: something outside "
-    "the code stretched some of them (other processes on a busy machine, a first-time allocation, a garbage "
-    "collection: the trace does not say which). Time is the one column it disturbed: read the tables above for "
-    "their ops, nesting and memory, not their times" if spread >= 2 else
+    f"{per_step['cpu_time_ms'].max():,.1f} ms, {spread:,.0f}× apart: something outside the code (another process, "
+    "a first-time allocation, a garbage collection: the trace does not say which) stretched some of them. Read "
+    "the tables above for their ops, nesting and memory, not their times" if spread >= 2 else
     f"On this run the CPU times of these steps stay within {spread:.1f}× of each other: a quiet machine. The tables "
     "above still show one profiled sample, profiler included"))
 
 # %% [markdown]
 # {glue:text}`primer_step_spread`.
 #
-# **3. A timeline.** The same step drawn as Perfetto draws it: time runs left to right, a
-# bar per op, children under their parent. Where a bar is wider than its children, the
-# difference is the parent's own time: the work it does itself, or time the trace cannot
-# give to any op.
+# **3. A timeline.** The same step as Perfetto draws it: time left to right, a bar per op,
+# children under their parent. Where a bar is wider than its children, the difference is the
+# parent's own time.
 
 # %%
 #| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; any stretch of the label's bar with no op under it is the label's own time (how much, and what it is, below the figure).
@@ -267,9 +237,9 @@ own_share = 100 * label_own_us / step.cpu_time_us
 own_share = f"{own_share:.0f}%" if own_share >= 1 else "under 1%"
 glue("primer_label_own", (
     f"Of that, {readable(label_own_us / 1e3)} ms ({own_share}) is the label's own "
-    "time, outside matmul and relu. It is not dispatch: a `return torch.relu(x @ w)` spends microseconds on that. "
-    "It is what the trace cannot give to any op: the Python between the two calls, freeing the outputs, the "
-    "profiler's own bookkeeping and, on a busy machine, time the process waited for a core (the step times above)"
+    "time, outside matmul and relu: not dispatch (microseconds here) but what the trace cannot give to any op: "
+    "the Python between the calls, freeing the outputs, the profiler's bookkeeping and, on a busy machine, "
+    "time spent waiting for a core"
     if label_own_us >= 0.1 * step.cpu_time_us else
     f"Only {readable(label_own_us / 1e3)} ms of it ({own_share}) is the label's "
     "own time, outside matmul and relu: the Python between the calls, freeing the outputs, the profiler's bookkeeping"))
@@ -283,37 +253,28 @@ glue("primer_label_own", (
 # On a GPU, PyTorch does not wait for a kernel to finish: the CPU *launches* it (a
 # `cudaLaunchKernel` call) and moves on while the GPU works through its queue. A trace
 # therefore has two tracks: the CPU thread's, with ops and launches, and the GPU's, with the
-# kernels, each tied to its launch by a correlation id (Perfetto draws the tie as an arrow).
-# Two consequences:
+# kernels, each tied to its launch by a correlation id (an arrow in Perfetto). So:
 #
-# - The time of an op on the CPU track is the time to *launch* its work, not to do it.
-# - A timer around GPU code measures launches unless it synchronises
-#   (`torch.cuda.synchronize()`, or CUDA events). `kernels.trace.record.profile` synchronises at
-#   the end of each step so that steps do not bleed into each other.
+# - an op's time on the CPU track is the time to *launch* its work, not to do it;
+# - a timer around GPU code measures launches unless it synchronises
+#   (`torch.cuda.synchronize()`, or CUDA events); `record.profile` synchronises after each step.
 #
-# A GPU run's trace holds more than ops. The Hugging Face blog series this course follows
-# ("Profiling in PyTorch"; its Part 1, torch-profiler.md) reads four kinds of rows besides ops
-# in its matmul trace, three runtime calls on the CPU thread's track and one of the profiler's own:
+# Besides ops, the Hugging Face series this course follows ("Profiling in PyTorch", Part 1,
+# torch-profiler.md) reads four kinds of rows in its matmul trace:
 #
-# - `cudaLaunchKernel`: one per kernel (libraries may launch with another call of the same
-#   family: the runtime's `cudaLaunchKernelExC`, the driver's `cuLaunchKernel` or `cuLaunchKernelEx`).
-# - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: a planning call, purely on the CPU, asking
-#   how many blocks of a kernel fit one [SM](glossary.md#sm). In the series' trace
-#   [cuBLAS](glossary.md#cublas) (NVIDIA's library of matrix products) made it
-#   inside `aten::mm`, before the [GEMM](glossary.md#gemm)'s launch; a different cuBLAS may not
-#   make it at all.
-# - `cudaDeviceSynchronize`: the CPU waiting until the GPU has finished everything queued, as
-#   `torch.cuda.synchronize()` does.
-# - `Activity Buffer Request`: the profiler's own work ([CUPTI](glossary.md#cupti) asking for
-#   memory to record into), on a profiler-overhead track of its own.
-#
-# The trace we just recorded has a GPU track only when this page ran on a GPU:
+# - `cudaLaunchKernel`, one per kernel (or a sibling: see H100 BERT below);
+# - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`, a CPU-side query of how many blocks of a
+#   kernel fit one [SM](glossary.md#sm), made by [cuBLAS](glossary.md#cublas) (NVIDIA's
+#   matrix-product library) inside `aten::mm`;
+# - `cudaDeviceSynchronize`, the CPU waiting for everything queued;
+# - `Activity Buffer Request`, the profiler's own work ([CUPTI](glossary.md#cupti) asking for
+#   memory), on a track of its own.
 
 # %% tags=["remove-input"]
 lesson(run.trace.has_gpu == (device.type == "cuda"),
        "this GPU run recorded a GPU track of kernels" if device.type == "cuda" else
-       "this CPU-only run recorded no GPU track: its ops ran where they were dispatched (H100 BERT below has one)",
-       f"{len(step.gpu_work)} GPU activities in one step on {device.type}")
+       "this CPU-only run recorded no GPU track (H100 BERT below has one)",
+       f"{len(step.gpu_work)} GPU activities")
 
 # %% tags=["remove-input"]
 # On a GPU (or with the book's recording), the same rows read off mlp_step's own GPU step; on a CPU build, nothing.
@@ -340,13 +301,11 @@ if gpu_steps:
 # %% [markdown]
 # ### A whole model step on an H100
 #
-# A two-op function is a small subject for a GPU. Here is a real model instead: one inference
-# step of BERT-small on one short sentence, in bfloat16, on an H100 (**H100 BERT** in the box
-# at the top of the page: recorded by others, not our code).
+# A real model now: one inference step of BERT-small on one short sentence, in bfloat16, on an
+# H100 (**H100 BERT** in the box at the top, recorded by others).
 #
-# Guess first. BERT-small is tiny by today's standards and its input is one sentence; the
-# H100 is one of the fastest GPUs made. Of the time the CPU spent in this step, what
-# percentage was the GPU busy running kernels?
+# Guess first. BERT-small is tiny and its input one sentence; the H100 is one of the fastest
+# GPUs made. For what percentage of the step's CPU time was the GPU busy running kernels?
 
 # %%
 guess_busy_pct = 50  # edit me: GPU busy time, in % of the step's CPU time
@@ -368,10 +327,10 @@ reveal(guess_busy_pct, busy, "the GPU's busy share of the step (%)");
 
 # %% tags=["remove-input"]
 busy_pct = 100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]
-lesson(busy_pct < 50, "in BERT-small's step on one sentence the GPU was busy for less than half of the step's CPU time",
+lesson(busy_pct < 50, "the GPU was busy for under half of BERT-small's step",
        f"{bert_gpu['gpu_busy_us']:,.0f} µs of kernels in a {bert_gpu['step_us']:,.0f} µs step")
 lesson(bert_gpu["gaps"] > 0 and bert_gpu["cpu_late_gaps"] == bert_gpu["gaps"],
-       "every gap on the GPU stream is one the CPU was late for: the next launch began after the GPU had gone idle",
+       "the CPU was late for every gap: each next launch began after the GPU went idle",
        f"{bert_gpu['cpu_late_gaps']} of {bert_gpu['gaps']} gaps")
 tokens = bert_step.find("aten::embedding")["input_dims"].iloc[0][1]   # the token ids: [batch, tokens]
 glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.find("aten::scaled_dot_product_attention")),
@@ -382,48 +341,38 @@ glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.fi
          bert_launch_to_start_us=f"{bert_gpu['median_launch_to_start_us']:.1f}")
 
 # %% [markdown]
-# The model read {glue:text}`bert_tokens` token ids (the recording's settings name a longer
-# maximum; the sentence was this long) through {glue:text}`bert_layers` encoder layers, one
-# attention call each. The step ran {glue:text}`bert_kernels` kernels and
-# {glue:text}`bert_other_work` copy on one stream, busy for {glue:text}`bert_busy_us` µs of a
-# {glue:text}`bert_step_ms` ms step: the GPU worked {glue:text}`bert_busy_pct`% of the time.
-# Between its first kernel and its last it sat idle {glue:text}`bert_gaps` times,
-# {glue:text}`bert_idle_ms` ms in all, a median {glue:text}`bert_median_gap_us` µs each, while a
-# typical kernel here runs for a few microseconds. And each kernel started a median
-# {glue:text}`bert_launch_to_start_us` µs after its launch call began: the queue was empty, the
-# GPU waiting for the CPU to ask. The five longest gaps, with the work on either side:
+# The model read {glue:text}`bert_tokens` token ids (the box's 512 is a maximum) through
+# {glue:text}`bert_layers` encoder layers, one attention call each: {glue:text}`bert_kernels`
+# kernels and {glue:text}`bert_other_work` copy on one stream. Between its first kernel and its
+# last the GPU sat idle {glue:text}`bert_gaps` times, {glue:text}`bert_idle_ms` ms in all, a
+# median {glue:text}`bert_median_gap_us` µs each, while a typical kernel runs a few
+# microseconds; each kernel started a median {glue:text}`bert_launch_to_start_us` µs after its
+# launch call began: the GPU was waiting for the CPU to ask. The five longest gaps:
 
 # %%
 gaps = tables.gpu_gaps(bert_step)
 gaps.nlargest(5, "gap_us")[["after", "before", "gap_us"]].rename(columns={"gap_us": "gap (µs)"})
 
 # %% [markdown]
-# `cutlass::Kernel2` is a [GEMM](glossary.md#gemm) kernel built with
-# [CUTLASS](glossary.md#cutlass), NVIDIA's library of GEMM templates. (`gpu_gaps` also says,
-# per gap, whether the CPU was late for it: every one here, as the ✔ above counts, so the
-# table leaves that column out.)
+# `cutlass::Kernel2` is a GEMM kernel built with [CUTLASS](glossary.md#cutlass), NVIDIA's
+# library of GEMM templates.
 #
-# This is a **launch-bound** step (also called overhead-bound): the pace is set by the CPU
-# dispatching ops one by one through Python and PyTorch, not by the GPU. A faster kernel would
-# not shorten it at all. What helps is giving the GPU more work per launch (a larger batch,
-# longer inputs: the same kernels take longer while the launches cost the same) or fewer
-# launches (fused kernels, [CUDA graphs](glossary.md#cuda-graph), `torch.compile`, in
-# [chapter 7](07_compiled.ipynb)).
+# This step is **launch-bound** (or overhead-bound): the CPU dispatching ops one by one through
+# Python and PyTorch sets the pace, not the GPU, so a faster kernel would not shorten it. What
+# helps is more work per launch (a larger batch, longer inputs) or fewer launches (fused
+# kernels, [CUDA graphs](glossary.md#cuda-graph), `torch.compile`, in [chapter 7](07_compiled.ipynb)).
 #
-# Zoom in on one encoder layer, from one attention call to the next, and the launches can be
-# followed one by one. The CPU rows have gaps too: time spent in Python, between ops, that
-# the profiler's op rows do not show:
+# Zoomed in on one encoder layer, the launches can be followed one by one; the CPU rows have
+# gaps too (time in Python, between ops):
 
 # %%
 #| caption: H100 BERT, zoomed in on one encoder layer, from the first `scaled_dot_product_attention` call (the purple bars at the left, labelled "scale…" and, one level down, "_sc…") to the second. Each kernel (bottom row) has a short grey tick above it: its top end is the moment the kernel's launch call began, its bottom end the kernel's start, microseconds later. Read straight up from a tick's top end to find the op that launched that kernel. The kernels are short, and the white stretches between them are the GPU waiting.
 #| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (scaled_dot_product_attention in purple, linear and addmm in blue, layer_norm, gelu) fill three rows above; the GPU row below holds a dozen short kernel bars, each with a short grey tick above it, with wide gaps between them.
-sdpa = bert_step.find("aten::scaled_dot_product_attention")
-layer = tuple(sdpa["start_us"].iloc[:2] / 1e3)
+layer = tuple(bert_step.find("aten::scaled_dot_product_attention")["start_us"].iloc[:2] / 1e3)
 timeline.timeline(bert_step, window_ms=layer, title="H100 BERT: one layer")
 
 # %% [markdown]
-# Every kernel has its launch. The runtime calls on the CPU that launch GPU work or wait for
-# it, by name, with the GPU work each kind launched and the ops it was made in:
+# The runtime calls that launch GPU work or wait for it, with the ops they were made in:
 
 # %%
 bert_calls = tables.runtime_table(bert_step)
@@ -434,48 +383,43 @@ shown = (whole["GPU work launched"] > 0) | whole["call"].str.endswith("Synchroni
 display(whole[shown].reset_index(drop=True).rename(columns={"GPU work launched": "GPU work"})
         .assign(**{"CPU µs": whole.loc[shown, "CPU µs"].map(lambda us: f"{us:,.0f}").values}))
 lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any(),
-       "the runtime calls left out of the table launched no GPU work and waited for none",
+       "the calls left out launched no GPU work and waited for none",
        ", ".join(whole.loc[~shown, "call"]))
 launch_calls = bert_calls[bert_calls["call"].str.contains("LaunchKernel")]
 lesson(bert_step.gpu_work["launcher"].notna().all() and launch_calls["calls"].sum() == bert_gpu["kernels"],
-       "one launch call per kernel, each kernel tied to its launch on the CPU thread",
-       f"{launch_calls['calls'].sum()} launch calls ({', '.join(launch_calls['call'])}), {bert_gpu['kernels']} kernels")
+       "one launch call per kernel, each kernel tied to its launch",
+       f"{launch_calls['calls'].sum()} launch calls, {bert_gpu['kernels']} kernels")
 queries = bert_step.runtime_calls["name"].str.startswith("cudaOccupancyMaxActiveBlocksPerMultiprocessor")
-lesson(not queries.any(), "no occupancy query in this step: its cuBLAS planned its GEMMs without one",
-       f"{int(queries.sum())} cudaOccupancyMaxActiveBlocksPerMultiprocessor calls")
+lesson(not queries.any(), "no occupancy query: this cuBLAS planned its GEMMs without one", f"{int(queries.sum())} queries")
 waits = synchronisations(bert_step)
 harness, model = waits[~waits["in_module"]], waits[waits["in_module"]]
 first_op_us = float(bert_step.ops["start_us"].min())
 lesson(len(harness) == 1 and harness["call"].iloc[0] == "cudaDeviceSynchronize" and harness["op"].isna().all()
        and harness["python"].iloc[0].endswith(": synchronize") and not harness["after_first_launch"].iloc[0]
        and harness["start_us"].iloc[0] < first_op_us,
-       "the step's cudaDeviceSynchronize is the harness's torch.cuda.synchronize(), called before the model and "
-       "before any of the step's GPU work was launched",
-       f"at {harness['start_us'].iloc[0] / 1e3:.2f} ms into the step, in {harness['python'].iloc[0]}, "
-       f"returned after {harness['dur_us'].iloc[0]:.0f} µs; the model's first op at {first_op_us / 1e3:.2f} ms")
+       "the cudaDeviceSynchronize is the harness's torch.cuda.synchronize(), before any GPU work was launched",
+       f"at {harness['start_us'].iloc[0] / 1e3:.2f} ms, returned after {harness['dur_us'].iloc[0]:.0f} µs; "
+       f"first op at {first_op_us / 1e3:.2f} ms")
 lesson(len(model) == 1 and model["call"].iloc[0] == "cudaStreamSynchronize" and model["op"].iloc[0] == "aten::_local_scalar_dense",
-       "inside the model the CPU waits for the GPU once, in aten::_local_scalar_dense: the CPU reading a value the GPU computed",
-       f"a cudaStreamSynchronize, called from {model['python'].iloc[0]}")
+       "the model waits for the GPU once, in aten::_local_scalar_dense: reading a GPU value",
+       f"a cudaStreamSynchronize from {model['python'].iloc[0].rpartition(': ')[2]}")
 glue_all(bert_harness_sync_ms=f"{harness['start_us'].iloc[0] / 1e3:.1f}", bert_harness_sync_us=f"{harness['dur_us'].iloc[0]:.0f}")
 
 # %% [markdown]
-# Three launch calls appear: the runtime's `cudaLaunchKernel` for PyTorch's own kernels; the
-# driver's `cuLaunchKernel` and the runtime's extended `cudaLaunchKernelExC` for the GEMM
-# libraries'. No [occupancy](glossary.md#occupancy) query (the ✔ above). Two calls wait for the
-# GPU. The `cudaDeviceSynchronize`, outside every op, is the recording harness's own
-# `torch.cuda.synchronize()`, {glue:text}`bert_harness_sync_ms` ms into the step, before any of
-# its kernels was queued: it returned after {glue:text}`bert_harness_sync_us` µs, with nothing
-# to wait for. The model itself waits once: before the encoder runs, it asks whether its
-# attention mask is all ones, a Python `if` on a GPU tensor, so the CPU copies one value back (the `Memcpy DtoH` on the GPU row) and waits for
-# it in a `cudaStreamSynchronize`. In a launch-bound step that wait costs little; in a step
-# where the GPU runs ahead of the CPU, such a read drains the queue and leaves the GPU idle
-# until the CPU catches up. Reading such a trace is the skill this course trains.
+# Three launch calls appear: `cudaLaunchKernel` for PyTorch's own kernels,
+# `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'; no
+# [occupancy](glossary.md#occupancy) query. Two calls wait for the GPU: the
+# `cudaDeviceSynchronize` is the recording harness's own, before any kernel was queued. The
+# model waits once: it asks whether its attention mask is all ones, a
+# Python `if` on a GPU tensor, so the CPU copies one value back (the `Memcpy DtoH` on the GPU
+# row) and waits in a `cudaStreamSynchronize`. In a launch-bound step that costs little; where
+# the GPU runs ahead of the CPU, such a read drains the queue and idles the GPU until the CPU
+# catches up.
 #
 # ## The trace file
 #
-# Every profile in this course is also written to disk as a Chrome/Perfetto trace
-# (compressed JSON). Open it at [ui.perfetto.dev](https://ui.perfetto.dev) (drag the file
-# onto the page) to explore it yourself: click an op to see its input shapes, press `W`/`S`
+# Every profile here is also saved as a Chrome/Perfetto trace (compressed JSON). Drag it onto
+# [ui.perfetto.dev](https://ui.perfetto.dev): click an op for its input shapes, press `W`/`S`
 # to zoom, and on a GPU trace (H100 BERT's, linked under its figure) follow the arrows from
 # launches to kernels.
 
@@ -485,14 +429,11 @@ print(run.trace_path, run.trace.labels())
 # %% [markdown]
 # ## What to remember
 #
-# - Profile with a schedule (skip the first calls) and label what you call.
-# - On a GPU, set the GPU's busy time against the step's time and look at the gaps between
-#   kernels: a step whose GPU waits for each launch is launch-bound, and faster kernels will
-#   not help it.
-# - Read the per-step table and the timeline, not only the summary: order and nesting
-#   are where the stories are.
-# - Guess before you look, then let the trace correct you. Next, hand-written attention:
-#   guess its ops before the trace shows them.
+# - Profile with a schedule and labels; read order and nesting in the per-step table and the
+#   timeline, not only the summary.
+# - On a GPU, set busy time against the step's and read the gaps: in a launch-bound step the
+#   GPU waits for each launch, and faster kernels will not help.
+# - Guess before you look, then let the trace correct you. Next, hand-written attention.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/00_profiler_primer.ipynb), with automatic checks, hints and hidden solutions.

@@ -1,23 +1,21 @@
 # %% [markdown]
 # # 9. The backward pass: one training step
 #
-# Every chapter so far profiled a forward pass under `torch.no_grad()`. Training runs the
-# forward *and* the backward, and the backward changes what the trace holds: ops the
-# autograd engine runs for you, tensors the forward must keep alive until the backward
-# reads them, and more arithmetic than the forward itself. This chapter profiles one
-# training step of the hand-written module and of every [SDPA](glossary.md#sdpa) backend that runs here
-# (on a GPU, of the Triton [kernel](glossary.md#kernel) too), and reads three things out of the trace: what autograd records, what
-# each forward saves for the backward, and how FlashAttention avoids saving the S×S
-# probabilities.
+# Every chapter so far profiled a forward pass under `torch.no_grad()`. Training adds the
+# backward, and with it ops the autograd engine runs for you, tensors the forward must keep
+# alive until the backward reads them, and more arithmetic than the forward. This chapter
+# profiles one training step of the hand-written module and of every [SDPA](glossary.md#sdpa)
+# backend that runs here (on a GPU, of the Triton [kernel](glossary.md#kernel) too), and reads
+# three things from the trace: what autograd records, what each forward saves for the
+# backward, and how FlashAttention avoids saving the S×S probabilities.
 #
 # **You will learn to:**
 #
-# - read a training step's trace: autograd's `evaluate_function` nodes, in the order the
-#   engine runs them, and the thread each runs on;
-# - measure what each forward keeps for the backward, from the allocation events and from
-#   autograd's saved-tensor hooks;
-# - see why fused backwards recompute the probabilities from one [log-sum-exp](glossary.md#log-sum-exp) per row, and where
-#   the 2.5x backward and 3.5x step FLOP counts come from.
+# - read a training step's trace: autograd's `evaluate_function` nodes, their order and thread;
+# - measure what each forward keeps for the backward, from allocation events and saved-tensor hooks;
+# - see why fused backwards recompute the probabilities from one
+#   [log-sum-exp](glossary.md#log-sum-exp) per row, and where the 2.5x backward and 3.5x step
+#   FLOP counts come from.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
 # `scaled_dot_product_attention`](03_sdpa.ipynb), [3b. The fused backends](03b_sdpa_fused.ipynb)
@@ -56,10 +54,9 @@ borrowed.traces_box({"A100 training step": borrowed.TRAINING_STEP})
 # %% [markdown]
 # ## One training step
 #
-# A training step here is the attention forward, then `backward()` with a fixed gradient
-# for the output (what the layers above would send back). Before each step the gradients of
-# the last one are dropped, as `optimizer.zero_grad()` does, so every step records the same
-# work. `record.profile` turns autograd on because the inputs require grad:
+# A training step here is the attention forward, then `backward()` with a fixed output
+# gradient (what the layers above would send back). Each step first drops the last one's
+# gradients, as `optimizer.zero_grad()` does, so every step records the same work:
 
 # %%
 show_lines(backward.training_step)
@@ -69,10 +66,9 @@ show_lines(backward.training_step)
 #
 # The forward of chapter 1's module calls five ops: matmul, mul, masked_fill, softmax,
 # matmul. Each op that takes part in a gradient leaves a *node* in the autograd graph (its
-# `grad_fn`), and `backward()` walks that graph. Guess
-# the backward's nodes that do arithmetic, in the order the engine runs them (PyTorch names
-# them after the op: `SoftmaxBackward0`, ...; leave out the view and reshape nodes and the
-# `AccumulateGrad` that stores each input's gradient):
+# `grad_fn`), and `backward()` walks that graph. Guess the backward's nodes that do arithmetic,
+# in the order the engine runs them (named after the op: `SoftmaxBackward0`, ...; leave out
+# view and reshape nodes and the `AccumulateGrad` that stores each input's gradient):
 
 # %%
 guess_nodes = ["BmmBackward0", "MulBackward0", "MaskedFillBackward0", "SoftmaxBackward0", "BmmBackward0"]  # edit me
@@ -90,26 +86,22 @@ lesson(naive_nodes == backward.forward_grad_fns(steps["naive"]),
 accumulate = backward.backward_nodes(steps["naive"], bookkeeping=True).count("torch::autograd::AccumulateGrad")
 lesson(accumulate == 3, "three AccumulateGrad nodes hand the gradients to q, k and v", f"{accumulate}")
 lesson(naive_nodes.count("BmmBackward0") == 2 and "MmBackward0" not in naive_nodes,
-       "each of the forward's two matmuls has one `BmmBackward0` node: a matmul of 4-D tensors runs as a batched `bmm`")
+       "each forward matmul has one `BmmBackward0`: a 4-D matmul runs as a batched `bmm`")
 
 # %% [markdown]
-# In the trace each node is an op named `autograd::engine::evaluate_function: <node>`,
-# with the node itself under it and the ATen ops that compute its gradient under that:
-# the backward of a matmul is two matmuls (one per input), the softmax's backward is
-# `_softmax_backward_data`, the mask's backward is another `masked_fill` (a masked key gets
-# no gradient). Here is the whole step, forward then backward, without the nodes that only
-# reshape a gradient or store it (views, transposes, `AccumulateGrad`; `tables.op_table` shows
-# them all; this one stops two levels below each op, and leaves out the CPU times: in one
-# profile on a shared CPU, ops of equal work differ many times over):
+# In the trace each node is an op `autograd::engine::evaluate_function: <node>`, with the
+# node under it and the ATen ops that compute its gradient under that: a matmul's backward is
+# two matmuls (one per input), the softmax's is `_softmax_backward_data`, the mask's another
+# `masked_fill` (a masked key gets no gradient). The whole step, forward then backward, two
+# levels below each op, without the nodes that only reshape or store a gradient and without CPU
+# times (in one profile on a shared CPU, ops of equal work differ many times over):
 
 # %%
 ch09_backward.step_table(steps["naive"])
 
 # %% [markdown]
-# The same step as a timeline: the forward's five ops, then the engine's nodes, each a bar
-# with its ATen ops below it, all levels deep (the mask's backward, for one, copies its whole
-# S×S input: `clone`, `copy_`). The bars' widths are that one noisy CPU profile: read the
-# order and the nesting, not which bar is widest.
+# The same step as a timeline, all levels deep (the mask's backward, for one, copies its whole
+# S×S input: `clone`, `copy_`). Read the order and the nesting, not which bar is widest.
 
 # %%
 #| caption: One training step of naive attention: the forward's five ops, then the autograd engine's nodes (`BmmBackward0`, `SoftmaxBackward0`...), each a bar with the ATen ops it ran below it.
@@ -126,11 +118,10 @@ display(*(links(run) for run in runs.values()))
 # ### On which thread?
 #
 # PyTorch's autograd engine (`torch/csrc/autograd/engine.cpp`) keeps one worker thread per
-# accelerator device. Work on CPU tensors runs on the thread that called `backward()`; work on
-# CUDA tensors is handed to the device's own thread, and the caller waits for it. The trace reader
-# keeps every thread's ops in a step, and `op_table` adds a `thread` column as soon as more
-# than one thread took part. Here, on a CPU, there is one (`backward.threads_table(steps)` lists
-# each step's threads); a GPU step's threads are read at the end of the page.
+# accelerator device: work on CPU tensors runs on the thread that called `backward()`, work on
+# CUDA tensors on the device's thread while the caller waits. `op_table` adds a `thread` column
+# when more than one thread took part. On a CPU there is one; a GPU step's threads are read at
+# the end of the page.
 
 # %% tags=["remove-input"]
 threads = backward.threads_table(steps)
@@ -146,12 +137,11 @@ else:
 # %% [markdown]
 # ## What each forward saves for the backward
 #
-# The backward of softmax needs the softmax's output; the backward of `probs @ v` needs both
-# `probs` and `v`. Whatever a backward needs, the forward must keep alive after it returns,
-# and an S×S tensor kept per head is where training memory goes. The trace shows it without
-# any help: every allocation and free is a `[memory]` event, so the S×S buffers still
-# allocated when the backward begins are the ones the forward kept. Guess how many S×S
-# buffers each of these keeps:
+# The backward of softmax needs the softmax's output; the backward of `probs @ v` needs
+# `probs` and `v`. Whatever a backward needs, the forward must keep alive, and an S×S tensor
+# kept per head is where training memory goes. The trace shows it: every allocation and free
+# is a `[memory]` event, so the S×S buffers still allocated when the backward begins are the
+# ones the forward kept. Guess how many S×S buffers each keeps:
 
 # %%
 guess_kept = {"naive": 2, "sdpa_math": 3, "sdpa_flash": 1}  # edit me
@@ -180,9 +170,9 @@ for name in kept.index:
         print(f"{name} (not in the guess): the trace shows {int(kept.at[name, 'S×S kept (trace)'])} S×S buffers kept")
 
 # %% [markdown]
-# Two independent readings agree: the trace's allocation events, and PyTorch's own hooks for
-# saved tensors (`torch.autograd.graph.saved_tensors_hooks`, which sees every tensor a
-# forward hands autograd to keep). The hooks also say what each saved buffer is:
+# A second, independent reading: PyTorch's hooks for saved tensors
+# (`torch.autograd.graph.saved_tensors_hooks`) see every tensor a forward hands autograd to
+# keep, and say what each one is:
 
 # %%
 ch09_backward.saved_storages({n: step_inputs[n] for n in ("naive", "sdpa_flash")})
@@ -195,8 +185,8 @@ unfused = [n for n in ("naive", "sdpa_math") if n in kept.index]
 fused = [n for n in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "triton") if n in kept.index]
 naive_square_shapes = [s for s in kept.at["naive", "shapes saved"] if s[-2:] == (seq, seq)]
 lesson(len(naive_square_shapes) == 3 and kept.at["naive", "S×S saved (hooks)"] == 1,
-       "naive saves three S×S-shaped tensors and keeps one S×S buffer: the probabilities saved in two shapes "
-       "(views of one buffer) and the causal mask, one [S, S] for all heads, built once and reused",
+       "naive saves three S×S-shaped tensors but keeps one S×S buffer: the probabilities in two views, "
+       "and the causal mask, one [S, S] built once and reused",
        ", ".join("[" + ", ".join(map(str, s)) + "]" for s in naive_square_shapes))
 lesson((kept.loc[unfused, "S×S kept (trace)"] == 1).all(),
        "the unfused forwards keep exactly one S×S buffer for the backward: the probabilities", ", ".join(unfused))
@@ -206,20 +196,16 @@ glue("naive_kept_mib", float(kept.loc["naive", "alive at backward (MiB)"]))
 glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].element_size()))
 
 # %% [markdown]
-# The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here: an
-# S×S for each head, in one buffer), which both the softmax's backward and the second matmul's backward read:
-# {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. Its S×S-shaped
-# entries are one kept buffer: the probabilities as softmax returned them and as the second
-# `bmm` saw them are views of one storage, and the causal mask is one [S, S] for every head,
-# built on the first call and reused, not allocated by this step. What do the fused kernels
-# keep instead? The saved buffers say: q, k and v, the output, and one number per query row,
-# the [log-sum-exp](glossary.md#log-sum-exp) of its scores ($\log \sum_j e^{s_{ij}}$), an S-sized
-# tensor instead of an S×S one.
+# The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here, an
+# S×S per head in one buffer), which the softmax's backward and the second matmul's backward
+# both read: {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. What do the
+# fused kernels keep instead? q, k and v, the output, and one number per query row, the
+# log-sum-exp of its scores ($\log \sum_j e^{s_{ij}}$): an S-sized tensor instead of an S×S one.
 
 # %% tags=["remove-input"]
 lse_shapes = {n: backward.per_row_shapes(kept.at[n, "shapes saved"], step_inputs[n][0].shape) for n in fused}
 lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (the log-sum-exp) and nothing S×S",
-       "; ".join(f"{n}: {s}" for n, s in lse_shapes.items()))
+       "; ".join(f"{n}: " + ", ".join(str(list(shape)) for shape in s) for n, s in lse_shapes.items()))
 
 # %% [markdown]
 # ## Recomputing instead of saving
@@ -227,17 +213,15 @@ lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (th
 # With the log-sum-exp $L_i$ of each row, the probabilities can be rebuilt exactly, tile by
 # tile, from q and k: $P_{ij} = e^{s_{ij} - L_i}$. FlashAttention's backward does that
 # (Dao, *FlashAttention-2*, arXiv 2307.08691, Algorithm 2): it computes $QK^\top$ again, one
-# tile at a time, and never holds more than a tile. That is a fifth matmul in the backward.
-# The hand-written module's backward has only four (two per matmul of the forward), because
-# it reads the saved probabilities instead. The trace counts the hand-written backward's
-# matmuls as `bmm` ops; a fused backward does all of its matmuls inside one op, so its `bmm`
-# count is 0 and the fifth matmul is the algorithm's, not something the trace can count.
-# What the trace does show is the price of saving: the unfused backwards allocate S×S buffers
-# of their own (the gradient of the probabilities, then of the scores), the fused ones none.
-# The hand-written backward allocates more of them than the math backend's: its scale and its
-# mask act on the S×S scores, so `MulBackward0` and `MaskedFillBackward0` each write an S×S
-# gradient, while the math backend scales q and k instead and adds its mask, and an add's
-# backward passes the gradient on without a new buffer.
+# tile at a time, never holding more than a tile: a fifth matmul. The hand-written backward
+# has four (two per forward matmul), since it reads the saved probabilities; the trace counts
+# them as `bmm` ops, while a fused backward does all its matmuls inside one op, so the fifth is
+# the algorithm's, not something the trace can count. What the trace does show is the price of
+# saving: the unfused backwards allocate S×S buffers of their own (the gradients of the
+# probabilities and of the scores), the fused ones none. The hand-written one allocates more
+# than the math backend's: its scale and mask act on the S×S scores, so `MulBackward0` and
+# `MaskedFillBackward0` each write an S×S gradient, while the math backend scales q and k and
+# adds its mask, and an add's backward passes the gradient on without a new buffer.
 
 # %%
 recompute = backward.recompute_table(csteps, step_inputs)
@@ -254,19 +238,17 @@ glue("flash_bwd_largest_kib", f'{recompute.loc[fused, "largest backward allocati
 
 # %% [markdown]
 # The largest buffer any fused backward allocated is {glue:text}`flash_bwd_largest_kib`
-# KiB: the size of a gradient (q-, k- or v-shaped), not of the scores. This is also where the
-# usual FLOP count for training comes from: the backward does five matmuls of the forward's
-# size to the forward's two, so it costs 2.5x the forward and a training step 3.5x (the
-# convention of FlashAttention's benchmarks, `kernels.reference.flops(..., backward=True)`).
-# The hand-written module keeps the probabilities instead of recomputing them: its backward
-# does four matmuls, twice the forward's FLOPs, so a training step with it costs 3x the
-# forward (against 3.5x), and it pays in memory instead.
+# KiB: a gradient's size (q-, k- or v-shaped), not the scores'. This is where the usual
+# training FLOP count comes from: the backward does five matmuls of the forward's size to the
+# forward's two, so it costs 2.5x the forward and a step 3.5x (FlashAttention's benchmark
+# convention, `kernels.reference.flops(..., backward=True)`). The hand-written backward does
+# four, twice the forward's FLOPs, so a step with it costs 3x, paid for in memory.
 #
 # ## The math backend in training
 #
-# SDPA's math backend is attention in ordinary ops, so autograd differentiates those ops.
-# Its node list shows it: `SafeSoftmaxBackward0` for its NaN-guarded softmax, `AddBackward0`
-# for the mask it adds, and two `MulBackward1` for the scale it splits over q and k.
+# SDPA's math backend is attention in ordinary ops, so autograd differentiates those:
+# `SafeSoftmaxBackward0` for its NaN-guarded softmax, `AddBackward0` for the mask it adds,
+# two `MulBackward1` for the scale it splits over q and k.
 
 # %%
 math_nodes = backward.backward_nodes(steps["sdpa_math"])
@@ -282,11 +264,10 @@ glue("math_extra_mib", float(extra))
 
 # %% [markdown]
 # Besides the probabilities, the math backend saves its scaled copies of q and k
-# (+{glue:text}`math_extra_mib:.2f` MiB here): the matmul's backward needs the operands it
-# was given, and those are the scaled copies, not your q and k. With 16-bit inputs on a GPU
-# the probabilities it keeps are float32 too, twice the bytes of the hand-written module's:
-# the math backend converts 16-bit q, k and v to float32 first (the upcast of
-# [chapter 3](03_sdpa.ipynb); this page runs float32 only, so it does not show it).
+# (+{glue:text}`math_extra_mib:.2f` MiB here): a matmul's backward needs the operands it was
+# given. With 16-bit inputs on a GPU its probabilities are float32, twice the hand-written
+# module's bytes: it upcasts 16-bit q, k and v first ([chapter 3](03_sdpa.ipynb); this page
+# runs float32 only).
 
 # %% tags=["remove-input"]
 # The book's own GPU recording of this step, where there is one: shown only then.
@@ -300,18 +281,16 @@ if gpu_steps:
 # %% [markdown]
 # ## A real training step on a GPU
 #
-# On a GPU each backward node launches its [kernels](glossary.md#kernel) from the engine's
-# device thread. Meta's HolisticTraceAnalysis project keeps, in its test data, one
-# data-parallel training step of a convolutional network recorded on an A100 (the trace "A100
-# training step" of the box at the top): not attention, but the same engine at work. Its thread names say which CPU thread launched each kernel:
-# `pt_main_thread` ran the forward, `pt_autograd_0` (the engine's device thread) the backward,
-# and the gradients' all-reduce across the two ranks ran as NCCL kernels, counted apart
-# (`kernels.trace.phases`). The main thread's two communication kernels, in the step's first
-# milliseconds, are NCCL broadcasts: most likely DistributedDataParallel sending rank 0's
+# On a GPU each backward node launches its kernels from the engine's device thread. The
+# **A100 training step** (the box at the top) is one data-parallel training step of a
+# convolutional network: not attention, but the same engine at work. Its thread names say who
+# launched each kernel: `pt_main_thread` the forward, `pt_autograd_0` (the engine's device
+# thread) the backward; the gradients' all-reduce across the two ranks ran as NCCL kernels,
+# counted apart (`kernels.trace.phases`). The main thread's two communication kernels, in the
+# first milliseconds, are NCCL broadcasts: most likely DistributedDataParallel sending rank 0's
 # module buffers (the batch norms' running statistics) to the other rank before the forward,
-# which it does by default. The main thread's last launches, after the backward, are
-# the optimizer's `_foreach_` updates, which `phases` counts with the forward. Which thread
-# launched what, and when:
+# as it does by default. Its last launches, after the backward, are the optimizer's
+# `_foreach_` updates, which `phases` counts with the forward. Which thread launched what, and when:
 
 # %%
 trained = borrowed.TRAINING_STEP.step()
@@ -323,15 +302,14 @@ backward_span = launched.loc[("pt_autograd_0", "backward"), ["first launch (ms)"
 lesson(launched.loc[("pt_autograd_0", "backward"), "first launch (ms)"] > 0
        and ("pt_autograd_0", "communication") in launched.index
        and backward_span.iloc[0] <= launched.loc[("pt_autograd_0", "communication"), "first launch (ms)"] <= backward_span.iloc[1],
-       "the backward's kernels come from the engine's thread pt_autograd_0, which also launches the "
-       "gradients' all-reduce while the backward runs",
+       "pt_autograd_0 launches the backward's kernels and, between them, the gradients' all-reduce",
        f"{launched.loc[('pt_autograd_0', 'communication'), 'kernels']} all-reduce kernels")
 main = ch09_backward.main_thread_during_backward(trained)
 lesson(main["during"] == 0 and main["before"] > 0 and main["after"] > 0
        and main["communication"] and all("Broadcast" in n for n in main["communication"]),
-       "while pt_autograd_0 launches the backward, pt_main_thread launches nothing: its forward comes before, "
-       "its optimizer after, and its only NCCL kernels are the broadcasts at the start",
-       f"main thread: {main['before']} launches before, {main['during']} during, {main['after']} after; "
+       "during the backward pt_main_thread launches nothing: forward before, optimizer after, "
+       "its only NCCL kernels the opening broadcasts",
+       f"main thread: {main['before']} before, {main['during']} during, {main['after']} after; "
        f"{len(main['communication'])} broadcasts")
 late_ops = ch09_backward.after_backward(trained)
 lesson(bool(late_ops) and all(op.startswith("aten::_foreach_") for op in late_ops),
@@ -359,29 +337,28 @@ lesson(backward_over_forward > 1, "in this training step the backward's kernels 
        f"{backward_over_forward:.2f}x")
 
 # %% [markdown]
-# The backward took {glue:text}`backward_over_forward` times the forward's GPU time. Most of
-# a convolution's or a matmul's backward is two products the size of its forward, one for the
-# gradient of the input and one for the weights, so about twice is what to expect; attention's
-# fused backward does more (the recompute, above). The all-reduce is not in that ratio: it is
-# the communication row, {glue:text}`comm_share` of this step's GPU time, which a single GPU
-# would not spend (and which here runs while the backward does).
+# The backward took {glue:text}`backward_over_forward` times the forward's GPU time. A
+# convolution's or a matmul's backward is mostly two products the size of its forward (the
+# input's gradient and the weights'), so about twice is what to expect; attention's fused
+# backward does more (the recompute, above). The all-reduce is the communication row,
+# {glue:text}`comm_share` of this step's GPU time, which a single GPU would not spend.
 
 # %% [markdown]
 # ## Cost as the sequence grows
 #
-# What the backward adds to memory follows from the tables above, without a sweep: the
-# unfused variants keep one S×S buffer (all heads) for it, which quadruples with every doubling
-# of S, while the fused ones keep q-sized tensors and one value per query row, which double.
-# [Chapter 3b](03b_sdpa_fused.ipynb) measures that S against S² growth for the forward.
+# What the backward adds to memory follows from the tables above: the unfused variants keep
+# one S×S buffer for it, which quadruples with every doubling of S; the fused ones keep q-sized
+# tensors and one value per row, which double. [Chapter 3b](03b_sdpa_fused.ipynb) measures that
+# growth for the forward.
 #
 # ## What to remember
 #
-# - A training step's trace has a second half: `autograd::engine::evaluate_function` ops,
-#   one per node of the graph, in reverse order of the forward, on the caller's thread for
-#   CPU work and on the engine's device thread for GPU work.
-# - What a forward saves is visible as memory still allocated when the backward begins.
-#   Unfused attention keeps the S×S probabilities; fused kernels keep one log-sum-exp per row
-#   and recompute the rest, which is a fifth matmul and the reason backward counts 2.5x.
+# - A training step's trace has a second half: `autograd::engine::evaluate_function` ops, one
+#   per graph node, in reverse order of the forward, on the caller's thread for CPU work and on
+#   the engine's device thread for GPU work.
+# - What a forward saves shows as memory still allocated when the backward begins. Unfused
+#   attention keeps the S×S probabilities; fused kernels keep one log-sum-exp per row and
+#   recompute the rest: a fifth matmul, and why backward counts 2.5x.
 # - The math backend is the unfused case with extras: it saves its scaled q and k too.
 #
 # Next: decoding, where the backward is gone and a different limit appears.
