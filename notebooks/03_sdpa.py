@@ -2,30 +2,26 @@
 # # 3. One call: `scaled_dot_product_attention`
 #
 # Chapters 1 and 2 wrote attention by hand. PyTorch has it as one function,
-# `F.scaled_dot_product_attention(q, k, v, is_causal=True)` ([SDPA](glossary.md#sdpa)), and
-# behind that one call sit several implementations, called *backends*: a plain-PyTorch
-# **math** fallback, a [CUTLASS](glossary.md#cutlass) **memory-efficient** [kernel](glossary.md#kernel),
-# **FlashAttention-2**, and **cuDNN**'s generated kernel. SDPA picks one per call; we can pin one
-# and profile it on its own.
+# `F.scaled_dot_product_attention(q, k, v, is_causal=True)` ([SDPA](glossary.md#sdpa)), with
+# several implementations, *backends*, behind it: a plain-PyTorch **math** fallback, a
+# [CUTLASS](glossary.md#cutlass) **memory-efficient** [kernel](glossary.md#kernel),
+# **FlashAttention-2**, and **cuDNN**'s generated kernel. SDPA picks one per call.
 #
-# The guess most of us make: one call instead of five ops, so the trace gets simpler. For the
-# fused backends that is true (their kernels, [occupancy](glossary.md#occupancy) and memory are
-# the next chapter, [3b. The fused backends](03b_sdpa_fused.ipynb)). For the math backend it is
-# spectacularly false, and the reasons (an fp32 upcast, a mask rebuilt on every call, a NaN
-# guard) are what this chapter reads out of the trace, after which backend SDPA picks and why.
+# The usual guess: one call instead of five ops, so a simpler trace. True for the fused backends
+# ([3b](03b_sdpa_fused.ipynb) reads their kernels, [occupancy](glossary.md#occupancy) and
+# memory); spectacularly false for the math backend, as its trace shows.
 #
 # **You will learn to:**
 #
 # - say which SDPA backend a call takes and why, and pin one to profile it alone;
-# - follow one SDPA call in a real GPU trace down to its kernel, and check the backend it took
-#   against the rules, from the inputs the trace recorded;
-# - diff the math backend against chapter 2's module op by op, and find its three costs: the
-#   fp32 upcast (and the [GEMM](glossary.md#gemm) names that show it), a causal mask rebuilt on
-#   every call, and the NaN guards of `_safe_softmax`.
+# - follow one SDPA call in a real GPU trace down to its kernel, and check its backend against
+#   the rules from the recorded inputs;
+# - diff the math backend against chapter 2's module op by op and find its three costs: the fp32
+#   upcast (and the [GEMM](glossary.md#gemm) names that show it), a causal mask rebuilt every
+#   call, and `_safe_softmax`'s NaN guards.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb) and [2. In
-# place](02_inplace.ipynb): their module and `tracediff.diff` are what this chapter compares
-# against.
+# place](02_inplace.ipynb).
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -59,9 +55,9 @@ borrowed.traces_box(QWEN)
 # %% [markdown]
 # ## One call replaces the module
 #
-# Everything `NaiveAttention` did (scores, scale, causal mask, softmax, weighted sum) is now
-# one line. It agrees with the float64 reference, and with chapter 2's in-place module up to
-# rounding (the backends add things up in a different order, so bit-identity is not expected):
+# Everything `NaiveAttention` did (scores, scale, causal mask, softmax, weighted sum) is now one
+# line. It agrees with the float64 reference, and with chapter 2's module up to rounding (the
+# backends sum in another order):
 
 # %%
 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -69,39 +65,34 @@ out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
 # %% tags=["remove-input"]
 verdict = reference.judge(out, q, k, v, causal=True)
 lesson(verdict.ok, "SDPA matches the float64 reference within its dtype's tolerance",
-       f"largest error {verdict['out'].error:.1e}, bound {verdict['out'].bound:.1e}, {dtype}")
+       f"largest error {verdict['out'].error:.1e}, bound {verdict['out'].bound:.1e}")
 both = reference.judge(kernels.get("inplace")(q, k, v), q, k, v, causal=True)
-lesson(both.ok, "so does the hand-written in-place module: the two agree within that tolerance",
-       f"SDPA {verdict['out'].error:.1e}, in-place {both['out'].error:.1e}, bound {verdict['out'].bound:.1e}")
+lesson(both.ok, "so does chapter 2's in-place module", f"largest error {both['out'].error:.1e}")
 
 # %% [markdown]
 # ## Which backend ran?
 #
-# SDPA walks its backends in a priority order and takes the first whose checks pass for these
-# inputs (device, dtype, head dim, mask, sequence lengths). The rule a reader needs: **the
-# order is not the same on every GPU.** By default it is flash, memory-efficient, math, cuDNN;
-# on an H100, H200 or B200, torch puts cuDNN first from 2.9 on, when the runtime cuDNN is newer
-# than 9.15 (the 2.11 to 2.13 wheels ship one): pin the backend you mean to profile. `sdpa.predictions` asks PyTorch's rules, written
-# down as a pure function of the GPU (`sdpa.predicted_backend`), about a few GPUs:
+# SDPA walks its backends in priority order and takes the first whose checks pass for these
+# inputs (device, dtype, head dim, mask, lengths). The rule a reader needs: **the order is not
+# the same on every GPU.** By default it is flash, memory-efficient, math, cuDNN; on an H100,
+# H200 or B200, torch puts cuDNN first from 2.9 on, when the runtime cuDNN is newer than 9.15
+# (the 2.11 to 2.13 wheels ship one): pin the backend you mean to profile. `sdpa.predictions`
+# asks PyTorch's rules (`sdpa.predicted_backend`) about a few GPUs:
 #
 # :::{dropdown} The version rules in full (torch 2.5 to 2.14)
-# The rules are read from PyTorch's own checks in `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`:
-# `check_prefer_cudnn_attention` for the order and each backend's `can_use_*` constraints for
-# what it accepts. torch 2.5.1 made cuDNN opt-in after bugs in 2.5.0 (pytorch/pytorch#138522);
-# torch 2.9 put it first again on compute capability 9.0 and 10.0 (pytorch/pytorch#162073). From
-# then on (the torch 2.11 to 2.13 wheels included), cuDNN goes first on capability 9.x and 10.x when the runtime
-# cuDNN is newer than 9.15.0 (2.11 ships 9.19, 2.12 and 2.13 ship 9.20); a torch built against
-# CUDA 12 does it on minor versions 0 and 3 only (sm_90, sm_100, sm_103). It stays in its
-# default place when the environment sets `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` or
-# `torch.backends.cuda.enable_cudnn_sdp(False)` turns it off; `sdpa_kernel([...],
-# set_priority=True)` imposes an order of your own. Deterministic algorithms reorder nothing:
-# cuDNN fails its own check and the next backend runs, unless
-# `torch.use_deterministic_algorithms(True, warn_only=True)` asked only for warnings, in which
-# case cuDNN still runs. What each backend accepts changes too: cuDNN takes head dims up to
-# 128, or 256 on capability 9.0 with cuDNN 9.10 or newer in torch 2.13; from torch 2.14, 256
-# needs a cuDNN newer than 9.22 (on 9.0 and 10.x), and with gradients the dims between 128 and
-# 256 are refused. `sdpa.predicted_backend` follows the torch it runs with (`torch_version=`
-# asks about another).
+# From `check_prefer_cudnn_attention` and the `can_use_*` checks in PyTorch's
+# `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`. torch 2.5.1 made cuDNN opt-in after
+# bugs in 2.5.0 (pytorch/pytorch#138522); 2.9 put it first again on compute capability 9.0 and
+# 10.0 (pytorch/pytorch#162073). Since then (2.11 to 2.13 included) cuDNN goes first on 9.x and
+# 10.x when the runtime cuDNN is newer than 9.15.0 (2.11 ships 9.19, 2.12 and 2.13 ship 9.20); a
+# CUDA 12 build, on minor versions 0 and 3 only (sm_90, sm_100, sm_103).
+# `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` or `torch.backends.cuda.enable_cudnn_sdp(False)` keeps it in
+# its default place; `sdpa_kernel([...], set_priority=True)` imposes your order. Deterministic
+# algorithms reorder nothing: cuDNN fails its check and the next backend runs (with
+# `warn_only=True`, cuDNN runs). Accepted head dims change too: cuDNN takes up to 128, or 256 on
+# capability 9.0 with cuDNN 9.10+ in torch 2.13; from 2.14, 256 needs cuDNN newer than 9.22 (on
+# 9.0 and 10.x), and with gradients dims between 128 and 256 are refused.
+# `sdpa.predicted_backend` follows the running torch (`torch_version=` asks about another).
 # :::
 
 # %%
@@ -110,15 +101,14 @@ sdpa.predictions()
 # %% tags=["remove-input"]
 predictions = sdpa.predictions()
 lesson(predictions["unpinned SDPA picks"].tolist()[:2] == ["sdpa_flash", "sdpa_cudnn"],
-       "by PyTorch's rules the same bf16 call picks flash on an A100 and cuDNN on an H200 (cuDNN 9.20)")
+       "by PyTorch's rules the same bf16 call picks flash on an A100, cuDNN on an H200 (cuDNN 9.20)")
 
 # %% [markdown]
-# To ask PyTorch itself why a backend was refused, pass the call's parameters to a backend's
+# PyTorch warns why it refuses a backend if you pass the call's parameters to that backend's
 # check with `debug=True`: `torch.backends.cuda.can_use_flash_attention(torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, True, False), debug=True)`
-# warns with the reason (on a CPU-only build these checks simply return False). Here,
-# `sdpa.default_backend_name` reads PyTorch's final choice (`torch._fused_sdp_choice`) and
-# `sdpa.probe` tries every backend pinned on its own (its table, folded, gives each refusal's
-# reason in full):
+# (a CPU-only build just returns False). Here `sdpa.default_backend_name` reads PyTorch's choice
+# and `sdpa.probe` tries each backend pinned alone (its table of
+# refusals is folded):
 
 # %% tags=["hide-output"]
 chosen = sdpa.default_backend_name(q, k, v)
@@ -126,23 +116,21 @@ probed = sdpa.probe(q, k, v)
 sdpa.reasons_table(probed)
 
 # %% tags=["remove-input"]
-lesson(torch.equal(out, kernels.get(chosen)(q, k, v)), f"unpinned SDPA is exactly the {chosen} backend pinned",
-       "bit-identical outputs")
+lesson(torch.equal(out, kernels.get(chosen)(q, k, v)), f"unpinned SDPA is exactly the {chosen} backend pinned")
 glue("default_backend", chosen)
 if device.type == "cpu":
     lesson(chosen == "sdpa_flash", "on a CPU, unpinned SDPA uses PyTorch's CPU flash kernel")
     lesson(probed["sdpa_efficient"] is not None and probed["sdpa_cudnn"] is not None,
-           "the memory-efficient and cuDNN backends have no CPU kernel and refuse to run here")
+           "the memory-efficient and cuDNN backends have no CPU kernel: they refuse to run")
     lesson(probed["sdpa_math"] is None and probed["sdpa_flash"] is None, "math and flash both run on a CPU")
 else:  # the rules, asked about this GPU, must name what SDPA picked
     predicted = sdpa.predicted_backend_here(device, dtype, head_dim)
     lesson(chosen == predicted, "on this GPU, SDPA picked the backend its priority rules predict", chosen)
 
 # %% [markdown]
-# Here the unpinned call picked **{glue:text}`default_backend`**. Pinning is done with the
-# `torch.nn.attention.sdpa_kernel` context manager, as the source article's scripts do; the
-# book's `kernels.get("sdpa_math")` and its siblings wrap it, and fail with PyTorch's own reason
-# rather than quietly fall back to another backend:
+# Pin a backend with `torch.nn.attention.sdpa_kernel`, as the article's scripts do; the book's
+# `kernels.get("sdpa_math")` and siblings wrap it, and fail with PyTorch's reason rather than
+# fall back:
 
 # %%
 with sdpa_kernel([SDPBackend.MATH]):
@@ -155,12 +143,10 @@ lesson(torch.equal(out_math, kernels.get("sdpa_math")(q, k, v)),
 # %% [markdown]
 # ## The chain on a real GPU
 #
-# On a GPU, SDPA's backend op launches a kernel, and a trace records the whole chain: the
-# call, the backend it chose, the launch on the CPU, the kernel on a GPU stream. No GPU ran
-# this page, so we read the two real traces in the box above, H100 Qwen and MI300X Qwen (every
-# layer of the model calls `scaled_dot_product_attention`). Before reading on: its inputs are
-# 16-bit, causal, head dim 64. Which backend do you expect on each GPU, and which kernel?
-# `ch03.chain_figure` draws the first call of each trace, one row per level of nesting:
+# On a GPU a trace records SDPA's whole chain: the call, the backend op it chose, the launch on
+# the CPU, the kernel on a GPU stream. No GPU ran this page: we read H100 Qwen and MI300X Qwen,
+# whose every layer calls SDPA with 16-bit, causal inputs of head dim 64. Which backend and
+# kernel do you expect on each GPU? `ch03.chain_figure` draws each trace's first call:
 
 # %%
 #| caption: The first of the model's SDPA calls in H100 Qwen (top) and MI300X Qwen (bottom), one row per level: the call, the backend op SDPA chose (`_scaled_dot_product_flash_attention`), the ops inside it (transposes, `_flash_attention_forward`), the ops inside that, the CPU runtime call that launched each kernel, and the kernel on the GPU, with a line from each launch to its kernel. Light grey: views and allocations (too short to name).
@@ -171,9 +157,7 @@ first_call = {name: ch03.call_step(steps[name], c[0]) for name, c in calls.items
 ch03.chain_figure(first_call)
 
 # %% [markdown]
-# The same chain as a table for H100 Qwen, with each step's start and duration: one row per op,
-# launch and kernel, indented by nesting (`ch03.chain`; the views' own `as_strided` and the bare
-# allocations, `empty` and its kin, are left out; unfold it to read it):
+# `ch03.chain` gives H100 Qwen's chain as a table, with times (folded):
 
 # %% tags=["hide-output"]
 ch03.chain(first_call["H100 Qwen"], indent=True, allocations=False)
@@ -182,23 +166,22 @@ ch03.chain(first_call["H100 Qwen"], indent=True, allocations=False)
 chains = {name: ch03.chain(call, indent=True) for name, call in first_call.items()}
 launches = {name: [n.strip("· ") for n in tree.index[tree["kind"] == "runtime"]] for name, tree in chains.items()}
 lesson(launches["H100 Qwen"] == ["cudaLaunchKernel"] and "hipModuleLaunchKernel" in launches["MI300X Qwen"],
-       "one cudaLaunchKernel on the H100; on the MI300X the attention kernel is launched as a module",
-       "; ".join(f"{name}: {', '.join(names)}" for name, names in launches.items()))
+       "one cudaLaunchKernel on the H100; the MI300X launches its attention kernel as a module",
+       ", ".join(launches["MI300X Qwen"]))
 h100_chain = chains["H100 Qwen"]
 h100_kernel_start = h100_chain.loc[h100_chain["kind"] == "GPU kernel", "starts (µs)"].iloc[0]
 lesson(h100_kernel_start > h100_chain["takes (µs)"].iloc[0], "on the H100 the kernel starts after the call returned",
-       f"kernel at {h100_kernel_start} µs, call over at {h100_chain['takes (µs)'].iloc[0]} µs")
+       f"at {h100_kernel_start} vs {h100_chain['takes (µs)'].iloc[0]} µs")
 
 # %% [markdown]
 # On both GPUs the call nests the same two ops: `_scaled_dot_product_flash_attention` (the
-# backend SDPA chose) and `_flash_attention_forward`, with the transposes that chapter 3b reads
-# between them (the short grey bars). Below them the vendors part: the H100 runs FlashAttention-2's
-# `flash_fwd_kernel`; PyTorch's ROCm build runs the same flash op on AMD's `attn_fwd` (a Triton
-# kernel compiled ahead of time), after a tiny kernel that fills a buffer `zeros` allocated.
+# backend SDPA chose) and `_flash_attention_forward`, with the transposes chapter 3b reads between
+# them (short grey bars). Below them the vendors part: the H100 runs FlashAttention-2's
+# `flash_fwd_kernel`; PyTorch's ROCm build runs AMD's `attn_fwd` (a Triton kernel compiled ahead
+# of time), after a tiny kernel filling a buffer `zeros` allocated.
 #
-# Why flash? The trace recorded the call's inputs (`Input Dims`, `Input type`, and its scalar
-# arguments, `Concrete Inputs`): everything the backend rules look at. `ch03.recorded_calls`
-# reads them, one column a trace:
+# Why flash? The trace recorded what the backend rules look at: the call's `Input Dims`,
+# `Input type` and `Concrete Inputs`. `ch03.recorded_calls` reads them:
 
 # %%
 pd.DataFrame({name: c[0].summary() for name, c in calls.items()})
@@ -206,36 +189,32 @@ pd.DataFrame({name: c[0].summary() for name, c in calls.items()})
 # %% tags=["remove-input"]
 for name, cs in calls.items():
     lesson(len({(str(c.q), c.dtype, c.is_causal, c.attn_mask is None, c.backend) for c in cs}) == 1,
-           f"all {len(cs)} SDPA calls in {name} have the same inputs and took the same backend", str(cs[0].backend))
+           f"all {len(cs)} SDPA calls in {name} share their inputs and backend", str(cs[0].backend))
 h100_trace = QWEN["H100 Qwen"].trace()
 h100_call = calls["H100 Qwen"][0]
 h100_cap = tuple(h100_trace.device_properties[0][f"compute{part}"] for part in ("Major", "Minor"))
 h100_torch = QWEN["H100 Qwen"].torch_version(h100_trace)
-lesson(h100_call.rules_reason() is None, "the recorded call is one the backend rules above describe: no mask, no dropout, "
-       "causal with Sq == Sk", f"q {h100_call.q}, k {h100_call.k}")
+lesson(h100_call.rules_reason() is None, "the recorded call fits the rules: no mask or dropout, causal, Sq == Sk",
+       f"q {h100_call.q}" + ("" if h100_call.k == h100_call.q else f", k {h100_call.k}"))
 rules_say = sdpa.predicted_backend(h100_cap, h100_call.dtype, h100_call.head_dim, torch_version=h100_torch)
-lesson(rules_say == h100_call.backend, f"by the backend rules of torch {h100_torch} on compute capability "
-       f"{h100_cap[0]}.{h100_cap[1]}, this call takes flash, and the trace shows flash ran", rules_say)
+lesson(rules_say == h100_call.backend, f"torch {h100_torch}'s rules on capability {h100_cap[0]}.{h100_cap[1]} "
+       "pick flash, as the trace shows", rules_say)
 today = sdpa.predicted_backend(h100_cap, h100_call.dtype, h100_call.head_dim, cudnn_version=92000, torch_version="2.13.0")
-lesson(today == "sdpa_cudnn", "the same call under torch 2.13 with its cuDNN 9.20 would take cuDNN instead", today)
+lesson(today == "sdpa_cudnn", "under torch 2.13 and its cuDNN 9.20 the same call would take cuDNN", today)
 glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(calls["H100 Qwen"]))
 
 # %% [markdown]
-# Flash accepts all {glue:text}`qwen_calls` calls, and it was first in line: the trace's torch,
-# {glue:text}`qwen_h100_torch`, is older than the versions that put cuDNN first on an H100. The
-# backend is a fact about the inputs, the GPU *and* the torch version. The MI300X's compute
-# capability (9.4 in its trace) is AMD's numbering and the rules are CUDA's; MI300X Qwen shows
-# only that the ROCm build took the same flash backend for the same inputs.
+# Flash was first in line: the trace's torch, {glue:text}`qwen_h100_torch`, predates the versions
+# that put cuDNN first on an H100. The backend is a fact about the inputs, the GPU *and* the torch
+# version. (CUDA's rules do not cover the MI300X; ROCm took flash too.)
 
 # %% [markdown]
 # ## Profile the math backend
 #
-# Same schedule as before, same inputs, one label per variant; chapter 2's in-place module is
-# profiled again beside it. Before the reveal: the
-# hand-written module does five things (matmul, scale, mask, softmax, matmul), and its trace
-# adds one small op, a `copy_` that turns the Python scale into a tensor. How many ops
-# doing work (no views, no bare allocations) do you expect one forward of SDPA's math backend
-# to run on this machine?
+# Same schedule and inputs, with chapter 2's in-place module profiled beside it. Its trace shows
+# five steps (matmul, scale, mask, softmax, matmul) and a small `copy_` turning the Python scale
+# into a tensor. How many ops doing work (no views, no bare allocations) do you expect one
+# math-backend forward to run here?
 
 # %%
 guess_math_work_ops = 8  # edit me before running on
@@ -248,11 +227,11 @@ work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # no views, no
 
 # %% tags=["remove-input"]
 reveal(guess_math_work_ops, work_ops["sdpa_math"], "ops doing work in one math-backend forward")
-lesson(work_ops["sdpa_math"] > work_ops["inplace"], "the math backend dispatches more ops per forward than the "
-       "hand-written in-place module", f"{work_ops['sdpa_math']} vs {work_ops['inplace']} ops doing work")
+lesson(work_ops["sdpa_math"] > work_ops["inplace"], "the math backend runs more ops doing work per forward than "
+       "the in-place module", f"{work_ops['sdpa_math']} vs {work_ops['inplace']}")
 inplace_work = step["inplace"].work_ops()
-lesson("aten::copy_" in inplace_work, "the in-place module's count holds its five steps and a small copy_ "
-       "(the Python scale made a tensor)", ", ".join(n.removeprefix("aten::") for n in inplace_work))
+lesson("aten::copy_" in inplace_work, "the in-place module runs its five steps plus the scale's small copy_",
+       ", ".join(n.removeprefix("aten::") for n in inplace_work))
 glue_all(math_ops=work_ops["sdpa_math"], inplace_ops=work_ops["inplace"])
 # The math backend's GPU run, where there is one: this run's own on a GPU, else the book's recording.
 # No borrowed trace ran the math backend, so without either the GPU checks of this page stay silent.
@@ -267,13 +246,10 @@ if {"sdpa_math", "inplace"} <= set(gpu_steps):
 # %% [markdown]
 # ## The math backend: one line, more work
 #
-# The source article's first surprise: on its A100 the math backend launched **20 kernels** per
-# forward where the in-place version launched **5**, and ran 3.7x slower (7.239 ms against
-# 1.955 ms of GPU time per forward). This machine's trace shows the same inflation as ops:
-# {glue:text}`math_ops` ops doing work against {glue:text}`inplace_ops`. Here is the math
-# backend written out one ATen op per line, as `sdpa.math_decomposed`; it mirrors ATen's
-# `_scaled_dot_product_attention_math` (unfold it to read along; the sections below take its
-# three costs one by one):
+# The article's first surprise: on its A100 the math backend launched **20 kernels** per
+# forward against the in-place version's **5**, and ran 3.7x slower (7.239 against 1.955 ms of
+# GPU time); here the ops inflate alike. `sdpa.math_decomposed` writes it out one ATen op a line,
+# as ATen's `_scaled_dot_product_attention_math` does it (folded):
 
 # %% tags=["hide-output"]
 show_lines(sdpa.math_decomposed, "out_dtype = q.dtype", "return (probs @ v)")
@@ -283,8 +259,8 @@ lesson(torch.equal(sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k,
        "math_decomposed returns the math backend's output bit for bit")
 
 # %% [markdown]
-# Which of those ops are new? `tracediff.diff`, chapter 2's tool, matches the two forwards op by
-# op, by name *and* input shapes, and keeps the rows whose count or allocated bytes differ:
+# Which ops are new? Chapter 2's `tracediff.diff` matches the forwards op by op (name and input
+# shapes) and keeps the rows whose count or bytes differ:
 
 # %%
 changes = tracediff.diff(runs["inplace"].steps(), runs["sdpa_math"].steps())
@@ -299,33 +275,30 @@ inplace_muls, math_muls = (d.loc[d["name"] == "aten::mul", "shapes"] for d in (o
 views = set(runs["inplace"].steps()[0].ops.query("is_view")["name"])
 lesson("aten::masked_fill_" in set(only_inplace["name"]) and inplace_muls.str.startswith(str((batch, heads, seq, seq))).any(),
        "only the in-place module applies a cached mask with masked_fill_ and scales the S×S scores",
-       "its ops doing work that the math backend lacks: "
-       + ", ".join(sorted(n.removeprefix("aten::") for n in set(only_inplace["name"]) - views)))
+       ", ".join(sorted(n.removeprefix("aten::") for n in set(only_inplace["name"]) - views)))
 lesson({"aten::ones", "aten::tril", "aten::where", "aten::add_"} <= set(only_math["name"]),
        "only the math backend builds the causal mask (ones, tril, where) and adds it (add_)")
 lesson(all(math_muls.str.startswith(str(dims)).any() for dims in ((batch, heads, seq, head_dim), (batch, heads, head_dim, seq))),
-       "the math backend scales q and k, S×D tensors, instead of the S×S scores",
+       "the math backend scales q and k (S×D), not the S×S scores",
        "inputs " + " and ".join(s.split(")")[0] + ")" for s in math_muls))
 bmm_differs = "aten::bmm" in set(changes.changed()["name"])
 lesson(bmm_differs == (dtype != torch.float32),
-       f"in this {str(dtype).replace('torch.', '')} run the two modules' matmuls {'differ' if bmm_differs else 'match row for row'}"
-       "; at 16 bits the math backend's run in float32 (next section)")
+       f"in this {str(dtype).replace('torch.', '')} run the matmuls {'differ' if bmm_differs else 'match row for row'}"
+       " (at 16 bits the math backend's are float32)")
 fig
 
 # %% [markdown]
-# Read which rows changed, not the bars' lengths: on a shared CPU one op's self time varies from
-# run to run more than between the two forwards (so the matched rows' times are left out). Three
-# things in the math backend have no counterpart in chapter 2's module.
+# Read which rows changed, not the bars' lengths (on a shared CPU an op's self time varies more
+# between runs than between forwards). Three costs have no counterpart in chapter 2's module.
 #
 # ### 1. The fp32 upcast
 #
-# The math backend values accuracy over speed: by default bfloat16 or float16 inputs are
-# converted to float32 first, and every S×S intermediate is float32
-# (`torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)` turns the upcast off). This
-# run's inputs are {glue:text}`run_dtype`, so to watch the conversion we profile one small
-# bfloat16 forward:
+# The math backend values accuracy over speed: bfloat16 or float16 inputs become float32 first,
+# and so does every S×S intermediate (`torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`
+# turns this off). This run is {glue:text}`run_dtype`, so one small bfloat16 forward shows the
+# conversion (table folded):
 
-# %%
+# %% tags=["hide-output"]
 q16, k16, v16 = inputs(1, 2, 64, 16, dtype=torch.bfloat16, device=device)
 small = record.profile(kernels.get("sdpa_math"), q16, k16, v16, label="sdpa_math_bf16",
                        wait=0, warmup=1, active=1, trace_dir=trace_dir).step()
@@ -340,16 +313,13 @@ lesson([64, 64] in [d[-2:] for d in casts["downcasts"]],
        "it also converts the S×S probabilities back to bfloat16", "a copy_ of a [..., 64, 64] tensor")
 
 # %% [markdown]
-# The probabilities go back because the math backend returns them with the output;
-# `scaled_dot_product_attention` drops them (autograd differentiates the
-# decomposed ops themselves). On a GPU the float32 matmul is what makes the math backend slow, and the
-# kernel names say which hardware a GEMM ran on; the article reads them as fingerprints (its
-# Figures 10 and 11). Two names as [cuBLAS](glossary.md#cublas) writes them on Ampere, decoded by
-# `kernels.trace.fingerprints`:
+# The probabilities go back because the math backend returns them with the output (SDPA drops
+# them). On a GPU the float32 matmul is what makes it slow, and a GEMM's kernel name says which
+# hardware ran it (the article's Figures 10 and 11). Two [cuBLAS](glossary.md#cublas) names from
+# Ampere, decoded (table folded):
 
-# %%
-classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])[
-    ["dtype", "tensor_cores", "name"]]
+# %% tags=["hide-output"]
+classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])
 
 # %% tags=["remove-input"]
 gemms = classify_many(["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", "ampere_sgemm_128x64_nn"])
@@ -359,23 +329,20 @@ if "sdpa_math" in gpu_steps:
     display(ch03.math_gemms_not_16bit(gpu_steps["sdpa_math"], gpu_source))
 
 # %% [markdown]
-# The first is the naive module's: `s16816` is the [tensor-core](glossary.md#tensor-core)
-# instruction (m16n8k16), accumulating in fp32. The math backend's `sgemm` runs on the ordinary
-# CUDA cores. The upcast moves twice the bytes and, with
-# PyTorch's default of no [TF32](glossary.md#tf32) for matmuls, leaves the tensor cores idle;
-# with `torch.backends.cuda.matmul.allow_tf32 = True`, float32 GEMMs run on the tensor cores in
-# TF32, and the name changes with them.
+# `s16816`, the naive module's, is the [tensor-core](glossary.md#tensor-core) instruction
+# (m16n8k16), accumulating in fp32; the math backend's `sgemm` runs on ordinary CUDA cores. The
+# upcast moves twice the bytes and, with PyTorch's default of no [TF32](glossary.md#tf32) for
+# matmuls, leaves the tensor cores idle (`torch.backends.cuda.matmul.allow_tf32 = True` runs it in
+# TF32, under another name).
 #
 # ### 2. The causal mask, rebuilt on every call
 #
-# Chapter 1 built its mask once and cached it. With `is_causal=True` the math backend has no
-# cache: every forward runs `ones` (an S×S boolean tensor), `tril` (keep the lower triangle) and
-# `where` (turn it into an additive bias of 0 and $-\infty$), then adds it to the scores with
-# `add_`. The article watched these ops on its CPU track (its Figure 12); here is where each
-# sits (its position among the forward's ops) in every recorded forward of ours, one column a
-# step:
+# Chapter 1 cached its mask. With `is_causal=True` the math backend builds it every forward:
+# `ones` (an S×S boolean tensor), `tril` (keep the lower triangle), `where` (an additive bias of
+# 0 and $-\infty$), then `add_` to the scores, as the article saw (its Figure 12).
+# `ch03.mask_build_order` finds them in every recorded forward (folded):
 
-# %%
+# %% tags=["hide-output"]
 pd.DataFrame([ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]).rename_axis("step").T
 
 # %% tags=["remove-input"]
@@ -391,12 +358,10 @@ if "sdpa_math" in gpu_steps:
 # %% [markdown]
 # ### 3. The safe softmax
 #
-# Chapter 1 called `softmax`. The math backend calls `_safe_softmax`: the softmax plus three
-# more passes over the S×S scores, `isneginf`, `all` along each row, and a `where` that zeroes
-# any row that was entirely masked. What does the guard protect against? A row whose every
-# score is $-\infty$. A causal mask never produces one (every query sees at least itself), but
-# an arbitrary boolean `attn_mask`, say for a padding token, can, and a plain softmax computes
-# $0/0$ there:
+# Chapter 1 called `softmax`; the math backend calls `_safe_softmax`, which adds three passes
+# over the S×S scores (`isneginf`, `all` per row, `where`) to zero any row whose every score is
+# $-\infty$. A causal mask never makes one (each query sees itself), but a boolean `attn_mask`,
+# say for padding, can, and a plain softmax computes $0/0$ there:
 
 # %%
 scores = torch.tensor([[0.5, -1.0, float("-inf"), 2.0], [float("-inf")] * 4], device=device, dtype=dtype)
@@ -407,7 +372,7 @@ math_ops = step["sdpa_math"].ops
 safe = step["sdpa_math"].find("aten::_safe_softmax")
 children = set(math_ops.loc[math_ops["parent"].isin(safe.index), "name"])
 lesson(len(safe) == 1 and {"aten::softmax", "aten::isneginf", "aten::all", "aten::where"} <= children,
-       "the math backend's softmax carries isneginf, all and where as NaN guards", "inside _safe_softmax: " + ", ".join(sorted(n.removeprefix("aten::") for n in children)))
+       "_safe_softmax adds isneginf, all and where as NaN guards", "inside it: " + ", ".join(sorted(n.removeprefix("aten::") for n in children)))
 plain, guarded = torch.softmax(scores, dim=-1), sdpa.safe_softmax(scores, dim=-1)
 lesson(bool(torch.isnan(plain[1]).all()) and not torch.isnan(plain[0]).any(),
        "a plain softmax turns a fully masked row into NaN", f"on {device.type}")
@@ -422,8 +387,9 @@ lesson(torch.equal(masked_out[0, 0, 2], torch.zeros_like(masked_out[0, 0, 2]))
        and not torch.isnan(masked_out).any(), "SDPA math gives a fully masked query zeros, not NaN")
 
 # %% [markdown]
-# So the math backend is chapter 1's attention done carefully: dtype-safe, NaN-safe, correct for any mask, which is why it is the fallback that
-# always runs. Its price is visible in one forward's timeline, a wall of ops over S×S tensors:
+# So the math backend is chapter 1's attention done carefully: dtype-safe, NaN-safe, correct for
+# any mask, the fallback that always runs. Its price shows in one forward's timeline, a wall of
+# ops over S×S tensors:
 
 # %%
 fig = timeline.timeline(step["sdpa_math"], title=f"SDPA math backend: one forward ({device.type})")
@@ -439,27 +405,21 @@ links(runs["sdpa_math"])
 # %% [markdown]
 # ## So far
 #
-# One row per variant, from this page's profiles: ops per forward (all of them, and those doing
-# work) and the peak memory; on a GPU, the kernels and their GPU time too.
+# This page's profiles, one row per variant (on a GPU, with kernels and GPU time; no CPU time: a
+# profiled step is a poor clock, chapter 0):
 
 # %% tags=["remove-input"]
 display(ch03.so_far(step, work_ops, device))
 
 # %% [markdown]
-# The table leaves out CPU time on purpose: a profiled step is a poor clock (chapter 0), and a
-# CPU run in float32 cannot show the cost of the float32 GEMMs the article's A100 measured.
-# [Chapter 3b](03b_sdpa_fused.ipynb) times the in-place module, the math backend and the flash
-# kernel apart from the profiler; the showdown chapter benchmarks every variant.
-#
 # ## What to remember
 #
 # - One call is not one kernel: the math backend is attention in primitive ops, made careful
 #   (fp32 upcast, a mask rebuilt per call, NaN guards), and it pays for each.
-# - Which backend runs depends on the GPU, the dtype, the head dim, the lengths and the
-#   priority order, which is not the same on every GPU: pin a backend when you profile one,
-#   and ask PyTorch (`debug=True`) why it refused another.
-# - Diff two forwards op by op (`tracediff.diff`) to see exactly what one adds over the other.
+# - The backend depends on the GPU, dtype, head dim, lengths and a priority order that differs
+#   between GPUs: pin one to profile it, and ask PyTorch (`debug=True`) why it refused another.
+# - Diff two forwards op by op (`tracediff.diff`) to see what one adds over the other.
 #
-# Next: [3b. The fused backends](03b_sdpa_fused.ipynb), which do all of this in one kernel.
+# Next: [3b. The fused backends](03b_sdpa_fused.ipynb), all of this in one kernel.
 #
 # **Practice:** [the exercises for this chapter](exercises/03_sdpa.ipynb), with automatic checks, hints and hidden solutions.
