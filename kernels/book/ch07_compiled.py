@@ -2,7 +2,7 @@
 forwards (the book's own recording branch), the timing of eager, compiled and broken forwards
 in turns and the sentences that say what it shows on this run (a ranking only where the
 round-by-round ratio stays on one side of 1), and the words
-and tables the page shows for Dynamo's counters, a guessed op list and the generated kernels."""
+and tables the page shows for Dynamo's counters, a guessed op list and a borrowed compiled call."""
 from __future__ import annotations
 
 import pandas as pd
@@ -12,6 +12,7 @@ from kernels.bench import timing
 from kernels.bench.plots import NOISY_SPREAD
 from kernels.book.gpu_kernels import names_text
 from kernels.notebook import lesson, readable
+from kernels.reference import number
 from kernels.trace import fingerprints
 
 
@@ -103,21 +104,33 @@ def first_call_text(first, later_first_s: float) -> str:
 
 def ops_present(guess: list[str], seen: list[str]) -> str:
     """A guessed list of op names answered as a multiset (which ops and how many times, never
-    where): each guessed op with the count the trace has, and the trace's ops nobody guessed."""
+    where): each guessed op with the count the trace has (those it lacks named together), and the
+    trace's ops nobody guessed."""
     from collections import Counter
 
     guessed, there = Counter(guess), Counter(seen)
-    said = [f"{op} ×{n}: " + ("✔" if there[op] == n else f"the trace has ×{there[op]}" if there[op] else "not there")
-            for op, n in guessed.items()]
+    said = [f"{op} ×{n} " + ("✔" if there[op] == n else f"(the trace has ×{there[op]})")
+            for op, n in guessed.items() if there[op]]
+    absent = [f"{op} ×{n}" for op, n in guessed.items() if not there[op]]
     missed = [f"{op} ×{n}" for op, n in there.items() if op not in guessed]
-    return "; ".join(said) + (f". Not guessed: {', '.join(missed)}." if missed else ". Nothing unguessed.")
+    return "; ".join(said + [f"not there: {', '.join(absent)}"] * bool(absent)) \
+        + (f". Not guessed: {', '.join(missed)}." if missed else ". Nothing unguessed.")
 
 
-def kernels_table(generated: pd.DataFrame) -> pd.DataFrame:
-    """``torch_compile.generated_kernels``'s rows as the page shows them: the kernel's name and the
-    ops its name says it fused (as text), rows numbered by nothing (its time is the op table's)."""
-    return pd.DataFrame({"kernel": list(generated["name"]),
-                         "ops it fused": [", ".join(f) for f in generated["fused"]]})
+def error_text(judgement) -> str:
+    """A ``reference.judge`` result as a ✔ line quotes it: each tensor's error against its bound
+    ("out error 7.78e-07 <= 3.28e-05"); the rule that set the bound is chapter 1's."""
+    return "; ".join(f"{v.tensor} error {number(v.error)} <= {number(v.bound)}" for v in judgement.values())
+
+
+def call_table(call) -> pd.DataFrame:
+    """A borrowed compiled call (``torch_compile.compiled_call``) as one table: its CPU ops, nested
+    by depth, then the GPU kernels they launched, each with the API call that launched it."""
+    ops = pd.DataFrame({"event": ["· " * int(d) + n for n, d in zip(call.ops["name"], call.ops["depth"])],
+                        "on": "CPU", "time (µs)": call.ops["dur_us"].to_numpy(), "launched by": ""})
+    gpu = pd.DataFrame({"event": call.kernels["name"].to_numpy(), "on": "GPU",
+                        "time (µs)": call.kernels["dur_us"].to_numpy(), "launched by": call.kernels["launcher"].to_numpy()})
+    return pd.concat([ops, gpu], ignore_index=True)
 
 
 def shown(table: pd.DataFrame) -> pd.DataFrame:

@@ -86,15 +86,6 @@ def alive_at_peak(step, smallest: int = 2**16) -> dict[int, int]:
     return {size: n for size, n in sorted(alive.items(), reverse=True) if n > 0 and size >= smallest}
 
 
-def fused_kernels(step) -> pd.DataFrame:
-    """The kernels Inductor generated in a compiled step and the ops each fused, as the page
-    shows them (their CPU times are one noisy profile, so they are left out)."""
-    from kernels.attention import torch_compile
-
-    gen = torch_compile.generated_kernels(step)
-    return pd.DataFrame({"generated kernel": gen["name"].tolist(), "ops it fused": [", ".join(f) for f in gen["fused"]]})
-
-
 def ops_and_allocations(step) -> pd.DataFrame:
     """``tables.op_table`` of a step without its CPU times (one profile's are noise: ops of the
     same work differ by orders of magnitude) and with a header short enough to fit the page."""

@@ -72,20 +72,38 @@ def test_steady_text_bounds_the_count_by_the_p90_and_quotes_a_median_only_when_i
 
 def test_ops_present_grades_what_and_how_many_never_where():
     seen = ["aten::bmm", "aten::bmm"]
-    assert ch07.ops_present(["aten::bmm", "aten::bmm"], seen) == "aten::bmm ×2: ✔. Nothing unguessed."
+    assert ch07.ops_present(["aten::bmm", "aten::bmm"], seen) == "aten::bmm ×2 ✔. Nothing unguessed."
     said = ch07.ops_present(["aten::bmm", "aten::mul", "aten::masked_fill", "aten::softmax", "aten::bmm"], seen)
-    assert said.startswith("aten::bmm ×2: ✔; aten::mul ×1: not there") and "Not guessed" not in said
-    assert ch07.ops_present(["aten::mul"], seen) == "aten::mul ×1: not there. Not guessed: aten::bmm ×2."
-    assert "the trace has ×2" in ch07.ops_present(["aten::bmm"], seen)
+    assert said == "aten::bmm ×2 ✔; not there: aten::mul ×1, aten::masked_fill ×1, aten::softmax ×1. Nothing unguessed."
+    assert ch07.ops_present(["aten::mul"], seen) == "not there: aten::mul ×1. Not guessed: aten::bmm ×2."
+    assert "(the trace has ×2)" in ch07.ops_present(["aten::bmm"], seen)
 
 
-def test_kernels_table_shows_names_fused_ops_as_text_and_no_filter_row_numbers():
+def test_shown_renames_the_time_column_and_drops_shapes_and_filter_row_numbers():
     import pandas as pd
 
-    generated = pd.DataFrame({"name": ["graph_0_cpp_fused_mul_0"], "fused": [["mul"]], "dur_us": [6.9]}, index=[7])
-    table = ch07.kernels_table(generated)
-    assert list(table.columns) == ["kernel", "ops it fused"] and list(table.index) == [0]
-    assert table.loc[0, "ops it fused"] == "mul"
-    assert list(ch07.shown(generated.rename(columns={"fused": "x"})).columns) == ["name", "x", "time (µs)"]
+    generated = pd.DataFrame({"name": ["graph_0_cpp_fused_mul_0"], "x": [["mul"]], "dur_us": [6.9]}, index=[7])
+    shown = ch07.shown(generated)
+    assert list(shown.columns) == ["name", "x", "time (µs)"] and list(shown.index) == [0]
     op_table = pd.DataFrame({"op": ["aten::bmm"], "input shapes": ["(8, 512, 64)"], "time (us)": [1.0]})
     assert list(ch07.shown(op_table).columns) == ["op", "time (µs)"]
+
+
+def test_error_text_quotes_each_tensor_error_against_its_bound():
+    from kernels.reference import Judgement, Verdict
+
+    said = ch07.error_text(Judgement({"out": Verdict("out", 7.78e-07, 3.28e-05, "rule")}))
+    assert said == "out error 7.78e-07 <= 3.28e-05"
+
+
+def test_call_table_puts_the_cpu_ops_then_the_gpu_kernels_with_their_launcher():
+    import pandas as pd
+    from types import SimpleNamespace
+
+    call = SimpleNamespace(ops=pd.DataFrame({"name": ["TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "triton_k"],
+                                             "depth": [0, 0, 1], "dur_us": [35.6, 1353.0, 95.8]}),
+                           kernels=pd.DataFrame({"name": ["triton_k"], "launcher": ["cuLaunchKernel"], "dur_us": [1.76]}))
+    table = ch07.call_table(call)
+    assert list(table["event"]) == ["TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "· triton_k", "triton_k"]
+    assert list(table["on"]) == ["CPU", "CPU", "CPU", "GPU"]
+    assert list(table["launched by"]) == ["", "", "", "cuLaunchKernel"] and table["time (µs)"].iloc[-1] == 1.76

@@ -68,13 +68,6 @@ def test_alive_at_peak_counts_the_buffers_still_allocated_when_memory_peaks():
     assert ch08_block.alive_at_peak(SimpleNamespace(memory=memory)) == {8 * mib: 2, mib: 1}
 
 
-def test_fused_kernels_shows_names_and_fused_ops_without_times():
-    ops = pd.DataFrame({"name": ["aten::addmm", "graph_0_cpp_fused_gelu_view_2"], "dur_us": [1.0, 2.0]})
-    step = SimpleNamespace(ops=ops, gpu_work=pd.DataFrame({"name": []}))
-    table = ch08_block.fused_kernels(step)
-    assert table.to_dict("list") == {"generated kernel": ["graph_0_cpp_fused_gelu_view_2"], "ops it fused": ["gelu, view"]}
-
-
 def test_ops_and_allocations_drops_the_cpu_times():
     from unittest.mock import patch
 
