@@ -2,27 +2,22 @@
 # # 6. Showdown
 #
 # Every implementation of the course, side by side, on the machine that built this page: what
-# one forward runs (ops on a CPU, [kernels](glossary.md#kernel) on a GPU), how long it takes, its
-# peak memory, and where it sits under the device's [roofline](glossary.md#roofline); then a real
-# model's attention on two datacenter GPUs. The source article closes with a table typed by hand
-# from one A100; this one is regenerated on every build, so it can never disagree with the code
-# (the article's numbers are quoted at the end, in a table of their own).
+# one forward runs (ops on a CPU, [kernels](glossary.md#kernel) on a GPU), its time, its peak
+# memory and its place under the device's [roofline](glossary.md#roofline); then a real model's
+# attention on two datacenter GPUs. The source article closes with a table typed by hand from one
+# A100; this one is regenerated on every build, so it cannot disagree with the code.
 #
 # **You will learn to:**
 #
-# - read a benchmark table the build regenerates: the median per forward with its spread, peak
-#   memory and [FLOP/s](glossary.md#flops);
-# - count causal FLOPs at half (in full, every TFLOP/s doubles), and place each implementation
-#   under the device's roofline;
-# - count what a training step and a decode token cost against a forward;
-# - read a real model's attention calls on an H100 and an MI300X against each GPU's peak, and
-#   tell from the grid, the [SM](glossary.md#sm) count and the registers why a short sequence's
-#   attention reaches a small fraction of it.
+# - read a benchmark table the build regenerates: median time with its spread, peak memory and
+#   [FLOP/s](glossary.md#flops);
+# - count causal FLOPs at half, for a forward, a training step and a decode token, and place each
+#   implementation under the roofline;
+# - tell from a real trace's grid, [SM](glossary.md#sm) count and registers why a short sequence's
+#   attention reaches a small fraction of a GPU's peak.
 #
 # **Before you start:** Chapters [1. Attention by hand](01_naive.ipynb) to [5. FlashAttention in
-# CUDA, by hand](05_cuda.ipynb): their implementations are the contenders. The training and
-# decode tokens are taken apart later, in [9. The backward pass](09_backward.ipynb) and [10.
-# Decoding](10_decoding.ipynb).
+# CUDA, by hand](05_cuda.ipynb): their implementations are the contenders.
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -55,17 +50,14 @@ borrowed = {"H100 Qwen": TRACELENS["h100_qwen"], "MI300X Qwen": TRACELENS["mi300
 traces_box(borrowed)
 
 # %% [markdown]
-# Every number below was measured on: {glue:text}`run_label`, except in the last two sections:
-# they read real GPU traces (named in the box above) and quote the source article's A100 table.
+# Measured on: {glue:text}`run_label`, except the last two sections (the GPU traces in the box
+# above, the source article's A100 table).
 #
 # ## The contenders
 #
 # The library says what runs on this device, and why not where it cannot. Two exclusions are
-# choices. On a CPU, `triton` runs in Triton's *interpreter* (NumPy, program by program, to check
-# correctness), so its time is no performance number. `compiled_naive` and `flex` would compile
-# once per sequence length, seconds each, which this short sweep has no budget for: chapter 7
-# times the compiled forward at one shape, after its compile. The table, folded, also recalls
-# what each implementation's chapter taught.
+# choices: on a CPU, `triton` runs in Triton's *interpreter* (NumPy, to check correctness), and
+# `compiled_naive` and `flex` would compile for seconds at each length (chapter 7 times them).
 
 # %% tags=["hide-output"]
 contenders = ch06.contenders(device)[0]   # the names measured here
@@ -79,12 +71,11 @@ if not on_gpu:
 # %% [markdown]
 # ## What one forward runs
 #
-# Each contender is profiled here with `kernels.trace.record`, at the chapter's shape
+# Each contender is profiled with `kernels.trace.record` at the chapter's shape
 # (B={glue:text}`shape_b`, H={glue:text}`shape_h`, S={glue:text}`shape_s`,
 # D={glue:text}`shape_d`). On a CPU we count the ops that do arithmetic themselves: not views or
-# bare allocations, and either calling no other such op (`matmul` is not counted, the `bmm` under
-# it is) or allocating their own result (`mul`). On a GPU the count that matters is the GPU track:
-# kernels, copies and memsets launched by one forward. The traces are linked, folded, under the table.
+# allocations (not `matmul`, but the `bmm` under it). On a GPU we count the kernels, copies and
+# memsets of one forward. The traces are linked, folded, under the table.
 
 # %%
 steps_of = ch06.profile_forwards(contenders, q, k, v, active_steps, trace_dir)  # {name: its median step}
@@ -103,22 +94,20 @@ if not on_gpu:
 lesson(all(len(work[n]) > len(work["sdpa_flash"]) for n in ("naive", "inplace", "sdpa_math")),
        "every unfused implementation runs more ops than the fused one",
        ", ".join(f"{n} {len(work[n])}" for n in ("naive", "inplace", "sdpa_math")))
-lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs fewer ops than the naive one",
-       f"in-place {len(work['inplace'])}, naive {len(work['naive'])}")
+lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs fewer ops than the naive one")
 
 # %% [markdown]
 # ## Timing and memory: the sweep
 #
-# Times come from `kernels.bench` (never from one profiled step): it warms each implementation up,
-# times many calls with fresh inputs rotated among sets larger than the caches, and keeps the median
-# and the 10th-90th percentile spread. A time is a result only where it passes the spread check
-# (90th percentile within 2x the 10th), which mostly catches other work on the same cores: an op
-# split across threads waits for the one that was descheduled, so a small call can read many times
-# slower than it is. Peak memory is measured on one more call, apart from the timed ones. The
-# appendix [*Measuring honestly*](appendix/measuring.ipynb) explains each choice. The book sweeps
+# Times come from `kernels.bench`, never from one profiled step: it warms up, times many calls on
+# fresh inputs rotated through more memory than the caches hold, and keeps the median and the
+# 10th-90th percentile spread. A time is a result only where it passes the spread check (90th
+# percentile within 2x the 10th), which mostly catches other work on the same cores. Peak memory
+# is measured on one more call. [*Measuring honestly*](appendix/measuring.ipynb) explains each
+# choice. The book sweeps
 # S = {glue:text}`other_seqs` besides S={glue:text}`shape_s`, on a short budget (at most
 # {glue:text}`budget_reps` timed calls and {glue:text}`budget_s` s a point); `python -m kernels.bench`
-# runs longer sweeps.
+# sweeps longer.
 
 # %%
 other_seqs, budget = ch06.book_sweep(on_gpu, seq)   # the other lengths, and a short timing budget
@@ -134,12 +123,11 @@ lesson(set(at_seq) == set(contenders), "every contender was measured at the chap
 # %% [markdown]
 # ## Everything at a glance
 #
-# The chapter's shape, every contender, one row each: peak memory first, then the median time per
-# forward with the spread of the middle 80% of calls; the FLOP rate counts causal FLOPs halved
-# (below); "% of roof" and "side of ridge" place each forward under the device's ceilings, read in
-# [The roofline](#the-roofline) below. Before the table, rank the contenders by peak memory at the chapter's shape, smallest first
-# (memory, unlike time, does not depend on how busy the machine is; two that tie may come in
-# either order):
+# One row per contender at the chapter's shape: peak memory, median time with the spread of the
+# middle 80% of calls, the FLOP rate (causal FLOPs halved), and its place under the roof (read in
+# [The roofline](#the-roofline)). Before the table, rank the contenders by peak memory, smallest
+# first (memory, unlike time, does not depend on how busy the machine is; a tie may come in either
+# order):
 
 # %%
 guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # edit me: smallest peak first
@@ -148,61 +136,60 @@ guess_memory_order = ["inplace", "naive", "sdpa_flash", "sdpa_math"]  # edit me:
 memory = {name: r.peak_memory_bytes for name, r in at_seq.items()}
 print(ch06.smallest_first_verdict(guess_memory_order, {name: ch06.three_figures(mib(b)) for name, b in memory.items()}))
 
+# %% tags=["remove-cell"]
+def glance_caption(peaks):   # what the table was measured on, in its caption
+    return f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, causal, forward. Roof: {peaks.source}."
+
+
 # %%
 peaks = devices.roofline_peaks(device)
 glance = ch06.glance(at_seq, peaks)
-ch06.glance_styled(glance, f"This run: {run_label}. {dtype} B={batch} H={heads} S={seq} D={head_dim}, "
-                               f"causal, forward. Roof: {peaks.source}.")
+ch06.glance_styled(glance, glance_caption(peaks))
 
 # %% tags=["remove-input"]
 smallest = min(memory, key=memory.__getitem__)
 if not on_gpu:
     lesson(smallest == "sdpa_flash", "sdpa_flash has the smallest peak memory on the CPU", f"{readable(ch06.three_figures(mib(memory[smallest])))} MiB")
 tied = ch06.overlapping({n: at_seq[n] for n in glance.index[glance["time (ms)"].notna()]})
-say("Times whose spreads overlap rank nothing, whichever median is lower: on this run "
-    + "; ".join(f"{a} and {b}" for a, b in tied) + ". On a CPU shared with other work, one stolen "
-    "time slice moves a median by more than the gap between them." if tied
+say("Times whose spreads overlap rank nothing, whichever median is lower: here "
+    + "; ".join(f"{a} and {b}" for a, b in tied) + "." if tied
     else "On this run no two timed rows' spreads overlap.")
 glue_all(smallest=smallest, smallest_mib=readable(ch06.three_figures(mib(memory[smallest]))),
          naive_mib=readable(ch06.three_figures(mib(memory["naive"]))),
          untimed=", ".join(glance.index[glance["time (ms)"].isna()]) or "none", ridge=peaks.ridge)
 
 # %% [markdown]
-# The smallest peak belongs to **{glue:text}`smallest`**: {glue:text}`smallest_mib` MiB,
-# against {glue:text}`naive_mib` MiB for naive. Naive and in-place can share a peak:
+# The smallest peak is **{glue:text}`smallest`**'s, {glue:text}`smallest_mib` MiB against
+# {glue:text}`naive_mib` MiB for naive. Naive and in-place can share a peak:
 # [chapter 2](02_inplace.ipynb) showed that removing the copy lowers the total allocated, not the
-# peak, when two S×S tensors are alive in either version. Memory is asserted; times are quoted,
-# never ranked by an assertion, and a row that failed the spread check shows none (on this run:
-# {glue:text}`untimed`).
+# peak. Memory is asserted; times are quoted, never ranked by an assertion (a row that failed the
+# spread check shows none; here: {glue:text}`untimed`).
 #
 # ## Counting FLOPs: causal is half
 #
-# A forward does two matmuls of $2 \cdot S^2 \cdot D$ FLOPs per head, $4BHS^2D$ in all.
-# With a causal mask, half of the score matrix is never needed, and a fused kernel skips it,
-# so the course counts causal attention at **half** that: $2BHS^2D$. Counting it at full
-# price doubles every TFLOP/s figure, a mistake that has shipped in real benchmarks (the
-# [appendix](appendix/measuring.ipynb) tells the story). This page is the book's home for the
-# rule; other chapters link here. Every row of this sweep is checked against the formula:
+# A forward does two matmuls of $2 \cdot S^2 \cdot D$ FLOPs per head, $4BHS^2D$ in all. With a
+# causal mask half of the score matrix is never needed, and a fused kernel skips it, so the course
+# counts causal attention at **half**: $2BHS^2D$. Counting it in full doubles every TFLOP/s, a
+# mistake that has shipped in real benchmarks (the [appendix](appendix/measuring.ipynb) tells the
+# story). Other chapters link here for the rule.
 
 # %% tags=["remove-input"]
 wrong = [(r.impl, r.seq) for r in results if not (r.causal and r.flops == 2 * r.batch * r.heads * r.seq**2 * r.head_dim
                                                   == reference.flops(r.batch, r.heads, r.seq, r.head_dim, causal=False) / 2)]
 lesson(not wrong, "every row counts causal FLOPs as half of full attention, 2·B·H·S²·D",
-       f"{len(results)} rows checked against kernels.reference.flops" if not wrong else f"wrong: {wrong}")
+       f"{len(results)} rows" if not wrong else f"wrong: {wrong}")
 glue_all(flash_gflop=at_seq["sdpa_flash"].flops / 1e9, flash_gflop_full=2 * at_seq["sdpa_flash"].flops / 1e9)
 
 # %% [markdown]
-# So sdpa_flash's forward at S={glue:text}`shape_s` is counted at {glue:text}`flash_gflop:.3g`
-# GFLOP, not {glue:text}`flash_gflop_full:.3g`: counted in full, the same time would read as
-# twice the TFLOP/s.
+# So sdpa_flash's forward at S={glue:text}`shape_s` counts {glue:text}`flash_gflop:.3g` GFLOP, not
+# {glue:text}`flash_gflop_full:.3g`.
 #
 # ## Across sequence lengths
 #
-# Time first, then (folded) throughput under the device's compute ceiling ({glue:text}`peak_label`).
-# On log-log axes a slope of 2 is the S² of attention; the band is the spread of the timed calls.
-# Only points that pass the spread check are drawn ({glue:text}`drawn` of {glue:text}`measured`
-# here; under the figure, what they can show), and where two bands overlap, the lines' order is noise. Peak memory against S (S² where
-# the scores are held, S for the fused kernels) is measured in [chapter 3b](03b_sdpa_fused.ipynb).
+# Time first, then (folded) throughput under the compute ceiling ({glue:text}`peak_label`). On
+# log-log axes a slope of 2 is attention's S²; the band is the spread of the timed calls. Only
+# points that pass the spread check are drawn, and where two bands overlap the lines' order is
+# noise. Peak memory against S is measured in [chapter 3b](03b_sdpa_fused.ipynb).
 
 # %% tags=["remove-cell"]
 glue_all(drawn=len(plots.steady(results)), measured=sum(r.ok for r in results),
@@ -226,24 +213,17 @@ plots.tflops_vs_seq(steady, peak=peaks)
 # %% [markdown]
 # ## The roofline
 #
-# Each point is one implementation at one S: its arithmetic intensity (FLOPs per byte that
-# must cross memory at least once, from `kernels.reference.io_bytes`) against the FLOP/s it
-# achieved. Below the ridge ({glue:text}`ridge:.3g` FLOP/byte here) a kernel can at best
-# run at memory speed; above it, at compute speed. The roof is a ceiling, not a diagnosis: the
-# table's "side of ridge" says which roof a forward sits under, and a point far under its roof is
-# limited by neither (by overheads or latency, say). The materializing implementations are
-# charged for writing and reading the S×S scores, which pins their intensity near a constant
-# whatever S is; a fused kernel's intensity grows with S.
+# Each point is one implementation at one S: its arithmetic intensity (FLOPs per byte that must
+# cross memory at least once, `kernels.reference.io_bytes`) against the FLOP/s it achieved. Below
+# the ridge ({glue:text}`ridge:.3g` FLOP/byte here) a kernel can at best run at memory speed;
+# above it, at compute speed. A point far under its roof is limited by neither (by overheads or
+# latency, say). Writing and reading the S×S scores pins the materializing implementations'
+# intensity near a constant; a fused kernel's grows with S.
 
 # %% tags=["remove-input"]
-def above_roof(roof):
-    return [f"{r.impl} at S={r.seq}" for r in steady if r.tflops * 1e12 > roof.attainable(r.intensity)]
-
-
-if above_roof(peaks) and device.type == "cpu":   # a busy moment read the roof low: measure it again, keep the best
-    peaks = peaks.best_with(devices.measured_peaks("cpu", repeats=60))
-above = above_roof(peaks)
-lesson(not above, "every forward drawn sits at or under its ceiling", ", ".join(above) or f"{len(steady)} points")
+peaks, above = devices.roof_for_points(steady, peaks, device)   # a CPU roof read low is measured again
+lesson(not above, "every forward drawn sits at or under its ceiling",
+       ", ".join(f"{r.impl} at S={r.seq}" for r in above) or f"{len(steady)} points")
 
 # %%
 #| caption: The roofline: each forward at its arithmetic intensity (FLOP per byte moved) and its achieved FLOP/s, under the device's two ceilings, memory bandwidth (the slope) and compute (the flat roof); every point drawn sits under its ceiling (checked above).
@@ -253,12 +233,12 @@ plots.roofline(steady, device=peaks)
 # %% [markdown]
 # ## Beyond one forward: a training step and a decode token
 #
-# A forward at one length is one of three calls attention serves. **Training** runs the forward
-# and then its backward ([chapter 9](09_backward.ipynb)): the backward does five matmuls to the
-# forward's two, so a training step counts 3.5x the forward's FLOPs. **Generation** runs one
-# **decode token** per new token: a single query against a [KV cache](glossary.md#kv-cache) of
-# $S_k$ keys, $4 \cdot B \cdot H \cdot S_k \cdot D$ FLOPs with nothing halved, because the
-# causal mask hides no key from the newest query. The counts, at this chapter's shape:
+# **Training** runs the forward and then its backward ([chapter 9](09_backward.ipynb)): five
+# matmuls to the forward's two, so a training step counts 3.5x the forward's FLOPs. **Generation**
+# runs one **decode token** per new token: a single query against a
+# [KV cache](glossary.md#kv-cache) of $S_k$ keys, $4 \cdot B \cdot H \cdot S_k \cdot D$ FLOPs with
+# nothing halved, because the causal mask hides no key from the newest query. At this chapter's
+# shape:
 
 # %%
 forward_flops = reference.flops(batch, heads, seq, head_dim, causal=True)
@@ -269,25 +249,20 @@ decode_flops = reference.decode_flops(batch, heads, seq, head_dim)
 lesson(training_flops == 3.5 * forward_flops, "a training step counts 3.5x the forward's FLOPs, the backward 2.5x",
        f"{readable(training_flops / 1e9)} vs {readable(forward_flops / 1e9)} GFLOP")
 lesson(decode_flops == 4 * batch * heads * seq * head_dim == 2 * forward_flops / seq,
-       "a decode token counts 4·B·H·Sk·D: one query row against every key, nothing halved",
-       f"{readable(decode_flops / 1e6)} MFLOP, 2/S of the forward's")
+       "a decode token counts 4·B·H·Sk·D, nothing halved", f"{readable(decode_flops / 1e6)} MFLOP")
 
 # %% [markdown]
-# A decode token reads the whole cache to do those few FLOPs, so it sits far to the left of any
-# GPU's ridge: memory-bound by construction. Its roofline, measured, and what grouped-query
-# attention saves there are in [chapter 10](10_decoding.ipynb).
+# A decode token reads the whole cache for those few FLOPs: memory-bound by construction, as
+# [chapter 10](10_decoding.ipynb) measures.
 #
 # ## On real GPUs: one model's attention on an H100 and an MI300X
 #
-# What does the same kind of call reach on a datacenter GPU? Two real traces answer it, *H100 Qwen*
-# and *MI300X Qwen*: one forward of Qwen1.5-0.5B-Chat (16 prompts of 559 tokens, bfloat16, PyTorch's
-# [SDPA](glossary.md#sdpa)) profiled on an NVIDIA H100 and an AMD MI300X by AMD's TraceLens project
-# (the box's 2048 is the harness's length setting; the recorded shapes show the 559 tokens that ran).
-# `kernels.trace.attention.find_attention` reads every SDPA call of the step: its kernel, shapes, GPU
-# time and FLOPs, counted [causal half](#counting-flops-causal-is-half) as in the sweep.
-#
-# Before the reveal: what share of the H100's dense bf16 peak do you think one of these calls
-# reached?
+# *H100 Qwen* and *MI300X Qwen* are one forward of Qwen1.5-0.5B-Chat (16 prompts of 559 tokens,
+# bfloat16, PyTorch's [SDPA](glossary.md#sdpa)) profiled on an H100 and an MI300X by AMD's TraceLens
+# project (the box's 2048 is the harness's length setting; the shapes show the 559 tokens that
+# ran). `kernels.trace.attention.find_attention` reads every SDPA call: kernel, shapes, GPU time
+# and FLOPs, counted [causal half](#counting-flops-causal-is-half). Before the reveal: what share
+# of the H100's dense bf16 peak did one call reach?
 
 # %%
 guess_h100_percent_of_peak = 50  # edit me: % of the H100's dense bf16 peak, per call
@@ -312,34 +287,34 @@ plots.achieved_vs_peak(calls)
 shapes = set(calls[["B·H", "Sq", "Sk", "D", "causal"]].itertuples(index=False))
 lesson(len(shapes) == 1 and all(row.GFLOP * 1e9 == reference.flops(1, row[1], row.Sq, row.D, causal=True)
                                 for row in calls[["GFLOP", "B·H", "Sq", "D"]].itertuples(index=False)),
-       "every call on both GPUs is the same causal attention, counted by the course's formula (causal half)",
-       "B·H, Sq, Sk, D, causal = " + "; ".join(", ".join(str(x) for x in s) for s in shapes))
+       "every call on both GPUs is the same causal attention, counted causal half",
+       "B·H, Sq, Sk, D = " + "; ".join(", ".join(str(x) for x in s[:4]) for s in shapes))
 lesson(calls["% of peak"].max() < 10, "no call reached a tenth of its GPU's dense bf16 peak",
        f"best {calls['% of peak'].max():.1f}%")
 lesson(h100_row["median TFLOP/s"] > mi300x_row["median TFLOP/s"],
        "the H100 ran these calls at more TFLOP/s than the MI300X, whose datasheet peak is higher",
-       f"{h100_row['median TFLOP/s']:.1f} vs {mi300x_row['median TFLOP/s']:.1f} TFLOP/s, median call")
+       f"medians {h100_row['median TFLOP/s']:.1f} vs {mi300x_row['median TFLOP/s']:.1f}")
 glue_all(qwen_h100_tflops=h100_row["median TFLOP/s"], qwen_h100_pct=h100_row["median % of peak"],
          qwen_mi300x_tflops=mi300x_row["median TFLOP/s"], qwen_mi300x_pct=mi300x_row["median % of peak"],
          qwen_h100_peak=h100_row["peak TFLOP/s"], qwen_mi300x_peak=mi300x_row["peak TFLOP/s"])
 
 # %% [markdown]
-# The median call ran at {glue:text}`qwen_h100_tflops:.0f` TFLOP/s on the H100, {glue:text}`qwen_h100_pct:.1f`%
-# of its {glue:text}`qwen_h100_peak:.0f`, and at {glue:text}`qwen_mi300x_tflops:.0f` TFLOP/s on the MI300X,
-# {glue:text}`qwen_mi300x_pct:.1f`% of its {glue:text}`qwen_mi300x_peak:.0f`. A datasheet peak is every multiply unit of the chip
-# ([tensor cores](glossary.md#tensor-core) here) busy on every cycle: how much of the chip did these calls keep busy?
+# The median call ran at {glue:text}`qwen_h100_pct:.1f`% of the H100's {glue:text}`qwen_h100_peak:.0f`
+# TFLOP/s and {glue:text}`qwen_mi300x_pct:.1f`% of the MI300X's {glue:text}`qwen_mi300x_peak:.0f`. A
+# datasheet peak is every multiply unit of the chip ([tensor cores](glossary.md#tensor-core) here)
+# busy on every cycle: how much of the chip did these calls keep busy?
 #
 # ### Why: the grid against the SMs
 #
-# A kernel is launched as a grid of thread blocks ([CTAs](glossary.md#cta); *workgroups* on AMD), each run whole
-# on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD, counted in the SMs column); the trace records each grid and block, and the SM
-# count (`deviceProperties`). An SM holds as many blocks at once as its [registers](glossary.md#registers),
-# [shared memory](glossary.md#shared-memory) and [warp](glossary.md#warp) slots allow (chapter 4's
-# [occupancy](glossary.md#occupancy) arithmetic); a larger grid runs in [*waves*](glossary.md#wave), and the
-# last may leave SMs idle. A third trace, *H100 BERT*, shows the short end: BERT-small, 141 tokens, same H100.
-# Our occupancy is that of a busy SM, one holding blocks; Kineto's estimate spreads the grid over
-# all SMs (CTAs / SMs blocks each), so the two agree where every SM gets blocks and part where few
-# do. "—": not recorded, as ROCm traces carry no register counts.
+# A kernel is launched as a grid of thread blocks ([CTAs](glossary.md#cta); *workgroups* on AMD),
+# each run whole on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD); the trace records the
+# grid and the SM count. An SM holds as many blocks at once as its
+# [registers](glossary.md#registers), [shared memory](glossary.md#shared-memory) and
+# [warp](glossary.md#warp) slots allow (chapter 4's [occupancy](glossary.md#occupancy)); a larger
+# grid runs in [*waves*](glossary.md#wave), and the last may leave SMs idle. A third trace, *H100
+# BERT*, shows the short end: BERT-small, 141 tokens, same H100. Our occupancy is that of an SM
+# holding blocks; Kineto's spreads the grid over all SMs, so the two part where few SMs get blocks.
+# "—": not recorded (ROCm traces carry no register counts).
 
 # %%
 grids = ch06.grids_table(reports)
@@ -358,23 +333,21 @@ lesson(h100_grid["CTAs"] == query_tiles * qwen_call["B·H"],
        f"ceil({qwen_call['Sq']} / {tiles.block_m}) x {qwen_call['B·H']} CTAs", f"grid {h100_grid['grid']} = {h100_grid['CTAs']} CTAs")
 tail_idle = ch06.tail_estimate(h100_grid["waves"])
 lesson(h100_grid["waves"] > 4 and tail_idle < 0.05,
-       "those CTAs fill the H100's SMs in several waves, and the last wave's idle SMs cost under 5% of the call, "
-       "estimated as if every CTA did equal work",
-       f"{h100_grid['CTAs']} CTAs / ({h100_grid['SMs (CUs)']} SMs x {h100_grid['CTAs per SM at once']} at once) = "
+       "they fill the H100's SMs in several waves; the last wave's idle SMs cost under 5% of the call",
+       f"{h100_grid['CTAs']} / ({h100_grid['SMs (CUs)']} SMs x {h100_grid['CTAs per SM at once']}) = "
        f"{h100_grid['waves']:.2f} waves")
 h100_occ = h100_grid["occupancy % (ours)"]
 lesson(abs(h100_occ - h100_grid["occupancy % (trace)"]) < 1,
        "each SM holds only a few CTAs (registers: 255 per thread), the occupancy Kineto estimated",
-       f"{h100_occ:.1f}% of warp slots by our arithmetic, {h100_grid['occupancy % (trace)']:g}% in the trace")
+       f"{h100_occ:.1f}% of warp slots; trace {h100_grid['occupancy % (trace)']:g}%")
 lesson(bert_grid["CTAs"] < bert_grid["SMs (CUs)"] / 4,
-       "BERT-small's 141 tokens launch fewer CTAs than a quarter of the H100's SMs: most SMs get no work at all",
+       "BERT-small's 141 tokens launch fewer CTAs than a quarter of the H100's SMs",
        f"{bert_grid['CTAs']} CTAs on {bert_grid['SMs (CUs)']} SMs, {bert_call['TFLOP/s']:.1f} TFLOP/s")
 cus, workgroups = mi300x_grid["SMs (CUs)"], mi300x_grid["CTAs"]
 lesson(workgroups % cus == 0 and all(workgroups != math.ceil(qwen_call["Sq"] / m) * qwen_call["B·H"]
                                      for m in (16, 32, 64, 128, 256)),
-       "on the MI300X the grid is a whole multiple of the CU count and no count of query tiles: "
-       "sized to the chip, each workgroup loops over tiles (a persistent kernel)",
-       f"{workgroups} workgroups = {workgroups // cus} x {cus} CUs")
+       "the MI300X's grid is a whole multiple of its CUs and no count of query tiles: each workgroup loops over tiles",
+       f"{workgroups} = {workgroups // cus} x {cus} CUs")
 glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_sms=int(h100_grid["SMs (CUs)"]),
          qwen_per_sm=int(h100_grid["CTAs per SM at once"]), qwen_occ=h100_occ,
          qwen_padded=query_tiles * tiles.block_m, qwen_sq=int(qwen_call["Sq"]), qwen_key_tiles=key_tiles,
@@ -385,32 +358,25 @@ glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_s
                                                  "key tile"))
 
 # %% [markdown]
-# On the H100, {glue:text}`qwen_ctas` CTAs met {glue:text}`h100_sms` SMs holding {glue:text}`qwen_per_sm`
-# each: {glue:text}`qwen_waves:.2f` waves, the last wave's idle SMs costing about
-# {glue:text}`tail_idle_pct:.1f`% of the call, an *estimate* that assumes equal work per CTA (causal
-# CTAs differ: the first query tile meets {glue:text}`qwen_first_key_tiles_text`, the last
-# {glue:text}`qwen_key_tiles`). Two things weigh more. Each SM ran only {glue:text}`qwen_occ:.1f`% of
-# its warp slots: FlashAttention keeps Q, K and V tiles in shared memory ({glue:text}`qwen_smem_kib`
-# KiB a CTA here, the tiles of [chapter 3b](03b_sdpa_fused.ipynb)) and the score tile and output
-# accumulator in registers, 255 per thread, trading occupancy for them. And each CTA had little to
-# do: at S = {glue:text}`qwen_sq` a query tile meets at most {glue:text}`qwen_key_tiles` key tiles,
-# and {glue:text}`qwen_sq` rows are padded to {glue:text}`qwen_padded`, so loading Q, writing O and
-# masking the diagonal weigh as much as the multiplies. Longer sequences amortise them: the
-# FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measures FlashAttention-2, the kernel here, on an
-# H100 at 191 TFLOP/s for causal S = 512 and 335 at S = 16k (D = 128); its own Hopper kernels, using
-# instructions this one does not, reach more.
+# The last wave's cost is an estimate that assumes equal work per CTA (causal CTAs differ: the first query tile meets
+# {glue:text}`qwen_first_key_tiles_text`, the last {glue:text}`qwen_key_tiles`). Two things weigh
+# more. Each SM ran only {glue:text}`qwen_occ:.1f`% of its warp slots: FlashAttention keeps Q, K and
+# V tiles in shared memory ({glue:text}`qwen_smem_kib` KiB a CTA, as in
+# [chapter 3b](03b_sdpa_fused.ipynb)) and the score tile and output in registers, trading
+# occupancy for them. And each CTA had little to do: {glue:text}`qwen_sq` rows padded to
+# {glue:text}`qwen_padded`, at most {glue:text}`qwen_key_tiles` key tiles a query tile, so loading
+# Q, writing O and masking the diagonal weigh as much as the multiplies. Longer sequences amortise
+# them: the FlashAttention-3 paper (arXiv 2407.08608, Fig. 5) measures FlashAttention-2, the kernel
+# here, on an H100 at 191 TFLOP/s for causal S = 512 and 335 at S = 16k (D = 128).
 #
-# BERT-small's 141 tokens launched {glue:text}`bert_ctas` CTAs per call, leaving most SMs without a
-# block: {glue:text}`bert_tflops:.1f` TFLOP/s (hence Kineto's {glue:text}`bert_kineto_occ:g`%:
-# {glue:text}`bert_ctas` CTAs spread over {glue:text}`h100_sms` SMs). The MI300X's grid, {glue:text}`mi300x_wg` workgroups
-# for {glue:text}`mi300x_cus` CUs, is sized to the chip, each workgroup looping over tiles, so no
-# wave is half empty; its calls were slower for reasons the trace does not record (ROCm traces carry
-# no register counts).
+# BERT-small left most SMs without a block (hence Kineto's {glue:text}`bert_kineto_occ:g`%, its
+# CTAs spread over all {glue:text}`h100_sms`). The MI300X's grid is sized to the chip, so no wave
+# is half empty; why its calls were slower, the trace does not record.
 #
 # ## Recorded elsewhere: the source article's A100
 #
-# Not measured by this build: quoted from the source article (named in the caption), measured on
-# one NVIDIA A100-SXM4-80GB in bfloat16 under `torch.no_grad`, and never mixed with this run's.
+# Quoted from the source article (named in the caption), measured on one NVIDIA A100-SXM4-80GB in
+# bfloat16 under `torch.no_grad`; never mixed with this run's numbers.
 
 # %%
 ch06.article_styled()
@@ -425,26 +391,20 @@ if on_gpu:  # this run's fused medians, beside the article's
 # %% [markdown]
 # On that A100, SDPA's math backend was {glue:text}`article_math_ratio:.1f`x slower than the
 # hand-written in-place version, while each fused backend needed at most
-# {glue:text}`article_fused_max_us:.0f` µs of GPU time per forward. The ranking of the fused
-# backends (flash, then cuDNN, then efficient) is the article's, on its shapes and its GPU. A
-# GPU build of this book fills the tables above with its own numbers: different shapes, GPU and
-# library versions each move them away from the article's.
+# {glue:text}`article_fused_max_us:.0f` µs per forward; the fused backends' ranking is the
+# article's, on its shapes and GPU. A GPU build of this book fills the tables above with its own
+# numbers, which other shapes, GPUs and versions move away from the article's.
 
 # %% [markdown]
 # ## What to remember
 #
-# - A table that a build regenerates cannot drift from the code; a typed one can. Numbers from
-#   another machine are quoted with their source, in a table of their own.
-# - Quote medians with their spread, from a benchmark harness, never from one profiled step, and
-#   only where the spread check passes.
-# - Count causal FLOPs at half price, or every TFLOP/s is twice too high; but a decode token's
-#   single query sees every key, so it is counted in full: $4BHS_kD$.
-# - A training step is 3.5 forwards of FLOPs; a decode token is memory-bound by construction
-#   ([chapter 10](10_decoding.ipynb)).
-# - A datasheet peak needs every SM busy with enough work. At {glue:text}`qwen_sq` tokens every
-#   H100 SM got blocks, but held only {glue:text}`qwen_per_sm` CTAs ({glue:text}`qwen_occ:.1f`%
-#   occupancy, set by registers) with little work each; at BERT's 141 tokens most SMs got none.
-#   Every trace above reached under a tenth of its peak.
+# - A table a build regenerates cannot drift from the code; another machine's numbers are quoted
+#   with their source, apart.
+# - Quote medians with their spread, from a benchmark harness, where the spread check passes.
+# - Count causal FLOPs at half, or every TFLOP/s is twice too high; a decode token counts in full.
+# - A training step is 3.5 forwards of FLOPs; a decode token is memory-bound by construction.
+# - A datasheet peak needs every SM busy with enough work: at {glue:text}`qwen_sq` tokens each H100
+#   SM held {glue:text}`qwen_per_sm` CTAs with little work each; at BERT's 141 most SMs got none.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/06_showdown.ipynb), with automatic checks, hints and hidden solutions.

@@ -361,9 +361,8 @@ def sweep_reading(results) -> str:
         return said + ": the S² of attention shows."
     why = ("Too few points passed to read attention's S² from this figure" if 2 * drawn < measured or not fitted
            else "Some slopes stray from 2, so this figure does not show attention's S² on this run")
-    return (said + f". {why}: a slope far from 2 here is the machine's load or, at these short lengths, "
-            "fixed per-call costs, not a forward that escapes the S² FLOPs counted above. "
-            "`python -m kernels.bench` on a quiet machine sweeps longer.")
+    return (said + f". {why}: a slope far from 2 is the machine's load or, at these short lengths, fixed "
+            "per-call costs, not a forward escaping its S² FLOPs.")
 
 
 def book_sweep(on_gpu: bool, seq: int) -> tuple[list[int], dict]:

@@ -28,7 +28,7 @@ def decode_backend_here(chosen: str, chosen_gqa: str, device, dtype: torch.dtype
                f"chose {chosen}, rules predict {predicted}")
     else:
         lesson(chosen == chosen_gqa == "sdpa_flash", "on a CPU a decode token goes to PyTorch's CPU flash kernel, "
-               "as prefill does", f"multi-head: {chosen}, GQA: {chosen_gqa}")
+               "as prefill does", chosen)
 
 
 def graph_replay(step: Step) -> dict:
@@ -99,9 +99,8 @@ def decode_gap(points: list, peaks) -> str:
     if reach[0] >= 1 / 3:
         return (f"{which} {share} of {their} memory slope: on this run a decode call took about as long as moving "
                 "its bytes. The SGLang trace below shows the same on a GPU.")
-    return (f"{which} only {share} of {their} memory slope: a call that reads a few hundred KiB on a CPU is "
-            "dominated by its fixed cost per call (dispatch, threads), not by its bytes, and more so on a machine "
-            "shared with other work. The SGLang trace below is the evidence that on a GPU decode waits on memory.")
+    return (f"{which} only {share} of {their} memory slope: a CPU call this small is dominated by its fixed "
+            "cost per call (dispatch, threads), not its bytes, unlike SGLang's GPU calls below.")
 
 
 def reduce_shares(pairs: pd.DataFrame) -> dict:

@@ -64,6 +64,38 @@ def test_two_measurements_of_a_roof_keep_the_higher_of_each_ceiling():
     quiet = Peaks("CPU: x", 80e9, 30e9, "float32", "measured")
     best = busy.best_with(quiet)
     assert (best.flops, best.bandwidth) == (100e9, 30e9), "a roof is the best the device did: the higher of each"
-    assert best.ridge == 100e9 / 30e9 and "best of two" in best.source
+    assert best.ridge == 100e9 / 30e9 and best.source == "measured; the best of 2 measurements"
+    assert best.best_with(quiet).source == "measured; the best of 3 measurements", "a third counts on, not again"
     with pytest.raises(ValueError, match="do not combine"):
         busy.best_with(Peaks("CPU: y", 1e9, 1e9, "float32", "measured"))
+
+
+def test_a_point_above_a_cpu_roof_gets_the_roof_measured_again():
+    from types import SimpleNamespace
+
+    # A roof of 1 FLOP/s and 1 byte/s, as a measurement taken while the machine was swamped would
+    # read: a real point sits above it, so the roof is measured again and the higher ceilings kept.
+    swamped = devices.Peaks(devices.cpu_name(), 1.0, 1.0, "float32", "measured")
+    point = SimpleNamespace(tflops=1e-3, intensity=0.5)          # 1 GFLOP/s at half a FLOP a byte
+    roof, above = devices.roof_for_points([point], swamped, "cpu")
+    assert roof.flops > swamped.flops and roof.bandwidth > swamped.bandwidth and "best of 2" in roof.source
+    assert above == [], "any CPU does over a GFLOP/s of matmul and 2 GB/s of copy"
+    assert devices.roof_for_points([point], roof, "cpu") == (roof, []), "a point under its roof measures nothing"
+
+
+def test_a_point_above_a_datasheet_roof_stays_above_it():
+    from types import SimpleNamespace
+
+    h200 = devices.match_gpu("NVIDIA H200")
+    beyond = SimpleNamespace(tflops=2000.0, intensity=1000.0)     # twice the H200's dense bf16 peak
+    assert devices.roof_for_points([beyond], h200, "cuda") == (h200, [beyond])
+
+
+def test_a_point_no_cpu_reaches_stays_above_after_every_try():
+    from types import SimpleNamespace
+
+    measured = devices.measured_peaks("cpu")
+    exaflop = SimpleNamespace(tflops=1e6, intensity=1e6)          # no CPU does 10^18 FLOP/s
+    roof, above = devices.roof_for_points([exaflop], measured, "cpu", tries=2)
+    assert above == [exaflop], "measuring again raises a roof read low; it never hides a point no roof explains"
+    assert roof.source.endswith("the best of 3 measurements"), "the first roof and one for each try"
