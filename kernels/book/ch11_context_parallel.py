@@ -202,19 +202,46 @@ def in_mib(table: pd.DataFrame) -> pd.DataFrame:
                         index=table.index)
 
 
-def with_commas(table: pd.DataFrame) -> pd.DataFrame:
-    """Whole counts (query-key pairs) with thousands separators: 65,536 rather than 65536."""
-    return table.map(lambda n: f"{int(n):,}")
+def asserted_agreement(claims: list[list]) -> list[bool] | None:
+    """Per step, whether every claim the page asserts on this run (``held``: the ✔ lines) held in
+    it, from each claim's outcomes per step; None when the run asserted none of them. A claim the
+    run could not assert (a note says "not asserted", or the steps contradict it) must not pick
+    the step the page draws: the prose would lean on a claim the page did not make."""
+    asserted = [outcomes for outcomes in claims if held(outcomes)]
+    if not asserted:
+        return None
+    if len({len(outcomes) for outcomes in asserted}) != 1:
+        raise ValueError("every claim must be checked in the same steps")
+    return [all(bool(o) for o in step) for step in zip(*asserted)]
 
 
-def drawn_rule(agrees: list) -> str:
-    """How ``typical_step`` chose the step the page draws, given per step whether all of the page's
-    per-step claims held in it: the clause the prose glues, true whichever way the run went."""
+def drawn_rule(agrees: list | None) -> str:
+    """How ``typical_step`` chose the step the page draws, given per step whether the ✔ timing
+    claims held in it (``asserted_agreement``; None when the run asserted none): the clause the
+    prose glues, true whichever way the run went."""
     closest = "the one whose ranks' compute times lie closest to their medians"
+    if agrees is None:
+        return f"{closest}, over all the steps"
     held_in = sum(bool(a) for a in agrees)
     if held_in:
-        return f"of the {held_in} of {len(agrees)} steps in which the per-step claims below all held, {closest}"
-    return f"{closest} (the per-step claims below held together in none of the {len(agrees)} steps)"
+        return f"of the {held_in} of {len(agrees)} steps in which the ✔ timing lines below all held, {closest}"
+    return f"{closest} (the ✔ timing lines below held together in none of the {len(agrees)} steps)"
+
+
+def overlap_reading(transfer_ms: float, kv_wait_ms: float, hid: bool) -> str:
+    """The clause the page glues about the ring's overlap on CPU ranks: the longest span of gloo's
+    ranges around one K/V exchange and the longest wait for the block after the local attention,
+    each the largest of any one rank in any one step (``largest_single_ms``). What the wait was
+    spent on (the helper thread, the block having arrived) is said only when the wait prints as
+    more than zero and the ✔ line that the block had arrived was asserted (``hid``)."""
+    spans = f"the gloo ranges around one K/V exchange spanned at most {transfer_ms:.1f} ms"
+    if f"{kv_wait_ms:.1f}" == "0.0":
+        return spans + ", and no rank's wait for the block after its local attention reached 0.05 ms"
+    waited = f"{spans}, and a rank's wait for the block after its local attention at most {kv_wait_ms:.1f} ms"
+    if hid:
+        return waited + ("; where the block had arrived (the ✔ line above), such a wait is for the rank's helper "
+                         "thread, scheduled on this machine's two shared cores, not for the transfer")
+    return waited + " (whether the block had always arrived by then was too noisy to assert on this run)"
 
 
 def contradicted(outcomes: list) -> bool:
@@ -232,5 +259,5 @@ def contradicted_note(claims: list) -> str:
                for held, claim, _ in claims if contradicted(held)]
     if not against:
         return ""
-    return ("On this run the profiled steps contradict what the split predicts (two processes sharing two cores "
-            "need not run at the same speed; the zigzag run below measures how far they differ): " + "; ".join(against))
+    return ("Contradicted on this run (two processes sharing two cores need not run at the same speed; the "
+            "zigzag run measures it): " + "; ".join(against))

@@ -129,11 +129,10 @@ def test_the_step_drawn_is_typical_among_those_the_claims_describe():
     assert "none of the 3 steps" in page.drawn_rule([False] * 3)
 
 
-def test_byte_and_pair_counts_read_at_a_glance():
+def test_byte_counts_read_at_a_glance():
     sent = pd.DataFrame({"from the shapes (bytes)": [1048576, 3 * 2**19]}, index=["ring", "ulysses"])
     shown = page.in_mib(sent)
     assert list(shown.columns) == ["from the shapes (MiB)"] and shown.iloc[:, 0].tolist() == [1.0, 1.5]
-    assert page.with_commas(pd.DataFrame({"pairs": [65536, 131072]}))["pairs"].tolist() == ["65,536", "131,072"]
 
 
 def test_the_largest_single_range_is_a_maximum_not_a_mean():
@@ -157,3 +156,26 @@ def test_a_claim_the_steps_contradict_is_said_not_asserted():
     note = page.contradicted_note(claims)
     assert "rank 0 waits longer (held in 1 of 5 profiled steps)" in note and "held (" not in note
     assert page.contradicted_note(claims[:1]) == ""
+
+
+def test_only_asserted_claims_pick_the_step_drawn():
+    asserted = [True, True, True, True, False]       # 4 of 5: a ✔ line
+    undecided = [True, False, True, False, False]    # 2 of 5: "not asserted"
+    contradicted = [False, False, False, False, True]  # 1 of 5: the steps contradict it
+    assert page.asserted_agreement([asserted, undecided, contradicted]) == asserted
+    assert page.asserted_agreement([undecided, contradicted]) is None
+    assert page.asserted_agreement([asserted, [True, False, True, True, True]]) == [True, False, True, True, False]
+    with pytest.raises(ValueError):
+        page.asserted_agreement([asserted, [True] * 4])
+    rule = page.drawn_rule(None)
+    assert "closest to their medians" in rule and "✔" not in rule and "held" not in rule
+    assert page.drawn_rule(asserted).startswith("of the 4 of 5 steps in which the ✔ timing lines below all held")
+
+
+def test_the_overlap_reading_names_the_helper_thread_only_under_a_wait_it_shows():
+    zero = page.overlap_reading(3.21, 0.04, True)
+    assert "3.2 ms" in zero and "helper thread" not in zero and "0.0 ms" not in zero and "0.05 ms" in zero
+    waited = page.overlap_reading(3.21, 1.26, True)
+    assert "at most 1.3 ms" in waited and "helper thread" in waited and "too noisy" not in waited
+    noisy = page.overlap_reading(3.21, 1.26, False)
+    assert "helper thread" not in noisy and "too noisy" in noisy
