@@ -10,8 +10,7 @@ from typing import Mapping, Optional, Sequence
 import pandas as pd
 
 from kernels.borrowed import TRACELENS, root
-from kernels.trace.attention import SCORE_GEMMS, AttentionCall, AttentionReport
-from kernels.trace.breakdown import KIND_LABELS
+from kernels.trace.attention import SCORE_GEMMS, AttentionCall, AttentionReport, short_kernel_name
 from kernels.trace.links import TraceLinks, links
 from matplotlib.figure import Figure
 from kernels.trace.reader import Step
@@ -93,18 +92,25 @@ def tensors_text(shapes: Optional[Mapping[str, Sequence[int]]]) -> str:
     return ", ".join(f"{name} {dims}" for name, dims in named.items())
 
 
-def percent_by_kind(shares: pd.DataFrame) -> pd.DataFrame:
-    """``breakdown.shares``' fractions as the page reads them: one column a step, one row a kind
-    (by its label), in % to one decimal."""
-    table = (100 * shares.T).round(1).rename(index=KIND_LABELS)
-    return table.rename_axis(index="% of the step's GPU time", columns=None)
-
-
 def rest_in_percent(rest: pd.DataFrame) -> pd.DataFrame:
     """``breakdown.rest_by_op``'s table with its words spelled out: ``work`` is the number of
     kernels (and copies, fills) the op launched, ``share`` its % of the step's GPU time."""
     shown = rest.assign(share=(100 * rest["share"]).round(1))
     return shown.rename(columns={"work": "kernels launched", "share": "% of the step"})
+
+
+def calls_by_shape(table: pd.DataFrame) -> pd.DataFrame:
+    """``AttentionReport.table``'s calls grouped by shape, in the order the step first ran each:
+    how many calls, the kernels a call launched, the GPU time of them all."""
+    return table.groupby("B·H x Sq x Sk x D", sort=False).agg(
+        **{"calls": ("#", "size"), "kernels a call": ("kernels", "max"), "GPU µs, all calls": ("GPU µs", "sum")})
+
+
+def kernels_in_order(call: AttentionCall) -> pd.DataFrame:
+    """One call's kernels in launch order: the kernel's short name, the op that launched it, its
+    GPU µs."""
+    kernels = call.kernels.assign(kernel=call.kernels["name"].map(short_kernel_name))
+    return kernels[["kernel", "op", "dur_us"]].rename(columns={"dur_us": "GPU µs"}).reset_index(drop=True)
 
 
 def shapes_table(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

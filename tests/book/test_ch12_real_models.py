@@ -47,11 +47,7 @@ def test_calls_and_tensors_in_words():
         == "q [1, 8, 1, 64], k [1, 2, 9, 64], v [1, 2, 9, 64]"
 
 
-def test_tables_in_percent_and_words():
-    planted = pd.DataFrame({"attention": [0.08534], "gemm": [0.9146]}, index=pd.Index(["A"], name="step"))
-    table = ch12.percent_by_kind(planted)
-    assert table.loc["attention", "A"] == 8.5 and table.loc["GEMM", "A"] == 91.5
-    assert table.index.name == "% of the step's GPU time" and table.columns.name is None
+def test_rest_in_percent_and_words():
     rest = pd.DataFrame({"kind": ["gemm"], "work": [3], "GPU µs": [10.0], "share": [0.21168]}, index=["aten::mm"])
     shown = ch12.rest_in_percent(rest)
     assert list(shown.columns) == ["kind", "kernels launched", "GPU µs", "% of the step"] and shown["% of the step"].iloc[0] == 21.2
@@ -79,3 +75,15 @@ def test_the_share_figure_keeps_every_kind_in_its_legend():
     fig = ch12.legend_in_two_columns(breakdown.share_bars(breakdown.shares(reports)))
     legend = fig.axes[0].get_legend()
     assert legend._ncols == 2 and "attention" in [t.get_text() for t in legend.get_texts()]
+
+
+def test_calls_by_shape_and_kernels_in_order(timesformer):
+    report, longest = timesformer
+    by_shape = ch12.calls_by_shape(report.table())
+    assert list(by_shape.columns) == ["calls", "kernels a call", "GPU µs, all calls"]
+    assert by_shape["calls"].sum() == len(report.calls) and len(by_shape) == 2
+    assert by_shape["GPU µs, all calls"].sum() == pytest.approx(sum(c.gpu_us for c in report.calls), rel=1e-3)
+    kernels = ch12.kernels_in_order(longest)
+    assert list(kernels.columns) == ["kernel", "op", "GPU µs"] and list(kernels.index) == list(range(len(longest.kernels)))
+    assert kernels["op"].tolist() == longest.kernels["op"].tolist()
+    assert kernels.loc[kernels["GPU µs"].idxmax(), "op"] == "aten::_softmax"
