@@ -262,7 +262,7 @@ def lesson(condition: bool, claim: str, evidence: str = "") -> None:
 TICK = "✔"
 
 
-def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
+def timing_claims(claims: list[tuple[list, str, str]], counted: str = "profiled steps") -> bool:
     """Assert several timing claims about the same profiled steps, with one note for those the steps
     could not decide.
 
@@ -270,19 +270,20 @@ def timing_claims(claims: list[tuple[list, str, str]]) -> bool:
     ``kernels.bench.comparison`` uses): a claim that held in at least 80% of the steps is asserted,
     one that held in at most 20% fails (the trace contradicts the prose); those in between are
     named together in one note, which says "not asserted" (the page explains the noise once, in
-    its prose). Returns True when every claim was asserted."""
+    its prose). ``counted`` names what each held-list counts ("timed rounds" for
+    ``kernels.bench.comparison.in_turns``' rounds). Returns True when every claim was asserted."""
     if not claims or any(not held for held, _, _ in claims):
         raise ValueError("timing_claims needs at least one claim, each checked in at least one step")
     undecided = []
     for held, claim, evidence in claims:
         share = sum(bool(h) for h in held) / len(held)
-        tally = f"held in {sum(bool(h) for h in held)} of {len(held)} profiled steps"
+        tally = f"held in {sum(bool(h) for h in held)} of {len(held)} {counted}"
         if share >= 0.8 or share <= 0.2:
             lesson(share >= 0.8, claim, f"{evidence}; {tally}" if evidence else tally)
         else:
             undecided.append(f"{claim} ({tally})")
     if undecided:
-        say("Not asserted on this run, the profiled steps disagree (a timing claim is asserted when it held "
+        say(f"Not asserted on this run, the {counted} disagree (a timing claim is asserted when it held "
             "in at least 80% of them): " + "; ".join(undecided), kind="note")
     return not undecided
 

@@ -160,8 +160,8 @@ glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flas
          flash_warps=flash_occ.warps_per_sm, max_warps=flash_occ.max_warps_per_sm)
 
 # %% [markdown]
-# Registers bind: {glue:text}`flash_occ:.1f`% occupancy. (KB are KiB; "As allocated": registers
-# go out per warp, in units of 256, from each of the SM's four warp schedulers' share.) That is not a flaw. High occupancy hides memory latency with
+# Registers bind: {glue:text}`flash_occ:.1f`% occupancy. ("As allocated": registers go out per
+# warp, in units of 256, from each of the SM's four warp schedulers' share.) That is not a flaw. High occupancy hides memory latency with
 # other warps to switch to; flash hides it by prefetching the next K and V tile from [HBM](glossary.md#hbm) into shared
 # memory (`cp.async`) while the tensor cores work on the current one. Its registers and shared
 # memory go to those tiles and the running softmax: low occupancy is the price of never writing

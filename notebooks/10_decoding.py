@@ -38,7 +38,7 @@ from kernels.bench.results import DECODE, FORWARD
 from kernels.book import ch10_decoding as ch10
 from kernels.borrowed import SGLANG_DECODE_CAPTURE, TRACELENS, traces_box
 from kernels.hw import devices
-from kernels.notebook import glue, glue_all, inputs, lesson, mib, readable, reveal, say, setup, show_lines
+from kernels.notebook import glue, glue_all, inputs, lesson, mib, readable, reveal, setup, show_lines, timing_claims
 from kernels.trace import breakdown
 from kernels.trace.attention import find_attention
 from kernels.trace.links import links
@@ -225,16 +225,11 @@ glue("decode_here", f"{max(decode_here):.2f}")
 glue("element_bytes", element); glue("dtype_here", str(dtype).removeprefix("torch."))
 lesson(not over, "every point drawn sits at or under its ceiling",
        ", ".join(f"{r.mode} S={r.seq}" for r in over) or f"{len(shown)} of {len(rows)} points drawn")
-pair = decoding.phase_pair(shown)    # prefill and decode at the longest S where both passed the spread check
-if pair is None:
-    say("Too noisy here to compare prefill and decode times: no length passed the spread check in both.")
-else:
-    (pre, dec), longest = pair, pair[0].seq
-    lesson(dec.flops / dec.p10_ms < pre.flops / pre.p90_ms,
-           "decode's fastest calls (10th percentile) reach fewer FLOP/s than prefill's slowest (90th)",
-           f"medians {dec.tflops * 1e3:.2f} vs {pre.tflops * 1e3:.2f} GFLOP/s")
-    lesson(dec.p10_ms > 5 * pre.p90_ms / longest, "a token costs over five times as much to decode as to prefill",
-           f"{dec.median_ms / (pre.median_ms / longest):.0f}x, medians at S = {longest}")
+# Prefill against decode at the longest S: the two timed again in turns, round by round, so a busy
+# spell of the machine hits both alike (measured apart, one phase can land in it alone).
+pre, dec = (next(r for r in rows if r.mode == m and r.seq == max(bench_seqs)) for m in (FORWARD, DECODE))
+turns = ch10.phase_turns(impl, pre.seq, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype, device=device)
+phases_asserted = timing_claims(ch10.phase_claims(turns, pre, dec), counted="timed rounds")
 
 # %% [markdown]
 # In {glue:text}`dtype_here` the decode points sit at {glue:text}`decode_here` FLOP/byte, not

@@ -18,7 +18,6 @@ import pandas as pd
 import torch
 
 from kernels import reference
-from kernels.bench.results import DECODE, FORWARD
 from kernels.dtypes import dtype_name
 from kernels.trace.attention import AttentionReport, short_kernel_name
 from kernels.trace.fingerprints import attention_kernel
@@ -207,15 +206,6 @@ def filled_caches(k: torch.Tensor, v: torch.Tensor, room: int) -> tuple:
     cache = KVCache(batch, heads, seq + room, head_dim, dtype=k.dtype, device=k.device)
     cache.append(k, v)
     return cache, ConcatCache(k.clone(), v.clone())
-
-
-def phase_pair(rows) -> Optional[tuple]:
-    """(prefill row, decode row) of a ``kernels.bench.sweep`` run in modes ``forward`` and
-    ``decode``, at the longest S both were measured at, or None where no S has both (pass the
-    rows that passed the spread check, ``kernels.bench.plots.steady``, to compare timings)."""
-    by = {(r.mode, r.seq): r for r in rows if r.ok}
-    both = sorted(s for mode, s in by if mode == FORWARD and (DECODE, s) in by)
-    return (by[FORWARD, both[-1]], by[DECODE, both[-1]]) if both else None
 
 
 def copies_table(steps: dict) -> pd.DataFrame:

@@ -51,14 +51,15 @@ class Comparison:
         return f"{ranges}: {winner} is faster, its slowest decile below the others' fastest"
 
 
-def compare(fns: dict, device="cpu", rounds: int = 15, warmup: int = 2) -> Comparison:
-    """Time each of ``fns`` (name -> no-argument callable) in interleaved rounds, no profiler.
-
-    Round r calls every function once, in an order that rotates each round, so a burst of
-    load from elsewhere hits all of them alike instead of whichever happened to run then.
-    """
+def in_turns(fns: dict, device="cpu", rounds: int = 15, warmup: int = 2) -> dict[str, list[float]]:
+    """Each of ``fns``' (name -> no-argument callable) times in ms, one call of each per round in an
+    order that rotates every round, no profiler: round r's times sit at index r of every list, so
+    two callables can be compared round by round (``ratio_spread``), a burst of load from elsewhere
+    hitting both alike."""
     device = torch.device(device)
     names = list(fns)
+    if not names or rounds < 1:
+        raise ValueError(f"in_turns needs at least one callable and one round, got {len(names)} and {rounds}")
     for _ in range(warmup):
         for name in names:
             fns[name]()
@@ -66,6 +67,24 @@ def compare(fns: dict, device="cpu", rounds: int = 15, warmup: int = 2) -> Compa
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].extend(time_calls(fns[name], device, 1))
+    return times
+
+
+def ratio_spread(times: dict[str, list[float]], over: str, under: str) -> tuple[float, float, float]:
+    """(median, 10th, 90th percentile) of ``over``'s time divided by ``under``'s, round by round
+    (``in_turns``' times)."""
+    ratios = [a / b for a, b in zip(times[over], times[under])]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    deciles = statistics.quantiles(ratios, n=10, method="inclusive")
+    return statistics.median(ratios), deciles[0], deciles[8]
+
+
+def compare(fns: dict, device="cpu", rounds: int = 15, warmup: int = 2) -> Comparison:
+    """Time each of ``fns`` (name -> no-argument callable) in interleaved rounds (``in_turns``),
+    no profiler: a burst of load from elsewhere hits all of them alike instead of whichever
+    happened to run then."""
+    times = in_turns(fns, device, rounds, warmup)
 
     def pct(values, q):
         return statistics.quantiles(values, n=10, method="inclusive")[q] if len(values) > 1 else values[0]

@@ -110,3 +110,38 @@ def reduce_shares(pairs: pd.DataFrame) -> dict:
     of_call, of_main = pairs["reduce share"], pairs["reduce µs"] / pairs["main µs"]
     return {"call_median": float(of_call.median()), "call_max": float(of_call.max()),
             "main_median": float(of_main.median()), "main_max": float(of_main.max())}
+
+
+def phase_turns(impl: str, seq: int, *, batch: int, heads: int, head_dim: int, dtype: torch.dtype, device,
+                rounds: int = 15) -> dict[str, list[float]]:
+    """A causal prefill of ``seq`` tokens and one decode token against a cache of ``seq``, timed
+    in turns (``comparison.in_turns``: one call of each a round), on fresh inputs as the sweep
+    times them: two phases measured apart can land on different spells of a busy machine."""
+    from kernels import get
+    from kernels.bench.comparison import in_turns
+    from kernels.bench.results import DECODE, FORWARD
+    from kernels.bench.sweep import InputPool, make_timed_call
+
+    fn, shape = get(impl), (batch, heads, seq, head_dim)
+    calls = {"prefill": make_timed_call(fn, InputPool(shape, dtype, device, False), True, FORWARD),
+             "decode": make_timed_call(fn, InputPool(shape, dtype, device, False, seq_q=1), True, DECODE)}
+    return in_turns(calls, device, rounds)
+
+
+def phase_claims(times: dict[str, list[float]], prefill, decode) -> list[tuple[list, str, str]]:
+    """The two claims the page makes of ``phase_turns``' rounds (``prefill``, ``decode``: the sweep's
+    rows at that length, for their FLOPs), each held or not round by round, for ``timing_claims``:
+    decode reaches fewer FLOP/s than prefill, and a decode token costs over five times a prefill
+    token."""
+    from kernels.bench.comparison import ratio_spread
+
+    seq = prefill.seq
+    rates = [(decode.flops / d) / (prefill.flops / p) for p, d in zip(times["prefill"], times["decode"])]
+    per_token = [d / (p / seq) for p, d in zip(times["prefill"], times["decode"])]
+    median, p10, p90 = ratio_spread(times, "decode", "prefill")
+    return [
+        ([r < 1 for r in rates], "decode reaches fewer FLOP/s than prefill",
+         f"decode at {sorted(rates)[len(rates) // 2]:.2g}× prefill's FLOP/s, median of the rounds, S = {seq}"),
+        ([t > 5 for t in per_token], "a token costs over five times as much to decode as to prefill",
+         f"{median * seq:.0f}× ({p10 * seq:.0f}× to {p90 * seq:.0f}× from the 10th to the 90th percentile)"),
+    ]

@@ -429,7 +429,7 @@ def _explain(o: Occupancy, lim: ArchLimits) -> list:
     lines = [
         f"{lim.name} ({lim.gpus}): per SM {lim.max_warps_per_sm} warps, "
         f"{lim.max_blocks_per_sm} blocks, {lim.registers_per_sm:,} registers, "
-        f"{lim.shared_mem_per_sm // KB} KB shared memory.",
+        f"{lim.shared_mem_per_sm // KB} KiB shared memory.",
         f"Block: {o.threads_per_block} threads = {_n(o.warps_per_block, 'warp')}.",
     ]
     lines += _explain_registers(o, lim)

@@ -197,22 +197,6 @@ def test_decode_intensity_check_names_the_mistake(wrong, words):
         check_decode_intensity(wrong, seed=11)
 
 
-def test_phase_pair_takes_the_longest_length_measured_in_both_phases():
-    from kernels.bench.results import DECODE, FORWARD, BenchResult
-
-    def row(mode, seq, status="ok"):
-        return BenchResult(impl="sdpa_flash", device="cpu", dtype="float32", batch=1, heads=2, seq=seq, head_dim=8,
-                           causal=True, mode=mode, status=status)
-
-    rows = [row(FORWARD, 64), row(DECODE, 64), row(FORWARD, 128), row(DECODE, 128, status="error"), row(DECODE, 256)]
-    prefill, decode = decoding.phase_pair(rows)
-    assert (prefill.mode, prefill.seq, decode.mode, decode.seq) == (FORWARD, 64, DECODE, 64)
-    assert decoding.phase_pair([row(FORWARD, 64), row(DECODE, 128)]) is None
-
-
-# ------------------------------------------------------------------------- chapter 10's library calls
-
-
 def test_prefill_then_decode_gives_the_rows_of_one_causal_pass_with_shared_heads():
     q, k, v = (torch.randn(1, 4, 12, 8) for _ in range(3))
     k, v = k[:, :2], v[:, :2]

@@ -265,6 +265,22 @@ def test_compare_names_the_faster_only_when_the_ranges_are_apart():
     assert tied.faster() is None and "too noisy" in tied.verdict(), "overlapping ranges name no winner"
 
 
+def test_in_turns_keeps_every_round_and_rotates_the_order():
+    order = []
+    times = comparison.in_turns({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=4, warmup=0)
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"], "one call each a round, the first place rotating"
+    assert [len(t) for t in times.values()] == [4, 4] and all(ms >= 0 for t in times.values() for ms in t)
+    with pytest.raises(ValueError, match="at least one callable and one round"):
+        comparison.in_turns({}, rounds=3)
+
+
+def test_ratio_spread_divides_round_by_round():
+    times = {"x": [2.0, 4.0, 6.0, 8.0, 10.0], "y": [1.0, 1.0, 2.0, 2.0, 100.0]}   # a burst in the last round hit y only
+    median, p10, p90 = comparison.ratio_spread(times, "x", "y")
+    assert median == 3.0 and p10 < 2.0 < p90 <= 4.0, "ratios 2, 4, 3, 4, 0.1: the median and deciles of those"
+    assert comparison.ratio_spread({"x": [3.0], "y": [1.5]}, "x", "y") == (2.0, 2.0, 2.0)
+
+
 def refusal(capsys, *args) -> str:
     """What ``python -m kernels.bench ARGS`` says when it refuses: exit 2 and one error line."""
     with pytest.raises(SystemExit) as refused:

@@ -143,3 +143,22 @@ def test_reduce_shares_name_median_and_maximum_of_call_and_main():
     shares = ch10.reduce_shares(pairs)
     assert shares["call_median"] == pytest.approx(0.1) and shares["call_max"] == pytest.approx(0.2)
     assert shares["main_median"] == pytest.approx(10 / 90) and shares["main_max"] == pytest.approx(0.25)
+
+
+def test_prefill_and_decode_are_timed_in_the_same_rounds():
+    times = ch10.phase_turns("sdpa_math", 64, batch=1, heads=2, head_dim=16, dtype=torch.float32, device="cpu", rounds=5)
+    assert set(times) == {"prefill", "decode"} and [len(t) for t in times.values()] == [5, 5], \
+        "one prefill and one decode call a round, every round kept"
+
+
+def test_phase_claims_hold_round_by_round():
+    from types import SimpleNamespace
+
+    prefill, decode = SimpleNamespace(seq=100, flops=1e9), SimpleNamespace(seq=100, flops=1e6)
+    # round 3: a burst slowed the prefill alone; decode per token is still 10x or more
+    times = {"prefill": [10.0, 10.0, 40.0, 10.0], "decode": [1.0, 2.0, 1.0, 1.0]}
+    (rates, rate_claim, _), (tokens, token_claim, evidence) = ch10.phase_claims(times, prefill, decode)
+    assert rates == [True] * 4 and "fewer FLOP/s" in rate_claim, "decode's FLOP/s: 1e6/1 against 1e9/10, each round"
+    assert tokens == [True, True, False, True] and "five times" in token_claim, \
+        "a decode token against a prefill token, round by round: 10x, 20x, 2.5x, 10x"
+    assert evidence.startswith("10×"), f"the median of the rounds' ratios first: {evidence}"
