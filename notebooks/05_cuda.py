@@ -2,30 +2,29 @@
 # # 5. FlashAttention in CUDA, by hand
 #
 # Chapter 4's Triton [kernel](glossary.md#kernel) worked on whole tiles and let Triton spread
-# them over threads. This chapter writes the same forward pass in CUDA, where every such
-# decision is ours, twice:
+# them over threads. Here the same forward is written in CUDA, where every such decision is
+# ours, twice:
 #
-# * **v1** (`kernels/cuda/csrc/flash_v1.cu`): the algorithm with nothing in the way, tiles in
-#   [shared memory](glossary.md#shared-memory), fp32 arithmetic, and a simple map of threads
-#   to elements that changes from phase to phase (the figure below draws it).
+# * **v1** (`kernels/cuda/csrc/flash_v1.cu`): the plain algorithm: tiles in
+#   [shared memory](glossary.md#shared-memory), fp32 arithmetic, threads mapped to elements
+#   anew in each phase.
 # * **v2** (`kernels/cuda/csrc/flash_v2.cu`): FlashAttention-2 on [tensor
-#   cores](glossary.md#tensor-core), scores kept in [registers](glossary.md#registers),
-#   asynchronous copies into two K/V buffers, the mask applied only where a tile needs it.
+#   cores](glossary.md#tensor-core), scores in [registers](glossary.md#registers), two K/V
+#   buffers filled asynchronously, the mask only where a tile needs it.
 #
 # **You will learn to:**
 #
-# - map tiles to threads: the grid of blocks, the [warps](glossary.md#warp), and which thread
-#   owns which element, in v1 and v2;
+# - map tiles to threads: which thread of which [warp](glossary.md#warp) owns each element;
 # - read registers, shared memory and spills from `nvcc -Xptxas -v`, and work out
 #   [occupancy](glossary.md#occupancy) from them;
-# - spot tensor cores in the compiled code: `mma.sync` in the PTX (NVIDIA's portable assembly,
-#   which the assembler ptxas turns into the GPU's machine code, SASS), against scalar `fma`;
-# - follow v2's four design revisions in the compiler's numbers, one change at a time.
+# - spot tensor cores in PTX (NVIDIA's portable assembly, which ptxas turns into machine code,
+#   SASS): `mma.sync`, not scalar `fma`;
+# - follow v2's four design revisions in the compiler's numbers.
 #
-# **Before you start:** [4. FlashAttention-2 in Triton](04_triton.ipynb) (the tiles and the
-# online softmax) and [3b. The fused backends](03b_sdpa_fused.ipynb) (occupancy). Reading C++.
+# **Before you start:** [4. FlashAttention-2 in Triton](04_triton.ipynb) and
+# [3b. The fused backends](03b_sdpa_fused.ipynb) (occupancy); reading C++.
 #
-# **Time:** about {reading_minutes} min to read, longer if you study each CUDA excerpt.
+# **Time:** about {reading_minutes} min to read, longer if you open the folded CUDA excerpts.
 
 # %% [install]
 
@@ -65,11 +64,10 @@ traces_box({"H100 Qwen": TRACELENS["h100_qwen"]})
 # %% [markdown]
 # ## From tiles to threads
 #
-# Both kernels split the work the way the Triton kernel did: one **thread block**
-# ([CTA](glossary.md#cta)) per tile of query rows of one (batch, head), so the launch **grid**
-# is query tiles × (batch × heads), and each block walks over the keys tile by tile. What CUDA
-# adds is the inside of a block: a few hundred threads, run as warps of 32. Both launches, at
-# this chapter's shape (`kernels.cuda.flash.launch_config` holds the formulas of `flash_api.h`):
+# Both kernels split the work as the Triton kernel did: one **thread block**
+# ([CTA](glossary.md#cta)) per tile of query rows of one (batch, head), walking over the keys.
+# CUDA adds the inside of a block: a few hundred threads, run as warps of 32. Both launches at
+# this chapter's shape (the formulas of `flash_api.h`):
 
 # %%
 launches = cuda_flash.launch_configs(batch, heads, seq, kernel_dim)
@@ -78,22 +76,20 @@ launches = cuda_flash.launch_configs(batch, heads, seq, kernel_dim)
 launches.drop(index="dynamic shared memory (B)").map(readable)  # its shared memory: the resources table below
 
 # %% [markdown]
-# v2 puts batch × heads on the grid's x axis, which holds 2³¹ − 1 blocks where y stops at
-# 65,535. Inside a block the two part ways. The figure colours
-# each element of a tile by the warp whose thread computes it, from the index formulas of the
-# two `.cu` files (`kernels.cuda.threads`):
+# v2 puts batch × heads on the grid's x axis, as chapter 4's kernel does. Inside a block the
+# two part ways; the figure colours each element of a tile by the warp that computes it, from
+# the `.cu` files' index formulas:
 #
-# * **v1** changes owners by phase. Scores: warp `w` takes the rows `r` with `r % 4 == w`
-#   (the horizontal stripes), and within it lane `t` takes key column `t`. The softmax: one
-#   thread per row (so only warp 0 works). `O += P V`: by output column (`t % D`).
-# * **v2**: warp `w` owns query rows `16w … 16w+15` for the whole kernel. Inside it, lane
-#   `4g + t` holds rows `g` and `g+8`, columns `2t` and `2t+1` of every 8-column tile: the
-#   accumulator layout of the tensor-core instruction `mma.m16n8k16`. Squares outline one lane.
+# * **v1** changes owners by phase. Scores: warp `w` takes the rows `r % 4 == w`, lane `t` key
+#   column `t`; softmax: one thread per row; `O += P V`: by column.
+# * **v2**: lane `4g + t` of warp `w` holds rows `16w + g` and `16w + g + 8`, columns `2t` and
+#   `2t+1` of each 8-column tile: the accumulator layout of the tensor-core instruction
+#   `mma.m16n8k16`. Squares outline one lane.
 
 # %%
 #| caption: Who computes each element, coloured by warp. Top: cuda_v1's three phases, each with its own owners. Bottom: cuda_v2, where warp w owns rows 16w to 16w+15 throughout.
 #| alt: Colour maps of query rows by column: three small panels for v1's scores, softmax and output, and a tall panel for v2's accumulators in eight horizontal bands, one per warp.
-fig = threads.thread_map(head_dim=kernel_dim)
+threads.thread_map(head_dim=kernel_dim)
 
 # %% tags=["remove-input"]
 v1_softmax_warps = threads.rows_of_warps(threads.owners_v1_softmax())
@@ -106,44 +102,39 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # %% [markdown]
 # ## v1, read from the source
 #
-# The kernel, `flash_v1_kernel`, carves its dynamic shared memory into the tiles it keeps (Q
-# for the whole kernel, K and V for the current key tile, the scores, one factor per row).
-# Tiles are then copied element by element and converted to fp32 on the way in (`load_tile`,
-# the second excerpt): consecutive threads read consecutive elements of a row, so a warp's 32
-# loads combine into a few wide memory transactions (they *coalesce*). The `D + 1` and `N + 1`
-# are padding: shared memory serves a warp from 32 banks of 4-byte words, and with rows a
-# multiple of 32 words long a whole column sits in one bank, so 32 threads reading a column (as
-# phases 1 and 2 do) would queue for it; one spare word per row staggers the rows across the
-# banks (v2's `kPitch`, D + 8, does the same for `ldmatrix`).
+# `flash_v1_kernel` carves its dynamic shared memory into the tiles it keeps, and `load_tile`
+# fills them element by element in fp32 (both folded below): consecutive threads read
+# consecutive elements, so a warp's 32 loads *coalesce* into a few wide transactions. The
+# `D + 1` and `N + 1` are padding: shared memory serves a warp from 32 banks of 4-byte words, so
+# with rows a multiple of 32 words a column sits in one bank and 32 threads reading it queue.
+# One spare word per row staggers the rows.
 
-# %%
+# %% tags=["hide-output"]
 ch05.excerpts(V1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
               ("for (int idx = threadIdx.x; idx < count * D",))
 
 # %% [markdown]
-# Then, for each tile of 32 keys, three phases separated by `__syncthreads()` (the first two
-# below):
+# Then, for each tile of 32 keys, three phases separated by `__syncthreads()`:
 #
-# 1. the scores: each thread owns 8 scores (one key column, 8 rows), and for each `d` reads
-#    one value of K and multiplies it into its 8 running dot products;
-# 2. the online softmax of chapter 4, one thread per row (`threadIdx.x < M`): the factor
-#    `alpha` that rescales what was summed so far, and the probabilities, written over the
-#    scores;
-# 3. each thread's output accumulators rescaled by `alpha`, plus `P @ V`, one output column
-#    per thread (not shown). After the last tile each row is divided by its sum and written
-#    back in the input's dtype.
+# 1. scores: each thread owns 8 (one key column, 8 rows), multiplying one K value per `d` into
+#    its 8 dot products (below);
+# 2. chapter 4's online softmax, one thread per row: `alpha`, and the probabilities written
+#    over the scores (folded below);
+# 3. the output rescaled by `alpha`, plus `P @ V`, one output column per thread; at the end,
+#    each row divided by its sum.
 
 # %%
-ch05.excerpts(V1, ("for (int d = 0; d < D; ++d) {",),
-              ("const float alpha = expf(row_max - shift);", "row_max = new_max;"))
+show_lines(V1, "for (int d = 0; d < D; ++d) {")
+
+# %% tags=["hide-output"]
+show_lines(V1, "const float alpha = expf(row_max - shift);", "row_max = new_max;")
 
 # %% [markdown]
 # ## What the compiler says it costs
 #
-# `nvcc -Xptxas -v` makes the assembler, ptxas, print what each kernel needs: registers per thread, static shared memory per block,
-# bytes spilled to slow local memory. Dynamic shared memory is decided at launch, so the
-# launch configuration adds it (`kernels.cuda.resources.read_kernels`; where there is no
-# `nvcc`, it reads a snapshot of one real `nvcc` run, and says so).
+# `nvcc -Xptxas -v` makes the assembler, ptxas, print each kernel's registers per thread, static
+# shared memory and bytes spilled to slow local memory; the launch adds the dynamic shared
+# memory (`resources.read_kernels`).
 #
 # Guess before the table: v1 keeps its tiles in shared memory, v2 keeps Q, the scores and the
 # output in registers. What share of an sm_80 [SM](glossary.md#sm)'s warp slots (its
@@ -171,26 +162,21 @@ shown = table[(table.dtype == kernel_dtype) & (table.arch == "sm_80")].assign(
 shown.set_index("kernel")[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
 
 # %% [markdown]
-# These numbers were {glue:text}`resources_source`. The table shows sm_80, the A100 (the
-# lessons check sm_90, the H100 and H200, too); the last three columns are the occupancy those
-# resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and what a PyTorch trace would print
-# for a grid that fills every SM, rounded to a whole number as the trace does (12.5% reads
-# 13). Both kernels tell ptxas how they launch
-# (`__launch_bounds__`), which lets it use up to 255 registers per thread.
+# These numbers were {glue:text}`resources_source`; sm_80 is the A100. The last three columns
+# are the occupancy these resources allow ([chapter 3b](03b_sdpa_fused.ipynb)) and what a
+# PyTorch trace would print, rounded as the trace does (12.5% reads 13).
 
 # %% tags=["remove-input"]
 for (arch, version), k in focus.items():
     glue(f"{version}_regs_{arch}", k.registers)
     glue(f"{version}_occ_{arch}", occ[arch, version].percent)
-per_arch = table[table.arch == archs[0]].groupby("kernel")["dtype"].unique()
 lesson(not any(k.spills for k in all_kernels) and all(k.shared_bytes == 0 for k in all_kernels),
-       "no kernel spills registers, and all shared memory is dynamic: the launcher decides its size",
-       f"{len(all_kernels)} kernels: {len(archs)} archs × (" + " + ".join(
-           f"{v} in {len(d)} dtypes" for v, d in per_arch.items()) + f") × {table.head_dim.nunique()} head dims")
+       "no kernel spills, and all shared memory is dynamic: the launcher sizes it",
+       f"{len(all_kernels)} kernels")
 lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers and occ[a, "v2"].percent <= occ[a, "v1"].percent
            and occ[a, "v2"].limited_by == "registers" for a in archs),
-       "v2 needs more registers per thread than v1, which limits it to the lower occupancy",
-       ", ".join(f"{a}: {focus[a, 'v1'].registers} vs {focus[a, 'v2'].registers} registers" for a in archs))
+       "v2 needs more registers per thread than v1, capping it at the lower occupancy",
+       ", ".join(f"{a}: {focus[a, 'v1'].registers} vs {focus[a, 'v2'].registers}" for a in archs))
 
 # %% [markdown]
 # ## Occupancy, by hand
@@ -210,26 +196,19 @@ lesson(all(resources.occupancy_of(k).blocks_per_sm > 0 for k in all_kernels),
 glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 
 # %% [markdown]
-# On sm_80 v1 reaches {glue:text}`v1_occ_sm_80:.1f`% occupancy and v2
-# {glue:text}`v2_occ_sm_80:.1f`% (on sm_90: {glue:text}`v1_occ_sm_90:.1f`% and
-# {glue:text}`v2_occ_sm_90:.1f`%). The kernel built for speed has fewer warps per SM, as the
-# source article found for PyTorch's own flash kernel on an A100 (about 13% estimated, and
-# the fastest kernel in its trace). Occupancy hides memory latency with more warps;
-# FlashAttention hides it by reusing tiles already on chip and by loading the next K/V tile
-# (`cp.async` in v2) while the tensor cores work on the current one.
+# The kernel built for speed has the lower occupancy, as the source article found for PyTorch's
+# own flash kernel on an A100 (about 13%, and the fastest in its trace): occupancy hides memory
+# latency with more warps, FlashAttention by reusing tiles on chip.
 #
-# A PyTorch trace would show {glue:text}`kineto_zero_kernels` at 0% (the last column): each
-# asks for more than 48 KiB of shared memory per block, which [Kineto](glossary.md#kineto)'s
-# estimate does not allow for ([chapter 3b](03b_sdpa_fused.ipynb)
-# explains that 0%).
+# Those a trace shows at 0% ask for over 48 KiB of shared memory per block, which
+# [Kineto](glossary.md#kineto)'s estimate does not allow for ([chapter 3b](03b_sdpa_fused.ipynb)).
 #
 # ## Why v1 would be slow, and v2's fingerprint
 #
-# Read v1's phase 1 again: each multiply-add is one fp32 `fma` instruction of one thread, on
-# the SM's general-purpose *CUDA cores*, in fp32 even when the inputs are bf16. Tensor cores
-# do the same work a tile at a time. The instruction v2 uses, `mma.sync.aligned.m16n8k16` with
-# f16/bf16 inputs, needs sm_80 (Ampere) or newer. It multiplies a 16×16 tile by a 16×8 tile, 16 · 8 · 16 =
-# {glue:text}`mma_macs` multiply-adds, as *one* instruction of a warp, with fp32 accumulators.
+# v1's phase 1 does each multiply-add as one fp32 `fma` of one thread, on the SM's
+# general-purpose *CUDA cores*. Tensor cores work a tile at a time:
+# `mma.sync.aligned.m16n8k16` (f16/bf16 inputs, sm_80 or newer) multiplies a 16×16 by a 16×8
+# tile, {glue:text}`mma_macs` multiply-adds, as *one* warp instruction with fp32 accumulators.
 # v2 issues it from inline PTX (`mma_16x8x16`, folded below):
 
 # %% tags=["remove-cell"]
@@ -241,11 +220,9 @@ show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const
 
 # %% [markdown]
 # That is {glue:text}`mma_macs_per_lane` multiply-adds per thread per instruction, against one
-# for an `fma`. The compiler's output shows it: count the instructions in each kernel's PTX
-# (`nvcc -ptx`, kept from the compile above). The loops over a key tile are unrolled, so a
-# warp's `mma.sync` for one tile appear once per copy of the tile pass:
-# `(BLOCK_N / 8) · (D / 16)` for `S = Q Kᵀ` plus `(D / 8) · (BLOCK_N / 16)` for `O += P V`
-# (`kernels.cuda.resources.mma_per_key_tile`). v2 has two copies, with and without the mask.
+# for an `fma`. Count them in each kernel's PTX (`nvcc -ptx`): the key-tile loops are unrolled,
+# so a tile's `mma.sync` appear once per copy of the tile pass, and v2 has two copies, with and
+# without the mask.
 
 # %% tags=["remove-input"]
 if ptx is None:
@@ -264,18 +241,15 @@ else:
     glue("v1_fma", mine.loc[f"v1<{kernel_dtype}, {kernel_dim}>", "fma.rn.f32"])  # the counts the prose reads
 
 # %% [markdown]
-# In the PTX for sm_80, v2 holds {glue:text}`v2_mma` `mma.sync` instructions and v1
-# {glue:text}`v1_mma`: v1 does its arithmetic with {glue:text}`v1_fma` scalar `fma`
-# instructions instead. A GPU trace shows the same difference in the names of
-# [cuBLAS](glossary.md#cublas)'s kernels (`s16816gemm`: tensor cores, `sgemm`: CUDA cores);
-# here it is read from the program itself (SASS, read with `cuobjdump`, calls it `HMMA`).
+# In the PTX for sm_80, v2 holds {glue:text}`v2_mma` `mma.sync` and v1 {glue:text}`v1_mma`; v1
+# uses {glue:text}`v1_fma` scalar `fma`. A GPU trace shows the same in
+# [cuBLAS](glossary.md#cublas)'s kernel names (`s16816gemm`: tensor cores, `sgemm`: CUDA cores);
+# SASS names the instruction `HMMA`.
 #
-# The rest of v2 feeds those instructions (both excerpts, folded, are from `Block::tile_pass`). For
-# the scores of a 64-key tile, K fragments come from shared memory with `ldmatrix`, four 8×8
-# matrices per instruction, enough for two `mma`s. After the softmax, the probabilities never
-# go back to shared memory: the accumulator layout of two 8-column score tiles is exactly the
-# layout `mma` wants for its A operand, so each lane packs its own values into 16-bit pairs
-# and the second matmul starts:
+# The rest of v2 feeds those instructions (folded below): `ldmatrix` loads K fragments, four 8×8
+# matrices per instruction. The probabilities never go back to shared memory: two 8-column
+# score tiles' accumulator layout is `mma`'s A-operand layout, so each lane packs its own values
+# into 16-bit pairs:
 
 # %% tags=["hide-output"]
 display(show_lines(V2, "for (int n = 0; n < kNTiles; n += 2) {"))
@@ -284,15 +258,13 @@ show_lines(V2, "// C layout of S tiles")
 # %% [markdown]
 # ## v2, one change at a time
 #
-# v2 went through four revisions, each aimed at a cost the compiler can show. The source keeps
-# them as four compile-time switches of a `Design` template
-# (`kBlockM`, `kSplitMask`, `kFastExp2`, `kDoubleBuffer`), so the same file compiles at every
-# revision (`kernels.cuda.design`). Revision 0 is the first version (64 query rows, the mask
-# on every tile, `exp2f`, one K/V buffer); each later one turns on one change: 1, 128 rows per
-# block; 2, a split mask; 3, a fast `exp2`; 4, double buffering, the kernel that runs.
+# v2 went through four revisions, each aimed at a cost the compiler can show; they are four
+# compile-time switches of a `Design` template (`kernels.cuda.design`). Revision 0 is the first
+# version (64 query rows, the mask on every tile, `exp2f`, one K/V buffer); each later one turns
+# on one change: 1, 128 rows per block; 2, a split mask; 3, a fast `exp2`; 4, double buffering,
+# the kernel that runs.
 #
-# Guess before the table: which revisions make a block ask for *more* shared memory? (A list
-# of revision numbers.)
+# Guess before the table: which revisions make a block ask for *more* shared memory?
 
 # %%
 guess_revisions_growing_shared_memory = [4]  # edit me: which of 1..4?
@@ -310,12 +282,13 @@ ch05.reveal_revisions(guess_revisions_growing_shared_memory, grows["sm_80"], "re
                       {1: "Q's buffer grows from 64 rows to 128", 2: "a second tile-pass body: code, not memory",
                        3: "other instructions on the same tiles",
                        4: "the second K/V buffer is the 128 rows Q passed through"})
+shared_sm80 = [revision_of["sm_80", i].kernel.total_shared_bytes for i in range(5)]
 lesson(grows["sm_80"] == grows["sm_90"] == [1],
        "only revision 1, 128 query rows per block, makes a block ask for more shared memory",
-       ", ".join(f"{revision_of['sm_80', i].kernel.total_shared_bytes:,} B" for i in range(5)))
+       " → ".join(f"{b:,}" for i, b in enumerate(shared_sm80) if i == 0 or b != shared_sm80[i - 1]) + " B")
 lesson(not any(r.kernel.spills or r.kernel.stack_frame_bytes for r in design_rows),
        "no revision spills registers or keeps anything in local memory",
-       f"{len(design_rows)} kernels: {len(design_rows) // len(archs)} revisions × {len(archs)} archs")
+       f"{len(design_rows)} kernels")
 revisions_words = ch05.compiler_words(revisions_source)
 glue("revisions_source", "compiled the same way" if revisions_words == ch05.compiler_words(resources_source)
      else revisions_words)
@@ -330,33 +303,29 @@ sm80[["registers", "shared KiB", "warps/SM", "mma.sync", "ex2.approx.ftz.f32", "
 
 # %% [markdown]
 # One row per revision on sm_80, bf16, D = {glue:text}`kernel_dim`,
-# {glue:text}`revisions_source` (the lessons check sm_90 too); the last three columns are
-# counts in each revision's PTX.
+# {glue:text}`revisions_source`; the last three columns count PTX instructions.
 
 # %% [markdown]
-# **128 query rows per block.** Revision 1 doubles a block's rows and warps. A warp's own work
-# does not change (16 rows against a 64-key tile), so neither do its registers much
-# ({glue:text}`rev0_regs_sm_80` → {glue:text}`rev1_regs_sm_80`). What changes is reuse: every
-# K/V tile copied into shared memory serves twice as many queries, so a forward reads K and V
-# from [L2](glossary.md#l2-cache) or [HBM](glossary.md#hbm) half as often. The price, where
-# there is one, is occupancy: a block of 8 warps is a bigger unit to fit, and warps per SM
-# {glue:text}`rev1_warps`.
+# **128 query rows per block.** Revision 1 doubles a block's rows and warps. Each K/V tile in
+# shared memory then serves twice the queries, so a forward reads K and V from
+# [L2](glossary.md#l2-cache) or [HBM](glossary.md#hbm) half as often. The price, where there is
+# one, is occupancy: warps per SM {glue:text}`rev1_warps`.
 
 # %% tags=["remove-input"]
 lesson(all(revision_of[a, 1].revision.block_m == 2 * revision_of[a, 0].revision.block_m
            and revision_of[a, 1].kernel.threads_per_block == 2 * revision_of[a, 0].kernel.threads_per_block
            and abs(revision_of[a, 1].kernel.registers - revision_of[a, 0].kernel.registers)
            <= 0.1 * revision_of[a, 0].kernel.registers for a in archs),
-       "twice the rows and the threads per block move registers per thread by at most 10%: a warp's work is unchanged")
+       "twice the rows and threads per block move registers per thread by ≤ 10%: a warp's work is unchanged",
+       f"sm_80: {revision_of['sm_80', 0].kernel.registers} → {revision_of['sm_80', 1].kernel.registers}")
 lesson(all(by_revision.loc[(a, 1), "warps/SM"] <= by_revision.loc[(a, 0), "warps/SM"] for a in archs),
        "bigger blocks never raise the warps per SM")
 
 # %% [markdown]
-# **Masked and unmasked tile passes.** Most key tiles a block reads are visible to all its
-# rows; only the tiles on the causal diagonal, and a ragged last tile, need the mask. The first
-# version tested every score anyway. Now the tile pass is a template on `kMasked`: only the
-# masked instantiation asks `flash::visible(query, key, ...)` of each score, and which loop a
-# tile is in (`attention_block`) decides, once per tile, which instantiation runs it:
+# **Masked and unmasked tile passes.** Only the tiles on the causal diagonal, and a ragged last
+# tile, need the mask; the first version tested every score anyway. Now `tile_pass` is a
+# template on `kMasked`: only the masked one calls `flash::visible`, and `attention_block`
+# picks one per tile:
 
 # %%
 show_lines(V2, "const int unmasked = Dsg::split_mask", "tile_pass<true>(j)")
@@ -369,19 +338,16 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
        "splitting the mask off doubles the tile pass's code: two bodies, each with one tile's mma.sync")
 
 # %% [markdown]
-# The PTX shows the second body. At S = {glue:text}`kernel_seq` causal,
-# {glue:text}`census_share`% of the tiles a block reads skip the mask, a share that grows with
-# S. Tiles above the diagonal are never loaded at all, which is why causal attention costs
-# about half the work ([chapter 6](06_showdown.ipynb)).
+# At S = {glue:text}`kernel_seq` causal,
+# {glue:text}`census_share`% of the tiles a block reads skip the mask, a share that grows with S.
 #
-# **Fast exp2, the scale folded in.** `exp(x · scale)` is `exp2(x · scale · log₂e)`. `exp2f`
-# compiles to `ex2.approx.f32`, which must handle subnormal numbers; the `.ftz` form flushes
-# them to zero ([PTX ISA](https://docs.nvidia.com/cuda/parallel-thread-execution/), `ex2`),
-# which costs a probability nothing. The unmasked pass also stops scaling each score first:
-# the max of the raw scores times the scale is the max of the scaled ones, so "scale, subtract
-# the max" becomes one fused multiply-add:
+# **Fast exp2, the scale folded in** (as in chapter 4). `exp2f` compiles to `ex2.approx.f32`,
+# which handles subnormal numbers; the `.ftz` form flushes them to zero
+# ([PTX ISA](https://docs.nvidia.com/cuda/parallel-thread-execution/), `ex2`), costing a
+# probability nothing. The unmasked pass also folds the scale into the max, so "scale, subtract
+# the max" becomes one fused multiply-add (both folded):
 
-# %%
+# %% tags=["hide-output"]
 ch05.excerpts(V2, ("asm(\"ex2.approx.ftz.f32", "\"=f\"(y)"),
               ("const float x = kFold ? fmaf", "s[n][c] = exp2_of"))
 
@@ -393,15 +359,14 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
        f"sm_80: {revision_of['sm_80', 2].counts['ex2.approx.f32']} of them")
 
 # %% [markdown]
-# The gain is in instructions per score, which resource counts cannot show and a GPU run must.
+# What that saves per score, only a GPU run can show.
 #
-# **K/V double-buffered.** With one buffer, tile j + 1 can load only after every warp is done
-# with tile j: a barrier before the compute and one after, and nothing to overlap the load
-# with. With two, the copies of tile j + 1 (`cp.async`, global memory straight into shared
-# memory) go into the other buffer and land while tile j computes; one barrier per tile does
-# both jobs (the top of `tile_pass`):
+# **K/V double-buffered.** With one buffer, tile j + 1 loads only after every warp is done with
+# tile j: a barrier before the compute, one after, and no overlap. With two, tile j + 1's copies
+# (`cp.async`) land in the other buffer while tile j
+# computes; one barrier per tile does both jobs (the top of `tile_pass`, folded):
 
-# %%
+# %% tags=["hide-output"]
 show_lines(V2, "cp_async_wait<0>();  // this thread's copies of tile j")
 
 # %% tags=["remove-input"]
@@ -414,20 +379,17 @@ glue("buffer_registers", f"it costs up to {cost[4]} registers per thread ({moves
      f"at this head dim it costs no registers ({moves}); at D = 128, where a warp holds more, it can")
 
 # %% [markdown]
-# Where double buffering costs anything it is registers, since the
-# addresses of the next tile's copies stay live across the compute: {glue:text}`buffer_registers`.
+# Where double buffering costs anything it is registers, since the addresses of the next tile's
+# copies stay live across the compute: {glue:text}`buffer_registers`.
 #
 # ## Beside PyTorch's flash kernel, on a real trace
 #
-# How does v2's launch compare with the kernel PyTorch itself runs? In the H100 Qwen trace,
-# Qwen1.5-0.5B's forward on an H100, [SDPA](glossary.md#sdpa) ran `flash_fwd_kernel`, and the
-# trace records its grid, block, registers and shared memory; beside it, what v2 would launch
-# for the same shape (`launch_config` and the compiler's registers):
+# In H100 Qwen, [SDPA](glossary.md#sdpa) ran `flash_fwd_kernel`; beside its recorded footprint,
+# what v2 would launch for the same shape:
 
 # %%
-qwen = TRACELENS["h100_qwen"]
-qwen_trace = qwen.trace()
-qwen_call = find_attention(qwen.step(trace=qwen_trace)).calls[0]
+qwen_trace = TRACELENS["h100_qwen"].trace()
+qwen_call = find_attention(TRACELENS["h100_qwen"].step(trace=qwen_trace)).calls[0]
 gpu = qwen_trace.device_properties[0]
 qwen_arch = occupancy.arch_of((gpu["computeMajor"], gpu["computeMinor"]))
 torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)", qwen_call.footprint(), "the trace")
@@ -444,15 +406,15 @@ occupancy.launch_table([torch_launch, v2_launch], qwen_arch, gpu["numSms"])[
 
 # %% tags=["remove-input"]
 occ_torch, occ_v2 = torch_launch.occupancy(qwen_arch), v2_launch.occupancy(qwen_arch)
-lesson(torch_launch.blocks == v2_launch.blocks, "v2 launches as many CTAs as torch's kernel: 128 query rows each",
-       f"{v2_launch.blocks:,}: torch's grid {torch_launch.grid}, v2's {v2_launch.grid}")
+lesson(torch_launch.blocks == v2_launch.blocks, f"v2 launches torch's {v2_launch.blocks:,} CTAs, 128 query rows each",
+       f"grids {torch_launch.grid} and {v2_launch.grid}")
 lesson(occ_torch.limited_by == occ_v2.limited_by == "registers", "both kernels are limited by registers on this GPU")
 torch_waves, v2_waves = (launch.waves(qwen_arch, gpu["numSms"]) for launch in (torch_launch, v2_launch))
 lesson(occ_v2.warps_per_block > occ_torch.warps_per_block and occ_v2.blocks_per_sm < occ_torch.blocks_per_sm
        and v2_waves > torch_waves,
-       "v2 spends more warps on its 128 rows, so fewer of its CTAs fit an SM and its CTAs take more waves",
+       "v2 gives its 128 rows more warps, so fewer CTAs fit an SM and take more waves",
        f"{occ_v2.warps_per_block} vs {occ_torch.warps_per_block} warps, {occ_v2.blocks_per_sm} vs "
-       f"{occ_torch.blocks_per_sm} CTAs per SM, {v2_waves:.2f} vs {torch_waves:.2f} waves")
+       f"{occ_torch.blocks_per_sm} CTAs, {v2_waves:.2f} vs {torch_waves:.2f} waves")
 glue_all(qwen_torch_warps=occ_torch.warps_per_sm, qwen_v2_warps=occ_v2.warps_per_sm,
          qwen_torch_cta_warps=occ_torch.warps_per_block, qwen_v2_cta_warps=occ_v2.warps_per_block,
          qwen_torch_ctas=occ_torch.blocks_per_sm, qwen_v2_ctas=occ_v2.blocks_per_sm,
@@ -463,17 +425,11 @@ glue("speed_where", "This copy of the page ran on one: its last section has the 
      "This copy of the page ran without one, so it has no timing of v1 or v2.")
 
 # %% [markdown]
-# The call: {glue:text}`qwen_shape`. Both launch one CTA per 128 query rows of one (batch,
-# head), and both spend registers to keep tiles on chip. But torch's kernel gives those rows
-# {glue:text}`qwen_torch_cta_warps` warps and v2 {glue:text}`qwen_v2_cta_warps`, so
-# {glue:text}`qwen_torch_ctas` of torch's CTAs fit an SM and only {glue:text}`qwen_v2_ctas` of
-# v2's. Torch's kernel keeps {glue:text}`qwen_torch_warps` warps per SM resident and v2
-# {glue:text}`qwen_v2_warps`, but v2 works on fewer query tiles at once, so its CTAs run in
-# {glue:text}`qwen_v2_waves:.2f` [waves](glossary.md#wave) over the SMs where torch's take
-# {glue:text}`qwen_torch_waves:.2f`.
+# The call: {glue:text}`qwen_shape`. Both kernels keep tiles on chip in registers, with
+# {glue:text}`qwen_torch_warps` and {glue:text}`qwen_v2_warps` warps per SM resident; v2's CTAs
+# still take more [waves](glossary.md#wave).
 #
-# How fast each version runs needs a GPU: run on one, this page adds a last section that times
-# them against `triton` and `sdpa_flash`, and `python -m kernels.bench` times them too.
+# A GPU run of this page adds a section timing v1 and v2 against `triton` and `sdpa_flash`.
 # {glue:text}`speed_where`
 
 # %% tags=["remove-input"]
@@ -503,12 +459,11 @@ if runnable:
 # %% [markdown]
 # ## What to remember
 #
-# - A launch is a grid of blocks of a few warps; *which thread owns which element* is the design.
-# - Registers, shared memory and spills are fixed at compile time: `nvcc -Xptxas -v` prints
-#   them without a GPU, occupancy follows by arithmetic, and lower occupancy is not necessarily slower: the source
-#   article's fastest backend ran at about 13%.
+# - *Which thread owns which element* is a CUDA kernel's design.
+# - `nvcc -Xptxas -v` prints registers, shared memory and spills without a GPU; occupancy
+#   follows by arithmetic, and lower is not necessarily slower.
 # - Tensor cores leave a fingerprint: `mma.sync` in PTX (`HMMA` in SASS), not scalar `fma`.
-# - A design change shows in the compiler's numbers before it runs; what it is worth needs a GPU.
+# - A design change shows in the compiler's numbers before it runs; its worth needs a GPU.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/05_cuda.ipynb), with automatic checks, hints and hidden solutions.
