@@ -191,20 +191,21 @@ def roofline(results: Iterable, device=None) -> Figure:
     results = as_rows(results)
     found = device_peaks(device, results)
     groups = series(results)
-    fig, ax = new_axes(f"Roofline: {found.name}", "arithmetic intensity (FLOP/byte)",
-                       "achieved TFLOP/s")
+    # A CPU's roof is a fraction of a TFLOP/s: its axis reads in GFLOP/s (0.24 TFLOP/s is 242 GFLOP/s).
+    scale, unit = (1e12, "TFLOP/s") if found.flops >= 1e12 else (1e9, "GFLOP/s")
+    fig, ax = new_axes(f"Roofline: {found.name}", "arithmetic intensity (FLOP/byte)", f"achieved {unit}")
     points = [r for rs in groups.values() for r in rs]
     for label, rs in groups.items():
-        ax.plot([r.intensity for r in rs], [r.tflops for r in rs], marker="o", label=label)
+        ax.plot([r.intensity for r in rs], [r.tflops * 1e12 / scale for r in rs], marker="o", label=label)
     # The roof: bandwidth · intensity until the ridge, then the compute peak.
     ridge = found.ridge
     xs = [r.intensity for r in points] + [ridge]
     lo, hi = min(xs) / 4, max(xs) * 4
     roof_x = [lo, ridge, hi]
-    ax.plot(roof_x, [found.bandwidth * x / 1e12 for x in (lo, ridge)] + [found.flops / 1e12],
+    ax.plot(roof_x, [found.bandwidth * x / scale for x in (lo, ridge)] + [found.flops / scale],
             color="black", linewidth=1.5,
-            label=f"roof: {found.flops / 1e12:.3g} TFLOP/s, {bandwidth_text(found.bandwidth)}")
-    ax.annotate(f"ridge {ridge:.3g} FLOP/byte", xy=(ridge, found.flops / 1e12),
+            label=f"roof: {found.flops / scale:.3g} {unit}, {bandwidth_text(found.bandwidth)}")
+    ax.annotate(f"ridge {ridge:.3g} FLOP/byte", xy=(ridge, found.flops / scale),
                 xytext=(0.5, -24), textcoords="offset points", fontsize="small",
                 arrowprops=dict(arrowstyle="->"))
     ax.set_xscale("log")

@@ -90,6 +90,21 @@ def test_roofline_has_both_ceilings_and_the_ridge(results):
     assert fused.get_xdata()[0] == pytest.approx(64)
 
 
+def test_a_cpu_roofline_reads_in_gflops(results):
+    cpu = Peaks("Test CPU", 242e9, 32.3e9, "float32", "measured for the test")
+    ax = only_axes(plots.roofline(results, cpu))
+    (roof,) = [line for line in ax.lines if line.get_label() not in plots.series(results)]
+    assert ax.get_ylabel() == "achieved GFLOP/s" and roof.get_ydata()[-1] == pytest.approx(242), \
+        "a roof under 1 TFLOP/s is drawn in GFLOP/s, its label too"
+    assert "242 GFLOP/s" in roof.get_label()
+    fused = ax.lines[labels(ax).index("fused fwd")]
+    assert fused.get_ydata()[0] == pytest.approx(results_tflops(results, "fused fwd")[0] * 1e3)
+
+
+def results_tflops(results, label):
+    return [r.tflops for r in plots.series(results)[label]]
+
+
 def test_roofline_accepts_a_device_description(results):
     # (and the device stored with the results: test_tflops_vs_seq_takes_the_peak_stored_with_the_results)
     ax = only_axes(plots.roofline(results, {"peaks": DEVICE.as_dict()}))
