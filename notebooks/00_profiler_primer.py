@@ -2,12 +2,11 @@
 # # 0. The profiler, in one page
 #
 # A profiler trace answers two questions a timer cannot: *what ran* and *in what order*.
-# This chapter records one, reads it three ways, and sets up the habit the whole course runs on:
+# This chapter records one, reads it three ways, and sets up the course's habit:
 #
 # > **Guess what the trace will show, then look. Every mismatch is a lesson.**
 #
-# Everything here runs on a CPU; the chapter ends with a GPU trace, a model step recorded on
-# an H100.
+# Everything here runs on a CPU; the chapter ends with a model step recorded on an H100.
 #
 # **You will learn to:**
 #
@@ -49,11 +48,11 @@ borrowed.traces_box({"H100 BERT": borrowed.TRACELENS["h100_bert"]})
 #
 # Two habits make what `torch.profiler.profile` records readable:
 #
-# - **A schedule.** First calls are unusual (first allocations, libraries starting, cold
-#   caches). A schedule skips `wait` steps, runs `warmup` steps and discards them, then
-#   records `active` steps; `prof.step()` marks the end of each step.
+# - **A schedule.** First calls are unusual (first allocations, cold caches). A schedule skips
+#   `wait` steps, runs and discards `warmup` steps, then records `active` ones; `prof.step()`
+#   ends each step.
 # - **A label.** `torch.profiler.record_function("name")` wraps a call in a named range, so
-#   the trace says which ops belong to which call.
+#   the trace says which ops belong to it.
 #
 # The course's `kernels.trace.record.profile` does both. Its core:
 
@@ -63,7 +62,7 @@ show_lines(record.profile, "with quiet_kineto()", "prof.step()")
 # %% [markdown]
 # ## Guess first
 #
-# Our first subject is tiny on purpose: a matrix product then a ReLU, the whole body of
+# Our first subject is tiny on purpose: a matrix product then a ReLU, all of
 # `record.mlp_step(x, w)`:
 
 # %%
@@ -71,7 +70,7 @@ show_lines(record.mlp_step, "return torch.relu")
 
 # %% [markdown]
 # Which ops will the trace show at its top level, in order? Op names look like `aten::add`
-# (`aten` is PyTorch's library of ops). Make the first guess below yours, then run the next cell.
+# (`aten` is PyTorch's library of ops). Make the guess below yours, then run the next cell.
 
 # %%
 guess = ["aten::matmul", "aten::mm", "aten::relu"]  # edit me
@@ -90,15 +89,14 @@ lesson(seen == ["aten::matmul", "aten::relu"], "the top level is exactly mlp_ste
 lesson(not step.find("aten::mm").empty, "matmul dispatched to aten::mm underneath")
 
 # %% [markdown]
-# The top level is what the code wrote. Underneath, `matmul` dispatches to a concrete kernel
-# (`mm` for 2-D inputs): a trace always has more levels than the code.
+# The top level is what the code wrote; underneath, `matmul` dispatches to `mm` (for 2-D
+# inputs): a trace has more levels than the code.
 #
 # ## Three ways to read the same trace
 #
 # **1. PyTorch's summary table** (`prof.key_averages().table()`) sums every op over all
 # recorded steps: the quickest overview and the most lossy (order, nesting and steps are
-# gone). Its printed form, nine columns wide, is folded here; below it, the columns we read
-# (times in ms, bytes in MiB, summed over every call):
+# gone). Its printed form is folded here; below it, the columns we read, summed over every call:
 
 # %% tags=["wide-text", "hide-output"]
 print(run.averages.table(sort_by="cpu_time_total", row_limit=8))
@@ -108,13 +106,12 @@ summary_columns(run.averages)
 
 # %% [markdown]
 # - **CPU total** is an op's wall time, children included; **Self CPU** leaves them out.
-#   `aten::matmul`'s total is large and its self time tiny: its child `aten::mm` does the
-#   work. `aten::relu` does the same with `aten::clamp_min` (a ReLU is a clamp from below at 0).
-# - Self times never overlap, so the Self CPU column adds up to the outermost row,
-#   `ProfilerStep*`, one [profiler step](glossary.md#profiler-step).
-# - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem**) add up the bytes an op allocated
-#   over all its calls, a free counting negative (the printed "MB" are MiB). The label
-#   `mlp_step` frees both outputs outside any op, so its CPU Mem, children included, comes to 0.
+#   `aten::matmul`'s self time is tiny: its child `aten::mm` does the work, as
+#   `aten::clamp_min` does `aten::relu`'s (a ReLU is a clamp from below at 0).
+# - Self times never overlap, so they add up to the outermost row, `ProfilerStep*`, one
+#   [profiler step](glossary.md#profiler-step).
+# - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem**) sum the bytes an op allocated
+#   over all its calls, a free counting negative (the printed "MB" are MiB).
 # - On a GPU the table adds **Self CUDA** and **CUDA total**: time in kernels an op launched.
 
 # %% tags=["remove-input"]
@@ -135,9 +132,8 @@ out_bytes = (x @ w).nbytes
 label = rows["mlp_step"]
 lesson(self_mem(mm) == mm.count * out_bytes and self_mem(label) == -2 * label.count * out_bytes
        and getattr(label, f"{where}_memory_usage") == 0,
-       "the memory columns sum every call: mm allocates its output each time, the label frees both",
-       f"mm {self_mem(mm) / 2**20:,.0f} MiB = {mm.count} × {out_bytes / 2**20:,.0f} MiB; "
-       f"mlp_step {self_mem(label) / 2**20:,.0f} MiB")
+       "memory columns sum every call: each mm allocates its output, the label frees both",
+       f"mm {mm.count} × {out_bytes / 2**20:,.0f} MiB; mlp_step {self_mem(label) / 2**20:,.0f} MiB self, 0 in all")
 glue_all(primer_out_mib=f"{out_bytes / 2**20:,.0f}", primer_calls=mm.count,
          primer_mm_mem=f"{self_mem(mm) / 2**20:,.0f} MiB", primer_label_mem=f"{self_mem(label) / 2**20:,.0f} MiB")
 if device.type == "cuda":
@@ -148,9 +144,9 @@ if device.type == "cuda":
           f"the GPU time of one recorded step's kernels in the trace: {step.gpu_time_us:.1f} µs")
 
 # %% [markdown]
-# **2. A per-step op table.** The course parses the exported trace file into a table per
-# labelled step: ops in call order, indented by depth, with input shapes and memory (views,
-# which compute nothing, hidden). Its times are one profiled step's: read order and nesting.
+# **2. A per-step op table.** The course parses the exported trace into a table per labelled
+# step: ops in call order, indented by depth, with input shapes and memory (views hidden).
+# Its times are one profiled step's: read order and nesting.
 
 # %%
 tables.op_table(step)
@@ -161,10 +157,9 @@ tables.op_table(step)
 # comparisons against {glue:text}`primer_mm_flops` multiply-adds) but reads and writes
 # {glue:text}`primer_relu_mib` MiB each way, and moving bytes can cost more than computing
 # ([chapter 1](01_naive.ipynb) shows a softmax outlasting two [GEMMs](glossary.md#gemm),
-# matrix products). A profiled step is a poor clock, so we time the two ops apart, call by call
-# ([measuring appendix](appendix/measuring.ipynb)), and call one faster only when its slowest
-# tenth of calls beats the other's fastest tenth: this book shows a CPU time only where it
-# passes that check.
+# matrix products). A profiled step is a poor clock, so we time the two ops apart
+# ([measuring appendix](appendix/measuring.ipynb)) and call one faster only when its slowest
+# tenth of calls beats the other's fastest tenth: the check every CPU time in this book passes.
 
 # %%
 y = x @ w
@@ -193,7 +188,7 @@ glue("primer_ops_reading", {
 # {glue:text}`primer_ops_reading`.
 #
 # Every recorded step runs the same code, so its ops and memory should match; its CPU time
-# need not. One row per recorded step:
+# need not:
 
 # %%
 per_step = tables.counts(run.steps())
@@ -201,8 +196,8 @@ per_step = tables.counts(run.steps())
 # %% tags=["remove-input"]
 lesson(len(per_step) == active_steps, f"the schedule recorded exactly {active_steps} active steps", f"{len(per_step)} steps in the trace")
 lesson(per_step["ops"].nunique() == 1 and per_step["peak_MiB"].nunique() == 1,
-       "every recorded step dispatched as many ops and peaked at the same memory",
-       f"{per_step['ops'].iloc[0]} ops, peak {readable(per_step['peak_MiB'].iloc[0])} MiB per step")
+       "every recorded step ran as many ops and peaked at the same memory",
+       f"{per_step['ops'].iloc[0]} ops, {readable(per_step['peak_MiB'].iloc[0])} MiB")
 display(per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak_MiB"]].rename(
     columns={"cpu_time_ms": "CPU time (ms)", "peak_MiB": "peak (MiB)"}).assign(
     **{"CPU time (ms)": per_step["cpu_time_ms"].map(lambda ms: f"{ms:,.1f}")}))
@@ -219,8 +214,7 @@ glue("primer_step_spread", (
 # {glue:text}`primer_step_spread`.
 #
 # **3. A timeline.** The same step as Perfetto draws it: time left to right, a bar per op,
-# children under their parent. Where a bar is wider than its children, the difference is the
-# parent's own time.
+# children under their parent.
 
 # %%
 #| caption: One recorded step of `mlp_step` on this run's device. Time runs left to right, one row per nesting depth under the label; any stretch of the label's bar with no op under it is the label's own time (how much, and what it is, below the figure).
@@ -251,9 +245,9 @@ glue("primer_label_own", (
 # ## CPU track, GPU track, and why GPU timings lie without care
 #
 # On a GPU, PyTorch does not wait for a kernel to finish: the CPU *launches* it (a
-# `cudaLaunchKernel` call) and moves on while the GPU works through its queue. A trace
-# therefore has two tracks: the CPU thread's, with ops and launches, and the GPU's, with the
-# kernels, each tied to its launch by a correlation id (an arrow in Perfetto). So:
+# `cudaLaunchKernel` call) and moves on while the GPU works through its queue. So a trace has
+# two tracks: the CPU thread's, with ops and launches, and the GPU's, with kernels, each tied
+# to its launch by a correlation id (an arrow in Perfetto). Hence:
 #
 # - an op's time on the CPU track is the time to *launch* its work, not to do it;
 # - a timer around GPU code measures launches unless it synchronises
@@ -263,9 +257,8 @@ glue("primer_label_own", (
 # torch-profiler.md) reads four kinds of rows in its matmul trace:
 #
 # - `cudaLaunchKernel`, one per kernel (or a sibling: see H100 BERT below);
-# - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`, a CPU-side query of how many blocks of a
-#   kernel fit one [SM](glossary.md#sm), made by [cuBLAS](glossary.md#cublas) (NVIDIA's
-#   matrix-product library) inside `aten::mm`;
+# - `cudaOccupancyMaxActiveBlocksPerMultiprocessor`, [cuBLAS](glossary.md#cublas) (NVIDIA's
+#   matrix-product library) asking inside `aten::mm` how many blocks fit one [SM](glossary.md#sm);
 # - `cudaDeviceSynchronize`, the CPU waiting for everything queued;
 # - `Activity Buffer Request`, the profiler's own work ([CUPTI](glossary.md#cupti) asking for
 #   memory), on a track of its own.
@@ -273,7 +266,7 @@ glue("primer_label_own", (
 # %% tags=["remove-input"]
 lesson(run.trace.has_gpu == (device.type == "cuda"),
        "this GPU run recorded a GPU track of kernels" if device.type == "cuda" else
-       "this CPU-only run recorded no GPU track (H100 BERT below has one)",
+       "this CPU-only run recorded no GPU track; H100 BERT below has one",
        f"{len(step.gpu_work)} GPU activities")
 
 # %% tags=["remove-input"]
@@ -301,11 +294,11 @@ if gpu_steps:
 # %% [markdown]
 # ### A whole model step on an H100
 #
-# A real model now: one inference step of BERT-small on one short sentence, in bfloat16, on an
-# H100 (**H100 BERT** in the box at the top, recorded by others).
+# A real model: one inference step of BERT-small on one short sentence, in bfloat16, on an
+# H100 (**H100 BERT** in the box at the top).
 #
-# Guess first. BERT-small is tiny and its input one sentence; the H100 is one of the fastest
-# GPUs made. For what percentage of the step's CPU time was the GPU busy running kernels?
+# Guess first. The model is tiny; the H100 is one of the fastest GPUs made. For what percentage
+# of the step's CPU time was the GPU busy running kernels?
 
 # %%
 guess_busy_pct = 50  # edit me: GPU busy time, in % of the step's CPU time
@@ -330,7 +323,7 @@ busy_pct = 100 * bert_gpu["gpu_busy_us"] / bert_gpu["step_us"]
 lesson(busy_pct < 50, "the GPU was busy for under half of BERT-small's step",
        f"{bert_gpu['gpu_busy_us']:,.0f} µs of kernels in a {bert_gpu['step_us']:,.0f} µs step")
 lesson(bert_gpu["gaps"] > 0 and bert_gpu["cpu_late_gaps"] == bert_gpu["gaps"],
-       "the CPU was late for every gap: each next launch began after the GPU went idle",
+       "the CPU was late for every gap: each launch began after the GPU went idle",
        f"{bert_gpu['cpu_late_gaps']} of {bert_gpu['gaps']} gaps")
 tokens = bert_step.find("aten::embedding")["input_dims"].iloc[0][1]   # the token ids: [batch, tokens]
 glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.find("aten::scaled_dot_product_attention")),
@@ -342,12 +335,12 @@ glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.fi
 
 # %% [markdown]
 # The model read {glue:text}`bert_tokens` token ids (the box's 512 is a maximum) through
-# {glue:text}`bert_layers` encoder layers, one attention call each: {glue:text}`bert_kernels`
-# kernels and {glue:text}`bert_other_work` copy on one stream. Between its first kernel and its
-# last the GPU sat idle {glue:text}`bert_gaps` times, {glue:text}`bert_idle_ms` ms in all, a
-# median {glue:text}`bert_median_gap_us` µs each, while a typical kernel runs a few
-# microseconds; each kernel started a median {glue:text}`bert_launch_to_start_us` µs after its
-# launch call began: the GPU was waiting for the CPU to ask. The five longest gaps:
+# {glue:text}`bert_layers` encoder layers: {glue:text}`bert_kernels` kernels and
+# {glue:text}`bert_other_work` copy on one stream. The GPU sat idle {glue:text}`bert_gaps`
+# times, {glue:text}`bert_idle_ms` ms in all, a median {glue:text}`bert_median_gap_us` µs each,
+# while a typical kernel runs a few microseconds; each kernel started a median
+# {glue:text}`bert_launch_to_start_us` µs after its launch call began: the GPU was waiting for
+# the CPU to ask. The five longest gaps:
 
 # %%
 gaps = tables.gpu_gaps(bert_step)
@@ -358,12 +351,11 @@ gaps.nlargest(5, "gap_us")[["after", "before", "gap_us"]].rename(columns={"gap_u
 # library of GEMM templates.
 #
 # This step is **launch-bound** (or overhead-bound): the CPU dispatching ops one by one through
-# Python and PyTorch sets the pace, not the GPU, so a faster kernel would not shorten it. What
-# helps is more work per launch (a larger batch, longer inputs) or fewer launches (fused
-# kernels, [CUDA graphs](glossary.md#cuda-graph), `torch.compile`, in [chapter 7](07_compiled.ipynb)).
+# Python and PyTorch sets the pace, so a faster kernel would not shorten it. What helps is more
+# work per launch (a larger batch) or fewer launches (fused kernels,
+# [CUDA graphs](glossary.md#cuda-graph), `torch.compile`, in [chapter 7](07_compiled.ipynb)).
 #
-# Zoomed in on one encoder layer, the launches can be followed one by one; the CPU rows have
-# gaps too (time in Python, between ops):
+# Zoomed in on one encoder layer:
 
 # %%
 #| caption: H100 BERT, zoomed in on one encoder layer, from the first `scaled_dot_product_attention` call (the purple bars at the left, labelled "scale…" and, one level down, "_sc…") to the second. Each kernel (bottom row) has a short grey tick above it: its top end is the moment the kernel's launch call began, its bottom end the kernel's start, microseconds later. Read straight up from a tick's top end to find the op that launched that kernel. The kernels are short, and the white stretches between them are the GPU waiting.
@@ -372,7 +364,7 @@ layer = tuple(bert_step.find("aten::scaled_dot_product_attention")["start_us"].i
 timeline.timeline(bert_step, window_ms=layer, title="H100 BERT: one layer")
 
 # %% [markdown]
-# The runtime calls that launch GPU work or wait for it, with the ops they were made in:
+# The runtime calls that launch GPU work or wait for it, and the ops that made them:
 
 # %%
 bert_calls = tables.runtime_table(bert_step)
@@ -383,7 +375,7 @@ shown = (whole["GPU work launched"] > 0) | whole["call"].str.endswith("Synchroni
 display(whole[shown].reset_index(drop=True).rename(columns={"GPU work launched": "GPU work"})
         .assign(**{"CPU µs": whole.loc[shown, "CPU µs"].map(lambda us: f"{us:,.0f}").values}))
 lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any(),
-       "the calls left out launched no GPU work and waited for none",
+       "the calls left out neither launch GPU work nor wait for it",
        ", ".join(whole.loc[~shown, "call"]))
 launch_calls = bert_calls[bert_calls["call"].str.contains("LaunchKernel")]
 lesson(bert_step.gpu_work["launcher"].notna().all() and launch_calls["calls"].sum() == bert_gpu["kernels"],
@@ -397,31 +389,27 @@ first_op_us = float(bert_step.ops["start_us"].min())
 lesson(len(harness) == 1 and harness["call"].iloc[0] == "cudaDeviceSynchronize" and harness["op"].isna().all()
        and harness["python"].iloc[0].endswith(": synchronize") and not harness["after_first_launch"].iloc[0]
        and harness["start_us"].iloc[0] < first_op_us,
-       "the cudaDeviceSynchronize is the harness's torch.cuda.synchronize(), before any GPU work was launched",
-       f"at {harness['start_us'].iloc[0] / 1e3:.2f} ms, returned after {harness['dur_us'].iloc[0]:.0f} µs; "
-       f"first op at {first_op_us / 1e3:.2f} ms")
+       "the cudaDeviceSynchronize is the harness's torch.cuda.synchronize(), before any launch",
+       f"at {harness['start_us'].iloc[0] / 1e3:.2f} ms; first op at {first_op_us / 1e3:.2f} ms")
 lesson(len(model) == 1 and model["call"].iloc[0] == "cudaStreamSynchronize" and model["op"].iloc[0] == "aten::_local_scalar_dense",
-       "the model waits for the GPU once, in aten::_local_scalar_dense: reading a GPU value",
+       "the model waits for the GPU once, reading a GPU value in aten::_local_scalar_dense",
        f"a cudaStreamSynchronize from {model['python'].iloc[0].rpartition(': ')[2]}")
 glue_all(bert_harness_sync_ms=f"{harness['start_us'].iloc[0] / 1e3:.1f}", bert_harness_sync_us=f"{harness['dur_us'].iloc[0]:.0f}")
 
 # %% [markdown]
 # Three launch calls appear: `cudaLaunchKernel` for PyTorch's own kernels,
 # `cuLaunchKernel` and `cudaLaunchKernelExC` for the GEMM libraries'; no
-# [occupancy](glossary.md#occupancy) query. Two calls wait for the GPU: the
-# `cudaDeviceSynchronize` is the recording harness's own, before any kernel was queued. The
-# model waits once: it asks whether its attention mask is all ones, a
-# Python `if` on a GPU tensor, so the CPU copies one value back (the `Memcpy DtoH` on the GPU
-# row) and waits in a `cudaStreamSynchronize`. In a launch-bound step that costs little; where
-# the GPU runs ahead of the CPU, such a read drains the queue and idles the GPU until the CPU
-# catches up.
+# [occupancy](glossary.md#occupancy) query. The model waits for the GPU once: a Python `if`
+# asks whether its attention mask is all ones, so the CPU copies one value back (the
+# `Memcpy DtoH` on the GPU row) and waits in a `cudaStreamSynchronize`. In a launch-bound step
+# that costs little; where the GPU runs ahead of the CPU, such a read drains the queue.
 #
 # ## The trace file
 #
-# Every profile here is also saved as a Chrome/Perfetto trace (compressed JSON). Drag it onto
+# Every profile here is saved as a Chrome/Perfetto trace (compressed JSON). Drag it onto
 # [ui.perfetto.dev](https://ui.perfetto.dev): click an op for its input shapes, press `W`/`S`
-# to zoom, and on a GPU trace (H100 BERT's, linked under its figure) follow the arrows from
-# launches to kernels.
+# to zoom, and on H100 BERT's trace (linked under its figure) follow the arrows from launches
+# to kernels.
 
 # %%
 print(run.trace_path, run.trace.labels())
@@ -431,8 +419,8 @@ print(run.trace_path, run.trace.labels())
 #
 # - Profile with a schedule and labels; read order and nesting in the per-step table and the
 #   timeline, not only the summary.
-# - On a GPU, set busy time against the step's and read the gaps: in a launch-bound step the
-#   GPU waits for each launch, and faster kernels will not help.
+# - On a GPU, set busy time against the step's and read the gaps: in a launch-bound step
+#   faster kernels will not help.
 # - Guess before you look, then let the trace correct you. Next, hand-written attention.
 
 # %% [markdown]

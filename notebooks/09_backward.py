@@ -3,11 +3,9 @@
 #
 # Every chapter so far profiled a forward pass under `torch.no_grad()`. Training adds the
 # backward, and with it ops the autograd engine runs for you, tensors the forward must keep
-# alive until the backward reads them, and more arithmetic than the forward. This chapter
-# profiles one training step of the hand-written module and of every [SDPA](glossary.md#sdpa)
-# backend that runs here (on a GPU, of the Triton [kernel](glossary.md#kernel) too), and reads
-# three things from the trace: what autograd records, what each forward saves for the
-# backward, and how FlashAttention avoids saving the S×S probabilities.
+# alive until the backward reads them, and more arithmetic. This chapter profiles one training
+# step of the hand-written module and of every [SDPA](glossary.md#sdpa) backend that runs here
+# (on a GPU, of the Triton [kernel](glossary.md#kernel) too).
 #
 # **You will learn to:**
 #
@@ -19,8 +17,7 @@
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
 # `scaled_dot_product_attention`](03_sdpa.ipynb), [3b. The fused backends](03b_sdpa_fused.ipynb)
-# and [4. FlashAttention-2 in Triton](04_triton.ipynb) (whose backward a GPU run profiles here
-# too). What `backward()` computes.
+# and [4. FlashAttention-2 in Triton](04_triton.ipynb). What `backward()` computes.
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -56,7 +53,7 @@ borrowed.traces_box({"A100 training step": borrowed.TRAINING_STEP})
 #
 # A training step here is the attention forward, then `backward()` with a fixed output
 # gradient (what the layers above would send back). Each step first drops the last one's
-# gradients, as `optimizer.zero_grad()` does, so every step records the same work:
+# gradients, as `optimizer.zero_grad()` does:
 
 # %%
 show_lines(backward.training_step)
@@ -92,9 +89,9 @@ lesson(naive_nodes.count("BmmBackward0") == 2 and "MmBackward0" not in naive_nod
 # In the trace each node is an op `autograd::engine::evaluate_function: <node>`, with the
 # node under it and the ATen ops that compute its gradient under that: a matmul's backward is
 # two matmuls (one per input), the softmax's is `_softmax_backward_data`, the mask's another
-# `masked_fill` (a masked key gets no gradient). The whole step, forward then backward, two
-# levels below each op, without the nodes that only reshape or store a gradient and without CPU
-# times (in one profile on a shared CPU, ops of equal work differ many times over):
+# `masked_fill` (a masked key gets no gradient). The whole step, two levels deep, without the
+# nodes that only reshape or store a gradient and without CPU times (one profile on a shared
+# CPU is no clock):
 
 # %%
 ch09_backward.step_table(steps["naive"])
@@ -109,9 +106,9 @@ ch09_backward.step_table(steps["naive"])
 timeline.timeline(steps["naive"], title=f"naive attention, one training step ({device.type})")
 
 # %% [markdown]
-# The traces of every variant's training step, to download or open in Perfetto:
+# Every variant's trace, to download or open in Perfetto (folded):
 
-# %% tags=["remove-input"]
+# %% tags=["remove-input", "hide-output"]
 display(*(links(run) for run in runs.values()))
 
 # %% [markdown]
@@ -119,9 +116,8 @@ display(*(links(run) for run in runs.values()))
 #
 # PyTorch's autograd engine (`torch/csrc/autograd/engine.cpp`) keeps one worker thread per
 # accelerator device: work on CPU tensors runs on the thread that called `backward()`, work on
-# CUDA tensors on the device's thread while the caller waits. `op_table` adds a `thread` column
-# when more than one thread took part. On a CPU there is one; a GPU step's threads are read at
-# the end of the page.
+# CUDA tensors on the device's thread while the caller waits. On a CPU there is one thread; a
+# GPU step's threads are read at the end of the page.
 
 # %% tags=["remove-input"]
 threads = backward.threads_table(steps)
@@ -139,8 +135,8 @@ else:
 #
 # The backward of softmax needs the softmax's output; the backward of `probs @ v` needs
 # `probs` and `v`. Whatever a backward needs, the forward must keep alive, and an S×S tensor
-# kept per head is where training memory goes. The trace shows it: every allocation and free
-# is a `[memory]` event, so the S×S buffers still allocated when the backward begins are the
+# kept per head is where training memory goes. Every allocation and free is a `[memory]`
+# event in the trace, so the S×S buffers still allocated when the backward begins are the
 # ones the forward kept. Guess how many S×S buffers each keeps:
 
 # %%
@@ -185,8 +181,8 @@ unfused = [n for n in ("naive", "sdpa_math") if n in kept.index]
 fused = [n for n in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "triton") if n in kept.index]
 naive_square_shapes = [s for s in kept.at["naive", "shapes saved"] if s[-2:] == (seq, seq)]
 lesson(len(naive_square_shapes) == 3 and kept.at["naive", "S×S saved (hooks)"] == 1,
-       "naive saves three S×S-shaped tensors but keeps one S×S buffer: the probabilities in two views, "
-       "and the causal mask, one [S, S] built once and reused",
+       "naive saves three S×S-shaped tensors but keeps one S×S buffer: the probabilities (two views) "
+       "and the causal mask, built once",
        ", ".join("[" + ", ".join(map(str, s)) + "]" for s in naive_square_shapes))
 lesson((kept.loc[unfused, "S×S kept (trace)"] == 1).all(),
        "the unfused forwards keep exactly one S×S buffer for the backward: the probabilities", ", ".join(unfused))
@@ -232,7 +228,7 @@ lesson(recompute.at["naive", "bmm in forward"] == 2 and recompute.at["naive", "b
        "the hand-written backward does two matmuls per forward matmul: four, reading the saved probabilities")
 lesson((recompute.loc[unfused, "S×S allocations in backward"] > 0).all() and
        (recompute.loc[fused, "S×S allocations in backward"] == 0).all(),
-       "only the unfused backwards allocate S×S buffers; the fused ones rebuild the probabilities tile by tile",
+       "only the unfused backwards allocate S×S buffers",
        ", ".join(f"{n}: {c}" for n, c in recompute["S×S allocations in backward"].items()))
 glue("flash_bwd_largest_kib", f'{recompute.loc[fused, "largest backward allocation (KiB)"].max():,.0f}')
 
@@ -259,7 +255,7 @@ lesson({"SafeSoftmaxBackward0", "AddBackward0"} <= set(math_nodes) and math_node
        "the math backend's backward differentiates its decomposed ops: safe softmax, mask add, two scalings")
 extra = kept.at["sdpa_math", "alive at backward (MiB)"] - kept.at["naive", "alive at backward (MiB)"]
 lesson(extra > 0, "the math backend keeps more for its backward than the hand-written module",
-       f"+{extra:.2f} MiB; its scaled q and k in float32 take {2 * mib(batch * heads * seq * head_dim * 4):.2f} MiB")
+       f"+{extra:.2f} MiB; scaled q and k: {2 * mib(batch * heads * seq * head_dim * 4):.2f} MiB")
 glue("math_extra_mib", float(extra))
 
 # %% [markdown]
@@ -286,11 +282,10 @@ if gpu_steps:
 # convolutional network: not attention, but the same engine at work. Its thread names say who
 # launched each kernel: `pt_main_thread` the forward, `pt_autograd_0` (the engine's device
 # thread) the backward; the gradients' all-reduce across the two ranks ran as NCCL kernels,
-# counted apart (`kernels.trace.phases`). The main thread's two communication kernels, in the
-# first milliseconds, are NCCL broadcasts: most likely DistributedDataParallel sending rank 0's
-# module buffers (the batch norms' running statistics) to the other rank before the forward,
-# as it does by default. Its last launches, after the backward, are the optimizer's
-# `_foreach_` updates, which `phases` counts with the forward. Which thread launched what, and when:
+# counted apart (`kernels.trace.phases`). The main thread's two opening NCCL broadcasts are
+# most likely DistributedDataParallel sending rank 0's module buffers (the batch norms'
+# running statistics) to the other rank, as it does by default. Its launches after the
+# backward are the optimizer's `_foreach_` updates, which `phases` counts with the forward:
 
 # %%
 trained = borrowed.TRAINING_STEP.step()
@@ -307,9 +302,8 @@ lesson(launched.loc[("pt_autograd_0", "backward"), "first launch (ms)"] > 0
 main = ch09_backward.main_thread_during_backward(trained)
 lesson(main["during"] == 0 and main["before"] > 0 and main["after"] > 0
        and main["communication"] and all("Broadcast" in n for n in main["communication"]),
-       "during the backward pt_main_thread launches nothing: forward before, optimizer after, "
-       "its only NCCL kernels the opening broadcasts",
-       f"main thread: {main['before']} before, {main['during']} during, {main['after']} after; "
+       "pt_main_thread launches nothing during the backward; its only NCCL kernels are the opening broadcasts",
+       f"{main['before']} before, {main['during']} during, {main['after']} after; "
        f"{len(main['communication'])} broadcasts")
 late_ops = ch09_backward.after_backward(trained)
 lesson(bool(late_ops) and all(op.startswith("aten::_foreach_") for op in late_ops),
@@ -337,19 +331,10 @@ lesson(backward_over_forward > 1, "in this training step the backward's kernels 
        f"{backward_over_forward:.2f}x")
 
 # %% [markdown]
-# The backward took {glue:text}`backward_over_forward` times the forward's GPU time. A
-# convolution's or a matmul's backward is mostly two products the size of its forward (the
+# A convolution's or a matmul's backward is mostly two products the size of its forward (the
 # input's gradient and the weights'), so about twice is what to expect; attention's fused
 # backward does more (the recompute, above). The all-reduce is the communication row,
 # {glue:text}`comm_share` of this step's GPU time, which a single GPU would not spend.
-
-# %% [markdown]
-# ## Cost as the sequence grows
-#
-# What the backward adds to memory follows from the tables above: the unfused variants keep
-# one S×S buffer for it, which quadruples with every doubling of S; the fused ones keep q-sized
-# tensors and one value per row, which double. [Chapter 3b](03b_sdpa_fused.ipynb) measures that
-# growth for the forward.
 #
 # ## What to remember
 #
@@ -357,8 +342,8 @@ lesson(backward_over_forward > 1, "in this training step the backward's kernels 
 #   per graph node, in reverse order of the forward, on the caller's thread for CPU work and on
 #   the engine's device thread for GPU work.
 # - What a forward saves shows as memory still allocated when the backward begins. Unfused
-#   attention keeps the S×S probabilities; fused kernels keep one log-sum-exp per row and
-#   recompute the rest: a fifth matmul, and why backward counts 2.5x.
+#   attention keeps the S×S probabilities, which quadruple as S doubles; fused kernels keep one
+#   log-sum-exp per row and recompute the rest: a fifth matmul, and why backward counts 2.5x.
 # - The math backend is the unfused case with extras: it saves its scaled q and k too.
 #
 # Next: decoding, where the backward is gone and a different limit appears.
