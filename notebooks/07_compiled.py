@@ -3,17 +3,17 @@
 #
 # Every trace so far showed the ops we wrote, each reading and writing a whole tensor. Under
 # `torch.compile`, [TorchDynamo](glossary.md#dynamo) captures the Python code as a graph and
-# [Inductor](glossary.md#inductor), its default backend, writes new code for it, fusing
-# neighbouring ops into one loop (C++ on a CPU, [Triton kernels](glossary.md#kernel) on a GPU).
+# [Inductor](glossary.md#inductor) writes new code for it, fusing neighbouring ops into one loop
+# (C++ on a CPU, [Triton kernels](glossary.md#kernel) on a GPU).
 #
 # **You will learn to:**
 #
-# - read a compiled forward's trace: `TorchDynamo Cache Lookup`, one `Torch-Compiled Region` per
-#   graph, the library calls Inductor kept and the kernels it wrote;
-# - count compiles and their time apart from steady-state time;
+# - read a compiled forward's trace: the cache lookup, one region per graph, the library calls
+#   Inductor kept and the kernels it wrote;
+# - count compiles, and time them apart from steady calls;
 # - see what fusion removes and keeps, and how a [graph break](glossary.md#graph-break) stops it;
-# - use FlexAttention: a mask compiled into one kernel that skips causal tiles, and a score_mod
-#   (ALiBi) at no S×S memory.
+# - use FlexAttention: a mask compiled into a kernel that skips causal tiles, and ALiBi at no
+#   S×S memory.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [2. In place](02_inplace.ipynb)
 # and [3b. The fused backends](03b_sdpa_fused.ipynb) ([SDPA's](glossary.md#sdpa) flash backend).
@@ -57,11 +57,10 @@ traces_box({"A100 compiled call": COMPILED_POINTWISE})
 # %% [markdown]
 # ## Compile the naive module
 #
-# `torch.compile(module)` returns a wrapper; nothing compiles until the first call. We compile
-# chapter 1's `NaiveAttention` and chapter 2's `InplaceAttention` for one fixed shape
-# (`dynamic=False`). The first call pays for code generation, unless Inductor finds the graph in
-# its cache; Dynamo's counters (`torch_compile.timed_compiles`) say which, and whether a later call
-# compiled again. Steady calls are timed in turns with the eager module (as in chapter 2).
+# `torch.compile(module)` returns a wrapper that compiles on its first call. We compile chapter
+# 1's `NaiveAttention` and chapter 2's `InplaceAttention` for one fixed shape (`dynamic=False`).
+# The first call generates code unless Inductor finds the graph in its cache; Dynamo's counters
+# (`torch_compile.timed_compiles`) say which.
 
 # %%
 eager = {"naive": naive.NaiveAttention(causal=True), "inplace": inplace.InplaceAttention(causal=True)}
@@ -73,19 +72,18 @@ steady = ch07.in_turns({"compiled": partial(compiled_mod["naive"], q, k, v), "ea
 for name in compiled_mod:
     verdict = reference.judge(compiled_mod[name](q, k, v), q, k, v, causal=True)
     lesson(verdict.ok, f"compiled {name} attention matches the float64 reference", ch07.error_text(verdict))
-lesson(all(t.compiled_once for t in paid.values()), "each module compiles one graph on its first call, none after",
+lesson(all(t.compiled_once for t in paid.values()), "each module compiles one graph on its first call only",
        ", ".join(f"{n} {t.first.graphs} then {t.steady.graphs}" for n, t in paid.items()))
 steady_p90_s = 1e-3 * spread(steady["compiled"])[2]   # an upper bound that holds on a busy run
 lesson(all(t.first_s > 2 * steady_p90_s for t in paid.values()),
-       "a first call costs more than two steady calls",
+       "a first call costs over two steady calls",
        ", ".join(f"{n} {t.first_s:.2f} s" for n, t in paid.items())
        + f" vs a steady p90 of {readable(1e3 * steady_p90_s)} ms")
 glue_all(c_first_s=f"{paid['naive'].first_s:.2f}")
 display(Markdown(f"The first call of the compiled naive module took {paid['naive'].first_s:.2f} s. "
                  + ch07.first_call_text(paid["naive"], paid["inplace"].first_s)
-                 + f" After that, {ch07.steady_text(paid['naive'].first_s, steady)}. A compile pays off only "
-                 "over many calls of the same shape, and a profiled window that holds the first call measures "
-                 "the compiler, not the model."))
+                 + f" After that, {ch07.steady_text(paid['naive'].first_s, steady)}. A profile that holds the "
+                 "first call measures the compiler, not the model."))
 
 # %% [markdown]
 # With `dynamic=False` Dynamo guards on the exact shapes, so a call at another length compiles
@@ -101,21 +99,21 @@ list(torch_compile.regions(half_step)["name"])
 # %% tags=["remove-input"]
 half_regions = list(torch_compile.regions(half_step)["name"])
 lesson(again.first.graphs == 1 and again.steady.graphs == 0 and not again.first.gave_up,
-       "another length compiles the module again, once; its later calls do not",
+       "another length compiles the module once more; its later calls do not",
        f"S={seq // 2}: {ch07.compiles_text(again.first)}, then {again.steady.graphs}")
 frame, _, compile_id = half_regions[0].removeprefix("Torch-Compiled Region: ").partition("/") if half_regions else ("", "", "")
 lesson(len(half_regions) == 1 and frame == "0" and compile_id.isdigit() and int(compile_id) > 0,
-       "the recompiled graph keeps frame 0, with a later compile number",
+       "the recompile keeps frame 0 with a later compile number",
        half_regions[0].removeprefix("Torch-Compiled Region: ") if half_regions else "no region")
 glue_all(half_region=f"{frame}/{compile_id}")
 
 # %% [markdown]
 # A region's name reads *frame/compile*: `forward` is frame 0, and each compile of it counts up:
 # `0/0` for the naive module, {glue:text}`inplace_region` for the in-place one,
-# {glue:text}`half_region` for half the length. A forward that caches state on its
-# module (a mask, say) recompiles too, as Dynamo guards on it: so the course's `NaiveAttention`
-# builds its mask inside the graph. After `torch._dynamo.config.recompile_limit` (8) compiles of
-# one frame, Dynamo runs it eagerly, with only a logged warning.
+# {glue:text}`half_region` for half the length. Dynamo guards on state a forward caches on its
+# module too (so `NaiveAttention` builds its mask in the graph); past
+# `torch._dynamo.config.recompile_limit` (8) compiles of a frame, it runs the frame eagerly, with
+# a logged warning only.
 #
 # ## Guess, then look
 #
@@ -136,7 +134,7 @@ seen_aten = [n for n in step["naive"].ops["name"] if n.startswith("aten::") and 
 region_of = {name: list(torch_compile.regions(step[name])["name"]) for name in compiled_mod}
 lesson(region_of["naive"] == ["Torch-Compiled Region: 0/0"] and len(region_of["inplace"]) == 1
        and region_of["inplace"][0].startswith("Torch-Compiled Region: 0/"),
-       "compiled, the in-place module runs in frame 0 too: it inherits the naive forward",
+       "the compiled in-place module runs in frame 0 too: it inherits naive's forward",
        " vs ".join(r[0].removeprefix("Torch-Compiled Region: ") if r else "none" for r in region_of.values()))
 glue_all(inplace_region=region_of["inplace"][0].removeprefix("Torch-Compiled Region: "))
 say("ATen ops in the compiled forward: " + ch07.ops_present(guess_compiled_ops, seen_aten))
@@ -145,20 +143,19 @@ say("ATen ops in the compiled forward: " + ch07.ops_present(guess_compiled_ops, 
 ch07.shown(tables.op_table(step["naive"]))
 
 # %% [markdown]
-# The top level is no longer our code. `TorchDynamo Cache Lookup` checks the guards (shapes,
-# dtypes, grad mode...) deciding whether the compiled code fits this call; the
-# `Torch-Compiled Region` runs the graph: two wrapper rows, two `aten::bmm` left to eager
-# PyTorch's matmul library, and one kernel Inductor wrote, named after the ops it fused. One
-# profiled step's times say where its time went, not which forward is faster.
+# `TorchDynamo Cache Lookup` checks the guards (shapes, dtypes, grad mode...) that decide whether
+# the compiled code fits this call; the `Torch-Compiled Region` runs the graph: two wrapper rows,
+# two `aten::bmm` left to PyTorch's matmul library, and one kernel Inductor wrote, named after the
+# ops it fused.
 
 # %% tags=["remove-input"]
 gen = {name: torch_compile.generated_kernels(step[name]) for name in compiled_mod}
-lesson(len(torch_compile.regions(step["naive"])) == 1, "the compiled naive forward runs as one compiled region")
-lesson(len(step["naive"].find("aten::bmm")) == 2, "the two matmuls stay: two aten::bmm calls per forward")
+lesson(len(torch_compile.regions(step["naive"])) == 1, "the compiled naive forward is one compiled region")
+lesson(len(step["naive"].find("aten::bmm")) == 2, "the two matmuls stay: two aten::bmm a forward")
 lesson(all(step["naive"].find(op).empty for op in ("aten::mul", "aten::masked_fill", "aten::softmax", "aten::clone")),
-       "scale, mask and softmax no longer run as ATen ops, and nothing is cloned")
+       "scale, mask and softmax no longer run as ATen ops; nothing is cloned")
 lesson(len(gen["naive"]) == 1 and {"softmax", "masked_fill", "mul"} <= set(gen["naive"]["fused"].iloc[0]),
-       "one generated kernel fuses scale (mul), mask (masked_fill) and softmax: one pass, not three",
+       "one generated kernel fuses scale, mask and softmax: one pass, not three",
        ", ".join(gen["naive"]["name"]))
 glue_all(c_kernel=gen["naive"]["name"].iloc[0])
 
@@ -166,22 +163,22 @@ glue_all(c_kernel=gen["naive"]["name"].iloc[0])
 # ## masked_fill or masked_fill_: the compiler does not care
 #
 # Chapter 2 removed a clone by writing `masked_fill_`. Under `torch.compile` both modules are
-# *functionalized* first (in-place ops rewritten as out-of-place ones), and Inductor picks which
-# buffers to reuse itself, so the two compile to the same code:
+# *functionalized* first (in-place ops rewritten as out-of-place ones) and Inductor picks which
+# buffers to reuse, so the two compile to the same code:
 
 # %% tags=["remove-input"]
 lesson(gen["naive"]["fused"].tolist() == gen["inplace"]["fused"].tolist()
        and len(step["naive"].ops) == len(step["inplace"].ops),
-       "compiled, naive and in-place run the same kernels and as many ops")
+       "compiled naive and in-place run the same kernels and as many ops")
 
 # %% [markdown]
 # ## The S×S copy and memory
 #
 # Eager, the naive forward allocated four S×S buffers (scores, scaled scores, clone, softmax), two
-# alive at once. Compiled, Inductor writes the softmax into the first matmul's output buffer, since
-# nothing else reads it:
+# alive at once. Compiled, Inductor writes the softmax into the first matmul's output, which
+# nothing else reads. The table (folded) counts each forward's S×S buffers; the ✔ lines state it:
 
-# %%
+# %% tags=["hide-output"]
 ch07.memory_table({"eager naive": step["eager_naive"], "compiled naive": step["naive"],
                    "compiled in-place": step["inplace"]}, scores_bytes)
 
@@ -189,16 +186,15 @@ ch07.memory_table({"eager naive": step["eager_naive"], "compiled naive": step["n
 mem = ch07.memory_table({"eager naive": step["eager_naive"], "compiled naive": step["naive"],
                          "compiled in-place": step["inplace"]}, scores_bytes)
 lesson(list(mem["S×S buffers allocated"]) == [4, 1, 1] and list(mem["copies of S×S"]) == [1, 0, 0],
-       "S×S buffers: eager naive allocates four and copies one; each compiled forward allocates one, copies none")
+       "eager naive allocates four S×S buffers and copies one; each compiled forward allocates one, copies none")
 lesson(step["naive"].peak_bytes < 2 * scores_bytes <= step["eager_naive"].peak_bytes,
-       "the compiled peak stays under two S×S buffers, the eager one reaches two",
+       "the compiled peak stays under two S×S buffers; eager reaches two",
        f"{mib(step['naive'].peak_bytes):.1f} vs {mib(step['eager_naive'].peak_bytes):.1f} MiB")
 glue_all(c_peak_mib=f"{mib(step['naive'].peak_bytes):.1f}", e_peak_mib=f"{mib(step['eager_naive'].peak_bytes):.1f}")
 
 # %% [markdown]
-# Peak memory falls from {glue:text}`e_peak_mib` MiB to {glue:text}`c_peak_mib` MiB, but one S×S
-# buffer stays: fusion removed the *extra* passes over the scores, not the scores. Removing those
-# takes a kernel that never writes them out: FlexAttention, below.
+# Fusion removed the *extra* passes over the scores, not the scores: one S×S buffer stays.
+# Removing it takes a kernel that never writes the scores out: FlexAttention, below.
 
 # %%
 #| caption: One forward of naive attention compiled by `torch.compile`: the matmuls remain, and one kernel Inductor generated (named after the ops it fused) stands where scale, mask and softmax ran as separate ops.
@@ -211,11 +207,11 @@ links.links(runs["naive"])
 # %% [markdown]
 # ## On a GPU
 #
-# On a GPU, Inductor writes Triton kernels and names them the same way: `triton_poi_fused_...`
-# for a pointwise pass, `triton_per_fused_...` or `triton_red_fused_...` for a reduction such as
-# softmax, next to the [GEMMs](glossary.md#gemm) it leaves to [cuBLAS](glossary.md#cublas). The trace *A100 compiled call* holds one call of a small
-# compiled function. Before the reveal: how many kernels did the GPU run for it, and for what share
-# (%) of the compiled region's CPU time was the GPU busy?
+# On a GPU, Inductor writes Triton kernels named the same way: `triton_poi_fused_...` for a
+# pointwise pass, `triton_per_fused_...` or `triton_red_fused_...` for a reduction such as softmax,
+# next to the [GEMMs](glossary.md#gemm) it leaves to [cuBLAS](glossary.md#cublas). *A100 compiled
+# call* is one call of a small compiled function. How many kernels did the GPU run for it, and for
+# what share (%) of the compiled region's CPU time was the GPU busy?
 
 # %%
 guess_kernels, guess_gpu_busy_percent = 3, 50  # edit me before running on
@@ -229,29 +225,27 @@ reveal(guess_kernels, len(call.kernels), "kernels", source="A100 compiled call")
 reveal(guess_gpu_busy_percent, round(100 * call.busy_share, 2), "GPU busy share of the compiled region, %",
        source="A100 compiled call")
 lesson(len(call.kernels) == 1 and call.kernel.family == "triton" and call.kernel.kind == "elementwise",
-       "the call ran one kernel, a pointwise Triton kernel Inductor generated",
+       "the call ran one kernel, a pointwise Triton kernel from Inductor",
        f"{call.kernel.name}: " + ", ".join(torch_compile.fused_ops(call.kernel.name)) + " in one pass")
 lesson(call.names[:3] == ["TorchDynamo Cache Lookup", call.names[1], call.kernel.name] and "Compiled Region" in call.names[1],
-       "Dynamo's guard check, then the compiled region, inside it an op named after the kernel")
+       "Dynamo's guard check, then the compiled region holding an op named after the kernel")
 lesson(set(call.kernels["launcher"]) == {"cuLaunchKernel"},
-       "Inductor's kernel is launched through the driver API (cuLaunchKernel), not cudaLaunchKernel")
+       "Inductor's kernel is launched by the driver API's cuLaunchKernel, not cudaLaunchKernel")
 lesson(call.busy_share < 0.1, "the GPU was busy under a tenth of the region's CPU time", f"{call.busy_share:.2%}")
 glue_all(compiled_gpu_us=f"{call.gpu_us:.2f}", compiled_region_us=f"{call.region_us:,.0f}")
 if device.type == "cuda":  # this run's own compiled forward
     display(ch07.compiled_forward(step["naive"].gpu_work))
 
 # %% [markdown]
-# Search for `cuLaunchKernel`, the driver call Triton uses, when `cudaLaunchKernel` finds nothing.
-# The kernel ran {glue:text}`compiled_gpu_us` µs against a region of
-# {glue:text}`compiled_region_us` µs on the CPU: for a call this small, what fusion leaves is the
-# CPU's work around one launch.
+# So search a compiled trace for `cuLaunchKernel`, not only `cudaLaunchKernel`. The kernel ran {glue:text}`compiled_gpu_us` µs in a region of {glue:text}`compiled_region_us` µs
+# on the CPU: for a call this small, what fusion leaves is the CPU's work around one launch.
 #
 # ## A graph break
 #
 # When Dynamo meets code it cannot trace (a `print`, an unsupported library call, Python
-# branching on a tensor's value), it ends the graph, runs that code in plain Python and starts a
-# new graph after it: a *graph break*. `BrokenAttention` is the naive module with an explicit
-# break just before the mask:
+# branching on a tensor's value), it ends the graph, runs that code in Python and starts a new
+# graph after it: a *graph break*. `BrokenAttention` is the naive module with a break before the
+# mask:
 
 # %%
 show_lines(torch_compile.BrokenAttention, "def mask_scores", "return super")
@@ -266,19 +260,13 @@ broken_step = reader.median_step(record.profile(broken, q, k, v, label="broken",
 # %% tags=["hide-output"]
 ch07.shown(tables.op_table(broken_step))
 
-# %% [markdown]
-# The trace (op table above, folded) shows a break as more than one `Torch-Compiled Region` per
-# forward, each behind its own `TorchDynamo Cache Lookup`; fusion stops at the break, since every
-# tensor crossing it must exist in memory. (The regions count from `0/0` again: `explain` resets
-# Dynamo.)
-
 # %% tags=["remove-input"]
 broken_gen = torch_compile.generated_kernels(broken_step)
 lesson(len(explained.break_reasons) >= 1 and len(torch_compile.regions(broken_step)) > explained.graph_count - 1 > 0,
-       "explain finds the break; the trace shows more than one compiled region per forward",
+       "explain finds the break; the trace shows several compiled regions a forward",
        f"{explained.graph_count} graphs, {len(torch_compile.regions(broken_step))} regions")
 lesson(not any(len({"mul", "masked_fill", "softmax"} & set(f)) > 1 for f in broken_gen["fused"]),
-       "across the break, no generated kernel fuses two of scale, mask and softmax", ", ".join(broken_gen["name"]))
+       "across the break, no kernel fuses two of scale, mask and softmax", ", ".join(broken_gen["name"]))
 gb_allocs = torch_compile.score_buffers(broken_step, scores_bytes)
 lesson(gb_allocs > 1, "the break costs S×S allocations the unbroken compile avoids", f"{gb_allocs} vs 1")
 glue_all(gb_graphs=explained.graph_count, gb_breaks=explained.graph_break_count, gb_reasons=f"{len(explained.break_reasons)} break reason" + "s" * (len(explained.break_reasons) != 1),
@@ -287,29 +275,29 @@ glue_all(gb_graphs=explained.graph_count, gb_breaks=explained.graph_break_count,
                                                     "unbroken": partial(compiled_mod["naive"], q, k, v)}, device)))
 
 # %% [markdown]
-# One break became {glue:text}`gb_graphs` graphs and {glue:text}`gb_regions` regions: it sits in
-# `mask_scores`, called from `attend`, called from `forward`, and Dynamo splits every frame on that
-# stack. The forward now allocates {glue:text}`gb_allocs` S×S buffers instead of one. (A kernel's
-# `graph_N_` prefix counts the graphs Inductor compiled in this process.) Single profiled steps
-# rank neither forward ([*Measuring honestly*](appendix/measuring.ipynb)).
-# {glue:text}`gb_timing` `explain` finds breaks without a profiler; the trace shows what they cost.
+# A break shows as more than one `Torch-Compiled Region` a forward (op table above, folded), each
+# behind its own `TorchDynamo Cache Lookup`, and fusion stops at it: every tensor crossing it must
+# exist in memory. This one became {glue:text}`gb_graphs` graphs and {glue:text}`gb_regions`
+# regions: it sits in `mask_scores`, called from `attend`, called from `forward`, and Dynamo
+# splits every frame on that stack (a kernel's `graph_N_` prefix counts the graphs Inductor
+# compiled in this process). {glue:text}`gb_timing` `explain` finds breaks without a profiler;
+# the trace shows their cost.
 #
 # ## FlexAttention: a mask, compiled into the kernel
 #
 # FlexAttention takes attention's two customization points as Python functions:
 # `score_mod(score, b, h, q_idx, kv_idx)` changes a score, `mask_mod(b, h, q_idx, kv_idx)` says
 # whether a query may see a key. Compiled, it becomes one FlashAttention-style kernel (tiles of
-# queries against tiles of keys, an online softmax, no S×S buffer). The library's `flex` passes a
-# causal `mask_mod` (offset Sk − Sq, 0 here) through `create_block_mask`:
+# queries against tiles of keys, an online softmax, no S×S buffer). The library's `flex` builds a
+# block mask from this causal `mask_mod` (offset Sk − Sq, 0 here) with `create_block_mask`:
 
 # %%
-display(show_lines(torch_compile.causal_mod, "def causal(b", "return kv_idx"),
-        show_lines(torch_compile.flex, "mask = causal_block_mask", "return flex_call"))
+show_lines(torch_compile.causal_mod, "def causal(b", "return kv_idx")
 
 # %% [markdown]
 # `create_block_mask` evaluates the `mask_mod` ahead of time and records, per tile of 128 queries
-# × 128 keys, whether it is full (no masking), partial (mask each score) or empty (skip it). At
-# this chapter's length, how many tiles per head will the causal mask let the kernel skip?
+# × 128 keys, whether it is full (no masking), partial (mask each score) or empty (skip it). How
+# many tiles per head will the causal mask let the kernel skip here?
 
 # %%
 guess_skipped_tiles = 8  # edit me before running on
@@ -324,17 +312,17 @@ n = -(-seq // counts.block[1])   # tiles per row of the score matrix
 reveal(guess_skipped_tiles, counts.skipped, "tiles skipped per head", source="the block mask")
 if seq % counts.block[1] == 0:
     lesson(counts.skipped == n * (n - 1) // 2 and counts.partial == n,
-           "the causal mask skips the n(n−1)/2 tiles above the diagonal and masks the n on it",
+           "the causal mask skips the n(n−1)/2 tiles above the diagonal, masks the n on it",
            f"n = {n}: {counts.skipped} skipped, {counts.partial} masked")
 glue_all(flex_tiles=counts.total, flex_skipped=counts.skipped, flex_skip_share=f"{100 * counts.skipped_share:.1f}")
 
 # %% [markdown]
-# The skipped share tends to one half as S grows; at short lengths the diagonal's tiles keep it
-# well below. Compiled flex runs Inductor's FlexAttention template: one Triton kernel per forward on a GPU (`triton_tem_fused_...`), C++
-# inside the compiled region on a CPU, named after the template rather than fused ops (on a CPU just
-# `graph_N_kernel`).
+# The skipped share tends to one half as S grows; the diagonal's tiles keep it below. Compiled flex
+# runs Inductor's FlexAttention template: one Triton kernel a forward on a GPU
+# (`triton_tem_fused_...`), C++ on a CPU, named after the template, not fused ops (on a CPU just
+# `graph_N_kernel`; the op table is folded below).
 
-# %%
+# %% tags=["hide-output"]
 flex = kernels.get("flex")
 flex_timed = torch_compile.timed_compiles(flex, q, k, v)
 flex_step = reader.median_step(record.profile(flex, q, k, v, label="flex", active=active_steps,
@@ -343,14 +331,14 @@ ch07.shown(tables.op_table(flex_step))
 
 # %% tags=["remove-input"]
 lesson(flex_timed.first.graphs >= 1 and flex_timed.steady.graphs == 0 and not flex_timed.steady.gave_up,
-       "flex compiles on its first call at this shape, never again",
+       "flex compiles on its first call at this shape only",
        f"{ch07.compiles_text(flex_timed.first)}, then {flex_timed.steady.graphs}")
 verdict = reference.judge(flex(q, k, v), q, k, v, causal=True)
 lesson(verdict.ok, "flex with the causal block mask matches the float64 reference", ch07.error_text(verdict))
 lesson(flex_step.find("aten::bmm").empty and flex_step.find("aten::softmax").empty,
-       "flex runs no matmul or softmax op: the whole attention is inside the compiled region")
+       "flex runs no matmul or softmax op: all of attention is in the compiled region")
 lesson(flex_step.allocated_bytes < scores_bytes,
-       "a flex forward allocates less than one S×S buffer in total",
+       "a flex forward allocates under one S×S buffer in all",
        f"{mib(flex_step.allocated_bytes):.2f} MiB vs {mib(scores_bytes):.1f} MiB")
 glue_all(flex_first_s=f"{flex_timed.first_s:.1f}", flex_alloc_mib=f"{mib(flex_step.allocated_bytes):.2f}",
          flex_out_mib=f"{mib(q.numel() * q.element_size()):.1f}",
@@ -365,17 +353,17 @@ if device.type == "cuda":  # this run's own flex kernel
 # ({glue:text}`flex_out_mib` MiB) and {glue:text}`flex_work_mib` MiB of the kernel's own
 # workspace, never an S×S score buffer ({glue:text}`scores_mib` MiB).
 #
-# How fast is it against SDPA's flash backend? A CPU timing says little about GPUs; the PyTorch blog reports
-# FlexAttention at about 90% of FlashAttention-2's forward speed on an A100 (quoted, not measured
-# here). What flex buys is the mask: any `mask_mod` or `score_mod` at a fused kernel's memory.
+# For speed, the PyTorch blog reports FlexAttention at about 90% of FlashAttention-2's forward on
+# an A100 (quoted, not measured here). What flex buys is the mask: any `mask_mod` or `score_mod`
+# at a fused kernel's memory.
 #
 # ## A score_mod: ALiBi without an S×S bias
 #
 # ALiBi (Press et al., "Train Short, Test Long", 2021) adds a per-head linear penalty to each
 # score, slope_h · (j − i), so distant keys weigh less. SDPA takes it only as an S×S float
-# `attn_mask` in memory: on a GPU the flash backend refuses a mask (`can_use_flash_attention` in
-# PyTorch's `sdp_utils.cpp`), and the memory-efficient backend runs it fused but reads the S×S bias.
-# With flex it is a short function of the indices:
+# `attn_mask`: on a GPU the flash backend refuses a mask (`can_use_flash_attention` in PyTorch's
+# `sdp_utils.cpp`), and the memory-efficient backend runs it fused but reads the S×S bias. With
+# flex it is a function of the indices:
 
 # %%
 show_lines(torch_compile.alibi, "slopes = torch.tensor", "return score +")
@@ -389,21 +377,21 @@ err, bound = torch_compile.alibi_error(alibi_out, q, k, v)
 lesson(err <= bound, "flex with ALiBi matches a float64 ALiBi attention",
        f"max abs error {err:.1e} <= {bound:.1e}")
 moved = reference.max_abs_error(alibi_out, reference.attention(q, k, v, causal=True))
-lesson(moved > 100 * bound, "and the bias moves it far from plain causal attention",
+lesson(moved > 100 * bound, "and the bias moves it far from causal attention",
        f"by {moved:.2f}, over 100× that bound")
 alibi_step = reader.median_step(record.profile(flex_alibi, q, k, v, label="flex_alibi", active=active_steps,
                                                trace_dir=trace_dir).steps())
 lesson(alibi_step.allocated_bytes < scores_bytes,
-       "flex with ALiBi allocates under one S×S buffer: the bias is computed in the kernel",
+       "flex with ALiBi allocates under one S×S buffer: the kernel computes the bias",
        f"{mib(alibi_step.allocated_bytes):.2f} MiB")
 
 # %% [markdown]
 # ## What to remember
 #
-# - One `Torch-Compiled Region` per graph, holding the matmuls Inductor kept and the kernels it
-#   wrote, named after what they fused; no S×S clone, in-place or not, but the scores stay.
+# - One `Torch-Compiled Region` per graph: the matmuls Inductor kept and the kernels it wrote,
+#   named after what they fused; the S×S clone goes, in-place or not, the scores stay.
 # - The first call compiles or loads from cache ({glue:text}`c_first_s` s here): keep it out of
-#   timings and profiles; count recompiles with Dynamo's counters.
+#   timings and profiles.
 # - A graph break shows as more regions, and fusion stops at it.
 # - FlexAttention compiles the mask into a fused kernel that skips causal tiles
 #   ({glue:text}`flex_skip_share`% here); ALiBi as a score_mod costs no S×S memory.

@@ -56,27 +56,27 @@ borrowed.traces_box({"H100 Qwen": borrowed.TRACELENS["h100_qwen"]})
 # %% [markdown]
 # ## The module
 #
-# Each part runs inside a `record_function` label, so a profiled forward splits by part.
+# Each part runs inside a `record_function` label, so a profiled forward splits by part:
 
 # %%
-show_lines(blocks.Block, "self.norm1 = ", "return x")
+show_lines(blocks.Block, 'with self.part("norm1")', "return x")
 
 # %% [markdown]
-# Every attention takes the same q, k, v, so swapping it changes nothing else. They agree inside
-# the block (the compiled ones are left out: the whole block is compiled further down):
+# Every attention takes the same q, k, v, so swapping it changes nothing else; they agree inside
+# the block (the compiled ones wait: the whole block is compiled further down):
 
 # %% tags=["remove-input"]
 plugged = blocks.pluggable(device)
 worst = blocks.largest_difference({name: make_block(name)(x) for name in plugged})
 lesson(worst <= 1e-4 if dtype == torch.float32 else worst <= 5e-2,
-       f"the block gives the same output with every attention plugged in ({', '.join(plugged)})",
+       f"same block output with each attention plugged in ({', '.join(plugged)})",
        f"largest relative difference {worst:.1e}")
 
 # %% [markdown]
 # ## Where the arithmetic goes
 #
-# The matmuls do nearly all of a block's arithmetic. The linear layers' work grows with S (each
-# token passes through them once), attention's with S² (each query meets every key). At what
+# The linear layers' work grows with S (each token passes through them once), attention's with
+# S² (each query meets every key). At what
 # sequence length do you think attention becomes half of this block's arithmetic (width
 # {glue:text}`b_width`)?
 
@@ -88,8 +88,8 @@ glue("b_width", width)
 
 # %% [markdown]
 # PyTorch's `FlopCounterMode` counts the FLOPs of every op a forward dispatches. On the `meta`
-# device tensors have shapes and no data, so lengths a CPU could not hold are counted in a moment.
-# The block has hand-written `naive` attention, which computes all S×S scores, masked or not:
+# device tensors have shapes and no data, so lengths a CPU could not hold count in a moment. The
+# block has `naive` attention, which computes all S×S scores, masked or not:
 
 # %%
 seqs = [128, 512, 2048, 8192]
@@ -123,10 +123,9 @@ blocks.share_figure(fl, width)
 # %% [markdown]
 # ## Where the memory goes
 #
-# Now the block as it runs, with each attention plugged in, one at a time; the labelled ranges split the memory
-# events by part. Time is left to the GPU trace below: on a shared CPU the parts' times move from
-# run to run. With which of the attentions ({glue:text}`b_plugged`) will the block allocate an S×S
-# buffer?
+# Now the block as it runs, with each attention plugged in; the labelled ranges split the memory
+# events by part (time is left to the GPU trace below: on a shared CPU it moves from run to run).
+# With which of the attentions ({glue:text}`b_plugged`) will the block allocate an S×S buffer?
 
 # %%
 guess_scores_buffer = ["naive", "inplace"]  # edit me
@@ -146,10 +145,10 @@ hand = [n for n in plugged if n in ("naive", "inplace", "sdpa_math")]
 ch08_block.reveal_set(guess_scores_buffer, [n for n in plugged if largest[n] >= scores_bytes],
                       "attentions whose block allocates an S×S buffer")
 lesson(all(largest[n] >= scores_bytes for n in hand),  # the table's last column, in MiB
-       "with hand-written or math attention, the block's largest allocation is an S×S buffer (or more)")
+       "with hand-written or math attention, the block's largest allocation is an S×S buffer or more")
 if "sdpa_flash" in plugged:
     lesson(largest["sdpa_flash"] < scores_bytes,  # the table's last column again
-           "with SDPA flash, no allocation in the whole block is as large as one S×S buffer")
+           "with SDPA flash, no allocation in the block is as large as one S×S buffer")
     lesson(block_steps["sdpa_flash"].peak_bytes < min(block_steps[n].peak_bytes for n in hand),
            "and the block's peak memory is lowest with SDPA flash")
 glue("b_seq", seq)
@@ -164,7 +163,7 @@ if "sdpa_math" in plugged and "naive" in plugged:
     lesson(block_steps["sdpa_math"].peak_bytes > block_steps["naive"].peak_bytes
            and at_peak["sdpa_math"].get(scores_bytes) == at_peak["naive"].get(scores_bytes)
            and more == {flags: 1, q_bytes: 1},
-           "sdpa_math's block peaks above naive's: the same float S×S buffers, plus a boolean S×S one and one of q's size",
+           "sdpa_math's block peaks above naive's: naive's S×S buffers plus a boolean S×S one and one of q's size",
            f"{mib(block_steps['sdpa_math'].peak_bytes):.1f} vs {mib(block_steps['naive'].peak_bytes):.1f} MiB")
 
 # %% [markdown]
@@ -172,10 +171,10 @@ if "sdpa_math" in plugged and "naive" in plugged:
 # is the biggest single buffer in the block. At S={glue:text}`b_seq` one S×S buffer (all heads) is
 # {glue:text}`b_scores_mib` MiB, the largest allocation with hand-written attention.
 # [SDPA](glossary.md#sdpa)'s math backend is the same algorithm in ATen ops, so it allocates S×S
-# buffers too. Its higher peak, read from the allocation events up to it, also holds a boolean S×S
-# buffer ({glue:text}`b_flags_mib` MiB) marking the masked scores, so that a fully masked row comes
-# out as zeros rather than NaN, and a buffer of q's size ({glue:text}`b_q_mib` MiB: it scales q and
-# k into copies rather than scaling the scores). Memory shows attention's choice without noise.
+# buffers too. Its higher peak also holds a boolean S×S buffer ({glue:text}`b_flags_mib` MiB)
+# marking the masked scores, so that a fully masked row comes out as zeros rather than NaN, and a
+# buffer of q's size ({glue:text}`b_q_mib` MiB: it scales copies of q and k rather than the
+# scores). Memory shows attention's choice without noise.
 #
 # ## A real model's step on a GPU
 #
@@ -183,10 +182,9 @@ if "sdpa_math" in plugged and "naive" in plugged:
 # RMSNorm, rotary position embeddings, attention through SDPA and a SwiGLU MLP (three linear
 # layers). The trace *H100 Qwen* is one forward of it: 16 prompts of 559 tokens in bfloat16 (the
 # box's `text_input_length` 2048 is the harness's limit; the recorded shapes have 8,944 rows =
-# 16 × 559). Each piece of GPU work is sorted by what it is: attention calls as
-# `kernels.trace.attention.find_attention` finds them, every other kernel by its name's
-# fingerprint (`kernels.trace.fingerprints`). Two rows need a word: the `memset` kernels are cuBLAS
-# zero-filling a small buffer beside each GEMM of `mm`/`addmm`; under copies,
+# 16 × 559). Attention calls are found as `kernels.trace.attention.find_attention` finds them,
+# every other kernel is sorted by its name's fingerprint. Two rows need a word: the `memset`
+# kernels are cuBLAS zero-filling a small buffer beside each GEMM of `mm`/`addmm`; under copies,
 # `_local_scalar_dense` is an `.item()`, a device-to-host copy of one number that makes the CPU
 # wait for the GPU.
 #
@@ -230,7 +228,7 @@ glue("q_elem_kernels", int(elementwise["kernels"] + copies["kernels"])); _ = glu
 # {glue:text}`q_elem_share:.0f`%: {glue:text}`q_elem_kernels` small kernels over
 # {glue:text}`q_layers` layers, each reading and writing a whole activation tensor for a few FLOPs
 # per element (an RMSNorm's `mul`, `pow` and `add` in float32, the casts back to bfloat16, the
-# rotary embedding's `cat`). The GPU spends its time on memory traffic, which compiling attacks.
+# rotary embedding's `cat`): memory traffic, which compiling attacks.
 #
 # The GEMMs, read from the matmul ops that launched them, by shape:
 
@@ -265,16 +263,14 @@ glue_all(q_width=f"{ql['width']:,}", q_inter=f"{ql['intermediate']:,}", q_const=
 # I = {glue:text}`q_inter`, Qwen's linear layers cost 2·(4W² + 3·W·I) FLOPs a token, so
 # attention's share is S / (S + {glue:text}`q_const`) at W = {glue:text}`q_width`: at
 # {glue:text}`q_seq` tokens, {glue:text}`q_flop_share` of the FLOPs (about
-# {glue:text}`q_flop_share_causal` for a flash kernel that skips masked tiles), small, as its share
-# of the time is.
+# {glue:text}`q_flop_share_causal` for a flash kernel that skips masked tiles), small like its
+# share of the time.
 #
 # ## The block compiled
 #
 # `torch.compile` takes the whole block if Dynamo can trace all of it (no graph break,
-# [chapter 7](07_compiled.ipynb)). Its attention is plain SDPA, called directly:
-
-# %%
-show_lines(blocks.sdpa_causal)
+# [chapter 7](07_compiled.ipynb)). Its attention, `blocks.sdpa_causal`, is one plain call of
+# `F.scaled_dot_product_attention(q, k, v, is_causal=True)`:
 
 # %%
 compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dynamic=False)
@@ -297,8 +293,7 @@ cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
 # %% [markdown]
 # The compiled block has no `block.*` labels, so read it by op: one compiled region, the linear
 # layers' matmuls, the attention call, and between them the kernels Inductor generated, each named
-# after the ops it fused. The table leaves time out: in one profile on a shared CPU, ops of the
-# same work differ by orders of magnitude.
+# after the ops it fused. The table leaves time out: one profile's times on a shared CPU are noise.
 
 # %% tags=["remove-input"]
 gen = torch_compile.generated_kernels(cstep)
@@ -324,8 +319,8 @@ glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 #
 # ## What a fused MLP would change
 #
-# The MLP is the block's largest matmul work at these lengths. Eager, `fc_in` writes a [B, S, 4W]
-# tensor, GELU reads it and writes another, and `fc_out` reads that. A fused MLP (Part 2 of the
+# Eager, `fc_in` writes a [B, S, 4W] tensor, GELU reads it and writes another, and `fc_out` reads
+# that. A fused MLP (Part 2 of the
 # Hugging Face blog series "Profiling in PyTorch" that this course follows) applies GELU in the
 # first GEMM's epilogue, the last step of a GEMM kernel, while each tile of the result is still in
 # registers: the tensor is written once, already activated, and read once. Where did the GELU run
@@ -349,7 +344,7 @@ glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W]
 # is `mode="max-autotune"`: Inductor then benchmarks its own GEMM templates against the library's,
 # and a template it picks may take the GELU into its epilogue (`epilogue_fusion` in
 # `torch._inductor.config`). This page does not run it: your own trace will show whether the GELU
-# moves. Attention's share grows with S whatever the MLP does.
+# moves.
 #
 # ## What to remember
 #

@@ -60,19 +60,18 @@ def ratio_text(times: dict[str, list[float]], over: str, under: str) -> str:
     """The clause that says what the round-by-round ratio of ``over`` to ``under`` shows: a ranking
     only when the ratio stays on one side of 1 from its 10th to its 90th percentile."""
     r = ratio(times, over, under)
-    said = (f"the {over} call took {r[0]:.2f}× the {under} call's time ({r[1]:.2f}× to {r[2]:.2f}× from the "
-            "10th to the 90th percentile of the rounds)")
+    said = f"the {over} call took {r[0]:.2f}× the {under} call's time ({r[1]:.2f}× to {r[2]:.2f}×, p10 to p90)"
     if r[2] < 1:
-        return said + f": the {over} forward is the faster on this run, in at least 9 rounds of 10"
+        return said + f": the {over} forward is the faster here, in 9 rounds of 10 or more"
     if r[1] > 1:
-        return said + f": the {under} forward is the faster on this run, in at least 9 rounds of 10"
+        return said + f": the {under} forward is the faster here, in 9 rounds of 10 or more"
     return said + ": the ratio straddles 1, so this run does not rank them"
 
 
 def break_timing(times: dict[str, list[float]]) -> str:
     """The sentence the page says about the graph break's time (``times``: ``in_turns`` of
     "unbroken" and "broken"): a ranking only where the round-by-round ratio allows one."""
-    return (f"Timed apart from the profiler, in {len(times['broken'])} rounds of one call of each, "
+    return (f"Timed apart from the profiler in {len(times['broken'])} rounds, "
             + ratio_text(times, "broken", "unbroken") + ".")
 
 
@@ -93,13 +92,11 @@ def first_call_text(first, later_first_s: float) -> str:
     paid for, by Dynamo's counters: a cache load (nothing generated) or a compile. ``later_first_s``
     is the next module's first call, which pays no start-up of its own."""
     if first.first.graphs and not first.first.cache_misses:
-        return (f"By the counters nothing was generated: the graph came from Inductor's on-disk cache, so "
-                f"these {first.first_s:.2f} s are a cache load plus Dynamo and Inductor's start-up on "
-                f"first use (the in-place module's first call, right after, took {later_first_s:.2f} s). "
+        return ("By the counters nothing was generated: a cache load from Inductor's on-disk cache plus the "
+                f"compilers' start-up (the in-place module's first call, right after, took {later_first_s:.2f} s). "
                 "A cold compile costs more: point `TORCHINDUCTOR_CACHE_DIR` at an empty folder to see one.")
-    return (f"By the counters the graph was generated and compiled here, so these {first.first_s:.2f} s are "
-            f"a cold compile, Dynamo and Inductor's start-up included (the in-place module's first call, "
-            f"right after, took {later_first_s:.2f} s).")
+    return ("By the counters the graph was generated here: a cold compile, the compilers' start-up included "
+            f"(the in-place module's first call, right after, took {later_first_s:.2f} s).")
 
 
 def ops_present(guess: list[str], seen: list[str]) -> str:
@@ -156,9 +153,9 @@ def steady_text(first_s: float, times: dict[str, list[float]]) -> str:
     holds on a busy run; a median is quoted only where its calls pass the spread check."""
     median, p10, p90 = timing.spread(times["compiled"])
     busy = p90 > NOISY_SPREAD * p10
-    said = (f"timed in turns with the eager module ({len(times['compiled'])} rounds, one call of each per round), "
-            + (f"a compiled call's 90th percentile was {readable(p90)} ms (its calls failed the spread check on this "
-               "run, so no median is quoted)" if busy else
+    said = (f"timed in turns with eager ({len(times['compiled'])} rounds), "
+            + (f"a compiled call's p90 was {readable(p90)} ms (its calls failed the spread check, so no median "
+               "is quoted)" if busy else
                f"a compiled call took {quoted((median, p10, p90))}")
-            + f", so the first call cost at least {first_s / (1e-3 * p90):,.0f} steady calls")
-    return said + ". Against eager, round by round, " + ratio_text(times, "compiled", "eager")
+            + f": the first call cost at least {first_s / (1e-3 * p90):,.0f} steady calls")
+    return said + ". Round by round, " + ratio_text(times, "compiled", "eager")
