@@ -115,7 +115,7 @@ lesson(all(step.ops.at[i, "depth"] == 1 and step.ops.at[step.ops.at[i, "parent"]
 # read the nesting and the allocations.
 
 # %%
-tables.op_table(step).drop(columns="time (us)")
+tables.op_table(step, times=False)
 
 # %% [markdown]
 # ## The op we did not write
@@ -130,7 +130,7 @@ tables.op_table(step).drop(columns="time (us)")
 # count copies by name; we count them by **what they move**:
 
 # %%
-tables.copy_table(step).drop(columns="time (us)")
+tables.copy_table(step, times=False)
 
 # %% tags=["remove-input"]
 scores_shape = [batch, heads, seq, seq]

@@ -328,7 +328,7 @@ guess_ops_in_forward = 3  # edit me before running on
 # %%
 run = record.profile(triton_attention, q, k, v, label="triton", trace_dir=trace_dir, **profile_args)
 step = reader.median_step(run.steps())
-tables.op_table(step, max_depth=0).drop(columns="time (us)")
+tables.op_table(step, max_depth=0, times=False)
 
 # %% tags=["remove-input"]
 ops, top = step.ops, step.top_level()
@@ -365,7 +365,7 @@ if kernels.available(device)["sdpa_flash"] is None and sdpa.input_reason("sdpa_f
     sdpa_run = record.profile(kernels.get("sdpa_flash"), q, k, v, label="sdpa_flash", trace_dir=trace_dir,
                               **profile_args)
     sdpa_steps["sdpa_flash"] = reader.median_step(sdpa_run.steps())
-    display(tables.op_table(sdpa_steps["sdpa_flash"]).drop(columns="time (us)"), links(sdpa_run))
+    display(tables.op_table(sdpa_steps["sdpa_flash"], times=False), links(sdpa_run))
 
 # %% tags=["remove-input"]
 if sdpa_steps:

@@ -40,6 +40,7 @@ from kernels import reference
 from kernels.attention import inplace, naive, torch_compile
 from kernels.book import ch07_compiled as ch07
 from kernels.borrowed import COMPILED_POINTWISE, traces_box
+from kernels.bench import comparison
 from kernels.bench.timing import spread
 from kernels.notebook import glue_all, inputs, lesson, mib, readable, reveal, say, setup, show_lines
 from kernels.trace import links, reader, record, tables, timeline
@@ -66,7 +67,8 @@ traces_box({"A100 compiled call": COMPILED_POINTWISE})
 eager = {"naive": naive.NaiveAttention(causal=True), "inplace": inplace.InplaceAttention(causal=True)}
 compiled_mod = {name: torch.compile(m, dynamic=False) for name, m in eager.items()}
 paid = {name: torch_compile.timed_compiles(fn, q, k, v) for name, fn in compiled_mod.items()}
-steady = ch07.in_turns({"compiled": partial(compiled_mod["naive"], q, k, v), "eager": partial(eager["naive"], q, k, v)}, device)
+steady = comparison.in_turns({"compiled": partial(compiled_mod["naive"], q, k, v),
+                              "eager": partial(eager["naive"], q, k, v)}, device, rounds=21, warmup=3)
 
 # %% tags=["remove-input"]
 for name in compiled_mod:
@@ -271,8 +273,9 @@ gb_allocs = torch_compile.score_buffers(broken_step, scores_bytes)
 lesson(gb_allocs > 1, "the break costs S×S allocations the unbroken compile avoids", f"{gb_allocs} vs 1")
 glue_all(gb_graphs=explained.graph_count, gb_breaks=explained.graph_break_count, gb_reasons=f"{len(explained.break_reasons)} break reason" + "s" * (len(explained.break_reasons) != 1),
          gb_regions=len(torch_compile.regions(broken_step)), gb_allocs=gb_allocs,
-         gb_timing=ch07.break_timing(ch07.in_turns({"broken": partial(broken, q, k, v),
-                                                    "unbroken": partial(compiled_mod["naive"], q, k, v)}, device)))
+         gb_timing=ch07.break_timing(comparison.in_turns({"broken": partial(broken, q, k, v),
+                                                          "unbroken": partial(compiled_mod["naive"], q, k, v)},
+                                                         device, rounds=21, warmup=3)))
 
 # %% [markdown]
 # A break shows as more than one `Torch-Compiled Region` a forward (op table above, folded), each

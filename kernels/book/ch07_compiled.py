@@ -1,14 +1,14 @@
 """What only chapter 7 (compiled attention) needs: the reading of a GPU run's compiled and flex
-forwards (the book's own recording branch), the timing of eager, compiled and broken forwards
-in turns and the sentences that say what it shows on this run (a ranking only where the
+forwards (the book's own recording branch), the sentences that say what timing eager, compiled
+and broken forwards in turns (``kernels.bench.comparison.in_turns``) shows on this run (a ranking only where the
 round-by-round ratio stays on one side of 1), and the words
 and tables the page shows for Dynamo's counters, a guessed op list and a borrowed compiled call."""
 from __future__ import annotations
 
 import pandas as pd
-import torch
 
 from kernels.bench import timing
+from kernels.bench.comparison import ratio_spread
 from kernels.bench.plots import NOISY_SPREAD
 from kernels.book.gpu_kernels import names_text
 from kernels.notebook import lesson, readable
@@ -32,25 +32,6 @@ def flex_forward(kernels: pd.DataFrame) -> pd.DataFrame:
     return fingerprints.classify_many(kernels["name"])[["name", "kind", "family", "note"]]
 
 
-def in_turns(fns: dict, device: torch.device, rounds: int = 21) -> dict[str, list[float]]:
-    """Each callable's times in ms over ``rounds`` rounds, one call of each per round in an order
-    that rotates every round (chapter 2's ``comparison.compare``), every call kept, so that two
-    callables' times can be divided round by round: a burst of load hits both alike."""
-    names = list(fns)
-    for name in names:
-        timing.warm_up(fns[name], device, calls=3, budget_ms=1000)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].extend(timing.time_calls(fns[name], device, 1))
-    return times
-
-
-def ratio(times: dict[str, list[float]], over: str, under: str) -> tuple[float, float, float]:
-    """(median, p10, p90) of ``over``'s time divided by ``under``'s, round by round."""
-    return timing.spread([a / b for a, b in zip(times[over], times[under])])
-
-
 def quoted(t: tuple[float, float, float], unit: str = " ms") -> str:
     """A (median, p10, p90) as the page quotes it: "3.2 ms (3.1 to 3.4)"."""
     return f"{readable(t[0])}{unit} ({readable(t[1])} to {readable(t[2])})"
@@ -59,7 +40,7 @@ def quoted(t: tuple[float, float, float], unit: str = " ms") -> str:
 def ratio_text(times: dict[str, list[float]], over: str, under: str) -> str:
     """The clause that says what the round-by-round ratio of ``over`` to ``under`` shows: a ranking
     only when the ratio stays on one side of 1 from its 10th to its 90th percentile."""
-    r = ratio(times, over, under)
+    r = ratio_spread(times, over, under)
     said = f"the {over} call took {r[0]:.2f}× the {under} call's time ({r[1]:.2f}× to {r[2]:.2f}×, p10 to p90)"
     if r[2] < 1:
         return said + f": the {over} forward is the faster here, in 9 rounds of 10 or more"
@@ -69,8 +50,8 @@ def ratio_text(times: dict[str, list[float]], over: str, under: str) -> str:
 
 
 def break_timing(times: dict[str, list[float]]) -> str:
-    """The sentence the page says about the graph break's time (``times``: ``in_turns`` of
-    "unbroken" and "broken"): a ranking only where the round-by-round ratio allows one."""
+    """The sentence the page says about the graph break's time (``times``: ``comparison.in_turns``
+    of "unbroken" and "broken"): a ranking only where the round-by-round ratio allows one."""
     return (f"Timed apart from the profiler in {len(times['broken'])} rounds, "
             + ratio_text(times, "broken", "unbroken") + ".")
 
@@ -134,7 +115,7 @@ def shown(table: pd.DataFrame) -> pd.DataFrame:
     """A trace table as this page shows it: the book's column names ("time (µs)"), no row numbers
     left by a filter, and no "input shapes" column (the page reads no shape from it, and without
     it a compiled forward's op table fits the column at 1280 px)."""
-    return (table.rename(columns={"dur_us": "time (µs)", "time (us)": "time (µs)"})
+    return (table.rename(columns={"dur_us": "time (µs)"})
             .drop(columns="input shapes", errors="ignore").reset_index(drop=True))
 
 
@@ -147,7 +128,7 @@ def memory_table(steps, scores_bytes: int) -> pd.DataFrame:
 
 
 def steady_text(first_s: float, times: dict[str, list[float]]) -> str:
-    """The sentences that quote the compiled steady call (``times``: ``in_turns`` of "compiled" and
+    """The sentences that quote the compiled steady call (``times``: ``comparison.in_turns`` of "compiled" and
     "eager") against the first call (``first_s`` seconds) and against the eager call. The count of
     steady calls the first one cost is taken over the steady calls' 90th percentile, a bound that
     holds on a busy run; a median is quoted only where its calls pass the spread check."""

@@ -91,5 +91,5 @@ def ops_and_allocations(step) -> pd.DataFrame:
     same work differ by orders of magnitude) and with a header short enough to fit the page."""
     from kernels.trace.tables import op_table
 
-    table = op_table(step).drop(columns="time (us)", errors="ignore")
+    table = op_table(step, times=False)
     return table.rename(columns={"allocated (KiB, incl. children)": "allocated (KiB)"})

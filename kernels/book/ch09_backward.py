@@ -35,7 +35,7 @@ def step_table(step: Step, max_depth: int = 2) -> pd.DataFrame:
     and whatever ran under them: the forward's ops, then the backward nodes that do arithmetic."""
     from kernels.trace.tables import NESTING, op_table
 
-    table = op_table(step, max_depth=max_depth)
+    table = op_table(step, max_depth=max_depth, times=False)
     keep, skip_below = [], None
     for op in table["op"]:
         name = op.lstrip(NESTING)  # a set of characters: the marker repeated once per level
@@ -46,7 +46,7 @@ def step_table(step: Step, max_depth: int = 2) -> pd.DataFrame:
         skip_below = depth if any(word in name for word in BOOKKEEPING_NODES) else None
         keep.append(skip_below is None)
     # One profile's CPU times are noise (ops of equal work differ many times over): left out.
-    table = table[keep].reset_index(drop=True).drop(columns="time (us)", errors="ignore")
+    table = table[keep].reset_index(drop=True)
     # Memory first: the shapes column is the widest, and is read last.
     table = table.rename(columns={"allocated (KiB, incl. children)": "allocated (KiB)"})
     return table[[c for c in table.columns if c != "input shapes"] + [c for c in table.columns if c == "input shapes"]]

@@ -48,43 +48,50 @@ def _size_unit(largest: float) -> tuple[str, float]:
     return "bytes", 1
 
 
+# The tables' time column: a span's duration in the trace, in microseconds.
+TIME = "time (µs)"
 # What the size column says of a copy whose trace recorded no shape or type (torch 1.8's format).
 UNKNOWN_SIZE = "unknown (no type recorded)"
 
 
-def copy_table(step: Step, min_bytes: int = 1) -> pd.DataFrame:
+def copy_table(step: Step, min_bytes: int = 1, times: bool = True) -> pd.DataFrame:
     """The step's ``aten::copy_`` calls for display (``Step.copies`` holds the raw columns):
     the op that called each, what it copied (shape, dtype) and its size in the unit of the
-    largest copy. A size too small to show in that unit reads ``< 0.01``."""
+    largest copy. A size too small to show in that unit reads ``< 0.01``. ``times=False``
+    leaves out the time column (``op_table``)."""
     c = step.copies(min_bytes)
     known = [b for b in c["bytes"] if b is not None]
     unit, scale = _size_unit(float(max(known)) if known else 0.0)
     sizes = [UNKNOWN_SIZE if b is None else f"{b / scale:,.2f}" if unit != "bytes" else f"{b:,d}"
              for b in c["bytes"]]
     sizes = ["< 0.01" if b and text == "0.00" else text for b, text in zip(c["bytes"], sizes)]
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "op": c["name"].values,
         "called from": [n if n else "(your code)" for n in c["called_from"]],
         "shape": [shape_text(d[0] if d else []) for d in c["input_dims"]],
         "dtype": [t[0] if t else "" for t in c["input_types"]],
         f"size ({unit})": sizes,
-        "time (us)": c["dur_us"].round(1).values,
+        TIME: c["dur_us"].round(1).values,
     })
+    return table if times else table.drop(columns=TIME)
 
 
-def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None) -> pd.DataFrame:
+def op_table(step: Step, views: bool = False, max_depth: Optional[int] = None, times: bool = True) -> pd.DataFrame:
     """The step's ops in call order, one ``NESTING`` marker (``· ``) per level below the top,
     for display. When ops of threads other than the label's ran in the step (a training
-    step's backward), a ``thread`` column says whose."""
+    step's backward), a ``thread`` column says whose. ``times=False`` leaves out the time
+    column: one profiled step's times are one sample each, profiler included, not a result."""
     ops = step.ops if views else step.ops[~step.ops["is_view"]]
     if max_depth is not None:
         ops = ops[ops["depth"] <= max_depth]
     table = pd.DataFrame({
         "op": [NESTING * d + n for d, n in zip(ops["depth"], ops["name"])],
         "input shapes": [" ".join(str(tuple(x)) for x in dims if x) for dims in ops["input_dims"]],
-        "time (us)": ops["dur_us"].round(1),
+        TIME: ops["dur_us"].round(1),
         "allocated (KiB, incl. children)": (ops["alloc_bytes"] / 1024).round(1),
     })
+    if not times:
+        table = table.drop(columns=TIME)
     if (step.ops["tid"] != step.thread[1]).any():
         table.insert(0, "thread", ops["tid"].values)
     return table.reset_index(drop=True)
@@ -94,7 +101,7 @@ def kernel_table(step: Step) -> pd.DataFrame:
     """The step's GPU work in order, with each kernel's launch footprint and its stream."""
     k = step.gpu_work
     return pd.DataFrame({
-        "kernel": k["name"].str.slice(0, 80), "time (us)": k["dur_us"].round(1), "launched by": k["op"],
+        "kernel": k["name"].str.slice(0, 80), TIME: k["dur_us"].round(1), "launched by": k["op"],
         "grid": k["grid"], "block": k["block"], "regs/thread": k["registers_per_thread"],
         "smem (B)": k["shared_memory"], "est. occupancy %": k["occupancy_pct"], "stream": k["stream"],
     })

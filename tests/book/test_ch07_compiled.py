@@ -1,9 +1,6 @@
 """kernels.book.ch07_compiled: the reading of a GPU run's compiled and flex forwards (on
-Hopper-shaped fixture steps), the timing in turns, and the sentences about what it shows."""
-import time
-
+Hopper-shaped fixture steps) and the sentences about what timing in turns shows."""
 import pytest
-import torch
 
 from kernels.book import ch07_compiled as ch07
 from kernels.notebook import LessonFailed
@@ -32,16 +29,6 @@ def test_break_timing_ranks_only_a_ratio_on_one_side_of_one():
     assert "unbroken forward is the faster" in busy
     straddles = ch07.break_timing({"broken": [9.0, 11.0, 10.0], "unbroken": [10.0, 10.0, 10.0]})
     assert "does not rank them" in straddles and "faster" not in straddles
-
-
-def test_in_turns_times_every_callable_once_a_round_in_rotating_order():
-    order = []
-    fns = {n: (lambda n=n: order.append(n)) for n in ("a", "b")}
-    times = ch07.in_turns(fns, torch.device("cpu"), rounds=4)
-    assert [len(t) for t in times.values()] == [4, 4]
-    assert order[-8:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
-    slept = ch07.in_turns({"s": lambda: time.sleep(0.002)}, torch.device("cpu"), rounds=3)["s"]
-    assert min(slept) >= 2.0
 
 
 def test_compiles_text_says_one_graph_without_a_plural_and_where_it_came_from():
@@ -85,7 +72,7 @@ def test_shown_renames_the_time_column_and_drops_shapes_and_filter_row_numbers()
     generated = pd.DataFrame({"name": ["graph_0_cpp_fused_mul_0"], "x": [["mul"]], "dur_us": [6.9]}, index=[7])
     shown = ch07.shown(generated)
     assert list(shown.columns) == ["name", "x", "time (µs)"] and list(shown.index) == [0]
-    op_table = pd.DataFrame({"op": ["aten::bmm"], "input shapes": ["(8, 512, 64)"], "time (us)": [1.0]})
+    op_table = pd.DataFrame({"op": ["aten::bmm"], "input shapes": ["(8, 512, 64)"], "time (µs)": [1.0]})
     assert list(ch07.shown(op_table).columns) == ["op", "time (µs)"]
 
 

@@ -188,7 +188,7 @@ def test_op_table_nesting_survives_html(cpu_naive):
 
 def test_copy_table_columns(cpu_naive):
     table = tables.copy_table(cpu_naive)
-    assert list(table.columns) == ["op", "called from", "shape", "dtype", "size (KiB)", "time (us)"], \
+    assert list(table.columns) == ["op", "called from", "shape", "dtype", "size (KiB)", "time (µs)"], \
         "the unit is the header's (KiB: the largest copy, 1×2×64×64 floats, is 32 KiB)"
     assert set(table["shape"]) == {"1×2×64×64", "scalar"}, table
     assert table.loc[table["shape"] == "1×2×64×64", "size (KiB)"].item() == "32.00"
@@ -196,6 +196,9 @@ def test_copy_table_columns(cpu_naive):
         "a 4-byte copy next to a 32 KiB one reads as too small for the unit, not as 0"
     assert list(tables.copy_table(cpu_naive, min_bytes=2 * 64 * 64 * 4)["called from"]) == ["aten::clone"]
     assert not any(isinstance(v, list) for v in table.to_numpy().ravel()), "no raw lists in the table"
+    assert "time (µs)" not in tables.copy_table(cpu_naive, times=False).columns
+    assert "time (µs)" in tables.op_table(cpu_naive).columns and \
+        "time (µs)" not in tables.op_table(cpu_naive, times=False).columns, "times=False: no one-sample times"
 
 
 # ------------------------------------------------------------------------ the column, measured
