@@ -63,6 +63,7 @@ def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
 # text at the same point sizes, and a phone's browser picks that copy (tools/book/html.py).
 PHONE_WIDTH_IN = 4.0
 PHONE_METADATA = "phone_png"  # where the copy travels: the PNG output's metadata, base64
+MIN_PHONE_AXES_IN = 2.0       # the narrowest a copy is drawn to make room for what sits beside its axes
 
 
 def phone_copy(fig) -> Optional[bytes]:
@@ -74,19 +75,35 @@ def phone_copy(fig) -> Optional[bytes]:
         return None
     for wrap in (True, False):  # matplotlib cannot wrap some texts (a bar's label): then unwrapped
         try:
-            return _narrow_png(fig, wrap)
+            return _narrow_enough(fig, wrap)
         except Exception:
             continue
     return None
 
 
-def _narrow_png(fig, wrap: bool) -> bytes:
+def _narrow_enough(fig, wrap: bool) -> bytes:
+    """The copy, drawn narrower again while what sits outside its axes (a legend beside them, a
+    long tick label) makes the PNG wider than a phone's copy should be, the axes taking the cut."""
+    import struct
+
+    target_px, width = (PHONE_WIDTH_IN + 0.2) * fig.dpi, PHONE_WIDTH_IN
+    png = _narrow_png(fig, width, wrap)
+    for _ in range(3):
+        over_px = struct.unpack(">I", png[16:20])[0] - target_px   # a PNG's width is in its header
+        if over_px <= 0.05 * target_px or width - over_px / fig.dpi < MIN_PHONE_AXES_IN:
+            break
+        width -= over_px / fig.dpi
+        png = _narrow_png(fig, width, wrap)
+    return png
+
+
+def _narrow_png(fig, width_in: float, wrap: bool) -> bytes:
     import io
     import pickle
     import warnings
 
     copy = pickle.loads(pickle.dumps(fig))  # drawing the copy leaves the reader's figure as it was
-    copy.set_size_inches(PHONE_WIDTH_IN, fig.get_figheight())
+    copy.set_size_inches(width_in, fig.get_figheight())
     if wrap:
         for text in copy.findobj(Text):
             text.set_wrap(True)  # a title or a label longer than the narrow figure breaks into lines

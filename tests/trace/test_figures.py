@@ -245,6 +245,20 @@ def test_a_phone_gets_a_narrower_copy_of_a_wide_figure_with_text_at_the_same_siz
         "a figure already about a phone's width has one copy"
 
 
+def test_a_phone_copy_makes_room_for_a_legend_beside_its_axes():
+    import struct
+
+    fig = Figure(figsize=(8.5, 3))
+    ax = fig.add_subplot()
+    for i in range(3):
+        ax.plot([1, 2, 3], [i, i + 1, i], label=f"a long series name number {i}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))   # outside the axes, on the right
+    fig.tight_layout()
+    phone = figures.phone_copy(fig)
+    assert struct.unpack(">I", phone[16:20])[0] <= 1.05 * (figures.PHONE_WIDTH_IN + 0.2) * fig.dpi, \
+        "the axes narrow so that the legend beside them still fits a phone's copy"
+
+
 def test_a_built_page_offers_the_phone_copy_to_a_phone(tmp_path):
     import base64
     import hashlib
