@@ -86,18 +86,26 @@ def _narrow_enough(fig, wrap: bool) -> bytes:
     long tick label) makes the PNG wider than a phone's copy should be, the axes taking the cut."""
     import struct
 
+    def png_width(png: bytes) -> int:
+        return struct.unpack(">I", png[16:20])[0]   # a PNG's width is in its header
+
     target_px, width = (PHONE_WIDTH_IN + 0.2) * fig.dpi, PHONE_WIDTH_IN
-    png = _narrow_png(fig, width, wrap)
+    best, _ = _narrow_png(fig, width, wrap)
     for _ in range(3):
-        over_px = struct.unpack(">I", png[16:20])[0] - target_px   # a PNG's width is in its header
+        over_px = png_width(best) - target_px
         if over_px <= 0.05 * target_px or width - over_px / fig.dpi < MIN_PHONE_AXES_IN:
             break
         width -= over_px / fig.dpi
-        png = _narrow_png(fig, width, wrap)
-    return png
+        png, axes_in = _narrow_png(fig, width, wrap)
+        # A layout that cannot shrink spills further out, or squeezes its axes to nothing: keep the last good one.
+        if png_width(png) >= png_width(best) or axes_in < MIN_PHONE_AXES_IN / 2:
+            break
+        best = png
+    return best
 
 
-def _narrow_png(fig, width_in: float, wrap: bool) -> bytes:
+def _narrow_png(fig, width_in: float, wrap: bool) -> tuple[bytes, float]:
+    """The copy ``width_in`` wide, and the width (in) of its narrowest axes as drawn."""
     import io
     import pickle
     import warnings
@@ -113,7 +121,8 @@ def _narrow_png(fig, width_in: float, wrap: bool) -> bytes:
             copy.tight_layout()
         buffer = io.BytesIO()
         copy.savefig(buffer, format="png", bbox_inches="tight")
-    return buffer.getvalue()
+    axes_in = min((ax.get_position().width * width_in for ax in copy.axes if ax.get_visible()), default=width_in)
+    return buffer.getvalue(), axes_in
 
 
 def figure_png(fig):

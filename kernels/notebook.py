@@ -174,10 +174,13 @@ def show_figures_as_images() -> None:
 
     shell = get_ipython()
     if shell is not None:
-        # pyplot's first import in a kernel sets the inline backend's own PNG formatter (a
-        # reader's cell, or pandas' .plot, may import it): have that happen first, not after.
-        import matplotlib.pyplot  # noqa: F401
+        # Loading pyplot's backend in a kernel (the inline one) sets that backend's own PNG
+        # formatter, and pyplot loads it lazily: on a reader's first plt call, or pandas' .plot.
+        # Have that happen now, before this formatter, not after it.
+        import matplotlib
+        import matplotlib.pyplot as plt
 
+        plt.switch_backend(matplotlib.get_backend())
         shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 

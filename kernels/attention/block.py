@@ -254,7 +254,9 @@ def parts_figure(parts: pd.DataFrame, title: str):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 3), layout="constrained")
-    ax = parts["share of the step"].iloc[::-1].plot.barh(ax=fig.add_subplot(), color="tab:blue")
+    ax = fig.add_subplot()
+    shares = parts["share of the step"].iloc[::-1]   # the largest drawn last: on top
+    ax.barh(list(shares.index), shares.to_numpy(), color="tab:blue")
     ax.set(xlabel="share of the step's GPU time", ylabel="", title=title)
     return fig
 
