@@ -63,6 +63,7 @@ def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
 # text at the same point sizes, and a phone's browser picks that copy (tools/book/html.py).
 PHONE_WIDTH_IN = 4.0
 PHONE_METADATA = "phone_png"  # where the copy travels: the PNG output's metadata, base64
+TEXT_METADATA = "text_px"     # and the smallest text's size in the PNG's pixels
 MIN_PHONE_AXES_IN = 2.0       # the narrowest a copy is drawn to make room for what sits beside its axes
 
 
@@ -84,21 +85,16 @@ def phone_copy(fig) -> Optional[bytes]:
 def _narrow_enough(fig, wrap: bool) -> bytes:
     """The copy, drawn narrower again while what sits outside its axes (a legend beside them, a
     long tick label) makes the PNG wider than a phone's copy should be, the axes taking the cut."""
-    import struct
-
-    def png_width(png: bytes) -> int:
-        return struct.unpack(">I", png[16:20])[0]   # a PNG's width is in its header
-
     target_px, width = (PHONE_WIDTH_IN + 0.2) * fig.dpi, PHONE_WIDTH_IN
     best, _ = _narrow_png(fig, width, wrap)
     for _ in range(3):
-        over_px = png_width(best) - target_px
+        over_px = _png_width(best) - target_px
         if over_px <= 0.05 * target_px or width - over_px / fig.dpi < MIN_PHONE_AXES_IN:
             break
         width -= over_px / fig.dpi
         png, axes_in = _narrow_png(fig, width, wrap)
         # A layout that cannot shrink spills further out, or squeezes its axes to nothing: keep the last good one.
-        if png_width(png) >= png_width(best) or axes_in < MIN_PHONE_AXES_IN / 2:
+        if _png_width(png) >= _png_width(best) or axes_in < MIN_PHONE_AXES_IN / 2:
             break
         best = png
     return best
@@ -125,13 +121,30 @@ def _narrow_png(fig, width_in: float, wrap: bool) -> tuple[bytes, float]:
     return buffer.getvalue(), axes_in
 
 
+def smallest_text_px(fig) -> float:
+    """The smallest text ``fig`` draws, in pixels of its PNG (points at its dpi): how small its
+    text reads once the page scales the PNG (``TEXT_METADATA``, measured at 390 px)."""
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return round(min(sizes, default=0.0) * fig.dpi / 72, 1)
+
+
 def figure_png(fig):
-    """IPython's PNG of ``fig`` (as ``%matplotlib inline`` saves it), with the phone's copy in
-    its metadata."""
+    """IPython's PNG of ``fig`` (as ``%matplotlib inline`` saves it); its metadata carries the
+    phone's copy, if the figure needs one, and its smallest text's size in PNG pixels (the
+    copy's is the same: it keeps every font size)."""
     import base64
 
     from IPython.core.pylabtools import print_figure
 
     png = print_figure(fig, "png", bbox_inches="tight")
+    meta = {TEXT_METADATA: smallest_text_px(fig)}
     phone = phone_copy(fig)
-    return (png, {PHONE_METADATA: base64.b64encode(phone).decode("ascii")}) if phone else png
+    if phone and _png_width(phone) < _png_width(png):   # a copy no narrower is no help
+        meta[PHONE_METADATA] = base64.b64encode(phone).decode("ascii")
+    return png, meta
+
+
+def _png_width(png: bytes) -> int:
+    import struct
+
+    return struct.unpack(">I", png[16:20])[0]   # a PNG's width is in its header

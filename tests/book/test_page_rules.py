@@ -77,9 +77,11 @@ def credit_box() -> str:
             "TraceLens project (torch 2.5; MIT licence): not this book's run.</li></ul></div></div>")
 
 
-def figure(src: str = "wide.png", phone: str | None = "phone.png") -> str:
-    """A figure as the built book shows it: its PNG, and the narrower copy a phone takes."""
-    img = f'<img alt="A timeline of one forward, drawn 1,200 px wide" src="{src}" />'
+def figure(src: str = "wide.png", phone: str | None = "phone.png", text_px: float | None = 13.9) -> str:
+    """A figure as the built book shows it: its PNG, marked with its smallest text's size in the
+    PNG's pixels, and the narrower copy a phone takes."""
+    mark = f' data-text-px="{text_px}"' if text_px else ""
+    img = f'<img{mark} alt="A timeline of one forward, drawn 1,200 px wide" src="{src}" />'
     if phone:
         img = f'<picture><source media="(max-width: 600px)" srcset="{phone}">{img}</picture>'
     return (f'<figure class="align-default" id="id1">{img}'
@@ -132,7 +134,9 @@ PLANTED = [
               "width: 600px; } .bd-article figure { overflow-x: auto; } }</style>" + code_cell("timeline.timeline(step)", figure("wide2.png")),
      "600 px wide"),
     # a figure with no phone's copy: 1,200 px shown in a column of about 350, its text at 0.29 of its size
-    ("legible", code_cell("timeline.timeline(step)", figure("wide2.png", phone=None)), "of its drawn 1200 px"),
+    ("legible", code_cell("timeline.timeline(step)", figure("wide2.png", phone=None, text_px=None)), "of its drawn 1200 px"),
+    # a phone's copy whose smallest text (8 px drawn) the column shrinks to about 6.5 px
+    ("legible", code_cell("timeline.timeline(step)", figure("wide2.png", text_px=8)), "its smallest text (8 px drawn)"),
     ("table", output_cell(dataframe(["a very long column name"] * 7, [["a long cell value"] * 7],
                                     attrs=' style="display: table"')), "runs"),
     ("height", '<div style="height: 13000px"></div>', "px tall"),

@@ -239,9 +239,12 @@ def test_a_phone_gets_a_narrower_copy_of_a_wide_figure_with_text_at_the_same_siz
     assert width(phone) <= (figures.PHONE_WIDTH_IN + 0.25) * fig.dpi < width(wide), \
         "the phone's copy is drawn PHONE_WIDTH_IN wide (plus the tight crop's padding), narrower than the figure"
     assert fig.get_figwidth() == 8.5 and ax.title.get_fontsize() == 11, "drawing the copy leaves the figure as it was"
+    assert meta[figures.TEXT_METADATA] == pytest.approx(figures.smallest_text_px(fig)) and \
+        figures.smallest_text_px(fig) <= 11 * fig.dpi / 72, "the smallest text, in the PNG's pixels, travels too"
     narrow = Figure(figsize=(figures.PHONE_WIDTH_IN + 0.2, 3))
     narrow.add_subplot().plot([1, 2])
-    assert isinstance(figures.figure_png(narrow), bytes) and figures.phone_copy(narrow) is None, \
+    _, narrow_meta = figures.figure_png(narrow)
+    assert figures.PHONE_METADATA not in narrow_meta and figures.phone_copy(narrow) is None, \
         "a figure already about a phone's width has one copy"
 
 

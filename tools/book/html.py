@@ -79,50 +79,57 @@ def serve_unsolved(out: Path, html: Path) -> list[Path]:
 PHONE_MEDIA = "(max-width: 600px)"
 
 
-def phone_copies(notebook) -> dict[str, bytes]:
-    """{the file name myst-nb gives a figure's PNG (its SHA-256): the PNG of its phone's copy},
-    for each figure of an executed notebook that carries one."""
-    from kernels.figures import PHONE_METADATA
+def figure_notes(notebook) -> dict[str, tuple]:
+    """{the file name myst-nb gives a figure's PNG (its SHA-256): (the PNG of its phone's copy or
+    None, its smallest text in PNG pixels or None)}, for each figure of an executed notebook
+    that carries either in its metadata (``kernels.figures.figure_png``)."""
+    from kernels.figures import PHONE_METADATA, TEXT_METADATA
 
-    copies = {}
+    notes = {}
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
-            phone = output.get("metadata", {}).get("image/png", {}).get(PHONE_METADATA)
-            if phone and "image/png" in output.get("data", {}):
+            meta = output.get("metadata", {}).get("image/png", {})
+            if "image/png" in output.get("data", {}) and (PHONE_METADATA in meta or TEXT_METADATA in meta):
                 wide = base64.b64decode(output["data"]["image/png"])
-                copies[hashlib.sha256(wide).hexdigest() + ".png"] = base64.b64decode(phone)
-    return copies
+                phone = base64.b64decode(meta[PHONE_METADATA]) if PHONE_METADATA in meta else None
+                notes[hashlib.sha256(wide).hexdigest() + ".png"] = (phone, meta.get(TEXT_METADATA))
+    return notes
 
 
-def with_phone_source(page: str, name: str) -> str:
-    """Each <img> of ``name`` on the page wrapped in a <picture> whose source a phone takes."""
-    phone = name.removesuffix(".png") + "-phone.png"
+def with_phone_source(page: str, name: str, phone: bool = True, text_px=None) -> str:
+    """Each <img> of ``name`` on the page wrapped in a <picture> whose source a phone takes (where
+    it has a phone's copy), and marked with its smallest text's size (``data-text-px``: what
+    ``tools.book.pages`` reads to tell whether a figure's text is legible as shown)."""
+    copy = name.removesuffix(".png") + "-phone.png"
 
     def wrap(m: re.Match) -> str:
-        src = m.group(1)
-        return (f'<picture><source media="{PHONE_MEDIA}" srcset="{src.removesuffix(name) + phone}">'
-                f"{m.group(0)}</picture>")
+        img = m.group(0) if text_px is None else m.group(0).replace("<img ", f'<img data-text-px="{text_px}" ', 1)
+        if not phone:
+            return img
+        return f'<picture><source media="{PHONE_MEDIA}" srcset="{m.group(1).removesuffix(name) + copy}">{img}</picture>'
 
     return re.sub(r'<img [^>]*src="([^"]*/_images/' + re.escape(name) + r')"[^>]*>', wrap, page)
 
 
 def serve_phone_figures(out: Path, html: Path) -> int:
-    """Write each figure's phone copy beside it in ``_images`` and point the pages at it."""
+    """Write each figure's phone copy beside it in ``_images`` and point the pages at it; mark
+    every figure with its smallest text's size. Returns how many figures have a phone's copy."""
     import nbformat
 
-    copies: dict[str, bytes] = {}
+    notes: dict[str, tuple] = {}
     for notebook in sorted(Path(out).rglob("*.ipynb")):
-        copies.update(phone_copies(nbformat.read(notebook, as_version=4)))
+        notes.update(figure_notes(nbformat.read(notebook, as_version=4)))
     images = html / "_images"
-    served = {name: png for name, png in copies.items() if (images / name).exists()}
-    for name, png in served.items():
-        (images / (name.removesuffix(".png") + "-phone.png")).write_bytes(png)
+    served = {name: note for name, note in notes.items() if (images / name).exists()}
+    for name, (phone, _) in served.items():
+        if phone:
+            (images / (name.removesuffix(".png") + "-phone.png")).write_bytes(phone)
     for page in html.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         changed = text
-        for name in served:
+        for name, (phone, text_px) in served.items():
             if name in changed:
-                changed = with_phone_source(changed, name)
+                changed = with_phone_source(changed, name, phone is not None, text_px)
         if changed != text:
             page.write_text(changed, encoding="utf-8")
-    return len(served)
+    return sum(phone is not None for phone, _ in served.values())

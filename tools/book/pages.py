@@ -32,7 +32,8 @@ MAX_HEIGHT = 12_000          # px at 1280: a chapter a reader finishes
 MAX_CODE_LINES = 60          # non-blank lines of visible code inputs, the folded setup box aside
 MAX_FOLDED = 1               # the setup box
 MAX_CREDITS = 1              # the "Traces on this page" box, or one credit sentence
-MIN_PHONE_SCALE = 0.6        # at 390 px, shown / drawn width of a figure: 10-point text stays 8 px or more
+MIN_PHONE_TEXT_PX = 7.5      # at 390 px, a figure's smallest text as shown (a laptop's floor is 9: figures.MIN_FONT_PX)
+MIN_PHONE_SCALE = 0.6        # ...or, for an image with no text size known, its shown / drawn width
 # Calls that are the page's bookkeeping, never what a learner types (issue #42).
 BOOKKEEPING = re.compile(r"(?<!\w)(?:glue|glue_all|lesson|say|timing_claims|traces_box)\s*\(|\.credit\(")
 # A number printed raw: five or more decimals and five or more significant digits (4.536724,
@@ -75,6 +76,7 @@ MEASURE = r"""(() => {
   const images = Array.from(main.querySelectorAll("img")).filter(rendered).map(i => ({
     src: (i.currentSrc || i.getAttribute("src") || "").split("/").pop().slice(0, 24),
     width: Math.round(i.getBoundingClientRect().width), natural: i.naturalWidth,
+    text_px: parseFloat(i.dataset.textPx) || null,
     over: Math.round(i.getBoundingClientRect().right - column.right)}));
   const tables = Array.from(main.querySelectorAll(".cell_output table")).filter(rendered).map(t => ({
     head: Array.from(t.querySelectorAll("th")).slice(0, 3).map(h => h.textContent.trim()).join(" | ").slice(0, 60),
@@ -161,11 +163,21 @@ def too_tall(m: dict) -> list[str]:
 
 
 def shrunk_figures(m: dict) -> list[str]:
-    """Figures a phone shows below ``MIN_PHONE_SCALE`` of their drawn size: text drawn at 10
-    points is then under 8 px (a figure's phone copy, ``kernels.figures.phone_copy``, is drawn
-    narrow enough to keep it legible)."""
-    return [f"{i['src']} is shown at {i['width'] / i['natural']:.2f} of its drawn {i['natural']} px" for i in m["images"]
-            if i["natural"] and i["width"] / i["natural"] < MIN_PHONE_SCALE]
+    """Figures whose smallest text a phone shows under ``MIN_PHONE_TEXT_PX`` (a figure's phone
+    copy, ``kernels.figures.phone_copy``, is drawn narrow enough to keep it legible). The build
+    marks each figure with its smallest text (``data-text-px``); an image without the mark is
+    held to ``MIN_PHONE_SCALE`` of its drawn size, where text drawn at 10 points is 8 px."""
+    broken = []
+    for i in m["images"]:
+        if not i["natural"]:
+            continue
+        scale = i["width"] / i["natural"]
+        if i.get("text_px") and i["text_px"] * scale < MIN_PHONE_TEXT_PX:
+            broken.append(f"{i['src']}: its smallest text ({i['text_px']:g} px drawn) is shown at "
+                          f"{i['text_px'] * scale:.1f} px ({scale:.2f} of its drawn {i['natural']} px)")
+        elif not i.get("text_px") and scale < MIN_PHONE_SCALE:
+            broken.append(f"{i['src']} is shown at {scale:.2f} of its drawn {i['natural']} px")
+    return broken
 
 
 def tables_past_the_column(m: dict) -> list[str]:
@@ -181,7 +193,7 @@ RULES = (
     Rule("raw", "no number printed raw (5+ decimals and digits, or e+ notation)", raw_numbers),
     Rule("credits", f"at most {MAX_CREDITS} credit paragraph (the traces box counts)", extra_credits),
     Rule("image", "every image fits the column at 390 px", wide_images, width=390),
-    Rule("legible", f"every figure shown at {MIN_PHONE_SCALE} of its drawn size or more at 390 px", shrunk_figures,
+    Rule("legible", f"every figure's text shown at {MIN_PHONE_TEXT_PX} px or more at 390 px", shrunk_figures,
          width=390),
     Rule("table", "every table scrolls inside its own box at 390 px", tables_past_the_column, width=390),
     Rule("height", f"at most {MAX_HEIGHT:,} px tall at 1280 px", too_tall, width=1280),
