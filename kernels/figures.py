@@ -46,6 +46,12 @@ def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
     """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at
     least ``font_floor(fig)``; returns that size. Call it after drawing, before the layout."""
     floor = font_floor(fig, width_in)
+    raise_fonts(fig, floor)
+    return floor
+
+
+def raise_fonts(fig, floor: float) -> None:
+    """Every text of ``fig`` smaller than ``floor`` points set to ``floor``."""
     for ax in fig.axes:
         for axis, which in ((ax.xaxis, "x"), (ax.yaxis, "y")):
             ticks = axis.get_major_ticks()[:1] + axis.get_minor_ticks()[:1]
@@ -54,24 +60,28 @@ def apply_font_floor(fig, width_in: Optional[float] = None) -> float:
     for text in fig.findobj(Text):
         if text.get_fontsize() < floor:
             text.set_fontsize(floor)
-    return floor
 
 
 # ----------------------------------------------------------------------------- a phone's copy
 # On a phone the column is about 358 px: a figure drawn 8.5 in wide shows at 0.4 of its size and
 # its 10-point text at 5 px. The book therefore also draws each figure PHONE_WIDTH_IN wide, its
-# text at the same point sizes, and a phone's browser picks that copy (tools/book/html.py).
+# text at the same point sizes (the smallest raised where a phone would still show it under
+# PHONE_MIN_TEXT_PX), and a phone's browser picks that copy (tools/book/html.py).
 PHONE_WIDTH_IN = 4.0
 PHONE_METADATA = "phone_png"  # where the copy travels: the PNG output's metadata, base64
-TEXT_METADATA = "text_px"     # and the smallest text's size in the PNG's pixels
+TEXT_METADATA = "text_px"     # and the smallest text's size in the PNG's pixels, the figure's
+PHONE_TEXT_METADATA = "phone_text_px"  # and the copy's
 MIN_PHONE_AXES_IN = 2.0       # the narrowest a copy is drawn to make room for what sits beside its axes
+PHONE_COLUMN_PX = 343         # the book's column on a 390 px screen (tools.book.pages measures it)
+PHONE_MIN_TEXT_PX = 8.0       # the copy's smallest text as a phone shows it (the page rule's floor is 7.5)
 
 
-def phone_copy(fig) -> Optional[bytes]:
+def phone_copy(fig) -> Optional[tuple[bytes, float]]:
     """``fig`` drawn again ``PHONE_WIDTH_IN`` wide at its own height (a PNG), its layout redone
-    for that width and long texts broken into lines; None where the figure is already that
-    narrow or cannot be copied. The phone's copy is a convenience: a figure it fails on keeps
-    its one copy."""
+    for that width, long texts broken into lines and its smallest texts raised to what a phone
+    shows at ``PHONE_MIN_TEXT_PX``; with its smallest text in the PNG's pixels. None where the
+    figure is already that narrow or cannot be copied: the phone's copy is a convenience, and a
+    figure it fails on keeps its one copy."""
     if fig.get_figwidth() <= PHONE_WIDTH_IN + 0.3:
         return None
     for wrap in (True, False):  # matplotlib cannot wrap some texts (a bar's label): then unwrapped
@@ -82,9 +92,10 @@ def phone_copy(fig) -> Optional[bytes]:
     return None
 
 
-def _narrow_enough(fig, wrap: bool) -> bytes:
+def _narrow_enough(fig, wrap: bool) -> tuple[bytes, float]:
     """The copy, drawn narrower again while what sits outside its axes (a legend beside them, a
-    long tick label) makes the PNG wider than a phone's copy should be, the axes taking the cut."""
+    long tick label) makes the PNG wider than a phone's copy should be, the axes taking the cut;
+    then, if its smallest text would show under ``PHONE_MIN_TEXT_PX``, with that text raised."""
     target_px, width = (PHONE_WIDTH_IN + 0.2) * fig.dpi, PHONE_WIDTH_IN
     best, _ = _narrow_png(fig, width, wrap)
     for _ in range(3):
@@ -97,17 +108,28 @@ def _narrow_enough(fig, wrap: bool) -> bytes:
         if _png_width(png) >= _png_width(best) or axes_in < MIN_PHONE_AXES_IN / 2:
             break
         best = png
-    return best
+    smallest_pt = smallest_text_px(fig) * 72 / fig.dpi
+    floor_pt = PHONE_MIN_TEXT_PX / (fig.dpi / 72 * min(1.0, PHONE_COLUMN_PX / _png_width(best)))
+    if smallest_pt >= floor_pt:
+        return best, smallest_text_px(fig)
+    raised, _ = _narrow_png(fig, width, wrap, min_pt=round(floor_pt + 0.05, 1))
+    shown = lambda png, pt: pt * min(1.0, PHONE_COLUMN_PX / _png_width(png))  # noqa: E731
+    if shown(raised, floor_pt) > shown(best, smallest_pt):   # larger text can widen the layout: keep the better
+        return raised, round(round(floor_pt + 0.05, 1) * fig.dpi / 72, 1)
+    return best, smallest_text_px(fig)
 
 
-def _narrow_png(fig, width_in: float, wrap: bool) -> tuple[bytes, float]:
-    """The copy ``width_in`` wide, and the width (in) of its narrowest axes as drawn."""
+def _narrow_png(fig, width_in: float, wrap: bool, min_pt: float = 0.0) -> tuple[bytes, float]:
+    """The copy ``width_in`` wide (no text under ``min_pt``), and the width (in) of its narrowest
+    axes as drawn."""
     import io
     import pickle
     import warnings
 
     copy = pickle.loads(pickle.dumps(fig))  # drawing the copy leaves the reader's figure as it was
     copy.set_size_inches(width_in, fig.get_figheight())
+    if min_pt:
+        raise_fonts(copy, min_pt)
     if wrap:
         for text in copy.findobj(Text):
             text.set_wrap(True)  # a title or a label longer than the narrow figure breaks into lines
@@ -129,9 +151,9 @@ def smallest_text_px(fig) -> float:
 
 
 def figure_png(fig):
-    """IPython's PNG of ``fig`` (as ``%matplotlib inline`` saves it); its metadata carries the
-    phone's copy, if the figure needs one, and its smallest text's size in PNG pixels (the
-    copy's is the same: it keeps every font size)."""
+    """IPython's PNG of ``fig`` (as ``%matplotlib inline`` saves it); its metadata carries its
+    smallest text's size in PNG pixels and, if the figure needs one, the phone's copy and that
+    copy's smallest text."""
     import base64
 
     from IPython.core.pylabtools import print_figure
@@ -139,8 +161,9 @@ def figure_png(fig):
     png = print_figure(fig, "png", bbox_inches="tight")
     meta = {TEXT_METADATA: smallest_text_px(fig)}
     phone = phone_copy(fig)
-    if phone and _png_width(phone) < _png_width(png):   # a copy no narrower is no help
-        meta[PHONE_METADATA] = base64.b64encode(phone).decode("ascii")
+    if phone and _png_width(phone[0]) < _png_width(png):   # a copy no narrower is no help
+        meta[PHONE_METADATA] = base64.b64encode(phone[0]).decode("ascii")
+        meta[PHONE_TEXT_METADATA] = phone[1]
     return png, meta
 
 

@@ -414,9 +414,9 @@ h100 = devices.match_gpu("NVIDIA H100 80GB HBM3")  # the SXM part's row of kerne
 assert h100 is not None, "kernels.hw.devices has the H100 SXM's datasheet row"
 
 # %%
-#| caption: The ring's time per forward and rank against the number of ranks, 128k tokens, modelled from an H100's peak and two links' bandwidths: past each crossover the transfers no longer hide behind compute.
+#| caption: The ring's time per forward and rank against the number of ranks, 128k tokens, modelled from an H100's datasheet peak (dense bf16) and two links' bandwidths: past each crossover the transfers no longer hide behind compute.
 #| alt: Log-log chart of milliseconds per forward and per rank against the number of ranks: a falling black line for compute, two dashed lines for the K/V transfers over NVLink and InfiniBand, and a vertical line at each crossover.
-fig, crossovers = ring.scaling_figure(ring.LINKS, h100.flops, f"{h100.name} ({h100.source})",
+fig, crossovers = ring.scaling_figure(ring.LINKS, h100.flops, h100.name,
                                       seq_len=131072, heads=32, kv_heads=8, head_dim=128)
 fig
 

@@ -483,7 +483,8 @@ def scaling_figure(links: dict, flops_per_s: float, gpu: str, seq_len: int, head
         ax.annotate(f"crossover: {crossovers[name]:.0f} ranks", (crossovers[name], 0.02), rotation=90,
                     va="bottom", ha="right", color=colour)
     ax.set(yscale="log", xlabel="ranks (world size)", ylabel="ms per forward, per rank",
-           title=f"Ring attention model: S={seq_len:,}, H={heads}, Hkv={kv_heads}, D={head_dim}, bf16,\n"
+           # three short lines: the title stays within the figure on a phone's copy too
+           title=f"Ring attention model: S={seq_len:,},\nH={heads}, Hkv={kv_heads}, D={head_dim}, bf16,\n"
                  f"{gpu} at {flops_per_s / 1e12:.0f} TFLOP/s")
     ax.set_xscale("log", base=2)
     ax.legend(fontsize="small")

@@ -80,7 +80,7 @@ def credit_box() -> str:
 def figure(src: str = "wide.png", phone: str | None = "phone.png", text_px: float | None = 13.9) -> str:
     """A figure as the built book shows it: its PNG, marked with its smallest text's size in the
     PNG's pixels, and the narrower copy a phone takes."""
-    mark = f' data-text-px="{text_px}"' if text_px else ""
+    mark = f' data-text-px="{text_px}" data-phone-text-px="{text_px}"' if text_px else ""
     img = f'<img{mark} alt="A timeline of one forward, drawn 1,200 px wide" src="{src}" />'
     if phone:
         img = f'<picture><source media="(max-width: 600px)" srcset="{phone}">{img}</picture>'

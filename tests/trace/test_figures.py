@@ -241,6 +241,9 @@ def test_a_phone_gets_a_narrower_copy_of_a_wide_figure_with_text_at_the_same_siz
     assert fig.get_figwidth() == 8.5 and ax.title.get_fontsize() == 11, "drawing the copy leaves the figure as it was"
     assert meta[figures.TEXT_METADATA] == pytest.approx(figures.smallest_text_px(fig)) and \
         figures.smallest_text_px(fig) <= 11 * fig.dpi / 72, "the smallest text, in the PNG's pixels, travels too"
+    shown = lambda png, px: px * min(1.0, figures.PHONE_COLUMN_PX / width(png))  # noqa: E731
+    assert shown(phone, meta[figures.PHONE_TEXT_METADATA]) >= figures.PHONE_MIN_TEXT_PX - 0.1, \
+        "on a phone the copy's smallest text shows at PHONE_MIN_TEXT_PX or more (raised where it would not)"
     narrow = Figure(figsize=(figures.PHONE_WIDTH_IN + 0.2, 3))
     narrow.add_subplot().plot([1, 2])
     _, narrow_meta = figures.figure_png(narrow)
@@ -257,7 +260,7 @@ def test_a_phone_copy_makes_room_for_a_legend_beside_its_axes():
         ax.plot([1, 2, 3], [i, i + 1, i], label=f"a long series name number {i}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))   # outside the axes, on the right
     fig.tight_layout()
-    phone = figures.phone_copy(fig)
+    phone, _ = figures.phone_copy(fig)
     assert struct.unpack(">I", phone[16:20])[0] <= 1.05 * (figures.PHONE_WIDTH_IN + 0.2) * fig.dpi, \
         "the axes narrow so that the legend beside them still fits a phone's copy"
 

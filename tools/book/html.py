@@ -81,9 +81,9 @@ PHONE_MEDIA = "(max-width: 600px)"
 
 def figure_notes(notebook) -> dict[str, tuple]:
     """{the file name myst-nb gives a figure's PNG (its SHA-256): (the PNG of its phone's copy or
-    None, its smallest text in PNG pixels or None)}, for each figure of an executed notebook
-    that carries either in its metadata (``kernels.figures.figure_png``)."""
-    from kernels.figures import PHONE_METADATA, TEXT_METADATA
+    None, {"text-px": its smallest text in PNG pixels, "phone-text-px": the copy's})}, for each
+    figure of an executed notebook that carries them in its metadata (``kernels.figures.figure_png``)."""
+    from kernels.figures import PHONE_METADATA, PHONE_TEXT_METADATA, TEXT_METADATA
 
     notes = {}
     for cell in notebook.cells:
@@ -92,18 +92,21 @@ def figure_notes(notebook) -> dict[str, tuple]:
             if "image/png" in output.get("data", {}) and (PHONE_METADATA in meta or TEXT_METADATA in meta):
                 wide = base64.b64decode(output["data"]["image/png"])
                 phone = base64.b64decode(meta[PHONE_METADATA]) if PHONE_METADATA in meta else None
-                notes[hashlib.sha256(wide).hexdigest() + ".png"] = (phone, meta.get(TEXT_METADATA))
+                sizes = {"text-px": meta.get(TEXT_METADATA), "phone-text-px": meta.get(PHONE_TEXT_METADATA)}
+                notes[hashlib.sha256(wide).hexdigest() + ".png"] = (phone, {k: v for k, v in sizes.items() if v})
     return notes
 
 
-def with_phone_source(page: str, name: str, phone: bool = True, text_px=None) -> str:
+def with_phone_source(page: str, name: str, phone: bool = True, sizes: dict | None = None) -> str:
     """Each <img> of ``name`` on the page wrapped in a <picture> whose source a phone takes (where
-    it has a phone's copy), and marked with its smallest text's size (``data-text-px``: what
-    ``tools.book.pages`` reads to tell whether a figure's text is legible as shown)."""
+    it has a phone's copy), and marked with its smallest text's sizes (``data-text-px``,
+    ``data-phone-text-px``: what ``tools.book.pages`` reads to tell whether a figure's text is
+    legible as shown)."""
     copy = name.removesuffix(".png") + "-phone.png"
+    marks = "".join(f' data-{key}="{value}"' for key, value in (sizes or {}).items())
 
     def wrap(m: re.Match) -> str:
-        img = m.group(0) if text_px is None else m.group(0).replace("<img ", f'<img data-text-px="{text_px}" ', 1)
+        img = m.group(0).replace("<img ", f"<img{marks} ", 1)
         if not phone:
             return img
         return f'<picture><source media="{PHONE_MEDIA}" srcset="{m.group(1).removesuffix(name) + copy}">{img}</picture>'
@@ -127,9 +130,9 @@ def serve_phone_figures(out: Path, html: Path) -> int:
     for page in html.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         changed = text
-        for name, (phone, text_px) in served.items():
+        for name, (phone, sizes) in served.items():
             if name in changed:
-                changed = with_phone_source(changed, name, phone is not None, text_px)
+                changed = with_phone_source(changed, name, phone is not None, sizes)
         if changed != text:
             page.write_text(changed, encoding="utf-8")
     return sum(phone is not None for phone, _ in served.values())

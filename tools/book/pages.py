@@ -76,7 +76,7 @@ MEASURE = r"""(() => {
   const images = Array.from(main.querySelectorAll("img")).filter(rendered).map(i => ({
     src: (i.currentSrc || i.getAttribute("src") || "").split("/").pop().slice(0, 24),
     width: Math.round(i.getBoundingClientRect().width), natural: i.naturalWidth,
-    text_px: parseFloat(i.dataset.textPx) || null,
+    text_px: parseFloat((i.currentSrc || "").endsWith("-phone.png") ? i.dataset.phoneTextPx : i.dataset.textPx) || null,
     over: Math.round(i.getBoundingClientRect().right - column.right)}));
   const tables = Array.from(main.querySelectorAll(".cell_output table")).filter(rendered).map(t => ({
     head: Array.from(t.querySelectorAll("th")).slice(0, 3).map(h => h.textContent.trim()).join(" | ").slice(0, 60),
