@@ -92,4 +92,17 @@ def links(source, title: Optional[str] = None) -> TraceLinks:
     title = title or " · ".join(p for p in (chapter, variant, _device_of(path)) if p)
     # The notebook runs in its own folder, and the page is published beside the same tree.
     url = Path(os.path.relpath(path.resolve(), Path.cwd().resolve())).as_posix()
+    if url.startswith("../"):
+        url = published_copy(path) or url
     return TraceLinks(path=path, url=url, title=title, size=path.stat().st_size)
+
+
+def published_copy(path: Path, depth: int = 3) -> Optional[str]:
+    """The copy of ``path`` in the tree beside the notebook, by the last ``depth`` parts of its
+    path at most (``data/borrowed/<file>`` for a borrowed trace read from the checkout): a link
+    above the notebook's folder would leave the published site. None where there is none."""
+    for k in range(min(depth, len(path.parts)), 0, -1):
+        beside = Path(*path.parts[-k:])
+        if beside.is_file():
+            return beside.as_posix()
+    return None

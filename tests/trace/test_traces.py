@@ -130,6 +130,18 @@ def test_links_point_at_the_trace_relative_to_the_notebook(tmp_path, monkeypatch
     assert 'href="traces/03_demo/mm.json.gz"' in html and 'class="ap-trace-perfetto"' in html
     assert links.links(run, title='a "quoted" <title>')._repr_html_().count("&quot;quoted&quot; &lt;title&gt;") == 2
     assert "traces/03_demo/mm.json.gz" in repr(link)
+    # a trace read from outside the notebook's folder (a borrowed one, from the checkout) links to
+    # its copy published beside the page, never above the site's root
+    elsewhere = tmp_path / "checkout" / "book" / "data" / "borrowed" / "mm.json.gz"
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes(run.trace_path.read_bytes())
+    (tmp_path / "page").mkdir()
+    monkeypatch.chdir(tmp_path / "page")
+    assert links.links(elsewhere).url.startswith("../"), "no copy beside the page: the path as it is"
+    (tmp_path / "page" / "data" / "borrowed").mkdir(parents=True)
+    (tmp_path / "page" / "data" / "borrowed" / "mm.json.gz").write_bytes(run.trace_path.read_bytes())
+    assert links.links(elsewhere).url == "data/borrowed/mm.json.gz"
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="no trace"):
         links.links("traces/none.json.gz")
     with pytest.raises(TypeError, match="ProfiledRun"):
