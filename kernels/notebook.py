@@ -354,19 +354,25 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
     guess, seen = list(guess), list(seen)
     table = pd.DataFrame(compared_rows(guess, seen))
     table.index = range(1, len(table) + 1)
-    table.columns = ["you guessed", f"in {source}?", "seen, in order", "guessed?"]
+    # Two lists side by side, each row a position in both: yours and its verdict, then the
+    # trace's and whether (and where) you had it.
+    table.columns = ["you guessed", f"in {source}?", f"{source}'s order", "in your guess?"]
+    table.index.name = "#"
     # Both columns place an item in the other list: say which list the number counts in.
-    table["guessed?"] = table["guessed?"].str.replace(ELSEWHERE, YOURS, regex=False)
+    table["in your guess?"] = table["in your guess?"].str.replace(ELSEWHERE, YOURS, regex=False)
     said = table[f"in {source}?"]
     counts = {IN_PLACE: int((said == IN_PLACE).sum()), "elsewhere": int(said.str.startswith(ELSEWHERE).sum()),
               ABSENT: int(said.isin([ABSENT, FEWER]).sum())}
-    unguessed = [s for s, g in zip(table["seen, in order"], table["guessed?"]) if g in (ABSENT, FEWER)]
+    unguessed = [s for s, g in zip(table[f"{source}'s order"], table["in your guess?"]) if g in (ABSENT, FEWER)]
     if counts[IN_PLACE] == len(guess) == len(seen):
-        summary = "every one where guessed"
+        summary = f"all {len(guess)} where you put them"
     else:
-        summary = (f"{counts[IN_PLACE]} where guessed, {counts['elsewhere']} at another position, "
-                   f"{counts[ABSENT]} not there; {len(unguessed)} of its {len(seen)} not guessed")
-    print(f"{what}: {len(guess)} guessed, {len(seen)} in {source}: {summary}")
+        parts = [f"{counts[IN_PLACE]} where you put them"] * bool(counts[IN_PLACE]) \
+            + [f"{counts['elsewhere']} at another place"] * bool(counts["elsewhere"]) \
+            + [f"{counts[ABSENT]} not in {source}"] * bool(counts[ABSENT])
+        summary = f"of your {len(guess)}, " + ", ".join(parts) \
+            + (f"; {len(unguessed)} of its {len(seen)} you did not guess" if unguessed else "")
+    print(f"{what}: {summary}")
     return table
 
 

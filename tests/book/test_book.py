@@ -220,7 +220,7 @@ def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(caps
 
     table = reveal(["aten::matmul", "aten::relu"], ["aten::matmul", "aten::mm", "aten::relu"])
     assert table["in the trace?"].tolist() == ["✔", "yes, at #3", ""], table
-    assert table["guessed?"].tolist() == ["✔", "no", "yes, your #2"], "the extra op in the trace is named as not guessed"
+    assert table["in your guess?"].tolist() == ["✔", "no", "yes, your #2"], "the extra op in the trace is named as not guessed"
     assert reveal(None, ["aten::matmul"]) is None and "No guess written" in capsys.readouterr().out
     assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out
 
@@ -237,11 +237,11 @@ def test_reveal_reports_an_item_the_trace_has_elsewhere_as_present_not_missing(c
     assert said["aten::matmul"] == "yes, at #4", table
     assert said["aten::softmax"] == "✔" and said["aten::bmm"] == "✔", "same place, same item: ✔"
     assert said["aten::relu"] == "no", table
-    on_trace_side = table["guessed?"].tolist()
+    on_trace_side = table["in your guess?"].tolist()
     assert on_trace_side == ["not that many times", "✔", "✔", "yes, your #1"], \
         "softmax was guessed once, and that one is #2"
     out = capsys.readouterr().out
-    assert "2 where guessed, 1 at another position, 1 not there; 1 of its 4 not guessed" in out, out
+    assert "of your 4, 2 where you put them, 1 at another place, 1 not in the trace; 1 of its 4 you did not guess" in out, out
     ranking = reveal(["GEMM", "attention"], ["elementwise", "GEMM", "copy", "attention"], "parts")
     assert ranking["in the trace?"].tolist() == ["yes, at #2", "yes, at #4", "", ""], \
         "a ranking's items are at another place even where their relative order holds"
