@@ -10,6 +10,7 @@ from typing import Mapping, Optional, Sequence
 import pandas as pd
 
 from kernels.borrowed import TRACELENS, root
+from kernels.trace.breakdown import KIND_LABELS
 from kernels.trace.attention import SCORE_GEMMS, AttentionCall, AttentionReport, short_kernel_name
 from kernels.trace.links import TraceLinks, links
 from matplotlib.figure import Figure
@@ -94,8 +95,9 @@ def tensors_text(shapes: Optional[Mapping[str, Sequence[int]]]) -> str:
 
 def rest_in_percent(rest: pd.DataFrame) -> pd.DataFrame:
     """``breakdown.rest_by_op``'s table with its words spelled out: ``work`` is the number of
-    kernels (and copies, fills) the op launched, ``share`` its % of the step's GPU time."""
-    shown = rest.assign(share=(100 * rest["share"]).round(1))
+    kernels (and copies, fills) the op launched, ``share`` its % of the step's GPU time, each kind
+    under the name the share bars give it."""
+    shown = rest.assign(share=(100 * rest["share"]).round(1), kind=rest["kind"].map(KIND_LABELS))
     return shown.rename(columns={"work": "kernels launched", "share": "% of the step"})
 
 

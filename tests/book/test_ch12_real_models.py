@@ -51,6 +51,7 @@ def test_rest_in_percent_and_words():
     rest = pd.DataFrame({"kind": ["gemm"], "work": [3], "GPU µs": [10.0], "share": [0.21168]}, index=["aten::mm"])
     shown = ch12.rest_in_percent(rest)
     assert list(shown.columns) == ["kind", "kernels launched", "GPU µs", "% of the step"] and shown["% of the step"].iloc[0] == 21.2
+    assert shown["kind"].iloc[0] == "GEMM"   # the name the share bars give the kind
 
 
 def test_shapes_table_says_none_only_without_gpu_work():
