@@ -77,8 +77,9 @@ traces_box({"H100 Qwen": TRACELENS["h100_qwen"]})
 # a running maximum $m$ and sum $\ell$ per row, and corrects $\ell$ whenever a tile raises the
 # maximum:
 #
-# $$m_{\text{new}} = \max(m, \max_j x_j), \qquad
-#   \ell_{\text{new}} = \ell \cdot e^{m - m_{\text{new}}} + \sum_j e^{x_j - m_{\text{new}}}.$$
+# $$m_{\text{new}} = \max(m, \max_j x_j),$$
+#
+# $$\ell_{\text{new}} = \ell \cdot e^{m - m_{\text{new}}} + \sum_j e^{x_j - m_{\text{new}}}.$$
 #
 # ### The rescaling step, by hand
 #
@@ -154,7 +155,7 @@ glue("log2e", launch.LOG2E)
 # $P_{ij} = 2^{s_{ij} - \mathrm{LSE}_i}$ without storing $P$ (S numbers per head, not S²);
 # its store, folded:
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(tf.attn_fwd, "# log2 of each row's softmax denominator", "tl.store(LSE")
 
 # %% [markdown]
@@ -170,19 +171,19 @@ show_lines(tf.attn_fwd, "# log2 of each row's softmax denominator", "tl.store(LS
 glue_all(block_m=block_m, block_n=block_n, n_gpu_configs=len(configs.GPU_CONFIGS))
 
 # %%
-#| caption: Which tiles each program computes, causal (left) and full (right), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
-#| alt: Two grids of tiles over query and key positions. Left, causal: blue tiles below the diagonal, orange on it, grey above it. Right, full: all blue but an orange ragged last column.
-fig = Figure(figsize=(9, 4.6), layout="constrained")
-for ax, causal in zip(fig.subplots(1, 2), (True, False)):
+#| caption: Which tiles each program computes, causal (top) and full (bottom), for a ragged sequence. Blue tiles need no mask, orange ones are masked (on the diagonal, at the ragged edge), grey ones are skipped; the green box is one program's Q tile, the strip on top the K, V tiles it streams.
+#| alt: Two grids of tiles over query and key positions, one above the other. Top, causal: blue tiles below the diagonal, orange on it, grey above it. Bottom, full: all blue but an orange ragged last column.
+fig = Figure(figsize=(5.2, 9.4), layout="constrained")
+for ax, causal in zip(fig.subplots(2, 1), (True, False)):
     tiling.draw_tiles(200, block_m, block_n, causal=causal, program=2, ax=ax)
 fig
 
 # %% [markdown]
 # A causal program walks its row of tiles left to right: unmasked, masked, then it stops. The
 # kernel's loop does the same in two *stages*, each a call of `attn_fwd_inner` over
-# the key tiles that `fwd_stages` (folded) computes:
+# the key tiles that `fwd_stages` computes:
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input"]
 show_lines(tf.fwd_stages, "if CAUSAL:", "return full_hi")
 
 # %% [markdown]
@@ -192,7 +193,7 @@ show_lines(tf.fwd_stages, "if CAUSAL:", "return full_hi")
 # `CAUSAL` and the tile sizes are `tl.constexpr`: Triton compiles a branch-free loop for each
 # value. Only stage 2 runs the mask's lines (folded):
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(tf.attn_fwd_inner, "keep = cols[None, :] < SK", "s = tl.where(keep")
 
 # %% [markdown]
@@ -229,8 +230,10 @@ glue_all(gpu_block_m=gpu_block_m, gpu_block_n=gpu_block_n, share_16k=share[16384
 # keys for earlier queries, whose outputs stay finite; one that masks after reading computes
 # $0 \times \text{NaN} = \text{NaN}$.
 
-# %%
+# %% tags=["remove-cell"]
 poison_from = max(c[0] for c in configs.GPU_CONFIGS) if on_gpu else block_m  # the largest BLOCK_M
+
+# %%
 qp, kp, vp = inputs(1, 1, 2 * poison_from, head_dim, dtype=dtype, device=device)
 vp[:, :, poison_from:] = float("nan")
 rows_nan = {name: kernels.get(name)(qp, kp, vp, causal=True).isnan().any(dim=-1)[0, 0]
@@ -257,7 +260,7 @@ show_lines(tf.flash_forward, "triton.cdiv(s_q, meta")
 # fastest (the interpreter: {glue:text}`block_m`×{glue:text}`block_n`). Each program first
 # works out its rows (folded):
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 
 # %% [markdown]
@@ -278,14 +281,14 @@ show_lines(tf.attn_fwd, "bh = tl.program_id(0)", "kvh = h // GROUP")
 # $dK = \text{scale}\cdot dS^\top Q$ and $dQ = \text{scale}\cdot dS\,K$.
 # `triton_backward.flash_backward` runs three kernels; their grids (folded):
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(triton_backward.flash_backward, "pre_grid = ", "q_grid = ")
 
 # %% [markdown]
 # `attn_bwd_preprocess` computes $\Delta$; `attn_bwd_dkdv`, one program per *key* tile, $dK$
 # and $dV$; `attn_bwd_dq`, one per query tile, $dQ$. One pass would need atomics on $dQ$, as
-# FlashAttention-2's CUDA backward does (last bits that vary run to run); with two, each
-# program owns what it writes, at the price of rebuilding $P$ twice.
+# FlashAttention-2's CUDA backward does (last bits that vary run to run); with two passes
+# after the $\Delta$ one, each program owns what it writes, at the price of rebuilding $P$ twice.
 #
 # ## Run it
 #
@@ -297,14 +300,13 @@ show_lines(triton_backward.flash_backward, "pre_grid = ", "q_grid = ")
 lesson(kernels.available(device)["triton"] is None, f"the triton kernels run on {device.type}")
 lesson(launch.INTERPRETED == (not on_gpu), "the kernels are interpreted exactly where there is no GPU",
        f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', 'unset')}")
+ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # 113 at S=256: a multiple of no tile size
 
 # %% [markdown]
-# Forward and backward against the float64 reference (chapter 1's rule; three times plain
-# attention's error for 16-bit gradients), causal at {glue:text}`run_seq_text` tokens and
+# Forward and backward against the float64 reference (chapter 1's rule), causal at {glue:text}`run_seq_text` tokens and
 # non-causal at a ragged {glue:text}`ragged_seq`:
 
 # %%
-ragged_seq = run_seq // 2 - 15 if run_seq > 64 else run_seq   # 113 at S=256: a multiple of no tile size
 verdicts = {}
 for causal, length in ((True, run_seq), (False, ragged_seq)):
     qs, ks, vs = inputs(1, 2, length, head_dim, dtype=dtype, device=device, seed=length)
@@ -400,16 +402,21 @@ glue("speed_note", f"This run used the compiled kernel: {triton_ms:.2f} ms of CP
 # %%
 guess_our_ctas_per_sm = 8  # edit me before running on
 
-# %%
+# %% tags=["remove-cell"]
+# The GPU's properties as the trace recorded them: what the autotuner's pruning would see there.
 qwen_trace = TRACELENS["h100_qwen"].trace()
-qwen_call = find_attention(TRACELENS["h100_qwen"].step(trace=qwen_trace)).calls[0]
 gpu = qwen_trace.device_properties[0]
 capability = (gpu["computeMajor"], gpu["computeMinor"])
 qwen_arch = occupancy.arch_of(capability)
-torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)", qwen_call.footprint(), "the trace")
+smem_optin = gpu["sharedMemPerBlockOptin"]
+
+# %%
+qwen_call = find_attention(TRACELENS["h100_qwen"].step(trace=qwen_trace)).calls[0]
+torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)",
+                                               qwen_call.footprint(), "the trace")
+element_size = TORCH_DTYPES[str(qwen_call.dtype)].itemsize
 triton_launches = configs.forward_launches(qwen_call.batch_heads, qwen_call.sq, qwen_call.d,
-                                           TORCH_DTYPES[str(qwen_call.dtype)].itemsize, capability,
-                                           gpu["sharedMemPerBlockOptin"])
+                                           element_size, capability, smem_optin)
 same_rows = [t for t in triton_launches if t.blocks == torch_launch.blocks]
 
 # %% tags=["remove-cell"]

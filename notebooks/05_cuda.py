@@ -6,8 +6,8 @@
 # ours, twice:
 #
 # * **v1** (`kernels/cuda/csrc/flash_v1.cu`): the plain algorithm: tiles in
-#   [shared memory](glossary.md#shared-memory), fp32 arithmetic, threads mapped to elements
-#   anew in each phase.
+#   [shared memory](glossary.md#shared-memory), fp32 arithmetic (inputs converted on load),
+#   threads mapped to elements anew in each phase.
 # * **v2** (`kernels/cuda/csrc/flash_v2.cu`): FlashAttention-2 on [tensor
 #   cores](glossary.md#tensor-core), scores in [registers](glossary.md#registers), two K/V
 #   buffers filled asynchronously, the mask only where a tile needs it.
@@ -67,7 +67,7 @@ traces_box({"H100 Qwen": TRACELENS["h100_qwen"]})
 # Both kernels split the work as the Triton kernel did: one **thread block**
 # ([CTA](glossary.md#cta)) per tile of query rows of one (batch, head), walking over the keys.
 # CUDA adds the inside of a block: a few hundred threads, run as warps of 32. Both launches at
-# this chapter's shape (the formulas of `flash_api.h`):
+# this chapter's shape (the formulas of `kernels/cuda/csrc/flash_api.h`):
 
 # %%
 launches = cuda_flash.launch_configs(batch, heads, seq, kernel_dim)
@@ -109,7 +109,7 @@ lesson(all(rows == set(range(16 * w, 16 * w + 16)) for w, rows in v2_rows.items(
 # with rows a multiple of 32 words a column sits in one bank and 32 threads reading it queue.
 # One spare word per row staggers the rows.
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 ch05.excerpts(V1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
               ("for (int idx = threadIdx.x; idx < count * D",))
 
@@ -126,7 +126,7 @@ ch05.excerpts(V1, ("extern __shared__ float smem[];", "float* row_s = s_s"),
 # %%
 show_lines(V1, "for (int d = 0; d < D; ++d) {")
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(V1, "const float alpha = expf(row_max - shift);", "row_max = new_max;")
 
 # %% [markdown]
@@ -159,7 +159,7 @@ shown = table[(table.dtype == kernel_dtype) & (table.arch == "sm_80")].assign(
     **{"shared KiB": lambda t: t["dynamic smem (B)"] / 1024,
        "limited by": lambda t: t["limited by"].str.replace("_", " "),
        "a trace reads %": lambda t: (t["a trace reads %"] + 0.5).map(math.floor)})   # Kineto's lround
-shown.set_index("kernel")[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
+shown.set_index("kernel").rename_axis(f"sm_80 (A100), {kernel_dtype}")[["registers", "shared KiB", "occupancy %", "limited by", "a trace reads %"]]
 
 # %% [markdown]
 # These numbers were {glue:text}`resources_source`; sm_80 is the A100. The last three columns
@@ -176,7 +176,7 @@ lesson(not any(k.spills for k in all_kernels) and all(k.shared_bytes == 0 for k 
 lesson(all(focus[a, "v2"].registers > focus[a, "v1"].registers and occ[a, "v2"].percent <= occ[a, "v1"].percent
            and occ[a, "v2"].limited_by == "registers" for a in archs),
        "v2 needs more registers per thread than v1, capping it at the lower occupancy",
-       ", ".join(f"{a}: {focus[a, 'v1'].registers} vs {focus[a, 'v2'].registers}" for a in archs))
+       ", ".join(f"{a}: v1 {focus[a, 'v1'].registers} vs v2 {focus[a, 'v2'].registers}" for a in archs))
 
 # %% [markdown]
 # ## Occupancy, by hand
@@ -196,7 +196,8 @@ lesson(all(resources.occupancy_of(k).blocks_per_sm > 0 for k in all_kernels),
 glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 
 # %% [markdown]
-# The kernel built for speed has the lower occupancy, as the source article found for PyTorch's
+# The kernel built for speed has the lower occupancy, as the source article (Hugging Face's
+# "Profiling in PyTorch", Part 3) found for PyTorch's
 # own flash kernel on an A100 (about 13%, and the fastest in its trace): occupancy hides memory
 # latency with more warps, FlashAttention by reusing tiles on chip.
 #
@@ -215,7 +216,7 @@ glue("kineto_zero_kernels", ", ".join(zero_in_a_trace) or "none of them")
 mma_macs = resources.MMA_M * resources.MMA_N * resources.MMA_K
 glue_all(mma_macs=f"{mma_macs:,}", mma_macs_per_lane=mma_macs // 32)
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,")
 
 # %% [markdown]
@@ -224,13 +225,17 @@ show_lines(V2, "__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const
 # so a tile's `mma.sync` appear once per copy of the tile pass, and v2 has two copies, with and
 # without the mask.
 
+# %%
+if ptx is not None:  # PTX exists where nvcc compiled the kernels on this run
+    counted = resources.instruction_table(ptx, ("mma.sync", "fma.rn.f32", "ldmatrix", "shfl.sync"))
+    display(counted.loc["sm_80"].filter(like=f"<{kernel_dtype},", axis=0))
+
 # %% tags=["remove-input"]
 if ptx is None:
     say(f"No PTX to read: the resources were {resources_source} (the snapshot holds resources only).")
     for key in ("v2_mma", "v1_mma", "v1_fma"):
         glue(key, "not counted (no PTX on this run)")
 else:
-    counted = resources.instruction_table(ptx, ("mma.sync", "fma.rn.f32", "ldmatrix", "cp.async.cg", "shfl.sync"))
     lesson(not counted.filter(like="v1<", axis=0)["mma.sync"].any(), "v1 contains no tensor-core instruction")
     lesson(all(counted.loc[(a, f"v2<{kernel_dtype}, {d}>"), "mma.sync"] == 2 * resources.mma_per_key_tile(d)
                for a in archs for d in cuda_flash.HEAD_DIMS),
@@ -251,7 +256,7 @@ else:
 # score tiles' accumulator layout is `mma`'s A-operand layout, so each lane packs its own values
 # into 16-bit pairs:
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 display(show_lines(V2, "for (int n = 0; n < kNTiles; n += 2) {"))
 show_lines(V2, "// C layout of S tiles")
 
@@ -347,7 +352,7 @@ lesson(all(design.tile_bodies(revision_of[a, 2]) == 2 * design.tile_bodies(revis
 # probability nothing. The unmasked pass also folds the scale into the max, so "scale, subtract
 # the max" becomes one fused multiply-add (both folded):
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 ch05.excerpts(V2, ("asm(\"ex2.approx.ftz.f32", "\"=f\"(y)"),
               ("const float x = kFold ? fmaf", "s[n][c] = exp2_of"))
 
@@ -366,7 +371,7 @@ lesson(all(revision_of[a, 2].counts["ex2.approx.ftz.f32"] == 0 and revision_of[a
 # (`cp.async`) land in the other buffer while tile j
 # computes; one barrier per tile does both jobs (the top of `tile_pass`, folded):
 
-# %% tags=["hide-output"]
+# %% tags=["remove-input", "hide-output"]
 show_lines(V2, "cp_async_wait<0>();  // this thread's copies of tile j")
 
 # %% tags=["remove-input"]
@@ -387,14 +392,18 @@ glue("buffer_registers", f"it costs up to {cost[4]} registers per thread ({moves
 # In H100 Qwen, [SDPA](glossary.md#sdpa) ran `flash_fwd_kernel`; beside its recorded footprint,
 # what v2 would launch for the same shape:
 
-# %%
+# %% tags=["remove-cell"]
+# The GPU the trace recorded: its architecture picks the compiled v2 to set beside torch's kernel.
 qwen_trace = TRACELENS["h100_qwen"].trace()
-qwen_call = find_attention(TRACELENS["h100_qwen"].step(trace=qwen_trace)).calls[0]
 gpu = qwen_trace.device_properties[0]
 qwen_arch = occupancy.arch_of((gpu["computeMajor"], gpu["computeMinor"]))
-torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)", qwen_call.footprint(), "the trace")
-v2_launch = resources.v2_launch(qwen_call.batch_heads, qwen_call.sq, int(qwen_call.d or 0), str(qwen_call.dtype), qwen_arch,
-                                all_kernels)
+
+# %%
+qwen_call = find_attention(TRACELENS["h100_qwen"].step(trace=qwen_trace)).calls[0]
+torch_launch = occupancy.launch_from_footprint("flash_fwd_kernel (H100 Qwen)",
+                                               qwen_call.footprint(), "the trace")
+v2_launch = resources.v2_launch(qwen_call.batch_heads, qwen_call.sq, int(qwen_call.d or 0),
+                                str(qwen_call.dtype), qwen_arch, all_kernels)
 
 # %% tags=["remove-cell"]
 glue("qwen_shape", f"{qwen_call.op} at B·H = {qwen_call.batch_heads}, S = {qwen_call.sq}, D = {qwen_call.d}, "
@@ -418,16 +427,20 @@ lesson(occ_v2.warps_per_block > occ_torch.warps_per_block and occ_v2.blocks_per_
 glue_all(qwen_torch_warps=occ_torch.warps_per_sm, qwen_v2_warps=occ_v2.warps_per_sm,
          qwen_torch_cta_warps=occ_torch.warps_per_block, qwen_v2_cta_warps=occ_v2.warps_per_block,
          qwen_torch_ctas=occ_torch.blocks_per_sm, qwen_v2_ctas=occ_v2.blocks_per_sm,
-         qwen_torch_waves=torch_waves, qwen_v2_waves=v2_waves)
+         qwen_torch_waves=torch_waves, qwen_v2_waves=v2_waves,
+         qwen_warps_per_sm=(f"{occ_v2.warps_per_sm} warps per SM either way" if occ_v2.warps_per_sm == occ_torch.warps_per_sm
+                            else f"{occ_torch.warps_per_sm} against {occ_v2.warps_per_sm} warps per SM"))
 runnable = [n for n in ("cuda_v1", "cuda_v2") if kernels.available(device)[n] is None
             and head_dim in cuda_flash.HEAD_DIMS]
 glue("speed_where", "This copy of the page ran on one: its last section has the numbers." if runnable else
      "This copy of the page ran without one, so it has no timing of v1 or v2.")
 
 # %% [markdown]
-# The call: {glue:text}`qwen_shape`. Both kernels keep tiles on chip in registers, with
-# {glue:text}`qwen_torch_warps` and {glue:text}`qwen_v2_warps` warps per SM resident; v2's CTAs
-# still take more [waves](glossary.md#wave).
+# The call: {glue:text}`qwen_shape`. Both kernels stage K and V through shared memory and keep
+# the score tile and output in registers. Torch fits {glue:text}`qwen_torch_ctas` CTAs of
+# {glue:text}`qwen_torch_cta_warps` warps per SM, v2 {glue:text}`qwen_v2_ctas` of
+# {glue:text}`qwen_v2_cta_warps`: {glue:text}`qwen_warps_per_sm`; v2's CTAs still take more
+# [waves](glossary.md#wave).
 #
 # A GPU run of this page adds a section timing v1 and v2 against `triton` and `sdpa_flash`.
 # {glue:text}`speed_where`
