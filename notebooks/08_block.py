@@ -104,7 +104,7 @@ lesson(fl["attention share"].is_monotonic_increasing and fl["attention share"].n
        "attention's share of the block's FLOPs grows with the sequence length at fixed width",
        " -> ".join(f"{s:.1%}" for s in fl["attention share"]))
 half_at = seqs[-1] * fl["linear (GFLOP)"].iloc[-1] / fl["attention (GFLOP)"].iloc[-1]  # attention ∝ S², the rest ∝ S
-reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs", source="the formula the count matches")
+reveal(guess_half_at_seq, half_at, "the length where attention is half the FLOPs", source="FlopCounterMode's counts")
 glue("b_half_at", f"{half_at:,.0f}")
 glue("b_share_range", f"{fl['attention share'].iloc[0]:.1%} at S={seqs[0]} to {fl['attention share'].iloc[-1]:.1%} at S={seqs[-1]}")
 
@@ -174,7 +174,7 @@ if "sdpa_math" in plugged and "naive" in plugged:
 # buffers too. Its higher peak also holds a boolean S×S buffer ({glue:text}`b_flags_mib` MiB)
 # marking the masked scores, so that a fully masked row comes out as zeros rather than NaN, and a
 # buffer of q's size ({glue:text}`b_q_mib` MiB: it scales copies of q and k rather than the
-# scores). Memory shows attention's choice without noise.
+# scores; one of them is alive at the peak). Memory shows attention's choice without noise.
 #
 # ## A real model's step on a GPU
 #
@@ -277,8 +277,7 @@ compiled_block = torch.compile(make_block(blocks.sdpa_causal, labels=False), dyn
 eager_sdpa = make_block(blocks.sdpa_causal)
 
 # %% tags=["remove-input"]
-# The first call compiles: timed here, before the profile's warm-up would do it unseen.
-first, _ = torch_compile.first_and_steady(compiled_block, x, steady_calls=1)
+# The first call compiles (chapter 7 times it), here rather than in the profile's warm-up.
 err = blocks.largest_difference({"eager": eager_sdpa(x), "compiled": compiled_block(x)})
 lesson(err <= 1e-4 if dtype == torch.float32 else err <= 5e-2, "the compiled block computes what the eager block does",
        f"relative difference {err:.1e}")
@@ -294,6 +293,9 @@ cstep, estep = csteps["compiled"], csteps["sdpa_eager"]
 # The compiled block has no `block.*` labels, so read it by op: one compiled region, the linear
 # layers' matmuls, the attention call, and between them the kernels Inductor generated, each named
 # after the ops it fused. The table leaves time out: one profile's times on a shared CPU are noise.
+# The matmuls and generated kernels show 0 KiB: Inductor's code allocates their buffers itself and
+# hands each `addmm` one to write into through `out=` (its fourth shape); the row "(the region's
+# own code)" holds them.
 
 # %% tags=["remove-input"]
 gen = torch_compile.generated_kernels(cstep)
@@ -308,12 +310,11 @@ lesson(any("gelu" in f for f in gen["fused"]) and any({"add", "native_layer_norm
        ", ".join(gen["name"]))
 lesson(cstep.allocated_bytes < estep.allocated_bytes,  # the two numbers are glued in the sentence below
        "the compiled block allocates less than the eager one")
-glue("b_compile_s", f"{first:.1f}")
 glue("b_c_alloc", f"{mib(cstep.allocated_bytes):.1f}")
 glue("b_e_alloc", f"{mib(estep.allocated_bytes):.1f}")
 
 # %% [markdown]
-# Compiling took {glue:text}`b_compile_s` s on the first call. The compiled block allocates
+# The compiled block allocates
 # {glue:text}`b_c_alloc` MiB per forward against {glue:text}`b_e_alloc` MiB eager: the fused
 # kernels do not write the eager ops' intermediates.
 #
@@ -355,8 +356,8 @@ glue("b_saved_mib", f"{mib((4 - 2) * hidden_bytes):.1f}")  # trips of [B, S, 4W]
 #   inside the block; a fused kernel never does.
 # - In a real model's eager GPU step, the small elementwise passes and copies can outweigh the
 #   GEMMs: each moves a whole activation tensor for a few FLOPs.
-# - Compiling fuses the norms and residual adds and writes a GELU kernel; the matmuls stay library
-#   calls. A fused MLP would remove the [B, S, 4W] round trip.
+# - Compiling folds the first residual add into the second norm and writes a GELU kernel and an
+#   add kernel; the matmuls stay library calls. A fused MLP would remove the [B, S, 4W] round trip.
 
 # %% tags=["remove-input"]
 links.links(cruns["compiled"])

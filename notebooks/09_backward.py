@@ -17,7 +17,7 @@
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb), [3. One call:
 # `scaled_dot_product_attention`](03_sdpa.ipynb), [3b. The fused backends](03b_sdpa_fused.ipynb)
-# and [4. FlashAttention-2 in Triton](04_triton.ipynb). What `backward()` computes.
+# and [4. FlashAttention-2 in Triton](04_triton.ipynb); you should know what `backward()` computes.
 #
 # **Time:** about {reading_minutes} min to read.
 
@@ -71,8 +71,9 @@ show_lines(backward.training_step)
 guess_nodes = ["BmmBackward0", "MulBackward0", "MaskedFillBackward0", "SoftmaxBackward0", "BmmBackward0"]  # edit me
 
 # %%
-runs = {name: record.profile(backward.training_step(name, g), q_, k_, v_, label=name, wait=0, warmup=1, active=1,
-                             trace_dir=trace_dir) for name, (q_, k_, v_, g) in step_inputs.items()}
+runs = {name: record.profile(backward.training_step(name, g), q_, k_, v_, label=name,
+                             wait=0, warmup=1, active=1, trace_dir=trace_dir)
+        for name, (q_, k_, v_, g) in step_inputs.items()}
 steps = {name: run.step() for name, run in runs.items()}
 naive_nodes = backward.backward_nodes(steps["naive"])
 
@@ -137,13 +138,17 @@ else:
 # `probs` and `v`. Whatever a backward needs, the forward must keep alive, and an S×S tensor
 # kept per head is where training memory goes. Every allocation and free is a `[memory]`
 # event in the trace, so the S×S buffers still allocated when the backward begins are the
-# ones the forward kept. Guess how many S×S buffers each keeps:
+# ones the forward kept. An S×S buffer here is one tensor of the scores or probabilities of all
+# heads, B·H·S·S elements ({glue:text}`square_mib:.1f` MiB); naive's S×S boolean mask is built
+# once, outside the step, and is not one. Guess how many S×S buffers each keeps:
 
 # %%
 guess_kept = {"naive": 2, "sdpa_math": 3, "sdpa_flash": 1}  # edit me
 
 # %% tags=["remove-cell"]
 compared = [n for n in variants if step_inputs[n][0].shape == step_inputs["naive"][0].shape]
+csteps = {n: steps[n] for n in compared}
+glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].element_size()))
 
 # %% tags=["remove-input"]
 if len(compared) < len(variants):
@@ -153,8 +158,6 @@ if len(compared) < len(variants):
                      f"(its trace is in the list above)."))
 
 # %%
-# The variants that trained at q's shape (on a CPU Triton's interpreter ran a tiny one).
-csteps = {n: steps[n] for n in variants if step_inputs[n][0].shape == step_inputs["naive"][0].shape}
 kept = backward.kept_table(csteps, step_inputs)
 ch09_backward.kept_view(kept)
 
@@ -187,20 +190,26 @@ lesson(len(naive_square_shapes) == 3 and kept.at["naive", "S×S saved (hooks)"] 
 lesson((kept.loc[unfused, "S×S kept (trace)"] == 1).all(),
        "the unfused forwards keep exactly one S×S buffer for the backward: the probabilities", ", ".join(unfused))
 lesson((kept.loc[fused, "S×S kept (trace)"] == 0).all(),
-       "the fused forwards keep no S×S buffer at all", ", ".join(fused))
+       "the fused forwards that trained here keep no S×S buffer at all", ", ".join(fused))
 glue("naive_kept_mib", float(kept.loc["naive", "alive at backward (MiB)"]))
-glue("square_mib", mib(batch * heads * seq * seq * step_inputs["naive"][0].element_size()))
+out_mib = mib(step_inputs["naive"][0].numel() * step_inputs["naive"][0].element_size())  # the output, q's shape
+glue("out_mib", out_mib)
+# The prose accounts for every MiB alive at naive's backward: the probabilities plus the output.
+assert abs(kept.loc["naive", "alive at backward (MiB)"]
+           - mib(batch * heads * seq * seq * step_inputs["naive"][0].element_size()) - out_mib) < 0.01
 
 # %% [markdown]
 # The hand-written module keeps the probabilities ({glue:text}`square_mib:.1f` MiB here, an
 # S×S per head in one buffer), which the softmax's backward and the second matmul's backward
-# both read: {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts. What do the
+# both read: {glue:text}`naive_kept_mib:.2f` MiB is alive when its backward starts (with the
+# {glue:text}`out_mib:.1f` MiB output). What do the
 # fused kernels keep instead? q, k and v, the output, and one number per query row, the
 # log-sum-exp of its scores ($\log \sum_j e^{s_{ij}}$): an S-sized tensor instead of an S×S one.
 
 # %% tags=["remove-input"]
 lse_shapes = {n: backward.per_row_shapes(kept.at[n, "shapes saved"], step_inputs[n][0].shape) for n in fused}
-lesson(all(lse_shapes.values()), "every fused forward saves a per-row tensor (the log-sum-exp) and nothing S×S",
+lesson(all(lse_shapes.values()), "each fused forward that trained here saves a per-row tensor (the log-sum-exp) "
+       "and nothing S×S",
        "; ".join(f"{n}: " + ", ".join(str(list(shape)) for shape in s) for n, s in lse_shapes.items()))
 
 # %% [markdown]
@@ -282,10 +291,11 @@ if gpu_steps:
 # convolutional network: not attention, but the same engine at work. Its thread names say who
 # launched each kernel: `pt_main_thread` the forward, `pt_autograd_0` (the engine's device
 # thread) the backward; the gradients' all-reduce across the two ranks ran as NCCL kernels,
-# counted apart (`kernels.trace.phases`). The main thread's two opening NCCL broadcasts are
+# counted apart (`kernels.trace.phases`). The main thread's two early NCCL broadcasts are
 # most likely DistributedDataParallel sending rank 0's module buffers (the batch norms'
 # running statistics) to the other rank, as it does by default. Its launches after the
-# backward are the optimizer's `_foreach_` updates, which `phases` counts with the forward:
+# backward are the optimizer's `_foreach_` updates, which `phases` counts with the forward (the
+# phase table below gives them a row of their own):
 
 # %%
 trained = borrowed.TRAINING_STEP.step()
@@ -319,7 +329,7 @@ guess_backward_over_forward = 1.0  # edit me before running on
 # The A100 training step's GPU time, by phase:
 
 # %%
-phases = time_by_phase(trained)
+phases = ch09_backward.optimizer_apart(time_by_phase(trained), trained)
 ch09_backward.phase_table(phases)
 
 # %% tags=["remove-input"]
@@ -333,8 +343,8 @@ lesson(backward_over_forward > 1, "in this training step the backward's kernels 
 # %% [markdown]
 # A convolution's or a matmul's backward is mostly two products the size of its forward (the
 # input's gradient and the weights'), so about twice is what to expect; attention's fused
-# backward does more (the recompute, above). The all-reduce is the communication row,
-# {glue:text}`comm_share` of this step's GPU time, which a single GPU would not spend.
+# backward does more (the recompute, above). The communication row (the all-reduce and the two
+# broadcasts) is {glue:text}`comm_share` of this step's GPU time, which a single GPU would not spend.
 #
 # ## What to remember
 #

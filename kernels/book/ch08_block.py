@@ -88,8 +88,36 @@ def alive_at_peak(step, smallest: int = 2**16) -> dict[int, int]:
 
 def ops_and_allocations(step) -> pd.DataFrame:
     """``tables.op_table`` of a step without its CPU times (one profile's are noise: ops of the
-    same work differ by orders of magnitude) and with a header short enough to fit the page."""
-    from kernels.trace.tables import op_table
+    same work differ by orders of magnitude) and with a header short enough to fit the page.
+    A compiled region's own code allocates its buffers (the ops under it write into them through
+    ``out=``): a row under the region, "(the region's own code)", shows those bytes, so the rows
+    under a region add up to its total."""
+    from kernels.trace.tables import NESTING, op_table
 
     table = op_table(step, times=False)
-    return table.rename(columns={"allocated (KiB, incl. children)": "allocated (KiB)"})
+    column = "allocated (KiB, incl. children)"
+    ops = step.ops[~step.ops["is_view"]].reset_index(drop=True)
+    for at in reversed(range(len(ops))):  # from the bottom, so inserted rows leave the others' places
+        if not str(ops.at[at, "name"]).startswith(REGION):
+            continue
+        own = ops.at[at, "alloc_bytes"] - children(ops, at)["alloc_bytes"].sum()
+        if own > 0:
+            row = {"op": NESTING * (int(ops.at[at, "depth"]) + 1) + "(the region's own code)",
+                   "input shapes": "", column: round(own / 1024, 1)}
+            table = pd.concat([table.iloc[:at + 1], pd.DataFrame([row]), table.iloc[at + 1:]], ignore_index=True)
+    return table.rename(columns={column: "allocated (KiB)"})
+
+
+# How the profiler names a torch.compile'd graph's run ("Torch-Compiled Region: 0/0").
+REGION = "Torch-Compiled Region"
+
+
+def children(ops: pd.DataFrame, at: int) -> pd.DataFrame:
+    """The ops directly under row ``at`` of ``ops`` (rows in call order, with a ``depth``)."""
+    depth, rows = int(ops.at[at, "depth"]), []
+    for below in range(at + 1, len(ops)):
+        if ops.at[below, "depth"] <= depth:
+            break
+        if ops.at[below, "depth"] == depth + 1:
+            rows.append(below)
+    return ops.loc[rows]

@@ -126,13 +126,37 @@ def launch_threads(step: Step) -> pd.DataFrame:
 def after_backward(step: Step, thread: str = "pt_main_thread") -> list[str]:
     """The ATen ops that launched ``thread``'s GPU work after the backward's last launch (from
     ``launch_threads``' engine thread): in a training step, the optimizer's."""
+    return sorted(set(launched_after_backward(step, thread)["op"].dropna()))
+
+
+def launched_after_backward(step: Step, thread: str = "pt_main_thread") -> pd.DataFrame:
+    """The GPU work ``thread`` launched after the engine thread's last launch (rows of ``gpu_work``)."""
     from kernels.trace.phases import AUTOGRAD_THREAD, thread_names
 
     work, names = step.gpu_work, thread_names(step)
     named = work["thread"].astype(str).map(lambda t: names.get(t, ""))
     engine_last = work.loc[named.str.contains(AUTOGRAD_THREAD), "launch_start_us"].max()
-    late = work[named.str.contains(thread) & (work["launch_start_us"] > engine_last)]
-    return sorted(set(late["op"].dropna()))
+    return work[named.str.contains(thread) & (work["launch_start_us"] > engine_last)]
+
+
+def optimizer_apart(phases: pd.DataFrame, step: Step) -> pd.DataFrame:
+    """``phases.time_by_phase``' table with the main thread's work after the backward (the
+    optimizer's updates, which ``phase_of`` counts with the forward) moved to an "optimizer" row
+    after the backward's, so the forward row is the forward alone."""
+    from kernels.trace.phases import phase_of, thread_names
+
+    late, names = launched_after_backward(step), thread_names(step)
+    late = late[[phase_of(k, names.get(str(t), "")) == "forward" for k, t in zip(late["name"], late["thread"])]]
+    if late.empty:
+        return phases
+    table = phases.copy()
+    table.loc["forward", ["GPU µs", "work"]] -= [late["dur_us"].sum(), len(late)]
+    optimizer = pd.DataFrame({"GPU µs": [late["dur_us"].sum()], "work": [len(late)]}, index=["optimizer"])
+    at = list(table.index).index("backward") + 1 if "backward" in table.index else len(table)
+    table = pd.concat([table.iloc[:at], optimizer, table.iloc[at:]]).rename_axis(phases.index.name)
+    table["share"] = table["GPU µs"] / step.gpu_time_us
+    table["work"] = table["work"].astype(int)
+    return table[["GPU µs", "share", "work"]]
 
 
 def main_thread_during_backward(step: Step) -> dict:

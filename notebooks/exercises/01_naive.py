@@ -125,8 +125,10 @@ def solution_hidden_copy(step, min_bytes):
 check_hidden_copy(solution_hidden_copy if solutions else find_hidden_copy, device=device)
 
 # %% [markdown]
-# The third trace was attention that upcasts its scores to float64 before the softmax, a
-# habit from mixed-precision code. In the source, `.to(torch.float64)` is a few characters on
-# a line; in the trace it is what it costs: one more full-size copy of the scores (`aten::to`).
+# :::{dropdown} What was the third trace?
+# Attention that masks a copy of its scores in place, keeping the raw scores for a look later, a
+# debugging habit. In the source the copy is a few characters on a line; in the trace it is what
+# it costs, a full-size copy of the scores, one level below the top rather than two.
+# :::
 #
 # Back to [chapter 1](../01_naive.ipynb), or on to the [exercises of chapter 2](02_inplace.ipynb).

@@ -73,7 +73,26 @@ def test_ops_and_allocations_drops_the_cpu_times():
 
     table = pd.DataFrame({"op": ["aten::addmm"], "input shapes": ["(2, 2)"],
                           "allocated (KiB, incl. children)": [4.0]})
+    ops = pd.DataFrame({"name": ["aten::addmm"], "depth": [0], "is_view": [False], "alloc_bytes": [4096]})
     with patch("kernels.trace.tables.op_table", return_value=table) as op_table:
-        shown = ch08_block.ops_and_allocations(SimpleNamespace())
+        shown = ch08_block.ops_and_allocations(SimpleNamespace(ops=ops))
     assert op_table.call_args.kwargs["times"] is False, "one profile's CPU times are not shown"
     assert list(shown.columns) == ["op", "input shapes", "allocated (KiB)"]
+    assert len(shown) == 1, "no compiled region: no row added"
+
+
+def test_ops_and_allocations_shows_what_a_compiled_region_allocated_itself():
+    from unittest.mock import patch
+
+    kib = 1024
+    ops = pd.DataFrame({"name": ["TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "aten::addmm", "aten::copy_",
+                                 "aten::t", "aten::sdpa", "aten::add"],
+                        "depth": [0, 0, 1, 2, 1, 1, 0], "is_view": [False, False, False, False, True, False, False],
+                        "alloc_bytes": [0, 10 * kib, 0, 0, 0, 3 * kib, 2 * kib]})
+    kept = ops[~ops["is_view"]]
+    table = pd.DataFrame({"op": kept["name"].tolist(), "input shapes": [""] * len(kept),
+                          "allocated (KiB, incl. children)": (kept["alloc_bytes"] / kib).tolist()})
+    with patch("kernels.trace.tables.op_table", return_value=table):
+        shown = ch08_block.ops_and_allocations(SimpleNamespace(ops=ops))
+    assert shown["op"].iloc[2].endswith("(the region's own code)"), shown
+    assert shown["allocated (KiB)"].tolist() == [0, 10, 7, 0, 0, 3, 2], "the region's own 7 KiB sit under it"

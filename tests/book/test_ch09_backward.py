@@ -112,3 +112,19 @@ def test_main_thread_launches_nothing_while_the_engine_runs_the_backward():
     main = ch09_backward.main_thread_during_backward(borrowed.TRAINING_STEP.step())
     assert main["during"] == 0 and main["before"] > 0 and main["after"] > 0, main
     assert len(main["communication"]) == 2 and all("Broadcast" in n for n in main["communication"]), main
+
+
+def test_optimizer_apart_moves_the_updates_out_of_the_forward_row():
+    from kernels import borrowed
+    from kernels.trace.phases import time_by_phase
+
+    step = borrowed.TRAINING_STEP.step()
+    phases = time_by_phase(step)
+    apart = ch09_backward.optimizer_apart(phases, step)
+    late = ch09_backward.launched_after_backward(step)
+    assert list(apart.index) == ["forward", "backward", "optimizer", "communication"]
+    assert apart.at["optimizer", "work"] == len(late) > 0
+    assert apart.at["forward", "work"] == phases.at["forward", "work"] - len(late)
+    assert apart["GPU µs"].sum() == pytest.approx(phases["GPU µs"].sum())
+    assert apart["share"].sum() == pytest.approx(phases["share"].sum())
+    assert apart.loc[["backward", "communication"]].equals(phases.loc[["backward", "communication"]])

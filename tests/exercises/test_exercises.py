@@ -190,6 +190,15 @@ def test_chapter1_wrong_answers():
     _fails(r"aten::clone does the copying", ex1.check_hidden_copy, lambda step, n: "aten::clone")
     _fails(r"no copy moves .* the answer is None", ex1.check_hidden_copy, lambda step, n: "aten::masked_fill")
 
+    def two_parents_up(step, min_bytes):  # right on naive's trace only: its copy sits two levels down
+        c = step.copies(min_bytes=min_bytes)
+        if c.empty:
+            return None
+        row = step.ops.at[step.ops.at[c["bytes"].idxmax(), "parent"], "parent"]
+        return step.ops.at[row, "name"]
+
+    _fails(r"the unseen attention", ex1.check_hidden_copy, two_parents_up)
+
 
 def test_chapter2_wrong_answers():
     _fails(r"not in place: the result is right, but it is a new tensor", ex2.check_inplace_mask,
@@ -277,6 +286,19 @@ def test_chapter6_wrong_answers():
     assert ex6.check_intensity(intensity)
     _fails(r"elements, not bytes", ex6.check_intensity, lambda *a: intensity(*a, per_element=True))
     _fails(r"four tensors", ex6.check_intensity, lambda *a: intensity(*a, tensors=3))
+
+
+def test_chapter6_unknown_slips_say_where_and_which_way_never_a_factor():
+    # A constant answer must not let the learner read the expected values back from the message.
+    _fails(r"causal cases too low, by a factor that changes with the shape", ex6.check_intensity, lambda *a: 1.0)
+    _fails(r"dense fwd too low", ex6.check_tflops, lambda *a: 1.0)
+    for check in (ex6.check_intensity, ex6.check_tflops):
+        with pytest.raises(ExerciseFailed) as failed:
+            check(lambda *a: 1.0)
+        assert not re.search(r"\d+(\.\d+)?(e-?\d+)?x", str(failed.value).split("(seed")[0])
+    assert ex6.off_where({"a": [1.0, 2.0, 0.5], "b": [3.0, 3.0]}, shapes=True) == (
+        "a right in some, too high in some, too low in others, by a factor that changes with the shape; "
+        "b too high, by one factor for every shape")
 
 
 def test_learner_exceptions_become_sentences():
