@@ -56,7 +56,7 @@ borrowed.traces_box({"H100 BERT": borrowed.TRACELENS["h100_bert"]})
 #
 # The course's `kernels.trace.record.profile` does both. Its core:
 
-# %%
+# %% tags=["remove-input"]
 show_lines(record.profile, "with quiet_kineto()", "prof.step()")
 
 # %% [markdown]
@@ -65,7 +65,7 @@ show_lines(record.profile, "with quiet_kineto()", "prof.step()")
 # Our first subject is tiny on purpose: a matrix product then a ReLU, all of
 # `record.mlp_step(x, w)`:
 
-# %%
+# %% tags=["remove-input"]
 show_lines(record.mlp_step, "return torch.relu")
 
 # %% [markdown]
@@ -108,8 +108,8 @@ summary_columns(run.averages)
 # - **CPU total** is an op's wall time, children included; **Self CPU** leaves them out.
 #   `aten::matmul`'s self time is tiny: its child `aten::mm` does the work, as
 #   `aten::clamp_min` does `aten::relu`'s (a ReLU is a clamp from below at 0).
-# - Self times never overlap, so they add up to the outermost row, `ProfilerStep*`, one
-#   [profiler step](glossary.md#profiler-step).
+# - Self times never overlap, so they add up to the outermost row, `ProfilerStep*`: every
+#   recorded [profiler step](glossary.md#profiler-step), summed.
 # - **CPU Mem** and **Self CPU Mem** (on a GPU, **CUDA Mem**) sum the bytes an op allocated
 #   over all its calls, a free counting negative (the printed "MB" are MiB).
 # - On a GPU the table adds **Self CUDA** and **CUDA total**: time in kernels an op launched.
@@ -202,13 +202,16 @@ display(per_step[["ops", "ops (no views)", "top-level ops", "cpu_time_ms", "peak
     columns={"cpu_time_ms": "CPU time (ms)", "peak_MiB": "peak (MiB)"}).assign(
     **{"CPU time (ms)": per_step["cpu_time_ms"].map(lambda ms: f"{ms:,.1f}")}))
 spread = per_step["cpu_time_ms"].max() / per_step["cpu_time_ms"].min()
+relu_profiled_ms = step.find("aten::relu")["dur_us"].iloc[0] / 1e3
+relu_vs_timed = (f" (the relu's time in the op table above is {relu_profiled_ms / ops_timing.median_ms['relu']:.0f}× "
+                 "its median timed apart)" if ops_timing.faster() == "relu" else "")
 glue("primer_step_spread", (
     f"On this run the CPU times of these identical steps range from {per_step['cpu_time_ms'].min():,.1f} to "
     f"{per_step['cpu_time_ms'].max():,.1f} ms, {spread:,.0f}× apart: something outside the code (another process, "
     "a first-time allocation, a garbage collection: the trace does not say which) stretched some of them. Read "
     "the tables above for their ops, nesting and memory, not their times" if spread >= 2 else
-    f"On this run the CPU times of these steps stay within {spread:.1f}× of each other: a quiet machine. The tables "
-    "above still show one profiled sample, profiler included"))
+    f"On this run the CPU times of these identical steps stay within {spread:.1f}× of each other: that spread, "
+    "and the profiler's own cost inside each step, are why one profiled step is no clock") + relu_vs_timed)
 
 # %% [markdown]
 # {glue:text}`primer_step_spread`.
@@ -294,7 +297,7 @@ if gpu_steps:
 # %% [markdown]
 # ### A whole model step on an H100
 #
-# A real model: one inference step of BERT-small on one short sentence, in bfloat16, on an
+# A real model: one inference step of BERT-small on a single input text, in bfloat16, on an
 # H100 (**H100 BERT** in the box at the top).
 #
 # Guess first. The model is tiny; the H100 is one of the fastest GPUs made. For what percentage
@@ -306,6 +309,7 @@ guess_busy_pct = 50  # edit me: GPU busy time, in % of the step's CPU time
 # %%
 #| caption: H100 BERT: one inference step of BERT-small (1 × 141 tokens, bfloat16). The CPU rows hold ops, with gaps, across the whole step; the GPU stream row at the bottom holds thin bars with white gaps between them.
 #| alt: Timeline of one BERT-small step about 4.4 ms long. Rows of CPU ops by nesting depth span the whole step, with gaps; the single GPU stream row holds about sixty narrow kernel bars spread across it, mostly empty space between them.
+# for a trace of your own: bert_step = reader.load_trace(path).steps(label)[0]
 bert_step = borrowed.TRACELENS["h100_bert"].step()
 timeline.timeline(bert_step, title="H100 BERT: one step")
 
@@ -334,7 +338,7 @@ glue_all(bert_tokens=" × ".join(map(str, tokens)), bert_layers=len(bert_step.fi
          bert_launch_to_start_us=f"{bert_gpu['median_launch_to_start_us']:.1f}")
 
 # %% [markdown]
-# The model read {glue:text}`bert_tokens` token ids (the box's 512 is a maximum) through
+# The model read {glue:text}`bert_tokens` token ids (the box's text_input_length 512 is a maximum) through
 # {glue:text}`bert_layers` encoder layers: {glue:text}`bert_kernels` kernels and
 # {glue:text}`bert_other_work` copy on one stream. The GPU sat idle {glue:text}`bert_gaps`
 # times, {glue:text}`bert_idle_ms` ms in all, a median {glue:text}`bert_median_gap_us` µs each,
@@ -358,7 +362,7 @@ gaps.nlargest(5, "gap_us")[["after", "before", "gap_us"]].rename(columns={"gap_u
 # Zoomed in on one encoder layer:
 
 # %%
-#| caption: H100 BERT, zoomed in on one encoder layer, from the first `scaled_dot_product_attention` call (the purple bars at the left, labelled "scale…" and, one level down, "_sc…") to the second. Each kernel (bottom row) has a short grey tick above it: its top end is the moment the kernel's launch call began, its bottom end the kernel's start, microseconds later. Read straight up from a tick's top end to find the op that launched that kernel. The kernels are short, and the white stretches between them are the GPU waiting.
+#| caption: H100 BERT, zoomed in on one encoder layer, from the first `scaled_dot_product_attention` call (the purple bars at the far left, one under the other) to the second. Each kernel (bottom row) has a short grey tick above it: its top end is the moment the kernel's launch call began, its bottom end the kernel's start, microseconds later. Read straight up from a tick's top end to find the op that launched that kernel. The kernels are short, and the white stretches between them are the GPU waiting.
 #| alt: Zoomed timeline of one encoder layer of BERT-small: CPU op bars (scaled_dot_product_attention in purple, linear and addmm in blue, layer_norm, gelu) fill three rows above; the GPU row below holds a dozen short kernel bars, each with a short grey tick above it, with wide gaps between them.
 layer = tuple(bert_step.find("aten::scaled_dot_product_attention")["start_us"].iloc[:2] / 1e3)
 timeline.timeline(bert_step, window_ms=layer, title="H100 BERT: one layer")
@@ -374,9 +378,12 @@ whole = runtime_table_whole(bert_step)    # the same table, its "made in" cells 
 shown = (whole["GPU work launched"] > 0) | whole["call"].str.endswith("Synchronize")
 display(whole[shown].reset_index(drop=True).rename(columns={"GPU work launched": "GPU work"})
         .assign(**{"CPU µs": whole.loc[shown, "CPU µs"].map(lambda us: f"{us:,.0f}").values}))
-lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any(),
-       "the calls left out neither launch GPU work nor wait for it",
-       ", ".join(whole.loc[~shown, "call"]))
+memsets = bert_calls.loc[bert_calls["call"] == "cudaMemsetAsync", "calls"].sum()
+lesson(not whole.loc[~shown, "call"].str.contains("Launch|Memcpy|Synchronize").any()
+       and not bert_step.gpu_work["cat"].str.contains("memset").any(),
+       "in this trace the calls left out queued no GPU work and waited for none: "
+       "its cudaMemsetAsync calls left no Memset on the GPU row",
+       f"{', '.join(whole.loc[~shown, 'call'])}; {memsets} cudaMemsetAsync calls, 0 Memsets")
 launch_calls = bert_calls[bert_calls["call"].str.contains("LaunchKernel")]
 lesson(bert_step.gpu_work["launcher"].notna().all() and launch_calls["calls"].sum() == bert_gpu["kernels"],
        "one launch call per kernel, each kernel tied to its launch",

@@ -3,9 +3,9 @@
 #
 # The previous chapter found a full copy of the attention scores inside `masked_fill`.
 # The fix is one character: `masked_fill_`, the in-place version, writes $-\infty$ into the
-# scores tensor we already have. This chapter proves three things on the device that ran it:
-# the output is the same, the copy is gone (and nothing else changed), and one S×S
-# allocation fewer is made. Then it shows when in-place is *not* allowed.
+# scores tensor we already have. This chapter proves that the output is the same, that the
+# copy is gone (and nothing else changed) and that one S×S allocation fewer is made, then
+# shows when in-place is *not* allowed.
 #
 # **You will learn to:**
 #
@@ -14,8 +14,8 @@
 # - tell total allocation from peak memory, and which of the two removing a copy lowers;
 # - compare two forwards' times apart from the profiler, and when to call neither one faster;
 # - see when an in-place op breaks autograd, and why `masked_fill_` does not;
-# - find the copies in a real model's step by their bytes, trace each to the Python call and
-#   module that made it, and judge from the recorded strides whether it was needed.
+# - find a real model's copies by their bytes and the call that made them, and judge from the
+#   recorded strides whether each was needed.
 #
 # **Before you start:** [1. Attention by hand](01_naive.ipynb). What `backward()` does, for the
 # section on autograd.
@@ -74,8 +74,8 @@ lesson(verdict.ok, "in-place attention matches the float64 reference within its 
 # Profile both with the same schedule and compare the ops of one forward each.
 
 # %%
-runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
-        for name in ("naive", "inplace")}
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps,
+                             trace_dir=trace_dir) for name in ("naive", "inplace")}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 
 # %% tags=["remove-input"]
@@ -89,9 +89,8 @@ lesson(step["inplace"].find("aten::clone").empty, "no aten::clone is left in the
 # What exactly changed? `tracediff.diff` matches every op of one forward with the other's by
 # name *and* input shapes (a view or a bare allocation counts towards the op that called it)
 # and keeps the rows whose count or allocated bytes differ (an input shown as `()` is a
-# scalar argument: the fill value, a flag). Given every recorded forward of each, it takes
-# each row's self time as the median over them: one profiled step is one sample, and on a busy
-# machine any op in it can stall for milliseconds.
+# scalar argument: the fill value, a flag). Each row's self time is its median over every
+# recorded forward, since any op in one profiled step can stall.
 
 # %%
 changes = tracediff.diff(runs["naive"].steps(), runs["inplace"].steps())
@@ -113,21 +112,23 @@ changed = changes.changed().query("kind == 'op'")  # CPU ops here; a GPU run che
 lesson(set(changed["name"]) <= {"aten::masked_fill", "aten::clone", "aten::copy_", "aten::masked_fill_"},
        "the only ops that differ are the mask step and its clone", ", ".join(changed["name"]))
 matched = changes.ops[~changes.ops["substance"]]
-glue_all(matched_rows=len(matched), matched_gap_ms=f"{abs(matched['time_us_a'].sum() - matched['time_us_b'].sum()) / 1e3:.1f}")
+matched_views = int(matched["name"].isin(events.VIEW_OPS).sum())   # a view at the top level has no caller to count towards
+glue_all(matched_rows=len(matched), matched_work=len(matched) - matched_views, matched_views=matched_views,
+         matched_gap_ms=f"{abs(matched['time_us_a'].sum() - matched['time_us_b'].sum()) / 1e3:.1f}")
 # The two traces behind this figure: download them, or open them in Perfetto.
 display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
 # The note under the axis is everything else: {glue:text}`matched_rows` rows of the same ops on
-# the same shapes in both forwards, yet their self times add up to totals
+# the same shapes in both forwards ({glue:text}`matched_work` that do work and
+# {glue:text}`matched_views` top-level view, the `transpose` of `k`), yet their self times add up to totals
 # {glue:text}`matched_gap_ms` ms apart. That gap is not the change, since none of that work
 # changed: it is how much one profile's times move on this machine by themselves, which is why
 # this page reads a speed-up only from the timing with a spread check below, never from a
 # profile.
 #
-# On a GPU the copy is a kernel of its own: the source article's A100 trace goes from 6
-# [kernels](glossary.md#kernel) per forward to **5**, the Memcpy gone, and the mask step
-# dispatches fewer CPU ops.
+# On a GPU the copy is GPU work of its own: the source article's A100 trace goes from 6 GPU
+# activities per forward to **5**, the Memcpy gone.
 
 # %% tags=["remove-input"]
 # This run's own GPU forwards (or the book's recording of them): 6 activities to 5, the copy gone.
@@ -183,14 +184,13 @@ glue_all(inplace_saved_mib=mib(saved), inplace_ops_fewer=fewer["ops"], inplace_w
 # allocations those called (the mask's broadcast `expand`s, the clone's `empty_like`), which the diff counts
 # towards their callers and the summary's `ops (no views)` column leaves out.
 #
-# Is it faster? It skips one S×S copy: {glue:text}`inplace_saved_mib:.1f` MiB read and as many
-# written per forward, out of a forward whose matmuls, scale, mask and softmax each pass over
-# the same S×S data. We time both forwards apart from the profiler, alternating them call by
-# call, with chapter 0's spread check:
+# Is it faster? It skips one S×S copy ({glue:text}`inplace_saved_mib:.1f` MiB read and as many
+# written) among the forward's several passes over S×S data. We time both apart from the
+# profiler, call by call, with chapter 0's spread check:
 
 # %%
-timing = comparison.compare({name: functools.partial(kernels.get(name), q, k, v) for name in ("naive", "inplace")},
-                            device=device, rounds=15)
+forwards = {name: functools.partial(kernels.get(name), q, k, v) for name in ("naive", "inplace")}
+timing = comparison.compare(forwards, device=device, rounds=15)
 
 # %% tags=["remove-input"]
 lesson(timing.faster() != "naive", "timed apart from the profiler, with the spread check, the naive forward does not come out faster",
@@ -241,14 +241,16 @@ lesson(all(torch.equal(a, b) for a, b in zip(grads["naive"], grads["inplace"])),
 # Our copy came from one missing underscore. Real models carry copies too, and the way to find
 # them is the one this chapter used: by the bytes they move, then by where they come from.
 # **H100 Qwen** (in the box at the top of the page) is one forward of Qwen1.5-0.5B-Chat, a
-# small language model, on a batch of prompts in bfloat16 on an H100, recorded by others with
-# input shapes, Python stacks and module names.
+# small language model, on {glue:text}`qwen_prompts` prompts of {glue:text}`qwen_tokens` tokens
+# (the box's text_input_length 2048 is a maximum) in bfloat16 on an H100, recorded with input
+# shapes, Python stacks and module names.
 #
 # Guess first: rotary position embeddings are a classic place for stray copies (casts of the
-# cos and sin tables). Which module's copies move the most bytes in this step?
+# cos and sin tables). Which module's copies move the most bytes in this step:
+# Qwen2RotaryEmbedding, Qwen2Attention, Qwen2RMSNorm or Qwen2MLP?
 
 # %%
-guess_module = "Qwen2RotaryEmbedding"  # edit me: Qwen2RotaryEmbedding, Qwen2Attention, Qwen2RMSNorm or Qwen2MLP
+guess_module = "Qwen2RotaryEmbedding"  # edit me
 
 # %%
 qwen_step = borrowed.TRACELENS["h100_qwen"].step()
@@ -271,8 +273,9 @@ copies_for_reading(groups)
 # %% tags=["remove-input"]
 rotary = by_module.get("Qwen2RotaryEmbedding", 0.0)
 lesson(rotary < 1, "the rotary embedding's copies are small casts, under 1 MiB in all", f"{rotary:.2f} MiB")
-glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB total'].sum() / 1024:.1f}",
-         qwen_rotary_mib=f"{rotary:.2f}")
+prompts, tokens = qwen_step.find("aten::embedding")["input_dims"].iloc[0][1]   # the token ids: [batch, tokens]
+glue_all(qwen_prompts=prompts, qwen_tokens=tokens, qwen_copies=len(qwen_step.copies()),
+         qwen_copied_gib=f"{groups['MiB total'].sum() / 1024:.1f}", qwen_rotary_mib=f"{rotary:.2f}")
 
 # %% [markdown]
 # The step makes {glue:text}`qwen_copies` copies, {glue:text}`qwen_copied_gib` GiB in all. The
@@ -281,19 +284,22 @@ glue_all(qwen_copies=len(qwen_step.copies()), qwen_copied_gib=f"{groups['MiB tot
 # to float32 and back: that is deliberate, to compute the normalisation's variance in full
 # precision, and the copies are the price. The other is `Tensor.contiguous` in transformers'
 # `sdpa_attention_forward`, three copies per layer of `q`, `k` and `v`, and one of the output.
-# Were they needed? The trace recorded every input's **strides** as well as its shape, so it
-# can say how each tensor lay in memory (B batch, H heads, S sequence, D head dimension, the
+# Were they needed? Transformers calls torch's fused attention, `scaled_dot_product_attention`
+# ([SDPA](glossary.md#sdpa), chapter 3), which picks a backend; here it ran FlashAttention, the
+# op `aten::_flash_attention_forward` ("the flash op"). The trace recorded every input's
+# **strides** as well as its shape, so it can say how each tensor lay in memory (B batch, H heads, S sequence, D head dimension, the
 # outermost first), whatever shape it was viewed as. Here is `q` as the first `.contiguous()`
 # got it and as the flash op got it, and the output as the last `.contiguous()` got it:
 
 # %%
-clone = qwen_step.find("aten::clone").iloc[0]          # the first input copy: q's, in the first layer
+clone = qwen_step.find("aten::clone").iloc[0]          # q's copy, in the first layer
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
-out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the copy of the output
-layouts = pd.Series({
-    "q into .contiguous(), viewed BHSD": events.memory_layout(clone["input_dims"][0], clone["input_strides"][0], "BHSD"),
-    "q into the flash op, viewed BSHD": events.memory_layout(flash["input_dims"][0], flash["input_strides"][0], "BSHD"),
-    "output into .contiguous(), viewed BSHD": events.memory_layout(out["input_dims"][0], out["input_strides"][0], "BSHD")})
+out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the output's copy
+def layout(op, view):   # how the op's first input lay in memory, in the letters of view
+    return events.memory_layout(op["input_dims"][0], op["input_strides"][0], view)
+layouts = pd.Series({"q into .contiguous(), viewed BHSD": layout(clone, "BHSD"),
+                     "q into the flash op, viewed BSHD": layout(flash, "BSHD"),
+                     "output into .contiguous(), viewed BSHD": layout(out, "BSHD")})
 layouts.to_frame("in memory")
 
 # %% tags=["remove-input"]
@@ -314,17 +320,16 @@ glue("qwen_sdpa_cost", f"{sdpa_copies['MiB total'].sum() / 1024:.2f} GiB, {sdpa_
 # %% [markdown]
 # So: the projections (and the rotary embedding after them) left `q`, `k` and `v` laid out as
 # [batch, seq, heads, head_dim], the layout FlashAttention reads, and the model viewed them as
-# [batch, heads, seq, head_dim] for [SDPA](glossary.md#sdpa). `.contiguous()` rewrote each one
+# [batch, heads, seq, head_dim] for SDPA. `.contiguous()` rewrote each one
 # in the viewed layout; SDPA's flash path then viewed the copy back as [batch, seq, heads,
 # head_dim], now strided; its output came back in the copied layout, and one more
 # `.contiguous()` copied it once more. Transformers' source gives the reason next to those
 # calls: "SDPA with memory-efficient backend is bugged with non-contiguous inputs and custom
 # attn_mask for some torch versions" (pytorch/pytorch issue 112577). This step passed no mask
 # and ran the flash backend, so the workaround did not apply to it: for this run the
-# {glue:text}`qwen_sdpa_copies` copies ({glue:text}`qwen_sdpa_cost`) were not needed. They are
-# needed where the workaround applies (a padding mask on an affected torch with the
-# memory-efficient backend), which is why a library cannot simply drop them, and why the
-# trace, not the code, tells you what they cost here.
+# {glue:text}`qwen_sdpa_copies` copies ({glue:text}`qwen_sdpa_cost`) were not needed. Where
+# the workaround applies (a padding mask, an affected torch, the memory-efficient backend) they
+# are, so a library cannot simply drop them; the trace tells you what they cost here.
 #
 # ## What to remember
 #
@@ -333,7 +338,9 @@ glue("qwen_sdpa_cost", f"{sdpa_copies['MiB total'].sum() / 1024:.2f} GiB, {sdpa_
 #   alive at the same time.
 # - In-place is unsafe on a tensor autograd saved; PyTorch tells you at backward time.
 # - In a real model, group the copies by where they come from; the strides say whether a
-#   `.contiguous()` changed anything the next kernel needed.
+#   `.contiguous()` changed anything the next [kernel](glossary.md#kernel) needed.
+#
+# Next: one call, `scaled_dot_product_attention`, that never writes the S×S tensor to memory.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/02_inplace.ipynb), with automatic checks, hints and hidden solutions.

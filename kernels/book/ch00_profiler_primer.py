@@ -58,13 +58,13 @@ def runtime_table_whole(step: Step) -> pd.DataFrame:
 def summary_columns(averages, rows: int = 8) -> pd.DataFrame:
     """The columns of ``prof.key_averages().table()`` that chapter 0 reads, as a table narrow
     enough for the page: per op (most CPU total first, ``rows`` of them) its Self CPU and CPU
-    total in ms, its Self Mem and Mem in MiB (CPU memory on a CPU run; the GPU's ``device_*``
+    total in µs (whole microseconds, as the page's checks quote them), its Self Mem and Mem in MiB (CPU memory on a CPU run; the GPU's ``device_*``
     memory where the run recorded any) and # of Calls. Times and bytes are sums over every call,
     as in PyTorch's table."""
     on_gpu = any(e.self_device_memory_usage or e.device_memory_usage for e in averages)
     where = "device" if on_gpu else "cpu"
     events = sorted(averages, key=lambda e: e.cpu_time_total, reverse=True)[:rows]
-    return pd.DataFrame([{"op": e.key, "Self CPU (ms)": e.self_cpu_time_total / 1e3, "CPU total (ms)": e.cpu_time_total / 1e3,
+    return pd.DataFrame([{"op": e.key, "Self CPU (µs)": float(round(e.self_cpu_time_total)), "CPU total (µs)": float(round(e.cpu_time_total)),
                           f"Self {'CUDA' if on_gpu else 'CPU'} Mem (MiB)": getattr(e, f"self_{where}_memory_usage") / 2**20,
                           f"{'CUDA' if on_gpu else 'CPU'} Mem (MiB)": getattr(e, f"{where}_memory_usage") / 2**20,
                           "# of Calls": e.count} for e in events])
