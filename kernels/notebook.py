@@ -346,8 +346,8 @@ def reveal(guess, seen, what: str = "ops", source: str = "the trace"):
         return None
     if isinstance(seen, (int, float)) and not isinstance(seen, bool):
         off = seen - guess
-        print(f"{what}: you guessed {short_number(guess)}; in {source}: {short_number(seen)}: "
-              + ("exactly right" if off == 0 else f"the answer is {short_number(abs(off))} {'higher' if off > 0 else 'lower'}"))
+        print(f"{what}: you guessed {short_number(guess)}; in {source}: {short_number(seen)} "
+              + ("(exactly right)" if off == 0 else f"({short_number(abs(off))} {'higher' if off > 0 else 'lower'})"))
         return off
     import pandas as pd
 

@@ -202,7 +202,7 @@ def memory_by_attention(blocks_by_name: dict, x: torch.Tensor, *, active: int, t
         rows[name] = {"block peak (MiB)": step.peak_bytes / 2**20, "block allocated (MiB)": step.allocated_bytes / 2**20,
                       "attention allocated (MiB)": median_step(run.trace.steps("block.attention")).allocated_bytes / 2**20,
                       "largest allocation (MiB)": step.memory["bytes"].max() / 2**20}
-    return steps, pd.DataFrame(rows).T.round(2)
+    return steps, pd.DataFrame(rows).T.round(1)
 
 
 def profile_blocks(blocks_by_name: dict, x: torch.Tensor, *, active: int, trace_dir="traces") -> tuple[dict, dict]:
@@ -243,7 +243,7 @@ def forward_parts(borrowed) -> ForwardParts:
     # The chapter's words for time_by_kind's table, its rows by GPU time (most first).
     parts = breakdown.time_by_kind(report).sort_values("GPU µs", ascending=False).rename(
         index=breakdown.KIND_LABELS, columns={"work": "kernels", "share": "share of the step",
-                                              "launched by": "launched by (most time first)"})
+                                              "launched by": "launched by"})
     return ForwardParts(parts, len(report.calls), report.device or borrowed.gpu(trace),
                         borrowed.credit(trace))
 

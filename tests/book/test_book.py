@@ -222,7 +222,7 @@ def test_reveal_lists_each_difference_and_never_calls_a_missing_guess_right(caps
     assert table["in the trace?"].tolist() == ["✔", "yes, at #3", ""], table
     assert table["in your guess?"].tolist() == ["✔", "no", "yes, your #2"], "the extra op in the trace is named as not guessed"
     assert reveal(None, ["aten::matmul"]) is None and "No guess written" in capsys.readouterr().out
-    assert reveal(10, 13, "work ops") == 3 and "the answer is 3 higher" in capsys.readouterr().out
+    assert reveal(10, 13, "work ops") == 3 and "work ops: you guessed 10; in the trace: 13 (3 higher)" in capsys.readouterr().out
 
 
 def test_reveal_reports_an_item_the_trace_has_elsewhere_as_present_not_missing(capsys):
