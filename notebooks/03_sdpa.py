@@ -74,18 +74,18 @@ lesson(both.ok, "so does chapter 2's in-place module", f"largest error {both['ou
 #
 # SDPA walks its backends in priority order and takes the first whose checks pass for these
 # inputs (device, dtype, head dim, mask, lengths). The rule a reader needs: **the order is not
-# the same on every GPU.** By default it is flash, memory-efficient, math, cuDNN; on an H100,
-# H200 or B200, torch puts cuDNN first from 2.9 on, when the runtime cuDNN is newer than 9.15
-# (the 2.11 to 2.13 wheels ship one): pin the backend you mean to profile. `sdpa.predictions`
-# asks PyTorch's rules (`sdpa.predicted_backend`) about a few GPUs:
+# the same on every GPU.** By default it is flash, memory-efficient, math, cuDNN; torch 2.11 to
+# 2.13 put cuDNN first on compute capability 9.x and 10.x (H100, H200, B200) when the runtime
+# cuDNN is newer than 9.15, as the one their wheels ship: pin the backend you mean to profile.
+# `sdpa.predictions` asks PyTorch's rules (`sdpa.predicted_backend`) about a few GPUs:
 #
 # :::{dropdown} The version rules in full (torch 2.5 to 2.14)
 # From `check_prefer_cudnn_attention` and the `can_use_*` checks in PyTorch's
-# `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`. torch 2.5.1 made cuDNN opt-in after
-# bugs in 2.5.0 (pytorch/pytorch#138522); 2.9 put it first again on compute capability 9.0 and
-# 10.0 (pytorch/pytorch#162073). Since then (2.11 to 2.13 included) cuDNN goes first on 9.x and
-# 10.x when the runtime cuDNN is newer than 9.15.0 (2.11 ships 9.19, 2.12 and 2.13 ship 9.20); a
-# CUDA 12 build, on minor versions 0 and 3 only (sm_90, sm_100, sm_103).
+# `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`. 2.5.0 tried cuDNN first on 9.x; 2.5.1
+# made it opt-in after bugs (pytorch/pytorch#138522); 2.9 put it first again on sm_90 and
+# sm_100 (pytorch/pytorch#162073). In 2.11 to 2.13 the rule is the one above: cuDNN first on
+# 9.x and 10.x when the runtime cuDNN is newer than 9.15.0 (2.11 ships 9.19, 2.12 and 2.13 ship
+# 9.20). One exception: a torch built against CUDA 12 applies it only to 9.0, 10.0 and 10.3.
 # `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` or `torch.backends.cuda.enable_cudnn_sdp(False)` keeps it in
 # its default place; `sdpa_kernel([...], set_priority=True)` imposes your order. Deterministic
 # algorithms reorder nothing: cuDNN fails its check and the next backend runs (with
@@ -149,7 +149,7 @@ lesson(torch.equal(out_math, kernels.get("sdpa_math")(q, k, v)),
 # kernel do you expect on each GPU? `ch03.chain_figure` draws each trace's first call:
 
 # %%
-#| caption: The first of the model's SDPA calls in H100 Qwen (top) and MI300X Qwen (bottom), one row per level: the call, the backend op SDPA chose (`_scaled_dot_product_flash_attention`), the ops inside it (transposes, `_flash_attention_forward`), the ops inside that, the CPU runtime call that launched each kernel, and the kernel on the GPU, with a line from each launch to its kernel. Light grey: views and allocations (too short to name).
+#| caption: The first of the model's SDPA calls in H100 Qwen (top) and MI300X Qwen (bottom), one row per level: the call, the backend op SDPA chose (`_scaled_dot_product_flash_attention`), the ops inside it (transposes, `_flash_attention_forward`), the ops inside that, the CPU runtime call that launched each kernel, and the kernel on the GPU, with a line from each launch to its kernel. Light grey: views and allocations (the shortest unnamed).
 #| alt: Two panels. H100: the call, the flash backend op, three short transposes then the forward op, a few allocations, one launch, and on the GPU flash_fwd_kernel, which starts after the call has returned. MI300X: the same ops, a zeros op that fills a buffer, two launches, and on the GPU a tiny fill kernel then attn_fwd.
 steps = {name: trace.step() for name, trace in QWEN.items()}
 calls = {name: ch03.recorded_calls(st) for name, st in steps.items()}
@@ -204,8 +204,8 @@ lesson(today == "sdpa_cudnn", "under torch 2.13 and its cuDNN 9.20 the same call
 glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(calls["H100 Qwen"]))
 
 # %% [markdown]
-# Flash was first in line: the trace's torch, {glue:text}`qwen_h100_torch`, predates the versions
-# that put cuDNN first on an H100. The backend is a fact about the inputs, the GPU *and* the torch
+# Flash was first in line: the trace's torch, {glue:text}`qwen_h100_torch`, came after 2.5.1 made
+# cuDNN opt-in and before 2.9 put it first again on an H100. The backend is a fact about the inputs, the GPU *and* the torch
 # version. (CUDA's rules do not cover the MI300X; ROCm took flash too.)
 
 # %% [markdown]
@@ -220,7 +220,8 @@ glue_all(qwen_h100_torch=h100_torch, qwen_calls=len(calls["H100 Qwen"]))
 guess_math_work_ops = 8  # edit me before running on
 
 # %%
-runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps, trace_dir=trace_dir)
+runs = {name: record.profile(kernels.get(name), q, k, v, label=name, active=active_steps,
+                             trace_dir=trace_dir)
         for name in ["inplace", "sdpa_math"]}
 step = {name: reader.median_step(r.steps()) for name, r in runs.items()}
 work_ops = {name: len(s.work_ops()) for name, s in step.items()}  # no views, no bare allocations
@@ -249,14 +250,15 @@ if {"sdpa_math", "inplace"} <= set(gpu_steps):
 # The article's first surprise: on its A100 the math backend launched **20 kernels** per
 # forward against the in-place version's **5**, and ran 3.7x slower (7.239 against 1.955 ms of
 # GPU time); here the ops inflate alike. `sdpa.math_decomposed` writes it out one ATen op a line,
-# as ATen's `_scaled_dot_product_attention_math` does it (folded):
+# in the order ATen's `_scaled_dot_product_attention_math` runs them (folded; its causal mask
+# is aligned bottom-right, ATen's top-left: the same here, where Sq = Sk):
 
 # %% tags=["hide-output"]
 show_lines(sdpa.math_decomposed, "out_dtype = q.dtype", "return (probs @ v)")
 
 # %% tags=["remove-input"]
 lesson(torch.equal(sdpa.math_decomposed(q, k, v), kernels.get("sdpa_math")(q, k, v)),
-       "math_decomposed returns the math backend's output bit for bit")
+       "math_decomposed returns the math backend's output bit for bit (at Sq = Sk)")
 
 # %% [markdown]
 # Which ops are new? Chapter 2's `tracediff.diff` matches the forwards op by op (name and input
@@ -343,7 +345,8 @@ if "sdpa_math" in gpu_steps:
 # `ch03.mask_build_order` finds them in every recorded forward (folded):
 
 # %% tags=["hide-output"]
-pd.DataFrame([ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]).rename_axis("step").T
+order = pd.DataFrame([ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()])
+order.rename_axis("step").T.rename_axis("position among the forward's ops")
 
 # %% tags=["remove-input"]
 per_step = [ch03.mask_build_order(s, seq, seq) for s in runs["sdpa_math"].steps()]
@@ -365,7 +368,8 @@ if "sdpa_math" in gpu_steps:
 
 # %%
 scores = torch.tensor([[0.5, -1.0, float("-inf"), 2.0], [float("-inf")] * 4], device=device, dtype=dtype)
-print("plain softmax:\n", torch.softmax(scores, dim=-1), "\nsafe softmax:\n", sdpa.safe_softmax(scores, dim=-1))
+print("plain softmax:\n", torch.softmax(scores, dim=-1),
+      "\nsafe softmax:\n", sdpa.safe_softmax(scores, dim=-1))
 
 # %% tags=["remove-input"]
 math_ops = step["sdpa_math"].ops

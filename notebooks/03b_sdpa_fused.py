@@ -19,7 +19,7 @@
 #
 # **Before you start:** [3. One call: `scaled_dot_product_attention`](03_sdpa.ipynb).
 #
-# **Time:** about {reading_minutes} min to read, longer if you redo the occupancy arithmetic by hand.
+# **Time:** about {reading_minutes} min to read.
 
 # %% [install]
 
@@ -55,8 +55,6 @@ fused_here = [n for n in FUSED if refused[n] is None]
 if "sdpa_flash" not in fused_here:   # the page reads the flash backend throughout
     raise RuntimeError(f"SDPA's flash backend refuses these inputs on {device}: {refused['sdpa_flash']}. "
                        "Run this chapter on a CPU, or on a GPU in bfloat16 or float16 (the cuda preset).")
-if device.type == "cpu":
-    lesson(fused_here == ["sdpa_flash"], "on a CPU the only fused backend that runs is PyTorch's CPU flash kernel")
 
 # %% [markdown]
 # ## One kernel each
@@ -107,6 +105,7 @@ if gpu_steps:
 reveal(guess_flash_work_ops, len(work_ops["sdpa_flash"]), "ops doing work in one flash forward")
 transposes = step["sdpa_flash"].find("aten::transpose")
 if device.type == "cpu":
+    lesson(fused_here == ["sdpa_flash"], "on a CPU the only fused backend that runs is PyTorch's CPU flash kernel")
     lesson(work_ops["sdpa_flash"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"],
            "a CPU flash forward runs exactly one op doing work: the fused kernel", ", ".join(work_ops["sdpa_flash"]))
 lesson(len(transposes) >= 4 and transposes["alloc_bytes"].sum() == 0,
@@ -128,8 +127,7 @@ glue_all(flash_transposes=len(transposes),
 # ## Low occupancy, on purpose
 #
 # The flash kernel surprised the article's authors: about 13% estimated occupancy, for the
-# fastest backend. ([Kineto](glossary.md#kineto), the profiler's tracing library, writes it
-# rounded half up, `std::lround` in `libkineto/src/CuptiActivity.h`: 12.5% reads 13.) Occupancy is the share of an [SM](glossary.md#sm)'s [warp](glossary.md#warp)
+# fastest backend. Occupancy is the share of an [SM](glossary.md#sm)'s [warp](glossary.md#warp)
 # slots that resident warps fill. Four resources cap the blocks ([CTAs](glossary.md#cta))
 # resident on one SM: registers, shared memory, warp slots, and 32 blocks; the first to run out
 # sets the occupancy. FlashAttention is famous for its shared-memory tiles. Which resource runs
@@ -160,8 +158,10 @@ glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flas
          flash_warps=flash_occ.warps_per_sm, max_warps=flash_occ.max_warps_per_sm)
 
 # %% [markdown]
-# Registers bind: {glue:text}`flash_occ:.1f`% occupancy. ("As allocated": registers go out per
-# warp, in units of 256, from each of the SM's four warp schedulers' share.) That is not a flaw. High occupancy hides memory latency with
+# Registers bind: {glue:text}`flash_occ:.1f`% occupancy, which the article's trace shows as 13
+# ([Kineto](glossary.md#kineto), the profiler's tracing library, rounds half up). ("As
+# allocated": registers go out per warp, in units of 256, from each of the SM's four warp
+# schedulers' share.) That is not a flaw. High occupancy hides memory latency with
 # other warps to switch to; flash hides it by prefetching the next K and V tile from [HBM](glossary.md#hbm) into shared
 # memory (`cp.async`) while the tensor cores work on the current one. Its registers and shared
 # memory go to those tiles and the running softmax: low occupancy is the price of never writing
@@ -174,7 +174,7 @@ glue_all(flash_occ=flash_occ.percent, flash_blocks=flash_occ.blocks_per_sm, flas
 # block size and shared memory, assuming the 48 KiB default per block (pytorch/kineto,
 # `libkineto/src/DeviceProperties.cpp`). A kernel that opts into more, as cuDNN's flash kernels
 # do, gets zero resident blocks there and reads 0%, whichever API launched it. The footprint the
-# article reports, 256 threads at 240 registers, is enough (its shared memory, not reported, is
+# article reports, 256 threads at 240 registers, is enough to bound its occupancy (its shared memory, not reported, is
 # left at 0 B: no limit; the arithmetic is folded):
 
 # %% tags=["hide-output"]
@@ -201,7 +201,8 @@ h100_trace = borrowed.TRACELENS["h100_qwen"].trace()
 h100_step = borrowed.TRACELENS["h100_qwen"].step(trace=h100_trace)
 flash_kernels = h100_step.gpu_work[h100_step.gpu_work["op"] == "aten::_flash_attention_forward"]
 real = trace_kernel(flash_kernels.iloc[0], h100_trace.device_properties)
-flash_kernels[["grid", "block", "registers_per_thread", "shared_memory"]].head(3)   # the first of its 24 calls
+footprint = ["grid", "block", "registers_per_thread", "shared_memory"]
+flash_kernels[footprint].head(3)  # 3 of its 24 calls: one footprint
 
 # %% tags=["remove-input"]
 h100_calls = ch03.recorded_calls(h100_step)
@@ -215,8 +216,8 @@ lesson(flash_kernels["grid"].astype(str).nunique() == 1 and flash_kernels["regis
        "all of one footprint: the first kernel stands for every call", f"grid {list(real.grid)}")
 limits = device_limits_table(h100_trace.device_properties[0])
 lesson((limits["the trace"] == limits["kernels.hw.occupancy's sm_90 table"]).all(),
-       "the trace's SM limits are those kernels.hw.occupancy uses for sm_90",
-       f"all {len(limits)} fields")
+       "the trace's H100 SM has the limits the occupancy arithmetic assumes for sm_90",
+       f"{len(limits)} of {len(limits)} fields equal")
 trace_sm = limits["the trace"]
 glue_all(h100_regs_per_sm=f"{int(trace_sm['regsPerMultiprocessor']):,}", h100_smem_kib=int(trace_sm["sharedMemPerMultiprocessor"]) // 1024,
          h100_warp_slots=int(trace_sm["maxThreadsPerMultiprocessor"] // trace_sm["warpSize"]))
@@ -312,7 +313,6 @@ guess_growth = {"sdpa_math": 2.0, "sdpa_flash": 1.0}  # edit me: peak memory x p
 # On a GPU the sweep starts one doubling later: the larger batch and heads there have bigger
 # S-sized (not S×S) buffers, which would blur the 4x at short sequences.
 sweep_seqs = [256, 512, 1024, 2048] if device.type == "cpu" else [512, 1024, 2048, 4096]
-sweep_title = f"Peak memory, B={batch} H={heads} D={head_dim}, {str(dtype).removeprefix('torch.')}"
 
 # %%
 sweep_for = {"sdpa_math": sweep_seqs[:-1], "sdpa_flash": sweep_seqs}  # sweep_seqs: 256 to 2048 on a CPU
@@ -323,7 +323,7 @@ ch03b.peaks_and_growth(peaks)
 # %%
 #| caption: Peak memory of one forward against sequence length, log-log. The math backend follows the dotted S² guide (about 4x per doubling); the flash kernel follows the dashed S guide (about 2x), apart from any doubling marked with its factor: a step of the CPU kernel's scratch buffer, explained below.
 #| alt: Log-log line chart of peak memory against sequence length for sdpa_math and sdpa_flash, with guide lines proportional to S and to S squared.
-ch03b.peak_memory_figure(peaks, sweep_title)
+ch03b.peak_memory_figure(peaks)
 
 # %% tags=["remove-input"]
 growth = ch03b.growth_per_doubling(peaks)
@@ -398,7 +398,7 @@ glue("fused_timing_reading", ch03b.pair_reading(timing, "inplace", "sdpa_math"))
 #
 # - The fused backends are one kernel each; read their names as fingerprints first.
 # - Low occupancy can be by design: flash spends registers and shared memory on on-chip tiles,
-#   and registers, not tiles, limit it.
+#   and its registers, not its shared-memory tiles, are what limit it.
 # - The profiler's occupancy is Kineto's estimate, with a 48 KiB default shared-memory limit:
 #   above it a kernel reads 0%. Check the footprint.
 # - A cleaner CPU track is not less work: cuDNN's CPU time sits in one opaque op, and the first

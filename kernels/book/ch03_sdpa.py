@@ -237,6 +237,8 @@ def without_matched_times(fig, changes: StepDiff, seq: Optional[int] = None):
     fig.set_size_inches(7, 0.58 * max(len(ax.get_yticks()), 1) + 2.0)
     for text in [*ax.get_yticklabels(), *ax.get_xticklabels(), ax.xaxis.label, ax.title, *ax.get_legend().get_texts()]:
         text.set_fontsize(13)
+    # The title sits above the legend's row: its pad grows with the legend's larger text.
+    ax.set_title(ax.get_title(loc="left"), loc="left", pad=2.6 * 13, fontsize=13)
     return fig
 
 
@@ -314,7 +316,7 @@ def chain_figure(calls: Mapping[str, Step], width_in: float = 6.0):
     """Fig. 7: one panel per SDPA call (``call_step``) drawn from its ``chain``: the call, the
     backend op, the ops inside them, each launch (a CPU runtime call) and the kernel it queued,
     with a line from the launch to the kernel. Short names; a bar is named where its name fits
-    inside it or beside it. Returns the Figure."""
+    inside it or beside it (inside it a size smaller, if only that fits). Returns the Figure."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -402,6 +404,8 @@ def _name_bars(ax, bars: list, span: float, fontsize: float = 12.5) -> None:
                 ax.text(x1 + need * 0.04, lane, text, ha="left", va="center", color="#333333", fontsize=fontsize)
             elif x0 - left >= need:
                 ax.text(x0 - need * 0.04, lane, text, ha="right", va="center", color="#333333", fontsize=fontsize)
+            elif x1 - x0 >= need * 0.85:   # a bar just too short for its name: the name a size smaller
+                ax.text((x0 + x1) / 2, lane, text, ha="center", va="center", color="white", fontsize=fontsize * 0.85)
 
 
 # ---- Fig. 9: the math backend's timeline, coloured for what chapter 3 says -----------------------
@@ -439,11 +443,11 @@ def math_timeline_colours(fig, step: Step):
             faces[i] = wanted.get(key, faces[i])
         bars.set_facecolor(faces)
     shown = {to_hex(c) for b in ax.collections if isinstance(b, PolyCollection) for c in np.asarray(b.get_facecolor())}
-    names = dict(timeline.LEGEND, **{"softmax + its NaN guard": SOFTMAX_COLOUR, "SDPA call (not fused)": SDPA_CALL_COLOUR})
+    names = dict(timeline.LEGEND, **{"softmax + NaN guard": SOFTMAX_COLOUR, "SDPA call (not fused)": SDPA_CALL_COLOUR})
     names.pop("softmax")
     handles = [Patch(color=c, label=label) for label, c in names.items() if c in shown]
     ax.get_legend().remove()
-    fig.set_size_inches(6.6, fig.get_figheight() + 0.9)
+    fig.set_size_inches(5.6, fig.get_figheight() + 0.9)   # narrow: a phone scales it less, its text stays legible
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=13, frameon=False,
               borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)
     title = ax.get_title()

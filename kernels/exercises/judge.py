@@ -235,21 +235,22 @@ def attention_mistakes(q, k, v, causal, scale):
               ("the scale is 1/head_dim; it should be 1/sqrt(head_dim).", a(scale=1.0 / d), None)]
     if causal:
         m += [("the causal mask is off by one: it hides the diagonal too, so query 0 sees no key at all "
-               "(its row is NaN). A query may look at its own position: hide only keys j > i (triu(1)).",
+               "(its row is NaN). A query may look at its own position: hide only keys j > i. Which diagonal "
+               "of triu starts there?",
                a(diagonal=0), None),
-              ("the causal mask is off by one: each query also sees the next key. Hide every key j > i "
-               "(triu(diagonal=1)).", a(diagonal=2), None),
-              ("the mask points the wrong way: it hides the past instead of the future. Hide keys j > i "
-               "(the upper triangle, triu(1)).", a(hide="past"), None),
+              ("the causal mask is off by one: each query also sees the next key. Hide every key j > i: "
+               "which diagonal of triu starts there?", a(diagonal=2), None),
+              ("the mask points the wrong way: it hides the past instead of the future. Which triangle "
+               "holds the keys j > i?", a(hide="past"), None),
               ("the causal mask is missing: with causal=True, hide every key after the query.",
                a(causal=False), None),
-              ("the masked scores are set to 0 instead of -inf: exp(0) = 1, so the future still gets "
-               "weight. Fill with float('-inf').", a(fill=0.0), None)]
+              ("the masked scores are set to 0: exp(0) = 1, so the future still gets weight. Which score "
+               "does exp turn into exactly 0?", a(fill=0.0), None)]
     else:
         m.append(("you applied the causal mask although causal=False: mask only when asked.",
                   a(causal=True), None))
-    m.append(("the softmax runs over the wrong dimension: normalize each query's row of scores, dim=-1 "
-              "(over keys), not dim=-2.", a(dim=-2), None))
+    m.append(("the softmax runs over the wrong dimension: it is each query's row of scores (one per "
+              "key) that must sum to 1, not each column.", a(dim=-2), None))
     return m
 
 

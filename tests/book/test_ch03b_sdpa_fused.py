@@ -39,6 +39,8 @@ def test_the_peak_memory_sweep_grows_4x_for_math_and_says_where_a_backend_did_no
     assert shown.loc[128, "math growth"] == f"{growth.loc[128]:.2f}x"
     assert shown.loc[128, "math (MiB)"] == f"{peaks.loc[128, 'sdpa_math']:,.2f}"
     assert len(ch03b.peak_memory_figure(peaks, "t").axes[0].lines) == 4   # two backends, two guides
+    legend = ch03b.peak_memory_figure(peaks).axes[0].get_legend()   # a title of its own, the legend above the axes
+    assert legend.get_bbox_to_anchor().transformed(legend.axes.transAxes.inverted()).y0 > 0.999
     with pytest.raises(ValueError, match="at least one sequence length"):
         ch03b.peak_memory_sweep({"sdpa_math": []}, 1, 2, 16, dtype=torch.float32, device=torch.device("cpu"),
                                trace_dir=str(tmp_path))
