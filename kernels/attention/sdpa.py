@@ -435,7 +435,9 @@ def safe_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def math_decomposed(q, k, v, causal: bool = True, scale=None) -> torch.Tensor:
     """SDPA's math backend written out op by op (ATen ``_scaled_dot_product_attention_math``).
 
-    Same ops, same order, same result bit for bit; each comment says what it costs.
+    Same ops, same order, same result bit for bit where the query and key lengths are equal; each
+    comment says what it costs. The causal mask follows the course's rule for Sq < Sk (the
+    queries are the last Sq positions: bottom-right), where ATen's ``is_causal`` aligns top-left.
     """
     check_inputs(q, k, v, name="math_decomposed")
     out_dtype = q.dtype
