@@ -57,7 +57,8 @@ traces_box(borrowed)
 #
 # The library says what runs on this device, and why not where it cannot. Two exclusions are
 # choices: on a CPU, `triton` runs in Triton's *interpreter* (NumPy, to check correctness), and
-# `compiled_naive` and `flex` would compile for seconds at each length (chapter 7 times them).
+# `compiled_naive` and `flex` would compile for seconds at each length (chapter 7 times compiled
+# naive against eager and quotes flex's speed).
 
 # %% tags=["hide-output"]
 contenders = ch06.contenders(device)[0]   # the names measured here
@@ -111,7 +112,8 @@ lesson(len(work["naive"]) > len(work["inplace"]), "the in-place forward runs few
 
 # %%
 other_seqs, budget = ch06.book_sweep(on_gpu, seq)   # the other lengths, and a short timing budget
-common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads, device=device, progress=None)
+common = dict(head_dims=(head_dim,), dtypes=(dtype,), batch=batch, heads=heads,
+              device=device, progress=None)
 results = sweep.sweep(contenders, seqs=(seq,), **common, **budget)   # this shape, with peak memory
 results.extend(sweep.sweep(contenders, seqs=other_seqs, memory=False, **common, **budget))
 
@@ -144,6 +146,8 @@ def glance_caption(peaks):   # what the table was measured on, in its caption
 # %%
 peaks = devices.roofline_peaks(device)
 glance = ch06.glance(at_seq, peaks)
+
+# %% tags=["remove-input"]
 ch06.glance_styled(glance, glance_caption(peaks))
 
 # %% tags=["remove-input"]
@@ -156,14 +160,13 @@ say("Times whose spreads overlap rank nothing, whichever median is lower: here "
     else "On this run no two timed rows' spreads overlap.")
 glue_all(smallest=smallest, smallest_mib=readable(ch06.three_figures(mib(memory[smallest]))),
          naive_mib=readable(ch06.three_figures(mib(memory["naive"]))),
-         untimed=", ".join(glance.index[glance["time (ms)"].isna()]) or "none", ridge=peaks.ridge)
+         untimed=ch06.untimed_text(glance), ridge=peaks.ridge)
 
 # %% [markdown]
 # The smallest peak is **{glue:text}`smallest`**'s, {glue:text}`smallest_mib` MiB against
 # {glue:text}`naive_mib` MiB for naive. Naive and in-place can share a peak:
 # [chapter 2](02_inplace.ipynb) showed that removing the copy lowers the total allocated, not the
-# peak. Memory is asserted; times are quoted, never ranked by an assertion (a row that failed the
-# spread check shows none; here: {glue:text}`untimed`).
+# peak. Memory is asserted; times are quoted, never ranked by an assertion ({glue:text}`untimed`).
 #
 # ## Counting FLOPs: causal is half
 #
@@ -181,7 +184,7 @@ lesson(not wrong, "every row counts causal FLOPs as half of full attention, 2·B
 glue_all(flash_gflop=at_seq["sdpa_flash"].flops / 1e9, flash_gflop_full=2 * at_seq["sdpa_flash"].flops / 1e9)
 
 # %% [markdown]
-# So sdpa_flash's forward at S={glue:text}`shape_s` counts {glue:text}`flash_gflop:.3g` GFLOP, not
+# So every forward at S={glue:text}`shape_s` counts {glue:text}`flash_gflop:.3g` GFLOP, not
 # {glue:text}`flash_gflop_full:.3g`.
 #
 # ## Across sequence lengths
@@ -271,7 +274,7 @@ guess_h100_percent_of_peak = 50  # edit me: % of the H100's dense bf16 peak, per
 reports = {name: find_attention(trace.step()) for name, trace in borrowed.items()}
 calls = ch06.achieved_against_peak({name: reports[name] for name in ("H100 Qwen", "MI300X Qwen")})
 per_gpu = ch06.per_gpu(calls)
-per_gpu.round(1)
+per_gpu
 
 # %% tags=["remove-input"]
 h100_row, mi300x_row = per_gpu.loc["H100 Qwen"], per_gpu.loc["MI300X Qwen"]
@@ -378,7 +381,7 @@ glue_all(qwen_ctas=int(h100_grid["CTAs"]), qwen_waves=h100_grid["waves"], h100_s
 # Quoted from the source article (named in the caption), measured on one NVIDIA A100-SXM4-80GB in
 # bfloat16 under `torch.no_grad`; never mixed with this run's numbers.
 
-# %%
+# %% tags=["remove-input"]
 ch06.article_styled()
 
 # %% tags=["remove-input"]

@@ -40,7 +40,6 @@ from kernels import reference
 from kernels.attention import inplace, naive, torch_compile
 from kernels.book import ch07_compiled as ch07
 from kernels.borrowed import COMPILED_POINTWISE, traces_box
-from kernels.bench import comparison
 from kernels.bench.timing import spread
 from kernels.notebook import glue_all, inputs, lesson, mib, readable, reveal, say, setup, show_lines
 from kernels.trace import links, reader, record, tables, timeline
@@ -67,8 +66,8 @@ traces_box({"A100 compiled call": COMPILED_POINTWISE})
 eager = {"naive": naive.NaiveAttention(causal=True), "inplace": inplace.InplaceAttention(causal=True)}
 compiled_mod = {name: torch.compile(m, dynamic=False) for name, m in eager.items()}
 paid = {name: torch_compile.timed_compiles(fn, q, k, v) for name, fn in compiled_mod.items()}
-steady = comparison.in_turns({"compiled": partial(compiled_mod["naive"], q, k, v),
-                              "eager": partial(eager["naive"], q, k, v)}, device, rounds=21, warmup=3)
+steady = ch07.rotated_turns({"compiled": compiled_mod["naive"], "eager": eager["naive"]},
+                            (batch, heads, seq, head_dim), dtype, device)
 
 # %% tags=["remove-input"]
 for name in compiled_mod:
@@ -81,13 +80,13 @@ lesson(all(t.compiled_once for t in paid.values()), "each module compiles one gr
 steady_s = 1e-3 * spread(steady["compiled"])[0]
 lesson(all(t.first_s > 2 * steady_s for t in paid.values()),
        "a first call costs over two steady calls",
-       ", ".join(f"{n} {t.first_s:.2f} s" for n, t in paid.items())
-       + f" vs a steady median of {readable(1e3 * steady_s)} ms")
+       ", ".join(f"{n} {t.first_s / steady_s:,.0f}×" for n, t in paid.items()) + " a steady median call")
 glue_all(c_first_s=f"{paid['naive'].first_s:.2f}")
 display(Markdown(f"The first call of the compiled naive module took {paid['naive'].first_s:.2f} s. "
                  + ch07.first_call_text(paid["naive"], paid["inplace"].first_s)
-                 + f" After that, {ch07.steady_text(paid['naive'].first_s, steady)}. A profile that holds the "
-                 "first call measures the compiler, not the model."))
+                 + f" After that, {ch07.steady_text(paid['naive'].first_s, steady)}. No steady time is quoted: "
+                 "load moves it, but hits both calls of a round alike. A profile that holds the first call "
+                 "measures the compiler, not the model."))
 
 # %% [markdown]
 # With `dynamic=False` Dynamo guards on the exact shapes, so a call at another length compiles
@@ -96,8 +95,9 @@ display(Markdown(f"The first call of the compiled naive module took {paid['naive
 # %%
 q_half, k_half, v_half = inputs(batch, heads, seq // 2, head_dim, dtype=dtype, device=device)
 again = torch_compile.timed_compiles(compiled_mod["naive"], q_half, k_half, v_half)
-half_step = reader.median_step(record.profile(compiled_mod["naive"], q_half, k_half, v_half, label="naive_half",
-                                              active=active_steps, trace_dir=trace_dir).steps())
+half_run = record.profile(compiled_mod["naive"], q_half, k_half, v_half,
+                          label="naive_half", active=active_steps, trace_dir=trace_dir)
+half_step = reader.median_step(half_run.steps())
 list(torch_compile.regions(half_step)["name"])
 
 # %% tags=["remove-input"]
@@ -115,7 +115,8 @@ glue_all(half_region=f"{frame}/{compile_id}")
 # A region's name reads *frame/compile*: `forward` is frame 0, and each compile of it counts up:
 # `0/0` for the naive module, {glue:text}`inplace_region` for the in-place one,
 # {glue:text}`half_region` for half the length. Dynamo guards on state a forward caches on its
-# module too (so `NaiveAttention` builds its mask in the graph); past
+# module too, so the compiled `NaiveAttention` builds its causal mask inside the graph (hence
+# `ones_triu` in the fused kernel's name below); past
 # `torch._dynamo.config.recompile_limit` (8) compiles of a frame, it runs the frame eagerly, with
 # a logged warning only.
 #
@@ -144,7 +145,7 @@ glue_all(inplace_region=region_of["inplace"][0].removeprefix("Torch-Compiled Reg
 say("ATen ops in the compiled forward: " + ch07.ops_present(guess_compiled_ops, seen_aten))
 
 # %%
-ch07.shown(tables.op_table(step["naive"]))
+tables.op_table(step["naive"]).drop(columns="input shapes")
 
 # %% [markdown]
 # `TorchDynamo Cache Lookup` checks the guards (shapes, dtypes, grad mode...) that decide whether
@@ -235,7 +236,7 @@ lesson(call.names[:3] == ["TorchDynamo Cache Lookup", call.names[1], call.kernel
        "Dynamo's guard check, then the compiled region holding an op named after the kernel")
 lesson(set(call.kernels["launcher"]) == {"cuLaunchKernel"},
        "Inductor's kernel is launched by the driver API's cuLaunchKernel, not cudaLaunchKernel")
-lesson(call.busy_share < 0.1, "the GPU was busy under a tenth of the region's CPU time", f"{call.busy_share:.2%}")
+lesson(call.busy_share < 0.01, "the GPU was busy under 1% of the region's CPU time", f"{call.busy_share:.2%}")
 glue_all(compiled_gpu_us=f"{call.gpu_us:.2f}", compiled_region_us=f"{call.region_us:,.0f}")
 if device.type == "cuda":  # this run's own compiled forward
     display(ch07.compiled_forward(step["naive"].gpu_work))
@@ -251,7 +252,7 @@ if device.type == "cuda":  # this run's own compiled forward
 # graph after it: a *graph break*. `BrokenAttention` is the naive module with a break before the
 # mask:
 
-# %%
+# %% tags=["remove-input"]
 show_lines(torch_compile.BrokenAttention, "def mask_scores", "return super")
 
 # %%
@@ -262,7 +263,7 @@ broken_step = reader.median_step(record.profile(broken, q, k, v, label="broken",
                                                 trace_dir=trace_dir).steps())
 
 # %% tags=["hide-output"]
-ch07.shown(tables.op_table(broken_step))
+tables.op_table(broken_step).drop(columns="input shapes")
 
 # %% tags=["remove-input"]
 broken_gen = torch_compile.generated_kernels(broken_step)
@@ -275,12 +276,12 @@ gb_allocs = torch_compile.score_buffers(broken_step, scores_bytes)
 lesson(gb_allocs > 1, "the break costs S×S allocations the unbroken compile avoids", f"{gb_allocs} vs 1")
 glue_all(gb_graphs=explained.graph_count, gb_breaks=explained.graph_break_count, gb_reasons=f"{len(explained.break_reasons)} break reason" + "s" * (len(explained.break_reasons) != 1),
          gb_regions=len(torch_compile.regions(broken_step)), gb_allocs=gb_allocs,
-         gb_timing=ch07.break_timing(comparison.in_turns({"broken": partial(broken, q, k, v),
-                                                          "unbroken": partial(compiled_mod["naive"], q, k, v)},
-                                                         device, rounds=21, warmup=3)))
+         gb_timing=ch07.break_timing(ch07.rotated_turns({"broken": broken, "unbroken": compiled_mod["naive"]},
+                                                        (batch, heads, seq, head_dim), dtype, device)))
 
 # %% [markdown]
-# A break shows as more than one `Torch-Compiled Region` a forward (op table above, folded), each
+# A break shows as more than one `Torch-Compiled Region` a forward (op table above, folded; `explain`
+# reset Dynamo, so its numbering restarts at `0/0`), each
 # behind its own `TorchDynamo Cache Lookup`, and fusion stops at it: every tensor crossing it must
 # exist in memory. This one became {glue:text}`gb_graphs` graphs and {glue:text}`gb_regions`
 # regions: it sits in `mask_scores`, called from `attend`, called from `forward`, and Dynamo
@@ -296,7 +297,7 @@ glue_all(gb_graphs=explained.graph_count, gb_breaks=explained.graph_break_count,
 # queries against tiles of keys, an online softmax, no S×S buffer). The library's `flex` builds a
 # block mask from this causal `mask_mod` (offset Sk − Sq, 0 here) with `create_block_mask`:
 
-# %%
+# %% tags=["remove-input"]
 show_lines(torch_compile.causal_mod, "def causal(b", "return kv_idx")
 
 # %% [markdown]
@@ -323,16 +324,15 @@ glue_all(flex_tiles=counts.total, flex_skipped=counts.skipped, flex_skip_share=f
 
 # %% [markdown]
 # The skipped share tends to one half as S grows; the diagonal's tiles keep it below. Compiled flex
-# runs Inductor's FlexAttention template: one Triton kernel a forward on a GPU
-# (`triton_tem_fused_...`), C++ on a CPU, named after the template, not fused ops (on a CPU just
-# `graph_N_kernel`; the op table is folded below).
+# runs Inductor's FlexAttention template: on a GPU one Triton kernel a forward, named after the
+# template (`triton_tem_fused_...`); on a CPU C++, named just `graph_N_kernel` (op table folded below).
 
 # %% tags=["hide-output"]
 flex = kernels.get("flex")
 flex_timed = torch_compile.timed_compiles(flex, q, k, v)
 flex_step = reader.median_step(record.profile(flex, q, k, v, label="flex", active=active_steps,
                                               trace_dir=trace_dir).steps())
-ch07.shown(tables.op_table(flex_step))
+tables.op_table(flex_step).drop(columns="input shapes")
 
 # %% tags=["remove-input"]
 lesson(flex_timed.first.graphs >= 1 and flex_timed.steady.graphs == 0 and not flex_timed.steady.gave_up,
@@ -370,11 +370,12 @@ if device.type == "cuda":  # this run's own flex kernel
 # `sdp_utils.cpp`), and the memory-efficient backend runs it fused but reads the S×S bias. With
 # flex it is a function of the indices:
 
-# %%
+# %% tags=["remove-input"]
 show_lines(torch_compile.alibi, "slopes = torch.tensor", "return score +")
 
 # %%
-flex_alibi = partial(torch_compile.flex_call, block_mask=block_mask, score_mod=torch_compile.alibi(heads, device))
+alibi_mod = torch_compile.alibi(heads, device)
+flex_alibi = partial(torch_compile.flex_call, block_mask=block_mask, score_mod=alibi_mod)
 alibi_out = flex_alibi(q, k, v)
 
 # %% tags=["remove-input"]
@@ -383,7 +384,7 @@ lesson(err <= bound, "flex with ALiBi matches a float64 ALiBi attention",
        f"max abs error {err:.1e} <= {bound:.1e}")
 moved = reference.max_abs_error(alibi_out, reference.attention(q, k, v, causal=True))
 lesson(moved > 100 * bound, "and the bias moves it far from causal attention",
-       f"by {moved:.2f}, over 100× that bound")
+       f"by {moved:.2f}, {readable(moved / bound)}× that bound")
 alibi_step = reader.median_step(record.profile(flex_alibi, q, k, v, label="flex_alibi", active=active_steps,
                                                trace_dir=trace_dir).steps())
 lesson(alibi_step.allocated_bytes < scores_bytes,

@@ -303,6 +303,14 @@ def glance_styled(table: pd.DataFrame, caption: str):
     return styled(table.apply(lambda col: col.map(three_figures) if col.dtype.kind == "f" else col), caption)
 
 
+def untimed_text(glance: pd.DataFrame) -> str:
+    """The clause that says which rows of ``glance``'s table show no time (they failed the spread
+    check), or that every row passed it."""
+    untimed = list(glance.index[glance["time (ms)"].isna()])
+    return (f"rows that failed the spread check show no time: {', '.join(untimed)}" if untimed
+            else "every row passed the spread check on this run")
+
+
 def smallest_first_verdict(guess, amounts: Mapping[str, float], unit: str = "MiB") -> str:
     """One line that answers a guessed ranking (``guess``: names, smallest first) against the
     measured ``amounts`` ({name: amount}): the measured order with its amounts, equal amounts
@@ -347,6 +355,37 @@ def slopes(results) -> dict[str, float]:
     return fitted
 
 
+def longest_slopes(results) -> dict[str, tuple[int, int, float]]:
+    """Each implementation's log-log slope between its two longest lengths that pass the spread
+    check: (shorter S, longer S, slope)."""
+    by_impl: dict[str, dict[int, float]] = {}
+    for r in plots.steady(results):
+        by_impl.setdefault(r.impl, {})[r.seq] = r.median_ms
+    slopes_at = {}
+    for impl, times in by_impl.items():
+        if len(times) >= 2:
+            a, b = sorted(times)[-2:]
+            slopes_at[impl] = (a, b, math.log(times[b] / times[a]) / math.log(b / a))
+    return slopes_at
+
+
+def flatter_text(fitted: dict[str, float], longest: dict[str, tuple[int, int, float]]) -> str:
+    """The clause that explains a fitted slope under 1.8: where the slope between the two longest
+    lengths is steeper, a fixed per-call cost that weighs most at the shortest S (quoted with that
+    slope); otherwise the figure does not say why."""
+    said = []
+    for impl, k in fitted.items():
+        if k >= 1.8:
+            continue
+        if impl in longest and longest[impl][2] > k:
+            a, b, tail = longest[impl]
+            said.append(f"{impl}'s {k:.1f} is flatter because a fixed per-call cost weighs most at the shortest "
+                        f"S (from S={a} to {b} its slope is {tail:.1f})")
+        else:
+            said.append(f"{impl}'s {k:.1f} is flatter, and this run does not say why")
+    return "; " + "; ".join(said) if said else ""
+
+
 def sweep_reading(results) -> str:
     """What the time-against-S figure can show on this run: how many points passed the spread
     check, each line's fitted slope, and, where a slope strays from attention's 2 (beyond 1.5 to
@@ -358,7 +397,7 @@ def sweep_reading(results) -> str:
     if fitted:
         said += "; the fitted slopes are " + ", ".join(f"{n} {k:.1f}" for n, k in fitted.items())
     if fitted and all(1.5 <= k <= 2.5 for k in fitted.values()) and 2 * drawn >= measured:
-        return said + ": the S² of attention shows."
+        return said + ": the S² of attention shows" + flatter_text(fitted, longest_slopes(results)) + "."
     why = ("Too few points passed to read attention's S² from this figure" if 2 * drawn < measured or not fitted
            else "Some slopes stray from 2, so this figure does not show attention's S² on this run")
     return (said + f". {why}: a slope far from 2 is the machine's load or, at these short lengths, fixed "

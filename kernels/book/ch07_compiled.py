@@ -1,17 +1,16 @@
 """What only chapter 7 (compiled attention) needs: the reading of a GPU run's compiled and flex
-forwards (the book's own recording branch), the sentences that say what timing eager, compiled
-and broken forwards in turns (``kernels.bench.comparison.in_turns``) shows on this run (a ranking only where the
-round-by-round ratio stays on one side of 1), and the words
-and tables the page shows for Dynamo's counters, a guessed op list and a borrowed compiled call."""
+forwards (the book's own recording branch), timing eager, compiled and broken forwards in turns on
+rotated inputs and the sentences that say what that shows on this run (a ranking only where the
+round-by-round ratio stays on one side of 1, never an absolute time), and the words and tables the
+page shows for Dynamo's counters, a guessed op list and a borrowed compiled call."""
 from __future__ import annotations
 
 import pandas as pd
 
 from kernels.bench import timing
 from kernels.bench.comparison import ratio_spread
-from kernels.bench.plots import NOISY_SPREAD
 from kernels.book.gpu_kernels import names_text
-from kernels.notebook import lesson, readable
+from kernels.notebook import lesson
 from kernels.reference import number
 from kernels.trace import fingerprints
 
@@ -30,11 +29,6 @@ def flex_forward(kernels: pd.DataFrame) -> pd.DataFrame:
     templates = sum(fingerprints.inductor_style(n) == "tem" for n in kernels["name"])
     lesson(templates == 1, "on the GPU, a flex forward runs one FlexAttention template kernel", names_text(kernels))
     return fingerprints.classify_many(kernels["name"])[["name", "kind", "family", "note"]]
-
-
-def quoted(t: tuple[float, float, float], unit: str = " ms") -> str:
-    """A (median, p10, p90) as the page quotes it: "3.2 ms (3.1 to 3.4)"."""
-    return f"{readable(t[0])}{unit} ({readable(t[1])} to {readable(t[2])})"
 
 
 def ratio_text(times: dict[str, list[float]], over: str, under: str) -> str:
@@ -111,14 +105,6 @@ def call_table(call) -> pd.DataFrame:
     return pd.concat([ops, gpu], ignore_index=True)
 
 
-def shown(table: pd.DataFrame) -> pd.DataFrame:
-    """A trace table as this page shows it: the book's column names ("time (µs)"), no row numbers
-    left by a filter, and no "input shapes" column (the page reads no shape from it, and without
-    it a compiled forward's op table fits the column at 1280 px)."""
-    return (table.rename(columns={"dur_us": "time (µs)"})
-            .drop(columns="input shapes", errors="ignore").reset_index(drop=True))
-
-
 def memory_table(steps, scores_bytes: int) -> pd.DataFrame:
     """``torch_compile.memory_table`` with its counts as whole numbers."""
     from kernels.attention import torch_compile
@@ -127,16 +113,28 @@ def memory_table(steps, scores_bytes: int) -> pd.DataFrame:
     return table.astype({"S×S buffers allocated": int, "copies of S×S": int})
 
 
+def rotated_turns(modules: dict, shape, dtype, device, rounds: int = 21) -> dict[str, list[float]]:
+    """``modules`` (name -> a module called as ``m(q, k, v)``) timed in turns
+    (``comparison.in_turns``), each call on the next of the sweep's rotated input sets
+    (``sweep.InputPool``), as the sweep times a forward: round by round, load from elsewhere hits
+    every module alike, and no time rests on one input set staying in cache."""
+    from kernels.bench.comparison import in_turns
+    from kernels.bench.results import FORWARD
+    from kernels.bench.sweep import InputPool, make_timed_call
+
+    pool = InputPool(shape, dtype, device, False)
+    calls = {name: make_timed_call(lambda q, k, v, causal, m=m: m(q, k, v), pool, True, FORWARD)
+             for name, m in modules.items()}
+    return in_turns(calls, device, rounds, warmup=3)
+
+
 def steady_text(first_s: float, times: dict[str, list[float]]) -> str:
-    """The sentences that quote the compiled steady call (``times``: ``comparison.in_turns`` of "compiled" and
-    "eager") against the first call (``first_s`` seconds) and against the eager call. The count of
-    steady calls the first one cost is taken over the steady calls' 90th percentile, a bound that
-    holds on a busy run; a median is quoted only where its calls pass the spread check."""
-    median, p10, p90 = timing.spread(times["compiled"])
-    busy = p90 > NOISY_SPREAD * p10
-    said = (f"timed in turns with eager ({len(times['compiled'])} rounds), "
-            + (f"a compiled call's p90 was {readable(p90)} ms (its calls failed the spread check, so no median "
-               "is quoted)" if busy else
-               f"a compiled call took {quoted((median, p10, p90))}")
-            + f": the first call cost at least {first_s / (1e-3 * p90):,.0f} steady calls")
-    return said + ". Round by round, " + ratio_text(times, "compiled", "eager")
+    """The sentences that quote the compiled steady calls (``times``: ``rotated_turns`` of "compiled"
+    and "eager") against the first call (``first_s`` seconds) and against the eager call. No steady
+    time is quoted: on a shared machine an absolute time moves with the load, while the round-by-round
+    ratio does not (both calls of a round take the same load). The count of steady calls the first one
+    cost is taken over the steady calls' 90th percentile, a bound that load can only lower."""
+    p90 = timing.spread(times["compiled"])[2]
+    return (f"timed in turns with eager on rotated inputs ({len(times['compiled'])} rounds), the first call "
+            f"cost at least {first_s / (1e-3 * p90):,.0f} steady calls. Round by round, "
+            + ratio_text(times, "compiled", "eager"))

@@ -15,7 +15,7 @@ import torch
 from kernels import reference
 from kernels.exercises.judge import Passed, as_number, draw_int, fail, passed, run_learner, seeded_generator
 
-__all__ = ["check_tflops", "check_intensity", "check_waves"]
+__all__ = ["check_tflops", "check_intensity", "check_waves", "off_where"]
 
 
 def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
@@ -64,9 +64,30 @@ def check_tflops(my_tflops: Callable, seed: Optional[int] = None) -> Passed:
         for factor, message in words.items():
             if abs(everywhere / factor - 1) < 1e-6:
                 fail(message)
-    detail = ", ".join(f"{'causal' if c else 'dense'}{' fwd+bwd' if bw else ' fwd'}: {r:.3g}x" for r, c, bw in ratios)
-    fail(f"my_tflops is off by these factors (yours / right): {detail}. A factor that depends on causal or "
-          "backward points at the FLOP count; one that is the same everywhere, at the units.")
+    groups = {f"{'causal' if c else 'dense'}{' fwd+bwd' if bw else ' fwd'}": [r] for r, c, bw in ratios}
+    same = " (by the same factor in every case: look at the units)" if everywhere is not None else ""
+    fail(f"my_tflops is off: {off_where(groups)}{same}. A slip that depends on causal or backward points "
+         "at the FLOP count; one that is the same everywhere, at the units.")
+
+
+def off_where(groups: dict[str, list[float]], shapes: bool = False) -> str:
+    """Which groups of cases (name -> each case's yours / right) are off and in which direction,
+    and, with ``shapes``, whether by one factor for every shape or by one that changes with the
+    shape: never a factor, which would let a learner work the expected values back out."""
+    said = []
+    for name, rs in groups.items():
+        if all(abs(r - 1) < 1e-6 for r in rs):
+            said.append(f"{name} right")
+            continue
+        off = [r for r in rs if abs(r - 1) >= 1e-6]
+        ways = [w for w, there in (("right", len(off) < len(rs)), ("too high", any(r > 1 for r in off)),
+                                   ("too low", any(r < 1 for r in off))) if there]
+        direction = ways[0] if len(ways) == 1 else " in some, ".join(ways[:-1]) + f" in some, {ways[-1]} in others"
+        if shapes and len(rs) > 1:
+            one = len(off) == len(rs) and min(rs) > 0 and max(rs) / min(rs) - 1 < 1e-6
+            direction += ", by one factor for every shape" if one else ", by a factor that changes with the shape"
+        said.append(f"{name} {direction}")
+    return "; ".join(said)
 
 
 def check_intensity(my_intensity: Callable, seed: Optional[int] = None) -> Passed:
@@ -99,10 +120,10 @@ def check_intensity(my_intensity: Callable, seed: Optional[int] = None) -> Passe
         fail("causal FLOPs are halved (the kernel skips the masked half); you counted them at full price.")
     if all_near([0.5] * len(cases)):
         fail("FLOPs are 4·B·H·S²·D (two matmuls, 2 FLOPs per multiply-add); you are 2x low.")
-    detail = ", ".join(f"B={b} H={h} S={s} D={d} causal={c} {e} B/elem: {r:.3g}x"
-                       for (b, h, s, d, c, e), r in zip(cases, ratios))
-    fail(f"my_intensity is off by these factors (yours / right): {detail}. Check the FLOPs (task 1's forward "
-          "count) and the bytes (every tensor read or written once, in bytes, not elements) separately.")
+    groups = {"causal cases": [r for r, c in zip(ratios, causal_flags) if c],
+              "dense cases": [r for r, c in zip(ratios, causal_flags) if not c]}
+    fail(f"my_intensity is off: {off_where(groups, shapes=True)}. Check the FLOPs (task 1's forward "
+         "count) and the bytes (every tensor read or written once, in bytes, not elements) separately.")
 
 
 # The SM the waves task describes: a register file of 64K registers, 64 warp slots, warps of 32.

@@ -68,15 +68,17 @@ check_tflops(tflops)
 # as chapter 6 times it, by the rule of the appendix [*Measuring honestly*](../appendix/measuring.ipynb):
 # `kernels.bench` warms up, times many calls on fresh inputs rotated among sets larger than the
 # caches, and quotes the median with its 10th-90th percentile spread, a result only if the 90th
-# percentile is within twice the 10th. (Timing one fixed q, k, v instead keeps them in cache and
-# reads faster than chapter 6's table.)
+# percentile is within twice the 10th. (One fixed q, k, v can read faster, since it stays in cache;
+# the appendix shows when that matters.) The shape is this run's parameters: `batch`, `heads`,
+# `seq`, `head_dim`.
 
 # %%
 point = sweep.sweep(["sdpa_flash"], seqs=(seq,), head_dims=(head_dim,), dtypes=(dtype,), batch=batch,
                     heads=heads, device=device, memory=False, progress=None)[0]
 ms, p10, p90 = point.median_ms, point.p10_ms, point.p90_ms
-print(f"causal sdpa_flash, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}: median {ms:.3g} ms "
-      f"(p10 {p10:.3g}, p90 {p90:.3g}), {1e3 * tflops(batch, heads, seq, head_dim, True, False, ms):.3g} GFLOP/s"
+gflops = 1e3 * tflops(batch, heads, seq, head_dim, True, False, ms)
+print(f"causal sdpa_flash, B={batch} H={heads} S={seq} D={head_dim}, {dtype} on {device.type}:")
+print(f"median {ms:.3g} ms (p10 {p10:.3g}, p90 {p90:.3g}), {gflops:.3g} GFLOP/s"
       + ("" if p90 <= 2 * p10 else ": the spread is over 2x, too noisy on this run to be a result"))
 
 # %% [markdown]
@@ -100,7 +102,9 @@ def my_intensity(batch, heads, seq, head_dim, causal, bytes_per_element):
 # :::
 
 # %% tags=["solution", "hide-input"]
-# Solution: forward FLOPs over the bytes of q, k, v and o.
+# Solution: forward FLOPs over the bytes of q, k, v and o. B, H and D cancel: S/4 FLOP per byte
+# for causal attention in bf16 (S/2 dense), so a fused kernel at long S has the arithmetic to be
+# compute-bound; one that also writes and reads the S×S scores does not.
 def solution_intensity(batch, heads, seq, head_dim, causal, bytes_per_element):
     flops = 4 * batch * heads * seq**2 * head_dim / (2 if causal else 1)
     return flops / (4 * batch * heads * seq * head_dim * bytes_per_element)
@@ -117,9 +121,8 @@ for s in (256, 1024, 4096):
           f"{'above' if i > ridge else 'below'} the A100's ridge of {ridge:.0f}")
 
 # %% [markdown]
-# Intensity grows with $S$ (here $S/4$ FLOP per byte for causal attention in bf16, whatever D): a
-# fused kernel at long sequences has the arithmetic to be compute-bound, one that writes the S×S
-# scores to memory does not.
+# Which of B, H, S and D are left in your intensity, and what does that say about long sequences,
+# and about a kernel that writes the S×S scores to memory? (The book's folded solution answers.)
 #
 # ## Task 3: the grid against the SMs
 #
@@ -144,8 +147,8 @@ def my_waves(grid, threads, registers, sms):
 # :::
 #
 # :::{dropdown} Hint 2
-# The grid's CTAs are the product of its three numbers. A wave is every SM holding its full
-# count of CTAs once; occupancy counts the warps resident on one SM against its 64 slots.
+# The grid's CTAs are the product of its three numbers. How many CTAs make one wave? And how many
+# warps sit on one SM at once, out of its 64 slots?
 # :::
 
 # %% tags=["solution", "hide-input"]

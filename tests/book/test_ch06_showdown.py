@@ -240,6 +240,14 @@ def test_sweep_reading_says_the_s2_shows_only_when_enough_points_pass_and_slopes
     said = ch06.sweep_reading(noisy)
     assert "2 of 4 points" in said and "inplace 0.9" in said and "slopes stray from 2" in said
     assert "shows." not in said
+    # a fused line flattened at short S by a fixed per-call cost: explained, with its steeper tail
+    fixed = [at("naive", s, (s / 256) ** 2) for s in (128, 256, 512, 1024)] + [
+        at("flash", s, 0.3 + (s / 256) ** 2) for s in (128, 256, 512, 1024)]
+    said = ch06.sweep_reading(fixed)
+    assert "S² of attention shows" in said and "flash's 1.6 is flatter because a fixed per-call cost" in said
+    assert "from S=512 to 1024 its slope is 1.9" in said and "naive's" not in said
+    assert ch06.flatter_text({"flash": 1.6}, {"flash": (512, 1024, 1.5)}) == (
+        "; flash's 1.6 is flatter, and this run does not say why")
     lone = [at("naive", 512, 1.0)]
     assert ch06.slopes(lone) == {} and "Too few points passed" in ch06.sweep_reading(lone)
 
@@ -249,3 +257,11 @@ def test_three_figures_gives_one_precision_to_the_glance_and_its_quotes():
     assert math.isnan(ch06.three_figures(float("nan")))
     table = ch06.glance({"naive": point("naive", 47.97, 52.014)}, ROOF)
     assert table.loc["naive", "p10-p90 (ms)"] == "48-52"
+
+
+def test_untimed_text_names_the_rows_without_a_time_or_says_every_row_passed():
+    import pandas as pd
+
+    assert ch06.untimed_text(pd.DataFrame({"time (ms)": [1.0, 2.0]}, index=["a", "b"])) == (
+        "every row passed the spread check on this run")
+    assert ch06.untimed_text(pd.DataFrame({"time (ms)": [1.0, float("nan")]}, index=["a", "b"])).endswith(": b")
