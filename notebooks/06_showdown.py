@@ -313,7 +313,7 @@ glue_all(qwen_h100_tflops=h100_row["median TFLOP/s"], qwen_h100_pct=h100_row["me
 # each run whole on one [SM](glossary.md#sm) (a *compute unit*, CU, on AMD); the trace records the
 # grid and the SM count. An SM holds as many blocks at once as its
 # [registers](glossary.md#registers), [shared memory](glossary.md#shared-memory) and
-# [warp](glossary.md#warp) slots allow (chapter 4's [occupancy](glossary.md#occupancy)); a larger
+# [warp](glossary.md#warp) slots allow ([occupancy](glossary.md#occupancy), chapters 3b and 4); a larger
 # grid runs in [*waves*](glossary.md#wave), and the last may leave SMs idle. A third trace, *H100
 # BERT*, shows the short end: BERT-small, 141 tokens, same H100. Our occupancy is that of an SM
 # holding blocks; Kineto's spreads the grid over all SMs, so the two part where few SMs get blocks.
