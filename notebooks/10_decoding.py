@@ -53,11 +53,11 @@ traces_box({"SGLang decode": TRACELENS["sglang_decode"], "SGLang capture": SGLAN
 #
 # One layer's cache (`decoding.KVCache`) is two buffers, K and V, allocated once for the longest
 # sequence; `append` writes new tokens after the filled part and returns views of everything
-# filled so far, copying nothing. Prefill a prompt through it, then decode token by token with
+# filled so far, copying nothing. Prefill a prompt, then decode token by token with
 # `kernels.get(name)(q, k, v, causal=True)`. Causal attention aligned bottom-right (query i sees
 # keys j ≤ i + Sk − Sq) lets a single query see every cached key. Same rows as one causal pass?
 
-# %%
+# %% tags=["remove-input"]
 show_lines(decoding.prefill_then_decode, "keys, values = cache.append(k[:, :, :prompt]", "rows.append(")
 
 # %% tags=["remove-cell"]
@@ -83,8 +83,8 @@ glue("prompt", prompt); glue("generated", generated); glue("total", total); glue
 #
 # Two decode tokens profiled (`decoding.decode_step`), each from a cache of {glue:text}`seq`
 # tokens: one appends to a `KVCache`, the other to a `ConcatCache`, which grows plain K and V
-# tensors with `torch.cat`, a common first version. Before looking: how many bytes does each step
-# copy or allocate?
+# tensors with `torch.cat`, a common first version. Before looking: how many MiB does the
+# `torch.cat` step allocate?
 
 # %%
 guess_cat_mib = 0.1  # edit me: MiB allocated per torch.cat step
@@ -97,17 +97,17 @@ cached = inputs(batch, heads, seq, head_dim, dtype=dtype, device=device, seed=4)
 q_new = q_all[:, :, -1:]   # k_new, v_new: that token's K and V; cached: K and V of seq earlier tokens
 cached_step, cat_step = decoding.profile_cache_steps(cached, attend, q_new, k_new, v_new, trace_dir)
 copies = decoding.copies_table({"KVCache.append": cached_step, "torch.cat": cat_step})
-display(links(cached_step), links(cat_step))
 
 # %% tags=["remove-input"]
-ch10.copies_shown(copies)
+display(links(cached_step), links(cat_step), ch10.copies_shown(copies))
 
 # %% tags=["remove-input"]
 token_bytes = batch * heads * head_dim * q_all.element_size()                 # one token's K (or V)
 reveal(guess_cat_mib, round(mib(cat_step.allocated_bytes), 3), "MiB the torch.cat step allocates")
 lesson(cached_step.copies()["bytes"].max() == token_bytes and cached_step.allocated_bytes < token_bytes * seq,
        "appending to the KV cache copies one token's K and V, allocating far less than the cache",
-       f"{readable(token_bytes)} bytes")
+       f"largest copy_ {readable(token_bytes)} bytes, one token's K or V; {cached_step.allocated_bytes / 1024:.1f} KiB "
+       f"allocated against a {mib(token_bytes * seq * 2):.0f} MiB cache")
 grown = decoding.cache_bytes(seq + 1, heads, head_dim, dtype, batch=batch)  # K and V after the append
 lesson(cat_step.allocated_bytes >= grown,
        "growing K and V with torch.cat allocates and copies the whole cache again every step",
@@ -233,8 +233,8 @@ phases_asserted = timing_claims(ch10.phase_claims(turns, pre, dec), counted="tim
 
 # %% [markdown]
 # In {glue:text}`dtype_here` the decode points sit at {glue:text}`decode_here` FLOP/byte, not
-# bfloat16's 1: the same two FLOPs read a {glue:text}`element_bytes`-byte element. (Chapter 6's
-# roof, measured in its own run, may differ.)
+# bfloat16's 1: the same two FLOPs read a {glue:text}`element_bytes`-byte element. (Chapter 6
+# measured its roof in its own run; a roof moves with what else held the cores.)
 
 # %% tags=["remove-input"]
 # How far the drawn decode points sit under their slope, and why: plain prose that follows the run.
@@ -243,8 +243,7 @@ from IPython.display import Markdown
 display(Markdown(ch10.decode_gap([r for r in shown if r.mode == DECODE], peaks_here)))
 
 # %% [markdown]
-# On a GPU with a long cache, reading the cache sets a decode token's time: the cure is fewer bytes
-# per token.
+# On a GPU with a long cache, reading it sets a decode token's time.
 #
 # ## What grouped-query attention saves
 #
@@ -254,7 +253,9 @@ display(Markdown(ch10.decode_gap([r for r in shown if r.mode == DECODE], peaks_h
 
 # %%
 gqa_rows = decoding.sharing_table(layers=32, heads=32, head_dim=128, context=8192,
-                                  kv_options={"multi-head (MHA)": 32, "grouped-query (GQA)": 8, "multi-query (MQA)": 1})
+                                  kv_options={"multi-head (MHA)": 32,
+                                              "grouped-query (GQA)": 8,
+                                              "multi-query (MQA)": 1})
 
 # %% tags=["remove-input"]
 hq, hkv = 32, 8    # the query and K/V heads of the table's GQA row
@@ -295,8 +296,7 @@ ch10.decode_backend_here(chosen, chosen_gqa, device, dtype, head_dim)
 glue("decode_backend", chosen)
 
 # %% [markdown]
-# The GPU rows are PyTorch's rules, not a measurement; on a GPU the page checks SDPA's choice
-# against them.
+# The GPU rows are PyTorch's rules, not a measurement.
 #
 # ## A real decode step: split over the cache, then reduce
 #
@@ -307,7 +307,7 @@ glue("decode_backend", chosen)
 # online-softmax rescaling.
 # Replayed from a HIP graph (AMD's [CUDA graph](glossary.md#cuda-graph)), the step recorded no
 # shapes: `find_attention` reads the batch in SGLang's step annotation, the heads in the run's
-# graph-capture trace (*SGLang capture*, `capture=`). Before the reveal: what share
+# graph-capture trace (*SGLang capture*, passed as `capture=`). Before the reveal: what share
 # of the step's GPU time is attention?
 
 # %%
@@ -355,8 +355,9 @@ from statistics import median
 engine = decode_report.engine_steps[0]              # the step annotation the report read
 lesson(len(decode_report.engine_steps) == 1 and engine.context_requests == 0
        and engine.generation_requests == engine.g_sq == 32 and engine.g_sk > 100 * engine.generation_requests,
-       "SGLang's step annotation: 32 requests, one new query each, against a long cache",
-       f"{readable(engine.g_sk)} cached tokens")
+       "SGLang's step annotation: 32 requests, one new query each, against caches averaging over 100 tokens",
+       f"{readable(engine.g_sk)} cached tokens in all, about "
+       f"{readable(round(engine.g_sk / engine.generation_requests))} a request")
 calls = decode_report.calls
 lesson(all((c.heads, c.kv_heads, c.d) == (QWEN3_8B["heads"], QWEN3_8B["kv_heads"], QWEN3_8B["head_dim"])
            and c.heads_source is not None and SGLANG_DECODE_CAPTURE.file in c.heads_source for c in calls),
@@ -378,17 +379,14 @@ lesson(all(c.gpu_us > floor_us for c in calls) and max(r.share for r in roofs) <
        f"{call_us:.0f} vs {floor_us:.0f} µs")
 glue_all(sg_mib=first_bytes / 2**20, sg_gflop=first_flops / 1e9, sg_call_us=float(call_us), sg_intensity=intensity,
          sg_ridge=mi300x.ridge, sg_floor_us=floor_us, sg_tbs=float(share * mi300x.bandwidth / 1e12),
-         sg_peak_tbs=mi300x.bandwidth / 1e12, sg_bw_pct=float(100 * share), sg_tokens=readable(engine.g_sk),
-         sg_per_request=readable(round(engine.g_sk / engine.generation_requests)))
+         sg_peak_tbs=mi300x.bandwidth / 1e12, sg_bw_pct=float(100 * share))
 
 # %% [markdown]
-# SGLang's annotation, `execute_32_context_0(...)_generation_32(sq32sk32785...)`, gives about
-# {glue:text}`sg_per_request` cached tokens a request. So a layer's call moves
+# A layer's call moves
 # {glue:text}`sg_mib:.1f` MiB, almost all KV cache, for {glue:text}`sg_gflop:.3f` GFLOP (GQA's group
 # of 4 lifts the intensity from 1 to {glue:text}`sg_intensity:.1f`). The median call reached
 # {glue:text}`sg_tbs:.2f` TB/s of the datasheet's {glue:text}`sg_peak_tbs:.1f`,
-# {glue:text}`sg_bw_pct:.0f`% of the memory roof: memory-bound, yet short of the datasheet (likely
-# because one query per request leaves little parallel work to keep every memory channel busy). On
+# {glue:text}`sg_bw_pct:.0f`% of the memory roof: memory-bound, yet short of the datasheet. On
 # your own trace: `python -m kernels.trace.attention TRACE --capture
 # CAPTURE_TRACE` (chapter 12).
 

@@ -87,8 +87,8 @@ glue("startup_s", time.perf_counter() - t0)
 # Each rank attends its queries to the K/V block it holds while that block moves on; after
 # `world` steps every query has met every key. The partial attentions merge by each row's
 # log-sum-exp (LSE), as in chapter 4's online softmax: over disjoint keys A and B,
-# $(e^{LSE_A} o_A + e^{LSE_B} o_B) / (e^{LSE_A} + e^{LSE_B})$, which `ring.merge` (unfold it)
-# computes with `logaddexp`, without overflow:
+# $(e^{LSE_A} o_A + e^{LSE_B} o_B) / (e^{LSE_A} + e^{LSE_B})$, which `ring.merge` (its source
+# folded below) computes with `logaddexp`, without overflow:
 
 # %% tags=["remove-input", "hide-output"]
 show_lines(ring.merge)
@@ -104,7 +104,7 @@ lesson(verdict.ok, "merging two partial attentions by their LSE gives attention 
        f"max error {verdict['out'].error:.1e}, bound {verdict['out'].bound:.1e}")
 
 # %% [markdown]
-# The ring's forward (unfold it) posts the send and receive before the local attention and
+# The ring's forward (source folded below) posts the send and receive before the local attention and
 # waits after it (`ring:wait`), so the transfer can overlap the arithmetic.
 
 # %% tags=["remove-input", "hide-output"]
@@ -112,7 +112,7 @@ show_lines(ring.ring_forward)
 
 # %% [markdown]
 # Is it right? Forward and backward on both processes, judged against float64: odd lengths,
-# [grouped-query attention](glossary.md#gqa), both layouts, both causal modes (table folded).
+# [grouped-query attention](glossary.md#gqa), both layouts, both causal modes (the fold holds the table).
 
 # %% tags=["remove-cell"]
 cases = [cp.Case(batch=2, heads=4, kv_heads=4, seq=67, head_dim=16, layout=layout, causal=causal, seed=3)
@@ -137,8 +137,8 @@ lesson(checked["ok"].all() and (checked["error / bound"] < 1).all(),
 #
 # The `contiguous` split gives rank 0 the first half and rank 1 the second. Under a causal mask
 # rank 1's queries see rank 0's keys too, rank 0's only their own. The ring computes each block a
-# rank attends in full (the diagonal one too, then masked). Counted that way, how many times rank
-# 0's query-key pairs does the last rank compute?
+# rank attends in full (the diagonal one too, then masked). Counted that way,
+# how many times as many query-key pairs as rank 0 does the last rank compute?
 
 # %%
 guess_imbalance = 1.5  # edit me: the last rank's pairs over rank 0's, contiguous split, 2 ranks
@@ -172,9 +172,8 @@ naive = rank_traces.step_totals(steps["contiguous"])  # each rank's times and FL
 page.per_step({"contiguous": naive}, active_steps)
 
 # %% [markdown]
-# The ranks' means over the {glue:text}`active_steps` steps are folded above (the zigzag section
-# shows them again). The timeline draws one step, {glue:text}`drawn_rule`; the links open each
-# rank's trace in Perfetto.
+# The fold above holds each rank's mean step; the timeline draws a typical one. **Idle** is time a
+# rank neither computed, sent nor waited.
 
 # %% tags=["remove-cell"]
 # The step to draw, chosen before it is drawn: one that the per-step claims this run asserts
@@ -186,27 +185,25 @@ waited_longer = [t.loc[first, "exposed_communication_us"] > t.loc[last, "exposed
 last_on_path = [int(s.critical_path().query("round == 1").iloc[0]["rank"]) == last for s in steps["contiguous"]]
 agrees = page.asserted_agreement([computed_longer, waited_longer, last_on_path])
 step = page.typical_step(steps["contiguous"], agrees)
-glue("drawn_rule", page.drawn_rule(agrees))
 
 # %%
-display(*(links(r.path, title=f"ring forward, contiguous, rank {r.rank}")
-           for r in folders["contiguous"].ranks))
-fig = step.timeline(f"ring forward, contiguous split, {world} ranks (one step)")
+fig = step.timeline(f"ring forward, contiguous split, {world} ranks (one step)")  # step: a typical step
 
 # %% tags=["remove-input"]
-#| caption: One ring forward, contiguous split (the step chosen as the text above says), a track per rank: compute, gloo's sends and receives (posted to completed), and where the rank blocked in a wait. The sentence below the figure reads this step's numbers.
+#| caption: One ring forward, contiguous split (a typical step), a track per rank: compute, gloo's sends and receives (posted to completed), and where the rank blocked in a wait; where a track shows none of these, the rank was idle.
 #| alt: Timeline with one track per rank of compute bars, communication bars and wait bars for one contiguous ring step.
 page.legend_above(fig)
 
 # %% tags=["remove-input"]
 from IPython.display import Markdown
 
-display(Markdown(page.step_reading(step.summary())))  # what this run's drawn step shows, as plain prose
+display(Markdown(page.step_reading(step.summary())),  # what this run's drawn step shows, as plain prose
+        *(links(r.path, title=f"ring forward, contiguous, rank {r.rank}") for r in folders["contiguous"].ranks))
 
 # %% [markdown]
 # The **critical path** is the chain of work that sets the step's length: in each piece between
-# communication rounds, the rank that computed longest is the one the others wait for (table
-# folded; the ✔ lines read it).
+# communication rounds, the rank that computed longest is the one the others wait for (the fold
+# holds it per round).
 
 # %%
 path = step.critical_path()
@@ -239,8 +236,8 @@ glue("time_reading", page.time_reading(page.held(computed_longer), page.held(wai
 glue("flop_ratio", flop_ratio)
 
 # %% [markdown]
-# The trace agrees with the count: its matrix products give the last rank
-# {glue:text}`flop_ratio:.1f` times rank 0's FLOPs; {glue:text}`time_reading`.
+# The matrix products give the last rank {glue:text}`flop_ratio:.1f` times rank 0's FLOPs;
+# {glue:text}`time_reading`.
 #
 # ## Zigzag: the same work on every rank
 #
@@ -257,7 +254,7 @@ busiest = {name: t["matmul_flop"].max() for name, t in (("contiguous", naive), (
 _ = reveal(guess_zigzag, round(busiest["contiguous"] / busiest["zigzag"], 2), "busiest rank's FLOPs, contiguous over zigzag")
 
 # %% [markdown]
-# Both splits per step, then the zigzag step closest to the medians (timeline folded):
+# Each split's mean step; the fold below holds a typical zigzag step's timeline:
 
 # %% tags=["remove-input"]
 zigzag_step = page.typical_step(steps["zigzag"])
@@ -281,15 +278,17 @@ slow_z, slower_outcomes, speed_ratio = page.unequal_speed(steps["zigzag"])
 waits_ms = tuple(t["exposed_communication_us"].max() / active_steps / 1e3 for t in (naive, zigzag))  # the table's column
 zigzag_claims = []
 if sum(wait_outcomes) > 0.2 * len(wait_outcomes):  # fewer: the reading below says the wait did not fall
-    zigzag_claims.append((wait_outcomes, "with zigzag, a step's most exposed rank blocks less than in the contiguous "
-                          "split's median step",
-                          f"mean per step: {waits_ms[1]:.1f} against {waits_ms[0]:.1f} ms"))
+    zigzag_claims.append((wait_outcomes, "in the zigzag run, a step's most exposed rank blocks less than in the separate "
+                          "contiguous run's median step",
+                          f"mean per step: {waits_ms[1]:.1f} ms zigzag, {waits_ms[0]:.1f} ms contiguous"))
 if sum(slower_outcomes) > 0.2 * len(slower_outcomes):
     zigzag_claims.append((slower_outcomes, f"at equal FLOPs rank {slow_z} still computes longer: "
                           "the processes run at different speeds", f"{speed_ratio:.2f}x over the steps"))
 if zigzag_claims:
     timing_claims(zigzag_claims)
-glue("zigzag_reading", page.zigzag_reading(page.held(wait_outcomes), page.held(slower_outcomes), slow_z, speed_ratio, waits_ms))
+rank0_rates = tuple(t.loc[first, "matmul_flop"] / t.loc[first, "compute_us"] / 1e3 for t in (naive, zigzag))  # GFLOP/s
+glue("zigzag_reading", page.zigzag_reading(page.held(wait_outcomes), page.held(slower_outcomes), slow_z, speed_ratio,
+                                           waits_ms, rank0_rates))
 ring_steps = steps["contiguous"] + steps["zigzag"]
 if all(s.marks_waits(i) for s in ring_steps for i in range(world)):  # CPU ranks: the waits say it
     transfer_ms = page.largest_single_ms(ring_steps, ("gloo:send", "gloo:recv"))  # one rank, one step: a maximum
@@ -307,9 +306,9 @@ else:  # GPU ranks: NCCL's kernels are the transfers, on their own stream
 
 # %% [markdown]
 # Zigzag cut the busiest rank's arithmetic by {glue:text}`flop_cut:.2f`x, not 2x: from two blocks
-# of pairs to one and a quarter, equal on both ranks. The times: {glue:text}`zigzag_reading`. The
-# waits vanish only where the ranks also run at the same speed, which two processes sharing two
-# cores need not; so the FLOP count, not the time ratio, states the imbalance.
+# of pairs to one and a quarter, equal on both ranks. The times: {glue:text}`zigzag_reading`.
+# Two processes sharing two cores need not run at one speed, so the FLOP count, not a time
+# ratio, states the imbalance.
 #
 # Gloo moves the bytes on its own threads while a helper thread (`ring.Exchange`) waits on each
 # exchange, so the rank's wait, `ring:wait kv (arrived)` or `(in flight)`, says whether the block
@@ -317,7 +316,7 @@ else:  # GPU ranks: NCCL's kernels are the transfers, on their own stream
 #
 # ## Ulysses: an all-to-all over heads
 #
-# In Ulysses (DeepSpeed-Ulysses, arXiv 2309.14509) an all-to-all (`ulysses.to_heads`, unfold it)
+# In Ulysses (DeepSpeed-Ulysses, arXiv 2309.14509) an all-to-all (`ulysses.to_heads`, folded below)
 # gives each rank the whole sequence for `heads / world` heads; it runs causal
 # [SDPA](glossary.md#sdpa) on them, and a second all-to-all sends the rows back. The heads (with
 # GQA, the K/V heads too) must divide by the world size.
@@ -342,7 +341,7 @@ lesson(refused, f"Ulysses refuses 3 heads over {world} ranks before any rank sta
 # Bytes per rank and forward: the ring sends its K/V block `world − 1` times,
 # 2·B·H_kv·(S/world)·D elements each; Ulysses (world − 1)/world of its q, k, v and output shards,
 # (2·H + 2·H_kv)·B·(S/world)·D elements. Guess the ratio with two ranks and H_kv = H; the traces
-# count it from gloo's tensor shapes (Ulysses' timeline is folded below).
+# count it from gloo's tensor shapes (the fold after the checks holds a Ulysses timeline).
 
 # %%
 guess_ratio = 2.0  # edit me: the ring's bytes over Ulysses' bytes, per rank and forward
@@ -382,7 +381,7 @@ page.legend_above(uly_step.timeline(f"Ulysses forward, {world} ranks (one step)"
 
 # %% [markdown]
 # With more ranks they part: the ring's bytes per rank stay near 2·B·H_kv·S·D, Ulysses' shrink as
-# 1/world; GQA cuts the ring's more. For 128k tokens, 32 query heads, head dim 128 (table folded):
+# 1/world; GQA cuts the ring's more. For 128k tokens, 32 query heads, head dim 128 (in the fold):
 
 # %% tags=["hide-output"]
 volumes = ulysses.volume_table(worlds=(2, 8, 64), heads=32, kv_heads=(32, 8), seq_len=131072, head_dim=128)
@@ -437,7 +436,7 @@ glue("cross_ib", crossovers["InfiniBand NDR (50 GB/s each way)"])
 # bandwidths.
 #
 # PyTorch's `torch.distributed.tensor.experimental.context_parallel` (torch 2.13) balances
-# head-tail (`_HeadTailLoadBalancer`) and all-gathers K/V by default; it registers SDPA's CUDA
+# head-tail, i.e. zigzag (`_HeadTailLoadBalancer`), and all-gathers K/V by default; it registers SDPA's CUDA
 # operators only, so on a CPU it refuses.
 
 # %% tags=["remove-input"]
@@ -496,7 +495,9 @@ glue("elapsed_s", time.perf_counter() - started)
 # - The ring moves K/V blocks, Ulysses heads; partials merge exactly by their log-sum-exp.
 # - A causal contiguous split loads the last rank; zigzag equalises the FLOPs, but the waits
 #   vanish only where the ranks also run at the same speed.
-# - Read ranks side by side: compute, exposed communication, the critical path.
+# - Read ranks side by side: compute, exposed communication, idle time, the critical path.
+# - The ring's bytes per rank stay near 2·B·H_kv·S·D, Ulysses' shrink as 1/world; the ring's
+#   transfers hide while a block's compute outlasts them.
 #
 # This chapter took {glue:text}`elapsed_s:.0f` s to execute here.
 

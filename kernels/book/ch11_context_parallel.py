@@ -40,13 +40,15 @@ def per_step(totals_by_split: dict[str, pd.DataFrame], steps: int) -> pd.DataFra
     """``rank_traces.step_totals`` of each split over ``steps`` profiled steps, as the mean of one
     step (the scale of a timeline that draws one step): a row per split and rank, with the
     matrix products' GFLOP (from the recorded shapes) beside the times the prose reads (the
-    communication ranges themselves are on the timeline: gloo's bound a transfer, never time it).
-    GFLOP to 2 decimals, times to 0.1 ms: the step-to-step noise is far larger."""
+    communication ranges themselves are on the timeline: gloo's bound a transfer, never time it),
+    and the idle time (``idle_us``: neither computing, communicating nor waiting) that completes the
+    step. GFLOP to 2 decimals, times to 0.1 ms: the step-to-step noise is far larger."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     rows = [{"split": split, "rank": int(rank), "matmul (GFLOP)": round(row["matmul_flop"] / steps / 1e9, 2),
              "compute (ms)": round(row["compute_us"] / steps / 1e3, 1),
              "exposed (ms)": round(row["exposed_communication_us"] / steps / 1e3, 1),
+             "idle (ms)": round(row["idle_us"] / steps / 1e3, 1),
              "step (ms)": round(row["step_us"] / steps / 1e3, 1)}
             for split, totals in totals_by_split.items() for rank, row in totals.iterrows()]
     return pd.DataFrame(rows)
@@ -105,14 +107,15 @@ def time_reading(compute_held: bool, wait_held: bool, imbalance: float) -> str:
     """The sentence the page glues after the FLOP count: what the ranks' times showed, saying only
     what the timing claims asserted (``held``) on this run. The time ratio is not the FLOP ratio:
     a rank's compute holds work besides its matrix products, and the two processes need not run
-    at the same speed (the zigzag run measures that), so the sentence draws no cost out of it."""
+    at the same speed (the zigzag run measures that), so the sentence neither offers it as
+    confirming the FLOP ratio nor says where the difference went (idle time takes part of it)."""
     if compute_held and wait_held:
-        return (f"its compute took {imbalance:.2f} times rank 0's (a time, which also holds how fast this machine "
-                "ran each process), and rank 0 spent the difference waiting at the step's end")
+        return (f"its compute took {imbalance:.2f} times rank 0's, a time that on two shared cores also holds how fast "
+                "each process ran, so it does not measure that ratio; and rank 0 sat blocked longer")
     if compute_held:
-        return (f"its compute took {imbalance:.2f} times rank 0's, but where rank 0 spent the difference was too noisy "
-                "to assert on this run (a machine shared with other work moves the waits)")
-    waited = ", though rank 0 did spend longer waiting at the step's end" if wait_held else ""
+        return (f"its compute took {imbalance:.2f} times rank 0's (a time, not that ratio), but whether rank 0 sat "
+                "blocked longer was too noisy to assert on this run (a machine shared with other work moves the waits)")
+    waited = ", though rank 0 did sit blocked longer" if wait_held else ""
     return ("the ranks' compute times on this run were too noisy to assert that the last rank computed longer "
             f"(a machine shared with other work moves them){waited}, so the FLOP count is the statement")
 
@@ -141,19 +144,23 @@ def unequal_speed(steps: list) -> tuple[int, list[bool], float]:
     return slow, outcomes, float(total.max() / total.min())
 
 
-def zigzag_reading(wait_held: bool, speed_held: bool, slow: int, speed_ratio: float, waits_ms: tuple[float, float]) -> str:
+def zigzag_reading(wait_held: bool, speed_held: bool, slow: int, speed_ratio: float, waits_ms: tuple[float, float],
+                   rank0_gflops: tuple[float, float]) -> str:
     """The clause the page glues after the zigzag run: what happened to the waiting, and whether
     the ranks ran at different speeds at equal work, saying only what the timing claims asserted
     (``held``) on this run. ``waits_ms``: the most exposed rank's mean time blocked per step,
     contiguous and zigzag (the largest of the per-step table's "exposed" column for each split, so
-    the sentence quotes numbers the reader sees there)."""
+    the sentence quotes numbers the reader sees there). ``rank0_gflops``: rank 0's matrix-product FLOPs
+    over its compute time in each run, GFLOP/s: the two splits are separate runs, and how fast
+    each ran is part of any comparison of their times."""
     before, after = waits_ms
     where = "the most exposed rank's time blocked per step"
+    runs = f"separate runs, in which rank 0 computed at {rank0_gflops[0]:.1f} and {rank0_gflops[1]:.1f} GFLOP/s"
     if wait_held:
-        waits = f"{where} fell from {before:.1f} ms to {after:.1f} ms (the table's exposed column), but not to zero"
+        waits = f"{where} was {before:.1f} ms contiguous and {after:.1f} ms zigzag ({runs}), not zero"
     else:
         change = "did not fall" if after >= before else "did not clearly fall"
-        waits = f"{where} {change} on this run ({before:.1f} ms, then {after:.1f} ms, the table's exposed column)"
+        waits = f"{where} {change} ({before:.1f} ms contiguous, then {after:.1f} ms zigzag; {runs})"
     if speed_held:
         return waits + f", and at equal FLOPs rank {slow}'s compute took {speed_ratio:.2f} times the other's"
     return waits + ", and at equal FLOPs the ranks' compute times differed by no more than the step-to-step noise"
@@ -181,12 +188,17 @@ def typical_step(steps: list, agrees: list | None = None):
 
 
 def step_reading(summary: pd.DataFrame) -> str:
-    """What one drawn step shows, from its ``RankStep.summary``: each rank's compute and the time it
-    sat blocked, naming the rank that computed longest (the one the other waited for)."""
-    slow = int(summary["compute_us"].idxmax())
-    parts = ", ".join(f"rank {int(r)} computed {row.compute_us / 1e3:.1f} ms and sat blocked "
-                      f"{row.exposed_communication_us / 1e3:.1f} ms" for r, row in summary.iterrows())
-    return f"In the step drawn, {parts}: rank {slow} computed longest and set the step's pace."
+    """What one drawn step shows, from its ``RankStep.summary``: of each rank's step, its compute, the
+    time it sat blocked, the time inside communication ranges only (the rest of its busy time) and
+    the time it was idle (neither computing, communicating nor waiting; on two shared cores a rank's
+    process is not always running): the four make up the step."""
+    def part(row) -> str:
+        only_comm = max(0.0, row.step_us - row.idle_us - row.compute_us - row.exposed_communication_us)
+        return (f"compute {row.compute_us / 1e3:.1f}, blocked {row.exposed_communication_us / 1e3:.1f}, "
+                f"in gloo's ranges only {only_comm / 1e3:.1f}, idle {row.idle_us / 1e3:.1f}")
+
+    parts = "; ".join(f"rank {int(r)}'s {row.step_us / 1e3:.1f} ms: {part(row)}" for r, row in summary.iterrows())
+    return f"In the step drawn (ms), {parts}. A process sharing two cores is not always running."
 
 
 def largest_single_ms(steps: list, prefixes: tuple[str, ...]) -> float:

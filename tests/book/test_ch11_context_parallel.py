@@ -24,6 +24,7 @@ def test_per_step_is_the_mean_of_one_step_a_row_per_split_and_rank():
     assert table["compute (ms)"].tolist() == [50.0, 50.0, 5.0, 5.0]
     assert table["matmul (GFLOP)"].tolist() == [1.0] * 4
     assert table["rank"].tolist() == [0, 1, 0, 1]
+    assert table["idle (ms)"].tolist() == [0.0] * 4
     with pytest.raises(ValueError):
         page.per_step({"contiguous": totals(600.0)}, 0)
 
@@ -31,9 +32,11 @@ def test_per_step_is_the_mean_of_one_step_a_row_per_split_and_rank():
 class FakeStep:
     """What the readings take of a ``rank_traces.RankStep``: its summary."""
 
-    def __init__(self, compute_ms, exposed_ms):
+    def __init__(self, compute_ms, exposed_ms, idle_ms=(0.0, 0.0)):
         self.table = pd.DataFrame({"compute_us": [c * 1e3 for c in compute_ms],
-                                   "exposed_communication_us": [e * 1e3 for e in exposed_ms]}).rename_axis("rank")
+                                   "exposed_communication_us": [e * 1e3 for e in exposed_ms],
+                                   "idle_us": [i * 1e3 for i in idle_ms]}).rename_axis("rank")
+        self.table["step_us"] = self.table.sum(axis=1)
 
     def summary(self):
         return self.table.copy()
@@ -51,17 +54,21 @@ def test_the_waits_and_the_speed_are_read_per_step():
 def test_readings_say_only_what_held():
     both = page.time_reading(True, True, 1.234)
     assert "1.23 times" in both and "noisy" not in both and "diagonal" not in both
+    # the time ratio is not offered as the FLOP ratio, nor the difference as spent waiting
+    assert "does not measure" in both and "difference" not in both and "sat blocked longer" in both
     compute_only = page.time_reading(True, False, 1.234)
-    assert "1.23 times" in compute_only and "too noisy" in compute_only
+    assert "1.23 times" in compute_only and "too noisy" in compute_only and "difference" not in compute_only
     waits_only = page.time_reading(False, True, 1.234)
-    assert "1.23" not in waits_only and "too noisy" in waits_only and "did spend longer waiting" in waits_only
+    assert "1.23" not in waits_only and "too noisy" in waits_only and "did sit blocked longer" in waits_only
     neither = page.time_reading(False, False, 1.234)
     assert "too noisy" in neither and "waiting" not in neither
-    fell = page.zigzag_reading(True, True, 1, 1.28, (8.7, 5.7))
-    assert "fell from 8.7 ms to 5.7 ms" in fell and "rank 1" in fell and "1.28 times" in fell and "not to zero" in fell
-    flat = page.zigzag_reading(False, False, 1, 1.02, (8.7, 8.1))
-    assert "did not clearly fall" in flat and "1.02" not in flat and "noise" in flat and "8.7 ms, then 8.1 ms" in flat
-    assert "did not fall on this run" in page.zigzag_reading(False, True, 0, 1.3, (8.7, 9.5))
+    fell = page.zigzag_reading(True, True, 1, 1.28, (8.7, 5.7), (6.7, 13.8))
+    assert "8.7 ms contiguous and 5.7 ms zigzag" in fell and "rank 1" in fell and "1.28 times" in fell
+    assert "not zero" in fell and "separate runs" in fell and "6.7 and 13.8 GFLOP/s" in fell
+    flat = page.zigzag_reading(False, False, 1, 1.02, (8.7, 8.1), (6.7, 6.9))
+    assert "did not clearly fall" in flat and "1.02" not in flat and "noise" in flat
+    assert "8.7 ms contiguous, then 8.1 ms zigzag" in flat
+    assert "did not fall" in page.zigzag_reading(False, True, 0, 1.3, (8.7, 9.5), (6.7, 6.9))
 
 
 def test_held_follows_timing_claims_rule():
@@ -122,9 +129,12 @@ def test_the_step_drawn_is_typical_among_those_the_claims_describe():
         page.typical_step(steps, [True])
     with pytest.raises(ValueError):
         page.typical_step([])
-    reading = page.step_reading(steps[1].summary())
-    assert reading.startswith("In the step drawn") and "rank 0 computed 30.0 ms and sat blocked 1.0 ms" in reading
-    assert "rank 0 computed longest" in reading
+    drawn = FakeStep([30, 10], [1, 20], [4, 5]).summary()
+    drawn["step_us"] += [2e3, 0.0]  # rank 0 also spent 2 ms in communication ranges only
+    reading = page.step_reading(drawn)
+    assert reading.startswith("In the step drawn")
+    assert "rank 0's 37.0 ms: compute 30.0, blocked 1.0, in gloo's ranges only 2.0, idle 4.0" in reading
+    assert "rank 1's 35.0 ms: compute 10.0, blocked 20.0, in gloo's ranges only 0.0, idle 5.0" in reading
     assert page.drawn_rule([True, False, True]).startswith("of the 2 of 3 steps")
     assert "none of the 3 steps" in page.drawn_rule([False] * 3)
 
