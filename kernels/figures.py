@@ -159,7 +159,7 @@ def figure_png(fig):
     from IPython.core.pylabtools import print_figure
 
     png = print_figure(fig, "png", bbox_inches="tight")
-    meta = {TEXT_METADATA: smallest_text_px(fig)}
+    meta: dict[str, object] = {TEXT_METADATA: smallest_text_px(fig)}
     phone = phone_copy(fig)
     if phone and _png_width(phone[0]) < _png_width(png):   # a copy no narrower is no help
         meta[PHONE_METADATA] = base64.b64encode(phone[0]).decode("ascii")

@@ -75,8 +75,9 @@ ratio = matched.matched[0].as_dict()["time_ratio_b_over_a"] if len(matched.match
 assert ratio is not None, "the two Qwen steps share one shape of call"
 faster, slower = ("H100", "MI300X") if ratio > 1 else ("MI300X", "H100")
 print(f"You guessed the {guess_faster}; per call, the faster kernel ran on the {faster}.")
-shapes = [{(c.batch_heads, c.sq, c.sk, c.d, c.causal) for c in r.calls} for r in (h100, mi300x)]
-lesson(len(h100.calls) == len(mi300x.calls) and shapes[0] == shapes[1] and len(shapes[0]) == 1 and len(matched.groups) == 1,
+call_shapes = [{(c.batch_heads, c.sq, c.sk, c.d, c.causal) for c in r.calls} for r in (h100, mi300x)]
+lesson(len(h100.calls) == len(mi300x.calls) and call_shapes[0] == call_shapes[1] and len(call_shapes[0]) == 1
+       and len(matched.groups) == 1,
        "both GPUs run the same calls: one per layer, one shape", ch12.calls_text(h100.calls))
 mean_us = {name: sum(c.gpu_us for c in r.calls) / len(r.calls) for name, r in (("H100", h100), ("MI300X", mi300x))}
 median_us = {name: statistics.median(c.gpu_us for c in r.calls) for name, r in (("H100", h100), ("MI300X", mi300x))}
