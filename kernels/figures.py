@@ -72,7 +72,7 @@ PHONE_METADATA = "phone_png"  # where the copy travels: the PNG output's metadat
 TEXT_METADATA = "text_px"     # and the smallest text's size in the PNG's pixels, the figure's
 PHONE_TEXT_METADATA = "phone_text_px"  # and the copy's
 MIN_PHONE_AXES_IN = 2.0       # the narrowest a copy is drawn to make room for what sits beside its axes
-PHONE_COLUMN_PX = 343         # the book's column on a 390 px screen (tools.book.pages measures it)
+PHONE_COLUMN_PX = 300         # a captioned figure's width on a 390 px screen: the column less the figure's margins
 PHONE_MIN_TEXT_PX = 8.0       # the copy's smallest text as a phone shows it (the page rule's floor is 7.5)
 
 

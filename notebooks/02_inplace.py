@@ -295,11 +295,12 @@ glue_all(qwen_prompts=prompts, qwen_tokens=tokens, qwen_copies=len(qwen_step.cop
 clone = qwen_step.find("aten::clone").iloc[0]          # q's copy, in the first layer
 flash = qwen_step.find("aten::_flash_attention_forward").iloc[0]
 out = qwen_step.find("aten::clone", shape=flash["input_dims"][0]).iloc[0]   # the output's copy
-def layout(op, view):   # how the op's first input lay in memory, in the letters of view
-    return events.memory_layout(op["input_dims"][0], op["input_strides"][0], view)
-layouts = pd.Series({"q into .contiguous(), viewed BHSD": layout(clone, "BHSD"),
-                     "q into the flash op, viewed BSHD": layout(flash, "BSHD"),
-                     "output into .contiguous(), viewed BSHD": layout(out, "BSHD")})
+seen = {"q into .contiguous(), viewed BHSD": (clone, "BHSD"),      # (op, the view it was given)
+        "q into the flash op, viewed BSHD": (flash, "BSHD"),
+        "output into .contiguous(), viewed BSHD": (out, "BSHD")}
+# how each op's first input lay in memory, in the letters of its view
+layouts = pd.Series({name: events.memory_layout(op["input_dims"][0], op["input_strides"][0], view)
+                     for name, (op, view) in seen.items()})
 layouts.to_frame("in memory")
 
 # %% tags=["remove-input"]

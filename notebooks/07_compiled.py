@@ -221,6 +221,9 @@ links.links(runs["naive"])
 # %%
 guess_kernels, guess_gpu_busy_percent = 3, 50  # edit me before running on
 
+# %% [markdown]
+# *A100 compiled call*, its CPU ops, then the GPU work they launched:
+
 # %%
 call = torch_compile.compiled_call(COMPILED_POINTWISE)
 ch07.call_table(call)
