@@ -120,7 +120,7 @@ display(links(runs["naive"]), links(runs["inplace"]))
 
 # %% [markdown]
 # The note under the axis is everything else: {glue:text}`matched_rows` rows of the same ops on
-# the same shapes in both forwards ({glue:text}`matched_work` that do work and
+# the same shapes in both forwards ({glue:text}`matched_work` ops that are not views and
 # {glue:text}`matched_views` top-level view, the `transpose` of `k`), yet their self times add up to totals
 # {glue:text}`matched_gap_ms` ms apart. That gap is not the change, since none of that work
 # changed: it is how much one profile's times move on this machine by themselves, which is why
@@ -341,7 +341,8 @@ glue("qwen_sdpa_cost", f"{sdpa_copies['MiB total'].sum() / 1024:.2f} GiB, {sdpa_
 # - In a real model, group the copies by where they come from; the strides say whether a
 #   `.contiguous()` changed anything the next [kernel](glossary.md#kernel) needed.
 #
-# Next: one call, `scaled_dot_product_attention`, that never writes the S×S tensor to memory.
+# Next: one call, `scaled_dot_product_attention`, whose fused backends never write the S×S tensor
+# to memory.
 
 # %% [markdown]
 # **Practice:** [the exercises for this chapter](exercises/02_inplace.ipynb), with automatic checks, hints and hidden solutions.
